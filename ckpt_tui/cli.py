@@ -1,0 +1,124 @@
+"""Command line: ``ckpt-tui FILE`` opens the browser; ``info``, ``check``, ``demo`` run headless.
+
+Exit codes are API: 0 clean, 1 problems found, 2 unreadable input or refused work.
+Heavy modules (torch, textual, numpy) are imported only by the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ckpt_tui import __version__
+from ckpt_tui.core.errors import CkptError
+
+COMMANDS = ("info", "check", "demo", "open")
+EPILOG = """\
+commands:
+  ckpt-tui FILE                 open FILE in the browser
+  ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings, tree
+  ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
+  ckpt-tui demo                 write a DDP-style training checkpoint and open it
+
+exit codes: 0 ok, 1 problems found, 2 unreadable input (one line on stderr)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (no heavy imports)."""
+    parser = argparse.ArgumentParser(
+        prog="ckpt-tui",
+        description="Open, check and fix PyTorch checkpoints without loading them or running their pickle.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    info = sub.add_parser("info", help="print a summary of a checkpoint")
+    info.add_argument("file")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
+    check = sub.add_parser("check", help="read every tensor and report NaN/Inf and unsafe content")
+    check.add_argument("file")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
+    demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
+    open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
+    open_.add_argument("file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
+        args_list.insert(0, "open")
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    try:
+        return _run(args)
+    except CkptError as exc:
+        print(f"ckpt-tui: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ckpt-tui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "info":
+        return cmd_info(args.file, args.json, args.depth)
+    if args.command == "check":
+        return cmd_check(args.file, args.json)
+    if args.command == "open":
+        return cmd_info(args.file, False, 2)
+    return cmd_demo(getattr(args, "print_only", True))
+
+
+def cmd_info(path: str, as_json: bool, depth: int) -> int:
+    """``info``: the summary, as text or JSON."""
+    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.summary import summarize
+
+    summary = summarize(open_checkpoint(path))
+    if as_json:
+        _print_json(summary.to_json())
+    else:
+        from ckpt_tui.report import render_info
+
+        print(render_info(summary, depth))
+    return 0
+
+
+def cmd_check(path: str, as_json: bool) -> int:
+    """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
+    from ckpt_tui.core.check import check_checkpoint
+    from ckpt_tui.core.reader import open_checkpoint
+
+    report = check_checkpoint(open_checkpoint(path))
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        from ckpt_tui.report import render_check
+
+        print(render_check(report))
+    return 0 if report.ok else 1
+
+
+def cmd_demo(print_only: bool) -> int:
+    """``demo``: write the demo checkpoint, then show it."""
+    from ckpt_tui.core.demo import write_demo
+
+    path = write_demo()
+    print(f"demo checkpoint written to {path}", file=sys.stderr)
+    return cmd_info(str(path), False, 2)
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=1, default=str)
+    sys.stdout.write("\n")

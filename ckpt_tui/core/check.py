@@ -1,0 +1,96 @@
+"""``check``: read every tensor's values and collect what would hurt a user."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.model import Checkpoint
+from ckpt_tui.core.stats import TensorStats, tensor_stats
+from ckpt_tui.core.summary import Summary, summarize
+
+PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor")
+
+
+@dataclass
+class Problem:
+    """One problem: its kind, where, and the sentence to show."""
+
+    kind: str
+    message: str
+    path: KeyPath | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message, **self.detail}
+        if self.path is not None:
+            out["path"] = to_json(self.path)
+        return out
+
+
+@dataclass
+class CheckReport:
+    """What ``check`` found."""
+
+    summary: Summary
+    problems: list[Problem]
+    checked: int
+    skipped: int
+
+    @property
+    def ok(self) -> bool:
+        """No problems at all."""
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "path": self.summary.checkpoint.path,
+            "format": self.summary.checkpoint.format,
+            "ok": self.ok,
+            "tensors_checked": self.checked,
+            "tensors_skipped": self.skipped,
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+def check_checkpoint(
+    checkpoint: Checkpoint,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> CheckReport:
+    """Scan every tensor (each view once) for NaN/Inf; add the unsafe and broken findings."""
+    summary = summarize(checkpoint)
+    problems = [
+        Problem(f.kind, f.message, f.path, {"global": f.global_name} if f.global_name else {})
+        for f in summary.findings
+        if f.kind in PROBLEM_KINDS
+    ]
+    seen: dict[tuple[Any, ...], TensorStats | None] = {}
+    checked = skipped = 0
+    for index, (path, tensor) in enumerate(summary.tensors):
+        if progress is not None:
+            progress(index, len(summary.tensors))
+        if tensor.storage is None or tensor.kind != "dense":
+            skipped += 1
+            continue
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        if view not in seen:
+            try:
+                seen[view] = tensor_stats(tensor, checkpoint.byteorder, cancelled)
+            except ReadError as exc:
+                seen[view] = None
+                problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
+        stats = seen[view]
+        if stats is None:
+            continue
+        checked += 1
+        if stats.nan or stats.inf:
+            counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
+            message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
+            problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
+    return CheckReport(summary, problems, checked, skipped)

@@ -1,0 +1,26 @@
+"""One exception family; each error carries the one-line message users see."""
+
+from __future__ import annotations
+
+
+class CkptError(Exception):
+    """Base of every error ckpt-tui reports to a user as one line."""
+
+    def __str__(self) -> str:
+        return " ".join(str(self.args[0]).split()) if self.args else type(self).__name__
+
+
+class ReadError(CkptError):
+    """The input cannot be read as a checkpoint."""
+
+
+class EditError(CkptError):
+    """An edit does not apply to this checkpoint (nothing to change, or a collision)."""
+
+
+class WriteError(CkptError):
+    """A write was refused or failed; nothing was left behind."""
+
+
+class Cancelled(CkptError):
+    """Long work was cancelled by the user."""

@@ -1,0 +1,274 @@
+"""What a checkpoint's tree says about itself: prefixes, inner state_dicts, unsafe globals..."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
+from ckpt_tui.core.model import DTYPES, Opaque, Tensor, is_global_ref, itemsize, iter_nodes, module_children
+
+PREFIX_ORIGINS = {
+    "module.": "saved from DataParallel/DDP",
+    "_orig_mod.": "saved from a torch.compile'd model",
+    "model.": "saved from a Lightning module or a wrapper holding the model as .model",
+}
+INNER_NAMES = (
+    "state_dict",
+    "model_state_dict",
+    "model",
+    "net",
+    "network",
+    "module",
+    "model_state",
+    "weights",
+    "params",
+    "generator",
+    "ema",
+    "model_ema",
+    "ema_state_dict",
+    "state_dict_ema",
+)
+SEARCH_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing worth telling the user, warnings first."""
+
+    kind: str
+    message: str
+    severity: str = "info"
+    path: KeyPath | None = None
+    prefix: str | None = None
+    global_name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``info --json`` form."""
+        out: dict[str, Any] = {"kind": self.kind, "severity": self.severity, "message": self.message}
+        if self.path is not None:
+            out["path"] = to_json(self.path)
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        if self.global_name is not None:
+            out["global"] = self.global_name
+        return out
+
+
+def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
+    """The (key, value) pairs of a state_dict-like value, or None if it is not one."""
+    if isinstance(value, Opaque) and value.is_module:
+        return [(k, v) for k, v in flat_module_items(value)]
+    if not isinstance(value, dict) or not value:
+        return None
+    items = list(value.items())
+    tensors = sum(1 for _, v in items if isinstance(v, Tensor))
+    if tensors == 0 or tensors < 0.9 * len(items) or not all(isinstance(k, str) for k, _ in items):
+        return None
+    return items
+
+
+def flat_module_items(node: Opaque, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """A pickled module's ``state_dict()`` entries: dotted names to tensors."""
+    for key, value in module_children(node):
+        name = prefix + str(getattr(key, "name", key))
+        if isinstance(value, Opaque) and value.is_module:
+            yield from flat_module_items(value, name + ".")
+        else:
+            yield name, value
+
+
+def common_prefix(keys: Iterable[str]) -> str | None:
+    """The leading dotted components shared by every key (``module.``), if any."""
+    key_list = [k for k in keys if k != "_metadata"]
+    if len(key_list) < 2:
+        return None
+    prefix = ""
+    while True:
+        heads = {k[len(prefix) :].split(".", 1)[0] for k in key_list}
+        if len(heads) != 1:
+            break
+        head = heads.pop() + "."
+        if not all(k.startswith(prefix + head) and len(k) > len(prefix + head) for k in key_list):
+            break
+        if prefix and head not in PREFIX_ORIGINS:
+            break
+        prefix += head
+        if head not in PREFIX_ORIGINS:
+            break
+    return prefix or None
+
+
+def prefix_origin(prefix: str) -> str:
+    """What usually produces a prefix, in words."""
+    origins = [PREFIX_ORIGINS[p + "."] for p in prefix.rstrip(".").split(".") if p + "." in PREFIX_ORIGINS]
+    return "; ".join(origins) if origins else f"every key sits under a wrapper named {prefix.rstrip('.')!r}"
+
+
+def is_optimizer(value: Any) -> bool:
+    """An ``optimizer.state_dict()``: ``state`` and ``param_groups``."""
+    return isinstance(value, dict) and "state" in value and isinstance(value.get("param_groups"), list)
+
+
+def is_scheduler(value: Any) -> bool:
+    """An LR scheduler's ``state_dict()``."""
+    return isinstance(value, dict) and "last_epoch" in value and ("base_lrs" in value or "_step_count" in value)
+
+
+def state_dicts(root: Any) -> list[tuple[KeyPath, Any]]:
+    """State_dict-like values near the root (not inside optimizers), shallowest first."""
+    found: list[tuple[KeyPath, Any]] = []
+    queue: list[tuple[KeyPath, Any]] = [((), root)]
+    while queue:
+        path, value = queue.pop(0)
+        if tensor_items(value) is not None:
+            found.append((path, value))
+            continue
+        if len(path) >= SEARCH_DEPTH or is_optimizer(value) or not isinstance(value, (dict, Opaque)):
+            continue
+        entries = value.items() if isinstance(value, dict) else [] if not value.is_module else module_children(value)
+        queue.extend(((*path, k), v) for k, v in entries)
+    return found
+
+
+def inner_state_dict(root: Any) -> KeyPath | None:
+    """The path of the model weights inside a training checkpoint (None if the root is them)."""
+    if tensor_items(root) is not None and not (isinstance(root, Opaque) and root.is_module):
+        return None
+    if isinstance(root, Opaque) and root.is_module:
+        return ()
+    if isinstance(root, dict) and any(isinstance(v, Tensor) for v in root.values()):
+        return None
+    candidates = [(path, value) for path, value in state_dicts(root) if path]
+    if not candidates:
+        return None
+
+    def rank(item: tuple[KeyPath, Any]) -> tuple[int, int, int]:
+        path, value = item
+        name = str(getattr(path[-1], "name", path[-1])).lower()
+        preferred = INNER_NAMES.index(name) if name in INNER_NAMES else len(INNER_NAMES)
+        ema = 1 if "ema" in name else 0
+        return (ema, preferred, -len(tensor_items(value) or []))
+
+    return min(candidates, key=rank)[0]
+
+
+def compute_findings(root: Any) -> list[Finding]:
+    """All findings for a tree, warnings first."""
+    findings: list[Finding] = []
+    unsafe: dict[str, tuple[KeyPath, int]] = {}
+    modules: list[KeyPath] = []
+    optimizers: list[KeyPath] = []
+    schedulers: list[KeyPath] = []
+    bad: list[tuple[KeyPath, str]] = []
+    devices: Counter[str] = Counter()
+    for path, value in iter_nodes(root):
+        if isinstance(value, Tensor):
+            devices[value.device] += 1
+            problem = tensor_problem(value)
+            if problem:
+                bad.append((path, problem))
+        elif isinstance(value, Opaque) or is_global_ref(value):
+            _note_global(value, path, unsafe, modules)
+        elif is_optimizer(value):
+            optimizers.append(path)
+        elif is_scheduler(value):
+            schedulers.append(path)
+    findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
+    findings += [Finding("bad-tensor", f"{to_python(p)}: {why}", "warning", path=p) for p, why in bad[:20]]
+    findings += _device_findings(devices)
+    findings += _structure_findings(root, modules, optimizers, schedulers)
+    return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]], modules: list[KeyPath]) -> None:
+    if isinstance(value, Opaque) and value.is_module:
+        modules.append(path)
+    if value.safe:
+        return
+    name = value.global_name
+    first, count = unsafe.get(name, (path, 0))
+    unsafe[name] = (first, count + 1)
+
+
+def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
+    where = to_python(path) if path else "the root"
+    times = f" ({count} uses)" if count > 1 else ""
+    message = (
+        f"unsafe global {name} at {where}{times}: NOT executed here; "
+        "torch.load(weights_only=False) would import and run it"
+    )
+    return Finding("unsafe-global", message, "warning", path=path, global_name=name)
+
+
+def tensor_problem(tensor: Tensor) -> str | None:
+    """Why a tensor's metadata cannot be right (it reaches past its storage), or None."""
+    storage = tensor.storage
+    if storage is None or tensor.numel == 0 or tensor.dtype not in DTYPES:
+        return None
+    if any(s < 0 for s in tensor.stride):
+        return "has a negative stride"
+    last = tensor.offset + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride, strict=True))
+    needed = (last + 1) * itemsize(tensor.dtype)
+    if needed > storage.nbytes:
+        return f"needs {needed} bytes of a {storage.nbytes}-byte storage"
+    return None
+
+
+def _device_findings(devices: Counter[str]) -> list[Finding]:
+    gpu = {d: n for d, n in devices.items() if d not in ("cpu", "meta", "dcp")}
+    if not gpu:
+        return []
+    listed = ", ".join(f"{n} on {d}" for d, n in sorted(gpu.items()))
+    message = (
+        f"tensors saved on GPU ({listed}): shown here without one; torch.load on a CPU machine "
+        "needs map_location='cpu'. `m` / --map-location rewrites the tags"
+    )
+    return [Finding("cuda-tensors", message, "warning")]
+
+
+def _structure_findings(
+    root: Any, modules: list[KeyPath], optimizers: list[KeyPath], schedulers: list[KeyPath]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    if isinstance(root, dict) and (
+        "pytorch-lightning_version" in root
+        or "lightning_version" in root
+        or ("state_dict" in root and ("loops" in root or "callbacks" in root or "optimizer_states" in root))
+    ):
+        version = root.get("pytorch-lightning_version") or root.get("lightning_version") or "?"
+        findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {version})"))
+    inner = inner_state_dict(root)
+    if inner:
+        findings.append(
+            Finding(
+                "inner-state-dict",
+                f"the model weights are under {to_python(inner)}: `x` / --extract "
+                f"{to_slash(inner)} makes them the root",
+                path=inner,
+            )
+        )
+    for path in modules:
+        findings.append(
+            Finding(
+                "module-pickle",
+                f"a whole pickled nn.Module at {to_python(path) if path else 'the root'}: "
+                "its weights are shown without its class; --extract turns it into a state_dict",
+                path=path,
+            )
+        )
+    for path, value in state_dicts(root):
+        items = tensor_items(value) or []
+        prefix = common_prefix(k for k, _ in items)
+        if prefix:
+            where = to_python(path) if path else "the root"
+            message = (
+                f"all {len(items)} keys under {where} start with {prefix!r}: {prefix_origin(prefix)}. `p` strips it"
+            )
+            severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
+            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix))
+    findings += [Finding("optimizer", f"optimizer state at {to_python(p)}", path=p) for p in optimizers]
+    findings += [Finding("scheduler", f"LR scheduler state at {to_python(p)}", path=p) for p in schedulers]
+    return findings

@@ -1,0 +1,41 @@
+"""Sharded checkpoints: ``*.index.json`` with a weight map over several shard files."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import Checkpoint, Tensor
+
+
+def read_sharded(path: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    """Open every shard named in the index and show them as one flat state_dict."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            index = json.load(file)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReadError(f"{path}: index is not valid JSON ({exc})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
+    folder = os.path.dirname(os.path.abspath(path))
+    shards: dict[str, Checkpoint] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        shard_path = os.path.join(folder, shard)
+        if os.path.basename(shard) != shard or not os.path.isfile(shard_path):
+            raise ReadError(f"{path}: shard {shard!r} named in the index is missing")
+        shards[shard] = open_file(shard_path)
+    root: dict[str, Any] = {}
+    for key, shard in weight_map.items():
+        tensors = shards[shard].root
+        value = tensors.get(key) if isinstance(tensors, dict) else None
+        if not isinstance(value, Tensor):
+            raise ReadError(f"{path}: {key!r} is mapped to {shard}, which does not hold it")
+        root[key] = value
+    total = sum(c.file_bytes for c in shards.values())
+    metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
+    note = f"{len(shards)} shards: " + ", ".join(shards)
+    return Checkpoint(path, "sharded", root, total, metadata=dict(metadata), notes=[note])

@@ -1,0 +1,351 @@
+"""A pickle reader that never imports, calls or instantiates anything from the file.
+
+Globals known as data (torch rebuild functions, dtypes, OrderedDict, ...) map to inert
+stand-ins from :mod:`ckpt_tui.core.model`; every other global becomes an
+:class:`~ckpt_tui.core.model.Opaque` placeholder that records how it was used.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import gc
+import io
+import pickle
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import (
+    DTYPES,
+    STORAGE_CLASS_DTYPES,
+    Device,
+    Opaque,
+    Storage,
+    Symbol,
+    Tensor,
+    TorchSize,
+    opaque_class,
+)
+
+
+class StorageType:
+    """The storage class named in a persistent id (``torch.FloatStorage``...)."""
+
+    __slots__ = ("dtype", "name")
+
+    def __init__(self, name: str, dtype: str) -> None:
+        self.name = name
+        self.dtype = dtype
+
+
+class StorageView:
+    """A legacy-format view into a storage, ``offset`` elements in."""
+
+    __slots__ = ("offset", "storage")
+
+    def __init__(self, storage: Storage, offset: int) -> None:
+        self.storage = storage
+        self.offset = offset
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
+        raise ValueError(f"tensor {what} is not a tuple of ints")
+    return tuple(value)
+
+
+def _rebuild_tensor_v2(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
+    backward_hooks: Any = None,
+    metadata: Any = None,
+    *,
+    dtype: str | None = None,
+    rebuild: str = "_rebuild_tensor_v2",
+) -> Tensor:
+    offset = storage_offset
+    if isinstance(storage, StorageView):
+        offset, storage = storage.offset + storage_offset, storage.storage
+    if not isinstance(storage, Storage):
+        raise ValueError("tensor storage is not a storage record")
+    if type(offset) is not int or offset < 0:
+        raise ValueError("tensor storage offset is not a non-negative int")
+    shape, strides = _ints(size, "size"), _ints(stride, "stride")
+    if len(shape) != len(strides) or any(n < 0 for n in shape):
+        raise ValueError("tensor size and stride do not match")
+    return Tensor(
+        storage=storage,
+        offset=offset,
+        shape=shape,
+        stride=strides,
+        dtype=dtype or storage.dtype,
+        requires_grad=bool(requires_grad),
+        hooks=backward_hooks,
+        metadata=metadata if isinstance(metadata, dict) and metadata else None,
+        rebuild=rebuild,
+    )
+
+
+def _rebuild_tensor_v3(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    backward_hooks: Any,
+    dtype: Any,
+    metadata: Any = None,
+) -> Tensor:
+    if not isinstance(dtype, Symbol) or dtype.name not in DTYPES:
+        raise ValueError(f"unknown tensor dtype {dtype!r}")
+    return _rebuild_tensor_v2(
+        storage,
+        storage_offset,
+        size,
+        stride,
+        requires_grad,
+        backward_hooks,
+        metadata,
+        dtype=dtype.name,
+        rebuild="_rebuild_tensor_v3",
+    )
+
+
+def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -> Tensor:
+    return _rebuild_tensor_v2(storage, storage_offset, size, stride, rebuild="_rebuild_tensor")
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
+    if not isinstance(data, Tensor):
+        raise ValueError("parameter data is not a tensor")
+    data.parameter = True
+    data.requires_grad = bool(requires_grad)
+    data.parameter_state = state
+    return data
+
+
+def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    if not callable(func) or not isinstance(args, tuple):
+        raise ValueError("malformed _rebuild_from_type_v2 call")
+    result = func(*args)
+    if isinstance(result, Tensor) and isinstance(new_type, Symbol) and new_type.name == "Parameter":
+        result.parameter = True
+    return result
+
+
+def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires_grad: Any) -> Tensor:
+    if not isinstance(dtype, Symbol) or dtype.name not in DTYPES:
+        raise ValueError(f"unknown tensor dtype {dtype!r}")
+    return Tensor(
+        None,
+        0,
+        _ints(size, "size"),
+        _ints(stride, "stride"),
+        dtype.name,
+        bool(requires_grad),
+        rebuild="_rebuild_meta_tensor_no_storage",
+    )
+
+
+def _device(kind: Any, index: Any = None) -> Device:
+    if not isinstance(kind, str) or not (index is None or type(index) is int):
+        raise ValueError("malformed torch.device")
+    if ":" in kind and index is None:
+        kind, _, number = kind.partition(":")
+        index = int(number)
+    return Device(kind, index)
+
+
+def _encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
+        raise ValueError("unsupported _codecs.encode call")
+    return text.encode(encoding)
+
+
+def _bytearray(data: Any = b"") -> bytearray:
+    if not isinstance(data, (bytes, list)):
+        raise ValueError("bytearray from a non-bytes value")
+    return bytearray(data)
+
+
+def _get_layout(name: Any) -> Symbol:
+    if not isinstance(name, str):
+        raise ValueError("malformed layout")
+    return Symbol(name)
+
+
+def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
+    if isinstance(cls, type) and issubclass(cls, Opaque):
+        obj = cls.__new__(cls)
+        obj.how = "reconstructor"
+        obj.args = (base, state)
+        return obj
+    raise ValueError("copyreg._reconstructor of a non-class")
+
+
+_SYMBOL_NAMES = [
+    "strided",
+    "sparse_coo",
+    "sparse_csr",
+    "sparse_csc",
+    "sparse_bsr",
+    "sparse_bsc",
+    "_mkldnn",
+    "jagged",
+    "per_tensor_affine",
+    "per_tensor_symmetric",
+    "per_channel_affine",
+    "per_channel_symmetric",
+    "per_channel_affine_float_qparams",
+    "contiguous_format",
+    "channels_last",
+    "channels_last_3d",
+    "preserve_format",
+    "Tensor",
+]
+
+_SAFE_OPAQUE = {
+    "argparse.Namespace",
+    "types.SimpleNamespace",
+    "collections.defaultdict",
+    "collections.Counter",
+    "collections.deque",
+    "builtins.slice",
+    "datetime.datetime",
+    "datetime.date",
+    "datetime.time",
+    "datetime.timedelta",
+    "pathlib.PosixPath",
+    "pathlib.WindowsPath",
+    "pathlib.PurePosixPath",
+    "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar",
+    "numpy._core.multiarray.scalar",
+    "numpy.ndarray",
+    "numpy.dtype",
+    "torch._utils._rebuild_qtensor",
+    "torch._utils._rebuild_sparse_tensor",
+    "torch._utils._rebuild_nested_tensor",
+    "torch._utils._rebuild_wrapper_subclass",
+    "torch._utils._rebuild_device_tensor_from_numpy",
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor",
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.torch_version.TorchVersion",
+}
+_SAFE_OPAQUE_PREFIXES = ("torch.distributed.checkpoint.", "__torch__.", "torch.distributed._shard.")
+
+
+def _known_globals() -> dict[str, Any]:
+    known: dict[str, Any] = {
+        "collections.OrderedDict": OrderedDict,
+        "builtins.set": set,
+        "builtins.frozenset": frozenset,
+        "builtins.complex": complex,
+        "builtins.bytearray": _bytearray,
+        "_codecs.encode": _encode,
+        "copyreg._reconstructor": _reconstructor,
+        "builtins.object": Symbol("builtins.object"),
+        "torch.Size": TorchSize,
+        "torch.device": _device,
+        "torch.serialization._get_layout": _get_layout,
+        "torch._utils._rebuild_tensor": _rebuild_tensor,
+        "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+        "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
+        "torch._utils._rebuild_parameter": _rebuild_parameter,
+        "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+        "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta_tensor_no_storage,
+        "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+        "torch.nn.parameter.Parameter": Symbol("torch.nn.parameter.Parameter"),
+        "torch.storage.UntypedStorage": StorageType("UntypedStorage", "uint8"),
+        "torch.UntypedStorage": StorageType("UntypedStorage", "uint8"),
+    }
+    for name in DTYPES:
+        known[f"torch.{name}"] = Symbol(f"torch.{name}")
+    for name in _SYMBOL_NAMES:
+        known[f"torch.{name}"] = Symbol(f"torch.{name}")
+    for cls, dtype in STORAGE_CLASS_DTYPES.items():
+        known[f"torch.{cls}"] = StorageType(cls, dtype)
+        known[f"torch.cuda.{cls}"] = StorageType(cls, dtype)
+    return known
+
+
+KNOWN_GLOBALS = _known_globals()
+
+PersistentLoad = Callable[[Any], Any]
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Unpickler whose ``find_class`` returns stand-ins and never imports."""
+
+    def __init__(self, file: BinaryIO, persistent_load: PersistentLoad | None) -> None:
+        super().__init__(file, encoding="latin1")
+        self._persistent = persistent_load
+        self._opaque: dict[str, type[Opaque]] = {}
+        self.proto = 2
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
+        full = f"{module}.{name}"
+        known = KNOWN_GLOBALS.get(full)
+        if known is not None:
+            return known
+        cls = self._opaque.get(full)
+        if cls is None:
+            safe = full in _SAFE_OPAQUE or full.startswith(_SAFE_OPAQUE_PREFIXES)
+            cls = self._opaque[full] = opaque_class(full, safe=safe)
+        return cls
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self._persistent is None:
+            raise pickle.UnpicklingError("persistent id in a plain pickle")
+        return self._persistent(pid)
+
+
+def load_pickle(data: bytes | BinaryIO, persistent_load: PersistentLoad | None, what: str) -> Any:
+    """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`."""
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return SafeUnpickler(stream, persistent_load).load()
+    except ReadError:
+        raise
+    except RecursionError:
+        raise ReadError(f"{what}: nested too deeply to read") from None
+    except MemoryError:
+        raise ReadError(f"{what}: needs more memory than is available") from None
+    except EOFError:
+        raise ReadError(f"{what}: pickle ends early (truncated file?)") from None
+    except Exception as exc:  # any failure of a hostile or broken pickle is a read error
+        raise ReadError(f"{what}: corrupt pickle ({type(exc).__name__}: {exc})") from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage]) -> Any:
+    """Turn a torch persistent id ``('storage', type, key, location, numel[, view])`` into a Storage."""
+    if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
+        raise pickle.UnpicklingError(f"persistent id is not a storage: {str(pid)[:80]}")
+    storage_type, key, location, numel = pid[1:5]
+    if not isinstance(storage_type, StorageType):
+        raise pickle.UnpicklingError(f"unknown storage type {storage_type!r}")
+    if not isinstance(key, str) or not isinstance(location, str) or type(numel) is not int or numel < 0:
+        raise pickle.UnpicklingError("malformed storage persistent id")
+    storage = cache.get(key)
+    if storage is None:
+        storage = cache[key] = make(key, storage_type.dtype, location, numel, storage_type.name)
+    view = pid[5] if len(pid) > 5 else None
+    if view:
+        if not isinstance(view, tuple) or len(view) != 3 or type(view[1]) is not int:
+            raise pickle.UnpicklingError("malformed storage view")
+        return StorageView(storage, view[1])
+    return storage

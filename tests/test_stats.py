@@ -1,0 +1,74 @@
+"""Stats read on demand from the file agree with torch on the same tensors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from builders import write_safetensors
+
+from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.stats import first_values, tensor_stats
+
+
+def assert_matches(stats, tensor: torch.Tensor) -> None:
+    values = tensor.double().flatten()
+    finite = values[torch.isfinite(values)]
+    assert stats.count == values.numel()
+    assert stats.nan == int(torch.isnan(values).sum())
+    assert stats.inf == int(torch.isinf(values).sum())
+    assert stats.zeros == int((values == 0).sum())
+    assert stats.min == pytest.approx(float(finite.min()))
+    assert stats.max == pytest.approx(float(finite.max()))
+    assert stats.mean == pytest.approx(float(finite.mean()), rel=1e-9, abs=1e-12)
+    assert stats.std == pytest.approx(float(finite.std()), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64])
+def test_stats_match_torch(tmp_path: Path, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    tensor = (torch.randn(300, 70) * 5).to(dtype)
+    torch.save({"w": tensor}, tmp_path / "s.pth")
+    stats = tensor_stats(open_checkpoint(tmp_path / "s.pth").root["w"], chunk=4096)
+    assert_matches(stats, tensor)
+
+
+def test_nan_inf_and_views(tmp_path: Path) -> None:
+    base = torch.arange(24.0).reshape(4, 6)
+    base[0, 0] = math.nan
+    base[1, 1] = math.inf
+    base[2, 2] = -math.inf
+    views = {"base": base, "t": base.t(), "cols": base[:, ::2], "row": base[2]}
+    torch.save(views, tmp_path / "v.pth")
+    root = open_checkpoint(tmp_path / "v.pth").root
+    for name, tensor in views.items():
+        assert_matches(tensor_stats(root[name], chunk=5), tensor)
+    assert first_values(root["t"], 4) == pytest.approx(base.t().flatten()[:4].tolist(), nan_ok=True)
+
+
+def test_fp8_values(tmp_path: Path) -> None:
+    tensor = torch.tensor([0.5, -2.0, 448.0, 0.0, 1.125]).to(torch.float8_e4m3fn)
+    torch.save({"f": tensor, "e5": tensor.float().to(torch.float8_e5m2)}, tmp_path / "f.pth")
+    root = open_checkpoint(tmp_path / "f.pth").root
+    assert first_values(root["f"]) == tensor.float().tolist()
+    assert first_values(root["e5"]) == tensor.float().to(torch.float8_e5m2).float().tolist()
+
+
+def test_safetensors_and_legacy_values(tmp_path: Path) -> None:
+    tensor = torch.randn(50, 3).to(torch.bfloat16)
+    write_safetensors({"x": tensor}, tmp_path / "x.safetensors")
+    torch.save({"x": tensor}, tmp_path / "x.pth", _use_new_zipfile_serialization=False)
+    for name in ("x.safetensors", "x.pth"):
+        assert_matches(tensor_stats(open_checkpoint(tmp_path / name).root["x"]), tensor)
+
+
+def test_cancel_between_chunks(tmp_path: Path) -> None:
+    torch.save({"w": torch.zeros(10_000)}, tmp_path / "c.pth")
+    tensor = open_checkpoint(tmp_path / "c.pth").root["w"]
+    calls: list[float] = []
+    with pytest.raises(Cancelled):
+        tensor_stats(tensor, cancelled=lambda: len(calls) >= 2, progress=calls.append, chunk=1000)
+    assert len(calls) == 2
