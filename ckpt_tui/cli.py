@@ -120,5 +120,5 @@ def cmd_demo(print_only: bool) -> int:
 
 
 def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=1, default=str)
+    sys.stdout.write(json.dumps(data, default=str, separators=(",", ":")))
     sys.stdout.write("\n")

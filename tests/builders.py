@@ -94,7 +94,9 @@ def saved_on(device: str) -> Iterator[None]:
     """Make ``torch.save`` tag CPU storages with ``device`` (a GPU-saved file without a GPU)."""
     registry = torch.serialization._package_registry
     before = list(registry)
-    torch.serialization.register_package(-100, lambda s: device if s.device.type == "cpu" else None, lambda o, loc: None)
+    torch.serialization.register_package(
+        -100, lambda s: device if s.device.type == "cpu" else None, lambda o, loc: None
+    )
     try:
         yield
     finally:

@@ -156,4 +156,6 @@ def test_python_dash_m(tmp_path: Path) -> None:
     result = run("-m", "ckpt_tui", "info", "--json", str(tmp_path / "ddp.pth"))
     assert result.returncode == 0 and json.loads(result.stdout)["tensor_count"] == 9
     bad = run("-m", "ckpt_tui", "info", str(tmp_path / "nothing.pth"))
-    assert bad.returncode == 2 and bad.stderr.strip() == f"ckpt-tui: {tmp_path / 'nothing.pth'}: no such file or directory"
+    assert (
+        bad.returncode == 2 and bad.stderr.strip() == f"ckpt-tui: {tmp_path / 'nothing.pth'}: no such file or directory"
+    )

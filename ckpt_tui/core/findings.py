@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
-from ckpt_tui.core.model import DTYPES, Opaque, Tensor, is_global_ref, itemsize, iter_nodes, module_children
+from ckpt_tui.core.model import DTYPES, Opaque, Tensor, is_global_ref, iter_nodes, module_children
 
 PREFIX_ORIGINS = {
     "module.": "saved from DataParallel/DDP",
@@ -155,8 +155,8 @@ def inner_state_dict(root: Any) -> KeyPath | None:
     return min(candidates, key=rank)[0]
 
 
-def compute_findings(root: Any) -> list[Finding]:
-    """All findings for a tree, warnings first."""
+def compute_findings(root: Any, nodes: list[tuple[KeyPath, Any]] | None = None) -> list[Finding]:
+    """All findings for a tree (walked once, or given as ``nodes``), warnings first."""
     findings: list[Finding] = []
     unsafe: dict[str, tuple[KeyPath, int]] = {}
     modules: list[KeyPath] = []
@@ -164,7 +164,7 @@ def compute_findings(root: Any) -> list[Finding]:
     schedulers: list[KeyPath] = []
     bad: list[tuple[KeyPath, str]] = []
     devices: Counter[str] = Counter()
-    for path, value in iter_nodes(root):
+    for path, value in nodes if nodes is not None else iter_nodes(root):
         if isinstance(value, Tensor):
             devices[value.device] += 1
             problem = tensor_problem(value)
@@ -206,12 +206,14 @@ def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
 def tensor_problem(tensor: Tensor) -> str | None:
     """Why a tensor's metadata cannot be right (it reaches past its storage), or None."""
     storage = tensor.storage
-    if storage is None or tensor.numel == 0 or tensor.dtype not in DTYPES:
+    if storage is None or tensor.dtype not in DTYPES or 0 in tensor.shape:
         return None
-    if any(s < 0 for s in tensor.stride):
-        return "has a negative stride"
-    last = tensor.offset + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride, strict=True))
-    needed = (last + 1) * itemsize(tensor.dtype)
+    last = tensor.offset
+    for size, stride in zip(tensor.shape, tensor.stride, strict=True):
+        if stride < 0:
+            return "has a negative stride"
+        last += (size - 1) * stride
+    needed = (last + 1) * DTYPES[tensor.dtype][0]
     if needed > storage.nbytes:
         return f"needs {needed} bytes of a {storage.nbytes}-byte storage"
     return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from ckpt_tui.core.findings import Finding, compute_findings
 from ckpt_tui.core.keypath import KeyPath, to_json
-from ckpt_tui.core.model import Checkpoint, Storage, Tensor, iter_tensors
+from ckpt_tui.core.model import Checkpoint, Storage, Tensor, iter_nodes
 
 
 @dataclass
@@ -24,15 +24,18 @@ class Summary:
     dtypes: Counter[str]
     bytes_by_dtype: Counter[str]
     findings: list[Finding] = field(default_factory=list)
+    _shard_prefixes: dict[int, str] = field(default_factory=dict, repr=False)
 
     def storage_id(self, storage: Storage | None) -> str | None:
         """A stable name for a storage: its record key (with the shard file when sharded)."""
         if storage is None:
             return None
-        source = getattr(storage.source, "path", None)
-        if source and os.path.abspath(source) != os.path.abspath(self.checkpoint.path):
-            return f"{os.path.basename(source)}:{storage.key}"
-        return storage.key
+        prefix = self._shard_prefixes.get(id(storage.source))
+        if prefix is None:
+            source = getattr(storage.source, "path", None)
+            own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
+            prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
+        return prefix + storage.key
 
     def to_json(self) -> dict[str, Any]:
         """The ``info --json`` object (a documented contract: extend, never break)."""
@@ -69,7 +72,8 @@ class Summary:
 
 def summarize(checkpoint: Checkpoint) -> Summary:
     """Walk the tree once and total it up."""
-    tensors = list(iter_tensors(checkpoint.root))
+    nodes = list(iter_nodes(checkpoint.root))
+    tensors = [(path, value) for path, value in nodes if isinstance(value, Tensor)]
     devices: Counter[str] = Counter()
     dtypes: Counter[str] = Counter()
     by_dtype: Counter[str] = Counter()
@@ -84,7 +88,7 @@ def summarize(checkpoint: Checkpoint) -> Summary:
             storages[id(tensor.storage)] = tensor.storage
     tensor_bytes = sum(s.nbytes for s in storages.values()) or sum(by_dtype.values())
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype)
-    summary.findings = compute_findings(checkpoint.root) + _missing_records(storages.values())
+    summary.findings = compute_findings(checkpoint.root, nodes) + _missing_records(storages.values())
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 

@@ -49,8 +49,11 @@ class StorageView:
         self.offset = offset
 
 
+_INT_ONLY = {int}
+
+
 def _ints(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
+    if not isinstance(value, (tuple, list)) or not set(map(type, value)) <= _INT_ONLY:
         raise ValueError(f"tensor {what} is not a tuple of ints")
     return tuple(value)
 
