@@ -32,7 +32,7 @@ class Summary:
             return None
         prefix = self._shard_prefixes.get(id(storage.source))
         if prefix is None:
-            source = getattr(storage.source, "path", None)
+            source = str(getattr(storage.source, "path", "") or "")
             own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
             prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
         return prefix + storage.key
