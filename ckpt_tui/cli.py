@@ -13,17 +13,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckpt_tui import __version__
-from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.errors import CkptError, EditError
 
-COMMANDS = ("info", "check", "demo", "open")
+COMMANDS = ("info", "check", "convert", "demo", "open")
 EPILOG = """\
 commands:
   ckpt-tui FILE                 open FILE in the browser
   ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings, tree
   ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
+  ckpt-tui convert FILE -o OUT  fix and save: --extract, --drop, --rename, --strip-prefix,
+                                --add-prefix, --map-location, --dtype (applied in that order)
   ckpt-tui demo                 write a DDP-style training checkpoint and open it
 
-exit codes: 0 ok, 1 problems found, 2 unreadable input (one line on stderr)
+exit codes: 0 ok, 1 problems found / edit does not apply, 2 unreadable input or refused write
 """
 
 
@@ -44,6 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="read every tensor and report NaN/Inf and unsafe content")
     check.add_argument("file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    convert = sub.add_parser(
+        "convert",
+        help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
+        description="Edits apply in this order: extract, drop, rename, strip prefix, add prefix, map devices, cast. "
+        "Key paths use / between levels (--extract model, --drop optimizer).",
+    )
+    convert.add_argument("file")
+    convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
+    convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
+    convert.add_argument("--drop", metavar="PATH", action="append", default=[], help="delete a key or subtree")
+    convert.add_argument("--rename", metavar="OLD=NEW", action="append", default=[], help="rename one key (a path)")
+    convert.add_argument("--strip-prefix", metavar="P|auto", help="remove a key prefix (auto: the detected one)")
+    convert.add_argument("--add-prefix", metavar="P", help="put a prefix in front of every key")
+    convert.add_argument("--at", metavar="PATH", help="the dict --strip/--add-prefix edit (default: the detected one)")
+    convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
+    convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast floating-point tensors")
+    convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
+    convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
     demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
     open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
@@ -60,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         return _run(args)
+    except EditError as exc:
+        print(f"ckpt-tui: {exc}", file=sys.stderr)
+        return 1
     except CkptError as exc:
         print(f"ckpt-tui: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +99,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_info(args.file, args.json, args.depth)
     if args.command == "check":
         return cmd_check(args.file, args.json)
+    if args.command == "convert":
+        return cmd_convert(args)
     if args.command == "open":
         return cmd_info(args.file, False, 2)
     return cmd_demo(getattr(args, "print_only", True))
@@ -108,6 +134,33 @@ def cmd_check(path: str, as_json: bool) -> int:
 
         print(render_check(report))
     return 0 if report.ok else 1
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
+    from ckpt_tui.core.convert import ConvertOptions, convert
+
+    options = ConvertOptions(
+        extract=args.extract,
+        drop=args.drop,
+        rename=args.rename,
+        strip_prefix=args.strip_prefix,
+        add_prefix=args.add_prefix,
+        at=args.at,
+        map_location=args.map_location,
+        dtype=args.dtype,
+    )
+    if not args.dry_run and not args.output:
+        print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
+        return 2
+    outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
+    for change in outcome.changes:
+        print("\n".join(change.lines()))
+    if not outcome.changes:
+        print("no edits: the checkpoint is written as it is")
+    if outcome.result is not None:
+        print(outcome.result.line())
+    return 0
 
 
 def cmd_demo(print_only: bool) -> int:

@@ -77,8 +77,8 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
     metadata = header.pop("__metadata__", None) or {}
     records = SafetensorsRecords(path, data_start)
     root: dict[str, Tensor] = {}
-    for name, entry in header.items():
-        root[name] = _tensor(path, name, entry, data_bytes, records)
+    for name in sorted(header):  # the order safetensors' own keys() and load_file() give
+        root[name] = _tensor(path, name, header[name], data_bytes, records)
     return Checkpoint(
         path, "safetensors", root, file_bytes, metadata=dict(metadata) if isinstance(metadata, dict) else {}
     )

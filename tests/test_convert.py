@@ -1,0 +1,264 @@
+"""convert: every edit, both formats, checked by loading the result with torch or safetensors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from builders import (
+    Payload,
+    TinyNet,
+    compiled_state_dict,
+    ddp_state_dict,
+    lightning_checkpoint,
+    many_keys,
+    save_cuda_tagged,
+    save_whole_module,
+    tiny_state_dict,
+    touch_command,
+    training_checkpoint,
+    write_safetensors,
+)
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.summary import summarize
+
+consume_prefix = torch.nn.modules.utils.consume_prefix_in_state_dict_if_present
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def convert(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["convert", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_same(loaded: dict, expected: dict) -> None:
+    assert list(loaded) == list(expected)
+    for key, value in expected.items():
+        assert loaded[key].dtype == value.dtype, key
+        assert torch.equal(loaded[key], value), key
+
+
+@pytest.mark.parametrize(
+    ("builder", "prefix"),
+    [(ddp_state_dict, "module."), (compiled_state_dict, "_orig_mod.")],
+)
+def test_strip_prefix_pth_matches_torch(tmp_path: Path, capsys, builder, prefix: str) -> None:
+    source = tmp_path / "in.pth"
+    torch.save(builder(), source)
+    before = digest(source)
+    code, out, _ = convert(capsys, source, "-o", tmp_path / "out.pth", "--strip-prefix", "auto")
+    assert code == 0 and "verified" in out
+    loaded = torch.load(tmp_path / "out.pth", weights_only=True)
+    expected = builder()
+    consume_prefix(expected, prefix)
+    assert isinstance(loaded, OrderedDict)
+    assert_same(loaded, expected)
+    assert loaded._metadata == expected._metadata
+    assert digest(source) == before
+
+
+def test_training_checkpoint_extract_strip_drop(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "train.pth"
+    ckpt = training_checkpoint()
+    torch.save(ckpt, source)
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "w.pth", "--extract", "auto", "--strip-prefix", "module.")
+    assert code == 0
+    expected = ckpt["model"]
+    consume_prefix(expected, "module.")
+    assert_same(torch.load(tmp_path / "w.pth", weights_only=True), expected)
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "slim.pth", "--drop", "optimizer", "--drop", "scheduler")
+    assert code == 0
+    slim = torch.load(tmp_path / "slim.pth", weights_only=False)
+    assert list(slim) == ["epoch", "model", "args"]
+    assert slim["args"].lr == 1e-3
+
+
+def test_lightning_extract_and_strip(tmp_path: Path, capsys) -> None:
+    torch.save(lightning_checkpoint(), tmp_path / "l.ckpt")
+    code, _, _ = convert(
+        capsys,
+        tmp_path / "l.ckpt",
+        "-o",
+        tmp_path / "m.safetensors",
+        "--extract",
+        "state_dict",
+        "--strip-prefix",
+        "model.",
+    )
+    assert code == 0
+    assert_same(load_file(tmp_path / "m.safetensors"), dict(tiny_state_dict()))
+
+
+def test_add_prefix_and_rename(tmp_path: Path, capsys) -> None:
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    code, _, _ = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "ddp.pth", "--add-prefix", "module.")
+    assert code == 0
+    loaded = torch.load(tmp_path / "ddp.pth", weights_only=True)
+    assert_same(loaded, ddp_state_dict())
+    torch.nn.DataParallel(TinyNet()).load_state_dict(loaded)  # strict: every key fits the real wrapper
+    code, _, _ = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "r.pth", "--rename", "head.weight=fc.weight")
+    assert code == 0
+    keys = list(torch.load(tmp_path / "r.pth", weights_only=True))
+    assert keys == [k.replace("head.weight", "fc.weight") for k in tiny_state_dict()]
+
+
+def test_rename_collision_refused(tmp_path: Path, capsys) -> None:
+    state = ddp_state_dict()
+    state["conv.weight"] = torch.zeros(1)
+    torch.save(state, tmp_path / "mixed.pth")
+    code, _, err = convert(capsys, tmp_path / "mixed.pth", "-o", tmp_path / "x.pth", "--strip-prefix", "module.")
+    assert code == 1
+    assert "'module.conv.weight'" in err and "'conv.weight'" in err
+    assert not (tmp_path / "x.pth").exists()
+
+
+def test_edit_that_does_not_apply_exits_1(tmp_path: Path, capsys) -> None:
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    code, _, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", "--strip-prefix", "module.")
+    assert code == 1 and err.startswith("ckpt-tui: ") and not (tmp_path / "x.pth").exists()
+
+
+def test_cuda_tagged_remapped_to_cpu_loads_without_map_location(tmp_path: Path, capsys) -> None:
+    source = save_cuda_tagged(training_checkpoint(), tmp_path / "gpu.pth")
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "cpu.pth", "--map-location", "cpu")
+    assert code == 0
+    loaded = torch.load(tmp_path / "cpu.pth", weights_only=False)
+    assert loaded["model"]["module.head.weight"].device.type == "cpu"
+    code, _, _ = convert(capsys, tmp_path / "cpu.pth", "-o", tmp_path / "cuda1.pth", "--map-location", "cuda:1")
+    assert code == 0
+    devices = summarize(open_checkpoint(tmp_path / "cuda1.pth")).devices
+    assert set(devices) == {"cuda:1"}
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "m.pth", "--map-location", "cuda:0=cuda:3")
+    assert set(summarize(open_checkpoint(tmp_path / "m.pth")).devices) == {"cuda:3"}
+
+
+def test_cast_pth_and_safetensors(tmp_path: Path, capsys) -> None:
+    state = tiny_state_dict()
+    torch.save(state, tmp_path / "f32.pth")
+    for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        for suffix in ("pth", "safetensors"):
+            out = tmp_path / f"{dtype}.{suffix}"
+            assert convert(capsys, tmp_path / "f32.pth", "-o", out, "--dtype", dtype)[0] == 0
+            loaded = load_file(out) if suffix == "safetensors" else torch.load(out, weights_only=True)
+            expected = {k: v.to(torch_dtype) if v.is_floating_point() else v for k, v in state.items()}
+            assert_same(loaded, expected)
+
+
+def test_tied_weights_stay_shared_in_pth(tmp_path: Path, capsys) -> None:
+    weight = torch.randn(5, 3)
+    torch.save(
+        {"module.embed.weight": weight, "module.lm_head.weight": weight, "module.t": weight.t()}, tmp_path / "t.pth"
+    )
+    assert convert(capsys, tmp_path / "t.pth", "-o", tmp_path / "o.pth", "--strip-prefix", "module.")[0] == 0
+    loaded = torch.load(tmp_path / "o.pth", weights_only=True)
+    assert loaded["embed.weight"].data_ptr() == loaded["lm_head.weight"].data_ptr()
+    assert loaded["t"].untyped_storage().data_ptr() == loaded["embed.weight"].untyped_storage().data_ptr()
+    assert torch.equal(loaded["t"], weight.t())
+
+
+def test_tied_weights_in_safetensors_recorded_as_alias(tmp_path: Path, capsys) -> None:
+    weight = torch.randn(5, 3)
+    torch.save({"embed.weight": weight, "lm_head.weight": weight}, tmp_path / "t.pth")
+    assert convert(capsys, tmp_path / "t.pth", "-o", tmp_path / "o.safetensors")[0] == 0
+    with safe_open(tmp_path / "o.safetensors", "pt") as handle:
+        assert list(handle.keys()) == ["embed.weight"]
+        assert handle.metadata() == {"lm_head.weight": "embed.weight"}
+        assert torch.equal(handle.get_tensor("embed.weight"), weight)
+    torch.save({"w": weight, "wt": weight.t()}, tmp_path / "views.pth")
+    code, _, err = convert(capsys, tmp_path / "views.pth", "-o", tmp_path / "v.safetensors")
+    assert code == 2 and "share memory" in err and not (tmp_path / "v.safetensors").exists()
+
+
+def test_nested_to_safetensors_suggests_extract(tmp_path: Path, capsys) -> None:
+    torch.save(training_checkpoint(), tmp_path / "t.pth")
+    code, _, err = convert(capsys, tmp_path / "t.pth", "-o", tmp_path / "t.safetensors")
+    assert code == 2 and "--extract" in err
+    assert not list(tmp_path.glob("*.safetensors")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_legacy_and_safetensors_inputs_to_pth(tmp_path: Path, capsys) -> None:
+    state = tiny_state_dict()
+    torch.save(state, tmp_path / "old.pth", _use_new_zipfile_serialization=False)
+    assert convert(capsys, tmp_path / "old.pth", "-o", tmp_path / "new.pth")[0] == 0
+    assert_same(torch.load(tmp_path / "new.pth", weights_only=True), state)
+    bf = {"a": torch.randn(4, 4).to(torch.bfloat16), "b": torch.arange(6)}
+    write_safetensors(bf, tmp_path / "in.safetensors")
+    assert convert(capsys, tmp_path / "in.safetensors", "-o", tmp_path / "st.pth")[0] == 0
+    assert_same(torch.load(tmp_path / "st.pth", weights_only=True), bf)
+
+
+def test_whole_module_extracted_as_state_dict(tmp_path: Path, capsys) -> None:
+    path = save_whole_module(tmp_path / "whole.pt")
+    code, _, err = convert(capsys, path, "-o", tmp_path / "x.pth")
+    assert code == 2 and "ghost_models.GhostNet" in err
+    assert convert(capsys, path, "-o", tmp_path / "sd.pth", "--extract", "auto")[0] == 0
+    loaded = torch.load(tmp_path / "sd.pth", weights_only=True)
+    assert list(loaded) == ["scale", "encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"]
+
+
+def test_unsafe_global_dropped_then_written(tmp_path: Path, capsys) -> None:
+    canary = tmp_path / "CANARY"
+    ckpt = training_checkpoint()
+    ckpt["hook"] = Payload(os.system, touch_command(canary))
+    torch.save(ckpt, tmp_path / "evil.pth")
+    code, _, err = convert(capsys, tmp_path / "evil.pth", "-o", tmp_path / "out.pth")
+    assert code == 2 and "posix.system" in err and not (tmp_path / "out.pth").exists()
+    assert convert(capsys, tmp_path / "evil.pth", "-o", tmp_path / "out.pth", "--drop", "hook")[0] == 0
+    torch.load(tmp_path / "out.pth", weights_only=False)
+    assert not canary.exists()
+
+
+def test_existing_target_and_input_need_force(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "in.pth"
+    torch.save(ddp_state_dict(), source)
+    before = digest(source)
+    (tmp_path / "taken.pth").write_bytes(b"keep me")
+    code, _, err = convert(capsys, source, "-o", tmp_path / "taken.pth", "--strip-prefix", "auto")
+    assert code == 2 and "--force" in err and (tmp_path / "taken.pth").read_bytes() == b"keep me"
+    code, _, err = convert(capsys, source, "-o", source, "--strip-prefix", "auto")
+    assert code == 2 and "input" in err and digest(source) == before
+    assert convert(capsys, source, "-o", source, "--strip-prefix", "auto", "--force")[0] == 0
+    assert list(torch.load(source, weights_only=True))[0] == "conv.weight"
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, capsys) -> None:
+    torch.save(ddp_state_dict(), tmp_path / "in.pth")
+    code, out, _ = convert(capsys, tmp_path / "in.pth", "--dry-run", "--strip-prefix", "auto", "-o", tmp_path / "o.pth")
+    assert code == 0 and "module.conv.weight → conv.weight" in out and "9 changed" in out
+    assert not (tmp_path / "o.pth").exists()
+
+
+def test_read_only_folder_refused_cleanly(tmp_path: Path, capsys) -> None:
+    torch.save(ddp_state_dict(), tmp_path / "in.pth")
+    code, _, err = convert(capsys, tmp_path / "in.pth", "-o", tmp_path / "missing" / "o.pth")
+    assert code == 2 and "no such directory" in err
+
+
+def test_many_records_zip64_and_debug_offsets(tmp_path: Path, capsys) -> None:
+    state = many_keys(70_000)
+    torch.save(state, tmp_path / "many.pth")
+    assert convert(capsys, tmp_path / "many.pth", "-o", tmp_path / "out.pth", "--add-prefix", "module.")[0] == 0
+    code = (
+        "import torch, sys; sd = torch.load(sys.argv[1], weights_only=True, mmap=True); "
+        "assert len(sd) == 70000 and float(sd['module.layers.17499.p3'][0]) == 69999.0; "
+        "assert all(t.untyped_storage().data_ptr() % 64 == 0 for t in list(sd.values())[:100])"
+    )
+    env = {**os.environ, "TORCH_SERIALIZATION_DEBUG": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "out.pth")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
