@@ -232,7 +232,7 @@ def test_existing_target_and_input_need_force(tmp_path: Path, capsys) -> None:
     code, _, err = convert(capsys, source, "-o", source, "--strip-prefix", "auto")
     assert code == 2 and "input" in err and digest(source) == before
     assert convert(capsys, source, "-o", source, "--strip-prefix", "auto", "--force")[0] == 0
-    assert list(torch.load(source, weights_only=True))[0] == "conv.weight"
+    assert next(iter(torch.load(source, weights_only=True))) == "conv.weight"
 
 
 def test_dry_run_writes_nothing(tmp_path: Path, capsys) -> None:

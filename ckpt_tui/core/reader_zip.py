@@ -21,6 +21,7 @@ class ZipRecords:
         self.file_bytes = file_bytes
         self._file: BinaryIO | None = None
         self._lock = threading.Lock()
+        self._offsets: dict[str, int] = {}
 
     def name(self, key: str) -> str:
         """The member name of a record key."""
@@ -42,10 +43,12 @@ class ZipRecords:
         entry = self.entry(storage)
         if entry.compress != STORED:
             raise ReadError(f"record {entry.name} is compressed; only stored records can be read in place")
-        with self._lock:
-            if self._file is None:
-                self._file = open(self.path, "rb")  # noqa: SIM115 - kept open for repeated lookups
-            offset = data_offset(self._file, entry)
+        offset = self._offsets.get(entry.name)
+        if offset is None:
+            with self._lock:
+                if self._file is None:
+                    self._file = open(self.path, "rb")  # noqa: SIM115 - kept open for repeated lookups
+                offset = self._offsets[entry.name] = data_offset(self._file, entry)
         if offset + entry.size > self.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
         if entry.size < storage.nbytes:

@@ -408,26 +408,33 @@ def _verify_records(path: Path, root: Any, meant: list[Storage]) -> str:
     """Every record's CRC recomputed when the data is small enough, and its edges against the source."""
     written = {id(t.storage): t.storage for _, t in iter_tensors(root) if t.storage is not None}
     full = sum(s.nbytes for s in meant) <= FULL_VERIFY_BYTES
+    sources: dict[str, BinaryIO] = {}
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        for storage in written.values():
-            source = storage.source
-            assert isinstance(source, ZipRecords)
-            entry = source.entry(storage)
-            offset, size = source.locate(storage)
-            if full and zlib.crc32(mapped[offset : offset + size]) != entry.crc:
-                raise WriteError(f"record {entry.name} fails its CRC; nothing was replaced")
-            _compare_edges(mapped, offset, size, meant[int(storage.key)])
+        try:
+            for storage in written.values():
+                source = storage.source
+                assert isinstance(source, ZipRecords)
+                entry = source.entry(storage)
+                offset, size = source.locate(storage)
+                if full and zlib.crc32(mapped[offset : offset + size]) != entry.crc:
+                    raise WriteError(f"record {entry.name} fails its CRC; nothing was replaced")
+                _compare_edges(mapped, offset, size, meant[int(storage.key)], sources)
+        finally:
+            for source_file in sources.values():
+                source_file.close()
     return "keys, order, shapes, dtypes, devices" + (", record CRCs" if full else "") + ", record bytes at the edges"
 
 
-def _compare_edges(mapped: mmap.mmap, offset: int, size: int, meant: Storage) -> None:
+def _compare_edges(mapped: mmap.mmap, offset: int, size: int, meant: Storage, sources: dict[str, BinaryIO]) -> None:
     source = meant.source
     if source is None or isinstance(source, CastSource) or size == 0:
         return
     source_offset, _ = source.locate(meant)
+    src = sources.get(source.path)
+    if src is None:
+        src = sources[source.path] = open(source.path, "rb")  # noqa: SIM115 - closed by the caller
     head = min(SAMPLE, size)
-    with open(source.path, "rb") as src:
-        for at in {0, size - head}:
-            src.seek(source_offset + at)
-            if mapped[offset + at : offset + at + head] != src.read(head):
-                raise WriteError(f"record {meant.key} was not copied faithfully; nothing was replaced")
+    for at in {0, size - head}:
+        src.seek(source_offset + at)
+        if mapped[offset + at : offset + at + head] != src.read(head):
+            raise WriteError(f"record {meant.key} was not copied faithfully; nothing was replaced")

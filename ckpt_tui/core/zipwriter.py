@@ -19,6 +19,7 @@ from ckpt_tui.core.ziplayout import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCA
 ALIGNMENT = 64
 LIMIT = 0xFFFFFFFF
 COPY_CHUNK = 64 << 20
+SMALL_RECORD = 1 << 20
 FLAGS = 0x0800  # names are UTF-8
 
 
@@ -103,8 +104,18 @@ class ZipWriter:
         crc: int,
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        """A member copied byte for byte from another file (kernel copy where possible)."""
+        """A member copied byte for byte from another file (kernel copy for large ones)."""
         start = self._begin(name, size, crc)
+        if size < SMALL_RECORD:
+            source.seek(offset)
+            data = source.read(size)
+            if len(data) != size:
+                raise OSError(f"{name}: source ended early")
+            self.file.write(data)
+            if progress is not None:
+                progress(size)
+            self._end(name, start, size, crc)
+            return
         self.file.flush()
         copied = 0
         while copied < size:

@@ -1,0 +1,12 @@
+test:
+	python -m pytest
+
+lint:
+	ruff check ckpt_tui tests benchmarks scripts
+	ruff format --check ckpt_tui tests benchmarks scripts
+	mypy
+
+bench:
+	cd benchmarks && python bench_open.py && python bench_convert.py
+
+.PHONY: test lint bench
