@@ -18,7 +18,7 @@ from ckpt_tui.core.errors import CkptError, EditError
 COMMANDS = ("info", "check", "convert", "demo", "open")
 EPILOG = """\
 commands:
-  ckpt-tui FILE                 open FILE in the browser
+  ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo)
   ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings, tree
   ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
   ckpt-tui convert FILE -o OUT  fix and save: --extract, --drop, --rename, --strip-prefix,
@@ -67,15 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
     demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
+    demo.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
     open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
     open_.add_argument("file")
+    open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
+    if not args_list:
+        args_list = ["demo"]
+    elif args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
         args_list.insert(0, "open")
     parser = build_parser()
     args = parser.parse_args(args_list)
@@ -102,8 +106,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "convert":
         return cmd_convert(args)
     if args.command == "open":
-        return cmd_info(args.file, False, 2)
-    return cmd_demo(getattr(args, "print_only", True))
+        return cmd_open(args.file, args.readonly)
+    return cmd_demo(getattr(args, "print_only", False), getattr(args, "readonly", False))
 
 
 def cmd_info(path: str, as_json: bool, depth: int) -> int:
@@ -163,13 +167,23 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(print_only: bool) -> int:
-    """``demo``: write the demo checkpoint, then show it."""
+def cmd_open(path: str, readonly: bool) -> int:
+    """Open the browser (Textual is imported only here)."""
+    from ckpt_tui.tui.app import CkptApp
+
+    CkptApp(path, readonly=readonly).run()
+    return 0
+
+
+def cmd_demo(print_only: bool, readonly: bool = False) -> int:
+    """``demo``: write the demo checkpoint, then open it (or print its info)."""
     from ckpt_tui.core.demo import write_demo
 
     path = write_demo()
-    print(f"demo checkpoint written to {path}", file=sys.stderr)
-    return cmd_info(str(path), False, 2)
+    if print_only or not sys.stdout.isatty():
+        print(f"demo checkpoint written to {path}", file=sys.stderr)
+        return cmd_info(str(path), False, 2)
+    return cmd_open(str(path), readonly)
 
 
 def _print_json(data: Any) -> None:

@@ -1,0 +1,1 @@
+"""The Textual browser: a thin layer over :mod:`ckpt_tui.core`."""
