@@ -291,3 +291,21 @@ async def test_group_by_module_and_many_keys(tmp_path: Path) -> None:
         await pilot.press("slash", *"layers.7.p2", "enter")
         await pilot.pause()
         assert cursor_path(app) == ("layers.7.p2",)
+
+
+async def test_save_as_safetensors_after_extract(train_file: Path) -> None:
+    from safetensors.torch import load_file
+
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "x", "y", "p", "y", "ctrl+s")
+        field = app.screen.query_one("#save-path")
+        field.value = str(train_file.parent / "weights.safetensors")
+        await pilot.pause()
+        assert "safetensors" in text_of(app.screen.query_one("#save-format"))
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    loaded_back = load_file(train_file.parent / "weights.safetensors")
+    assert "conv.weight" in loaded_back and loaded_back["head.weight"].shape == (10, 8)

@@ -78,18 +78,19 @@ def _rebuild_tensor_v2(
     if type(offset) is not int or offset < 0:
         raise ValueError("tensor storage offset is not a non-negative int")
     shape, strides = _ints(size, "size"), _ints(stride, "stride")
-    if len(shape) != len(strides) or any(n < 0 for n in shape):
+    if len(shape) != len(strides) or (shape and min(shape) < 0):
         raise ValueError("tensor size and stride do not match")
+    # positional: this runs once per tensor, 50,000 times on big state_dicts
     return Tensor(
-        storage=storage,
-        offset=offset,
-        shape=shape,
-        stride=strides,
-        dtype=dtype or storage.dtype,
-        requires_grad=bool(requires_grad),
-        hooks=backward_hooks,
-        metadata=metadata if isinstance(metadata, dict) and metadata else None,
-        rebuild=rebuild,
+        storage,
+        offset,
+        shape,
+        strides,
+        dtype or storage.dtype,
+        requires_grad is True,
+        backward_hooks,
+        metadata if metadata and isinstance(metadata, dict) else None,
+        rebuild,
     )
 
 

@@ -26,9 +26,7 @@ from ckpt_tui.core.model import Checkpoint, Tensor, get, iter_nodes
 from ckpt_tui.core.ops import Change
 from ckpt_tui.core.reader import open_checkpoint
 from ckpt_tui.core.session import Session
-from ckpt_tui.core.stats import tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
-from ckpt_tui.core.writer import save
 from ckpt_tui.tui.screens.dialogs import (
     ConfirmScreen,
     ErrorScreen,
@@ -109,7 +107,7 @@ class CkptApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#search").display = False
-        self.query_one(CheckpointTree).loading = True
+        self.query_one(CheckpointTree).root.set_label(Text(f"reading {self.display_name} (metadata only)…", "italic"))
         self.update_status()
         self.load_checkpoint()
 
@@ -118,18 +116,18 @@ class CkptApp(App[None]):
         """Read the file (metadata only) off the UI thread."""
         try:
             checkpoint = open_checkpoint(self.path)
-            summary = summarize(checkpoint)
         except CkptError as exc:
             self.call_from_thread(self.push_screen, ErrorScreen(str(exc)))
             return
-        self.call_from_thread(self.loaded, checkpoint, summary)
+        self.call_from_thread(self.loaded, checkpoint)
+        summary = summarize(checkpoint)
+        self.call_from_thread(self.show_summary, summary)
 
-    def loaded(self, checkpoint: Checkpoint, summary: Summary) -> None:
-        """Show a freshly read checkpoint."""
+    def loaded(self, checkpoint: Checkpoint) -> None:
+        """Show a freshly read checkpoint (the summary follows from the same worker)."""
         self.session = Session(checkpoint)
-        self.show_summary(summary)
+        self.query_one(SummaryHeader).update(f"{self.display_name}: counting…")
         tree = self.query_one(CheckpointTree)
-        tree.loading = False
         tree.show(checkpoint.root, self.display_name)
         tree.focus()
         self.refresh_bindings()
@@ -233,6 +231,8 @@ class CkptApp(App[None]):
     @work(thread=True, exclusive=True, group="stats")
     def compute_stats(self, tensor: Tensor) -> None:
         """Stats in a worker; the next cursor move cancels it."""
+        from ckpt_tui.core.stats import tensor_stats  # numpy: imported when first needed
+
         worker = get_current_worker()
         detail = self.query_one(DetailPanel)
         byteorder = self.session.checkpoint.byteorder if self.session else "little"
@@ -497,6 +497,8 @@ class CkptApp(App[None]):
     @work(thread=True, exclusive=True, group="save")
     def save_worker(self, target: str, fmt: str, force: bool, screen: ProgressScreen) -> None:
         """Write, verify and rename into place; report the result."""
+        from ckpt_tui.core.writer import save
+
         assert self.session is not None
         worker = get_current_worker()
         last = [0.0]

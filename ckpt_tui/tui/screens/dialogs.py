@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Input, Label, ProgressBar, RadioButton, RadioSet, Static
+from textual.widgets import Button, Input, Label, ProgressBar, Static
 
 from ckpt_tui.core.ops import Change
 
@@ -81,8 +81,15 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+def format_line(path: str) -> str:
+    """Which format a path will be written in, in words."""
+    if path.endswith(".safetensors"):
+        return "format: .safetensors (one flat dict of tensors; tied weights recorded as aliases)"
+    return "format: .pth (torch zip, loads with torch.load(weights_only=True)); end the name in .safetensors for that"
+
+
 class SaveScreen(ModalScreen[tuple[str, str] | None]):
-    """Save as: a path prefilled next to the input, and the format."""
+    """Save as: a path prefilled next to the input; the format follows its suffix."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
@@ -94,21 +101,14 @@ class SaveScreen(ModalScreen[tuple[str, str] | None]):
         with Vertical(classes="dialog"):
             yield Label("Save as", classes="dialog-title")
             yield Input(self.path, id="save-path")
-            with RadioSet(id="save-format"):
-                yield RadioButton(".pth (torch zip)", value=not self.path.endswith(".safetensors"), id="fmt-pth")
-                yield RadioButton(
-                    ".safetensors (flat tensors only)", value=self.path.endswith(".safetensors"), id="fmt-safetensors"
-                )
+            yield Static(format_line(self.path), id="save-format", markup=False)
             yield Static(
                 "enter saves · escape cancels · an existing file is replaced only after a confirmation",
                 classes="dialog-hint",
             )
 
-    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
-        field = self.query_one("#save-path", Input)
-        stem = field.value.rsplit(".", 1)[0] if "." in field.value.rsplit("/", 1)[-1] else field.value
-        suffix = ".safetensors" if event.pressed.id == "fmt-safetensors" else ".pth"
-        field.value = stem + suffix
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_one("#save-format", Static).update(format_line(event.value.strip()))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         value = event.value.strip()

@@ -62,18 +62,18 @@ def tensor_parts(tensor: Tensor) -> list[tuple[str, str]]:
     ]
 
 
-def value_label(key: str, value: Any) -> Text:
-    """A full tree line: key, type, and a short description."""
+def value_label(key: str, value: Any, with_totals: bool = True) -> Text:
+    """A full tree line: key, type, and a short description (totals below containers unless asked not to)."""
     parts: list[tuple[str, str]] = [(key.replace("\n", "⏎").replace("\r", "⏎"), "bold"), ("  ", "")]
     unsafe = (isinstance(value, Opaque) or is_global_ref(value)) and not value.safe
     if isinstance(value, Tensor):
         parts.append((type_label(value) + " ", "dim"))
         parts += tensor_parts(value)
     elif has_children(value):
-        found = totals(value)
         kids = sum(1 for _ in children(value))
         parts.append((f"{type_label(value)} ({kids})", "dim"))
-        if found.tensors:
+        found = totals(value) if with_totals else None
+        if found is not None and found.tensors:
             parts.append((f"  {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}", ""))
         if unsafe:
             parts.append(("  UNSAFE, not executed", "bold red"))
@@ -117,7 +117,7 @@ class CheckpointTree(Tree[NodeData]):
     def show(self, root: Any, name: str, keep: KeyPath | None = None) -> None:
         """Show a (new) tree; keep the cursor on ``keep`` when it still exists."""
         self.clear()
-        self.root.set_label(value_label(name, root))
+        self.root.set_label(value_label(name, root, with_totals=False))  # the header has the totals
         self.root.data = NodeData((), root)
         self.load(self.root)
         self.root.expand()
@@ -130,8 +130,8 @@ class CheckpointTree(Tree[NodeData]):
         if data is None or data.loaded:
             return
         data.loaded = True
-        entries = list(self._entries(data))
-        data.pending = iter(entries)
+        entries = self._entries(data)
+        data.pending = (self._line(data.path, prefix, entry) for prefix, entry in entries)
         data.remaining = len(entries)
         self._add_page(node)
 
@@ -162,26 +162,24 @@ class CheckpointTree(Tree[NodeData]):
         if data is not None and data.value is MORE and parent is not None:
             self._add_page(parent)
 
-    def _entries(self, data: NodeData) -> Any:
+    def _entries(self, data: NodeData) -> list[tuple[str, Any]]:
+        """The children to show, cheaply: (group prefix to drop, Group or (key, value)); labels come later."""
         if data.group is not None:
-            yield from self._group_entries(data.path, data.group)
-            return
+            return [(data.group.prefix, entry) for entry in data.group.entries]
         value = data.value
         items = tensor_items(value) if self.grouped and isinstance(value, dict) else None
         if items is not None and len(items) >= GROUP_MIN_KEYS:
-            yield from self._group_entries(data.path, group_keys(items))
-            return
-        for key, child in children(value):
-            yield value_label(key_text(key), child), NodeData((*data.path, key), child), has_children(child)
+            return [("", entry) for entry in group_keys(items).entries]
+        return [("", pair) for pair in children(value)]
 
-    def _group_entries(self, path: KeyPath, group: Group) -> Any:
-        for entry in group.entries:
-            if isinstance(entry, Group):
-                yield group_label(entry), NodeData(path, entry, entry), True
-            else:
-                key, value = entry
-                short = key[len(group.prefix) :]
-                yield value_label(short, value), NodeData((*path, key), value), has_children(value)
+    @staticmethod
+    def _line(path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
+        if isinstance(entry, Group):
+            return group_label(entry), NodeData(path, entry, entry), True
+        key, value = entry
+        text = key_text(key)
+        short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
+        return value_label(short, value), NodeData((*path, key), value), has_children(value)
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:
         self.load(event.node)
