@@ -222,9 +222,9 @@ class CkptApp(App[None]):
         if isinstance(value, Tensor) and value.storage is not None:
             shared = self.shared_counts.get(id(value.storage), 1) - 1
         if data.group is not None:
-            detail.show(data.path, {k: v for k, v in (e for e in data.group.entries if isinstance(e, tuple))}, 0)
-        else:
-            detail.show(data.path, value, shared)
+            detail.show_group(data.path, data.group)
+            return
+        detail.show(data.path, value, shared)
         if isinstance(value, Tensor) and (value.storage is None or value.kind != "dense"):
             detail.show_message(f"no stats: the values of {value.kind} tensors are not in this file")
 

@@ -13,6 +13,7 @@ from textual.widgets import ProgressBar, Static
 
 from ckpt_tui.core.describe import count, scalar_text, shape, size, totals
 from ckpt_tui.core.findings import tensor_problem
+from ckpt_tui.core.grouping import Group
 from ckpt_tui.core.keypath import KeyPath, to_python
 from ckpt_tui.core.model import Opaque, Tensor, children, type_label
 from ckpt_tui.core.stats import TensorStats
@@ -109,6 +110,22 @@ class DetailPanel(VerticalScroll):
             if metadata is not None:
                 table.add_row("_metadata", f"{len(metadata)} entries (kept on save)")
         return RichGroup(Text(to_python(path), style="bold"), Text(""), table)
+
+    def show_group(self, path: KeyPath, group: Group) -> None:
+        """Describe a module group of a flat state_dict."""
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="dim")
+        table.add_column()
+        table.add_row("type", "module group")
+        table.add_row("keys under", group.prefix + "*")
+        table.add_row("entries", str(len(group.entries)))
+        table.add_row("tensors", f"{group.tensors:,}")
+        table.add_row("parameters", f"{count(group.parameters)} ({group.parameters:,})")
+        table.add_row("bytes", size(group.nbytes))
+        title = Text(f"{to_python(path)} › {group.prefix.rstrip('.').replace('.', ' › ')}", style="bold")
+        self.query_one("#detail-meta", Static).update(RichGroup(title, Text(""), table))
+        self.query_one("#detail-stats", Static).update("")
+        self.query_one("#detail-progress").display = False
 
     def progress(self, fraction: float) -> None:
         """Stats progress for a big tensor."""
