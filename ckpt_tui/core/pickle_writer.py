@@ -33,6 +33,7 @@ class PickleWriter:
         self.storage_key = storage_key
         self.memo: dict[int, int] = {}
         self.globals: dict[str, int] = {}
+        self.strings: dict[str, int] = {}
         self.alive: list[Any] = []
         self.depth = 0
 
@@ -45,7 +46,7 @@ class PickleWriter:
     # ---- primitives -------------------------------------------------------------------
 
     def _put(self, obj: Any) -> None:
-        index = len(self.memo) + len(self.globals)
+        index = len(self.memo) + len(self.globals) + len(self.strings)
         self.memo[id(obj)] = index
         self.alive.append(obj)
         self.out += b"q" + bytes([index]) if index < 256 else b"r" + struct.pack("<I", index)
@@ -61,13 +62,23 @@ class PickleWriter:
             return
         module, name = _split(qualname)
         self.out += b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-        index = len(self.memo) + len(self.globals)
+        index = len(self.memo) + len(self.globals) + len(self.strings)
         self.globals[qualname] = index
         self.out += b"q" + bytes([index]) if index < 256 else b"r" + struct.pack("<I", index)
 
     def save_str(self, text: str) -> None:
         data = text.encode("utf-8", "surrogatepass")
         self.out += b"X" + struct.pack("<I", len(data)) + data
+
+    def save_repeated_str(self, text: str) -> None:
+        """A string that recurs on every tensor ('storage', 'cpu'): written once, then fetched from the memo."""
+        index = self.strings.get(text)
+        if index is not None:
+            self._get(index)
+            return
+        self.save_str(text)
+        index = self.strings[text] = len(self.memo) + len(self.globals) + len(self.strings)
+        self.out += b"q" + bytes([index]) if index < 256 else b"r" + struct.pack("<I", index)
 
     def save_int(self, number: int) -> None:
         if 0 <= number < 256:
@@ -187,10 +198,10 @@ class PickleWriter:
         """The persistent id of a storage, under its output record key."""
         type_name = resolved_type(storage)
         self.out += b"("
-        self.save_str("storage")
+        self.save_repeated_str("storage")
         self.save_global("torch.storage.UntypedStorage" if type_name == "UntypedStorage" else f"torch.{type_name}")
         self.save_str(self.storage_key(storage))
-        self.save_str(storage.location)
+        self.save_repeated_str(storage.location)
         self.save_int(storage.nbytes if type_name == "UntypedStorage" else storage.numel)
         self.out += b"tQ"
 
@@ -210,7 +221,8 @@ class PickleWriter:
         self._put(tensor)
 
     def _save_hooks(self, tensor: Tensor) -> None:
-        if tensor.hooks is None:
+        hooks = tensor.hooks
+        if hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata")):
             self.save_global("collections.OrderedDict")
             self.out += b")R"
         else:

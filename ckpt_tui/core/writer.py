@@ -7,8 +7,8 @@ against what was meant, and only then renamed over the target. Nothing is left b
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
-import mmap
 import os
 import secrets
 import struct
@@ -366,8 +366,14 @@ def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
 # ---- verification --------------------------------------------------------------------------
 
 
-def _layout(root: Any) -> list[tuple[KeyPath, tuple[int, ...], str, str]]:
-    return [(p, t.shape, t.dtype, t.device) for p, t in iter_tensors(root)]
+def _layout(root: Any) -> Iterator[tuple[KeyPath, tuple[int, ...], str, str]]:
+    return ((p, t.shape, t.dtype, t.device) for p, t in iter_tensors(root))
+
+
+def _same(left: Iterator[Any], right: Iterator[Any]) -> bool:
+    """Equal sequences, compared item by item without building lists."""
+    missing = object()
+    return all(a == b for a, b in itertools.zip_longest(left, right, fillvalue=missing))
 
 
 def verify(path: Path, root: Any, fmt: str, result: WriteResult) -> str:
@@ -388,13 +394,13 @@ def verify(path: Path, root: Any, fmt: str, result: WriteResult) -> str:
             if _crc(tensor_bytes(got)) != _crc(tensor_bytes(want)):
                 raise WriteError(f"tensor {got.storage.key!r} was not written faithfully; nothing was replaced")
         return "keys, shapes, dtypes" + (", tensor bytes" if full else "")
-    if _layout(written.root) != _layout(root) or _paths(written.root) != _paths(root):
+    if not _same(_layout(written.root), _layout(root)) or not _same(_paths(written.root), _paths(root)):
         raise WriteError("the written file does not match the tree meant; nothing was replaced")
     return _verify_records(path, written.root, result.storages)
 
 
-def _paths(root: Any) -> list[KeyPath]:
-    return [p for p, _ in iter_nodes(root)]
+def _paths(root: Any) -> Iterator[KeyPath]:
+    return (p for p, _ in iter_nodes(root))
 
 
 def _crc(chunks: Iterator[bytes]) -> int:
@@ -409,23 +415,28 @@ def _verify_records(path: Path, root: Any, meant: list[Storage]) -> str:
     written = {id(t.storage): t.storage for _, t in iter_tensors(root) if t.storage is not None}
     full = sum(s.nbytes for s in meant) <= FULL_VERIFY_BYTES
     sources: dict[str, BinaryIO] = {}
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+    with open(path, "rb") as handle:
         try:
             for storage in written.values():
                 source = storage.source
                 assert isinstance(source, ZipRecords)
                 entry = source.entry(storage)
                 offset, size = source.locate(storage)
-                if full and zlib.crc32(mapped[offset : offset + size]) != entry.crc:
+                if full and _crc(_file_chunks(handle, offset, size)) != entry.crc:
                     raise WriteError(f"record {entry.name} fails its CRC; nothing was replaced")
-                _compare_edges(mapped, offset, size, meant[int(storage.key)], sources)
+                _compare_edges(handle, offset, size, meant[int(storage.key)], sources)
         finally:
             for source_file in sources.values():
                 source_file.close()
     return "keys, order, shapes, dtypes, devices" + (", record CRCs" if full else "") + ", record bytes at the edges"
 
 
-def _compare_edges(mapped: mmap.mmap, offset: int, size: int, meant: Storage, sources: dict[str, BinaryIO]) -> None:
+def _read_at(handle: BinaryIO, offset: int, size: int) -> bytes:
+    handle.seek(offset)
+    return handle.read(size)
+
+
+def _compare_edges(handle: BinaryIO, offset: int, size: int, meant: Storage, sources: dict[str, BinaryIO]) -> None:
     source = meant.source
     if source is None or isinstance(source, CastSource) or size == 0:
         return
@@ -435,6 +446,5 @@ def _compare_edges(mapped: mmap.mmap, offset: int, size: int, meant: Storage, so
         src = sources[source.path] = open(source.path, "rb")  # noqa: SIM115 - closed by the caller
     head = min(SAMPLE, size)
     for at in {0, size - head}:
-        src.seek(source_offset + at)
-        if mapped[offset + at : offset + at + head] != src.read(head):
+        if _read_at(handle, offset + at, head) != _read_at(src, source_offset + at, head):
             raise WriteError(f"record {meant.key} was not copied faithfully; nothing was replaced")
