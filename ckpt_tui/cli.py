@@ -15,12 +15,16 @@ from typing import Any
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import CkptError, EditError
 
-COMMANDS = ("info", "check", "convert", "demo", "open")
+COMMANDS = ("info", "check", "convert", "diff", "demo", "open")
 EPILOG = """\
 commands:
   ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo)
   ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings, tree
   ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
+  ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]
+                                does it fit the model? missing/unexpected/mismatched keys, and the fix
+  ckpt-tui diff A B [--strip-prefix P] [--json]
+                                keys on one side only, shape/dtype changes, value differences
   ckpt-tui convert FILE -o OUT  fix and save: --extract, --drop, --rename, --strip-prefix,
                                 --add-prefix, --map-location, --dtype (applied in that order)
   ckpt-tui demo                 write a DDP-style training checkpoint and open it
@@ -43,9 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("file")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
-    check = sub.add_parser("check", help="read every tensor and report NaN/Inf and unsafe content")
+    check = sub.add_parser(
+        "check",
+        help="read every tensor and report NaN/Inf and unsafe content, or compare with a model",
+        description="Without --against/--model: read every tensor (NaN/Inf, unsafe globals, broken records). "
+        "With them: compare keys and shapes with a reference and suggest the fix. --model imports and runs "
+        "YOUR code (package.module:callable returning an nn.Module or a state_dict); nothing else ever does.",
+    )
     check.add_argument("file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    reference = check.add_mutually_exclusive_group()
+    reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
+    reference.add_argument("--model", metavar="IMPORT:CALLABLE", help="build the reference by calling your code")
+    check.add_argument("--at", metavar="PATH", help="compare this subtree of FILE (default: the whole file)")
+    diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
+    diff_.add_argument("a")
+    diff_.add_argument("b")
+    diff_.add_argument("--strip-prefix", metavar="P", help="remove this key prefix on both sides first")
+    diff_.add_argument("--json", action="store_true", help="print one JSON object")
     convert = sub.add_parser(
         "convert",
         help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
@@ -101,8 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "info":
         return cmd_info(args.file, args.json, args.depth)
+    if args.command == "check" and (args.against or args.model):
+        return cmd_compare(args.file, args.against, args.model, args.at, args.json)
     if args.command == "check":
         return cmd_check(args.file, args.json)
+    if args.command == "diff":
+        return cmd_diff(args.a, args.b, args.strip_prefix, args.json)
     if args.command == "convert":
         return cmd_convert(args)
     if args.command == "open":
@@ -138,6 +161,44 @@ def cmd_check(path: str, as_json: bool) -> int:
 
         print(render_check(report))
     return 0 if report.ok else 1
+
+
+def cmd_compare(path: str, against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
+    """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
+    from ckpt_tui.core.compare import compare, load_reference
+    from ckpt_tui.core.convert import resolve_path
+    from ckpt_tui.core.model import get
+    from ckpt_tui.core.reader import open_checkpoint
+
+    checkpoint = open_checkpoint(path)
+    reference = load_reference(against, model)
+    where = resolve_path(checkpoint.root, at) if at else ()
+    report = compare(get(checkpoint.root, where), reference)
+    if as_json:
+        data = report.to_json()
+        if report.suggestion is not None:
+            data["suggestion"]["command"] = report.suggestion.command(path)
+        _print_json(data)
+    else:
+        from ckpt_tui.report import render_compare
+
+        print(render_compare(report, path))
+    return 0 if report.ok else 1
+
+
+def cmd_diff(a: str, b: str, strip_prefix: str | None, as_json: bool) -> int:
+    """``diff``: exit 0 when identical, 1 when they differ."""
+    from ckpt_tui.core.diff import diff
+    from ckpt_tui.core.reader import open_checkpoint
+
+    report = diff(open_checkpoint(a), open_checkpoint(b), strip_prefix)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        from ckpt_tui.report import render_diff
+
+        print(render_diff(report, a, b))
+    return 0 if report.identical else 1
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ckpt_tui.core.check import CheckReport
+from ckpt_tui.core.compare import CompareReport, fold_keys
 from ckpt_tui.core.describe import count, size, value_text
+from ckpt_tui.core.diff import DiffReport
 from ckpt_tui.core.keypath import key_text
 from ckpt_tui.core.model import children, has_children
 from ckpt_tui.core.summary import Summary
@@ -75,4 +77,66 @@ def render_check(report: CheckReport) -> str:
         return head + ": OK, no NaN/Inf, no unsafe globals"
     lines = [head + f": {len(report.problems)} problems"]
     lines += [f"  ! [{p.kind}] {p.message}" for p in report.problems]
+    return "\n".join(lines)
+
+
+LIST_LIMIT = 12
+
+
+def _listing(title: str, items: list[str]) -> list[str]:
+    if not items:
+        return []
+    lines = [f"{title} ({len(items)}):"]
+    lines += [f"  {item}" for item in items[:LIST_LIMIT]]
+    if len(items) > LIST_LIMIT:
+        lines.append(f"  … and {len(items) - LIST_LIMIT} more (--json lists all)")
+    return lines
+
+
+def render_compare(report: CompareReport, path: str) -> str:
+    """The fit report: counts first, then folded lists, then the suggested fix and its command."""
+    head = (
+        f"{report.matched}/{report.total} reference keys found, {len(report.missing)} missing, "
+        f"{len(report.unexpected)} unexpected, {len(report.shape_mismatches)} shape mismatches, "
+        f"{len(report.dtype_mismatches)} dtype mismatches"
+    )
+    lines = [("OK: " if report.ok else "DOES NOT FIT: ") + head]
+    lines += _listing("missing (in the reference, not in the checkpoint)", fold_keys(report.missing))
+    lines += _listing("unexpected (in the checkpoint, not in the reference)", fold_keys(report.unexpected))
+    lines += _listing(
+        "shape mismatches (checkpoint vs reference)",
+        [f"{k}: {list(a)} vs {list(b)}" for k, a, b in report.shape_mismatches],
+    )
+    lines += _listing("dtype mismatches (cast on load)", [f"{k}: {a} vs {b}" for k, a, b in report.dtype_mismatches])
+    if report.suggestion is not None:
+        lines.append(f"suggested fix: {report.suggestion.describe()}")
+        lines.append(f"  {report.suggestion.command(path)}")
+    elif report.shape_mismatches and not report.missing and not report.unexpected:
+        drops = " ".join(f"--drop {k}" for k, _, _ in report.shape_mismatches[:LIST_LIMIT])
+        lines.append("these layers differ in size (e.g. a new classifier head): drop them and load the rest with")
+        lines.append(
+            f"strict=False, keeping the model's fresh init for them:  ckpt-tui convert {path} -o fixed.pth {drops}"
+        )
+    return "\n".join(lines)
+
+
+def render_diff(report: DiffReport, a: str, b: str) -> str:
+    """The diff report: verdict, then each kind of difference."""
+    if report.identical:
+        return f"identical: {report.identical_tensors} tensors bit-for-bit equal, same keys and values"
+    lines = [f"DIFFERENT ({a} vs {b}); {report.identical_tensors} tensors identical"]
+    lines += _listing("only in A", fold_keys(report.only_a))
+    lines += _listing("only in B", fold_keys(report.only_b))
+    lines += _listing("shape changes", [f"{k}: {list(x)} → {list(y)}" for k, x, y in report.shape_changes])
+    lines += _listing("dtype changes", [f"{k}: {x} → {y}" for k, x, y in report.dtype_changes])
+    lines += _listing(
+        "value changes",
+        [
+            f"{d.key}: max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
+            + (", NaN positions differ" if d.nan_mismatch else "")
+            for d in report.value_changes
+        ],
+    )
+    lines += _listing("other values", [f"{k}: {x} → {y}" for k, x, y in report.other_changes])
+    lines += _listing("unreadable", [f"{k}: {e}" for k, e in report.unreadable])
     return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""Diff two checkpoints: keys on one side only, shape/dtype changes, and value differences, streamed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckpt_tui.core import ops
+from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.keypath import to_slash
+from ckpt_tui.core.model import Checkpoint, Tensor, has_children, iter_nodes
+from ckpt_tui.core.stats import CHUNK_ELEMENTS, TensorReader, decode
+
+RTOL, ATOL = 1e-5, 1e-8
+
+
+@dataclass
+class TensorDiff:
+    """How one common tensor differs."""
+
+    key: str
+    max_abs: float
+    close: bool
+    nan_mismatch: bool = False
+
+
+@dataclass
+class DiffReport:
+    """Everything that differs between A and B."""
+
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+    shape_changes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    dtype_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    value_changes: list[TensorDiff] = field(default_factory=list)
+    other_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    identical_tensors: int = 0
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """Nothing at all differs."""
+        return not (
+            self.only_a
+            or self.only_b
+            or self.shape_changes
+            or self.dtype_changes
+            or self.value_changes
+            or self.other_changes
+            or self.unreadable
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "identical": self.identical,
+            "identical_tensors": self.identical_tensors,
+            "only_in_a": self.only_a,
+            "only_in_b": self.only_b,
+            "shape_changes": [{"key": k, "a": list(a), "b": list(b)} for k, a, b in self.shape_changes],
+            "dtype_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.dtype_changes],
+            "value_changes": [
+                {"key": d.key, "max_abs_diff": d.max_abs, "allclose": d.close, "nan_mismatch": d.nan_mismatch}
+                for d in self.value_changes
+            ],
+            "other_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.other_changes],
+            "unreadable": [{"key": k, "error": e} for k, e in self.unreadable],
+        }
+
+
+def leaves(root: Any) -> dict[str, Any]:
+    """Every leaf (tensor or plain value) by its ``/`` path."""
+    out: dict[str, Any] = {}
+    for path, value in iter_nodes(root):
+        if path and (isinstance(value, Tensor) or not has_children(value)):
+            out[to_slash(path)] = value
+    return out
+
+
+def normalized(checkpoint: Checkpoint, strip_prefix: str | None) -> Any:
+    """The tree with ``strip_prefix`` removed from its state_dict's keys, when present."""
+    if not strip_prefix:
+        return checkpoint.root
+    try:
+        return ops.strip_prefix(checkpoint.root, strip_prefix)[0]
+    except EditError:
+        return checkpoint.root
+
+
+def diff(
+    a: Checkpoint,
+    b: Checkpoint,
+    strip_prefix: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DiffReport:
+    """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time."""
+    left, right = leaves(normalized(a, strip_prefix)), leaves(normalized(b, strip_prefix))
+    report = DiffReport(
+        only_a=[k for k in left if k not in right],
+        only_b=[k for k in right if k not in left],
+    )
+    common = [k for k in left if k in right]
+    for index, key in enumerate(common):
+        if progress is not None:
+            progress(index, len(common))
+        x, y = left[key], right[key]
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            _diff_tensors(key, x, y, a.byteorder, b.byteorder, report)
+        elif isinstance(x, Tensor) or isinstance(y, Tensor) or not _same_value(x, y):
+            report.other_changes.append((key, _short(x), _short(y)))
+    return report
+
+
+def _same_value(x: Any, y: Any) -> bool:
+    try:
+        return bool(x == y) and type(x) is type(y)
+    except Exception:  # opaque objects compare by identity; treat as unknown-equal by their text
+        return repr(x) == repr(y)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, report: DiffReport) -> None:
+    if x.shape != y.shape:
+        report.shape_changes.append((key, x.shape, y.shape))
+        return
+    if x.dtype != y.dtype:
+        report.dtype_changes.append((key, x.dtype, y.dtype))
+        return
+    try:
+        result = _compare_values(x, y, order_a, order_b)
+    except CkptError as exc:
+        report.unreadable.append((key, str(exc)))
+        return
+    if result is None:
+        report.identical_tensors += 1
+    else:
+        max_abs, close, nan_mismatch = result
+        report.value_changes.append(TensorDiff(key, max_abs, close, nan_mismatch))
+
+
+def _chunks(tensor: Tensor, byteorder: str) -> Iterator[np.ndarray]:
+    return TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS)
+
+
+def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
+    """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ)."""
+    max_abs, close, nan_mismatch, same = 0.0, True, False, True
+    for raw_a, raw_b in zip(_chunks(x, order_a), _chunks(y, order_b), strict=True):
+        if same and order_a == order_b and raw_a.tobytes() == raw_b.tobytes():
+            continue
+        same = False
+        va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
+        nan_a, nan_b = np.isnan(va), np.isnan(vb)
+        if (nan_a != nan_b).any():
+            nan_mismatch, close = True, False
+        both = ~(nan_a | nan_b)
+        delta = np.abs(va[both] - vb[both])
+        if delta.size:
+            finite = delta[np.isfinite(delta)]
+            if finite.size:
+                max_abs = max(max_abs, float(finite.max()))
+            if not np.all(delta <= ATOL + RTOL * np.abs(vb[both])):
+                close = False
+    if same:
+        return None
+    return max_abs, close, nan_mismatch
