@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -160,18 +161,26 @@ class TensorReader:
             raise ReadError(f"tensor reaches past its storage record ({available} bytes)")
 
     def chunks(self, chunk: int = CHUNK_ELEMENTS) -> Iterator[np.ndarray]:
-        """The tensor's elements, in row-major order, a bounded chunk at a time (raw dtype)."""
+        """The tensor's elements, in row-major order, a bounded chunk at a time (raw dtype).
+
+        Contiguous tensors are read with positioned reads (nothing stays resident); strided views go
+        through an mmap whose pages are released after each chunk.
+        """
         tensor = self.tensor
         if tensor.numel == 0:
             return
-        with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with open(self.path, "rb") as file:
             if tensor.is_contiguous():
+                size = itemsize(tensor.dtype)
                 for begin in range(0, tensor.numel, chunk):
                     count = min(chunk, tensor.numel - begin)
-                    offset = self.start + begin * itemsize(tensor.dtype)
-                    yield np.frombuffer(mapped, self.raw_type, count * self.per_element, offset).copy()
+                    data = os.pread(file.fileno(), count * size, self.start + begin * size)
+                    if len(data) != count * size:
+                        raise ReadError("tensor data ends early (file truncated?)")
+                    yield np.frombuffer(data, self.raw_type, count * self.per_element)
                 return
-            yield from self._strided_chunks(mapped, chunk)
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                yield from self._strided_chunks(mapped, chunk)
 
     def _strided_chunks(self, mapped: mmap.mmap, chunk: int) -> Iterator[np.ndarray]:
         tensor = self.tensor
@@ -184,6 +193,8 @@ class TensorReader:
         rows = max(1, chunk // max(1, math.prod(tensor.shape[1:])))
         for begin in range(0, tensor.shape[0], rows):
             yield np.ascontiguousarray(view[begin : begin + rows]).reshape(-1)
+            if hasattr(mmap, "MADV_DONTNEED"):
+                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def tensor_stats(
