@@ -309,3 +309,56 @@ async def test_save_as_safetensors_after_extract(train_file: Path) -> None:
         await pilot.pause()
     loaded_back = load_file(train_file.parent / "weights.safetensors")
     assert "conv.weight" in loaded_back and loaded_back["head.weight"].shape == (10, 8)
+
+
+async def test_compare_screen_jump_and_fix(train_file: Path, tmp_path: Path) -> None:
+    from builders import tiny_state_dict
+
+    from ckpt_tui.tui.screens.dialogs import ReportScreen
+
+    torch.save(tiny_state_dict(), tmp_path / "target.pth")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("c")
+        field = app.screen.query_one("#prompt-input")
+        field.value = str(tmp_path / "target.pth")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ReportScreen)
+        assert "extract model and strip 'module.'" in app.screen.summary
+        assert "9/9 keys match" in app.screen.summary
+        await pilot.press("f")  # apply the fix: preview, then yes
+        assert isinstance(app.screen, PreviewScreen)
+        await pilot.press("y")
+        await pilot.pause()
+        assert list(app.session.root)[:2] == ["conv.weight", "conv.bias"]
+        assert app.session.unsaved == 1
+        await pilot.press("u")
+        assert "model" in app.session.root
+
+
+async def test_diff_screen(train_file: Path, tmp_path: Path) -> None:
+    from ckpt_tui.tui.screens.dialogs import ReportScreen
+
+    other = training_checkpoint()
+    other["epoch"] = 4
+    other["model"]["module.head.bias"] += 1.0
+    torch.save(other, tmp_path / "other.pth")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("D")
+        app.screen.query_one("#prompt-input").value = str(tmp_path / "other.pth")
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ReportScreen)
+        texts = [text for _, rows in app.screen.sections for _, text in rows]
+        assert any(t.startswith("model/module.head.bias: max |a-b| 1") for t in texts)
+        assert "epoch: 3 → 4" in texts
+        app.screen.query_one("#report-list").highlighted = 1  # the first row: the value change
+        await pilot.press("enter")
+        await pilot.pause()
+        assert cursor_path(app) == ("model", "module.head.bias")

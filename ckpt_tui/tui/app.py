@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterable
@@ -34,6 +35,7 @@ from ckpt_tui.tui.screens.dialogs import (
     PreviewScreen,
     ProgressScreen,
     PromptScreen,
+    ReportScreen,
     SaveScreen,
 )
 from ckpt_tui.tui.widgets.detail import DetailPanel
@@ -42,6 +44,7 @@ from ckpt_tui.tui.widgets.tree_view import MORE, CheckpointTree, NodeData
 
 STATS_DELAY = 0.15
 EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
+LOADED_ACTIONS = frozenset({"save", "compare", "diff"})
 
 # (key, action, description, group, shown in the footer)
 KEYS: list[tuple[str, str, str, str, bool]] = [
@@ -60,6 +63,8 @@ KEYS: list[tuple[str, str, str, str, bool]] = [
     ("t", "cast", "Cast dtype", "edit", False),
     ("u", "undo", "Undo", "edit", True),
     ("ctrl+r", "redo", "Redo", "edit", False),
+    ("c", "compare", "Compare with a model checkpoint or keys file", "file", False),
+    ("D", "diff", "Diff with another checkpoint", "file", False),
     ("ctrl+s", "save", "Save as", "file", True),
     ("q", "quit_guarded", "Quit", "app", True),
 ]
@@ -169,6 +174,8 @@ class CkptApp(App[None]):
                 return False
             if self.session is None:
                 return None
+        if action in LOADED_ACTIONS and self.session is None:
+            return None
         if action == "undo" and self.session is not None and self.session.position == 0:
             return None
         if action == "redo" and self.session is not None and self.session.position + 1 >= len(self.session.versions):
@@ -377,7 +384,7 @@ class CkptApp(App[None]):
         summary = summarize(edited)
         self.call_from_thread(self.show_summary, summary)
 
-    def ask(self, title: str, value: str, hint: str, then: Callable[[str], None]) -> None:
+    def ask(self, title: str, value: str, hint: str, then: Callable[[str], Any]) -> None:
         """Prompt for text, then continue."""
 
         def answer(text: str | None) -> None:
@@ -456,6 +463,140 @@ class CkptApp(App[None]):
             change = self.session.redo()
             if change is not None:
                 self.after_edit(self.current_path(), f"redone: {change.title}")
+
+    # ---- compare and diff ---------------------------------------------------------------
+
+    def compare_target(self) -> KeyPath:
+        """What ``c`` compares: the dict or module under the cursor (or holding it), else the root."""
+        assert self.session is not None
+        path = self.current_path()
+        for depth in range(len(path), -1, -1):
+            value = get(self.session.root, path[:depth])
+            if isinstance(value, dict) or (hasattr(value, "is_module") and value.is_module):
+                return path[:depth]
+        return ()
+
+    def action_compare(self) -> None:
+        if self.session is None:
+            return
+        folder = str(Path(self.path).parent) + os.sep
+        self.ask(
+            "Compare with (a checkpoint of the target model, or a text file of keys)",
+            folder,
+            "the report lists missing, unexpected and mismatched keys, and the fix",
+            lambda reference: self.compare_worker(reference, self.compare_target()),
+        )
+
+    @work(thread=True, exclusive=True, group="compare")
+    def compare_worker(self, reference_path: str, at: KeyPath) -> None:
+        """Read the reference and compare, off the UI thread."""
+        from ckpt_tui.core.compare import compare, load_reference
+
+        assert self.session is not None
+        try:
+            report = compare(get(self.session.root, at), load_reference(reference_path, None))
+        except CkptError as exc:
+            self.call_from_thread(self.notify, str(exc), title="Cannot compare", severity="error")
+            return
+        self.call_from_thread(self.show_compare, report, at, reference_path)
+
+    def show_compare(self, report: Any, at: KeyPath, reference_path: str) -> None:
+        """The compare report as a screen."""
+        from ckpt_tui.core.compare import apply_suggestion, fold_keys
+
+        summary = (
+            f"{'fits' if report.ok else 'does NOT fit'}: {report.matched}/{report.total} reference keys found, "
+            f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
+            f"{len(report.shape_mismatches)} shape mismatches"
+        )
+        if report.suggestion is not None:
+            summary += f"\nsuggested fix: {report.suggestion.describe()}\n  {report.suggestion.command(self.path)}"
+        sections = [
+            ("missing: in the reference, not here", [("", key) for key in fold_keys(report.missing)]),
+            ("unexpected: here, not in the reference", [(key, key) for key in report.unexpected]),
+            (
+                "shape mismatches (here vs reference)",
+                [(k, f"{k}: {list(a)} vs {list(b)}") for k, a, b in report.shape_mismatches],
+            ),
+            ("dtype mismatches (cast on load)", [(k, f"{k}: {a} vs {b}") for k, a, b in report.dtype_mismatches]),
+        ]
+
+        def done(result: tuple[str, str] | None) -> None:
+            if result is None:
+                return
+            kind, key = result
+            if kind == "jump" and key:
+                self.query_one(CheckpointTree).reveal((*at, key))
+            elif kind == "fix" and report.suggestion is not None:
+                suggestion = report.suggestion
+
+                def edit(root: Any) -> tuple[Any, Change]:
+                    new_root, changes = apply_suggestion(root, at, suggestion)
+                    examples = [e for change in changes for e in change.examples][:5]
+                    return new_root, Change(suggestion.describe(), sum(c.count for c in changes), examples)
+
+                self.propose(edit, ())
+
+        title = f"Compare {to_python(at) if at else self.display_name} with {os.path.basename(reference_path)}"
+        self.push_screen(ReportScreen(title, summary, sections, report.suggestion is not None), done)
+
+    def action_diff(self) -> None:
+        if self.session is None:
+            return
+        folder = str(Path(self.path).parent) + os.sep
+        self.ask(
+            "Diff with checkpoint",
+            folder,
+            "keys on one side only, shape/dtype changes, value differences",
+            self.diff_worker,
+        )
+
+    @work(thread=True, exclusive=True, group="compare")
+    def diff_worker(self, other_path: str) -> None:
+        """Diff the (edited) checkpoint with another file, streamed, off the UI thread."""
+        from ckpt_tui.core.diff import diff
+
+        assert self.session is not None
+        mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
+        try:
+            report = diff(mine, open_checkpoint(other_path))
+        except CkptError as exc:
+            self.call_from_thread(self.notify, str(exc), title="Cannot diff", severity="error")
+            return
+        self.call_from_thread(self.show_diff, report, other_path)
+
+    def show_diff(self, report: Any, other_path: str) -> None:
+        """The diff report as a screen; enter jumps to a key of this checkpoint."""
+        from ckpt_tui.core.convert import resolve_path
+
+        summary = (
+            "identical"
+            if report.identical
+            else f"{report.identical_tensors} tensors identical, {len(report.value_changes)} differ in value, "
+            f"{len(report.only_a)} only here, {len(report.only_b)} only there"
+        )
+        sections = [
+            ("only here", [(k, k) for k in report.only_a]),
+            ("only in the other file", [("", k) for k in report.only_b]),
+            ("shape changes", [(k, f"{k}: {list(a)} → {list(b)}") for k, a, b in report.shape_changes]),
+            ("dtype changes", [(k, f"{k}: {a} → {b}") for k, a, b in report.dtype_changes]),
+            (
+                "value changes",
+                [
+                    (d.key, f"{d.key}: max |a-b| {d.max_abs:.4g}, {'allclose' if d.close else 'NOT close'}")
+                    for d in report.value_changes
+                ],
+            ),
+            ("other values", [(k, f"{k}: {a} → {b}") for k, a, b in report.other_changes]),
+        ]
+
+        def done(result: tuple[str, str] | None) -> None:
+            if result and result[0] == "jump" and result[1] and self.session is not None:
+                with contextlib.suppress(CkptError):
+                    self.query_one(CheckpointTree).reveal(resolve_path(self.session.root, result[1]))
+
+        title = f"Diff {self.display_name} with {os.path.basename(other_path)}"
+        self.push_screen(ReportScreen(title, summary, sections, False), done)
 
     # ---- saving and quitting ------------------------------------------------------------
 

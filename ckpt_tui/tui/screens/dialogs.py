@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Input, Label, ProgressBar, Static
+from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
 
 from ckpt_tui.core.ops import Change
 
@@ -183,3 +184,47 @@ class ErrorScreen(Screen[None]):
             yield Label("Cannot open this checkpoint", classes="dialog-title")
             yield Static(self.message, id="error-message", classes="dialog-body", markup=False)
             yield Static("q quits", classes="dialog-hint")
+
+
+class ReportScreen(ModalScreen[tuple[str, str] | None]):
+    """A compare or diff report: sections of keys; enter jumps to a key, ``f`` applies the fix."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "Close"),
+        Binding("f", "fix", "Apply the suggested fix"),
+    ]
+
+    def __init__(
+        self, title: str, summary: str, sections: list[tuple[str, list[tuple[str, str]]]], fixable: bool
+    ) -> None:
+        super().__init__()
+        self.title_text = title
+        self.summary = summary
+        self.sections = sections
+        self.fixable = fixable
+
+    def compose(self) -> ComposeResult:
+        options: list[Option | None] = []
+        for heading, rows in self.sections:
+            if not rows:
+                continue
+            options.append(Option(Text(f"{heading} ({len(rows)})", style="bold underline"), disabled=True))
+            options += [Option(text, id=f"{index}:{key}") for index, (key, text) in enumerate(rows)]
+            options.append(None)
+        with Vertical(classes="dialog report"):
+            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield Static(self.summary, classes="dialog-body", markup=False)
+            yield OptionList(*options, id="report-list")
+            hint = "enter: go to the key · escape: close" + (" · f: apply the suggested fix" if self.fixable else "")
+            yield Static(hint, classes="dialog-hint")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        option_id = event.option.id or ""
+        self.dismiss(("jump", option_id.partition(":")[2]))
+
+    def action_fix(self) -> None:
+        if self.fixable:
+            self.dismiss(("fix", ""))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
