@@ -72,3 +72,15 @@ def test_cancel_between_chunks(tmp_path: Path) -> None:
     with pytest.raises(Cancelled):
         tensor_stats(tensor, cancelled=lambda: len(calls) >= 2, progress=calls.append, chunk=1000)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[1.0, 1.0, 1.0], [1e-308, 1.0000000000000002e-308], [-1.7e308, 1.7e308], [0.0, 5e-324]],
+)
+def test_histogram_survives_degenerate_ranges(tmp_path: Path, values: list[float]) -> None:
+    tensor = torch.tensor(values, dtype=torch.float64)
+    torch.save({"w": tensor}, tmp_path / "d.pth")
+    stats = tensor_stats(open_checkpoint(tmp_path / "d.pth").root["w"])
+    assert sum(stats.histogram) == len(values)
+    assert stats.min == min(values) and stats.max == max(values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,15 @@ from ckpt_tui.core.model import (
     iter_tensors,
     type_label,
 )
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40
+
+
+def short_repr(value: Any) -> str:
+    """``repr`` bounded in depth and length, whatever a hostile file nests."""
+    return _REPR.repr(value)
 
 
 def size(nbytes: int) -> str:
@@ -78,7 +88,7 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     elif isinstance(value, bytes):
         text = f"{len(value)} bytes"
     else:
-        text = repr(value)
+        text = short_repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_tui.core import ops
+from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.keypath import to_slash
 from ckpt_tui.core.model import Checkpoint, Tensor, has_children, iter_nodes
@@ -115,15 +116,15 @@ def diff(
 
 
 def _same_value(x: Any, y: Any) -> bool:
-    try:
-        return bool(x == y) and type(x) is type(y)
-    except Exception:  # opaque objects compare by identity; treat as unknown-equal by their text
-        return repr(x) == repr(y)
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, (int, float, str, bytes, bool, type(None))):
+        return bool(x == y)
+    return short_repr(x) == short_repr(y)  # opaque objects and the like: compared by their (bounded) text
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:79] + "…"
+    return short_repr(value)
 
 
 def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, report: DiffReport) -> None:
@@ -134,7 +135,8 @@ def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, re
         report.dtype_changes.append((key, x.dtype, y.dtype))
         return
     try:
-        result = _compare_values(x, y, order_a, order_b)
+        with np.errstate(all="ignore"):
+            result = _compare_values(x, y, order_a, order_b)
     except CkptError as exc:
         report.unreadable.append((key, str(exc)))
         return

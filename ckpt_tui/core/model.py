@@ -8,6 +8,7 @@ imports torch; nothing here ever runs code from the file.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -247,6 +248,7 @@ class Checkpoint:
     metadata: dict[str, Any] = field(default_factory=dict)
     byteorder: str = "little"
     notes: list[str] = field(default_factory=list)
+    unsafe_globals: set[str] = field(default_factory=set)
 
 
 # ---- walking the tree -------------------------------------------------------------------
@@ -272,7 +274,7 @@ def children(value: Any) -> Iterator[tuple[Key, Any]]:
     elif isinstance(value, (list, tuple)) and not isinstance(value, TorchSize):
         yield from enumerate(value)
     elif isinstance(value, (set, frozenset)):
-        yield from enumerate(sorted(value, key=repr))
+        yield from enumerate(sorted(value, key=reprlib.repr))
     elif isinstance(value, Opaque):
         if value.is_module:
             yield from module_children(value)

@@ -7,6 +7,7 @@ emitted opcode by opcode, the way ``torch.save`` lays it out.
 
 from __future__ import annotations
 
+import reprlib
 import struct
 from collections import OrderedDict
 from collections.abc import Callable
@@ -154,12 +155,14 @@ class PickleWriter:
             self.save_reduce("torch.Size", (tuple(obj),))
         elif isinstance(obj, tuple):
             self.save_tuple(obj)
+            if any(not isinstance(item, (int, float, str, bool, type(None))) for item in obj):
+                self._put(obj)  # shared nested tuples are written once, not once per reference
         elif isinstance(obj, bytes):
             self.save_reduce("_codecs.encode", (obj.decode("latin1"), "latin1"))
         elif isinstance(obj, bytearray):
             self.save_reduce("builtins.bytearray", (bytes(obj),))
         elif isinstance(obj, (set, frozenset)):
-            self.save_reduce(f"builtins.{type(obj).__name__}", (sorted(obj, key=repr),))
+            self.save_reduce(f"builtins.{type(obj).__name__}", (sorted(obj, key=reprlib.repr),))
         elif isinstance(obj, complex):
             self.save_reduce("builtins.complex", (obj.real, obj.imag))
         elif isinstance(obj, Symbol):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import gc
 import os
-import struct
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import Checkpoint
+from ckpt_tui.core.model import Checkpoint, children, has_children
 from ckpt_tui.core.reader_dcp import read_dcp
 from ckpt_tui.core.reader_legacy import read_pickle_file
 from ckpt_tui.core.reader_safetensors import read_safetensors
@@ -15,6 +14,7 @@ from ckpt_tui.core.reader_sharded import read_sharded
 from ckpt_tui.core.reader_zip import read_zip
 
 INDEX_SUFFIX = ".index.json"
+MAX_DEPTH = 100
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
@@ -30,8 +30,23 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         raise ReadError(f"{text}: is a directory, not a checkpoint") from None
     except OSError as exc:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
+    check_depth(checkpoint.root, text)
     gc.freeze()
     return checkpoint
+
+
+def check_depth(root: object, path: str) -> None:
+    """Refuse trees nested deeper than any real checkpoint (they only serve to exhaust recursion)."""
+    seen: set[int] = set()
+    stack: list[tuple[object, int]] = [(root, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ReadError(f"{path}: nested more than {MAX_DEPTH} levels deep (not a real checkpoint)")
+        if id(value) in seen or not has_children(value):
+            continue
+        seen.add(id(value))
+        stack.extend((child, depth + 1) for _, child in children(value))
 
 
 def _open(path: str) -> Checkpoint:
@@ -64,10 +79,8 @@ def detect_format(head: bytes, file_bytes: int, last: bytes = b"") -> str:
         return "pickle"
     if head[:1] and head[0] in PROTOCOL0_STARTS and last == b".":
         return "pickle"
-    if len(head) >= 9:
-        (length,) = struct.unpack("<Q", head[:8])
-        if 2 <= length <= file_bytes - 8 and head[8:9] == b"{":
-            return "safetensors"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"  # its reader checks the declared header length against the file
     if head.lstrip()[:1] == b"{":
         return "json"
     if len(head) >= 262 and head[257:262] == b"ustar":

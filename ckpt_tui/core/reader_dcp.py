@@ -28,8 +28,9 @@ def _dtype(properties: Any) -> str:
 def read_dcp(folder: str) -> Checkpoint:
     """Rebuild the nested state_dict of a DCP checkpoint from its metadata."""
     meta_path = os.path.join(folder, ".metadata")
+    unsafe: set[str] = set()
     with open(meta_path, "rb") as file:
-        metadata = load_pickle(file.read(), None, f"{meta_path}: DCP metadata")
+        metadata = load_pickle(file.read(), None, f"{meta_path}: DCP metadata", unsafe)
     state = _state(metadata)
     entries = state.get("state_dict_metadata")
     if not isinstance(entries, dict):
@@ -49,7 +50,7 @@ def read_dcp(folder: str) -> Checkpoint:
     files = [n for n in os.listdir(folder) if n.endswith(".distcp")]
     total = sum(os.path.getsize(os.path.join(folder, n)) for n in files) + os.path.getsize(meta_path)
     note = f"DCP checkpoint: {len(files)} .distcp files; tensor values are not read from DCP files yet"
-    return Checkpoint(folder, "dcp", root, total, notes=[note])
+    return Checkpoint(folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe)
 
 
 def _tensor(entry: dict[str, Any]) -> Tensor:

@@ -63,10 +63,11 @@ class LegacyRecords:
 
 def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
     """Read a legacy torch file, or a plain pickle, without touching tensor data."""
+    unsafe: set[str] = set()
     with open(path, "rb") as file:
-        first = load_pickle(file, None, f"{path}: pickle")
+        first = load_pickle(file, None, f"{path}: pickle", unsafe)
         if first != MAGIC_NUMBER:
-            return Checkpoint(path, "pickle", first, file_bytes)
+            return Checkpoint(path, "pickle", first, file_bytes, unsafe_globals=unsafe)
         return _read_legacy(path, file, file_bytes)
 
 
@@ -80,12 +81,16 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int) -> Checkpoint:
     records = LegacyRecords(path, file_bytes, cache)
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        return Storage(key, dtype, location, numel, records, type_name)
+        storage = Storage(key, dtype, location, numel, records, type_name)
+        if storage.nbytes > file_bytes:
+            raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
+        return storage
 
-    root = load_pickle(file, lambda pid: storage_from_pid(pid, make, cache), what)
-    keys = load_pickle(file, None, what)
+    unsafe: set[str] = set()
+    root = load_pickle(file, lambda pid: storage_from_pid(pid, make, cache), what, unsafe)
+    keys = load_pickle(file, None, what, unsafe)
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
     records.keys = keys
     records.data_start = file.tell()
-    return Checkpoint(path, "legacy", root, file_bytes, byteorder=byteorder)
+    return Checkpoint(path, "legacy", root, file_bytes, byteorder=byteorder, unsafe_globals=unsafe)

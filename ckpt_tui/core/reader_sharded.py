@@ -38,4 +38,5 @@ def read_sharded(path: str, open_file: Callable[[str], Checkpoint]) -> Checkpoin
     total = sum(c.file_bytes for c in shards.values())
     metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
     note = f"{len(shards)} shards: " + ", ".join(shards)
-    return Checkpoint(path, "sharded", root, total, metadata=dict(metadata), notes=[note])
+    unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
+    return Checkpoint(path, "sharded", root, total, metadata=dict(metadata), notes=[note], unsafe_globals=unsafe)

@@ -89,22 +89,29 @@ def read_zip(path: str, file_bytes: int) -> Checkpoint:
     if byteorder not in ("little", "big"):
         raise ReadError(f"{path}: unknown byteorder record {byteorder!r}")
     loaded: dict[str, Any] = {}
+    unsafe: set[str] = set()
     for folder, data in pickles.items():
         records = ZipRecords(path, entries, f"{prefix}{folder}/", file_bytes)
-        loaded[folder] = _load(data, records, f"{path}: {prefix}{folder}.pkl")
+        loaded[folder] = _load(data, records, f"{path}: {prefix}{folder}.pkl", unsafe)
     if not torchscript:
-        return Checkpoint(path, "zip", loaded["data"], file_bytes, byteorder=byteorder)
+        return Checkpoint(path, "zip", loaded["data"], file_bytes, byteorder=byteorder, unsafe_globals=unsafe)
     root: Any = loaded["data"]
     if loaded.get("constants"):
         root = {"module": loaded["data"], "constants": loaded["constants"]}
     note = "TorchScript archive: its code/ is listed, never run"
-    return Checkpoint(path, "torchscript", root, file_bytes, byteorder=byteorder, notes=[note])
+    return Checkpoint(path, "torchscript", root, file_bytes, byteorder=byteorder, notes=[note], unsafe_globals=unsafe)
 
 
-def _load(data: bytes, records: ZipRecords, what: str) -> Any:
+def _load(data: bytes, records: ZipRecords, what: str, unsafe: set[str]) -> Any:
     cache: dict[str, Storage] = {}
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        return Storage(key, dtype, location, numel, records, type_name)
+        storage = Storage(key, dtype, location, numel, records, type_name)
+        entry = records.entries.get(records.name(key))
+        if entry is not None and entry.size < storage.nbytes:
+            raise ReadError(
+                f"{what}: storage {records.name(key)} declares {storage.nbytes} bytes but its record holds {entry.size}"
+            )
+        return storage
 
-    return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what)
+    return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe)

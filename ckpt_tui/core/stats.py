@@ -205,6 +205,17 @@ def tensor_stats(
     chunk: int = CHUNK_ELEMENTS,
 ) -> TensorStats:
     """One pass over a tensor's values: min/max/mean/std of finite values, NaN/Inf/zero counts."""
+    with np.errstate(all="ignore"):  # extreme values overflow to inf in the sums: reported, not warned
+        return _tensor_stats(tensor, byteorder, cancelled, progress, chunk)
+
+
+def _tensor_stats(
+    tensor: Tensor,
+    byteorder: str,
+    cancelled: Callable[[], bool] | None,
+    progress: Callable[[float], None] | None,
+    chunk: int,
+) -> TensorStats:
     reader = TensorReader(tensor, byteorder)
     stats = TensorStats()
     mean = m2 = 0.0
@@ -250,9 +261,10 @@ def _histogram(samples: list[np.ndarray], low: float | None, high: float | None)
     values = np.concatenate(samples) if samples else np.empty(0)
     if values.size == 0 or low is None or high is None:
         return [], 0
-    if low == high:
-        high = low + 1.0
-    counts, _ = np.histogram(values, bins=HISTOGRAM_BINS, range=(low, high))
+    edges = np.linspace(low, high, HISTOGRAM_BINS + 1) if low < high else None
+    if edges is None or not np.all(np.isfinite(np.diff(edges))) or not np.all(np.diff(edges) > 0):
+        return [int(values.size)], int(values.size)  # one value, or a range too narrow/wide to split
+    counts, _ = np.histogram(values, bins=edges)
     return counts.tolist(), int(values.size)
 
 

@@ -89,6 +89,10 @@ def summarize(checkpoint: Checkpoint) -> Summary:
     tensor_bytes = sum(s.nbytes for s in storages.values()) or sum(by_dtype.values())
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype)
     summary.findings = compute_findings(checkpoint.root, nodes) + _missing_records(storages.values())
+    reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
+    for name in sorted(checkpoint.unsafe_globals - reported):
+        message = f"unsafe global {name} in the pickle, outside the tree: NOT executed here; torch.load would run it"
+        summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 

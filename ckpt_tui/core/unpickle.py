@@ -292,6 +292,11 @@ class SafeUnpickler(pickle.Unpickler):
         self._opaque: dict[str, type[Opaque]] = {}
         self.proto = 2
 
+    @property
+    def unsafe_names(self) -> set[str]:
+        """Every global this pickle named that is not known as data (reachable from the result or not)."""
+        return {name for name, cls in self._opaque.items() if not cls.safe}
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
@@ -313,13 +318,19 @@ class SafeUnpickler(pickle.Unpickler):
         return self._persistent(pid)
 
 
-def load_pickle(data: bytes | BinaryIO, persistent_load: PersistentLoad | None, what: str) -> Any:
-    """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`."""
+def load_pickle(
+    data: bytes | BinaryIO, persistent_load: PersistentLoad | None, what: str, unsafe: set[str] | None = None
+) -> Any:
+    """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`.
+
+    The names of unsafe globals met on the way are added to ``unsafe``, even ones the result does not reach.
+    """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     enabled = gc.isenabled()
     gc.disable()
+    unpickler = SafeUnpickler(stream, persistent_load)
     try:
-        return SafeUnpickler(stream, persistent_load).load()
+        return unpickler.load()
     except ReadError:
         raise
     except RecursionError:
@@ -331,6 +342,8 @@ def load_pickle(data: bytes | BinaryIO, persistent_load: PersistentLoad | None, 
     except Exception as exc:  # any failure of a hostile or broken pickle is a read error
         raise ReadError(f"{what}: corrupt pickle ({type(exc).__name__}: {exc})") from None
     finally:
+        if unsafe is not None:
+            unsafe.update(unpickler.unsafe_names)
         if enabled:
             gc.enable()
 

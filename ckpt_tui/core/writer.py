@@ -142,6 +142,8 @@ def _refuse_unsafe(root: Any) -> None:
 def _check_target(path: Path, force: bool, inputs: tuple[str, ...]) -> None:
     if path.is_dir():
         raise WriteError(f"{path} is a directory")
+    if path.exists() and not path.is_file():
+        raise WriteError(f"{path} is not a regular file (a device or pipe?); refusing to replace it")
     if not path.exists():
         if not path.parent.exists() and str(path.parent):
             raise WriteError(f"{path.parent}: no such directory")

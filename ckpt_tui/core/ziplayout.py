@@ -19,7 +19,7 @@ ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
 CENTRAL = struct.Struct("<4s6H3L5H2L")
 LOCAL = struct.Struct("<4s5H3L2H")
 STORED, DEFLATED = 0, 8
-MAX_ENTRIES = 10_000_000
+MAX_ENTRIES = 1_000_000
 
 
 @dataclass(slots=True)
@@ -45,8 +45,10 @@ def read_central_directory(file: BinaryIO, file_bytes: int) -> dict[str, ZipEntr
     _, _, _, _, count, cd_size, cd_offset, _ = EOCD.unpack_from(tail, at)
     if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
         count, cd_size, cd_offset = _zip64_end(file, file_bytes - tail_size + at)
-    if cd_offset + cd_size > file_bytes or count > MAX_ENTRIES:
+    if cd_offset + cd_size > file_bytes:
         raise ReadError("zip central directory points outside the file (truncated or corrupt)")
+    if count > MAX_ENTRIES or count * CENTRAL.size > cd_size:
+        raise ReadError(f"zip central directory claims {count} entries (corrupt, or more than {MAX_ENTRIES})")
     file.seek(cd_offset)
     directory = file.read(cd_size)
     return _entries(directory, count, file_bytes)

@@ -1,0 +1,137 @@
+"""Crash-safe saves: SIGKILL mid-write, a size limit, a full disk, a read-only folder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def big_ddp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 300 MB, so a write takes long enough to be interrupted."""
+    path = tmp_path_factory.mktemp("big") / "big.pth"
+    torch.manual_seed(0)
+    torch.save(OrderedDict((f"module.w{i}", torch.randn(1024, 1024)) for i in range(75)), path)
+    return path
+
+
+def convert_command(source: Path, target: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ckpt_tui",
+        "convert",
+        str(source),
+        "-o",
+        str(target),
+        "--strip-prefix",
+        "module.",
+        "--force",
+        *extra,
+    ]
+
+
+def test_sigkill_leaves_old_file_or_complete_new_one(big_ddp: Path, tmp_path: Path) -> None:
+    source_digest = digest(big_ddp)
+    target = tmp_path / "out.pth"
+    previous = b"the previous complete file"
+    rng = random.Random(0)
+    outcomes = set()
+    for _ in range(6):
+        target.write_bytes(previous)
+        process = subprocess.Popen(
+            convert_command(big_ddp, target), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(rng.uniform(0.3, 2.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        content = target.read_bytes()[: len(previous) + 1]
+        if content == previous:
+            outcomes.add("previous")
+        else:
+            loaded = torch.load(target, weights_only=True, mmap=True)  # the complete new file
+            assert list(loaded)[:2] == ["w0", "w1"] and len(loaded) == 75
+            outcomes.add("new")
+    assert digest(big_ddp) == source_digest
+    assert "previous" in outcomes
+
+
+def no_bigger_than(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_size_limit_gives_one_line_and_leaves_nothing(big_ddp: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.pth"
+    result = subprocess.run(
+        convert_command(big_ddp, target),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=no_bigger_than(50 << 20),
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("ckpt-tui: cannot write") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_device_target_is_never_replaced(tmp_path: Path, capsys) -> None:
+    torch.save(OrderedDict(w=torch.zeros(10)), tmp_path / "small.pth")
+    code = main(["convert", str(tmp_path / "small.pth"), "-o", "/dev/null", "--force"])
+    assert code == 2 and "not a regular file" in capsys.readouterr().err
+    assert Path("/dev/null").is_char_device()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 1 MB tmpfs (needs the right to mount; skipped elsewhere)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_full_disk_gives_one_line_and_leaves_nothing(tiny_disk: Path, tmp_path: Path, capsys) -> None:
+    torch.save(OrderedDict(w=torch.zeros(1024, 1024)), tmp_path / "four_mb.pth")
+    code = main(["convert", str(tmp_path / "four_mb.pth"), "-o", str(tiny_disk / "out.pth")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("ckpt-tui: cannot write") and "No space left" in err
+    assert err.count("\n") == 1
+    assert list(tiny_disk.iterdir()) == []
+
+
+def test_read_only_folder(tmp_path: Path, capsys) -> None:
+    torch.save(OrderedDict(w=torch.zeros(10)), tmp_path / "small.pth")
+    if os.geteuid() == 0:
+        folder = Path("/sys")  # read-only for everyone, root included
+    else:
+        folder = tmp_path / "locked"
+        folder.mkdir()
+        folder.chmod(0o500)
+    code = main(["convert", str(tmp_path / "small.pth"), "-o", str(folder / "out.pth")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"ckpt-tui: cannot write in {folder}") and err.count("\n") == 1
