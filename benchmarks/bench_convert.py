@@ -7,10 +7,9 @@ Whole processes, measured in the same run; the output is removed after each run.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from measure import ckpt_tui, measure, python_command, table, write_large, write_many
+from measure import bench_files, ckpt_tui, measure, python_command, table
 
 TORCH_STRIP = (
     "import torch, sys; sd = torch.load(sys.argv[1], weights_only=True); "
@@ -37,16 +36,7 @@ def commands(source: Path, out: Path) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dir", type=Path, default=Path("bench-data"))
-    parser.add_argument("--size-gb", type=float, default=2.0)
-    parser.add_argument("--keys", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
-    large, many = args.dir / f"large_{args.size_gb:g}gb.pth", args.dir / f"many_{args.keys}.pth"
-    write_large(large, args.size_gb)
-    write_many(many, args.keys)
+    args, large, many = bench_files(__doc__)
     out = args.dir / "converted.pth"
     for path in (large, many):
         print(f"\n{path.name}: {path.stat().st_size / 1e9:.2f} GB")

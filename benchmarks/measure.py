@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -74,3 +75,18 @@ def table(rows: list[tuple[str, float, float]], baseline: str) -> str:
 def dump(results: dict[str, object]) -> str:
     """One JSON line for machines."""
     return json.dumps(results)
+
+
+def bench_files(description: str | None) -> tuple[argparse.Namespace, Path, Path]:
+    """The common options (--dir, --size-gb, --keys, --repeat) and the two benchmark files, built once."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--dir", type=Path, default=Path("bench-data"))
+    parser.add_argument("--size-gb", type=float, default=2.0)
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    large, many = args.dir / f"large_{args.size_gb:g}gb.pth", args.dir / f"many_{args.keys}.pth"
+    write_large(large, args.size_gb)
+    write_many(many, args.keys)
+    return args, large, many
