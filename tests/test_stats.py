@@ -11,7 +11,7 @@ from builders import write_safetensors
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.reader import open_checkpoint
-from ckpt_tui.core.stats import first_values, tensor_stats
+from ckpt_tui.core.stats import tensor_stats
 
 
 def assert_matches(stats, tensor: torch.Tensor) -> None:
@@ -46,15 +46,15 @@ def test_nan_inf_and_views(tmp_path: Path) -> None:
     root = open_checkpoint(tmp_path / "v.pth").root
     for name, tensor in views.items():
         assert_matches(tensor_stats(root[name], chunk=5), tensor)
-    assert first_values(root["t"], 4) == pytest.approx(base.t().flatten()[:4].tolist(), nan_ok=True)
+    assert tensor_stats(root["t"]).first[:4] == pytest.approx(base.t().flatten()[:4].tolist(), nan_ok=True)
 
 
 def test_fp8_values(tmp_path: Path) -> None:
     tensor = torch.tensor([0.5, -2.0, 448.0, 0.0, 1.125]).to(torch.float8_e4m3fn)
     torch.save({"f": tensor, "e5": tensor.float().to(torch.float8_e5m2)}, tmp_path / "f.pth")
     root = open_checkpoint(tmp_path / "f.pth").root
-    assert first_values(root["f"]) == tensor.float().tolist()
-    assert first_values(root["e5"]) == tensor.float().to(torch.float8_e5m2).float().tolist()
+    assert tensor_stats(root["f"]).first == tensor.float().tolist()
+    assert tensor_stats(root["e5"]).first == tensor.float().to(torch.float8_e5m2).float().tolist()
 
 
 def test_safetensors_and_legacy_values(tmp_path: Path) -> None:

@@ -45,9 +45,6 @@ DTYPES: dict[str, tuple[int, str | None]] = {
     "uint64": (8, None),
 }
 STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
-FLOAT_DTYPES = frozenset(
-    {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}
-)
 
 
 def itemsize(dtype: str) -> int:

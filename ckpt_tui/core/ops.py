@@ -373,12 +373,3 @@ def cast(root: Any, dtype: str) -> Result:
         raise EditError(f"no floating-point tensor to cast to {dtype}")
     casts = ", ".join(f"{a} → {b}" for a, b in examples)
     return new_root, Change(f"cast tensors ({casts})", changed)
-
-
-def apply_all(root: Any, edits: list[tuple[Callable[..., Result], tuple[Any, ...]]]) -> tuple[Any, list[Change]]:
-    """Apply edits in order; stop at the first that does not apply."""
-    changes: list[Change] = []
-    for edit, args in edits:
-        root, change = edit(root, *args)
-        changes.append(change)
-    return root, changes

@@ -266,11 +266,3 @@ def _histogram(samples: list[np.ndarray], low: float | None, high: float | None)
         return [int(values.size)], int(values.size)  # one value, or a range too narrow/wide to split
     counts, _ = np.histogram(values, bins=edges)
     return counts.tolist(), int(values.size)
-
-
-def first_values(tensor: Tensor, count: int = 16, byteorder: str = "little") -> list[float]:
-    """The first few values of a tensor, decoded (reads only one small chunk)."""
-    reader = TensorReader(tensor, byteorder)
-    for raw in reader.chunks(max(count, 1)):
-        return decode(raw[: count * reader.per_element], tensor.dtype, tensor.metadata)[:count].tolist()
-    return []

@@ -290,7 +290,6 @@ class SafeUnpickler(pickle.Unpickler):
         super().__init__(file, encoding="latin1")
         self._persistent = persistent_load
         self._opaque: dict[str, type[Opaque]] = {}
-        self.proto = 2
 
     @property
     def unsafe_names(self) -> set[str]:
