@@ -147,3 +147,21 @@ def test_persistent_id_that_is_not_a_storage(tmp_path: Path) -> None:
     data = b"\x80\x02(X\x07\x00\x00\x00storagecos\nsystem\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x01tQ."
     assert_one_line_error(pickle_zip(tmp_path, data), "storage")
     assert_one_line_error(pickle_zip(tmp_path, b"\x80\x02X\x03\x00\x00\x00abcQ.", "pid.pth"), "storage")
+
+
+def test_memo_index_bomb_fails_fast_without_an_external_limit(tmp_path: Path) -> None:
+    """LONG_BINPUT with a huge index makes CPython's unpickler allocate its memo up to that index."""
+    import time
+
+    path = tmp_path / "memo.pkl"
+    path.write_bytes(b"\x80\x02]r\xff\xff\xff\x3f.")
+    code = (
+        "import resource, sys; from ckpt_tui.cli import main; rc = main(['info', sys.argv[1]]); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+    )
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert time.perf_counter() - start < 10
+    message, peak_kb = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "memo bomb" in message
+    assert int(peak_kb) < 300_000

@@ -8,12 +8,19 @@ stand-ins from :mod:`ckpt_tui.core.model`; every other global becomes an
 from __future__ import annotations
 
 import _compat_pickle
+import contextlib
 import gc
 import io
+import os
 import pickle
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
+
+try:
+    import resource
+except ImportError:  # not on Windows: the heap cap is skipped there
+    resource = None  # type: ignore[assignment]
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import (
@@ -317,6 +324,50 @@ class SafeUnpickler(pickle.Unpickler):
         return self._persistent(pid)
 
 
+HEADROOM = 1 << 30
+GROWTH_PER_BYTE = 16
+
+
+def _data_in_use() -> int | None:
+    """This process's data segment (heap and anonymous mappings) in bytes, where Linux tells."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def heap_limit(pickle_bytes: int) -> Iterator[None]:
+    """Cap heap growth while the C unpickler runs.
+
+    A one-byte LONG_BINPUT with a huge index makes CPython's unpickler grow its memo to that index
+    (gigabytes, zeroed one by one); real pickles need a small multiple of their size. Under the cap
+    such a file fails at once with MemoryError. File-backed mappings do not count against it.
+    """
+    in_use = _data_in_use() if resource is not None else None
+    if in_use is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    cap = in_use + HEADROOM + GROWTH_PER_BYTE * pickle_bytes
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def load_pickle(
     data: bytes | BinaryIO, persistent_load: PersistentLoad | None, what: str, unsafe: set[str] | None = None
 ) -> Any:
@@ -325,17 +376,21 @@ def load_pickle(
     The names of unsafe globals met on the way are added to ``unsafe``, even ones the result does not reach.
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    size = len(data) if isinstance(data, bytes) else _stream_size(data)
     enabled = gc.isenabled()
     gc.disable()
     unpickler = SafeUnpickler(stream, persistent_load)
     try:
-        return unpickler.load()
+        with heap_limit(size):
+            return unpickler.load()
     except ReadError:
         raise
     except RecursionError:
         raise ReadError(f"{what}: nested too deeply to read") from None
     except MemoryError:
-        raise ReadError(f"{what}: needs more memory than is available") from None
+        raise ReadError(
+            f"{what}: refused: it asks for far more memory than its size justifies (a memo bomb?)"
+        ) from None
     except EOFError:
         raise ReadError(f"{what}: pickle ends early (truncated file?)") from None
     except Exception as exc:  # any failure of a hostile or broken pickle is a read error
@@ -345,6 +400,13 @@ def load_pickle(
             unsafe.update(unpickler.unsafe_names)
         if enabled:
             gc.enable()
+
+
+def _stream_size(stream: BinaryIO) -> int:
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return 0
 
 
 def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage]) -> Any:
