@@ -44,10 +44,10 @@ def ckpt_tui(*args: str) -> list[str]:
 
 def write_large(path: Path, gigabytes: float) -> None:
     """A checkpoint of big fp32 tensors (about 128 MB each), built a tensor at a time."""
-    import torch
-
     if path.exists():
         return
+    import torch
+
     count = max(1, round(gigabytes * 1024 / 128))
     state = OrderedDict((f"module.layers.{i}.weight", torch.empty(8192, 4096).uniform_()) for i in range(count))
     torch.save({"epoch": 1, "model": state}, path)
@@ -55,10 +55,10 @@ def write_large(path: Path, gigabytes: float) -> None:
 
 def write_many(path: Path, keys: int) -> None:
     """A state_dict of ``keys`` small tensors."""
-    import torch
-
     if path.exists():
         return
+    import torch
+
     state = OrderedDict((f"module.blocks.{i // 8}.p{i % 8}", torch.randn(16, 16)) for i in range(keys))
     torch.save(state, path)
 

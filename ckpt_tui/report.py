@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.check import CheckReport
-from ckpt_tui.core.compare import CompareReport, fold_keys
-from ckpt_tui.core.describe import count, size, value_text
-from ckpt_tui.core.diff import DiffReport
+from ckpt_tui.core.compare import fold_keys
+from ckpt_tui.core.describe import FORMAT_NAMES, count, size, value_text
 from ckpt_tui.core.keypath import key_text
 from ckpt_tui.core.model import children, has_children
 from ckpt_tui.core.summary import Summary
 
-FORMAT_NAMES = {
-    "zip": "torch zip checkpoint",
-    "legacy": "legacy torch checkpoint (pre-1.6)",
-    "pickle": "plain pickle",
-    "safetensors": "safetensors",
-    "sharded": "sharded checkpoint",
-    "dcp": "torch.distributed.checkpoint directory",
-    "torchscript": "TorchScript archive",
-}
+if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
+    from ckpt_tui.core.check import CheckReport
+    from ckpt_tui.core.compare import CompareReport
+    from ckpt_tui.core.diff import DiffReport
+
 TREE_LINES = 40
 
 

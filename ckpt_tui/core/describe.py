@@ -21,6 +21,17 @@ from ckpt_tui.core.model import (
     type_label,
 )
 
+FORMAT_NAMES = {
+    "zip": "torch zip checkpoint",
+    "legacy": "legacy torch checkpoint (pre-1.6)",
+    "pickle": "plain pickle",
+    "safetensors": "safetensors",
+    "sharded": "sharded checkpoint",
+    "dcp": "torch.distributed.checkpoint directory",
+    "torchscript": "TorchScript archive",
+}
+
+
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 6
 _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40

@@ -6,7 +6,7 @@ import threading
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import Checkpoint, Storage
+from ckpt_tui.core.model import DTYPES, Checkpoint, Storage
 from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
 from ckpt_tui.core.ziplayout import STORED, ZipEntry, data_offset, read_central_directory, read_member
 
@@ -104,14 +104,15 @@ def read_zip(path: str, file_bytes: int) -> Checkpoint:
 
 def _load(data: bytes, records: ZipRecords, what: str, unsafe: set[str]) -> Any:
     cache: dict[str, Storage] = {}
+    entries, folder = records.entries, records.folder
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        storage = Storage(key, dtype, location, numel, records, type_name)
-        entry = records.entries.get(records.name(key))
-        if entry is not None and entry.size < storage.nbytes:
+        entry = entries.get(folder + key)
+        declared = numel * DTYPES[dtype][0]
+        if entry is not None and entry.size < declared:
             raise ReadError(
-                f"{what}: storage {records.name(key)} declares {storage.nbytes} bytes but its record holds {entry.size}"
+                f"{what}: storage {folder + key} declares {declared} bytes but its record holds {entry.size}"
             )
-        return storage
+        return Storage(key, dtype, location, numel, records, type_name)
 
     return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe)

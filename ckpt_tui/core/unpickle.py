@@ -13,6 +13,7 @@ import gc
 import io
 import os
 import pickle
+import reprlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -411,12 +412,13 @@ def _stream_size(stream: BinaryIO) -> int:
 
 def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage]) -> Any:
     """Turn a torch persistent id ``('storage', type, key, location, numel[, view])`` into a Storage."""
-    if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
-        raise pickle.UnpicklingError(f"persistent id is not a storage: {str(pid)[:80]}")
-    storage_type, key, location, numel = pid[1:5]
-    if not isinstance(storage_type, StorageType):
-        raise pickle.UnpicklingError(f"unknown storage type {storage_type!r}")
-    if not isinstance(key, str) or not isinstance(location, str) or type(numel) is not int or numel < 0:
+    # this runs once per tensor: exact type checks, no slicing
+    if type(pid) is not tuple or len(pid) < 5 or pid[0] != "storage":
+        raise pickle.UnpicklingError(f"persistent id is not a storage: {reprlib.repr(pid)}")
+    storage_type, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+    if type(storage_type) is not StorageType:
+        raise pickle.UnpicklingError(f"unknown storage type {reprlib.repr(storage_type)}")
+    if type(key) is not str or type(location) is not str or type(numel) is not int or numel < 0:
         raise pickle.UnpicklingError("malformed storage persistent id")
     storage = cache.get(key)
     if storage is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group as RichGroup
 from rich.table import Table
@@ -16,7 +16,9 @@ from ckpt_tui.core.findings import tensor_problem
 from ckpt_tui.core.grouping import Group
 from ckpt_tui.core.keypath import KeyPath, to_python
 from ckpt_tui.core.model import Opaque, Tensor, children, type_label
-from ckpt_tui.core.stats import TensorStats
+
+if TYPE_CHECKING:  # numpy is imported only when stats are first computed
+    from ckpt_tui.core.stats import TensorStats
 
 BARS = " ▁▂▃▄▅▆▇█"
 

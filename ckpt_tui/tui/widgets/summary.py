@@ -7,9 +7,8 @@ import os
 from rich.text import Text
 from textual.widgets import Static
 
-from ckpt_tui.core.describe import count, size
+from ckpt_tui.core.describe import FORMAT_NAMES, count, size
 from ckpt_tui.core.summary import Summary
-from ckpt_tui.report import FORMAT_NAMES
 
 MAX_FINDINGS = 3
 
