@@ -155,9 +155,10 @@ def test_memo_index_bomb_fails_fast_without_an_external_limit(tmp_path: Path) ->
 
     path = tmp_path / "memo.pkl"
     path.write_bytes(b"\x80\x02]r\xff\xff\xff\x3f.")
-    code = (
-        "import resource, sys; from ckpt_tui.cli import main; rc = main(['info', sys.argv[1]]); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+    code = (  # VmHWM: this process's own peak (ru_maxrss would include the parent's, kept across exec)
+        "import sys; from ckpt_tui.cli import main; rc = main(['info', sys.argv[1]]); "
+        "peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]; "
+        "print(peak, file=sys.stderr); sys.exit(rc)"
     )
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
