@@ -205,7 +205,7 @@ async def test_save_as_loads_back_with_torch(train_file: Path) -> None:
         torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(expected, "module.")
         assert list(saved) == list(expected)
         assert all(torch.equal(saved[k], expected[k]) for k in expected)
-        assert "no unsaved edits" in status(app) or "wrote" in status(app)
+        assert "no unsaved edits" in status(app) and "wrote" in status(app)
         assert app.session.unsaved == 0
 
 

@@ -126,7 +126,6 @@ class Tensor:
     requires_grad: bool = False
     hooks: Any = None
     metadata: dict[str, Any] | None = None
-    rebuild: str = "_rebuild_tensor_v2"
     parameter: bool = False
     parameter_state: Any = None
     kind: str = "dense"
@@ -321,22 +320,6 @@ def get(root: Any, path: tuple[Key, ...]) -> Any:
     return value
 
 
-def iter_tensors(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Iterator[tuple[tuple[Key, ...], Tensor]]:
-    """Every tensor below ``root`` with its path, depth first, each object visited once."""
-    seen: set[int] = set()
-    stack: list[tuple[tuple[Key, ...], Any]] = [(path, root)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, Tensor):
-            yield where, value
-            continue
-        if id(value) in seen or len(where) > limit:
-            continue
-        seen.add(id(value))
-        kids = list(children(value))
-        stack.extend(((*where, key), kid) for key, kid in reversed(kids))
-
-
 def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Iterator[tuple[tuple[Key, ...], Any]]:
     """Every value below ``root`` (the root included) with its path, depth first, once each."""
     seen: set[int] = set()
@@ -349,6 +332,13 @@ def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Itera
         seen.add(id(value))
         kids = list(children(value))
         stack.extend(((*where, key), kid) for key, kid in reversed(kids))
+
+
+def iter_tensors(root: Any, path: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[Key, ...], Tensor]]:
+    """Every tensor below ``root`` with its path (the walk of :func:`iter_nodes`, tensors only)."""
+    for where, value in iter_nodes(root, path):
+        if isinstance(value, Tensor):
+            yield where, value
 
 
 def type_label(value: Any) -> str:

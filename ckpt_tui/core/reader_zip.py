@@ -55,12 +55,6 @@ class ZipRecords:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
 
-    def close(self) -> None:
-        """Close the file handle kept for lookups."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
 
 def _data_pkl_name(names: list[str], path: str) -> str:
     candidates = [n for n in names if n == "data.pkl" or n.endswith("/data.pkl")]

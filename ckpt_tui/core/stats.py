@@ -101,19 +101,6 @@ class TensorStats:
         """Count of +inf and -inf."""
         return self.posinf + self.neginf
 
-    def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict."""
-        return {
-            "count": self.count,
-            "min": self.min,
-            "max": self.max,
-            "mean": self.mean,
-            "std": self.std,
-            "nan": self.nan,
-            "inf": self.inf,
-            "zeros": self.zeros,
-        }
-
 
 def numpy_dtype(dtype: str, byteorder: str = "little") -> np.dtype:
     """The numpy type that holds a torch dtype's raw bytes."""

@@ -76,7 +76,6 @@ def _rebuild_tensor_v2(
     metadata: Any = None,
     *,
     dtype: str | None = None,
-    rebuild: str = "_rebuild_tensor_v2",
 ) -> Tensor:
     offset = storage_offset
     if isinstance(storage, StorageView):
@@ -98,7 +97,6 @@ def _rebuild_tensor_v2(
         requires_grad is True,
         backward_hooks,
         metadata if metadata and isinstance(metadata, dict) else None,
-        rebuild,
     )
 
 
@@ -123,12 +121,11 @@ def _rebuild_tensor_v3(
         backward_hooks,
         metadata,
         dtype=dtype.name,
-        rebuild="_rebuild_tensor_v3",
     )
 
 
 def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -> Tensor:
-    return _rebuild_tensor_v2(storage, storage_offset, size, stride, rebuild="_rebuild_tensor")
+    return _rebuild_tensor_v2(storage, storage_offset, size, stride)
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
@@ -159,7 +156,6 @@ def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires
         _ints(stride, "stride"),
         dtype.name,
         bool(requires_grad),
-        rebuild="_rebuild_meta_tensor_no_storage",
     )
 
 
