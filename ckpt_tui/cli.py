@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def cmd_info(path: str, as_json: bool, depth: int) -> int:
     """``info``: the summary, as text or JSON."""
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.summary import summarize
 
     summary = summarize(open_checkpoint(path))
@@ -151,7 +151,7 @@ def cmd_info(path: str, as_json: bool, depth: int) -> int:
 def cmd_check(path: str, as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
     from ckpt_tui.core.check import check_checkpoint
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
 
     report = check_checkpoint(open_checkpoint(path))
     if as_json:
@@ -167,8 +167,8 @@ def cmd_compare(path: str, against: str | None, model: str | None, at: str | Non
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
     from ckpt_tui.core.compare import compare, load_reference
     from ckpt_tui.core.convert import resolve_path
-    from ckpt_tui.core.model import get
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.tree import get
 
     checkpoint = open_checkpoint(path)
     reference = load_reference(against, model)
@@ -189,7 +189,7 @@ def cmd_compare(path: str, against: str | None, model: str | None, at: str | Non
 def cmd_diff(a: str, b: str, strip_prefix: str | None, as_json: bool) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
     from ckpt_tui.core.diff import diff
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
 
     report = diff(open_checkpoint(a), open_checkpoint(b), strip_prefix)
     if as_json:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.core.compare import fold_keys
 from ckpt_tui.core.describe import FORMAT_NAMES, count, size, value_text
 from ckpt_tui.core.keypath import key_text
-from ckpt_tui.core.model import children, has_children
 from ckpt_tui.core.summary import Summary
+from ckpt_tui.core.tree import children, has_children
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
     from ckpt_tui.core.check import CheckReport

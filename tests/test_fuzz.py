@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
 
 FORMATS = ("zip", "legacy", "safetensors", "pickle")

@@ -12,7 +12,7 @@ from builders import Payload, raw_pickles, rewrite_zip, tiny_state_dict, touch_c
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
 
 

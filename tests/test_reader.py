@@ -24,9 +24,9 @@ from builders import (
 )
 
 from ckpt_tui.core.keypath import Attr
-from ckpt_tui.core.model import Opaque, Tensor, get, iter_tensors
-from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.tree import Opaque, Tensor, get, iter_tensors
 
 
 def kinds(path: Path) -> dict[str, list[dict]]:

@@ -10,7 +10,7 @@ import torch
 from builders import write_safetensors
 
 from ckpt_tui.core.errors import Cancelled
-from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.stats import tensor_stats
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
-from ckpt_tui.core.model import Checkpoint
 from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
+from ckpt_tui.core.tree import Checkpoint
 
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor")
 

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_tui.core.edits import module_state_dict
 from ckpt_tui.core.errors import EditError, ReadError
-from ckpt_tui.core.findings import PREFIX_ORIGINS, common_prefix, state_dicts
 from ckpt_tui.core.keypath import KeyPath, to_slash
-from ckpt_tui.core.model import Opaque, Tensor, get
-from ckpt_tui.core.ops import module_state_dict
+from ckpt_tui.core.state_dicts import PREFIX_ORIGINS, common_prefix, state_dicts
+from ckpt_tui.core.tree import Opaque, Tensor, get
 
 KNOWN_PREFIXES = tuple(PREFIX_ORIGINS)
 MAX_CANDIDATES = 4
@@ -198,7 +198,7 @@ def load_reference(against: str | None, model: str | None) -> Reference:
     if model:
         return reference_from_model(model)
     assert against is not None
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
 
     try:
         return reference_from_tree(open_checkpoint(against).root)
@@ -311,7 +311,7 @@ def suggest_fix(value: Any, reference: Reference, baseline: int) -> Suggestion |
 
 def apply_suggestion(root: Any, at: KeyPath, suggestion: Suggestion) -> tuple[Any, list[Any]]:
     """Apply a suggestion's steps with the ordinary edits (so the TUI can undo them)."""
-    from ckpt_tui.core import ops
+    from ckpt_tui.core import edits
 
     changes = []
     value_path = at
@@ -320,14 +320,14 @@ def apply_suggestion(root: Any, at: KeyPath, suggestion: Suggestion) -> tuple[An
             assert isinstance(step.arg, tuple)
             target = get(root, value_path)
             if isinstance(target, Opaque) and target.is_module and not step.arg:
-                root, change = ops.extract(root, value_path)
+                root, change = edits.extract(root, value_path)
             else:
-                root, change = ops.extract(root, (*value_path, *step.arg))
+                root, change = edits.extract(root, (*value_path, *step.arg))
             value_path = ()
         elif step.kind == "strip":
-            root, change = ops.strip_prefix(root, str(step.arg), value_path)
+            root, change = edits.strip_prefix(root, str(step.arg), value_path)
         else:
-            root, change = ops.add_prefix(root, str(step.arg), value_path)
+            root, change = edits.add_prefix(root, str(step.arg), value_path)
         changes.append(change)
     return root, changes
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core import ops
+from ckpt_tui.core import edits
+from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.model import Opaque, child, children
-from ckpt_tui.core.ops import Change
-from ckpt_tui.core.reader import open_checkpoint
-from ckpt_tui.core.writer import WriteResult, save
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.tree import Opaque, child, children
+from ckpt_tui.core.writers.save import WriteResult, save
 
 
 @dataclass
@@ -74,23 +74,23 @@ def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change]
 
     if options.extract:
         target = "auto" if options.extract == "auto" else resolve_path(root, options.extract)
-        root = run(ops.extract(root, target))
+        root = run(edits.extract(root, target))
     for path in options.drop:
-        root = run(ops.delete(root, resolve_path(root, path)))
+        root = run(edits.delete(root, resolve_path(root, path)))
     for spec in options.rename:
         old, sep, new = spec.rpartition("=")
         if not sep or not old or not new:
             raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
-        root = run(ops.rename(root, resolve_path(root, old), new))
+        root = run(edits.rename(root, resolve_path(root, old), new))
     at = resolve_path(root, options.at) if options.at else None
     if options.strip_prefix:
-        root = run(ops.strip_prefix(root, options.strip_prefix, at))
+        root = run(edits.strip_prefix(root, options.strip_prefix, at))
     if options.add_prefix:
-        root = run(ops.add_prefix(root, options.add_prefix, at))
+        root = run(edits.add_prefix(root, options.add_prefix, at))
     if options.map_location:
-        root = run(ops.remap_devices(root, options.map_location))
+        root = run(edits.remap_devices(root, options.map_location))
     if options.dtype:
-        root = run(ops.cast(root, options.dtype))
+        root = run(edits.cast(root, options.dtype))
     return root, changes
 
 

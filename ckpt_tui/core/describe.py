@@ -8,7 +8,7 @@ from typing import Any
 
 import humanize
 
-from ckpt_tui.core.model import (
+from ckpt_tui.core.tree import (
     Device,
     Opaque,
     Symbol,

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core import ops
+from ckpt_tui.core import edits
 from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.keypath import to_slash
-from ckpt_tui.core.model import Checkpoint, Tensor, has_children, iter_nodes
-from ckpt_tui.core.stats import CHUNK_ELEMENTS, TensorReader, decode
+from ckpt_tui.core.tree import Checkpoint, Tensor, has_children, iter_nodes
+from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -86,7 +86,7 @@ def normalized(checkpoint: Checkpoint, strip_prefix: str | None) -> Any:
     if not strip_prefix:
         return checkpoint.root
     try:
-        return ops.strip_prefix(checkpoint.root, strip_prefix)[0]
+        return edits.strip_prefix(checkpoint.root, strip_prefix)[0]
     except EditError:
         return checkpoint.root
 

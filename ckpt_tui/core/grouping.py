@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.model import Tensor
+from ckpt_tui.core.tree import Tensor
 
 
 @dataclass(eq=False)

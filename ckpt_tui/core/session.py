@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.model import Checkpoint
-from ckpt_tui.core.ops import Change
+from ckpt_tui.core.edits import Change
+from ckpt_tui.core.tree import Checkpoint
 
 Edit = Callable[[Any], tuple[Any, Change]]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ckpt_tui.core.findings import Finding, compute_findings
 from ckpt_tui.core.keypath import KeyPath, to_json
-from ckpt_tui.core.model import Checkpoint, Storage, Tensor, iter_nodes
+from ckpt_tui.core.tree import Checkpoint, Storage, Tensor, iter_nodes
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """A pickle reader that never imports, calls or instantiates anything from the file.
 
 Globals known as data (torch rebuild functions, dtypes, OrderedDict, ...) map to inert
-stand-ins from :mod:`ckpt_tui.core.model`; every other global becomes an
-:class:`~ckpt_tui.core.model.Opaque` placeholder that records how it was used.
+stand-ins from :mod:`ckpt_tui.core.tree`; every other global becomes an
+:class:`~ckpt_tui.core.tree.Opaque` placeholder that records how it was used.
 """
 
 from __future__ import annotations
@@ -23,18 +23,9 @@ try:
 except ImportError:  # not on Windows: the heap cap is skipped there
     resource = None  # type: ignore[assignment]
 
+from ckpt_tui.core.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import (
-    DTYPES,
-    STORAGE_CLASS_DTYPES,
-    Device,
-    Opaque,
-    Storage,
-    Symbol,
-    Tensor,
-    TorchSize,
-    opaque_class,
-)
+from ckpt_tui.core.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, opaque_class
 
 
 class StorageType:

@@ -19,15 +19,15 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static, Tree
 from textual.worker import get_current_worker
 
-from ckpt_tui.core import ops
+from ckpt_tui.core import edits
+from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import CkptError, EditError
-from ckpt_tui.core.findings import tensor_items
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.model import Checkpoint, Tensor, get, iter_nodes
-from ckpt_tui.core.ops import Change
-from ckpt_tui.core.reader import open_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.session import Session
+from ckpt_tui.core.state_dicts import tensor_items
 from ckpt_tui.core.summary import Summary, summarize
+from ckpt_tui.core.tree import Checkpoint, Tensor, get, iter_nodes
 from ckpt_tui.tui.screens.dialogs import (
     ConfirmScreen,
     ErrorScreen,
@@ -345,7 +345,7 @@ class CkptApp(App[None]):
             value = get(self.session.root, path[:depth])
             if isinstance(value, dict) and tensor_items(value) is not None:
                 return path[:depth]
-        return ops.default_target(self.session.root)
+        return edits.default_target(self.session.root)
 
     def propose(self, edit: Callable[[Any], tuple[Any, Change]], keep: KeyPath | None = None) -> None:
         """Preview an edit, then apply it if confirmed."""
@@ -399,7 +399,7 @@ class CkptApp(App[None]):
         except EditError as exc:
             self.notify(str(exc), severity="warning")
             return
-        self.propose(lambda root: ops.strip_prefix(root, "auto", target), target)
+        self.propose(lambda root: edits.strip_prefix(root, "auto", target), target)
 
     def action_add_prefix(self) -> None:
         try:
@@ -411,20 +411,20 @@ class CkptApp(App[None]):
             "Add a prefix to every key of " + to_python(target),
             "module.",
             "e.g. module. for DataParallel/DDP",
-            lambda prefix: self.propose(lambda root: ops.add_prefix(root, prefix, target), target),
+            lambda prefix: self.propose(lambda root: edits.add_prefix(root, prefix, target), target),
         )
 
     def action_extract(self) -> None:
         path = self.current_path()
         target: KeyPath | str = path if path else "auto"
-        self.propose(lambda root: ops.extract(root, target), ())
+        self.propose(lambda root: edits.extract(root, target), ())
 
     def action_remap(self) -> None:
         self.ask(
             "Map saved devices",
             "cpu",
             "cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu",
-            lambda spec: self.propose(lambda root: ops.remap_devices(root, spec), self.current_path()),
+            lambda spec: self.propose(lambda root: edits.remap_devices(root, spec), self.current_path()),
         )
 
     def action_rename(self) -> None:
@@ -437,19 +437,19 @@ class CkptApp(App[None]):
             f"Rename {old!r}",
             old,
             "the key keeps its place",
-            lambda new: self.propose(lambda root: ops.rename(root, path, new), (*path[:-1], new)),
+            lambda new: self.propose(lambda root: edits.rename(root, path, new), (*path[:-1], new)),
         )
 
     def action_delete(self) -> None:
         path = self.current_path()
-        self.propose(lambda root: ops.delete(root, path), path[:-1])
+        self.propose(lambda root: edits.delete(root, path), path[:-1])
 
     def action_cast(self) -> None:
         self.ask(
             "Cast floating-point tensors to",
             "float16",
             "float16, bfloat16 or float32",
-            lambda dtype: self.propose(lambda root: ops.cast(root, dtype), self.current_path()),
+            lambda dtype: self.propose(lambda root: edits.cast(root, dtype), self.current_path()),
         )
 
     def action_undo(self) -> None:
@@ -638,7 +638,7 @@ class CkptApp(App[None]):
     @work(thread=True, exclusive=True, group="save")
     def save_worker(self, target: str, fmt: str, force: bool, screen: ProgressScreen) -> None:
         """Write, verify and rename into place; report the result."""
-        from ckpt_tui.core.writer import save
+        from ckpt_tui.core.writers.save import save
 
         assert self.session is not None
         worker = get_current_worker()

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from ckpt_tui.core.ops import Change
+from ckpt_tui.core.edits import Change
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -15,7 +15,7 @@ from ckpt_tui.core.describe import count, scalar_text, shape, size, totals
 from ckpt_tui.core.findings import tensor_problem
 from ckpt_tui.core.grouping import Group
 from ckpt_tui.core.keypath import KeyPath, to_python
-from ckpt_tui.core.model import Opaque, Tensor, children, type_label
+from ckpt_tui.core.tree import Opaque, Tensor, children, type_label
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
     from ckpt_tui.core.stats import TensorStats

@@ -12,10 +12,10 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from ckpt_tui.core.describe import count, scalar_text, shape, size, totals
-from ckpt_tui.core.findings import tensor_items
 from ckpt_tui.core.grouping import Group, group_keys
 from ckpt_tui.core.keypath import KeyPath, key_text
-from ckpt_tui.core.model import Opaque, Tensor, children, has_children, is_global_ref, type_label
+from ckpt_tui.core.state_dicts import tensor_items
+from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global_ref, type_label
 
 PAGE = 1000
 MORE = object()  # the value of the "… N more" line

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pickle import encode_long
 from typing import Any
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.model import DTYPES, Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
+from ckpt_tui.core.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 
 MAX_DEPTH = 900
 BATCH = 1000

@@ -6,8 +6,9 @@ import math
 import os
 from typing import Any
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import DTYPES, Checkpoint, Opaque, Symbol, Tensor
+from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, Tensor
 from ckpt_tui.core.unpickle import load_pickle
 
 

@@ -13,43 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from ckpt_tui.core.dtypes import DTYPES, itemsize
 from ckpt_tui.core.keypath import Attr, Key
-
-# torch dtype name -> (itemsize in bytes, legacy typed-storage class name or None)
-DTYPES: dict[str, tuple[int, str | None]] = {
-    "float64": (8, "DoubleStorage"),
-    "float32": (4, "FloatStorage"),
-    "float16": (2, "HalfStorage"),
-    "bfloat16": (2, "BFloat16Storage"),
-    "int64": (8, "LongStorage"),
-    "int32": (4, "IntStorage"),
-    "int16": (2, "ShortStorage"),
-    "int8": (1, "CharStorage"),
-    "uint8": (1, "ByteStorage"),
-    "bool": (1, "BoolStorage"),
-    "complex128": (16, "ComplexDoubleStorage"),
-    "complex64": (8, "ComplexFloatStorage"),
-    "complex32": (4, None),
-    "qint8": (1, "QInt8Storage"),
-    "quint8": (1, "QUInt8Storage"),
-    "qint32": (4, "QInt32Storage"),
-    "quint4x2": (1, "QUInt4x2Storage"),
-    "quint2x4": (1, "QUInt2x4Storage"),
-    "float8_e4m3fn": (1, None),
-    "float8_e5m2": (1, None),
-    "float8_e4m3fnuz": (1, None),
-    "float8_e5m2fnuz": (1, None),
-    "float8_e8m0fnu": (1, None),
-    "uint16": (2, None),
-    "uint32": (4, None),
-    "uint64": (8, None),
-}
-STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of a torch dtype name."""
-    return DTYPES[dtype][0]
 
 
 class RecordSource(Protocol):

@@ -7,8 +7,9 @@ import math
 import struct
 from typing import Any
 
+from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import Checkpoint, Storage, Tensor, itemsize
+from ckpt_tui.core.tree import Checkpoint, Storage, Tensor
 
 MAX_HEADER = 100 * 1024 * 1024
 

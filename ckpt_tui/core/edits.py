@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.findings import common_prefix, flat_module_items, inner_state_dict, tensor_items
 from ckpt_tui.core.keypath import Attr, Key, KeyPath, key_text, to_python
-from ckpt_tui.core.model import DTYPES, Opaque, Storage, Tensor, TorchSize, get, iter_tensors
+from ckpt_tui.core.state_dicts import common_prefix, flat_module_items, inner_state_dict, tensor_items
+from ckpt_tui.core.tree import Opaque, Storage, Tensor, TorchSize, get, iter_tensors
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 EXAMPLES = 5

@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any, BinaryIO
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import DTYPES, Checkpoint, Storage
+from ckpt_tui.core.readers.zip_archive import STORED, ZipEntry, data_offset, read_central_directory, read_member
+from ckpt_tui.core.tree import Checkpoint, Storage
 from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
-from ckpt_tui.core.ziplayout import STORED, ZipEntry, data_offset, read_central_directory, read_member
 
 
 class ZipRecords:

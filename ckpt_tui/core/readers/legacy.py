@@ -6,8 +6,9 @@ import struct
 import threading
 from typing import BinaryIO
 
+from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import Checkpoint, Storage, itemsize
+from ckpt_tui.core.tree import Checkpoint, Storage
 from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

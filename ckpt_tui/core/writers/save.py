@@ -21,15 +21,15 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ckpt_tui.core.edits import CastSource
 from ckpt_tui.core.errors import Cancelled, CkptError, WriteError
 from ckpt_tui.core.keypath import KeyPath, to_python
-from ckpt_tui.core.model import Opaque, Storage, Tensor, is_global_ref, iter_nodes, iter_tensors
-from ckpt_tui.core.ops import CastSource
-from ckpt_tui.core.pickle_writer import PickleWriter
-from ckpt_tui.core.reader_safetensors import TORCH_TO_SAFETENSORS
-from ckpt_tui.core.reader_zip import ZipRecords
-from ckpt_tui.core.stats import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
-from ckpt_tui.core.zipwriter import ZipWriter
+from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.tree import Opaque, Storage, Tensor, is_global_ref, iter_nodes, iter_tensors
+from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
+from ckpt_tui.core.writers.pickle_emitter import PickleWriter
+from ckpt_tui.core.writers.zip_writer import ZipWriter
 
 FULL_VERIFY_BYTES = 512 << 20
 SAMPLE = 4096
@@ -380,7 +380,7 @@ def _same(left: Iterator[Any], right: Iterator[Any]) -> bool:
 
 def verify(path: Path, root: Any, fmt: str, result: WriteResult) -> str:
     """Open the written file again and compare it with what was meant; raise if it differs."""
-    from ckpt_tui.core.reader import open_checkpoint
+    from ckpt_tui.core.reading import open_checkpoint
 
     try:
         written = open_checkpoint(path)

@@ -6,12 +6,12 @@ import gc
 import os
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import Checkpoint, children, has_children
-from ckpt_tui.core.reader_dcp import read_dcp
-from ckpt_tui.core.reader_legacy import read_pickle_file
-from ckpt_tui.core.reader_safetensors import read_safetensors
-from ckpt_tui.core.reader_sharded import read_sharded
-from ckpt_tui.core.reader_zip import read_zip
+from ckpt_tui.core.readers.dcp import read_dcp
+from ckpt_tui.core.readers.legacy import read_pickle_file
+from ckpt_tui.core.readers.safetensors_file import read_safetensors
+from ckpt_tui.core.readers.sharded import read_sharded
+from ckpt_tui.core.readers.torch_zip import read_zip
+from ckpt_tui.core.tree import Checkpoint, children, has_children
 
 INDEX_SUFFIX = ".index.json"
 MAX_DEPTH = 100

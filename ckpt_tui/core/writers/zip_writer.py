@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ckpt_tui.core.ziplayout import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCATOR
+from ckpt_tui.core.readers.zip_archive import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCATOR
 
 ALIGNMENT = 64
 LIMIT = 0xFFFFFFFF

@@ -1,0 +1,1 @@
+"""Per-format readers: each turns one kind of checkpoint into the inert tree, metadata only."""

@@ -1,0 +1,1 @@
+"""Writers: a tree saved as .pth (torch zip) or .safetensors, streamed, atomic and verified."""
