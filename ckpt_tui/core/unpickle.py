@@ -281,10 +281,13 @@ PersistentLoad = Callable[[Any], Any]
 class SafeUnpickler(pickle.Unpickler):
     """Unpickler whose ``find_class`` returns stand-ins and never imports."""
 
-    def __init__(self, file: BinaryIO, persistent_load: PersistentLoad | None) -> None:
+    def __init__(
+        self, file: BinaryIO, persistent_load: PersistentLoad | None, known_classes: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__(file, encoding="latin1")
         self._persistent = persistent_load
         self._opaque: dict[str, type[Opaque]] = {}
+        self._known_classes = known_classes
 
     @property
     def unsafe_names(self) -> set[str]:
@@ -302,7 +305,7 @@ class SafeUnpickler(pickle.Unpickler):
             return known
         cls = self._opaque.get(full)
         if cls is None:
-            safe = full in _SAFE_OPAQUE or full.startswith(_SAFE_OPAQUE_PREFIXES)
+            safe = full in _SAFE_OPAQUE or full in self._known_classes or full.startswith(_SAFE_OPAQUE_PREFIXES)
             cls = self._opaque[full] = opaque_class(full, safe=safe)
         return cls
 
@@ -357,17 +360,24 @@ def heap_limit(pickle_bytes: int) -> Iterator[None]:
 
 
 def load_pickle(
-    data: bytes | BinaryIO, persistent_load: PersistentLoad | None, what: str, unsafe: set[str] | None = None
+    data: bytes | BinaryIO,
+    persistent_load: PersistentLoad | None,
+    what: str,
+    unsafe: set[str] | None = None,
+    *,
+    known_classes: frozenset[str] = frozenset(),
 ) -> Any:
     """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`.
 
     The names of unsafe globals met on the way are added to ``unsafe``, even ones the result does not reach.
+    ``known_classes`` are exact global names this file itself defines as data (a TorchScript archive's
+    own ``__torch__`` classes): they become inert, safe stand-ins.
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
     enabled = gc.isenabled()
     gc.disable()
-    unpickler = SafeUnpickler(stream, persistent_load)
+    unpickler = SafeUnpickler(stream, persistent_load, known_classes)
     try:
         with heap_limit(size):
             return unpickler.load()

@@ -1,0 +1,38 @@
+"""Strings from a file are data: make them safe to print on a terminal.
+
+Every key, value, global name, location tag or metadata string read from a checkpoint goes through
+:func:`printable` before the CLI prints it or the TUI shows it. Control characters (ESC, BEL, C1
+controls that start OSC/CSI sequences), bidirectional overrides and other invisible format
+characters, line separators and lone surrogates are shown escaped (``\\x1b``, ``\\u202e``), so a file
+can neither drive the terminal nor hide text behind them.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_CACHE_LIMIT = 4096
+_safe_cache: dict[str, str] = {}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that could act on a terminal shown as an escape."""
+    if text.isascii() and text.isprintable():
+        return text
+    cached = _safe_cache.get(text)
+    if cached is not None:
+        return cached
+    out = "".join(_escape(char) if unicodedata.category(char) in _UNSAFE_CATEGORIES else char for char in text)
+    if len(_safe_cache) < _CACHE_LIMIT:
+        _safe_cache[text] = out
+    return out
