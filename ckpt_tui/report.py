@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.compare import fold_keys
 from ckpt_tui.core.describe import FORMAT_NAMES, count, size, value_text
+from ckpt_tui.core.findings import Fix
 from ckpt_tui.core.keypath import key_text
 from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.tree import children, has_children
@@ -34,10 +37,20 @@ def render_info(summary: Summary, depth: int = 2) -> str:
         lines.append("  metadata    " + ", ".join(f"{k}={v}" for k, v in list(ckpt.metadata.items())[:6]))
     if summary.findings:
         lines.append("findings")
-        lines += [f"  {'!' if f.severity == 'warning' else '·'} {f.message}" for f in summary.findings]
+        for finding in summary.findings:
+            lines.append(f"  {'!' if finding.severity == 'warning' else '·'} {finding.message}")
+            if finding.fix is not None:
+                lines.append(f"      fix: ckpt-tui convert {_fix_command(ckpt.path, finding.fix)}")
     lines.append("tree")
     lines += _tree_lines(ckpt.root, depth)
     return "\n".join(lines)
+
+
+def _fix_command(path: str, fix: Fix) -> str:
+    """The convert arguments that apply a finding's fix, each quoted for the shell."""
+    stem = os.path.basename(path.rstrip("/")).split(".")[0] or "checkpoint"
+    output = os.path.join(os.path.dirname(path.rstrip("/")), f"{stem}.fixed.pth")
+    return " ".join(shlex.quote(part) for part in (path, "-o", output, fix.option, fix.argument))
 
 
 def _counted(counts: Any, nbytes: Any) -> str:

@@ -12,7 +12,7 @@ from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint
 
-PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor")
+PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses")
 
 
 @dataclass

@@ -22,8 +22,19 @@ from ckpt_tui.core.tree import Opaque, Tensor, is_global_ref, iter_nodes
 
 
 @dataclass(frozen=True)
+class Fix:
+    """The edit that resolves a finding, as its ``convert`` option; each surface words it its own way.
+
+    The CLI prints the option (``--strip-prefix module.``); the browser names its key (``p``).
+    """
+
+    option: str
+    argument: str
+
+
+@dataclass(frozen=True)
 class Finding:
-    """One thing worth telling the user, warnings first."""
+    """One thing worth telling the user, warnings first. ``message`` names no key and no option."""
 
     kind: str
     message: str
@@ -31,6 +42,7 @@ class Finding:
     path: KeyPath | None = None
     prefix: str | None = None
     global_name: str | None = None
+    fix: Fix | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``info --json`` form."""
@@ -41,6 +53,8 @@ class Finding:
             out["prefix"] = self.prefix
         if self.global_name is not None:
             out["global"] = self.global_name
+        if self.fix is not None:
+            out["fix"] = [self.fix.option, self.fix.argument]
         return out
 
 
@@ -115,9 +129,9 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
     listed = ", ".join(f"{n} on {d}" for d, n in sorted(gpu.items()))
     message = (
         f"tensors saved on GPU ({listed}): shown here without one; torch.load on a CPU machine "
-        "needs map_location='cpu'. `m` / --map-location rewrites the tags"
+        "needs map_location='cpu', or the tags rewritten"
     )
-    return [Finding("cuda-tensors", message, "warning")]
+    return [Finding("cuda-tensors", message, "warning", fix=Fix("--map-location", "cpu"))]
 
 
 def _structure_findings(
@@ -136,9 +150,9 @@ def _structure_findings(
         findings.append(
             Finding(
                 "inner-state-dict",
-                f"the model weights are under {to_python(inner)}: `x` / --extract "
-                f"{to_slash(inner)} makes them the root",
+                f"the model weights are under {to_python(inner)}",
                 path=inner,
+                fix=Fix("--extract", to_slash(inner)),
             )
         )
     for path in modules:
@@ -146,8 +160,9 @@ def _structure_findings(
             Finding(
                 "module-pickle",
                 f"a whole pickled nn.Module at {to_python(path) if path else 'the root'}: "
-                "its weights are shown without its class; --extract turns it into a state_dict",
+                "its weights are shown without its class; extracting it gives its state_dict",
                 path=path,
+                fix=Fix("--extract", to_slash(path) if path else "auto"),
             )
         )
     for path, value in state_dicts(root):
@@ -155,11 +170,10 @@ def _structure_findings(
         prefix = common_prefix(k for k, _ in items)
         if prefix:
             where = to_python(path) if path else "the root"
-            message = (
-                f"all {len(items)} keys under {where} start with {prefix!r}: {prefix_origin(prefix)}. `p` strips it"
-            )
+            message = f"all {len(items)} keys under {where} start with {prefix!r}: {prefix_origin(prefix)}"
             severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
-            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix))
+            fix = Fix("--strip-prefix", prefix)
+            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
     findings += [Finding("optimizer", f"optimizer state at {to_python(p)}", path=p) for p in optimizers]
     findings += [Finding("scheduler", f"LR scheduler state at {to_python(p)}", path=p) for p in schedulers]
     return findings

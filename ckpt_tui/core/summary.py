@@ -93,6 +93,8 @@ def summarize(checkpoint: Checkpoint) -> Summary:
     for name in sorted(checkpoint.unsafe_globals - reported):
         message = f"unsafe global {name} in the pickle, outside the tree: NOT executed here; torch.load would run it"
         summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
+    for problem in checkpoint.loader_problems:
+        summary.findings.append(Finding("loader-refuses", problem, "warning"))
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 

@@ -210,6 +210,8 @@ class Checkpoint:
     byteorder: str = "little"
     notes: list[str] = field(default_factory=list)
     unsafe_globals: set[str] = field(default_factory=set)
+    loader_problems: list[str] = field(default_factory=list)
+    """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
 
 
 # ---- walking the tree -------------------------------------------------------------------

@@ -15,7 +15,7 @@ import os
 import pickle
 import reprlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 try:
@@ -282,12 +282,17 @@ class SafeUnpickler(pickle.Unpickler):
     """Unpickler whose ``find_class`` returns stand-ins and never imports."""
 
     def __init__(
-        self, file: BinaryIO, persistent_load: PersistentLoad | None, known_classes: frozenset[str] = frozenset()
+        self,
+        file: BinaryIO,
+        persistent_load: PersistentLoad | None,
+        known_classes: frozenset[str] = frozenset(),
+        extra_globals: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(file, encoding="latin1")
         self._persistent = persistent_load
         self._opaque: dict[str, type[Opaque]] = {}
         self._known_classes = known_classes
+        self._extra_globals = extra_globals or {}
 
     @property
     def unsafe_names(self) -> set[str]:
@@ -301,6 +306,8 @@ class SafeUnpickler(pickle.Unpickler):
             module = _compat_pickle.IMPORT_MAPPING[module]
         full = f"{module}.{name}"
         known = KNOWN_GLOBALS.get(full)
+        if known is None:
+            known = self._extra_globals.get(full)
         if known is not None:
             return known
         cls = self._opaque.get(full)
@@ -366,18 +373,21 @@ def load_pickle(
     unsafe: set[str] | None = None,
     *,
     known_classes: frozenset[str] = frozenset(),
+    extra_globals: Mapping[str, Any] | None = None,
 ) -> Any:
     """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`.
 
     The names of unsafe globals met on the way are added to ``unsafe``, even ones the result does not reach.
     ``known_classes`` are exact global names this file itself defines as data (a TorchScript archive's
-    own ``__torch__`` classes): they become inert, safe stand-ins.
+    own ``__torch__`` classes): they become inert, safe stand-ins. ``extra_globals`` maps further exact names
+    to inert stand-ins for this file's format only (TorchScript's ``build_intlist``...); they never override
+    the common table.
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
     enabled = gc.isenabled()
     gc.disable()
-    unpickler = SafeUnpickler(stream, persistent_load, known_classes)
+    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals)
     try:
         with heap_limit(size):
             return unpickler.load()

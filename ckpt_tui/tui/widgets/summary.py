@@ -11,6 +11,7 @@ from ckpt_tui.core.describe import FORMAT_NAMES, count, size
 from ckpt_tui.core.summary import Summary
 
 MAX_FINDINGS = 3
+FIX_KEYS = {"--strip-prefix": "p strips it", "--extract": "x extracts it", "--map-location": "m maps the devices"}
 
 
 def summary_text(summary: Summary, nan_tensors: int = 0) -> Text:
@@ -33,6 +34,8 @@ def summary_text(summary: Summary, nan_tensors: int = 0) -> Text:
         text.append("\n")
         text.append("! " if warning else "· ", style="bold red" if warning else "dim")
         text.append(finding.message, style="" if warning else "dim")
+        if finding.fix is not None and finding.fix.option in FIX_KEYS:
+            text.append(f" ({FIX_KEYS[finding.fix.option]})", style="dim")
     hidden = len(summary.findings) - len(shown)
     if hidden > 0:
         text.append(f"\n  … {hidden} more findings (ckpt-tui info)", style="dim")
