@@ -6,7 +6,7 @@ import gc
 import os
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.dcp import read_dcp
+from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.safetensors_file import read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
@@ -89,6 +89,9 @@ def detect_format(head: bytes, file_bytes: int, last: bytes = b"") -> str:
 
 
 def _open_file(path: str) -> Checkpoint:
+    folder = dcp_folder_of(path)
+    if folder is not None:  # one file of a DCP folder opens the whole folder
+        return read_dcp(folder)
     file_bytes = os.path.getsize(path)
     if file_bytes == 0:
         raise ReadError(f"{path}: empty file")

@@ -15,6 +15,7 @@ import numpy as np
 
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.tree import Tensor
 
 CHUNK_ELEMENTS = 1 << 21
@@ -118,6 +119,11 @@ class TensorReader:
         self.tensor = tensor
         self.raw_type = numpy_dtype(tensor.dtype, byteorder)
         self.per_element = 2 if tensor.dtype == "complex32" else 1
+        self.assembled = storage.source if isinstance(storage.source, AssembledRecords) else None
+        if self.assembled is not None:  # pieces in several files (distributed checkpoints)
+            if not tensor.is_contiguous() or self.per_element != 1:
+                raise ReadError("only whole, contiguous views of an assembled tensor can be read")
+            return
         data_offset, available = storage.source.locate(storage)
         self.path = storage.source.path
         self.start = data_offset + tensor.offset * itemsize(tensor.dtype)
@@ -133,6 +139,11 @@ class TensorReader:
         """
         tensor = self.tensor
         if tensor.numel == 0:
+            return
+        if self.assembled is not None:
+            assert tensor.storage is not None
+            end = tensor.offset + tensor.numel
+            yield from self.assembled.elements(tensor.storage, tensor.offset, end, chunk, self.raw_type)
             return
         with open(self.path, "rb") as file:
             if tensor.is_contiguous():
