@@ -7,6 +7,8 @@ import os
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
+from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
+from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.safetensors_file import read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
@@ -60,6 +62,9 @@ def _open(path: str) -> Checkpoint:
 def _open_directory(path: str) -> Checkpoint:
     if os.path.isfile(os.path.join(path, ".metadata")):
         return read_dcp(path)
+    zero = deepspeed_folder(path)
+    if zero is not None:
+        return read_deepspeed(zero, _open_plain_file)
     indexes = sorted(n for n in os.listdir(path) if n.endswith(INDEX_SUFFIX))
     if len(indexes) == 1:
         return read_sharded(os.path.join(path, indexes[0]), _open_file)
@@ -92,6 +97,14 @@ def _open_file(path: str) -> Checkpoint:
     folder = dcp_folder_of(path)
     if folder is not None:  # one file of a DCP folder opens the whole folder
         return read_dcp(folder)
+    zero = deepspeed_folder(path)
+    if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
+        return read_deepspeed(zero, _open_plain_file)
+    return _open_plain_file(path)
+
+
+def _open_plain_file(path: str) -> Checkpoint:
+    """One file on its own, by its content."""
     file_bytes = os.path.getsize(path)
     if file_bytes == 0:
         raise ReadError(f"{path}: empty file")
@@ -101,7 +114,7 @@ def _open_file(path: str) -> Checkpoint:
         last = file.read(1)
     kind = detect_format(head, file_bytes, last)
     if kind == "zip":
-        return read_zip(path, file_bytes)
+        return read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
     if kind == "pickle":
         return read_pickle_file(path, file_bytes)
     if kind == "safetensors":

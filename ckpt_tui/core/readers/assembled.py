@@ -108,7 +108,7 @@ class AssembledRecords:
         with self._lock:
             pieces = [(p, p.tensor()) for p in layout.pieces]
         for piece, stored in pieces:
-            if stored.dtype != storage.dtype:
+            if stored.dtype != storage.dtype and (stored.dtype, storage.dtype) not in WIDENINGS:
                 raise ReadError(f"{piece.where}: stored as {stored.dtype}, the tensor is {storage.dtype}")
             _check_extent(piece, stored)
         for start, offsets, sizes in _slabs(layout.grid, chunk):
@@ -181,11 +181,24 @@ def _fill(
             continue
         block = _read_box(stored, tuple(lo - p for lo, p in zip(low, piece.offsets, strict=True)), high, low)
         target = tuple(slice(lo - o, hi - o) for lo, hi, o in zip(low, high, offsets, strict=True))
-        out[target] = block.view(raw_type).reshape(tuple(h - lo for lo, h in zip(low, high, strict=True)))
+        shape = tuple(h - lo for lo, h in zip(low, high, strict=True))
+        out[target] = _widen(block, stored.dtype, raw_type).reshape(shape)
         hits[target] += 1
     if not np.all(hits == 1):
         raise ReadError(f"{name}: its pieces overlap or leave a gap (box {box_text(offsets, sizes)})")
     return out
+
+
+WIDENINGS = {("bfloat16", "float32"), ("float16", "float32")}
+"""Exact conversions a piece may need (DeepSpeed's zero_to_fp32 turns bf16/fp16 buffers into fp32)."""
+
+
+def _widen(block: np.ndarray, stored: str, raw_type: np.dtype) -> np.ndarray:
+    if stored not in ("bfloat16", "float16") or raw_type.itemsize != 4:
+        return block.view(raw_type)
+    if stored == "bfloat16":
+        return (block.view("<u2").astype("<u4") << 16).view(raw_type)
+    return block.view("<f2").astype("<f4").view(raw_type)
 
 
 def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low: tuple[int, ...]) -> np.ndarray:

@@ -63,7 +63,20 @@ DTENSOR_CLASSES = frozenset(
     }
 )
 
-DISTRIBUTED_CLASSES = DCP_CLASSES | SHARDED_TENSOR_CLASSES | DTENSOR_CLASSES
+DEEPSPEED_CLASSES = frozenset(
+    {
+        # deepspeed 0.19 runtime/zero/config.py: ZeroStageEnum(int, Enum), rebuilt as ZeroStageEnum(2)
+        "deepspeed.runtime.zero.config.ZeroStageEnum",
+        # utils/tensor_fragment.py: @dataclass fragment_address(numel, start)
+        "deepspeed.utils.tensor_fragment.fragment_address",
+        # runtime/fp16/loss_scaler.py: plain classes (cur_scale, dynamic, ...); no __setstate__ anywhere up
+        # their bases (LossScalerBase, DeepSpeedConfigObject): BUILD only fills __dict__
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    }
+)
+
+DISTRIBUTED_CLASSES = DCP_CLASSES | SHARDED_TENSOR_CLASSES | DTENSOR_CLASSES | DEEPSPEED_CLASSES
 
 PROCESS_GROUP_STATE = "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState"
 SHARDED_TENSOR = "torch.distributed._shard.sharded_tensor.api.ShardedTensor"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.dtypes import DTYPES
@@ -64,8 +65,17 @@ def _data_pkl_name(names: list[str], path: str) -> str:
     return min(candidates, key=lambda n: n.count("/"))
 
 
-def read_zip(path: str, file_bytes: int) -> Checkpoint:
-    """Read a torch zip checkpoint or TorchScript archive without touching tensor data."""
+def read_zip(
+    path: str,
+    file_bytes: int,
+    known_classes: frozenset[str] = frozenset(),
+    extra_globals: Mapping[str, Any] | None = None,
+) -> Checkpoint:
+    """Read a torch zip checkpoint or TorchScript archive without touching tensor data.
+
+    ``known_classes`` and ``extra_globals`` are passed to the safe unpickler for data.pkl (formats that
+    torch.save writes inside a zip, such as distributed state_dicts).
+    """
     try:
         with open(path, "rb") as file:
             entries = read_central_directory(file, file_bytes)
@@ -87,7 +97,11 @@ def read_zip(path: str, file_bytes: int) -> Checkpoint:
     unsafe: set[str] = set()
     for folder, data in pickles.items():
         records = ZipRecords(path, entries, f"{prefix}{folder}/", file_bytes)
-        loaded[folder] = _load(data, records, f"{path}: {prefix}{folder}.pkl", unsafe)
+        what = f"{path}: {prefix}{folder}.pkl"
+        if folder == "data":
+            loaded[folder] = _load(data, records, what, unsafe, known_classes, extra_globals)
+        else:
+            loaded[folder] = _load(data, records, what, unsafe)
     if not torchscript:
         return Checkpoint(path, "zip", loaded["data"], file_bytes, byteorder=byteorder, unsafe_globals=unsafe)
     root: Any = loaded["data"]
@@ -97,7 +111,14 @@ def read_zip(path: str, file_bytes: int) -> Checkpoint:
     return Checkpoint(path, "torchscript", root, file_bytes, byteorder=byteorder, notes=[note], unsafe_globals=unsafe)
 
 
-def _load(data: bytes, records: ZipRecords, what: str, unsafe: set[str]) -> Any:
+def _load(
+    data: bytes,
+    records: ZipRecords,
+    what: str,
+    unsafe: set[str],
+    known_classes: frozenset[str] = frozenset(),
+    extra_globals: Mapping[str, Any] | None = None,
+) -> Any:
     cache: dict[str, Storage] = {}
     entries, folder = records.entries, records.folder
 
@@ -110,4 +131,11 @@ def _load(data: bytes, records: ZipRecords, what: str, unsafe: set[str]) -> Any:
             )
         return Storage(key, dtype, location, numel, records, type_name)
 
-    return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe)
+    return load_pickle(
+        data,
+        lambda pid: storage_from_pid(pid, make, cache),
+        what,
+        unsafe,
+        known_classes=known_classes,
+        extra_globals=extra_globals,
+    )
