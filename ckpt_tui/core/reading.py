@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable, Sequence
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
 from ckpt_tui.core.readers.legacy import read_pickle_file
+from ckpt_tui.core.readers.rank_set import merge_ranks, with_ranks
 from ckpt_tui.core.readers.safetensors_file import read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.torch_zip import read_zip
@@ -19,11 +21,29 @@ INDEX_SUFFIX = ".index.json"
 MAX_DEPTH = 100
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Read a checkpoint's tree without running its pickle or reading tensor data."""
-    text = os.fspath(path)
+PathArg = str | os.PathLike[str]
+
+
+def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
+    """Read a checkpoint's tree without running its pickle or reading tensor data.
+
+    Several paths open together as one checkpoint: per-rank files (FSDP/DTensor shards assembled,
+    DDP copies side by side).
+    """
+    if isinstance(path, (list, tuple)):
+        paths = [os.fspath(p) for p in path]
+        if not paths:
+            raise ReadError("no checkpoint given")
+        if len(paths) > 1:
+            return _guarded(" ".join(paths), lambda: merge_ranks(paths, [_open_member(p) for p in paths]))
+        path = paths[0]
+    text = os.fspath(path)  # type: ignore[arg-type]
+    return _guarded(text, lambda: _open(text))
+
+
+def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     try:
-        checkpoint = _open(text)
+        checkpoint = read()
     except ReadError:
         raise
     except PermissionError:
@@ -100,7 +120,7 @@ def _open_file(path: str) -> Checkpoint:
     zero = deepspeed_folder(path)
     if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
         return read_deepspeed(zero, _open_plain_file)
-    return _open_plain_file(path)
+    return with_ranks(path, _open_plain_file(path), _open_plain_file)
 
 
 def _open_plain_file(path: str) -> Checkpoint:
@@ -134,3 +154,10 @@ def _looks_like_text(head: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _open_member(path: str) -> Checkpoint:
+    """One of several files named together: read as it is (folders as folders)."""
+    if os.path.isfile(path) and dcp_folder_of(path) is None and deepspeed_folder(path) is None:
+        return _open_plain_file(path)
+    return _open(path)
