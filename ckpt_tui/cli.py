@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
     convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast floating-point tensors")
     convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    convert.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="write Hugging Face safetensors shards of at most SIZE (5GB, 500MB) and their index into the folder -o",
+    )
     convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
     convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
@@ -238,6 +243,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
         return 2
+    if args.max_shard_size and not args.dry_run:
+        from ckpt_tui.core.writers.hf_shards import convert_to_shards
+
+        if args.format == "pth":
+            print("ckpt-tui: --max-shard-size writes safetensors shards", file=sys.stderr)
+            return 2
+        changes, written = convert_to_shards(args.file, options, args.output, args.max_shard_size)
+        for change in changes:
+            print("\n".join(change.lines()))
+        print(written.line())
+        return 0
     outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
     for change in outcome.changes:
         print("\n".join(change.lines()))
