@@ -23,9 +23,9 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+import torch.multiprocessing as mp
+from torch import nn
 
 WORLD = 2
 CASES = {  # name: (zero stage, bf16)

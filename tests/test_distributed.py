@@ -276,7 +276,8 @@ def test_getattr_on_a_known_class_is_refused_unless_it_names_process_group_state
     from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
     from ckpt_tui.core.unpickle import load_pickle
 
-    data = b"\x80\x02c__builtin__\ngetattr\nctorch.distributed._shard.sharded_tensor.api\nShardedTensor\nX\x06\x00\x00\x00systemq\x00\x86R."
+    owner = b"ctorch.distributed._shard.sharded_tensor.api\nShardedTensor\n"
+    data = b"\x80\x02c__builtin__\ngetattr\n" + owner + b"X\x06\x00\x00\x00systemq\x00\x86R."
     with pytest.raises(ReadError):
         load_pickle(data, None, "test", known_classes=DISTRIBUTED_CLASSES, extra_globals=DISTRIBUTED_GLOBALS)
 

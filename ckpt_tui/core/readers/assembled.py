@@ -66,7 +66,9 @@ def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
             raise ReadError(f"{name}: a piece has {len(piece.offsets)} dimensions, the tensor {len(grid)}")
         for start, size, total in zip(piece.offsets, piece.sizes, grid, strict=True):
             if type(start) is not int or type(size) is not int or start < 0 or size < 0 or start + size > total:
-                raise ReadError(f"{name}: piece at {list(piece.offsets)} size {list(piece.sizes)} is outside {list(grid)}")
+                raise ReadError(
+                    f"{name}: piece at {list(piece.offsets)} size {list(piece.sizes)} is outside {list(grid)}"
+                )
     covered = sum(p.numel for p in pieces)
     if covered != math.prod(grid):
         raise ReadError(f"{name}: its pieces hold {covered} elements, the tensor has {math.prod(grid)}")
@@ -91,7 +93,9 @@ class AssembledRecords:
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Assembled storages have no single place in one file."""
-        raise ReadError(f"{storage.key}: assembled from {len(self.layouts[storage.key].pieces)} pieces in several files")
+        raise ReadError(
+            f"{storage.key}: assembled from {len(self.layouts[storage.key].pieces)} pieces in several files"
+        )
 
     def placement(self, storage: Storage) -> list[str]:
         """Where each piece lives, one line each (``rows 0:5 in __0_0.distcp``)."""
@@ -100,9 +104,7 @@ class AssembledRecords:
             return []
         return [f"{box_text(p.offsets, p.sizes)} in {p.where}" for p in layout.pieces]
 
-    def elements(
-        self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype
-    ) -> Iterator[np.ndarray]:
+    def elements(self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
         """Raw elements ``begin:end`` of the logical storage in row-major order, a bounded slab at a time."""
         layout = self.layouts[storage.key]
         with self._lock:
@@ -117,7 +119,6 @@ class AssembledRecords:
                 continue
             slab = _fill(offsets, sizes, pieces, raw_type, storage.key).reshape(-1)
             yield slab[max(begin, start) - start : min(end, stop) - start]
-
 
     def read_bytes(self, storage: Storage, start: int, count: int) -> bytes:
         """``count`` raw bytes of the logical storage from byte ``start`` (both whole elements)."""
@@ -174,9 +175,7 @@ def _fill(
     hits = np.zeros(sizes, dtype=np.uint8)
     for piece, stored in pieces:
         low = tuple(max(a, b) for a, b in zip(offsets, piece.offsets, strict=True))
-        high = tuple(
-            min(a + n, b + m) for a, n, b, m in zip(offsets, sizes, piece.offsets, piece.sizes, strict=True)
-        )
+        high = tuple(min(a + n, b + m) for a, n, b, m in zip(offsets, sizes, piece.offsets, piece.sizes, strict=True))
         if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
             continue
         block = _read_box(stored, tuple(lo - p for lo, p in zip(low, piece.offsets, strict=True)), high, low)

@@ -9,6 +9,7 @@ from the chunks on demand, non-tensor items with the safe unpickler. Nothing is 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from typing import Any
@@ -161,7 +162,7 @@ def _key_path(path: Any, fqn: str, what: str) -> tuple[str | int, ...]:
 def set_element(root: dict[Any, Any], path: tuple[str | int, ...], value: Any, what: str) -> None:
     """Put ``value`` at ``path``, making dicts for names and lists for indices, as DCP's set_element does."""
     node: Any = root
-    for key, following in zip(path, path[1:], strict=False):
+    for key, following in itertools.pairwise(path):
         fresh: Any = {} if type(following) is str else []
         if isinstance(node, dict):
             node = node.setdefault(key, fresh)

@@ -41,7 +41,12 @@ def deepspeed_folder(path: str) -> str | None:
         if os.path.isfile(latest) and os.path.getsize(latest) < 4096:
             with open(latest, encoding="utf-8", errors="replace") as file:
                 tag = file.read().strip()
-            if tag and os.path.basename(tag) == tag and tag not in (".", "..") and os.path.isdir(os.path.join(path, tag)):
+            if (
+                tag
+                and os.path.basename(tag) == tag
+                and tag not in (".", "..")
+                and os.path.isdir(os.path.join(path, tag))
+            ):
                 folder = os.path.join(path, tag)
     elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
         return None
@@ -106,9 +111,13 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
         raise ReadError(f"{optim_names[0]}: not a ZeRO checkpoint (no zero_stage)")
     stage = _int(first["zero_stage"], f"{optim_names[0]}: zero_stage")
     counts = first.get("partition_count")
-    world = max(_int(c, "partition_count") for c in counts) if isinstance(counts, list) else _int(counts, "partition_count")
+    world = (
+        max(_int(c, "partition_count") for c in counts) if isinstance(counts, list) else _int(counts, "partition_count")
+    )
     if world != len(optims):
-        raise ReadError(f"{folder}: expected {world} *_optim_states.pt files, found {len(optims)} (a rank did not save?)")
+        raise ReadError(
+            f"{folder}: expected {world} *_optim_states.pt files, found {len(optims)} (a rank did not save?)"
+        )
     key = "single_partition_of_fp32_groups" if stage <= 2 else "fp32_flat_groups"
     if stage > 3:
         raise ReadError(f"{folder}: unknown ZeRO stage {stage}")
@@ -160,12 +169,16 @@ def _fp32_weights(
     frozen = model.get("frozen_param_shapes")
     if isinstance(frozen, dict) and frozen:
         for name, shape in frozen.items():
-            fragments = [_dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states]
+            fragments = [
+                _dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states
+            ]
             if stage <= 2:
                 fragment = fragments[0]
                 if not isinstance(fragment, Tensor):
                     raise ReadError(f"frozen parameter {name!r} has no fragment")
-                weights[name] = _whole(name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source)
+                weights[name] = _whole(
+                    name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source
+                )
             else:
                 weights[name] = _frozen_zero3(name, _shape(shape, name), fragments, world, source)
     shapes = model.get("param_shapes")
@@ -176,7 +189,7 @@ def _fp32_weights(
     else:
         _zero3(weights, shapes, groups, world, source)
     shared = model.get("shared_params")
-    for alias, target in (shared.items() if isinstance(shared, dict) else ()):
+    for alias, target in shared.items() if isinstance(shared, dict) else ():
         if isinstance(alias, str) and target in weights:
             weights[alias] = weights[target]
     return weights
@@ -220,7 +233,10 @@ def _zero2(
     if paddings is not None and not (
         isinstance(paddings, list)
         and len(paddings) == len(shapes)
-        and all(isinstance(g, list) and len(g) == len(s) and all(type(n) is int and n >= 0 for n in g) for g, s in zip(paddings, shapes, strict=True))
+        and all(
+            isinstance(g, list) and len(g) == len(s) and all(type(n) is int and n >= 0 for n in g)
+            for g, s in zip(paddings, shapes, strict=True)
+        )
     ):
         raise ReadError("param_alignment_paddings do not match the parameter groups")
     for index, group_shapes in enumerate(shapes):

@@ -88,9 +88,9 @@ def nested_class(owner: Any, name: Any) -> Any:
 
     Any other attribute is refused: the real unpickler would resolve it to whatever object it names.
     """
-    if isinstance(owner, type) and issubclass(owner, Opaque) and owner.global_name == SHARDED_TENSOR:
-        if name == "ProcessGroupState":
-            return _PROCESS_GROUP_STATE
+    known = isinstance(owner, type) and issubclass(owner, Opaque) and owner.global_name == SHARDED_TENSOR
+    if known and name == "ProcessGroupState":
+        return _PROCESS_GROUP_STATE
     owner_name = getattr(owner, "global_name", type(owner).__name__)
     raise ValueError(f"getattr({owner_name}, {name!r}) names an arbitrary object: refused")
 

@@ -115,6 +115,4 @@ def read_embedded(
             raise ReadError(f"{what}: storage {key} declares more bytes than its record holds")
         return Storage(key, dtype, location, numel, records, type_name)
 
-    return load_pickle(
-        data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe, known_classes=known_classes
-    )
+    return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe, known_classes=known_classes)

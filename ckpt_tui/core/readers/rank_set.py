@@ -151,7 +151,9 @@ def _dtensor(value: Opaque, shape: tuple[int, ...], dtype: str, grad: bool, wher
         low[dim], high[dim] = start, min(start + step, high[dim])
     box = tuple(h - lo for lo, h in zip(low, high, strict=True))
     if box != local.shape:
-        raise ReadError(f"{where}: DTensor local shape {list(local.shape)} is not its chunk {list(box)} (uneven sharding)")
+        raise ReadError(
+            f"{where}: DTensor local shape {list(local.shape)} is not its chunk {list(box)} (uneven sharding)"
+        )
     world = math.prod(sizes)
     return Sharded("DTensor", shape, dtype, grad, [LocalShard(tuple(low), box, local, where)], world)
 
@@ -237,25 +239,34 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
         names = [os.path.basename(p) for p in paths]
         labels = names if len(set(names)) == len(names) else paths
         root = {label: c.root for label, c in zip(labels, checkpoints, strict=True)}
-        note = f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
+        note = (
+            f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
+        )
         return Checkpoint(paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe)
     keys = set(found[0])
-    for path, each in zip(paths, found, strict=True):
+    for file, each in zip(paths, found, strict=True):
         if set(each) != keys:
-            raise ReadError(f"{path}: holds other sharded keys than {paths[0]} (not ranks of one checkpoint)")
+            raise ReadError(f"{file}: holds other sharded keys than {paths[0]} (not ranks of one checkpoint)")
     source = AssembledRecords(paths[0])
     merged: dict[Path, Tensor] = {}
-    for path in found[0]:
-        merged[path] = _assemble(_text(path), [each[path] for each in found], source)
+    for where in found[0]:
+        merged[where] = _assemble(_text(where), [each[where] for each in found], source)
     root = _map(checkpoints[0].root, lambda value, path: merged.get(path, value))
     kinds = sorted({s.kind for s in found[0].values()})
-    notes = [f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; other values from {os.path.basename(paths[0])}"]
+    notes = [
+        f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; "
+        f"other values from {os.path.basename(paths[0])}"
+    ]
     if any(str(path[-1]).endswith("_flat_param") for path in merged if path):
         notes.append(
             "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
     return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe)
+
+
+def _stored(tensor: Tensor) -> Callable[[], Tensor]:
+    return lambda: tensor
 
 
 def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Tensor:
@@ -268,10 +279,9 @@ def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Ten
     for sharded in ranks:
         for shard in sharded.shards:
             box = (shard.offsets, shard.sizes)
-            if box not in pieces and math.prod(shard.sizes):  # replicated copies: the first one
-                stored = shard.tensor
+            if box not in pieces and 0 not in shard.sizes:  # replicated copies: the first one
                 label = f"{os.path.basename(shard.where)} {box_text(*box)}"
-                pieces[box] = Piece(shard.offsets, shard.sizes, label, lambda stored=stored: stored)
+                pieces[box] = Piece(shard.offsets, shard.sizes, label, _stored(shard.tensor))
     name = where
     storage = Storage(name, first.dtype, "cpu", math.prod(first.shape), source)
     source.add(name, first.shape, list(pieces.values()))

@@ -98,7 +98,9 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
     names = [SINGLE_NAME] if count == 1 else [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     try:
-        results = [save({k: root[k] for k in keys}, temp / name, "safetensors") for keys, name in zip(plan, names, strict=True)]
+        results = [
+            save({k: root[k] for k in keys}, temp / name, "safetensors") for keys, name in zip(plan, names, strict=True)
+        ]
         total = sum(_unique_bytes(root, keys) for keys in plan)
         if count > 1:
             weight_map = {  # tied copies are recorded in their shard's __metadata__, not stored twice
@@ -134,7 +136,9 @@ def _umask() -> int:
     return mask
 
 
-def convert_to_shards(path: str | list[str], options: Any, output: str, max_size: str) -> tuple[list[Any], ShardedResult]:
+def convert_to_shards(
+    path: str | list[str], options: Any, output: str, max_size: str
+) -> tuple[list[Any], ShardedResult]:
     """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards."""
     from ckpt_tui.core.convert import apply_options
     from ckpt_tui.core.reading import open_checkpoint
