@@ -161,18 +161,30 @@ def _dtensor(value: Opaque, shape: tuple[int, ...], dtype: str, grad: bool, wher
 Path = tuple[Any, ...]
 
 
-def _map(value: Any, replace: Callable[[Any, Path], Any], path: Path = ()) -> Any:
-    """A copy of the dict and list containers of ``value`` with ``replace`` applied to every other value."""
+def _map(value: Any, replace: Callable[[Any, Path], Any], path: Path = (), memo: dict[int, Any] | None = None) -> Any:
+    """A copy of the dict and list containers of ``value`` with ``replace`` applied to every other value.
+
+    Each container is visited once (a container reached by several paths is copied once, at its first
+    path), so shared containers cost their size, not their number of paths.
+    """
+    memo = {} if memo is None else memo
     if len(path) > MAX_DEPTH:
         raise ReadError("a rank file nested too deeply")
+    if not isinstance(value, (dict, list)):
+        return replace(value, path)
+    done = memo.get(id(value))
+    if done is not None:
+        return done
     if isinstance(value, dict):
-        out = type(value)()
+        out: Any = type(value)()
+        memo[id(value)] = out
         for key, item in value.items():
-            out[key] = _map(item, replace, (*path, key))
+            out[key] = _map(item, replace, (*path, key), memo)
         return out
-    if isinstance(value, list):
-        return [_map(item, replace, (*path, i)) for i, item in enumerate(value)]
-    return replace(value, path)
+    copied: list[Any] = []
+    memo[id(value)] = copied
+    copied.extend(_map(item, replace, (*path, i), memo) for i, item in enumerate(value))
+    return copied
 
 
 def _text(path: Path) -> str:
