@@ -87,10 +87,15 @@ def build(folder: Path, size_mb: int) -> tuple[Path, Path]:
     layers = max(1, size_mb * 1_000_000 // (4 * width * (width + 1)))
     dcp, zero = folder / "dcp_fsdp2", folder / "zero2"
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    if not dcp.exists():
-        subprocess.run([sys.executable, "-c", BUILD_DCP, str(dcp), str(width), str(layers), "29611"], check=True)
-    if not zero.exists() and DS_PYTHON.exists():
-        subprocess.run([str(DS_PYTHON), "-c", BUILD_ZERO, str(zero), str(width), str(layers), "29612"], env=env, check=True)
+    for target, code, python, port in (
+        (dcp, BUILD_DCP, sys.executable, "29611"),
+        (zero, BUILD_ZERO, DS_PYTHON, "29612"),
+    ):
+        if target.exists() or not Path(python).exists():
+            continue
+        script = folder / f"build_{target.name}.py"  # spawned ranks import their function from a file
+        script.write_text(code)
+        subprocess.run([str(python), str(script), str(target), str(width), str(layers), port], env=env, check=True)
     return dcp, zero
 
 
@@ -121,11 +126,14 @@ def main() -> None:
         ours = [sys.executable, "-m", "ckpt_tui", "convert", str(source), *edits, "-o", str(out / "m.safetensors")]
         mine, mine_rss = measure(ours, env)
         if framework.startswith("dcp"):
-            code = "import sys; from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; f(*sys.argv[1:])"
+            code = "import sys; from torch.distributed.checkpoint.format_utils import dcp_to_torch_save as f; "
+            code += "f(*sys.argv[1:])"
             theirs = [sys.executable, "-c", code, str(source), str(out / "theirs.pt")]
             reference, reference_rss = measure(theirs, env)
         else:
-            code = "import sys; from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict as f; "
+            code = (
+                "import sys; from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict as f; "
+            )
             code += "f(sys.argv[1], sys.argv[2], max_shard_size=None)"
             theirs = [str(DS_PYTHON), "-c", code, str(source), str(out / "theirs")]
             reference, reference_rss = measure(theirs, {**env, "DS_ACCELERATOR": "cpu"})
@@ -135,7 +143,6 @@ def main() -> None:
         print(row(framework, reference, reference_rss, copy))
         print(f"  ckpt-tui / {framework}: {mine / reference:.2f}x time, {mine_rss / reference_rss:.2f}x memory")
         shutil.rmtree(out, ignore_errors=True)
-
 
 
 if __name__ == "__main__":
