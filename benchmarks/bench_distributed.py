@@ -112,7 +112,7 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     dcp, zero = build(folder, args.size_mb)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cases = [(dcp, [], "dcp_to_torch_save")]
+    cases = [(dcp, ["--extract", "model"], "dcp_to_torch_save")]
     if zero.exists():
         cases.append((zero, ["--extract", "fp32_weights"], "DeepSpeed zero_to_fp32"))
     for source, edits, framework in cases:

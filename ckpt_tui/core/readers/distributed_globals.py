@@ -81,18 +81,19 @@ DISTRIBUTED_CLASSES = DCP_CLASSES | SHARDED_TENSOR_CLASSES | DTENSOR_CLASSES | D
 PROCESS_GROUP_STATE = "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState"
 SHARDED_TENSOR = "torch.distributed._shard.sharded_tensor.api.ShardedTensor"
 _PROCESS_GROUP_STATE = opaque_class(PROCESS_GROUP_STATE, safe=True)
+_GETATTR = opaque_class("builtins.getattr")
 
 
 def nested_class(owner: Any, name: Any) -> Any:
     """``builtins.getattr`` as ShardedTensor pickles use it: only ``ShardedTensor.ProcessGroupState``.
 
-    Any other attribute is refused: the real unpickler would resolve it to whatever object it names.
+    Any other use is recorded as an unsafe ``builtins.getattr`` call (reported, never run): the real
+    unpickler would resolve it to whatever object it names.
     """
     known = isinstance(owner, type) and issubclass(owner, Opaque) and owner.global_name == SHARDED_TENSOR
     if known and name == "ProcessGroupState":
         return _PROCESS_GROUP_STATE
-    owner_name = getattr(owner, "global_name", type(owner).__name__)
-    raise ValueError(f"getattr({owner_name}, {name!r}) names an arbitrary object: refused")
+    return _GETATTR(owner, name)
 
 
 DISTRIBUTED_GLOBALS: dict[str, Any] = {"builtins.getattr": nested_class}
