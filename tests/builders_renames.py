@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from torch import nn
 
-
 # ---- renamed modules ----------------------------------------------------------------------
 
 
@@ -126,7 +125,8 @@ class StemNet(nn.Module):
 
     def __init__(self, widths: tuple[int, ...] = (4, 8, 16)) -> None:
         super().__init__()
-        self.stem = nn.Sequential(OrderedDict(conv=nn.Conv2d(3, widths[0], 7, bias=False), bn=nn.BatchNorm2d(widths[0])))
+        stem = OrderedDict(conv=nn.Conv2d(3, widths[0], 7, bias=False), bn=nn.BatchNorm2d(widths[0]))
+        self.stem = nn.Sequential(stem)
         stages = []
         cin = widths[0]
         for width in widths:
