@@ -179,11 +179,13 @@ class CompareReport:
     alternatives: list[Suggestion] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Layouts recognised (wrappers, PEFT, EMA, tied heads), in words."""
+    whole_module: bool = False
+    """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
 
     @property
     def ok(self) -> bool:
-        """All keys present and every shape right (dtypes cast on load, so they only warn)."""
-        return not self.missing and not self.unexpected and not self.shape_mismatches
+        """A state_dict with all keys present and every shape right (dtypes cast on load, so they only warn)."""
+        return not self.whole_module and not self.missing and not self.unexpected and not self.shape_mismatches
 
     def to_json(self, path: str | None = None) -> dict[str, Any]:
         """JSON form (suggested commands included when the file's path is given)."""
@@ -200,6 +202,7 @@ class CompareReport:
             "missing_folded": fold_keys(self.missing),
             "unexpected_folded": fold_keys(self.unexpected),
             "notes": self.notes,
+            "whole_module": self.whole_module,
         }
         if self.suggestion is not None:
             out["suggestion"] = self.suggestion.to_json(path)
@@ -341,13 +344,19 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
     if items is None:
         raise EditError("the compared value is not a dict or module")
     report = _compare_items(items, reference)
+    if isinstance(value, Opaque) and value.is_module:
+        report.whole_module = True
+        report.notes.append(
+            "a whole pickled nn.Module: its state_dict is compared, but load_state_dict takes a state_dict, "
+            "not the module; extracting it gives one"
+        )
     if suggest and not report.ok:
         found, notes = suggest_fixes(value, reference, report)
         for suggestion in found:
             suggestion.at = at
         if found:
             report.suggestion, report.alternatives = found[0], found[1:]
-        report.notes = notes
+        report.notes += notes
     report.notes += _tied_notes(report, items, reference)
     return report
 
@@ -502,7 +511,7 @@ def _score(suggestion: Suggestion) -> tuple[Any, ...]:
 
 
 def _helps(suggestion: Suggestion, baseline: CompareReport) -> bool:
-    if suggestion.full or suggestion.matched > baseline.matched:
+    if suggestion.full or suggestion.matched > baseline.matched or baseline.whole_module:
         return True
     head_only = not baseline.missing and not baseline.unexpected and baseline.shape_mismatches
     return bool(head_only) and suggestion.shape_mismatches == 0
@@ -601,11 +610,12 @@ def _best_prefix_chain(variant: _Variant, reference: Reference, ref_set: set[str
     keys = [k for k, _ in variant.items]
     if not keys:
         return None
-    strips, adds = _prefix_candidates(keys, reference)
-    strip_options: list[str | None] = [None, *strips] if variant.strips is None else list(variant.strips)
-    wrapper = layouts.wrapper_prefix(keys, lightning=True)
-    if variant.strips is None and wrapper and wrapper not in strip_options:
-        strip_options.append(wrapper)
+    strip_options: list[str | None] = list(variant.strips or [])
+    if variant.strips is None:
+        strip_options = [None, *_strip_candidates(keys, ref_set)]
+        wrapper = layouts.wrapper_prefix(keys, lightning=True)
+        if wrapper and wrapper not in strip_options:
+            strip_options.append(wrapper)
 
     def matched(chain: _Chain) -> int:
         return len({new for _, new, _ in chain.renamed()} & ref_set)
@@ -614,18 +624,18 @@ def _best_prefix_chain(variant: _Variant, reference: Reference, ref_set: set[str
         ((matched(_Chain(variant, s, variant.rules, None)), index, s) for index, s in enumerate(strip_options)),
         key=lambda entry: (-entry[0], entry[1]),
     )
-    best: tuple[int, int, _Chain] | None = None
-    for count, _, strip in scored[:3]:
-        chain = _Chain(variant, strip, variant.rules, None)
-        if best is None or count > best[0]:
-            best = (count, 0, chain)
+    best = (scored[0][0], _Chain(variant, scored[0][2], variant.rules, None))
+    if best[0] == len(ref_set):
+        return best[1]
+    ref_prefix = common_prefix(reference)
+    for _, _, strip in scored[:3]:
         stripped = [k[len(strip) :] if strip and k.startswith(strip) else k for k in keys]
-        for add in _prefix_candidates(stripped, reference)[1] or adds:
+        for add in _add_candidates(stripped, reference, ref_prefix):
             trial = _Chain(variant, strip, variant.rules, add)
-            trial_count = matched(trial)
-            if trial_count > best[0]:
-                best = (trial_count, 1, trial)
-    return best[2] if best else None
+            count = matched(trial)
+            if count > best[0]:
+                best = (count, trial)
+    return best[1]
 
 
 def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_Chain]:
@@ -672,30 +682,32 @@ def _signature(value: Any) -> tuple[int, ...] | None:
     return value.shape if isinstance(value, Tensor) else None
 
 
-def _prefix_candidates(keys: list[str], reference: Reference) -> tuple[list[str], list[str]]:
-    """Prefixes worth stripping from the checkpoint and adding to it, found by aligning the key sets."""
-    ref_keys = list(reference)
+def _strip_candidates(keys: list[str], ref_set: set[str]) -> list[str]:
+    """Prefixes worth stripping: the keys' common prefix, and any whose removal turns keys into reference keys."""
     strip: Counter[str] = Counter()
-    add: Counter[str] = Counter()
     detected = common_prefix(keys)
     if detected:
         strip[detected] += len(keys)
-    ref_prefix = common_prefix(ref_keys)
-    if ref_prefix:
-        add[ref_prefix] += len(ref_keys)
-    ref_set = set(ref_keys)
-    key_set = set(keys)
     for key in keys[:2000]:
         parts = key.split(".")
         for cut in range(1, min(4, len(parts))):
             if ".".join(parts[cut:]) in ref_set:
                 strip[".".join(parts[:cut]) + "."] += 1
-    for ref in ref_keys[:2000]:
+    return [p for p, _ in strip.most_common(MAX_CANDIDATES)]
+
+
+def _add_candidates(keys: list[str], reference: Reference, ref_prefix: str | None) -> list[str]:
+    """Prefixes worth adding: the reference's common prefix, and any that turns keys into reference keys."""
+    add: Counter[str] = Counter()
+    if ref_prefix:
+        add[ref_prefix] += len(reference)
+    key_set = set(keys)
+    for ref in list(reference)[:2000]:
         parts = ref.split(".")
         for cut in range(1, min(4, len(parts))):
             if ".".join(parts[cut:]) in key_set:
                 add[".".join(parts[:cut]) + "."] += 1
-    return [p for p, _ in strip.most_common(MAX_CANDIDATES)], [p for p, _ in add.most_common(MAX_CANDIDATES)]
+    return [p for p, _ in add.most_common(MAX_CANDIDATES)]
 
 
 def _strip_notes(suggestion: Suggestion) -> list[str]:
