@@ -161,7 +161,7 @@ def test_strip_prefix_auto_keeps_a_real_module_name(tmp_path: Path, capsys: pyte
     with pytest.raises(EditError) as error:
         edits.strip_prefix(root, "auto")  # what the browser's strip key asks for
     assert "features." in str(error.value) and "--" not in str(error.value)
-    assert list(edits.strip_prefix(root, "features.")[0])[0] == "0.weight"  # named: stripped
+    assert next(iter(edits.strip_prefix(root, "features.")[0])) == "0.weight"  # named: stripped
 
 
 def test_auto_model_prefix_only_in_a_lightning_layout() -> None:
@@ -216,8 +216,16 @@ def test_dtype_casts_the_model_not_the_optimizer(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.parametrize(
     ("alias", "dtype"),
-    [("fp16", "float16"), ("float16", "float16"), ("half", "float16"), ("bf16", "bfloat16")]
-    + [("bfloat16", "bfloat16"), ("fp32", "float32"), ("float32", "float32"), ("float", "float32")],
+    [
+        ("fp16", "float16"),
+        ("float16", "float16"),
+        ("half", "float16"),
+        ("bf16", "bfloat16"),
+        ("bfloat16", "bfloat16"),
+        ("fp32", "float32"),
+        ("float32", "float32"),
+        ("float", "float32"),
+    ],
 )
 def test_cast_aliases(alias: str, dtype: str) -> None:
     assert edits.cast_dtype(alias) == dtype

@@ -75,7 +75,8 @@ def test_extract_suggestion_with_a_hostile_key_runs_one_command(
 ) -> None:
     torch.save({name: ddp_state_dict(), "epoch": 1}, tmp_path / "train.pth")
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
-    code, report = json_out(capsys, ["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth"), "--json"])
+    argv = ["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth"), "--json"]
+    code, report = json_out(capsys, argv)
     assert code == 1
     suggestion = report["suggestion"]
     assert suggestion["full_match"]
@@ -96,7 +97,8 @@ def test_extract_suggestion_with_a_hostile_key_runs_one_command(
 def test_a_key_no_path_can_name_gets_no_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save({"": ddp_state_dict(), "epoch": 1}, tmp_path / "train.pth")
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
-    code, report = json_out(capsys, ["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth"), "--json"])
+    argv = ["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth"), "--json"]
+    code, report = json_out(capsys, argv)
     assert code == 1 and "suggestion" not in report  # never a command that would not do what it says
 
 
@@ -158,7 +160,8 @@ def test_input_paths_that_look_like_options_or_code(
 
     suggestion = Suggestion([Step("strip", "module.")], 9, 9, 0)
     assert relative.paste(suggestion.command("-weights; rm -rf x.pth")).returncode == 0
-    assert relative.invocations()[0][1:4] == ["./-weights; rm -rf x.pth", "--output", "./-weights; rm -rf x.fixed-2.pth"]
+    expected = ["./-weights; rm -rf x.pth", "--output", "./-weights; rm -rf x.fixed-2.pth"]
+    assert relative.invocations()[0][1:4] == expected
     assert not (tmp_path / "PWNED").exists()
 
 
