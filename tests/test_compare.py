@@ -334,3 +334,15 @@ def test_model_factory_suggestion_runs(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1
     assert Shell(tmp_path).paste(report["suggestion"]["command"]).returncode == 0
     assert main(["check", str(tmp_path / "train.fixed.pth"), "--model", "factories:build"]) == 0
+
+
+def test_at_subtree_suggestion_extracts_it(tmp_path: Path, plain: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from printed_commands import Shell
+
+    torch.save(training_checkpoint(), tmp_path / "train.pth")
+    code, report = check_json(capsys, tmp_path / "train.pth", "--at", "model", "--against", plain)
+    assert code == 1 and report["suggestion"]["steps"] == ["strip 'module.'"]
+    argv = report["suggestion"]["argv"]
+    assert argv[argv.index("--extract") + 1] == "model"
+    assert Shell(tmp_path).paste(report["suggestion"]["command"]).returncode == 0
+    assert main(["check", str(tmp_path / "train.fixed.pth"), "--against", str(plain)]) == 0

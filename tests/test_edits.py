@@ -304,3 +304,12 @@ def test_ghost_objects_in_cycles_stay_refused_on_write(tmp_path: Path, capsys: p
     code = main(["convert", str(tmp_path / "ghost.pth"), "-o", str(tmp_path / "o.pth"), "--dtype", "fp16", "--at", "/"])
     assert code == 2 and "unsafe" in capsys.readouterr().err
     assert main(["convert", str(tmp_path / "ghost.pth"), "-o", str(tmp_path / "o.pth"), "--drop", "obj"]) == 0
+
+
+def test_extracting_a_self_containing_subtree_keeps_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "cyclic.pth"
+    torch.save(cyclic_checkpoint(), source)
+    out = tmp_path / "meta.pth"
+    assert main(["convert", str(source), "-o", str(out), "--extract", "meta"]) == 0, capsys.readouterr().err
+    meta = torch.load(out, weights_only=False)
+    assert meta["self"] is meta and meta["loop"][0] is meta["loop"]

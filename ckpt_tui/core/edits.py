@@ -328,29 +328,52 @@ def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
     """A pickled ``nn.Module``'s ``state_dict()``, built from its pickled state.
 
     A module that contains itself has no state_dict (torch's own would recurse forever), and one
-    whose shared submodules would give more than a million entries is refused.
+    whose shared submodules would give more than a million entries is refused before any is built.
     """
+    _check_module_graph(module)
     out: OrderedDict[str, Any] = OrderedDict()
-    stack: list[tuple[Iterator[tuple[Any, Any]], str, int]] = [(module_children(module), "", id(module))]
-    visits = 0
+    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(module_children(module), "")]
     while stack:
-        entries, prefix, _ = stack[-1]
+        entries, prefix = stack[-1]
         entry = next(entries, None)
         if entry is None:
             stack.pop()
             continue
-        visits += 1
-        if visits > MODULE_ENTRIES_LIMIT:
-            raise EditError("the module's shared submodules give over a million state_dict entries; refused")
         key, value = entry
         name = prefix + key_text(key)
         if _is_module(value):
-            if any(id(value) == ancestor for _, _, ancestor in stack):
-                raise EditError(f"the module at {name!r} contains itself: it has no state_dict")
-            stack.append((module_children(value), name + ".", id(value)))
+            stack.append((module_children(value), name + "."))
         else:
             out[name] = value
     return out
+
+
+def _check_module_graph(module: Opaque) -> None:
+    """Refuse a module that contains itself, or whose state_dict would be huge (entries counted once
+    per distinct submodule, children before parents)."""
+    entries: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Opaque, bool]] = [(module, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            open_ids.discard(id(node))
+            total = sum(entries[id(v)] if _is_module(v) else 1 for _, v in module_children(node))
+            if total > MODULE_ENTRIES_LIMIT:
+                raise EditError("the module's shared submodules give over a million state_dict entries; refused")
+            entries[id(node)] = total
+            continue
+        if id(node) in entries:
+            continue
+        open_ids.add(id(node))
+        stack.append((node, True))
+        for key, value in module_children(node):
+            if not _is_module(value):
+                continue
+            if id(value) in open_ids:
+                raise EditError(f"the module at {key_text(key)!r} contains itself: it has no state_dict")
+            if id(value) not in entries:
+                stack.append((value, False))
 
 
 def extract(root: Any, path: KeyPath | str) -> Result:
