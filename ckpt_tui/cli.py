@@ -248,13 +248,13 @@ def cmd_check(path: str, as_json: bool) -> int:
 def cmd_compare(path: str, against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
     from ckpt_tui.core.compare import compare_checkpoint, load_reference
-    from ckpt_tui.core.convert import resolve_path
+    from ckpt_tui.core.convert import resolve_option_path
     from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.tree import Opaque, get
 
     checkpoint = open_checkpoint(path)
     reference = load_reference(against, model)
-    where = resolve_path(checkpoint.root, at) if at else ()
+    where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
     report = compare_checkpoint(checkpoint.root, where, reference)
     if as_json:
         _print_json(report.to_json(path))

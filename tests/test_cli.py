@@ -248,8 +248,10 @@ def test_diff_subtrees_with_prefixes_per_side(tmp_path: Path, capsys: pytest.Cap
     capsys.readouterr()
     assert main(["diff", train, plain, "--at-a", "model"]) == 1
     assert "only in A" in capsys.readouterr().out
-    assert main(["diff", train, plain, "--at-a", "nothing"]) == 1
+    assert main(["diff", train, plain, "--at-a", "nothing"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    assert main(["check", train, "--at", "nothing", "--against", plain]) == 2
+    assert "--at 'nothing'" in capsys.readouterr().err
     assert main(["diff", train, plain, "--at-a", "model", "--strip-prefix-a", "zzz."]) == 2
     assert "--strip-prefix-a" in capsys.readouterr().err
 

@@ -119,6 +119,15 @@ def resolve_path(root: Any, text: str) -> KeyPath:
     return tuple(path)
 
 
+def resolve_option_path(root: Any, text: str, option_name: str) -> KeyPath:
+    """A path given to a read-only option (``check --at``, ``diff --at-a``): a path that is not in the
+    file is a bad argument (exit 2), not a finding."""
+    try:
+        return resolve_path(root, text)
+    except EditError as exc:
+        raise ReadError(f"{option_name} {text!r}: {exc}") from None
+
+
 def _match_key(value: Any, name: str) -> Any:
     if isinstance(value, dict) and name in value:
         return name
@@ -262,9 +271,12 @@ def select(checkpoint: Checkpoint, at: str | None, strip_prefix: str | None, sid
     ``strip_prefix`` removed from its state_dict's keys: one side of ``diff --at-a/--strip-prefix-a``."""
     root = checkpoint.root
     if at:
-        where = resolve_path(root, at)
+        where = resolve_option_path(root, at, f"--at-{side}")
         value = get(root, where)
-        root = edits.extract(root, where)[0] if where or _is_module(value) else value
+        try:
+            root = edits.extract(root, where)[0] if where or _is_module(value) else value
+        except EditError as exc:
+            raise ReadError(f"--at-{side} {at!r}: {exc}") from None
     if strip_prefix:
         try:
             root = edits.strip_prefix(root, strip_prefix)[0]

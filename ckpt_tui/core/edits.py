@@ -81,7 +81,7 @@ def default_target(root: Any) -> KeyPath:
         return inner
     if _is_module(root):
         raise EditError("the root is a whole pickled module: extract its state_dict first")
-    raise EditError("no state_dict found to edit; choose one (--at PATH)")
+    raise EditError("no state_dict found to edit: point the edit at a dict")
 
 
 def _target_dict(root: Any, path: KeyPath) -> dict[Any, Any]:
@@ -98,24 +98,19 @@ def _rename_keys(
 ) -> tuple[Rebuilt, dict[Any, Any], Change]:
     """Rename the str keys of the dict at ``path``; refuse a rename that changes nothing or collides."""
     target = _target_dict(root, path)
-    new_keys: list[Any] = []
-    seen: dict[Any, Any] = {}
-    examples: list[tuple[str, str]] = []
-    changed = 0
-    for key in target:
-        new_key = rename(key) if isinstance(key, str) else None
-        if new_key is not None and new_key != key:
-            changed += 1
-            if len(examples) < EXAMPLES:
-                examples.append((key, new_key))
-        else:
-            new_key = key
-        if new_key in seen:
-            raise EditError(f"renaming would make {seen[new_key]!r} and {key!r} both {new_key!r}")
-        seen[new_key] = key
-        new_keys.append(new_key)
-    if not changed:
+    keys = list(target)
+    new_keys = [(rename(k) if isinstance(k, str) else None) or k for k in keys]
+    moved = [(old, new) for old, new in zip(keys, new_keys, strict=True) if new != old]
+    if not moved:
         raise EditError(f"{title}: no key of {_describe(path)} changes")
+    if len(set(new_keys)) != len(new_keys):
+        seen: dict[Any, Any] = {}
+        for old, new in zip(keys, new_keys, strict=True):
+            if new in seen:
+                raise EditError(f"renaming would make {seen[new]!r} and {old!r} both {new!r}")
+            seen[new] = old
+    examples = [(str(old), str(new)) for old, new in moved[:EXAMPLES]]
+    changed = len(moved)
 
     def edit(items: Items) -> Items:
         return [(new_key, value) for new_key, (_, value) in zip(new_keys, items, strict=True)]

@@ -71,7 +71,7 @@ def rebuild(
     """A new tree with ``tensors`` applied to every tensor (None keeps it) and ``containers`` edits
     applied to the containers they name (by ``id``). Each object is converted once."""
     containers = containers or {}
-    nodes, parents = _walk(root)
+    nodes, parents = _walk(root, with_tensors=tensors is not None)
     converted: dict[int, Any] = {}
     if tensors is not None:
         for key, node in nodes.items():
@@ -86,21 +86,25 @@ def rebuild(
     return Rebuilt(new_of[id(root)], len(converted), new_of)
 
 
-def _walk(root: Any) -> tuple[dict[int, Any], dict[int, list[int]]]:
-    """Every node (containers and tensors) by id, and who holds each one."""
+def _walk(root: Any, with_tensors: bool) -> tuple[dict[int, Any], dict[int, list[int]]]:
+    """Every container (and tensor, when asked) by id, and who holds each one."""
     nodes: dict[int, Any] = {id(root): root}
     parents: dict[int, list[int]] = {}
     stack = [root]
     while stack:
         node = stack.pop()
         for kid in kids(node):
-            if not (is_container(kid) or isinstance(kid, Tensor)):
+            kind = type(kid)
+            if kind in _LEAVES or not (is_container(kid) or (with_tensors and isinstance(kid, Tensor))):
                 continue
             parents.setdefault(id(kid), []).append(id(node))
             if id(kid) not in nodes:
                 nodes[id(kid)] = kid
                 stack.append(kid)
     return nodes, parents
+
+
+_LEAVES = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def _dirty(changed: set[int], parents: dict[int, list[int]]) -> set[int]:
@@ -164,6 +168,11 @@ def _tuples_children_first(nodes: dict[int, Any], dirty: set[int]) -> list[int]:
     return order
 
 
+def _has_dirty(values: Any, version: Callable[[Any], Any]) -> bool:
+    """Whether any value changes (checked without building a list: most of a big state_dict does not)."""
+    return any(version(v) is not v for v in values if type(v) not in _LEAVES)
+
+
 def _shell(node: Any) -> Any:
     if isinstance(node, OrderedDict):
         return OrderedDict()
@@ -185,7 +194,7 @@ def _shell(node: Any) -> Any:
 
 def _fill(new: Any, node: Any, version: Callable[[Any], Any], edit: ItemsEdit | None) -> None:
     if isinstance(node, dict):
-        items = [(k, version(v)) for k, v in node.items()]
+        items = [(k, version(v)) for k, v in node.items()] if _has_dirty(node.values(), version) else list(node.items())
         new.update(edit(items) if edit else items)
         metadata = getattr(node, "_metadata", None)
         if metadata is not None:
