@@ -39,7 +39,9 @@ def test_ddp_against_plain_suggests_strip(tmp_path: Path, plain: Path, capsys) -
     torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
     code, report = check_json(capsys, tmp_path / "ddp.pth", "--against", plain)
     assert code == 1
-    assert len(report["missing"]) == 9 and len(report["unexpected"]) == 9
+    assert len(report["unexpected"]) == 9
+    # as torch reports it: BatchNorm adds bn.num_batches_tracked itself (no _metadata entry for "bn")
+    assert len(report["missing"]) == 8 and report["filled_on_load"] == ["bn.num_batches_tracked"]
     assert report["suggestion"]["steps"] == ["strip 'module.'"]
     assert report["suggestion"]["matched"] == 9
     assert report["suggestion"]["command"].endswith("--strip-prefix module.")
@@ -346,3 +348,26 @@ def test_at_subtree_suggestion_extracts_it(tmp_path: Path, plain: Path, capsys: 
     assert argv[argv.index("--extract") + 1] == "model"
     assert Shell(tmp_path).paste(report["suggestion"]["command"]).returncode == 0
     assert main(["check", str(tmp_path / "train.fixed.pth"), "--against", str(plain)]) == 0
+
+
+def test_old_batchnorm_checkpoints_without_num_batches_tracked(
+    tmp_path: Path, plain: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from builders import TinyNet
+
+    old = {k: v for k, v in tiny_state_dict().items() if not k.endswith("num_batches_tracked")}  # no _metadata
+    torch.save(old, tmp_path / "old.pth")
+    TinyNet().load_state_dict(torch.load(tmp_path / "old.pth"), strict=True)  # torch fills it in
+    code, report = check_json(capsys, tmp_path / "old.pth", "--against", plain)
+    assert code == 0 and report["filled_on_load"] == ["bn.num_batches_tracked"] and not report["missing"]
+    modern = tiny_state_dict()
+    del modern["bn.num_batches_tracked"]  # _metadata says version 2: BatchNorm will not fill it
+    torch.save(modern, tmp_path / "modern.pth")
+    with pytest.raises(RuntimeError, match="num_batches_tracked"):
+        TinyNet().load_state_dict(torch.load(tmp_path / "modern.pth"), strict=True)
+    code, report = check_json(capsys, tmp_path / "modern.pth", "--against", plain)
+    assert code == 1 and report["missing"] == ["bn.num_batches_tracked"]
+    ddp_old = {"module." + k: v for k, v in old.items()}
+    torch.save(ddp_old, tmp_path / "ddp_old.pth")
+    code, report = check_json(capsys, tmp_path / "ddp_old.pth", "--against", plain)
+    assert code == 1 and report["suggestion"]["full_match"]

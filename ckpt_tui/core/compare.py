@@ -179,6 +179,8 @@ class CompareReport:
     alternatives: list[Suggestion] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Layouts recognised (wrappers, PEFT, EMA, tied heads), in words."""
+    filled_on_load: list[str] = field(default_factory=list)
+    """Reference keys absent from the file that loading fills in (BatchNorm's ``num_batches_tracked``)."""
     whole_module: bool = False
     """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
 
@@ -203,6 +205,7 @@ class CompareReport:
             "unexpected_folded": fold_keys(self.unexpected),
             "notes": self.notes,
             "whole_module": self.whole_module,
+            "filled_on_load": self.filled_on_load,
         }
         if self.suggestion is not None:
             out["suggestion"] = self.suggestion.to_json(path)
@@ -343,7 +346,12 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
     items = flat_items(value)
     if items is None:
         raise EditError("the compared value is not a dict or module")
-    report = _compare_items(items, reference)
+    report = _compare_items(items, reference, getattr(value, "_metadata", None) if isinstance(value, dict) else None)
+    if report.filled_on_load:
+        report.notes.append(
+            f"{len(report.filled_on_load)} num_batches_tracked absent, which BatchNorm fills in on load "
+            "(the file's _metadata has no version 2 for their modules, as in checkpoints that predate them)"
+        )
     if isinstance(value, Opaque) and value.is_module:
         report.whole_module = True
         report.notes.append(
@@ -363,41 +371,71 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
 
 def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareReport:
     """:func:`compare` of the subtree at ``at``, each suggestion checked by applying its ``convert``
-    options to ``root`` (a suggestion that does not reach what it promises is dropped)."""
+    options to ``root``: what it reaches is measured, not estimated, and a suggestion that fails or
+    does not help is dropped."""
     report = compare(get(root, at), reference, at=at)
-    verified = [s for s in [report.suggestion, *report.alternatives] if s is not None and verify(root, s, reference)]
+    found = [s for s in [report.suggestion, *report.alternatives] if s is not None]
+    verified = [s for s in found if verify(root, s, reference) and _helps(s, report)]
     report.suggestion, report.alternatives = (verified[0], verified[1:]) if verified else (None, [])
     return report
 
 
 def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
-    """Apply the suggestion as ``convert`` would and check the result reaches the promised match
-    (naming the edited dict explicitly, ``--at /``, when the default target would be another)."""
-    if _delivers(root, suggestion, reference):
-        return True
-    suggestion.explicit_target = True
-    return _delivers(root, suggestion, reference)
+    """Apply the suggestion as ``convert`` would, and set what it reaches from the result (naming the
+    edited dict explicitly, ``--at /``, when the default target would be another); False if it fails."""
+    result = _apply(root, suggestion, reference)
+    if result is None or not _reaches(result, suggestion):
+        suggestion.explicit_target = True
+        retry = _apply(root, suggestion, reference)
+        if retry is not None and (result is None or _reaches(retry, suggestion)):
+            result = retry
+        else:
+            suggestion.explicit_target = False
+    if result is None:
+        return False
+    suggestion.matched, suggestion.total = result.matched, result.total
+    suggestion.missing, suggestion.unexpected = result.missing, result.unexpected
+    suggestion.shape_mismatches = len(result.shape_mismatches)
+    return True
 
 
-def _delivers(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
+def _apply(root: Any, suggestion: Suggestion, reference: Reference) -> CompareReport | None:
     from ckpt_tui.core.convert import apply_options
 
     try:
         fixed = apply_options(root, suggestion.options())[0]
-        result = compare(fixed, reference, suggest=False)
+        return compare(fixed, reference, suggest=False)
     except CkptError:
-        return False
+        return None
+
+
+def _reaches(result: CompareReport, suggestion: Suggestion) -> bool:
     return (
-        result.matched == suggestion.matched
-        and result.missing == suggestion.missing
-        and sorted(result.unexpected) == sorted(suggestion.unexpected)
-        and len(result.shape_mismatches) == suggestion.shape_mismatches
+        result.matched >= suggestion.matched
+        and len(result.missing) <= len(suggestion.missing)
+        and len(result.unexpected) <= len(suggestion.unexpected)
+        and len(result.shape_mismatches) <= suggestion.shape_mismatches
     )
 
 
-def _compare_items(items: list[tuple[str, Any]], reference: Reference) -> CompareReport:
+def filled_on_load(key: str, metadata: Any) -> bool:
+    """A missing ``num_batches_tracked`` that BatchNorm's ``_load_from_state_dict`` adds itself: the
+    checkpoint predates it (no ``version`` 2 for that module in ``_metadata``), so it still loads."""
+    module, _, leaf = key.rpartition(".")
+    if leaf != "num_batches_tracked":
+        return False
+    entry = metadata.get(module) if isinstance(metadata, dict) else None
+    version = entry.get("version") if isinstance(entry, dict) else None
+    return not isinstance(version, int) or version < 2
+
+
+def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata: Any = None) -> CompareReport:
+    """Keys and shapes against the reference; ``metadata`` is the compared dict's ``_metadata``."""
     have = dict(items)
     missing = [k for k in reference if k not in have]
+    filled = [k for k in missing if filled_on_load(k, metadata)]
+    if filled:
+        missing = [k for k in missing if k not in set(filled)]
     unexpected = [k for k in have if k not in reference and k != "_metadata"]
     shapes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
     dtypes: list[tuple[str, str, str]] = []
@@ -412,7 +450,7 @@ def _compare_items(items: list[tuple[str, Any]], reference: Reference) -> Compar
                 shapes.append((key, value.shape, expected.shape))
             if expected.dtype is not None and value.dtype != expected.dtype:
                 dtypes.append((key, value.dtype, expected.dtype))
-    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference))
+    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled)
 
 
 # ---- the search ---------------------------------------------------------------------------

@@ -98,6 +98,8 @@ def describe_compare(
         f"{len(report.unexpected)} unexpected, {len(report.shape_mismatches)} shape mismatches, "
         f"{len(report.dtype_mismatches)} dtype mismatches"
     )
+    if report.filled_on_load:
+        counts += f", {len(report.filled_on_load)} filled in on load"
     sections = [
         Section(
             "missing (in the reference, not in the checkpoint)",
