@@ -23,6 +23,7 @@ from ckpt_tui.core.edits import RenameRule
 from ckpt_tui.core.errors import EditError
 
 MAX_KEYS = 5000
+LCS_CELLS = 250_000
 MAX_RULES = 64
 CANDIDATES_PER_ROUND = 12
 DONE = 1_000_000
@@ -31,30 +32,57 @@ Signature = tuple[int, ...] | None
 
 
 def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]) -> list[tuple[str, str]]:
-    """Pairs (checkpoint key, reference key) whose shapes line up in module order."""
+    """Pairs (checkpoint key, reference key) whose shapes line up in module order.
+
+    Identical shape sequences pair position by position; small ones by their longest common
+    subsequence; large ones by the k-th key of each shape on one side with the k-th on the other.
+    """
     if not source or not target or len(source) > MAX_KEYS or len(target) > MAX_KEYS:
         return []
     if any(sig is None for _, sig in target) or any(sig is None for _, sig in source):
         return []
-    matcher = SequenceMatcher(None, [s for _, s in source], [s for _, s in target], autojunk=False)
+    a, b = [s for _, s in source], [s for _, s in target]
+    if a == b:
+        return [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
+    if len(a) * len(b) > LCS_CELLS:
+        return _pair_by_shape(source, target)
     pairs: list[tuple[str, str]] = []
-    for a, b, size in matcher.get_matching_blocks():
-        pairs += [(source[a + i][0], target[b + i][0]) for i in range(size)]
+    for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
     return pairs
 
 
-def infer_rules(keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference: set[str]) -> list[RenameRule]:
-    """Rules that, applied in order to every key, take each paired key to its partner."""
+def _pair_by_shape(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]
+) -> list[tuple[str, str]]:
+    waiting: dict[Signature, list[str]] = {}
+    for key, sig in reversed(target):
+        waiting.setdefault(sig, []).append(key)
+    pairs = []
+    for key, sig in source:
+        queue = waiting.get(sig)
+        if queue:
+            pairs.append((key, queue.pop()))
+    return pairs
+
+
+def infer_rules(keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference: set[str]) -> list[RenameRule] | None:
+    """Rules that, applied in order to every key, take the paired keys to their partners (at least
+    half of them: shape alignment can pair a few keys wrongly); None when no short list of rules does
+    (names that share no structure would need one rule per key)."""
     goals = dict(pairs)
     for key in keys:
         if key in reference and key not in goals:
             goals[key] = key
     current = {key: key for key in keys}
     rules: list[RenameRule] = []
-    for _ in range(MAX_RULES):
-        pending = [(current[k], goal) for k, goal in goals.items() if current.get(k, k) != goal]
+    first = sum(1 for k, goal in goals.items() if k != goal)
+    while True:
+        pending = [(current[k], goal) for k, goal in goals.items() if current[k] != goal]
         if not pending:
-            break
+            return rules
+        if len(rules) == MAX_RULES:
+            return None
         counts: Counter[RenameRule] = Counter()
         for old, new in pending:
             counts.update(set(candidates(old, new)))
@@ -64,11 +92,13 @@ def infer_rules(keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference
             gain = _gain(rule, current, goals)
             if gain > best_gain:
                 best, best_gain = rule, gain
-        if best is None:
-            break
+        if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
+            return rules if rules and len(pending) * 2 <= first else None
+        moved = sum(1 for name in current.values() if best.apply(name) != name)
+        if len(pending) > (MAX_RULES - len(rules)) * moved:
+            return None  # even rules as good as the best one could not finish
         rules.append(best)
         current = {k: best.apply(name) for k, name in current.items()}
-    return rules
 
 
 def candidates(old: str, new: str) -> list[RenameRule]:
