@@ -167,9 +167,11 @@ def with_command(args_list: list[str]) -> list[str]:
     rest = [a for a in args_list if a not in OPEN_FLAGS]
     if not rest:
         return ["demo", *flags]
-    if rest[0] in COMMANDS or rest[0].startswith("-"):
+    if rest[0] in COMMANDS:
+        return [*rest, *flags]
+    if rest[0].startswith("-"):
         return args_list
-    return ["open", *args_list]
+    return ["open", *rest, *flags]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -169,6 +169,7 @@ def test_readonly_before_the_file_and_no_terminal_prints_info(tmp_path: Path) ->
 
     assert with_command(["--readonly", "x.pth"]) == ["open", "--readonly", "x.pth"]
     assert with_command(["x.pth", "--readonly"]) == ["open", "x.pth", "--readonly"]
+    assert with_command(["--readonly", "demo"]) == ["demo", "--readonly"]
     assert with_command(["--readonly"]) == ["demo", "--readonly"]
     assert with_command(["info", "--readonly"]) == ["info", "--readonly"]
     torch.save(ddp_state_dict(), tmp_path / "ddp.pth")

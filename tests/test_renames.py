@@ -277,3 +277,11 @@ def test_rename_rule_collision_is_refused(tmp_path: Path, capsys: pytest.Capture
     assert code == 1
     assert "both 'b.w'" in capsys.readouterr().err
     assert not (tmp_path / "o.pth").exists()
+
+
+def test_unrelated_names_get_no_rule_per_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save({f"k{i}.w": torch.ones(2) for i in range(300)}, tmp_path / "a.pth")
+    reference = save({f"z{(i * 7919) % 1000}.q{i}": torch.ones(2) for i in range(300)}, tmp_path / "b.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    assert "suggestion" not in report or not any("rename" in step for step in report["suggestion"]["steps"])
