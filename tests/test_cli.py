@@ -167,7 +167,7 @@ def test_python_dash_m(tmp_path: Path) -> None:
 def test_readonly_before_the_file_and_no_terminal_prints_info(tmp_path: Path) -> None:
     from ckpt_tui.cli import with_command
 
-    assert with_command(["--readonly", "x.pth"]) == ["open", "--readonly", "x.pth"]
+    assert with_command(["--readonly", "x.pth"]) == ["open", "x.pth", "--readonly"]
     assert with_command(["x.pth", "--readonly"]) == ["open", "x.pth", "--readonly"]
     assert with_command(["--readonly", "demo"]) == ["demo", "--readonly"]
     assert with_command(["--readonly"]) == ["demo", "--readonly"]
