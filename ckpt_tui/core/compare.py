@@ -349,8 +349,8 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
     report = _compare_items(items, reference, getattr(value, "_metadata", None) if isinstance(value, dict) else None)
     if report.filled_on_load:
         report.notes.append(
-            f"{len(report.filled_on_load)} num_batches_tracked absent, which BatchNorm fills in on load "
-            "(the file's _metadata has no version 2 for their modules, as in checkpoints that predate them)"
+            f"{len(report.filled_on_load)} num_batches_tracked keys are absent, and BatchNorm fills them in on "
+            "load (the file's _metadata has no version 2 for their modules, as in checkpoints that predate them)"
         )
     if isinstance(value, Opaque) and value.is_module:
         report.whole_module = True
@@ -433,9 +433,9 @@ def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata:
     """Keys and shapes against the reference; ``metadata`` is the compared dict's ``_metadata``."""
     have = dict(items)
     missing = [k for k in reference if k not in have]
-    filled = [k for k in missing if filled_on_load(k, metadata)]
-    if filled:
-        missing = [k for k in missing if k not in set(filled)]
+    filled: list[str] = []
+    if missing and all(filled_on_load(k, metadata) for k in missing):  # only they stand between it and a fit
+        filled, missing = missing, []
     unexpected = [k for k in have if k not in reference and k != "_metadata"]
     shapes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
     dtypes: list[tuple[str, str, str]] = []
