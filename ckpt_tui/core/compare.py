@@ -479,22 +479,27 @@ class _Chain:
     def renamed(self) -> list[tuple[str, str, Any]]:
         """(key before renames, key after, value) for every kept key."""
         out = []
-        for key, value in self.variant.items:
-            if key in self.drops:
-                continue
-            new = key[len(self.strip) :] if self.strip and key.startswith(self.strip) and key != self.strip else key
+        for key, value in self._kept():
+            new = self._stripped(key)
             for rule in self.rules:
                 new = rule.apply(new)
             out.append((key, (self.add or "") + new, value))
         return out
 
+    def _kept(self) -> list[tuple[str, Any]]:
+        drops = set(self.drops)
+        return [(k, v) for k, v in self.variant.items if k not in drops]
+
+    def _stripped(self, key: str) -> str:
+        """``--strip-prefix``'s rule: keys that start with the prefix and go on after it."""
+        strip = self.strip
+        return key[len(strip) :] if strip and key.startswith(strip) and key != strip else key
+
     def rule_counts(self) -> list[int]:
         """How many keys each rename rule moves, applied in order."""
         counts = [0] * len(self.rules)
-        for key, _ in self.variant.items:
-            if key in self.drops:
-                continue
-            new = key[len(self.strip) :] if self.strip and key.startswith(self.strip) and key != self.strip else key
+        for key, _ in self._kept():
+            new = self._stripped(key)
             for index, rule in enumerate(self.rules):
                 renamed = rule.apply(new)
                 counts[index] += renamed != new
