@@ -18,18 +18,20 @@ from ckpt_tui.core.errors import CkptError, EditError
 COMMANDS = ("info", "check", "convert", "diff", "demo", "open")
 EPILOG = """\
 commands:
-  ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo)
-  ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings, tree
+  ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo; no terminal: print its info)
+  ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings (with the fix), tree
   ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
   ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]
                                 does it fit the model? missing/unexpected/mismatched keys, and the fix
-  ckpt-tui diff A B [--strip-prefix P] [--json]
+  ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]
                                 keys on one side only, shape/dtype changes, value differences
-  ckpt-tui convert FILE -o OUT  fix and save: --extract, --drop, --rename, --strip-prefix,
-                                --add-prefix, --map-location, --dtype (applied in that order)
+  ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order: --extract, --drop, --drop-keys,
+                                --rename, --strip-prefix, --rename-prefix/--rename-infix/--rename-map,
+                                --add-prefix, --map-location, --dtype
   ckpt-tui demo                 write a DDP-style training checkpoint and open it
 
-exit codes: 0 ok, 1 problems found / edit does not apply, 2 unreadable input or refused write
+exit codes: 0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different /
+            an edit does not apply, 2 unreadable input, bad arguments or refused write
 """
 
 
@@ -65,23 +67,59 @@ def build_parser() -> argparse.ArgumentParser:
     diff_.add_argument("b")
     diff_.add_argument("more", nargs="*", metavar="C", help="more rank files: an N-way summary of what agrees")
     diff_.add_argument("--strip-prefix", metavar="P", help="remove this key prefix on both sides first")
+    diff_.add_argument("--at-a", metavar="PATH", help="compare this subtree of A (e.g. model)")
+    diff_.add_argument("--at-b", metavar="PATH", help="compare this subtree of B")
+    diff_.add_argument("--strip-prefix-a", metavar="P", help="remove this key prefix from A's state_dict")
+    diff_.add_argument("--strip-prefix-b", metavar="P", help="remove this key prefix from B's state_dict")
     diff_.add_argument("--json", action="store_true", help="print one JSON object")
     convert = sub.add_parser(
         "convert",
         help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
-        description="Edits apply in this order: extract, drop, rename, strip prefix, add prefix, map devices, cast. "
-        "Key paths use / between levels (--extract model, --drop optimizer).",
+        description="Edits apply in this order: extract, drop, drop-keys, rename, strip prefix, rename rules "
+        "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
+        "Key paths use / between levels (--extract model, --drop optimizer). auto edits with nothing to do "
+        "are a no-op with a note, so one command runs over a batch of files.",
     )
     convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
     convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
     convert.add_argument("--drop", metavar="PATH", action="append", default=[], help="delete a key or subtree")
+    convert.add_argument(
+        "--drop-keys", metavar="GLOB", action="append", default=[], help="delete the state_dict keys matching a glob"
+    )
     convert.add_argument("--rename", metavar="OLD=NEW", action="append", default=[], help="rename one key (a path)")
-    convert.add_argument("--strip-prefix", metavar="P|auto", help="remove a key prefix (auto: the detected one)")
+    convert.add_argument(
+        "--strip-prefix", metavar="P|auto", help="remove a key prefix (auto: module., _orig_mod., Lightning's model.)"
+    )
+    convert.add_argument(
+        "--rename-prefix",
+        metavar="OLD=NEW",
+        dest="rename_rules",
+        action="append",
+        type=_prefix_rule,
+        default=[],
+        help="rename every key that starts with OLD (split at the first =)",
+    )
+    convert.add_argument(
+        "--rename-infix",
+        metavar="OLD=NEW",
+        dest="rename_rules",
+        action="append",
+        type=_infix_rule,
+        help="replace the dotted components OLD by NEW anywhere in a key (attn=attention; NEW empty: remove)",
+    )
+    convert.add_argument("--rename-map", metavar="FILE", help='a JSON object of prefix renames {"old.": "new."}')
     convert.add_argument("--add-prefix", metavar="P", help="put a prefix in front of every key")
-    convert.add_argument("--at", metavar="PATH", help="the dict --strip/--add-prefix edit (default: the detected one)")
+    convert.add_argument(
+        "--at", metavar="PATH", help="the dict the key edits and --dtype apply to (default: the detected state_dict)"
+    )
     convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
-    convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast floating-point tensors")
+    convert.add_argument(
+        "--dtype",
+        type=_cast_dtype,
+        metavar="fp16|bf16|fp32",
+        help="cast the model's floating-point tensors (float16/half, bfloat16, float32/float; --at / for all)",
+    )
     convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     convert.add_argument(
         "--max-shard-size",
@@ -99,28 +137,74 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cast_dtype(text: str) -> str:
+    from ckpt_tui.core.edits import cast_dtype
+
+    try:
+        return cast_dtype(text)
+    except EditError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _prefix_rule(text: str) -> Any:
+    return _rule(text, anywhere=False)
+
+
+def _infix_rule(text: str) -> Any:
+    return _rule(text, anywhere=True)
+
+
+def _rule(text: str, anywhere: bool) -> Any:
+    from ckpt_tui.core.edits import RenameRule
+
+    try:
+        return RenameRule.parse(text, anywhere)
+    except EditError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+OPEN_FLAGS = ("--readonly",)
+
+
+def with_command(args_list: list[str]) -> list[str]:
+    """The arguments with the implied command made explicit: ``FILE`` and ``--readonly FILE`` open the
+    browser, nothing at all opens the demo."""
+    flags = [a for a in args_list if a in OPEN_FLAGS]
+    rest = [a for a in args_list if a not in OPEN_FLAGS]
+    if not rest:
+        return ["demo", *flags]
+    if rest[0] in COMMANDS:
+        return [*rest, *flags]
+    if rest[0].startswith("-"):
+        return args_list
+    return ["open", *rest, *flags]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list:
-        args_list = ["demo"]
-    elif args_list and args_list[0] not in COMMANDS and not args_list[0].startswith("-"):
-        args_list.insert(0, "open")
+    args_list = with_command(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
         return _run(args)
     except EditError as exc:
-        print(f"ckpt-tui: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except CkptError as exc:
-        print(f"ckpt-tui: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except KeyboardInterrupt:
         print("ckpt-tui: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _error(exc: Exception) -> None:
+    """The one-line error, with anything from the file in it escaped."""
+    from ckpt_tui.core.safe_text import printable
+
+    print(f"ckpt-tui: {printable(str(exc))}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -136,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "diff" and args.more:
         return cmd_rank_diff([args.a, args.b, *args.more], args.json)
     if args.command == "diff":
-        return cmd_diff(args.a, args.b, args.strip_prefix, args.json)
+        return cmd_diff(args)
     if args.command == "convert":
         return cmd_convert(args)
     if args.command == "open":
@@ -176,40 +260,43 @@ def cmd_check(path: str | list[str], as_json: bool) -> int:
 
 def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
-    from ckpt_tui.core.compare import compare, load_reference
-    from ckpt_tui.core.convert import resolve_path
+    from ckpt_tui.core.compare import compare_checkpoint, load_reference
+    from ckpt_tui.core.convert import resolve_option_path
     from ckpt_tui.core.reading import open_checkpoint
-    from ckpt_tui.core.tree import get
+    from ckpt_tui.core.tree import Opaque, get
 
     checkpoint = open_checkpoint(path)
     path = checkpoint.path
     reference = load_reference(against, model)
-    where = resolve_path(checkpoint.root, at) if at else ()
-    report = compare(get(checkpoint.root, where), reference)
+    where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
+    report = compare_checkpoint(checkpoint.root, where, reference)
     if as_json:
-        data = report.to_json()
-        if report.suggestion is not None:
-            data["suggestion"]["command"] = report.suggestion.command(path)
-        _print_json(data)
+        _print_json(report.to_json(path))
     else:
-        from ckpt_tui.report import render_compare
+        from ckpt_tui.core.reports import describe_compare, render_text
 
-        print(render_compare(report, path))
+        value = get(checkpoint.root, where)
+        module = isinstance(value, Opaque) and value.is_module
+        name = against if against else f"--model {model}"
+        print(render_text(describe_compare(report, path, str(name), where, module)))
     return 0 if report.ok else 1
 
 
-def cmd_diff(a: str, b: str, strip_prefix: str | None, as_json: bool) -> int:
+def cmd_diff(args: argparse.Namespace) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
+    from ckpt_tui.core.convert import select
     from ckpt_tui.core.diff import diff
     from ckpt_tui.core.reading import open_checkpoint
 
-    report = diff(open_checkpoint(a), open_checkpoint(b), strip_prefix)
-    if as_json:
+    a = select(open_checkpoint(args.a), args.at_a, args.strip_prefix_a, "a")
+    b = select(open_checkpoint(args.b), args.at_b, args.strip_prefix_b, "b")
+    report = diff(a, b, args.strip_prefix)
+    if args.json:
         _print_json(report.to_json())
     else:
-        from ckpt_tui.report import render_diff
+        from ckpt_tui.core.reports import describe_diff, render_text
 
-        print(render_diff(report, a, b))
+        print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b))))
     return 0 if report.identical else 1
 
 
@@ -226,15 +313,23 @@ def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
     return 0 if report.identical else 1
 
 
+def _side(path: str, at: str | None) -> str:
+    return f"{path} at {at}" if at else path
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
     from ckpt_tui.core.convert import ConvertOptions, convert
+    from ckpt_tui.core.safe_text import printable
 
     options = ConvertOptions(
         extract=args.extract,
         drop=args.drop,
+        drop_keys=args.drop_keys,
         rename=args.rename,
         strip_prefix=args.strip_prefix,
+        rename_rules=args.rename_rules or [],
+        rename_map=args.rename_map,
         add_prefix=args.add_prefix,
         at=args.at,
         map_location=args.map_location,
@@ -249,23 +344,29 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.format == "pth":
             print("ckpt-tui: --max-shard-size writes safetensors shards", file=sys.stderr)
             return 2
-        changes, written = convert_to_shards(args.file, options, args.output, args.max_shard_size)
+        changes, notes, written = convert_to_shards(args.file, options, args.output, args.max_shard_size)
+        for note in notes:
+            print(f"note: {printable(note)}")
         for change in changes:
-            print("\n".join(change.lines()))
-        print(written.line())
+            print("\n".join(printable(line) for line in change.lines()))
+        print(printable(written.line()))
         return 0
     outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
+    for note in outcome.notes:
+        print(f"note: {printable(note)}")
     for change in outcome.changes:
-        print("\n".join(change.lines()))
+        print("\n".join(printable(line) for line in change.lines()))
     if not outcome.changes:
-        print("no edits: the checkpoint is written as it is")
+        print("no edits: the checkpoint is written as it is" if outcome.result else "no edits")
     if outcome.result is not None:
-        print(outcome.result.line())
+        print(printable(outcome.result.line()))
     return 0
 
 
 def cmd_open(path: str | list[str], readonly: bool) -> int:
-    """Open the browser (Textual is imported only here)."""
+    """Open the browser (Textual is imported only here); with no terminal, print ``info`` instead."""
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        return cmd_info(path, False, 2)
     from ckpt_tui.tui.app import CkptApp
 
     if isinstance(path, list):  # rank files: open_checkpoint takes the list
@@ -281,7 +382,7 @@ def cmd_demo(print_only: bool, readonly: bool = False) -> int:
     from ckpt_tui.core.demo import write_demo
 
     path = write_demo()
-    if print_only or not sys.stdout.isatty():
+    if print_only or not (sys.stdout.isatty() and sys.stdin.isatty()):
         print(f"demo checkpoint written to {path}", file=sys.stderr)
         return cmd_info(str(path), False, 2)
     return cmd_open(str(path), readonly)

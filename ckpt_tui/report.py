@@ -1,17 +1,22 @@
-"""Plain-text reports for the CLI (``info`` and ``check``)."""
+"""Plain-text reports for the CLI: ``info`` and ``check`` here; compare and diff are described once in
+:mod:`ckpt_tui.core.reports` (shared with the browser) and rendered as text there.
+
+Every string taken from a file (keys, values, global names, location tags, metadata, messages that
+quote keys) goes through :func:`~ckpt_tui.core.safe_text.printable`, so it cannot act on the
+terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.shell`.
+"""
 
 from __future__ import annotations
 
-import os
-import shlex
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.compare import fold_keys
 from ckpt_tui.core.describe import FORMAT_NAMES, count, size, value_text
-from ckpt_tui.core.findings import Fix
+from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.keypath import key_text
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.summary import Summary
-from ckpt_tui.core.tree import children, has_children
+from ckpt_tui.core.tree import Checkpoint, Opaque, children, get, has_children
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
     from ckpt_tui.core.check import CheckReport
@@ -19,46 +24,88 @@ if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need th
     from ckpt_tui.core.diff import DiffReport
 
 TREE_LINES = 40
+FIX_OPTIONS = {
+    "--extract": "extract",
+    "--strip-prefix": "strip_prefix",
+    "--add-prefix": "add_prefix",
+    "--map-location": "map_location",
+    "--dtype": "dtype",
+}
 
 
 def render_info(summary: Summary, depth: int = 2) -> str:
-    """The ``info`` text: header, totals, findings, top of the tree."""
+    """The ``info`` text: header, totals, findings (with the command that fixes each), top of the tree."""
     ckpt = summary.checkpoint
     lines = [
-        f"{ckpt.path}",
-        f"  format      {FORMAT_NAMES.get(ckpt.format, ckpt.format)}, {size(ckpt.file_bytes)} on disk",
+        printable(ckpt.path),
+        f"  format      {printable(FORMAT_NAMES.get(ckpt.format, ckpt.format))}, {size(ckpt.file_bytes)} on disk",
         f"  tensors     {len(summary.tensors)}   parameters {count(summary.parameter_count)}   "
         f"tensor data {size(summary.tensor_bytes)}",
         "  dtypes      " + _counted(summary.dtypes, summary.bytes_by_dtype),
-        "  devices     " + (", ".join(f"{d} {n}" for d, n in summary.devices.most_common()) or "-"),
+        "  devices     " + (", ".join(f"{printable(str(d))} {n}" for d, n in summary.devices.most_common()) or "-"),
     ]
-    lines += [f"  note        {note}" for note in ckpt.notes]
+    lines += [f"  note        {printable(note)}" for note in ckpt.notes]
     if ckpt.metadata:
-        lines.append("  metadata    " + ", ".join(f"{k}={v}" for k, v in list(ckpt.metadata.items())[:6]))
+        shown = list(ckpt.metadata.items())[:6]
+        lines.append("  metadata    " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
     if summary.findings:
         lines.append("findings")
         for finding in summary.findings:
-            lines.append(f"  {'!' if finding.severity == 'warning' else '·'} {finding.message}")
-            if finding.fix is not None:
-                lines.append(f"      fix: ckpt-tui convert {_fix_command(ckpt.path, finding.fix)}")
+            lines.append(f"  {'!' if finding.severity == 'warning' else '·'} {printable(finding.message)}")
+            command = fix_command(ckpt, finding)
+            if command is not None:
+                lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
     lines.append("tree")
     lines += _tree_lines(ckpt.root, depth)
     return "\n".join(lines)
 
 
-def _fix_command(path: str, fix: Fix) -> str:
-    """The convert arguments that apply a finding's fix, each quoted for the shell."""
-    stem = os.path.basename(path.rstrip("/")).split(".")[0] or "checkpoint"
-    output = os.path.join(os.path.dirname(path.rstrip("/")), f"{stem}.fixed.pth")
-    return " ".join(shlex.quote(part) for part in (path, "-o", output, fix.option, fix.argument))
+def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
+    """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
+    when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
+    from ckpt_tui.core.convert import ConvertOptions, apply_options, fixed_output_path
+    from ckpt_tui.core.shell import join_command, option, path_arg
+
+    fix = finding.fix
+    if fix is None:
+        return None
+    attribute = FIX_OPTIONS.get(fix.option)
+    if attribute is None:
+        extra = [fix.option, *([fix.argument] if fix.argument else [])]
+        options = None
+    else:
+        options = ConvertOptions()
+        setattr(options, attribute, fix.argument)
+        if fix.option in ("--strip-prefix", "--add-prefix") and finding.path is not None:
+            _aim_key_edit(checkpoint.root, finding.path, options)
+        try:
+            apply_options(checkpoint.root, options)
+        except (CkptError, KeyError, IndexError):
+            return None
+        extra = options.argv()
+    output = fixed_output_path(checkpoint.path)
+    argv = ["ckpt-tui", "convert", path_arg(checkpoint.path), *option("--output", path_arg(output)), *extra]
+    return join_command(argv)
+
+
+def _aim_key_edit(root: Any, path: Any, options: Any) -> None:
+    """A prefix fix of the state_dict at ``path``: a pickled module is extracted first, another dict
+    is named with ``--at``."""
+    from ckpt_tui.core.convert import path_text
+
+    value = get(root, path)
+    if isinstance(value, Opaque) and value.is_module:
+        options.extract = path_text(path) if path else "auto"
+    elif path:
+        options.at = path_text(path)
 
 
 def _counted(counts: Any, nbytes: Any) -> str:
-    return ", ".join(f"{name} {n} ({size(nbytes[name])})" for name, n in counts.most_common()) or "-"
+    return ", ".join(f"{printable(str(name))} {n} ({size(nbytes[name])})" for name, n in counts.most_common()) or "-"
 
 
 def _tree_lines(root: Any, depth: int) -> list[str]:
-    lines: list[str] = [f"  (root) {value_text(root)}"]
+    lines: list[str] = [f"  (root) {printable(value_text(root))}"]
     stack: list[tuple[int, Any, Any]] = [(1, key, value) for key, value in reversed(list(children(root)))]
     hidden = 0
     while stack:
@@ -66,7 +113,7 @@ def _tree_lines(root: Any, depth: int) -> list[str]:
         if len(lines) > TREE_LINES:
             hidden += 1
             continue
-        lines.append(f"{'  ' * (level + 1)}{key_text(key)}  {value_text(value)}")
+        lines.append(f"{'  ' * (level + 1)}{printable(key_text(key))}  {printable(value_text(value))}")
         if level < depth and has_children(value):
             stack.extend((level + 1, k, v) for k, v in reversed(list(children(value))))
     if hidden:
@@ -77,73 +124,25 @@ def _tree_lines(root: Any, depth: int) -> list[str]:
 def render_check(report: CheckReport) -> str:
     """The ``check`` text: verdict first, then each problem."""
     ckpt = report.summary.checkpoint
-    head = f"{ckpt.path}: {report.checked} tensors read"
+    head = f"{printable(ckpt.path)}: {report.checked} tensors read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:
         return head + ": OK, no NaN/Inf, no unsafe globals"
     lines = [head + f": {len(report.problems)} problems"]
-    lines += [f"  ! [{p.kind}] {p.message}" for p in report.problems]
+    lines += [f"  ! [{printable(p.kind)}] {printable(p.message)}" for p in report.problems]
     return "\n".join(lines)
 
 
-LIST_LIMIT = 12
-
-
-def _listing(title: str, items: list[str]) -> list[str]:
-    if not items:
-        return []
-    lines = [f"{title} ({len(items)}):"]
-    lines += [f"  {item}" for item in items[:LIST_LIMIT]]
-    if len(items) > LIST_LIMIT:
-        lines.append(f"  … and {len(items) - LIST_LIMIT} more (--json lists all)")
-    return lines
-
-
-def render_compare(report: CompareReport, path: str) -> str:
+def render_compare(report: CompareReport, path: str, reference: str = "the reference", at: Any = ()) -> str:
     """The fit report: counts first, then folded lists, then the suggested fix and its command."""
-    head = (
-        f"{report.matched}/{report.total} reference keys found, {len(report.missing)} missing, "
-        f"{len(report.unexpected)} unexpected, {len(report.shape_mismatches)} shape mismatches, "
-        f"{len(report.dtype_mismatches)} dtype mismatches"
-    )
-    lines = [("OK: " if report.ok else "DOES NOT FIT: ") + head]
-    lines += _listing("missing (in the reference, not in the checkpoint)", fold_keys(report.missing))
-    lines += _listing("unexpected (in the checkpoint, not in the reference)", fold_keys(report.unexpected))
-    lines += _listing(
-        "shape mismatches (checkpoint vs reference)",
-        [f"{k}: {list(a)} vs {list(b)}" for k, a, b in report.shape_mismatches],
-    )
-    lines += _listing("dtype mismatches (cast on load)", [f"{k}: {a} vs {b}" for k, a, b in report.dtype_mismatches])
-    if report.suggestion is not None:
-        lines.append(f"suggested fix: {report.suggestion.describe()}")
-        lines.append(f"  {report.suggestion.command(path)}")
-    elif report.shape_mismatches and not report.missing and not report.unexpected:
-        drops = " ".join(f"--drop {k}" for k, _, _ in report.shape_mismatches[:LIST_LIMIT])
-        lines.append("these layers differ in size (e.g. a new classifier head): drop them and load the rest with")
-        lines.append(
-            f"strict=False, keeping the model's fresh init for them:  ckpt-tui convert {path} -o fixed.pth {drops}"
-        )
-    return "\n".join(lines)
+    from ckpt_tui.core.reports import describe_compare, render_text
+
+    return render_text(describe_compare(report, path, reference, at))
 
 
 def render_diff(report: DiffReport, a: str, b: str) -> str:
     """The diff report: verdict, then each kind of difference."""
-    if report.identical:
-        return f"identical: {report.identical_tensors} tensors bit-for-bit equal, same keys and values"
-    lines = [f"DIFFERENT ({a} vs {b}); {report.identical_tensors} tensors identical"]
-    lines += _listing("only in A", fold_keys(report.only_a))
-    lines += _listing("only in B", fold_keys(report.only_b))
-    lines += _listing("shape changes", [f"{k}: {list(x)} → {list(y)}" for k, x, y in report.shape_changes])
-    lines += _listing("dtype changes", [f"{k}: {x} → {y}" for k, x, y in report.dtype_changes])
-    lines += _listing(
-        "value changes",
-        [
-            f"{d.key}: max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
-            + (", NaN positions differ" if d.nan_mismatch else "")
-            for d in report.value_changes
-        ],
-    )
-    lines += _listing("other values", [f"{k}: {x} → {y}" for k, x, y in report.other_changes])
-    lines += _listing("unreadable", [f"{k}: {e}" for k, e in report.unreadable])
-    return "\n".join(lines)
+    from ckpt_tui.core.reports import describe_diff, render_text
+
+    return render_text(describe_diff(report, a, b))

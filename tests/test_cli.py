@@ -159,3 +159,108 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert (
         bad.returncode == 2 and bad.stderr.strip() == f"ckpt-tui: {tmp_path / 'nothing.pth'}: no such file or directory"
     )
+
+
+# ---- the command line itself ------------------------------------------------------------------
+
+
+def test_readonly_before_the_file_and_no_terminal_prints_info(tmp_path: Path) -> None:
+    from ckpt_tui.cli import with_command
+
+    assert with_command(["--readonly", "x.pth"]) == ["open", "x.pth", "--readonly"]
+    assert with_command(["x.pth", "--readonly"]) == ["open", "x.pth", "--readonly"]
+    assert with_command(["--readonly", "demo"]) == ["demo", "--readonly"]
+    assert with_command(["--readonly"]) == ["demo", "--readonly"]
+    assert with_command(["info", "--readonly"]) == ["info", "--readonly"]
+    torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
+    for argv in (["--readonly", str(tmp_path / "ddp.pth")], [str(tmp_path / "ddp.pth")]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ckpt_tui", *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "torch zip checkpoint" in result.stdout and "module.head.weight" in result.stdout
+
+
+def hostile_strings_checkpoint(tmp_path: Path) -> Path:
+    """Keys, values and a location tag that carry terminal escapes."""
+    state = {
+        "\x1b]0;owned\x07conv.weight": torch.ones(2),
+        "note": "\x1b[2J\x1b[31mred\x9b1m",
+        "\u202eeulav": torch.zeros(1),
+    }
+    return save_cuda_tagged(state, tmp_path / "escapes.pth", device="cpu\x1b[8m")
+
+
+def test_control_characters_from_the_file_are_escaped_everywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckpt_tui.core.safe_text import printable
+
+    path = hostile_strings_checkpoint(tmp_path)
+    torch.save({"conv.weight": torch.ones(3)}, tmp_path / "ref.pth")
+    runs = [
+        ["info", str(path)],
+        ["check", str(path)],
+        ["check", str(path), "--against", str(tmp_path / "ref.pth")],
+        ["diff", str(path), str(tmp_path / "ref.pth")],
+        ["convert", str(path), "--dry-run", "--map-location", "cpu\x1b[8m=cpu"],
+        ["convert", str(path), "--dry-run", "--rename", "\x1b]0;owned\x07conv.weight=\x1b[1mx"],
+        ["convert", str(path), "--dry-run", "--extract", "\x1b[5mnothing"],
+    ]
+    for argv in runs:
+        main(argv)
+        captured = capsys.readouterr()
+        for stream in (captured.out, captured.err):
+            for line in stream.splitlines():
+                assert printable(line) == line, (argv, line)
+    main(["info", str(path)])
+    out = capsys.readouterr().out
+    assert "cpu\\x1b[8m" in out and "\\x1b]0;owned\\x07conv.weight" in out
+    main(["info", "--json", str(path)])
+    raw = capsys.readouterr().out
+    assert "\x1b" not in raw and json.loads(raw)["devices"] == {"cpu\x1b[8m": 2}  # JSON stays JSON
+
+
+def test_keys_file_with_invalid_utf8_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    for name, data in {
+        "early.txt": b"conv.weight\n\xff\xfe bad\n",
+        "late.txt": b"conv.weight [8, 3, 3, 3]\n" * 40 + b"head.bias \xc3\x28\n",
+        "nul.txt": b"conv.weight\x00\n",
+    }.items():
+        (tmp_path / name).write_bytes(data)
+        assert main(["check", str(tmp_path / "plain.pth"), "--against", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("ckpt-tui: ") and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+
+
+def test_diff_subtrees_with_prefixes_per_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(training_checkpoint(), tmp_path / "train.pth")
+    fixed = {k.removeprefix("module."): v for k, v in training_checkpoint()["model"].items()}
+    torch.save(fixed, tmp_path / "fixed.pth")
+    train, plain = str(tmp_path / "train.pth"), str(tmp_path / "fixed.pth")
+    assert main(["diff", train, plain, "--at-a", "model", "--strip-prefix-a", "module."]) == 0
+    assert "identical: 9 tensors" in capsys.readouterr().out
+    assert main(["diff", plain, train, "--at-b", "model", "--strip-prefix-b", "module."]) == 0
+    capsys.readouterr()
+    assert main(["diff", train, plain, "--at-a", "model"]) == 1
+    assert "only in A" in capsys.readouterr().out
+    assert main(["diff", train, plain, "--at-a", "nothing"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["check", train, "--at", "nothing", "--against", plain]) == 2
+    assert "--at 'nothing'" in capsys.readouterr().err
+    assert main(["diff", train, plain, "--at-a", "model", "--strip-prefix-a", "zzz."]) == 2
+    assert "--strip-prefix-a" in capsys.readouterr().err
+
+
+def test_cli_text_names_no_browser_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = save_cuda_tagged(training_checkpoint(), tmp_path / "train.pth")
+    main(["info", str(path)])
+    out = capsys.readouterr().out
+    assert "ckpt-tui convert" in out
+    for browser_word in ("press", "`p`", "'p'", " p strips", "key p"):
+        assert browser_word not in out

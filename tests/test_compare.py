@@ -238,3 +238,134 @@ def test_two_ddp_ranks(tmp_path: Path, capsys) -> None:
         "module.head.weight",
         "module.head.bias",
     }
+
+
+# ---- every suggestion, pasted --------------------------------------------------------------
+
+
+def keys_file(tmp: Path) -> Path:
+    lines = [f"{k} {list(v.shape)} {str(v.dtype).removeprefix('torch.')}" for k, v in tiny_state_dict().items()]
+    tmp.write_text("\n".join(lines) + "\n")
+    return tmp
+
+
+def dp_module(tmp: Path) -> Path:
+    from builders import save_whole_module
+
+    return save_whole_module(tmp, data_parallel=True)
+
+
+def whole_module(tmp: Path) -> Path:
+    from builders import save_whole_module
+
+    return save_whole_module(tmp)
+
+
+def module_reference(tmp: Path) -> Path:
+    from builders import ghost_module
+    from torch import nn
+
+    with ghost_module():
+        model = nn.Module()
+        model.encoder = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        model.head = nn.Linear(4, 2)
+        model.register_buffer("scale", torch.ones(2))
+        state = model.state_dict()
+    torch.save(state, tmp)
+    return tmp
+
+
+def saved(obj_factory):  # type: ignore[no-untyped-def]
+    def write(tmp: Path) -> Path:
+        torch.save(obj_factory(), tmp)
+        return tmp
+
+    return write
+
+
+SUGGESTION_FIXTURES = {
+    "ddp against plain": (saved(ddp_state_dict), saved(tiny_state_dict)),
+    "training checkpoint against plain": (saved(training_checkpoint), saved(tiny_state_dict)),
+    "compiled against plain": (saved(compiled_state_dict), saved(tiny_state_dict)),
+    "lightning against plain": (saved(lightning_checkpoint), saved(tiny_state_dict)),
+    "plain against ddp": (saved(tiny_state_dict), saved(ddp_state_dict)),
+    "training checkpoint against a keys file": (saved(training_checkpoint), keys_file),
+    "whole pickled module against its state_dict": (whole_module, module_reference),
+    "whole DataParallel module against its state_dict": (dp_module, module_reference),
+    "classifier head of another size": (saved(lambda: tiny_state_dict(classes=81)), saved(tiny_state_dict)),
+}
+
+
+@pytest.mark.parametrize("name", list(SUGGESTION_FIXTURES))
+def test_every_suggested_command_runs_verbatim_and_reaches_its_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    from printed_commands import Shell
+
+    make_source, make_reference = SUGGESTION_FIXTURES[name]
+    source = make_source(tmp_path / "source.pth")
+    reference = make_reference(tmp_path / "reference.txt" if "keys file" in name else tmp_path / "reference.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    suggestion = report["suggestion"]
+    if "module" in name:
+        assert "--extract" in suggestion["argv"]
+    shell = Shell(tmp_path)
+    before = set(tmp_path.iterdir())
+    result = shell.paste(suggestion["command"])
+    assert result.returncode == 0, result.stderr
+    assert len(shell.invocations()) == 1
+    (output,) = set(tmp_path.iterdir()) - before - {tmp_path / ".shim-log"}
+    assert output != source
+    code, after = check_json(capsys, output, "--against", reference)
+    assert after["matched"] == suggestion["matched"] and after["missing"] == suggestion["missing"]
+    assert code == (0 if suggestion["full_match"] else 1)
+    assert suggestion["full_match"] or name == "classifier head of another size"
+
+
+def test_model_factory_suggestion_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    from printed_commands import Shell
+
+    (tmp_path / "factories.py").write_text("from builders import TinyNet\ndef build():\n    return TinyNet()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    torch.save(training_checkpoint(), tmp_path / "train.pth")
+    code, report = check_json(capsys, tmp_path / "train.pth", "--model", "factories:build")
+    assert code == 1
+    assert Shell(tmp_path).paste(report["suggestion"]["command"]).returncode == 0
+    assert main(["check", str(tmp_path / "train.fixed.pth"), "--model", "factories:build"]) == 0
+
+
+def test_at_subtree_suggestion_extracts_it(tmp_path: Path, plain: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from printed_commands import Shell
+
+    torch.save(training_checkpoint(), tmp_path / "train.pth")
+    code, report = check_json(capsys, tmp_path / "train.pth", "--at", "model", "--against", plain)
+    assert code == 1 and report["suggestion"]["steps"] == ["strip 'module.'"]
+    argv = report["suggestion"]["argv"]
+    assert argv[argv.index("--extract") + 1] == "model"
+    assert Shell(tmp_path).paste(report["suggestion"]["command"]).returncode == 0
+    assert main(["check", str(tmp_path / "train.fixed.pth"), "--against", str(plain)]) == 0
+
+
+def test_old_batchnorm_checkpoints_without_num_batches_tracked(
+    tmp_path: Path, plain: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from builders import TinyNet
+
+    old = {k: v for k, v in tiny_state_dict().items() if not k.endswith("num_batches_tracked")}  # no _metadata
+    torch.save(old, tmp_path / "old.pth")
+    TinyNet().load_state_dict(torch.load(tmp_path / "old.pth"), strict=True)  # torch fills it in
+    code, report = check_json(capsys, tmp_path / "old.pth", "--against", plain)
+    assert code == 0 and report["filled_on_load"] == ["bn.num_batches_tracked"] and not report["missing"]
+    modern = tiny_state_dict()
+    del modern["bn.num_batches_tracked"]  # _metadata says version 2: BatchNorm will not fill it
+    torch.save(modern, tmp_path / "modern.pth")
+    with pytest.raises(RuntimeError, match="num_batches_tracked"):
+        TinyNet().load_state_dict(torch.load(tmp_path / "modern.pth"), strict=True)
+    code, report = check_json(capsys, tmp_path / "modern.pth", "--against", plain)
+    assert code == 1 and report["missing"] == ["bn.num_batches_tracked"]
+    ddp_old = {"module." + k: v for k, v in old.items()}
+    torch.save(ddp_old, tmp_path / "ddp_old.pth")
+    code, report = check_json(capsys, tmp_path / "ddp_old.pth", "--against", plain)
+    assert code == 1 and report["suggestion"]["full_match"]

@@ -1,38 +1,57 @@
 """Pure edits: each takes a tree and returns a new tree plus a record of what changed.
 
-The input tree is never modified; unchanged subtrees are shared between old and new, so
-keeping every version for undo costs little.
+The input tree is never modified; unchanged subtrees are shared between old and new, so keeping
+every version for undo costs little. Every edit rebuilds through :func:`ckpt_tui.core.rebuild.rebuild`:
+each object is visited once, shared objects stay shared, and a container that holds itself (a
+cycle through dicts, lists or opaque objects) holds its edited copy, never sends an edit round
+the cycle forever.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.keypath import Attr, Key, KeyPath, key_text, to_python
-from ckpt_tui.core.state_dicts import common_prefix, flat_module_items, inner_state_dict, tensor_items
-from ckpt_tui.core.tree import Opaque, Storage, Tensor, TorchSize, get, iter_tensors
+from ckpt_tui.core.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
+from ckpt_tui.core.rebuild import Items, Rebuilt, rebuild
+from ckpt_tui.core.state_dicts import inner_state_dict, tensor_items
+from ckpt_tui.core.tree import Opaque, Storage, Tensor, get, iter_tensors, module_children
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
+CAST_NAMES = {
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
 EXAMPLES = 5
+MODULE_ENTRIES_LIMIT = 1_000_000
 
 
 @dataclass
 class Change:
-    """What an edit did: a title, how many things changed, and a few ``old → new`` examples."""
+    """What an edit did: a title, how many things changed, a few ``old → new`` examples, and notes."""
 
     title: str
     count: int
     examples: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        """Human lines: the title with its count, then the examples."""
+        """Human lines: the title with its count, the notes, then the examples."""
         out = [f"{self.title}: {self.count} changed"]
+        out += [f"  {note}" for note in self.notes]
         out += [f"  {old} → {new}" for old, new in self.examples]
         if self.examples and self.count > len(self.examples):
             out.append(f"  … and {self.count - len(self.examples)} more")
@@ -42,59 +61,12 @@ class Change:
 Result = tuple[Any, Change]
 
 
-# ---- rebuilding along a path ------------------------------------------------------------
-
-
-def copy_dict(source: dict[Any, Any], items: list[tuple[Any, Any]]) -> dict[Any, Any]:
-    """A dict of the same type as ``source`` (OrderedDict stays OrderedDict), keeping ``_metadata``."""
-    new: dict[Any, Any] = OrderedDict(items) if isinstance(source, OrderedDict) else dict(items)
-    metadata = getattr(source, "_metadata", None)
-    if metadata is not None:
-        new._metadata = metadata  # type: ignore[attr-defined]
-    return new
-
-
-def replace_child(parent: Any, key: Key, value: Any) -> Any:
-    """A copy of ``parent`` with the child at ``key`` replaced."""
-    if isinstance(parent, dict) and not isinstance(key, Attr):
-        return copy_dict(parent, [(k, value if k == key else v) for k, v in parent.items()])
-    if isinstance(parent, list) and isinstance(key, int):
-        return [value if i == key else v for i, v in enumerate(parent)]
-    if isinstance(parent, tuple) and isinstance(key, int):
-        return type(parent)(value if i == key else v for i, v in enumerate(parent))
-    if isinstance(parent, Opaque) and isinstance(key, Attr):
-        return _replace_in_opaque(parent, key.name, value)
-    raise EditError(f"cannot edit inside a {type(parent).__name__}")
-
-
-def _replace_in_opaque(parent: Opaque, name: str, value: Any) -> Opaque:
-    new = type(parent).__new__(type(parent), *parent.args)
-    new.how, new.items, new.list_items, new.callee = parent.how, parent.items, parent.list_items, parent.callee
-    state = dict(parent.state) if isinstance(parent.state, dict) else parent.state
-    if parent.is_module:
-        for group in ("_parameters", "_buffers", "_modules"):
-            entries = state.get(group)
-            if isinstance(entries, dict) and name in entries:
-                state[group] = replace_child(entries, name, value)
-                break
-    elif isinstance(state, dict) and name in state:
-        state[name] = value
-    else:
-        raise EditError(f"no attribute {name!r} to edit")
-    new.state = state
-    return new
-
-
-def replace_at(root: Any, path: KeyPath, value: Any) -> Any:
-    """A new root with the value at ``path`` replaced (ancestors copied, the rest shared)."""
-    if not path:
-        return value
-    parent = get(root, path[:-1])
-    return replace_at(root, path[:-1], replace_child(parent, path[-1], value))
-
-
 def _describe(path: KeyPath) -> str:
     return to_python(path) if path else "the root"
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, Opaque) and value.is_module
 
 
 # ---- key renames ------------------------------------------------------------------------
@@ -102,66 +74,102 @@ def _describe(path: KeyPath) -> str:
 
 def default_target(root: Any) -> KeyPath:
     """The dict an edit of keys applies to by default: the root state_dict or the detected inner one."""
-    if tensor_items(root) is not None and not isinstance(root, Opaque):
+    if not _is_module(root) and tensor_items(root) is not None:
         return ()
-    inner = inner_state_dict(root)
+    inner = None if _is_module(root) else inner_state_dict(root)
     if inner:
         return inner
-    raise EditError("no state_dict found to edit; choose one (--at PATH)")
+    if _is_module(root):
+        raise EditError("the root is a whole pickled module: extract its state_dict first")
+    raise EditError("no state_dict found to edit: point the edit at a dict")
 
 
-def _rename_keys(root: Any, path: KeyPath, rename: Callable[[str], str | None], title: str) -> Result:
+def _target_dict(root: Any, path: KeyPath) -> dict[Any, Any]:
     target = get(root, path)
+    if _is_module(target):
+        raise EditError(f"{_describe(path)} is a whole pickled module: extract its state_dict first")
     if not isinstance(target, dict):
         raise EditError(f"{_describe(path)} is not a dict")
-    items: list[tuple[Any, Any]] = []
-    seen: dict[Any, Any] = {}
-    examples: list[tuple[str, str]] = []
-    changed = 0
-    for key, value in target.items():
-        new_key = rename(key) if isinstance(key, str) else None
-        if new_key is not None and new_key != key:
-            changed += 1
-            if len(examples) < EXAMPLES:
-                examples.append((key, new_key))
-        else:
-            new_key = key
-        if new_key in seen:
-            raise EditError(f"renaming would make {seen[new_key]!r} and {key!r} both {new_key!r}")
-        seen[new_key] = key
-        items.append((new_key, value))
-    if not changed:
+    return target
+
+
+def _rename_keys(
+    root: Any, path: KeyPath, rename: Callable[[str], str | None], title: str
+) -> tuple[Rebuilt, dict[Any, Any], Change]:
+    """Rename the str keys of the dict at ``path``; refuse a rename that changes nothing or collides."""
+    target = _target_dict(root, path)
+    keys = list(target)
+    new_keys = [(rename(k) if isinstance(k, str) else None) or k for k in keys]
+    moved = [(old, new) for old, new in zip(keys, new_keys, strict=True) if new != old]
+    if not moved:
         raise EditError(f"{title}: no key of {_describe(path)} changes")
-    new = copy_dict(target, items)
-    return replace_at(root, path, new), Change(f"{title} in {_describe(path)}", changed, examples)
+    if len(set(new_keys)) != len(new_keys):
+        seen: dict[Any, Any] = {}
+        for old, new in zip(keys, new_keys, strict=True):
+            if new in seen:
+                raise EditError(f"renaming would make {seen[new]!r} and {old!r} both {new!r}")
+            seen[new] = old
+    examples = [(str(old), str(new)) for old, new in moved[:EXAMPLES]]
+    changed = len(moved)
+
+    def edit(items: Items) -> Items:
+        return [(new_key, value) for new_key, (_, value) in zip(new_keys, items, strict=True)]
+
+    rebuilt = rebuild(root, containers={id(target): edit})
+    return rebuilt, target, Change(f"{title} in {_describe(path)}", changed, examples)
 
 
-def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None) -> Result:
-    """Remove ``prefix`` from the keys that start with it (and from ``_metadata``, as torch does)."""
+def wrapper_prefix_at(root: Any, path: KeyPath, lightning: bool | None = None) -> str:
+    """The wrapper prefix (``module.``, ``_orig_mod.``, Lightning's ``model.``) on the keys at ``path``."""
+    target = get(root, path)
+    if lightning is None:
+        lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+    keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+    return wrapper_prefix(keys, lightning)
+
+
+def no_wrapper_message(root: Any, path: KeyPath) -> str:
+    """Why ``auto`` strips nothing here, naming a shared first component that may be a real submodule."""
+    target = get(root, path)
+    keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+    message = f"no wrapper prefix (module., _orig_mod.) on the keys of {_describe(path)}"
+    shared = common_first_component(keys)
+    if shared:
+        message += f"; every key starts with {shared!r}, which may be a real submodule: it is stripped only when named"
+    return message
+
+
+def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None, lightning: bool | None = None) -> Result:
+    """Remove ``prefix`` from the keys that start with it (and from ``_metadata``, as torch does).
+
+    ``auto`` strips only wrapper prefixes (:func:`ckpt_tui.core.layouts.wrapper_prefix`); ``lightning``
+    says whether the keys come from a Lightning checkpoint (None: tell from ``root``).
+    """
     where = default_target(root) if path is None else path
-    target = get(root, where)
     if prefix == "auto":
-        items = tensor_items(target) or []
-        prefix = common_prefix(k for k, _ in items) or ""
+        prefix = wrapper_prefix_at(root, where, lightning)
         if not prefix:
-            raise EditError(f"no common key prefix in {_describe(where)}")
+            raise EditError(no_wrapper_message(root, where))
     if not prefix:
         raise EditError("the prefix is empty")
-    new_root, change = _rename_keys(
-        root, where, lambda k: k[len(prefix) :] if k.startswith(prefix) else None, f"strip {prefix!r}"
-    )
-    _strip_metadata(get(new_root, where), prefix)
-    return new_root, change
+    cut = prefix
+
+    def strip(key: str) -> str | None:
+        return key[len(cut) :] if key.startswith(cut) and len(key) > len(cut) else None
+
+    rebuilt, target, change = _rename_keys(root, where, strip, f"strip {prefix!r}")
+    _strip_metadata(rebuilt.version_of(target), prefix)
+    return rebuilt.root, change
 
 
 def _strip_metadata(state: Any, prefix: str) -> None:
     """``consume_prefix_in_state_dict_if_present``'s rule for ``_metadata``, on a fresh copy."""
     metadata = getattr(state, "_metadata", None)
-    if metadata is None:
+    if not isinstance(metadata, dict):
         return
     new = OrderedDict(metadata)
     for key in list(new):
-        if key and (key == prefix.replace(".", "") or key.startswith(prefix)):
+        if isinstance(key, str) and key and (key == prefix.replace(".", "") or key.startswith(prefix)):
             new[key[len(prefix) :]] = new.pop(key)
     state._metadata = new
 
@@ -171,13 +179,113 @@ def add_prefix(root: Any, prefix: str, path: KeyPath | None = None) -> Result:
     if not prefix:
         raise EditError("the prefix is empty")
     where = default_target(root) if path is None else path
-    new_root, change = _rename_keys(root, where, lambda k: prefix + k, f"add {prefix!r}")
-    state = get(new_root, where)
+    rebuilt, target, change = _rename_keys(root, where, lambda k: prefix + k, f"add {prefix!r}")
+    state = rebuilt.version_of(target)
     metadata = getattr(state, "_metadata", None)
-    if metadata is not None:
+    if isinstance(metadata, dict):
         bare = prefix.rstrip(".")
-        state._metadata = OrderedDict(((prefix + k) if k else bare, v) for k, v in metadata.items())
-    return new_root, change
+        state._metadata = OrderedDict(
+            ((prefix + k) if k else bare, v) for k, v in metadata.items() if isinstance(k, str)
+        )
+    return rebuilt.root, change
+
+
+@dataclass(frozen=True)
+class RenameRule:
+    """One key substitution: ``old`` → ``new`` at the start of a key, or (``anywhere``) wherever the
+    dotted components of ``old`` appear in a key (``attn`` → ``attention``; ``base_layer`` → nothing)."""
+
+    old: str
+    new: str
+    anywhere: bool = False
+
+    def apply(self, key: str) -> str:
+        """The key after this rule."""
+        if not self.anywhere:
+            return self.new + key[len(self.old) :] if key.startswith(self.old) else key
+        parts = key.split(".")
+        old = self.old.split(".")
+        new = self.new.split(".") if self.new else []
+        out: list[str] = []
+        index = 0
+        while index < len(parts):
+            if parts[index : index + len(old)] == old:
+                out += new
+                index += len(old)
+            else:
+                out.append(parts[index])
+                index += 1
+        return ".".join(out) if out else key
+
+    @property
+    def option(self) -> str:
+        """The ``convert`` option that states it."""
+        return "--rename-infix" if self.anywhere else "--rename-prefix"
+
+    @property
+    def spec(self) -> str:
+        """``OLD=NEW``, as the option takes it."""
+        return f"{self.old}={self.new}"
+
+    def describe(self) -> str:
+        """In words."""
+        if self.anywhere:
+            new = repr(self.new) if self.new else "nothing"
+            return f"rename component {self.old!r} → {new} anywhere in a key"
+        return f"rename prefix {self.old!r} → {self.new!r}"
+
+    @classmethod
+    def parse(cls, spec: str, anywhere: bool = False) -> RenameRule:
+        """``OLD=NEW`` (split at the first ``=``); NEW may be empty for a component to remove."""
+        old, sep, new = spec.partition("=")
+        if not sep or not old:
+            raise EditError(f"a rename rule takes OLD=NEW, got {spec!r}")
+        if anywhere and (old.startswith(".") or old.endswith(".") or new.startswith(".") or new.endswith(".")):
+            raise EditError(f"--rename-infix takes dotted components without outer dots, got {spec!r}")
+        return cls(old, new, anywhere)
+
+
+def rename_keys_by_rules(root: Any, rules: Sequence[RenameRule], path: KeyPath | None = None) -> Result:
+    """Apply rename rules in order (each to the result of the previous) to every key; count each rule's moves."""
+    if not rules:
+        raise EditError("no rename rules")
+    where = default_target(root) if path is None else path
+    moved = [0] * len(rules)
+
+    def rename(key: str) -> str:
+        for index, rule in enumerate(rules):
+            new = rule.apply(key)
+            if new != key:
+                moved[index] += 1
+                key = new
+        return key
+
+    rebuilt, _, change = _rename_keys(root, where, rename, "rename keys by rules")
+    change.notes = [f"{rule.describe()}: {count} keys" for rule, count in zip(rules, moved, strict=True)]
+    return rebuilt.root, change
+
+
+def drop_keys(root: Any, patterns: Sequence[str], path: KeyPath | None = None) -> Result:
+    """Delete every key of the state_dict that matches one of the glob ``patterns`` (``*.lora_A.*``)."""
+    where = default_target(root) if path is None else path
+    target = _target_dict(root, where)
+    doomed = [k for k in target if isinstance(k, str) and any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+    if not doomed:
+        raise EditError(f"no key of {_describe(where)} matches {', '.join(map(repr, patterns))}")
+    drop = set(doomed)
+
+    def edit(items: Items) -> Items:
+        return [(k, v) for k, v in items if not (isinstance(k, str) and k in drop)]
+
+    rebuilt = rebuild(root, containers={id(target): edit})
+    examples = [(k, "(deleted)") for k in doomed[:EXAMPLES]]
+    title = f"delete the keys of {_describe(where)} matching {', '.join(map(repr, patterns))}"
+    return rebuilt.root, Change(title, len(doomed), examples)
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a glob that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
 
 
 def rename(root: Any, path: KeyPath, new_name: str) -> Result:
@@ -187,7 +295,8 @@ def rename(root: Any, path: KeyPath, new_name: str) -> Result:
     old = path[-1]
     if not isinstance(old, str):
         raise EditError(f"{_describe(path)} is not a named key")
-    return _rename_keys(root, path[:-1], lambda k: new_name if k == old else None, f"rename {old!r}")
+    rebuilt, _, change = _rename_keys(root, path[:-1], lambda k: new_name if k == old else None, f"rename {old!r}")
+    return rebuilt.root, change
 
 
 def delete(root: Any, path: KeyPath) -> Result:
@@ -195,36 +304,85 @@ def delete(root: Any, path: KeyPath) -> Result:
     if not path:
         raise EditError("cannot delete the root")
     parent, key = get(root, path[:-1]), path[-1]
-    if isinstance(parent, dict) and key in parent:
-        new: Any = copy_dict(parent, [(k, v) for k, v in parent.items() if k != key])
-        metadata = getattr(parent, "_metadata", None)
-        if metadata is not None:
-            new._metadata = metadata
-    elif isinstance(parent, list) and isinstance(key, int):
-        new = [v for i, v in enumerate(parent) if i != key]
-    else:
+    in_dict = isinstance(parent, dict) and key in parent
+    in_list = isinstance(parent, list) and isinstance(key, int) and 0 <= key < len(parent)
+    if not (in_dict or in_list):
         raise EditError(f"cannot delete {_describe(path)}")
-    return replace_at(root, path[:-1], new), Change(f"delete {_describe(path)}", 1, [(key_text(key), "(deleted)")])
+
+    def edit(items: Items) -> Items:
+        return [(k, v) for k, v in items if k != key]
+
+    rebuilt = rebuild(root, containers={id(parent): edit})
+    return rebuilt.root, Change(f"delete {_describe(path)}", 1, [(key_text(key), "(deleted)")])
 
 
 # ---- extraction -------------------------------------------------------------------------
 
 
 def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
-    """A pickled ``nn.Module``'s ``state_dict()``, built from its pickled state."""
-    return OrderedDict(flat_module_items(module))
+    """A pickled ``nn.Module``'s ``state_dict()``, built from its pickled state.
+
+    A module that contains itself has no state_dict (torch's own would recurse forever), and one
+    whose shared submodules would give more than a million entries is refused before any is built.
+    """
+    _check_module_graph(module)
+    out: OrderedDict[str, Any] = OrderedDict()
+    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(module_children(module), "")]
+    while stack:
+        entries, prefix = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, value = entry
+        name = prefix + key_text(key)
+        if _is_module(value):
+            stack.append((module_children(value), name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _check_module_graph(module: Opaque) -> None:
+    """Refuse a module that contains itself, or whose state_dict would be huge (entries counted once
+    per distinct submodule, children before parents)."""
+    entries: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Opaque, bool]] = [(module, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            open_ids.discard(id(node))
+            total = sum(entries[id(v)] if _is_module(v) else 1 for _, v in module_children(node))
+            if total > MODULE_ENTRIES_LIMIT:
+                raise EditError("the module's shared submodules give over a million state_dict entries; refused")
+            entries[id(node)] = total
+            continue
+        if id(node) in entries:
+            continue
+        open_ids.add(id(node))
+        stack.append((node, True))
+        for key, value in module_children(node):
+            if not _is_module(value):
+                continue
+            if id(value) in open_ids:
+                raise EditError(f"the module at {key_text(key)!r} contains itself: it has no state_dict")
+            if id(value) not in entries:
+                stack.append((value, False))
 
 
 def extract(root: Any, path: KeyPath | str) -> Result:
     """Make a subtree the new root (``auto``: the detected inner state_dict; modules: their state_dict)."""
     if path == "auto":
-        found = inner_state_dict(root)
+        found = () if _is_module(root) else inner_state_dict(root)
         if found is None:
+            if tensor_items(root) is not None:
+                raise EditError("the root already is a state_dict: nothing to extract")
             raise EditError("no inner state_dict found to extract")
         path = found
     assert not isinstance(path, str)
     value = get(root, path)
-    if isinstance(value, Opaque) and value.is_module:
+    if _is_module(value):
         value = module_state_dict(value)
         title = f"extract the state_dict of the module at {_describe(path)}"
     elif not path:
@@ -235,56 +393,18 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     return value, Change(f"{title} ({tensors} tensors)", 1)
 
 
+def is_flat_state_dict(root: Any) -> bool:
+    """The root itself holds the weights: ``--extract auto`` has nothing to do."""
+    return not _is_module(root) and tensor_items(root) is not None
+
+
 # ---- tensors: devices and dtypes ----------------------------------------------------------
 
 
 def map_tensors(root: Any, convert: Callable[[Tensor], Tensor | None]) -> tuple[Any, int]:
-    """A new tree with ``convert`` applied to every tensor (None keeps it); containers copied as needed."""
-    memo: dict[int, Any] = {}
-    changed = 0
-
-    def visit(value: Any) -> Any:
-        nonlocal changed
-        if id(value) in memo:
-            return memo[id(value)]
-        result = value
-        if isinstance(value, Tensor):
-            new = convert(value)
-            if new is not None:
-                changed += 1
-                result = new
-        elif isinstance(value, dict):
-            items = [(k, visit(v)) for k, v in value.items()]
-            if any(new is not old for (_, new), old in zip(items, value.values(), strict=True)):
-                result = copy_dict(value, items)
-        elif isinstance(value, (list, tuple)) and not isinstance(value, TorchSize):
-            kids = [visit(v) for v in value]
-            if any(new is not old for new, old in zip(kids, value, strict=True)):
-                result = kids if isinstance(value, list) else type(value)(kids)
-        elif isinstance(value, Opaque):
-            result = _map_opaque(value, visit)
-        memo[id(value)] = result
-        return result
-
-    return visit(root), changed
-
-
-def _map_opaque(value: Opaque, visit: Callable[[Any], Any]) -> Opaque:
-    args = tuple(visit(a) for a in value.args)
-    state = visit(value.state)
-    items = {k: visit(v) for k, v in value.items.items()}
-    list_items = [visit(v) for v in value.list_items]
-    same = (
-        all(a is b for a, b in zip(args, value.args, strict=True))
-        and state is value.state
-        and all(items[k] is v for k, v in value.items.items())
-        and all(a is b for a, b in zip(list_items, value.list_items, strict=True))
-    )
-    if same:
-        return value
-    new = type(value).__new__(type(value), *args)
-    new.how, new.state, new.items, new.list_items, new.callee = value.how, state, items, list_items, value.callee
-    return new
+    """A new tree with ``convert`` applied to every tensor once (None keeps it); containers copied as needed."""
+    rebuilt = rebuild(root, tensors=convert)
+    return rebuilt.root, rebuilt.tensors_changed
 
 
 def parse_device_map(spec: str) -> Callable[[str], str]:
@@ -349,28 +469,66 @@ class CastSource:
         raise EditError("the values of a cast tensor exist once it is saved")
 
 
-def cast(root: Any, dtype: str) -> Result:
-    """Cast floating-point tensors (fp64/fp32/fp16/bf16) to ``dtype``; the bytes convert when saved."""
-    if dtype not in CASTABLE:
-        raise EditError(f"cannot cast to {dtype!r} (choose float16, bfloat16 or float32)")
-    storages: dict[int, Storage | None] = {}
+def cast_dtype(name: str) -> str:
+    """The dtype a cast name stands for: fp16/float16/half, bf16/bfloat16, fp32/float32/float."""
+    dtype = CAST_NAMES.get(name.strip().lower().removeprefix("torch."))
+    if dtype is None:
+        raise EditError(
+            f"cannot cast to {name!r}: choose fp16 (float16, half), bf16 (bfloat16) or fp32 (float32, float)"
+        )
+    return dtype
+
+
+def cast_scope(root: Any, path: KeyPath | str | None = None) -> KeyPath:
+    """What a cast applies to: ``None`` the model's weights (the detected state_dict, else everything),
+    ``"all"`` everything, or the given path."""
+    if path == "all":
+        return ()
+    if path is not None:
+        assert not isinstance(path, str)
+        return path
+    if _is_module(root) or tensor_items(root) is not None:
+        return ()
+    inner = inner_state_dict(root)
+    return inner if inner is not None else ()
+
+
+def _castable(tensor: Tensor, dtype: str) -> bool:
+    storage = tensor.storage
+    return storage is not None and tensor.dtype in CASTABLE and tensor.dtype != dtype and storage.dtype == tensor.dtype
+
+
+def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
+    """Cast floating-point tensors (fp64/fp32/fp16/bf16) to ``dtype``; the bytes convert when saved.
+
+    By default only the model's weights (the detected state_dict) are cast, not optimizer state;
+    ``path`` names another subtree, or ``"all"`` everything.
+    """
+    dtype = cast_dtype(dtype)
+    scope = cast_scope(root, path)
+    chosen = {id(t) for _, t in iter_tensors(get(root, scope)) if _castable(t, dtype)}
+    storages: dict[int, Storage] = {}
     examples: dict[tuple[str, str], None] = {}
 
     def convert(tensor: Tensor) -> Tensor | None:
-        storage = tensor.storage
-        if storage is None or tensor.dtype not in CASTABLE or tensor.dtype == dtype or storage.dtype != tensor.dtype:
+        if id(tensor) not in chosen:
             return None
+        storage = tensor.storage
+        assert storage is not None
         if id(storage) not in storages:
             storages[id(storage)] = Storage(
                 storage.key, dtype, storage.location, storage.numel, CastSource(storage), DTYPES[dtype][1] or ""
             )
-        new_storage = storages[id(storage)]
-        assert new_storage is not None
         examples.setdefault((tensor.dtype, dtype))
-        return dataclasses.replace(tensor, storage=new_storage, dtype=dtype)
+        return dataclasses.replace(tensor, storage=storages[id(storage)], dtype=dtype)
 
     new_root, changed = map_tensors(root, convert)
     if not changed:
-        raise EditError(f"no floating-point tensor to cast to {dtype}")
+        raise EditError(f"no floating-point tensor in {_describe(scope)} to cast to {dtype}")
     casts = ", ".join(f"{a} → {b}" for a, b in examples)
-    return new_root, Change(f"cast tensors ({casts})", changed)
+    change = Change(f"cast the tensors of {_describe(scope)} ({casts})", changed)
+    if scope:
+        others = len({id(t) for _, t in iter_tensors(root) if _castable(t, dtype)} - chosen)
+        if others:
+            change.notes.append(f"{others} floating-point tensors elsewhere (optimizer state, ...) keep their dtype")
+    return new_root, change

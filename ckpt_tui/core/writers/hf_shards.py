@@ -138,8 +138,8 @@ def _umask() -> int:
 
 def convert_to_shards(
     path: str | list[str], options: Any, output: str, max_size: str
-) -> tuple[list[Any], ShardedResult]:
-    """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards."""
+) -> tuple[list[Any], list[str], ShardedResult]:
+    """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards (changes, notes, result)."""
     from ckpt_tui.core.convert import apply_options
     from ckpt_tui.core.reading import open_checkpoint
 
@@ -147,5 +147,5 @@ def convert_to_shards(
     checkpoint = open_checkpoint(path)
     if checkpoint.byteorder != "little":
         raise WriteError("big-endian checkpoints cannot be written as safetensors")
-    root, changes = apply_options(checkpoint.root, options)
-    return changes, save_hf_shards(root, output, limit)
+    root, changes, notes = apply_options(checkpoint.root, options)
+    return changes, notes, save_hf_shards(root, output, limit)

@@ -1,0 +1,193 @@
+"""Key layouts that training code and libraries leave in state_dicts, recognised by their names.
+
+- wrapper prefixes: ``module.`` (DataParallel/DDP), ``_orig_mod.`` (torch.compile), stacked in any
+  order (``module._orig_mod.``), and Lightning's ``model.`` inside a Lightning checkpoint;
+- PEFT/LoRA: ``base_model.model.`` in front, ``.base_layer.`` around each wrapped layer's own
+  weights, ``lora_A``/``lora_B``/... adapter weights beside them;
+- EMA copies of the weights: ``ema.``, ``model_ema.``, ``ema_model.``, ``module.ema.`` ... keys
+  beside the live ones, or a separate entry of the checkpoint;
+- Hugging Face models: a ``model.``/``transformer.`` body, and an output head tied to the input
+  embedding (``lm_head.weight``) that the file leaves out.
+
+Only the wrapper prefixes are ever removed without being named: any other shared first component
+(``features.``, ``backbone.``) may be a real submodule of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+WRAPPERS = ("module.", "_orig_mod.")
+LIGHTNING_MODEL = "model."
+PEFT_PREFIX = "base_model.model."
+PEFT_BASE = "base_layer"
+HF_BODIES = ("model.", "transformer.")
+TIED_HEADS = ("lm_head.weight",)
+EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "shared.weight", "embed_in.weight")
+EMA_NAMES = frozenset({"ema", "model_ema", "ema_model", "ema_state_dict", "state_dict_ema", "ema_state", "ema_params"})
+
+
+def is_lightning_checkpoint(root: Any) -> bool:
+    """A PyTorch Lightning checkpoint: its version key, or ``state_dict`` beside loops/callbacks/optimizers."""
+    if not isinstance(root, dict):
+        return False
+    if "pytorch-lightning_version" in root or "lightning_version" in root:
+        return True
+    return "state_dict" in root and any(k in root for k in ("loops", "callbacks", "optimizer_states"))
+
+
+def wrapper_prefix(keys: Iterable[str], lightning: bool = False) -> str:
+    """The stack of wrapper prefixes every key starts with (``module._orig_mod.``), or ``""``.
+
+    ``model.`` counts only in front, and only when ``lightning`` says the keys come from a Lightning
+    checkpoint's ``state_dict``. Every key must go on after the prefix.
+    """
+    key_list = [k for k in keys if k != "_metadata"]
+    if not key_list:
+        return ""
+    prefix = ""
+    while True:
+        allowed = WRAPPERS + ((LIGHTNING_MODEL,) if lightning and not prefix else ())
+        step = next((w for w in allowed if _all_under(key_list, prefix + w)), None)
+        if step is None:
+            return prefix
+        prefix += step
+
+
+def _all_under(keys: list[str], prefix: str) -> bool:
+    return all(k.startswith(prefix) and len(k) > len(prefix) for k in keys)
+
+
+WRAPPER_ORIGINS = {
+    "module.": "DataParallel/DDP",
+    "_orig_mod.": "torch.compile",
+    "model.": "a wrapper holding the model as .model (a LightningModule, a training wrapper)",
+}
+
+
+def split_wrappers(prefix: str, lightning: bool = True) -> list[str] | None:
+    """The wrapper prefixes a prefix is made of (``module._orig_mod.`` → both), or None if it is not a stack."""
+    parts: list[str] = []
+    rest = prefix
+    while rest:
+        allowed = WRAPPERS + ((LIGHTNING_MODEL,) if lightning and not parts else ())
+        step = next((w for w in allowed if rest.startswith(w)), None)
+        if step is None:
+            return None
+        parts.append(step)
+        rest = rest[len(step) :]
+    return parts or None
+
+
+def describe_wrappers(prefix: str) -> str:
+    """What put a wrapper stack on the keys, outermost first: ``torch.compile inside DataParallel/DDP``."""
+    parts = split_wrappers(prefix) or []
+    names = [WRAPPER_ORIGINS[p] for p in parts]
+    if not names:
+        return f"every key sits under {prefix.rstrip('.')!r}"
+    return "saved from " + " inside ".join(reversed(names))
+
+
+def common_first_component(keys: Iterable[str]) -> str:
+    """The first dotted component shared by every key (``features.``), or ``""``."""
+    key_list = [k for k in keys if k != "_metadata"]
+    if not key_list or any("." not in k for k in key_list):
+        return ""
+    heads = {k.split(".", 1)[0] for k in key_list}
+    return heads.pop() + "." if len(heads) == 1 else ""
+
+
+# ---- PEFT / LoRA --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeftLayout:
+    """Where a PEFT model's adapters and base weights are."""
+
+    adapter_components: tuple[str, ...]  # lora_A, lora_B, ...
+    adapter_keys: int
+    base_layers: int  # keys under a .base_layer.
+    prefix: str  # base_model.model. (or "" when absent), after any wrapper
+
+    def describe(self) -> str:
+        """In words."""
+        parts = ", ".join(self.adapter_components)
+        base = (
+            f"{self.base_layers} base weights under .{PEFT_BASE}."
+            if self.base_layers
+            else "no base weights (an adapter-only file: the base model's weights are not in it)"
+        )
+        return (
+            f"PEFT/LoRA layout: {self.adapter_keys} adapter weights ({parts}), {base}; "
+            "the fix keeps the base weights and leaves the adapters out (merging them is not done here)"
+        )
+
+
+def is_adapter_component(component: str) -> bool:
+    """``lora_A``, ``lora_B``, ``lora_embedding_A``, ``lora_magnitude_vector``..."""
+    return component.startswith("lora_")
+
+
+def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
+    """The PEFT layout of these keys, when they hold LoRA adapters."""
+    components: dict[str, None] = {}
+    adapters = 0
+    base = 0
+    for key in keys:
+        parts = key.split(".")
+        found = [p for p in parts[:-1] if is_adapter_component(p)]
+        if found:
+            adapters += 1
+            components.update(dict.fromkeys(found))
+        elif PEFT_BASE in parts[:-1]:
+            base += 1
+    if not adapters:
+        return None
+    wrapper = wrapper_prefix(keys)
+    has_prefix = all(k[len(wrapper) :].startswith(PEFT_PREFIX) for k in keys if k != "_metadata")
+    return PeftLayout(tuple(components), adapters, base, wrapper + PEFT_PREFIX if has_prefix else "")
+
+
+# ---- EMA ----------------------------------------------------------------------------------
+
+
+def is_ema_name(name: str) -> bool:
+    """``ema``, ``model_ema``, ``ema_model``, ``state_dict_ema``...: a name that says EMA."""
+    lowered = name.lower()
+    return lowered in EMA_NAMES or "ema" in lowered.replace("-", "_").split("_")
+
+
+def ema_prefix(keys: Sequence[str]) -> str:
+    """The prefix of EMA weights kept beside the live ones in one state_dict (``ema.``, ``module.ema.``), or ``""``.
+
+    Found only when some keys are under it and some are not (the live weights).
+    """
+    counts: dict[str, int] = {}
+    for key in keys:
+        parts = key.split(".")
+        for depth in (1, 2):
+            if len(parts) > depth and is_ema_name(parts[depth - 1]):
+                if depth == 2 and parts[0] + "." not in WRAPPERS:
+                    continue
+                prefix = ".".join(parts[:depth]) + "."
+                counts[prefix] = counts.get(prefix, 0) + 1
+                break
+    if not counts:
+        return ""
+    prefix, number = max(counts.items(), key=lambda item: item[1])
+    return prefix if 0 < number < len(keys) else ""
+
+
+# ---- Hugging Face -------------------------------------------------------------------------
+
+
+def tied_head(missing: str, present: dict[str, tuple[int, ...] | None], shape: tuple[int, ...] | None) -> str | None:
+    """The embedding a missing output head is tied to (``lm_head.weight`` ↔ ``model.embed_tokens.weight``)."""
+    if not any(missing == head or missing.endswith("." + head) for head in TIED_HEADS):
+        return None
+    for key, found in present.items():
+        if any(key == e or key.endswith("." + e) for e in EMBEDDINGS) and (shape is None or found == shape):
+            return key
+    return None

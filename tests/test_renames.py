@@ -1,0 +1,287 @@
+"""Key mismatches beyond a prefix: renamed modules, PEFT/LoRA, EMA, compile inside DDP, Hugging Face
+bodies and tied heads. Every suggested command is pasted through bash as printed, and its output
+must pass ``check --against``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders_renames import (
+    EmaTrainer,
+    NewViT,
+    OldViT,
+    StemNet,
+    TinyGPTBody,
+    TinyGPTLMHead,
+    TvResNet,
+    hf_state_dict_without_tied,
+    lora_wrapped,
+    seeded,
+)
+from printed_commands import Shell
+from torch import nn
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.edits import RenameRule
+from ckpt_tui.core.renames import align, candidates, infer_rules
+
+
+def check_json(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, dict[str, Any]]:
+    code = main(["check", *map(str, args), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def output_of(argv: list[str]) -> str:
+    for index, arg in enumerate(argv):
+        if arg == "--output":
+            return argv[index + 1]
+        if arg.startswith("--output="):
+            return arg.split("=", 1)[1]
+    raise AssertionError(argv)
+
+
+def paste_and_check(shell: Shell, fix: dict[str, Any], reference: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """Paste the printed command; exactly one convert runs; its output fits the reference."""
+    output = Path(output_of(fix["argv"]))
+    assert not output.exists()
+    result = shell.paste(fix["command"])
+    assert result.returncode == 0, result.stderr
+    assert len(shell.invocations()) == 1
+    capsys.readouterr()
+    assert main(["check", str(output), "--against", str(reference)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    return output
+
+
+def save(state: Any, path: Path) -> Path:
+    torch.save(state, path)
+    return path
+
+
+LAYOUTS: dict[str, tuple[Callable[[], Any], Callable[[], nn.Module]]] = {
+    "vit renamed (backbone.layers.N.attn -> encoder.blocks.N.attention)": (
+        lambda: seeded(OldViT).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "vit renamed back": (lambda: seeded(NewViT).state_dict(), lambda: seeded(OldViT)),
+    "torchvision resnet names -> timm-like stage names": (
+        lambda: seeded(TvResNet).state_dict(),
+        lambda: seeded(StemNet),
+    ),
+    "timm-like stage names -> torchvision resnet names": (
+        lambda: seeded(StemNet).state_dict(),
+        lambda: seeded(TvResNet),
+    ),
+    "renamed and saved from DataParallel": (
+        lambda: nn.DataParallel(seeded(OldViT)).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "PEFT LoRA wrapping (base_model.model., .base_layer., lora_A/B)": (
+        lambda: lora_wrapped(seeded(NewViT)).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "EMA weights beside the live ones (model., ema.module.)": (
+        lambda: seeded(lambda: EmaTrainer(NewViT)).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "EMA copy as its own entry (state_dict, state_dict_ema)": (
+        lambda: {"epoch": 3, "state_dict": seeded(NewViT).state_dict(), "state_dict_ema": seeded(NewViT).state_dict()},
+        lambda: seeded(NewViT),
+    ),
+    "torch.compile inside DataParallel (module._orig_mod.)": (
+        lambda: nn.DataParallel(torch.compile(seeded(NewViT))).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "DataParallel inside torch.compile (_orig_mod.module.)": (
+        lambda: torch.compile(nn.DataParallel(seeded(NewViT))).state_dict(),
+        lambda: seeded(NewViT),
+    ),
+    "Hugging Face body with head (transformer., lm_head) -> bare body": (
+        lambda: seeded(TinyGPTLMHead).state_dict(),
+        lambda: seeded(TinyGPTBody),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_suggested_fix_pasted_reaches_a_full_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    make_state, make_model = LAYOUTS[name]
+    source = save(make_state(), tmp_path / "source.pth")
+    reference = save(make_model().state_dict(), tmp_path / "reference.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    fixes = [report["suggestion"], *report.get("alternatives", [])]
+    assert all(fix["full_match"] for fix in fixes), fixes
+    for fix in fixes:
+        paste_and_check(Shell(tmp_path), fix, reference, capsys)
+
+
+def test_renamed_vit_rules_and_their_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(seeded(OldViT).state_dict(), tmp_path / "old.pth")
+    reference = save(seeded(NewViT).state_dict(), tmp_path / "new.pth")
+    assert main(["check", str(source), "--against", str(reference)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("DOES NOT FIT: 2/40 reference keys found, 38 missing, 38 unexpected")
+    assert "missing (in the reference, not in the checkpoint) (38):" in out
+    assert "encoder.blocks.{0...2}.attention.qkv.weight" in out  # folded ranges stay
+    assert "suggested fix: after rename by 3 rules: 40/40 keys match, 0 shape mismatches" in out
+    assert "rename component 'attn' → 'attention' anywhere in a key: 12 keys" in out
+    command = out.splitlines()[-1].strip()
+    assert command.startswith("ckpt-tui convert ") and "--rename-infix attn=attention" in command
+    fixed = tmp_path / "old.fixed.pth"
+    assert Shell(tmp_path).paste(command).returncode == 0
+    capsys.readouterr()
+    assert main(["check", str(fixed), "--against", str(reference)]) == 0
+    moved = torch.load(fixed)
+    original = seeded(OldViT).state_dict()
+    assert torch.equal(moved["encoder.blocks.1.attention.qkv.weight"], original["backbone.layers.1.attn.qkv.weight"])
+
+
+def test_peft_report_explains_the_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(lora_wrapped(seeded(NewViT)).state_dict(), tmp_path / "peft.pth")
+    reference = save(seeded(NewViT).state_dict(), tmp_path / "base.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    assert any("PEFT/LoRA layout" in note and "merging" in note for note in report["notes"])
+    argv = report["suggestion"]["argv"]
+    assert "*.lora_A.*" in argv and "*.lora_B.*" in argv
+    assert "base_model.model." in argv and "base_layer=" in argv
+    fixed = paste_and_check(Shell(tmp_path), report["suggestion"], reference, capsys)
+    base = lora_wrapped(seeded(NewViT)).state_dict()
+    assert torch.equal(
+        torch.load(fixed)["encoder.blocks.0.attention.qkv.weight"],
+        base["base_model.model.encoder.blocks.0.attention.qkv.base_layer.weight"],
+    )
+
+
+def test_ema_alternative_extracts_the_ema_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = seeded(lambda: EmaTrainer(NewViT))
+    source = save(trainer.state_dict(), tmp_path / "train.pth")
+    reference = save(seeded(NewViT).state_dict(), tmp_path / "ref.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    assert report["alternatives"][0]["label"] == "EMA weights"
+    assert any("EMA" in note for note in report["notes"])
+    shell = Shell(tmp_path)
+    live = paste_and_check(shell, report["suggestion"], reference, capsys)
+    ema = paste_and_check(shell, report["alternatives"][0], reference, capsys)
+    key = "encoder.blocks.2.mlp.fc1.weight"
+    assert torch.equal(torch.load(live)[key], trainer.model.state_dict()[key])
+    assert torch.equal(torch.load(ema)[key], trainer.ema.module.state_dict()[key])
+    assert not torch.equal(torch.load(live)[key], torch.load(ema)[key])
+
+
+def test_text_report_names_the_wrappers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(nn.DataParallel(torch.compile(seeded(NewViT))).state_dict(), tmp_path / "c.pth")
+    reference = save(seeded(NewViT).state_dict(), tmp_path / "r.pth")
+    main(["check", str(source), "--against", str(reference)])
+    out = capsys.readouterr().out
+    assert "'module._orig_mod.': saved from torch.compile inside DataParallel/DDP" in out
+    assert "--strip-prefix module._orig_mod." in out
+
+
+def test_tied_lm_head_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(hf_state_dict_without_tied(seeded(TinyGPTLMHead)), tmp_path / "hf.pth")
+    reference = save(seeded(TinyGPTLMHead).state_dict(), tmp_path / "full.pth")
+    assert main(["check", str(source), "--against", str(reference)]) == 1
+    out = capsys.readouterr().out
+    assert "1 missing" in out
+    assert "lm_head.weight is absent from the file" in out and "transformer.wte.weight" in out
+    assert "tie_weights" in out and "strict=False" in out
+
+
+def test_head_of_another_size_names_shapes_and_strict_false(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(seeded(lambda: NewViT(classes=7)).state_dict(), tmp_path / "seven.pth")
+    reference = save(seeded(NewViT).state_dict(), tmp_path / "five.pth")
+    assert main(["check", str(source), "--against", str(reference)]) == 1
+    out = capsys.readouterr().out
+    assert "head.weight: [7, 8] vs [5, 8]" in out
+    assert "strict=False does not skip a size mismatch" in out
+    command = out.splitlines()[-1].strip()
+    assert command.endswith("--drop head.weight --drop head.bias")
+    shell = Shell(tmp_path)
+    assert shell.paste(command).returncode == 0
+    capsys.readouterr()
+    code, after = check_json(capsys, tmp_path / "seven.fixed.pth", "--against", reference)
+    assert code == 1 and sorted(after["missing"]) == ["head.bias", "head.weight"]
+    assert not after["unexpected"] and not after["shape_mismatches"]
+
+
+# ---- rules --------------------------------------------------------------------------------
+
+
+def test_rename_rule_prefix_and_components() -> None:
+    assert RenameRule("backbone.", "encoder.").apply("backbone.layers.0.w") == "encoder.layers.0.w"
+    assert RenameRule("backbone.", "encoder.").apply("head.backbone.w") == "head.backbone.w"
+    attn = RenameRule("attn", "attention", anywhere=True)
+    assert attn.apply("blocks.0.attn.qkv.weight") == "blocks.0.attention.qkv.weight"
+    assert attn.apply("blocks.0.attn_drop.weight") == "blocks.0.attn_drop.weight"  # whole components only
+    assert attn.apply("attn.w") == "attention.w"
+    removed = RenameRule("base_layer", "", anywhere=True)
+    assert removed.apply("q_proj.base_layer.weight") == "q_proj.weight"
+    assert RenameRule.parse("a.=b=c.") == RenameRule("a.", "b=c.")
+
+
+def test_candidates_fix_the_first_difference() -> None:
+    found = candidates("layers.3.attn.qkv.weight", "layers.3.attention.qkv.weight")
+    assert found[0] == RenameRule("attn", "attention", anywhere=True)
+    assert RenameRule("fc.", "head.fc.") in candidates("fc.weight", "head.fc.weight")
+
+
+def test_align_by_shapes_in_module_order() -> None:
+    source = [("a.w", (2, 3)), ("a.b", (2,)), ("c.w", (4, 2))]
+    target = [("x.w", (2, 3)), ("x.b", (2,)), ("y.w", (4, 2))]
+    assert align(source, target) == [("a.w", "x.w"), ("a.b", "x.b"), ("c.w", "y.w")]
+    assert infer_rules(["a.w", "a.b", "c.w"], align(source, target), {"x.w", "x.b", "y.w"}) == [
+        RenameRule("a.", "x."),
+        RenameRule("c.", "y."),
+    ]
+
+
+def test_convert_rename_options_apply_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(seeded(OldViT).state_dict(), tmp_path / "old.pth")
+    out = tmp_path / "new.pth"
+    argv = ["convert", str(source), "-o", str(out), "--rename-prefix", "backbone.=encoder."]
+    argv += ["--rename-infix", "layers=blocks", "--rename-infix", "attn=attention"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "rename prefix 'backbone.' → 'encoder.': 38 keys" in printed
+    assert "rename component 'attn' → 'attention' anywhere in a key: 12 keys" in printed
+    assert list(torch.load(out)) == list(seeded(NewViT).state_dict())
+
+
+def test_convert_rename_map_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save(seeded(TvResNet).state_dict(), tmp_path / "tv.pth")
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"layer1.": "stage1.", "fc.": "classifier."}))
+    out = tmp_path / "renamed.pth"
+    assert main(["convert", str(source), "-o", str(out), "--rename-map", str(mapping)]) == 0
+    keys = list(torch.load(out))
+    assert "stage1.0.conv1.weight" in keys and "classifier.weight" in keys and "layer2.0.conv1.weight" in keys
+    mapping.write_bytes(b'{"a": \xff}')
+    capsys.readouterr()
+    assert main(["convert", str(source), "-o", str(tmp_path / "x.pth"), "--rename-map", str(mapping)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_rename_rule_collision_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save({"a.w": torch.ones(1), "b.w": torch.ones(1)}, tmp_path / "s.pth")
+    code = main(["convert", str(source), "-o", str(tmp_path / "o.pth"), "--rename-prefix", "a.=b."])
+    assert code == 1
+    assert "both 'b.w'" in capsys.readouterr().err
+    assert not (tmp_path / "o.pth").exists()
+
+
+def test_unrelated_names_get_no_rule_per_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save({f"k{i}.w": torch.ones(2) for i in range(300)}, tmp_path / "a.pth")
+    reference = save({f"z{(i * 7919) % 1000}.q{i}": torch.ones(2) for i in range(300)}, tmp_path / "b.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    assert "suggestion" not in report or not any("rename" in step for step in report["suggestion"]["steps"])
