@@ -81,10 +81,38 @@ def render_check(report: CheckReport) -> str:
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:
-        return head + ": OK, no NaN/Inf, no unsafe globals"
+        return "\n".join([head + ": OK, no NaN/Inf, no unsafe globals", *weights_only_lines(report, ckpt.path)])
     lines = [head + f": {len(report.problems)} problems"]
     lines += [f"  ! [{p.kind}] {p.message}" for p in report.problems]
+    lines += weights_only_lines(report, ckpt.path)
     return "\n".join(lines)
+
+
+def weights_only_lines(report: CheckReport, path: str) -> list[str]:
+    """The verdict on ``torch.load(FILE)`` with weights_only=True: blockers, where, and the two ways out."""
+    from ckpt_tui.core.safe_text import printable
+
+    judged = report.weights_only
+    if judged is None:
+        return []
+    lines = [printable(judged.headline())]
+    for blocker in judged.blockers:
+        times = f" ({blocker.count}×)" if blocker.count > 1 else ""
+        lines.append(f"  {blocker.kind:<4}  {printable(blocker.name)}{times} at {printable(blocker.where())}")
+        if blocker.note:
+            lines.append(f"        {printable(blocker.note)}")
+    if judged.blockers and judged.reason:
+        lines.append(f"  and, whatever is allowlisted: {printable(judged.reason)}")
+    lines += [f"  note: {printable(note)}" for note in judged.notes]
+    if judged.safe_globals:
+        lines.append("  to load it as it is (only if you trust the file), before torch.load:")
+        lines.append(f"    import {', '.join(judged.imports)}")
+        lines.append(f"    {printable(judged.safe_globals)}")
+    if judged.loads is False and judged.blockers:
+        stem = os.path.join(os.path.dirname(path.rstrip("/")), os.path.basename(path.rstrip("/")).split(".")[0])
+        command = " ".join(shlex.quote(p) for p in (path, "-o", f"{stem}.sanitized.pth", "--sanitize"))
+        lines.append(f"  or rewrite it as plain data that loads:  ckpt-tui convert {command}")
+    return lines
 
 
 LIST_LIMIT = 12

@@ -201,8 +201,8 @@ def test_reasons_that_no_allowlisting_fixes(corpus: dict[str, Case]) -> None:
     assert "TorchScript" in (corpus["TorchScript archive"].verdict.reason or "")
     assert "magic number" in (corpus["plain pickle"].verdict.reason or "")
     assert "data/1" in (corpus["missing storage record"].verdict.reason or "")
-    assert corpus["defaultdict"].verdict.torch == "2.10–2.14"  # older torch writes SETITEM into anything
-    assert corpus["torch file named .safetensors"].verdict.torch == "2.13–2.14"
+    assert corpus["defaultdict"].verdict.torch == "2.10-2.14"  # older torch writes SETITEM into anything
+    assert corpus["torch file named .safetensors"].verdict.torch == "2.13-2.14"
 
 
 def test_not_applicable_formats(corpus: dict[str, Case]) -> None:

@@ -24,11 +24,14 @@ from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
-from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.weights_only_scan import (
+    GlobalRef,
     PickleScan,
     Refusal,
     WStorage,
+    WTensor,
     numpy_dtype_class,
     scan_pickle,
 )
@@ -80,8 +83,11 @@ class FileScan:
             self.reason = reason
 
 
-def scan_file(path: str) -> FileScan:
-    """Follow ``torch.load(path)`` (weights_only=True, no map_location) without running anything."""
+def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> FileScan:
+    """Follow ``torch.load(path)`` (weights_only=True, no map_location) without running anything.
+
+    ``zip_entries``: the file's central directory when the caller has already read it.
+    """
     if os.path.isdir(path):
         return _scan_directory(path)
     if path.endswith(".index.json"):
@@ -91,7 +97,7 @@ def scan_file(path: str) -> FileScan:
         if path.endswith(".safetensors"):
             return _scan_safetensors_name(path, head)
         if head[:4] == b"PK\x03\x04":
-            return _scan_zip(path, file)
+            return _scan_zip(path, file, zip_entries)
         return _scan_legacy(path, file, head)
 
 
@@ -145,11 +151,11 @@ def _scan_safetensors_name(path: str, head: bytes) -> FileScan:
 # ---- zip archives (torch >= 1.6 and TorchScript) ----------------------------------------------------
 
 
-def _scan_zip(path: str, file: BinaryIO) -> FileScan:
+def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) -> FileScan:
     scan = FileScan("zip")
     size = os.fstat(file.fileno()).st_size
     try:
-        entries = read_central_directory(file, size)
+        entries = entries if entries is not None else read_central_directory(file, size)
     except ReadError as exc:
         scan.fail(f"torch's zip reader fails: {exc}")
         return scan
@@ -184,9 +190,21 @@ def _scan_zip(path: str, file: BinaryIO) -> FileScan:
         scan.fail(f"data.pkl cannot be read: {exc}")
         return scan
     loaded: dict[Any, WStorage] = {}
+    data_records = {name[5:]: entry.size for name, entry in records.items() if name.startswith("data/")}
 
     def storage(pid: tuple[Any, ...]) -> WStorage:
-        return _zip_storage(pid, records, loaded, scan)
+        if len(pid) == 5:  # the usual case, inline: this runs once per storage
+            storage_type, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+            dtype = getattr(storage_type, "storage_dtype", None)
+            if type(key) is str and type(numel) is int and location == "cpu" and dtype and numel >= 0:
+                cached = loaded.get(key)
+                if cached is not None:
+                    return cached
+                nbytes = numel * DTYPES[dtype][0]
+                if data_records.get(key) == nbytes and nbytes:
+                    found = loaded[key] = WStorage(dtype, nbytes, key, location)
+                    return found
+        return _zip_storage(pid, data_records, loaded, scan)
 
     scan.absorb(scan_pickle(data, storage), "data.pkl")
     return scan
@@ -203,13 +221,8 @@ def _small_record(file: BinaryIO, records: dict[str, ZipEntry], name: str, size:
 
 
 def _storage_dtype(storage_type: Any) -> str:
-    from ckpt_tui.core.weights_only_scan import GlobalRef, WTensor
-
-    if isinstance(storage_type, GlobalRef):
-        if storage_type.entry.name == "torch.storage.UntypedStorage":
-            return "uint8"
-        if storage_type.entry.role == "storage_type":
-            return storage_type.entry.detail
+    if type(storage_type) is GlobalRef and storage_type.storage_dtype is not None:
+        return storage_type.storage_dtype
     if isinstance(storage_type, WTensor):
         return storage_type.dtype
     raise Refusal("a storage persistent id names no storage type")
@@ -233,8 +246,9 @@ def _nbytes(numel: Any, dtype: str) -> int:
 
 
 def _zip_storage(
-    pid: tuple[Any, ...], records: dict[str, ZipEntry], loaded: dict[Any, WStorage], scan: FileScan
+    pid: tuple[Any, ...], records: dict[str, int], loaded: dict[Any, WStorage], scan: FileScan
 ) -> WStorage:
+    """``_load``'s persistent_load: the record ``data/<key>`` must exist and hold exactly the storage."""
     if len(pid) != 5:
         raise Refusal(f"a storage persistent id has {len(pid)} fields (torch's zip loader takes 5)")
     _, storage_type, key, location, numel = pid
@@ -246,12 +260,12 @@ def _zip_storage(
     if cached is not None:
         return cached
     nbytes = _nbytes(numel, dtype)
-    entry = records.get(f"data/{key}")
-    if entry is None:
+    size = records.get(key if type(key) is str else f"{key}")
+    if size is None:
         raise Refusal(f"storage record data/{key} is missing from the archive")
-    if entry.size != nbytes:
-        raise Refusal(f"storage record data/{key} holds {entry.size} bytes, its storage {nbytes}: torch wants equal")
-    storage = WStorage(dtype, nbytes, key, _location(location, scan))
+    if size != nbytes:
+        raise Refusal(f"storage record data/{key} holds {size} bytes, its storage {nbytes}: torch wants equal")
+    storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
     if nbytes:
         loaded[key] = storage
     return storage
@@ -450,11 +464,23 @@ class Verdict:
 def verdict(checkpoint: Checkpoint) -> Verdict:
     """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths)."""
     try:
-        scan = scan_file(checkpoint.path)
+        scan = scan_file(checkpoint.path, _central_directory(checkpoint))
     except (OSError, ValueError, ReadError) as exc:
         scan = FileScan(checkpoint.format)
         scan.fail(f"cannot be read as torch.load reads it ({exc})")
     return verdict_from_scan(scan, checkpoint)
+
+
+def _central_directory(checkpoint: Checkpoint) -> dict[str, ZipEntry] | None:
+    """The zip entries the reader already read (from the first tensor's record source), if any."""
+    if checkpoint.format not in ("zip", "torchscript"):
+        return None
+    for _, tensor in iter_tensors(checkpoint.root):
+        source = tensor.storage.source if tensor.storage is not None else None
+        if isinstance(source, ZipRecords) and os.path.abspath(source.path) == os.path.abspath(checkpoint.path):
+            return source.entries
+        break
+    return None
 
 
 def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
@@ -535,7 +561,7 @@ def _versions(scan: FileScan) -> str:
     while high + 1 < len(tables.VERSIONS) and same(tables.VERSIONS[high + 1]):
         high += 1
     first, last = tables.VERSIONS[low], tables.VERSIONS[high]
-    return tables.version_text(first) + ("" if first == last else "–" + tables.version_text(last))
+    return tables.version_text(first) + ("" if first == last else "-" + tables.version_text(last))
 
 
 # ---- where the blockers are ---------------------------------------------------------------------------------

@@ -114,13 +114,24 @@ class WLeaf(Shadow):
 class GlobalRef:
     """What GLOBAL pushes for an allowed name: torch's object, by name. Calling it is a REDUCE."""
 
-    __slots__ = ("entry", "machine")
+    __slots__ = ("entry", "handler", "storage_dtype")
 
-    def __init__(self, entry: tables.AllowedGlobal, machine: Machine) -> None:
-        self.entry, self.machine = entry, machine
+    def __init__(self, entry: tables.AllowedGlobal) -> None:
+        self.entry = entry
+        self.handler = _handler(entry)
+        self.storage_dtype: str | None = None
+        if entry.name == "torch.storage.UntypedStorage":
+            self.storage_dtype = "uint8"
+        elif entry.role == "storage_type":
+            self.storage_dtype = entry.detail
 
     def __call__(self, *args: Any) -> Any:
-        return self.machine.call(self, args)
+        try:
+            return self.handler(args)
+        except Refusal:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            raise Refusal(f"{self.entry.name} fails on these arguments ({type(exc).__name__}: {exc})") from None
 
 
 class Placeholder:
@@ -144,9 +155,13 @@ _FIXED = (
     rb"[qhK][\x00-\xff]|[rj][\x00-\xff]{2}[\x00-\x0f]\x00|J[\x00-\xff]{4}|M[\x00-\xff]{2}|G[\x00-\xff]{8}"
     rb"|\x80[\x00-\x05]|[(t\x85\x86\x87N\x89\x88)\]}\x8fQ"
 )
-FAST_RUN = re.compile(rb"(?:" + _FIXED + rb"R])*", re.S)
-EXACT_RUN = re.compile(rb"(?:" + _FIXED + rb"])*", re.S)
-INTERCEPTED = frozenset(b"\x81bsuaeR")
+_SHORT_STRINGS = b"|".join(
+    b"X" + re.escape(bytes([length, 0, 0, 0])) + (rb"[\x00-\xff]{%d}" % length if length else b"")
+    for length in range(48)
+)
+"""BINUNICODE of up to 47 bytes (keys, record names) matched by the same expression: no Python step per string."""
+FAST_RUN = re.compile(rb"(?:" + _FIXED + rb"R]|" + _SHORT_STRINGS + rb")*", re.S)
+EXACT_RUN = re.compile(rb"(?:" + _FIXED + rb"]|" + _SHORT_STRINGS + rb")*", re.S)
 _U32 = struct.Struct("<I")
 
 
@@ -163,54 +178,51 @@ def rewrite(data: bytes, start: int, marker_module: str, exact: bool) -> Rewritt
     """Tokenize from ``start`` to STOP; refuse unknown opcodes; route type-dependent ones to the machine."""
     run = (EXACT_RUN if exact else FAST_RUN).match
     get_marker = b"j" + _U32.pack(MEMO_LIMIT)
-    chunks = [b"c" + marker_module.encode() + b"\nm\nr" + get_marker[1:] + b"0"]
+    out = [b"c" + marker_module.encode() + b"\nm\nr" + get_marker[1:] + b"0"]
+    intercept = {op: code.replace(b"@", get_marker) for op, code in _INTERCEPT.items()}
     remap: dict[int, int] = {}
-    pos = start
+    copied = pos = start
     size = len(data)
+    unpack = _U32.unpack_from
     while True:
         found = run(data, pos)
-        end = found.end() if found else pos
-        if end > pos:
-            chunks.append(data[pos:end])
-            pos = end
+        pos = found.end() if found else pos
         if pos >= size:
             return Rewritten(b"", pos, "the pickle ends before its STOP opcode (truncated?)")
         op = data[pos]
         if op == 0x58:  # BINUNICODE
             if pos + 5 > size:
                 return Rewritten(b"", pos, "the pickle ends inside a string (truncated?)")
-            (length,) = _U32.unpack_from(data, pos + 1)
-            chunks.append(data[pos : pos + 5 + length])
-            pos += 5 + length
-        elif op in (0x55, 0x8A):  # SHORT_BINSTRING, LONG1
-            length = data[pos + 1] if pos + 1 < size else 0
-            chunks.append(data[pos : pos + 2 + length])
-            pos += 2 + length
+            pos += 5 + unpack(data, pos + 1)[0]
+        elif op in intercept:
+            out.append(data[copied:pos])
+            out.append(intercept[op])
+            pos = copied = pos + 1
         elif op == 0x63:  # GLOBAL
             first = data.find(b"\n", pos + 1)
             second = data.find(b"\n", first + 1) if first >= 0 else -1
             if second < 0:
                 return Rewritten(b"", pos, "the pickle ends inside a GLOBAL (truncated?)")
-            chunks.append(data[pos : second + 1])
             pos = second + 1
-        elif op in INTERCEPTED:
-            chunks.append(_INTERCEPT[op].replace(b"@", get_marker))
-            pos += 1
+        elif op in (0x55, 0x8A):  # SHORT_BINSTRING, LONG1
+            pos += 2 + (data[pos + 1] if pos + 1 < size else 0)
         elif op in (0x72, 0x6A):  # LONG_BINPUT / LONG_BINGET with a large index
             if pos + 5 > size:
                 return Rewritten(b"", pos, "the pickle ends inside a memo index (truncated?)")
-            (index,) = _U32.unpack_from(data, pos + 1)
+            (index,) = unpack(data, pos + 1)
             if op == 0x72:
                 new = remap.setdefault(index, MEMO_LIMIT + 1 + len(remap))
             else:
-                new = remap.get(index, MEMO_LIMIT + 1 + len(remap) + 1)
-            chunks.append(bytes([op]) + _U32.pack(new))
-            pos += 5
+                new = remap.get(index, MEMO_LIMIT + 2 + len(remap))
+            out.append(data[copied:pos])
+            out.append(bytes([op]) + _U32.pack(new))
+            pos = copied = pos + 5
         elif op == 0x80:  # PROTO above 5: torch only warns; CPython would refuse
-            pos += 2
+            out.append(data[copied:pos])
+            pos = copied = pos + 2
         elif op == 0x2E:  # STOP
-            chunks.append(b".")
-            return Rewritten(b"".join(chunks), pos + 1)
+            out.append(data[copied : pos + 1])
+            return Rewritten(b"".join(out), pos + 1)
         else:
             return Rewritten(b"", pos, f"opcode {bytes([op])!r} (byte {op}) is not one torch's loader reads")
 
@@ -308,11 +320,14 @@ class Machine(pickle.Unpickler):
         ref = self.refs.get(full)
         if ref is not None:
             return ref
+        direct = _DIRECT.get(full)
+        if direct is not None:
+            return direct
         entry = tables.ALLOWED.get(full)
         if entry is not None:
             if full in tables.ADDED_IN:
                 self.scan.version_names.add(full)
-            ref = self.refs[full] = GlobalRef(entry, self)
+            ref = self.refs[full] = GlobalRef(entry)
             return ref
         if full in tables.ADDED_IN:
             self.scan.version_names.add(full)
@@ -332,26 +347,30 @@ class Machine(pickle.Unpickler):
             self.scan.fatal = message
 
     def persistent_load(self, pid: Any) -> Any:
-        if type(pid) is tuple and len(pid) == 3 and pid[1] is self.marker:
-            operands, _, op = pid
-            return self.OPS[op](self, *operands)
-        if type(pid) is not tuple and type(pid) is not int:
-            raise Refusal(f"a persistent id of type {type(pid).__name__} (torch allows only storages)")
-        if type(pid) is tuple and pid and _ascii(pid[0]) != "storage":
-            raise Refusal(f"a persistent id {_short(pid[0])} (torch allows only 'storage')")
-        if type(pid) is not tuple or not pid:
-            raise Refusal("a persistent id that is not a storage tuple")
-        return self.load_storage(pid)
+        if type(pid) is tuple:
+            if len(pid) == 3 and pid[1] is self.marker:
+                operands, _, op = pid
+                return self.OPS[op](self, *operands)
+            if pid and (pid[0] == "storage" or _ascii(pid[0]) == "storage"):
+                return self.load_storage(pid)
+            if pid:
+                raise Refusal(f"a persistent id {_short(pid[0])} (torch allows only 'storage')")
+            raise Refusal("an empty persistent id")
+        if type(pid) is int:
+            raise Refusal("a persistent id that is an int, not a storage tuple")
+        raise Refusal(f"a persistent id of type {type(pid).__name__} (torch allows only storages)")
 
     # ---- the type-dependent opcodes (reached through the rewrite) -------------------------
 
     def op_reduce(self, func: Any, args: Any) -> Any:
-        if not isinstance(func, (GlobalRef, Placeholder)):
+        if not _callable(func):
             raise Refusal(f"REDUCE calls a {_type_name(func)}, which is not an allowed function")
         return self.call(func, tuple(_iterate(args, "REDUCE arguments")))
 
     def op_newobj(self, cls: Any, args: Any) -> Any:
         args = tuple(_iterate(args, "NEWOBJ arguments"))
+        if cls in _DIRECT_NEW:
+            return _DIRECT_NEW[cls](*args)
         if isinstance(cls, Placeholder):
             self._use(cls.name, "newobj")
             return WObject(cls.name, cls.name)
@@ -362,10 +381,6 @@ class Machine(pickle.Unpickler):
             return self.call(cls, args)
         if entry.role in ("function", "dtype", "qscheme", "storage_type"):
             raise Refusal(f"NEWOBJ of {entry.name}, which is not a class")
-        if entry.name in ("collections.OrderedDict", "collections.Counter", "builtins.set"):
-            return {"collections.OrderedDict": OrderedDict, "collections.Counter": Counter, "builtins.set": set}[
-                entry.name
-            ]()
         if entry.name == "builtins.bytearray":
             return WLeaf("builtins.bytearray")
         return self.call(cls, args)
@@ -468,24 +483,16 @@ class Machine(pickle.Unpickler):
             self.scan.refused[name] += 1
         self.scan.usage.setdefault(name, set()).add(how)
 
-    def call(self, func: GlobalRef | Placeholder, args: tuple[Any, ...]) -> Any:
+    def call(self, func: Any, args: tuple[Any, ...]) -> Any:
         """REDUCE (and NEWOBJ of some classes): what torch's object would return for ``args``."""
         if isinstance(func, Placeholder):
             return self._call_refused(func.name, args)
-        entry = func.entry
-        if entry.role in ("dtype", "qscheme", "storage_type"):
-            raise Refusal(f"REDUCE calls {entry.name}, which is not callable")
-        handler = _CALLS.get(entry.name)
-        if handler is None:  # legacy tensor classes, storage classes, torch.Tensor: constructors
-            if entry.role == "tensor_class" or entry.name == "torch.Tensor":
-                return WTensor("float32")
-            return WStorage("uint8", 0, None, "cpu")
         try:
-            return handler(args)
+            return func(*args)
         except Refusal:
             raise
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
-            raise Refusal(f"{entry.name} fails on these arguments ({type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Refusal(f"{_type_name(func)} fails on these arguments ({exc})") from None
 
     def _call_refused(self, name: str, args: tuple[Any, ...]) -> Any:
         one_scalar = len(args) == 1 and isinstance(args[0], _SCALAR_TYPES)
@@ -544,9 +551,11 @@ def _type_name(value: Any) -> str:
 
 # ---- torch's allowed functions, on shadow values --------------------------------------------
 
+_INT_ONLY = frozenset({int})
+
 
 def _ints(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, (tuple, list, WSize)) or not all(type(v) is int for v in value):
+    if not isinstance(value, (tuple, list, WSize)) or not set(map(type, value)) <= _INT_ONLY:
         raise Refusal(f"{what} is not a sequence of ints")
     return tuple(value)
 
@@ -568,21 +577,36 @@ def _grad(requires_grad: Any, dtype: str) -> None:
         raise Refusal(f"requires_grad=True on a {dtype} tensor (only floating point and complex can)")
 
 
+_SEQUENCES = (tuple, list, WSize)
+
+
+_PLAIN_TENSORS: dict[str, WTensor] = {}
+"""One shared shadow per dtype for plain tensors: shadows are never changed, only their types checked."""
+_EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+"""Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
+_EXTENTS_KEPT = 4096
+
+
 def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) -> None:
     """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
-    if not isinstance(storage, WStorage):
+    if type(storage) is not WStorage:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
-    shape, strides = _ints(size, "a tensor's size"), _ints(stride, "a tensor's stride")
-    if len(shape) != len(strides):
-        raise Refusal(f"a tensor's size and stride differ in length ({len(shape)} vs {len(strides)})")
-    if offset < 0 or any(n < 0 for n in shape) or any(s < 0 for s in strides):
+    if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
+        raise Refusal("a tensor's size is not a sequence of ints")
+    if type(stride) not in _SEQUENCES or not set(map(type, stride)) <= _INT_ONLY:
+        raise Refusal("a tensor's stride is not a sequence of ints")
+    if len(size) != len(stride):
+        raise Refusal(f"a tensor's size and stride differ in length ({len(size)} vs {len(stride)})")
+    if offset < 0 or (size and (min(size) < 0 or min(stride) < 0)):
         raise Refusal("a tensor has a negative offset, size or stride")
-    if 0 in shape or dtype not in DTYPES:
+    extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
+    if type(size) is tuple and type(stride) is tuple and len(_EXTENTS) < _EXTENTS_KEPT:
+        _EXTENTS[(size, stride)] = extent
+    if extent < 0 or dtype not in DTYPES:
         return
-    last = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-    needed = (last + 1) * DTYPES[dtype][0]
+    needed = (offset + extent) * DTYPES[dtype][0]
     if needed > storage.nbytes:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
 
@@ -595,12 +619,28 @@ def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
 
 
 def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
-    if not 6 <= len(args) <= 7:
+    if len(args) == 6:
+        storage, offset, size, stride, requires_grad, _hooks = args
+        metadata = None
+    elif len(args) == 7:
+        storage, offset, size, stride, requires_grad, _hooks, metadata = args
+    else:
         raise TypeError(f"takes 6 or 7 arguments, got {len(args)}")
-    tensor = _rebuild_tensor(args[:4])
-    _grad(args[4], tensor.dtype)
-    if len(args) == 7 and args[6] and type(args[6]) is not dict:
+    if type(storage) is not WStorage:
+        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    dtype = storage.dtype
+    if requires_grad is not False:
+        _grad(requires_grad, dtype)
+    if metadata and type(metadata) is not dict:
         raise Refusal("tensor metadata is not a dict")
+    extent = _EXTENTS.get((size, stride)) if type(size) is tuple and type(stride) is tuple else None
+    if extent is None or type(offset) is not int or offset < 0:
+        _set_storage(storage, offset, size, stride, dtype)
+    elif extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes:
+        _set_storage(storage, offset, size, stride, dtype)
+    tensor = _PLAIN_TENSORS.get(dtype)
+    if tensor is None:
+        tensor = _PLAIN_TENSORS[dtype] = WTensor(dtype)
     return tensor
 
 
@@ -641,7 +681,7 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     func, new_type, call_args, _state = args
-    if not isinstance(func, (GlobalRef, Placeholder)):
+    if not _callable(func):
         raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
@@ -772,11 +812,28 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
     return WLeaf("builtins.bytearray")
 
 
+_DIRECT: dict[str, type] = {
+    "collections.OrderedDict": OrderedDict,
+    "collections.Counter": Counter,
+    "builtins.set": set,
+    "builtins.complex": complex,
+}
+"""Allowed classes that only build plain data: the C unpickler calls them itself (no Python step per call)."""
+_DIRECT_NEW: dict[Any, Callable[..., Any]] = {
+    OrderedDict: lambda *args: OrderedDict(),
+    Counter: lambda *args: Counter(),
+    set: lambda *args: set(),
+    complex: complex,
+}
+"""NEWOBJ of those classes: ``cls.__new__(cls, *args)`` (only complex's ``__new__`` reads its arguments)."""
+
+
+def _callable(func: Any) -> bool:
+    """Whether REDUCE may call ``func`` (torch: it is one of the allowed, or allowlisted, globals)."""
+    return isinstance(func, (GlobalRef, Placeholder)) or (type(func) is type and func in _DIRECT_NEW)
+
+
 _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
-    "collections.OrderedDict": lambda args: OrderedDict(*args),
-    "collections.Counter": lambda args: Counter(*args),
-    "builtins.set": lambda args: set(*args),
-    "builtins.complex": lambda args: complex(*args),
     "builtins.bytearray": _bytearray,
     "torch.nn.parameter.Parameter": _parameter,
     "torch.Size": _size,
@@ -797,6 +854,25 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_other_tensor,
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_other_tensor,
 }
+
+
+def _not_callable(name: str) -> Callable[[tuple[Any, ...]], Any]:
+    def refuse(args: tuple[Any, ...]) -> Any:
+        raise Refusal(f"REDUCE calls {name}, which is not callable")
+
+    return refuse
+
+
+def _handler(entry: tables.AllowedGlobal) -> Callable[[tuple[Any, ...]], Any]:
+    """What calling an allowed global does, on shadow values."""
+    if entry.role in ("dtype", "qscheme", "storage_type"):
+        return _not_callable(entry.name)
+    handler = _CALLS.get(entry.name)
+    if handler is not None:
+        return handler
+    if entry.role == "tensor_class" or entry.name == "torch.Tensor":  # legacy constructors
+        return lambda args: WTensor("float32")
+    return lambda args: WStorage("uint8", 0, None, "cpu")
 
 
 # ---- one pickle ------------------------------------------------------------------------------------
