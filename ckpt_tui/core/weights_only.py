@@ -23,8 +23,8 @@ from ckpt_tui.core import weights_only_tables as tables
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python
-from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
 from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
 from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.weights_only_scan import (
     GlobalRef,
