@@ -634,8 +634,12 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
     if metadata and type(metadata) is not dict:
         raise Refusal("tensor metadata is not a dict")
     extent = _EXTENTS.get((size, stride)) if type(size) is tuple and type(stride) is tuple else None
-    known = extent is not None and type(offset) is int and offset >= 0
-    if not known or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes):
+    if (
+        extent is None
+        or type(offset) is not int
+        or offset < 0
+        or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
+    ):
         _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
     tensor = _PLAIN_TENSORS.get(dtype)
     if tensor is None:
