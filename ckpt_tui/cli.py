@@ -26,7 +26,8 @@ commands:
   ckpt-tui diff A B [--strip-prefix P] [--json]
                                 keys on one side only, shape/dtype changes, value differences
   ckpt-tui convert FILE -o OUT  fix and save: --extract, --drop, --rename, --strip-prefix,
-                                --add-prefix, --map-location, --dtype (applied in that order)
+                                --add-prefix, --map-location, --dtype (applied in that order);
+                                --sanitize: rewrite what torch.load(weights_only=True) refuses
   ckpt-tui demo                 write a DDP-style training checkpoint and open it
 
 exit codes: 0 ok, 1 problems found / edit does not apply, 2 unreadable input or refused write
@@ -81,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--at", metavar="PATH", help="the dict --strip/--add-prefix edit (default: the detected one)")
     convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
     convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast floating-point tensors")
+    convert.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="rewrite what torch.load(weights_only=True) refuses (numpy, Namespace, OmegaConf, pickled modules...) "
+        "as plain data it loads; code is refused unless --drop names it",
+    )
     convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
     convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
@@ -214,6 +221,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         at=args.at,
         map_location=args.map_location,
         dtype=args.dtype,
+        sanitize=args.sanitize,
     )
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)

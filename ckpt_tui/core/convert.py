@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ckpt_tui.core import edits
 from ckpt_tui.core.edits import Change
-from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.errors import EditError, WriteError
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.sanitize import sanitize
 from ckpt_tui.core.tree import Opaque, child, children
+from ckpt_tui.core.weights_only import verdict
 from ckpt_tui.core.writers.save import WriteResult, save
 
 
@@ -26,6 +29,8 @@ class ConvertOptions:
     at: str | None = None
     map_location: str | None = None
     dtype: str | None = None
+    sanitize: bool = False
+    """Rewrite what torch.load(weights_only=True) refuses as plain data (``--drop`` then reaches inside objects)."""
 
 
 @dataclass
@@ -75,7 +80,9 @@ def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change]
     if options.extract:
         target = "auto" if options.extract == "auto" else resolve_path(root, options.extract)
         root = run(edits.extract(root, target))
-    for path in options.drop:
+    if options.sanitize:
+        root = run(sanitize(root, [resolve_path(root, path) for path in options.drop]))
+    for path in [] if options.sanitize else options.drop:
         root = run(edits.delete(root, resolve_path(root, path)))
     for spec in options.rename:
         old, sep, new = spec.rpartition("=")
@@ -108,5 +115,16 @@ def convert(
     root, changes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None)
-    result = save(root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,))
+    check = loads_with_weights_only if options.sanitize else None
+    result = save(
+        root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,), check=check
+    )
     return ConvertOutcome(changes, result)
+
+
+def loads_with_weights_only(path: Path) -> str:
+    """Refuse a written file that ``torch.load(weights_only=True)`` would still refuse (emulated, nothing run)."""
+    judged = verdict(open_checkpoint(path))
+    if judged.loads is False:
+        raise WriteError(f"the sanitized file would still be refused: {judged.headline()}; nothing was replaced")
+    return "torch.load(weights_only=True) accepts it (emulated)"

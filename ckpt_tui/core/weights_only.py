@@ -578,7 +578,7 @@ def _locate(root: Any, names: set[str]) -> dict[str, tuple[list[KeyPath], int]]:
         if name not in names:
             return
         paths, seen = found.setdefault(name, ([], set()))
-        shown = _outer(path)
+        shown = outer_path(path)
         if shown not in paths:
             paths.append(shown)
         seen.add(id(value))
@@ -599,7 +599,7 @@ def _locate(root: Any, names: set[str]) -> dict[str, tuple[list[KeyPath], int]]:
     return {name: (paths, len(seen)) for name, (paths, seen) in found.items()}
 
 
-def _outer(path: KeyPath) -> KeyPath:
+def outer_path(path: KeyPath) -> KeyPath:
     """The path up to the object whose internals (arguments, pickled state) hold the value."""
     for index, key in enumerate(path):
         if isinstance(key, Attr) and key.name.startswith(_INTERNAL):
