@@ -400,6 +400,7 @@ class _Rewriter:
         if not (isinstance(state, tuple) and len(state) == 5):
             raise _Refused("a numpy array with a state numpy does not write")
         _, shape, dtype, fortran, raw = state
+        raw = _raw_bytes(raw)
         code, order = _numpy_code(dtype)
         if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
             raise _Refused("a numpy array with a malformed shape")
@@ -433,10 +434,10 @@ class _Rewriter:
         return Tensor(storage, 0, shape, tuple(strides), torch_dtype)
 
     def _numpy_scalar(self, value: Opaque) -> Any:
-        if len(value.args) != 2 or not isinstance(value.args[1], bytes):
+        raw = _raw_bytes(value.args[1]) if len(value.args) == 2 else None
+        if not isinstance(raw, bytes):
             raise _Refused("a numpy scalar without its bytes")
         code, order = _numpy_code(value.args[0])
-        raw = value.args[1]
         endian = ">" if order == ">" else "<"
         if code in _SCALAR_FORMATS and struct.calcsize(_SCALAR_FORMATS[code]) == len(raw):
             self.note("numpy scalar → Python scalar", "numpy scalar")
@@ -447,6 +448,15 @@ class _Rewriter:
             self.note("numpy scalar → Python scalar", "numpy scalar")
             return complex(real, imag)
         raise _Refused(f"a numpy scalar of dtype {code!r}")
+
+
+def _raw_bytes(raw: Any) -> Any:
+    """Array data as bytes: protocol 2 pickles ``b""`` as ``builtins.bytes()``, and text data as latin-1."""
+    if isinstance(raw, Opaque) and raw.global_name == "builtins.bytes" and not raw.args and raw.state is None:
+        return b""
+    if isinstance(raw, str):
+        return raw.encode("latin1")
+    return raw
 
 
 def _numpy_code(dtype: Any) -> tuple[str, str]:
