@@ -222,3 +222,59 @@ def test_allowlist_table_is_torchs(corpus: dict[str, Case]) -> None:
 
 def test_every_fixture_kind_is_covered() -> None:
     assert len(REFUSED) >= 20 and len(ACCEPTED) >= 15 and len(OTHER) >= 20
+
+
+def test_check_json_contract_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = REFUSED["argparse.Namespace"](tmp_path)
+    assert main(["check", "--json", str(path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    wo = report["weights_only"]
+    assert set(wo) >= {"loads", "torch", "blockers"}
+    assert wo["loads"] is False and wo["torch"] == "2.6-2.14"
+    assert wo["blockers"] == [{"global": "argparse.Namespace", "kind": "data", "paths": [["args"]], "count": 1}]
+    assert wo["add_safe_globals"] == "torch.serialization.add_safe_globals([argparse.Namespace])"
+    assert any(p["kind"] == "weights-only" for p in report["problems"])
+
+
+def test_check_text_says_how_to_load_or_sanitize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = REFUSED["numpy array"](tmp_path)
+    assert main(["check", str(path)]) == 1
+    text = capsys.readouterr().out
+    assert "weights_only: torch.load REFUSES it (torch 2.6-2.14)" in text
+    assert 'numpy.ndarray at ckpt["mean"]' in text
+    assert "    import numpy, torch\n    torch.serialization.add_safe_globals([" in text
+    assert f"ckpt-tui convert {path} -o {tmp_path / 'ckpt.sanitized.pth'} --sanitize" in text
+
+
+def test_clean_file_says_it_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = ACCEPTED["plain state_dict with _metadata"](tmp_path)
+    assert main(["check", str(path)]) == 0
+    assert "weights_only: torch.load loads it (torch 2.6-2.14)" in capsys.readouterr().out
+
+
+def test_browser_header_shows_the_verdict(tmp_path: Path) -> None:
+    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.tui.widgets.summary import summary_text
+
+    checkpoint = open_checkpoint(REFUSED["pickled nn.Module"](tmp_path))
+    text = summary_text(summarize(checkpoint), weights_only=verdict(checkpoint)).plain
+    assert "! weights_only: torch.load REFUSES it (torch 2.6-2.14): ghost_models.GhostNet" in text
+
+
+def test_strings_from_the_file_are_escaped_in_the_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from builders_weights_only import write_zip_members
+
+    from ckpt_tui.cli import main
+
+    evil = b"\x80\x02cevil\x1b[8m\nName\n)R."
+    path = write_zip_members(tmp_path / "e.pth", {"a/data.pkl": evil, "a/version": b"3\n"})
+    main(["check", str(path)])
+    ours = [line for line in capsys.readouterr().out.splitlines() if "weights" in line or line.startswith("  code")]
+    assert len(ours) == 3
+    assert all("\x1b" not in line and "\\x1b[8m" in line for line in ours), ours

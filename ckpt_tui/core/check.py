@@ -8,6 +8,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint
@@ -110,4 +111,4 @@ def weights_only_problem(judged: Verdict) -> Problem:
         message = f"torch.load(weights_only=True) refuses it: {len(judged.blockers)} globals not allowed ({names})"
     else:
         message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
-    return Problem("weights-only", message, None, {"globals": [b.name for b in judged.blockers]})
+    return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})
