@@ -275,6 +275,7 @@ def test_strings_from_the_file_are_escaped_in_the_text(tmp_path: Path, capsys: p
     evil = b"\x80\x02cevil\x1b[8m\nName\n)R."
     path = write_zip_members(tmp_path / "e.pth", {"a/data.pkl": evil, "a/version": b"3\n"})
     main(["check", str(path)])
-    ours = [line for line in capsys.readouterr().out.splitlines() if "weights" in line or line.startswith("  code")]
+    lines = capsys.readouterr().out.splitlines()
+    ours = [line for line in lines if "weights-only]" in line or "weights_only:" in line or line.startswith("  code")]
     assert len(ours) == 3
     assert all("\x1b" not in line and "\\x1b[8m" in line for line in ours), ours
