@@ -11,6 +11,7 @@ blocker is data. Nothing here imports torch, numpy or anything the file names.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 import sys
@@ -121,6 +122,9 @@ def _scan_sharded(index_path: str) -> FileScan:
     folder = os.path.dirname(os.path.abspath(index_path))
     applies = False
     for shard in shards:
+        if str(shard).endswith(".json"):
+            combined.fail(f"shard {shard!r} is another index, not a checkpoint")
+            continue
         part = scan_file(os.path.join(folder, str(shard)))
         applies |= part.applies
         combined.refused.update(part.refused)
@@ -294,7 +298,16 @@ def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
         scan.route = "tar"
         scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
         return scan
-    data = file.read()
+    if os.fstat(file.fileno()).st_size == 0:
+        scan.fail("an empty file")
+        return scan
+    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        _scan_legacy_pickles(mapped, scan)
+    return scan
+
+
+def _scan_legacy_pickles(data: Any, scan: FileScan) -> None:
+    """The five pickles of the legacy format, then the storages' element counts (the data is never read)."""
     position = 0
     values: list[Any] = []
     for what in ("magic number", "protocol version", "sys_info"):
@@ -303,16 +316,16 @@ def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
         if scan.reason is not None:
             if what == "magic number":
                 scan.route = "pickle"
-            return scan
+            return
         values.append(part.result)
         position = part.end
         if what == "magic number" and not (type(part.result) is int and part.result == MAGIC_NUMBER):
             scan.route = "pickle"
             scan.fail("a plain pickle, not a torch checkpoint: torch.load stops at 'Invalid magic number'")
-            return scan
+            return
         if what == "protocol version" and not (type(part.result) is int and part.result == PROTOCOL_VERSION):
             scan.fail(f"legacy protocol version {part.result!r} (torch.load wants {PROTOCOL_VERSION})")
-            return scan
+            return
     storages: dict[Any, WStorage] = {}
 
     def storage(pid: tuple[Any, ...]) -> WStorage:
@@ -321,12 +334,11 @@ def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
     main = scan_pickle(data, storage, position)
     scan.absorb(main, "the object pickle")
     if scan.reason is not None:
-        return scan
+        return
     keys = scan_pickle(data, _no_storage, main.end)
     scan.absorb(keys, "the storage key pickle")
     if scan.reason is None:
         _check_legacy_data(data, keys.end, keys.result, storages, scan)
-    return scan
 
 
 def _no_storage(pid: tuple[Any, ...]) -> WStorage:
@@ -465,9 +477,9 @@ def verdict(checkpoint: Checkpoint) -> Verdict:
     """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths)."""
     try:
         scan = scan_file(checkpoint.path, _central_directory(checkpoint))
-    except (OSError, ValueError, ReadError) as exc:
+    except Exception as exc:  # a hostile file must give a verdict, never a traceback
         scan = FileScan(checkpoint.format)
-        scan.fail(f"cannot be read as torch.load reads it ({exc})")
+        scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
     return verdict_from_scan(scan, checkpoint)
 
 
