@@ -1,6 +1,6 @@
 """torch's weights-only unpickler, emulated on one pickle without importing or running anything.
 
-torch's ``_weights_only_unpickler.Unpickler`` is a pure-Python loop: it reads only 36 opcodes, resolves
+torch's ``_weights_only_unpickler.Unpickler`` is a pure-Python loop: it reads only 34 opcodes, resolves
 GLOBAL through an allowlist, and allows REDUCE, NEWOBJ, BUILD, SETITEM(S), APPEND(S) and persistent
 ids only on certain types. Running such a loop here costs about a second on 50,000 tensors, so the
 scan has two parts:
