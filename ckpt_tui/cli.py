@@ -28,6 +28,7 @@ commands:
   ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order: --extract, --drop, --drop-keys,
                                 --rename, --strip-prefix, --rename-prefix/--rename-infix/--rename-map,
                                 --add-prefix, --map-location, --dtype
+                                --sanitize rewrites what torch.load(weights_only=True) refuses
   ckpt-tui demo                 write a DDP-style training checkpoint and open it
 
 exit codes: 0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different /
@@ -119,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_cast_dtype,
         metavar="fp16|bf16|fp32",
         help="cast the model's floating-point tensors (float16/half, bfloat16, float32/float; --at / for all)",
+    )
+    convert.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="rewrite what torch.load(weights_only=True) refuses (numpy, Namespace, OmegaConf, pickled modules...) "
+        "as plain data it loads; code is refused unless --drop names it",
     )
     convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     convert.add_argument(
@@ -334,6 +341,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         at=args.at,
         map_location=args.map_location,
         dtype=args.dtype,
+        sanitize=args.sanitize,
     )
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)

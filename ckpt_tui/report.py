@@ -128,10 +128,39 @@ def render_check(report: CheckReport) -> str:
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:
-        return head + ": OK, no NaN/Inf, no unsafe globals"
+        return "\n".join([head + ": OK, no NaN/Inf, no unsafe globals", *weights_only_lines(report, ckpt.path)])
     lines = [head + f": {len(report.problems)} problems"]
     lines += [f"  ! [{printable(p.kind)}] {printable(p.message)}" for p in report.problems]
+    lines += weights_only_lines(report, ckpt.path)
     return "\n".join(lines)
+
+
+def weights_only_lines(report: CheckReport, path: str) -> list[str]:
+    """The verdict on ``torch.load(FILE)`` with weights_only=True: blockers, where, and the two ways out."""
+    judged = report.weights_only
+    if judged is None:
+        return []
+    lines = [printable(judged.headline())]
+    for blocker in judged.blockers:
+        times = f" ({blocker.count}×)" if blocker.count > 1 else ""
+        lines.append(f"  {blocker.kind:<4}  {printable(blocker.name)}{times} at {printable(blocker.where())}")
+        if blocker.note:
+            lines.append(f"        {printable(blocker.note)}")
+    if judged.blockers and judged.reason:
+        lines.append(f"  and, whatever is allowlisted: {printable(judged.reason)}")
+    lines += [f"  note: {printable(note)}" for note in judged.notes]
+    if judged.safe_globals:
+        lines.append("  to load it as it is (only if you trust the file), before torch.load:")
+        lines.append(f"    import {', '.join(judged.imports)}")
+        lines.append(f"    {printable(judged.safe_globals)}")
+    if judged.loads is False and judged.blockers:
+        from ckpt_tui.core.convert import fixed_output_path
+        from ckpt_tui.core.shell import join_command, option, path_arg
+
+        output = fixed_output_path(path, tag="sanitized")
+        argv = ["ckpt-tui", "convert", path_arg(path), *option("--output", path_arg(output)), "--sanitize"]
+        lines.append(f"  or rewrite it as plain data that loads:  {join_command(argv)}")
+    return lines
 
 
 def render_compare(report: CompareReport, path: str, reference: str = "the reference", at: Any = ()) -> str:

@@ -8,9 +8,11 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint
+from ckpt_tui.core.weights_only import Verdict, verdict
 
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses")
 
@@ -40,6 +42,8 @@ class CheckReport:
     problems: list[Problem]
     checked: int
     skipped: int
+    weights_only: Verdict | None = None
+    """Whether ``torch.load(FILE)`` (weights_only=True, the default) loads the file."""
 
     @property
     def ok(self) -> bool:
@@ -55,6 +59,7 @@ class CheckReport:
             "tensors_checked": self.checked,
             "tensors_skipped": self.skipped,
             "problems": [p.to_json() for p in self.problems],
+            "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
         }
 
 
@@ -93,4 +98,17 @@ def check_checkpoint(
             counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
             message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
             problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
-    return CheckReport(summary, problems, checked, skipped)
+    judged = verdict(checkpoint)
+    if judged.loads is False:
+        problems.append(weights_only_problem(judged))
+    return CheckReport(summary, problems, checked, skipped, judged)
+
+
+def weights_only_problem(judged: Verdict) -> Problem:
+    """The problem a refusing verdict adds (its blockers in ``detail``)."""
+    if judged.blockers:
+        names = ", ".join(b.name for b in judged.blockers[:5]) + (" …" if len(judged.blockers) > 5 else "")
+        message = f"torch.load(weights_only=True) refuses it: {len(judged.blockers)} globals not allowed ({names})"
+    else:
+        message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
+    return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})

@@ -24,11 +24,12 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core import edits
 from ckpt_tui.core.edits import Change, RenameRule
-from ckpt_tui.core.errors import EditError, ReadError
+from ckpt_tui.core.errors import EditError, ReadError, WriteError
 from ckpt_tui.core.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.shell import option
@@ -57,6 +58,8 @@ class ConvertOptions:
     at: str | None = None
     map_location: str | None = None
     dtype: str | None = None
+    sanitize: bool = False
+    """Rewrite what torch.load(weights_only=True) refuses as plain data (``--drop`` then reaches inside objects)."""
 
     def argv(self) -> list[str]:
         """The ``convert`` arguments that ask for exactly these edits (unquoted; see ``core.shell``)."""
@@ -182,7 +185,11 @@ def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change]
     def at() -> KeyPath | None:
         return resolve_path(root, options.at) if options.at is not None else None
 
-    for path in options.drop:
+    if options.sanitize:
+        from ckpt_tui.core.sanitize import sanitize
+
+        root = run(sanitize(root, [resolve_path(root, path) for path in options.drop]))
+    for path in [] if options.sanitize else options.drop:
         root = run(edits.delete(root, resolve_path(root, path)))
     if options.drop_keys:
         root = run(edits.drop_keys(root, options.drop_keys, at()))
@@ -239,7 +246,10 @@ def convert(
         return ConvertOutcome(changes, None, notes)
     from ckpt_tui.core.writers.save import save
 
-    result = save(root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,))
+    check = loads_with_weights_only if options.sanitize else None
+    result = save(
+        root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,), check=check
+    )
     return ConvertOutcome(changes, result, notes)
 
 
@@ -287,3 +297,13 @@ def select(checkpoint: Checkpoint, at: str | None, strip_prefix: str | None, sid
 
 def _is_module(value: Any) -> bool:
     return isinstance(value, Opaque) and value.is_module
+
+
+def loads_with_weights_only(path: Path) -> str:
+    """Refuse a written file that ``torch.load(weights_only=True)`` would still refuse (emulated, nothing run)."""
+    from ckpt_tui.core.weights_only import verdict
+
+    judged = verdict(open_checkpoint(path))
+    if judged.loads is False:
+        raise WriteError(f"the sanitized file would still be refused: {judged.headline()}; nothing was replaced")
+    return "torch.load(weights_only=True) accepts it (emulated)"

@@ -21,8 +21,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.edits import CastSource
-from ckpt_tui.core.errors import Cancelled, CkptError, WriteError
+from ckpt_tui.core.errors import Cancelled, CkptError, EditError, WriteError
 from ckpt_tui.core.keypath import KeyPath, to_python
 from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
@@ -60,6 +61,18 @@ class WriteResult:
         )
 
 
+class MemorySource:
+    """A storage whose bytes are held in memory (sanitize turns numpy arrays into tensors); written as they are."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.path = ""
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """These bytes are in no file until saved."""
+        raise EditError("the values of a rewritten tensor exist once it is saved")
+
+
 def unsafe_globals(root: Any) -> list[tuple[KeyPath, str]]:
     """Unsafe globals still in a tree, with where they are."""
     found: dict[str, KeyPath] = {}
@@ -79,8 +92,13 @@ def save(
     inputs: tuple[str, ...] = (),
     progress: Progress | None = None,
     cancelled: CancelCheck | None = None,
+    check: Callable[[Path], str] | None = None,
 ) -> WriteResult:
-    """Write ``root`` to ``target`` atomically and verify it; refuse what cannot be written faithfully."""
+    """Write ``root`` to ``target`` atomically and verify it; refuse what cannot be written faithfully.
+
+    ``check``: a further verification of the written (temporary) file; it raises to refuse it, and
+    returns words for the ``verified`` line.
+    """
     path = Path(target)
     fmt = fmt or ("safetensors" if path.suffix == ".safetensors" else "pth")
     if fmt not in ("pth", "safetensors"):
@@ -103,6 +121,8 @@ def save(
             file.flush()
             os.fsync(file.fileno())
         result.verified = verify(temp, root, fmt, result)
+        if check is not None:
+            result.verified += ", " + check(temp)
         os.chmod(temp, 0o644 & ~_umask())
         os.replace(temp, path)
         _fsync_folder(folder)
@@ -222,6 +242,10 @@ def _write_storage(
     source = storage.source
     if isinstance(source, CastSource):
         zip_file.add_stream(name, storage.nbytes, cast_chunks(source.base, storage.dtype, byteorder), None, advance)
+        return
+    if isinstance(source, MemorySource):
+        zip_file.add_bytes(name, source.data[: storage.nbytes])
+        advance(storage.nbytes)
         return
     if source is None:
         raise WriteError(f"storage {storage.key} has no data in this file")
@@ -358,6 +382,10 @@ def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
     """A tensor's elements as contiguous little-endian bytes (cast storages converted)."""
     storage = tensor.storage
     assert storage is not None
+    if isinstance(storage.source, MemorySource):  # contiguous from its offset: sanitize writes it so
+        start = tensor.offset * itemsize(tensor.dtype)
+        yield storage.source.data[start : start + tensor.nbytes]
+        return
     if isinstance(storage.source, CastSource):
         base = storage.source.base
         whole = Tensor(base, tensor.offset, tensor.shape, tensor.stride, base.dtype)
@@ -445,7 +473,7 @@ def _read_at(handle: BinaryIO, offset: int, size: int) -> bytes:
 
 def _compare_edges(handle: BinaryIO, offset: int, size: int, meant: Storage, sources: dict[str, BinaryIO]) -> None:
     source = meant.source
-    if source is None or isinstance(source, CastSource) or size == 0:
+    if source is None or isinstance(source, (CastSource, MemorySource)) or size == 0:
         return
     head = min(SAMPLE, size)
     if isinstance(source, AssembledRecords):

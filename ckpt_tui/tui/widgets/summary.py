@@ -8,14 +8,16 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ckpt_tui.core.describe import FORMAT_NAMES, count, size
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.summary import Summary
+from ckpt_tui.core.weights_only import Verdict
 
 MAX_FINDINGS = 3
 FIX_KEYS = {"--strip-prefix": "p strips it", "--extract": "x extracts it", "--map-location": "m maps the devices"}
 
 
-def summary_text(summary: Summary, nan_tensors: int = 0) -> Text:
-    """Two lines of totals, then the findings in plain words."""
+def summary_text(summary: Summary, nan_tensors: int = 0, weights_only: Verdict | None = None) -> Text:
+    """Two lines of totals, the weights_only verdict when known, then the findings in plain words."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path, style="bold")
@@ -28,6 +30,10 @@ def summary_text(summary: Summary, nan_tensors: int = 0) -> Text:
     text.append(devices or "-", style="bold yellow" if any("cuda" in d for d in summary.devices) else "dim")
     if nan_tensors:
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
+    if weights_only is not None and weights_only.loads is not None:
+        refused = weights_only.loads is False
+        text.append("\n! " if refused else "\n· ", style="bold red" if refused else "dim")
+        text.append(printable(weights_only.headline()), style="" if refused else "dim")
     shown = summary.findings[:MAX_FINDINGS]
     for finding in shown:
         warning = finding.severity == "warning"

@@ -1,0 +1,281 @@
+"""The weights_only verdict against the real ``torch.load(weights_only=True)``, on every fixture."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builders_weights_only import ACCEPTED, OTHER, REFUSED, every_fixture
+
+from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.weights_only import Verdict, scan_file, verdict, verdict_from_scan
+
+HERE = Path(__file__).parent
+ORACLE = HERE / "weights_only_oracle.py"
+
+
+@dataclass
+class Case:
+    """One fixture: its file, our verdict, and what torch did."""
+
+    path: Path
+    verdict: Verdict
+    torch_loads: bool | None = None
+    torch_error: str = ""
+    line_loads: bool | None = None
+    line_error: str = ""
+
+
+def run_oracle(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run the real torch.load on each job in one fresh process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(ORACLE)],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def _verdict_of(path: Path) -> Verdict:
+    try:
+        return verdict(open_checkpoint(path))
+    except CkptError:  # files ckpt-tui cannot open still get a verdict from the scan alone
+        return verdict_from_scan(scan_file(str(path)), None)
+
+
+def _shards(path: Path) -> list[Path]:
+    if path.is_dir():
+        path = next(path.glob("*.index.json"))
+    index = json.loads(path.read_text())
+    return [path.parent / name for name in dict.fromkeys(index["weight_map"].values())]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    """Every fixture built, judged by us, and loaded by torch in a fresh process."""
+    cases: dict[str, Case] = {}
+    for index, (name, build) in enumerate(every_fixture().items()):
+        folder = tmp_path_factory.mktemp(f"f{index}")
+        path = build(folder)
+        cases[name] = Case(path, _verdict_of(path))
+    jobs: list[dict[str, Any]] = []
+    owners: list[tuple[str, str]] = []
+    for name, case in cases.items():
+        targets = _shards(case.path) if case.verdict.route == "sharded" else [case.path]
+        for target in targets:
+            jobs.append({"path": str(target)})
+            owners.append((name, "plain"))
+        if case.verdict.safe_globals and _importable(case.verdict.imports):
+            jobs.append({"path": str(case.path), "imports": case.verdict.imports, "line": case.verdict.safe_globals})
+            owners.append((name, "line"))
+    oracle = run_oracle(jobs)
+    for (name, kind), result in zip(owners, oracle["results"], strict=True):
+        case = cases[name]
+        if kind == "plain":
+            case.torch_loads = result["loads"] if case.torch_loads is None else case.torch_loads and result["loads"]
+            case.torch_error = case.torch_error or result["error"]
+        else:
+            case.line_loads, case.line_error = result["loads"], result["error"]
+    cases["__oracle__"] = Case(Path(), Verdict(None, "", ""), torch_error=json.dumps(oracle))
+    return cases
+
+
+def _importable(modules: list[str]) -> bool:
+    return all(not m.startswith("ghost_") for m in modules)
+
+
+def _applies(case: Case) -> bool:
+    return case.verdict.loads is not None
+
+
+@pytest.mark.parametrize("name", list(every_fixture()))
+def test_verdict_agrees_with_torch_load(corpus: dict[str, Case], name: str) -> None:
+    case = corpus[name]
+    if not _applies(case):
+        pytest.skip(f"torch.load's weights-only unpickler does not apply ({case.verdict.reason})")
+    assert case.verdict.loads == case.torch_loads, f"ours: {case.verdict.to_json()}\ntorch: {case.torch_error}"
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_refused_content_is_refused(corpus: dict[str, Case], name: str) -> None:
+    case = corpus[name]
+    assert case.verdict.loads is False
+    assert case.torch_loads is False
+    assert case.verdict.blockers or case.verdict.reason
+
+
+def test_at_least_ten_kinds_of_refused_content_built_by_torch(corpus: dict[str, Case]) -> None:
+    refused = [name for name in REFUSED if corpus[name].verdict.loads is False and corpus[name].torch_loads is False]
+    assert len(refused) >= 10, refused
+
+
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_accepted_content_loads(corpus: dict[str, Case], name: str) -> None:
+    case = corpus[name]
+    assert case.verdict.loads is True, case.verdict.to_json()
+    assert case.verdict.blockers == []
+    assert case.torch_loads is True, case.torch_error
+
+
+DATA_ONLY = [  # OmegaConf ones only when omegaconf is installed (a test dependency)
+    "numpy array",
+    "numpy arrays of many dtypes",
+    "numpy scalar",
+    "numpy dtype",
+    "argparse.Namespace",
+    "SimpleNamespace",
+    "pathlib",
+    "datetime",
+    "enum",
+    "int enum and str enum",
+    "frozenset",
+    "legacy format with numpy",
+    "OmegaConf DictConfig",
+    "OmegaConf ListConfig",
+]
+
+
+@pytest.mark.parametrize("name", DATA_ONLY)
+def test_data_only_blockers_get_an_add_safe_globals_line_that_works(corpus: dict[str, Case], name: str) -> None:
+    if name.startswith("OmegaConf"):
+        pytest.importorskip("omegaconf")
+    case = corpus[name]
+    assert all(b.kind == "data" for b in case.verdict.blockers), case.verdict.to_json()
+    line = case.verdict.safe_globals
+    assert line is not None and line.startswith("torch.serialization.add_safe_globals([")
+    if _importable(case.verdict.imports):
+        assert case.line_loads is True, f"{line}\n{case.line_error}"
+
+
+def test_numpy_arrays_need_the_dtype_classes_that_no_global_names(corpus: dict[str, Case]) -> None:
+    case = corpus["numpy arrays of many dtypes"]
+    names = {b.name for b in case.verdict.blockers}
+    assert {"numpy.dtypes.Float32DType", "numpy.dtypes.Int64DType", "numpy.dtypes.BoolDType"} <= names
+    assert "numpy.dtypes.Float32DType" in (case.verdict.safe_globals or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "code_global"),
+    [
+        ("custom class", "ghost_config.Config"),
+        ("functools.partial", "functools.partial"),
+        ("pickled nn.Module", "ghost_models.GhostNet"),
+        ("pickled DataParallel", "torch.nn.parallel.data_parallel.DataParallel"),
+        ("tensor subclass", "builders_weights_only.Scaled"),
+    ],
+)
+def test_code_blockers_get_no_allowlisting_line(corpus: dict[str, Case], name: str, code_global: str) -> None:
+    case = corpus[name]
+    kinds = {b.name: b.kind for b in case.verdict.blockers}
+    assert kinds[code_global] == "code"
+    assert case.verdict.safe_globals is None
+
+
+def test_blockers_name_their_key_paths_and_counts(corpus: dict[str, Case]) -> None:
+    numpy = {b.name: b for b in corpus["numpy arrays of many dtypes"].verdict.blockers}
+    reconstruct = next(b for name, b in numpy.items() if name.endswith("._reconstruct"))
+    assert reconstruct.count == 10
+    assert ("f32",) in reconstruct.paths and ("fortran",) in reconstruct.paths
+    assert numpy["numpy.dtypes.Float16DType"].paths == [("f16",)]
+    namespace = corpus["argparse.Namespace"].verdict.blockers[0]
+    assert (namespace.name, namespace.paths, namespace.count) == ("argparse.Namespace", [("args",)], 1)
+    module = {b.name: b for b in corpus["pickled nn.Module"].verdict.blockers}
+    assert module["ghost_models.GhostNet"].paths == [()]
+    assert module["torch.nn.modules.linear.Linear"].count == 2
+
+
+def test_reasons_that_no_allowlisting_fixes(corpus: dict[str, Case]) -> None:
+    assert "opcode" in (corpus["protocol 4"].verdict.reason or "")
+    assert "TorchScript" in (corpus["TorchScript archive"].verdict.reason or "")
+    assert "magic number" in (corpus["plain pickle"].verdict.reason or "")
+    assert "data/1" in (corpus["missing storage record"].verdict.reason or "")
+    assert corpus["defaultdict"].verdict.torch == "2.10-2.14"  # older torch writes SETITEM into anything
+    assert corpus["torch file named .safetensors"].verdict.torch == "2.13-2.14"
+
+
+def test_not_applicable_formats(corpus: dict[str, Case]) -> None:
+    assert corpus["safetensors"].verdict.loads is None
+    assert corpus["safetensors"].torch_loads is True  # torch 2.13 hands *.safetensors to safetensors
+    assert corpus["dcp"].verdict.loads is None
+    assert corpus["sharded .bin"].verdict.loads is True  # every shard loads
+
+
+def test_allowlist_table_is_torchs(corpus: dict[str, Case]) -> None:
+    from ckpt_tui.core import weights_only_tables as tables
+
+    oracle = json.loads(corpus["__oracle__"].torch_error)
+    assert set(tables.ALLOWED) == set(oracle["allowed"])
+    assert set(tables.IMPORTED_ALLOWED) == set(oracle["import_allowed"])
+
+
+def test_every_fixture_kind_is_covered() -> None:
+    assert len(REFUSED) >= 20 and len(ACCEPTED) >= 15 and len(OTHER) >= 20
+
+
+def test_check_json_contract_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = REFUSED["argparse.Namespace"](tmp_path)
+    assert main(["check", "--json", str(path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    wo = report["weights_only"]
+    assert set(wo) >= {"loads", "torch", "blockers"}
+    assert wo["loads"] is False and wo["torch"] == "2.6-2.14"
+    assert wo["blockers"] == [{"global": "argparse.Namespace", "kind": "data", "paths": [["args"]], "count": 1}]
+    assert wo["add_safe_globals"] == "torch.serialization.add_safe_globals([argparse.Namespace])"
+    assert any(p["kind"] == "weights-only" for p in report["problems"])
+
+
+def test_check_text_says_how_to_load_or_sanitize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = REFUSED["numpy array"](tmp_path)
+    assert main(["check", str(path)]) == 1
+    text = capsys.readouterr().out
+    assert "weights_only: torch.load REFUSES it (torch 2.6-2.14)" in text
+    assert 'numpy.ndarray at ckpt["mean"]' in text
+    assert "    import numpy, torch\n    torch.serialization.add_safe_globals([" in text
+    assert f"ckpt-tui convert {path} --output {tmp_path / 'ckpt.sanitized.pth'} --sanitize" in text
+
+
+def test_clean_file_says_it_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ckpt_tui.cli import main
+
+    path = ACCEPTED["plain state_dict with _metadata"](tmp_path)
+    assert main(["check", str(path)]) == 0
+    assert "weights_only: torch.load loads it (torch 2.6-2.14)" in capsys.readouterr().out
+
+
+def test_browser_header_shows_the_verdict(tmp_path: Path) -> None:
+    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.tui.widgets.summary import summary_text
+
+    checkpoint = open_checkpoint(REFUSED["pickled nn.Module"](tmp_path))
+    text = summary_text(summarize(checkpoint), weights_only=verdict(checkpoint)).plain
+    assert "! weights_only: torch.load REFUSES it (torch 2.6-2.14): ghost_models.GhostNet" in text
+
+
+def test_strings_from_the_file_are_escaped_in_the_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from builders_weights_only import write_zip_members
+
+    from ckpt_tui.cli import main
+
+    evil = b"\x80\x02cevil\x1b[8m\nName\n)R."
+    path = write_zip_members(tmp_path / "e.pth", {"a/data.pkl": evil, "a/version": b"3\n"})
+    main(["check", str(path)])
+    lines = capsys.readouterr().out.splitlines()
+    ours = [line for line in lines if "weights-only]" in line or "weights_only:" in line or line.startswith("  code")]
+    assert len(ours) == 3
+    assert all("\x1b" not in line and "\\x1b[8m" in line for line in ours), ours
