@@ -1,6 +1,7 @@
 """Reading tensor values from a file: raw elements in bounded chunks, decoded to float64.
 
-Every read stays inside the tensor's storage record: the lowest and the highest element a view
+Every read stays inside the tensor's storage record (a deflated zip record is inflated into memory
+first, within the archive's inflate cap): the lowest and the highest element a view
 touches are both checked against the record before anything is mapped, and strided views are
 built by numpy over a buffer cut to the record, which checks the same bounds again. Contiguous
 tensors are read with positioned reads; strided views go through an mmap whose pages are released
@@ -13,10 +14,11 @@ of times the view repeats it, so statistics cost the size of the storage, not of
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -159,6 +161,7 @@ class TensorReader:
             raise ReadError(f"tensor claims {self.numel} elements, more than any real tensor holds")
         self.span = element_span(tensor.offset, tensor.shape, tensor.stride)
         self.path = storage.source.path
+        self.memory: bytes | None = None
         self.record_start, self.record_bytes = self._bounds()
 
     def _bounds(self) -> tuple[int, int]:
@@ -169,7 +172,13 @@ class TensorReader:
             raise ReadError("tensor starts before its storage (negative offset): torch.load refuses it")
         if self.span is None:
             return 0, 0
-        record_start, available = storage.source.locate(storage)
+        source = storage.source
+        compressed = getattr(source, "is_compressed", None)
+        if compressed is not None and compressed(storage):  # a deflated zip record: inflated, capped
+            self.memory = source.inflate(storage)  # type: ignore[attr-defined]
+            record_start, available = 0, len(self.memory)
+        else:
+            record_start, available = source.locate(storage)
         usable = min(available, storage.nbytes)
         if any(size > 1 and step < 0 for size, step in zip(tensor.shape, tensor.stride, strict=True)):
             raise ReadError("tensor has negative strides: torch.load refuses it")
@@ -193,8 +202,8 @@ class TensorReader:
         if self.span is None or count <= 0:
             return np.empty(0, self.raw_type)
         positions = [self._position(index) for index in range(min(count, self.numel))]
-        with open(self.path, "rb") as file:
-            data = b"".join(self._pread(file, position, 1) for position in positions)
+        with self._reading() as read:
+            data = b"".join(read(position, 1) for position in positions)
         return np.frombuffer(data, self.raw_type)
 
     def _position(self, index: int) -> int:
@@ -274,19 +283,38 @@ class TensorReader:
 
     def _contiguous(self, first: int, count: int, chunk: int) -> Iterator[np.ndarray]:
         """``count`` elements stored one after another from element ``first`` (checked against the record)."""
-        if first < 0 or (first + count) * self.size > self.record_bytes:
-            raise ReadError("read outside the tensor's storage record refused")
-        with open(self.path, "rb") as file:
+        with self._reading() as read:
             for begin in range(first, first + count, chunk):
-                yield np.frombuffer(self._pread(file, begin, min(chunk, first + count - begin)), self.raw_type)
+                yield np.frombuffer(read(begin, min(chunk, first + count - begin)), self.raw_type)
 
-    def _pread(self, file: BinaryIO, element: int, count: int) -> bytes:
-        if element < 0 or (element + count) * self.size > self.record_bytes:
-            raise ReadError("read outside the tensor's storage record refused")
-        data = os.pread(file.fileno(), count * self.size, self.record_start + element * self.size)
-        if len(data) != count * self.size:
-            raise ReadError("tensor data ends early (file truncated?)")
-        return data
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Callable[[int, int], bytes]]:
+        """A function reading ``count`` elements from element ``element`` of the record, never outside it."""
+
+        def checked(element: int, count: int) -> tuple[int, int]:
+            if element < 0 or count < 0 or (element + count) * self.size > self.record_bytes:
+                raise ReadError("read outside the tensor's storage record refused")
+            return self.record_start + element * self.size, count * self.size
+
+        if self.memory is not None:
+            memory = self.memory
+
+            def from_memory(element: int, count: int) -> bytes:
+                start, size = checked(element, count)
+                return memory[start : start + size]
+
+            yield from_memory
+            return
+        with open(self.path, "rb") as file:
+
+            def from_file(element: int, count: int) -> bytes:
+                start, size = checked(element, count)
+                data = os.pread(file.fileno(), size, start)
+                if len(data) != size:
+                    raise ReadError("tensor data ends early (file truncated?)")
+                return data
+
+            yield from_file
 
 
 def _is_row_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
@@ -303,6 +331,12 @@ class _RecordView:
 
     def __init__(self, reader: TensorReader) -> None:
         self.reader = reader
+        self._arrays: list[np.ndarray] = []
+        self._file: BinaryIO | None = None
+        self._map: mmap.mmap | None = None
+        if reader.memory is not None:
+            self._buffer = memoryview(reader.memory)[: reader.record_bytes]
+            return
         self._file = open(reader.path, "rb")  # noqa: SIM115 - closed in __exit__
         try:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
@@ -314,7 +348,6 @@ class _RecordView:
             self._close()
             raise ReadError("tensor data ends early (file truncated?)")
         self._buffer = memoryview(self._map)[start : start + reader.record_bytes]
-        self._arrays: list[np.ndarray] = []
 
     def array(self, shape: tuple[int, ...], stride: tuple[int, ...]) -> np.ndarray:
         """A read-only view of the record; numpy refuses one whose extent leaves the record."""
@@ -336,7 +369,7 @@ class _RecordView:
 
     def release_pages(self) -> None:
         """Drop the mapped pages read so far (they are file-backed: reading them again is free)."""
-        if hasattr(mmap, "MADV_DONTNEED"):
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
             self._map.madvise(mmap.MADV_DONTNEED)
 
     def __enter__(self) -> _RecordView:
@@ -351,10 +384,12 @@ class _RecordView:
             buffer = getattr(self, "_buffer", None)
             if buffer is not None:
                 buffer.release()
-            self._map.close()
+            if self._map is not None:
+                self._map.close()
         except BufferError:  # a view is still referenced somewhere: the map is freed with it
             pass
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _multiplicity(start: int, shape: tuple[int, ...], stride: tuple[int, ...], span: int) -> np.ndarray:

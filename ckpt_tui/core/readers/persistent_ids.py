@@ -19,9 +19,20 @@ from ckpt_tui.core.unpickle import storage_from_pid
 ZIP_FIELDS = 5
 LEGACY_FIELDS = 6
 _BACKEND_TAG = re.compile(r"(?:cuda|xpu|mtia|hpu|privateuseone)(?::(0|[1-9][0-9]{0,2}))?")
+_DEVICE_STRING = re.compile(
+    r"(?:cpu|cuda|ipu|xpu|mkldnn|opengl|opencl|ideep|hip|ve|fpga|maia|xla|lazy|vulkan|mps|meta|hpu|mtia|privateuseone)"
+    r"(?::(0|[1-9][0-9]{0,2}))?"
+)
+"""What ``c10::Device`` parses: TorchScript restores a storage to any such device."""
 MAX_DEVICE_INDEX = 127
 
 Make = Callable[[str, str, str, int, str], Storage]
+
+
+def script_location_refused(tag: str) -> bool:
+    """Whether ``torch.jit.load`` refuses a location tag everywhere (it is no device string)."""
+    match = _DEVICE_STRING.fullmatch(tag)
+    return match is None or (match.group(1) is not None and int(match.group(1)) > MAX_DEVICE_INDEX)
 
 
 def location_refused(tag: str) -> bool:
@@ -39,9 +50,10 @@ def location_refused(tag: str) -> bool:
 class PersistentIds:
     """Turns a file's persistent ids into storages, noting every way torch's loader would refuse them."""
 
-    def __init__(self, fields: int, make: Make) -> None:
+    def __init__(self, fields: int, make: Make, script: bool = False) -> None:
         self.fields = fields
         self.make = make
+        self.refused = script_location_refused if script else location_refused
         self.cache: dict[str, Storage] = {}
         self.lengths: set[int] = set()
         self.locations: set[str] = set()
@@ -58,7 +70,7 @@ class PersistentIds:
         key, location = pid[2], _text(pid[3])
         if type(key) is int:  # torch names the record data/<key> whatever its type
             key = str(key)
-        if isinstance(location, str) and location_refused(location):
+        if isinstance(location, str) and self.refused(location):
             self.locations.add(location)
         view = pid[5:6] if self.fields == LEGACY_FIELDS else ()
         return storage_from_pid(("storage", pid[1], key, location, pid[4], *view), self.make, self.cache)
@@ -71,7 +83,8 @@ class PersistentIds:
             out.append(f"persistent ids with {counts} fields: torch.load unpacks exactly {self.fields}, refuses them")
         if self.locations:
             tags = ", ".join(repr(t) for t in sorted(self.locations)[:5])
-            out.append(f"location tags torch.load cannot restore on any machine ({tags}): it refuses the file")
+            loader = "torch.jit.load" if self.refused is script_location_refused else "torch.load"
+            out.append(f"location tags {loader} cannot restore on any machine ({tags}): it refuses the file")
         return out
 
 

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.torch_zip import ZipLayout, ZipRecords, load_with_records, member_pickle
 from ckpt_tui.core.readers.zip_archive import inflate_cap, read_member
-from ckpt_tui.core.tree import Checkpoint, Opaque, iter_nodes
+from ckpt_tui.core.tree import Checkpoint, Opaque, iter_nodes, opaque_class
 
 _CLASS = re.compile(r"^class[ \t]+(\w+)[ \t]*(?:\([ \t]*([\w.]*)[ \t]*\))?[ \t]*:", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\\\n]*)"')
@@ -59,6 +59,21 @@ SCRIPT_GLOBALS: dict[str, Any] = {
 }
 """The TorchScript pickler's helpers (``torch/jit/_pickle.py``): each returns its argument."""
 
+TORCHBIND_WEIGHTS = (
+    "__torch__.torch.classes.quantized.LinearPackedParamsBase",
+    "__torch__.torch.classes.quantized.Conv2dPackedParamsBase",
+    "__torch__.torch.classes.quantized.Conv3dPackedParamsBase",
+    "__torch__.torch.classes.quantized.EmbeddingPackedParamsBase",
+    "__torch__.torch.classes.sparse.LinearPackedParamsBase",
+    "__torch__.torch.classes.rnn.CellParamsBase",
+    "__torch__.torch.classes.xnnpack.LinearOpContext",
+    "__torch__.torch.classes.xnnpack.Conv2dOpContext",
+    "__torch__.torch.classes.xnnpack.TransposeConv2dOpContext",
+)
+"""Classes torch itself registers (TorchBind) to hold packed weights of quantized and prepacked modules:
+their state is the weights, restored by torch's own code. Known as data by exact name, only here."""
+SCRIPT_GLOBALS.update((name, opaque_class(name, safe=True)) for name in TORCHBIND_WEIGHTS)
+
 
 @dataclass
 class ScriptClass:
@@ -84,20 +99,19 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
     unsafe: set[str] = set()
     problems = list(layout.problems)
 
-    def load(name: str, folder: str, key_prefix: str) -> Any:
+    def load(name: str, folder: str, key_prefix: str) -> tuple[Any, list[str]]:
         data = member_pickle(file, layout, name, file_bytes)
         budget.spend(len(data), name)
         records = ZipRecords(path, layout.entries, layout.prefix + folder, file_bytes)
-        value, found = load_with_records(
+        return load_with_records(
             data, records, key_prefix, f"{path}: {layout.prefix}{name}", unsafe,
-            known_classes=known, extra_globals=SCRIPT_GLOBALS,
+            known_classes=known, extra_globals=SCRIPT_GLOBALS, script=True,
         )  # fmt: skip
-        problems.extend(found)
-        return value
 
-    module = load("data.pkl", "data/", "")
-    constants = load("constants.pkl", "", "constants/")
-    for name in _other_pickles(layout):
+    module, found = load("data.pkl", "data/", "")
+    constants, more = load("constants.pkl", "", "constants/")
+    problems += found + more
+    for name in _other_pickles(layout):  # read on demand by torch (debug info, traced inputs): scanned only
         stem = name.rsplit(".", 1)[0]
         try:
             load(name, "", stem + "/")
