@@ -109,8 +109,6 @@ def _scan(
                 f"storage {key!r} holds {count} elements where its persistent id says {storage.numel}: "
                 "torch.load refuses the file"
             )
-        if key in records.offsets:
-            problems.append(f"storage {key!r} is listed twice: torch.load reads it twice, keeping the second")
         records.offsets[key] = (position + COUNT.size, nbytes)
         position += COUNT.size + nbytes
-    return problems  # storages used but never listed are reported as missing records
+    return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing

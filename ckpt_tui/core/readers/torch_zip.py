@@ -24,6 +24,7 @@ from ckpt_tui.core.readers.zip_archive import (
     ZipEntry,
     crc_matches,
     data_offset,
+    inflate_cap,
     read_central_directory,
     read_member,
 )
@@ -193,7 +194,8 @@ def load_with_records(
         storage = Storage(key_prefix + key, dtype, location, numel, records, type_name)
         entry = records.entries.get(records.name(storage.key))
         declared = numel * DTYPES[dtype][0]
-        if declared > records.file_bytes:
+        compressed = entry is not None and entry.compress != STORED
+        if declared > (inflate_cap(records.file_bytes) if compressed else records.file_bytes):
             raise ReadError(f"{what}: storage {storage.key} declares {declared} bytes, more than the whole file")
         if entry is not None and entry.size != declared and not script:
             wrong_sizes.append(f"{entry.name} holds {entry.size} bytes where its storage needs {declared}")
