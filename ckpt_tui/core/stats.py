@@ -61,7 +61,8 @@ def _tensor_stats(
 ) -> TensorStats:
     reader = TensorReader(tensor, byteorder)
     stats = TensorStats()
-    stats.first = decode(reader.first(16), tensor.dtype, tensor.metadata).tolist()
+    if not reader.in_order:
+        stats.first = decode(reader.first(16), tensor.dtype, tensor.metadata).tolist()
     mean = m2 = 0.0
     samples: list[tuple[np.ndarray, np.ndarray | int]] = []
     step = max(1, reader.distinct_count // SAMPLE_LIMIT)
@@ -70,6 +71,8 @@ def _tensor_stats(
         if cancelled is not None and cancelled():
             raise Cancelled("stats cancelled")
         values = decode(raw, tensor.dtype, tensor.metadata)
+        if reader.in_order and not stats.first:
+            stats.first = values[:16].tolist()
         weights = repeats if isinstance(repeats, int) else repeats.astype(np.float64)
         stats.count += _total(values.size, weights)
         nan = np.isnan(values)
@@ -129,10 +132,19 @@ def _histogram(
     values = np.concatenate([v for v, _ in samples]) if samples else np.empty(0)
     if values.size == 0 or low is None or high is None:
         return [], 0
-    weights = np.concatenate([np.full(v.size, w, np.float64) if isinstance(w, int) else w for v, w in samples])
-    total = round(float(weights.sum()))
+    repeats = {w for _, w in samples if isinstance(w, int)}
+    uniform = len(repeats) == 1 and all(isinstance(w, int) for _, w in samples)
+    weights = (
+        None
+        if uniform
+        else np.concatenate([np.full(v.size, w, np.float64) if isinstance(w, int) else w for v, w in samples])
+    )
+    scale = repeats.pop() if uniform else 1
+    total = values.size * scale if weights is None else round(float(weights.sum()))
     edges = np.linspace(low, high, HISTOGRAM_BINS + 1) if low < high else None
     if edges is None or not np.all(np.isfinite(np.diff(edges))) or not np.all(np.diff(edges) > 0):
         return [total], total  # one value, or a range too narrow/wide to split
     counts, _ = np.histogram(values, bins=edges, weights=weights)
+    if weights is None:
+        return [int(c) * scale for c in counts.tolist()], total
     return [round(float(c)) for c in counts], total

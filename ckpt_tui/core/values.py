@@ -216,6 +216,11 @@ class TensorReader:
     # ---- each stored element once ---------------------------------------------------------
 
     @property
+    def in_order(self) -> bool:
+        """Whether :meth:`distinct_chunks` gives every element once, in row-major order (a dense layout)."""
+        return self.span is not None and _is_row_major(self.tensor.shape, self.tensor.stride)
+
+    @property
     def distinct_count(self) -> int:
         """How many items :meth:`distinct_chunks` yields at most (the elements it reads)."""
         shape, stride, _ = self._without_repeats()

@@ -57,8 +57,22 @@ class PersistentIds:
         self.cache: dict[str, Storage] = {}
         self.lengths: set[int] = set()
         self.locations: set[str] = set()
+        self.checked: set[str] = set()
 
     def __call__(self, pid: Any) -> Any:
+        # this runs once per tensor (50,000 times on big state_dicts): the usual id goes straight through
+        if type(pid) is tuple and len(pid) == self.fields and pid[0] == "storage":
+            key, location = pid[2], pid[3]
+            if type(key) is str and type(location) is str:
+                if location not in self.checked:
+                    self.checked.add(location)
+                    if self.refused(location):
+                        self.locations.add(location)
+                return storage_from_pid(pid, self.make, self.cache)
+        return self._unusual(pid)
+
+    def _unusual(self, pid: Any) -> Any:
+        """Ids torch.load still reads (bytes, int keys, legacy modules) or refuses (wrong field counts)."""
         if type(pid) is tuple and pid and _text(pid[0]) == "module" and self.fields == LEGACY_FIELDS:
             if len(pid) != 4:
                 self.lengths.add(len(pid))

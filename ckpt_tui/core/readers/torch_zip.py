@@ -189,17 +189,18 @@ def load_with_records(
     judged as ``torch.jit.load`` judges it (records of any size, any device string as location).
     """
     wrong_sizes: list[str] = []
+    folder, entries, file_bytes = records.folder + key_prefix, records.entries, records.file_bytes
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        storage = Storage(key_prefix + key, dtype, location, numel, records, type_name)
-        entry = records.entries.get(records.name(storage.key))
+        # once per storage (50,000 times on big state_dicts): plain lookups only
+        entry = entries.get(folder + key)
         declared = numel * DTYPES[dtype][0]
-        compressed = entry is not None and entry.compress != STORED
-        if declared > (inflate_cap(records.file_bytes) if compressed else records.file_bytes):
-            raise ReadError(f"{what}: storage {storage.key} declares {declared} bytes, more than the whole file")
+        limit = file_bytes if entry is None or entry.compress == STORED else inflate_cap(file_bytes)
+        if declared > limit:
+            raise ReadError(f"{what}: storage {key_prefix + key} declares {declared} bytes, more than the whole file")
         if entry is not None and entry.size != declared and not script:
             wrong_sizes.append(f"{entry.name} holds {entry.size} bytes where its storage needs {declared}")
-        return storage
+        return Storage(key_prefix + key, dtype, location, numel, records, type_name)
 
     ids = PersistentIds(ZIP_FIELDS, make, script)
     root = load_pickle(data, ids, what, unsafe, known_classes=known_classes, extra_globals=extra_globals)
