@@ -30,6 +30,7 @@ INDEX_SUFFIX = ".index.json"
 MAX_DEPTH = 100
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 TORCH_ZIP_START = b"PK\x03\x04"
+TAR_BLOCK = 512
 PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 
 
@@ -133,7 +134,7 @@ def _open_torch(
     """Read the file as torch.load would pick its format (zip, tar, pickle), or as an index."""
     if head[:4] in ZIP_STARTS:
         return read_zip(path, file_bytes)
-    if is_tar(path):
+    if is_tar(path, head):
         raise ReadError(
             f"{path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui does not read"
         )
@@ -165,8 +166,13 @@ def _open_torch(
     raise ReadError(f"{path}: not a checkpoint (unrecognised content: {head[:8].hex(' ')})")
 
 
-def is_tar(path: str) -> bool:
-    """Whether ``torch.load`` would read the file as a pre-0.4 tar archive (``tarfile.open(mode="r:")``)."""
+def is_tar(path: str, head: bytes) -> bool:
+    """Whether ``torch.load`` would read the file as a pre-0.4 tar archive (``tarfile.open(mode="r:")``).
+
+    Only a first block whose checksum holds can start a tar archive; ``tarfile`` itself decides then.
+    """
+    if not _tar_checksum_holds(head):
+        return False
     import tarfile
 
     try:
@@ -174,8 +180,26 @@ def is_tar(path: str) -> bool:
             return True
     except tarfile.TarError:
         return False
+    except OSError:
+        raise
     except Exception:  # torch.load fails the same way reading it as tar: no other reading applies
         return True
+
+
+def _tar_checksum_holds(head: bytes) -> bool:
+    """The test ``tarfile`` applies to a header block: its checksum field equals the sum of its bytes."""
+    if len(head) < TAR_BLOCK or head[:TAR_BLOCK].count(0) == TAR_BLOCK:
+        return False
+    block = head[:TAR_BLOCK]
+    field = block[148:156]
+    if field[:1] in (b"\x80", b"\xff"):  # base-256 numbers: rare, let tarfile decide
+        return True
+    digits = field.split(b"\0", 1)[0].strip()
+    if not digits or any(c not in b"01234567" for c in digits):
+        return False  # not a number (or 0, which no header block sums to)
+    unsigned = sum(block[:148]) + 8 * 0x20 + sum(block[156:])
+    signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 8 * 0x20
+    return int(digits, 8) in (unsigned, signed)
 
 
 def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -> Checkpoint:
@@ -190,7 +214,7 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
         if zipped is not None:
             other = "a torch zip checkpoint"
             checkpoint.unsafe_globals |= zipped.unsafe_globals
-    elif is_tar(path):
+    elif is_tar(path, head):
         other = "a pre-0.4 tar archive"
     elif head[0] in PICKLE_OPCODES:
         with open(path, "rb") as file:
