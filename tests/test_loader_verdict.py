@@ -250,6 +250,16 @@ SAFETENSORS_CASES: dict[str, bytes] = {
     "deep_extra_field": safetensors_bytes(
         '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"z":' + "[" * 130 + "]" * 130 + "}}", EIGHT
     ),
+    **{
+        f"nested_{levels}_levels": safetensors_bytes(
+            '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"z":'
+            + "[" * (levels - 2)
+            + "]" * (levels - 2)
+            + "}}",
+            EIGHT,
+        )
+        for levels in (127, 128)
+    },
     "no_tensors": safetensors_bytes("{}"),
     "two_empty_tensors": safetensors_bytes(
         {
