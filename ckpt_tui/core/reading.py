@@ -85,23 +85,6 @@ def _open_directory(path: str) -> Checkpoint:
     raise ReadError(f"{path}: is a directory, not a checkpoint (no .metadata or *{INDEX_SUFFIX} inside)")
 
 
-def detect_format(head: bytes, file_bytes: int) -> str:
-    """The likeliest container kind from a file's first bytes: safetensors, zip, json, pickle or unknown.
-
-    Only a guess: a safetensors guess is confirmed by parsing its header, and a tar archive is found by
-    :func:`is_tar` (Python's ``tarfile``, as ``torch.load`` does).
-    """
-    if looks_like_safetensors(head, file_bytes):
-        return "safetensors"
-    if head[:4] in ZIP_STARTS:
-        return "zip"
-    if head.lstrip()[:1] == b"{":
-        return "json"
-    if head[:1] and head[0] in PICKLE_OPCODES:
-        return "pickle"
-    return "unknown"
-
-
 def open_shard(path: str) -> Checkpoint:
     """Open one shard of a sharded checkpoint: any single-file format, never another index."""
     return _open_file(path, allow_index=False)

@@ -30,13 +30,13 @@ Make = Callable[[str, str, str, int, str], Storage]
 
 
 def script_location_refused(tag: str) -> bool:
-    """Whether ``torch.jit.load`` refuses a location tag everywhere (it is no device string)."""
+    """Whether ``torch.jit.load`` refuses a location tag (it is no device string torch knows)."""
     match = _DEVICE_STRING.fullmatch(tag)
     return match is None or (match.group(1) is not None and int(match.group(1)) > MAX_DEVICE_INDEX)
 
 
 def location_refused(tag: str) -> bool:
-    """Whether ``torch.load`` refuses a location tag on every machine (no deserializer restores it).
+    """Whether ``torch.load`` refuses a location tag wherever only torch's own deserializers are registered.
 
     ``cpu`` and ``meta`` restore anywhere; ``mps*`` on a Mac; ``cuda``, ``xpu``, ``mtia``, ``hpu`` and
     ``privateuseone`` (optionally ``:N``, as ``torch.device`` parses it) where that device exists.
@@ -98,7 +98,9 @@ class PersistentIds:
         if self.locations:
             tags = ", ".join(repr(t) for t in sorted(self.locations)[:5])
             loader = "torch.jit.load" if self.refused is script_location_refused else "torch.load"
-            out.append(f"location tags {loader} cannot restore on any machine ({tags}): it refuses the file")
+            out.append(
+                f"location tags torch itself cannot restore ({tags}): {loader} refuses the file unless a plugin can"
+            )
         return out
 
 
