@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="print a summary of a checkpoint")
-    info.add_argument("file")
+    info.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
     check = sub.add_parser(
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With them: compare keys and shapes with a reference and suggest the fix. --model imports and runs "
         "YOUR code (package.module:callable returning an nn.Module or a state_dict); nothing else ever does.",
     )
-    check.add_argument("file")
+    check.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     reference = check.add_mutually_exclusive_group()
     reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
     diff_.add_argument("a")
     diff_.add_argument("b")
+    diff_.add_argument("more", nargs="*", metavar="C", help="more rank files: an N-way summary of what agrees")
     diff_.add_argument("--strip-prefix", metavar="P", help="remove this key prefix on both sides first")
     diff_.add_argument("--json", action="store_true", help="print one JSON object")
     convert = sub.add_parser(
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Edits apply in this order: extract, drop, rename, strip prefix, add prefix, map devices, cast. "
         "Key paths use / between levels (--extract model, --drop optimizer).",
     )
-    convert.add_argument("file")
+    convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
     convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
     convert.add_argument("--drop", metavar="PATH", action="append", default=[], help="delete a key or subtree")
@@ -82,13 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
     convert.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast floating-point tensors")
     convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    convert.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="write Hugging Face safetensors shards of at most SIZE (5GB, 500MB) and their index into the folder -o",
+    )
     convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
     convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
     demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
     demo.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
     open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
-    open_.add_argument("file")
+    open_.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
     return parser
 
@@ -118,12 +124,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    files = getattr(args, "file", None)
+    if isinstance(files, list):  # several files open together as one checkpoint (rank files)
+        args.file = files[0] if len(files) == 1 else files
     if args.command == "info":
         return cmd_info(args.file, args.json, args.depth)
     if args.command == "check" and (args.against or args.model):
         return cmd_compare(args.file, args.against, args.model, args.at, args.json)
     if args.command == "check":
         return cmd_check(args.file, args.json)
+    if args.command == "diff" and args.more:
+        return cmd_rank_diff([args.a, args.b, *args.more], args.json)
     if args.command == "diff":
         return cmd_diff(args.a, args.b, args.strip_prefix, args.json)
     if args.command == "convert":
@@ -133,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     return cmd_demo(getattr(args, "print_only", False), getattr(args, "readonly", False))
 
 
-def cmd_info(path: str, as_json: bool, depth: int) -> int:
+def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
     """``info``: the summary, as text or JSON."""
     from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.summary import summarize
@@ -148,7 +159,7 @@ def cmd_info(path: str, as_json: bool, depth: int) -> int:
     return 0
 
 
-def cmd_check(path: str, as_json: bool) -> int:
+def cmd_check(path: str | list[str], as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
     from ckpt_tui.core.check import check_checkpoint
     from ckpt_tui.core.reading import open_checkpoint
@@ -163,7 +174,7 @@ def cmd_check(path: str, as_json: bool) -> int:
     return 0 if report.ok else 1
 
 
-def cmd_compare(path: str, against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
+def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
     from ckpt_tui.core.compare import compare, load_reference
     from ckpt_tui.core.convert import resolve_path
@@ -171,6 +182,7 @@ def cmd_compare(path: str, against: str | None, model: str | None, at: str | Non
     from ckpt_tui.core.tree import get
 
     checkpoint = open_checkpoint(path)
+    path = checkpoint.path
     reference = load_reference(against, model)
     where = resolve_path(checkpoint.root, at) if at else ()
     report = compare(get(checkpoint.root, where), reference)
@@ -201,6 +213,19 @@ def cmd_diff(a: str, b: str, strip_prefix: str | None, as_json: bool) -> int:
     return 0 if report.identical else 1
 
 
+def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
+    """``diff R0 R1 R2 ...``: which ranks agree bit for bit; exit 0 when all do, 1 when not."""
+    from ckpt_tui.core.rank_diff import rank_diff, render_rank_diff
+    from ckpt_tui.core.reading import open_checkpoint
+
+    report = rank_diff([open_checkpoint(p) for p in paths])
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        print(render_rank_diff(report))
+    return 0 if report.identical else 1
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
     from ckpt_tui.core.convert import ConvertOptions, convert
@@ -218,6 +243,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
         return 2
+    if args.max_shard_size and not args.dry_run:
+        from ckpt_tui.core.writers.hf_shards import convert_to_shards
+
+        if args.format == "pth":
+            print("ckpt-tui: --max-shard-size writes safetensors shards", file=sys.stderr)
+            return 2
+        changes, written = convert_to_shards(args.file, options, args.output, args.max_shard_size)
+        for change in changes:
+            print("\n".join(change.lines()))
+        print(written.line())
+        return 0
     outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
     for change in outcome.changes:
         print("\n".join(change.lines()))
@@ -228,10 +264,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_open(path: str, readonly: bool) -> int:
+def cmd_open(path: str | list[str], readonly: bool) -> int:
     """Open the browser (Textual is imported only here)."""
     from ckpt_tui.tui.app import CkptApp
 
+    if isinstance(path, list):  # rank files: open_checkpoint takes the list
+        name = f"{len(path)} files: " + ", ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in path)
+        CkptApp(path, readonly=readonly, display_name=name).run()
+        return 0
     CkptApp(path, readonly=readonly).run()
     return 0
 

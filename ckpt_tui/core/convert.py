@@ -95,7 +95,7 @@ def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change]
 
 
 def convert(
-    path: str,
+    path: str | list[str],
     options: ConvertOptions,
     output: str | None,
     fmt: str | None = None,

@@ -15,11 +15,15 @@ import codecs
 import gc
 import os
 import pickletools
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.dcp import read_dcp
+from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
+from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
+from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
 from ckpt_tui.core.readers.legacy import read_pickle_file
+from ckpt_tui.core.readers.rank_set import merge_ranks, with_ranks
 from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.torch_zip import read_zip
@@ -34,11 +38,29 @@ TAR_BLOCK = 512
 PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Read a checkpoint's tree without running its pickle or reading tensor data."""
-    text = os.fspath(path)
+PathArg = str | os.PathLike[str]
+
+
+def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
+    """Read a checkpoint's tree without running its pickle or reading tensor data.
+
+    Several paths open together as one checkpoint: per-rank files (FSDP/DTensor shards assembled,
+    DDP copies side by side).
+    """
+    if isinstance(path, (list, tuple)):
+        paths = [os.fspath(p) for p in path]
+        if not paths:
+            raise ReadError("no checkpoint given")
+        if len(paths) > 1:
+            return _guarded(" ".join(paths), lambda: merge_ranks(paths, [_open_member(p) for p in paths]))
+        path = paths[0]
+    text = os.fspath(path)  # type: ignore[arg-type]
+    return _guarded(text, lambda: _open(text))
+
+
+def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     try:
-        checkpoint = _open(text)
+        checkpoint = read()
     except ReadError:
         raise
     except PermissionError:
@@ -77,6 +99,9 @@ def _open(path: str) -> Checkpoint:
 def _open_directory(path: str) -> Checkpoint:
     if os.path.isfile(os.path.join(path, ".metadata")):
         return read_dcp(path)
+    zero = deepspeed_folder(path)
+    if zero is not None:
+        return read_deepspeed(zero, _open_plain_file)
     indexes = sorted(n for n in os.listdir(path) if n.endswith(INDEX_SUFFIX))
     if len(indexes) == 1:
         return read_sharded(os.path.join(path, indexes[0]), open_shard)
@@ -87,10 +112,28 @@ def _open_directory(path: str) -> Checkpoint:
 
 def open_shard(path: str) -> Checkpoint:
     """Open one shard of a sharded checkpoint: any single-file format, never another index."""
-    return _open_file(path, allow_index=False)
+    return _open_plain_file(path, allow_index=False)
 
 
-def _open_file(path: str, allow_index: bool = True) -> Checkpoint:
+def _open_file(path: str) -> Checkpoint:
+    folder = dcp_folder_of(path)
+    if folder is not None:  # one file of a DCP folder opens the whole folder
+        return read_dcp(folder)
+    zero = deepspeed_folder(path)
+    if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
+        return read_deepspeed(zero, _open_plain_file)
+    return with_ranks(path, _open_plain_file(path), _open_plain_file)
+
+
+def _open_member(path: str) -> Checkpoint:
+    """One of several files named together: read as it is (folders as folders)."""
+    if os.path.isfile(path) and dcp_folder_of(path) is None and deepspeed_folder(path) is None:
+        return _open_plain_file(path)
+    return _open(path)
+
+
+def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:
+    """One file on its own, by its content."""
     file_bytes = os.path.getsize(path)
     if file_bytes == 0:
         raise ReadError(f"{path}: empty file")
@@ -116,7 +159,7 @@ def _open_torch(
 ) -> Checkpoint:
     """Read the file as torch.load would pick its format (zip, tar, pickle), or as an index."""
     if head[:4] in ZIP_STARTS:
-        return read_zip(path, file_bytes)
+        return read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
     if is_tar(path, head):
         raise ReadError(
             f"{path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui does not read"
@@ -191,7 +234,7 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
     other: str | None = None
     if head.startswith(TORCH_ZIP_START):
         try:
-            zipped = read_zip(path, file_bytes)
+            zipped = read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
         except ReadError:
             zipped = None
         if zipped is not None:

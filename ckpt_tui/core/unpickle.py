@@ -134,6 +134,8 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
     result = func(*args)
     if isinstance(result, Tensor) and isinstance(new_type, Symbol) and new_type.name == "Parameter":
         result.parameter = True
+    if isinstance(result, Opaque) and state is not None:  # a tensor subclass (DTensor...): keep its fields
+        result.state = state
     return result
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.tree import Tensor
 
 CHUNK_ELEMENTS = 1 << 21
@@ -162,6 +163,14 @@ class TensorReader:
         self.span = element_span(tensor.offset, tensor.shape, tensor.stride)
         self.path = storage.source.path
         self.memory: bytes | None = None
+        self.assembled = storage.source if isinstance(storage.source, AssembledRecords) else None
+        if self.assembled is not None:  # pieces in several files (distributed checkpoints)
+            if not tensor.is_contiguous() or tensor.dtype == "complex32":
+                raise ReadError("only whole, contiguous views of an assembled tensor can be read")
+            if tensor.offset < 0 or tensor.offset + self.numel > storage.numel:
+                raise ReadError("tensor reaches outside its assembled storage")
+            self.record_start, self.record_bytes = 0, 0
+            return
         self.record_start, self.record_bytes = self._bounds()
 
     def _bounds(self) -> tuple[int, int]:
@@ -195,12 +204,20 @@ class TensorReader:
         """Every element in row-major order, ``chunk`` at a time (the last chunk may be shorter), raw dtype."""
         if self.span is None:
             return
+        if self.assembled is not None:
+            storage, begin = self.tensor.storage, self.tensor.offset
+            assert storage is not None
+            parts = self.assembled.elements(storage, begin, begin + self.numel, chunk, self.raw_type)
+            yield from _exact_chunks(parts, chunk)
+            return
         yield from self._view_chunks(self.tensor.shape, self.tensor.stride, chunk)
 
     def first(self, count: int) -> np.ndarray:
         """The first ``count`` elements in row-major order (raw dtype), read one by one."""
         if self.span is None or count <= 0:
             return np.empty(0, self.raw_type)
+        if self.assembled is not None:
+            return next(self.chunks(count), np.empty(0, self.raw_type))
         positions = [self._position(index) for index in range(min(count, self.numel))]
         with self._reading() as read:
             data = b"".join(read(position, 1) for position in positions)
@@ -238,6 +255,9 @@ class TensorReader:
         storage's size, whatever the view's shape.
         """
         if self.span is None:
+            return
+        if self.assembled is not None:
+            yield from ((raw, 1) for raw in self.chunks(chunk))
             return
         shape, stride, repeats = self._without_repeats()
         numel = math.prod(shape)
@@ -320,6 +340,23 @@ class TensorReader:
                 return data
 
             yield from_file
+
+
+def _exact_chunks(parts: Iterator[np.ndarray], chunk: int) -> Iterator[np.ndarray]:
+    """The same elements cut into pieces of exactly ``chunk`` (the last may be shorter)."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for part in parts:
+        while part.size:
+            take = min(chunk - held, part.size)
+            pending.append(part[:take])
+            held += take
+            part = part[take:]
+            if held == chunk:
+                yield np.concatenate(pending)
+                pending, held = [], 0
+    if held:
+        yield np.concatenate(pending)
 
 
 def _is_row_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

@@ -86,11 +86,12 @@ class CkptApp(App[None]):
         Binding(key, action, description, show=shown, id=action) for key, action, description, _, shown in KEYS
     ]
 
-    def __init__(self, path: str, readonly: bool = False, display_name: str | None = None) -> None:
+    def __init__(self, path: str | list[str], readonly: bool = False, display_name: str | None = None) -> None:
         super().__init__()
-        self.path = path
+        self.opened = path  # one path, or several rank files opened as one checkpoint
+        self.path = path if isinstance(path, str) else path[0]
         self.readonly = readonly
-        self.display_name = display_name or os.path.basename(path.rstrip("/")) or path
+        self.display_name = display_name or os.path.basename(self.path.rstrip("/")) or self.path
         self.session: Session | None = None
         self.summary: Summary | None = None
         self.matches: list[KeyPath] = []
@@ -120,7 +121,7 @@ class CkptApp(App[None]):
     def load_checkpoint(self) -> None:
         """Read the file (metadata only) off the UI thread."""
         try:
-            checkpoint = open_checkpoint(self.path)
+            checkpoint = open_checkpoint(self.opened)
         except CkptError as exc:
             self.call_from_thread(self.push_screen, ErrorScreen(str(exc)))
             return

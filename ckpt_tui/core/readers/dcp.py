@@ -1,81 +1,218 @@
-"""``torch.distributed.checkpoint`` (DCP/FSDP) directories: the ``.metadata`` pickle only."""
+"""``torch.distributed.checkpoint`` (DCP, used by FSDP) folders: ``.metadata`` plus ``.distcp`` files.
+
+``.metadata`` is a pickle of ``Metadata``: per flattened key, a tensor's global shape, dtype and chunks
+(or a non-tensor item), where each chunk and item lies (``storage_data``: file, offset, length) and the
+nested path of each key (``planner_data``). Each item in a ``.distcp`` file is a ``torch.save`` archive.
+The tree is rebuilt the way ``dcp_to_torch_save`` rebuilds it (``set_element``); tensor values are read
+from the chunks on demand, non-tensor items with the safe unpickler. Nothing is ever unpickled by torch.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, Tensor
+from ckpt_tui.core.readers.assembled import AssembledRecords, Piece
+from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
+from ckpt_tui.core.readers.embedded_zip import read_embedded
+from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 from ckpt_tui.core.unpickle import load_pickle
 
+METADATA = ".metadata"
+MAX_METADATA_BYTES = 512 << 20
+MAX_PATH_DEPTH = 100
 
-def _state(value: Any) -> dict[str, Any]:
+
+def is_dcp_folder(folder: str) -> bool:
+    """A folder with DCP's ``.metadata`` file."""
+    return os.path.isfile(os.path.join(folder, METADATA))
+
+
+def dcp_folder_of(path: str) -> str | None:
+    """The DCP folder a ``.metadata`` or ``.distcp`` file belongs to (None for other files)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(path)
+    if (name == METADATA or name.endswith(".distcp")) and is_dcp_folder(folder):
+        return folder
+    return None
+
+
+def _state(value: Any, what: str) -> dict[str, Any]:
     if isinstance(value, Opaque) and isinstance(value.state, dict):
         return value.state
-    raise ReadError("DCP .metadata: unexpected layout")
+    raise ReadError(f"{what}: unexpected layout (not DCP metadata)")
 
 
-def _dtype(properties: Any) -> str:
+def _is(value: Any, name: str) -> bool:
+    return isinstance(value, Opaque) and value.global_name == f"torch.distributed.checkpoint.metadata.{name}"
+
+
+def _dtype(properties: Any, what: str) -> str:
     state = properties.state if isinstance(properties, Opaque) else None
     dtype = state.get("dtype") if isinstance(state, dict) else state[0] if isinstance(state, tuple) and state else None
     if isinstance(dtype, Symbol) and dtype.name in DTYPES:
         return dtype.name
-    raise ReadError("DCP .metadata: tensor without a known dtype")
+    raise ReadError(f"{what}: tensor without a known dtype")
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or not all(type(n) is int and n >= 0 for n in value):
+        raise ReadError(f"{what}: malformed sizes or offsets")
+    return tuple(value)
+
+
+class DcpItems:
+    """Where each item lies: ``storage_data`` turned into (file, offset, length) by (key, chunk offsets)."""
+
+    def __init__(self, folder: str, storage_data: Any, what: str) -> None:
+        self.folder = folder
+        self.what = what
+        self.sizes: dict[str, int] = {}
+        self.places: dict[tuple[str, tuple[int, ...] | None], tuple[str, int, int]] = {}
+        if not isinstance(storage_data, dict):
+            raise ReadError(f"{what}: storage_data is missing (not written by FileSystemWriter)")
+        for index, info in storage_data.items():
+            key = _state(index, what)
+            fqn, offset = key.get("fqn"), key.get("offset")
+            if not isinstance(fqn, str):
+                raise ReadError(f"{what}: a storage_data key without a name")
+            chunk = None if offset is None else _ints(offset, what)
+            self.places[(fqn, chunk)] = self._place(_state(info, what), fqn)
+
+    def _place(self, info: dict[str, Any], fqn: str) -> tuple[str, int, int]:
+        name, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")
+        if info.get("transform_descriptors"):
+            raise ReadError(f"{self.what}: {fqn!r} is stored through extensions {info['transform_descriptors']!r}")
+        if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
+            raise ReadError(f"{self.what}: {fqn!r} is stored in {name!r}, not a file of this folder")
+        if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
+            raise ReadError(f"{self.what}: {fqn!r} has a malformed byte range")
+        size = self.sizes.get(name)
+        if size is None:
+            path = os.path.join(self.folder, name)
+            if not os.path.isfile(path):
+                raise ReadError(f"{self.what}: {name} (holding {fqn!r}) is missing from the folder")
+            size = self.sizes[name] = os.path.getsize(path)
+        if offset + length > size:
+            raise ReadError(f"{self.what}: {fqn!r} lies past the end of {name} (truncated?)")
+        return name, offset, length
+
+    def find(self, fqn: str, chunk: tuple[int, ...] | None) -> tuple[str, int, int]:
+        """The file, offset and length of one item."""
+        place = self.places.get((fqn, chunk))
+        if place is None:
+            where = "" if chunk is None else f" chunk at {list(chunk)}"
+            raise ReadError(f"{self.what}: no storage entry for {fqn!r}{where}")
+        return place
 
 
 def read_dcp(folder: str) -> Checkpoint:
-    """Rebuild the nested state_dict of a DCP checkpoint from its metadata."""
-    meta_path = os.path.join(folder, ".metadata")
+    """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand."""
+    meta_path = os.path.join(folder, METADATA)
+    what = f"{meta_path}: DCP metadata"
+    meta_bytes = os.path.getsize(meta_path)
+    if meta_bytes > MAX_METADATA_BYTES:
+        raise ReadError(f"{what}: {meta_bytes} bytes, more than any real DCP metadata ({MAX_METADATA_BYTES >> 20} MB)")
     unsafe: set[str] = set()
     with open(meta_path, "rb") as file:
-        metadata = load_pickle(file.read(), None, f"{meta_path}: DCP metadata", unsafe)
-    state = _state(metadata)
+        metadata = load_pickle(file, None, what, unsafe, known_classes=DCP_CLASSES)
+    if not _is(metadata, "Metadata"):
+        raise ReadError(f"{what}: not a DCP Metadata object")
+    state = _state(metadata, what)
     entries = state.get("state_dict_metadata")
     if not isinstance(entries, dict):
-        raise ReadError(f"{meta_path}: no state_dict_metadata")
-    planner_data = state.get("planner_data")
-    planner: dict[Any, Any] = planner_data if isinstance(planner_data, dict) else {}
-    root: dict[str, Any] = {}
+        raise ReadError(f"{what}: no state_dict_metadata")
+    planner = state.get("planner_data")
+    paths: dict[Any, Any] = planner if isinstance(planner, dict) else {}
+    items = DcpItems(folder, state.get("storage_data"), what)
+    source = AssembledRecords(folder)
+    root: dict[Any, Any] = {}
     for fqn, entry in entries.items():
-        value: Any = entry
-        if isinstance(entry, Opaque) and entry.global_name.endswith("TensorStorageMetadata"):
-            value = _tensor(_state(entry))
-        path = planner.get(fqn)
-        keys = (
-            list(path) if isinstance(path, (tuple, list)) and path and all(isinstance(k, str) for k in path) else [fqn]
-        )
-        _insert(root, keys, value)
-    files = [n for n in os.listdir(folder) if n.endswith(".distcp")]
-    total = sum(os.path.getsize(os.path.join(folder, n)) for n in files) + os.path.getsize(meta_path)
-    note = f"DCP checkpoint: {len(files)} .distcp files; tensor values are not read from DCP files yet"
+        if not isinstance(fqn, str):
+            raise ReadError(f"{what}: a key that is not a string")
+        if _is(entry, "TensorStorageMetadata"):
+            value: Any = _tensor(fqn, _state(entry, what), items, source, what)
+        elif _is(entry, "BytesStorageMetadata"):
+            name, offset, length = items.find(fqn, None)
+            where = f"{os.path.join(folder, name)}: item {fqn!r}"
+            value = read_embedded(os.path.join(folder, name), offset, length, where, unsafe, DISTRIBUTED_CLASSES)
+        else:
+            raise ReadError(f"{what}: {fqn!r} is neither a tensor nor a bytes item")
+        path = paths.get(fqn, (fqn,))
+        set_element(root, _key_path(path, fqn, what), value, what)
+    files = sorted(n for n in os.listdir(folder) if n.endswith(".distcp"))
+    total = sum(os.path.getsize(os.path.join(folder, n)) for n in files) + meta_bytes
+    version = state.get("version")
+    note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
     return Checkpoint(folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe)
 
 
-def _tensor(entry: dict[str, Any]) -> Tensor:
-    size = entry.get("size")
-    if not isinstance(size, tuple) or not all(type(n) is int for n in size):
-        raise ReadError("DCP .metadata: tensor size is malformed")
-    stride = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+def _key_path(path: Any, fqn: str, what: str) -> tuple[str | int, ...]:
+    if not isinstance(path, (tuple, list)) or not path or len(path) > MAX_PATH_DEPTH:
+        raise ReadError(f"{what}: planner_data path of {fqn!r} is malformed")
+    if not all(type(k) is str or (type(k) is int and 0 <= k < 1 << 20) for k in path):
+        raise ReadError(f"{what}: planner_data path of {fqn!r} holds a key that is neither a name nor an index")
+    return tuple(path)
+
+
+def set_element(root: dict[Any, Any], path: tuple[str | int, ...], value: Any, what: str) -> None:
+    """Put ``value`` at ``path``, making dicts for names and lists for indices, as DCP's set_element does."""
+    node: Any = root
+    for key, following in itertools.pairwise(path):
+        fresh: Any = {} if type(following) is str else []
+        if isinstance(node, dict):
+            node = node.setdefault(key, fresh)
+        elif isinstance(node, list) and type(key) is int:
+            node.extend([None] * (key + 1 - len(node)))
+            if node[key] is None:
+                node[key] = fresh
+            node = node[key]
+        else:
+            raise ReadError(f"{what}: keys {path!r} clash with another entry")
+        if not isinstance(node, (dict, list)):
+            raise ReadError(f"{what}: keys {path!r} clash with another entry")
+    last = path[-1]
+    if isinstance(node, list) and type(last) is int:
+        node.extend([None] * (last + 1 - len(node)))
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ReadError(f"{what}: keys {path!r} clash with another entry")
+
+
+def _tensor(fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledRecords, what: str) -> Tensor:
+    size = _ints(entry.get("size"), what)
+    dtype = _dtype(entry.get("properties"), what)
     chunks = entry.get("chunks")
-    return Tensor(
-        None,
-        0,
-        tuple(size),
-        stride,
-        _dtype(entry.get("properties")),
-        kind="dcp",
-        metadata={"chunks": len(chunks) if isinstance(chunks, list) else 0},
-    )
+    if not isinstance(chunks, list):
+        raise ReadError(f"{what}: {fqn!r} has no chunk list")
+    pieces = []
+    for chunk in chunks:
+        if not _is(chunk, "ChunkStorageMetadata"):
+            raise ReadError(f"{what}: {fqn!r} has a malformed chunk")
+        fields = _state(chunk, what)
+        offsets, sizes = _ints(fields.get("offsets"), what), _ints(fields.get("sizes"), what)
+        name, start, length = items.find(fqn, offsets)
+        path = os.path.join(items.folder, name)
+        pieces.append(Piece(offsets, sizes, f"{name} @ {start}", _chunk_loader(path, start, length, fqn)))
+    numel = math.prod(size)
+    storage = Storage(fqn, dtype, "cpu", numel, source)
+    source.add(fqn, size, pieces)
+    stride = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+    return Tensor(storage, 0, size, stride, dtype)
 
 
-def _insert(root: dict[str, Any], keys: list[str], value: Any) -> None:
-    node = root
-    for key in keys[:-1]:
-        nxt = node.setdefault(key, {})
-        if not isinstance(nxt, dict):
-            nxt = node[key] = {}
-        node = nxt
-    node[keys[-1]] = value
+def _chunk_loader(path: str, start: int, length: int, fqn: str) -> Any:
+    def load() -> Tensor:
+        where = f"{path}: chunk of {fqn!r} at {start}"
+        stored = read_embedded(path, start, length, where, set())
+        if not isinstance(stored, Tensor):
+            raise ReadError(f"{where}: the item is not a tensor")
+        return stored
+
+    return load

@@ -13,6 +13,7 @@ TorchScript archive (``torch.load`` hands it to ``torch.jit.load``): see :mod:`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.dtypes import DTYPES
@@ -131,8 +132,17 @@ class ZipLayout:
         return self.entries.get(self.prefix + name)
 
 
-def read_zip(path: str, file_bytes: int) -> Checkpoint:
-    """Read a torch zip checkpoint or TorchScript archive without touching tensor data."""
+def read_zip(
+    path: str,
+    file_bytes: int,
+    known_classes: frozenset[str] = frozenset(),
+    extra_globals: Mapping[str, Any] | None = None,
+) -> Checkpoint:
+    """Read a torch zip checkpoint or TorchScript archive without touching tensor data.
+
+    ``known_classes`` and ``extra_globals`` are passed to the safe unpickler for data.pkl (formats that
+    torch.save writes inside a zip, such as distributed state_dicts).
+    """
     from ckpt_tui.core.readers.torchscript import read_torchscript
 
     try:
@@ -148,7 +158,15 @@ def read_zip(path: str, file_bytes: int) -> Checkpoint:
         raise ReadError(message if message.startswith(path) else f"{path}: {message}") from None
     records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
     unsafe: set[str] = set()
-    root, problems = load_with_records(data, records, "", f"{path}: {layout.data_pkl}", unsafe)
+    root, problems = load_with_records(
+        data,
+        records,
+        "",
+        f"{path}: {layout.data_pkl}",
+        unsafe,
+        known_classes=known_classes,
+        extra_globals=extra_globals,
+    )
     return Checkpoint(
         path,
         "zip",
@@ -180,7 +198,7 @@ def load_with_records(
     unsafe: set[str],
     *,
     known_classes: frozenset[str] = frozenset(),
-    extra_globals: dict[str, Any] | None = None,
+    extra_globals: Mapping[str, Any] | None = None,
     script: bool = False,
 ) -> tuple[Any, list[str]]:
     """Unpickle one pickle of the archive whose storages live in ``records``; the loader problems found.

@@ -24,6 +24,7 @@ import numpy as np
 from ckpt_tui.core.edits import CastSource
 from ckpt_tui.core.errors import Cancelled, CkptError, WriteError
 from ckpt_tui.core.keypath import KeyPath, to_python
+from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.tree import Opaque, Storage, Tensor, is_global_ref, iter_nodes, iter_tensors
@@ -224,6 +225,10 @@ def _write_storage(
         return
     if source is None:
         raise WriteError(f"storage {storage.key} has no data in this file")
+    if isinstance(source, AssembledRecords):  # pieces in several files (distributed checkpoints)
+        whole = Tensor(storage, 0, (storage.numel,), (1,), storage.dtype)
+        zip_file.add_stream(name, storage.nbytes, tensor_bytes(whole), None, advance)
+        return
     offset, available = source.locate(storage)
     handle = sources.get(source.path)
     if handle is None:
@@ -442,11 +447,16 @@ def _compare_edges(handle: BinaryIO, offset: int, size: int, meant: Storage, sou
     source = meant.source
     if source is None or isinstance(source, CastSource) or size == 0:
         return
+    head = min(SAMPLE, size)
+    if isinstance(source, AssembledRecords):
+        for at in {0, size - head}:
+            if _read_at(handle, offset + at, head) != source.read_bytes(meant, at, head):
+                raise WriteError(f"record {meant.key} was not assembled faithfully; nothing was replaced")
+        return
     source_offset, _ = source.locate(meant)
     src = sources.get(source.path)
     if src is None:
         src = sources[source.path] = open(source.path, "rb")  # noqa: SIM115 - closed by the caller
-    head = min(SAMPLE, size)
     for at in {0, size - head}:
         if _read_at(handle, offset + at, head) != _read_at(src, source_offset + at, head):
             raise WriteError(f"record {meant.key} was not copied faithfully; nothing was replaced")

@@ -1,0 +1,328 @@
+"""DeepSpeed ZeRO stage 1, 2 and 3 checkpoints: ``latest``, ``global_stepN/``, model and optimizer states.
+
+The fp32 master weights are rebuilt from the flat fp32 partitions the way DeepSpeed's ``zero_to_fp32``
+rebuilds them (param shapes from the model states, partitions from the optimizer states, alignment
+padding, frozen and tied parameters, buffers turned to fp32), as assembled tensors: nothing is read until
+asked for, and only the fp32 partitions are read (never the Adam moments). No DeepSpeed is imported.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.assembled import AssembledRecords, Piece
+from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Tensor
+
+LATEST = "latest"
+FP32_KEY = "fp32_weights"
+FLOATING = ("float64", "float32", "float16", "bfloat16")
+
+OpenFile = Any  # Callable[[str], Checkpoint]: the plain reader of one torch file
+
+
+def _natural(text: str) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _files(folder: str, suffix: str) -> list[str]:
+    names = [n for n in os.listdir(folder) if n.endswith(suffix) and os.path.isfile(os.path.join(folder, n))]
+    return sorted(names, key=_natural)
+
+
+def deepspeed_folder(path: str) -> str | None:
+    """The ZeRO tag folder (``global_stepN``) that ``path`` is, holds (``latest``) or lies in; else None."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        latest = os.path.join(path, LATEST)
+        if os.path.isfile(latest) and os.path.getsize(latest) < 4096:
+            with open(latest, encoding="utf-8", errors="replace") as file:
+                tag = file.read().strip()
+            if (
+                tag
+                and os.path.basename(tag) == tag
+                and tag not in (".", "..")
+                and os.path.isdir(os.path.join(path, tag))
+            ):
+                folder = os.path.join(path, tag)
+    elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
+        return None
+    if _files(folder, "_model_states.pt") and _files(folder, "_optim_states.pt"):
+        return folder
+    return None
+
+
+def _dict(value: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise ReadError(f"{what}: not a dict (not a DeepSpeed checkpoint?)")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, Opaque) and value.args and type(value.args[0]) is int:  # ZeroStageEnum(2)
+        value = value.args[0]
+    if type(value) is not int or value < 0:
+        raise ReadError(f"{what}: expected a non-negative int")
+    return value
+
+
+def _shape(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or not all(type(n) is int and n >= 0 for n in value):
+        raise ReadError(f"{what}: malformed parameter shape")
+    return tuple(value)
+
+
+def _flat(value: Any, what: str) -> Tensor:
+    if not isinstance(value, Tensor) or len(value.shape) != 1 or not value.is_contiguous() or value.storage is None:
+        raise ReadError(f"{what}: a flat partition is not a 1-D stored tensor")
+    return value
+
+
+class Partition:
+    """One rank's flat fp32 partition: a stored 1-D tensor; slices of it become pieces."""
+
+    def __init__(self, tensor: Tensor, where: str) -> None:
+        self.tensor = tensor
+        self.where = where
+
+    def piece(self, start: int, count: int, at: int) -> Piece:
+        """Elements ``start:start+count`` of this partition, placed at ``at`` in a flat parameter."""
+        base = self.tensor
+
+        def load() -> Tensor:
+            return Tensor(base.storage, base.offset + start, (count,), (1,), base.dtype)
+
+        return Piece((at,), (count,), f"{self.where} [{start}:{start + count}]", load)
+
+
+def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
+    """Open a ZeRO tag folder: module states, optimizer states, and the fp32 weights zero_to_fp32 would write."""
+    model_names = _files(folder, "_model_states.pt")
+    optim_names = _files(folder, "_optim_states.pt")
+    models = [open_file(os.path.join(folder, n)) for n in model_names]
+    optims = [open_file(os.path.join(folder, n)) for n in optim_names]
+    what = folder
+    first = _dict(optims[0].root, what).get("optimizer_state_dict")
+    first = _dict(first, f"{optim_names[0]}: optimizer_state_dict")
+    if "zero_stage" not in first:
+        raise ReadError(f"{optim_names[0]}: not a ZeRO checkpoint (no zero_stage)")
+    stage = _int(first["zero_stage"], f"{optim_names[0]}: zero_stage")
+    counts = first.get("partition_count")
+    world = (
+        max(_int(c, "partition_count") for c in counts) if isinstance(counts, list) else _int(counts, "partition_count")
+    )
+    if world != len(optims):
+        raise ReadError(
+            f"{folder}: expected {world} *_optim_states.pt files, found {len(optims)} (a rank did not save?)"
+        )
+    key = "single_partition_of_fp32_groups" if stage <= 2 else "fp32_flat_groups"
+    if stage > 3:
+        raise ReadError(f"{folder}: unknown ZeRO stage {stage}")
+    groups: list[list[Partition]] = []  # [rank][group]
+    for name, optim in zip(optim_names, optims, strict=True):
+        state = _dict(_dict(optim.root, name).get("optimizer_state_dict"), name)
+        flat = state.get(key)
+        if not isinstance(flat, list):
+            raise ReadError(f"{name}: no {key} list")
+        groups.append([Partition(_flat(t, f"{name}: {key}[{i}]"), f"{name} {key}[{i}]") for i, t in enumerate(flat)])
+    model = _dict(models[0].root, model_names[0])
+    if "buffer_names" not in model or "module" not in model:
+        raise ReadError(f"{model_names[0]}: not a model states file (no buffer_names)")
+    source = AssembledRecords(folder)
+    states = [_dict(m.root, n) for m, n in zip(models, model_names, strict=True)]
+    paddings = first.get("param_alignment_paddings")
+    weights = _fp32_weights(model, states, groups, stage, world, paddings, source)
+    root: dict[str, Any] = {
+        FP32_KEY: weights,
+        "model_states": {name: m.root for name, m in zip(model_names, models, strict=True)},
+        "optimizer_states": {name: o.root for name, o in zip(optim_names, optims, strict=True)},
+    }
+    total = sum(c.file_bytes for c in [*models, *optims])
+    notes = [
+        f"DeepSpeed ZeRO stage {stage}, {world} ranks: {FP32_KEY} is what zero_to_fp32 writes "
+        f"(convert with --extract {FP32_KEY}); model_states and optimizer_states are the files as saved",
+    ]
+    unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
+    return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe)
+
+
+def _fp32_weights(
+    model: dict[Any, Any],
+    model_states: list[dict[Any, Any]],
+    groups: list[list[Partition]],
+    stage: int,
+    world: int,
+    paddings: Any,
+    source: AssembledRecords,
+) -> dict[str, Tensor]:
+    weights: dict[str, Tensor] = {}
+    module = _dict(model["module"], "module")
+    buffer_names = model.get("buffer_names")
+    names = set(buffer_names) if isinstance(buffer_names, list) else set()
+    for name, value in module.items():
+        if name in names and isinstance(value, Tensor):
+            target = "float32" if value.dtype in FLOATING else value.dtype
+            weights[name] = _whole(name, value, target, source)
+    frozen = model.get("frozen_param_shapes")
+    if isinstance(frozen, dict) and frozen:
+        for name, shape in frozen.items():
+            fragments = [
+                _dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states
+            ]
+            if stage <= 2:
+                fragment = fragments[0]
+                if not isinstance(fragment, Tensor):
+                    raise ReadError(f"frozen parameter {name!r} has no fragment")
+                weights[name] = _whole(
+                    name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source
+                )
+            else:
+                weights[name] = _frozen_zero3(name, _shape(shape, name), fragments, world, source)
+    shapes = model.get("param_shapes")
+    if not isinstance(shapes, list) or not all(isinstance(g, dict) for g in shapes):
+        raise ReadError("model states: param_shapes is not a list of dicts")
+    if stage <= 2:
+        _zero2(weights, shapes, groups, world, paddings, source)
+    else:
+        _zero3(weights, shapes, groups, world, source)
+    shared = model.get("shared_params")
+    for alias, target in shared.items() if isinstance(shared, dict) else ():
+        if isinstance(alias, str) and target in weights:
+            weights[alias] = weights[target]
+    return weights
+
+
+def _whole(name: str, stored: Tensor, dtype: str, source: AssembledRecords) -> Tensor:
+    """A stored tensor as an assembled one of ``dtype`` (bf16/fp16 buffers widen to fp32 on read)."""
+    shape = stored.shape
+    piece = Piece(tuple(0 for _ in shape), shape, "model states", lambda: stored)
+    return _logical(name, shape, dtype, [piece], source, shape, stored.requires_grad)
+
+
+def _logical(
+    name: str,
+    shape: tuple[int, ...],
+    dtype: str,
+    pieces: list[Piece],
+    source: AssembledRecords,
+    grid: tuple[int, ...],
+    requires_grad: bool,
+) -> Tensor:
+    """A tensor read from ``pieces``; it requires grad when what it is cut from did (as torch's narrow/cat keep)."""
+    numel = math.prod(shape)
+    storage = Storage(name, dtype, "cpu", numel, source)
+    source.add(name, grid, pieces)
+    stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    return Tensor(storage, 0, shape, stride, dtype, requires_grad)
+
+
+def _zero2(
+    weights: dict[str, Tensor],
+    shapes: list[dict[Any, Any]],
+    groups: list[list[Partition]],
+    world: int,
+    paddings: Any,
+    source: AssembledRecords,
+) -> None:
+    """Stage 1/2: each group is the concatenation of every rank's partition; params follow one another."""
+    if any(len(rank) != len(shapes) for rank in groups):
+        raise ReadError(f"{len(shapes)} parameter groups in the model states, not in every optimizer file")
+    if paddings is not None and not (
+        isinstance(paddings, list)
+        and len(paddings) == len(shapes)
+        and all(
+            isinstance(g, list) and len(g) == len(s) and all(type(n) is int and n >= 0 for n in g)
+            for g, s in zip(paddings, shapes, strict=True)
+        )
+    ):
+        raise ReadError("param_alignment_paddings do not match the parameter groups")
+    for index, group_shapes in enumerate(shapes):
+        parts = [rank[index] for rank in groups]
+        starts = [0]
+        for part in parts:
+            starts.append(starts[-1] + part.tensor.numel)
+        available = starts[-1]
+        offset = 0
+        for position, (name, raw_shape) in enumerate(group_shapes.items()):
+            shape = _shape(raw_shape, str(name))
+            numel = math.prod(shape)
+            if offset + numel > available:
+                raise ReadError(f"{name!r} needs elements {offset}:{offset + numel}; group {index} holds {available}")
+            pieces = _pieces(parts, starts, offset, numel)
+            grad = any(p.tensor.requires_grad for p in parts)
+            weights[str(name)] = _logical(str(name), shape, "float32", pieces, source, (numel,), grad)
+            offset += numel
+            if paddings is not None:
+                offset += paddings[index][position]
+        align = 2 * world
+        if align * math.ceil(offset / align) != align * math.ceil(available / align):
+            raise ReadError(f"group {index}: consumed {offset} elements out of {available} (not a matching checkpoint)")
+
+
+def _pieces(parts: list[Partition], starts: list[int], begin: int, count: int) -> list[Piece]:
+    """Pieces covering elements ``begin:begin+count`` of the concatenation of ``parts``."""
+    pieces = []
+    for part, start, stop in zip(parts, starts, starts[1:], strict=False):
+        low, high = max(begin, start), min(begin + count, stop)
+        if low < high:
+            pieces.append(part.piece(low - start, high - low, low - begin))
+    return pieces
+
+
+def _zero3(
+    weights: dict[str, Tensor],
+    shapes: list[dict[Any, Any]],
+    groups: list[list[Partition]],
+    world: int,
+    source: AssembledRecords,
+) -> None:
+    """Stage 3: every param is split in ``world`` equal padded parts, one per rank, at the same offset."""
+    flat_shapes = {str(name): _shape(shape, str(name)) for group in shapes for name, shape in group.items()}
+    sizes = [p.tensor.numel for p in groups[0]]
+    if any([p.tensor.numel for p in rank] != sizes for rank in groups):
+        raise ReadError("ZeRO-3 ranks hold flat groups of different sizes")
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    offset = 0
+    for name, shape in flat_shapes.items():
+        numel = math.prod(shape)
+        part = math.ceil(numel / world)
+        if offset + part > starts[-1]:
+            raise ReadError(f"{name!r} lies past the end of the flat groups")
+        pieces = []
+        for rank in range(world):
+            keep = min(part, numel - rank * part)
+            if keep <= 0:
+                break
+            for piece in _pieces(groups[rank], starts, offset, keep):
+                piece.offsets = (piece.offsets[0] + rank * part,)
+                pieces.append(piece)
+        grad = any(p.tensor.requires_grad for rank in groups for p in rank)
+        weights[name] = _logical(name, shape, "float32", pieces, source, (numel,), grad)
+        offset += part
+    if offset * world != starts[-1] * world:
+        raise ReadError(f"consumed {offset * world} elements out of {starts[-1] * world} (not a matching checkpoint)")
+
+
+def _frozen_zero3(
+    name: str, shape: tuple[int, ...], fragments: list[Any], world: int, source: AssembledRecords
+) -> Tensor:
+    numel = math.prod(shape)
+    pieces = []
+    at = 0
+    for rank, fragment in enumerate(fragments):
+        if not isinstance(fragment, Tensor) or len(fragment.shape) != 1:
+            raise ReadError(f"frozen parameter {name!r}: rank {rank} has no flat fragment")
+        keep = min(fragment.numel, numel - at)
+        if keep <= 0:
+            break
+        partition = Partition(fragment, f"rank {rank} frozen_param_fragments[{name!r}]")
+        pieces.append(partition.piece(0, keep, at))
+        at += keep
+    dtype = "float32" if fragments[0].dtype in FLOATING else fragments[0].dtype
+    grad = any(isinstance(f, Tensor) and f.requires_grad for f in fragments)
+    return _logical(name, shape, dtype, pieces, source, (numel,), grad)

@@ -1,0 +1,118 @@
+"""A ``torch.save`` archive stored inside a byte range of a bigger file (DCP ``.distcp`` items).
+
+The archive is read with the same central-directory reader and safe unpickler as a whole file;
+its member offsets are shifted to absolute file offsets and every read is bounded by the range.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, BinaryIO
+
+from ckpt_tui.core.dtypes import DTYPES
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.readers.zip_archive import STORED, ZipEntry, data_offset, read_central_directory, read_member
+from ckpt_tui.core.tree import Storage
+from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
+
+
+class FileRange(io.RawIOBase):
+    """A read-only view of ``length`` bytes of ``file`` from ``start``, positions relative to it."""
+
+    def __init__(self, file: BinaryIO, start: int, length: int) -> None:
+        super().__init__()
+        self.file = file
+        self.start = start
+        self.length = length
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.length}[whence]
+        self.position = min(max(0, base + offset), self.length)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def read(self, size: int | None = -1) -> bytes:
+        left = self.length - self.position
+        count = left if size is None or size < 0 else min(size, left)
+        self.file.seek(self.start + self.position)
+        data = self.file.read(count)
+        self.position += len(data)
+        return data
+
+
+class EmbeddedRecords(ZipRecords):
+    """Storage records of an embedded archive; their offsets are found once, no file is kept open."""
+
+    def __init__(self, path: str, entries: dict[str, ZipEntry], folder: str, end: int, offsets: dict[str, int]):
+        super().__init__(path, entries, folder, end)
+        self.data_offsets = offsets
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """Absolute offset of the record's bytes, and its size (inside the item's byte range)."""
+        entry = self.entry(storage)
+        if entry.compress != STORED:
+            raise ReadError(f"record {entry.name} is compressed; only stored records can be read in place")
+        offset = self.data_offsets[entry.name]
+        if offset + entry.size > self.file_bytes:
+            raise ReadError(f"record {entry.name} runs past the end of its item (truncated?)")
+        if entry.size < storage.nbytes:
+            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+        return offset, entry.size
+
+
+def read_embedded(
+    path: str, start: int, length: int, what: str, unsafe: set[str], known_classes: frozenset[str] = frozenset()
+) -> Any:
+    """The object a ``torch.save`` archive at ``path[start:start+length]`` holds, read safely.
+
+    Its tensors' storages point at absolute offsets of ``path``, and never past the range.
+    """
+    end = start + length
+    with open(path, "rb") as file:
+        if length < 22 or end > os.fstat(file.fileno()).st_size:
+            raise ReadError(f"{what}: byte range {start}+{length} is outside the file")
+        view = FileRange(file, start, length)
+        if view.read(4) != b"PK\x03\x04":
+            raise ReadError(f"{what}: not a torch.save archive (the only DCP item format read here)")
+        try:
+            relative = read_central_directory(view, length)  # type: ignore[arg-type]
+        except ReadError as exc:
+            raise ReadError(f"{what}: {exc}") from None
+        entries = {
+            name: ZipEntry(name, e.header_offset + start, e.compress, e.compressed_size, e.size, e.crc)
+            for name, e in relative.items()
+        }
+        data_names = [n for n in entries if n == "data.pkl" or n.endswith("/data.pkl")]
+        if not data_names:
+            raise ReadError(f"{what}: no data.pkl in the item's archive")
+        data_name = min(data_names, key=lambda n: n.count("/"))
+        prefix = data_name[: -len("data.pkl")]
+        try:
+            offsets = {n: data_offset(file, e) for n, e in entries.items() if n.startswith(prefix + "data/")}
+            data = read_member(file, entries[data_name], end)
+            order = entries.get(prefix + "byteorder")
+            if order is not None and read_member(file, order, end, limit=16).strip() not in (b"", b"little"):
+                raise ReadError("big-endian item (not supported here)")
+        except ReadError as exc:
+            raise ReadError(f"{what}: {exc}") from None
+    records = EmbeddedRecords(path, entries, prefix + "data/", end, offsets)
+    cache: dict[str, Storage] = {}
+
+    def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
+        entry = entries.get(records.name(key))
+        if entry is not None and entry.size < numel * DTYPES[dtype][0]:
+            raise ReadError(f"{what}: storage {key} declares more bytes than its record holds")
+        return Storage(key, dtype, location, numel, records, type_name)
+
+    return load_pickle(data, lambda pid: storage_from_pid(pid, make, cache), what, unsafe, known_classes=known_classes)

@@ -1,0 +1,313 @@
+"""Per-rank files opened together: FSDP1 ShardedTensors, FSDP2/DTensor state_dicts, DDP copies.
+
+Each rank's file is read on its own (safe unpickler, torch's class names known as inert data). A
+``ShardedTensor`` carries the boxes of every shard; a ``DTensor`` carries its mesh coordinate and
+placements (``Shard(dim)`` splits like ``torch.chunk``, ``Replicate`` copies). With every rank's file,
+each becomes one logical tensor assembled from the local shards; alone, a file shows its own shards.
+Files without sharded values (DDP: each rank saves a copy) are shown side by side, one per rank.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.assembled import AssembledRecords, Piece, box_text
+from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
+
+DTENSOR = "torch.distributed.tensor.DTensor"
+SHARDED_TENSOR = "torch.distributed._shard.sharded_tensor.api.ShardedTensor"
+WRAPPER = "torch._utils._rebuild_wrapper_subclass"
+MAX_DEPTH = 100
+
+
+@dataclass
+class LocalShard:
+    """One box of a logical tensor held by one rank's file."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    tensor: Tensor
+    where: str
+
+
+@dataclass
+class Sharded:
+    """A ShardedTensor or DTensor as one rank saved it."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    requires_grad: bool
+    shards: list[LocalShard]
+    world: int
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """An object's saved fields, whether pickled as a dict or as (dict, slots) state."""
+    state = value.state if isinstance(value, Opaque) else None
+    if isinstance(state, dict):
+        return state
+    if isinstance(state, tuple) and len(state) == 2:
+        merged: dict[str, Any] = {}
+        for part in state:
+            if isinstance(part, dict):
+                merged.update(part)
+        return merged
+    return {}
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or not all(type(n) is int and n >= 0 for n in value):
+        raise ReadError(f"{what}: malformed sizes or offsets")
+    return tuple(value)
+
+
+def _class_name(value: Any) -> str | None:
+    if isinstance(value, Opaque) and value.global_name == WRAPPER and value.args:
+        cls = value.args[0]
+        name = getattr(cls, "global_name", None)
+        if name in (DTENSOR, "torch.distributed.tensor._api.DTensor"):
+            return DTENSOR
+        if name == SHARDED_TENSOR:
+            return SHARDED_TENSOR
+    return None
+
+
+def parse_sharded(value: Any, where: str) -> Sharded | None:
+    """The sharded tensor a value stands for, or None when it is not one."""
+    kind = _class_name(value)
+    if kind is None:
+        return None
+    assert isinstance(value, Opaque)
+    args = value.args
+    if len(args) < 8 or not isinstance(args[1], Symbol):
+        raise ReadError(f"{where}: malformed {kind.rsplit('.', 1)[-1]}")
+    shape, dtype, requires_grad = _ints(args[2], where), args[1].name, args[7] is True
+    if kind == SHARDED_TENSOR:
+        return _sharded_tensor(value, shape, dtype, requires_grad, where)
+    return _dtensor(value, shape, dtype, requires_grad, where)
+
+
+def _sharded_tensor(value: Opaque, shape: tuple[int, ...], dtype: str, grad: bool, where: str) -> Sharded:
+    state = value.state
+    if not isinstance(state, tuple) or len(state) < 2 or not isinstance(state[0], list):
+        raise ReadError(f"{where}: ShardedTensor without its local shards")
+    total = _fields(state[1]).get("shards_metadata")
+    world = len(total) if isinstance(total, list) else 1
+    shards = []
+    for shard in state[0]:
+        fields = _fields(shard)
+        tensor, meta = fields.get("tensor"), _fields(fields.get("metadata"))
+        if not isinstance(tensor, Tensor):
+            raise ReadError(f"{where}: a ShardedTensor shard without its tensor")
+        offsets = _ints(meta.get("shard_offsets"), where)
+        sizes = _ints(meta.get("shard_sizes"), where)
+        shards.append(LocalShard(offsets, sizes, tensor, where))
+    return Sharded("ShardedTensor", shape, dtype, grad, shards, world)
+
+
+def _mesh_sizes(mesh: Any, placements: int) -> tuple[int, ...] | None:
+    layout = _fields(mesh).get("_layout")
+    axes = _fields(layout).get("axes")
+    if isinstance(axes, (tuple, list)) and len(axes) == placements:
+        sizes = [math.prod(_fields(axis).get("shape") or (0,)) for axis in axes]
+        if all(type(n) is int and n > 0 for n in sizes):
+            return tuple(sizes)
+    return None
+
+
+def _dtensor(value: Opaque, shape: tuple[int, ...], dtype: str, grad: bool, where: str) -> Sharded:
+    fields = _fields(value)
+    local, spec = fields.get("_local_tensor"), _fields(fields.get("_spec"))
+    if not isinstance(local, Tensor):
+        raise ReadError(f"{where}: DTensor without its local tensor")
+    placements = spec.get("placements")
+    mesh = _fields(spec.get("mesh"))
+    coordinate = mesh.get("_coordinate_on_dim")
+    if not isinstance(placements, tuple) or not isinstance(coordinate, tuple) or len(coordinate) != len(placements):
+        raise ReadError(f"{where}: DTensor without placements or mesh coordinate")
+    sizes = _mesh_sizes(spec.get("mesh"), len(placements))
+    if sizes is None:
+        raise ReadError(f"{where}: DTensor mesh shape is not readable")
+    low, high = [0] * len(shape), list(shape)
+    for placement, index, count in zip(placements, coordinate, sizes, strict=True):
+        name = getattr(placement, "global_name", "")
+        if name.endswith("placement_types.Replicate"):
+            continue
+        if not name.endswith("placement_types.Shard"):
+            raise ReadError(f"{where}: DTensor placement {name.rsplit('.', 1)[-1]} cannot be assembled here")
+        dim = _fields(placement).get("dim")
+        if type(dim) is not int or not 0 <= dim < len(shape) or type(index) is not int:
+            raise ReadError(f"{where}: malformed DTensor Shard placement")
+        extent = high[dim] - low[dim]
+        step = math.ceil(extent / count) if count else 0
+        start = min(low[dim] + index * step, high[dim])
+        low[dim], high[dim] = start, min(start + step, high[dim])
+    box = tuple(h - lo for lo, h in zip(low, high, strict=True))
+    if box != local.shape:
+        raise ReadError(
+            f"{where}: DTensor local shape {list(local.shape)} is not its chunk {list(box)} (uneven sharding)"
+        )
+    world = math.prod(sizes)
+    return Sharded("DTensor", shape, dtype, grad, [LocalShard(tuple(low), box, local, where)], world)
+
+
+Path = tuple[Any, ...]
+
+
+def _map(value: Any, replace: Callable[[Any, Path], Any], path: Path = (), memo: dict[int, Any] | None = None) -> Any:
+    """A copy of the dict and list containers of ``value`` with ``replace`` applied to every other value.
+
+    Each container is visited once (a container reached by several paths is copied once, at its first
+    path), so shared containers cost their size, not their number of paths.
+    """
+    memo = {} if memo is None else memo
+    if len(path) > MAX_DEPTH:
+        raise ReadError("a rank file nested too deeply")
+    if not isinstance(value, (dict, list)):
+        return replace(value, path)
+    done = memo.get(id(value))
+    if done is not None:
+        return done
+    if isinstance(value, dict):
+        out: Any = type(value)()
+        memo[id(value)] = out
+        for key, item in value.items():
+            out[key] = _map(item, replace, (*path, key), memo)
+        return out
+    copied: list[Any] = []
+    memo[id(value)] = copied
+    copied.extend(_map(item, replace, (*path, i), memo) for i, item in enumerate(value))
+    return copied
+
+
+def _text(path: Path) -> str:
+    return "/".join(str(key) for key in path) or "(root)"
+
+
+def sharded_values(root: Any, file: str) -> dict[Path, Sharded]:
+    """Every sharded tensor in a state_dict, by its path."""
+    found: dict[Path, Sharded] = {}
+
+    def visit(value: Any, path: Path) -> Any:
+        sharded = parse_sharded(value, f"{file}: {_text(path)}")
+        if sharded is not None:
+            for shard in sharded.shards:
+                shard.where = os.path.basename(file)
+            found[path] = sharded
+        return value
+
+    _map(root, visit)
+    return found
+
+
+def localize(checkpoint: Checkpoint) -> Checkpoint:
+    """One rank's file alone: each sharded value becomes its local shard, with a note saying so."""
+    found = sharded_values(checkpoint.root, checkpoint.path)
+    if not found:
+        return checkpoint
+
+    def local(value: Any, path: Path) -> Any:
+        sharded = found.get(path)
+        if sharded is None or len(sharded.shards) != 1:
+            return value
+        return sharded.shards[0].tensor
+
+    checkpoint.root = _map(checkpoint.root, local)
+    kinds = sorted({s.kind for s in found.values()})
+    world = max(s.world for s in found.values())
+    checkpoint.notes.append(
+        f"one rank of {world}: its {len(found)} {'/'.join(kinds)} values show this rank's shard only; "
+        f"open every rank's file together to see (and convert) whole tensors"
+    )
+    return checkpoint
+
+
+def sibling_ranks(path: str, world: int) -> list[str] | None:
+    """The other ranks' files beside ``path``: its last number replaced by 0..world-1, when all exist."""
+    folder, name = os.path.split(os.path.abspath(path))
+    numbers = list(re.finditer(r"\d+", name))
+    if not numbers or world < 2:
+        return None
+    last = numbers[-1]
+    paths = [os.path.join(folder, name[: last.start()] + str(rank) + name[last.end() :]) for rank in range(world)]
+    if os.path.abspath(path) in paths and all(os.path.isfile(p) for p in paths):
+        return paths
+    return None
+
+
+def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
+    """Several rank files as one checkpoint: sharded values assembled, or (DDP copies) side by side."""
+    found = [sharded_values(c.root, p) for p, c in zip(paths, checkpoints, strict=True)]
+    total = sum(c.file_bytes for c in checkpoints)
+    unsafe = set().union(*(c.unsafe_globals for c in checkpoints))
+    if not any(found):
+        names = [os.path.basename(p) for p in paths]
+        labels = names if len(set(names)) == len(names) else paths
+        root = {label: c.root for label, c in zip(labels, checkpoints, strict=True)}
+        note = (
+            f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
+        )
+        return Checkpoint(paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe)
+    keys = set(found[0])
+    for file, each in zip(paths, found, strict=True):
+        if set(each) != keys:
+            raise ReadError(f"{file}: holds other sharded keys than {paths[0]} (not ranks of one checkpoint)")
+    source = AssembledRecords(paths[0])
+    merged: dict[Path, Tensor] = {}
+    for where in found[0]:
+        merged[where] = _assemble(_text(where), [each[where] for each in found], source)
+    root = _map(checkpoints[0].root, lambda value, path: merged.get(path, value))
+    kinds = sorted({s.kind for s in found[0].values()})
+    notes = [
+        f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; "
+        f"other values from {os.path.basename(paths[0])}"
+    ]
+    if any(str(path[-1]).endswith("_flat_param") for path in merged if path):
+        notes.append(
+            "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
+            "names and shapes are not saved in these files, so they cannot be rebuilt from them"
+        )
+    return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe)
+
+
+def _stored(tensor: Tensor) -> Callable[[], Tensor]:
+    return lambda: tensor
+
+
+def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Tensor:
+    first = ranks[0]
+    if any(r.shape != first.shape or r.dtype != first.dtype or r.kind != first.kind for r in ranks):
+        raise ReadError(f"{where}: ranks disagree on its shape or dtype")
+    if len(ranks) != first.world:
+        raise ReadError(f"{where}: sharded over {first.world} ranks, {len(ranks)} files given")
+    pieces: dict[tuple[tuple[int, ...], tuple[int, ...]], Piece] = {}
+    for sharded in ranks:
+        for shard in sharded.shards:
+            box = (shard.offsets, shard.sizes)
+            if box not in pieces and 0 not in shard.sizes:  # replicated copies: the first one
+                label = f"{os.path.basename(shard.where)} {box_text(*box)}"
+                pieces[box] = Piece(shard.offsets, shard.sizes, label, _stored(shard.tensor))
+    name = where
+    storage = Storage(name, first.dtype, "cpu", math.prod(first.shape), source)
+    source.add(name, first.shape, list(pieces.values()))
+    stride = tuple(math.prod(first.shape[i + 1 :]) for i in range(len(first.shape)))
+    return Tensor(storage, 0, first.shape, stride, first.dtype, first.requires_grad)
+
+
+def with_ranks(path: str, checkpoint: Checkpoint, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    """A file holding sharded values opens with its sibling rank files when they are all there."""
+    found = sharded_values(checkpoint.root, path)
+    if not found:
+        return checkpoint
+    siblings = sibling_ranks(path, max(s.world for s in found.values()))
+    if siblings is None:
+        return localize(checkpoint)
+    mine = os.path.abspath(path)
+    return merge_ranks(siblings, [checkpoint if p == mine else open_file(p) for p in siblings])

@@ -1,0 +1,151 @@
+"""Hugging Face sharded output: ``model-00001-of-00003.safetensors`` files and ``model.safetensors.index.json``.
+
+Tensors are split as ``huggingface_hub.split_torch_state_dict_into_shards`` splits them: in order,
+a new shard when the next tensor would pass the limit, a tensor larger than the limit alone in its
+own shard, tied tensors with the first of their group. Each shard goes through the verified writer
+(:func:`~ckpt_tui.core.writers.save.save`) into a temporary folder beside the target, which is
+renamed into place only once every shard and the index are written: the folder appears whole or not
+at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.writers.save import WriteResult, save
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+
+
+def parse_size(text: str) -> int:
+    """``5GB`` → 5·10⁹, ``500MiB`` → 500·2²⁰, ``1000`` → 1000 bytes (as transformers reads it)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", text.upper())
+    if match is None:
+        raise WriteError(f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB or 2GiB")
+    size = int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+    if size <= 0:
+        raise WriteError(f"--max-shard-size {text!r}: must be more than 0 bytes")
+    return size
+
+
+def plan_shards(root: dict[str, Tensor], max_bytes: int) -> list[list[str]]:
+    """Key names per shard, split as huggingface_hub splits a state_dict."""
+    shards: list[list[str]] = []
+    current: list[str] = []
+    current_bytes = 0
+    tied: dict[tuple[Any, ...], list[str]] = {}
+    for key, tensor in root.items():
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        if view in tied:
+            tied[view].append(key)
+            continue
+        tied[view] = [key]
+        if tensor.nbytes > max_bytes:
+            shards.append([key])
+            continue
+        if current and current_bytes + tensor.nbytes > max_bytes:
+            shards.append(current)
+            current, current_bytes = [], 0
+        current.append(key)
+        current_bytes += tensor.nbytes
+    if current:
+        shards.append(current)
+    for keys in tied.values():
+        shard = next(s for s in shards if keys[0] in s)
+        shard.extend(keys[1:])
+    return shards
+
+
+@dataclass
+class ShardedResult:
+    """What a sharded write produced."""
+
+    folder: str
+    shards: list[WriteResult]
+    total_size: int
+
+    def line(self) -> str:
+        """One line for the user."""
+        index = f" and {INDEX_NAME}" if len(self.shards) > 1 else ""
+        return f"wrote {self.folder}: {len(self.shards)} safetensors shards{index}, {self.total_size} bytes of tensors"
+
+
+def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) -> ShardedResult:
+    """Write a flat state_dict as HF safetensors shards plus the index, atomically as a folder."""
+    if not isinstance(root, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in root.items()):
+        raise WriteError("sharded safetensors hold one flat dict of tensors; use --extract (or --drop) first")
+    target = Path(folder)
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise WriteError(f"{target} exists and is not an empty folder; sharded output goes to a new or empty folder")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise WriteError(f"{parent}: no such directory")
+    plan = plan_shards(root, max_bytes)
+    count = len(plan)
+    names = [SINGLE_NAME] if count == 1 else [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    try:
+        results = [
+            save({k: root[k] for k in keys}, temp / name, "safetensors") for keys, name in zip(plan, names, strict=True)
+        ]
+        total = sum(_unique_bytes(root, keys) for keys in plan)
+        if count > 1:
+            weight_map = {  # tied copies are recorded in their shard's __metadata__, not stored twice
+                key: name
+                for keys, name, result in zip(plan, names, results, strict=True)
+                for key in keys
+                if key not in result.aliases
+            }
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+            with open(temp / INDEX_NAME, "w", encoding="utf-8") as file:
+                file.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+        os.chmod(temp, 0o755 & ~_umask())
+        os.rename(temp, target)  # replaces an empty folder; fails (nothing lost) if one appeared meanwhile
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(temp)
+        raise
+    for result, name in zip(results, names, strict=True):
+        result.path = str(target / name)
+    return ShardedResult(str(target), results, total)
+
+
+def _unique_bytes(root: dict[str, Tensor], keys: list[str]) -> int:
+    views = {(id(t.storage), t.offset, t.shape, t.stride, t.dtype): t.nbytes for t in (root[k] for k in keys)}
+    return sum(views.values())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def convert_to_shards(
+    path: str | list[str], options: Any, output: str, max_size: str
+) -> tuple[list[Any], ShardedResult]:
+    """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards."""
+    from ckpt_tui.core.convert import apply_options
+    from ckpt_tui.core.reading import open_checkpoint
+
+    limit = parse_size(max_size)
+    checkpoint = open_checkpoint(path)
+    if checkpoint.byteorder != "little":
+        raise WriteError("big-endian checkpoints cannot be written as safetensors")
+    root, changes = apply_options(checkpoint.root, options)
+    return changes, save_hf_shards(root, output, limit)

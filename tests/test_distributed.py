@@ -1,0 +1,336 @@
+"""Distributed checkpoints as one: DCP folders, FSDP/DTensor rank files, DeepSpeed ZeRO, DDP ranks, HF shards.
+
+The committed fixtures under tests/fixtures/ were written by the frameworks themselves (see
+scripts/make_torch_distributed_fixtures.py and scripts/make_deepspeed_fixtures.py), with each
+framework's own converter output beside them as ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.check import check_checkpoint
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.tree import Tensor
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TORCH = FIXTURES / "torch_distributed"
+DEEPSPEED = FIXTURES / "deepspeed"
+ZERO_CASES = ["zero1_fp32", "zero2_fp32", "zero2_bf16", "zero3_fp32", "zero3_bf16"]
+
+
+def assert_same(got: Any, want: Any, where: str = "") -> None:
+    """Same keys, and tensors bit-equal with the same dtype, shape and requires_grad."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        assert list(got) == list(want), where
+        for key in want:
+            assert_same(got[key], want[key], f"{where}/{key}")
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for index, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_same(a, b, f"{where}/{index}")
+    elif isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), where
+        assert (got.dtype, got.shape, got.requires_grad) == (want.dtype, want.shape, want.requires_grad), where
+        assert got.reshape(-1).view(torch.uint8).equal(want.reshape(-1).view(torch.uint8)), where
+    else:
+        assert got == want, where
+
+
+def tied_pairs(state: dict[str, torch.Tensor]) -> set[tuple[str, str]]:
+    """Key pairs that share memory."""
+    keys = [k for k, v in state.items() if isinstance(v, torch.Tensor)]
+    return {(a, b) for a in keys for b in keys if a < b and state[a].data_ptr() == state[b].data_ptr()}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ---- DCP ------------------------------------------------------------------------------------
+
+
+def test_dcp_folder_from_fsdp2_converts_bit_equal_to_dcp_to_torch_save(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "out.pt"
+    code, _, err = run(capsys, "convert", str(TORCH / "dcp_fsdp2"), "-o", str(out))
+    assert code == 0, err
+    assert_same(torch.load(out, weights_only=True), torch.load(TORCH / "dcp_fsdp2.expected.pt", weights_only=False))
+
+
+def test_dcp_tensors_sharded_across_files_show_where_each_chunk_lives() -> None:
+    checkpoint = open_checkpoint(TORCH / "dcp_fsdp2")
+    weight = checkpoint.root["model"]["fc1.weight"]
+    assert isinstance(weight, Tensor) and weight.shape == (12, 8)
+    assert weight.storage is not None
+    places = weight.storage.source.placement(weight.storage)  # type: ignore[union-attr]
+    assert [p.split(" in ")[1].split(" @")[0] for p in places] == ["__0_0.distcp", "__1_0.distcp"]
+    assert places[0].startswith("[0:6, 0:8]")
+
+
+def test_any_file_of_a_dcp_folder_opens_the_whole_folder_and_checks_clean(capsys: Any) -> None:
+    code, out, _ = run(capsys, "check", str(TORCH / "dcp_fsdp2" / "__1_0.distcp"))
+    assert code == 0
+    assert "31 tensors read: OK" in out
+
+
+def test_dcp_extract_model_only_skips_the_optimizer(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "model.safetensors"
+    code, _, err = run(capsys, "convert", str(TORCH / "dcp_fsdp2"), "--extract", "model", "-o", str(out))
+    assert code == 0, err
+    from safetensors.torch import load_file
+
+    expected = torch.load(TORCH / "dcp_fsdp2.expected.pt", weights_only=False)["model"]
+    got = load_file(out)
+    assert sorted(got) == sorted(expected)
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+
+
+def _dcp_save(state: dict[str, Any], folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(state, checkpoint_id=str(folder), no_dist=True)
+
+
+def test_dcp_saved_in_process_keeps_nested_lists_and_plain_values(tmp_path: Path) -> None:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    state = {
+        "w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4),
+        "groups": [{"lr": 0.5, "params": ["a", "b"]}, {"lr": 0.1, "params": ["c"]}],
+        "scalar": torch.tensor(7),
+        "meta": {"epoch": 3, "name": "run-1"},
+    }
+    _dcp_save(state, tmp_path / "ckpt")
+    dcp_to_torch_save(tmp_path / "ckpt", tmp_path / "expected.pt")
+    assert main(["convert", str(tmp_path / "ckpt"), "-o", str(tmp_path / "ours.pt")]) == 0
+    assert_same(torch.load(tmp_path / "ours.pt", weights_only=True), torch.load(tmp_path / "expected.pt"))
+
+
+def test_huge_dcp_metadata_is_refused_at_once(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    with open(folder / ".metadata", "wb") as file:
+        file.truncate(3 << 30)  # sparse: 3 GB that take no disk
+    with pytest.raises(ReadError, match="more than any real DCP metadata"):
+        open_checkpoint(folder)
+
+
+def _rewrite_metadata(folder: Path, change: Any) -> None:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    change(metadata)
+    with open(folder / ".metadata", "wb") as file:
+        pickle.dump(metadata, file)
+
+
+def test_dcp_item_pointing_outside_its_folder_is_refused(tmp_path: Path) -> None:
+    _dcp_save({"w": torch.ones(4)}, tmp_path / "ckpt")
+
+    def escape(metadata: Any) -> None:
+        for info in metadata.storage_data.values():
+            info.relative_path = "../../etc/passwd"
+
+    _rewrite_metadata(tmp_path / "ckpt", escape)
+    with pytest.raises(ReadError, match="not a file of this folder"):
+        open_checkpoint(tmp_path / "ckpt")
+
+
+def test_dcp_chunk_range_past_its_file_is_refused(tmp_path: Path) -> None:
+    _dcp_save({"w": torch.ones(4)}, tmp_path / "ckpt")
+
+    def stretch(metadata: Any) -> None:
+        for info in metadata.storage_data.values():
+            info.length += 1 << 20
+
+    _rewrite_metadata(tmp_path / "ckpt", stretch)
+    with pytest.raises(ReadError, match="past the end"):
+        open_checkpoint(tmp_path / "ckpt")
+
+
+def test_dcp_chunks_leaving_a_gap_are_reported_not_filled_with_garbage(tmp_path: Path) -> None:
+    _dcp_save({"w": torch.ones(4, 2)}, tmp_path / "ckpt")
+
+    def shrink(metadata: Any) -> None:
+        chunk = metadata.state_dict_metadata["w"].chunks[0]
+        chunk.sizes = torch.Size([3, 2])
+
+    _rewrite_metadata(tmp_path / "ckpt", shrink)
+    with pytest.raises(ReadError, match="pieces hold 6 elements"):
+        open_checkpoint(tmp_path / "ckpt")
+
+
+def test_dcp_metadata_with_an_unsafe_global_is_reported_never_run(tmp_path: Path) -> None:
+    _dcp_save({"w": torch.ones(4)}, tmp_path / "ckpt")
+    canary = tmp_path / "CANARY"
+
+    class Payload:
+        def __reduce__(self) -> Any:
+            return (os.system, (f"touch {canary}",))
+
+    def inject(metadata: Any) -> None:
+        metadata.planner_data = {"w": ("w",), "x": Payload()}
+
+    _rewrite_metadata(tmp_path / "ckpt", inject)
+    summary = summarize(open_checkpoint(tmp_path / "ckpt"))
+    assert any(f.kind == "unsafe-global" for f in summary.findings)
+    assert not canary.exists()
+
+
+# ---- DeepSpeed --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+def test_zero_checkpoint_converts_bit_equal_to_deepspeeds_zero_to_fp32(case: str, tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "fp32.pt"
+    code, _, err = run(capsys, "convert", str(DEEPSPEED / case), "--extract", "fp32_weights", "-o", str(out))
+    assert code == 0, err
+    got = torch.load(out, weights_only=True)
+    want = torch.load(DEEPSPEED / case / "expected_fp32.pt", weights_only=False)
+    assert_same(got, want)
+    assert tied_pairs(got) == tied_pairs(want)
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+def test_zero_checkpoint_opens_from_any_of_its_files_and_checks_clean(case: str) -> None:
+    tag = DEEPSPEED / case / "global_step2"
+    optim = sorted(tag.glob("*_optim_states.pt"))[-1]
+    checkpoint = open_checkpoint(optim)
+    assert checkpoint.format == "deepspeed"
+    assert "module" in next(iter(checkpoint.root["model_states"].values()))
+    report = check_checkpoint(checkpoint)
+    assert report.ok, [p.message for p in report.problems]
+
+
+def test_zero_fp32_weights_read_only_the_fp32_partitions() -> None:
+    checkpoint = open_checkpoint(DEEPSPEED / "zero2_fp32")
+    weight = checkpoint.root["fp32_weights"]["body.weight"]
+    places = weight.storage.source.placement(weight.storage)
+    assert all("single_partition_of_fp32_groups" in place for place in places)
+
+
+def test_zero_folder_with_a_missing_rank_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(DEEPSPEED / "zero2_fp32", tmp_path / "z")
+    next((tmp_path / "z" / "global_step2").glob("*rank_1_*optim_states.pt")).unlink()
+    with pytest.raises(ReadError, match="expected 2"):
+        open_checkpoint(tmp_path / "z")
+
+
+# ---- FSDP / DTensor rank files --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["fsdp1_sharded", "dtensor"])
+def test_rank_files_assemble_to_the_frameworks_full_state_dict(case: str, tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "full.pt"
+    code, _, err = run(capsys, "convert", str(TORCH / case / "model_rank1.pt"), "-o", str(out))
+    assert code == 0, err
+    got = torch.load(out, weights_only=True)
+    want = torch.load(TORCH / case / "expected_full.pt", weights_only=False)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert_same(got[key].detach(), want[key].detach(), key)
+
+
+def test_rank_files_named_together_open_as_one(capsys: Any) -> None:
+    paths = [str(TORCH / "fsdp1_sharded" / f"model_rank{r}.pt") for r in (0, 1)]
+    code, out, _ = run(capsys, "info", *paths, "--json")
+    assert code == 0
+    data = json.loads(out)
+    shapes = {t["path"][0]: t["shape"] for t in data["tensors"]}
+    assert shapes["embed.weight"] == [10, 8]
+
+
+def test_one_rank_file_alone_shows_its_shard_and_says_so(tmp_path: Path) -> None:
+    shutil.copy(TORCH / "dtensor" / "model_rank0.pt", tmp_path / "model_rank0.pt")
+    checkpoint = open_checkpoint(tmp_path / "model_rank0.pt")
+    assert checkpoint.root["embed.weight"].shape == (5, 8)
+    assert any("one rank of 2" in note for note in checkpoint.notes)
+
+
+def test_fsdp_local_state_dict_says_flat_parameters_cannot_be_unflattened() -> None:
+    checkpoint = open_checkpoint(TORCH / "fsdp1_local" / "model_rank0.pt")
+    assert checkpoint.root["_flat_param"].shape == (278,)
+    assert any("cannot be rebuilt" in note for note in checkpoint.notes)
+
+
+def test_sharded_tensor_classes_are_not_reported_unsafe() -> None:
+    summary = summarize(open_checkpoint(TORCH / "fsdp1_sharded" / "model_rank0.pt"))
+    assert not [f for f in summary.findings if f.kind == "unsafe-global"]
+
+
+def test_getattr_on_a_known_class_is_unsafe_unless_it_names_process_group_state() -> None:
+    from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
+    from ckpt_tui.core.unpickle import load_pickle
+
+    owner = b"ctorch.distributed._shard.sharded_tensor.api\nShardedTensor\n"
+    data = b"\x80\x02c__builtin__\ngetattr\n" + owner + b"X\x06\x00\x00\x00systemq\x00\x86R."
+    value = load_pickle(data, None, "test", known_classes=DISTRIBUTED_CLASSES, extra_globals=DISTRIBUTED_GLOBALS)
+    assert value.global_name == "builtins.getattr" and not value.safe
+
+
+# ---- DDP ranks -------------------------------------------------------------------------------
+
+
+def test_nway_diff_of_ddp_ranks_names_the_batchnorm_stats(capsys: Any) -> None:
+    paths = [str(TORCH / "ddp" / f"rank{r}.pt") for r in range(3)]
+    code, out, _ = run(capsys, "diff", *paths, "--json")
+    assert code == 1
+    data = json.loads(out)
+    differing = {d["key"] for d in data["differences"]}
+    assert differing == {"module.bn.running_mean", "module.bn.running_var"}
+    assert data["tensors_compared"] == 10
+    assert all(d["max_abs_diff_from_first"][1] > 0 for d in data["differences"])
+
+
+def test_nway_diff_of_identical_copies_exits_zero(tmp_path: Path, capsys: Any) -> None:
+    for r in range(3):
+        shutil.copy(TORCH / "ddp" / "rank0.pt", tmp_path / f"r{r}.pt")
+    code, out, _ = run(capsys, "diff", *(str(tmp_path / f"r{r}.pt") for r in range(3)))
+    assert code == 0
+    assert "agree bit for bit" in out
+
+
+# ---- Hugging Face shards ------------------------------------------------------------------------
+
+
+def test_max_shard_size_writes_hf_shards_and_index(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "hf"
+    args = ["convert", str(DEEPSPEED / "zero3_fp32"), "--extract", "fp32_weights", "--max-shard-size", "300B"]
+    code, _, err = run(capsys, *args, "-o", str(out))
+    assert code == 0, err
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert files == [f"model-{i:05d}-of-{len(files):05d}.safetensors" for i in range(1, len(files) + 1)]
+    from safetensors.torch import load_file
+
+    loaded: dict[str, torch.Tensor] = {}
+    for name in files:
+        loaded.update(load_file(out / name))
+    assert index["metadata"]["total_size"] == sum(t.nbytes for t in loaded.values())
+    want = torch.load(DEEPSPEED / "zero3_fp32" / "expected_fp32.pt", weights_only=False)
+    assert all(torch.equal(loaded[k], want[k]) for k in loaded)
+    assert sorted(open_checkpoint(out).root) == sorted(loaded)
+
+
+def test_max_shard_size_refuses_a_folder_that_is_not_empty(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "keep.txt").write_text("mine")
+    args = ["convert", str(DEEPSPEED / "zero2_fp32"), "--extract", "fp32_weights", "--max-shard-size", "1KB"]
+    code, _, err = run(capsys, *args, "-o", str(tmp_path / "hf"))
+    assert code == 2 and "not an empty folder" in err
+    assert (tmp_path / "hf" / "keep.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
