@@ -228,3 +228,12 @@ def test_torchscript_class_not_defined_by_its_code_is_unsafe(script_files: dict[
     assert forged != data
     path = rewrite_member(script_files["scripted"], tmp_path / "forged.pt", "/data.pkl", forged)
     assert unsafe_names(path) == {"__torch__.evil.Net"}
+
+
+def test_torchscript_extra_files_are_not_pickles(tmp_path: Path) -> None:
+    module = torch.jit.script(nn.Sequential(nn.Linear(2, 2)))
+    path = tmp_path / "extra.pt"
+    torch.jit.save(module, str(path), _extra_files={"notes.pkl": "not a pickle", "config.json": "{}"})
+    checkpoint = open_checkpoint(path)
+    assert checkpoint.loader_problems == [] and checkpoint.unsafe_globals == set()
+    assert check_checkpoint(checkpoint).ok

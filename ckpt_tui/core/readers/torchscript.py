@@ -185,7 +185,9 @@ def _names(body: str, attribute: str) -> list[str]:
 def _other_pickles(layout: ZipLayout) -> list[str]:
     """Pickle members torch.jit.load may read besides data.pkl and constants.pkl, by name in the archive."""
     names = [n[len(layout.prefix) :] for n in layout.entries if n.startswith(layout.prefix)]
-    return [n for n in names if n.endswith(PICKLE_SUFFIXES) and n not in ("data.pkl", "constants.pkl")]
+    skip = ("data.pkl", "constants.pkl")
+    # extra/ holds the user's _extra_files: handed back as bytes, never unpickled by torch
+    return [n for n in names if n.endswith(PICKLE_SUFFIXES) and n not in skip and not n.startswith("extra/")]
 
 
 def _shape_modules(root: Any, classes: dict[str, ScriptClass]) -> list[str]:
