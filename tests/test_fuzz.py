@@ -22,7 +22,7 @@ from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
 
-FORMATS = ("zip", "legacy", "safetensors", "pickle")
+FORMATS = ("zip", "legacy", "safetensors", "pickle", "torchscript")
 
 
 def exercise(path: Path) -> None:
@@ -49,7 +49,10 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     write_safetensors({k: v.contiguous() for k, v in small.items()}, folder / "st.safetensors")
     (folder / "plain.pkl").write_bytes(__import__("pickle").dumps({"epoch": 1, "names": ["a"] * 3}, protocol=2))
     torch.save(small, folder / "swap.pth")
+    script = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)))
+    script.save(str(folder / "script.pt"))
     return {
+        "torchscript": (folder / "script.pt").read_bytes(),
         "zip": (folder / "zip.pth").read_bytes(),
         "legacy": (folder / "legacy.pth").read_bytes(),
         "safetensors": (folder / "st.safetensors").read_bytes(),
@@ -136,3 +139,34 @@ def test_truncation_at_every_structural_boundary(tmp_path: Path, seeds: dict[str
     for offset in structural_offsets(data):
         path.write_bytes(data[:offset])
         exercise(path)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+entry_values = st.fixed_dictionaries(
+    {},
+    optional={
+        "dtype": st.sampled_from(["F32", "U8", "BF16", "F4", "F8_E4M3", "X"]) | json_values,
+        "shape": st.lists(st.integers(min_value=-2, max_value=2**65), max_size=3) | json_values,
+        "data_offsets": st.lists(st.integers(min_value=-2, max_value=40), max_size=3) | json_values,
+    },
+)
+
+
+@fuzz_settings(60)
+@given(
+    header=st.dictionaries(st.text(max_size=6) | st.just("__metadata__"), entry_values | json_values, max_size=4),
+    data=st.binary(max_size=40),
+    pad=st.sampled_from(["", " ", "\n", "\x00", "\ufeff"]),
+)
+def test_safetensors_header_grammar(tmp_path: Path, header: dict, data: bytes, pad: str) -> None:
+    """Random JSON in every header field: the reader gives a checkpoint or its own one-line error."""
+    import json
+
+    text = (json.dumps(header) + pad).encode("utf-8", "surrogatepass")
+    path = tmp_path / "g.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    exercise(path)

@@ -113,7 +113,7 @@ def tensor_problem(tensor: Tensor) -> str | None:
         return None
     last = tensor.offset
     for size, stride in zip(tensor.shape, tensor.stride, strict=True):
-        if stride < 0:
+        if stride < 0 and size > 1:  # torch.load accepts a negative stride on a dimension of size 1
             return "has a negative stride"
         last += (size - 1) * stride
     needed = (last + 1) * DTYPES[tensor.dtype][0]

@@ -61,36 +61,49 @@ def _tensor_stats(
 ) -> TensorStats:
     reader = TensorReader(tensor, byteorder)
     stats = TensorStats()
+    if not reader.in_order:
+        stats.first = decode(reader.first(16), tensor.dtype, tensor.metadata).tolist()
     mean = m2 = 0.0
-    samples: list[np.ndarray] = []
-    step = max(1, tensor.numel // SAMPLE_LIMIT)
-    done = 0
-    for raw in reader.chunks(chunk):
+    samples: list[tuple[np.ndarray, np.ndarray | int]] = []
+    step = max(1, reader.distinct_count // SAMPLE_LIMIT)
+    done = read = 0
+    for raw, repeats in reader.distinct_chunks(chunk):  # a stored element repeated by the view: read once, counted
         if cancelled is not None and cancelled():
             raise Cancelled("stats cancelled")
         values = decode(raw, tensor.dtype, tensor.metadata)
-        if not stats.first:
+        if reader.in_order and not stats.first:
             stats.first = values[:16].tolist()
-        stats.count += values.size
+        weights = repeats if isinstance(repeats, int) else repeats.astype(np.float64)
+        stats.count += _total(values.size, weights)
         nan = np.isnan(values)
-        stats.nan += int(nan.sum())
-        stats.posinf += int(np.isposinf(values).sum())
-        stats.neginf += int(np.isneginf(values).sum())
-        stats.zeros += int((values == 0).sum())
-        finite = values[np.isfinite(values)]
+        stats.nan += _count(nan, weights)
+        stats.posinf += _count(np.isposinf(values), weights)
+        stats.neginf += _count(np.isneginf(values), weights)
+        stats.zeros += _count(values == 0, weights)
+        keep = np.isfinite(values)
+        finite = values[keep]
         if finite.size:
+            finite_weights = weights if isinstance(weights, int) else weights[keep]
             low, high = float(finite.min()), float(finite.max())
             stats.min = low if stats.min is None else min(stats.min, low)
             stats.max = high if stats.max is None else max(stats.max, high)
-            chunk_mean = float(finite.mean())
-            chunk_m2 = float(((finite - chunk_mean) ** 2).sum())
-            total = stats.finite + finite.size
+            size = _total(finite.size, finite_weights)
+            if isinstance(finite_weights, int):
+                chunk_mean = float(finite.mean())
+                chunk_m2 = float(((finite - chunk_mean) ** 2).sum()) * finite_weights
+            else:
+                chunk_mean = float(np.dot(finite_weights, finite) / size)
+                chunk_m2 = float(np.dot(finite_weights, (finite - chunk_mean) ** 2))
+            total = stats.finite + size
             delta = chunk_mean - mean
-            mean += delta * finite.size / total
-            m2 += chunk_m2 + delta * delta * stats.finite * finite.size / total
+            mean += delta * size / total
+            m2 += chunk_m2 + delta * delta * stats.finite * size / total
             stats.finite = total
-            samples.append(finite[(-done) % step :: step])
-        done += values.size
+            picked = slice((-read) % step, None, step)
+            kept = finite_weights if isinstance(finite_weights, int) else finite_weights[picked]
+            samples.append((finite[picked], kept))
+        read += values.size
+        done += _total(values.size, weights)
         if progress is not None:
             progress(done / max(1, tensor.numel))
     if stats.finite:
@@ -100,12 +113,38 @@ def _tensor_stats(
     return stats
 
 
-def _histogram(samples: list[np.ndarray], low: float | None, high: float | None) -> tuple[list[int], int]:
-    values = np.concatenate(samples) if samples else np.empty(0)
+def _total(size: int, weights: np.ndarray | int) -> int:
+    """How many elements of the tensor a chunk of ``size`` stored elements stands for."""
+    return size * weights if isinstance(weights, int) else round(float(weights.sum()))
+
+
+def _count(mask: np.ndarray, weights: np.ndarray | int) -> int:
+    """How many elements of the tensor the marked stored elements stand for."""
+    if isinstance(weights, int):
+        return int(mask.sum()) * weights
+    return round(float(weights[mask].sum()))
+
+
+def _histogram(
+    samples: list[tuple[np.ndarray, np.ndarray | int]], low: float | None, high: float | None
+) -> tuple[list[int], int]:
+    """Counts in equal bins over [low, high] of the sampled values, each weighted by its repeats."""
+    values = np.concatenate([v for v, _ in samples]) if samples else np.empty(0)
     if values.size == 0 or low is None or high is None:
         return [], 0
+    repeats = {w for _, w in samples if isinstance(w, int)}
+    uniform = len(repeats) == 1 and all(isinstance(w, int) for _, w in samples)
+    weights = (
+        None
+        if uniform
+        else np.concatenate([np.full(v.size, w, np.float64) if isinstance(w, int) else w for v, w in samples])
+    )
+    scale = repeats.pop() if uniform else 1
+    total = values.size * scale if weights is None else round(float(weights.sum()))
     edges = np.linspace(low, high, HISTOGRAM_BINS + 1) if low < high else None
     if edges is None or not np.all(np.isfinite(np.diff(edges))) or not np.all(np.diff(edges) > 0):
-        return [int(values.size)], int(values.size)  # one value, or a range too narrow/wide to split
-    counts, _ = np.histogram(values, bins=edges)
-    return counts.tolist(), int(values.size)
+        return [total], total  # one value, or a range too narrow/wide to split
+    counts, _ = np.histogram(values, bins=edges, weights=weights)
+    if weights is None:
+        return [int(c) * scale for c in counts.tolist()], total
+    return [round(float(c)) for c in counts], total

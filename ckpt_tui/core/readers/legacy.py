@@ -1,64 +1,47 @@
-"""The legacy pre-1.6 format (a sequence of pickles, then raw storages) and plain pickles."""
+"""The legacy pre-1.6 format (a sequence of pickles, then raw storages) and plain pickles.
+
+``torch.load`` reads such a file as: a magic-number pickle, a protocol-version pickle, a sys_info
+pickle, the object pickle, the list of storage keys, then for each key in that order an 8-byte element
+count (which must equal the storage's size) and the storage's bytes. Every one of those pickles is
+unpickled by torch, so every one is scanned here for unsafe globals: a payload can run in the magic
+number pickle and then push the expected number.
+"""
 
 from __future__ import annotations
 
+import os
 import struct
-import threading
 from typing import BinaryIO
 
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.persistent_ids import LEGACY_FIELDS, PersistentIds
 from ckpt_tui.core.tree import Checkpoint, Storage
-from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
+from ckpt_tui.core.unpickle import load_pickle
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
+COUNT = struct.Struct("<q")
 
 
 class LegacyRecords:
-    """Storages laid out after the pickles, each behind an 8-byte element count."""
+    """Storages laid out after the pickles, each behind an 8-byte element count (found at open)."""
 
-    def __init__(self, path: str, file_bytes: int, storages: dict[str, Storage]):
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.keys: list[str] = []
-        self.data_start = 0
-        self.file_bytes = file_bytes
-        self.storages = storages
-        self._offsets: dict[str, tuple[int, int]] | None = None
-        self._lock = threading.Lock()
-
-    def _scan(self) -> dict[str, tuple[int, int]]:
-        offsets: dict[str, tuple[int, int]] = {}
-        position = self.data_start
-        with open(self.path, "rb") as file:
-            for key in self.keys:
-                storage = self.storages.get(key)
-                if storage is None:
-                    raise ReadError(f"{self.path}: storage {key} is listed but never used")
-                file.seek(position)
-                head = file.read(8)
-                if len(head) < 8:
-                    raise ReadError(f"{self.path}: storage {key} is missing (file truncated)")
-                (count,) = struct.unpack("<q", head)
-                nbytes = count * itemsize(storage.dtype)
-                if count < 0 or position + 8 + nbytes > self.file_bytes:
-                    raise ReadError(f"{self.path}: storage {key} runs past the end of the file (truncated?)")
-                offsets[key] = (position + 8, nbytes)
-                position += 8 + nbytes
-        return offsets
+        self.offsets: dict[str, tuple[int, int]] = {}
 
     def has(self, storage: Storage) -> bool:
-        """Whether the storage is listed in the file's key list."""
-        return storage.key in self.keys
+        """Whether the file holds the storage's bytes."""
+        return storage.key in self.offsets
 
     def locate(self, storage: Storage) -> tuple[int, int]:
-        """Offset of the storage's data and its size, from one scan of the count headers."""
-        with self._lock:
-            if self._offsets is None:
-                self._offsets = self._scan()
-        found = self._offsets.get(storage.key)
+        """Offset of the storage's data and its size in bytes."""
+        found = self.offsets.get(storage.key)
         if found is None:
             raise ReadError(f"{self.path}: storage {storage.key} is missing from the file")
+        if found[1] < storage.nbytes:
+            raise ReadError(f"storage {storage.key} holds {found[1]} bytes, its tensors need {storage.nbytes}")
         return found
 
 
@@ -67,19 +50,20 @@ def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
     unsafe: set[str] = set()
     with open(path, "rb") as file:
         first = load_pickle(file, None, f"{path}: pickle", unsafe)
-        if first != MAGIC_NUMBER:
-            return Checkpoint(path, "pickle", first, file_bytes, unsafe_globals=unsafe)
-        return _read_legacy(path, file, file_bytes)
+        if type(first) is not int or first != MAGIC_NUMBER:
+            note = "a plain pickle, not a torch checkpoint (torch.load refuses it: no magic number)"
+            return Checkpoint(path, "pickle", first, file_bytes, notes=[note], unsafe_globals=unsafe)
+        return _read_legacy(path, file, file_bytes, unsafe)
 
 
-def _read_legacy(path: str, file: BinaryIO, file_bytes: int) -> Checkpoint:
+def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -> Checkpoint:
     what = f"{path}: legacy checkpoint"
-    if load_pickle(file, None, what) != PROTOCOL_VERSION:
+    protocol = load_pickle(file, None, what, unsafe)
+    if type(protocol) is not int or protocol != PROTOCOL_VERSION:
         raise ReadError(f"{what}: unsupported protocol version")
-    sys_info = load_pickle(file, None, what)
+    sys_info = load_pickle(file, None, what, unsafe)
     byteorder = "big" if isinstance(sys_info, dict) and sys_info.get("little_endian") is False else "little"
-    cache: dict[str, Storage] = {}
-    records = LegacyRecords(path, file_bytes, cache)
+    records = LegacyRecords(path)
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
         storage = Storage(key, dtype, location, numel, records, type_name)
@@ -87,11 +71,44 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int) -> Checkpoint:
             raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
         return storage
 
-    unsafe: set[str] = set()
-    root = load_pickle(file, lambda pid: storage_from_pid(pid, make, cache), what, unsafe)
+    ids = PersistentIds(LEGACY_FIELDS, make)
+    root = load_pickle(file, ids, what, unsafe)
     keys = load_pickle(file, None, what, unsafe)
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+    if not isinstance(keys, list) or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
-    records.keys = keys
-    records.data_start = file.tell()
-    return Checkpoint(path, "legacy", root, file_bytes, byteorder=byteorder, unsafe_globals=unsafe)
+    problems = ids.problems()
+    problems += _scan(file, file.tell(), [str(k) for k in keys], ids.cache, file_bytes, records)
+    return Checkpoint(
+        path, "legacy", root, file_bytes, byteorder=byteorder, unsafe_globals=unsafe, loader_problems=problems
+    )
+
+
+def _scan(
+    file: BinaryIO, start: int, keys: list[str], storages: dict[str, Storage], file_bytes: int, records: LegacyRecords
+) -> list[str]:
+    """Find each listed storage's bytes (one read of each count); what torch.load would refuse, in words."""
+    problems: list[str] = []
+    position = start
+    fileno = file.fileno()
+    for key in keys:
+        storage = storages.get(key)
+        if storage is None:
+            problems.append(f"storage {key!r} is listed but no tensor uses it: torch.load refuses the file")
+            break  # its element size is unknown, so the storages after it cannot be found
+        head = os.pread(fileno, COUNT.size, position)
+        if len(head) < COUNT.size:
+            problems.append(f"storage {key!r} is missing: the file ends first (truncated?)")
+            break
+        (count,) = COUNT.unpack(head)
+        nbytes = count * itemsize(storage.dtype)
+        if count < 0 or position + COUNT.size + nbytes > file_bytes:
+            problems.append(f"storage {key!r} runs past the end of the file (truncated?)")
+            break
+        if count != storage.numel:
+            problems.append(
+                f"storage {key!r} holds {count} elements where its persistent id says {storage.numel}: "
+                "torch.load refuses the file"
+            )
+        records.offsets[key] = (position + COUNT.size, nbytes)
+        position += COUNT.size + nbytes
+    return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing

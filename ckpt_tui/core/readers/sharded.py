@@ -11,12 +11,20 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.tree import Checkpoint, Tensor
 
 
-def read_sharded(path: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
-    """Open every shard named in the index and show them as one flat state_dict."""
+def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoint:
+    """Open every shard named in the index and show them as one flat state_dict.
+
+    ``open_shard`` opens one shard file and refuses index files, so an index naming itself or another
+    index is refused instead of followed.
+    """
     try:
         with open(path, encoding="utf-8") as file:
             index = json.load(file)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise ReadError(f"{path}: index is not UTF-8 text") from None
+    except RecursionError:
+        raise ReadError(f"{path}: index JSON nests too deeply to be an index") from None
+    except ValueError as exc:  # JSONDecodeError, ints past the digit limit
         raise ReadError(f"{path}: index is not valid JSON ({exc})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -27,7 +35,7 @@ def read_sharded(path: str, open_file: Callable[[str], Checkpoint]) -> Checkpoin
         shard_path = os.path.join(folder, shard)
         if os.path.basename(shard) != shard or not os.path.isfile(shard_path):
             raise ReadError(f"{path}: shard {shard!r} named in the index is missing")
-        shards[shard] = open_file(shard_path)
+        shards[shard] = open_shard(shard_path)
     root: dict[str, Any] = {}
     for key, shard in weight_map.items():
         tensors = shards[shard].root
@@ -39,4 +47,15 @@ def read_sharded(path: str, open_file: Callable[[str], Checkpoint]) -> Checkpoin
     metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
     note = f"{len(shards)} shards: " + ", ".join(shards)
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
-    return Checkpoint(path, "sharded", root, total, metadata=dict(metadata), notes=[note], unsafe_globals=unsafe)
+    problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
+    notes = [note] + [f"shard {name}: {n}" for name, c in shards.items() for n in c.notes]
+    return Checkpoint(
+        path,
+        "sharded",
+        root,
+        total,
+        metadata=dict(metadata),
+        notes=notes,
+        unsafe_globals=unsafe,
+        loader_problems=problems,
+    )

@@ -1,4 +1,14 @@
-"""torch zip checkpoints (torch >= 1.6) and TorchScript archives, metadata only."""
+"""torch zip checkpoints (torch >= 1.6) and TorchScript archives, metadata only.
+
+What ``torch.load`` (torch 2.13, ``PyTorchStreamReader`` and ``_load``) requires of the zip, each
+checked here and reported in ``loader_problems`` when broken, the file still shown where possible:
+every member lies in the folder named by the first member's path (one archive per zip); that folder
+holds ``data.pkl`` and a ``version`` record (``.data/version`` first) between 1 and 10; ``byteorder``,
+when present, is exactly ``little`` or ``big``; each storage record is exactly as long as its storage;
+each persistent id has exactly five fields and a location tag torch can restore. CRCs are not checked
+by torch, so a CRC mismatch is only a note. A zip with ``constants.pkl`` beside ``data.pkl`` is a
+TorchScript archive (``torch.load`` hands it to ``torch.jit.load``): see :mod:`.torchscript`.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +18,26 @@ from typing import Any, BinaryIO
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.zip_archive import STORED, ZipEntry, data_offset, read_central_directory, read_member
+from ckpt_tui.core.readers.persistent_ids import ZIP_FIELDS, PersistentIds
+from ckpt_tui.core.readers.zip_archive import (
+    STORED,
+    ZipDirectory,
+    ZipEntry,
+    crc_matches,
+    data_offset,
+    inflate_cap,
+    read_central_directory,
+    read_member,
+)
 from ckpt_tui.core.tree import Checkpoint, Storage
-from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
+from ckpt_tui.core.unpickle import load_pickle
+
+MIN_VERSION, MAX_VERSION = 1, 10
+"""File format versions torch 2.13's reader accepts."""
 
 
 class ZipRecords:
-    """Storage records of one folder (``data/`` or ``constants/``) inside a zip checkpoint."""
+    """Storage records inside a zip checkpoint: a storage's record is ``folder + key``."""
 
     def __init__(self, path: str, entries: dict[str, ZipEntry], folder: str, file_bytes: int) -> None:
         self.path = path
@@ -40,6 +63,18 @@ class ZipRecords:
         """Whether the archive holds the storage's record."""
         return self.name(storage.key) in self.entries
 
+    def is_compressed(self, storage: Storage) -> bool:
+        """Whether the storage's record is compressed (it cannot be read in place: see :meth:`inflate`)."""
+        return self.entry(storage).compress != STORED
+
+    def inflate(self, storage: Storage) -> bytes:
+        """A compressed record's bytes, inflated within the archive's cap (torch.load reads these too)."""
+        entry = self.entry(storage)
+        if entry.size < storage.nbytes:
+            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+        with open(self.path, "rb") as file:
+            return read_member(file, entry, self.file_bytes)
+
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Offset of the record's bytes in the file (from its local header), and its size."""
         entry = self.entry(storage)
@@ -58,11 +93,43 @@ class ZipRecords:
         return offset, entry.size
 
 
-def _data_pkl_name(names: list[str], path: str) -> str:
-    candidates = [n for n in names if n == "data.pkl" or n.endswith("/data.pkl")]
-    if not candidates:
-        raise ReadError(f"{path}: a zip archive, but not a torch checkpoint (no data.pkl inside)")
-    return min(candidates, key=lambda n: n.count("/"))
+class ZipLayout:
+    """Where the archive's members are, and what of its layout torch.load would refuse."""
+
+    def __init__(self, path: str, entries: ZipDirectory) -> None:
+        self.entries = entries
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        first = next(iter(entries), None)
+        if first is None:
+            raise ReadError(f"{path}: an empty zip archive, not a torch checkpoint")
+        folder, slash, _ = first.partition("/")
+        self.prefix = folder + slash
+        if not slash:
+            self.problems.append(f"its first member {first!r} is not in a folder, which torch.load refuses")
+        outside = [name for name in entries if slash and not name.startswith(self.prefix)]
+        if outside:
+            self.problems.append(
+                f"{len(outside)} members lie outside the archive folder {folder!r} ({outside[0]!r}...): "
+                "torch.load refuses a zip holding more than one archive"
+            )
+        if entries.duplicates:
+            self.problems.append(f"the zip names {entries.duplicates[0]!r} twice: readers disagree on which is meant")
+        if self.prefix + "data.pkl" not in entries:
+            self.prefix = self._other_data_pkl(path)
+        self.data_pkl = self.prefix + "data.pkl"
+
+    def _other_data_pkl(self, path: str) -> str:
+        candidates = [n for n in self.entries if n == "data.pkl" or n.endswith("/data.pkl")]
+        if not candidates:
+            raise ReadError(f"{path}: a zip archive, but not a torch checkpoint (no data.pkl inside)")
+        chosen = min(candidates, key=lambda n: n.count("/"))
+        self.problems.append(f"torch.load looks for {self.prefix}data.pkl, which is missing; shown: {chosen}")
+        return chosen[: -len("data.pkl")]
+
+    def member(self, name: str) -> ZipEntry | None:
+        """A member of the archive folder by its name inside it."""
+        return self.entries.get(self.prefix + name)
 
 
 def read_zip(
@@ -76,66 +143,115 @@ def read_zip(
     ``known_classes`` and ``extra_globals`` are passed to the safe unpickler for data.pkl (formats that
     torch.save writes inside a zip, such as distributed state_dicts).
     """
+    from ckpt_tui.core.readers.torchscript import read_torchscript
+
     try:
         with open(path, "rb") as file:
-            entries = read_central_directory(file, file_bytes)
-            data_name = _data_pkl_name(list(entries), path)
-            prefix = data_name[: -len("data.pkl")]
-            torchscript = prefix + "constants.pkl" in entries or any(n.startswith(prefix + "code/") for n in entries)
-            byteorder = "little"
-            if prefix + "byteorder" in entries:
-                raw = read_member(file, entries[prefix + "byteorder"], file_bytes, limit=16)
-                byteorder = raw.decode("ascii", "replace").strip() or "little"
-            pickles = {"data": read_member(file, entries[data_name], file_bytes)}
-            if torchscript and prefix + "constants.pkl" in entries:
-                pickles["constants"] = read_member(file, entries[prefix + "constants.pkl"], file_bytes)
+            layout = ZipLayout(path, read_central_directory(file, file_bytes))
+            byteorder = _byteorder(file, layout, file_bytes)
+            _check_version(file, layout, file_bytes)
+            if layout.member("constants.pkl") is not None:
+                return read_torchscript(path, file, file_bytes, layout, byteorder)
+            data = member_pickle(file, layout, "data.pkl", file_bytes)
     except ReadError as exc:
-        raise ReadError(f"{path}: {exc}") from None
-    if byteorder not in ("little", "big"):
-        raise ReadError(f"{path}: unknown byteorder record {byteorder!r}")
-    loaded: dict[str, Any] = {}
+        message = str(exc)
+        raise ReadError(message if message.startswith(path) else f"{path}: {message}") from None
+    records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
     unsafe: set[str] = set()
-    for folder, data in pickles.items():
-        records = ZipRecords(path, entries, f"{prefix}{folder}/", file_bytes)
-        what = f"{path}: {prefix}{folder}.pkl"
-        if folder == "data":
-            loaded[folder] = _load(data, records, what, unsafe, known_classes, extra_globals)
-        else:
-            loaded[folder] = _load(data, records, what, unsafe)
-    if not torchscript:
-        return Checkpoint(path, "zip", loaded["data"], file_bytes, byteorder=byteorder, unsafe_globals=unsafe)
-    root: Any = loaded["data"]
-    if loaded.get("constants"):
-        root = {"module": loaded["data"], "constants": loaded["constants"]}
-    note = "TorchScript archive: its code/ is listed, never run"
-    return Checkpoint(path, "torchscript", root, file_bytes, byteorder=byteorder, notes=[note], unsafe_globals=unsafe)
-
-
-def _load(
-    data: bytes,
-    records: ZipRecords,
-    what: str,
-    unsafe: set[str],
-    known_classes: frozenset[str] = frozenset(),
-    extra_globals: Mapping[str, Any] | None = None,
-) -> Any:
-    cache: dict[str, Storage] = {}
-    entries, folder = records.entries, records.folder
-
-    def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        entry = entries.get(folder + key)
-        declared = numel * DTYPES[dtype][0]
-        if entry is not None and entry.size < declared:
-            raise ReadError(
-                f"{what}: storage {folder + key} declares {declared} bytes but its record holds {entry.size}"
-            )
-        return Storage(key, dtype, location, numel, records, type_name)
-
-    return load_pickle(
+    root, problems = load_with_records(
         data,
-        lambda pid: storage_from_pid(pid, make, cache),
-        what,
+        records,
+        "",
+        f"{path}: {layout.data_pkl}",
         unsafe,
         known_classes=known_classes,
         extra_globals=extra_globals,
     )
+    return Checkpoint(
+        path,
+        "zip",
+        root,
+        file_bytes,
+        byteorder=byteorder,
+        notes=layout.notes,
+        unsafe_globals=unsafe,
+        loader_problems=layout.problems + problems,
+    )
+
+
+def member_pickle(file: BinaryIO, layout: ZipLayout, name: str, file_bytes: int) -> bytes:
+    """A pickle member's bytes (inflated if compressed); a CRC mismatch becomes a note, as torch ignores it."""
+    entry = layout.member(name)
+    if entry is None:
+        raise ReadError(f"{layout.prefix}{name} is missing")
+    data = read_member(file, entry, file_bytes)
+    if not crc_matches(entry, data):
+        layout.notes.append(f"{entry.name} fails its CRC check (torch does not check CRCs; the file may be damaged)")
+    return data
+
+
+def load_with_records(
+    data: bytes,
+    records: ZipRecords,
+    key_prefix: str,
+    what: str,
+    unsafe: set[str],
+    *,
+    known_classes: frozenset[str] = frozenset(),
+    extra_globals: Mapping[str, Any] | None = None,
+    script: bool = False,
+) -> tuple[Any, list[str]]:
+    """Unpickle one pickle of the archive whose storages live in ``records``; the loader problems found.
+
+    Storage keys become ``key_prefix + key`` (unique across the archive's record folders). ``script``:
+    judged as ``torch.jit.load`` judges it (records of any size, any device string as location).
+    """
+    wrong_sizes: list[str] = []
+    folder, entries, file_bytes = records.folder + key_prefix, records.entries, records.file_bytes
+
+    def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
+        # once per storage (50,000 times on big state_dicts): plain lookups only
+        entry = entries.get(folder + key)
+        declared = numel * DTYPES[dtype][0]
+        limit = file_bytes if entry is None or entry.compress == STORED else inflate_cap(file_bytes)
+        if declared > limit:
+            raise ReadError(f"{what}: storage {key_prefix + key} declares {declared} bytes, more than the whole file")
+        if entry is not None and entry.size != declared and not script:
+            wrong_sizes.append(f"{entry.name} holds {entry.size} bytes where its storage needs {declared}")
+        return Storage(key_prefix + key, dtype, location, numel, records, type_name)
+
+    ids = PersistentIds(ZIP_FIELDS, make, script)
+    root = load_pickle(data, ids, what, unsafe, known_classes=known_classes, extra_globals=extra_globals)
+    problems = ids.problems()
+    if wrong_sizes:
+        more = f" (and {len(wrong_sizes) - 1} more)" if len(wrong_sizes) > 1 else ""
+        problems.append(f"record {wrong_sizes[0]}{more}: torch.load refuses records of the wrong size")
+    return root, problems
+
+
+def _byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
+    entry = layout.member("byteorder")
+    if entry is None:
+        return "little"
+    raw = read_member(file, entry, file_bytes, limit=64)
+    if raw in (b"little", b"big"):
+        return raw.decode()
+    text = raw.decode("ascii", "replace").strip()
+    layout.problems.append(f"its byteorder record is {raw[:16]!r}, which torch.load refuses (only 'little' or 'big')")
+    return text if text in ("little", "big") else "little"
+
+
+def _check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
+    """torch reads ``.data/version`` (else ``version``) as an unsigned number and accepts 1 to 10."""
+    entry = layout.member(".data/version") or layout.member("version")
+    if entry is None:
+        layout.problems.append("it has no version record, which torch.load requires")
+        return
+    raw = read_member(file, entry, file_bytes, limit=64).decode("latin-1").lstrip()
+    digits = raw[: next((i for i, c in enumerate(raw) if not c.isdigit()), len(raw))]
+    if not digits:
+        layout.problems.append(f"its version record {raw[:16]!r} is not a number, which torch.load refuses")
+    elif not MIN_VERSION <= int(digits) <= MAX_VERSION:
+        layout.problems.append(
+            f"its format version {int(digits)} is outside {MIN_VERSION}-{MAX_VERSION}, which torch 2.13 refuses"
+        )

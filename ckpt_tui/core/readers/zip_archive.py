@@ -20,6 +20,9 @@ CENTRAL = struct.Struct("<4s6H3L5H2L")
 LOCAL = struct.Struct("<4s5H3L2H")
 STORED, DEFLATED = 0, 8
 MAX_ENTRIES = 1_000_000
+INFLATE_FLOOR = 64 << 20
+INFLATE_RATIO = 16
+"""A compressed member may inflate to 64 MiB or 16x the file's size, whichever is more; never further."""
 
 
 @dataclass(slots=True)
@@ -34,7 +37,13 @@ class ZipEntry:
     crc: int
 
 
-def read_central_directory(file: BinaryIO, file_bytes: int) -> dict[str, ZipEntry]:
+class ZipDirectory(dict[str, ZipEntry]):
+    """The members by name, in central-directory order, and the names given to more than one member."""
+
+    duplicates: list[str]
+
+
+def read_central_directory(file: BinaryIO, file_bytes: int) -> ZipDirectory:
     """Every member of the archive by name (zip64 aware); a one-line ReadError if it lies."""
     tail_size = min(file_bytes, 65536 + EOCD.size)
     file.seek(file_bytes - tail_size)
@@ -67,8 +76,9 @@ def _zip64_end(file: BinaryIO, eocd_at: int) -> tuple[int, int, int]:
     return fields[7], fields[8], fields[9]
 
 
-def _entries(directory: bytes, count: int, file_bytes: int) -> dict[str, ZipEntry]:
-    entries: dict[str, ZipEntry] = {}
+def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
+    entries = ZipDirectory()
+    entries.duplicates = []
     pos = 0
     for _ in range(count):
         if pos + CENTRAL.size > len(directory) or directory[pos : pos + 4] != b"PK\x01\x02":
@@ -84,23 +94,31 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> dict[str, ZipEntr
         name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", "replace")
         if offset >= file_bytes:
             raise ReadError(f"zip member {name} starts past the end of the file")
+        if name in entries:
+            entries.duplicates.append(name)
         entries[name] = ZipEntry(name, offset, compress, csize, size, crc)
         pos = start + name_len + extra_len + comment_len
     return entries
 
 
 def _zip64_extra(extra: bytes, size: int, csize: int, offset: int) -> tuple[int, int, int]:
+    """The 64-bit values of the fields the central entry marks 0xFFFFFFFF (zip64 extra field, tag 1)."""
     pos = 0
     while pos + 4 <= len(extra):
         tag, length = struct.unpack_from("<2H", extra, pos)
+        body = extra[pos + 4 : pos + 4 + length]
         if tag == 0x0001:
-            values = iter(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
-            size = next(values) if size == 0xFFFFFFFF else size
-            csize = next(values) if csize == 0xFFFFFFFF else csize
-            offset = next(values) if offset == 0xFFFFFFFF else offset
-            return size, csize, offset
+            wanted = [size == 0xFFFFFFFF, csize == 0xFFFFFFFF, offset == 0xFFFFFFFF]
+            if len(body) < 8 * sum(wanted) or len(body) != length:
+                raise ReadError("a member's zip64 extra field is shorter than the sizes it must hold (corrupt zip)")
+            values = iter(struct.unpack_from(f"<{sum(wanted)}Q", body))
+            return (
+                next(values) if wanted[0] else size,
+                next(values) if wanted[1] else csize,
+                next(values) if wanted[2] else offset,
+            )
         pos += 4 + length
-    raise ReadError("zip64 sizes missing from a member's extra field")
+    raise ReadError("zip64 sizes missing from a member's extra field (corrupt zip)")
 
 
 def data_offset(file: BinaryIO, entry: ZipEntry) -> int:
@@ -113,22 +131,43 @@ def data_offset(file: BinaryIO, entry: ZipEntry) -> int:
     return entry.header_offset + LOCAL.size + name_len + extra_len
 
 
+def inflate_cap(file_bytes: int) -> int:
+    """How far a compressed member may inflate in a file of this size."""
+    return max(INFLATE_FLOOR, INFLATE_RATIO * file_bytes)
+
+
 def read_member(file: BinaryIO, entry: ZipEntry, file_bytes: int, limit: int = 1 << 32) -> bytes:
-    """A whole member's bytes (stored or deflated), CRC-checked."""
+    """A whole member's bytes (stored, or deflated within :func:`inflate_cap`); CRCs are not checked here.
+
+    torch's reader does not check CRCs (files saved with ``skip_data`` have wrong ones): callers that
+    care compare :func:`crc_matches`.
+    """
     start = data_offset(file, entry)
     if start + entry.compressed_size > file_bytes:
         raise ReadError(f"zip member {entry.name} runs past the end of the file (truncated?)")
     if entry.size > limit:
         raise ReadError(f"zip member {entry.name} is too large ({entry.size} bytes)")
-    file.seek(start)
-    raw = file.read(entry.compressed_size)
     if entry.compress == DEFLATED:
+        cap = inflate_cap(file_bytes)
+        if entry.size > cap:
+            raise ReadError(f"zip member {entry.name} would inflate to {entry.size} bytes, past {cap} for this file")
+        file.seek(start)
         try:
-            raw = zlib.decompressobj(-15).decompress(raw, entry.size)
+            raw = zlib.decompressobj(-15).decompress(file.read(entry.compressed_size), entry.size + 1)
         except zlib.error as exc:
             raise ReadError(f"zip member {entry.name}: bad deflate data ({exc})") from None
-    elif entry.compress != STORED:
+    elif entry.compress == STORED:
+        if entry.compressed_size != entry.size:
+            raise ReadError(f"zip member {entry.name}: stored with two different sizes (corrupt zip)")
+        file.seek(start)
+        raw = file.read(entry.size)
+    else:
         raise ReadError(f"zip member {entry.name}: unsupported compression method {entry.compress}")
-    if len(raw) != entry.size or zlib.crc32(raw) != entry.crc:
-        raise ReadError(f"zip member {entry.name}: CRC or size mismatch (corrupt file)")
+    if len(raw) != entry.size:
+        raise ReadError(f"zip member {entry.name}: holds {len(raw)} bytes, not the {entry.size} its entry says")
     return raw
+
+
+def crc_matches(entry: ZipEntry, data: bytes) -> bool:
+    """Whether a member's bytes match the CRC-32 its central entry records."""
+    return zlib.crc32(data) == entry.crc
