@@ -24,7 +24,8 @@ from ckpt_tui.core import weights_only_tables as tables
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python
-from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.readers.safetensors_file import looks_like_safetensors
+from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
 from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
 from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.weights_only_scan import (
@@ -94,9 +95,10 @@ def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> File
     if path.endswith(".index.json"):
         return _scan_sharded(path)
     with open(path, "rb") as file:
-        head = file.read(16)
+        head = file.read(512)
+        size = os.fstat(file.fileno()).st_size
         if path.endswith(".safetensors"):
-            return _scan_safetensors_name(path, head)
+            return _scan_safetensors_name(head, size)
         if head[:4] == b"PK\x03\x04":
             return _scan_zip(path, file, zip_entries)
         return _scan_legacy(path, file, head)
@@ -141,12 +143,12 @@ def _scan_sharded(index_path: str) -> FileScan:
     return combined
 
 
-def _scan_safetensors_name(path: str, head: bytes) -> FileScan:
+def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
     scan = FileScan("safetensors", applies=False, name_route=True)
-    if head[:4] in (b"PK\x03\x04", b"\x80\x02\x8a\x0a") or head[:2] == b"\x80\x02":
+    if not looks_like_safetensors(head, size):
         scan.applies = True
         scan.reason = (
-            "named *.safetensors but it is a torch file: torch.load (2.13+) hands it to safetensors, which fails; "
+            "named *.safetensors but not a safetensors file: torch.load (2.13+) hands it to safetensors, which fails; "
             "rename it"
         )
     return scan
@@ -175,7 +177,7 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
         scan.fail("a TorchScript archive: torch.load(weights_only=True) refuses these (torch.jit.load reads them)")
         return scan
     version = _small_record(file, records, ".data/version", size) or _small_record(file, records, "version", size)
-    if version is None or not version.strip().isdigit() or int(version.strip()) not in ZIP_VERSIONS:
+    if version is None or record_version(version) not in ZIP_VERSIONS:
         scan.fail(f"the archive's version record is missing or unsupported ({version!r})")
         return scan
     byteorder = _small_record(file, records, "byteorder", size)
@@ -291,7 +293,7 @@ def _is_tar(file: BinaryIO) -> bool:
 
 def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
     scan = FileScan("legacy")
-    if head[:8] and head[8:9] == b"{" and not head.startswith(b"\x80"):
+    if looks_like_safetensors(head, os.fstat(file.fileno()).st_size):
         scan.route, scan.applies = "safetensors", False
         return scan
     if _is_tar(file):
@@ -467,6 +469,8 @@ class Verdict:
             return f"weights_only: not applicable ({self.reason or self.route})"
         if self.loads:
             return f"weights_only: torch.load loads it (torch {self.torch})"
+        if self.route == "torchscript" and not self.blockers:
+            return f"weights_only: a TorchScript archive: load it with torch.jit.load (torch.load refuses these, {self.torch})"
         if self.blockers:
             names = ", ".join(b.name for b in self.blockers[:4]) + (" …" if len(self.blockers) > 4 else "")
             return f"weights_only: torch.load REFUSES it (torch {self.torch}): {names}"

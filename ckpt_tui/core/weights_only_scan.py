@@ -599,8 +599,10 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal("a tensor's stride is not a sequence of ints")
     if len(size) != len(stride):
         raise Refusal(f"a tensor's size and stride differ in length ({len(size)} vs {len(stride)})")
-    if offset < 0 or (size and (min(size) < 0 or min(stride) < 0)):
-        raise Refusal("a tensor has a negative offset, size or stride")
+    if offset < 0 or (size and min(size) < 0):
+        raise Refusal("a tensor has a negative offset or size")
+    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):  # torch ignores the stride of size 0/1
+        raise Refusal("a tensor has a negative stride")
     extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
     if type(size) is tuple and type(stride) is tuple and len(_EXTENTS) < _EXTENTS_KEPT:
         _EXTENTS[(size, stride)] = extent

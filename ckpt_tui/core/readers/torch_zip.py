@@ -241,17 +241,24 @@ def _byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
     return text if text in ("little", "big") else "little"
 
 
+def record_version(raw: bytes) -> int | None:
+    """A version record read as torch's reader reads it: leading whitespace, then the leading digits."""
+    text = raw.decode("latin-1").lstrip(" \t\n\r\v\f")
+    end = next((i for i, c in enumerate(text) if c not in "0123456789"), len(text))
+    return int(text[:end]) if end else None
+
+
 def _check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
     """torch reads ``.data/version`` (else ``version``) as an unsigned number and accepts 1 to 10."""
     entry = layout.member(".data/version") or layout.member("version")
     if entry is None:
         layout.problems.append("it has no version record, which torch.load requires")
         return
-    raw = read_member(file, entry, file_bytes, limit=64).decode("latin-1").lstrip()
-    digits = raw[: next((i for i, c in enumerate(raw) if not c.isdigit()), len(raw))]
-    if not digits:
+    raw = read_member(file, entry, file_bytes, limit=64)
+    version = record_version(raw)
+    if version is None:
         layout.problems.append(f"its version record {raw[:16]!r} is not a number, which torch.load refuses")
-    elif not MIN_VERSION <= int(digits) <= MAX_VERSION:
+    elif not MIN_VERSION <= version <= MAX_VERSION:
         layout.problems.append(
-            f"its format version {int(digits)} is outside {MIN_VERSION}-{MAX_VERSION}, which torch 2.13 refuses"
+            f"its format version {version} is outside {MIN_VERSION}-{MAX_VERSION}, which torch 2.13 refuses"
         )
