@@ -470,7 +470,7 @@ class Verdict:
         if self.loads:
             return f"weights_only: torch.load loads it (torch {self.torch})"
         if self.route == "torchscript" and not self.blockers:
-            return f"weights_only: a TorchScript archive: load it with torch.jit.load (torch.load refuses these, {self.torch})"
+            return f"weights_only: TorchScript: load it with torch.jit.load (torch.load refuses it, {self.torch})"
         if self.blockers:
             names = ", ".join(b.name for b in self.blockers[:4]) + (" …" if len(self.blockers) > 4 else "")
             return f"weights_only: torch.load REFUSES it (torch {self.torch}): {names}"
