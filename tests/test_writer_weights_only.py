@@ -178,3 +178,15 @@ def test_output_loads_weights_only_whenever_the_source_does(
         assert loads_with_torch(out), f"{edit}: output refused by torch.load(weights_only=True)"
         assert_equivalent(torch_load(out), expected)
     assert tried >= 4
+
+
+def test_output_of_a_source_torch_refuses_is_refused_the_same_way(tmp_path: Path) -> None:
+    """A Namespace is safe data to ckpt-tui but not in torch's allowlist: the output keeps it, so it too is refused."""
+    import argparse
+
+    torch.save({"epoch": 1, "args": argparse.Namespace(lr=0.1), "w": torch.ones(2)}, tmp_path / "ns.pth")
+    assert not loads_with_torch(tmp_path / "ns.pth")
+    assert run_convert(tmp_path / "ns.pth", "-o", tmp_path / "out.pth") == 0
+    assert not loads_with_torch(tmp_path / "out.pth")
+    loaded = torch.load(tmp_path / "out.pth", weights_only=False)
+    assert loaded["args"].lr == 0.1 and torch.equal(loaded["w"], torch.ones(2))

@@ -108,5 +108,13 @@ def convert(
     root, changes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None)
-    result = save(root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,))
+    result = save(
+        root,
+        output,
+        fmt,
+        byteorder=checkpoint.byteorder,
+        force=force,
+        inputs=(checkpoint.path,),
+        metadata=checkpoint.metadata,
+    )
     return ConvertOutcome(changes, result)

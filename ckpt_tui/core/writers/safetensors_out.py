@@ -27,7 +27,7 @@ from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader
-from ckpt_tui.core.writers.tensor_data import tensor_bytes
+from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
 
 # the library's Dtype enum, in declaration order: it sorts tensors by this, descending
 LIBRARY_DTYPE_ORDER = (
@@ -209,6 +209,15 @@ class SafetensorsPlan:
         item = DataItem(name, offset, size)
         storage = tensor.storage
         assert storage is not None
+        if tensor.metadata:
+            try:
+                conj, neg = view_bits(tensor)
+            except ValueError as exc:
+                raise WriteError(f"{name!r}: {exc}; safetensors cannot hold it") from None
+            if neg and tensor.dtype not in NEGATABLE:
+                raise WriteError(f"{name!r}: a negated {tensor.dtype} tensor cannot be written as safetensors")
+            if conj or neg:
+                return item  # the values are written with the bits applied
         if isinstance(storage.source, CastSource) or not tensor.is_contiguous():
             return item
         span = reader.span(storage)

@@ -104,14 +104,16 @@ class TempFile:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         for _ in range(100):
             candidate = str(self.target.folder / f".{name}.{secrets.token_hex(4)}.tmp")
+            temp_files.register(candidate)  # before it exists: a signal now finds nothing to remove, never a leftover
             try:
                 fd = os.open(candidate, flags, mode)
             except FileExistsError:
+                temp_files.unregister(candidate)
                 continue
             except OSError as exc:
+                temp_files.unregister(candidate)
                 raise WriteError(f"cannot write in {self.target.folder}: {exc.strerror or exc}") from None
             self.path = candidate
-            temp_files.register(candidate)
             if self.target.mode is not None:
                 os.fchmod(fd, self.target.mode)  # the umask may have taken bits the old file had
             self.file = os.fdopen(fd, "w+b")

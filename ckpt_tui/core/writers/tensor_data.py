@@ -17,16 +17,51 @@ def cast_chunks(base: Storage, dtype: str, byteorder: str = "little") -> Iterato
     yield from _converted(whole, dtype, byteorder)
 
 
+VIEW_BITS = frozenset({"conj", "neg"})
+"""The tensor metadata torch writes: lazy conjugation and negation, applied when the tensor is read."""
+
+
+def view_bits(tensor: Tensor) -> tuple[bool, bool]:
+    """A tensor's (conj, neg) bits; a ValueError for metadata that is anything else."""
+    metadata = tensor.metadata or {}
+    unknown = [key for key, value in metadata.items() if key not in VIEW_BITS or type(value) is not bool]
+    if unknown:
+        raise ValueError(f"tensor metadata {unknown[0]!r} is not a conjugation or negation bit")
+    return bool(metadata.get("conj")), bool(metadata.get("neg"))
+
+
 def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
-    """A tensor's elements as contiguous little-endian bytes (cast storages converted)."""
+    """A tensor's values as contiguous little-endian bytes: cast storages converted, conj/neg bits applied."""
     storage = tensor.storage
     assert storage is not None
+    conj, neg = view_bits(tensor)
     if isinstance(storage.source, CastSource):
         base = storage.source.base
-        yield from _converted(Tensor(base, tensor.offset, tensor.shape, tensor.stride, base.dtype), tensor.dtype)
+        chunks = _converted(Tensor(base, tensor.offset, tensor.shape, tensor.stride, base.dtype), tensor.dtype)
+        yield from (_apply_bits(np.frombuffer(c, numpy_dtype(tensor.dtype)), tensor.dtype, conj, neg) for c in chunks)
         return
     for raw in TensorReader(tensor).chunks():
-        yield raw.tobytes()
+        yield _apply_bits(raw, tensor.dtype, conj, neg)
+
+
+_SIGN_BITS = {"bfloat16": 0x8000, "float8_e4m3fn": 0x80, "float8_e5m2": 0x80}
+NEGATABLE = frozenset(
+    {"float64", "float32", "float16", "complex128", "complex64", "int64", "int32", "int16", "int8"} | set(_SIGN_BITS)
+)
+
+
+def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
+    """Raw elements with conjugation and negation resolved, as bytes."""
+    if not conj and not neg:
+        return raw.tobytes()
+    values = raw.copy()
+    if conj and values.dtype.kind == "c":
+        np.conjugate(values, out=values)
+    if neg and dtype in _SIGN_BITS:
+        values ^= _SIGN_BITS[dtype]  # stored as unsigned integers: flip the sign bit
+    elif neg:
+        np.negative(values, out=values)
+    return values.tobytes()
 
 
 def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterator[bytes]:
