@@ -335,7 +335,10 @@ def iter_tensors(root: Any, path: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[
 def type_label(value: Any) -> str:
     """A short type name for display: ``OrderedDict``, ``Tensor``, ``Net (module)``..."""
     if isinstance(value, Tensor):
-        return "Parameter" if value.parameter else "Tensor"
+        label = "Parameter" if value.parameter else "Tensor"
+        if value.sparse is not None or value.quantizer is not None:
+            return f"{label} ({value.kind})"  # sparse_coo, sparse_csr, quantized
+        return label
     if isinstance(value, Opaque):
         if value.is_module:
             return f"{value.class_name} (module)"
