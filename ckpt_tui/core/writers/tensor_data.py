@@ -1,14 +1,18 @@
-"""Bytes that are not copied as they are: cast storages and strided views, a bounded chunk at a time."""
+"""Bytes that are not copied as they are: cast storages, strided views, conj/neg bits, a bounded chunk at a time.
+
+numpy is imported only when such bytes are produced: a plain copy or prefix edit never needs it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ckpt_tui.core.edits import CastSource
 from ckpt_tui.core.tree import Storage, Tensor
-from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def cast_chunks(base: Storage, dtype: str, byteorder: str = "little") -> Iterator[bytes]:
@@ -34,6 +38,10 @@ def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
     """A tensor's values as contiguous little-endian bytes: cast storages converted, conj/neg bits applied."""
     storage = tensor.storage
     assert storage is not None
+    import numpy as np
+
+    from ckpt_tui.core.values import TensorReader, numpy_dtype
+
     conj, neg = view_bits(tensor)
     if isinstance(storage.source, CastSource):
         base = storage.source.base
@@ -55,6 +63,8 @@ def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
     if not conj and not neg:
         return raw.tobytes()
     values = raw.copy()
+    import numpy as np
+
     if conj and values.dtype.kind == "c":
         np.conjugate(values, out=values)
     if neg and dtype in _SIGN_BITS:
@@ -65,6 +75,8 @@ def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
 
 
 def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterator[bytes]:
+    from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
+
     target = numpy_dtype(dtype, byteorder)
     for raw in TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS):
         values = decode(raw, tensor.dtype)
@@ -76,6 +88,8 @@ def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterato
 
 def to_bfloat16(values: np.ndarray) -> np.ndarray:
     """Round-to-nearest-even float → bfloat16 bits (NaN stays NaN)."""
+    import numpy as np
+
     bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     rounded[np.isnan(values)] = 0x7FC0

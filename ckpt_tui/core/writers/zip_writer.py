@@ -70,10 +70,19 @@ class ZipWriter:
         if crc is None:
             crc = zlib.crc32(data)
         out = self.out
-        start = out.position
-        header = local_header(start, name.encode("utf-8"), len(data), crc)
+        start, size, encoded = out.position, len(data), name.encode("utf-8")
+        if size < LIMIT and start < LIMIT:  # local_header's usual case, inline: this runs once per record
+            pad = (-(start + LOCAL.size + len(encoded) + 4)) % ALIGNMENT
+            header = (
+                LOCAL.pack(b"PK\x03\x04", 20, FLAGS, 0, 0, 0x21, crc, size, size, len(encoded), pad + 4)
+                + encoded
+                + _FB.pack(0x4246, pad)
+                + _PAD[:pad]
+            )
+        else:
+            header = local_header(start, encoded, size, crc)
         out.write_pair(header, data)
-        self.entries.append(WrittenEntry(name, start, start + len(header), len(data), crc))
+        self.entries.append(WrittenEntry(name, start, start + len(header), size, crc))
         return crc
 
     def add_stream(self, name: str, size: int, chunks: Iterable[bytes | memoryview]) -> int:
