@@ -3,8 +3,9 @@
     python benchmarks/bench_convert.py [--dir bench-data] [--size-gb 2] [--keys 50000] [--repeat 3]
 
 Four inputs: a large and a many-tensor file, each as ``.pth`` and as ``.safetensors`` (the
-safetensors copies are written once by the ``safetensors`` library). Whole processes, measured in
-the same run, every writer followed by ``sync``; the output is removed after each run.
+safetensors copies are written once by the ``safetensors`` library). Whole processes, interleaved
+(one run of each command per round), every writer followed by ``sync``; medians; the output is
+removed after each run.
 
 Then, in this process, where convert's time goes (median of the runs): reading the input (the
 readers' share), the edit, and the writer's share (emitting, writing, fsync and verification).
@@ -56,6 +57,19 @@ def commands(source: Path, out: Path) -> dict[str, list[str]]:
     }
 
 
+def interleaved(named: dict[str, list[str]], out: Path, repeat: int) -> list[tuple[str, float, float]]:
+    """Each command once per round, ``repeat`` rounds: medians of wall time, largest peak RSS."""
+    walls: dict[str, list[float]] = {name: [] for name in named}
+    peaks: dict[str, float] = dict.fromkeys(named, 0.0)
+    for _ in range(repeat):
+        for name, command in named.items():
+            wall, peak = measure(command, 1)
+            walls[name].append(wall)
+            peaks[name] = max(peaks[name], peak)
+            out.unlink(missing_ok=True)
+    return [(name, statistics.median(walls[name]), peaks[name]) for name in named]
+
+
 def phases(source: Path, out: Path, repeat: int) -> dict[str, float]:
     """Median seconds of each part of one convert, run in this process."""
     from ckpt_tui.core.convert import ConvertOptions, apply_options
@@ -87,10 +101,7 @@ def main() -> None:
     for path in inputs:
         out = args.dir / f"converted{path.suffix}"
         print(f"\n{path.name}: {path.stat().st_size / 1e9:.2f} GB")
-        rows = []
-        for name, command in commands(path, out).items():
-            rows.append((name, *measure(command, args.repeat)))
-            out.unlink(missing_ok=True)
+        rows = interleaved(commands(path, out), out, args.repeat)
         print(table(rows, "cp + sync"))
         convert_wall = rows[1][1]
         print(f"  convert / (cp + sync): {convert_wall / rows[0][1]:.2f}x")

@@ -173,7 +173,7 @@ def test_a_pickle_naming_other_storages_than_meant_is_refused(tmp_path: Path, mo
 
 
 def test_bytes_changed_on_disk_after_writing_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_sync = target_module.TempFile.sync
+    real_sync = target_module.TempFile.start_sync
 
     def corrupting_sync(self: target_module.TempFile) -> None:
         real_sync(self)
@@ -183,10 +183,32 @@ def test_bytes_changed_on_disk_after_writing_are_caught(tmp_path: Path, monkeypa
             handle.seek(100)
             handle.write(bytes([byte[0] ^ 0xFF]))
 
-    monkeypatch.setattr(target_module.TempFile, "sync", corrupting_sync)
+    monkeypatch.setattr(target_module.TempFile, "start_sync", corrupting_sync)
     source = tmp_path / "in.pth"
     write_zip_checkpoint(source, b"\x80\x02}(" + text("w") + tensor_op() + b"u.", {"0": floats(4)})
     for name in ("out.pth", "out.safetensors"):
         with pytest.raises(WriteError, match="not what was written; nothing was replaced"):
             save(open_checkpoint(source).root, tmp_path / name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.pth"]
+
+
+def test_shared_values_are_written_once_so_the_output_stays_the_size_of_the_input(tmp_path: Path, capsys) -> None:
+    """A pickle can reference one object many times; the written pickle references it the same way."""
+    body = text("y" * 100_000) + b"q\x000"  # a long string in memo 0 (then popped)
+    for level in range(1, 40):  # each list holds the one before twice: 2**39 paths to the string
+        body += b"](h" + bytes([level - 1]) + b"h" + bytes([level - 1]) + b"eq" + bytes([level])
+        body += b"0" if level < 39 else b""
+    data = b"\x80\x02}(" + text("w") + tensor_op() + text("laughs") + body + b"u."
+    source = write_zip_checkpoint(tmp_path / "laughs.pth", data, {"0": floats(4)})
+    assert convert(capsys, source, "-o", tmp_path / "out.pth")[0] == 0
+    assert (tmp_path / "out.pth").stat().st_size < 2 * source.stat().st_size
+
+
+def test_a_tree_nested_deeper_than_any_checkpoint_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    deep = b"](" * 2000 + b"]" + b"e" * 2000  # lists nested 2000 deep, where the tree walk does not look
+    hooks = global_op("collections.OrderedDict") + b")R(" + text("h") + deep + b"u"
+    data = b"\x80\x02}(" + text("w") + tensor_op(hooks=hooks) + b"u."
+    source = write_zip_checkpoint(tmp_path / "deep.pth", data, {"0": floats(4)})
+    code, err = convert(capsys, source, "-o", tmp_path / "out.pth")
+    assert code == 2 and "nested too deeply" in err and err.count("\n") == 1 and len(err) < 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.pth"]

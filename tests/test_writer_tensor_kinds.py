@@ -113,3 +113,19 @@ def test_malformed_sparse_or_quantized_rebuilds_are_one_read_error(tmp_path: Pat
     path = write_zip_checkpoint(tmp_path / "bad.pth", b"\x80\x02}(" + text("x") + body + b"u.", {"0": floats(4)})
     with pytest.raises(ReadError, match=message):
         open_checkpoint(path)
+
+
+def test_the_written_tensor_count_is_the_one_info_gives(tmp_path: Path) -> None:
+    from ckpt_tui.core.writers.save import save as write
+
+    shared = torch.ones(3)
+    path = save(
+        {"a": shared, "b": shared, "nested": [shared, {"c": shared.t()}], **sparse(), **quantized()}, tmp_path / "t.pth"
+    )
+    checkpoint = open_checkpoint(path)
+    result = write(checkpoint.root, tmp_path / "out.pth")
+    assert (
+        result.tensors
+        == len(summarize(checkpoint).tensors)
+        == len(summarize(open_checkpoint(tmp_path / "out.pth")).tensors)
+    )

@@ -25,8 +25,9 @@ from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.keypath import Attr, Key, to_python
 from ckpt_tui.core.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 
-MAX_DEPTH = 900
+MAX_DEPTH = 150  # the reader refuses trees deeper than 100; each level costs a few stack frames here
 BATCH = 1000
+SHORT = 64  # longer strings are memoized: shared by reference, written once
 
 REBUILD_FUNCTIONS = frozenset(
     {
@@ -94,7 +95,8 @@ class Refusal(Exception):
     def error(self) -> WriteError:
         """The user's one-line error, naming where the offending value sits."""
         path = tuple(reversed(self.where))
-        return WriteError(f"refusing to write {self.message} at {to_python(path) if path else 'the root'}")
+        where = to_python(path[:12]) + ("…" if len(path) > 12 else "") if path else "the root"
+        return WriteError(f"refusing to write {self.message} at {where}")
 
 
 def _memo_put(index: int) -> bytes:
@@ -152,6 +154,8 @@ class PickleWriter:
             self.save(root)
         except Refusal as refusal:
             raise refusal.error() from None
+        except RecursionError:
+            raise WriteError("refusing to write a tree nested too deeply") from None
         self.out += b"."
         return bytes(self.out)
 
@@ -236,8 +240,10 @@ class PickleWriter:
             self.out += b"N"
             return
         kind = type(obj)
-        if kind is str:
+        if kind is str and len(obj) <= SHORT:
             self.out += encode_str(obj)
+        elif kind is str:
+            self.save_long_str(obj)
         elif kind is int:
             self.out += self.int_bytes(obj)
         elif kind is bool:
@@ -246,6 +252,8 @@ class PickleWriter:
             self.out += b"G" + struct.pack(">d", obj)
         elif id(obj) in self.memo:
             self.out += _memo_get(self.memo[id(obj)])
+            if kind is Tensor:
+                self.tensors += 1  # a tied tensor counts at each place, as ``info`` counts it
         else:
             self.depth += 1
             if self.depth > MAX_DEPTH:
@@ -262,18 +270,14 @@ class PickleWriter:
             self.save_list(obj)
         elif isinstance(obj, TorchSize):
             self.save_reduce("torch.Size", (tuple(obj),))
+            self._put(obj)
         elif isinstance(obj, tuple):
             self.save_tuple(obj)
             if any(not isinstance(item, (int, float, str, bool, type(None))) for item in obj):
                 self._put(obj)  # shared nested tuples are written once, not once per reference
-        elif isinstance(obj, bytes):
-            self.save_reduce("_codecs.encode", (obj.decode("latin1"), "latin1"))
-        elif isinstance(obj, bytearray):
-            self.save_reduce("builtins.bytearray", (bytes(obj),))
-        elif isinstance(obj, (set, frozenset)):
-            self.save_reduce(f"builtins.{type(obj).__name__}", (sorted(obj, key=reprlib.repr),))
-        elif isinstance(obj, complex):
-            self.save_reduce("builtins.complex", (obj.real, obj.imag))
+        elif isinstance(obj, (bytes, bytearray, set, frozenset, complex)):
+            self.save_builtin(obj)
+            self._put(obj)  # written once however often it is shared (nested frozensets double at each level)
         elif isinstance(obj, Layout):
             self.save_layout(obj)
         elif isinstance(obj, Symbol):
@@ -282,12 +286,33 @@ class PickleWriter:
             self.out += self.global_ref(obj.qualname)
         elif isinstance(obj, Device):
             self.save_reduce("torch.device", (str(obj),))
+            self._put(obj)
         elif isinstance(obj, Opaque):
             self.save_opaque(obj)
         elif is_global_ref(obj):
             self.save_opaque_global(obj)
         else:
             raise Refusal(f"a value of type {type(obj).__name__}")
+
+    def save_long_str(self, text: str) -> None:
+        """A long string, written once however often it is shared (a pickle can repeat one by reference)."""
+        index = self.memo.get(id(text))
+        if index is not None:
+            self.out += _memo_get(index)
+            return
+        self.out += encode_str(text)
+        self._put(text)  # kept alive: a string made while writing (bytes as latin-1) must not lend its id
+
+    def save_builtin(self, obj: bytes | bytearray | set[Any] | frozenset[Any] | complex) -> None:
+        """bytes, bytearray, sets and complex numbers as torch's pickler writes them (REDUCE of a builtin)."""
+        if isinstance(obj, bytes):
+            self.save_reduce("_codecs.encode", (obj.decode("latin1"), "latin1"))
+        elif isinstance(obj, bytearray):
+            self.save_reduce("builtins.bytearray", (bytes(obj),))
+        elif isinstance(obj, (set, frozenset)):
+            self.save_reduce(f"builtins.{type(obj).__name__}", (sorted(obj, key=reprlib.repr),))
+        else:
+            self.save_reduce("builtins.complex", (obj.real, obj.imag))
 
     def save_list(self, obj: list[Any]) -> None:
         self.out += b"]"
@@ -317,7 +342,7 @@ class PickleWriter:
             for start in range(0, len(items), BATCH):
                 out += b"("
                 for key, value in items[start : start + BATCH]:
-                    if type(key) is str:
+                    if type(key) is str and len(key) <= SHORT:
                         out += encode_str(key)
                     else:
                         save(key)
@@ -500,7 +525,9 @@ class PickleWriter:
             + self.int_tuple(tensor.shape)
             + self.int_tuple(tensor.stride)
         )
+        counted = self.tensors
         self._save_attribute("quantizer", tensor.quantizer)
+        self.tensors = counted  # per-channel scales are part of this tensor, not tensors of their own
         self.out += b"\x88" if tensor.requires_grad else b"\x89"
         self._save_hooks(tensor)
         self.out += b"tR"
@@ -510,7 +537,9 @@ class PickleWriter:
         layout = Layout(f"torch.{tensor.kind}")
         self.save_global("torch._utils._rebuild_sparse_tensor")
         self.save_layout(layout)
+        counted = self.tensors
         self._save_attribute("sparse", tensor.sparse)
+        self.tensors = counted  # indices and values are part of this tensor
         self.out += b"\x86R"
 
     # ---- opaque objects ---------------------------------------------------------------

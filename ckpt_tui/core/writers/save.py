@@ -80,7 +80,7 @@ def save(
             temp_path = Path(temp.path)
             if plan is not None:
                 written = plan.write(file, progress, cancelled)
-                temp.sync()
+                temp.start_sync()
                 verified = verify_safetensors(temp_path, written)
                 result = WriteResult(
                     "",
@@ -94,7 +94,7 @@ def save(
             else:
                 assert emitted is not None
                 pth = write_pth(emitted, file, checked.path.stem, byteorder, progress, cancelled)
-                temp.sync()
+                temp.start_sync()
                 verified = verify_pth(temp_path, pth)
                 result = WriteResult("", fmt, pth.tensors, len(pth.storages), pth.nbytes, {}, verified, pth.storages)
             temp.commit()

@@ -19,6 +19,7 @@ import contextlib
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ class TempFile:
         self.target = target
         self.path = ""
         self.file: BinaryIO | None = None
+        self._syncing: threading.Thread | None = None
+        self._sync_error: OSError | None = None
 
     def open(self) -> BinaryIO:
         """Create the file (never an existing one) with its final permissions."""
@@ -120,21 +123,43 @@ class TempFile:
             return self.file
         raise WriteError(f"cannot write in {self.target.folder}: no free temporary name")
 
-    def sync(self) -> None:
-        """Flush and fsync the data."""
+    def start_sync(self) -> None:
+        """Flush, then fsync in a background thread (fsync releases the GIL): verification runs meanwhile.
+
+        :meth:`commit` waits for it before the rename, so the rename never precedes the data.
+        """
         assert self.file is not None
         self.file.flush()
-        os.fsync(self.file.fileno())
+        fd = self.file.fileno()
+        self._syncing = threading.Thread(target=self._fsync, args=(fd,), name="fsync", daemon=True)
+        self._syncing.start()
+
+    def _fsync(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self._sync_error = exc
+
+    def _wait_for_sync(self) -> None:
+        if self._syncing is not None:
+            self._syncing.join()
+            self._syncing = None
+        if self._sync_error is not None:
+            raise self._sync_error
 
     def commit(self) -> None:
-        """Rename over the target (atomically) and make the rename durable."""
+        """Wait for the data to be on disk, rename over the target (atomically) and make the rename durable."""
+        self._wait_for_sync()
         self.close()
         os.replace(self.path, self.target.path)
         temp_files.unregister(self.path)
         fsync_folder(self.target.folder)
 
     def close(self) -> None:
-        """Close the file (kept on disk)."""
+        """Close the file (kept on disk), once a background fsync of it has ended."""
+        if self._syncing is not None:
+            self._syncing.join()
+            self._syncing = None
         if self.file is not None:
             self.file.close()
             self.file = None
