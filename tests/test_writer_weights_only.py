@@ -181,12 +181,28 @@ def test_output_loads_weights_only_whenever_the_source_does(
 
 
 def test_output_of_a_source_torch_refuses_is_refused_the_same_way(tmp_path: Path) -> None:
-    """A Namespace is safe data to ckpt-tui but not in torch's allowlist: the output keeps it, so it too is refused."""
+    """Safe data outside torch's allowlist (Namespace, numpy, datetime, slice, deque) is kept: output refused too."""
     import argparse
+    import collections
+    import datetime
 
-    torch.save({"epoch": 1, "args": argparse.Namespace(lr=0.1), "w": torch.ones(2)}, tmp_path / "ns.pth")
-    assert not loads_with_torch(tmp_path / "ns.pth")
-    assert run_convert(tmp_path / "ns.pth", "-o", tmp_path / "out.pth") == 0
+    import numpy as np
+
+    values = {
+        "args": argparse.Namespace(lr=0.1, arch="tiny"),
+        "array": np.arange(6).reshape(2, 3),
+        "scalar": np.float32(1.5),
+        "when": datetime.datetime(2024, 1, 2, 3, 4),
+        "window": slice(1, 5),
+        "recent": collections.deque([1, 2]),
+        "w": torch.ones(2),
+    }
+    torch.save(values, tmp_path / "safe.pth")
+    assert not loads_with_torch(tmp_path / "safe.pth")
+    assert run_convert(tmp_path / "safe.pth", "-o", tmp_path / "out.pth") == 0
     assert not loads_with_torch(tmp_path / "out.pth")
     loaded = torch.load(tmp_path / "out.pth", weights_only=False)
-    assert loaded["args"].lr == 0.1 and torch.equal(loaded["w"], torch.ones(2))
+    assert vars(loaded["args"]) == vars(values["args"]) and (loaded["array"] == values["array"]).all()
+    assert loaded["scalar"] == values["scalar"] and loaded["when"] == values["when"]
+    assert loaded["window"] == values["window"] and loaded["recent"] == values["recent"]
+    assert torch.equal(loaded["w"], values["w"])

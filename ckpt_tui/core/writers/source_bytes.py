@@ -18,7 +18,7 @@ from ckpt_tui.core.tree import Storage
 
 WINDOW = 8 << 20
 SMALL = 1 << 20
-_NAME_EXTRA = struct.Struct("<2H")
+_LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 
 class SourceSpan:
@@ -96,10 +96,9 @@ class SourceReader:
         if window is None or not (window[0] <= header_at and header_at + LOCAL.size <= window[0] + len(window[1])):
             window = self._load(path, header_at, LOCAL.size)
         start, data = window
-        at = header_at - start
-        if data[at : at + 4] != b"PK\x03\x04":
+        signature, name_len, extra_len = _LOCAL_PARTS.unpack_from(data, header_at - start)
+        if signature != b"PK\x03\x04":
             raise ReadError(f"zip member {entry.name}: bad local header (corrupt zip)")
-        name_len, extra_len = _NAME_EXTRA.unpack_from(data, at + 26)
         begin = header_at + LOCAL.size + name_len + extra_len
         if begin + entry.size > source.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
