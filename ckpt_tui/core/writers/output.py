@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ckpt_tui.core.errors import Cancelled
 FLUSH_AT = 8 << 20
 EDGE = 4096
 COPY_CHUNK = 64 << 20
+WRITEBACK_EVERY = 128 << 20
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -56,8 +58,55 @@ class WriteLog:
     copies: list[Copy] = field(default_factory=list)
 
 
+class Writeback:
+    """Starts putting a large output on disk while it is still being written.
+
+    A background thread calls ``fdatasync`` each time another :data:`WRITEBACK_EVERY` bytes were
+    written (it releases the GIL, and the disk works while the copy goes on), so the final fsync has
+    little left to wait for. Without it, writing 2 GB and then syncing costs the copy plus the whole
+    disk write, one after the other.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.error: OSError | None = None
+        self._wanted = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def kick(self) -> None:
+        """Ask for a sync of what has been written so far (one runs at a time; asks in between merge)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="writeback", daemon=True)
+            self._thread.start()
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._stopping:
+                return
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:  # the final fsync reports it
+                self.error = exc
+                return
+
+    def stop(self) -> None:
+        """End the thread (before the file is closed)."""
+        if self._thread is not None:
+            self._stopping = True
+            self._wanted.set()
+            self._thread.join()
+            self._thread = None
+
+
 class Output:
-    """A file being written: buffered small writes, kernel copies, progress and cancellation."""
+    """A file being written: buffered small writes, kernel copies, progress and cancellation.
+
+    Use it as a context manager: leaving the block stops the background writeback.
+    """
 
     def __init__(
         self, file: BinaryIO, total: int = 0, progress: Progress | None = None, cancelled: CancelCheck | None = None
@@ -72,6 +121,14 @@ class Output:
         self._pending: list[bytes | memoryview] = []
         self._pending_at = self.position
         self._pending_bytes = 0
+        self._writeback = Writeback(file.fileno())
+        self._unsynced = 0
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._writeback.stop()
 
     def write(self, data: bytes | memoryview) -> None:
         """Append bytes (buffered)."""
@@ -151,8 +208,12 @@ class Output:
         self.log.copies.append(Copy(start, size, crc, source_path, source_offset))
 
     def advance(self, count: int) -> None:
-        """Count progress; stop here if cancelled."""
+        """Count progress (and start writeback every so often); stop here if cancelled."""
         self.done += count
+        self._unsynced += count
+        if self._unsynced >= WRITEBACK_EVERY:
+            self._unsynced = 0
+            self._writeback.kick()
         if self.cancelled is not None and self.cancelled():
             raise Cancelled("save cancelled")
         if self.progress is not None:

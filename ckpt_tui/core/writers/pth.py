@@ -86,15 +86,22 @@ def write_pth(
     """The torch zip layout: data.pkl, small records, then storages, as ``torch.save`` writes them."""
     archive = archive_name(stem)
     result = PthWrite(archive, emitted.data_pkl, emitted.storages, emitted.tensors)
-    out = Output(file, sum(s.nbytes for s in emitted.storages), progress, cancelled)
-    zip_file = ZipWriter(out)
+    with Output(file, sum(s.nbytes for s in emitted.storages), progress, cancelled) as out:
+        _write_members(ZipWriter(out), emitted, archive, byteorder, result)
+    result.log = out.log
+    result.nbytes = out.position
+    return result
+
+
+def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorder: str, result: PthWrite) -> None:
+    """data.pkl and the small members, every record, then the end members and the directory."""
+    advance = zip_file.out.advance
     zip_file.add_bytes(f"{archive}/data.pkl", emitted.data_pkl)
     zip_file.add_bytes(f"{archive}/.format_version", b"1")
     zip_file.add_bytes(f"{archive}/.storage_alignment", b"64")
     zip_file.add_bytes(f"{archive}/byteorder", byteorder.encode())
     with SourceReader() as reader:
         records = f"{archive}/data/"
-        counting = progress is not None or cancelled is not None
         for index, storage in enumerate(emitted.storages):
             # the usual record (small, from a zip) inline: 50,000 of them cost a few calls each
             source = storage.source
@@ -109,15 +116,11 @@ def write_pth(
             if source_crc and source_crc != crc:
                 raise _bad_crc(storage)
             zip_file.add_bytes(records + str(index), data, crc)
-            if counting:
-                zip_file.out.advance(len(data))
+            advance(len(data))
     zip_file.add_bytes(f"{archive}/version", b"3\n")
     zip_file.add_bytes(f"{archive}/.data/serialization_id", str(secrets.randbits(128)).zfill(40).encode())
     zip_file.close()
     result.entries = zip_file.entries
-    result.log = out.log
-    result.nbytes = out.position
-    return result
 
 
 def _write_record(zip_file: ZipWriter, reader: SourceReader, name: str, storage: Storage, byteorder: str) -> None:

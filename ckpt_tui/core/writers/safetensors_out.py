@@ -178,11 +178,10 @@ class SafetensorsPlan:
     def write(self, file: BinaryIO, progress: Progress | None, cancelled: CancelCheck | None) -> SafetensorsWrite:
         """Header, then each tensor's bytes in order: runs that lie back to back in the source copied as one."""
         header = self.header()
-        out = Output(file, sum(self.sizes), progress, cancelled)
-        out.write(struct.pack("<Q", len(header)))
-        out.write(header)
-        result = SafetensorsWrite(header, [], dict(self.aliases), data_start=out.position)
-        with SourceReader() as reader:
+        with Output(file, sum(self.sizes), progress, cancelled) as out, SourceReader() as reader:
+            out.write(struct.pack("<Q", len(header)))
+            out.write(header)
+            result = SafetensorsWrite(header, [], dict(self.aliases), data_start=out.position)
             run: list[DataItem] = []
             offset = 0
             for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
@@ -199,7 +198,7 @@ class SafetensorsPlan:
                 else:
                     run.append(item)
             _copy_run(run, reader, out)
-        out.close()
+            out.close()
         result.log, result.nbytes = out.log, out.position
         return result
 
