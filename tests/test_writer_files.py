@@ -128,3 +128,23 @@ def test_a_directory_or_device_is_never_replaced_even_with_force(tmp_path: Path,
     code, err = convert(capsys, source, "-o", fifo, "--force")
     assert code == 2 and "not a regular file" in err and stat.S_ISFIFO(fifo.lstat().st_mode)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("suffix", ["pth", "safetensors"])
+def test_progress_reaches_the_total_and_cancelling_leaves_nothing(tmp_path: Path, suffix: str) -> None:
+    from ckpt_tui.core.errors import Cancelled
+    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.writers.save import save
+
+    state = OrderedDict((f"w{i}", torch.full((300, 1000), float(i))) for i in range(8))  # small and large records
+    state["big"] = torch.zeros(1024, 1024)
+    torch.save(state, tmp_path / "in.pth")
+    root = open_checkpoint(tmp_path / "in.pth").root
+    seen: list[tuple[int, int]] = []
+    save(root, tmp_path / f"out.{suffix}", progress=lambda done, total: seen.append((done, total)))
+    assert seen and all(done <= total for done, total in seen)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    assert seen[-1][0] == seen[-1][1] == sum(t.numel() * 4 for t in state.values())
+    with pytest.raises(Cancelled):
+        save(root, tmp_path / f"again.{suffix}", cancelled=lambda: len(seen) > 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.pth", f"out.{suffix}"]

@@ -147,6 +147,14 @@ class Output:
         if self._pending_bytes >= FLUSH_AT:
             self.flush()
 
+    def write_many(self, pieces: list[bytes | memoryview], count: int) -> None:
+        """Append many pieces (``count`` bytes in all) at the cost of one call."""
+        self._pending += pieces
+        self._pending_bytes += count
+        self.position += count
+        if self._pending_bytes >= FLUSH_AT:
+            self.flush()
+
     def flush(self) -> None:
         """Write what is buffered as one logged segment."""
         if not self._pending:

@@ -20,6 +20,7 @@ from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan
 from ckpt_tui.core.writers.tensor_data import cast_chunks
 from ckpt_tui.core.writers.zip_writer import WrittenEntry, ZipWriter
 
+BATCH = 2048
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
 
@@ -86,7 +87,8 @@ def write_pth(
     """The torch zip layout: data.pkl, small records, then storages, as ``torch.save`` writes them."""
     archive = archive_name(stem)
     result = PthWrite(archive, emitted.data_pkl, emitted.storages, emitted.tensors)
-    with Output(file, sum(s.nbytes for s in emitted.storages), progress, cancelled) as out:
+    total = sum(s.nbytes for s in emitted.storages) if progress is not None else 0
+    with Output(file, total, progress, cancelled) as out:
         _write_members(ZipWriter(out), emitted, archive, byteorder, result)
     result.log = out.log
     result.nbytes = out.position
@@ -102,12 +104,18 @@ def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorde
     zip_file.add_bytes(f"{archive}/byteorder", byteorder.encode())
     with SourceReader() as reader:
         records = f"{archive}/data/"
+        batch: list[tuple[str, memoryview | bytes, int]] = []  # small records from a zip, written together
+        batch_bytes = 0
         for index, storage in enumerate(emitted.storages):
-            # the usual record (small, from a zip) inline: 50,000 of them cost a few calls each
             source = storage.source
             small = None
             if type(source) is ZipRecords:
                 small = reader.small_zip_record(source, storage, storage.numel * DTYPES[storage.dtype][0])
+            if small is None or len(batch) >= BATCH:
+                zip_file.add_many(batch)
+                advance(batch_bytes)
+                batch.clear()
+                batch_bytes = 0
             if small is None:
                 _write_record(zip_file, reader, records + str(index), storage, byteorder)
                 continue
@@ -115,8 +123,10 @@ def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorde
             crc = zlib.crc32(data)
             if source_crc and source_crc != crc:
                 raise _bad_crc(storage)
-            zip_file.add_bytes(records + str(index), data, crc)
-            advance(len(data))
+            batch.append((records + str(index), data, crc))
+            batch_bytes += len(data)
+        zip_file.add_many(batch)
+        advance(batch_bytes)
     zip_file.add_bytes(f"{archive}/version", b"3\n")
     zip_file.add_bytes(f"{archive}/.data/serialization_id", str(secrets.randbits(128)).zfill(40).encode())
     zip_file.close()

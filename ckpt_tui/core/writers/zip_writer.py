@@ -85,6 +85,32 @@ class ZipWriter:
         self.entries.append(WrittenEntry(name, start, start + len(header), size, crc))
         return crc
 
+    def add_many(self, members: list[tuple[str, memoryview | bytes, int]]) -> None:
+        """Small members held in memory, with their CRCs, written at the cost of one call.
+
+        The same layout as :meth:`add_bytes`, with the per-member work inline (a checkpoint can hold
+        50,000 small records).
+        """
+        out, entries, local, fb = self.out, self.entries, LOCAL.pack, _FB.pack
+        position = out.position
+        pieces: list[bytes | memoryview] = []
+        for name, data, crc in members:
+            size, encoded = len(data), name.encode("utf-8")
+            if size >= LIMIT or position >= LIMIT:
+                header = local_header(position, encoded, size, crc)
+            else:
+                pad = (-(position + 34 + len(encoded))) % ALIGNMENT  # 30-byte header, 4-byte FB field
+                header = (
+                    local(b"PK\x03\x04", 20, FLAGS, 0, 0, 0x21, crc, size, size, len(encoded), pad + 4)
+                    + encoded
+                    + fb(0x4246, pad)
+                    + _PAD[:pad]
+                )
+            pieces += (header, data)
+            entries.append(WrittenEntry(name, position, position + len(header), size, crc))
+            position += len(header) + size
+        out.write_many(pieces, position - out.position)
+
     def add_stream(self, name: str, size: int, chunks: Iterable[bytes | memoryview]) -> int:
         """A member written from chunks; its CRC is computed and patched into the header. Returns the CRC."""
         out = self.out
