@@ -22,7 +22,7 @@ from ckpt_tui.core.errors import Cancelled
 FLUSH_AT = 8 << 20
 EDGE = 4096
 COPY_CHUNK = 64 << 20
-WRITEBACK_EVERY = 128 << 20
+WRITEBACK_EVERY = 32 << 20
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
