@@ -192,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = with_command(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(args_list)
+    from ckpt_tui.core.writers.temp_files import remove_on_signals
+
+    remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)
     except EditError as exc:

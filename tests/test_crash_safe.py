@@ -1,4 +1,4 @@
-"""Crash-safe saves: SIGKILL mid-write, a size limit, a full disk, a read-only folder."""
+"""Crash-safe saves: SIGKILL, SIGTERM, SIGHUP and SIGINT mid-write, a size limit, a full disk, a read-only folder."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import random
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -139,3 +140,73 @@ def test_read_only_folder(tmp_path: Path, capsys) -> None:
     code = main(["convert", str(tmp_path / "small.pth"), "-o", str(folder / "out.pth")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"ckpt-tui: cannot write in {folder}") and err.count("\n") == 1
+
+
+def wait_for_temporary(folder: Path, process: subprocess.Popen[bytes], pattern: str = ".out.pth.*.tmp") -> Path | None:
+    """The write's temporary file once it exists (None if the process ended first)."""
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        found = list(folder.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(0.002)
+    return None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_remove_the_temporary_file(big_ddp: Path, tmp_path: Path, signum: int) -> None:
+    target = tmp_path / "out.pth"
+    target.write_bytes(b"the previous file")
+    target.chmod(0o600)
+    process = subprocess.Popen(
+        convert_command(big_ddp, target, "--dtype", "float16"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    temporary = wait_for_temporary(tmp_path, process)
+    assert temporary is not None, "the write ended before it could be interrupted"
+    assert stat.S_IMODE(temporary.stat().st_mode) == 0o600  # private from the start, like the file it replaces
+    time.sleep(0.2)  # well into the write
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == -signum  # the process ends as the signal says, as the shell expects
+    assert b"Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pth"]
+    assert target.read_bytes() == b"the previous file"
+
+
+def test_sigint_removes_the_temporary_file_and_exits_130(big_ddp: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.pth"
+    process = subprocess.Popen(
+        convert_command(big_ddp, target, "--dtype", "float16"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert wait_for_temporary(tmp_path, process) is not None
+    time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and err.decode().strip() == "ckpt-tui: interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
+THREAD_SAVE = """
+import sys, threading
+from ckpt_tui.core.convert import ConvertOptions, convert
+from ckpt_tui.core.writers.temp_files import remove_on_signals
+remove_on_signals()  # what the entry point does; the save itself runs in a worker thread, as the browser's does
+worker = threading.Thread(target=convert, args=(sys.argv[1], ConvertOptions(dtype="float16"), sys.argv[2]))
+worker.start()
+worker.join()
+"""
+
+
+def test_sigterm_removes_the_temporary_file_of_a_save_in_a_worker_thread(big_ddp: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.pth"
+    process = subprocess.Popen(
+        [sys.executable, "-c", THREAD_SAVE, str(big_ddp), str(target)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert wait_for_temporary(tmp_path, process) is not None
+    time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []

@@ -23,11 +23,6 @@ from ckpt_tui.core.sanitize import sanitize
 from ckpt_tui.core.tree import Tensor
 
 HERE = Path(__file__).parent
-WRITER_PENDING = {
-    "nested containers, Size, devices, layouts": "the writer emits GLOBAL torch.strided, not _get_layout",
-    "sparse tensors": "the writer emits GLOBAL torch.sparse_coo, not _get_layout",
-    "quantized tensors": "the writer cannot write quantized tensors yet",
-}
 NOT_SANITIZED = {"functools.partial", "missing storage record", "numpy object array"}
 NO_SAME_PATHS = {"TorchScript archive", "sharded .bin"}
 CASES = [name for name in {**REFUSED, **ACCEPTED} if name not in NOT_SANITIZED]
@@ -94,8 +89,6 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
 def test_sanitized_output_loads_with_weights_only_and_keeps_every_value(
     outcomes: dict[str, Outcome], name: str
 ) -> None:
-    if name in WRITER_PENDING:
-        pytest.xfail(WRITER_PENDING[name])
     outcome = outcomes[name]
     assert outcome.code == 0, outcome.stderr
     assert "torch.load(weights_only=True) accepts it" in outcome.stdout

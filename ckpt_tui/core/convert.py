@@ -248,7 +248,14 @@ def convert(
 
     check = loads_with_weights_only if options.sanitize else None
     result = save(
-        root, output, fmt, byteorder=checkpoint.byteorder, force=force, inputs=(checkpoint.path,), check=check
+        root,
+        output,
+        fmt,
+        byteorder=checkpoint.byteorder,
+        force=force,
+        inputs=(checkpoint.path,),
+        metadata=checkpoint.metadata,
+        check=check,
     )
     return ConvertOutcome(changes, result, notes)
 

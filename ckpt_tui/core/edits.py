@@ -438,6 +438,11 @@ def remap_devices(root: Any, spec: str) -> Result:
     examples: dict[tuple[str, str], None] = {}
 
     def convert(tensor: Tensor) -> Tensor | None:
+        if tensor.sparse is not None or tensor.quantizer is not None:
+            return _with_parts_moved(tensor, move)
+        return move(tensor)
+
+    def move(tensor: Tensor) -> Tensor | None:
         storage = tensor.storage
         if storage is None:
             return None
@@ -455,6 +460,21 @@ def remap_devices(root: Any, spec: str) -> Result:
         raise EditError(f"no tensor changes device with {spec!r}")
     moves = ", ".join(f"{a} → {b}" for a, b in examples)
     return new_root, Change(f"map devices ({moves})", changed)
+
+
+def _with_parts_moved(tensor: Tensor, move: Callable[[Tensor], Tensor | None]) -> Tensor | None:
+    """A sparse or quantized tensor with ``move`` applied to its own storage and to its component tensors."""
+
+    def moved(parts: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        if parts is None:
+            return None
+        return tuple((move(p) or p) if isinstance(p, Tensor) else p for p in parts)
+
+    sparse, quantizer = moved(tensor.sparse), moved(tensor.quantizer)
+    base = move(tensor) or tensor
+    if base is tensor and sparse == tensor.sparse and quantizer == tensor.quantizer:
+        return None
+    return dataclasses.replace(base, sparse=sparse, quantizer=quantizer)
 
 
 class CastSource:

@@ -423,7 +423,7 @@ class _Rewriter:
         data = np.ascontiguousarray(array, dtype=numpy_dtype.newbyteorder("<")).tobytes()
         self.note("numpy array → tensor", "numpy.ndarray")
         self.arrays += 1
-        from ckpt_tui.core.writers.save import MemorySource
+        from ckpt_tui.core.writers.source_bytes import MemorySource
 
         storage = Storage(f"numpy{self.arrays}", torch_dtype, "cpu", count, MemorySource(data))
         strides: list[int] = []

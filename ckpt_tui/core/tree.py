@@ -62,6 +62,20 @@ class Symbol:
         return self.qualname
 
 
+LAYOUTS = frozenset(
+    f"torch.{name}"
+    for name in ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged")
+)
+SPARSE_LAYOUTS = frozenset(
+    {"torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout(Symbol):
+    """A ``torch.layout`` (``torch.sparse_coo``...), pickled by torch as ``torch.serialization._get_layout(name)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """A ``torch.device`` value stored in the checkpoint."""
@@ -94,6 +108,12 @@ class Tensor:
     parameter: bool = False
     parameter_state: Any = None
     kind: str = "dense"
+    quantizer: tuple[Any, ...] | None = None
+    """A quantized tensor's parameters as pickled: ``(qscheme, scale, zero_point)`` or
+    ``(qscheme, scales, zero_points, axis)``; its ``storage`` holds the integer values."""
+    sparse: tuple[Any, ...] | None = None
+    """A sparse tensor's parts as pickled: ``(indices, values, size[, coalesced])`` (COO) or
+    ``(compressed_indices, plain_indices, values, size)`` (CSR/CSC/BSR/BSC); ``kind`` names the layout."""
 
     @property
     def numel(self) -> int:
@@ -102,14 +122,18 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the tensor's own elements (not of the whole storage)."""
+        """Bytes of the tensor's own elements (not of the whole storage); a sparse tensor's stored parts."""
+        if self.sparse is not None:
+            return sum(part.nbytes for part in self.sparse if isinstance(part, Tensor))
         return self.numel * itemsize(self.dtype) if self.dtype in DTYPES else 0
 
     @property
     def device(self) -> str:
-        """The device it was saved on (the storage's location tag)."""
+        """The device it was saved on (the storage's location tag; a sparse tensor's values' tag)."""
         if self.storage is not None:
             return self.storage.location
+        if self.sparse is not None:
+            return next((part.device for part in self.sparse if isinstance(part, Tensor)), "cpu")
         return "meta" if self.kind == "dense" else self.kind
 
     def is_contiguous(self) -> bool:
@@ -311,7 +335,10 @@ def iter_tensors(root: Any, path: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[
 def type_label(value: Any) -> str:
     """A short type name for display: ``OrderedDict``, ``Tensor``, ``Net (module)``..."""
     if isinstance(value, Tensor):
-        return "Parameter" if value.parameter else "Tensor"
+        label = "Parameter" if value.parameter else "Tensor"
+        if value.sparse is not None or value.quantizer is not None:
+            return f"{label} ({value.kind})"  # sparse_coo, sparse_csr, quantized
+        return label
     if isinstance(value, Opaque):
         if value.is_module:
             return f"{value.class_name} (module)"

@@ -25,7 +25,18 @@ except ImportError:  # not on Windows: the heap cap is skipped there
 
 from ckpt_tui.core.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, opaque_class
+from ckpt_tui.core.tree import (
+    LAYOUTS,
+    SPARSE_LAYOUTS,
+    Device,
+    Layout,
+    Opaque,
+    Storage,
+    Symbol,
+    Tensor,
+    TorchSize,
+    opaque_class,
+)
 
 
 class StorageType:
@@ -173,10 +184,68 @@ def _bytearray(data: Any = b"") -> bytearray:
     return bytearray(data)
 
 
-def _get_layout(name: Any) -> Symbol:
-    if not isinstance(name, str):
-        raise ValueError("malformed layout")
-    return Symbol(name)
+def _get_layout(name: Any) -> Layout:
+    if name not in LAYOUTS:
+        raise ValueError(f"unknown tensor layout {reprlib.repr(name)}")
+    return Layout(name)
+
+
+_QSCHEMES = {"torch.per_tensor_affine", "torch.per_channel_affine", "torch.per_channel_affine_float_qparams"}
+
+
+def _quantizer(params: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Quantizer parameters in one of the two shapes torch pickles (per-tensor, per-channel)."""
+    if type(params) is not tuple or not params or not isinstance(params[0], Symbol):
+        raise ValueError("malformed quantizer parameters")
+    scheme = params[0].qualname
+    if scheme == "torch.per_tensor_affine" and len(params) == 3:
+        if type(params[1]) is float and type(params[2]) is int:
+            return params
+    elif scheme in _QSCHEMES and len(params) == 4:
+        scales, zero_points, axis = params[1], params[2], params[3]
+        tensors = isinstance(scales, Tensor) and isinstance(zero_points, Tensor) and type(axis) is int
+        if tensors and 0 <= axis < len(shape) and scales.numel == zero_points.numel == shape[axis]:
+            return params
+    raise ValueError(f"unsupported quantizer parameters for {scheme}")
+
+
+def _rebuild_qtensor(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    quantizer_params: Any,
+    requires_grad: Any,
+    backward_hooks: Any,
+) -> Tensor:
+    tensor = _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks)
+    if not tensor.dtype.startswith(("qint", "quint")):
+        raise ValueError(f"quantized tensor with a {tensor.dtype} storage")
+    tensor.kind = "quantized"
+    tensor.quantizer = _quantizer(quantizer_params, tensor.shape)
+    return tensor
+
+
+def _rebuild_sparse_tensor(layout: Any, data: Any) -> Tensor:
+    if not isinstance(layout, Layout) or layout.qualname not in SPARSE_LAYOUTS or type(data) is not tuple:
+        raise ValueError("malformed sparse tensor")
+    coo = layout.qualname == "torch.sparse_coo"
+    parts: tuple[Any, ...]
+    if coo and len(data) in (3, 4):
+        parts, size = (data[0], data[1]), data[2]
+        if len(data) == 4 and data[3] is not None and type(data[3]) is not bool:
+            raise ValueError("malformed sparse tensor (is_coalesced)")
+    elif not coo and len(data) == 4:
+        parts, size = (data[0], data[1], data[2]), data[3]
+    else:
+        raise ValueError(f"malformed {layout.name} tensor")
+    if not all(isinstance(part, Tensor) and part.kind == "dense" for part in parts):
+        raise ValueError(f"{layout.name} tensor parts are not dense tensors")
+    shape = _ints(size, "size")
+    if min(shape, default=0) < 0:
+        raise ValueError("sparse tensor size is negative")
+    values = parts[-1]
+    return Tensor(None, 0, shape, (), values.dtype, kind=layout.name, sparse=data)
 
 
 def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
@@ -229,8 +298,6 @@ _SAFE_OPAQUE = {
     "numpy._core.multiarray.scalar",
     "numpy.ndarray",
     "numpy.dtype",
-    "torch._utils._rebuild_qtensor",
-    "torch._utils._rebuild_sparse_tensor",
     "torch._utils._rebuild_nested_tensor",
     "torch._utils._rebuild_wrapper_subclass",
     "torch._utils._rebuild_device_tensor_from_numpy",
@@ -254,6 +321,8 @@ def _known_globals() -> dict[str, Any]:
         "torch.Size": TorchSize,
         "torch.device": _device,
         "torch.serialization._get_layout": _get_layout,
+        "torch._utils._rebuild_qtensor": _rebuild_qtensor,
+        "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
         "torch._utils._rebuild_tensor": _rebuild_tensor,
         "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
         "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,

@@ -659,6 +659,7 @@ class CkptApp(App[None]):
                 byteorder=self.session.checkpoint.byteorder,
                 force=force,
                 inputs=(self.session.checkpoint.path,),
+                metadata=self.session.checkpoint.metadata,
                 progress=progress,
                 cancelled=lambda: screen.cancelled or worker.is_cancelled,
             )

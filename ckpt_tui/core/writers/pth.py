@@ -1,0 +1,182 @@
+"""The ``.pth`` output: torch's zip layout, with a new data.pkl and the records copied byte for byte."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from ckpt_tui.core.dtypes import DTYPES
+from ckpt_tui.core.edits import CastSource
+from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.readers.assembled import AssembledRecords
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.tree import Storage, Tensor
+from ckpt_tui.core.writers.output import Output, WriteLog
+from ckpt_tui.core.writers.pickle_emitter import PickleWriter
+from ckpt_tui.core.writers.source_bytes import SMALL, MemorySource, SourceReader, SourceSpan
+from ckpt_tui.core.writers.tensor_data import cast_chunks, tensor_bytes
+from ckpt_tui.core.writers.zip_writer import WrittenEntry, ZipWriter
+
+BATCH = 2048
+Progress = Callable[[int, int], None]
+CancelCheck = Callable[[], bool]
+
+
+class RecordPlan:
+    """Output storages in first-use order, numbered as torch numbers them."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, str] = {}
+        self.storages: list[Storage] = []
+
+    def key(self, storage: Storage) -> str:
+        """The output record key of a storage (assigned on first use)."""
+        key = self.keys.get(id(storage))
+        if key is None:
+            key = self.keys[id(storage)] = str(len(self.storages))
+            self.storages.append(storage)
+        return key
+
+
+@dataclass
+class PthWrite:
+    """What went into a ``.pth``: the pickle, the storages it names, the members, and the write log."""
+
+    archive: str
+    data_pkl: bytes
+    storages: list[Storage]
+    tensors: int
+    entries: list[WrittenEntry] = field(default_factory=list)
+    log: WriteLog = field(default_factory=WriteLog)
+    nbytes: int = 0
+
+
+def archive_name(stem: str) -> str:
+    """The top folder inside the zip: the file's stem, as torch names it (safe characters only)."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in stem) or "archive"
+
+
+@dataclass
+class Emitted:
+    """data.pkl for a tree, the storages it names (in first-use order) and how many tensors it holds."""
+
+    data_pkl: bytes
+    storages: list[Storage]
+    tensors: int
+
+
+def emit(root: Any) -> Emitted:
+    """data.pkl for ``root``; a :class:`WriteError` naming the place of anything that cannot be written."""
+    plan = RecordPlan()
+    writer = PickleWriter(plan.key)
+    data = writer.dump(root)
+    return Emitted(data, plan.storages, writer.tensors)
+
+
+def write_pth(
+    emitted: Emitted,
+    file: BinaryIO,
+    stem: str,
+    byteorder: str,
+    progress: Progress | None = None,
+    cancelled: CancelCheck | None = None,
+) -> PthWrite:
+    """The torch zip layout: data.pkl, small records, then storages, as ``torch.save`` writes them."""
+    archive = archive_name(stem)
+    result = PthWrite(archive, emitted.data_pkl, emitted.storages, emitted.tensors)
+    total = sum(s.nbytes for s in emitted.storages) if progress is not None else 0
+    with Output(file, total, progress, cancelled) as out:
+        _write_members(ZipWriter(out), emitted, archive, byteorder, result)
+    result.log = out.log
+    result.nbytes = out.position
+    return result
+
+
+def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorder: str, result: PthWrite) -> None:
+    """data.pkl and the small members, every record, then the end members and the directory."""
+    advance = zip_file.out.advance
+    zip_file.add_bytes(f"{archive}/data.pkl", emitted.data_pkl)
+    zip_file.add_bytes(f"{archive}/.format_version", b"1")
+    zip_file.add_bytes(f"{archive}/.storage_alignment", b"64")
+    zip_file.add_bytes(f"{archive}/byteorder", byteorder.encode())
+    with SourceReader() as reader:
+        records = f"{archive}/data/"
+        batch: list[tuple[str, memoryview | bytes, int]] = []  # small records from a zip, written together
+        batch_bytes = 0
+        for index, storage in enumerate(emitted.storages):
+            source = storage.source
+            small = None
+            if type(source) is ZipRecords:
+                small = reader.small_zip_record(source, storage, storage.numel * DTYPES[storage.dtype][0])
+            if small is None or len(batch) >= BATCH:
+                zip_file.add_many(batch)
+                advance(batch_bytes)
+                batch.clear()
+                batch_bytes = 0
+            if small is None:
+                _write_record(zip_file, reader, records + str(index), storage, byteorder)
+                continue
+            data, source_crc = small
+            crc = zlib.crc32(data)
+            if source_crc and source_crc != crc:
+                raise _bad_crc(storage)
+            batch.append((records + str(index), data, crc))
+            batch_bytes += len(data)
+        zip_file.add_many(batch)
+        advance(batch_bytes)
+    zip_file.add_bytes(f"{archive}/version", b"3\n")
+    zip_file.add_bytes(f"{archive}/.data/serialization_id", str(secrets.randbits(128)).zfill(40).encode())
+    zip_file.close()
+    result.entries = zip_file.entries
+
+
+def _write_record(zip_file: ZipWriter, reader: SourceReader, name: str, storage: Storage, byteorder: str) -> None:
+    """One storage as one record: converted, copied through memory (small) or by the kernel (large)."""
+    size = storage.numel * DTYPES[storage.dtype][0]
+    source = storage.source
+    if isinstance(source, CastSource):
+        zip_file.add_stream(name, size, cast_chunks(source.base, storage.dtype, byteorder))
+        return
+    if isinstance(source, MemorySource):
+        _add_small(zip_file, name, storage, memoryview(source.data)[:size], None)
+        return
+    if isinstance(source, AssembledRecords):  # pieces in several files (distributed checkpoints)
+        whole = Tensor(storage, 0, (storage.numel,), (1,), storage.dtype)
+        zip_file.add_stream(name, size, tensor_bytes(whole))
+        return
+    span = reader.span(storage)
+    if size < SMALL:
+        _add_small(zip_file, name, storage, reader.read(span.path, span.offset, size), span.crc)
+    elif span.crc:
+        zip_file.add_copy(name, reader.fd(span.path), span.path, span.offset, size, span.crc)
+    else:
+        zip_file.add_stream(name, size, _chunks(reader, span, size))
+
+
+def _add_small(zip_file: ZipWriter, name: str, storage: Storage, data: memoryview, source_crc: int | None) -> None:
+    """A small record through memory; its CRC is recomputed and must match the source's, where it has one."""
+    crc = zlib.crc32(data)
+    if source_crc and source_crc != crc:
+        raise _bad_crc(storage)
+    zip_file.add_bytes(name, data, crc)
+    zip_file.out.advance(len(data))
+
+
+def _bad_crc(storage: Storage) -> WriteError:
+    return WriteError(f"the source's record {storage.key} fails its CRC (a corrupt file, or saved with skip_data)")
+
+
+def _chunks(reader: SourceReader, span: SourceSpan, size: int) -> Iterator[bytes]:
+    """A large record's bytes through a bounded buffer (when its CRC must be computed)."""
+    fd = reader.fd(span.path)
+    done = 0
+    while done < size:
+        data = os.pread(fd, min(size - done, 16 << 20), span.offset + done)
+        if not data:
+            raise OSError(f"{span.path} ended early")
+        done += len(data)
+        yield data

@@ -1,0 +1,275 @@
+"""The ``.safetensors`` output, laid out as the ``safetensors`` library lays it out.
+
+The library (``prepare()`` in its Rust source) sorts tensors by dtype, largest alignment first,
+then by name, and packs them without gaps; since every 8-byte dtype comes before every 4-byte one
+and so on, each tensor's offset is a multiple of its element size. The JSON header is compact,
+``__metadata__`` first, then the tensors in that order, padded with spaces to a multiple of 8.
+
+``__metadata__`` always holds a ``format`` (``"pt"`` unless the source declared its own: a file
+written from Flax keeps ``"flax"``, since its tensors still follow Flax's conventions), the
+source's own metadata, and, as ``save_model`` records them, the names of tied tensors that were
+written once (``{"lm_head.weight": "embed.weight"}``).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring
+from typing import Any, BinaryIO
+
+from ckpt_tui.core.dtypes import itemsize
+from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
+from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.writers.output import Output, WriteLog
+from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
+from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
+
+# the library's Dtype enum, in declaration order: it sorts tensors by this, descending
+LIBRARY_DTYPE_ORDER = (
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "C64",
+    "F64",
+    "I64",
+    "U64",
+)
+_RANK = {name: rank for rank, name in enumerate(LIBRARY_DTYPE_ORDER)}
+
+Progress = Callable[[int, int], None]
+CancelCheck = Callable[[], bool]
+
+
+@dataclass(slots=True)
+class DataItem:
+    """One tensor's bytes in the output: where, how many, copied from where (None: converted), CRC if known."""
+
+    name: str
+    offset: int
+    size: int
+    source_path: str | None = None
+    source_offset: int = 0
+    crc: int | None = None
+
+
+@dataclass
+class SafetensorsWrite:
+    """What went into a ``.safetensors``: the header, each tensor's place, the aliases, and the write log."""
+
+    header: bytes
+    items: list[DataItem]
+    aliases: dict[str, str]
+    data_start: int = 0
+    log: WriteLog = field(default_factory=WriteLog)
+    nbytes: int = 0
+
+
+def library_order(names_and_tensors: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
+    """The library's order: dtype descending (by its enum), then name."""
+    return sorted(names_and_tensors, key=lambda item: (-_RANK[TORCH_TO_SAFETENSORS[item[1].dtype]], item[0]))
+
+
+class SafetensorsPlan:
+    """A flat dict of tensors laid out as safetensors; identical tied views written once."""
+
+    def __init__(self, root: Any, byteorder: str, metadata: Mapping[Any, Any] | None = None) -> None:
+        if byteorder != "little":
+            raise WriteError("big-endian checkpoints cannot be written as safetensors")
+        if not isinstance(root, dict) or not all(isinstance(k, str) for k in root):
+            raise WriteError("safetensors holds one flat dict of tensors; this checkpoint is nested: use --extract")
+        others = [k for k, v in root.items() if not isinstance(v, Tensor)]
+        if others:
+            listed = ", ".join(repr(k) for k in others[:5])
+            raise WriteError(f"safetensors holds only tensors; {listed} are not (use --extract or --drop)")
+        if "__metadata__" in root:
+            raise WriteError("a tensor named '__metadata__' cannot be written as safetensors (rename it)")
+        self.aliases: dict[str, str] = {}
+        self.tensors = library_order(self._unique(root))
+        self.sizes = [tensor.numel * itemsize(tensor.dtype) for _, tensor in self.tensors]
+        self.metadata = self._metadata(metadata or {})
+
+    def _unique(self, root: dict[str, Tensor]) -> list[tuple[str, Tensor]]:
+        """Tensors to write; an identical view seen again becomes an alias of the first name (sorted)."""
+        views: dict[tuple[Any, ...], list[str]] = {}
+        first_view: dict[int, tuple[Any, ...]] = {}
+        shared: dict[int, list[tuple[Any, ...]]] = {}
+        for name, tensor in root.items():
+            storage = tensor.storage
+            if storage is None or tensor.kind != "dense" or tensor.dtype not in TORCH_TO_SAFETENSORS:
+                raise WriteError(f"{name!r}: {tensor.dtype} {tensor.kind} tensors cannot be written as safetensors")
+            view = (id(storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+            names = views.get(view)
+            if names is not None:
+                names.append(name)
+                continue
+            views[view] = [name]
+            first = first_view.setdefault(id(storage), view)
+            if first is not view:
+                shared.setdefault(id(storage), [first]).append(view)
+        for group in shared.values():
+            _refuse_overlaps([_span(view, views[view][0]) for view in group])
+        unique = []
+        for names in views.values():
+            kept = min(names) if len(names) > 1 else names[0]  # the name the library's save_model keeps
+            unique.append((kept, root[kept]))
+            self.aliases.update((other, kept) for other in sorted(names) if other != kept)
+        return unique
+
+    def _metadata(self, source: Mapping[Any, Any]) -> dict[str, str]:
+        bad = [k for k, v in source.items() if not isinstance(k, str) or not isinstance(v, str)]
+        if bad:
+            raise WriteError(
+                f"the source's metadata entry {bad[0]!r} is not text; safetensors metadata holds only strings"
+            )
+        metadata = {"format": source.get("format", "pt")}
+        metadata.update((k, v) for k, v in source.items() if k != "format")
+        for removed, kept in self.aliases.items():
+            metadata.setdefault(removed, kept)  # as save_model does: the source's own entry wins
+        return metadata
+
+    def header(self) -> bytes:
+        """The JSON header as the library writes it (compact, ``__metadata__`` first), padded to 8 bytes.
+
+        Built piece by piece (``json.dumps`` of 50,000 small dicts costs several times more); the
+        same text as ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``.
+        """
+        quote = encode_basestring
+        parts = ['{"__metadata__":{', ",".join(quote(k) + ":" + quote(v) for k, v in self.metadata.items()), "}"]
+        shapes: dict[tuple[int, ...], str] = {}
+        offset = 0
+        for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
+            if offset % itemsize(tensor.dtype):
+                raise WriteError(f"{name!r} would start at an unaligned offset {offset}")  # the order rules it out
+            shape = shapes.get(tensor.shape)
+            if shape is None:
+                shape = shapes[tensor.shape] = "[" + ",".join(map(str, tensor.shape)) + "]"
+            parts.append(
+                f',{quote(name)}:{{"dtype":"{TORCH_TO_SAFETENSORS[tensor.dtype]}","shape":{shape},'
+                f'"data_offsets":[{offset},{offset + size}]}}'
+            )
+            offset += size
+        parts.append("}")
+        try:
+            raw = "".join(parts).encode("utf-8")
+        except UnicodeEncodeError:
+            raise WriteError("a key or metadata entry is not valid Unicode; safetensors needs UTF-8") from None
+        return raw + b" " * ((-len(raw)) % 8)
+
+    def write(self, file: BinaryIO, progress: Progress | None, cancelled: CancelCheck | None) -> SafetensorsWrite:
+        """Header, then each tensor's bytes in order: runs that lie back to back in the source copied as one."""
+        header = self.header()
+        with Output(file, sum(self.sizes), progress, cancelled) as out, SourceReader() as reader:
+            out.write(struct.pack("<Q", len(header)))
+            out.write(header)
+            result = SafetensorsWrite(header, [], dict(self.aliases), data_start=out.position)
+            run: list[DataItem] = []
+            offset = 0
+            for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
+                item = self._item(reader, name, tensor, offset, size)
+                offset += item.size
+                result.items.append(item)
+                if item.source_path is None:
+                    _copy_run(run, reader, out)
+                    run = []
+                    out.stream(tensor_bytes(tensor), item.size)
+                elif run and (run[-1].source_path != item.source_path or _end(run[-1]) != item.source_offset):
+                    _copy_run(run, reader, out)
+                    run = [item]
+                else:
+                    run.append(item)
+            _copy_run(run, reader, out)
+            out.close()
+        result.log, result.nbytes = out.log, out.position
+        return result
+
+    @staticmethod
+    def _item(reader: SourceReader, name: str, tensor: Tensor, offset: int, size: int) -> DataItem:
+        """Where a tensor's bytes come from: a range of a source file, or (None) converted while written."""
+        item = DataItem(name, offset, size)
+        storage = tensor.storage
+        assert storage is not None
+        if tensor.metadata:
+            try:
+                conj, neg = view_bits(tensor)
+            except ValueError as exc:
+                raise WriteError(f"{name!r}: {exc}; safetensors cannot hold it") from None
+            if neg and tensor.dtype not in NEGATABLE:
+                raise WriteError(f"{name!r}: a negated {tensor.dtype} tensor cannot be written as safetensors")
+            if conj or neg:
+                return item  # the values are written with the bits applied
+        if not in_one_file(storage.source) or not tensor.is_contiguous():
+            return item
+        span = reader.span(storage)
+        begin = tensor.offset * itemsize(tensor.dtype)
+        if begin + item.size > span.available:
+            raise WriteError(f"{name!r} reaches past its storage record ({span.available} bytes)")
+        item.source_path, item.source_offset = span.path, span.offset + begin
+        if begin == 0 and item.size == span.available:
+            item.crc = span.crc
+        return item
+
+
+def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:
+    """Tensors that lie back to back in one source file: one kernel copy if large, else through a window."""
+    if not run:
+        return
+    path, start = run[0].source_path, run[0].source_offset
+    assert path is not None
+    size = _end(run[-1]) - start
+    if size >= SMALL:
+        out.copy(reader.fd(path), path, start, size, run[0].crc if len(run) == 1 else None)
+        return
+    for item in run:
+        data = reader.read(path, item.source_offset, item.size)
+        if item.crc and zlib.crc32(data) != item.crc:
+            raise WriteError(
+                f"{item.name!r}: its record in the source fails its CRC (corrupt, or saved with skip_data)"
+            )
+        out.write(data)
+        out.advance(item.size)
+
+
+def _end(item: DataItem) -> int:
+    return item.source_offset + item.size
+
+
+def _span(view: tuple[Any, ...], name: str) -> tuple[int, int, str]:
+    """The elements of its storage a view reaches, as ``[begin, end)`` (empty views reach nothing)."""
+    _, offset, shape, stride, _ = view
+    if 0 in shape:
+        return offset, offset, name
+    return offset, offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1, name
+
+
+def _refuse_overlaps(spans: list[tuple[int, int, str]]) -> None:
+    """Different views of one storage that share elements cannot be tied in safetensors (sorted sweep)."""
+    spans.sort()
+    reach, owner = -1, ""
+    for begin, end, name in spans:
+        if begin == end:
+            continue  # an empty view touches nothing
+        if begin < reach:
+            raise WriteError(
+                f"{name!r} and {owner!r} share memory but are different views; safetensors cannot tie them"
+            )
+        if end > reach:
+            reach, owner = end, name

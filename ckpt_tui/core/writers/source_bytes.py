@@ -1,0 +1,160 @@
+"""Reading the bytes a write copies: windowed reads, so runs of small records cost one read.
+
+A checkpoint of 50,000 small tensors has 50,000 records laid out one after another. Reading each
+with its own seek and read (and, for a zip, a second read for its local header) costs more than
+the bytes. Here a window of the source file is read once and sliced; a record found in the window
+costs a slice. Large records are never read through the window: they are copied by the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
+from ckpt_tui.core.tree import Storage
+
+WINDOW = 8 << 20
+SMALL = 1 << 20
+_LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
+
+
+class MemorySource:
+    """A storage whose bytes are held in memory (sanitize turns numpy arrays into tensors); written as they are."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.path = ""
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """These bytes are in no file until saved."""
+        raise EditError("the values of a rewritten tensor exist once it is saved")
+
+
+def in_one_file(source: object) -> bool:
+    """Whether a storage's bytes lie as they are in one range of one file (so they can be copied).
+
+    Cast storages, bytes held in memory and tensors assembled from pieces of several files are
+    produced while written instead.
+    """
+    from ckpt_tui.core.edits import CastSource
+    from ckpt_tui.core.readers.assembled import AssembledRecords
+
+    return source is not None and not isinstance(source, (CastSource, MemorySource, AssembledRecords))
+
+
+class SourceSpan:
+    """Where a storage's bytes are: file, absolute offset, bytes available there, and a CRC if one is known."""
+
+    __slots__ = ("available", "crc", "offset", "path")
+
+    def __init__(self, path: str, offset: int, available: int, crc: int | None) -> None:
+        self.path = path
+        self.offset = offset
+        self.available = available
+        self.crc = crc
+
+
+class SourceReader:
+    """Open source files and one read window per file; close it when done."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._windows: dict[str, tuple[int, memoryview]] = {}
+
+    def __enter__(self) -> SourceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every file opened."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._windows.clear()
+
+    def fd(self, path: str) -> int:
+        """A read-only descriptor of ``path`` (opened once)."""
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                raise WriteError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return fd
+
+    def read(self, path: str, offset: int, size: int) -> memoryview:
+        """``size`` bytes at ``offset``: a slice of the current window, or a new window read there."""
+        window = self._windows.get(path)
+        if window is not None:
+            start, data = window
+            if start <= offset and offset + size <= start + len(data):
+                return data[offset - start : offset - start + size]
+        start, data = self._load(path, offset, size)
+        return data[:size]
+
+    def _load(self, path: str, offset: int, size: int) -> tuple[int, memoryview]:
+        data = os.pread(self.fd(path), max(WINDOW, size), offset)
+        if len(data) < size:
+            raise WriteError(f"{path} ended early (truncated while being read?)")
+        window = self._windows[path] = (offset, memoryview(data))
+        return window
+
+    def small_zip_record(
+        self, source: ZipRecords, storage: Storage, nbytes: int
+    ) -> tuple[memoryview, int | None] | None:
+        """A small stored zip record's bytes and CRC, its local header parsed from the window; None if not small.
+
+        The same checks as the reader's ``locate``: a local header where the directory says, the record
+        inside the file, and at least ``nbytes`` long.
+        """
+        entry = source.entries.get(source.folder + storage.key)
+        if entry is None or entry.compress != STORED or entry.size >= SMALL:
+            return None
+        path, header_at = source.path, entry.header_offset
+        window = self._windows.get(path)
+        if window is None or not (window[0] <= header_at and header_at + LOCAL.size <= window[0] + len(window[1])):
+            window = self._load(path, header_at, LOCAL.size)
+        start, data = window
+        signature, name_len, extra_len = _LOCAL_PARTS.unpack_from(data, header_at - start)
+        if signature != b"PK\x03\x04":
+            raise ReadError(f"zip member {entry.name}: bad local header (corrupt zip)")
+        begin = header_at + LOCAL.size + name_len + extra_len
+        if begin + entry.size > source.file_bytes:
+            raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
+        if entry.size < nbytes:
+            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {nbytes}")
+        if begin + nbytes > start + len(data):
+            start, data = self._load(path, begin, nbytes)
+        return data[begin - start : begin - start + nbytes], (entry.crc if entry.size == nbytes else None)
+
+    def span(self, storage: Storage) -> SourceSpan:
+        """Where ``storage``'s bytes are, checked against its record as the reader checks them."""
+        source = storage.source
+        if source is None:
+            raise WriteError(f"storage {storage.key} has no data in this file")
+        if isinstance(source, ZipRecords):
+            return self._zip_span(source, storage)
+        offset, available = source.locate(storage)
+        return SourceSpan(source.path, offset, available, None)
+
+    def _zip_span(self, source: ZipRecords, storage: Storage) -> SourceSpan:
+        """A zip record's data offset read from its local header through the window (one read per run)."""
+        entry = source.entry(storage)
+        if entry.compress != STORED or entry.size >= SMALL:
+            offset, available = source.locate(storage)  # the reader's own checks and errors
+            return SourceSpan(source.path, offset, available, entry.crc if available == storage.nbytes else None)
+        header = self.read(source.path, entry.header_offset, LOCAL.size)
+        if bytes(header[:4]) != b"PK\x03\x04":
+            raise ReadError(f"zip member {entry.name}: bad local header (corrupt zip)")
+        name_len, extra_len = LOCAL.unpack(header)[-2:]
+        offset = entry.header_offset + LOCAL.size + name_len + extra_len
+        if offset + entry.size > source.file_bytes:
+            raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
+        if entry.size < storage.nbytes:
+            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+        return SourceSpan(source.path, offset, entry.size, entry.crc if entry.size == storage.nbytes else None)

@@ -1,0 +1,244 @@
+"""Verification: the written file, read again from disk, is what was meant, and nothing unsafe is in it.
+
+Verify smarter, not less. Rather than parsing the written file into a second tree and walking
+both, the checks compare what is on disk with what the writer meant, and scan everything that
+could run code:
+
+- every byte written from memory (headers, data.pkl, the zip directory, the safetensors header,
+  small records, converted tensors) is read back and has the CRC it had when written; every range
+  copied by the kernel has the source's CRC (the source zip's own, or recomputed from the source);
+  together these ranges tile the file;
+- ``.pth``: the data.pkl on disk is thereby the one meant, byte for byte (every key, order, shape,
+  stride, dtype and device tag); it is unpickled once more by the reader's own ``find_class``
+  (nothing is rebuilt), and any global the reader does not know as data refuses the write; its
+  storages are named 0, 1, ... in first-use order with the types, devices and sizes meant, and
+  every record starts on a 64-byte boundary;
+- ``.safetensors``: the header on disk is thereby the one meant.
+
+When more than :data:`FULL_VERIFY_BYTES` were written, ranges are not re-read whole: their first
+and last 4 KB are compared with what was written (or with the source, for copies).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ckpt_tui.core.errors import CkptError, WriteError
+from ckpt_tui.core.tree import Storage
+from ckpt_tui.core.unpickle import SafeUnpickler
+from ckpt_tui.core.writers.output import EDGE, WriteLog
+from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type
+from ckpt_tui.core.writers.pth import PthWrite
+from ckpt_tui.core.writers.safetensors_out import SafetensorsWrite
+from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader
+from ckpt_tui.core.writers.zip_writer import ALIGNMENT
+
+FULL_VERIFY_BYTES = 512 << 20
+CHUNK = 16 << 20
+NOTHING_REPLACED = "nothing was replaced"
+
+
+def _refused(what: str) -> WriteError:
+    return WriteError(f"{what}; {NOTHING_REPLACED}")
+
+
+# ---- scanning a written pickle ------------------------------------------------------------
+
+
+class _Built:
+    """What an opaque global stands for while scanning: accepts any call, state, item or append."""
+
+    qualname = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Built:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        """Accept an APPEND."""
+
+    def extend(self, values: Any) -> None:
+        """Accept an APPENDS."""
+
+
+_ACCEPT_ANY = "".format  # a C function taking any arguments: the cheapest stand-in for rebuild calls
+
+
+class GlobalScan(SafeUnpickler):
+    """Unpickles with the reader's ``find_class`` deciding what each global is, but rebuilds nothing.
+
+    ``unsafe_names`` then holds every global the reader calls unsafe (what opening the file would put
+    in ``Checkpoint.unsafe_globals``); ``storages`` the persistent ids, in stream order.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.storages: list[Any] = []
+        self.persistent_load = self.storages.append  # type: ignore[method-assign,assignment]  # C speed
+        self._stubs: dict[str, Any] = {}
+        super().__init__(io.BytesIO(data), None)
+
+    def find_class(self, module: str, name: str) -> Any:
+        super().find_class(module, name)  # the reader's decision, recorded in unsafe_names
+        qualname = f"{module}.{name}"
+        stub = self._stubs.get(qualname)
+        if stub is None:
+            if qualname in REBUILD_FUNCTIONS:
+                stub = _ACCEPT_ANY
+            elif qualname == "collections.OrderedDict":
+                stub = OrderedDict
+            else:
+                stub = type("Built", (_Built,), {"qualname": qualname})
+            self._stubs[qualname] = stub
+        return stub
+
+
+def scan_pickle(data: bytes) -> GlobalScan:
+    """Run the scan over a whole pickle."""
+    scan = GlobalScan(data)
+    try:
+        scan.load()
+    except CkptError:
+        raise
+    except Exception as exc:  # a pickle the writer produced must load; anything else is a failed write
+        raise _refused(f"the written data.pkl does not unpickle ({type(exc).__name__})") from None
+    return scan
+
+
+def refuse_unsafe(names: set[str], where: str) -> None:
+    """Refuse a written file that holds any global the reader does not know as data."""
+    if names:
+        raise _refused(f"the written {where} holds unsafe globals ({', '.join(sorted(names)[:5])})")
+
+
+# ---- .pth ---------------------------------------------------------------------------------
+
+
+def verify_pth(path: Path, meant: PthWrite) -> str:
+    """Check a written ``.pth`` against what was meant; raise :class:`WriteError` if anything differs."""
+    full = check_log(path, meant.log, meant.nbytes)
+    scan = scan_pickle(meant.data_pkl)  # the bytes on disk are these (checked above)
+    refuse_unsafe(scan.unsafe_names, "data.pkl")
+    _check_storages(scan.storages, meant.storages)
+    _check_alignment(meant)
+    what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
+    return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
+
+
+def _check_storages(found: list[Any], meant: list[Storage]) -> None:
+    """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant."""
+    if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in found):
+        raise _refused("the written data.pkl holds a persistent id that is not a storage")
+    order = list(dict.fromkeys(pid[2] for pid in found))
+    if order != [str(index) for index in range(len(meant))] or len(set(found)) != len(order):
+        raise _refused("the written data.pkl does not name its records once each, in first-use order")
+    by_key = {pid[2]: pid for pid in found}
+    for index, storage in enumerate(meant):
+        type_name = resolved_type(storage)
+        qualname = "torch.storage.UntypedStorage" if type_name == "UntypedStorage" else f"torch.{type_name}"
+        numel = storage.nbytes if type_name == "UntypedStorage" else storage.numel
+        _, kind, _, location, count = by_key[str(index)]
+        if (getattr(kind, "qualname", "?"), location, count) != (qualname, storage.location, numel):
+            raise _refused(f"the written data.pkl names record {index} with another type, device or size")
+
+
+def _check_alignment(meant: PthWrite) -> None:
+    """Every record's data starts on a 64-byte boundary (the local headers on disk are the ones meant)."""
+    records = f"{meant.archive}/data/"
+    for entry in meant.entries:
+        if entry.data_offset % ALIGNMENT and entry.name.startswith(records):
+            raise _refused(f"record {entry.name} is not aligned to {ALIGNMENT} bytes")
+
+
+# ---- .safetensors -----------------------------------------------------------------------
+
+
+def verify_safetensors(path: Path, meant: SafetensorsWrite) -> str:
+    """Check a written ``.safetensors`` against what was meant; raise :class:`WriteError` if anything differs."""
+    full = check_log(path, meant.log, meant.nbytes)
+    return "header as meant" + (", every byte's CRC" if full else ", the header's CRC, tensor bytes at the edges")
+
+
+# ---- the write log against the disk ------------------------------------------------------
+
+
+def check_log(path: Path, log: WriteLog, size: int) -> bool:
+    """Every logged range on disk is what was written (CRCs, or edges above the limit); True if whole."""
+    name = str(path)
+    ranges = sorted([(s.offset, s.size) for s in log.segments] + [(c.offset, c.size) for c in log.copies])
+    at = 0
+    for offset, length in ranges:
+        if offset != at:
+            raise _refused(f"the write log does not cover bytes {at} to {offset}")
+        at += length
+    if at != size or os.path.getsize(name) != size:
+        raise _refused(f"the written file has {os.path.getsize(name)} bytes, {size} were meant")
+    full = size <= FULL_VERIFY_BYTES
+    small = sum(s.size for s in log.segments) <= FULL_VERIFY_BYTES
+    with SourceReader() as disk, SourceReader() as sources:
+        for segment in log.segments:
+            if full or small or segment.size <= 2 * EDGE:
+                if crc_at(disk, name, segment.offset, segment.size) != segment.crc:
+                    raise _refused(
+                        f"bytes {segment.offset} to {segment.offset + segment.size} are not what was written"
+                    )
+            else:
+                head = os.pread(disk.fd(name), len(segment.head), segment.offset)
+                tail = os.pread(disk.fd(name), len(segment.tail), segment.offset + segment.size - len(segment.tail))
+                if head != segment.head or tail != segment.tail:
+                    raise _refused(f"bytes near offset {segment.offset} are not what was written")
+        for copy in log.copies:
+            if full:
+                expected = copy.crc
+                if expected is None:
+                    expected = crc_at(sources, copy.source_path, copy.source_offset, copy.size)
+                if crc_at(disk, name, copy.offset, copy.size) != expected:
+                    raise _refused(f"bytes {copy.offset} to {copy.offset + copy.size} were not copied faithfully")
+            else:
+                compare_edges(disk, name, copy.offset, sources, copy.source_path, copy.source_offset, copy.size)
+    return full
+
+
+def crc_at(reader: SourceReader, path: str, offset: int, size: int) -> int:
+    """CRC-32 of ``size`` bytes at ``offset``: through the reader's window if small, in bounded chunks if not."""
+    if size < SMALL:
+        return zlib.crc32(reader.read(path, offset, size))
+    value = 0
+    for chunk in _chunks(reader.fd(path), offset, size):
+        value = zlib.crc32(chunk, value)
+    return value
+
+
+def _chunks(fd: int, offset: int, size: int) -> Iterator[bytes]:
+    done = 0
+    while done < size:
+        data = os.pread(fd, min(CHUNK, size - done), offset + done)
+        if not data:
+            raise _refused("the written file ended early")
+        done += len(data)
+        yield data
+
+
+def compare_edges(
+    disk: SourceReader, path: str, at: int, sources: SourceReader, source_path: str, source_at: int, size: int
+) -> None:
+    """The first and last 4 KB of a copied range equal the source's."""
+    head = min(EDGE, size)
+    for edge in {0, size - head}:
+        written = os.pread(disk.fd(path), head, at + edge)
+        original = os.pread(sources.fd(source_path), head, source_at + edge)
+        if written != original:
+            raise _refused(f"bytes at offset {at + edge} were not copied faithfully")
