@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from builders import save_cuda_tagged, training_checkpoint
 
 from ckpt_tui.tui.app import CkptApp
@@ -12,9 +14,32 @@ from ckpt_tui.tui.app import CkptApp
 SIZE = (120, 36)
 
 
+def with_fixed_values(value: Any) -> Any:
+    """Replace every float tensor's values with exact binary fractions.
+
+    The values the stats panel shows must not depend on the CPU: a training step's float
+    rounding differs between machines, so the screens are drawn from values that every
+    machine computes exactly (eighths from -1 to 1).
+    """
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        steps = torch.arange(value.numel(), dtype=torch.float64) % 17 - 8
+        return (steps / 8).to(value.dtype).reshape(value.shape)
+    if isinstance(value, dict):
+        fixed = type(value)()
+        for key, item in value.items():
+            fixed[key] = with_fixed_values(item)
+        if hasattr(value, "_metadata"):  # a state_dict's per-module versions
+            fixed._metadata = value._metadata
+        return fixed
+    if isinstance(value, list):
+        return [with_fixed_values(item) for item in value]
+    return value
+
+
 @pytest.fixture
 def best_model(tmp_path: Path) -> Path:
-    return save_cuda_tagged(training_checkpoint(), tmp_path / "best_model.pth")
+    checkpoint = with_fixed_values(training_checkpoint())
+    return save_cuda_tagged(checkpoint, tmp_path / "best_model.pth")
 
 
 def settle(*keys: str):
