@@ -133,12 +133,21 @@ def _run(args: argparse.Namespace) -> int:
     return cmd_demo(getattr(args, "print_only", False), getattr(args, "readonly", False))
 
 
+def open_for_command(path: str) -> Any:
+    """Read a checkpoint for a headless command, then freeze it out of the GC's reach (it lives until exit)."""
+    from ckpt_tui.core import process
+    from ckpt_tui.core.reading import open_checkpoint
+
+    checkpoint = open_checkpoint(path)
+    process.freeze_gc()
+    return checkpoint
+
+
 def cmd_info(path: str, as_json: bool, depth: int) -> int:
     """``info``: the summary, as text or JSON."""
-    from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.summary import summarize
 
-    summary = summarize(open_checkpoint(path))
+    summary = summarize(open_for_command(path))
     if as_json:
         _print_json(summary.to_json())
     else:
@@ -151,9 +160,8 @@ def cmd_info(path: str, as_json: bool, depth: int) -> int:
 def cmd_check(path: str, as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
     from ckpt_tui.core.check import check_checkpoint
-    from ckpt_tui.core.reading import open_checkpoint
 
-    report = check_checkpoint(open_checkpoint(path))
+    report = check_checkpoint(open_for_command(path))
     if as_json:
         _print_json(report.to_json())
     else:
@@ -167,10 +175,9 @@ def cmd_compare(path: str, against: str | None, model: str | None, at: str | Non
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
     from ckpt_tui.core.compare import compare, load_reference
     from ckpt_tui.core.convert import resolve_path
-    from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.tree import get
 
-    checkpoint = open_checkpoint(path)
+    checkpoint = open_for_command(path)
     reference = load_reference(against, model)
     where = resolve_path(checkpoint.root, at) if at else ()
     report = compare(get(checkpoint.root, where), reference)
@@ -189,9 +196,8 @@ def cmd_compare(path: str, against: str | None, model: str | None, at: str | Non
 def cmd_diff(a: str, b: str, strip_prefix: str | None, as_json: bool) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
     from ckpt_tui.core.diff import diff
-    from ckpt_tui.core.reading import open_checkpoint
 
-    report = diff(open_checkpoint(a), open_checkpoint(b), strip_prefix)
+    report = diff(open_for_command(a), open_for_command(b), strip_prefix)
     if as_json:
         _print_json(report.to_json())
     else:
@@ -218,7 +224,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
         return 2
-    outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
+    from ckpt_tui.core import process
+
+    with process.gc_paused():  # a short-lived command over one tree: the cyclic GC only costs time
+        outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
     for change in outcome.changes:
         print("\n".join(change.lines()))
     if not outcome.changes:
