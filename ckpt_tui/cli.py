@@ -10,7 +10,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.tree import Checkpoint
 
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import CkptError, EditError
@@ -238,12 +241,21 @@ def _run(args: argparse.Namespace) -> int:
     return cmd_demo(getattr(args, "print_only", False), getattr(args, "readonly", False))
 
 
+def open_for_command(path: str | list[str]) -> Checkpoint:
+    """Read a checkpoint for a headless command, then freeze it out of the GC's reach (it lives until exit)."""
+    from ckpt_tui.core import process
+    from ckpt_tui.core.reading import open_checkpoint
+
+    checkpoint = open_checkpoint(path)
+    process.freeze_gc()
+    return checkpoint
+
+
 def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
     """``info``: the summary, as text or JSON."""
-    from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.summary import summarize
 
-    summary = summarize(open_checkpoint(path))
+    summary = summarize(open_for_command(path))
     if as_json:
         _print_json(summary.to_json())
     else:
@@ -256,9 +268,8 @@ def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
 def cmd_check(path: str | list[str], as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
     from ckpt_tui.core.check import check_checkpoint
-    from ckpt_tui.core.reading import open_checkpoint
 
-    report = check_checkpoint(open_checkpoint(path))
+    report = check_checkpoint(open_for_command(path))
     if as_json:
         _print_json(report.to_json())
     else:
@@ -272,10 +283,9 @@ def cmd_compare(path: str | list[str], against: str | None, model: str | None, a
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
     from ckpt_tui.core.compare import compare_checkpoint, load_reference
     from ckpt_tui.core.convert import resolve_option_path
-    from ckpt_tui.core.reading import open_checkpoint
     from ckpt_tui.core.tree import Opaque, get
 
-    checkpoint = open_checkpoint(path)
+    checkpoint = open_for_command(path)
     path = checkpoint.path
     reference = load_reference(against, model)
     where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
@@ -296,10 +306,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
     from ckpt_tui.core.convert import select
     from ckpt_tui.core.diff import diff
-    from ckpt_tui.core.reading import open_checkpoint
 
-    a = select(open_checkpoint(args.a), args.at_a, args.strip_prefix_a, "a")
-    b = select(open_checkpoint(args.b), args.at_b, args.strip_prefix_b, "b")
+    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
+    b = select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
     report = diff(a, b, args.strip_prefix)
     if args.json:
         _print_json(report.to_json())
@@ -362,7 +371,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print("\n".join(printable(line) for line in change.lines()))
         print(printable(written.line()))
         return 0
-    outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
+    from ckpt_tui.core import process
+
+    with process.gc_paused():  # a short-lived command over one tree: the cyclic GC only costs time
+        outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
     for note in outcome.notes:
         print(f"note: {printable(note)}")
     for change in outcome.changes:

@@ -210,5 +210,5 @@ def test_a_tree_nested_deeper_than_any_checkpoint_is_refused_in_one_line(tmp_pat
     data = b"\x80\x02}(" + text("w") + tensor_op(hooks=hooks) + b"u."
     source = write_zip_checkpoint(tmp_path / "deep.pth", data, {"0": floats(4)})
     code, err = convert(capsys, source, "-o", tmp_path / "out.pth")
-    assert code == 2 and "nested too deeply" in err and err.count("\n") == 1 and len(err) < 300
+    assert code == 2 and "nested" in err and "deep" in err and err.count("\n") == 1 and len(err) < 300
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.pth"]

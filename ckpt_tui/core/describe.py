@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,6 @@ from ckpt_tui.core.tree import (
     children,
     has_children,
     is_global_ref,
-    iter_tensors,
     type_label,
 )
 
@@ -32,7 +32,14 @@ FORMAT_NAMES = {
 }
 
 
-_REPR = reprlib.Repr()
+class _BoundedRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4000:  # str() raises past 4,300 digits; such an int is never worth printing
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_REPR = _BoundedRepr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 6
 _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40
 
@@ -67,15 +74,60 @@ class Totals:
     parameters: int = 0
     nbytes: int = 0
 
+    def add(self, other: Totals) -> None:
+        """Add another container's totals to these."""
+        self.tensors += other.tensors
+        self.parameters += other.parameters
+        self.nbytes += other.nbytes
+
+
+class TreeTotals:
+    """Totals below every container of one tree, from one walk of it.
+
+    Each tensor object counts once, in the first container (depth first, in stored order) where it is
+    reached; each container is walked once. For a tree that is exactly what lies below each container;
+    with shared objects every count stays bounded by the file (never multiplied by the paths to a
+    shared list), and the root's totals equal the file's distinct tensors.
+    """
+
+    def __init__(self, root: Any) -> None:
+        self._found: dict[int, tuple[Any, Totals]] = {}
+        counted: set[int] = set()
+        frames: list[tuple[Any, Iterator[tuple[Any, Any]], Totals]] = [(root, children(root), Totals())]
+        self._found[id(root)] = (root, frames[0][2])
+        while frames:
+            _, kids, found = frames[-1]
+            step = next(kids, None)
+            if step is None:
+                frames.pop()
+                if frames:
+                    frames[-1][2].add(found)
+                continue
+            kid = step[1]
+            if isinstance(kid, Tensor):
+                if id(kid) not in counted:
+                    counted.add(id(kid))
+                    found.tensors += 1
+                    found.parameters += kid.numel
+                    found.nbytes += kid.nbytes
+            elif id(kid) not in self._found and has_children(kid):
+                below = Totals()
+                self._found[id(kid)] = (kid, below)
+                frames.append((kid, children(kid), below))
+
+    def of(self, value: Any) -> Totals:
+        """Totals below ``value``: from this tree when it is in it, else from a walk of ``value`` alone."""
+        if isinstance(value, Tensor):
+            return Totals(1, value.numel, value.nbytes)
+        found = self._found.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1]
+        return TreeTotals(value).of(value) if has_children(value) else Totals()
+
 
 def totals(value: Any) -> Totals:
-    """Tensors, parameters and bytes below a value."""
-    result = Totals()
-    for _, tensor in iter_tensors(value):
-        result.tensors += 1
-        result.parameters += tensor.numel
-        result.nbytes += tensor.nbytes
-    return result
+    """Tensors, parameters and bytes below a value (each tensor object once; one walk of ``value``)."""
+    return TreeTotals(value).of(value)
 
 
 def tensor_text(tensor: Tensor) -> str:
@@ -103,13 +155,16 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def value_text(value: Any) -> str:
-    """The text after a key in the tree: type and, for tensors, shape/dtype/device/size."""
+def value_text(value: Any, tree_totals: TreeTotals | None = None) -> str:
+    """The text after a key in the tree: type and, for tensors, shape/dtype/device/size.
+
+    Pass the :class:`TreeTotals` of the whole tree when labelling many of its nodes (one walk in all).
+    """
     if isinstance(value, Tensor):
         return f"{type_label(value)} {tensor_text(value)}"
     if has_children(value):
         kids = sum(1 for _ in children(value))
-        found = totals(value)
+        found = tree_totals.of(value) if tree_totals is not None else totals(value)
         extra = (
             f" · {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}"
             if found.tensors
@@ -117,7 +172,7 @@ def value_text(value: Any) -> str:
         )
         return f"{type_label(value)} ({kids}){extra}"
     if isinstance(value, (dict, list, tuple, set, frozenset)) and not isinstance(value, TorchSize):
-        return f"{type(value).__name__} (empty)"
+        return f"{type_label(value)} (empty)"
     if isinstance(value, Opaque) or is_global_ref(value):
         return scalar_text(value, 100)
     return f"{type_label(value)} = {scalar_text(value)}"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import (
     PREFIX_ORIGINS,
     common_prefix,
@@ -18,7 +21,7 @@ from ckpt_tui.core.state_dicts import (
     state_dicts,
     tensor_items,
 )
-from ckpt_tui.core.tree import Opaque, Tensor, is_global_ref, iter_nodes
+from ckpt_tui.core.tree import Opaque, Reference, Tensor, is_global_ref, walk
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,12 @@ class Finding:
         return out
 
 
-def compute_findings(root: Any, nodes: list[tuple[KeyPath, Any]] | None = None) -> list[Finding]:
-    """All findings for a tree (walked once, or given as ``nodes``), warnings first."""
+def compute_findings(root: Any, references: Iterable[Reference] | None = None) -> list[Finding]:
+    """All findings for a tree, warnings first, from one walk of it (see :func:`~ckpt_tui.core.tree.walk`).
+
+    Unsafe globals are looked for everywhere a writer would look (tensor hooks, opaque arguments,
+    ``_metadata``...), the rest in what is shown. Each object is considered once.
+    """
     findings: list[Finding] = []
     unsafe: dict[str, tuple[KeyPath, int]] = {}
     modules: list[KeyPath] = []
@@ -67,28 +74,30 @@ def compute_findings(root: Any, nodes: list[tuple[KeyPath, Any]] | None = None) 
     schedulers: list[KeyPath] = []
     bad: list[tuple[KeyPath, str]] = []
     devices: Counter[str] = Counter()
-    for path, value in nodes if nodes is not None else iter_nodes(root):
+    for path, value, shown, first in references if references is not None else walk(root):
+        if isinstance(value, Opaque) or is_global_ref(value):
+            _note_global(value, path, unsafe)
+            if first and shown and isinstance(value, Opaque) and value.is_module:
+                modules.append(path)
+        if not (first and shown):
+            continue
         if isinstance(value, Tensor):
             devices[value.device] += 1
             problem = tensor_problem(value)
             if problem:
                 bad.append((path, problem))
-        elif isinstance(value, Opaque) or is_global_ref(value):
-            _note_global(value, path, unsafe, modules)
         elif is_optimizer(value):
             optimizers.append(path)
         elif is_scheduler(value):
             schedulers.append(path)
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
-    findings += [Finding("bad-tensor", f"{to_python(p)}: {why}", "warning", path=p) for p, why in bad[:20]]
+    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in bad[:20]]
     findings += _device_findings(devices)
     findings += _structure_findings(root, modules, optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
-def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]], modules: list[KeyPath]) -> None:
-    if isinstance(value, Opaque) and value.is_module:
-        modules.append(path)
+def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]]) -> None:
     if value.safe:
         return
     name = value.global_name
@@ -96,11 +105,15 @@ def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int
     unsafe[name] = (first, count + 1)
 
 
+def where(path: KeyPath) -> str:
+    """A path for a message: Python that reaches it, every string from the file escaped; "the root" for ()."""
+    return printable(to_python(path)) if path else "the root"
+
+
 def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
-    where = to_python(path) if path else "the root"
     times = f" ({count} uses)" if count > 1 else ""
     message = (
-        f"unsafe global {name} at {where}{times}: NOT executed here; "
+        f"unsafe global {printable(name)} at {where(path)}{times}: NOT executed here; "
         "torch.load(weights_only=False) would import and run it"
     )
     return Finding("unsafe-global", message, "warning", path=path, global_name=name)
@@ -126,7 +139,7 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
     gpu = {d: n for d, n in devices.items() if d not in ("cpu", "meta", "dcp")}
     if not gpu:
         return []
-    listed = ", ".join(f"{n} on {d}" for d, n in sorted(gpu.items()))
+    listed = ", ".join(f"{n} on {printable(d)}" for d, n in sorted(gpu.items()))
     message = (
         f"tensors saved on GPU ({listed}): shown here without one; torch.load on a CPU machine "
         "needs map_location='cpu', or the tags rewritten"
@@ -144,13 +157,14 @@ def _structure_findings(
         or ("state_dict" in root and ("loops" in root or "callbacks" in root or "optimizer_states" in root))
     ):
         version = root.get("pytorch-lightning_version") or root.get("lightning_version") or "?"
-        findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {version})"))
+        shown = printable(version if isinstance(version, str) else reprlib.repr(version))
+        findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {shown})"))
     inner = inner_state_dict(root)
     if inner:
         findings.append(
             Finding(
                 "inner-state-dict",
-                f"the model weights are under {to_python(inner)}",
+                f"the model weights are under {where(inner)}",
                 path=inner,
                 fix=Fix("--extract", to_slash(inner)),
             )
@@ -159,7 +173,7 @@ def _structure_findings(
         findings.append(
             Finding(
                 "module-pickle",
-                f"a whole pickled nn.Module at {to_python(path) if path else 'the root'}: "
+                f"a whole pickled nn.Module at {where(path)}: "
                 "its weights are shown without its class; extracting it gives its state_dict",
                 path=path,
                 fix=Fix("--extract", to_slash(path) if path else "auto"),
@@ -169,11 +183,12 @@ def _structure_findings(
         items = tensor_items(value) or []
         prefix = common_prefix(k for k, _ in items)
         if prefix:
-            where = to_python(path) if path else "the root"
-            message = f"all {len(items)} keys under {where} start with {prefix!r}: {prefix_origin(prefix)}"
+            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
+                prefix_origin(prefix)
+            )
             severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
             fix = Fix("--strip-prefix", prefix)
             findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
-    findings += [Finding("optimizer", f"optimizer state at {to_python(p)}", path=p) for p in optimizers]
-    findings += [Finding("scheduler", f"LR scheduler state at {to_python(p)}", path=p) for p in schedulers]
+    findings += [Finding("optimizer", f"optimizer state at {where(p)}", path=p) for p in optimizers]
+    findings += [Finding("scheduler", f"LR scheduler state at {where(p)}", path=p) for p in schedulers]
     return findings

@@ -12,7 +12,6 @@ reading in ``loader_problems``.
 from __future__ import annotations
 
 import codecs
-import gc
 import os
 import pickletools
 from collections.abc import Callable, Sequence
@@ -27,11 +26,10 @@ from ckpt_tui.core.readers.rank_set import merge_ranks, with_ranks
 from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.torch_zip import read_zip
-from ckpt_tui.core.tree import Checkpoint, children, has_children
+from ckpt_tui.core.tree import Checkpoint, check_tree
 from ckpt_tui.core.unpickle import load_pickle
 
 INDEX_SUFFIX = ".index.json"
-MAX_DEPTH = 100
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 TORCH_ZIP_START = b"PK\x03\x04"
 TAR_BLOCK = 512
@@ -70,22 +68,15 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     except OSError as exc:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
     check_depth(checkpoint.root, text)
-    gc.freeze()
     return checkpoint
 
 
 def check_depth(root: object, path: str) -> None:
-    """Refuse trees nested deeper than any real checkpoint (they only serve to exhaust recursion)."""
-    seen: set[int] = set()
-    stack: list[tuple[object, int]] = [(root, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ReadError(f"{path}: nested more than {MAX_DEPTH} levels deep (not a real checkpoint)")
-        if id(value) in seen or not has_children(value):
-            continue
-        seen.add(id(value))
-        stack.extend((child, depth + 1) for _, child in children(value))
+    """Refuse trees no real checkpoint has: nested too deep, ints too long to print, tensors past int64."""
+    try:
+        check_tree(root)
+    except ReadError as exc:
+        raise ReadError(f"{path}: {exc}") from None
 
 
 def _open(path: str) -> Checkpoint:

@@ -3,11 +3,12 @@ training checkpoint, optimizers and schedulers. Findings, compare and edits all 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.tree import Opaque, Tensor, module_children
+from ckpt_tui.core.keypath import Key, KeyPath, key_text
+from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Tensor, module_children, non_persistent_buffers
 
 PREFIX_ORIGINS = {
     "module.": "saved from DataParallel/DDP",
@@ -36,7 +37,7 @@ SEARCH_DEPTH = 3
 def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
     """The (key, value) pairs of a state_dict-like value, or None if it is not one."""
     if isinstance(value, Opaque) and value.is_module:
-        return [(k, v) for k, v in flat_module_items(value)]
+        return flat_module_items(value)
     if not isinstance(value, dict) or not value:
         return None
     items = list(value.items())
@@ -46,14 +47,87 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
     return items
 
 
-def flat_module_items(node: Opaque, prefix: str = "") -> Iterable[tuple[str, Any]]:
-    """A pickled module's ``state_dict()`` entries: dotted names to tensors."""
-    for key, value in module_children(node):
-        name = prefix + str(getattr(key, "name", key))
+REPEAT_ALLOWANCE = 4
+"""A module tree is listed with its shared submodules repeated (as torch's ``state_dict()`` does) while
+the listing takes at most this many steps per distinct entry; past that, each module is listed once."""
+
+
+def flat_module_items(node: Opaque, prefix: str = "") -> list[tuple[str, Any]]:
+    """A pickled module's ``state_dict()`` entries: dotted names to tensors.
+
+    Like torch, a submodule registered under two names is listed under both. Unlike torch, a module
+    that contains itself is listed once (torch would recurse forever), and a tree whose sharing would
+    multiply its entries (modules sharing children 60 levels deep: 2**60 names) lists each module once,
+    under its first name: the work stays linear in the file.
+    """
+    budget = REPEAT_ALLOWANCE * _distinct_entries(node) + 1000
+    listed = _flatten(node, prefix, budget)
+    return listed if listed is not None else _flatten(node, prefix, None) or []
+
+
+def _distinct_entries(node: Opaque) -> int:
+    """Entries of every distinct module below ``node``, each module counted once."""
+    seen = {id(node)}
+    stack = [node]
+    total = 0
+    while stack:
+        for _, value in module_children(stack.pop()):
+            total += 1
+            if isinstance(value, Opaque) and value.is_module and id(value) not in seen:
+                seen.add(id(value))
+                stack.append(value)
+    return total
+
+
+def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, Any]] | None:
+    """The listing, repeating shared modules within ``budget`` steps (None: over budget); once each without one."""
+    out: list[tuple[str, Any]] = []
+    on_path = {id(node)}
+    listed = {id(node)}
+    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, module_children(node), id(node))]
+    steps = 0
+    while stack:
+        where, entries, node_id = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            on_path.discard(node_id)
+            continue
+        steps += 1
+        if budget is not None and steps > budget:
+            return None
+        key, value = entry
+        name = where + key_text(key)
         if isinstance(value, Opaque) and value.is_module:
-            yield from flat_module_items(value, name + ".")
+            if id(value) in on_path or (budget is None and id(value) in listed):
+                continue
+            listed.add(id(value))
+            on_path.add(id(value))
+            stack.append((name + ".", module_children(value), id(value)))
         else:
-            yield name, value
+            out.append((name, value))
+    return out
+
+
+def module_groups(node: Opaque) -> Iterator[tuple[str, Tensor]]:
+    """``(group, tensor)`` for the parameters and persistent buffers of every distinct module below ``node``."""
+    seen = {id(node)}
+    stack = [node]
+    while stack:
+        module = stack.pop()
+        state = module.state
+        assert isinstance(state, dict)
+        skip = non_persistent_buffers(state)
+        for group in MODULE_GROUPS:
+            entries = state.get(group)
+            if not isinstance(entries, dict):
+                continue
+            for name, value in entries.items():
+                if isinstance(value, Tensor) and not (group == "_buffers" and name in skip):
+                    yield group, value
+                elif isinstance(value, Opaque) and value.is_module and id(value) not in seen:
+                    seen.add(id(value))
+                    stack.append(value)
 
 
 def common_prefix(keys: Iterable[str]) -> str | None:
@@ -94,18 +168,22 @@ def is_scheduler(value: Any) -> bool:
 
 
 def state_dicts(root: Any) -> list[tuple[KeyPath, Any]]:
-    """State_dict-like values near the root (not inside optimizers), shallowest first."""
+    """State_dict-like values near the root (not inside optimizers), shallowest first; each object once."""
     found: list[tuple[KeyPath, Any]] = []
-    queue: list[tuple[KeyPath, Any]] = [((), root)]
+    seen: set[int] = set()
+    queue: deque[tuple[KeyPath, Any]] = deque([((), root)])
     while queue:
-        path, value = queue.pop(0)
+        path, value = queue.popleft()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
         if tensor_items(value) is not None:
             found.append((path, value))
             continue
         if len(path) >= SEARCH_DEPTH or is_optimizer(value) or not isinstance(value, (dict, Opaque)):
             continue
-        entries = value.items() if isinstance(value, dict) else [] if not value.is_module else module_children(value)
-        queue.extend(((*path, k), v) for k, v in entries)
+        entries = value.items() if isinstance(value, dict) else module_children(value) if value.is_module else []
+        queue.extend(((*path, k), v) for k, v in entries if isinstance(v, (dict, Opaque)))
     return found
 
 

@@ -1,4 +1,10 @@
-"""Counts and totals of a checkpoint: what ``info`` prints and the TUI's header shows."""
+"""Counts and totals of a checkpoint: what ``info`` prints and the TUI's header shows.
+
+The tree is walked once (:func:`~ckpt_tui.core.tree.walk`): each object is expanded at its first
+reference only, so the time is linear in the file however much it shares. Every shown reference to a
+tensor is listed (the same object under two keys is two rows; ``aliases`` counts the other references
+of a listed object); elements, devices and dtypes count each tensor object once.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.findings import Finding, compute_findings
+from ckpt_tui.core.describe import count
+from ckpt_tui.core.findings import Finding, compute_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
-from ckpt_tui.core.tree import Checkpoint, Storage, Tensor, iter_nodes
+from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, module_groups, tensor_items
+from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Tensor, get, iter_tensors, walk
+
+BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+PARAMETER_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"})
+
+
+@dataclass
+class ModelCounts:
+    """Elements in the model's state_dict, split into parameters and buffers, and in optimizer state."""
+
+    path: KeyPath | None = None
+    parameters: int = 0
+    buffers: int = 0
+    optimizer_state: int = 0
 
 
 @dataclass
@@ -24,6 +46,9 @@ class Summary:
     dtypes: Counter[str]
     bytes_by_dtype: Counter[str]
     findings: list[Finding] = field(default_factory=list)
+    aliases: dict[int, int] = field(default_factory=dict)
+    """Other references to a listed tensor object, by ``id`` of the tensor (absent: none)."""
+    model: ModelCounts = field(default_factory=ModelCounts)
     _shard_prefixes: dict[int, str] = field(default_factory=dict, repr=False)
 
     def storage_id(self, storage: Storage | None) -> str | None:
@@ -37,15 +62,38 @@ class Summary:
             prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
         return prefix + storage.key
 
+    def counts_text(self) -> str:
+        """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
+
+        Without a model state_dict in the file, the sum over every tensor: ``851 params``.
+        """
+        model = self.model
+        if model.path is None:
+            return f"{count(self.parameter_count)} params"
+        parts = [f"{count(model.parameters)} params (model)"]
+        if model.buffers:
+            parts.append(f"{count(model.buffers)} in buffers")
+        if model.optimizer_state:
+            parts.append(f"{count(model.optimizer_state)} optimizer state")
+        rest = self.parameter_count - model.parameters - model.buffers - model.optimizer_state
+        if rest > 0:
+            parts.append(f"{count(rest)} other")
+        return " + ".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         """The ``info --json`` object (a documented contract: extend, never break)."""
         ckpt = self.checkpoint
+        model = self.model
         return {
             "path": ckpt.path,
             "format": ckpt.format,
             "file_bytes": ckpt.file_bytes,
             "tensor_count": len(self.tensors),
             "parameter_count": self.parameter_count,
+            "model_path": to_json(model.path) if model.path is not None else None,
+            "model_parameter_count": model.parameters,
+            "model_buffer_count": model.buffers,
+            "optimizer_state_count": model.optimizer_state,
             "tensor_bytes": self.tensor_bytes,
             "devices": dict(self.devices),
             "dtypes": dict(self.dtypes),
@@ -64,6 +112,7 @@ class Summary:
                     "storage_offset": t.offset,
                     "storage": self.storage_id(t.storage),
                     "parameter": t.parameter,
+                    "aliases": self.aliases.get(id(t), 0),
                 }
                 for path, t in self.tensors
             ],
@@ -72,26 +121,43 @@ class Summary:
 
 def summarize(checkpoint: Checkpoint) -> Summary:
     """Walk the tree once and total it up."""
-    nodes = list(iter_nodes(checkpoint.root))
-    tensors = [(path, value) for path, value in nodes if isinstance(value, Tensor)]
+    root = checkpoint.root
+    references = list(walk(root))
+    tensors: list[tuple[KeyPath, Tensor]] = []
+    listed: set[int] = set()
+    aliases: dict[int, int] = {}
+    for path, value, shown, _ in references:
+        if shown and isinstance(value, Tensor):
+            tensors.append((path, value))
+            if id(value) in listed:
+                aliases[id(value)] = aliases.get(id(value), 0) + 1
+            listed.add(id(value))
     devices: Counter[str] = Counter()
     dtypes: Counter[str] = Counter()
     by_dtype: Counter[str] = Counter()
-    storages: dict[int, Storage] = {}
+    storages: dict[int, tuple[Storage, KeyPath]] = {}
     parameters = 0
-    for _, tensor in tensors:
+    counted: set[int] = set()
+    for path, tensor in tensors:
+        if id(tensor) in counted:  # another key for the same tensor object: its elements count once
+            continue
+        counted.add(id(tensor))
         devices[tensor.device] += 1
         dtypes[tensor.dtype] += 1
         by_dtype[tensor.dtype] += tensor.nbytes
         parameters += tensor.numel
-        if tensor.storage is not None:
-            storages[id(tensor.storage)] = tensor.storage
-    tensor_bytes = sum(s.nbytes for s in storages.values()) or sum(by_dtype.values())
-    summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype)
-    summary.findings = compute_findings(checkpoint.root, nodes) + _missing_records(storages.values())
+        if tensor.storage is not None and id(tensor.storage) not in storages:
+            storages[id(tensor.storage)] = (tensor.storage, path)
+    tensor_bytes = sum(s.nbytes for s, _ in storages.values()) or sum(by_dtype.values())
+    summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
+    summary.model = model_counts(root, references)
+    summary.findings = compute_findings(root, references) + _missing_records(list(storages.values()))
     reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
     for name in sorted(checkpoint.unsafe_globals - reported):
-        message = f"unsafe global {name} in the pickle, outside the tree: NOT executed here; torch.load would run it"
+        message = (
+            f"unsafe global {printable(name)} in the pickle, outside the tree: NOT executed here; "
+            "torch.load would run it"
+        )
         summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
     for problem in checkpoint.loader_problems:
         summary.findings.append(Finding("loader-refuses", problem, "warning"))
@@ -99,11 +165,61 @@ def summarize(checkpoint: Checkpoint) -> Summary:
     return summary
 
 
-def _missing_records(storages: Any) -> list[Finding]:
-    missing = [s for s in storages if s.source is not None and hasattr(s.source, "has") and not s.source.has(s)]
+def model_counts(root: Any, references: list[Any]) -> ModelCounts:
+    """Elements of the model state_dict's parameters and buffers, and of every optimizer's state."""
+    counts = ModelCounts()
+    path: KeyPath | None = () if isinstance(root, Opaque) and root.is_module else None
+    if path is None:
+        path = () if tensor_items(root) is not None else inner_state_dict(root)
+    if path is not None:
+        counts.path = path
+        counts.parameters, counts.buffers = _parameters_and_buffers(get(root, path))
+    seen: set[int] = set()
+    for _, value, shown, first in references:
+        if shown and first and is_optimizer(value) and isinstance(value.get("state"), dict):
+            for _, tensor in iter_tensors(value["state"]):
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    counts.optimizer_state += tensor.numel
+    return counts
+
+
+def _parameters_and_buffers(model: Any) -> tuple[int, int]:
+    """Elements in parameters and in buffers: exact for a pickled module, by name and dtype for a state_dict."""
+    parameters = buffers = 0
+    seen: set[int] = set()
+    if isinstance(model, Opaque) and model.is_module:
+        for group, tensor in module_groups(model):
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                if group == "_parameters":
+                    parameters += tensor.numel
+                else:
+                    buffers += tensor.numel
+        return parameters, buffers
+    for name, tensor in tensor_items(model) or []:
+        if isinstance(tensor, Tensor) and id(tensor) not in seen:
+            seen.add(id(tensor))
+            if is_buffer(name, tensor):
+                buffers += tensor.numel
+            else:
+                parameters += tensor.numel
+    return parameters, buffers
+
+
+def is_buffer(name: str, tensor: Tensor) -> bool:
+    """A state_dict entry that is a buffer, not a parameter: BatchNorm's statistics, or any integer tensor."""
+    return name.rsplit(".", 1)[-1] in BUFFER_NAMES or tensor.dtype not in PARAMETER_DTYPES
+
+
+def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
+    missing = [
+        (s, path) for s, path in storages if s.source is not None and hasattr(s.source, "has") and not s.source.has(s)
+    ]
     if not missing:
         return []
-    names = ", ".join(sorted(s.key for s in missing)[:5])
+    missing.sort(key=lambda item: item[0].key)
+    names = ", ".join(f"{where(path)} (record {printable(s.key)})" for s, path in missing[:5])
     more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-    message = f"{len(missing)} storage records are missing from the file ({names}{more}): it cannot be loaded"
-    return [Finding("missing-record", message, "warning")]
+    message = f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded"
+    return [Finding("missing-record", message, "warning", path=missing[0][1])]

@@ -3,18 +3,37 @@
 A checkpoint's root is built from plain Python containers (dict, OrderedDict, list,
 tuple, set) holding scalars, strings, bytes and the node types below. Nothing here
 imports torch; nothing here ever runs code from the file.
+
+Every node type a pickle can reach refuses pickle's BUILD (``__setstate__``): once a
+stand-in is validated, the file cannot change its shape, dtype, storage or attributes.
+Every walk over a tree visits each object once, so time and memory follow the file's size,
+never the number of paths through shared objects.
 """
 
 from __future__ import annotations
 
+import collections
 import math
+import pickle
 import reprlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NoReturn, Protocol
 
 from ckpt_tui.core.dtypes import DTYPES, itemsize
-from ckpt_tui.core.keypath import Attr, Key
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.keypath import Attr, Key, KeyPath
+
+INT64_MIN = -(1 << 63)
+INT64_LIMIT = 1 << 63
+MAX_INT_BITS = 12_000
+"""Ints longer than this (about 3,600 digits) are refused: ``str()`` of one past 4,300 digits raises."""
+MAX_DEPTH = 100
+
+
+def refuse_state(*_args: Any) -> NoReturn:
+    """``__setstate__`` of the stand-ins that take no state: pickle's BUILD on them is refused."""
+    raise pickle.UnpicklingError("BUILD on a value that takes no state (tensor, storage, size, dtype, device)")
 
 
 class RecordSource(Protocol):
@@ -41,6 +60,8 @@ class Storage:
     source: RecordSource | None = field(default=None, repr=False)
     type_name: str = ""
 
+    __setstate__ = refuse_state
+
     @property
     def nbytes(self) -> int:
         """Size of the storage in bytes."""
@@ -52,6 +73,8 @@ class Symbol:
     """A torch constant named by a global: a dtype (``torch.float32``), layout, qscheme..."""
 
     qualname: str
+
+    __setstate__ = refuse_state
 
     @property
     def name(self) -> str:
@@ -83,14 +106,46 @@ class Device:
     type: str
     index: int | None = None
 
+    __setstate__ = refuse_state
+
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
 
 class TorchSize(tuple[int, ...]):
-    """A ``torch.Size`` value (a tuple that pickles back as ``torch.Size``)."""
+    """A ``torch.Size`` value (a tuple of int64 that pickles back as ``torch.Size``)."""
 
     __slots__ = ()
+
+    def __new__(cls, dims: Any = ()) -> TorchSize:
+        values = tuple(dims)
+        for value in values:
+            if type(value) is not int or not INT64_MIN <= value < INT64_LIMIT:
+                raise ValueError("torch.Size holds a value that is not an int64")
+        return super().__new__(cls, values)
+
+    __setstate__ = refuse_state
+
+
+class LoadedOrderedDict(collections.OrderedDict[Any, Any]):
+    """An ``OrderedDict`` read from a file. BUILD may give it only a valid ``_metadata``, once.
+
+    A plain OrderedDict accepts any attribute through BUILD, including ones that shadow its
+    methods (``items``); this one refuses them. ``_metadata`` must be a dict with str keys, and is
+    copied, so the file cannot change it after it was checked.
+    """
+
+    def __setstate__(self, state: Any) -> None:
+        if "_metadata" in self.__dict__:
+            raise pickle.UnpicklingError("BUILD applied twice to an OrderedDict")
+        if not isinstance(state, dict) or any(key != "_metadata" for key in state):
+            raise pickle.UnpicklingError("BUILD sets attributes on an OrderedDict other than _metadata")
+        if not state:
+            return
+        metadata = state["_metadata"]
+        if not isinstance(metadata, dict) or not all(type(key) is str for key in metadata):
+            raise pickle.UnpicklingError("a state_dict's _metadata is not a dict with str keys")
+        self.__dict__["_metadata"] = collections.OrderedDict(metadata)
 
 
 @dataclass(slots=True, eq=False)
@@ -114,6 +169,11 @@ class Tensor:
     sparse: tuple[Any, ...] | None = None
     """A sparse tensor's parts as pickled: ``(indices, values, size[, coalesced])`` (COO) or
     ``(compressed_indices, plain_indices, values, size)`` (CSR/CSC/BSR/BSC); ``kind`` names the layout."""
+
+    __setstate__ = refuse_state
+
+    def __repr__(self) -> str:
+        return f"Tensor({list(self.shape)}, {self.dtype}, {self.device})"
 
     @property
     def numel(self) -> int:
@@ -150,7 +210,7 @@ class Opaque:
     """An object built from a global that is not known as data: recorded, never run.
 
     ``find_class`` makes one subclass per global name; calling it (REDUCE, NEWOBJ,
-    INST, OBJ) and filling it (BUILD, SETITEMS, APPENDS) only records what was given.
+    INST, OBJ) and filling it (BUILD once, SETITEMS, APPENDS) only records what was given.
     """
 
     global_name: ClassVar[str] = "?"
@@ -162,6 +222,7 @@ class Opaque:
         obj.kwargs = kwargs
         obj.how = "newobj"
         obj.state = None
+        obj.built = False
         obj.items = {}
         obj.list_items = []
         return obj
@@ -170,7 +231,10 @@ class Opaque:
         self.how = "reduce"
 
     def __setstate__(self, state: Any) -> None:
+        if self.built:
+            raise pickle.UnpicklingError(f"BUILD applied twice to a {self.global_name} object")
         self.state = state
+        self.built = True
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.items[key] = value
@@ -196,6 +260,7 @@ class Opaque:
     kwargs: dict[str, Any]
     how: str
     state: Any
+    built: bool
     items: dict[Any, Any]
     list_items: list[Any]
     callee: Opaque | None = None
@@ -238,15 +303,24 @@ class Checkpoint:
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
 
 
-# ---- walking the tree -------------------------------------------------------------------
+# ---- what a node holds --------------------------------------------------------------------
+
+MODULE_GROUPS = ("_parameters", "_buffers", "_modules")
+SCALARS = (str, int, float, bool, bytes, complex, type(None))
+
+
+def non_persistent_buffers(state: dict[str, Any]) -> frozenset[Any]:
+    """A module's ``_non_persistent_buffers_set``; anything but a set counts as empty."""
+    names = state.get("_non_persistent_buffers_set")
+    return frozenset(names) if isinstance(names, (set, frozenset)) else frozenset()
 
 
 def module_children(node: Opaque) -> Iterator[tuple[Key, Any]]:
     """A pickled module's parameters, buffers (persistent only) and submodules, in order."""
     state = node.state
     assert isinstance(state, dict)
-    skip = state.get("_non_persistent_buffers_set") or ()
-    for group in ("_parameters", "_buffers", "_modules"):
+    skip = non_persistent_buffers(state)
+    for group in MODULE_GROUPS:
         entries = state.get(group)
         if isinstance(entries, dict):
             for name, value in entries.items():
@@ -254,14 +328,22 @@ def module_children(node: Opaque) -> Iterator[tuple[Key, Any]]:
                     yield Attr(str(name)), value
 
 
+def _shown_arg(arg: Any) -> bool:
+    return has_children(arg) or isinstance(arg, (Tensor, Opaque)) or is_global_ref(arg)
+
+
+def _set_order(value: Any) -> str:
+    return reprlib.repr(value)
+
+
 def children(value: Any) -> Iterator[tuple[Key, Any]]:
-    """The (key, child) pairs below a value, in stored order; nothing for leaves."""
+    """The (key, child) pairs shown below a value, in stored order; nothing for leaves."""
     if isinstance(value, dict):
         yield from value.items()
     elif isinstance(value, (list, tuple)) and not isinstance(value, TorchSize):
         yield from enumerate(value)
     elif isinstance(value, (set, frozenset)):
-        yield from enumerate(sorted(value, key=reprlib.repr))
+        yield from enumerate(sorted(value, key=_set_order))
     elif isinstance(value, Opaque):
         if value.is_module:
             yield from module_children(value)
@@ -269,7 +351,7 @@ def children(value: Any) -> Iterator[tuple[Key, Any]]:
         if value.callee is not None:
             yield Attr("callee"), value.callee
         for index, arg in enumerate(value.args):
-            if has_children(arg) or isinstance(arg, (Tensor, Opaque)) or is_global_ref(arg):
+            if _shown_arg(arg):
                 yield Attr(f"args[{index}]"), arg
         if isinstance(value.state, dict):
             for name, item in value.state.items():
@@ -280,8 +362,47 @@ def children(value: Any) -> Iterator[tuple[Key, Any]]:
         yield from enumerate(value.list_items)
 
 
+def hidden_parts(value: Any) -> Iterator[tuple[Key, Any]]:
+    """What a value holds besides its shown children; a writer emits these too.
+
+    Tensor hooks, tensor metadata and Parameter state; a dict's ``_metadata`` and its keys that are not
+    str; an opaque object's plain and keyword arguments; a module's other attributes (hooks, flags) and
+    the parameters/buffers its state_dict leaves out. Each comes with a descriptive path step.
+    """
+    if isinstance(value, Tensor):
+        if value.hooks is not None:
+            yield Attr("_backward_hooks"), value.hooks
+        if value.metadata is not None:
+            yield Attr("<tensor metadata>"), value.metadata
+        if value.parameter_state is not None:
+            yield Attr("<parameter state>"), value.parameter_state
+    elif isinstance(value, dict):
+        metadata = getattr(value, "_metadata", None)
+        if metadata is not None:
+            yield Attr("_metadata"), metadata
+        for key in value:
+            if type(key) is not str:
+                yield Attr("<key>"), key
+    elif isinstance(value, Opaque):
+        module = value.is_module
+        for index, arg in enumerate(value.args):
+            if module or not _shown_arg(arg):
+                yield Attr(f"args[{index}]"), arg
+        for name, arg in value.kwargs.items():
+            yield Attr(f"kwargs[{name}]"), arg
+        for key in value.items:
+            if type(key) is not str:
+                yield Attr("<key>"), key
+        if module:
+            if value.callee is not None:
+                yield Attr("callee"), value.callee
+            yield Attr("<state>"), value.state
+            yield from value.items.items()
+            yield from enumerate(value.list_items)
+
+
 def has_children(value: Any) -> bool:
-    """Whether a value is a container with at least one child."""
+    """Whether a value is a container with at least one shown child."""
     if isinstance(value, (dict, list, set, frozenset)):
         return len(value) > 0
     if isinstance(value, tuple) and not isinstance(value, TorchSize):
@@ -311,18 +432,66 @@ def get(root: Any, path: tuple[Key, ...]) -> Any:
     return value
 
 
+# ---- walks: each object expanded once -----------------------------------------------------
+
+_LEAVES = (Tensor, str, bytes, int, float)
+
+
 def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Iterator[tuple[tuple[Key, ...], Any]]:
-    """Every value below ``root`` (the root included) with its path, depth first, once each."""
+    """Every shown value below ``root`` (the root included) with its path, depth first.
+
+    A value reached again (a shared list, a tensor under two keys) is yielded at each reference
+    but expanded only the first time, so the walk is linear in the file, whatever the sharing.
+    """
     seen: set[int] = set()
     stack: list[tuple[tuple[Key, ...], Any]] = [(path, root)]
     while stack:
         where, value = stack.pop()
         yield where, value
-        if isinstance(value, (Tensor, str, bytes, int, float)) or id(value) in seen or len(where) > limit:
+        if isinstance(value, _LEAVES) or id(value) in seen or len(where) > limit:
             continue
         seen.add(id(value))
         kids = list(children(value))
         stack.extend(((*where, key), kid) for key, kid in reversed(kids))
+
+
+Reference = tuple[KeyPath, Any, bool, bool]
+
+
+def walk(root: Any, path: KeyPath = ()) -> Iterator[Reference]:
+    """Every reference to an object below ``root``, shown or hidden: ``(path, value, shown, first)``.
+
+    Each object is expanded once, at its first reference (``first`` is True there); later references
+    are yielded but not expanded, so the walk is linear in the file whatever the sharing. Shown children
+    come before hidden parts (see :func:`hidden_parts`), and an object first met in a hidden part is
+    expanded once more where it is shown. Scalars (str, int, float, bytes, None...) are left out.
+    """
+    expanded: dict[int, bool] = {}
+    stack: list[tuple[KeyPath, Any, bool]] = [(path, root, True)]
+    while stack:
+        where, value, shown = stack.pop()
+        if isinstance(value, SCALARS):
+            continue
+        before = expanded.get(id(value))
+        first = before is None or (shown and not before)
+        yield where, value, shown, first
+        if not first:
+            continue
+        expanded[id(value)] = shown
+        stack.extend(((*where, key), kid, False) for key, kid in reversed(list(hidden_parts(value))))
+        if not isinstance(value, Tensor):
+            stack.extend(((*where, key), kid, shown) for key, kid in reversed(list(children(value))))
+
+
+def iter_reachable(root: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, Any, bool]]:
+    """Every object reachable from ``root``, shown or hidden, as ``(path, value, shown)``, each object once.
+
+    The walk for questions about everything a file holds, such as "is any unsafe global left?":
+    what a writer emits is among these.
+    """
+    for where, value, shown, first in walk(root, path):
+        if first:
+            yield where, value, shown
 
 
 def iter_tensors(root: Any, path: tuple[Key, ...] = ()) -> Iterator[tuple[tuple[Key, ...], Tensor]]:
@@ -349,4 +518,120 @@ def type_label(value: Any) -> str:
         return "dtype" if value.qualname.startswith("torch.") and value.name in DTYPES else value.qualname
     if isinstance(value, TorchSize):
         return "torch.Size"
+    if isinstance(value, LoadedOrderedDict):
+        return "OrderedDict"
     return type(value).__name__
+
+
+# ---- validation after a read ----------------------------------------------------------------
+
+
+def check_tree(root: Any) -> None:
+    """Refuse what no real checkpoint holds and what would break the walks and views downstream.
+
+    Raises :class:`ReadError` (without the file name) for containers nested more than
+    :data:`MAX_DEPTH` levels (the longest chain, through shared objects too, as a recursive walk
+    would meet it), ints too long to print, and tensors whose sizes, strides or offset do not fit
+    int64. Every object, key and hidden part is checked, each object once. An opaque object's
+    argument tuple and state dict, and a module's parameter/buffer/submodule dicts, add no level.
+    """
+    heights: dict[int, int] = {}
+    on_path: set[int] = set()
+    # each frame: [container, its contents, height so far, depth, weight of the edge into it]
+    frames: list[list[Any]] = [[root, _contents(root), 0, 0, 0]]
+    on_path.add(id(root))
+    while frames:
+        frame = frames[-1]
+        step = next(frame[1], None)
+        if step is None:
+            frames.pop()
+            value, height = frame[0], frame[2]
+            on_path.discard(id(value))
+            heights[id(value)] = height
+            if frames:
+                frames[-1][2] = max(frames[-1][2], height + frame[4])
+            continue
+        kid, weight = step
+        below = _check_value(kid, heights, on_path)
+        depth = frame[3] + weight
+        if below is None:
+            if depth > MAX_DEPTH:
+                raise ReadError(f"nested more than {MAX_DEPTH} levels deep (not a real checkpoint)")
+            module_state = isinstance(frame[0], Opaque) and kid is frame[0].state and frame[0].is_module
+            frames.append([kid, _contents(kid, module_state), 0, depth, weight])
+            on_path.add(id(kid))
+        elif below or weight:
+            if depth + below > MAX_DEPTH:
+                raise ReadError(f"nested more than {MAX_DEPTH} levels deep (not a real checkpoint)")
+            frame[2] = max(frame[2], below + weight)
+
+
+def _contents(value: Any, module_state: bool = False) -> Iterator[tuple[Any, int]]:
+    """Every object a container holds directly (keys, values, hidden parts), with the depth each adds."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str:
+                yield key, 1
+            yield item, 0 if module_state and key in MODULE_GROUPS else 1
+        metadata = getattr(value, "_metadata", None)
+        if metadata is not None:
+            yield metadata, 1
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield item, 1
+    elif isinstance(value, Tensor):
+        for _, kid in hidden_parts(value):
+            yield kid, 1
+    elif isinstance(value, Opaque):
+        if value.callee is not None:
+            yield value.callee, 1
+        for part in (value.args, value.kwargs, value.state, value.items, value.list_items):
+            yield part, 0
+
+
+def _check_value(value: Any, heights: dict[int, int], on_path: set[int]) -> int | None:
+    """0 for a checked leaf, the known height of a container seen before, None for a container to enter."""
+    kind = type(value)
+    if kind is str or kind is float or kind is bool or value is None or kind is bytes or kind is complex:
+        return 0
+    if kind is int:
+        if value.bit_length() > MAX_INT_BITS:
+            raise ReadError("holds an integer with thousands of digits (not a real checkpoint)")
+        return 0
+    if kind is Tensor:
+        _check_tensor(value)
+        if value.hooks is None and value.metadata is None and value.parameter_state is None:
+            return 0
+    elif kind is Storage:
+        _check_int64(value.numel, "storage size")
+        return 0
+    elif kind is Device:
+        if value.index is not None:
+            _check_int64(value.index, "device index")
+        return 0
+    elif kind is Symbol or is_global_ref(value):
+        return 0
+    known = heights.get(id(value))
+    if known is not None:
+        return known
+    if id(value) in on_path:
+        return 0  # a cycle: every walk stops at objects it has seen
+    return None
+
+
+def _check_int64(value: Any, what: str) -> None:
+    if type(value) is not int or not INT64_MIN <= value < INT64_LIMIT:
+        raise ReadError(f"a {what} does not fit in int64")
+
+
+def _check_tensor(tensor: Tensor) -> None:
+    """Sizes, strides and offset are int64, and the element count fits one (as torch requires)."""
+    _check_int64(tensor.offset, "tensor offset")
+    for size in tensor.shape:
+        _check_int64(size, "tensor size")
+        if size < 0:
+            raise ReadError("a tensor size is negative")
+    for stride in tensor.stride:
+        _check_int64(stride, "tensor stride")
+    if math.prod(tensor.shape) >= INT64_LIMIT:
+        raise ReadError("a tensor has more elements than int64 can count")

@@ -3,39 +3,43 @@
 Globals known as data (torch rebuild functions, dtypes, OrderedDict, ...) map to inert
 stand-ins from :mod:`ckpt_tui.core.tree`; every other global becomes an
 :class:`~ckpt_tui.core.tree.Opaque` placeholder that records how it was used.
+
+Names are matched exactly, after resolving them as the real loader would (:func:`resolve_global`):
+a dotted name (protocol 4's ``STACK_GLOBAL`` walks attributes: module ``torch``, name
+``_utils.os.system``) is never known data, whatever its module. Every stand-in refuses pickle's
+BUILD, so a file cannot change a tensor, a storage or one of these functions after it was made.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
-import contextlib
-import gc
+import dataclasses
 import io
+import math
 import os
 import pickle
 import reprlib
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+import types
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
-try:
-    import resource
-except ImportError:  # not on Windows: the heap cap is skipped there
-    resource = None  # type: ignore[assignment]
-
+from ckpt_tui.core import process
 from ckpt_tui.core.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.tree import (
+    INT64_LIMIT,
     LAYOUTS,
     SPARSE_LAYOUTS,
     Device,
     Layout,
+    LoadedOrderedDict,
     Opaque,
     Storage,
     Symbol,
     Tensor,
     TorchSize,
     opaque_class,
+    refuse_state,
 )
 
 
@@ -48,6 +52,8 @@ class StorageType:
         self.name = name
         self.dtype = dtype
 
+    __setstate__ = refuse_state
+
 
 class StorageView:
     """A legacy-format view into a storage, ``offset`` elements in."""
@@ -58,14 +64,39 @@ class StorageView:
         self.storage = storage
         self.offset = offset
 
+    __setstate__ = refuse_state
+
+
+# ---- rebuild functions: validate, then build a Tensor; nothing else -----------------------------
 
 _INT_ONLY = {int}
 
 
-def _ints(value: Any, what: str) -> tuple[int, ...]:
+def _sizes(value: Any, what: str, lowest: int) -> tuple[int, ...]:
+    """A tuple of int64 values at least ``lowest`` (sizes are >= 0, strides may be negative)."""
     if not isinstance(value, (tuple, list)) or not set(map(type, value)) <= _INT_ONLY:
         raise ValueError(f"tensor {what} is not a tuple of ints")
+    if value and (min(value) < lowest or max(value) >= INT64_LIMIT):
+        raise ValueError(f"tensor {what} is out of range")
     return tuple(value)
+
+
+def _flags(metadata: Any) -> dict[Any, Any] | None:
+    """Tensor metadata as torch writes it (``{"conj": True}``, ``{"neg": True}``), copied.
+
+    Anything else in a dict is kept as data, so its globals are reported and the writer refuses them
+    with their place; torch would run them while unpickling, then fail on the values.
+    """
+    if not metadata or not isinstance(metadata, dict):
+        return None
+    return dict(metadata)
+
+
+def _hooks(backward_hooks: Any) -> Any:
+    """``backward_hooks`` as torch writes them (an empty OrderedDict) become None; anything else is kept."""
+    if type(backward_hooks) is LoadedOrderedDict and not backward_hooks and not backward_hooks.__dict__:
+        return None
+    return backward_hooks
 
 
 def _rebuild_tensor_v2(
@@ -84,11 +115,13 @@ def _rebuild_tensor_v2(
         offset, storage = storage.offset + storage_offset, storage.storage
     if not isinstance(storage, Storage):
         raise ValueError("tensor storage is not a storage record")
-    if type(offset) is not int or offset < 0:
-        raise ValueError("tensor storage offset is not a non-negative int")
-    shape, strides = _ints(size, "size"), _ints(stride, "stride")
-    if len(shape) != len(strides) or (shape and min(shape) < 0):
+    if type(offset) is not int or not 0 <= offset < INT64_LIMIT:
+        raise ValueError("tensor storage offset is not a non-negative int64")
+    shape, strides = _sizes(size, "size", 0), _sizes(stride, "stride", -INT64_LIMIT)
+    if len(shape) != len(strides):
         raise ValueError("tensor size and stride do not match")
+    if math.prod(shape) >= INT64_LIMIT:
+        raise ValueError("tensor has more elements than int64 can count")
     # positional: this runs once per tensor, 50,000 times on big state_dicts
     return Tensor(
         storage,
@@ -97,8 +130,8 @@ def _rebuild_tensor_v2(
         strides,
         dtype or storage.dtype,
         requires_grad is True,
-        backward_hooks,
-        metadata if metadata and isinstance(metadata, dict) else None,
+        _hooks(backward_hooks),
+        _flags(metadata),
     )
 
 
@@ -130,37 +163,40 @@ def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -
     return _rebuild_tensor_v2(storage, storage_offset, size, stride)
 
 
+def _with_flags(data: Tensor, parameter: bool, requires_grad: bool, hooks: Any, state: Any) -> Tensor:
+    """A new tensor over the same data (the one given may be referenced elsewhere as it is, as in torch)."""
+    return dataclasses.replace(
+        data, requires_grad=requires_grad, hooks=hooks, parameter=parameter, parameter_state=state
+    )
+
+
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
     if not isinstance(data, Tensor):
         raise ValueError("parameter data is not a tensor")
-    data.parameter = True
-    data.requires_grad = bool(requires_grad)
-    data.parameter_state = state
-    return data
+    return _with_flags(data, True, requires_grad is True, _hooks(backward_hooks), state or None)
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
     if not callable(func) or not isinstance(args, tuple):
         raise ValueError("malformed _rebuild_from_type_v2 call")
     result = func(*args)
-    if isinstance(result, Tensor) and isinstance(new_type, Symbol) and new_type.name == "Parameter":
-        result.parameter = True
     if isinstance(result, Opaque) and state is not None:  # a tensor subclass (DTensor...): keep its fields
         result.state = state
-    return result
+    if not isinstance(result, Tensor):
+        return result
+    parameter = result.parameter or (isinstance(new_type, Symbol) and new_type.name == "Parameter")
+    if parameter == result.parameter and not state:
+        return result
+    return _with_flags(result, parameter, result.requires_grad, result.hooks, state or result.parameter_state)
 
 
 def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires_grad: Any) -> Tensor:
     if not isinstance(dtype, Symbol) or dtype.name not in DTYPES:
         raise ValueError(f"unknown tensor dtype {dtype!r}")
-    return Tensor(
-        None,
-        0,
-        _ints(size, "size"),
-        _ints(stride, "stride"),
-        dtype.name,
-        bool(requires_grad),
-    )
+    shape, strides = _sizes(size, "size", 0), _sizes(stride, "stride", -INT64_LIMIT)
+    if len(shape) != len(strides) or math.prod(shape) >= INT64_LIMIT:
+        raise ValueError("tensor size and stride do not match")
+    return Tensor(None, 0, shape, strides, dtype.name, requires_grad is True)
 
 
 def _device(kind: Any, index: Any = None) -> Device:
@@ -168,7 +204,11 @@ def _device(kind: Any, index: Any = None) -> Device:
         raise ValueError("malformed torch.device")
     if ":" in kind and index is None:
         kind, _, number = kind.partition(":")
+        if not number.isdigit() or len(number) > 9:
+            raise ValueError("malformed torch.device index")
         index = int(number)
+    if index is not None and not 0 <= index < 1 << 31:
+        raise ValueError("torch.device index out of range")
     return Device(kind, index)
 
 
@@ -241,9 +281,9 @@ def _rebuild_sparse_tensor(layout: Any, data: Any) -> Tensor:
         raise ValueError(f"malformed {layout.name} tensor")
     if not all(isinstance(part, Tensor) and part.kind == "dense" for part in parts):
         raise ValueError(f"{layout.name} tensor parts are not dense tensors")
-    shape = _ints(size, "size")
-    if min(shape, default=0) < 0:
-        raise ValueError("sparse tensor size is negative")
+    shape = _sizes(size, "size", 0)
+    if math.prod(shape) >= INT64_LIMIT:
+        raise ValueError("sparse tensor has more elements than int64 can count")
     values = parts[-1]
     return Tensor(None, 0, shape, (), values.dtype, kind=layout.name, sparse=data)
 
@@ -256,6 +296,8 @@ def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
         return obj
     raise ValueError("copyreg._reconstructor of a non-class")
 
+
+# ---- the table of known names ------------------------------------------------------------------
 
 _SYMBOL_NAMES = [
     "strided",
@@ -275,42 +317,82 @@ _SYMBOL_NAMES = [
     "channels_last",
     "channels_last_3d",
     "preserve_format",
+    "legacy_contiguous_format",
     "Tensor",
+    # dtypes torch has that no tensor here is read with (bit-packed and sub-byte types)
+    "bits8",
+    "bits16",
+    "bits1x8",
+    "bits2x4",
+    "bits4x2",
+    "float4_e2m1fn_x2",
+    *(f"uint{n}" for n in range(1, 8)),
+    *(f"int{n}" for n in range(1, 8)),
 ]
+_DTYPE_ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "chalf": "complex32",
+}
 
+# Names recorded as safe opaque objects. Each was read in its source: built from arguments that are
+# themselves inert, it runs nothing of the file's choosing and touches no file (see README "Safety").
 _SAFE_OPAQUE = {
-    "argparse.Namespace",
+    "argparse.Namespace",  # plain attribute bag
     "types.SimpleNamespace",
-    "collections.defaultdict",
+    "collections.defaultdict",  # stores its factory, never calls it while loading
     "collections.Counter",
     "collections.deque",
     "builtins.slice",
+    "builtins.list",  # builtin types, as defaultdict factories or REDUCE targets
+    "builtins.dict",
+    "builtins.tuple",
+    "builtins.int",
+    "builtins.float",
+    "builtins.str",
+    "builtins.bool",
+    "builtins.bytes",
+    "builtins.range",
     "datetime.datetime",
     "datetime.date",
     "datetime.time",
     "datetime.timedelta",
+    "datetime.timezone",
+    "pathlib.Path",  # pure path arithmetic: no file is touched when built
     "pathlib.PosixPath",
     "pathlib.WindowsPath",
+    "pathlib.PurePath",
     "pathlib.PurePosixPath",
-    "numpy.core.multiarray._reconstruct",
+    "pathlib.PureWindowsPath",
+    "numpy.core.multiarray._reconstruct",  # ndarray.__new__ + __setstate__: memory only
     "numpy._core.multiarray._reconstruct",
     "numpy.core.multiarray.scalar",
     "numpy._core.multiarray.scalar",
     "numpy.ndarray",
     "numpy.dtype",
-    "torch._utils._rebuild_nested_tensor",
-    "torch._utils._rebuild_wrapper_subclass",
+    "torch._utils._rebuild_nested_tensor",  # torch._nested_view_from_buffer
+    "torch._utils._rebuild_wrapper_subclass",  # Tensor._make_wrapper_subclass of a class the file names
     "torch._utils._rebuild_device_tensor_from_numpy",
     "torch._utils._rebuild_device_tensor_from_cpu_tensor",
-    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
-    "torch.torch_version.TorchVersion",
+    "torch.torch_version.TorchVersion",  # a str subclass
 }
-_SAFE_OPAQUE_PREFIXES = ("torch.distributed.checkpoint.", "__torch__.", "torch.distributed._shard.")
+
+
+def _sealed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A stand-in function that refuses pickle's BUILD (which would set attributes on it for every later file)."""
+    function.__setstate__ = refuse_state  # type: ignore[attr-defined]
+    return function
 
 
 def _known_globals() -> dict[str, Any]:
     known: dict[str, Any] = {
-        "collections.OrderedDict": OrderedDict,
+        "collections.OrderedDict": LoadedOrderedDict,
         "builtins.set": set,
         "builtins.frozenset": frozenset,
         "builtins.complex": complex,
@@ -336,15 +418,58 @@ def _known_globals() -> dict[str, Any]:
     }
     for name in DTYPES:
         known[f"torch.{name}"] = Symbol(f"torch.{name}")
+    for alias, name in _DTYPE_ALIASES.items():
+        known[f"torch.{alias}"] = known[f"torch.{name}"]
     for name in _SYMBOL_NAMES:
         known[f"torch.{name}"] = Symbol(f"torch.{name}")
     for cls, dtype in STORAGE_CLASS_DTYPES.items():
         known[f"torch.{cls}"] = StorageType(cls, dtype)
         known[f"torch.cuda.{cls}"] = StorageType(cls, dtype)
+    for name, value in known.items():
+        if isinstance(value, types.FunctionType):
+            known[name] = _sealed(value)
     return known
 
 
 KNOWN_GLOBALS = _known_globals()
+
+# torch.load's zip reader renames this module before the lookup (``load_module_mapping``)
+_TORCH_MODULE_RENAMES = {"torch.tensor": "torch._tensor"}
+
+
+def resolve_global(module: str, name: str, protocol: int) -> str | None:
+    """The ``module.name`` torch.load would import for a GLOBAL/STACK_GLOBAL, or None if it is no exact name.
+
+    Like ``pickle.Unpickler.find_class``: Python 2 names are mapped (``__builtin__.set``) only while the
+    protocol in force is below 3. A dotted ``name`` walks attributes from the module (protocol 4), so it
+    names something else than it says; it is never resolved here.
+    """
+    if not module or not name or "." in name:
+        return None
+    module = _TORCH_MODULE_RENAMES.get(module, module)
+    if protocol < 3:
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
+    return f"{module}.{name}"
+
+
+_HEAP_TYPE = 1 << 9
+
+
+def check_stand_in(value: Any) -> Any:
+    """``value`` if pickle's BUILD cannot change it; a function is sealed; raises TypeError otherwise."""
+    if isinstance(value, types.FunctionType):
+        return value if getattr(value, "__setstate__", None) is refuse_state else _sealed(value)
+    if isinstance(value, type):
+        if value.__flags__ & _HEAP_TYPE and "__setstate__" not in dir(value):
+            raise TypeError(f"stand-in class {value.__name__} must define __setstate__")
+        return value
+    if not hasattr(type(value), "__setstate__") or hasattr(value, "__dict__"):
+        raise TypeError(f"stand-in {type(value).__name__} must refuse BUILD (define __setstate__, use __slots__)")
+    return value
+
 
 PersistentLoad = Callable[[Any], Any]
 
@@ -358,33 +483,34 @@ class SafeUnpickler(pickle.Unpickler):
         persistent_load: PersistentLoad | None,
         known_classes: frozenset[str] = frozenset(),
         extra_globals: Mapping[str, Any] | None = None,
+        protocol: int = 0,
     ) -> None:
         super().__init__(file, encoding="latin1")
         self._persistent = persistent_load
-        self._opaque: dict[str, type[Opaque]] = {}
+        self._opaque: dict[tuple[str, bool], type[Opaque]] = {}
         self._known_classes = known_classes
-        self._extra_globals = extra_globals or {}
+        self._extra_globals = {name: check_stand_in(value) for name, value in (extra_globals or {}).items()}
+        self._protocol = protocol
 
     @property
     def unsafe_names(self) -> set[str]:
         """Every global this pickle named that is not known as data (reachable from the result or not)."""
-        return {name for name, cls in self._opaque.items() if not cls.safe}
+        return {cls.global_name for cls in self._opaque.values() if not cls.safe}
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _compat_pickle.NAME_MAPPING:
-            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
-        elif module in _compat_pickle.IMPORT_MAPPING:
-            module = _compat_pickle.IMPORT_MAPPING[module]
-        full = f"{module}.{name}"
-        known = KNOWN_GLOBALS.get(full)
-        if known is None:
-            known = self._extra_globals.get(full)
-        if known is not None:
-            return known
-        cls = self._opaque.get(full)
+        full = resolve_global(module, name, self._protocol)
+        if full is not None:
+            known = KNOWN_GLOBALS.get(full)
+            if known is None:
+                known = self._extra_globals.get(full)
+            if known is not None:
+                return known
+        exact = full is not None
+        shown = full if full is not None else f"{module}.{name}"
+        cls = self._opaque.get((shown, exact))
         if cls is None:
-            safe = full in _SAFE_OPAQUE or full in self._known_classes or full.startswith(_SAFE_OPAQUE_PREFIXES)
-            cls = self._opaque[full] = opaque_class(full, safe=safe)
+            safe = exact and (shown in _SAFE_OPAQUE or shown in self._known_classes)
+            cls = self._opaque[shown, exact] = opaque_class(shown, safe=safe)
         return cls
 
     def persistent_load(self, pid: Any) -> Any:
@@ -393,48 +519,18 @@ class SafeUnpickler(pickle.Unpickler):
         return self._persistent(pid)
 
 
-HEADROOM = 1 << 30
-GROWTH_PER_BYTE = 16
-
-
-def _data_in_use() -> int | None:
-    """This process's data segment (heap and anonymous mappings) in bytes, where Linux tells."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-@contextlib.contextmanager
-def heap_limit(pickle_bytes: int) -> Iterator[None]:
-    """Cap heap growth while the C unpickler runs.
-
-    A one-byte LONG_BINPUT with a huge index makes CPython's unpickler grow its memo to that index
-    (gigabytes, zeroed one by one); real pickles need a small multiple of their size. Under the cap
-    such a file fails at once with MemoryError. File-backed mappings do not count against it.
-    """
-    in_use = _data_in_use() if resource is not None else None
-    if in_use is None:
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    cap = in_use + HEADROOM + GROWTH_PER_BYTE * pickle_bytes
-    if soft != resource.RLIM_INFINITY and soft <= cap:
-        yield
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
-    except (ValueError, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+def _protocol(data: bytes | BinaryIO) -> int:
+    """The protocol a pickle declares in its first opcode (0 when it has no PROTO opcode)."""
+    if isinstance(data, bytes):
+        head = data[:2]
+    else:
+        try:
+            position = data.tell()
+            head = data.read(2)
+            data.seek(position)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return 0
+    return head[1] if len(head) == 2 and head[0] == 0x80 else 0
 
 
 def load_pickle(
@@ -452,15 +548,13 @@ def load_pickle(
     ``known_classes`` are exact global names this file itself defines as data (a TorchScript archive's
     own ``__torch__`` classes): they become inert, safe stand-ins. ``extra_globals`` maps further exact names
     to inert stand-ins for this file's format only (TorchScript's ``build_intlist``...); they never override
-    the common table.
+    the common table, and must refuse BUILD (functions are sealed here).
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
-    enabled = gc.isenabled()
-    gc.disable()
-    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals)
+    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals, _protocol(data))
     try:
-        with heap_limit(size):
+        with process.gc_paused(), process.heap_cap(size):
             return unpickler.load()
     except ReadError:
         raise
@@ -473,12 +567,19 @@ def load_pickle(
     except EOFError:
         raise ReadError(f"{what}: pickle ends early (truncated file?)") from None
     except Exception as exc:  # any failure of a hostile or broken pickle is a read error
-        raise ReadError(f"{what}: corrupt pickle ({type(exc).__name__}: {exc})") from None
+        raise ReadError(f"{what}: corrupt pickle ({type(exc).__name__}: {_reason(exc)})") from None
     finally:
         if unsafe is not None:
             unsafe.update(unpickler.unsafe_names)
-        if enabled:
-            gc.enable()
+
+
+def _reason(exc: Exception) -> str:
+    """An exception's message, bounded (a message can quote the file's data)."""
+    try:
+        text = str(exc)
+    except Exception:  # str() of a huge int in the message raises
+        return "unprintable value"
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _stream_size(stream: BinaryIO) -> int:
@@ -496,14 +597,14 @@ def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage
     storage_type, key, location, numel = pid[1], pid[2], pid[3], pid[4]
     if type(storage_type) is not StorageType:
         raise pickle.UnpicklingError(f"unknown storage type {reprlib.repr(storage_type)}")
-    if type(key) is not str or type(location) is not str or type(numel) is not int or numel < 0:
+    if type(key) is not str or type(location) is not str or type(numel) is not int or not 0 <= numel < INT64_LIMIT:
         raise pickle.UnpicklingError("malformed storage persistent id")
     storage = cache.get(key)
     if storage is None:
         storage = cache[key] = make(key, storage_type.dtype, location, numel, storage_type.name)
     view = pid[5] if len(pid) > 5 else None
     if view:
-        if not isinstance(view, tuple) or len(view) != 3 or type(view[1]) is not int:
+        if not isinstance(view, tuple) or len(view) != 3 or type(view[1]) is not int or not 0 <= view[1] < INT64_LIMIT:
             raise pickle.UnpicklingError("malformed storage view")
         return StorageView(storage, view[1])
     return storage

@@ -19,7 +19,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static, Tree
 from textual.worker import get_current_worker
 
-from ckpt_tui.core import edits
+from ckpt_tui.core import edits, process
 from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
@@ -125,6 +125,7 @@ class CkptApp(App[None]):
         except CkptError as exc:
             self.call_from_thread(self.push_screen, ErrorScreen(str(exc)))
             return
+        process.freeze_gc()  # the tree lives as long as the session: keep it out of every collection
         self.call_from_thread(self.loaded, checkpoint)
         summary = summarize(checkpoint)
         self.call_from_thread(self.show_summary, summary)
