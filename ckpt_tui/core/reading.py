@@ -113,14 +113,19 @@ def _open_file(path: str) -> Checkpoint:
     zero = deepspeed_folder(path)
     if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
         return read_deepspeed(zero, _open_plain_file)
-    return with_ranks(path, _open_plain_file(path), _open_plain_file)
+    checkpoint = _open_plain_file(path)
+    check_depth(checkpoint.root, path)  # before anything else walks it
+    return with_ranks(path, checkpoint, _open_plain_file)
 
 
 def _open_member(path: str) -> Checkpoint:
     """One of several files named together: read as it is (folders as folders)."""
     if os.path.isfile(path) and dcp_folder_of(path) is None and deepspeed_folder(path) is None:
-        return _open_plain_file(path)
-    return _open(path)
+        checkpoint = _open_plain_file(path)
+    else:
+        checkpoint = _open(path)
+    check_depth(checkpoint.root, path)  # each member before the ranks are merged
+    return checkpoint
 
 
 def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:

@@ -98,6 +98,8 @@ SPARSE_LAYOUTS = frozenset(
 class Layout(Symbol):
     """A ``torch.layout`` (``torch.sparse_coo``...), pickled by torch as ``torch.serialization._get_layout(name)``."""
 
+    __setstate__ = refuse_state  # a frozen slotted dataclass would otherwise get one that accepts any state
+
 
 @dataclass(frozen=True, slots=True)
 class Device:
