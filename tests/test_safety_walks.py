@@ -96,7 +96,7 @@ def test_a_dict_that_contains_itself_goes_through_every_edit(tmp_path: Path, edi
 
 def test_a_module_that_contains_itself_is_shown_once(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Linear(2, 2))
-    model._modules["loop"] = model  # noqa: SLF001  (a cycle nn.Module allows)
+    model._modules["loop"] = model  # a cycle nn.Module allows
     path = tmp_path / "loop.pth"
     torch.save(model, path)
     for command in (["info", str(path)], ["check", str(path)], ["info", "--json", str(path)]):
