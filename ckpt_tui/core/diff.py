@@ -11,8 +11,9 @@ import numpy as np
 from ckpt_tui.core import edits
 from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
-from ckpt_tui.core.keypath import to_slash
-from ckpt_tui.core.tree import Checkpoint, Tensor, has_children, iter_nodes
+from ckpt_tui.core.fingerprint import Fingerprints
+from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.tree import Checkpoint, Opaque, Tensor, children, has_children
 from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
 
 RTOL, ATOL = 1e-5, 1e-8
@@ -72,13 +73,42 @@ class DiffReport:
         }
 
 
-def leaves(root: Any) -> dict[str, Any]:
-    """Every leaf (tensor or plain value) by its ``/`` path."""
-    out: dict[str, Any] = {}
-    for path, value in iter_nodes(root):
-        if path and (isinstance(value, Tensor) or not has_children(value)):
-            out[to_slash(path)] = value
+def leaves(root: Any) -> dict[KeyPath, Any]:
+    """Every leaf (tensor or plain value) by its structured path (``{"a/b": x}`` is not ``{"a": {"b": x}}``).
+
+    Objects are leaves compared whole, by content (:mod:`~ckpt_tui.core.fingerprint`): sets (their
+    order is not data), numpy arrays and scalars, and every other opaque object but a module (whose
+    tensors are compared one by one). A container reached again (a shared list) is a leaf there, so
+    the walk stays linear in the file however much it shares.
+    """
+    if _is_leaf(root):  # a file holding one tensor or one value
+        return {(): root}
+    out: dict[KeyPath, Any] = {}
+    expanded: set[int] = set()
+    stack: list[tuple[KeyPath, Any]] = [((), root)]
+    while stack:
+        path, value = stack.pop()
+        if path and (_is_leaf(value) or id(value) in expanded):
+            out[path] = value
+            continue
+        expanded.add(id(value))
+        stack.extend(((*path, key), kid) for key, kid in reversed(list(children(value))))
     return out
+
+
+def _is_leaf(value: Any) -> bool:
+    if isinstance(value, (Tensor, set, frozenset)) or not has_children(value):
+        return True
+    return isinstance(value, Opaque) and not value.is_module
+
+
+def key_text(path: KeyPath) -> str:
+    """``a/b/c`` when that names one path unambiguously (str keys without ``/``); else ``ckpt["a/b"][1]``."""
+    if not path:
+        return "(root)"
+    if all(type(key) is str and key and "/" not in key for key in path):
+        return to_slash(path)
+    return to_python(path)
 
 
 def normalized(checkpoint: Checkpoint, strip_prefix: str | None) -> Any:
@@ -100,34 +130,38 @@ def diff(
     """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time."""
     left, right = leaves(normalized(a, strip_prefix)), leaves(normalized(b, strip_prefix))
     report = DiffReport(
-        only_a=[k for k in left if k not in right],
-        only_b=[k for k in right if k not in left],
+        only_a=[key_text(k) for k in left if k not in right],
+        only_b=[key_text(k) for k in right if k not in left],
     )
     common = [k for k in left if k in right]
-    for index, key in enumerate(common):
+    prints_a, prints_b = Fingerprints(), Fingerprints()
+    for index, path in enumerate(common):
         if progress is not None:
             progress(index, len(common))
-        x, y = left[key], right[key]
+        x, y, key = left[path], right[path], key_text(path)
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             _diff_tensors(key, x, y, a.byteorder, b.byteorder, report)
-        elif isinstance(x, Tensor) or isinstance(y, Tensor) or not _same_value(x, y):
+        elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key, _short(x), _short(y)))
     return report
-
-
-def _same_value(x: Any, y: Any) -> bool:
-    if type(x) is not type(y):
-        return False
-    if isinstance(x, (int, float, str, bytes, bool, type(None))):
-        return bool(x == y)
-    return short_repr(x) == short_repr(y)  # opaque objects and the like: compared by their (bounded) text
 
 
 def _short(value: Any) -> str:
     return short_repr(value)
 
 
+def _kind(tensor: Tensor) -> str:
+    name = "Parameter" if tensor.parameter else "Tensor"
+    return f"{name}(requires_grad={tensor.requires_grad})"
+
+
 def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, report: DiffReport) -> None:
+    if x.device != y.device:
+        report.other_changes.append((key, f"saved on {x.device}", f"saved on {y.device}"))
+    if (x.parameter, x.requires_grad) != (y.parameter, y.requires_grad):
+        report.other_changes.append((key, _kind(x), _kind(y)))
+    if x.kind != y.kind:
+        report.other_changes.append((key, x.kind, y.kind))
     if x.shape != y.shape:
         report.shape_changes.append((key, x.shape, y.shape))
         return

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core.diff import leaves
+from ckpt_tui.core.diff import key_text, leaves
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.fingerprint import Fingerprints
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.tree import Checkpoint, Tensor
 from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
@@ -102,19 +103,21 @@ def rank_diff(checkpoints: list[Checkpoint], progress: Callable[[int, int], None
     names = [c.path for c in checkpoints]
     trees = [leaves(c.root) for c in checkpoints]
     report = RankDiffReport(names)
-    keys = list(dict.fromkeys(k for tree in trees for k in tree))
-    for index, key in enumerate(keys):
+    prints = [Fingerprints() for _ in trees]
+    paths = list(dict.fromkeys(k for tree in trees for k in tree))
+    for index, path in enumerate(paths):
         if progress is not None:
-            progress(index, len(keys))
-        missing = [rank for rank, tree in enumerate(trees) if key not in tree]
+            progress(index, len(paths))
+        key = key_text(path)
+        missing = [rank for rank, tree in enumerate(trees) if path not in tree]
         if missing:
             report.missing[key] = missing
             continue
-        values = [tree[key] for tree in trees]
+        values = [tree[path] for tree in trees]
         if all(isinstance(v, Tensor) for v in values):
             _compare_tensors(key, values, checkpoints, report)
         else:
-            texts = [repr(v) if not isinstance(v, Tensor) else "tensor" for v in values]
+            texts = [b"tensor" if isinstance(v, Tensor) else p.of(v) for v, p in zip(values, prints, strict=True)]
             groups = _groups(texts)
             if len(groups) > 1:
                 report.differences.append(RankDifference(key, groups, [None] * len(values), "value"))
