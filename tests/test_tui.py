@@ -37,7 +37,7 @@ def train_file(tmp_path: Path) -> Path:
 
 async def test_open_shows_header_tree_and_status(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         tree = await loaded(pilot)
         top = header(app)
         assert "best_model.pth" in top and "cuda:0" in top and "'module.'" in top
@@ -53,7 +53,7 @@ async def test_open_shows_header_tree_and_status(train_file: Path) -> None:
 
 async def test_navigation_keys_move_expand_collapse_top_bottom(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         tree = await loaded(pilot)
         await pilot.press("j", "j")
         assert cursor_path(app) == ("model",)
@@ -85,7 +85,7 @@ async def test_enter_shows_the_focused_tensors_stats(tmp_path: Path) -> None:
     weights[0, 1] = float("nan")
     torch.save({"w": weights}, tmp_path / "nan.pth")
     app = CkptApp(str(tmp_path / "nan.pth"))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "enter")
         shown = detail(app)
@@ -95,7 +95,7 @@ async def test_enter_shows_the_focused_tensors_stats(tmp_path: Path) -> None:
 
 async def test_stats_follow_the_cursor_without_enter(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await pilot.press("j", "j", "l", "l")
         await pilot.pause(0.5)  # the panel waits for the cursor to rest, then computes
@@ -109,7 +109,7 @@ async def test_stats_follow_the_cursor_without_enter(train_file: Path) -> None:
 
 async def test_a_stale_stats_result_is_dropped(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "j", "l", "l", "enter")
         panel = browser(app).detail
@@ -126,7 +126,7 @@ async def test_a_stale_stats_result_is_dropped(train_file: Path) -> None:
 
 async def test_a_summary_for_an_older_version_is_dropped(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         screen = browser(app)
         current = screen.summary
@@ -142,7 +142,7 @@ async def test_a_summary_for_an_older_version_is_dropped(train_file: Path) -> No
 
 async def test_search_and_next_match(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "slash", *"head", "enter")
         assert cursor_path(app) == ("model", "module.head.weight")
@@ -156,7 +156,7 @@ async def test_search_and_next_match(train_file: Path) -> None:
 
 async def test_copy_key_path_to_clipboard(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await pilot.press("j", "j", "l", "l", "y")
         assert app.clipboard == 'ckpt["model"]["module.conv.weight"]'
@@ -166,7 +166,7 @@ async def test_copy_key_path_to_clipboard(train_file: Path) -> None:
 async def test_50000_keys_are_paged_grouped_and_searchable(tmp_path: Path) -> None:
     torch.save(many_keys(50_000), tmp_path / "many.pth")
     app = CkptApp(str(tmp_path / "many.pth"))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         tree = await loaded(pilot)
         assert len(tree.root.children) == 1001  # a page, then "… 49,000 more"
         assert "49,000 more" in str(tree.root.children[-1].label)
@@ -187,7 +187,7 @@ async def test_50000_keys_are_paged_grouped_and_searchable(tmp_path: Path) -> No
 async def test_a_file_that_is_not_a_checkpoint_shows_why_and_q_quits(tmp_path: Path) -> None:
     (tmp_path / "bad.pth").write_bytes(b"not a checkpoint at all")
     app = CkptApp(str(tmp_path / "bad.pth"))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, ErrorScreen)
         assert "not a checkpoint" in screen_text(app) or "cannot" in screen_text(app).lower()
@@ -198,7 +198,7 @@ async def test_a_file_that_is_not_a_checkpoint_shows_why_and_q_quits(tmp_path: P
 
 async def test_help_lists_every_active_key_by_group(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -214,7 +214,7 @@ async def test_help_lists_every_active_key_by_group(train_file: Path) -> None:
 
 async def test_help_scrolls_by_keyboard_to_its_end_at_80x24(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "question_mark")
         body = app.screen.query_one(HelpBody)
@@ -238,7 +238,7 @@ async def test_help_scrolls_by_keyboard_to_its_end_at_80x24(train_file: Path) ->
 
 async def test_palette_lists_every_key_as_group_and_action(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for title in ("edit: Strip prefix", "file: Save as", "edit: Delete", "view: All findings", "move: Down",
@@ -249,7 +249,7 @@ async def test_palette_lists_every_key_as_group_and_action(train_file: Path) -> 
 
 async def test_running_a_palette_entry_runs_its_action(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         command = next(c for c in app.get_system_commands(app.screen) if c.title == "app: Help")
         await command.callback()
@@ -259,7 +259,7 @@ async def test_running_a_palette_entry_runs_its_action(train_file: Path) -> None
 
 async def test_findings_screen_lists_all_and_jumps_to_a_findings_key(train_file: Path) -> None:
     app = CkptApp(str(train_file))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         findings = browser(app).summary.findings
         assert len(findings) > 3 and "f lists them all" in header(app)

@@ -148,17 +148,28 @@ def extracted_group(dict_path: KeyPath, group_prefix: str) -> Relocate:
 
 
 def deleted(target: Target) -> Relocate:
-    """Lines in a deleted key or group go to the line that held it."""
+    """Lines in a deleted key or group go to the line that held it (the enclosing group, when grouped)."""
+    depth = len(target.path)
+    if target.prefix is None:
+        parent = target.path[:-1]
+        key = target.path[-1] if target.path else None
+        holder: RowId = (parent, _enclosing_group(key) if isinstance(key, str) else None)
+    else:
+        holder = (target.path, _enclosing_group(target.prefix.rstrip(".")))
 
     def relocate(row: RowId) -> RowId:
         path, prefix = row
         if target.prefix is None:
-            if path[: len(target.path)] == target.path:
-                return (target.path[:-1], None)
-            return row
+            return holder if path[:depth] == target.path else row
         inside = path == target.path and prefix is not None and prefix.startswith(target.prefix)
-        key = path[len(target.path)] if len(path) > len(target.path) else None
-        below = path[: len(target.path)] == target.path and isinstance(key, str) and key.startswith(target.prefix)
-        return (target.path, None) if inside or below else row
+        key = path[depth] if len(path) > depth else None
+        below = path[:depth] == target.path and isinstance(key, str) and key.startswith(target.prefix)
+        return holder if inside or below else row
 
     return relocate
+
+
+def _enclosing_group(key: str) -> str | None:
+    """The module group a dotted key sits in: ``encoder.layers.3.attn.weight`` → ``encoder.layers.3.attn.``."""
+    head, dot, _ = key.rpartition(".")
+    return head + dot if dot else None
