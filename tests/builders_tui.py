@@ -10,12 +10,13 @@ import argparse
 import io
 import sys
 import types
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import torch
-from builders import TinyNet, save_cuda_tagged
+from builders import TinyNet, rewrite_zip, save_cuda_tagged
 from rich.console import Console
 from torch import nn
 
@@ -127,11 +128,19 @@ def markup_checkpoint() -> dict[str, Any]:
     return state
 
 
+EVIL_MODULE = "[@click=app.quit]evil\x1b[8m"
+EVIL_CLASS = "Thing[/b]"
+
+
 def save_hostile_names(path: Path) -> Path:
-    """A checkpoint whose global names, location tags, keys and values carry markup and escapes."""
-    module_name = "[@click=app.quit]evil\x1b[8m"
-    module = types.ModuleType(module_name)
-    sys.modules[module_name] = module
+    """A checkpoint whose global names, location tags, keys and values carry markup and escapes.
+
+    The global is written as a stand-in module and renamed in ``data.pkl`` afterwards (pickle itself
+    refuses to name a module that cannot be imported).
+    """
+    stand_in = "ckpt_tui_test_stand_in"
+    module = types.ModuleType(stand_in)
+    sys.modules[stand_in] = module
     try:
 
         class Thing:
@@ -141,14 +150,21 @@ def save_hostile_names(path: Path) -> Path:
             def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
                 return Thing, (self.arg,)
 
-        Thing.__module__ = module_name
-        Thing.__qualname__ = "Thing[/b]"
-        setattr(module, "Thing[/b]", Thing)
+        Thing.__module__ = stand_in
+        Thing.__qualname__ = "Thing"
+        module.Thing = Thing  # type: ignore[attr-defined]
         checkpoint = markup_checkpoint()
         checkpoint["object"] = Thing("[/data/imagenet] \x1b]0;title\x07")
-        save_cuda_tagged(checkpoint, path, device="cpu\x1b[8m[/]")
+        plain = path.with_name(path.name + ".plain")
+        save_cuda_tagged(checkpoint, plain, device="cpu\x1b[8m[/]")
     finally:
-        del sys.modules[module_name]
+        del sys.modules[stand_in]
+    with zipfile.ZipFile(plain) as archive:
+        pickled = next(archive.read(n) for n in archive.namelist() if n.endswith("/data.pkl"))
+    renamed = pickled.replace(f"{stand_in}\nThing\n".encode(), f"{EVIL_MODULE}\n{EVIL_CLASS}\n".encode())
+    assert renamed != pickled
+    rewrite_zip(plain, path, data_pkl=renamed)
+    plain.unlink()
     return path
 
 
