@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.describe import FORMAT_NAMES, count, size, value_text
+from ckpt_tui.core.describe import FORMAT_NAMES, size, value_text
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.keypath import key_text
@@ -39,8 +39,8 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     lines = [
         printable(ckpt.path),
         f"  format      {printable(FORMAT_NAMES.get(ckpt.format, ckpt.format))}, {size(ckpt.file_bytes)} on disk",
-        f"  tensors     {len(summary.tensors)}   parameters {count(summary.parameter_count)}   "
-        f"tensor data {size(summary.tensor_bytes)}",
+        f"  tensors     {len(summary.tensors)}   tensor data {size(summary.tensor_bytes)}",
+        f"  elements    {summary.counts_text()}",
         "  dtypes      " + _counted(summary.dtypes, summary.bytes_by_dtype),
         "  devices     " + (", ".join(f"{printable(str(d))} {n}" for d, n in summary.devices.most_common()) or "-"),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,15 +12,22 @@ from ckpt_tui.core.tree import Checkpoint
 
 Edit = Callable[[Any], tuple[Any, Change]]
 
+_versions = itertools.count(1)
+
 
 @dataclass
 class Session:
-    """A checkpoint and the versions of its tree produced by edits (index 0 is the file as read)."""
+    """A checkpoint and the versions of its tree produced by edits (index 0 is the file as read).
+
+    ``version`` names the current tree: it changes with every apply, undo and redo, and no two
+    sessions share one, so a result computed for an older tree can be told apart and dropped.
+    """
 
     checkpoint: Checkpoint
     versions: list[tuple[Any, Change | None]] = field(default_factory=list)
     position: int = 0
     saved_position: int = 0
+    version: int = field(default_factory=lambda: next(_versions))
 
     def __post_init__(self) -> None:
         if not self.versions:
@@ -35,6 +43,21 @@ class Session:
         """How many edits differ from what was last saved (or read)."""
         return abs(self.position - self.saved_position)
 
+    @property
+    def edited(self) -> bool:
+        """Whether the current tree differs from the file as it was read."""
+        return self.position != 0
+
+    @property
+    def can_undo(self) -> bool:
+        """Whether there is an edit to undo."""
+        return self.position > 0
+
+    @property
+    def can_redo(self) -> bool:
+        """Whether there is an undone edit to redo."""
+        return self.position + 1 < len(self.versions)
+
     def preview(self, edit: Edit) -> tuple[Any, Change]:
         """What ``edit`` would give, without applying it (raises EditError if it does not apply)."""
         return edit(self.root)
@@ -46,6 +69,7 @@ class Session:
         self.position += 1
         if self.saved_position > self.position - 1:
             self.saved_position = -1
+        self.version = next(_versions)
 
     def undo(self) -> Change | None:
         """Step back one edit; returns the edit undone."""
@@ -53,6 +77,7 @@ class Session:
             return None
         change = self.versions[self.position][1]
         self.position -= 1
+        self.version = next(_versions)
         return change
 
     def redo(self) -> Change | None:
@@ -60,6 +85,7 @@ class Session:
         if self.position + 1 >= len(self.versions):
             return None
         self.position += 1
+        self.version = next(_versions)
         return self.versions[self.position][1]
 
     def mark_saved(self) -> None:

@@ -1,7 +1,11 @@
-"""Modal dialogs: confirm, prompt, edit preview, save as, progress, help, and the error screen."""
+"""Modal dialogs: confirm, prompt, edit preview, save as, progress, reports, and the error screen.
+
+Titles and bodies are ``Text`` (or ``markup=False`` strings) and wrap: a long key never cuts a title.
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import ClassVar
 
 from rich.text import Text
@@ -9,10 +13,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Static
+from textual.suggester import Suggester
+from textual.widgets import Button, Input, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from ckpt_tui.core.edits import Change
+from ckpt_tui.core.safe_text import printable
+from ckpt_tui.tui.text import data
+
+
+def _title(text: str | Text) -> Static:
+    return Static(text if isinstance(text, Text) else data(text), classes="dialog-title", markup=False)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -23,17 +34,18 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str, detail: str = "", loud: bool = False) -> None:
+    def __init__(self, question: str, detail: str = "", loud: bool = False, purpose: str = "") -> None:
         super().__init__()
         self.question = question
         self.detail = detail
         self.loud = loud
+        self.purpose = purpose
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog" + (" loud" if self.loud else "")):
-            yield Label(self.question, classes="dialog-title", markup=False)
+            yield _title(self.question)
             if self.detail:
-                yield Static(self.detail, classes="dialog-body", markup=False)
+                yield Static(data(self.detail), classes="dialog-body", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error" if self.loud else "primary")
                 yield Button("No (n)", id="no", variant="default")
@@ -58,25 +70,35 @@ class PreviewScreen(ConfirmScreen):
 
 
 class PromptScreen(ModalScreen[str | None]):
-    """Ask for one line of text; Escape cancels."""
+    """Ask for one line of text; Escape cancels; → or Tab accepts a completion."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("tab", "complete", "Complete", show=False),
+    ]
 
-    def __init__(self, title: str, value: str = "", hint: str = "") -> None:
+    def __init__(self, title: str, value: str = "", hint: str = "", suggester: Suggester | None = None) -> None:
         super().__init__()
         self.title_text = title
         self.value = value
         self.hint = hint
+        self.suggester = suggester
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title", markup=False)
-            yield Input(self.value, id="prompt-input")
+            yield _title(self.title_text)
+            yield Input(printable(self.value), id="prompt-input", suggester=self.suggester)
             if self.hint:
-                yield Static(self.hint, classes="dialog-hint")
+                hint = self.hint + (" · → or tab completes a file name" if self.suggester else "")
+                yield Static(data(hint), classes="dialog-hint", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
+
+    def action_complete(self) -> None:
+        field = self.query_one(Input)
+        field.cursor_position = len(field.value)
+        field.action_cursor_right()
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -89,85 +111,51 @@ def format_line(path: str) -> str:
     return "format: .pth (torch zip, loads with torch.load(weights_only=True)); end the name in .safetensors for that"
 
 
-class SaveScreen(ModalScreen[tuple[str, str] | None]):
-    """Save as: a path prefilled next to the input; the format follows its suffix."""
+class SaveScreen(PromptScreen):
+    """Save as: a path prefilled (next to the input, or the last one saved); the format follows its suffix."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = path
+    def __init__(self, path: str, suggester: Suggester | None = None) -> None:
+        super().__init__("Save as", path, "", suggester)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Save as", classes="dialog-title")
-            yield Input(self.path, id="save-path")
-            yield Static(format_line(self.path), id="save-format", markup=False)
+            yield _title("Save as")
+            yield Input(printable(self.value), id="save-path", suggester=self.suggester)
+            yield Static(format_line(self.value), id="save-format", markup=False)
             yield Static(
-                "enter saves · escape cancels · an existing file is replaced only after a confirmation",
+                "enter saves · escape cancels · → or tab completes a file name · "
+                "an existing file is replaced only after a confirmation",
                 classes="dialog-hint",
+                markup=False,
             )
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#save-format", Static).update(format_line(event.value.strip()))
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        value = event.value.strip()
-        if value:
-            self.dismiss((value, "safetensors" if value.endswith(".safetensors") else "pth"))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
 
 class ProgressScreen(ModalScreen[None]):
-    """Long work with a progress bar; Escape asks the work to stop."""
+    """Long work with a progress bar; Escape asks the work to stop (through ``cancel``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, cancel: threading.Event) -> None:
         super().__init__()
         self.title_text = title
-        self.cancelled = False
+        self.cancel = cancel
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield _title(self.title_text)
             yield ProgressBar(total=1.0, id="progress-bar")
-            yield Static("escape cancels; nothing is left behind", classes="dialog-hint")
+            yield Static("escape cancels; nothing is left behind", classes="dialog-hint", markup=False)
 
     def advance(self, fraction: float) -> None:
         """Move the bar."""
         self.query_one("#progress-bar", ProgressBar).update(progress=fraction)
 
     def action_cancel(self) -> None:
-        self.cancelled = True
-
-
-class HelpScreen(ModalScreen[None]):
-    """Every key, generated from the bindings."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark,f1", "close", "Close")]
-
-    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
-        super().__init__()
-        self.rows = rows
-
-    def compose(self) -> ComposeResult:
-        text = Text()
-        current = ""
-        for group, keys, description in self.rows:
-            if group != current:
-                text.append(f"\n{group}\n", style="bold underline")
-                current = group
-            text.append(f"  {keys:<16}", style="bold cyan")
-            text.append(f"{description}\n")
-        with Vertical(classes="dialog help"):
-            yield Label("ckpt-tui keys (escape closes; ctrl+p searches every action)", classes="dialog-title")
-            yield Static(text, id="help-text")
-
-    def action_close(self) -> None:
-        self.dismiss(None)
+        self.cancel.set()
+        self.query_one(".dialog-hint", Static).update("cancelling…")
 
 
 class ErrorScreen(Screen[None]):
@@ -181,9 +169,13 @@ class ErrorScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog loud"):
-            yield Label("Cannot open this checkpoint", classes="dialog-title")
-            yield Static(self.message, id="error-message", classes="dialog-body", markup=False)
-            yield Static("q quits", classes="dialog-hint")
+            yield _title("Cannot open this checkpoint")
+            yield Static(data(self.message), id="error-message", classes="dialog-body", markup=False)
+            yield Static("q quits", classes="dialog-hint", markup=False)
+
+
+Section = tuple[str, list[tuple[str | None, Text]]]
+"""A report section: a heading and its rows (the key to jump to, or None; the row's text)."""
 
 
 class ReportScreen(ModalScreen[tuple[str, str] | None]):
@@ -194,14 +186,13 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
         Binding("f", "fix", "Apply the suggested fix"),
     ]
 
-    def __init__(
-        self, title: str, summary: str, sections: list[tuple[str, list[tuple[str, str]]]], fixable: bool
-    ) -> None:
+    def __init__(self, title: str, summary: Text, sections: list[Section], fixable: bool) -> None:
         super().__init__()
         self.title_text = title
         self.summary = summary
         self.sections = sections
         self.fixable = fixable
+        self.targets: list[str | None] = []
 
     def compose(self) -> ComposeResult:
         options: list[Option | None] = []
@@ -209,22 +200,29 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
             if not rows:
                 continue
             options.append(Option(Text(f"{heading} ({len(rows)})", style="bold underline"), disabled=True))
-            options += [Option(text, id=f"{index}:{key}") for index, (key, text) in enumerate(rows)]
+            self.targets.append(None)
+            for target, text in rows:
+                options.append(Option(text, id=f"row-{len(self.targets)}"))
+                self.targets.append(target)
             options.append(None)
         with Vertical(classes="dialog report"):
-            yield Label(self.title_text, classes="dialog-title", markup=False)
+            yield _title(self.title_text)
             yield Static(self.summary, classes="dialog-body", markup=False)
             yield OptionList(*options, id="report-list")
             hint = "enter: go to the key · escape: close" + (" · f: apply the suggested fix" if self.fixable else "")
-            yield Static(hint, classes="dialog-hint")
+            yield Static(hint, classes="dialog-hint", markup=False)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        option_id = event.option.id or ""
-        self.dismiss(("jump", option_id.partition(":")[2]))
+        index = int((event.option.id or "row-0").removeprefix("row-"))
+        target = self.targets[index] if index < len(self.targets) else None
+        if target is not None:
+            self.dismiss(("jump", target))
 
     def action_fix(self) -> None:
         if self.fixable:
             self.dismiss(("fix", ""))
+        else:
+            self.notify("no fix to apply here", severity="warning", markup=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,4 +1,9 @@
-"""The detail panel: the focused node's full path, metadata, storage sharing and stats."""
+"""The detail panel: the focused node's full path, metadata, storage sharing and stats.
+
+The panel owns its stats: a short timer after the cursor settles, then a thread worker that posts
+``StatsProgress``/``StatsReady``/``StatsFailed`` back to the panel. Each request has a number; a result
+for any request but the newest is dropped, and a new request cancels the old worker.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,27 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Group as RichGroup
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.timer import Timer
 from textual.widgets import ProgressBar, Static
+from textual.worker import get_current_worker
 
-from ckpt_tui.core.describe import count, scalar_text, shape, size, totals
+from ckpt_tui.core.describe import Totals, count, scalar_text, shape, size
+from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import tensor_problem
 from ckpt_tui.core.grouping import Group
-from ckpt_tui.core.keypath import KeyPath, to_python
+from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.tree import Opaque, Tensor, children, type_label
+from ckpt_tui.tui.messages import StatsFailed, StatsProgress, StatsReady
+from ckpt_tui.tui.text import data, path_text
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
     from ckpt_tui.core.stats import TensorStats
 
 BARS = " ▁▂▃▄▅▆▇█"
+STATS_DELAY = 0.15
 
 
 def histogram_text(counts: list[int]) -> str:
@@ -35,31 +47,96 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
 
+def _grid() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="italic")
+    table.add_column()
+    return table
+
+
 def stats_table(stats: TensorStats) -> Table:
     """Min/max/mean/std and the counts, as a two-column table."""
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="dim")
-    table.add_column()
+    table = _grid()
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
     table.add_row("std", _number(stats.std))
-    nan_style = "bold red" if stats.nan else ""
-    inf_style = "bold red" if stats.inf else ""
-    table.add_row("NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style=nan_style))
-    table.add_row("Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style=inf_style))
+    table.add_row("NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style="bold red" if stats.nan else ""))
+    table.add_row("Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style="bold red" if stats.inf else ""))
     table.add_row("zeros", f"{stats.zeros} of {stats.count}")
     if stats.histogram:
         sample = f" (sample of {stats.sampled})" if stats.sampled < stats.finite else ""
-        table.add_row("histogram", Text(histogram_text(stats.histogram), style="cyan"))
-        table.add_row("", Text(f"{_number(stats.min)} … {_number(stats.max)}{sample}", style="dim"))
+        table.add_row("histogram", Text(histogram_text(stats.histogram)))
+        table.add_row("", Text(f"{_number(stats.min)} … {_number(stats.max)}{sample}", style="italic"))
     if stats.first:
         table.add_row("first", ", ".join(f"{v:.4g}" for v in stats.first[:8]))
     return table
 
 
+def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
+    """The rows describing one value (every string from the file escaped)."""
+    table = _grid()
+    table.add_row("type", data(type_label(value)))
+    if isinstance(value, Tensor):
+        table.add_row("shape", shape(value.shape))
+        table.add_row("dtype", data(value.dtype))
+        table.add_row("device", data(value.device, "bold" if "cuda" in value.device else ""))
+        table.add_row("elements", f"{value.numel:,}")
+        table.add_row("bytes", size(value.nbytes))
+        table.add_row("stride", str(value.stride))
+        table.add_row("offset", str(value.offset))
+        if value.storage is not None:
+            storage = data(f"record {value.storage.key}, {size(value.storage.nbytes)}")
+            if shared:
+                storage.append(f", shared with {shared} other tensor{'s' if shared != 1 else ''}")
+            table.add_row("storage", storage)
+        problem = tensor_problem(value)
+        if problem:
+            table.add_row("problem", data(problem, "bold red"))
+    elif isinstance(value, Opaque):
+        table.add_row("global", data(value.global_name))
+        table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
+        table.add_row("arguments", data(scalar_text(value.args, 200)))
+    else:
+        kids = sum(1 for _ in children(value))
+        table.add_row("children", str(kids))
+        if totals is not None and totals.tensors:
+            table.add_row("tensors", f"{totals.tensors:,}")
+            table.add_row("parameters", f"{count(totals.parameters)} ({totals.parameters:,})")
+            table.add_row("bytes", size(totals.nbytes))
+        elif totals is None:
+            table.add_row("tensors", Text("too many nodes below to count here (see the header)", style="italic"))
+        if not kids:
+            table.add_row("value", data(scalar_text(value, 400)))
+        metadata = getattr(value, "_metadata", None)
+        if isinstance(metadata, dict):
+            table.add_row("_metadata", f"{len(metadata)} entries (kept on save)")
+    return table
+
+
+def group_meta(group: Group) -> Table:
+    """The rows describing a module group."""
+    table = _grid()
+    table.add_row("type", "module group (the keys under one prefix)")
+    table.add_row("keys under", data(group.prefix + "*"))
+    table.add_row("entries", str(len(group.entries)))
+    table.add_row("tensors", f"{group.tensors:,}")
+    table.add_row("parameters", f"{count(group.parameters)} ({group.parameters:,})")
+    table.add_row("bytes", size(group.nbytes))
+    table.add_row("keys", Text("d x r y c t act on this group's keys", style="italic"))
+    return table
+
+
 class DetailPanel(VerticalScroll):
-    """Shows one node; tensor stats arrive from a worker."""
+    """Shows one node; tensor stats arrive from the panel's own worker."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.request = 0
+        self.shown: tuple[Any, ...] | None = None
+        self._timer: Timer | None = None
+        self._tensor: Tensor | None = None
+        self._byteorder = "little"
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-meta")
@@ -69,81 +146,107 @@ class DetailPanel(VerticalScroll):
     def on_mount(self) -> None:
         self.query_one("#detail-progress").display = False
 
-    def show(self, path: KeyPath, value: Any, shared: int = 0) -> None:
-        """Describe a node; clear old stats."""
-        self.query_one("#detail-meta", Static).update(self._meta(path, value, shared))
-        self.query_one("#detail-stats", Static).update("")
-        self.query_one("#detail-progress").display = False
+    # ---- what is shown ------------------------------------------------------------------
 
-    def _meta(self, path: KeyPath, value: Any, shared: int) -> RichGroup:
-        table = Table.grid(padding=(0, 2))
-        table.add_column(style="dim")
-        table.add_column()
-        table.add_row("type", type_label(value))
+    def show_value(
+        self, path: KeyPath, value: Any, *, shared: int = 0, totals: Totals | None = None, byteorder: str = "little"
+    ) -> None:
+        """Describe a value; a dense tensor's stats follow once the cursor rests on it."""
+        key = (path, id(value), shared, totals)
+        if key == self.shown:
+            return
+        self._new_request(key)
+        self._meta(path_text(path), value_meta(value, shared, totals))
         if isinstance(value, Tensor):
-            table.add_row("shape", shape(value.shape))
-            table.add_row("dtype", value.dtype)
-            table.add_row("device", Text(value.device, style="bold yellow" if "cuda" in value.device else ""))
-            table.add_row("elements", f"{value.numel:,}")
-            table.add_row("bytes", size(value.nbytes))
-            table.add_row("stride", str(value.stride))
-            table.add_row("offset", str(value.offset))
-            if value.storage is not None:
-                storage = f"record {value.storage.key}, {size(value.storage.nbytes)}"
-                table.add_row("storage", storage + (f", shared with {shared} other tensors" if shared else ""))
-            problem = tensor_problem(value)
-            if problem:
-                table.add_row("problem", Text(problem, style="bold red"))
-        elif isinstance(value, Opaque):
-            table.add_row("global", value.global_name)
-            table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
-            table.add_row("arguments", scalar_text(value.args, 200))
-        else:
-            kids = sum(1 for _ in children(value))
-            found = totals(value)
-            table.add_row("children", str(kids))
-            if found.tensors:
-                table.add_row("tensors", f"{found.tensors:,}")
-                table.add_row("parameters", f"{count(found.parameters)} ({found.parameters:,})")
-                table.add_row("bytes", size(found.nbytes))
-            if not kids:
-                table.add_row("value", scalar_text(value, 400))
-            metadata = getattr(value, "_metadata", None)
-            if metadata is not None:
-                table.add_row("_metadata", f"{len(metadata)} entries (kept on save)")
-        return RichGroup(Text(to_python(path), style="bold"), Text(""), table)
+            if value.storage is None or value.kind != "dense":
+                self._note(f"no stats: the values of {value.kind} tensors are not in this file")
+                return
+            self._tensor, self._byteorder = value, byteorder
+            self._timer = self.set_timer(STATS_DELAY, self.stats_now)
 
     def show_group(self, path: KeyPath, group: Group) -> None:
         """Describe a module group of a flat state_dict."""
-        table = Table.grid(padding=(0, 2))
-        table.add_column(style="dim")
-        table.add_column()
-        table.add_row("type", "module group")
-        table.add_row("keys under", group.prefix + "*")
-        table.add_row("entries", str(len(group.entries)))
-        table.add_row("tensors", f"{group.tensors:,}")
-        table.add_row("parameters", f"{count(group.parameters)} ({group.parameters:,})")
-        table.add_row("bytes", size(group.nbytes))
-        title = Text(f"{to_python(path)} › {group.prefix.rstrip('.').replace('.', ' › ')}", style="bold")
-        self.query_one("#detail-meta", Static).update(RichGroup(title, Text(""), table))
+        key = (path, group.prefix, id(group))
+        if key == self.shown:
+            return
+        self._new_request(key)
+        title = path_text(path) + " › " + data(group.prefix.rstrip(".").replace(".", " › ")).plain
+        self._meta(title, group_meta(group))
+
+    def show_text(self, text: str) -> None:
+        """A line in place of a node (while loading)."""
+        self._new_request(None)
+        self.query_one("#detail-meta", Static).update(Text(text, style="italic"))
+
+    def stats_now(self) -> None:
+        """Compute the stats of the tensor shown, now."""
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self._tensor is None:
+            return
+        self._note("computing stats… (move the cursor to cancel)")
+        self._compute_stats(self.request, self._tensor, self._byteorder)
+
+    def _new_request(self, key: tuple[Any, ...] | None) -> None:
+        self.request += 1
+        self.shown = key
+        self._tensor = None
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self.workers.cancel_group(self, "stats")
         self.query_one("#detail-stats", Static).update("")
         self.query_one("#detail-progress").display = False
 
-    def progress(self, fraction: float) -> None:
-        """Stats progress for a big tensor."""
+    def _meta(self, title: str, table: Table) -> None:
+        self.query_one("#detail-meta", Static).update(RichGroup(Text(title, style="bold"), Text(""), table))
+
+    def _note(self, message: str) -> None:
+        self.query_one("#detail-progress").display = False
+        self.query_one("#detail-stats", Static).update(data(message, "italic"))
+
+    # ---- the worker and its messages ------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="stats")
+    def _compute_stats(self, request: int, tensor: Tensor, byteorder: str) -> None:
+        """Stats off the UI thread; reports by message only."""
+        from ckpt_tui.core.stats import tensor_stats  # numpy: imported when first needed
+
+        worker = get_current_worker()
+        last = [0.0]
+
+        def progress(fraction: float) -> None:
+            if fraction - last[0] >= 0.02 and not worker.is_cancelled:
+                last[0] = fraction
+                self.post_message(StatsProgress(request, fraction))
+
+        try:
+            stats = tensor_stats(tensor, byteorder, cancelled=lambda: worker.is_cancelled, progress=progress)
+        except CkptError as exc:
+            self.post_message(StatsFailed(request, str(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(StatsReady(request, stats))
+
+    @on(StatsProgress)
+    def _stats_progress(self, message: StatsProgress) -> None:
+        if message.request != self.request:
+            return
         bar = self.query_one("#detail-progress", ProgressBar)
         bar.display = True
-        bar.update(progress=fraction)
-        self.query_one("#detail-stats", Static).update(Text("computing stats… (move the cursor to cancel)", "dim"))
+        bar.update(progress=message.fraction)
 
-    def show_stats(self, stats: TensorStats) -> None:
-        """The finished stats."""
+    @on(StatsReady)
+    def _stats_ready(self, message: StatsReady) -> None:
+        if message.request != self.request:
+            return
         self.query_one("#detail-progress").display = False
         self.query_one("#detail-stats", Static).update(
-            RichGroup(Text("stats", style="bold underline"), stats_table(stats))
+            RichGroup(Text("stats", style="bold underline"), stats_table(message.stats))
         )
 
-    def show_message(self, message: str) -> None:
-        """A one-line note in place of stats (e.g. why they cannot be computed)."""
-        self.query_one("#detail-progress").display = False
-        self.query_one("#detail-stats", Static).update(Text(message, style="italic"))
+    @on(StatsFailed)
+    def _stats_failed(self, message: StatsFailed) -> None:
+        if message.request == self.request:
+            self._note(f"no stats: {message.error}")

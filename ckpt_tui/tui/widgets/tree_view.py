@@ -1,25 +1,59 @@
-"""The checkpoint tree: one line per node, children loaded on expand, optional module grouping."""
+"""The checkpoint tree: one line per node, children loaded on expand, optional module grouping.
+
+Labels are built only for the lines added (a page at a time); a container's totals are walked once
+per tree (cached by object, within a budget), so no label walks a subtree that another already did.
+Every string from the file is escaped and passed as ``Text``, never as markup.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rich.text import Span, Text
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckpt_tui.core.describe import count, scalar_text, shape, size, totals
+from ckpt_tui.core.describe import Totals, count, scalar_text, shape, size
 from ckpt_tui.core.grouping import Group, group_keys
 from ckpt_tui.core.keypath import KeyPath, key_text
+from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import tensor_items
-from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global_ref, type_label
+from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.tui.bindings import TREE_BINDINGS
 
 PAGE = 1000
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
+TOTALS_BUDGET = 5000  # nodes one label's totals may walk; past it the label shows the child count only
+
+RowId = tuple[KeyPath, str | None]
+"""What a line stands for: a value's path, or (the state_dict's path, the group's prefix)."""
+
+# Styles by role; under NO_COLOR nothing is dim and meaning is carried by words and bold/italic.
+COLOR_STYLES = {
+    "key": "bold",
+    "type": "italic",
+    "shape": "cyan",
+    "dtype": "magenta",
+    "device": "green",
+    "gpu": "bold yellow",
+    "size": "",
+    "totals": "",
+    "unsafe": "bold red",
+    "group": "bold blue",
+    "more": "italic",
+}
+MONO_STYLES = {role: "" for role in COLOR_STYLES} | {
+    "key": "bold",
+    "type": "italic",
+    "gpu": "bold",
+    "unsafe": "bold reverse",
+    "group": "bold underline",
+    "more": "italic",
+}
 
 
 @dataclass
@@ -33,6 +67,50 @@ class NodeData:
     pending: Iterator[tuple[Text, NodeData, bool]] | None = None
     remaining: int = 0
     more: TreeNode[NodeData] | None = None
+
+    @property
+    def row_id(self) -> RowId:
+        """The line's identity across redraws."""
+        return (self.path, self.group.prefix if self.group is not None else None)
+
+    @property
+    def is_more(self) -> bool:
+        """Whether this is a "… N more" line."""
+        return self.value is MORE
+
+
+@dataclass
+class ViewState:
+    """What to keep when the tree is redrawn: the cursor's line and the expanded lines."""
+
+    cursor: RowId = ((), None)
+    expanded: set[RowId] = field(default_factory=set)
+
+
+class TotalsCache:
+    """Tensors, parameters and bytes below containers, each walked once (within a budget)."""
+
+    def __init__(self, budget: int = TOTALS_BUDGET) -> None:
+        self.budget = budget
+        self._found: dict[int, tuple[Any, Totals | None]] = {}
+
+    def get(self, value: Any) -> Totals | None:
+        """The totals below ``value``, or None when they would take more than the budget to count."""
+        hit = self._found.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        result: Totals | None = Totals()
+        for steps, (_, node) in enumerate(iter_nodes(value)):
+            if steps >= self.budget:
+                result = None
+                break
+            if isinstance(node, Tensor):
+                assert result is not None
+                result.tensors += 1
+                result.parameters += node.numel
+                result.nbytes += node.nbytes
+        self._found[id(value)] = (value, result)
+        return result
 
 
 def styled(parts: list[tuple[str, str]]) -> Text:
@@ -48,86 +126,111 @@ def styled(parts: list[tuple[str, str]]) -> Text:
     return Text("".join(plain), spans=spans)
 
 
-def tensor_parts(tensor: Tensor) -> list[tuple[str, str]]:
-    """``[64, 3, 7, 7] float32 cuda:0 36.9 kB`` with the device coloured and named."""
-    device_style = "bold yellow" if tensor.device.startswith("cuda") else "green"
+def tensor_parts(tensor: Tensor, styles: dict[str, str]) -> list[tuple[str, str]]:
+    """``[64, 3, 7, 7] float32 cuda:0 36.9 kB`` (the device tag escaped: it comes from the file)."""
+    device = printable(tensor.device)
     return [
-        (shape(tensor.shape), "cyan"),
+        (shape(tensor.shape), styles["shape"]),
         (" ", ""),
-        (tensor.dtype, "magenta"),
+        (printable(tensor.dtype), styles["dtype"]),
         (" ", ""),
-        (tensor.device, device_style),
+        (device, styles["gpu"] if device.startswith("cuda") else styles["device"]),
         (" ", ""),
-        (size(tensor.nbytes), "dim"),
+        (size(tensor.nbytes), styles["size"]),
     ]
 
 
-def value_label(key: str, value: Any, with_totals: bool = True) -> Text:
-    """A full tree line: key, type, and a short description (totals below containers unless asked not to)."""
-    parts: list[tuple[str, str]] = [(key.replace("\n", "⏎").replace("\r", "⏎"), "bold"), ("  ", "")]
+def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles: dict[str, str] = COLOR_STYLES) -> Text:
+    """A full tree line: key, type, and a short description (totals below containers when ``totals`` is given)."""
+    parts: list[tuple[str, str]] = [(printable(key), styles["key"]), ("  ", "")]
     unsafe = (isinstance(value, Opaque) or is_global_ref(value)) and not value.safe
     if isinstance(value, Tensor):
-        parts.append((type_label(value) + " ", "dim"))
-        parts += tensor_parts(value)
+        parts.append((type_label(value) + " ", styles["type"]))
+        parts += tensor_parts(value, styles)
     elif has_children(value):
         kids = sum(1 for _ in children(value))
-        parts.append((f"{type_label(value)} ({kids})", "dim"))
-        found = totals(value) if with_totals else None
+        parts.append((f"{printable(type_label(value))} ({kids})", styles["type"]))
+        found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
-            parts.append((f"  {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}", ""))
+            summary = f"  {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}"
+            parts.append((summary, styles["totals"]))
         if unsafe:
-            parts.append(("  UNSAFE, not executed", "bold red"))
+            parts.append(("  UNSAFE, not executed", styles["unsafe"]))
     else:
-        parts.append((scalar_text(value, 70), "bold red" if unsafe else ""))
+        parts.append((printable(scalar_text(value, 70)), styles["unsafe"] if unsafe else ""))
     return styled(parts)
 
 
-def group_label(group: Group) -> Text:
+def group_label(group: Group, styles: dict[str, str] = COLOR_STYLES) -> Text:
     """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
     summary = f"  module · {group.tensors} tensors · {count(group.parameters)} params · {size(group.nbytes)}"
-    return styled([(group.name, "bold blue"), (summary, "")])
+    return styled([(printable(group.name), styles["group"]), (summary, "")])
 
 
-class CheckpointTree(Tree[NodeData]):
+class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     """A Tree over the checkpoint model that loads children when a node is expanded."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-        Binding("h", "collapse_or_parent", "Collapse / parent", show=False),
-        Binding("l", "expand_or_child", "Expand / child", show=False),
-        Binding("left", "collapse_or_parent", "Collapse / parent", show=False),
-        Binding("right", "expand_or_child", "Expand / child", show=False),
-        Binding("g,home", "top", "Top", show=False),
-        Binding("G,end", "bottom", "Bottom", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = TREE_BINDINGS
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("checkpoint", **kwargs)
         self.grouped = False
         self.auto_expand = False
         self.guide_depth = 3
+        self.totals = TotalsCache()
+        self.styles_by_role = COLOR_STYLES
+
+    def on_mount(self) -> None:
+        if self.app.no_color:
+            self.styles_by_role = MONO_STYLES
 
     def process_label(self, label: str | Text) -> Text:
         """Our labels are built single-line already; skip Tree's split-and-copy (it dominates 50k adds)."""
         if isinstance(label, Text):
             return label
-        return super().process_label(label)
+        return Text(printable(label))  # never markup
 
-    def show(self, root: Any, name: str, keep: KeyPath | None = None) -> None:
-        """Show a (new) tree; keep the cursor on ``keep`` when it still exists."""
+    # ---- showing a tree -----------------------------------------------------------------
+
+    def show(self, root: Any, name: str, view: ViewState | None = None) -> TreeNode[NodeData]:
+        """Show a (new) tree, keeping the expanded lines and the cursor of ``view`` where they still exist."""
         self.clear()
-        self.root.set_label(value_label(name, root, with_totals=False))  # the header has the totals
+        self.totals = TotalsCache()
+        self.root.set_label(value_label(name, root, None, self.styles_by_role))  # the header has the totals
         self.root.data = NodeData((), root)
         self.load(self.root)
         self.root.expand()
-        if keep:
-            self.reveal(keep)
+        if view is None:
+            return self.root
+        self._restore(self.root, view.expanded)
+        return self.reveal(view.cursor)
+
+    def view_state(self) -> ViewState:
+        """The cursor's line and every expanded line, to restore after a redraw."""
+        cursor = self.cursor_node
+        state = ViewState()
+        if cursor is not None and cursor.data is not None:
+            state.cursor = cursor.data.row_id
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.is_expanded and node.data is not None:
+                state.expanded.add(node.data.row_id)
+                stack.extend(node.children)
+        return state
+
+    def _restore(self, node: TreeNode[NodeData], expanded: set[RowId]) -> None:
+        for kid in list(node.children):
+            data = kid.data
+            if data is not None and not data.is_more and data.row_id in expanded and kid.allow_expand:
+                self.load(kid)
+                kid.expand()
+                self._restore(kid, expanded)
 
     def load(self, node: TreeNode[NodeData]) -> None:
         """Add a node's first page of children; the rest come a page at a time as the cursor gets there."""
         data = node.data
-        if data is None or data.loaded:
+        if data is None or data.loaded or data.is_more:
             return
         data.loaded = True
         entries = self._entries(data)
@@ -135,31 +238,33 @@ class CheckpointTree(Tree[NodeData]):
         data.remaining = len(entries)
         self._add_page(node)
 
-    def _add_page(self, node: TreeNode[NodeData], limit: int | None = PAGE) -> None:
+    def _add_page(self, node: TreeNode[NodeData], limit: int | None = PAGE) -> bool:
+        """Add the next page of a node's children; False when there was none."""
         data = node.data
         if data is None or data.pending is None:
-            return
+            return False
         if data.more is not None:
             data.more.remove()
             data.more = None
-        for added, (label, child, expandable) in enumerate(data.pending, 1):
-            node.add(label, child, allow_expand=expandable)
+        for added, (label, kid, expandable) in enumerate(data.pending, 1):
+            node.add(label, kid, allow_expand=expandable)
             data.remaining -= 1
             if limit is not None and added >= limit and data.remaining:
                 text = f"… {data.remaining:,} more (the cursor here loads {min(PAGE, data.remaining):,} more)"
-                data.more = node.add_leaf(styled([(text, "italic dim")]), NodeData(data.path, MORE))
-                return
+                data.more = node.add_leaf(styled([(text, self.styles_by_role["more"])]), NodeData(data.path, MORE))
+                return True
         data.pending = None
+        return True
 
     def drain(self, node: TreeNode[NodeData]) -> None:
-        """Add all of a node's children now (for search and jumps to the end)."""
+        """Add all of a node's children now (for jumps to the end)."""
         self.load(node)
         self._add_page(node, None)
 
     def _on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeData]) -> None:
         data = event.node.data
         parent = event.node.parent
-        if data is not None and data.value is MORE and parent is not None:
+        if data is not None and data.is_more and parent is not None:
             self._add_page(parent)
 
     def _entries(self, data: NodeData) -> list[tuple[str, Any]]:
@@ -172,14 +277,14 @@ class CheckpointTree(Tree[NodeData]):
             return [("", entry) for entry in group_keys(items).entries]
         return [("", pair) for pair in children(value)]
 
-    @staticmethod
-    def _line(path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
+    def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
-            return group_label(entry), NodeData(path, entry, entry), True
+            return group_label(entry, self.styles_by_role), NodeData(path, entry, entry), True
         key, value = entry
         text = key_text(key)
         short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
-        return value_label(short, value), NodeData((*path, key), value), has_children(value)
+        label = value_label(short, value, self.totals, self.styles_by_role)
+        return label, NodeData((*path, key), value), has_children(value)
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:
         self.load(event.node)
@@ -207,6 +312,7 @@ class CheckpointTree(Tree[NodeData]):
 
     def action_top(self) -> None:
         self.move_cursor(self.root)
+        self.scroll_home(animate=False)
 
     def action_bottom(self) -> None:
         node = self.root
@@ -215,35 +321,46 @@ class CheckpointTree(Tree[NodeData]):
             node = node.children[-1]
         self.call_after_refresh(self._focus_node, node)
 
-    def reveal(self, path: KeyPath) -> bool:
-        """Expand the ancestors of ``path`` and put the cursor on it."""
+    def reveal(self, row: RowId) -> TreeNode[NodeData]:
+        """Expand the ancestors of a line and put the cursor on it, or on its nearest ancestor shown."""
         node = self.root
-        while True:
-            data = node.data
-            if data is not None and data.path == path and data.group is None:
-                self.call_after_refresh(self._focus_node, node)
-                return True
-            self.drain(node)
-            node.expand()
-            step = self._step_towards(node, path)
+        while node.data is None or node.data.row_id != row:
+            step = self._child_towards(node, row)
             if step is None:
-                return False
+                break
+            node.expand()
             node = step
+        self.call_after_refresh(self._focus_node, node)
+        return node
 
     def _focus_node(self, node: TreeNode[NodeData]) -> None:
-        self.move_cursor(node)
-        self.scroll_to_node(node, animate=False)
+        if node.tree is self and (node is self.root or node.parent is not None):
+            self.move_cursor(node)
+            self.scroll_to_node(node, animate=False)
 
-    def _step_towards(self, node: TreeNode[NodeData], path: KeyPath) -> TreeNode[NodeData] | None:
-        for candidate in node.children:
-            data = candidate.data
-            if data is None:
-                continue
-            if data.group is not None:
-                if data.path == path[: len(data.path)] and len(path) > len(data.path):
-                    key = path[len(data.path)]
-                    if isinstance(key, str) and key.startswith(data.group.prefix):
-                        return candidate
-            elif data.path == path[: len(data.path)]:
-                return candidate
-        return None
+    def _child_towards(self, node: TreeNode[NodeData], row: RowId) -> TreeNode[NodeData] | None:
+        """The child of ``node`` on the way to ``row``, adding pages of children until it is found."""
+        self.load(node)
+        checked = 0
+        while True:
+            kids = node.children
+            for kid in kids[checked:]:
+                if kid.data is not None and not kid.data.is_more and _leads_to(kid.data, row):
+                    return kid
+            more_line = bool(kids) and kids[-1].data is not None and kids[-1].data.is_more
+            checked = len(kids) - 1 if more_line else len(kids)
+            if node.data is None or node.data.pending is None or not self._add_page(node):
+                return None
+
+
+def _leads_to(data: NodeData, row: RowId) -> bool:
+    """Whether ``row`` is the line of ``data`` or below it."""
+    path, prefix = row
+    if data.group is None:
+        return data.path == path[: len(data.path)] and len(data.path) <= len(path)
+    if data.path == path and prefix is not None:
+        return prefix.startswith(data.group.prefix)
+    if data.path == path[: len(data.path)] and len(path) > len(data.path):
+        key = path[len(data.path)]
+        return isinstance(key, str) and key.startswith(data.group.prefix)
+    return False

@@ -1,0 +1,116 @@
+"""What workers report, as typed messages.
+
+A worker never reads or changes a widget: it gets what it needs as arguments and posts one of these
+to the widget that started it (``post_message`` is thread-safe), which handles it with ``@on``.
+Each result carries the version it was computed for (the session's version, or the detail panel's
+request number); the handler drops a result whose version is no longer current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+from ckpt_tui.core.keypath import KeyPath
+from ckpt_tui.core.summary import Summary
+from ckpt_tui.core.tree import Checkpoint
+
+if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
+    from ckpt_tui.core.stats import TensorStats
+
+
+@dataclass
+class CheckpointOpened(Message, bubble=False):
+    """The file was read (metadata only); ``reopened`` after a save replaced it."""
+
+    checkpoint: Checkpoint
+    reopened: bool
+
+
+@dataclass
+class OpenFailed(Message, bubble=False):
+    """The file could not be read: the one-line reason."""
+
+    error: str
+    reopened: bool
+
+
+@dataclass
+class SummaryReady(Message, bubble=False):
+    """Totals and findings for the tree of session ``version``."""
+
+    version: int
+    summary: Summary
+
+
+@dataclass
+class StatsProgress(Message, bubble=False):
+    """How far the stats of detail request ``request`` have got (0..1)."""
+
+    request: int
+    fraction: float
+
+
+@dataclass
+class StatsReady(Message, bubble=False):
+    """The stats of detail request ``request``."""
+
+    request: int
+    stats: TensorStats
+
+
+@dataclass
+class StatsFailed(Message, bubble=False):
+    """Why the stats of detail request ``request`` cannot be computed."""
+
+    request: int
+    error: str
+
+
+@dataclass
+class CompareReady(Message, bubble=False):
+    """A compare report for the tree of session ``version``, at ``at`` (a module group when ``prefix``)."""
+
+    version: int
+    report: Any
+    at: KeyPath
+    prefix: str | None
+    reference: str
+
+
+@dataclass
+class DiffReady(Message, bubble=False):
+    """A diff of the tree of session ``version`` with the file at ``other``."""
+
+    version: int
+    report: Any
+    other: str
+
+
+@dataclass
+class ReportFailed(Message, bubble=False):
+    """Compare or diff could not run: a title and the one-line reason."""
+
+    version: int
+    title: str
+    error: str
+
+
+@dataclass
+class SaveProgress(Message, bubble=False):
+    """How far a save has got (0..1)."""
+
+    fraction: float
+
+
+@dataclass
+class SaveFinished(Message, bubble=False):
+    """A save of the tree of session ``version`` ended: the result line, or the error."""
+
+    version: int
+    target: str
+    line: str | None
+    error: str
+    replaced_source: bool

@@ -1,0 +1,790 @@
+"""The browser screen: the summary header, the tree, the detail panel, search and the status line.
+
+It owns everything about looking at the session's tree and proposing edits to it. The App owns the
+session itself, reading the file, saving and quitting. Workers started here get their inputs as
+arguments and post typed messages back; a result for an older session version is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, Tree
+
+from ckpt_tui.core import edits, group_edits
+from ckpt_tui.core.edits import Change
+from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.session import Session
+from ckpt_tui.core.state_dicts import common_prefix, inner_state_dict, tensor_items
+from ckpt_tui.core.summary import Summary, summarize
+from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
+from ckpt_tui.tui import targets
+from ckpt_tui.tui.bindings import BROWSER_BINDINGS, key_rows
+from ckpt_tui.tui.messages import CompareReady, DiffReady, ReportFailed, SummaryReady
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen, Section
+from ckpt_tui.tui.screens.findings import FindingsScreen
+from ckpt_tui.tui.screens.help import HelpScreen
+from ckpt_tui.tui.suggesters import PathSuggester
+from ckpt_tui.tui.targets import Relocate, Target
+from ckpt_tui.tui.text import data, path_text, where
+from ckpt_tui.tui.widgets.detail import DetailPanel
+from ckpt_tui.tui.widgets.summary import SummaryHeader
+from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState
+
+if TYPE_CHECKING:
+    from ckpt_tui.tui.app import CkptApp
+
+EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
+SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings"}
+MAX_MATCHES = 100_000
+
+Edit = Callable[[Any], tuple[Any, Change]]
+
+
+class BrowserScreen(Screen[None]):
+    """Browse the checkpoint, look at values, and stage edits."""
+
+    BINDINGS: ClassVar[list[BindingType]] = BROWSER_BINDINGS
+
+    def __init__(self, display_name: str) -> None:
+        super().__init__()
+        self.display_name = display_name
+        self.summary: Summary | None = None
+        self.storage_users: dict[int, int] = {}
+        self.matches: list[KeyPath] = []
+        self.match_index = 0
+        self.note = ""
+
+    @property
+    def ckpt_app(self) -> CkptApp:
+        """The app, typed."""
+        return cast("CkptApp", self.app)
+
+    @property
+    def session(self) -> Session | None:
+        """The app's editing session (None while the file is read)."""
+        return self.ckpt_app.session
+
+    @property
+    def tree_view(self) -> CheckpointTree:
+        """The tree widget."""
+        return self.query_one(CheckpointTree)
+
+    @property
+    def detail(self) -> DetailPanel:
+        """The detail panel."""
+        return self.query_one(DetailPanel)
+
+    # ---- layout --------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield SummaryHeader(f"opening {self.display_name}…", id="summary")
+        with Horizontal(id="main"):
+            yield CheckpointTree(id="tree")
+            yield DetailPanel(id="detail")
+        yield Input(placeholder="search key paths (enter: go, escape: close)", id="search")
+        yield Static(id="status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#search").display = False
+        if self.session is None:
+            self.show_reading(f"reading {self.display_name} (metadata only)…")
+
+    def show_reading(self, text: str) -> None:
+        """Empty the tree while the file is (re)read."""
+        self.tree_view.clear()
+        self.tree_view.root.set_label(data(text, "italic"))
+        self.tree_view.root.data = None
+        self.query_one(SummaryHeader).show_text(text)
+        self.detail.show_text(text)
+        self.update_status()
+
+    def show_session(self, note: str = "", view: ViewState | None = None) -> None:
+        """Show the session's tree (keeping ``view``), then count it in a worker."""
+        session = self.session
+        if session is None:
+            return
+        self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
+        self.tree_view.show(session.root, self.display_name, view)
+        self.tree_view.focus()
+        self.refresh_bindings()
+        self.update_status(note)
+        self.recount()
+        self.call_after_refresh(self.follow_cursor)
+
+    # ---- the summary -----------------------------------------------------------------------
+
+    def recount(self) -> None:
+        """Recompute the header's totals and findings for the current tree."""
+        session = self.session
+        if session is not None:
+            edited = dataclasses.replace(session.checkpoint, root=session.root)
+            self._summarize(session.version, edited)
+
+    @work(thread=True, exclusive=True, group="summary")
+    def _summarize(self, version: int, checkpoint: Checkpoint) -> None:
+        """Totals and findings off the UI thread; reports by message only."""
+        self.post_message(SummaryReady(version, summarize(checkpoint)))
+
+    @on(SummaryReady)
+    def _summary_ready(self, message: SummaryReady) -> None:
+        if self.session is None or message.version != self.session.version:
+            return
+        self.summary = message.summary
+        self.query_one(SummaryHeader).show(message.summary)
+        users: dict[int, int] = {}
+        for _, tensor in message.summary.tensors:
+            if tensor.storage is not None:
+                users[id(tensor.storage)] = users.get(id(tensor.storage), 0) + 1
+        self.storage_users = users
+        self.follow_cursor()
+
+    # ---- the cursor, the detail panel and the status line ------------------------------------
+
+    def focused_data(self) -> NodeData | None:
+        """The data of the tree line under the cursor (None on a "… more" line)."""
+        node = self.tree_view.cursor_node
+        if node is None or node.data is None or node.data.is_more:
+            return None
+        return node.data
+
+    def focused_target(self) -> Target | None:
+        """What the line under the cursor stands for."""
+        found = self.focused_data()
+        if found is None:
+            return None
+        return Target(found.path, found.group.prefix if found.group is not None else None)
+
+    @on(Tree.NodeHighlighted)
+    def _highlighted(self, event: Tree.NodeHighlighted[NodeData]) -> None:
+        self.follow_cursor()
+
+    @on(Tree.NodeSelected)
+    def _selected(self, event: Tree.NodeSelected[NodeData]) -> None:
+        self.follow_cursor()
+        self.detail.stats_now()
+
+    def follow_cursor(self) -> None:
+        """Show the focused line in the detail panel and the status line."""
+        found = self.focused_data()
+        session = self.session
+        if found is not None and session is not None:
+            if found.group is not None:
+                self.detail.show_group(found.path, found.group)
+            else:
+                value = found.value
+                shared = 0
+                if isinstance(value, Tensor) and value.storage is not None:
+                    shared = max(0, self.storage_users.get(id(value.storage), 1) - 1)
+                totals = self.tree_view.totals.get(value) if has_children(value) else None
+                self.detail.show_value(
+                    found.path, value, shared=shared, totals=totals, byteorder=session.checkpoint.byteorder
+                )
+        self.update_status()
+
+    def update_status(self, note: str | None = None) -> None:
+        """Focused path, unsaved edits (in words, not only colour), then the last note (kept until a key)."""
+        if note is not None:
+            self.note = note
+        parts: list[str] = []
+        target = self.focused_target()
+        if target is not None:
+            parts.append(path_text(target.path) + (f" › {printable(target.prefix)}*" if target.prefix else ""))
+        if self.ckpt_app.readonly:
+            parts.append("read-only")
+        elif self.session is not None:
+            unsaved = self.session.unsaved
+            parts.append(f"● {unsaved} unsaved edit{'s' if unsaved != 1 else ''}" if unsaved else "no unsaved edits")
+        if self.note:
+            parts.append(printable(self.note))
+        self.query_one("#status", Static).update(Text("  ·  ".join(parts)))
+
+    def on_key(self, event: Any) -> None:
+        if event.key not in ("n", "N"):
+            self.note = ""
+        search = self.query_one("#search", Input)
+        if event.key == "escape" and search.display:
+            search.display = False
+            self.tree_view.focus()
+            event.stop()
+
+    # ---- availability ----------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in SESSION_ACTIONS and self.session is None:
+            return None
+        return True
+
+    def editable(self, action: str) -> bool:
+        """Whether an edit may start now; if not, say why (never silence)."""
+        if self.ckpt_app.readonly:
+            name = next((b.description for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.action == action), "")
+            self.notify(
+                f"{name or 'Editing'} is off: the file was opened with --readonly (browse only, nothing is saved)",
+                title="Read-only",
+                severity="warning",
+                markup=False,
+            )
+            return False
+        return self.session is not None
+
+    def warn(self, message: str, title: str = "Edit does not apply") -> None:
+        """A notification in plain text (messages may quote keys from the file)."""
+        self.notify(printable(message), title=title, severity="warning", markup=False)
+
+    # ---- viewing actions -----------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(key_rows(self.active_bindings), self.ckpt_app.readonly))
+
+    def action_findings(self) -> None:
+        if self.summary is None:
+            self.warn("still counting: the findings follow in a moment", "Findings")
+            return
+        if not self.summary.findings:
+            self.notify("no findings: nothing unusual about this file", markup=False)
+            return
+
+        def jump(path: KeyPath | None) -> None:
+            if path is not None:
+                self.tree_view.reveal((path, None))
+
+        self.app.push_screen(FindingsScreen(self.summary.findings), jump)
+
+    def action_copy_path(self) -> None:
+        target = self.focused_target()
+        if target is None:
+            return
+        text = target.prefix if target.prefix is not None else to_python(target.path)
+        self.app.copy_to_clipboard(text)
+        self.update_status(f"copied {text}")
+        title = "Copied the group's prefix" if target.is_group else "Copied key path"
+        self.notify(printable(text), title=title, markup=False)
+
+    def action_toggle_grouping(self) -> None:
+        if self.session is None:
+            return
+        view = self.tree_view.view_state()
+        self.tree_view.grouped = not self.tree_view.grouped
+        self.redraw(view)
+        self.update_status("grouped by module path" if self.tree_view.grouped else "plain keys")
+
+    def action_search(self) -> None:
+        field = self.query_one("#search", Input)
+        field.display = True
+        field.value = ""
+        field.focus()
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        query = event.value.strip().lower()
+        event.input.display = False
+        self.tree_view.focus()
+        if not query or self.session is None:
+            return
+        self.matches = []
+        for path, _ in iter_nodes(self.session.root):
+            if path and query in to_slash(path).lower():
+                self.matches.append(path)
+                if len(self.matches) >= MAX_MATCHES:
+                    break
+        self.match_index = 0
+        if not self.matches:
+            self.update_status(f"no key path contains {query!r}")
+            return
+        self.go_to_match()
+
+    def go_to_match(self) -> None:
+        """Reveal the current match (expanding its ancestors)."""
+        self.tree_view.reveal((self.matches[self.match_index], None))
+        self.update_status(f"match {self.match_index + 1}/{len(self.matches)}")
+
+    def action_next_match(self) -> None:
+        if self.matches:
+            self.match_index = (self.match_index + 1) % len(self.matches)
+            self.go_to_match()
+
+    def action_previous_match(self) -> None:
+        if self.matches:
+            self.match_index = (self.match_index - 1) % len(self.matches)
+            self.go_to_match()
+
+    # ---- proposing and applying edits ---------------------------------------------------------
+
+    def propose(self, edit: Edit, relocate: Relocate = targets.keep) -> None:
+        """Preview an edit, then apply it if confirmed (to the tree it was computed from)."""
+        session = self.session
+        if session is None:
+            return
+        try:
+            new_root, change = session.preview(edit)
+        except (CkptError, KeyError) as exc:
+            self.warn(str(exc))
+            return
+        version = session.version
+
+        def answer(confirmed: bool | None) -> None:
+            if not confirmed or self.session is None:
+                return
+            if self.session.version != version:
+                self.warn("the checkpoint changed meanwhile; try the edit again")
+                return
+            view = self.tree_view.view_state()
+            self.session.apply(new_root, change)
+            self.after_edit(view, relocate, f"applied: {change.title}")
+
+        self.app.push_screen(PreviewScreen(change), answer)
+
+    def after_edit(self, view: ViewState, relocate: Relocate, note: str) -> None:
+        """Redraw with the open lines and the cursor carried over, recount, and follow the cursor."""
+        view = ViewState(relocate(view.cursor), {relocate(row) for row in view.expanded})
+        self.redraw(view)
+        self.refresh_bindings()
+        self.ckpt_app.refresh_bindings()
+        self.update_status(note)
+        self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
+        self.recount()
+
+    def redraw(self, view: ViewState) -> None:
+        """Show the session's current tree with ``view``; the panel and status follow the new cursor."""
+        if self.session is None:
+            return
+        self.tree_view.show(self.session.root, self.display_name, view)
+        self.call_after_refresh(self.follow_cursor)
+
+    def ask(self, title: str, value: str, hint: str, then: Callable[[str], Any], paths: bool = False) -> None:
+        """Prompt for text, then continue."""
+
+        def answer(text: str | None) -> None:
+            if text:
+                then(text)
+
+        suggester = PathSuggester() if paths else None
+        self.app.push_screen(PromptScreen(title, value, hint, suggester), answer)
+
+    def key_edit_target(self) -> KeyPath | None:
+        """The state_dict ``p``/``P`` edit (the one focused, holding the cursor, or detected), or None (said why)."""
+        assert self.session is not None
+        target = self.focused_target()
+        try:
+            return targets.state_dict_at(self.session.root, target.path if target else ())
+        except EditError as exc:
+            self.warn(str(exc))
+            return None
+
+    def action_strip_prefix(self) -> None:
+        if not self.editable("strip_prefix"):
+            return
+        at = self.key_edit_target()
+        if at is None or self.session is None:
+            return
+        try:
+            self.session.preview(lambda root: edits.strip_prefix(root, "auto", at))
+        except (CkptError, KeyError) as exc:
+            shared = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
+            self.ask(
+                f"Strip which prefix from the keys of {where(at)}?",
+                shared,
+                f"{printable(str(exc))} · only keys that start with it change",
+                lambda prefix: self._strip(at, prefix),
+            )
+            return
+        self._strip(at, "auto")
+
+    def _strip(self, at: KeyPath, prefix: str) -> None:
+        assert self.session is not None
+        shown = prefix
+        if prefix == "auto":
+            shown = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
+        relocate = targets.renamed_keys(at, lambda k: k[len(shown) :] if shown and k.startswith(shown) else None)
+        self.propose(lambda root: edits.strip_prefix(root, prefix, at), relocate)
+
+    def action_add_prefix(self) -> None:
+        if not self.editable("add_prefix"):
+            return
+        at = self.key_edit_target()
+        if at is None:
+            return
+
+        def add(prefix: str) -> None:
+            relocate = targets.renamed_keys(at, lambda k: prefix + k)
+            self.propose(lambda root: edits.add_prefix(root, prefix, at), relocate)
+
+        self.ask(f"Add a prefix to every key of {where(at)}", "module.", "e.g. module. for DataParallel/DDP", add)
+
+    def action_extract(self) -> None:
+        if not self.editable("extract"):
+            return
+        target = self.focused_target() or Target(())
+        if target.prefix is not None:
+            prefix = target.prefix
+            self.propose(
+                lambda root: group_edits.extract_group(root, target.path, prefix),
+                targets.extracted_group(target.path, prefix),
+            )
+            return
+        if not target.path:
+            assert self.session is not None
+            found = inner_state_dict(self.session.root)
+            self.propose(lambda root: edits.extract(root, "auto"), targets.extracted(found or ()))
+            return
+        self.propose(lambda root: edits.extract(root, target.path), targets.extracted(target.path))
+
+    def action_remap(self) -> None:
+        if not self.editable("remap"):
+            return
+        self.ask(
+            "Map the saved devices of every tensor",
+            "cpu",
+            "cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu",
+            lambda spec: self.propose(lambda root: edits.remap_devices(root, spec)),
+        )
+
+    def action_rename(self) -> None:
+        if not self.editable("rename"):
+            return
+        target = self.focused_target()
+        if target is None or (not target.path and target.prefix is None):
+            self.warn("put the cursor on a named key (or a module group) to rename it")
+            return
+        if target.prefix is not None:
+            self._rename_group(target.path, target.prefix)
+            return
+        path = target.path
+        old = path[-1]
+        if not isinstance(old, str):
+            self.warn(f"{where(path)} is not a named key: only dict keys can be renamed")
+            return
+
+        def rename(new: str) -> None:
+            relocate = targets.renamed_keys(path[:-1], lambda k: new if k == old else None)
+            self.propose(lambda root: edits.rename(root, path, new), relocate)
+
+        self.ask(f"Rename {data(repr(old)).plain} in {where(path[:-1])} to", old, "the key keeps its place", rename)
+
+    def _rename_group(self, path: KeyPath, prefix: str) -> None:
+        def rename(new: str) -> None:
+            new_prefix = new if new.endswith(".") else new + "."
+            relocate = targets.renamed_keys(
+                path, lambda k: new_prefix + k[len(prefix) :] if k.startswith(prefix) else None
+            )
+            self.propose(lambda root: group_edits.rename_group(root, path, prefix, new_prefix), relocate)
+
+        self.ask(
+            f"Rename the group prefix {data(repr(prefix)).plain} of {where(path)} to",
+            prefix,
+            "every key under the group gets the new prefix and keeps its place",
+            rename,
+        )
+
+    def action_delete(self) -> None:
+        if not self.editable("delete"):
+            return
+        target = self.focused_target()
+        if target is None:
+            self.warn("put the cursor on a key to delete it")
+            return
+        if target.prefix is not None:
+            prefix = target.prefix
+            self.propose(lambda root: group_edits.delete_group(root, target.path, prefix), targets.deleted(target))
+            return
+        self.propose(lambda root: edits.delete(root, target.path), targets.deleted(target))
+
+    def action_cast(self) -> None:
+        if not self.editable("cast"):
+            return
+        assert self.session is not None
+        target = self.focused_target() or Target(())
+        if target.prefix is None:
+            try:
+                target = Target(targets.state_dict_at(self.session.root, target.path))
+            except EditError:
+                target = Target(())
+
+        def cast_to(text: str) -> None:
+            try:
+                dtype = targets.dtype_name(text)
+            except EditError as exc:
+                self.warn(str(exc))
+                return
+            if target.prefix is not None:
+                prefix = target.prefix
+                self.propose(lambda root: group_edits.cast_group(root, target.path, prefix, dtype))
+            else:
+                self.propose(lambda root: edits.cast(root, dtype, target.path or "all"))
+
+        what = "the whole checkpoint" if not target.path and target.prefix is None else target.describe()
+        self.ask(
+            f"Cast the floating-point tensors of {what} to",
+            "float16",
+            "float16 (fp16, half) · bfloat16 (bf16) · float32 (fp32)",
+            cast_to,
+        )
+
+    def action_undo(self) -> None:
+        if not self.editable("undo") or self.session is None:
+            return
+        view = self.tree_view.view_state()
+        change = self.session.undo()
+        if change is None:
+            self.update_status("nothing to undo")
+            return
+        self.after_edit(view, targets.keep, f"undone: {change.title}")
+
+    def action_redo(self) -> None:
+        if not self.editable("redo") or self.session is None:
+            return
+        view = self.tree_view.view_state()
+        change = self.session.redo()
+        if change is None:
+            self.update_status("nothing to redo")
+            return
+        self.after_edit(view, targets.keep, f"redone: {change.title}")
+
+    # ---- compare and diff -----------------------------------------------------------------------
+
+    def action_compare(self) -> None:
+        session = self.session
+        if session is None:
+            return
+        target = self.focused_target() or Target(())
+        if target.prefix is None:
+            target = Target(targets.container_at(session.root, target.path))
+        self.ask(
+            f"Compare {target.describe()} with (a checkpoint of the target model, or a text file of keys)",
+            self.ckpt_app.remembered("compare"),
+            "the report lists missing, unexpected and mismatched keys, and the fix",
+            lambda reference: self._start_compare(reference, target),
+            paths=True,
+        )
+
+    def _start_compare(self, reference: str, target: Target) -> None:
+        assert self.session is not None
+        self.ckpt_app.remember("compare", reference)
+        root = self.session.root
+        try:
+            if target.prefix is not None:
+                value = group_edits.group_state_dict(root, target.path, target.prefix)
+            else:
+                value = get(root, target.path)
+        except (CkptError, KeyError) as exc:
+            self.warn(str(exc), "Cannot compare")
+            return
+        self.update_status(f"comparing with {os.path.basename(reference)}…")
+        self._compare(self.session.version, value, target, reference)
+
+    @work(thread=True, exclusive=True, group="report")
+    def _compare(self, version: int, value: Any, target: Target, reference: str) -> None:
+        """Read the reference and compare, off the UI thread; reports by message only."""
+        from ckpt_tui.core.compare import compare, load_reference
+
+        try:
+            report = compare(value, load_reference(reference, None))
+        except CkptError as exc:
+            self.post_message(ReportFailed(version, "Cannot compare", str(exc)))
+            return
+        except OSError as exc:
+            self.post_message(ReportFailed(version, "Cannot compare", f"{reference}: {exc.strerror or exc}"))
+            return
+        self.post_message(CompareReady(version, report, target.path, target.prefix, reference))
+
+    @on(ReportFailed)
+    def _report_failed(self, message: ReportFailed) -> None:
+        self.update_status("")
+        self.notify(printable(message.error), title=message.title, severity="error", markup=False)
+
+    @on(CompareReady)
+    def _compare_ready(self, message: CompareReady) -> None:
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while comparing: compare again")
+            return
+        self.update_status("")
+        report = message.report
+        target = Target(message.at, message.prefix)
+        summary = Text(
+            f"{'fits' if report.ok else 'does NOT fit'}: {report.matched}/{report.total} reference keys found, "
+            f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
+            f"{len(report.shape_mismatches)} shape mismatches"
+        )
+        fixable = report.suggestion is not None and target.prefix is None
+        if report.suggestion is not None:
+            summary.append("\nsuggested fix: ")
+            summary.append(printable(report.suggestion.describe()), style="bold")
+            if target.prefix is not None:
+                summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
+            else:
+                summary.append("\nf applies it here as one undoable edit; on the command line:\n")
+                summary.append(printable(self.fix_command(report.suggestion, target.path)))
+        sections = _compare_sections(report, target)
+
+        def done(result: tuple[str, str] | None) -> None:
+            if result is None:
+                return
+            kind, key = result
+            if kind == "jump":
+                self.tree_view.reveal(((*target.path, key), None))
+            elif kind == "fix":
+                self._apply_suggestion(report.suggestion, target.path)
+
+        title = f"Compare {target.describe()} with {os.path.basename(message.reference)}"
+        self.app.push_screen(ReportScreen(title, summary, sections, fixable), done)
+
+    def fix_command(self, suggestion: Any, at: KeyPath) -> str:
+        """The ``convert`` command that applies a suggestion to the file on disk, or what it assumes."""
+        app = self.ckpt_app
+        session = self.session
+        assert session is not None
+        source = app.path
+        assumption = ""
+        if session.edited:
+            if not session.unsaved and app.last_saved is not None:
+                source = app.last_saved
+            else:
+                source = app.default_save_path()
+                assumption = (
+                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, "
+                    f"to {printable(source)})\n"
+                )
+        options: list[str] = []
+        extract = next((s for s in suggestion.steps if s.kind == "extract"), None)
+        for step in suggestion.steps:
+            if step.kind == "extract":
+                inner = (*at, *step.arg)
+                options += ["--extract", to_slash(inner) if inner else "auto"]
+            else:
+                options += ["--strip-prefix" if step.kind == "strip" else "--add-prefix", str(step.arg)]
+        if at and extract is None:
+            options += ["--at", to_slash(at)]
+        output = _output_path(source)
+        command = shlex.join(["ckpt-tui", "convert", source, "-o", output, *options])
+        return assumption + command
+
+    def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
+        from ckpt_tui.core.compare import apply_suggestion
+
+        if not self.editable("strip_prefix"):
+            return
+
+        def edit(root: Any) -> tuple[Any, Change]:
+            new_root, changes = apply_suggestion(root, at, suggestion)
+            examples = [e for change in changes for e in change.examples][:5]
+            return new_root, Change(suggestion.describe(), sum(c.count for c in changes), examples)
+
+        extracts = any(step.kind == "extract" for step in suggestion.steps)
+        self.propose(edit, targets.extracted(at) if extracts else targets.keep)
+
+    def action_diff(self) -> None:
+        if self.session is None:
+            return
+        self.ask(
+            "Diff with checkpoint",
+            self.ckpt_app.remembered("diff"),
+            "keys on one side only, shape/dtype changes, value differences",
+            self._start_diff,
+            paths=True,
+        )
+
+    def _start_diff(self, other: str) -> None:
+        assert self.session is not None
+        self.ckpt_app.remember("diff", other)
+        mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
+        self.update_status(f"diffing with {os.path.basename(other)}…")
+        self._diff(self.session.version, mine, other)
+
+    @work(thread=True, exclusive=True, group="report")
+    def _diff(self, version: int, mine: Checkpoint, other: str) -> None:
+        """Diff the (edited) checkpoint with another file, streamed, off the UI thread; reports by message only."""
+        from ckpt_tui.core.diff import diff
+
+        try:
+            report = diff(mine, open_checkpoint(other))
+        except CkptError as exc:
+            self.post_message(ReportFailed(version, "Cannot diff", str(exc)))
+            return
+        self.post_message(DiffReady(version, report, other))
+
+    @on(DiffReady)
+    def _diff_ready(self, message: DiffReady) -> None:
+        from ckpt_tui.core.convert import resolve_path
+
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while diffing: diff again")
+            return
+        self.update_status("")
+        report = message.report
+        summary = Text(
+            "identical"
+            if report.identical
+            else f"{report.identical_tensors} tensors identical, {len(report.value_changes)} differ in value, "
+            f"{len(report.only_a)} only here, {len(report.only_b)} only there"
+        )
+
+        def done(result: tuple[str, str] | None) -> None:
+            if result and result[0] == "jump" and self.session is not None:
+                try:
+                    self.tree_view.reveal((resolve_path(self.session.root, result[1]), None))
+                except CkptError as exc:
+                    self.warn(str(exc), "Not in this checkpoint")
+
+        title = f"Diff {self.display_name} with {os.path.basename(message.other)}"
+        self.app.push_screen(ReportScreen(title, summary, _diff_sections(report), False), done)
+
+
+def _output_path(source: str) -> str:
+    """``best_model.fixed.pth`` next to ``source`` (never ``source`` itself)."""
+    path = Path(source)
+    stem = path.name.split(".")[0] or "checkpoint"
+    candidate = str(path.with_name(f"{stem}.fixed.pth")) if path.name else "fixed.pth"
+    return candidate if candidate != source else str(path.with_name(f"{stem}.fixed2.pth"))
+
+
+def _compare_sections(report: Any, target: Target) -> list[Section]:
+    from ckpt_tui.core.compare import fold_keys
+
+    def jump(key: str) -> str | None:
+        return target.prefix + key if target.prefix is not None else key
+
+    return [
+        ("missing: in the reference, not here", [(None, data(key)) for key in fold_keys(report.missing)]),
+        ("unexpected: here, not in the reference", [(jump(key), data(key)) for key in report.unexpected]),
+        (
+            "shape mismatches (here vs reference)",
+            [(jump(k), data(f"{k}: {list(a)} vs {list(b)}")) for k, a, b in report.shape_mismatches],
+        ),
+        (
+            "dtype mismatches (cast on load)",
+            [(jump(k), data(f"{k}: {a} vs {b}")) for k, a, b in report.dtype_mismatches],
+        ),
+    ]
+
+
+def _diff_sections(report: Any) -> list[Section]:
+    return [
+        ("only here", [(k, data(k)) for k in report.only_a]),
+        ("only in the other file", [(None, data(k)) for k in report.only_b]),
+        ("shape changes", [(k, data(f"{k}: {list(a)} → {list(b)}")) for k, a, b in report.shape_changes]),
+        ("dtype changes", [(k, data(f"{k}: {a} → {b}")) for k, a, b in report.dtype_changes]),
+        (
+            "value changes",
+            [
+                (d.key, data(f"{d.key}: max |a-b| {d.max_abs:.4g}, {'allclose' if d.close else 'NOT close'}"))
+                for d in report.value_changes
+            ],
+        ),
+        ("other values", [(k, data(f"{k}: {a} → {b}")) for k, a, b in report.other_changes]),
+    ]

@@ -1,0 +1,45 @@
+"""Strings from a file, made inert for the screen.
+
+Every key, value, global name, location tag, metadata entry or error message that quotes them goes
+through here before a widget sees it: control characters are shown escaped (``\\x1b``) by
+:func:`ckpt_tui.core.safe_text.printable`, and the result is a ``rich.text.Text`` (or a string for a
+``markup=False`` surface), never a markup string, so ``[/data]`` or ``[@click=...]`` is shown as written.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from ckpt_tui.core.keypath import KeyPath, to_python
+from ckpt_tui.core.safe_text import printable
+
+
+def safe(value: object) -> str:
+    """``str(value)`` with control characters escaped; for surfaces that take plain text (``markup=False``)."""
+    return printable(str(value))
+
+
+def data(value: object, style: str = "") -> Text:
+    """Text from the file, as a ``Text`` that no widget parses as markup."""
+    return Text(printable(str(value)), style=style)
+
+
+def path_text(path: KeyPath) -> str:
+    """A key path as Python (``ckpt["model"]["fc.weight"]``; ``ckpt`` for the root), escaped."""
+    return printable(to_python(path))
+
+
+def where(path: KeyPath) -> str:
+    """A key path for a sentence: ``ckpt["model"]``, or ``the root``."""
+    return path_text(path) if path else "the root"
+
+
+def joined(*parts: tuple[str, str] | str) -> Text:
+    """A Text from plain parts and ``(text, style)`` pairs; the texts must already be escaped."""
+    out = Text()
+    for part in parts:
+        if isinstance(part, tuple):
+            out.append(part[0], style=part[1])
+        else:
+            out.append(part)
+    return out
