@@ -16,6 +16,7 @@ from textual.message import Message
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.tree import Checkpoint
+from ckpt_tui.core.weights_only import Verdict
 
 if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
     from ckpt_tui.core.stats import TensorStats
@@ -43,6 +44,8 @@ class SummaryReady(Message, bubble=False):
 
     version: int
     summary: Summary
+    weights_only: Verdict | None = None
+    """Whether torch.load(weights_only=True) loads the file on disk (computed once per file)."""
 
 
 @dataclass

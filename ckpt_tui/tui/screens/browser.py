@@ -32,6 +32,7 @@ from ckpt_tui.core.session import Session
 from ckpt_tui.core.state_dicts import common_prefix, inner_state_dict, tensor_items
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
+from ckpt_tui.core.weights_only import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import BROWSER_BINDINGS, key_rows
 from ckpt_tui.tui.messages import CompareReady, DiffReady, ReportFailed, SummaryReady
@@ -64,6 +65,7 @@ class BrowserScreen(Screen[None]):
         super().__init__()
         self.display_name = display_name
         self.summary: Summary | None = None
+        self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
@@ -134,19 +136,23 @@ class BrowserScreen(Screen[None]):
         session = self.session
         if session is not None:
             edited = dataclasses.replace(session.checkpoint, root=session.root)
-            self._summarize(session.version, edited)
+            known = self.verdicts.get(session.checkpoint.path)
+            self._summarize(session.version, edited, session.checkpoint, known)
 
     @work(thread=True, exclusive=True, group="summary")
-    def _summarize(self, version: int, checkpoint: Checkpoint) -> None:
-        """Totals and findings off the UI thread; reports by message only."""
-        self.post_message(SummaryReady(version, summarize(checkpoint)))
+    def _summarize(self, version: int, edited: Checkpoint, on_disk: Checkpoint, known: Verdict | None) -> None:
+        """Totals and findings off the UI thread, and the file's weights_only verdict once; reports by message only."""
+        summary = summarize(edited)
+        self.post_message(SummaryReady(version, summary, known or verdict(on_disk)))
 
     @on(SummaryReady)
     def _summary_ready(self, message: SummaryReady) -> None:
         if self.session is None or message.version != self.session.version:
             return
         self.summary = message.summary
-        self.query_one(SummaryHeader).show(message.summary)
+        if message.weights_only is not None:
+            self.verdicts[self.session.checkpoint.path] = message.weights_only
+        self.query_one(SummaryHeader).show(message.summary, message.weights_only)
         users: dict[int, int] = {}
         for _, tensor in message.summary.tensors:
             if tensor.storage is not None:

@@ -69,10 +69,10 @@ class SummaryHeader(Static):
         super().__init__(Text(text), **kwargs)  # type: ignore[arg-type]
         self.summary: Summary | None = None
 
-    def show(self, summary: Summary) -> None:
-        """Render a summary."""
+    def show(self, summary: Summary, weights_only: Verdict | None = None) -> None:
+        """Render a summary, with the weights_only verdict of the file on disk when known."""
         self.summary = summary
-        self.update(summary_text(summary))
+        self.update(summary_text(summary, weights_only=weights_only))
         self.set_class(True, "-complete")
 
     def show_text(self, text: str) -> None:

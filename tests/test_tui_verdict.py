@@ -1,0 +1,31 @@
+"""The browser's header gives torch.load(weights_only=True)'s verdict on the file, with the blockers named."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from builders_tui import header, loaded, settle
+
+from ckpt_tui.tui.app import CkptApp
+
+
+async def test_the_header_names_what_weights_only_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "ns.pth"
+    torch.save({"w": torch.ones(2), "args": argparse.Namespace(lr=0.1)}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        assert "torch.load REFUSES it" in header(app) and "argparse.Namespace" in header(app)
+        await settle(pilot, "j", "j", "d", "y")  # deleting the Namespace is an edit: the file's verdict stays
+        assert "argparse.Namespace" in header(app)
+
+
+async def test_a_plain_state_dict_gets_no_warning(tmp_path: Path) -> None:
+    path = tmp_path / "plain.pth"
+    torch.save({"w": torch.ones(2)}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        assert "REFUSES" not in header(app)
