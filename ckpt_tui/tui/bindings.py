@@ -59,6 +59,7 @@ BROWSER_BINDINGS: list[BindingType] = [
     key("t", "cast", "Cast dtype", EDIT, "Cast floating-point tensors (fp16, bf16, fp32) of the focused state_dict"),
     key("c", "compare", "Compare", FILE, "Compare with a checkpoint of the target model, or a keys file"),
     key("D", "diff", "Diff", FILE, "Diff with another checkpoint"),
+    key("C", "check_all", "Check all", FILE, "Read every tensor: NaN/Inf, unreadable records (escape cancels)"),
 ]
 
 APP_BINDINGS: list[BindingType] = [

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
+from ckpt_tui.core.check import CheckReport
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.tree import Checkpoint
@@ -117,3 +118,19 @@ class SaveFinished(Message, bubble=False):
     line: str | None
     error: str
     replaced_source: bool
+
+
+@dataclass
+class CheckProgress(Message, bubble=False):
+    """How far reading every tensor has got (0..1)."""
+
+    fraction: float
+
+
+@dataclass
+class CheckFinished(Message, bubble=False):
+    """Reading every tensor of session ``version`` ended: the report, or why not (cancelled, an error)."""
+
+    version: int
+    report: CheckReport | None
+    error: str = ""

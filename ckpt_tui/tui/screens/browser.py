@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -23,8 +24,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, Tree
 
 from ckpt_tui.core import edits, group_edits
+from ckpt_tui.core.check import CheckReport, check_checkpoint
 from ckpt_tui.core.edits import Change
-from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.safe_text import printable
@@ -35,8 +37,15 @@ from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
 from ckpt_tui.core.weights_only import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import BROWSER_BINDINGS, key_rows
-from ckpt_tui.tui.messages import CompareReady, DiffReady, ReportFailed, SummaryReady
-from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen, Section
+from ckpt_tui.tui.messages import (
+    CheckFinished,
+    CheckProgress,
+    CompareReady,
+    DiffReady,
+    ReportFailed,
+    SummaryReady,
+)
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, ProgressScreen, PromptScreen, ReportScreen, Section
 from ckpt_tui.tui.screens.findings import FindingsScreen
 from ckpt_tui.tui.screens.help import HelpScreen
 from ckpt_tui.tui.suggesters import PathSuggester
@@ -66,6 +75,8 @@ class BrowserScreen(Screen[None]):
         self.display_name = display_name
         self.summary: Summary | None = None
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
+        self.check: CheckReport | None = None  # the last full check (C) of the current tree
+        self._check_progress: ProgressScreen | None = None
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
@@ -152,7 +163,7 @@ class BrowserScreen(Screen[None]):
         self.summary = message.summary
         if message.weights_only is not None:
             self.verdicts[self.session.checkpoint.path] = message.weights_only
-        self.query_one(SummaryHeader).show(message.summary, message.weights_only)
+        self.query_one(SummaryHeader).show(message.summary, message.weights_only, self.check)
         users: dict[int, int] = {}
         for _, tensor in message.summary.tensors:
             if tensor.storage is not None:
@@ -750,6 +761,64 @@ class BrowserScreen(Screen[None]):
         title = f"Diff {self.display_name} with {os.path.basename(message.other)}"
         self.app.push_screen(ReportScreen(title, summary, _diff_sections(report), False), done)
 
+    # ---- reading every tensor (C) ---------------------------------------------------------
+
+    def action_check_all(self) -> None:
+        """Read every tensor of the tree as it is now, in a worker with a progress bar (escape cancels)."""
+        session = self.session
+        if session is None:
+            return
+        cancel = threading.Event()
+        self._check_progress = ProgressScreen("Reading every tensor (NaN/Inf, unreadable records)", cancel)
+        self.app.push_screen(self._check_progress)
+        edited = dataclasses.replace(session.checkpoint, root=session.root)
+        self._check_all(session.version, edited, cancel)
+
+    @work(thread=True, exclusive=True, group="check")
+    def _check_all(self, version: int, checkpoint: Checkpoint, cancel: threading.Event) -> None:
+        """The full check off the UI thread; reports by message only."""
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] >= 0.02:
+                last[0] = fraction
+                self.post_message(CheckProgress(fraction))
+
+        try:
+            report = check_checkpoint(checkpoint, progress, cancel.is_set)
+        except Cancelled:
+            self.post_message(CheckFinished(version, None, "cancelled: nothing was marked"))
+            return
+        except CkptError as exc:
+            self.post_message(CheckFinished(version, None, str(exc)))
+            return
+        self.post_message(CheckFinished(version, report))
+
+    @on(CheckProgress)
+    def _check_advanced(self, message: CheckProgress) -> None:
+        if self._check_progress is not None and self._check_progress.is_attached:
+            self._check_progress.advance(message.fraction)
+
+    @on(CheckFinished)
+    def _check_finished(self, message: CheckFinished) -> None:
+        if self._check_progress is not None and self._check_progress.is_attached:
+            self._check_progress.dismiss()
+        self._check_progress = None
+        if self.session is None or message.version != self.session.version:
+            return  # the tree changed while it was read: the result is for an older tree
+        if message.report is None:
+            self.update_status(message.error)
+            return
+        self.check = message.report
+        self.tree_view.markers = check_markers(self.session.root, message.report)
+        self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
+        if self.summary is not None:
+            known = self.verdicts.get(self.session.checkpoint.path)
+            self.query_one(SummaryHeader).show(self.summary, known, self.check)
+        marked = len(self.tree_view.markers)
+        self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
+
 
 def _output_path(source: str) -> str:
     """``best_model.fixed.pth`` next to ``source`` (never ``source`` itself)."""
@@ -794,3 +863,21 @@ def _diff_sections(report: Any) -> list[Section]:
         ),
         ("other values", [(k, data(f"{k}: {a} → {b}")) for k, a, b in report.other_changes]),
     ]
+
+
+def check_markers(root: Any, report: CheckReport) -> dict[int, str]:
+    """What the check found, by ``id`` of each tensor it names (for the tree's markers)."""
+    words = {"nan": "NaN", "inf": "Inf", "unreadable": "unreadable"}
+    markers: dict[int, str] = {}
+    for problem in report.problems:
+        if problem.kind not in words or problem.path is None:
+            continue
+        try:
+            tensor = get(root, problem.path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if problem.kind == "nan" and problem.detail.get("inf"):
+            markers[id(tensor)] = "NaN and Inf"
+        else:
+            markers[id(tensor)] = words[problem.kind]
+    return markers

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from rich.text import Text
 from textual.widgets import Static
 
+from ckpt_tui.core.check import CheckReport
 from ckpt_tui.core.describe import FORMAT_NAMES, size
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.safe_text import printable
@@ -14,6 +16,7 @@ from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.weights_only import Verdict
 
 MAX_FINDINGS = 3
+READ_PROBLEMS = {"nan": "with NaN", "inf": "with Inf", "unreadable": "unreadable"}
 FIX_KEYS = {
     "--strip-prefix": "p strips it",
     "--extract": "x on it extracts it",
@@ -33,7 +36,11 @@ def finding_text(finding: Finding) -> Text:
 
 
 def summary_text(
-    summary: Summary, nan_tensors: int = 0, limit: int = MAX_FINDINGS, weights_only: Verdict | None = None
+    summary: Summary,
+    nan_tensors: int = 0,
+    limit: int = MAX_FINDINGS,
+    weights_only: Verdict | None = None,
+    check: CheckReport | None = None,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all)."""
     ckpt = summary.checkpoint
@@ -48,6 +55,8 @@ def summary_text(
     text.append(devices or "-", style="bold yellow" if any("cuda" in d for d in summary.devices) else "")
     if nan_tensors:
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
+    if check is not None:
+        text.append_text(check_text(check))
     if weights_only is not None and weights_only.loads is not None:
         refused = weights_only.loads is False
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
@@ -62,6 +71,17 @@ def summary_text(
     return text
 
 
+def check_text(report: CheckReport) -> Text:
+    """The header line of a full check (``C``): what reading every tensor found."""
+    kinds = Counter(problem.kind for problem in report.problems if problem.kind in READ_PROBLEMS)
+    if not kinds:
+        return Text(f"\n· every tensor read ({report.checked}): no NaN/Inf, no unreadable record", style="italic")
+    found = ", ".join(f"{n} {READ_PROBLEMS[kind]}" for kind, n in kinds.items())
+    text = Text("\n! ", style="bold red")
+    text.append(f"every tensor read ({report.checked}): {found} (marked !! in the tree)")
+    return text
+
+
 class SummaryHeader(Static):
     """Shows a Summary (or a line while the file is read and counted)."""
 
@@ -69,10 +89,10 @@ class SummaryHeader(Static):
         super().__init__(Text(text), **kwargs)  # type: ignore[arg-type]
         self.summary: Summary | None = None
 
-    def show(self, summary: Summary, weights_only: Verdict | None = None) -> None:
-        """Render a summary, with the weights_only verdict of the file on disk when known."""
+    def show(self, summary: Summary, weights_only: Verdict | None = None, check: CheckReport | None = None) -> None:
+        """Render a summary, with the weights_only verdict of the file on disk and a full check's result when known."""
         self.summary = summary
-        self.update(summary_text(summary, weights_only=weights_only))
+        self.update(summary_text(summary, weights_only=weights_only, check=check))
         self.set_class(True, "-complete")
 
     def show_text(self, text: str) -> None:

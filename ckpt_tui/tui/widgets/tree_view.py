@@ -179,6 +179,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.guide_depth = 3
         self.totals = TotalsCache()
         self.styles_by_role = COLOR_STYLES
+        self.markers: dict[int, str] = {}
+        """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
     def on_mount(self) -> None:
         if self.app.no_color:
@@ -284,6 +286,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         text = key_text(key)
         short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
         label = value_label(short, value, self.totals, self.styles_by_role)
+        marker = self.markers.get(id(value)) if isinstance(value, Tensor) else None
+        if marker:
+            label.append(f"  !! {marker}", style="bold red")
         return label, NodeData((*path, key), value), has_children(value)
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:

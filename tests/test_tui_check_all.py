@@ -1,0 +1,60 @@
+"""``C`` reads every tensor in a cancellable worker: NaN/Inf and unreadable records are marked in words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from builders_tui import browser, header, loaded, screen_text, settle, status
+
+from ckpt_tui.tui.app import CkptApp
+
+
+def with_bad_values(path: Path) -> Path:
+    state = {
+        "fine": torch.arange(4.0),
+        "has_nan": torch.tensor([1.0, float("nan"), 2.0]),
+        "has_inf": torch.tensor([float("inf"), 0.0]),
+    }
+    torch.save(state, path)
+    return path
+
+
+async def test_check_all_marks_the_tensors_with_nan_or_inf(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        assert "!!" not in screen_text(app)
+        await settle(pilot, "C")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "has_nan" in text and "!! NaN" in text and "!! Inf" in text
+        assert "1 with NaN, 1 with Inf" in header(app) and "marked !!" in header(app)
+        assert "2 marked" in status(app)
+        fine_line = next(line for line in text.splitlines() if "fine" in line)
+        assert "!!" not in fine_line
+
+
+async def test_check_all_on_a_clean_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "ok.pth"
+    torch.save({"w": torch.ones(3)}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        assert "no NaN/Inf" in header(app) and "nothing wrong" in status(app)
+
+
+async def test_check_all_result_for_an_older_tree_is_dropped(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        screen = browser(app)
+        report_version = app.session.version
+        app.session.version += 1  # as an edit would, while the check runs
+        from ckpt_tui.tui.messages import CheckFinished
+
+        screen.post_message(CheckFinished(report_version, None, "late"))
+        await settle(pilot)
+        assert screen.check is None
