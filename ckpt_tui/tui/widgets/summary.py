@@ -58,7 +58,7 @@ def summary_text(
     if check is not None:
         text.append_text(check_text(check))
     if weights_only is not None and weights_only.loads is not None:
-        refused = weights_only.loads is False
+        refused = weights_only.loads is False and weights_only.route != "torchscript"  # jit.load reads it
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
         text.append(printable(weights_only.headline()), style="" if refused else "italic")
     shown = summary.findings[:limit]
