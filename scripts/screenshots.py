@@ -25,6 +25,7 @@ SCENES: dict[str, list[str]] = {
     "strip-prefix-preview": ["j", "j", "p"],
     "save-dialog": ["j", "j", "p", "y", "ctrl+s"],
     "help": ["question_mark"],
+    "check-all": ["j", "j", "l", "C"],
 }
 
 
