@@ -8,6 +8,6 @@ lint:
 	lint-imports
 
 bench:
-	cd benchmarks && python bench_open.py && python bench_convert.py
+	cd benchmarks && for bench in bench_*.py; do echo "== $$bench"; python $$bench || exit 1; done
 
 .PHONY: test lint bench
