@@ -151,7 +151,7 @@ def test_info_does_not_import_torch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_python_dash_m(tmp_path: Path) -> None:
+def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:
     torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
     result = run("-m", "ckpt_tui", "info", "--json", str(tmp_path / "ddp.pth"))
     assert result.returncode == 0 and json.loads(result.stdout)["tensor_count"] == 9

@@ -243,7 +243,7 @@ def test_dry_run_writes_nothing(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "o.pth").exists()
 
 
-def test_read_only_folder_refused_cleanly(tmp_path: Path, capsys) -> None:
+def test_output_in_a_missing_folder_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     torch.save(ddp_state_dict(), tmp_path / "in.pth")
     code, _, err = convert(capsys, tmp_path / "in.pth", "-o", tmp_path / "missing" / "o.pth")
     assert code == 2 and "no such directory" in err

@@ -129,7 +129,7 @@ def test_full_disk_gives_one_line_and_leaves_nothing(tiny_disk: Path, tmp_path: 
     assert list(tiny_disk.iterdir()) == []
 
 
-def test_read_only_folder(tmp_path: Path, capsys) -> None:
+def test_output_in_a_read_only_folder_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     torch.save(OrderedDict(w=torch.zeros(10)), tmp_path / "small.pth")
     if os.geteuid() == 0:
         folder = Path("/sys")  # read-only for everyone, root included

@@ -159,7 +159,7 @@ def nn_parameter() -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.ones(2))
 
 
-def test_many_keys(tmp_path: Path) -> None:
+def test_20000_keys_are_all_listed_in_file_order(tmp_path: Path) -> None:
     torch.save(many_keys(20_000), tmp_path / "many.pth")
     info = summarize(open_checkpoint(tmp_path / "many.pth")).to_json()
     assert info["tensor_count"] == 20_000
