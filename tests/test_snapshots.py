@@ -42,10 +42,19 @@ def best_model(tmp_path: Path) -> Path:
     return save_cuda_tagged(checkpoint, tmp_path / "best_model.pth")
 
 
-def settle(*keys: str):
-    async def run_before(pilot) -> None:
+async def header_complete(pilot) -> None:
+    """Wait until the header shows the whole summary (its height decides the tree's), then a repaint."""
+    for _ in range(200):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
+        if pilot.app.screen.query("#summary.-complete"):
+            break
+    await pilot.pause(0.1)
+
+
+def settle(*keys: str):
+    async def run_before(pilot) -> None:
+        await header_complete(pilot)
         for key in keys:
             await pilot.press(key)
             await pilot.app.workers.wait_for_complete()

@@ -94,6 +94,9 @@ class SummaryHeader(Static):
         self.summary = summary
         self.update(summary_text(summary, weights_only=weights_only, check=check))
         self.set_class(True, "-complete")
+        # the header grows from one line to several: lay the screen out again once this paint is done,
+        # or an update that lands mid-layout can leave it one line high
+        self.call_after_refresh(self.refresh, layout=True)
 
     def show_text(self, text: str) -> None:
         """A line in place of the summary (escaped: it may name the file)."""
