@@ -333,9 +333,20 @@ def _looks_like_keys_file(path: str) -> bool:
             return False
         with open(path, "rb") as file:
             data = file.read()
-        return b"\x00" not in data and bool(data.decode("utf-8").strip())
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return False
+    return b"\x00" not in data and _mostly_text(data.decode("utf-8", "replace"))
+
+
+def _mostly_text(text: str) -> bool:
+    """Text with at most a few bad bytes (a keys file saved in the wrong encoding), not a binary file.
+
+    Such a file is then read as a keys file, so its error names the bad line instead of a pickle opcode.
+    """
+    if not text.strip():
+        return False
+    odd = sum(1 for char in text if char == "\ufffd" or (char < " " and char not in "\t\n\r"))
+    return odd * 10 <= max(len(text), 40)
 
 
 # ---- comparing ----------------------------------------------------------------------------

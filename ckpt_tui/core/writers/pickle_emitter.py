@@ -22,6 +22,7 @@ from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.findings import tensor_problem
 from ckpt_tui.core.keypath import Attr, Key, to_python
 from ckpt_tui.core.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 
@@ -377,6 +378,9 @@ class PickleWriter:
 
     def save_tensor(self, tensor: Tensor) -> None:
         self.tensors += 1
+        problem = tensor_problem(tensor)
+        if problem is not None:  # torch.load would refuse the output as it refuses the source
+            raise Refusal(f"a tensor that {problem} (torch.load refuses it; --drop it)")
         if tensor.parameter:
             with_state = tensor.parameter_state is not None
             self.save_global("torch._utils._rebuild_parameter" + ("_with_state" if with_state else ""))

@@ -17,7 +17,7 @@ from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.writers.pth import emit, write_pth
 from ckpt_tui.core.writers.safetensors_out import SafetensorsPlan
-from ckpt_tui.core.writers.target import check_target, temporary_beside
+from ckpt_tui.core.writers.target import check_room, check_target, temporary_beside
 from ckpt_tui.core.writers.verify import verify_pth, verify_safetensors
 
 Progress = Callable[[int, int], None]
@@ -77,6 +77,8 @@ def save(
     plan = SafetensorsPlan(root, byteorder, metadata) if fmt == "safetensors" else None
     emitted = emit(root) if plan is None else None
     checked = check_target(target, force, inputs)
+    if plan is not None:
+        check_room(checked, sum(plan.sizes))
     try:
         with temporary_beside(checked) as temp:
             file = temp.open()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ckpt_tui.core.describe import size
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.writers import temp_files
 
@@ -62,6 +64,20 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
         what = "is the input file" if _is_input(path, inputs) else "exists"
         raise WriteError(f"{path} {what}; use --force to replace it")
     return Target(path, folder, stat.S_IMODE(link.st_mode))
+
+
+def check_room(target: Target, needed: int) -> None:
+    """Refuse before writing a byte when the output cannot fit in its folder's free space.
+
+    A stride-0 view (``expand``) is a few bytes in a ``.pth`` but all of its elements in a
+    ``.safetensors``: writing 4 TiB until the disk is full is worse than saying so at once.
+    """
+    try:
+        free = shutil.disk_usage(target.folder).free
+    except OSError:
+        return  # nothing to measure; the write itself reports a full disk
+    if needed > free:
+        raise WriteError(f"{target.path}: the output needs {size(needed)} and {target.folder} has {size(free)} free")
 
 
 def _check_symlink(path: Path, folder: Path, force: bool, inputs: tuple[str, ...]) -> Target:
