@@ -138,3 +138,30 @@ def test_non_persistent_buffers_that_are_not_a_set_are_data(tmp_path: Path) -> N
     for command in (["info", str(path)], ["check", str(path)]):
         assert_fine(run_cli(*command), (0, 1, 2))
     assert_fine(run_cli("convert", str(path), "-o", str(tmp_path / "out.pth"), "--extract", "auto"), (0, 1, 2))
+
+
+def test_the_repr_of_an_opened_hostile_tree_is_bounded(tmp_path: Path) -> None:
+    """Textual describes a worker by the repr of its arguments: a checkpoint's must not walk its paths."""
+    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.session import Session
+    from ckpt_tui.core.summary import summarize
+
+    path = tmp_path / "shared.pth"
+    torch.save(shared_modules(60), path)
+    checkpoint = open_checkpoint(str(path))
+    for value in (checkpoint, Session(checkpoint), summarize(checkpoint)):
+        assert len(repr(value)) < 10 * path.stat().st_size  # linear in the file, not in its 2**60 paths
+
+
+def test_every_browser_worker_is_described_without_the_repr_of_its_arguments() -> None:
+    """``@work`` without ``description=`` reprs every argument (a tree of 2**60 paths) on the UI thread."""
+    import ast
+
+    tui = Path(__file__).parents[1] / "ckpt_tui" / "tui"
+    undescribed = []
+    for source in tui.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "work":
+                if not any(keyword.arg == "description" for keyword in node.keywords):
+                    undescribed.append(f"{source.name}:{node.lineno}")
+    assert not undescribed

@@ -24,7 +24,7 @@ class Session:
     """
 
     checkpoint: Checkpoint
-    versions: list[tuple[Any, Change | None]] = field(default_factory=list)
+    versions: list[tuple[Any, Change | None]] = field(default_factory=list, repr=False)
     position: int = 0
     saved_position: int = 0
     version: int = field(default_factory=lambda: next(_versions))

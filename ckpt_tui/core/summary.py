@@ -39,7 +39,7 @@ class Summary:
     """Totals over every tensor in a checkpoint, and its findings."""
 
     checkpoint: Checkpoint
-    tensors: list[tuple[KeyPath, Tensor]]
+    tensors: list[tuple[KeyPath, Tensor]] = field(repr=False)
     parameter_count: int
     tensor_bytes: int
     devices: Counter[str]

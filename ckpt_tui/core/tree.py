@@ -295,7 +295,7 @@ class Checkpoint:
 
     path: str
     format: str
-    root: Any
+    root: Any = field(repr=False)  # a repr of a hostile tree can have 2**60 paths
     file_bytes: int
     metadata: dict[str, Any] = field(default_factory=dict)
     byteorder: str = "little"

@@ -67,7 +67,7 @@ class CkptApp(App[None]):
 
     # ---- reading the file -------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="open")
+    @work(thread=True, exclusive=True, group="open", description="open")
     def _open(self, path: str, reopened: bool) -> None:
         """Read the file (metadata only) off the UI thread; reports by message only."""
         try:
@@ -216,7 +216,7 @@ class CkptApp(App[None]):
             self.replaces_source(target),
         )
 
-    @work(thread=True, exclusive=True, group="save")
+    @work(thread=True, exclusive=True, group="save", description="save")
     def _save(
         self,
         version: int,

@@ -150,7 +150,7 @@ class BrowserScreen(Screen[None]):
             known = self.verdicts.get(session.checkpoint.path)
             self._summarize(session.version, edited, session.checkpoint, known)
 
-    @work(thread=True, exclusive=True, group="summary")
+    @work(thread=True, exclusive=True, group="summary", description="summary")
     def _summarize(self, version: int, edited: Checkpoint, on_disk: Checkpoint, known: Verdict | None) -> None:
         """Totals and findings off the UI thread, and the file's weights_only verdict once; reports by message only."""
         summary = summarize(edited)
@@ -605,7 +605,7 @@ class BrowserScreen(Screen[None]):
         self.update_status(f"comparing with {os.path.basename(reference)}…")
         self._compare(self.session.version, value, target, reference)
 
-    @work(thread=True, exclusive=True, group="report")
+    @work(thread=True, exclusive=True, group="report", description="report")
     def _compare(self, version: int, value: Any, target: Target, reference: str) -> None:
         """Read the reference and compare, off the UI thread; reports by message only."""
         from ckpt_tui.core.compare import compare, load_reference
@@ -723,7 +723,7 @@ class BrowserScreen(Screen[None]):
         self.update_status(f"diffing with {os.path.basename(other)}…")
         self._diff(self.session.version, mine, other)
 
-    @work(thread=True, exclusive=True, group="report")
+    @work(thread=True, exclusive=True, group="report", description="report")
     def _diff(self, version: int, mine: Checkpoint, other: str) -> None:
         """Diff the (edited) checkpoint with another file, streamed, off the UI thread; reports by message only."""
         from ckpt_tui.core.diff import diff
@@ -774,7 +774,7 @@ class BrowserScreen(Screen[None]):
         edited = dataclasses.replace(session.checkpoint, root=session.root)
         self._check_all(session.version, edited, cancel)
 
-    @work(thread=True, exclusive=True, group="check")
+    @work(thread=True, exclusive=True, group="check", description="check")
     def _check_all(self, version: int, checkpoint: Checkpoint, cancel: threading.Event) -> None:
         """The full check off the UI thread; reports by message only."""
         last = [0.0]

@@ -208,7 +208,7 @@ class DetailPanel(VerticalScroll):
 
     # ---- the worker and its messages ------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="stats")
+    @work(thread=True, exclusive=True, group="stats", description="stats")
     def _compute_stats(self, request: int, tensor: Tensor, byteorder: str) -> None:
         """Stats off the UI thread; reports by message only."""
         from ckpt_tui.core.stats import tensor_stats  # numpy: imported when first needed
