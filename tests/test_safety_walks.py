@@ -161,7 +161,7 @@ def test_every_browser_worker_is_described_without_the_repr_of_its_arguments() -
     undescribed = []
     for source in tui.rglob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "work":
-                if not any(keyword.arg == "description" for keyword in node.keywords):
-                    undescribed.append(f"{source.name}:{node.lineno}")
+            is_work = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "work"
+            if is_work and not any(keyword.arg == "description" for keyword in node.keywords):
+                undescribed.append(f"{source.name}:{node.lineno}")
     assert not undescribed
