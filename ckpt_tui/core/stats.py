@@ -30,6 +30,10 @@ class TensorStats:
     max: float | None = None
     mean: float | None = None
     std: float | None = None
+    norm: float | None = None
+    """L2 norm of the finite values (sqrt of their sum of squares, in float64)."""
+    absmax: float | None = None
+    """Largest absolute finite value."""
     histogram: list[int] = field(default_factory=list)
     first: list[float] = field(default_factory=list)
     sampled: int = 0
@@ -38,6 +42,11 @@ class TensorStats:
     def inf(self) -> int:
         """Count of +inf and -inf."""
         return self.posinf + self.neginf
+
+    @property
+    def zero_fraction(self) -> float:
+        """Fraction of the elements that are exactly zero (0.0 for an empty tensor)."""
+        return self.zeros / self.count if self.count else 0.0
 
 
 def tensor_stats(
@@ -63,7 +72,7 @@ def _tensor_stats(
     stats = TensorStats()
     if not reader.in_order:
         stats.first = decode(reader.first(16), tensor.dtype, tensor.metadata).tolist()
-    mean = m2 = 0.0
+    mean = m2 = sumsq = 0.0
     samples: list[tuple[np.ndarray, np.ndarray | int]] = []
     step = max(1, reader.distinct_count // SAMPLE_LIMIT)
     done = read = 0
@@ -91,9 +100,11 @@ def _tensor_stats(
             if isinstance(finite_weights, int):
                 chunk_mean = float(finite.mean())
                 chunk_m2 = float(((finite - chunk_mean) ** 2).sum()) * finite_weights
+                sumsq += float(np.dot(finite, finite)) * finite_weights
             else:
                 chunk_mean = float(np.dot(finite_weights, finite) / size)
                 chunk_m2 = float(np.dot(finite_weights, (finite - chunk_mean) ** 2))
+                sumsq += float(np.dot(finite_weights, finite * finite))
             total = stats.finite + size
             delta = chunk_mean - mean
             mean += delta * size / total
@@ -107,6 +118,8 @@ def _tensor_stats(
         if progress is not None:
             progress(done / max(1, tensor.numel))
     if stats.finite:
+        stats.absmax = max(abs(stats.min), abs(stats.max)) if stats.min is not None and stats.max is not None else None
+        stats.norm = math.sqrt(sumsq)
         stats.mean = mean
         stats.std = math.sqrt(m2 / (stats.finite - 1)) if stats.finite > 1 else 0.0
         stats.histogram, stats.sampled = _histogram(samples, stats.min, stats.max)
