@@ -21,6 +21,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
+from ckpt_tui.core.readers.folder import checkpoint_files, read_folder
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.rank_set import merge_ranks, with_ranks
 from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
@@ -98,7 +99,12 @@ def _open_directory(path: str) -> Checkpoint:
         return read_sharded(os.path.join(path, indexes[0]), open_shard)
     if indexes:
         raise ReadError(f"{path}: several index files ({', '.join(indexes)}); open one of them")
-    raise ReadError(f"{path}: is a directory, not a checkpoint (no .metadata or *{INDEX_SUFFIX} inside)")
+    files = checkpoint_files(path)
+    if files:  # Accelerate's save_state: model.safetensors, optimizer.bin, scheduler.bin, ...
+        return read_folder(path, files, open_shard)
+    raise ReadError(
+        f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
+    )
 
 
 def open_shard(path: str) -> Checkpoint:

@@ -112,7 +112,12 @@ def _scan_directory(path: str) -> FileScan:
     indexes = sorted(n for n in os.listdir(path) if n.endswith(".index.json"))
     if len(indexes) == 1:
         return _scan_sharded(os.path.join(path, indexes[0]))
-    return FileScan("not-a-file", applies=False, reason="a folder: torch.load reads one file")
+    return FileScan(
+        "not-a-file",
+        applies=False,
+        reason="a folder: torch.load reads one file (check each file for its verdict; Accelerate's load_state "
+        "allowlists numpy arrays itself)",
+    )
 
 
 def _scan_sharded(index_path: str) -> FileScan:
