@@ -234,6 +234,16 @@ def _optimizer_findings(
                 path=fact.path,
             )
         )
+    elif fact.parameters < model and fact.moment_shapes and all(len(s) == 1 for s in fact.moment_shapes):
+        findings.append(
+            Finding(
+                "optimizer-coverage",
+                f"optimizer at {where(fact.path)} holds {fact.parameters} flat vectors for the model's {model} "
+                "parameters (partitions, as DeepSpeed ZeRO saves them): not compared with the model's shapes",
+                path=fact.path,
+            )
+        )
+        return findings
     elif fact.parameters < model:
         findings.append(
             Finding(
