@@ -96,7 +96,9 @@ def test_half_precision_inputs_average_in_float64_and_round_once_like_torch(tmp_
 
 def test_training_checkpoint_at_state_dict_writes_only_the_averaged_weights(tmp_path, capsys):
     states = model_states(2)
-    ckpts = [{"state_dict": s, "epoch": i, "optimizer": {"state": {}, "param_groups": []}} for i, s in enumerate(states)]
+    ckpts = [
+        {"state_dict": s, "epoch": i, "optimizer": {"state": {}, "param_groups": []}} for i, s in enumerate(states)
+    ]
     paths = save_all(tmp_path, ckpts, "ck")
     out = tmp_path / "swa.pth"
     assert main(["average", *paths, "-o", str(out), "--at", "state_dict"]) == 0
@@ -127,7 +129,10 @@ def test_tied_weights_stay_one_storage(tmp_path):
     assert main(["average", *paths, "-o", str(out)]) == 0
     got = torch.load(out, weights_only=True)
     assert got["embed.weight"].data_ptr() == got["head.weight"].data_ptr()
-    assert torch.equal(got["head.weight"], ((states[0]["embed.weight"].double() * 0.5) + states[1]["embed.weight"].double() * 0.5).float())
+    assert torch.equal(
+        got["head.weight"],
+        ((states[0]["embed.weight"].double() * 0.5) + states[1]["embed.weight"].double() * 0.5).float(),
+    )
 
 
 def test_mismatched_keys_are_refused_naming_them(tmp_path, capsys):
@@ -153,7 +158,12 @@ def test_mismatched_shapes_are_refused_naming_them(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("weights", "words"),
-    [("1,2,3", "3 numbers for 2 files"), ("1,x", "numbers separated by commas"), ("1,-1", "non-zero sum"), ("nan,1", "finite")],
+    [
+        ("1,2,3", "3 numbers for 2 files"),
+        ("1,x", "numbers separated by commas"),
+        ("1,-1", "non-zero sum"),
+        ("nan,1", "finite"),
+    ],
 )
 def test_bad_weights_are_refused(tmp_path, capsys, weights, words):
     paths = save_all(tmp_path, model_states(2))

@@ -83,14 +83,18 @@ def test_different_dtypes_compare_by_value(tmp_path, capsys):
     torch.save({"w": x}, tmp_path / "a.pth")
     torch.save({"w": x.bfloat16()}, tmp_path / "b.pth")
     (row,) = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]
-    relative, cosine, _, _ = torch_change(x, x.bfloat16())
+    relative, _cosine, _, _ = torch_change(x, x.bfloat16())
     assert 0 < row["relative_change"] < 1e-2
     assert row["relative_change"] == pytest.approx(relative, rel=1e-12)
 
 
 def test_shape_changes_and_keys_on_one_side_are_rows_that_say_why(tmp_path, capsys):
-    torch.save({"head.weight": torch.ones(4, 8), "body.weight": torch.ones(3), "old": torch.ones(2)}, tmp_path / "a.pth")
-    torch.save({"head.weight": torch.ones(10, 8), "body.weight": torch.zeros(3), "new": torch.ones(2)}, tmp_path / "b.pth")
+    torch.save(
+        {"head.weight": torch.ones(4, 8), "body.weight": torch.ones(3), "old": torch.ones(2)}, tmp_path / "a.pth"
+    )
+    torch.save(
+        {"head.weight": torch.ones(10, 8), "body.weight": torch.zeros(3), "new": torch.ones(2)}, tmp_path / "b.pth"
+    )
     layers = {r["path"][0]: r for r in stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]}
     assert layers["head.weight"]["note"] == "shape [4, 8] in A, [10, 8] in B"
     assert layers["head.weight"]["relative_change"] is None
@@ -116,9 +120,11 @@ def test_text_has_a_table_bars_in_module_order_and_the_extremes_within_80_column
 
 
 def test_at_and_strip_prefix_options_apply_as_in_diff(tmp_path, capsys):
-    a, b, before, after = fine_tuned(tmp_path)
+    a, _b, before, after = fine_tuned(tmp_path)
     torch.save({"model": {f"module.{k}": v for k, v in after.items()}, "epoch": 3}, tmp_path / "train.pth")
-    layers = stats_json(capsys, a, str(tmp_path / "train.pth"), "--at-b", "model", "--strip-prefix-b", "module.")["layers"]
+    layers = stats_json(capsys, a, str(tmp_path / "train.pth"), "--at-b", "model", "--strip-prefix-b", "module.")[
+        "layers"
+    ]
     assert [r["path"][0] for r in layers] == list(before)
     assert all(r["note"] is None for r in layers)
 
@@ -135,7 +141,9 @@ def test_a_series_of_files_gives_each_layers_norm_in_each_file(tmp_path, capsys)
     assert data["files"] == paths
     series = {row["path"][0]: row["norms"] for row in data["series"]}
     for key in ("a", "b"):
-        assert series[key] == pytest.approx([torch.linalg.vector_norm(s[key].double()).item() for s in states], rel=1e-12)
+        assert series[key] == pytest.approx(
+            [torch.linalg.vector_norm(s[key].double()).item() for s in states], rel=1e-12
+        )
     assert series["late"] == [None, None, pytest.approx(math.sqrt(3)), None]
     assert main(["diff", *paths, "--stats"]) == 0
     text = capsys.readouterr().out
@@ -151,3 +159,31 @@ def test_rank_diff_without_stats_is_unchanged(tmp_path, capsys):
     paths = [str(tmp_path / f"r{i}.pth") for i in range(3)]
     assert main(["diff", *paths, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["identical"] is True
+
+
+async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_a_layer(tmp_path):
+    from builders_tui import cursor_path, loaded, settle
+
+    from ckpt_tui.tui.app import CkptApp
+    from ckpt_tui.tui.screens.dialogs import ReportScreen
+
+    a, b, _, _ = fine_tuned(tmp_path)
+    app = CkptApp(a)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        app.screen.query_one("Input").value = b
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen) and app.screen.layer_change
+        await settle(pilot, "s")
+        report = app.screen
+        assert isinstance(report, ReportScreen) and report.title_text.startswith("Per-layer change from base.pth")
+        headings = [heading for heading, _ in report.sections]
+        assert headings[0] == "per layer" and headings[2:4] == ["moved most", "moved least"]
+        rows = [str(text) for _, text in report.sections[1][1]]
+        assert [r.split()[0] for r in rows] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+        assert all(len(r) <= 66 for r in rows) and "█" in rows[2]
+        most_key = report.sections[2][1][0][0]
+        report.dismiss(("jump", most_key))
+        await settle(pilot)
+        assert cursor_path(app) == (most_key,)

@@ -52,7 +52,12 @@ def trained(
 
 
 def plain(net: torch.nn.Module, optimizer: Any, scheduler: Any, **counters: Any) -> dict[str, Any]:
-    return {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **counters}
+    return {
+        "model": net.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        **counters,
+    }
 
 
 def lightning(net: torch.nn.Module, optimizer: Any, scheduler: Any, epoch: int, global_step: int) -> dict[str, Any]:
@@ -132,18 +137,20 @@ def test_fresh_optimizer_never_stepped_while_epochs_ran_is_a_warning(tmp_path, c
         'optimizer at ckpt["optimizer"] has no state (never stepped, or saved fresh) while the checkpoint says '
         "epoch 3: resuming restarts its moments"
     ]
-    assert "LR scheduler at ckpt[\"scheduler\"] never stepped (last_epoch 0)" in kinds["scheduler-fresh"][0]
+    assert 'LR scheduler at ckpt["scheduler"] never stepped (last_epoch 0)' in kinds["scheduler-fresh"][0]
 
 
 def test_optimizer_of_a_model_of_another_size_is_a_warning(tmp_path, capsys):
-    net, optimizer, scheduler = trained(width=16)
+    _net, optimizer, scheduler = trained(width=16)
     checkpoint = plain(model(8), optimizer, scheduler, epoch=2, global_step=STEPS)
     kinds = by_kind(findings(tmp_path, capsys, checkpoint))
     assert "holds state shaped [16, 4], [16], [2, 16] that no model parameter has" in kinds["optimizer-shapes"][0]
     small = torch.nn.Linear(4, 2)
     checkpoint = plain(small, optimizer, scheduler, epoch=2, global_step=STEPS)
     kinds = by_kind(findings(tmp_path, capsys, checkpoint))
-    assert kinds["optimizer-size"][0].startswith('optimizer at ckpt["optimizer"] covers 6 parameters, the model holds 2')
+    assert kinds["optimizer-size"][0].startswith(
+        'optimizer at ckpt["optimizer"] covers 6 parameters, the model holds 2'
+    )
     with pytest.raises(ValueError):  # torch agrees: the state does not fit that model's optimizer
         torch.optim.Adam(small.parameters()).load_state_dict(optimizer.state_dict())
 
@@ -153,7 +160,9 @@ def test_optimizer_covering_fewer_parameters_than_the_model_is_a_note(tmp_path, 
     optimizer = torch.optim.Adam(net[2].parameters())
     net(torch.randn(4, 4)).sum().backward()
     optimizer.step()
-    found = findings(tmp_path, capsys, {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1})
+    found = findings(
+        tmp_path, capsys, {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1}
+    )
     assert warnings(found) == []
     assert by_kind(found)["optimizer-coverage"] == [
         'optimizer at ckpt["optimizer"] covers 2 of the model\'s 6 parameters (frozen ones, or several optimizers)'
@@ -164,7 +173,10 @@ def test_sgd_with_momentum_is_described_without_steps(tmp_path, capsys):
     net, optimizer, scheduler = trained("sgd")
     found = findings(tmp_path, capsys, plain(net, optimizer, scheduler, epoch=2))
     assert warnings(found) == []
-    assert "SGD-style, 2 param groups (lr 0.025, 2.5e-05), 6 parameters, no per-parameter step" in by_kind(found)["optimizer"][0]
+    assert (
+        "SGD-style, 2 param groups (lr 0.025, 2.5e-05), 6 parameters, no per-parameter step"
+        in by_kind(found)["optimizer"][0]
+    )
 
 
 def test_onecycle_at_its_total_steps_is_a_warning_torch_agrees_it_cannot_step(tmp_path, capsys):
@@ -203,7 +215,9 @@ def test_zero_moment_buffers_are_found_by_check_not_by_info(tmp_path, capsys):
     assert main(["check", str(tmp_path / "ckpt.pth"), "--json"]) == 1
     problems = json.loads(capsys.readouterr().out)["problems"]
     (zero,) = [p for p in problems if p["kind"] == "zero-moments"]
-    assert zero["message"].startswith('6 optimizer moment buffers are all zero: ckpt["optimizer"]["state"][0]["exp_avg"]')
+    assert zero["message"].startswith(
+        '6 optimizer moment buffers are all zero: ckpt["optimizer"]["state"][0]["exp_avg"]'
+    )
     assert zero["path"] == ["optimizer", "state", 0, "exp_avg"]
 
 

@@ -36,7 +36,7 @@ from ckpt_tui.core.fingerprint import Fingerprints
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.tree import Checkpoint, Storage, Tensor
-from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
+from ckpt_tui.core.values import TensorReader, decode
 
 if TYPE_CHECKING:
     from ckpt_tui.core.writers.save import WriteResult
@@ -68,7 +68,9 @@ class AveragePlan:
         shown = ", ".join(f"{w:.6g}" for w in self.weights)
         out = [f"averaged {self.averaged} floating-point tensors of {len(self.weights)} files (weights {shown})"]
         if self.from_first:
-            out.append(f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first))
+            out.append(
+                f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first)
+            )
         if self.differing_values:
             out.append(
                 f"{len(self.differing_values)} other values differ between the files; the first file's kept: "

@@ -101,7 +101,9 @@ def layer_change(
             progress(index, len(tensors_a))
         y = right.get(path)
         report.layers.append(_compare(path, x, y, a.byteorder, b.byteorder, cancelled))
-    report.layers += [LayerChange(p, note="only in B") for p, v in right.items() if isinstance(v, Tensor) and p not in left]
+    report.layers += [
+        LayerChange(p, note="only in B") for p, v in right.items() if isinstance(v, Tensor) and p not in left
+    ]
     return report
 
 

@@ -249,9 +249,10 @@ WIDTH = 78
 EXTREMES = 5
 
 
-def describe_layer_change(report: LayerChangeReport, a: str, b: str) -> Report:
+def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
     """The report of ``diff A B --stats`` / the browser's per-layer change (rows jump to keys of A):
-    a table, a bar plot of the relative change in module order, the layers that moved most and least."""
+    a table, a bar plot of the relative change in module order, the layers that moved most and least.
+    Rows are at most ``width`` characters (at least 60)."""
     from ckpt_tui.core.text_plots import bar, clip_left, number
 
     measured = report.measured
@@ -262,7 +263,8 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str) -> Report:
         counts += f", median relative change {sorted(changes)[len(changes) // 2]:.3g}"
     if len(measured) < len(report.layers):
         counts += f", {len(report.layers) - len(measured)} not compared"
-    name = WIDTH - 4 * 10
+    width = max(60, width)
+    name = width - 4 * 10
     table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
     table += [
         Row(
@@ -273,8 +275,8 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str) -> Report:
         for layer in measured
     ]
     top = max(changes, default=0.0)
-    plot_name, plot_value = 30, 9
-    plot_width = WIDTH - plot_name - plot_value - 2
+    plot_name, plot_value = min(30, width // 3), 9
+    plot_width = width - plot_name - plot_value - 2
     plot = [
         Row(
             printable(clip_left(layer.key, plot_name))
@@ -291,7 +293,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str) -> Report:
     least = ranked[:EXTREMES]
     sections = [
         Section("per layer", table, len(measured)),
-        Section(f"relative change by layer, in module order (a full bar is {top:.3g})", plot, len(measured)),
+        Section(f"relative change by layer, module order (full bar {top:.3g})", plot, len(measured)),
         Section("moved most", [_extreme(layer) for layer in most], len(most)),
         Section("moved least", [_extreme(layer) for layer in least], len(least)),
         Section(
@@ -364,7 +366,9 @@ def _key(path: Any) -> str:
 def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
     """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
     then each fix with its command."""
-    separator = ": " if report.verdict in ("OK", "DOES NOT FIT", "identical", "per-layer change", "norm series") else " "
+    separator = (
+        ": " if report.verdict in ("OK", "DOES NOT FIT", "identical", "per-layer change", "norm series") else " "
+    )
     lines = [report.verdict + separator + report.counts]
     lines += [f"note: {note}" for note in report.notes]
     for section in report.sections:

@@ -196,7 +196,10 @@ def _steps_text(fact: OptimizerFacts) -> str:
     per_group = [s for s in fact.group_steps if s is not None]
     if all(s[0] == s[1] for s in per_group) and len({s[0] for s in per_group}) == 1:
         return f"step {_count(per_group[0][0])}"
-    parts = ["-" if s is None else (_count(s[0]) if s[0] == s[1] else f"{_count(s[0])}–{_count(s[1])}") for s in fact.group_steps]
+    parts = [
+        "-" if s is None else (_count(s[0]) if s[0] == s[1] else f"{_count(s[0])}–{_count(s[1])}")
+        for s in fact.group_steps
+    ]
     return "steps by group " + ", ".join(parts[:SHOWN]) + (" …" if len(parts) > SHOWN else "")
 
 
@@ -358,7 +361,9 @@ def is_moment(path: KeyPath) -> bool:
 
 def zero_moment_message(paths: list[KeyPath]) -> str:
     """The ``check`` problem for moment buffers that are all zero, naming the first few."""
-    shown = ", ".join(where(p) for p in paths[:SHOWN]) + (f" (+{len(paths) - SHOWN} more)" if len(paths) > SHOWN else "")
+    shown = ", ".join(where(p) for p in paths[:SHOWN]) + (
+        f" (+{len(paths) - SHOWN} more)" if len(paths) > SHOWN else ""
+    )
     return (
         f"{len(paths)} optimizer moment buffers are all zero: {shown}: a resume runs with empty moments "
         "(state reset, or gradients that were always zero)"
