@@ -134,15 +134,12 @@ def _measure(
         if cancelled is not None and cancelled():
             raise Cancelled("cancelled")
         va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
-        finite = np.isfinite(va) & np.isfinite(vb)
-        if not finite.all():
+        sums = _sums(va, vb)
+        if not all(math.isfinite(v) for v in sums):  # a NaN or Inf somewhere: only positions finite on both sides
+            finite = np.isfinite(va) & np.isfinite(vb)
             nonfinite += int(finite.size - np.count_nonzero(finite))
-            va, vb = va[finite], vb[finite]
-        delta = va - vb
-        aa += float(np.dot(va, va))
-        bb += float(np.dot(vb, vb))
-        dd += float(np.dot(delta, delta))
-        ab += float(np.dot(va, vb))
+            sums = _sums(va[finite], vb[finite])
+        aa, bb, dd, ab = aa + sums[0], bb + sums[1], dd + sums[2], ab + sums[3]
     norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
     if norm_a > 0:
         relative: float | None = math.sqrt(dd) / norm_a
@@ -152,6 +149,12 @@ def _measure(
     if cosine is not None:
         cosine = max(-1.0, min(1.0, cosine))
     return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
+
+
+def _sums(va: np.ndarray, vb: np.ndarray) -> tuple[float, float, float, float]:
+    """Σa², Σb², Σ(a−b)², Σab in float64 (not finite when a NaN or Inf is among the values)."""
+    delta = va - vb
+    return float(np.dot(va, va)), float(np.dot(vb, vb)), float(np.dot(delta, delta)), float(np.dot(va, vb))
 
 
 # ---- a series of files -----------------------------------------------------------------------
