@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from ckpt_tui.core.tree import Checkpoint
 
 from ckpt_tui import __version__
-from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.errors import CkptError, EditError, ReadError
 
-COMMANDS = ("info", "check", "convert", "diff", "demo", "open")
+COMMANDS = ("info", "check", "convert", "diff", "average", "demo", "open")
 EPILOG = """\
 commands:
   ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo; no terminal: print its info)
@@ -28,6 +28,10 @@ commands:
                                 does it fit the model? missing/unexpected/mismatched keys, and the fix
   ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]
                                 keys on one side only, shape/dtype changes, value differences
+  ckpt-tui diff A B [C ...] --stats [--json]
+                                per layer: relative change, cosine, norms (3+ files: norms across the series)
+  ckpt-tui average A B [C ...] -o OUT [--weights W1,W2,...] [--at PATH]
+                                weighted mean of the floating-point tensors (model soup, SWA), streamed
   ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order: --extract, --drop, --drop-keys,
                                 --rename, --strip-prefix, --rename-prefix/--rename-infix/--rename-map,
                                 --add-prefix, --map-location, --dtype
@@ -75,7 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
     diff_.add_argument("--at-b", metavar="PATH", help="compare this subtree of B")
     diff_.add_argument("--strip-prefix-a", metavar="P", help="remove this key prefix from A's state_dict")
     diff_.add_argument("--strip-prefix-b", metavar="P", help="remove this key prefix from B's state_dict")
+    diff_.add_argument(
+        "--stats",
+        action="store_true",
+        help="per layer: relative change |a-b|/|a|, cosine, norms, with a plot (3+ files: norms across them)",
+    )
     diff_.add_argument("--json", action="store_true", help="print one JSON object")
+    average = sub.add_parser(
+        "average",
+        help="average checkpoints (model soup, SWA): streamed, atomic and verified",
+        description="Writes the first file with every floating-point tensor replaced by the weighted mean of that "
+        "tensor in every file (float64, rounded once to the first file's dtype). Weights are divided by their "
+        "sum. Integer, bool and other tensors, and every non-tensor value, come from the first file.",
+    )
+    average.add_argument("files", nargs="+", metavar="FILE", help="two or more checkpoints with the same keys")
+    average.add_argument("-o", "--output", required=True, help="the file to write")
+    average.add_argument("--weights", metavar="W1,W2,...", help="one number per file (default: equal)")
+    average.add_argument("--at", metavar="PATH", help="average and write only this subtree (e.g. state_dict)")
+    average.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    average.add_argument("--force", action="store_true", help="replace an existing output")
     convert = sub.add_parser(
         "convert",
         help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
@@ -230,8 +252,12 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_compare(args.file, args.against, args.model, args.at, args.json)
     if args.command == "check":
         return cmd_check(args.file, args.json)
+    if args.command == "diff" and args.stats:
+        return cmd_diff_stats(args)
     if args.command == "diff" and args.more:
         return cmd_rank_diff([args.a, args.b, *args.more], args.json)
+    if args.command == "average":
+        return cmd_average(args)
     if args.command == "diff":
         return cmd_diff(args)
     if args.command == "convert":
@@ -330,6 +356,46 @@ def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
     else:
         print(render_rank_diff(report))
     return 0 if report.identical else 1
+
+
+def cmd_diff_stats(args: argparse.Namespace) -> int:
+    """``diff A B --stats``: how far each layer moved (exit 0); with more files, norms across the series."""
+    from ckpt_tui.core.convert import select
+    from ckpt_tui.core.layer_change import layer_change, norm_series
+    from ckpt_tui.core.reports import describe_layer_change, describe_norm_series, render_text
+
+    if args.more:
+        if args.at_b or args.strip_prefix_b:
+            raise ReadError("with more than two files, use --at-a and --strip-prefix-a (applied to every file)")
+        paths = [args.a, args.b, *args.more]
+        sides = [select(open_for_command(p), args.at_a, args.strip_prefix_a, "a") for p in paths]
+        series = norm_series(sides, args.strip_prefix)
+        if args.json:
+            _print_json(series.to_json(paths))
+        else:
+            print(render_text(describe_norm_series(series, paths), limit=sys.maxsize))
+        return 0
+    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
+    b = select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+    report = layer_change(a, b, args.strip_prefix)
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        described = describe_layer_change(report, _side(args.a, args.at_a), _side(args.b, args.at_b))
+        print(render_text(described, limit=sys.maxsize))
+    return 0
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    """``average``: write the weighted mean of the files' floating-point tensors (exit 0)."""
+    from ckpt_tui.core.average import average
+    from ckpt_tui.core.safe_text import printable
+
+    plan, result = average(args.files, args.output, args.weights, args.at, args.format, force=args.force)
+    for line in plan.lines():
+        print(printable(line))
+    print(printable(result.line()))
+    return 0
 
 
 def _side(path: str, at: str | None) -> str:

@@ -11,10 +11,11 @@ from ckpt_tui.core.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
+from ckpt_tui.core.training_state import RESUME_WARNINGS, is_moment, zero_moment_message
 from ckpt_tui.core.tree import Checkpoint
 from ckpt_tui.core.weights_only import Verdict, verdict
 
-PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses")
+PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses", *RESUME_WARNINGS)
 
 
 @dataclass
@@ -77,6 +78,7 @@ def check_checkpoint(
     ]
     seen: dict[tuple[Any, ...], TensorStats | None] = {}
     checked = skipped = 0
+    zero_moments: list[KeyPath] = []
     for index, (path, tensor) in enumerate(summary.tensors):
         if progress is not None:
             progress(index, len(summary.tensors))
@@ -94,10 +96,14 @@ def check_checkpoint(
         if stats is None:
             continue
         checked += 1
+        if stats.count and stats.zeros == stats.count and is_moment(path):
+            zero_moments.append(path)
         if stats.nan or stats.inf:
             counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
             message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
             problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
+    if zero_moments:
+        problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
     judged = verdict(checkpoint)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
     if judged.loads is False and judged.route != "torchscript":

@@ -283,17 +283,21 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
 
 
-def select(checkpoint: Checkpoint, at: str | None, strip_prefix: str | None, side: str) -> Checkpoint:
+def select(
+    checkpoint: Checkpoint, at: str | None, strip_prefix: str | None, side: str, at_option: str | None = None
+) -> Checkpoint:
     """The checkpoint narrowed to the subtree ``at`` (a module becomes its state_dict), with
-    ``strip_prefix`` removed from its state_dict's keys: one side of ``diff --at-a/--strip-prefix-a``."""
+    ``strip_prefix`` removed from its state_dict's keys: one side of ``diff --at-a/--strip-prefix-a``.
+    ``at_option`` names the option in errors (default ``--at-SIDE``)."""
     root = checkpoint.root
+    at_option = at_option or f"--at-{side}"
     if at:
-        where = resolve_option_path(root, at, f"--at-{side}")
+        where = resolve_option_path(root, at, at_option)
         value = get(root, where)
         try:
             root = edits.extract(root, where)[0] if where or _is_module(value) else value
         except EditError as exc:
-            raise ReadError(f"--at-{side} {at!r}: {exc}") from None
+            raise ReadError(f"{at_option} {at!r}: {exc}") from None
     if strip_prefix:
         try:
             root = edits.strip_prefix(root, strip_prefix)[0]

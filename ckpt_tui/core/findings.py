@@ -189,6 +189,5 @@ def _structure_findings(
             severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
             fix = Fix("--strip-prefix", prefix)
             findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
-    findings += [Finding("optimizer", f"optimizer state at {where(p)}", path=p) for p in optimizers]
-    findings += [Finding("scheduler", f"LR scheduler state at {where(p)}", path=p) for p in schedulers]
+    # optimizers and schedulers: described (and audited) by core/training_state.py, from the summary
     return findings

@@ -24,7 +24,7 @@ key to apply ``fixes[0].suggestion``. Nothing here imports a UI.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.keypath import Attr, KeyPath, to_python
 from ckpt_tui.core.safe_text import printable
@@ -33,6 +33,7 @@ from ckpt_tui.core.shell import join_command
 if TYPE_CHECKING:
     from ckpt_tui.core.compare import CompareReport, Suggestion
     from ckpt_tui.core.diff import DiffReport
+    from ckpt_tui.core.layer_change import LayerChangeReport, NormSeries
 
 LIST_LIMIT = 12
 
@@ -241,13 +242,133 @@ def describe_diff(report: DiffReport, a: str, b: str) -> Report:
     )
 
 
+# ---- per-layer change ---------------------------------------------------------------------
+
+WIDTH = 78
+"""Characters of a row (the text form indents rows by 2: 80 columns in all)."""
+EXTREMES = 5
+
+
+def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
+    """The report of ``diff A B --stats`` / the browser's per-layer change (rows jump to keys of A):
+    a table, a bar plot of the relative change in module order, the layers that moved most and least.
+    Rows are at most ``width`` characters (at least 60)."""
+    from ckpt_tui.core.text_plots import bar, clip_left, number
+
+    measured = report.measured
+    changes = [layer.relative_change for layer in measured if layer.relative_change is not None]
+    unchanged = sum(1 for c in changes if c == 0)
+    counts = f"{len(measured)} layers compared, {unchanged} unchanged"
+    if changes:
+        counts += f", median relative change {sorted(changes)[len(changes) // 2]:.3g}"
+    if len(measured) < len(report.layers):
+        counts += f", {len(report.layers) - len(measured)} not compared"
+    width = max(60, width)
+    name = width - 4 * 10
+    table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
+    table += [
+        Row(
+            printable(clip_left(layer.key, name))
+            + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
+            key=layer.key,
+        )
+        for layer in measured
+    ]
+    top = max(changes, default=0.0)
+    plot_name, plot_value = min(30, width // 3), 9
+    plot_width = width - plot_name - plot_value - 2
+    plot = [
+        Row(
+            printable(clip_left(layer.key, plot_name))
+            + " "
+            + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
+            + " "
+            + number(layer.relative_change),
+            key=layer.key,
+        )
+        for layer in measured
+    ]
+    ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
+    most = ranked[::-1][:EXTREMES]
+    least = ranked[:EXTREMES]
+    sections = [
+        Section("per layer", table, len(measured)),
+        Section(f"relative change by layer, module order (full bar {top:.3g})", plot, len(measured)),
+        Section("moved most", [_extreme(layer) for layer in most], len(most)),
+        Section("moved least", [_extreme(layer) for layer in least], len(least)),
+        Section(
+            "not compared",
+            [Row(printable(f"{layer.key}: {layer.note}"), key=layer.key) for layer in report.layers if layer.note],
+            len(report.layers) - len(measured),
+        ),
+    ]
+    notes = []
+    nonfinite = sum(layer.nonfinite for layer in measured)
+    if nonfinite:
+        notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
+    return Report(printable(f"Per-layer change from {a} to {b}"), "per-layer change", True, counts, notes, sections)
+
+
+def _change(layer: Any) -> float:
+    return float(layer.relative_change)
+
+
+def _extreme(layer: Any) -> Row:
+    cosine = "-" if layer.cosine is None else f"{layer.cosine:.6f}"
+    return Row(printable(f"{layer.key}: {layer.relative_change:.3g} (cosine {cosine})"), key=layer.key)
+
+
+def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
+    """The report of ``diff A B C ... --stats``: each layer's norm in the first and the last file, and a
+    sparkline of it across the files, in order."""
+    from ckpt_tui.core.text_plots import clip_left, number, sparkline
+
+    name = 30
+    spark = WIDTH - name - 3 * 10 - 1
+    head = clip_left("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
+    rows = [Row(head)]
+    for path, norms in series.layers:
+        first, last = norms[0], norms[-1]
+        ratio = last / first if first and last is not None else None
+        change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(9)
+        rows.append(
+            Row(
+                printable(clip_left(_key(path), name))
+                + " "
+                + number(first)
+                + " "
+                + number(last)
+                + " "
+                + change_text
+                + " "
+                + sparkline(norms, spark),
+                key=_key(path),
+            )
+        )
+    listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
+    counts = f"{len(series.layers)} layers across {len(files)} files (L2 norm of each layer in each file)"
+    sections = [
+        Section("files, in order", listed, len(files)),
+        Section("norm by layer (sparkline: smallest ▁ to largest █ of the layer, · absent)", rows, len(series.layers)),
+    ]
+    return Report(printable(f"Norms across {len(files)} checkpoints"), "norm series", True, counts, [], sections)
+
+
+def _key(path: Any) -> str:
+    from ckpt_tui.core.diff import key_text
+
+    return key_text(path)
+
+
 # ---- text ---------------------------------------------------------------------------------
 
 
 def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
     """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
     then each fix with its command."""
-    separator = ": " if report.verdict in ("OK", "DOES NOT FIT", "identical") else " "
+    separator = (
+        ": " if report.verdict in ("OK", "DOES NOT FIT", "identical", "per-layer change", "norm series") else " "
+    )
     lines = [report.verdict + separator + report.counts]
     lines += [f"note: {note}" for note in report.notes]
     for section in report.sections:

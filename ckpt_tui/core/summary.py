@@ -17,7 +17,8 @@ from ckpt_tui.core.describe import count
 from ckpt_tui.core.findings import Finding, compute_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, module_groups, tensor_items
+from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, is_scheduler, module_groups, tensor_items
+from ckpt_tui.core.training_state import training_findings
 from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Tensor, get, iter_tensors, walk
 
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
@@ -152,6 +153,7 @@ def summarize(checkpoint: Checkpoint) -> Summary:
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
     summary.model = model_counts(root, references)
     summary.findings = compute_findings(root, references) + _missing_records(list(storages.values()))
+    summary.findings += _training_findings(root, references, summary.model, checkpoint.byteorder)
     reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
     for name in sorted(checkpoint.unsafe_globals - reported):
         message = (
@@ -182,6 +184,31 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
                     seen.add(id(tensor))
                     counts.optimizer_state += tensor.numel
     return counts
+
+
+def _training_findings(root: Any, references: list[Any], model: ModelCounts, byteorder: str) -> list[Finding]:
+    """Optimizer and scheduler state, audited against the counters and the model (core/training_state.py)."""
+    optimizers = [(p, v) for p, v, shown, first in references if shown and first and is_optimizer(v)]
+    schedulers = [(p, v) for p, v, shown, first in references if shown and first and is_scheduler(v)]
+    if not optimizers and not schedulers:
+        return []
+    shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
+    return training_findings(root, optimizers, schedulers, shapes, byteorder)
+
+
+def parameter_shapes(model: Any) -> list[tuple[int, ...]]:
+    """The shape of each parameter of a model state_dict (buffers left out, each tensor object once)."""
+    seen: set[int] = set()
+    shapes: list[tuple[int, ...]] = []
+    if isinstance(model, Opaque) and model.is_module:
+        entries: list[tuple[bool, Tensor]] = [(g == "_parameters", t) for g, t in module_groups(model)]
+    else:
+        entries = [(not is_buffer(n, t), t) for n, t in tensor_items(model) or [] if isinstance(t, Tensor)]
+    for is_parameter, tensor in entries:
+        if is_parameter and id(tensor) not in seen:
+            seen.add(id(tensor))
+            shapes.append(tensor.shape)
+    return shapes
 
 
 def _parameters_and_buffers(model: Any) -> tuple[int, int]:

@@ -134,3 +134,20 @@ class CheckFinished(Message, bubble=False):
     version: int
     report: CheckReport | None
     error: str = ""
+
+
+@dataclass
+class LayerChangeProgress(Message, bubble=False):
+    """How far measuring the per-layer change has got (0..1)."""
+
+    fraction: float
+
+
+@dataclass
+class LayerChangeReady(Message, bubble=False):
+    """The per-layer change from the tree of session ``version`` to the file at ``other``, or why not."""
+
+    version: int
+    report: Any
+    other: str
+    error: str = ""

@@ -42,6 +42,8 @@ from ckpt_tui.tui.messages import (
     CheckProgress,
     CompareReady,
     DiffReady,
+    LayerChangeProgress,
+    LayerChangeReady,
     ReportFailed,
     SummaryReady,
 )
@@ -77,6 +79,7 @@ class BrowserScreen(Screen[None]):
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.check: CheckReport | None = None  # the last full check (C) of the current tree
         self._check_progress: ProgressScreen | None = None
+        self._layers_progress: ProgressScreen | None = None
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
@@ -711,7 +714,8 @@ class BrowserScreen(Screen[None]):
         self.ask(
             "Diff with checkpoint",
             self.ckpt_app.remembered("diff"),
-            "keys on one side only, shape/dtype changes, value differences",
+            "keys on one side only, shape/dtype changes, value differences; on the report, s measures how far "
+            "each layer moved",
             self._start_diff,
             paths=True,
         )
@@ -737,8 +741,6 @@ class BrowserScreen(Screen[None]):
 
     @on(DiffReady)
     def _diff_ready(self, message: DiffReady) -> None:
-        from ckpt_tui.core.convert import resolve_path
-
         if self.session is None or message.version != self.session.version:
             self.update_status("the checkpoint changed while diffing: diff again")
             return
@@ -751,15 +753,91 @@ class BrowserScreen(Screen[None]):
             f"{len(report.only_a)} only here, {len(report.only_b)} only there"
         )
 
-        def done(result: tuple[str, str] | None) -> None:
-            if result and result[0] == "jump" and self.session is not None:
-                try:
-                    self.tree_view.reveal((resolve_path(self.session.root, result[1]), None))
-                except CkptError as exc:
-                    self.warn(str(exc), "Not in this checkpoint")
-
         title = f"Diff {self.display_name} with {os.path.basename(message.other)}"
-        self.app.push_screen(ReportScreen(title, summary, _diff_sections(report), False), done)
+        other = message.other
+        self.app.push_screen(
+            ReportScreen(title, summary, _diff_sections(report), False, layer_change=True),
+            lambda result: self._diff_report_closed(result, other),
+        )
+
+    def _diff_report_closed(self, result: tuple[str, str] | None, other: str) -> None:
+        """Enter on a row jumps to its key; ``s`` measures the per-layer change."""
+        from ckpt_tui.core.convert import resolve_path
+
+        if result is None or self.session is None:
+            return
+        if result[0] == "layers":
+            self._start_layer_change(other)
+            return
+        try:
+            self.tree_view.reveal((resolve_path(self.session.root, result[1]), None))
+        except CkptError as exc:
+            self.warn(str(exc), "Not in this checkpoint")
+
+    # ---- per-layer change (s on a diff report) ----------------------------------------------
+
+    def _start_layer_change(self, other: str) -> None:
+        assert self.session is not None
+        cancel = threading.Event()
+        self._layers_progress = ProgressScreen(f"Per-layer change to {os.path.basename(other)}", cancel)
+        self.app.push_screen(self._layers_progress)
+        mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
+        self._layer_change(self.session.version, mine, other, cancel)
+
+    @work(thread=True, exclusive=True, group="report", description="per-layer change")
+    def _layer_change(self, version: int, mine: Checkpoint, other: str, cancel: threading.Event) -> None:
+        """Relative change, cosine and norms of every layer, off the UI thread; reports by message only."""
+        from ckpt_tui.core.layer_change import layer_change
+
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] >= 0.02:
+                last[0] = fraction
+                self.post_message(LayerChangeProgress(fraction))
+
+        try:
+            report = layer_change(mine, open_checkpoint(other), progress=progress, cancelled=cancel.is_set)
+        except Cancelled:
+            self.post_message(LayerChangeReady(version, None, other, "cancelled"))
+            return
+        except CkptError as exc:
+            self.post_message(LayerChangeReady(version, None, other, str(exc)))
+            return
+        self.post_message(LayerChangeReady(version, report, other))
+
+    @on(LayerChangeProgress)
+    def _layer_change_advanced(self, message: LayerChangeProgress) -> None:
+        if self._layers_progress is not None and self._layers_progress.is_attached:
+            self._layers_progress.advance(message.fraction)
+
+    @on(LayerChangeReady)
+    def _layer_change_ready(self, message: LayerChangeReady) -> None:
+        from ckpt_tui.core.reports import describe_layer_change
+
+        if self._layers_progress is not None and self._layers_progress.is_attached:
+            self._layers_progress.dismiss()
+        self._layers_progress = None
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while measuring: diff again")
+            return
+        if message.report is None:
+            self.update_status(f"per-layer change: {printable(message.error)}")
+            return
+        width = min(int(self.app.size.width * 0.96), 140) - 12  # the report dialog's rows (app.tcss)
+        described = describe_layer_change(message.report, self.display_name, os.path.basename(message.other), width)
+        summary = Text(f"{described.verdict}: {described.counts}")
+        for note in described.notes:
+            summary.append(f"\nnote: {note}")
+        sections: list[Section] = [
+            (section.title, [(row.key, data(row.text)) for row in section.rows]) for section in described.sections
+        ]
+        other = message.other
+        self.app.push_screen(
+            ReportScreen(described.title, summary, sections, False),
+            lambda result: self._diff_report_closed(result, other),
+        )
 
     # ---- reading every tensor (C) ---------------------------------------------------------
 

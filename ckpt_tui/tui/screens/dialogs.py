@@ -179,19 +179,25 @@ Section = tuple[str, list[tuple[str | None, Text]]]
 
 
 class ReportScreen(ModalScreen[tuple[str, str] | None]):
-    """A compare or diff report: sections of keys; enter jumps to a key, ``f`` applies the fix."""
+    """A compare or diff report: sections of keys; enter jumps to a key, ``f`` applies the fix, ``s`` (a diff)
+    asks for the per-layer change."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close"),
         Binding("f", "fix", "Apply the suggested fix"),
+        Binding("s", "layer_change", "Per-layer change"),
     ]
 
-    def __init__(self, title: str, summary: Text, sections: list[Section], fixable: bool) -> None:
+    def __init__(
+        self, title: str, summary: Text, sections: list[Section], fixable: bool, layer_change: bool = False
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.summary = summary
         self.sections = sections
         self.fixable = fixable
+        self.layer_change = layer_change
+        """Whether ``s`` asks for the per-layer change (a diff's report)."""
         self.targets: list[str | None] = []
 
     def compose(self) -> ComposeResult:
@@ -210,6 +216,8 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
             yield Static(self.summary, classes="dialog-body", markup=False)
             yield OptionList(*options, id="report-list")
             hint = "enter: go to the key · escape: close" + (" · f: apply the suggested fix" if self.fixable else "")
+            if self.layer_change:
+                hint += " · s: per-layer change (relative change, cosine, norms)"
             yield Static(hint, classes="dialog-hint", markup=False)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -223,6 +231,12 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
             self.dismiss(("fix", ""))
         else:
             self.notify("no fix to apply here", severity="warning", markup=False)
+
+    def action_layer_change(self) -> None:
+        if self.layer_change:
+            self.dismiss(("layers", ""))
+        else:
+            self.notify("no per-layer change for this report", severity="warning", markup=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

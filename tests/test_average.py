@@ -1,0 +1,189 @@
+"""``average``: the weighted mean of checkpoints equals torch's float64 arithmetic rounded once to the dtype,
+non-float tensors come from the first file, mismatches are refused, and the write is atomic and verified."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ckpt_tui.cli import main
+
+
+def model_states(count: int, dtype: torch.dtype = torch.float32) -> list[OrderedDict[str, torch.Tensor]]:
+    """``count`` state_dicts of one small model with different weights and BatchNorm counters."""
+    states = []
+    for index in range(count):
+        torch.manual_seed(index)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7), torch.nn.Linear(7, 3)).to(dtype)
+        model[1].running_mean.normal_()
+        model[1].num_batches_tracked += 10 * (index + 1)
+        states.append(model.state_dict())
+    return states
+
+
+def save_all(tmp_path: Path, states: list[Any], stem: str = "s") -> list[str]:
+    paths = []
+    for index, state in enumerate(states):
+        path = tmp_path / f"{stem}{index}.pth"
+        torch.save(state, path)
+        paths.append(str(path))
+    return paths
+
+
+def expected(states: list[OrderedDict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    """The definition: sum of (w_i / sum w) * x_i in float64, in file order, rounded once to the first's dtype."""
+    total = sum(weights)
+    out = {}
+    for key, first in states[0].items():
+        if not first.is_floating_point():
+            out[key] = first
+            continue
+        acc = torch.zeros(first.shape, dtype=torch.float64)
+        for weight, state in zip(weights, states, strict=True):
+            acc += (weight / total) * state[key].double()
+        out[key] = acc.to(first.dtype)
+    return out
+
+
+def assert_bit_equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert list(got) == list(want)
+    for key, value in want.items():
+        assert got[key].dtype == value.dtype, key
+        assert torch.equal(got[key], value), key
+
+
+def test_plain_mean_of_three_fp32_files_is_bit_equal_to_torch_float64_rounded_once(tmp_path, capsys):
+    states = model_states(3)
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "soup.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "averaged 8 floating-point tensors of 3 files" in printed
+    assert "taken from the first file (1 not floating point): 1.num_batches_tracked" in printed
+    assert "verified" in printed
+    got = torch.load(out, weights_only=True)
+    assert_bit_equal(got, expected(states, [1, 1, 1]))
+    assert got["1.num_batches_tracked"].item() == 10  # the first file's counter
+
+
+def test_weights_are_normalised_and_applied_in_file_order(tmp_path, capsys):
+    states = model_states(2)
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "w.pth"
+    assert main(["average", *paths, "-o", str(out), "--weights", "1,3"]) == 0
+    assert "weights 0.25, 0.75" in capsys.readouterr().out
+    assert_bit_equal(torch.load(out, weights_only=True), expected(states, [1, 3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_average_in_float64_and_round_once_like_torch(tmp_path, dtype):
+    states = model_states(3, dtype)
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "half.safetensors"
+    assert main(["average", *paths, "-o", str(out), "--weights", "0.2,0.3,0.5"]) == 0
+    got = load_file(out)
+    want = expected(states, [0.2, 0.3, 0.5])
+    for key, value in want.items():
+        assert got[key].dtype == value.dtype
+        assert torch.equal(got[key], value), key
+
+
+def test_training_checkpoint_at_state_dict_writes_only_the_averaged_weights(tmp_path, capsys):
+    states = model_states(2)
+    ckpts = [
+        {"state_dict": s, "epoch": i, "optimizer": {"state": {}, "param_groups": []}} for i, s in enumerate(states)
+    ]
+    paths = save_all(tmp_path, ckpts, "ck")
+    out = tmp_path / "swa.pth"
+    assert main(["average", *paths, "-o", str(out), "--at", "state_dict"]) == 0
+    got = torch.load(out, weights_only=True)
+    assert_bit_equal(got, expected(states, [1, 1]))
+
+
+def test_whole_training_checkpoint_keeps_the_first_files_other_values_and_says_which_differ(tmp_path, capsys):
+    states = model_states(2)
+    ckpts = [{"model": s, "epoch": i, "note": "same"} for i, s in enumerate(states)]
+    paths = save_all(tmp_path, ckpts, "ck")
+    out = tmp_path / "all.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 0
+    assert "1 other values differ between the files; the first file's kept: epoch" in capsys.readouterr().out
+    got = torch.load(out, weights_only=True)
+    assert got["epoch"] == 0 and got["note"] == "same"
+    assert_bit_equal(got["model"], expected(states, [1, 1]))
+
+
+def test_tied_weights_stay_one_storage(tmp_path):
+    states = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        emb = torch.randn(6, 4)
+        states.append({"embed.weight": emb, "head.weight": emb})
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "tied.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 0
+    got = torch.load(out, weights_only=True)
+    assert got["embed.weight"].data_ptr() == got["head.weight"].data_ptr()
+    assert torch.equal(
+        got["head.weight"],
+        ((states[0]["embed.weight"].double() * 0.5) + states[1]["embed.weight"].double() * 0.5).float(),
+    )
+
+
+def test_mismatched_keys_are_refused_naming_them(tmp_path, capsys):
+    states = model_states(2)
+    del states[1]["2.bias"]
+    states[1]["extra.weight"] = torch.zeros(2)
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "x.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("ckpt-tui: ") and "missing 2.bias" in err and "extra extra.weight" in err
+    assert not out.exists()
+
+
+def test_mismatched_shapes_are_refused_naming_them(tmp_path, capsys):
+    states = model_states(2)
+    states[1]["2.weight"] = torch.zeros(4, 7)
+    paths = save_all(tmp_path, states)
+    assert main(["average", *paths, "-o", str(tmp_path / "x.pth")]) == 2
+    assert "2.weight [3, 7] vs [4, 7]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("weights", "words"),
+    [
+        ("1,2,3", "3 numbers for 2 files"),
+        ("1,x", "numbers separated by commas"),
+        ("1,-1", "non-zero sum"),
+        ("nan,1", "finite"),
+    ],
+)
+def test_bad_weights_are_refused(tmp_path, capsys, weights, words):
+    paths = save_all(tmp_path, model_states(2))
+    assert main(["average", *paths, "-o", str(tmp_path / "x.pth"), "--weights", weights]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_existing_output_is_refused_without_force_and_replaced_with_it(tmp_path, capsys):
+    states = model_states(2)
+    paths = save_all(tmp_path, states)
+    out = tmp_path / "soup.pth"
+    out.write_bytes(b"keep me")
+    assert main(["average", *paths, "-o", str(out)]) == 2
+    assert out.read_bytes() == b"keep me"
+    assert main(["average", *paths, "-o", str(out), "--force"]) == 0
+    assert_bit_equal(torch.load(out, weights_only=True), expected(states, [1, 1]))
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+
+
+def test_one_file_is_refused(tmp_path, capsys):
+    paths = save_all(tmp_path, model_states(1))
+    assert main(["average", *paths, "-o", str(tmp_path / "x.pth")]) == 2
+    assert "at least two files" in capsys.readouterr().err

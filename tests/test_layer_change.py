@@ -1,0 +1,189 @@
+"""``diff A B --stats``: per-layer relative change, cosine and norms agree with torch in float64; a series of
+files gives each layer's norm in each; the text fits 80 columns."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+
+
+def fine_tuned(tmp_path: Path) -> tuple[str, str, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """A model and a copy fine-tuned with its first layer frozen."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model[0].requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(5):
+        model(torch.randn(8, 6)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = model.state_dict()
+    a, b = tmp_path / "base.pth", tmp_path / "tuned.pth"
+    torch.save(before, a)
+    torch.save(after, b)
+    return str(a), str(b), before, after
+
+
+def stats_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["diff", *args, "--stats", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def torch_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float, float]:
+    a, b = a.double().flatten(), b.double().flatten()
+    finite = a.isfinite() & b.isfinite()
+    a, b = a[finite], b[finite]
+    norm_a, norm_b = a.norm().item(), b.norm().item()
+    return (a - b).norm().item() / norm_a, torch.nn.functional.cosine_similarity(a, b, dim=0).item(), norm_a, norm_b
+
+
+def test_relative_change_cosine_and_norms_agree_with_torch_float64_and_frozen_layers_are_zero(tmp_path, capsys):
+    a, b, before, after = fine_tuned(tmp_path)
+    layers = stats_json(capsys, a, b)["layers"]
+    assert [row["path"] for row in layers] == [[k] for k in before]
+    for row in layers:
+        key = row["path"][0]
+        relative, cosine, norm_a, norm_b = torch_change(before[key], after[key])
+        assert row["relative_change"] == pytest.approx(relative, rel=1e-12, abs=1e-300)
+        assert row["cosine"] == pytest.approx(cosine, rel=1e-12)
+        assert row["norm_a"] == pytest.approx(norm_a, rel=1e-12)
+        assert row["norm_b"] == pytest.approx(norm_b, rel=1e-12)
+    frozen = {row["path"][0]: row for row in layers if row["path"][0].startswith("0.")}
+    assert all(row["relative_change"] == 0.0 and row["cosine"] == 1.0 for row in frozen.values())
+    moved = [row for row in layers if row["path"][0].startswith("2.")]
+    assert all(row["relative_change"] > 0 for row in moved)
+
+
+def test_nan_and_inf_positions_are_left_out_of_the_sums_and_counted(tmp_path, capsys):
+    torch.manual_seed(1)
+    x = torch.randn(100)
+    y = x + 0.1 * torch.randn(100)
+    x[3], y[7], y[9] = float("nan"), float("inf"), float("nan")
+    torch.save({"w": x}, tmp_path / "a.pth")
+    torch.save({"w": y}, tmp_path / "b.pth")
+    (row,) = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]
+    relative, cosine, norm_a, norm_b = torch_change(x, y)
+    assert row["nonfinite"] == 3
+    assert row["relative_change"] == pytest.approx(relative, rel=1e-12)
+    assert row["cosine"] == pytest.approx(cosine, rel=1e-12)
+    assert (row["norm_a"], row["norm_b"]) == pytest.approx((norm_a, norm_b), rel=1e-12)
+
+
+def test_different_dtypes_compare_by_value(tmp_path, capsys):
+    torch.manual_seed(2)
+    x = torch.randn(64)
+    torch.save({"w": x}, tmp_path / "a.pth")
+    torch.save({"w": x.bfloat16()}, tmp_path / "b.pth")
+    (row,) = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]
+    relative, _cosine, _, _ = torch_change(x, x.bfloat16())
+    assert 0 < row["relative_change"] < 1e-2
+    assert row["relative_change"] == pytest.approx(relative, rel=1e-12)
+
+
+def test_shape_changes_and_keys_on_one_side_are_rows_that_say_why(tmp_path, capsys):
+    torch.save(
+        {"head.weight": torch.ones(4, 8), "body.weight": torch.ones(3), "old": torch.ones(2)}, tmp_path / "a.pth"
+    )
+    torch.save(
+        {"head.weight": torch.ones(10, 8), "body.weight": torch.zeros(3), "new": torch.ones(2)}, tmp_path / "b.pth"
+    )
+    layers = {r["path"][0]: r for r in stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]}
+    assert layers["head.weight"]["note"] == "shape [4, 8] in A, [10, 8] in B"
+    assert layers["head.weight"]["relative_change"] is None
+    assert layers["old"]["note"] == "only in A" and layers["new"]["note"] == "only in B"
+    body = layers["body.weight"]
+    assert body["relative_change"] == 1.0 and body["cosine"] is None and body["norm_b"] == 0.0
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 0
+    text = capsys.readouterr().out
+    assert "not compared (3):" in text and "head.weight: shape [4, 8] in A, [10, 8] in B" in text
+
+
+def test_text_has_a_table_bars_in_module_order_and_the_extremes_within_80_columns(tmp_path, capsys):
+    a, b, before, _ = fine_tuned(tmp_path)
+    assert main(["diff", a, b, "--stats"]) == 0
+    text = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert text.startswith("per-layer change: 4 layers compared, 2 unchanged")
+    plot = text.split("relative change by layer")[1].split("moved most")[0].splitlines()[1:]
+    assert [line.split()[0] for line in plot] == list(before)
+    assert "█" in plot[2] and "█" not in plot[0]
+    most = text.split("moved most")[1].split("moved least")[0]
+    assert most.splitlines()[1].strip().startswith("2.")
+
+
+def test_at_and_strip_prefix_options_apply_as_in_diff(tmp_path, capsys):
+    a, _b, before, after = fine_tuned(tmp_path)
+    torch.save({"model": {f"module.{k}": v for k, v in after.items()}, "epoch": 3}, tmp_path / "train.pth")
+    layers = stats_json(capsys, a, str(tmp_path / "train.pth"), "--at-b", "model", "--strip-prefix-b", "module.")[
+        "layers"
+    ]
+    assert [r["path"][0] for r in layers] == list(before)
+    assert all(r["note"] is None for r in layers)
+
+
+def test_a_series_of_files_gives_each_layers_norm_in_each_file(tmp_path, capsys):
+    torch.manual_seed(3)
+    states = [{"a": torch.ones(4) * (i + 1), "b": torch.randn(2, 2)} for i in range(4)]
+    states[2]["late"] = torch.ones(3)
+    paths = []
+    for index, state in enumerate(states):
+        torch.save(state, tmp_path / f"e{index}.pth")
+        paths.append(str(tmp_path / f"e{index}.pth"))
+    data = stats_json(capsys, *paths)
+    assert data["files"] == paths
+    series = {row["path"][0]: row["norms"] for row in data["series"]}
+    for key in ("a", "b"):
+        assert series[key] == pytest.approx(
+            [torch.linalg.vector_norm(s[key].double()).item() for s in states], rel=1e-12
+        )
+    assert series["late"] == [None, None, pytest.approx(math.sqrt(3)), None]
+    assert main(["diff", *paths, "--stats"]) == 0
+    text = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in text.splitlines())
+    row_a = next(line for line in text.splitlines() if line.strip().startswith("a "))
+    assert row_a.rstrip().endswith("▁▃▆█")
+    assert "··▅·" in text  # one known value: mid-height
+
+
+def test_rank_diff_without_stats_is_unchanged(tmp_path, capsys):
+    for index in range(3):
+        torch.save({"w": torch.ones(3)}, tmp_path / f"r{index}.pth")
+    paths = [str(tmp_path / f"r{i}.pth") for i in range(3)]
+    assert main(["diff", *paths, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["identical"] is True
+
+
+async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_a_layer(tmp_path):
+    from builders_tui import cursor_path, loaded, settle
+
+    from ckpt_tui.tui.app import CkptApp
+    from ckpt_tui.tui.screens.dialogs import ReportScreen
+
+    a, b, _, _ = fine_tuned(tmp_path)
+    app = CkptApp(a)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        app.screen.query_one("Input").value = b
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen) and app.screen.layer_change
+        await settle(pilot, "s")
+        report = app.screen
+        assert isinstance(report, ReportScreen) and report.title_text.startswith("Per-layer change from base.pth")
+        headings = [heading for heading, _ in report.sections]
+        assert headings[0] == "per layer" and headings[2:4] == ["moved most", "moved least"]
+        rows = [str(text) for _, text in report.sections[1][1]]
+        assert [r.split()[0] for r in rows] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+        assert all(len(r) <= 66 for r in rows) and "█" in rows[2]
+        most_key = report.sections[2][1][0][0]
+        report.dismiss(("jump", most_key))
+        await settle(pilot)
+        assert cursor_path(app) == (most_key,)
