@@ -188,9 +188,10 @@ def _infix_rule(text: str) -> Any:
 
 def _rule(text: str, anywhere: bool) -> Any:
     from ckpt_tui.core.edits import RenameRule
+    from ckpt_tui.core.shell import from_argv
 
     try:
-        return RenameRule.parse(text, anywhere)
+        return RenameRule.parse(from_argv(text), anywhere)
     except EditError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -217,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = with_command(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(args_list)
+    _keys_from_argv(args)
     from ckpt_tui.core.writers.temp_files import remove_on_signals
 
     remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
@@ -233,6 +235,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+PATH_ARGUMENTS = frozenset({"file", "files", "a", "b", "more", "output", "against", "model", "rename_map"})
+
+
+def _keys_from_argv(args: argparse.Namespace) -> None:
+    """Key and prefix arguments as the file holds them (a key with a lone surrogate round-trips)."""
+    from ckpt_tui.core.shell import from_argv
+
+    for name, value in vars(args).items():
+        if name in PATH_ARGUMENTS:
+            continue
+        if isinstance(value, str):
+            setattr(args, name, from_argv(value))
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            setattr(args, name, [from_argv(item) for item in value])
 
 
 def _error(exc: Exception) -> None:

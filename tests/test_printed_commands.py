@@ -102,6 +102,32 @@ def test_a_key_no_path_can_name_gets_no_command(tmp_path: Path, capsys: pytest.C
     assert code == 1 and "suggestion" not in report  # never a command that would not do what it says
 
 
+@pytest.mark.parametrize("name", ["\ud800", "a\udcffb", "\udfff\ud83d"], ids=["high", "low", "pair-reversed"])
+def test_a_key_with_a_lone_surrogate_round_trips_through_the_pasted_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A pickle may hold any str; the printed command writes it as UTF-8 bytes, which ckpt-tui reads back."""
+    torch.save({name: ddp_state_dict(), "epoch": 1}, tmp_path / "train.pth")
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    main(["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth")])
+    printed = capsys.readouterr().out.splitlines()[-1].strip()
+    assert_inert(printed)
+    result = Shell(tmp_path).paste(printed)
+    assert result.returncode == 0, result.stderr
+    assert main(["check", str(tmp_path / "train.fixed.pth"), "--against", str(tmp_path / "plain.pth")]) == 0
+
+
+def test_a_key_holding_nul_gets_a_comment_not_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No argv can carry NUL: the printed line says so and does nothing when pasted."""
+    torch.save({"a\x00b": ddp_state_dict(), "epoch": 1}, tmp_path / "train.pth")
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    main(["check", str(tmp_path / "train.pth"), "--against", str(tmp_path / "plain.pth")])
+    printed = capsys.readouterr().out.splitlines()[-1].strip()
+    assert printed.startswith("# ") and "NUL" in printed
+    shell = Shell(tmp_path)
+    assert shell.paste(printed).returncode == 0 and shell.invocations() == []
+
+
 @pytest.mark.parametrize("name", HOSTILE[:13] + HOSTILE[14:], ids=[repr(n) for n in HOSTILE[:13] + HOSTILE[14:]])
 def test_drop_suggestion_with_hostile_keys_runs_one_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str

@@ -38,8 +38,28 @@ def _ansi_c_char(char: str) -> str:
 
 
 def join_command(argv: Iterable[str]) -> str:
-    """A command line from its arguments, each quoted."""
-    return " ".join(quote_arg(arg) for arg in argv)
+    """A command line from its arguments, each quoted.
+
+    No command line can hold a NUL character (the shell and the kernel end an argument there): a
+    command that needs one is printed as a shell comment that says so, which does nothing if pasted.
+    """
+    args = list(argv)
+    if any("\x00" in arg for arg in args):
+        return "# no shell command can pass a key holding a NUL character (\\x00): rename that key first"
+    return " ".join(quote_arg(arg) for arg in args)
+
+
+def from_argv(text: str) -> str:
+    """A key as typed on the command line, as the file holds it.
+
+    Python decodes command-line bytes that are not UTF-8 as lone surrogates (``surrogateescape``);
+    :func:`quote_arg` writes a key holding a lone surrogate (as pickles may) as its UTF-8 bytes, so
+    those bytes are read back as that surrogate here. Any other text is returned as it is.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogatepass")
+    except UnicodeError:
+        return text
 
 
 def option(name: str, value: str) -> list[str]:
