@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from builders_weights_only import ACCEPTED, OTHER, REFUSED, every_fixture
 
 from ckpt_tui.core.errors import CkptError
@@ -206,8 +207,8 @@ def test_reasons_that_no_allowlisting_fixes(corpus: dict[str, Case]) -> None:
 
 
 def test_not_applicable_formats(corpus: dict[str, Case]) -> None:
-    assert corpus["safetensors"].verdict.loads is None
-    assert corpus["safetensors"].torch_loads is True  # torch 2.13 hands *.safetensors to safetensors
+    assert corpus["safetensors"].verdict.loads is True  # torch 2.13 hands *.safetensors to safetensors
+    assert corpus["safetensors"].torch_loads is True and corpus["safetensors"].verdict.torch == "2.13-2.14"
     assert corpus["dcp"].verdict.loads is None
     assert corpus["sharded .bin"].verdict.loads is True  # every shard loads
 
@@ -279,3 +280,27 @@ def test_strings_from_the_file_are_escaped_in_the_text(tmp_path: Path, capsys: p
     ours = [line for line in lines if "weights-only]" in line or "weights_only:" in line or line.startswith("  code")]
     assert len(ours) == 3
     assert all("\x1b" not in line and "\\x1b[8m" in line for line in ours), ours
+
+
+def test_safetensors_content_under_another_name_is_refused_as_torch_refuses_it(tmp_path: Path) -> None:
+    """torch.load routes by name: safetensors bytes in a .pth are unpickled, and fail."""
+    from safetensors.torch import save_file
+
+    path = tmp_path / "weights.pth"
+    save_file({"a": torch.ones(2)}, str(path))
+    judged = verdict(open_checkpoint(path))
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch raises
+        torch.load(path, weights_only=True)
+    assert judged.loads is False and "safetensors" in (judged.reason or "")
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_legacy_untyped_storages_are_refused_as_torch_fails_on_them(tmp_path: Path, dtype: torch.dtype) -> None:
+    """The legacy format saves these as UntypedStorage, which torch.load cannot read back (either mode)."""
+    path = tmp_path / "legacy.pth"
+    torch.save({"a": torch.zeros(3, dtype=dtype)}, path, _use_new_zipfile_serialization=False)
+    for weights_only in (True, False):
+        with pytest.raises(AttributeError):
+            torch.load(path, weights_only=weights_only)
+    judged = verdict(open_checkpoint(path))
+    assert judged.loads is False and "UntypedStorage" in (judged.reason or "")

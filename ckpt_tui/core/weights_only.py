@@ -149,9 +149,9 @@ def _scan_sharded(index_path: str) -> FileScan:
 
 
 def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
-    scan = FileScan("safetensors", applies=False, name_route=True)
+    """torch.load (2.13+) hands a ``*.safetensors`` path to ``safetensors.torch.load_file``."""
+    scan = FileScan("safetensors", name_route=True)
     if not looks_like_safetensors(head, size):
-        scan.applies = True
         scan.reason = (
             "named *.safetensors but not a safetensors file: torch.load (2.13+) hands it to safetensors, which fails; "
             "rename it"
@@ -299,7 +299,11 @@ def _is_tar(file: BinaryIO) -> bool:
 def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
     scan = FileScan("legacy")
     if looks_like_safetensors(head, os.fstat(file.fileno()).st_size):
-        scan.route, scan.applies = "safetensors", False
+        scan.route = "safetensors"
+        scan.fail(
+            "a safetensors file under a name that does not end in .safetensors: torch.load unpickles it and fails; "
+            "name it *.safetensors (torch 2.13+ then hands it to safetensors) or use safetensors.torch.load_file"
+        )
         return scan
     if _is_tar(file):
         scan.route = "tar"
@@ -356,6 +360,12 @@ def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: F
     if len(pid) != 6:
         raise Refusal(f"a storage persistent id has {len(pid)} fields (the legacy loader takes 6)")
     _, storage_type, root_key, location, numel, view = pid
+    if type(storage_type) is GlobalRef and storage_type.entry.name == "torch.storage.UntypedStorage":
+        # uint16/32/64 and fp8 tensors: torch's legacy loader asks the class for a dtype it does not have
+        raise Refusal(
+            "a storage saved as UntypedStorage (uint16/32/64 or fp8) in the legacy format: torch.load fails on it "
+            "with weights_only=True and False alike; ckpt-tui convert rewrites it as a zip checkpoint that loads"
+        )
     dtype = _storage_dtype(storage_type)
     place = _location(location, scan)
     nbytes = _nbytes(numel, dtype)
@@ -523,6 +533,8 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     result = Verdict(loads, scan.route, _versions(scan), blockers, scan.reason)
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+    if loads and scan.route == "safetensors":
+        result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (the package is needed)")
     if scan.devices:
         tags = ", ".join(sorted(scan.devices)[:5])
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
