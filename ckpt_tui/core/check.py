@@ -15,6 +15,8 @@ from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint, Tensor
 from ckpt_tui.core.weights_only import Verdict, verdict
 
+ALL_FINITE = TensorStats()
+"""What ``check`` keeps of a view the batched scan read whole and found finite: no NaN, no Inf."""
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses")
 
 
@@ -104,16 +106,18 @@ def check_checkpoint(
             skipped += 1
             continue
         view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
-        if view not in seen:
+        if view in seen:
+            stats = seen[view]
+        else:
             if finite[views[view]]:
-                seen[view] = TensorStats(count=tensor.numel)  # read, every value finite: no NaN, no Inf
+                stats = ALL_FINITE
             else:
                 try:
-                    seen[view] = tensor_stats(tensor, checkpoint.byteorder, cancelled)
+                    stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
                 except ReadError as exc:
-                    seen[view] = None
+                    stats = None
                     problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
-        stats = seen[view]
+            seen[view] = stats
         if stats is None:
             continue
         checked += 1

@@ -31,7 +31,7 @@ import numpy as np
 from ckpt_tui.core.errors import Cancelled, ReadError
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.tree import Storage, Tensor
 from ckpt_tui.core.values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -115,11 +115,26 @@ def _plan(tensors: Sequence[Tensor]) -> list[_Span]:
     for source in zips.values():
         assert isinstance(source, ZipRecords)
         source.find_offsets()
+    layouts: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     spans: list[_Span] = []
     for index, tensor in enumerate(tensors):
-        span = _span(index, tensor)
-        if span is not None:
-            spans.append(span)
+        storage = tensor.storage
+        size = ITEMSIZES.get(tensor.dtype)
+        if storage is None or size is None or tensor.kind != "dense" or tensor.offset < 0:
+            continue
+        key = (tensor.shape, tensor.stride)
+        numel = layouts.get(key)
+        if numel is None:
+            numel = layouts[key] = _row_major_numel(tensor.shape, tensor.stride)
+        if not numel:
+            continue
+        where = _record(storage)
+        if where is None:
+            continue
+        start, available = where
+        if (tensor.offset + numel) * size > min(available, storage.nbytes):
+            continue
+        spans.append(_Span(index, storage.source.path, start + tensor.offset * size, numel * size, tensor.dtype))  # type: ignore[union-attr]
     return spans
 
 
@@ -127,41 +142,31 @@ def _zip_source(tensor: Tensor) -> bool:
     return tensor.storage is not None and type(tensor.storage.source) is ZipRecords
 
 
-def _span(index: int, tensor: Tensor) -> _Span | None:
-    storage = tensor.storage
-    if storage is None or tensor.kind != "dense" or tensor.dtype not in ITEMSIZES:
-        return None
+def _record(storage: Storage) -> tuple[int, int] | None:
+    """Where a stored record's bytes are and how many, as ``locate`` finds them; None to leave it to the
+    exact pass (compressed, missing, anything ``locate`` refuses: it raises there, worded as always)."""
     source = storage.source
-    if type(source) is not SafetensorsRecords and type(source) is not ZipRecords:
-        return None
-    shape, stride, offset = tensor.shape, tensor.stride, tensor.offset
-    if len(shape) != len(stride) or offset < 0 or not _row_major(shape, stride):
-        return None
-    numel = 1
-    for size in shape:
-        numel *= size
-    if numel == 0 or numel >= MAX_ELEMENTS:
-        return None
-    try:
-        if type(source) is ZipRecords and source.is_compressed(storage):
+    if type(source) is ZipRecords:
+        return source.stored_at(storage)
+    if type(source) is SafetensorsRecords:
+        try:
+            return source.locate(storage)
+        except (ReadError, KeyError):
             return None
-        start, available = source.locate(storage)
-    except ReadError:
-        return None  # the exact pass raises it again, worded as always
-    size = ITEMSIZES[tensor.dtype]
-    usable = min(available, storage.nbytes)
-    if (offset + numel) * size > usable:
-        return None
-    return _Span(index, source.path, start + offset * size, numel * size, tensor.dtype)
+    return None
 
 
-def _row_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """The element count of a row-major view with as many strides as sizes; 0 for any other view (and
+    for views past :data:`MAX_ELEMENTS` or empty ones: the exact pass reads those)."""
+    if len(shape) != len(stride):
+        return 0
     expected = 1
     for size, step in zip(reversed(shape), reversed(stride), strict=True):
         if size != 1 and step != expected:
-            return False
+            return 0
         expected *= size
-    return True
+    return expected if expected < MAX_ELEMENTS else 0
 
 
 # ---- small views: windows ----------------------------------------------------------------------

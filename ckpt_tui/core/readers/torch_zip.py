@@ -100,6 +100,17 @@ class ZipRecords:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
 
+    def stored_at(self, storage: Storage) -> tuple[int, int] | None:
+        """What :meth:`locate` returns for a stored record whose offset :meth:`find_offsets` found;
+        None for every other record (``locate`` reads, or refuses, those)."""
+        entry = self.entries.get(self.folder + storage.key)
+        if entry is None or entry.compress != STORED:
+            return None
+        offset = self._offsets.get(entry.name)
+        if offset is None or offset + entry.size > self.file_bytes or entry.size < storage.nbytes:
+            return None
+        return offset, entry.size
+
     def find_offsets(self) -> None:
         """Read the local headers of every stored record in a few large reads (records laid out one
         after another share windows); :meth:`locate` then finds them without a read each. Headers that
