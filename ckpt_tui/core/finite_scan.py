@@ -20,6 +20,7 @@ which gives the counts, and raises the same errors, as always.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +41,7 @@ GAP = 1 << 16
 """Bytes between two views read through rather than starting a new window."""
 LARGE = 4 << 20
 """Views larger than this are read on their own, in chunks, by the pool."""
-CHUNK = 8 << 20
+MAP_CHUNK = 32 << 20
 WORKERS = 2
 
 FLOAT_CODES = {"float64": "f8", "float32": "f4", "float16": "f2", "bfloat16": "u2"}
@@ -263,21 +264,41 @@ def _nonfinite(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _large_finite(span: _Span, byteorder: str, cancelled: Callable[[], bool] | None) -> bool | None:
-    """True when the whole view was read and is finite; None on a short read or a non-finite value."""
+    """True when the whole view was read and is finite; None on a short file or a non-finite value.
+
+    Floats are checked through a map of one chunk at a time (no copy out of the page cache), unmapped
+    after each chunk so that memory stays bounded whatever the view's size; other dtypes are read.
+    """
     size = ITEMSIZES[span.dtype]
-    step = CHUNK - CHUNK % size
+    end = span.start + span.size
     with open(span.path, "rb", buffering=0) as file:
         fd = file.fileno()
-        for at in range(0, span.size, step):
+        if os.fstat(fd).st_size < end:
+            return None
+        at = span.start
+        while at < end:
             if cancelled is not None and cancelled():
                 raise Cancelled("check cancelled")
-            want = min(step, span.size - at)
-            buffer = _buffer(want)
-            if os.preadv(fd, [buffer], span.start + at) != want:
+            base = at - at % mmap.ALLOCATIONGRANULARITY
+            stop = min(end, base + MAP_CHUNK)
+            stop -= (stop - at) % size  # whole elements (the view's end is a whole element too)
+            if span.dtype not in FLOAT_CODES:
+                if os.preadv(fd, [_buffer(stop - at)], at) != stop - at:
+                    return None
+            elif not _mapped_finite(fd, base, at, stop, span.dtype, byteorder):
                 return None
-            if span.dtype in FLOAT_CODES and not _chunk_finite(buffer, span.dtype, byteorder):
-                return None
+            at = stop
     return True
+
+
+def _mapped_finite(fd: int, base: int, at: int, stop: int, dtype: str, byteorder: str) -> bool:
+    """Whether the elements from ``at`` to ``stop`` are finite, read through a map from ``base``."""
+    with mmap.mmap(fd, stop - base, access=mmap.ACCESS_READ, offset=base) as mapped:
+        view = memoryview(mapped)[at - base :]
+        try:
+            return _chunk_finite(view, dtype, byteorder)
+        finally:
+            view.release()
 
 
 def _chunk_finite(buffer: memoryview, dtype: str, byteorder: str) -> bool:
