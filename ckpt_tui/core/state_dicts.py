@@ -3,7 +3,7 @@ training checkpoint, optimizers and schedulers. Findings, compare and edits all 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,11 +40,11 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
         return flat_module_items(value)
     if not isinstance(value, dict) or not value:
         return None
-    items = list(value.items())
-    tensors = sum(1 for _, v in items if isinstance(v, Tensor))
-    if tensors == 0 or tensors < 0.9 * len(items) or not all(isinstance(k, str) for k, _ in items):
+    # counted by type (C speed: this runs several times over every state_dict of 50,000 keys)
+    tensors = sum(n for kind, n in Counter(map(type, value.values())).items() if issubclass(kind, Tensor))
+    if tensors == 0 or tensors < 0.9 * len(value) or not all(issubclass(k, str) for k in set(map(type, value))):
         return None
-    return items
+    return list(value.items())
 
 
 REPEAT_ALLOWANCE = 4
