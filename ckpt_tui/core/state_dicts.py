@@ -135,20 +135,27 @@ def common_prefix(keys: Iterable[str]) -> str | None:
     key_list = [k for k in keys if k != "_metadata"]
     if len(key_list) < 2:
         return None
+    shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
+    shortest = min(map(len, key_list))
     prefix = ""
     while True:
-        heads = {k[len(prefix) :].split(".", 1)[0] for k in key_list}
-        if len(heads) != 1:
+        dot = shared.find(".", len(prefix))
+        if dot < 0 or dot + 1 >= shortest:  # not a component every key has, or some key ends with it
             break
-        head = heads.pop() + "."
-        if not all(k.startswith(prefix + head) and len(k) > len(prefix + head) for k in key_list):
-            break
+        head = shared[len(prefix) : dot + 1]
         if prefix and head not in PREFIX_ORIGINS:
             break
         prefix += head
         if head not in PREFIX_ORIGINS:
             break
     return prefix or None
+
+
+def _shared_start(texts: list[str]) -> str:
+    """The longest string every text starts with (that of the smallest and the largest)."""
+    low, high = min(texts), max(texts)
+    end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
+    return low[:end]
 
 
 def prefix_origin(prefix: str) -> str:
