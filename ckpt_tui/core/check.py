@@ -15,8 +15,6 @@ from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint, Tensor
 from ckpt_tui.core.weights_only import Verdict, verdict
 
-ALL_FINITE = TensorStats()
-"""What ``check`` keeps of a view the batched scan read whole and found finite: no NaN, no Inf."""
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses")
 
 
@@ -84,12 +82,17 @@ def check_checkpoint(
     ]
     views: dict[tuple[Any, ...], int] = {}
     first_of_view: list[Tensor] = []
+    positions: list[int | None] = []  # each tensor's view, as an index into first_of_view (None: skipped)
     for _, tensor in summary.tensors:
-        if tensor.storage is not None and tensor.kind == "dense":
-            view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
-            if view not in views:
-                views[view] = len(first_of_view)
-                first_of_view.append(tensor)
+        if tensor.storage is None or tensor.kind != "dense":
+            positions.append(None)
+            continue
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        position = views.get(view)
+        if position is None:
+            position = views[view] = len(first_of_view)
+            first_of_view.append(tensor)
+        positions.append(position)
     total = len(summary.tensors)
 
     def scanned(done: int, of: int) -> None:
@@ -97,27 +100,26 @@ def check_checkpoint(
             progress(done * total // max(1, 2 * of), total)  # the batched scan: the first half of the bar
 
     finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
-    seen: dict[tuple[Any, ...], TensorStats | None] = {}
+    seen: dict[int, TensorStats | None] = {}
     checked = skipped = 0
-    for index, (path, tensor) in enumerate(summary.tensors):
+    for index, ((path, tensor), position) in enumerate(zip(summary.tensors, positions, strict=True)):
         if progress is not None:
             progress((total + index) // 2, total)
-        if tensor.storage is None or tensor.kind != "dense":
+        if position is None:
             skipped += 1
             continue
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
-        if view in seen:
-            stats = seen[view]
+        if finite[position]:  # read whole, every value finite: no NaN, no Inf
+            checked += 1
+            continue
+        if position in seen:
+            stats = seen[position]
         else:
-            if finite[views[view]]:
-                stats = ALL_FINITE
-            else:
-                try:
-                    stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
-                except ReadError as exc:
-                    stats = None
-                    problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
-            seen[view] = stats
+            try:
+                stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
+            except ReadError as exc:
+                stats = None
+                problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
+            seen[position] = stats
         if stats is None:
             continue
         checked += 1

@@ -20,12 +20,13 @@ which gives the counts, and raises the same errors, as always.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,6 +61,8 @@ ALWAYS_FINITE = {
 """Dtypes whose decoded values are always finite: reading them (in bounds, not short) is the check."""
 ITEMSIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, **ALWAYS_FINITE}
 BF16_EXPONENT = 0x7F80
+DTYPE_NAMES = tuple(ITEMSIZES)
+DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 
 @dataclass(slots=True)
@@ -84,40 +87,73 @@ def all_finite(
     ``None`` covers both what this scan does not answer and views holding a NaN or an Inf (their
     counts come from the exact pass). ``progress(done, total)`` counts views.
     """
-    found: list[bool | None] = [None] * len(tensors)
-    spans = _plan(tensors)
-    small = sorted((s for s in spans if s.size <= LARGE), key=lambda s: (s.path, s.start))
-    large = [s for s in spans if s.size > LARGE]
-    done = 0
-    total = len(spans)
+    plan = _plan(tensors)
+    index = np.array(plan.index, np.int64)
+    paths = np.array(plan.path, np.int64)
+    starts = np.array(plan.start, np.int64)
+    stops = starts + np.array(plan.size, np.int64)
+    dtypes = np.array(plan.dtype, np.int64)
+    small = stops - starts <= LARGE
+    order = np.flatnonzero(small)
+    order = order[np.lexsort((starts[order], paths[order]))]  # by file, then by place in it
+    large = np.flatnonzero(~small).tolist()
+    found = np.zeros(len(tensors), np.bool_)
+    done, total = 0, len(index)
     with ThreadPoolExecutor(WORKERS) as pool:
-        futures = [pool.submit(_large_finite, span, byteorder, cancelled) for span in large]
-        windows = _windows(small)
-        for results in pool.map(lambda window: _window_finite(window, byteorder, cancelled), windows):
-            for index, clean in results:
-                found[index] = clean
-            done += len(results)
+        futures = [
+            pool.submit(
+                _large_finite,
+                _Span(0, plan.paths[paths[i]], int(starts[i]), int(stops[i] - starts[i]), DTYPE_NAMES[dtypes[i]]),
+                byteorder,
+                cancelled,
+            )
+            for i in large
+        ]
+
+        def window(bounds: tuple[int, int]) -> np.ndarray:
+            chosen = order[bounds[0] : bounds[1]]
+            path = plan.paths[paths[chosen[0]]]
+            return _window_finite(path, starts[chosen], stops[chosen], dtypes[chosen], byteorder, cancelled)
+
+        windows = _windows(paths[order], starts[order], stops[order])
+        for bounds, clean in zip(windows, pool.map(window, windows), strict=True):
+            found[index[order[bounds[0] : bounds[1]]]] = clean
+            done += bounds[1] - bounds[0]
             if progress is not None:
                 progress(done, total)
-        for span, future in zip(large, futures, strict=True):
-            found[span.index] = future.result()
+        for i, future in zip(large, futures, strict=True):
+            found[index[i]] = future.result() is True
             done += 1
             if progress is not None:
                 progress(done, total)
-    return found
+    return [True if clean else None for clean in found.tolist()]
 
 
 # ---- planning: the reader's bounds checks, for the common case only -------------------------------
 
 
-def _plan(tensors: Sequence[Tensor]) -> list[_Span]:
+@dataclass
+class _Plan:
+    """The views this scan answers, as parallel lists: tensor index, file (index into ``paths``), absolute
+    start, byte count, dtype (index into :data:`DTYPE_NAMES`)."""
+
+    index: list[int] = field(default_factory=list)
+    path: list[int] = field(default_factory=list)
+    start: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    dtype: list[int] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+def _plan(tensors: Sequence[Tensor]) -> _Plan:
     """The views this scan answers, each checked against its record as TensorReader checks it."""
     zips = {id(t.storage.source): t.storage.source for t in tensors if t.storage is not None and _zip_source(t)}
     for source in zips.values():
         assert isinstance(source, ZipRecords)
         source.find_offsets()
     layouts: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    spans: list[_Span] = []
+    path_ids: dict[str, int] = {}
+    plan = _Plan()
     for index, tensor in enumerate(tensors):
         storage = tensor.storage
         size = ITEMSIZES.get(tensor.dtype)
@@ -135,8 +171,17 @@ def _plan(tensors: Sequence[Tensor]) -> list[_Span]:
         start, available = where
         if (tensor.offset + numel) * size > min(available, storage.nbytes):
             continue
-        spans.append(_Span(index, storage.source.path, start + tensor.offset * size, numel * size, tensor.dtype))  # type: ignore[union-attr]
-    return spans
+        path: str = storage.source.path  # type: ignore[union-attr]
+        path_id = path_ids.get(path)
+        if path_id is None:
+            path_id = path_ids[path] = len(plan.paths)
+            plan.paths.append(path)
+        plan.index.append(index)
+        plan.path.append(path_id)
+        plan.start.append(start + tensor.offset * size)
+        plan.size.append(numel * size)
+        plan.dtype.append(DTYPE_CODES[tensor.dtype])
+    return plan
 
 
 def _zip_source(tensor: Tensor) -> bool:
@@ -173,21 +218,21 @@ def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
 # ---- small views: windows ----------------------------------------------------------------------
 
 
-def _windows(spans: list[_Span]) -> Iterator[list[_Span]]:
-    """Runs of views in one file, each run within :data:`WINDOW` bytes with no gap over :data:`GAP`."""
-    run: list[_Span] = []
-    path, begin, end = "", 0, 0
-    for span in spans:
-        stop = span.start + span.size
-        if run and (span.path != path or span.start > end + GAP or max(end, stop) - begin > WINDOW):
-            yield run
-            run = []
-        if not run:
-            path, begin, end = span.path, span.start, stop
-        run.append(span)
-        end = max(end, stop)
-    if run:
-        yield run
+def _windows(paths: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of views (sorted by file and start) read together: ``(first, end)`` positions. A run is in
+    one file, has no gap over :data:`GAP`, and its views start within :data:`WINDOW` bytes of each
+    other (so it reads at most WINDOW + LARGE bytes)."""
+    count = len(starts)
+    if not count:
+        return []
+    reach = np.maximum.accumulate(stops)
+    first = np.ones(count, np.bool_)
+    first[1:] = (paths[1:] != paths[:-1]) | (starts[1:] > reach[:-1] + GAP)
+    run_start = starts[first][np.cumsum(first) - 1]
+    bucket = (starts - run_start) // WINDOW
+    first[1:] |= bucket[1:] != bucket[:-1]
+    bounds = [*np.flatnonzero(first).tolist(), count]
+    return list(itertools.pairwise(bounds))
 
 
 _buffers = threading.local()
@@ -210,23 +255,30 @@ def _read_into(path: str, start: int, size: int) -> memoryview:
 
 
 def _window_finite(
-    run: list[_Span], byteorder: str, cancelled: Callable[[], bool] | None
-) -> list[tuple[int, bool | None]]:
+    path: str,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    dtypes: np.ndarray,
+    byteorder: str,
+    cancelled: Callable[[], bool] | None,
+) -> np.ndarray:
+    """Which of these views (one run of :func:`_windows`) were read whole and hold only finite values."""
     if cancelled is not None and cancelled():
         raise Cancelled("check cancelled")
-    begin = run[0].start
-    end = max(span.start + span.size for span in run)
-    data = _read_into(run[0].path, begin, end - begin)
-    starts = np.fromiter((span.start - begin for span in run), np.int64, len(run))
-    stops = starts + np.fromiter((span.size for span in run), np.int64, len(run))
+    begin = int(starts[0])
+    data = _read_into(path, begin, int(stops.max()) - begin)
+    starts, stops = starts - begin, stops - begin
     clean = stops <= len(data)  # a short read: those views go the exact way (which reports it)
-    floats: dict[tuple[str, int], list[int]] = {}
-    for position, span in enumerate(run):
-        if span.dtype in FLOAT_CODES:  # grouped by where, in the window, their elements start
-            floats.setdefault((span.dtype, (span.start - begin) % ITEMSIZES[span.dtype]), []).append(position)
-    for (dtype, _), positions in floats.items():
-        _mark_nonfinite(data, dtype, byteorder, starts, stops, np.array(positions, np.int64), clean)
-    return [(span.index, True if ok else None) for span, ok in zip(run, clean.tolist(), strict=True)]
+    for code in np.unique(dtypes).tolist():
+        dtype = DTYPE_NAMES[code]
+        if dtype not in FLOAT_CODES:
+            continue
+        of_dtype = dtypes == code
+        phases = starts % ITEMSIZES[dtype]  # grouped by where, in the window, their elements start
+        for phase in np.unique(phases[of_dtype]).tolist():
+            chosen = np.flatnonzero(of_dtype & (phases == phase))
+            _mark_nonfinite(data, dtype, byteorder, starts, stops, chosen, clean)
+    return clean
 
 
 def _mark_nonfinite(
