@@ -7,9 +7,9 @@ open, a read and a dozen numpy calls, which on 50,000 small tensors is most of t
   makes (the view's first and last element inside its record, the record inside the file);
 - small views are read in windows (one positioned read for a run of records laid out one after
   another) and checked with one ``isfinite`` over the window per dtype: a view is clean when no
-  non-finite element position falls in its byte range;
-- large views are read in bounded chunks into reused buffers by a small thread pool (positioned
-  reads and numpy's checks release the GIL).
+  non-finite element position falls in its byte range (the plan and the windows are numpy arrays);
+- large views are checked through maps of :data:`MAP_CHUNK` bytes (no copy out of the page cache),
+  unmapped after each, on a small thread pool (numpy's checks release the GIL).
 
 Only the common case is answered here: a view that is row-major inside a stored (not compressed)
 record of a safetensors or zip file, of a float or integer dtype. Everything else, and any view
@@ -69,7 +69,6 @@ DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 class _Span:
     """Where one view's bytes are: file, absolute start, byte count, and its dtype name."""
 
-    index: int
     path: str
     start: int
     size: int
@@ -103,7 +102,7 @@ def all_finite(
         futures = [
             pool.submit(
                 _large_finite,
-                _Span(0, plan.paths[paths[i]], int(starts[i]), int(stops[i] - starts[i]), DTYPE_NAMES[dtypes[i]]),
+                _Span(plan.paths[paths[i]], int(starts[i]), int(stops[i] - starts[i]), DTYPE_NAMES[dtypes[i]]),
                 byteorder,
                 cancelled,
             )
