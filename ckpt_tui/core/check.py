@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.finite_scan import all_finite
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.training_state import RESUME_WARNINGS, is_moment, zero_moment_message
-from ckpt_tui.core.tree import Checkpoint
+from ckpt_tui.core.tree import Checkpoint, Tensor
+from ckpt_tui.core.values import TensorReader
 from ckpt_tui.core.weights_only import Verdict, verdict
 
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses", *RESUME_WARNINGS)
@@ -69,30 +71,58 @@ def check_checkpoint(
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> CheckReport:
-    """Scan every tensor (each view once) for NaN/Inf; add the unsafe and broken findings."""
+    """Scan every tensor (each view once) for NaN/Inf; add the unsafe and broken findings.
+
+    Views the batched scan finds all finite need nothing more; the others (NaN/Inf found, or not
+    answered by it) are read the exact way, in file order, so counts and errors are as always.
+    """
     summary = summarize(checkpoint)
     problems = [
         Problem(f.kind, f.message, f.path, {"global": f.global_name} if f.global_name else {})
         for f in summary.findings
         if f.kind in PROBLEM_KINDS
     ]
-    seen: dict[tuple[Any, ...], TensorStats | None] = {}
-    checked = skipped = 0
-    zero_moments: list[KeyPath] = []
-    for index, (path, tensor) in enumerate(summary.tensors):
-        if progress is not None:
-            progress(index, len(summary.tensors))
+    views: dict[tuple[Any, ...], int] = {}
+    first_of_view: list[Tensor] = []
+    positions: list[int | None] = []  # each tensor's view, as an index into first_of_view (None: skipped)
+    for _, tensor in summary.tensors:
         if tensor.storage is None or tensor.kind != "dense":
-            skipped += 1
+            positions.append(None)
             continue
         view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
-        if view not in seen:
+        position = views.get(view)
+        if position is None:
+            position = views[view] = len(first_of_view)
+            first_of_view.append(tensor)
+        positions.append(position)
+    total = len(summary.tensors)
+
+    def scanned(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done * total // max(1, 2 * of), total)  # the batched scan: the first half of the bar
+
+    finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
+    seen: dict[int, TensorStats | None] = {}
+    checked = skipped = 0
+    zero_moments: list[KeyPath] = []
+    for index, ((path, tensor), position) in enumerate(zip(summary.tensors, positions, strict=True)):
+        if progress is not None:
+            progress((total + index) // 2, total)
+        if position is None:
+            skipped += 1
+            continue
+        if finite[position] and not (is_moment(path) and _starts_with_zeros(tensor, checkpoint.byteorder)):
+            checked += 1  # read whole, every value finite: no NaN, no Inf (and not a moment that may be all zero)
+            continue
+        if position in seen:
+            stats = seen[position]
+        else:
             try:
-                seen[view] = tensor_stats(tensor, checkpoint.byteorder, cancelled)
+                stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
             except ReadError as exc:
-                seen[view] = None
+                stats = None
                 problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
-        stats = seen[view]
+            seen[position] = stats
         if stats is None:
             continue
         checked += 1
@@ -109,6 +139,14 @@ def check_checkpoint(
     if judged.loads is False and judged.route != "torchscript":
         problems.append(weights_only_problem(judged))
     return CheckReport(summary, problems, checked, skipped, judged)
+
+
+def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
+    """Whether a tensor's first values are all zero (then the whole tensor is read to tell an unused moment)."""
+    try:
+        return not TensorReader(tensor, byteorder).first(64).any()
+    except ReadError:
+        return True
 
 
 def weights_only_problem(judged: Verdict) -> Problem:

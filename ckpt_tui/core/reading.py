@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import os
 import pickletools
+import threading
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
@@ -57,7 +58,12 @@ def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
     return _guarded(text, lambda: _open(text))
 
 
+_opened = threading.local()
+"""``checked``: the root :func:`_open_file` last checked and returned unchanged, in this thread."""
+
+
 def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
+    _opened.checked = None
     try:
         checkpoint = read()
     except ReadError:
@@ -68,7 +74,9 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
         raise ReadError(f"{text}: is a directory, not a checkpoint") from None
     except OSError as exc:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
-    check_depth(checkpoint.root, text)
+    checked, _opened.checked = getattr(_opened, "checked", None), None
+    if checked is not checkpoint.root:  # a tree is checked once (each walk of 50,000 tensors costs)
+        check_depth(checkpoint.root, text)
     return checkpoint
 
 
@@ -121,7 +129,10 @@ def _open_file(path: str) -> Checkpoint:
         return read_deepspeed(zero, _open_plain_file)
     checkpoint = _open_plain_file(path)
     check_depth(checkpoint.root, path)  # before anything else walks it
-    return with_ranks(path, checkpoint, _open_plain_file)
+    opened = with_ranks(path, checkpoint, _open_plain_file)
+    if opened is checkpoint:
+        _opened.checked = checkpoint.root
+    return opened
 
 
 def _open_member(path: str) -> Checkpoint:

@@ -3,7 +3,7 @@ training checkpoint, optimizers and schedulers. Findings, compare and edits all 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,11 +40,11 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
         return flat_module_items(value)
     if not isinstance(value, dict) or not value:
         return None
-    items = list(value.items())
-    tensors = sum(1 for _, v in items if isinstance(v, Tensor))
-    if tensors == 0 or tensors < 0.9 * len(items) or not all(isinstance(k, str) for k, _ in items):
+    # counted by type (C speed: this runs several times over every state_dict of 50,000 keys)
+    tensors = sum(n for kind, n in Counter(map(type, value.values())).items() if issubclass(kind, Tensor))
+    if tensors == 0 or tensors < 0.9 * len(value) or not all(issubclass(k, str) for k in set(map(type, value))):
         return None
-    return items
+    return list(value.items())
 
 
 REPEAT_ALLOWANCE = 4
@@ -135,20 +135,27 @@ def common_prefix(keys: Iterable[str]) -> str | None:
     key_list = [k for k in keys if k != "_metadata"]
     if len(key_list) < 2:
         return None
+    shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
+    shortest = min(map(len, key_list))
     prefix = ""
     while True:
-        heads = {k[len(prefix) :].split(".", 1)[0] for k in key_list}
-        if len(heads) != 1:
+        dot = shared.find(".", len(prefix))
+        if dot < 0 or dot + 1 >= shortest:  # not a component every key has, or some key ends with it
             break
-        head = heads.pop() + "."
-        if not all(k.startswith(prefix + head) and len(k) > len(prefix + head) for k in key_list):
-            break
+        head = shared[len(prefix) : dot + 1]
         if prefix and head not in PREFIX_ORIGINS:
             break
         prefix += head
         if head not in PREFIX_ORIGINS:
             break
     return prefix or None
+
+
+def _shared_start(texts: list[str]) -> str:
+    """The longest string every text starts with (that of the smallest and the largest)."""
+    low, high = min(texts), max(texts)
+    end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
+    return low[:end]
 
 
 def prefix_origin(prefix: str) -> str:

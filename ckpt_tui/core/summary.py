@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.describe import count
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.findings import Finding, compute_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.safe_text import printable
@@ -133,22 +134,29 @@ def summarize(checkpoint: Checkpoint) -> Summary:
             if id(value) in listed:
                 aliases[id(value)] = aliases.get(id(value), 0) + 1
             listed.add(id(value))
-    devices: Counter[str] = Counter()
-    dtypes: Counter[str] = Counter()
-    by_dtype: Counter[str] = Counter()
     storages: dict[int, tuple[Storage, KeyPath]] = {}
     parameters = 0
-    counted: set[int] = set()
+    counted: dict[int, Tensor] = {}  # another key for the same tensor object: its elements count once
     for path, tensor in tensors:
-        if id(tensor) in counted:  # another key for the same tensor object: its elements count once
-            continue
-        counted.add(id(tensor))
-        devices[tensor.device] += 1
-        dtypes[tensor.dtype] += 1
-        by_dtype[tensor.dtype] += tensor.nbytes
-        parameters += tensor.numel
-        if tensor.storage is not None and id(tensor.storage) not in storages:
-            storages[id(tensor.storage)] = (tensor.storage, path)
+        if id(tensor) not in counted:
+            counted[id(tensor)] = tensor
+            if tensor.storage is not None and id(tensor.storage) not in storages:
+                storages[id(tensor.storage)] = (tensor.storage, path)
+    unique = counted.values()
+    devices: Counter[str] = Counter(tensor.device for tensor in unique)
+    dtypes: Counter[str] = Counter(tensor.dtype for tensor in unique)
+    by_dtype: Counter[str] = Counter({dtype: 0 for dtype in dtypes})
+    numels: dict[tuple[int, ...], int] = {}  # the element count of each shape, computed once
+    for tensor in unique:
+        numel = numels.get(tensor.shape)
+        if numel is None:
+            numel = numels[tensor.shape] = tensor.numel
+        parameters += numel
+        by_dtype[tensor.dtype] += (
+            tensor.nbytes
+            if tensor.sparse is not None or tensor.dtype not in DTYPES
+            else (numel * DTYPES[tensor.dtype][0])
+        )
     tensor_bytes = sum(s.nbytes for s, _ in storages.values()) or sum(by_dtype.values())
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
     summary.model = model_counts(root, references)

@@ -480,6 +480,8 @@ def walk(root: Any, path: KeyPath = ()) -> Iterator[Reference]:
         if not first:
             continue
         expanded[id(value)] = shown
+        if type(value) is Tensor and value.hooks is None and value.metadata is None and value.parameter_state is None:
+            continue  # a plain tensor: nothing hidden, no children (the common case, 50,000 times on big files)
         stack.extend(((*where, key), kid, False) for key, kid in reversed(list(hidden_parts(value))))
         if not isinstance(value, Tensor):
             stack.extend(((*where, key), kid, shown) for key, kid in reversed(list(children(value))))

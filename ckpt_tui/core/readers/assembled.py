@@ -15,12 +15,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.tree import Storage, Tensor
+
+if TYPE_CHECKING:  # numpy is imported where values are read: opening a file does not need it
+    import numpy as np
 
 
 @dataclass(slots=True)
@@ -122,6 +124,8 @@ class AssembledRecords:
 
     def read_bytes(self, storage: Storage, start: int, count: int) -> bytes:
         """``count`` raw bytes of the logical storage from byte ``start`` (both whole elements)."""
+        import numpy as np
+
         size = itemsize(storage.dtype)
         raw = np.dtype(f"V{size}")
         parts = self.elements(storage, start // size, (start + count) // size, max(1, count // size), raw)
@@ -171,6 +175,8 @@ def _fill(
     raw_type: np.dtype,
     name: str,
 ) -> np.ndarray:
+    import numpy as np
+
     out = np.empty(sizes, dtype=raw_type)
     hits = np.zeros(sizes, dtype=np.uint8)
     for piece, stored in pieces:
@@ -202,6 +208,8 @@ def _widen(block: np.ndarray, stored: str, raw_type: np.dtype) -> np.ndarray:
 
 def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low: tuple[int, ...]) -> np.ndarray:
     """The box ``start`` + (high - low) of a stored tensor, read with one positioned read when contiguous."""
+    import numpy as np
+
     storage = stored.storage
     assert storage is not None and storage.source is not None
     size = itemsize(stored.dtype)

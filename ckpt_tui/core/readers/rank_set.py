@@ -196,6 +196,8 @@ def sharded_values(root: Any, file: str) -> dict[Path, Sharded]:
     found: dict[Path, Sharded] = {}
 
     def visit(value: Any, path: Path) -> Any:
+        if _class_name(value) is None:  # not sharded: no place named (50,000 plain tensors cost nothing more)
+            return value
         sharded = parse_sharded(value, f"{file}: {_text(path)}")
         if sharded is not None:
             for shard in sharded.shards:

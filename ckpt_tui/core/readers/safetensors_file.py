@@ -177,9 +177,73 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
         notes.append(f"the header names {_some(names)} twice: the safetensors library uses the last entry, as shown")
     data_bytes = file_bytes - parsed.data_start
     records = SafetensorsRecords(path, parsed.data_start)
-    root: dict[str, Tensor] = {}
     deepest = 1 + _depth(header.get("__metadata__"))  # the header object is level 1
-    for name in sorted(header):  # the order safetensors' own keys() and load_file() give
+    names = sorted(header)  # the order safetensors' own keys() and load_file() give
+    plain = not parsed.escaped and not parsed.duplicates
+    root = _plain_tensors(path, header, names, data_bytes, records) if plain else None
+    if root is None:
+        root, deepest = _each_tensor(path, parsed, names, data_bytes, records, problems, deepest)
+    if deepest > MAX_DEPTH:
+        problems.append(f"its header nests deeper than {MAX_DEPTH} levels, which the safetensors library refuses")
+    problems += _tiling_problems(records.ranges, data_bytes)
+    return Checkpoint(path, "safetensors", root, file_bytes, metadata=metadata, notes=notes, loader_problems=problems)
+
+
+def _plain_tensors(
+    path: str, header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords
+) -> dict[str, Tensor] | None:
+    """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
+    (type sets and min/max over every field at once); None when any entry does not, so that the
+    entry-by-entry path raises the first error, worded as always."""
+    tensor_names = [name for name in names if name != "__metadata__"]
+    entries = [header[name] for name in tensor_names]
+    if set(map(type, entries)) - {dict} or set(map(len, entries)) - {len(FIELDS)}:
+        return None
+    try:
+        codes = [entry["dtype"] for entry in entries]
+        shapes = [entry["shape"] for entry in entries]
+        offsets = [entry["data_offsets"] for entry in entries]
+    except KeyError:
+        return None
+    if set(map(type, codes)) - {str} or not set(codes) <= SAFETENSORS_DTYPES.keys():
+        return None
+    if set(map(type, shapes)) - {list} or set(map(type, offsets)) - {list} or set(map(len, offsets)) - {2}:
+        return None
+    numbers = [n for shape in shapes for n in shape] + [n for pair in offsets for n in pair]
+    if numbers and (set(map(type, numbers)) - {int} or min(numbers) < 0 or max(numbers) >= U64):
+        return None
+    layouts: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], int]] = {}
+    sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
+    ranges = records.ranges
+    root: dict[str, Tensor] = {}
+    for name, code, shape, (begin, end) in zip(tensor_names, codes, shapes, offsets, strict=True):
+        key = tuple(shape)
+        layout = layouts.get(key)
+        if layout is None:
+            stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+            layout = layouts[key] = (key, stride, math.prod(shape))
+        if not begin <= end <= data_bytes or end - begin != layout[2] * sizes[code]:
+            return None
+        dtype = SAFETENSORS_DTYPES[code]
+        ranges[name] = (begin, end)
+        root[name] = Tensor(Storage(name, dtype, "cpu", layout[2], records), 0, layout[0], layout[1], dtype)
+    return root
+
+
+def _each_tensor(
+    path: str,
+    parsed: _Header,
+    names: list[str],
+    data_bytes: int,
+    records: SafetensorsRecords,
+    problems: list[str],
+    deepest: int,
+) -> tuple[dict[str, Tensor], int]:
+    """Every tensor entry checked on its own (and what only escapes and repeated keys can break)."""
+    header = parsed.entries
+    records.ranges.clear()
+    root: dict[str, Tensor] = {}
+    for name in names:
         if name == "__metadata__":
             continue
         entry = header[name]
@@ -192,10 +256,7 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
                 f"tensor {name!r} repeats {_some(parsed.twice(entry))} in its entry: the library refuses it"
             )
         root[name] = _tensor(path, name, entry, data_bytes, records)
-    if deepest > MAX_DEPTH:
-        problems.append(f"its header nests deeper than {MAX_DEPTH} levels, which the safetensors library refuses")
-    problems += _tiling_problems(records.ranges, data_bytes)
-    return Checkpoint(path, "safetensors", root, file_bytes, metadata=metadata, notes=notes, loader_problems=problems)
+    return root, deepest
 
 
 def _metadata(header: dict[str, Any], problems: list[str], escaped: bool) -> dict[str, Any]:
@@ -244,7 +305,7 @@ def _tiling_problems(ranges: dict[str, tuple[int, int]], data_bytes: int) -> lis
     overlaps: list[str] = []
     holes: list[str] = []
     position = 0
-    for name, (begin, end) in sorted(ranges.items(), key=lambda item: item[1]):
+    for begin, end, name in sorted((begin, end, name) for name, (begin, end) in ranges.items()):
         if begin < position:
             overlaps.append(name)
         elif begin > position:

@@ -12,6 +12,8 @@ TorchScript archive (``torch.load`` hands it to ``torch.jit.load``): see :mod:`.
 
 from __future__ import annotations
 
+import os
+import struct
 import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
@@ -20,6 +22,7 @@ from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.persistent_ids import ZIP_FIELDS, PersistentIds
 from ckpt_tui.core.readers.zip_archive import (
+    LOCAL,
     STORED,
     ZipDirectory,
     ZipEntry,
@@ -31,6 +34,11 @@ from ckpt_tui.core.readers.zip_archive import (
 )
 from ckpt_tui.core.tree import Checkpoint, Storage
 from ckpt_tui.core.unpickle import load_pickle
+
+OFFSET_WINDOW = 8 << 20
+HEADER_READ = 30
+"""A local header's fixed part: what finding a record's offset reads."""
+_LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 MIN_VERSION, MAX_VERSION = 1, 10
 """File format versions torch 2.13's reader accepts."""
@@ -91,6 +99,48 @@ class ZipRecords:
         if entry.size < storage.nbytes:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
+
+    def stored_at(self, storage: Storage) -> tuple[int, int] | None:
+        """What :meth:`locate` returns for a stored record whose offset :meth:`find_offsets` found;
+        None for every other record (``locate`` reads, or refuses, those)."""
+        entry = self.entries.get(self.folder + storage.key)
+        if entry is None or entry.compress != STORED:
+            return None
+        offset = self._offsets.get(entry.name)
+        if offset is None or offset + entry.size > self.file_bytes or entry.size < storage.nbytes:
+            return None
+        return offset, entry.size
+
+    def find_offsets(self) -> None:
+        """Read the local headers of every stored record in a few large reads (records laid out one
+        after another share windows); :meth:`locate` then finds them without a read each. Headers that
+        do not parse here are left for :meth:`locate`, which reports them as always."""
+        wanted = sorted(
+            (entry.header_offset, entry.name)
+            for name, entry in self.entries.items()
+            if entry.compress == STORED and name.startswith(self.folder) and name not in self._offsets
+        )
+        if not wanted:
+            return
+        found: dict[str, int] = {}
+        with open(self.path, "rb", buffering=0) as file:
+            at = 0
+            while at < len(wanted):
+                begin = wanted[at][0]
+                stop = at + 1
+                while stop < len(wanted) and wanted[stop][0] + HEADER_READ - begin <= OFFSET_WINDOW:
+                    stop += 1
+                window = os.pread(file.fileno(), wanted[stop - 1][0] + HEADER_READ - begin, begin)
+                for header_offset, name in wanted[at:stop]:
+                    where = header_offset - begin
+                    if where + LOCAL.size > len(window):
+                        continue
+                    signature, name_len, extra_len = _LOCAL_PARTS.unpack_from(window, where)
+                    if signature == b"PK\x03\x04":
+                        found[name] = header_offset + LOCAL.size + name_len + extra_len
+                at = stop
+        with self._lock:
+            self._offsets.update(found)
 
 
 class ZipLayout:

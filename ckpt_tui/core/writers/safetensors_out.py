@@ -182,21 +182,24 @@ class SafetensorsPlan:
             out.write(header)
             result = SafetensorsWrite(header, [], dict(self.aliases), data_start=out.position)
             run: list[DataItem] = []
+            copier = _Copier(reader, out)
             offset = 0
             for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
                 item = self._item(reader, name, tensor, offset, size)
                 offset += item.size
                 result.items.append(item)
                 if item.source_path is None:
-                    _copy_run(run, reader, out)
+                    copier.run(run)
+                    copier.flush()
                     run = []
                     out.stream(tensor_bytes(tensor), item.size)
                 elif run and (run[-1].source_path != item.source_path or _end(run[-1]) != item.source_offset):
-                    _copy_run(run, reader, out)
+                    copier.run(run)
                     run = [item]
                 else:
                     run.append(item)
-            _copy_run(run, reader, out)
+            copier.run(run)
+            copier.flush()
             out.close()
         result.log, result.nbytes = out.log, out.position
         return result
@@ -231,7 +234,7 @@ class SafetensorsPlan:
 
 
 def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:
-    """Tensors that lie back to back in one source file: one kernel copy if large, else through a window."""
+    """Tensors that lie back to back in one source file: one kernel copy if large, else gathered."""
     if not run:
         return
     path, start = run[0].source_path, run[0].source_offset
@@ -240,14 +243,52 @@ def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:
     if size >= SMALL:
         out.copy(reader.fd(path), path, start, size, run[0].crc if len(run) == 1 else None)
         return
-    for item in run:
-        data = reader.read(path, item.source_offset, item.size)
+    _copy_small(run, reader, out)
+
+
+def _copy_small(items: list[DataItem], reader: SourceReader, out: Output) -> None:
+    """Small tensors' bytes, read in source order (:meth:`SourceReader.gather`), written in output order."""
+    pieces = reader.gather([(item.source_path or "", item.source_offset, item.size) for item in items])
+    for item, data in zip(items, pieces, strict=True):
         if item.crc and zlib.crc32(data) != item.crc:
             raise WriteError(
                 f"{item.name!r}: its record in the source fails its CRC (corrupt, or saved with skip_data)"
             )
-        out.write(data)
-        out.advance(item.size)
+    out.write_many(list(pieces), sum(item.size for item in items))
+    out.advance(sum(item.size for item in items))
+
+
+GATHER_BYTES = 8 << 20
+GATHER_ITEMS = 4096
+
+
+class _Copier:
+    """Writes the copied tensors in output order: large runs by the kernel, small ones gathered in batches."""
+
+    def __init__(self, reader: SourceReader, out: Output) -> None:
+        self.reader = reader
+        self.out = out
+        self.small: list[DataItem] = []
+        self.small_bytes = 0
+
+    def run(self, run: list[DataItem]) -> None:
+        """A run of tensors back to back in the source: copied now if large, else batched."""
+        if not run:
+            return
+        if _end(run[-1]) - run[0].source_offset >= SMALL:
+            self.flush()
+            _copy_run(run, self.reader, self.out)
+            return
+        self.small += run
+        self.small_bytes += _end(run[-1]) - run[0].source_offset
+        if len(self.small) >= GATHER_ITEMS or self.small_bytes >= GATHER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the batched small tensors."""
+        if self.small:
+            _copy_small(self.small, self.reader, self.out)
+        self.small, self.small_bytes = [], 0
 
 
 def _end(item: DataItem) -> int:

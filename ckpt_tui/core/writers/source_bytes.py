@@ -18,6 +18,8 @@ from ckpt_tui.core.tree import Storage
 
 WINDOW = 8 << 20
 SMALL = 1 << 20
+GAP = 4096
+"""Bytes between two wanted ranges that :meth:`SourceReader.gather` reads through rather than seek past."""
 _LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 
@@ -103,6 +105,34 @@ class SourceReader:
             raise WriteError(f"{path} ended early (truncated while being read?)")
         window = self._windows[path] = (offset, memoryview(data))
         return window
+
+    def gather(self, pieces: list[tuple[str, int, int]]) -> list[memoryview]:
+        """The bytes of many small ranges ``(path, offset, size)``, in the order given.
+
+        They are read in file order, ranges at most :data:`GAP` apart with one read (at most
+        :data:`WINDOW` bytes), so a source laid out in another order than the output costs one pass
+        over the bytes wanted, not a window per jump.
+        """
+        order = sorted(range(len(pieces)), key=pieces.__getitem__)
+        found: list[memoryview] = [memoryview(b"")] * len(pieces)
+        at = 0
+        while at < len(order):
+            path, begin, size = pieces[order[at]]
+            end, stop = begin + size, at + 1
+            while stop < len(order):
+                other, start, count = pieces[order[stop]]
+                if other != path or start > end + GAP or max(end, start + count) - begin > WINDOW:
+                    break
+                end = max(end, start + count)
+                stop += 1
+            data = memoryview(os.pread(self.fd(path), end - begin, begin))
+            if len(data) < end - begin:
+                raise WriteError(f"{path} ended early (truncated while being read?)")
+            for index in order[at:stop]:
+                _, start, count = pieces[index]
+                found[index] = data[start - begin : start - begin + count]
+            at = stop
+        return found
 
     def small_zip_record(
         self, source: ZipRecords, storage: Storage, nbytes: int
