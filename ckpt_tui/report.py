@@ -236,5 +236,5 @@ def _pick(values: list[Any], indices: list[int]) -> list[Any]:
 
 def _aligned(cells: list[str], widths: list[int], left: frozenset[int] | set[int] = frozenset()) -> str:
     """Cells joined by two spaces: those in ``left`` left-aligned, the rest right-aligned to ``widths``."""
-    out = [cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in enumerate(zip(cells, widths))]
+    out = [cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in enumerate(zip(cells, widths, strict=True))]
     return "  ".join(out).rstrip()
