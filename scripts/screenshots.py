@@ -26,6 +26,9 @@ SCENES: dict[str, list[str]] = {
     "save-dialog": ["j", "j", "p", "y", "ctrl+s"],
     "help": ["question_mark"],
     "check-all": ["j", "j", "l", "C"],
+    "layers": ["L", "s", "s", "s"],
+    "layers-histogram": ["L", "j", "p", "o"],
+    "layers-bytes": ["L", "p", "p"],
 }
 
 
