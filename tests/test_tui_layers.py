@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from builders_tui import browser, cursor_path, detail, fixed, loaded, screen_text, settle, status, text_of
+from builders_tui import browser, cursor_path, detail, layered_checkpoint, loaded, screen_text, settle, status, text_of
 
 from ckpt_tui.core import tensor_table
 from ckpt_tui.core.errors import Cancelled
@@ -18,21 +16,6 @@ from ckpt_tui.tui.screens.dialogs import PreviewScreen
 from ckpt_tui.tui.screens.layers import LayersScreen, LayersTable
 
 SIZE = (100, 32)
-
-
-def layered_checkpoint(path: Path) -> Path:
-    """Six layers of fixed values: layer 2 exploded (x50), layer 3 dead (all zero), layer 4 holds a NaN."""
-    model: OrderedDict[str, torch.Tensor] = OrderedDict()
-    for index in range(6):
-        model[f"layers.{index}.weight"] = fixed((4, 4))
-        model[f"layers.{index}.bias"] = fixed((4,), start=-0.5)
-    model["layers.2.weight"] = fixed((4, 4)) * 50
-    model["layers.3.weight"] = torch.zeros(4, 4)
-    model["layers.4.weight"][0, 0] = float("nan")
-    state = {i: {"exp_avg": fixed((4, 4)), "exp_avg_sq": fixed((4, 4), start=0.0)} for i in range(12)}
-    optimizer = {"state": state, "param_groups": [{"lr": 0.1, "params": list(range(12))}]}
-    torch.save({"model": model, "optimizer": optimizer, "epoch": 1}, path)
-    return path
 
 
 def layers(app: CkptApp) -> LayersScreen:
@@ -127,9 +110,9 @@ async def test_plots_norms_histogram_with_log_toggle_and_bytes(layered: Path) ->
         assert "L2 norm by layer: model.layers.*.weight (6 tensors)" in norms
         assert "█" in norms and "x" in norms.splitlines()[-2] and "!" in norms.splitlines()[-2]
         await settle(pilot, "p")
-        assert "histogram of model/layers.0.weight: counts linear" in plot(app)
+        assert "histogram of model/layers.0.weight, linear counts" in plot(app)
         await settle(pilot, "o")
-        assert "counts log" in plot(app)
+        assert "log counts" in plot(app)
         await settle(pilot, "p")
         parts = plot(app)
         assert "model" in parts and "optimizer" in parts and "drop optimizer: " in parts and "→" in parts

@@ -134,8 +134,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         try:
             rows = list(tensor_rows(tensor_paths(root), byteorder, lambda: worker.is_cancelled, progress))
             parts = split_parts(root)
-        except Cancelled:
-            self.post_message(LayersFailed("cancelled"))
+        except Cancelled:  # escape closed the screen: nothing to report
             return
         except CkptError as exc:
             self.post_message(LayersFailed(str(exc)))
@@ -158,9 +157,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     @on(LayersFailed)
     def _failed(self, message: LayersFailed) -> None:
         self.query_one("#layers-progress").display = False
-        self.query_one("#layers-title", Static).update(Text(f"layers: {printable(message.error)}"))
-        if message.error == "cancelled":
-            self.dismiss(None)
+        self.query_one("#layers-title", Static).update(Text(f"layers: {printable(message.error)} (escape: back)"))
 
     # ---- the table ----------------------------------------------------------------------------
 
@@ -296,14 +293,14 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             reason = row.reason if row is not None and row.reason else "no finite values"
             return Text(f"histogram: {printable(reason)} · p: next plot", style="italic")
         scale = "log" if self.log_counts else "linear"
-        title = Text(f"histogram of {short_path(row.path, 40)}: counts {scale}", style="bold")
-        title.append(f"   o: {'linear' if self.log_counts else 'log'} counts · p: next plot", style="italic")
+        title = Text(f"histogram of {short_path(row.path, 48)}, {scale} counts", style="bold")
         chart = lines_text(histogram(stats.histogram, PLOT_HEIGHT, width, self.log_counts))
         low, high = number(stats.min), number(stats.max)
-        axis = Text(
-            low + " " * max(1, min(width, len(stats.histogram) * max(1, width // 24)) - len(low) - len(high)) + high
-        )
-        return Text("\n").join([title, chart, axis])
+        span = len(stats.histogram) * max(1, width // len(stats.histogram))
+        axis = Text(low + " " * max(1, span - len(low) - len(high)) + high)
+        other = "linear" if self.log_counts else "log"
+        legend = Text(f"o: {other} counts · p: next plot", style="italic")
+        return Text("\n").join([title, chart, axis, legend])
 
     def bytes_plot(self, width: int) -> Text:
         """(c) Tensor bytes by part, and what dropping the optimizer state leaves."""
