@@ -111,8 +111,8 @@ def _tensor_stats(
             m2 += chunk_m2 + delta * delta * stats.finite * size / total
             stats.finite = total
             picked = slice((-read) % step, None, step)
-            kept = finite_weights if isinstance(finite_weights, int) else finite_weights[picked]
-            samples.append((finite[picked], kept))
+            kept = finite_weights if isinstance(finite_weights, int) else finite_weights[picked].copy()
+            samples.append((finite[picked].copy(), kept))  # a copy: a strided view would keep the whole chunk alive
         read += values.size
         done += _total(values.size, weights)
         if progress is not None:
