@@ -51,6 +51,7 @@ def _grid() -> Table:
 def stats_table(stats: TensorStats) -> Table:
     """Min/max/mean/std, the L2 norm and the counts, as a two-column table."""
     table = _grid()
+    table.columns[0].min_width = len("histogram")  # the labels' column as wide as it has always been
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
