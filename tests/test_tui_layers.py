@@ -180,3 +180,21 @@ async def test_layers_view_fits_80x24_with_the_marks_visible(layered: Path) -> N
         text = screen_text(app)
         assert "!! NaN" in text and "!! norm" in text and "dead" in text
         assert "L2 norm by layer" in text
+
+
+async def test_a_long_table_lists_the_first_rows_and_sorting_or_filtering_reaches_the_rest(
+    layered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt_tui.tui.screens import layers as layers_module
+
+    monkeypatch.setattr(layers_module, "TABLE_LIMIT", 5)
+    app = CkptApp(str(layered))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_layers(pilot)
+        table = screen.query_one(LayersTable)
+        assert table.row_count == 5 and "first 5 listed" in title(app)
+        assert "model/layers.5.weight" not in row_paths(app)[:5]
+        await settle(pilot, "slash", *"layers.5", "enter")
+        assert table.row_count == 2 and "first 5 listed" not in title(app)
+        await settle(pilot, "G", "enter")
+        assert cursor_path(app) == ("model", "layers.5.bias")

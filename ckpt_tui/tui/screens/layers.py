@@ -55,6 +55,9 @@ SORTS: tuple[str | None, ...] = (None, *TABLE_COLUMNS)
 """``s`` cycles through these: file order first, then every column."""
 TEXT_COLUMNS = frozenset({"mark", "path", "shape", "dtype"})
 PATH_WIDTH = 34
+TABLE_LIMIT = 1000
+"""Rows put in the table at most (the first of the sorted, filtered list): a DataTable of 50,000 rows takes
+seconds to fill, and sorting or filtering brings any tensor to the top."""
 PLOT_HEIGHT = 5
 
 
@@ -181,8 +184,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             arrow = (" ▲" if self._ascending() else " ▼") if column == self.sort else ""
             label = {"nan": "NaN", "inf": "Inf", "zeros": "zeros%"}.get(column, column)
             table.add_column(Text(label + arrow, justify="left" if column in TEXT_COLUMNS else "right"), key=column)
-        table.add_rows([self._cells(row) for row in rows])
-        if focused is not None and focused in rows:
+        table.add_rows([self._cells(row) for row in rows[:TABLE_LIMIT]])
+        if focused is not None and focused in rows[:TABLE_LIMIT]:
             table.move_cursor(row=rows.index(focused), animate=False)
         self.show_title()
         self.show_plot()
@@ -212,7 +215,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     def focused_row(self) -> TensorRow | None:
         """The tensor under the table's cursor."""
         table = self.query_one(LayersTable)
-        if not self.shown or table.cursor_row < 0 or table.cursor_row >= len(self.shown):
+        if not self.shown or table.cursor_row < 0 or table.cursor_row >= min(len(self.shown), table.row_count):
             return None
         return self.shown[table.cursor_row]
 
@@ -221,6 +224,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         order = "file order" if self.sort is None else f"by {self.sort} {'▲' if self._ascending() else '▼'}"
         marked = sum(1 for row in self.rows if id(row) in self.marks)
         parts = [f"{len(self.shown)}/{len(self.rows)} tensors", order, f"{marked} marked"]
+        if len(self.shown) > TABLE_LIMIT:
+            parts[0] += f" (first {TABLE_LIMIT} listed: sort or filter for the others)"
         if self.filter:
             parts.append(f"filter {self.filter!r}")
         row = self.focused_row()
