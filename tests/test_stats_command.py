@@ -298,3 +298,30 @@ def test_marks_leave_zero_biases_alone_when_all_siblings_are_zero(tmp_path: Path
     torch.save(tensors, tmp_path / "b.pth")
     rows = list(tensor_rows(tensor_paths(open_checkpoint(str(tmp_path / "b.pth")).root)))
     assert marks(rows) == {}
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_one_updating_line_on_a_terminal_stderr_and_is_cleared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt_tui import cli
+
+    torch.save(tiny_state_dict(), tmp_path / "t.pth")
+    monkeypatch.setattr(cli._ProgressLine, "DELAY", 0.0)
+    monkeypatch.setattr(cli._ProgressLine, "EVERY", 0.0)
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(["stats", str(tmp_path / "t.pth"), "--json"]) == 0
+    err = terminal.getvalue()
+    assert "\rreading tensors: " in err and "\n" not in err and err.endswith("\r\x1b[K")
+    json.loads(capsys.readouterr().out)  # stdout stays pure JSON
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(tiny_state_dict(), tmp_path / "t.pth")
+    assert main(["stats", str(tmp_path / "t.pth")]) == 0
+    assert capsys.readouterr().err == ""
