@@ -66,6 +66,14 @@ def _holds_optimizers(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(is_optimizer(item) for item in value)
 
 
+def _first_state_dict(root: Any) -> KeyPath | None:
+    """The first top-level state_dict that is not an EMA copy (the model, when detection found none)."""
+    for key, value in children(root):
+        if tensor_items(value) is not None and classify(key, value, None) == "other":
+            return (key,)
+    return None
+
+
 def split_parts(root: Any) -> Parts:
     """The checkpoint's tensor bytes by part."""
     parts = {name: Part(name) for name in PART_NAMES}
@@ -74,6 +82,7 @@ def split_parts(root: Any) -> Parts:
     if model == () or tensor_items(root) is not None or not is_container:
         entries: list[tuple[KeyPath, str]] = [((), "model")]
     else:
+        model = model or _first_state_dict(root)
         entries = [((key,), classify(key, value, model)) for key, value in children(root)]
     entries.sort(key=lambda entry: PART_NAMES.index(entry[1]))
     seen: set[int] = set()
