@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
 
-COMMANDS = ("info", "check", "convert", "diff", "average", "demo", "open")
+COMMANDS = ("info", "check", "stats", "convert", "diff", "average", "demo", "open")
 EPILOG = """\
 commands:
   ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo; no terminal: print its info)
@@ -26,6 +26,8 @@ commands:
   ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
   ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]
                                 does it fit the model? missing/unexpected/mismatched keys, and the fix
+  ckpt-tui stats FILE [--at PATH] [--json | --csv] [--sort COLUMN]
+                                per tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN/Inf counts
   ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]
                                 keys on one side only, shape/dtype changes, value differences
   ckpt-tui diff A B [C ...] --stats [--json]
@@ -70,6 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
     reference.add_argument("--model", metavar="IMPORT:CALLABLE", help="build the reference by calling your code")
     check.add_argument("--at", metavar="PATH", help="compare this subtree of FILE (default: the whole file)")
+    stats = sub.add_parser(
+        "stats",
+        help="read every tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN and Inf, one row each",
+        description="Statistics of the finite values of every tensor (NaN and Inf counted apart), in float64, "
+        "streamed in bounded memory; each view of the same bytes is read once. --sort: path and dtype A-Z, "
+        "every other column largest first. Tensors whose values are not read (sparse, quantized, meta, a "
+        "missing record) get a row with no statistics and a reason.",
+    )
+    stats.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    stats.add_argument("--at", metavar="PATH", help="only this subtree (e.g. model)")
+    stats_format = stats.add_mutually_exclusive_group()
+    stats_format.add_argument("--json", action="store_true", help='print {"tensors": [...]}')
+    stats_format.add_argument("--csv", action="store_true", help="print CSV with a header line")
+    stats.add_argument(
+        "--sort", metavar="COLUMN", type=_stats_column, help="sort by a column (" + ", ".join(_COLUMNS) + ")"
+    )
     diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
     diff_.add_argument("a")
     diff_.add_argument("b")
@@ -167,6 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     open_.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
     return parser
+
+
+_COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
+"""The columns of ``stats`` (as :data:`ckpt_tui.core.tensor_table.COLUMNS`, without importing numpy for --help)."""
+
+
+def _stats_column(text: str) -> str:
+    if text not in _COLUMNS:
+        raise argparse.ArgumentTypeError(f"unknown column {text!r}; one of {', '.join(_COLUMNS)}")
+    return text
 
 
 def _cast_dtype(text: str) -> str:
@@ -270,6 +298,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_compare(args.file, args.against, args.model, args.at, args.json)
     if args.command == "check":
         return cmd_check(args.file, args.json)
+    if args.command == "stats":
+        return cmd_stats(args.file, args.at, "json" if args.json else "csv" if args.csv else "text", args.sort)
     if args.command == "diff" and args.stats:
         return cmd_diff_stats(args)
     if args.command == "diff" and args.more:
@@ -321,6 +351,95 @@ def cmd_check(path: str | list[str], as_json: bool) -> int:
 
         print(render_check(report))
     return 0 if report.ok else 1
+
+
+def cmd_stats(path: str | list[str], at: str | None, output: str, sort: str | None) -> int:
+    """``stats``: every tensor's statistics as a table, JSON or CSV (exit 0; 2 unreadable or a bad --at)."""
+    from ckpt_tui.core.convert import resolve_option_path
+    from ckpt_tui.core.tensor_table import sort_rows, tensor_paths, tensor_rows
+    from ckpt_tui.core.tree import get
+
+    checkpoint = open_for_command(path)
+    where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
+    tensors = tensor_paths(get(checkpoint.root, where), where)
+    with _ProgressLine() as progress:
+        rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
+    if sort:
+        rows = sort_rows(rows, sort)
+    if output == "json":
+        _print_json({"tensors": [row.to_json() for row in rows]})
+    elif output == "csv":
+        _print_stats_csv(rows)
+    else:
+        import shutil
+
+        from ckpt_tui.core.layer_marks import marks
+        from ckpt_tui.report import render_stats
+
+        if not rows:
+            print("no tensors" + (f" under {at}" if at else ""))
+            return 0
+        print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
+    return 0
+
+
+def _print_stats_csv(rows: list[Any]) -> None:
+    """CSV: the JSON's fields, ``path`` joined by ``/`` and ``shape`` as ``2x3``; empty cells for no value."""
+    import csv
+
+    from ckpt_tui.core.keypath import to_slash
+    from ckpt_tui.core.safe_text import printable
+    from ckpt_tui.core.tensor_table import COLUMNS
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([*COLUMNS, "reason"])
+    for row in rows:
+        cells: list[Any] = []
+        for column in COLUMNS:
+            value = row.value(column)
+            if column == "path":
+                value = printable(to_slash(value))
+            elif column == "shape":
+                value = "x".join(str(d) for d in value)
+            cells.append("" if value is None else repr(value) if isinstance(value, float) else value)
+        writer.writerow([*cells, row.reason or ""])
+
+
+class _ProgressLine:
+    """One updating line on stderr (only when stderr is a terminal and the work takes over a second)."""
+
+    DELAY = 1.0
+    EVERY = 0.2
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.start = self.clock()
+        self.last = 0.0
+        self.shown = False
+        self.live = sys.stderr.isatty()
+
+    def update(self, done: int, total: int) -> None:
+        """Show how far reading has got, at most five times a second."""
+        now = self.clock()
+        if not self.live or now - self.start < self.DELAY or now - self.last < self.EVERY:
+            return
+        from ckpt_tui.core.describe import size
+
+        self.last = now
+        percent = 100 * done / total if total else 100.0
+        sys.stderr.write(f"\rreading tensors: {size(done)} of {size(total)} ({percent:.0f}%), ctrl+c stops ")
+        sys.stderr.flush()
+        self.shown = True
+
+    def __enter__(self) -> _ProgressLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown:  # clear the line, also when interrupted: the one-line message follows
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
 
 
 def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:

@@ -175,3 +175,66 @@ def render_diff(report: DiffReport, a: str, b: str) -> str:
     from ckpt_tui.core.reports import describe_diff, render_text
 
     return render_text(describe_diff(report, a, b))
+
+
+STATS_NUMBERS = ("min", "max", "mean", "std", "norm", "absmax")
+
+
+def stats_number(value: float | None) -> str:
+    """A statistic with 6 significant digits (``-`` for none)."""
+    return "-" if value is None else f"{value:.6g}"
+
+
+def zeros_text(fraction: float | None) -> str:
+    """The zero fraction as a percentage (``12.5%``)."""
+    return "-" if fraction is None else f"{100 * fraction:.4g}%"
+
+
+def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str:
+    """The ``stats`` text: one aligned line per tensor when that fits ``width``, else two (names, then numbers).
+
+    ``rows`` are :class:`~ckpt_tui.core.tensor_table.TensorRow`; ``marks`` the words of
+    :func:`~ckpt_tui.core.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last column.
+    """
+    from ckpt_tui.core.describe import shape as shape_text
+    from ckpt_tui.core.keypath import to_slash
+
+    header = ["path", "shape", "dtype", *STATS_NUMBERS, "zeros", "nan", "inf", "mark"]
+    table: list[list[str]] = []
+    for row in rows:
+        mark = marks.get(id(row), "")
+        if row.stats is None:
+            mark = f"({row.reason})"
+        cells = [printable(to_slash(row.path) or "(root)"), shape_text(row.shape), printable(row.dtype)]
+        cells += [stats_number(row.value(c)) for c in STATS_NUMBERS]
+        cells += [zeros_text(row.value("zeros")), _count_text(row.value("nan")), _count_text(row.value("inf")), mark]
+        table.append(cells)
+    widths = [max([len(h)] + [len(cells[i]) for cells in table]) for i, h in enumerate(header)]
+    if sum(widths) + 2 * (len(widths) - 1) <= width:
+        left = {0, 1, 2, 12}
+        return "\n".join(_aligned(line, widths, left) for line in [header, *table])
+    names = [0, 1, 2, 12]  # path, shape, dtype, mark on the first line; the numbers indented on the second
+    numbers = list(range(3, 12))
+    texts = {0, 1, 2, 3}
+    lines = [
+        _aligned(_pick(header, names), [0] * 4, texts),
+        "  " + _aligned(_pick(header, numbers), _pick(widths, numbers)),
+    ]
+    for cells in table:
+        lines.append(_aligned(_pick(cells, names), [0] * 4, texts))
+        lines.append("  " + _aligned(_pick(cells, numbers), _pick(widths, numbers)))
+    return "\n".join(lines)
+
+
+def _count_text(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _pick(values: list[Any], indices: list[int]) -> list[Any]:
+    return [values[i] for i in indices]
+
+
+def _aligned(cells: list[str], widths: list[int], left: frozenset[int] | set[int] = frozenset()) -> str:
+    """Cells joined by two spaces: those in ``left`` left-aligned, the rest right-aligned to ``widths``."""
+    out = [cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in enumerate(zip(cells, widths, strict=True))]
+    return "  ".join(out).rstrip()

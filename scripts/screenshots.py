@@ -14,10 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from builders import save_cuda_tagged, training_checkpoint
+from builders_tui import layered_checkpoint
 
 from ckpt_tui.tui.app import CkptApp
 
 SIZE = (120, 36)
+SIZES = {"layers": (80, 24)}
+"""Scenes shown at another size (the layers view at the smallest terminal it is made for)."""
 # name -> keys pressed after the file is shown
 SCENES: dict[str, list[str]] = {
     "tree": ["j", "j", "l"],
@@ -26,12 +29,15 @@ SCENES: dict[str, list[str]] = {
     "save-dialog": ["j", "j", "p", "y", "ctrl+s"],
     "help": ["question_mark"],
     "check-all": ["j", "j", "l", "C"],
+    "layers": ["L", "s"],
+    "layers-histogram": ["L", "j", "p", "o"],
+    "layers-bytes": ["L", "p", "p"],
 }
 
 
 async def shoot(path: Path, name: str, keys: list[str], out: Path) -> None:
     app = CkptApp(str(path))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZES.get(name, SIZE)) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
         for key in keys:
@@ -49,8 +55,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         path = save_cuda_tagged(training_checkpoint(), Path(folder) / "best_model.pth")
+        layered = layered_checkpoint(Path(folder) / "run_0012.pth", count=12)
         for name, keys in SCENES.items():
-            asyncio.run(shoot(path, name, keys, args.out.resolve()))
+            source = layered if name.startswith("layers") else path
+            asyncio.run(shoot(source, name, keys, args.out.resolve()))
             print(f"wrote {args.out / name}.svg")
 
 

@@ -115,6 +115,22 @@ def encoder_state_dict(layers: int = 4) -> OrderedDict[str, torch.Tensor]:
     return state
 
 
+def layered_checkpoint(path: Path, count: int = 6) -> Path:
+    """``count`` layers of fixed values and Adam-like state: layer 2 exploded (x50), layer 3 dead (all zero),
+    layer 4 holds a NaN (the layers view's tests and screenshots)."""
+    model: OrderedDict[str, torch.Tensor] = OrderedDict()
+    for index in range(count):
+        model[f"layers.{index}.weight"] = fixed((4, 4))
+        model[f"layers.{index}.bias"] = fixed((4,), start=-0.5)
+    model["layers.2.weight"] = fixed((4, 4)) * 50
+    model["layers.3.weight"] = torch.zeros(4, 4)
+    model["layers.4.weight"][0, 0] = float("nan")
+    state = {i: {"exp_avg": fixed((4, 4)), "exp_avg_sq": fixed((4, 4), start=0.0)} for i in range(2 * count)}
+    optimizer = {"state": state, "param_groups": [{"lr": 0.1, "params": list(range(2 * count))}]}
+    torch.save({"model": model, "optimizer": optimizer, "epoch": 1}, path)
+    return path
+
+
 # ---- hostile files -------------------------------------------------------------------------
 
 

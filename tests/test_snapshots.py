@@ -72,8 +72,11 @@ def settle(*keys: str):
         ("preview", ["j", "j", "p"]),
         ("help", ["question_mark"]),
         ("narrow", ["j", "j", "l"]),
+        ("layers", ["L"]),
+        ("layers-histogram", ["L", "j", "p", "o"]),
+        ("layers-bytes", ["L", "p", "p"]),
     ],
 )
 def test_screen(snap_compare, best_model: Path, name: str, keys: list[str]) -> None:
-    size = (80, 24) if name == "narrow" else SIZE
+    size = (80, 24) if name in ("narrow", "layers") else SIZE
     assert snap_compare(CkptApp(str(best_model)), run_before=settle(*keys), terminal_size=size)

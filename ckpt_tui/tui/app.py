@@ -28,6 +28,7 @@ from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, SaveFinished, SaveProgress
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen
+from ckpt_tui.tui.screens.layers import LayersScreen
 from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.widgets.tree_view import ViewState
 
@@ -51,6 +52,8 @@ class CkptApp(App[None]):
         self._progress: ProgressScreen | None = None
         self._reopen_view: ViewState | None = None
         self._remembered: dict[str, str] = {}
+        self.histogram_log = False
+        """Histograms (detail panel, layers view) count on a log scale."""
 
     @property
     def browser(self) -> BrowserScreen:
@@ -114,7 +117,7 @@ class CkptApp(App[None]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The palette: every active key of the screen, titled ``group: Action``, then Textual's own."""
-        rows = key_rows(screen.active_bindings) if isinstance(screen, BrowserScreen) else []
+        rows = key_rows(screen.active_bindings) if isinstance(screen, (BrowserScreen, LayersScreen)) else []
         seen = set()
         for row in rows:
             if row.action in seen or row.action == "command_palette":

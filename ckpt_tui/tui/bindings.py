@@ -60,6 +60,28 @@ BROWSER_BINDINGS: list[BindingType] = [
     key("c", "compare", "Compare", FILE, "Compare with a checkpoint of the target model, or a keys file"),
     key("D", "diff", "Diff", FILE, "Diff with another checkpoint"),
     key("C", "check_all", "Check all", FILE, "Read every tensor: NaN/Inf, unreadable records (escape cancels)"),
+    key(
+        "L",
+        "layers",
+        "Layers",
+        VIEW,
+        "Every tensor's statistics as a table, with plots: norms by layer, histogram, bytes by part",
+        show=True,
+    ),
+    key("o", "histogram_log", "Histogram log/linear", VIEW, "Show histogram counts on a log or a linear scale"),
+]
+
+LAYERS_BINDINGS: list[BindingType] = [
+    key("s", "sort_next", "Sort", VIEW, "Sort by the next column (a header click sorts by that column)", show=True),
+    key("S", "sort_reverse", "Reverse sort", VIEW, "Reverse the sort order"),
+    key("slash", "filter", "Filter", VIEW, "Show only tensors whose key path contains some text", show=True),
+    key("p", "next_plot", "Plot", VIEW, "Switch the plot: norms by layer, histogram, bytes by part", show=True),
+    key("o", "histogram_log", "Log counts", VIEW, "Show histogram counts on a log or a linear scale"),
+    key(
+        "z", "drop_optimizer", "Drop optimizer", EDIT, "Stage deleting the optimizer state (a preview first; u undoes)"
+    ),
+    key("question_mark,f1", "help", "Help", APP, "Every key, with what it does"),
+    key("escape,q", "close", "Back", APP, "Back to the tree (escape also cancels the reading)", show=True),
 ]
 
 APP_BINDINGS: list[BindingType] = [

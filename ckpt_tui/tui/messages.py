@@ -20,7 +20,9 @@ from ckpt_tui.core.tree import Checkpoint
 from ckpt_tui.core.weights_only import Verdict
 
 if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
+    from ckpt_tui.core.parts import Parts
     from ckpt_tui.core.stats import TensorStats
+    from ckpt_tui.core.tensor_table import TensorRow
 
 
 @dataclass
@@ -151,3 +153,26 @@ class LayerChangeReady(Message, bubble=False):
     report: Any
     other: str
     error: str = ""
+
+
+@dataclass
+class LayersProgress(Message, bubble=False):
+    """How far reading every tensor for the layers view has got (0..1)."""
+
+    fraction: float
+
+
+@dataclass
+class LayersReady(Message, bubble=False):
+    """Every tensor's row for the layers view, their marks (by ``id`` of the row) and the bytes by part."""
+
+    rows: list[TensorRow]
+    marks: dict[int, str]
+    parts: Parts
+
+
+@dataclass
+class LayersFailed(Message, bubble=False):
+    """The layers view could not be computed: cancelled, or an error."""
+
+    error: str

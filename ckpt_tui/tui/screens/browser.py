@@ -50,6 +50,7 @@ from ckpt_tui.tui.messages import (
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, ProgressScreen, PromptScreen, ReportScreen, Section
 from ckpt_tui.tui.screens.findings import FindingsScreen
 from ckpt_tui.tui.screens.help import HelpScreen
+from ckpt_tui.tui.screens.layers import LayersScreen
 from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from ckpt_tui.tui.app import CkptApp
 
 EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
-SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings"}
+SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
 
 Edit = Callable[[Any], tuple[Any, Change]]
@@ -838,6 +839,49 @@ class BrowserScreen(Screen[None]):
             ReportScreen(described.title, summary, sections, False),
             lambda result: self._diff_report_closed(result, other),
         )
+
+    # ---- the layers view (L) and the histogram scale (o) -------------------------------------
+
+    def action_layers(self) -> None:
+        """Every tensor's statistics as a table with plots; enter comes back on a tensor, ``z`` stages a drop."""
+        session = self.session
+        if session is None:
+            return
+        screen = LayersScreen(
+            session.root, session.checkpoint.byteorder, self.ckpt_app.readonly, self.ckpt_app.histogram_log
+        )
+
+        def done(result: tuple[str, Any] | None) -> None:
+            self.ckpt_app.histogram_log = screen.log_counts
+            self.detail.redraw_stats()
+            if result is None:
+                return
+            kind, value = result
+            if kind == "jump":
+                self.tree_view.reveal((value, None))
+            elif kind == "drop":
+                paths, figure = value
+                self._drop_parts(paths, figure)
+
+        self.app.push_screen(screen, done)
+
+    def _drop_parts(self, paths: list[KeyPath], figure: str) -> None:
+        """Stage deleting every path (the optimizer state) as one undoable edit, after its preview."""
+        if not self.editable("delete"):
+            return
+
+        def edit(root: Any) -> tuple[Any, Change]:
+            for path in paths:
+                root, _ = edits.delete(root, path)
+            examples = [(to_slash(path), "(deleted)") for path in paths]
+            return root, Change(f"drop the optimizer state ({figure})", len(paths), examples)
+
+        self.propose(edit, targets.keep)
+
+    def action_histogram_log(self) -> None:
+        self.ckpt_app.histogram_log = not self.ckpt_app.histogram_log
+        self.detail.redraw_stats()
+        self.update_status(f"histogram counts: {'log' if self.ckpt_app.histogram_log else 'linear'}")
 
     # ---- reading every tensor (C) ---------------------------------------------------------
 

@@ -26,21 +26,15 @@ from ckpt_tui.core.grouping import Group
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.tree import Opaque, Tensor, children, type_label
 from ckpt_tui.tui.messages import StatsFailed, StatsProgress, StatsReady
+from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import data, path_text
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
     from ckpt_tui.core.stats import TensorStats
 
-BARS = " ▁▂▃▄▅▆▇█"
 STATS_DELAY = 0.15
-
-
-def histogram_text(counts: list[int]) -> str:
-    """A one-line histogram of block characters."""
-    top = max(counts) if counts else 0
-    if not top:
-        return ""
-    return "".join(BARS[min(8, round(8 * c / top)) if c else 0] for c in counts)
+HISTOGRAM_HEIGHT = 5
+HISTOGRAM_WIDTH = 24
 
 
 def _number(value: float | None) -> str:
@@ -55,22 +49,33 @@ def _grid() -> Table:
 
 
 def stats_table(stats: TensorStats) -> Table:
-    """Min/max/mean/std and the counts, as a two-column table."""
+    """Min/max/mean/std, the L2 norm and the counts, as a two-column table."""
     table = _grid()
+    table.columns[0].min_width = len("histogram")  # the labels' column as wide as it has always been
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
     table.add_row("std", _number(stats.std))
+    table.add_row("L2 norm", _number(stats.norm))
     table.add_row("NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style="bold red" if stats.nan else ""))
     table.add_row("Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style="bold red" if stats.inf else ""))
     table.add_row("zeros", f"{stats.zeros} of {stats.count}")
-    if stats.histogram:
-        sample = f" (sample of {stats.sampled})" if stats.sampled < stats.finite else ""
-        table.add_row("histogram", Text(histogram_text(stats.histogram)))
-        table.add_row("", Text(f"{_number(stats.min)} … {_number(stats.max)}{sample}", style="italic"))
     if stats.first:
         table.add_row("first", ", ".join(f"{v:.4g}" for v in stats.first[:8]))
     return table
+
+
+def histogram_block(stats: TensorStats, log: bool) -> Text:
+    """The histogram of the finite values as block bars, ``HISTOGRAM_HEIGHT`` lines, linear or log counts."""
+    if not stats.histogram:
+        return Text("")
+    sample = f", sample of {stats.sampled}" if stats.sampled < stats.finite else ""
+    title = Text("histogram", style="bold underline")
+    title.append(f" ({'log' if log else 'linear'} counts{sample}; o: {'linear' if log else 'log'})", style="italic")
+    bars = lines_text(histogram(stats.histogram, HISTOGRAM_HEIGHT, HISTOGRAM_WIDTH, log))
+    low, high = _number(stats.min), _number(stats.max)
+    axis = Text(low + " " * max(1, HISTOGRAM_WIDTH - len(low) - len(high)) + high, style="italic")
+    return Text("\n").join([title, bars, axis])
 
 
 def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
@@ -137,6 +142,7 @@ class DetailPanel(VerticalScroll):
         self._timer: Timer | None = None
         self._tensor: Tensor | None = None
         self._byteorder = "little"
+        self._stats: TensorStats | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-meta")
@@ -190,6 +196,7 @@ class DetailPanel(VerticalScroll):
 
     def _new_request(self, key: tuple[Any, ...] | None) -> None:
         self.request += 1
+        self._stats = None
         self.shown = key
         self._tensor = None
         if self._timer is not None:
@@ -241,9 +248,18 @@ class DetailPanel(VerticalScroll):
     def _stats_ready(self, message: StatsReady) -> None:
         if message.request != self.request:
             return
+        self._stats = message.stats
+        self.redraw_stats()
+
+    def redraw_stats(self) -> None:
+        """Draw the stats shown (again: after the histogram scale changed)."""
+        stats = self._stats
+        if stats is None:
+            return
+        log = bool(getattr(self.app, "histogram_log", False))
         self.query_one("#detail-progress").display = False
         self.query_one("#detail-stats", Static).update(
-            RichGroup(Text("stats", style="bold underline"), stats_table(message.stats))
+            RichGroup(Text("stats", style="bold underline"), stats_table(stats), Text(""), histogram_block(stats, log))
         )
 
     @on(StatsFailed)

@@ -1,0 +1,396 @@
+"""The layers view: every tensor's statistics as a table (``stats`` in the browser), and plots.
+
+The screen owns its worker: it reads every tensor of the tree it was given (each view once, in
+bounded memory) with a progress bar, and escape cancels. The table sorts by any column (``s`` cycles,
+``S`` reverses, a header click picks one), filters by key path (``/``), and enter goes back to the tree
+on that tensor. Rows whose values hold NaN/Inf, whose norm is far from their siblings', or that are all
+zero are marked in words. Below the table, one plot at a time (``p`` switches): the L2 norm of the
+focused tensor's family layer by layer, the focused tensor's histogram (``o``: log counts), or the
+bytes by part with the "drop optimizer" figure (``z`` stages that edit, undoable in the tree).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from ckpt_tui.core.describe import shape, size
+from ckpt_tui.core.errors import Cancelled, CkptError
+from ckpt_tui.core.keypath import KeyPath, to_slash
+from ckpt_tui.core.safe_text import printable
+from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
+from ckpt_tui.tui.messages import LayersFailed, LayersProgress, LayersReady
+from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
+from ckpt_tui.tui.screens.help import HelpScreen
+
+if TYPE_CHECKING:  # numpy-backed: imported by the worker
+    from ckpt_tui.core.parts import Parts
+    from ckpt_tui.core.tensor_table import TensorRow
+
+PLOTS = ("norms", "histogram", "bytes")
+TABLE_COLUMNS = (
+    "mark",
+    "path",
+    "norm",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "absmax",
+    "zeros",
+    "nan",
+    "inf",
+    "shape",
+    "dtype",
+    "numel",
+)
+SORTS: tuple[str | None, ...] = (None, *TABLE_COLUMNS)
+"""``s`` cycles through these: file order first, then every column."""
+TEXT_COLUMNS = frozenset({"mark", "path", "shape", "dtype"})
+PATH_WIDTH = 34
+TABLE_LIMIT = 1000
+"""Rows put in the table at most (the first of the sorted, filtered list): a DataTable of 50,000 rows takes
+seconds to fill, and sorting or filtering brings any tensor to the top."""
+PLOT_HEIGHT = 5
+
+
+def number(value: float | None) -> str:
+    """A statistic with 6 significant digits (``-`` for none), as ``stats`` prints it."""
+    return "-" if value is None else f"{value:.6g}"
+
+
+def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
+    """A key path that fits ``width``: its end kept, the start elided."""
+    text = printable(to_slash(path)) or "(root)"
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+class LayersTable(DataTable[Any]):
+    """The table, with the vim keys the tree has."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g", "scroll_top", "Top", show=False),
+        Binding("G", "scroll_bottom", "Bottom", show=False),
+    ]
+
+
+class LayersScreen(Screen[tuple[str, Any] | None]):
+    """Per-tensor statistics of the whole tree; dismissed with ``("jump", path)``, ``("drop", paths)`` or None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = LAYERS_BINDINGS
+
+    def __init__(self, root: Any, byteorder: str, readonly: bool = False, log: bool = False) -> None:
+        super().__init__()
+        self.root = root
+        self.byteorder = byteorder
+        self.readonly = readonly
+        self.log_counts = log
+        self.rows: list[TensorRow] = []
+        self.marks: dict[int, str] = {}
+        self.parts: Parts | None = None
+        self.shown: list[TensorRow] = []
+        self.sort: str | None = None
+        self.reverse = False
+        self.filter = ""
+        self.plot = "norms"
+        self.ready = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("reading every tensor… (escape cancels)", id="layers-title", markup=False)
+        yield ProgressBar(total=1.0, show_eta=False, id="layers-progress")
+        yield LayersTable(id="layers-table", cursor_type="row")
+        yield Static(id="layers-plot", markup=False)
+        yield Input(placeholder="filter key paths (enter or escape: back to the table)", id="layers-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#layers-filter").display = False
+        self._compute(self.root, self.byteorder)
+
+    # ---- the worker ---------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="layers", description="layers")
+    def _compute(self, root: Any, byteorder: str) -> None:
+        """Every tensor's row, the marks and the bytes by part, off the UI thread; reports by message only."""
+        from ckpt_tui.core.layer_marks import marks
+        from ckpt_tui.core.parts import split_parts
+        from ckpt_tui.core.tensor_table import tensor_paths, tensor_rows
+
+        worker = get_current_worker()
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] >= 0.02 and not worker.is_cancelled:
+                last[0] = fraction
+                self.post_message(LayersProgress(fraction))
+
+        try:
+            rows = list(tensor_rows(tensor_paths(root), byteorder, lambda: worker.is_cancelled, progress))
+            parts = split_parts(root)
+        except Cancelled:  # escape closed the screen: nothing to report
+            return
+        except CkptError as exc:
+            self.post_message(LayersFailed(str(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(LayersReady(rows, marks(rows), parts))
+
+    @on(LayersProgress)
+    def _progress(self, message: LayersProgress) -> None:
+        self.query_one("#layers-progress", ProgressBar).update(progress=message.fraction)
+
+    @on(LayersReady)
+    def _ready(self, message: LayersReady) -> None:
+        self.rows, self.marks, self.parts = message.rows, message.marks, message.parts
+        self.ready = True
+        self.query_one("#layers-progress").display = False
+        self.refill()
+        self.query_one(LayersTable).focus()
+
+    @on(LayersFailed)
+    def _failed(self, message: LayersFailed) -> None:
+        self.query_one("#layers-progress").display = False
+        self.query_one("#layers-title", Static).update(Text(f"layers: {printable(message.error)} (escape: back)"))
+
+    # ---- the table ----------------------------------------------------------------------------
+
+    def refill(self) -> None:
+        """Show the rows that pass the filter, in the chosen order; keep the cursor on its tensor."""
+        from ckpt_tui.core.tensor_table import sort_rows
+
+        table = self.query_one(LayersTable)
+        focused = self.focused_row()
+        needle = self.filter.lower()
+        rows = [row for row in self.rows if not needle or needle in to_slash(row.path).lower()]
+        if self.sort == "mark":
+            rows.sort(key=lambda row: (id(row) not in self.marks, self.marks.get(id(row), "")))
+        elif self.sort is not None:
+            rows = sort_rows(rows, self.sort)
+        if self.reverse:
+            rows.reverse()
+        self.shown = rows
+        table.clear(columns=True)
+        for column in TABLE_COLUMNS:
+            arrow = (" ▲" if self._ascending() else " ▼") if column == self.sort else ""
+            label = {"nan": "NaN", "inf": "Inf", "zeros": "zeros%"}.get(column, column)
+            table.add_column(Text(label + arrow, justify="left" if column in TEXT_COLUMNS else "right"), key=column)
+        table.add_rows([self._cells(row) for row in rows[:TABLE_LIMIT]])
+        if focused is not None and focused in rows[:TABLE_LIMIT]:
+            table.move_cursor(row=rows.index(focused), animate=False)
+        self.show_title()
+        self.show_plot()
+
+    def _ascending(self) -> bool:
+        natural = self.sort in ("path", "dtype", "mark")
+        return natural != self.reverse
+
+    def _cells(self, row: TensorRow) -> list[Text]:
+        mark = self.marks.get(id(row), "" if row.stats is not None else "n/a")
+        cells = [Text(mark, style="bold" if mark.startswith("!!") else ""), Text(short_path(row.path))]
+        for column in TABLE_COLUMNS[2:]:
+            value = row.value(column)
+            if column == "zeros":
+                text = "-" if value is None else f"{100 * value:.4g}"
+            elif column == "shape":
+                text = shape(value)
+            elif column in ("dtype",):
+                text = printable(value)
+            elif isinstance(value, float):
+                text = number(value)
+            else:
+                text = "-" if value is None else str(value)
+            cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
+        return cells
+
+    def focused_row(self) -> TensorRow | None:
+        """The tensor under the table's cursor."""
+        table = self.query_one(LayersTable)
+        if not self.shown or table.cursor_row < 0 or table.cursor_row >= min(len(self.shown), table.row_count):
+            return None
+        return self.shown[table.cursor_row]
+
+    def show_title(self) -> None:
+        """One line: counts, order, filter, and the focused tensor's full path (or why it has no stats)."""
+        order = "file order" if self.sort is None else f"by {self.sort} {'▲' if self._ascending() else '▼'}"
+        marked = sum(1 for row in self.rows if id(row) in self.marks)
+        parts = [f"{len(self.shown)}/{len(self.rows)} tensors", order, f"{marked} marked"]
+        if len(self.shown) > TABLE_LIMIT:
+            parts[0] += f" (first {TABLE_LIMIT} listed: sort or filter for the others)"
+        if self.filter:
+            parts.append(f"filter {self.filter!r}")
+        row = self.focused_row()
+        if row is not None:
+            parts.append(printable(to_slash(row.path)) + (f" ({row.reason})" if row.reason else ""))
+        self.query_one("#layers-title", Static).update(Text(" · ".join(parts)))
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_title()
+        self.show_plot()
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        row = self.focused_row()
+        if row is not None:
+            self.dismiss(("jump", row.path))
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        column = str(event.column_key.value)
+        if column == self.sort:
+            self.reverse = not self.reverse
+        else:
+            self.sort, self.reverse = column, False
+        self.refill()
+
+    # ---- the plots ----------------------------------------------------------------------------
+
+    def show_plot(self) -> None:
+        """Draw the current plot for the focused tensor."""
+        if not self.ready:
+            return
+        width = max(20, self.query_one("#layers-plot").size.width or self.app.size.width - 2)
+        draw = {"norms": self.norm_plot, "histogram": self.histogram_plot, "bytes": self.bytes_plot}[self.plot]
+        self.query_one("#layers-plot", Static).update(draw(width))
+
+    def family_rows(self) -> tuple[str, list[TensorRow]]:
+        """The focused tensor's family (the same key with other layer numbers), in file order; else every row shown."""
+        from ckpt_tui.core.layer_marks import family
+
+        row = self.focused_row()
+        if row is not None:
+            name = family(row.path)
+            members = [r for r in self.rows if family(r.path) == name]
+            if len(members) > 1:
+                return name, members
+        shown = set(map(id, self.shown))
+        return "every tensor shown", [r for r in self.rows if id(r) in shown]
+
+    def norm_plot(self, width: int) -> Text:
+        """(a) L2 norm by layer, in file (module) order: jumps and dead layers show at once."""
+        name, rows = self.family_rows()
+        focused = self.focused_row()
+        norms = [row.stats.norm if row.stats is not None else None for row in rows]
+        marks = []
+        for row in rows:
+            mark = self.marks.get(id(row), "")
+            marks.append("^" if row is focused else "x" if mark == "dead" else "!" if mark else " ")
+        top = max((n for n in norms if n is not None), default=0.0)
+        title = Text(f"L2 norm by layer: {printable(name)} ({len(rows)} tensors), top {number(top)}", style="bold")
+        legend = Text("^ focused  ! marked  x dead (all zero) · p: next plot", style="italic")
+        return Text("\n").join([title, lines_text(column_chart(norms, PLOT_HEIGHT, width, marks=marks)), legend])
+
+    def histogram_plot(self, width: int) -> Text:
+        """(b) The focused tensor's histogram, linear or log counts."""
+        row = self.focused_row()
+        stats = row.stats if row is not None else None
+        if row is None or stats is None or not stats.histogram:
+            reason = row.reason if row is not None and row.reason else "no finite values"
+            return Text(f"histogram: {printable(reason)} · p: next plot", style="italic")
+        scale = "log" if self.log_counts else "linear"
+        title = Text(f"histogram of {short_path(row.path, 48)}, {scale} counts", style="bold")
+        chart = lines_text(histogram(stats.histogram, PLOT_HEIGHT, width, self.log_counts))
+        low, high = number(stats.min), number(stats.max)
+        span = len(stats.histogram) * max(1, width // len(stats.histogram))
+        axis = Text(low + " " * max(1, span - len(low) - len(high)) + high)
+        other = "linear" if self.log_counts else "log"
+        legend = Text(f"o: {other} counts · p: next plot", style="italic")
+        return Text("\n").join([title, chart, axis, legend])
+
+    def bytes_plot(self, width: int) -> Text:
+        """(c) Tensor bytes by part, and what dropping the optimizer state leaves."""
+        parts = self.parts
+        if parts is None:
+            return Text("")
+        lines = [Text("tensor bytes by part", style="bold")]
+        top = max((p.nbytes for p in parts.parts), default=0)
+        bar_width = max(10, width - 34)
+        for part in parts.parts:
+            line = Text(f"{part.name:<10} ")
+            line.append(bar(part.nbytes, top, bar_width))
+            line.append(f" {size(part.nbytes):>9}  {part.tensors} tensors")
+            lines.append(line)
+        optimizer = parts.get("optimizer")
+        if optimizer.nbytes:
+            preview = f"drop optimizer: {size(parts.total)} → {size(parts.without('optimizer'))}"
+            lines.append(Text(f"{preview}   z: stage it (u undoes it in the tree)", style="bold"))
+        else:
+            lines.append(Text("no optimizer state in this file", style="italic"))
+        return Text("\n").join(lines)
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def action_sort_next(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self.reverse = False
+        self.refill()
+
+    def action_sort_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self.refill()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#layers-filter", Input)
+        field.display = True
+        field.value = self.filter
+        field.focus()
+
+    @on(Input.Changed, "#layers-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter = event.value.strip()
+        if self.ready:
+            self.refill()
+
+    @on(Input.Submitted, "#layers-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self._close_filter()
+
+    def _close_filter(self) -> None:
+        self.query_one("#layers-filter").display = False
+        self.query_one(LayersTable).focus()
+
+    def action_next_plot(self) -> None:
+        self.plot = PLOTS[(PLOTS.index(self.plot) + 1) % len(PLOTS)]
+        self.show_plot()
+
+    def action_histogram_log(self) -> None:
+        self.log_counts = not self.log_counts
+        if self.plot != "histogram":
+            self.plot = "histogram"
+        self.show_plot()
+
+    def action_drop_optimizer(self) -> None:
+        if self.parts is None:
+            return
+        optimizer = self.parts.get("optimizer")
+        if self.readonly:
+            self.notify("Editing is off: the file was opened with --readonly", title="Read-only", markup=False)
+        elif not optimizer.paths or not optimizer.nbytes:
+            self.notify("no optimizer state in this file", markup=False)
+        else:
+            self.dismiss(("drop", (list(optimizer.paths), parts_figure(self.parts))))
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(key_rows(self.active_bindings), self.readonly))
+
+    def action_close(self) -> None:
+        if self.query_one("#layers-filter").display:
+            self._close_filter()
+            return
+        self.workers.cancel_group(self, "layers")
+        self.dismiss(None)
+
+
+def parts_figure(parts: Parts) -> str:
+    """``tensors 4.1 GB → 1.4 GB``: the slimming the optimizer drop gives."""
+    return f"tensors {size(parts.total)} → {size(parts.without('optimizer'))}"
