@@ -534,7 +534,7 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
     if loads and scan.route == "safetensors":
-        result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (the package is needed)")
+        result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (needs the package)")
     if scan.devices:
         tags = ", ".join(sorted(scan.devices)[:5])
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
