@@ -32,7 +32,10 @@ SCENES: dict[str, list[str]] = {
     "layers": ["L", "s"],
     "layers-histogram": ["L", "j", "p", "o"],
     "layers-bytes": ["L", "p", "p"],
+    "deepspeed-zero": ["l", "l", "l", "enter"],
 }
+ZERO_FOLDER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "deepspeed" / "zero2_fp32"
+"""A DeepSpeed ZeRO-2 folder written by DeepSpeed itself (scripts/make_deepspeed_fixtures.py)."""
 
 
 async def shoot(path: Path, name: str, keys: list[str], out: Path) -> None:
@@ -57,7 +60,7 @@ def main() -> None:
         path = save_cuda_tagged(training_checkpoint(), Path(folder) / "best_model.pth")
         layered = layered_checkpoint(Path(folder) / "run_0012.pth", count=12)
         for name, keys in SCENES.items():
-            source = layered if name.startswith("layers") else path
+            source = layered if name.startswith("layers") else ZERO_FOLDER if name == "deepspeed-zero" else path
             asyncio.run(shoot(source, name, keys, args.out.resolve()))
             print(f"wrote {args.out / name}.svg")
 

@@ -16,6 +16,7 @@ PREFIX_ORIGINS = {
     "model.": "saved from a Lightning module or a wrapper holding the model as .model",
 }
 INNER_NAMES = (
+    "fp32_weights",  # a DeepSpeed ZeRO folder's consolidated master weights, as zero_to_fp32 gives them
     "state_dict",
     "model_state_dict",
     "model",
