@@ -213,7 +213,8 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
         return _with_flags(result, True, result.requires_grad, result.hooks, state or result.parameter_state)
     if state is None and named == (PARAMETER if result.parameter else "torch.Tensor"):
         return result
-    return dataclasses.replace(result, python_type=new_type, python_state=state)
+    usual = named == (PARAMETER if result.parameter else "torch.Tensor")
+    return dataclasses.replace(result, python_type=None if usual else new_type, python_state=state)
 
 
 def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires_grad: Any) -> Tensor:

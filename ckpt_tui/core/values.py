@@ -120,7 +120,7 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
         values = np.abs(raw).astype(np.float64)
     else:
         values = raw.astype(np.float64)
-    if metadata and metadata.get("neg"):
+    if isinstance(metadata, dict) and metadata.get("neg"):
         values = -values
     return values
 

@@ -387,7 +387,8 @@ class PickleWriter:
         if typed:  # _rebuild_from_type_v2(func, new_type, args, state), as torch writes a tensor with Python state
             self.save_global("torch._tensor._rebuild_from_type_v2")
             self.out += b"("
-            self._pending_type = tensor.python_type or Symbol("torch.Tensor")  # written after func
+            usual = Symbol("torch.nn.parameter.Parameter" if tensor.parameter else "torch.Tensor")
+            self._pending_type = usual if tensor.python_type is None else tensor.python_type  # written after func
         if tensor.parameter:
             with_state = tensor.parameter_state is not None
             self._tensor_function("torch._utils._rebuild_parameter" + ("_with_state" if with_state else ""))
@@ -599,14 +600,7 @@ class PickleWriter:
             self.out += b"\x81" if obj.how == "newobj" else b"R"
         self._put(obj)
         if obj.state is not None and obj.from_type is None:
-            try:
-                self.save(obj.state)
-            except Refusal as refusal:
-                if isinstance(obj.state, dict) and refusal.where:
-                    refusal.where[-1] = Attr(str(refusal.where[-1]))  # the tree shows state entries as attributes
-                else:
-                    refusal.where.append(Attr("state"))
-                raise
+            self._save_state(obj.state)
             self.out += b"b"
         if obj.items:
             key: Any = None
@@ -641,8 +635,19 @@ class PickleWriter:
             self.save_opaque_global(type(obj))
         self._save_attribute("<tensor class>", obj.from_type)
         self._save_args(obj.args)
-        self._save_attribute("state", {} if obj.state is None else obj.state)
+        self._save_state({} if obj.state is None else obj.state)
         self.out += b"tR"
+
+    def _save_state(self, state: Any) -> None:
+        """An opaque object's state; a refusal names its entries as the tree shows them (attributes)."""
+        try:
+            self.save(state)
+        except Refusal as refusal:
+            if isinstance(state, dict) and refusal.where:
+                refusal.where[-1] = Attr(str(refusal.where[-1]))
+            else:
+                refusal.where.append(Attr("state"))
+            raise
 
     def _save_args(self, args: tuple[Any, ...], opened: bool = False) -> None:
         """An opaque object's arguments as a tuple (``opened``: a MARK and the class are already out)."""

@@ -103,6 +103,7 @@ class SafetensorsPlan:
         if "__metadata__" in root:
             raise WriteError("a tensor named '__metadata__' cannot be written as safetensors (rename it)")
         self.aliases: dict[str, str] = {}
+        self.left_out = left_out_parts(root)
         self.tensors = library_order(self._unique(root))
         self.sizes = [tensor.numel * itemsize(tensor.dtype) for _, tensor in self.tensors]
         self.metadata = self._metadata(metadata or {})
@@ -207,7 +208,7 @@ class SafetensorsPlan:
         item = DataItem(name, offset, size)
         storage = tensor.storage
         assert storage is not None
-        if tensor.metadata:
+        if tensor.metadata is not None:
             try:
                 conj, neg = view_bits(tensor)
             except ValueError as exc:
@@ -228,6 +229,28 @@ class SafetensorsPlan:
         if begin == 0 and item.size == span.available:
             item.crc = span.crc
         return item
+
+
+def left_out_parts(root: dict[str, Tensor]) -> list[str]:
+    """What the source's tensors hold beyond their values, which safetensors cannot hold: said, never dropped silently.
+
+    Backward hooks, a Parameter's Python state, a tensor's Python attributes and its subclass; one entry per
+    kind, naming up to three keys.
+    """
+    kinds: dict[str, list[str]] = {}
+    for name, tensor in root.items():
+        if tensor.hooks is not None and not (isinstance(tensor.hooks, dict) and not tensor.hooks):
+            kinds.setdefault("backward hooks", []).append(name)
+        if tensor.parameter_state is not None:
+            kinds.setdefault("Parameter state", []).append(name)
+        if tensor.python_state is not None:
+            kinds.setdefault("tensor attributes", []).append(name)
+        if tensor.python_type is not None:
+            kinds.setdefault("tensor subclass", []).append(name)
+    return [
+        f"{kind} of {', '.join(repr(n) for n in names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for kind, names in kinds.items()
+    ]
 
 
 def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:
