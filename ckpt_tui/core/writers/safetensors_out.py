@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any, BinaryIO
 
+from ckpt_tui.core.describe import size as shown_size
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.values import repeats_far_more, stored_span
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
@@ -117,6 +119,12 @@ class SafetensorsPlan:
             storage = tensor.storage
             if storage is None or tensor.kind != "dense" or tensor.dtype not in TORCH_TO_SAFETENSORS:
                 raise WriteError(f"{name!r}: {tensor.dtype} {tensor.kind} tensors cannot be written as safetensors")
+            if repeats_far_more(tensor):
+                raise WriteError(
+                    f"{name!r}: a view of {tensor.numel} elements over {stored_span(tensor)} stored (expand, stride 0):"
+                    f" safetensors cannot hold views and would write all {shown_size(tensor.nbytes)};"
+                    " write .pth, which keeps the view"
+                )
             view = (id(storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
             names = views.get(view)
             if names is not None:
