@@ -104,3 +104,12 @@ def test_a_corrupt_pickle_with_only_known_globals_is_not_called_unsafe(tmp_path:
     refused = ORDERED + b"}(" + text("other") + b"K\x01ub"
     code, err = check(capsys, zip_with(tmp_path / "plain.pth", refused))
     assert code == 2 and "corrupt pickle" in err and "UNSAFE" not in err
+
+
+def test_a_payload_in_the_hooks_of_a_parameters_data_is_called_unsafe(tmp_path: Path, capsys) -> None:
+    """torch sets those hooks on the data tensor, then drops it: the payload runs, the value vanishes."""
+    hooks = ORDERED + b"(" + text("h") + payload("touch /nonexistent/x") + b"u"
+    parameter = global_op("torch._utils._rebuild_parameter") + b"(" + tensor_op(hooks=hooks) + b"\x88" + ORDERED + b"tR"
+    data = b"\x80\x02}(" + text("p") + parameter + b"u."
+    code, err = check(capsys, write_zip_checkpoint(tmp_path / "p.pth", data, {"0": floats(4)}))
+    assert code == 2 and "UNSAFE" in err and "posix.system" in err

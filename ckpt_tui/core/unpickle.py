@@ -183,6 +183,8 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state
         raise ValueError("parameter data is not a tensor")
     if data.python_type is not None or data.python_state is not None:
         raise ValueError("parameter data made by _rebuild_from_type_v2")
+    if data.hooks is not None or data.parameter_state is not None:  # torch would drop them: never written by it
+        raise ValueError("parameter data with its own backward hooks or state")
     return _with_flags(data, True, requires_grad is True, _hooks(backward_hooks), _state(state))
 
 
@@ -210,7 +212,7 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
         raise ValueError("_rebuild_from_type_v2 applied twice")
     named = new_type.qualname if isinstance(new_type, Symbol) else None
     if named == PARAMETER and not result.parameter:
-        return _with_flags(result, True, result.requires_grad, result.hooks, state or result.parameter_state)
+        return _with_flags(result, True, result.requires_grad, result.hooks, state)
     if state is None and named == (PARAMETER if result.parameter else "torch.Tensor"):
         return result
     usual = named == (PARAMETER if result.parameter else "torch.Tensor")
