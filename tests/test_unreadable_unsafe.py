@@ -113,3 +113,10 @@ def test_a_payload_in_the_hooks_of_a_parameters_data_is_called_unsafe(tmp_path: 
     data = b"\x80\x02}(" + text("p") + parameter + b"u."
     code, err = check(capsys, write_zip_checkpoint(tmp_path / "p.pth", data, {"0": floats(4)}))
     assert code == 2 and "UNSAFE" in err and "posix.system" in err
+
+
+def test_a_payload_as_requires_grad_is_called_unsafe_not_read_as_false(tmp_path: Path, capsys) -> None:
+    tensor = tensor_op().replace(b"\x89" + ORDERED, payload("touch /nonexistent/x") + ORDERED, 1)
+    data = b"\x80\x02}(" + text("w") + tensor + b"u."
+    code, err = check(capsys, write_zip_checkpoint(tmp_path / "g.pth", data, {"0": floats(4)}))
+    assert code == 2 and "requires_grad" in err and "UNSAFE" in err and "posix.system" in err

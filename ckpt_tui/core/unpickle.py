@@ -95,6 +95,16 @@ def _flags(metadata: Any) -> Any:
     return dict(metadata) if type(metadata) is dict else metadata
 
 
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _grad(requires_grad: Any) -> bool:
+    """``requires_grad``: True only for True; an object (a payload's result) is refused, not dropped as False."""
+    if not isinstance(requires_grad, _SCALARS):
+        raise ValueError(f"tensor requires_grad is a {type(requires_grad).__name__}, not a bool: torch.load refuses it")
+    return requires_grad is True
+
+
 def _hooks(backward_hooks: Any) -> Any:
     """``backward_hooks`` as torch writes them (an empty OrderedDict) become None; anything else is kept."""
     if type(backward_hooks) is LoadedOrderedDict and not backward_hooks and not backward_hooks.__dict__:
@@ -132,7 +142,7 @@ def _rebuild_tensor_v2(
         shape,
         strides,
         dtype or storage.dtype,
-        requires_grad is True,
+        _grad(requires_grad),
         _hooks(backward_hooks),
         _flags(metadata),
     )
@@ -185,7 +195,7 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state
         raise ValueError("parameter data made by _rebuild_from_type_v2")
     if data.hooks is not None or data.parameter_state is not None:  # torch would drop them: never written by it
         raise ValueError("parameter data with its own backward hooks or state")
-    return _with_flags(data, True, requires_grad is True, _hooks(backward_hooks), _state(state))
+    return _with_flags(data, True, _grad(requires_grad), _hooks(backward_hooks), _state(state))
 
 
 PARAMETER = "torch.nn.parameter.Parameter"
@@ -225,7 +235,7 @@ def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires
     shape, strides = _sizes(size, "size", 0), _sizes(stride, "stride", -INT64_LIMIT)
     if len(shape) != len(strides) or math.prod(shape) >= INT64_LIMIT:
         raise ValueError("tensor size and stride do not match")
-    return Tensor(None, 0, shape, strides, dtype.name, requires_grad is True)
+    return Tensor(None, 0, shape, strides, dtype.name, _grad(requires_grad))
 
 
 def _device(kind: Any, index: Any = None) -> Device:
