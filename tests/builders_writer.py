@@ -301,13 +301,76 @@ def hostile_source(where: str, command: str, folder: Path) -> Path:
         + system
         + b"ub"
         + b"u",
+        "tensor_state": b"}("
+        + text("w")
+        + from_type(tensor_op(), global_op("torch.Tensor"), b"}(" + text("x") + system + b"u")
+        + b"u",
+        "tensor_class": b"}(" + text("w") + from_type(tensor_op(), system, b"}") + b"u",
+        "metadata_not_a_dict": b"}(" + text("w") + tensor_op(metadata=system) + b"u",
+        "empty_state_metadata": b"}("
+        + text("p")
+        + global_op("torch._utils._rebuild_parameter_with_state")
+        + b"("
+        + tensor_op()
+        + b"\x88"
+        + ordered
+        + ordered
+        + b"}"
+        + text("_metadata")
+        + b"}("
+        + text("m")
+        + system
+        + b"u"
+        + b"sb"
+        + b"tR"
+        + b"u",
+        "opaque_from_type": b"}("
+        + text("w")
+        + tensor_op()
+        + text("ns")
+        + global_op("torch._tensor._rebuild_from_type_v2")
+        + b"("
+        + global_op("argparse.Namespace")
+        + global_op("torch.Tensor")
+        + b")"
+        + b"}("
+        + text("x")
+        + system
+        + b"u"
+        + b"tR"
+        + b"u",
     }
     data = b"\x80\x02" + bodies[where] + b"."
     path = folder / f"hostile-{where}.pth"
     return write_zip_checkpoint(path, data, {"0": floats(4)})
 
 
-HOSTILE_PLACES = ("backward_hooks", "tensor_metadata", "parameter_state", "_metadata", "opaque_args", "opaque_state")
+def from_type(tensor: bytes, new_type: bytes, state: bytes) -> bytes:
+    """``_rebuild_from_type_v2(func, new_type, args, state)`` around a ``tensor_op`` (its function and arguments)."""
+    assert tensor.endswith(b"tR")
+    return global_op("torch._tensor._rebuild_from_type_v2") + b"(" + _func_then(tensor[:-1], new_type) + state + b"tR"
+
+
+def _func_then(call: bytes, inserted: bytes) -> bytes:
+    """``GLOBAL f`` + ``inserted`` + ``(args t``: the function, then ``inserted``, then the argument tuple."""
+    end = call.index(b"\n", call.index(b"\n") + 1) + 1
+    return call[:end] + inserted + call[end:]
+
+
+HOSTILE_PLACES = (
+    "backward_hooks",
+    "tensor_metadata",
+    "parameter_state",
+    "_metadata",
+    "opaque_args",
+    "opaque_state",
+    "tensor_state",
+    "tensor_class",
+    "metadata_not_a_dict",
+    "empty_state_metadata",
+    "opaque_from_type",
+)
+"""Places an unsafe global can hide that a tree walk does not show as a child (the writer must still refuse it)."""
 
 
 def loads_with_torch(path: Path, **kwargs: Any) -> bool:

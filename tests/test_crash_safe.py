@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -129,14 +130,22 @@ def test_full_disk_gives_one_line_and_leaves_nothing(tiny_disk: Path, tmp_path: 
     assert list(tiny_disk.iterdir()) == []
 
 
-def test_output_in_a_read_only_folder_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+def test_output_in_a_read_only_folder_is_refused_in_one_line(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch.save(OrderedDict(w=torch.zeros(10)), tmp_path / "small.pth")
-    if os.geteuid() == 0:
-        folder = Path("/sys")  # read-only for everyone, root included
-    else:
-        folder = tmp_path / "locked"
-        folder.mkdir()
-        folder.chmod(0o500)
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if os.geteuid() == 0:  # root writes in a 0500 folder: the file system says no instead (as a read-only mount)
+        real_open = os.open
+
+        def read_only(path: str, *args: object, **kwargs: object) -> int:
+            if str(path).startswith(str(folder)):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+            return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "open", read_only)
     code = main(["convert", str(tmp_path / "small.pth"), "-o", str(folder / "out.pth")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"ckpt-tui: cannot write in {folder}") and err.count("\n") == 1

@@ -20,7 +20,7 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, out.out, out.err
 
 
-def test_expanded_tensor_too_big_for_the_disk_is_refused_before_writing(
+def test_expanded_tensor_is_refused_as_safetensors_before_writing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a stride-0 view: 4 bytes in the file, 4 PiB once every element is written out
@@ -30,7 +30,7 @@ def test_expanded_tensor_too_big_for_the_disk_is_refused_before_writing(
     out_folder.mkdir()
     code, _, err = run_cli(["convert", str(source), "-o", str(out_folder / "w.safetensors")], capsys)
     assert code == 2
-    assert err.count("\n") == 1 and "free" in err and "needs" in err
+    assert err.count("\n") == 1 and "a view of 1125899906842624 elements over 1 stored" in err and ".pth" in err
     assert list(out_folder.iterdir()) == []  # no temporary file, no output
 
 
@@ -111,3 +111,18 @@ def test_binary_reference_is_still_called_not_a_checkpoint(tmp_path: Path, capsy
     code, _, err = run_cli(["check", str(checkpoint), "--against", str(reference)], capsys)
     assert code == 2
     assert "not a checkpoint" in err
+
+
+def test_a_safetensors_output_larger_than_the_free_space_is_refused_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+    from collections import namedtuple
+
+    source = tmp_path / "small.pth"
+    torch.save({"w": torch.arange(4.0).expand(8, 4)}, source)  # a modest repeat: written out in full
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _folder: usage(1000, 990, 10))
+    code, _, err = run_cli(["convert", str(source), "-o", str(tmp_path / "w.safetensors")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "needs" in err and "free" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.pth"]

@@ -148,3 +148,62 @@ def test_progress_reaches_the_total_and_cancelling_leaves_nothing(tmp_path: Path
     with pytest.raises(Cancelled):
         save(root, tmp_path / f"again.{suffix}", cancelled=lambda: len(seen) > 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.pth", f"out.{suffix}"]
+
+
+def _refused_and_link_kept(capsys, source: Path, link: Path, words: str) -> None:
+    pointee = os.readlink(link)
+    code, err = convert(capsys, source, "-o", link, "--force")
+    assert code == 2 and words in err and err.count("\n") == 1
+    assert link.is_symlink() and os.readlink(link) == pointee
+    assert not list(link.parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_a_symlink_chain_to_a_fifo_is_refused_even_with_force(tmp_path: Path, source: Path, capsys, hops: int) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = fifo
+    for hop in range(hops):
+        (tmp_path / f"link{hop}").symlink_to(link.name)
+        link = tmp_path / f"link{hop}"
+    _refused_and_link_kept(capsys, source, link, "not a regular file")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_symlink_to_a_socket_or_a_directory_is_refused_even_with_force(tmp_path: Path, source: Path, capsys) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tmp_path / "sock"))
+        (tmp_path / "to_sock.pth").symlink_to(tmp_path / "sock")
+        _refused_and_link_kept(capsys, source, tmp_path / "to_sock.pth", "not a regular file")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "to_folder.pth").symlink_to(tmp_path / "folder")
+    _refused_and_link_kept(capsys, source, tmp_path / "to_folder.pth", "a directory")
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_a_symlink_to_a_device_through_a_link_is_refused(tmp_path: Path, source: Path, capsys) -> None:
+    (tmp_path / "null").symlink_to("/dev/null")  # only ever a target of a refused write
+    (tmp_path / "out.pth").symlink_to("null")
+    _refused_and_link_kept(capsys, source, tmp_path / "out.pth", "not a regular file")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_symlink_into_proc_is_refused_even_when_it_resolves_to_a_regular_file(
+    tmp_path: Path, source: Path, capsys
+) -> None:
+    """``/dev/stdout`` -> ``/proc/self/fd/1``: with stdout redirected to a file it resolves to a regular file."""
+    regular = tmp_path / "regular.txt"
+    regular.write_text("kept")
+    with regular.open() as handle:
+        (tmp_path / "stdout_like").symlink_to(f"/proc/self/fd/{handle.fileno()}")
+        _refused_and_link_kept(capsys, source, tmp_path / "stdout_like", "system path")
+    assert regular.read_text() == "kept"
+
+
+def test_a_new_file_under_a_link_to_a_system_folder_is_refused(tmp_path: Path, source: Path, capsys) -> None:
+    (tmp_path / "dev").symlink_to("/dev")
+    code, err = convert(capsys, source, "-o", tmp_path / "dev" / "ckpt_tui_never_written.pth", "--force")
+    assert code == 2 and "system path" in err
+    assert not Path("/dev/ckpt_tui_never_written.pth").exists()

@@ -36,7 +36,7 @@ from ckpt_tui.core.fingerprint import Fingerprints
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.core.readers.assembled import AssembledRecords
 from ckpt_tui.core.tree import Checkpoint, Storage, Tensor
-from ckpt_tui.core.values import TensorReader, decode
+from ckpt_tui.core.values import TensorReader, decode, element_span, repeats_far_more, same_layout, stored_span
 
 if TYPE_CHECKING:
     from ckpt_tui.core.writers.save import WriteResult
@@ -180,7 +180,10 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
             plan.mixed_dtypes.append(key_text(path))
         view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride)
         if view not in done:  # tied weights (one view under two keys) stay one tensor
-            done[view] = _averaged_tensor(tensor, inputs, source, f"avg{len(done)}")
+            make = _averaged_view if any(repeats_far_more(t) for t in inputs) else _averaged_tensor
+            if make is _averaged_view:
+                _check_same_layout(path, inputs, [c.path for c in checkpoints])
+            done[view] = make(tensor, inputs, source, f"avg{len(done)}")
             plan.averaged += 1
         return done[view]
 
@@ -202,6 +205,34 @@ def _averaged_tensor(tensor: Tensor, inputs: list[Tensor], source: AveragedRecor
     source.add_average(key, inputs)
     stride = tuple(math.prod(tensor.shape[k + 1 :]) for k in range(len(tensor.shape)))
     return dataclasses.replace(tensor, storage=new, offset=0, stride=stride, metadata=None)
+
+
+def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str) -> Tensor:
+    """A view that repeats its stored elements (expand, stride 0) stays a view: the storage it reaches is averaged.
+
+    Every input has the same layout, so element for element the storages' spans are the views' values.
+    """
+    storage, span = tensor.storage, stored_span(tensor)
+    assert storage is not None
+    flats = []
+    for each in inputs:
+        low, _ = element_span(each.offset, each.shape, each.stride) or (each.offset, 0)
+        flats.append(Tensor(each.storage, low, (span,), (1,), each.dtype, metadata=each.metadata))
+    low, _ = element_span(tensor.offset, tensor.shape, tensor.stride) or (tensor.offset, 0)
+    new = Storage(key, tensor.dtype, storage.location, span, source, storage.type_name)
+    source.add_average(key, flats)
+    return dataclasses.replace(tensor, storage=new, offset=tensor.offset - low, metadata=None)
+
+
+def _check_same_layout(path: KeyPath, inputs: list[Tensor], names: list[str]) -> None:
+    """A repeating view is averaged over its storage only when every file lays it out alike."""
+    for tensor, name in zip(inputs[1:], names[1:], strict=True):
+        if not same_layout(inputs[0], tensor):
+            raise AverageRefused(
+                f"{name}: {key_text(path)} is a view of {inputs[0].numel} elements over {stored_span(inputs[0])}"
+                " stored (expand, stride 0) in one file and laid out differently in another: averaging it"
+                " would read every element"
+            )
 
 
 def _check_same_tensors(trees: list[dict[KeyPath, Any]], names: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.fingerprint import Fingerprints
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.tree import Checkpoint, Opaque, Tensor, children, has_children
-from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
+from ckpt_tui.core.values import decode, paired_chunks
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -181,14 +181,10 @@ def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, re
         report.value_changes.append(TensorDiff(key, max_abs, close, nan_mismatch))
 
 
-def _chunks(tensor: Tensor, byteorder: str) -> Iterator[np.ndarray]:
-    return TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS)
-
-
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
     """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ)."""
     max_abs, close, nan_mismatch, same = 0.0, True, False, True
-    for raw_a, raw_b in zip(_chunks(x, order_a), _chunks(y, order_b), strict=True):
+    for raw_a, raw_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
         if same and order_a == order_b and raw_a.tobytes() == raw_b.tobytes():
             continue
         same = False

@@ -86,10 +86,14 @@ def _parts(value: Any) -> tuple[bytes, bool, Iterator[Any]]:
     if isinstance(value, (set, frozenset)):
         return (b"E" if isinstance(value, set) else b"F"), True, iter(value)
     if isinstance(value, Tensor):
-        return _tensor_header(value), False, iter((value.hooks, value.metadata, value.parameter_state))
+        return (
+            _tensor_header(value),
+            False,
+            iter((value.hooks, value.metadata, value.parameter_state, value.python_type, value.python_state)),
+        )
     if isinstance(value, Opaque):
         header = b"O" + repr((value.global_name, value.how)).encode("utf-8", "surrogatepass")
-        parts = (value.args, value.kwargs, value.state, value.items, value.list_items, value.callee)
+        parts = (value.args, value.kwargs, value.state, value.items, value.list_items, value.callee, value.from_type)
         return header, False, iter(parts)
     if isinstance(value, _Pair):
         return b"p", False, iter((value.key, value.value))

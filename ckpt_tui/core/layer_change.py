@@ -32,7 +32,7 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.stats import tensor_stats
 from ckpt_tui.core.tree import Checkpoint, Tensor
-from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
+from ckpt_tui.core.values import decode, paired_chunks
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -128,17 +128,19 @@ def _measure(
 ) -> LayerChange:
     aa = bb = dd = ab = 0.0
     nonfinite = 0
-    chunks_a = TensorReader(x, order_a).chunks(CHUNK_ELEMENTS)
-    chunks_b = TensorReader(y, order_b).chunks(CHUNK_ELEMENTS)
-    for raw_a, raw_b in zip(chunks_a, chunks_b, strict=True):
+    for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b):  # a stride-0 view costs its storage
         if cancelled is not None and cancelled():
             raise Cancelled("cancelled")
         va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
-        sums = _sums(va, vb)
+        sums = _sums(va, vb, repeats)
         if not all(math.isfinite(v) for v in sums):  # a NaN or Inf somewhere: only positions finite on both sides
             finite = np.isfinite(va) & np.isfinite(vb)
-            nonfinite += int(finite.size - np.count_nonzero(finite))
-            sums = _sums(va[finite], vb[finite])
+            if isinstance(repeats, int):
+                nonfinite += int(finite.size - np.count_nonzero(finite)) * repeats
+                sums = _sums(va[finite], vb[finite], repeats)
+            else:  # each stored element with its own count
+                nonfinite += int(repeats[~finite].sum())
+                sums = _sums(va[finite], vb[finite], repeats[finite])
         aa, bb, dd, ab = aa + sums[0], bb + sums[1], dd + sums[2], ab + sums[3]
     norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
     if norm_a > 0:
@@ -151,10 +153,15 @@ def _measure(
     return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
 
 
-def _sums(va: np.ndarray, vb: np.ndarray) -> tuple[float, float, float, float]:
-    """Σa², Σb², Σ(a−b)², Σab in float64 (not finite when a NaN or Inf is among the values)."""
+def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:
+    """Σa², Σb², Σ(a−b)², Σab in float64, each element counted ``repeats`` times (not finite with a NaN or Inf)."""
     delta = va - vb
-    return float(np.dot(va, va)), float(np.dot(vb, vb)), float(np.dot(delta, delta)), float(np.dot(va, vb))
+    if isinstance(repeats, int):
+        pairs = ((va, va), (vb, vb), (delta, delta), (va, vb))
+        aa, bb, dd, ab = (float(np.dot(u, v)) * repeats for u, v in pairs)
+        return aa, bb, dd, ab
+    wa, wd = va * repeats, delta * repeats
+    return float(np.dot(wa, va)), float(np.dot(vb * repeats, vb)), float(np.dot(wd, delta)), float(np.dot(wa, vb))
 
 
 # ---- a series of files -----------------------------------------------------------------------

@@ -18,7 +18,15 @@ from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.fingerprint import Fingerprints
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.tree import Checkpoint, Tensor
-from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode
+from ckpt_tui.core.values import (
+    CHUNK_ELEMENTS,
+    TensorReader,
+    decode,
+    paired_chunks,
+    repeated_view_error,
+    repeats_far_more,
+    same_layout,
+)
 
 
 @dataclass
@@ -77,16 +85,28 @@ def _group_of(groups: list[list[int]], rank: int) -> int:
     return next(index for index, ranks in enumerate(groups) if rank in ranks)
 
 
-def _digest(tensor: Tensor, byteorder: str) -> str:
+def _digest(tensor: Tensor, byteorder: str, first: Tensor) -> str:
+    """A digest of the values; of each stored element and its count for a view that repeats them (stride 0).
+
+    Such a view is compared only with views laid out as the first rank's (the same digest means the same values).
+    """
     digest = hashlib.blake2b(digest_size=16)
-    for raw in TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS):
+    reader = TensorReader(tensor, byteorder)
+    if repeats_far_more(tensor) or repeats_far_more(first):
+        if not same_layout(tensor, first):
+            raise repeated_view_error(tensor if repeats_far_more(tensor) else first)
+        for raw, repeats in reader.distinct_chunks():
+            digest.update(raw.tobytes())
+            digest.update(np.asarray(repeats, dtype=np.int64).tobytes())
+        return digest.hexdigest()
+    for raw in reader.chunks(CHUNK_ELEMENTS):
         digest.update(raw.tobytes())
     return digest.hexdigest()
 
 
 def _max_abs(a: Tensor, b: Tensor, order_a: str, order_b: str) -> float:
     largest = 0.0
-    chunks = zip(TensorReader(a, order_a).chunks(), TensorReader(b, order_b).chunks(), strict=True)
+    chunks = ((raw_a, raw_b) for raw_a, raw_b, _ in paired_chunks(a, b, order_a, order_b))
     with np.errstate(all="ignore"):
         for raw_a, raw_b in chunks:
             delta = np.abs(decode(raw_a, a.dtype, a.metadata) - decode(raw_b, b.dtype, b.metadata))
@@ -139,7 +159,7 @@ def _compare_tensors(key: str, tensors: list[Tensor], checkpoints: list[Checkpoi
         report.differences.append(RankDifference(key, groups, [None] * len(tensors), "shape/dtype"))
         return
     try:
-        digests = [_digest(t, c.byteorder) for t, c in zip(tensors, checkpoints, strict=True)]
+        digests = [_digest(t, c.byteorder, tensors[0]) for t, c in zip(tensors, checkpoints, strict=True)]
         groups = _groups(digests)
         if len(groups) == 1:
             return

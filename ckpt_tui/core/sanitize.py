@@ -230,6 +230,14 @@ class _Rewriter:
             state = self.visit(tensor.parameter_state, (*path, Attr("parameter_state")))
             if state is not tensor.parameter_state:
                 changes["parameter_state"] = state
+        kind = tensor.python_type
+        if kind is not None and not (isinstance(kind, Symbol) and kind.qualname in tables.ALLOWED):
+            self.note("tensor subclass → a plain tensor", getattr(kind, "global_name", None) or repr(kind))
+            changes["python_type"] = None
+        if tensor.python_state is not None:
+            state = self.visit(tensor.python_state, (*path, Attr("python_state")))
+            if state is not tensor.python_state:
+                changes["python_state"] = state
         return dataclasses.replace(tensor, **changes) if changes else tensor
 
     def _symbol(self, value: Symbol) -> Any:

@@ -164,6 +164,10 @@ class Tensor:
     metadata: dict[str, Any] | None = None
     parameter: bool = False
     parameter_state: Any = None
+    python_type: Any = None
+    """The class ``_rebuild_from_type_v2`` made this tensor (None: a Tensor, or a Parameter as flagged)."""
+    python_state: Any = None
+    """The Python state ``_rebuild_from_type_v2`` set on it (a tensor's attributes), as pickled."""
     kind: str = "dense"
     quantizer: tuple[Any, ...] | None = None
     """A quantized tensor's parameters as pickled: ``(qscheme, scale, zero_point)`` or
@@ -266,6 +270,8 @@ class Opaque:
     items: dict[Any, Any]
     list_items: list[Any]
     callee: Opaque | None = None
+    from_type: Any = None
+    """The class named by the ``_rebuild_from_type_v2`` call that made this object (its ``state`` came with it)."""
 
     @property
     def is_module(self) -> bool:
@@ -378,6 +384,10 @@ def hidden_parts(value: Any) -> Iterator[tuple[Key, Any]]:
             yield Attr("<tensor metadata>"), value.metadata
         if value.parameter_state is not None:
             yield Attr("<parameter state>"), value.parameter_state
+        if value.python_type is not None:
+            yield Attr("<tensor class>"), value.python_type
+        if value.python_state is not None:
+            yield Attr("<tensor state>"), value.python_state
     elif isinstance(value, dict):
         metadata = getattr(value, "_metadata", None)
         if metadata is not None:
@@ -392,6 +402,8 @@ def hidden_parts(value: Any) -> Iterator[tuple[Key, Any]]:
                 yield Attr(f"args[{index}]"), arg
         for name, arg in value.kwargs.items():
             yield Attr(f"kwargs[{name}]"), arg
+        if value.from_type is not None:
+            yield Attr("<tensor class>"), value.from_type
         for key in value.items:
             if type(key) is not str:
                 yield Attr("<key>"), key
@@ -589,6 +601,8 @@ def _contents(value: Any, module_state: bool = False) -> Iterator[tuple[Any, int
     elif isinstance(value, Opaque):
         if value.callee is not None:
             yield value.callee, 1
+        if value.from_type is not None:
+            yield value.from_type, 1
         for part in (value.args, value.kwargs, value.state, value.items, value.list_items):
             yield part, 0
 
@@ -604,7 +618,8 @@ def _check_value(value: Any, heights: dict[int, int], on_path: set[int]) -> int 
         return 0
     if kind is Tensor:
         _check_tensor(value)
-        if value.hooks is None and value.metadata is None and value.parameter_state is None:
+        plain = value.hooks is None and value.metadata is None and value.parameter_state is None
+        if plain and value.python_type is None and value.python_state is None:
             return 0
     elif kind is Storage:
         _check_int64(value.numel, "storage size")

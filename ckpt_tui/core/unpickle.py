@@ -13,6 +13,7 @@ BUILD, so a file cannot change a tensor, a storage or one of these functions aft
 from __future__ import annotations
 
 import _compat_pickle
+import contextlib
 import dataclasses
 import io
 import math
@@ -26,6 +27,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core import process
 from ckpt_tui.core.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.pickle_globals import named_globals
 from ckpt_tui.core.tree import (
     INT64_LIMIT,
     LAYOUTS,
@@ -81,15 +83,26 @@ def _sizes(value: Any, what: str, lowest: int) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _flags(metadata: Any) -> dict[Any, Any] | None:
+def _flags(metadata: Any) -> Any:
     """Tensor metadata as torch writes it (``{"conj": True}``, ``{"neg": True}``), copied.
 
-    Anything else in a dict is kept as data, so its globals are reported and the writer refuses them
-    with their place; torch would run them while unpickling, then fail on the values.
+    Anything else (a dict of other values, an OrderedDict with ``_metadata``, a value that is not a dict)
+    is kept as it is, so its globals are reported and the writer writes it or refuses it with its place;
+    torch would run them while unpickling, then fail on the values. Only None and ``{}`` mean "none".
     """
-    if not metadata or not isinstance(metadata, dict):
+    if metadata is None or (type(metadata) is dict and not metadata):
         return None
-    return dict(metadata)
+    return dict(metadata) if type(metadata) is dict else metadata
+
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _grad(requires_grad: Any) -> bool:
+    """``requires_grad``: True only for True; an object (a payload's result) is refused, not dropped as False."""
+    if not isinstance(requires_grad, _SCALARS):
+        raise ValueError(f"tensor requires_grad is a {type(requires_grad).__name__}, not a bool: torch.load refuses it")
+    return requires_grad is True
 
 
 def _hooks(backward_hooks: Any) -> Any:
@@ -129,7 +142,7 @@ def _rebuild_tensor_v2(
         shape,
         strides,
         dtype or storage.dtype,
-        requires_grad is True,
+        _grad(requires_grad),
         _hooks(backward_hooks),
         _flags(metadata),
     )
@@ -170,24 +183,50 @@ def _with_flags(data: Tensor, parameter: bool, requires_grad: bool, hooks: Any, 
     )
 
 
+def _state(state: Any) -> Any:
+    """Python state as pickled; None for none (None or a plain ``{}``): anything else is kept to be written."""
+    return None if state is None or (type(state) is dict and not state) else state
+
+
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state: Any = None) -> Any:
     if not isinstance(data, Tensor):
         raise ValueError("parameter data is not a tensor")
-    return _with_flags(data, True, requires_grad is True, _hooks(backward_hooks), state or None)
+    if data.python_type is not None or data.python_state is not None:
+        raise ValueError("parameter data made by _rebuild_from_type_v2")
+    if data.hooks is not None or data.parameter_state is not None:  # torch would drop them: never written by it
+        raise ValueError("parameter data with its own backward hooks or state")
+    return _with_flags(data, True, _grad(requires_grad), _hooks(backward_hooks), _state(state))
+
+
+PARAMETER = "torch.nn.parameter.Parameter"
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+    """``func(*args)`` made into ``new_type`` with ``state`` set on it: every part kept, so it is written back.
+
+    A plain tensor made a Parameter is a Parameter (torch writes those with ``_rebuild_parameter``); any
+    other class or state is recorded on the tensor, or on an opaque result (a DTensor) as ``from_type``.
+    """
     if not callable(func) or not isinstance(args, tuple):
         raise ValueError("malformed _rebuild_from_type_v2 call")
     result = func(*args)
-    if isinstance(result, Opaque) and state is not None:  # a tensor subclass (DTensor...): keep its fields
-        result.state = state
+    state = _state(state)
+    if isinstance(result, Opaque):
+        if result.from_type is not None or result.state is not None or result.how != "reduce":
+            raise ValueError("_rebuild_from_type_v2 of an object already built")
+        result.from_type, result.state = new_type, state
+        return result
     if not isinstance(result, Tensor):
         return result
-    parameter = result.parameter or (isinstance(new_type, Symbol) and new_type.name == "Parameter")
-    if parameter == result.parameter and not state:
+    if result.python_type is not None or result.python_state is not None:
+        raise ValueError("_rebuild_from_type_v2 applied twice")
+    named = new_type.qualname if isinstance(new_type, Symbol) else None
+    if named == PARAMETER and not result.parameter:
+        return _with_flags(result, True, result.requires_grad, result.hooks, state)
+    if state is None and named == (PARAMETER if result.parameter else "torch.Tensor"):
         return result
-    return _with_flags(result, parameter, result.requires_grad, result.hooks, state or result.parameter_state)
+    usual = named == (PARAMETER if result.parameter else "torch.Tensor")
+    return dataclasses.replace(result, python_type=None if usual else new_type, python_state=state)
 
 
 def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires_grad: Any) -> Tensor:
@@ -196,7 +235,7 @@ def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires
     shape, strides = _sizes(size, "size", 0), _sizes(stride, "stride", -INT64_LIMIT)
     if len(shape) != len(strides) or math.prod(shape) >= INT64_LIMIT:
         raise ValueError("tensor size and stride do not match")
-    return Tensor(None, 0, shape, strides, dtype.name, requires_grad is True)
+    return Tensor(None, 0, shape, strides, dtype.name, _grad(requires_grad))
 
 
 def _device(kind: Any, index: Any = None) -> Device:
@@ -552,25 +591,54 @@ def load_pickle(
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
+    start = _position(stream)
     unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals, _protocol(data))
     try:
         with process.gc_paused(), process.heap_cap(size):
             return unpickler.load()
-    except ReadError:
-        raise
+    except ReadError as exc:
+        raise ReadError(str(exc) + _unsafe_note(unpickler, stream, start)) from None
     except RecursionError:
-        raise ReadError(f"{what}: nested too deeply to read") from None
+        problem = "nested too deeply to read"
     except MemoryError:
-        raise ReadError(
-            f"{what}: refused: it asks for far more memory than its size justifies (a memo bomb?)"
-        ) from None
+        problem = "refused: it asks for far more memory than its size justifies (a memo bomb?)"
     except EOFError:
-        raise ReadError(f"{what}: pickle ends early (truncated file?)") from None
+        problem = "pickle ends early (truncated file?)"
     except Exception as exc:  # any failure of a hostile or broken pickle is a read error
-        raise ReadError(f"{what}: corrupt pickle ({type(exc).__name__}: {_reason(exc)})") from None
+        problem = f"corrupt pickle ({type(exc).__name__}: {_reason(exc)})"
     finally:
         if unsafe is not None:
             unsafe.update(unpickler.unsafe_names)
+    raise ReadError(f"{what}: {problem}{_unsafe_note(unpickler, stream, start)}")
+
+
+def _position(stream: BinaryIO) -> int | None:
+    try:
+        return stream.tell()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+
+
+def _unsafe_note(unpickler: SafeUnpickler, stream: BinaryIO, start: int | None) -> str:
+    """For a pickle the reader refused: the unsafe globals it names, met before the failure or after it.
+
+    Read from the opcodes alone (:mod:`.pickle_globals`), classified by the same ``find_class``: a file
+    the reader cannot show is still called unsafe when ``torch.load(weights_only=False)`` would run code.
+    """
+    if start is not None:
+        with contextlib.suppress(OSError, ValueError):
+            stream.seek(start)
+            with process.gc_paused():
+                for module, name in named_globals(stream):
+                    unpickler.find_class(module, name)
+    names = sorted(unpickler.unsafe_names)
+    if not names:
+        return ""
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"; and it is UNSAFE: it names the unsafe global {shown}"
+        " (NOT executed here; torch.load(weights_only=False) would run it)"
+    )
 
 
 def _reason(exc: Exception) -> str:

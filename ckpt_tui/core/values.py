@@ -120,7 +120,7 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
         values = np.abs(raw).astype(np.float64)
     else:
         values = raw.astype(np.float64)
-    if metadata and metadata.get("neg"):
+    if isinstance(metadata, dict) and metadata.get("neg"):
         values = -values
     return values
 
@@ -458,3 +458,64 @@ def _window_sum(counts: np.ndarray, size: int, step: int) -> np.ndarray:
     if reach < span:
         out[reach:] -= running[: span - reach]
     return out
+
+
+# ---- views that repeat their stored elements (expand, stride 0) -----------------------------------
+
+REPEAT_FACTOR = 16
+REPEAT_SLACK_BYTES = 64 << 20
+
+
+def stored_span(tensor: Tensor) -> int:
+    """How many storage elements a view reaches, from its lowest to its highest (0 when it is empty)."""
+    span = element_span(tensor.offset, tensor.shape, tensor.stride)
+    return 0 if span is None else span[1] - span[0] + 1
+
+
+def repeats_far_more(tensor: Tensor) -> bool:
+    """Whether a view holds far more elements than it stores (> 16x and > 64 MB more): ``expand``, stride 0.
+
+    Such a view costs its storage to read (:meth:`TensorReader.distinct_chunks`), but every element to
+    materialise: readers that walk it element by element, or a format without views, refuse it.
+    """
+    numel, span = tensor.numel, stored_span(tensor)
+    return numel > REPEAT_FACTOR * span and (numel - span) * itemsize(tensor.dtype) > REPEAT_SLACK_BYTES
+
+
+def same_layout(x: Tensor, y: Tensor) -> bool:
+    """Whether two views pair the same element positions with storage positions (equal strides where size > 1)."""
+    return x.shape == y.shape and all(
+        a == b for size, a, b in zip(x.shape, x.stride, y.stride, strict=True) if size > 1
+    )
+
+
+def repeated_view_error(tensor: Tensor) -> ReadError:
+    """The one line for a repeating view that would have to be read element by element."""
+    return ReadError(
+        f"a view of {tensor.numel} elements over {stored_span(tensor)} stored (expand, stride 0), laid out"
+        " differently on the other side: not compared element by element"
+    )
+
+
+def paired_chunks(
+    x: Tensor, y: Tensor, order_x: str, order_y: str
+) -> Iterator[tuple[np.ndarray, np.ndarray, int | np.ndarray]]:
+    """Raw elements of two same-shaped tensors at the same positions, with how often each pair occurs.
+
+    Laid out alike (:func:`same_layout`), each stored element is read once with its multiplicity, so a
+    stride-0 view costs its storage; otherwise every element in row-major order, refused for a view that
+    repeats its storage far more (:func:`repeats_far_more`).
+    """
+    if same_layout(x, y):
+        left = TensorReader(x, order_x).distinct_chunks()
+        right = TensorReader(y, order_y).distinct_chunks()
+        for (raw_x, repeats), (raw_y, _) in zip(left, right, strict=True):
+            yield raw_x, raw_y, repeats
+        return
+    for tensor in (x, y):
+        if repeats_far_more(tensor):
+            raise repeated_view_error(tensor)
+    left_all = TensorReader(x, order_x).chunks()
+    right_all = TensorReader(y, order_y).chunks()
+    for raw_x, raw_y in zip(left_all, right_all, strict=True):
+        yield raw_x, raw_y, 1

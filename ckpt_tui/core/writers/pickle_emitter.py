@@ -80,6 +80,7 @@ EMITTED_GLOBALS = (
         "builtins.frozenset",
         "builtins.complex",
         "copyreg._reconstructor",
+        "torch._tensor._rebuild_from_type_v2",
     }
 )
 """Every global the emitter writes on its own account; opaque objects add only safe-marked names."""
@@ -148,6 +149,7 @@ class PickleWriter:
         self._strings: dict[str, bytes] = {}
         self._layouts: dict[tuple[str, str, str, str], tuple[bytes, bytes, bool, bytes]] = {}
         self._empty_hooks = b""
+        self._pending_type: Any = None
 
     def dump(self, root: Any) -> bytes:
         """The whole pickle for ``root``; a :class:`WriteError` naming the place if any part cannot be written."""
@@ -381,18 +383,27 @@ class PickleWriter:
         problem = tensor_problem(tensor)
         if problem is not None:  # torch.load would refuse the output as it refuses the source
             raise Refusal(f"a tensor that {problem} (torch.load refuses it; --drop it)")
+        typed = tensor.python_type is not None or tensor.python_state is not None
+        if typed:  # _rebuild_from_type_v2(func, new_type, args, state), as torch writes a tensor with Python state
+            self.save_global("torch._tensor._rebuild_from_type_v2")
+            self.out += b"("
+            usual = Symbol("torch.nn.parameter.Parameter" if tensor.parameter else "torch.Tensor")
+            self._pending_type = usual if tensor.python_type is None else tensor.python_type  # written after func
         if tensor.parameter:
             with_state = tensor.parameter_state is not None
-            self.save_global("torch._utils._rebuild_parameter" + ("_with_state" if with_state else ""))
+            self._tensor_function("torch._utils._rebuild_parameter" + ("_with_state" if with_state else ""))
             self.out += b"("
             self.save_plain_tensor(tensor, as_parameter_data=True)
             self.out += b"\x88" if tensor.requires_grad else b"\x89"
             self._save_hooks(tensor)
             if with_state:
                 self._save_attribute("parameter_state", tensor.parameter_state)
+            self.out += b"t" if typed else b"tR"
+        elif typed or not self._save_common_tensor(tensor):
+            self.save_plain_tensor(tensor, reduce=not typed)
+        if typed:
+            self._save_attribute("python_state", {} if tensor.python_state is None else tensor.python_state)
             self.out += b"tR"
-        elif not self._save_common_tensor(tensor):
-            self.save_plain_tensor(tensor)
         self._put(tensor, temporary=False)
 
     def _save_common_tensor(self, tensor: Tensor) -> bool:
@@ -402,7 +413,7 @@ class PickleWriter:
         global and repeated string in it is already defined and is fetched from the memo. False: not handled.
         """
         storage = tensor.storage
-        if storage is None or tensor.kind != "dense" or tensor.metadata or tensor.sparse is not None:
+        if storage is None or tensor.kind != "dense" or tensor.metadata is not None or tensor.sparse is not None:
             return False
         hooks = tensor.hooks
         if not (hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata"))):
@@ -455,28 +466,38 @@ class PickleWriter:
         else:
             self._save_attribute("backward_hooks", hooks)
 
-    def save_plain_tensor(self, tensor: Tensor, as_parameter_data: bool = False) -> None:
-        """``_rebuild_tensor_v2/v3`` (or the quantized, sparse and meta variants) for one tensor."""
+    def _tensor_function(self, qualname: str) -> None:
+        """A tensor's rebuild function; then the class ``_rebuild_from_type_v2`` makes it, when one is pending."""
+        self.save_global(qualname)
+        pending, self._pending_type = self._pending_type, None
+        if pending is not None:
+            self._save_attribute("python_type", pending)
+
+    def save_plain_tensor(self, tensor: Tensor, as_parameter_data: bool = False, reduce: bool = True) -> None:
+        """``_rebuild_tensor_v2/v3`` (or the quantized, sparse and meta variants) for one tensor.
+
+        ``reduce`` False: the function and its argument tuple only, for ``_rebuild_from_type_v2`` to call.
+        """
+        call = b"R" if reduce else b""
         if tensor.kind == "quantized":
-            self.save_quantized(tensor)
+            self.save_quantized(tensor, call)
             return
         if tensor.sparse is not None:
-            self.save_sparse(tensor)
+            self.save_sparse(tensor, call)
             return
         if tensor.kind != "dense":
             raise Refusal(f"a {tensor.kind} tensor (its values are not in this file)")
         storage = tensor.storage
         if storage is None:
-            self.save_reduce(
-                "torch._utils._rebuild_meta_tensor_no_storage",
-                (Symbol(f"torch.{tensor.dtype}"), tensor.shape, tensor.stride, tensor.requires_grad),
-            )
+            self._tensor_function("torch._utils._rebuild_meta_tensor_no_storage")
+            self.save_tuple((Symbol(f"torch.{tensor.dtype}"), tensor.shape, tensor.stride, tensor.requires_grad))
+            self.out += call
             return
         v3 = resolved_type(storage) == "UntypedStorage" or tensor.dtype != storage.dtype
         requires_grad = tensor.requires_grad and not as_parameter_data
+        self._tensor_function("torch._utils._rebuild_tensor_v3" if v3 else "torch._utils._rebuild_tensor_v2")
         self.out += (
-            self.global_ref("torch._utils._rebuild_tensor_v3" if v3 else "torch._utils._rebuild_tensor_v2")
-            + b"("
+            b"("
             + self.storage_id(storage)
             + self.int_bytes(tensor.offset)
             + self.int_tuple(tensor.shape)
@@ -486,9 +507,9 @@ class PickleWriter:
         self._save_hooks(tensor)
         if v3:
             self.out += self.global_ref(f"torch.{tensor.dtype}")
-        if tensor.metadata:
+        if tensor.metadata is not None:
             self._save_attribute("metadata", tensor.metadata)
-        self.out += b"tR"
+        self.out += b"t" + call
 
     def storage_id(self, storage: Storage) -> bytes:
         """The persistent id of a storage under its output record key (``BINPERSID``)."""
@@ -516,14 +537,14 @@ class PickleWriter:
         self._strings[text] = _memo_get(index)
         return encode_str(text) + _memo_put(index)
 
-    def save_quantized(self, tensor: Tensor) -> None:
+    def save_quantized(self, tensor: Tensor, call: bytes = b"R") -> None:
         """``_rebuild_qtensor(storage, offset, size, stride, quantizer, requires_grad, hooks)``, as torch writes it."""
         storage = tensor.storage
         if storage is None or tensor.quantizer is None:
             raise Refusal("a quantized tensor without its storage or quantizer")
+        self._tensor_function("torch._utils._rebuild_qtensor")
         self.out += (
-            self.global_ref("torch._utils._rebuild_qtensor")
-            + b"("
+            b"("
             + self.storage_id(storage)
             + self.int_bytes(tensor.offset)
             + self.int_tuple(tensor.shape)
@@ -534,17 +555,17 @@ class PickleWriter:
         self.tensors = counted  # per-channel scales are part of this tensor, not tensors of their own
         self.out += b"\x88" if tensor.requires_grad else b"\x89"
         self._save_hooks(tensor)
-        self.out += b"tR"
+        self.out += b"t" + call
 
-    def save_sparse(self, tensor: Tensor) -> None:
+    def save_sparse(self, tensor: Tensor, call: bytes = b"R") -> None:
         """``_rebuild_sparse_tensor(layout, parts)``, as torch writes it."""
         layout = Layout(f"torch.{tensor.kind}")
-        self.save_global("torch._utils._rebuild_sparse_tensor")
+        self._tensor_function("torch._utils._rebuild_sparse_tensor")
         self.save_layout(layout)
         counted = self.tensors
         self._save_attribute("sparse", tensor.sparse)
         self.tensors = counted  # indices and values are part of this tensor
-        self.out += b"\x86R"
+        self.out += b"\x86" + call
 
     # ---- opaque objects ---------------------------------------------------------------
 
@@ -561,7 +582,9 @@ class PickleWriter:
     def save_opaque(self, obj: Opaque) -> None:
         if obj.kwargs:
             raise Refusal(f"a {obj.global_name} built with keyword arguments")
-        if obj.callee is not None:
+        if obj.from_type is not None:
+            self.save_from_type(obj)
+        elif obj.callee is not None:
             self._save_attribute("callee", obj.callee)
             self._save_args(obj.args)
             self.out += b"R"
@@ -576,15 +599,8 @@ class PickleWriter:
             self._save_args(obj.args)
             self.out += b"\x81" if obj.how == "newobj" else b"R"
         self._put(obj)
-        if obj.state is not None:
-            try:
-                self.save(obj.state)
-            except Refusal as refusal:
-                if isinstance(obj.state, dict) and refusal.where:
-                    refusal.where[-1] = Attr(str(refusal.where[-1]))  # the tree shows state entries as attributes
-                else:
-                    refusal.where.append(Attr("state"))
-                raise
+        if obj.state is not None and obj.from_type is None:
+            self._save_state(obj.state)
             self.out += b"b"
         if obj.items:
             key: Any = None
@@ -606,6 +622,32 @@ class PickleWriter:
                     refusal.where.append(index)
                     raise
             self.out += b"e"
+
+    def save_from_type(self, obj: Opaque) -> None:
+        """``_rebuild_from_type_v2(func, new_type, args, state)`` that made ``obj`` (a DTensor...), every part kept."""
+        if obj.how != "reduce":
+            raise Refusal(f"a {obj.global_name} made by _rebuild_from_type_v2 in an unusual way")
+        self.save_global("torch._tensor._rebuild_from_type_v2")
+        self.out += b"("
+        if obj.callee is not None:
+            self._save_attribute("callee", obj.callee)
+        else:
+            self.save_opaque_global(type(obj))
+        self._save_attribute("<tensor class>", obj.from_type)
+        self._save_args(obj.args)
+        self._save_state({} if obj.state is None else obj.state)
+        self.out += b"tR"
+
+    def _save_state(self, state: Any) -> None:
+        """An opaque object's state; a refusal names its entries as the tree shows them (attributes)."""
+        try:
+            self.save(state)
+        except Refusal as refusal:
+            if isinstance(state, dict) and refusal.where:
+                refusal.where[-1] = Attr(str(refusal.where[-1]))
+            else:
+                refusal.where.append(Attr("state"))
+            raise
 
     def _save_args(self, args: tuple[Any, ...], opened: bool = False) -> None:
         """An opaque object's arguments as a tuple (``opened``: a MARK and the class are already out)."""

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any, BinaryIO
 
+from ckpt_tui.core.describe import size as shown_size
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.values import repeats_far_more, stored_span
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
@@ -103,6 +105,7 @@ class SafetensorsPlan:
         if "__metadata__" in root:
             raise WriteError("a tensor named '__metadata__' cannot be written as safetensors (rename it)")
         self.aliases: dict[str, str] = {}
+        self.left_out = left_out_parts(root)
         self.tensors = library_order(self._unique(root))
         self.sizes = [tensor.numel * itemsize(tensor.dtype) for _, tensor in self.tensors]
         self.metadata = self._metadata(metadata or {})
@@ -116,6 +119,12 @@ class SafetensorsPlan:
             storage = tensor.storage
             if storage is None or tensor.kind != "dense" or tensor.dtype not in TORCH_TO_SAFETENSORS:
                 raise WriteError(f"{name!r}: {tensor.dtype} {tensor.kind} tensors cannot be written as safetensors")
+            if repeats_far_more(tensor):
+                raise WriteError(
+                    f"{name!r}: a view of {tensor.numel} elements over {stored_span(tensor)} stored (expand, stride 0):"
+                    f" safetensors cannot hold views and would write all {shown_size(tensor.nbytes)};"
+                    " write .pth, which keeps the view"
+                )
             view = (id(storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
             names = views.get(view)
             if names is not None:
@@ -210,7 +219,7 @@ class SafetensorsPlan:
         item = DataItem(name, offset, size)
         storage = tensor.storage
         assert storage is not None
-        if tensor.metadata:
+        if tensor.metadata is not None:
             try:
                 conj, neg = view_bits(tensor)
             except ValueError as exc:
@@ -231,6 +240,28 @@ class SafetensorsPlan:
         if begin == 0 and item.size == span.available:
             item.crc = span.crc
         return item
+
+
+def left_out_parts(root: dict[str, Tensor]) -> list[str]:
+    """What the source's tensors hold beyond their values, which safetensors cannot hold: said, never dropped silently.
+
+    Backward hooks, a Parameter's Python state, a tensor's Python attributes and its subclass; one entry per
+    kind, naming up to three keys.
+    """
+    kinds: dict[str, list[str]] = {}
+    for name, tensor in root.items():
+        if tensor.hooks is not None and not (isinstance(tensor.hooks, dict) and not tensor.hooks):
+            kinds.setdefault("backward hooks", []).append(name)
+        if tensor.parameter_state is not None:
+            kinds.setdefault("Parameter state", []).append(name)
+        if tensor.python_state is not None:
+            kinds.setdefault("tensor attributes", []).append(name)
+        if tensor.python_type is not None:
+            kinds.setdefault("tensor subclass", []).append(name)
+    return [
+        f"{kind} of {', '.join(repr(n) for n in names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for kind, names in kinds.items()
+    ]
 
 
 def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:

@@ -37,12 +37,15 @@ class WriteResult:
     aliases: dict[str, str]
     verified: str
     storages: list[Storage] = field(default_factory=list, repr=False)
+    left_out: list[str] = field(default_factory=list)
+    """What the source held that the format cannot hold (safetensors: hooks, Python state), said in the line."""
 
     def line(self) -> str:
         """One line for the user."""
+        left = f"; left out (safetensors holds tensor values only): {'; '.join(self.left_out)}" if self.left_out else ""
         return (
             f"wrote {self.path} ({self.format}, {self.tensors} tensors, {self.records} records, "
-            f"{self.nbytes} bytes); verified: {self.verified}"
+            f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
 
 
@@ -95,6 +98,7 @@ def save(
                     written.nbytes,
                     written.aliases,
                     verified,
+                    left_out=plan.left_out,
                 )
             else:
                 assert emitted is not None

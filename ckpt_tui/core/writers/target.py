@@ -2,7 +2,9 @@
 
 Rules, in the order they are checked:
 
-- a directory, a device, a pipe or a socket is never replaced;
+- a directory, a device, a pipe or a socket is never replaced, named directly or through any chain of
+  symlinks (a link to ``/proc/self/fd/1`` is refused, not replaced by a file), and nothing in ``/dev``,
+  ``/proc`` or ``/sys`` is written (``/dev/stdout`` is a link there), except the tmpfs ``/dev/shm``;
 - an existing path needs ``force`` (a symlink is an existing path, even a dangling one);
 - with ``force``, a symlink is replaced by the new regular file: the link goes, and whatever it
   pointed to (a blob in a cache, another user's file, the input itself) is left untouched;
@@ -31,6 +33,10 @@ from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.writers import temp_files
 
 NEW_FILE_MODE = 0o666
+SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
+"""Folders of devices and kernel files: no path in them, and no link that leads there, is ever written."""
+WRITABLE_SYSTEM_FOLDERS = ("/dev/shm",)
+MAX_LINKS = 40  # the kernel's own limit on a chain of symlinks
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
     except FileNotFoundError:
         if not folder.is_dir():
             raise WriteError(f"{folder}: no such directory") from None
+        _refuse_system_paths(path)
         return Target(path, folder, None)
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
@@ -60,6 +67,7 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
         raise WriteError(f"{path} is a directory")
     if not stat.S_ISREG(link.st_mode):
         raise WriteError(f"{path} is not a regular file (a device, pipe or socket?); refusing to replace it")
+    _refuse_system_paths(path)
     if not force:
         what = "is the input file" if _is_input(path, inputs) else "exists"
         raise WriteError(f"{path} {what}; use --force to replace it")
@@ -80,12 +88,44 @@ def check_room(target: Target, needed: int) -> None:
         raise WriteError(f"{target.path}: the output needs {size(needed)} and {target.folder} has {size(free)} free")
 
 
+def _in_system_folder(path: str) -> bool:
+    """Whether ``path`` (its folder resolved) lies in /dev, /proc or /sys."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    full = os.path.join(folder, os.path.basename(path))
+    inside = [root for root in SYSTEM_FOLDERS if full == root or full.startswith(root + "/")]
+    return bool(inside) and not any(full.startswith(root + "/") for root in WRITABLE_SYSTEM_FOLDERS)
+
+
+def _link_chain(path: Path) -> Iterator[str]:
+    """``path`` and every path its chain of symlinks names, hop by hop (at most :data:`MAX_LINKS`)."""
+    current = os.path.abspath(path)
+    for _ in range(MAX_LINKS):
+        yield current
+        try:
+            pointee = os.readlink(current)
+        except OSError:
+            return
+        current = os.path.join(os.path.realpath(os.path.dirname(current)), pointee)
+
+
+def _refuse_system_paths(path: Path) -> None:
+    """Refuse a target in /dev, /proc or /sys, or a link that leads there through any hop."""
+    for hop in _link_chain(path):
+        if _in_system_folder(hop):
+            via = "" if hop == os.path.abspath(path) else f" (it leads to {hop})"
+            raise WriteError(f"{path} is a system path{via}; refusing to write there")
+
+
 def _check_symlink(path: Path, folder: Path, force: bool, inputs: tuple[str, ...]) -> Target:
     pointee = os.readlink(path)
     try:
         resolved = path.stat()
     except OSError:
         resolved = None
+    if resolved is not None and not stat.S_ISREG(resolved.st_mode):
+        what = "a directory" if stat.S_ISDIR(resolved.st_mode) else "not a regular file (a device, pipe or socket?)"
+        raise WriteError(f"{path} is a symlink to {pointee}, which is {what}; refusing to replace it")
+    _refuse_system_paths(path)
     if not force:
         if resolved is None:
             what = f"is a dangling symlink (to {pointee})"
@@ -94,7 +134,7 @@ def _check_symlink(path: Path, folder: Path, force: bool, inputs: tuple[str, ...
         else:
             what = f"exists (a symlink to {pointee})"
         raise WriteError(f"{path} {what}; use --force to replace the link (its target is left as it is)")
-    keep = stat.S_IMODE(resolved.st_mode) if resolved is not None and stat.S_ISREG(resolved.st_mode) else None
+    keep = stat.S_IMODE(resolved.st_mode) if resolved is not None else None
     return Target(path, folder, keep)
 
 

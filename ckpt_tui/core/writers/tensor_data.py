@@ -29,7 +29,9 @@ VIEW_BITS = frozenset({"conj", "neg"})
 
 def view_bits(tensor: Tensor) -> tuple[bool, bool]:
     """A tensor's (conj, neg) bits; a ValueError for metadata that is anything else."""
-    metadata = tensor.metadata or {}
+    metadata = {} if tensor.metadata is None else tensor.metadata
+    if not isinstance(metadata, dict):
+        raise ValueError(f"tensor metadata is a {type(metadata).__name__}, not a dict of conjugation or negation bits")
     unknown = [key for key, value in metadata.items() if key not in VIEW_BITS or type(value) is not bool]
     if unknown:
         raise ValueError(f"tensor metadata {unknown[0]!r} is not a conjugation or negation bit")

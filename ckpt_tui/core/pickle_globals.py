@@ -1,0 +1,59 @@
+"""The globals a pickle names, read from its opcodes alone (nothing is built, nothing is resolved).
+
+Used when the reader refuses a pickle's structure: a file whose pickle names ``posix.system`` is
+called unsafe even though its tree cannot be shown, since ``torch.load(weights_only=False)`` would
+run what the reader refused to build.
+"""
+
+from __future__ import annotations
+
+import io
+import pickletools
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+MAX_OPCODES = 10_000_000
+_STRINGS = frozenset(
+    {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
+)
+_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_QUIET = frozenset({"PROTO", "FRAME", "MARK"})
+
+
+def named_globals(data: bytes | BinaryIO) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` of every GLOBAL, INST and STACK_GLOBAL whose operands are strings, in order.
+
+    Stops at the pickle's end, at the first opcode that cannot be decoded, or after :data:`MAX_OPCODES`.
+    A ``STACK_GLOBAL`` is matched with the two values pushed just before it (memo fetches included).
+    """
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    pushed: list[Any] = []
+    memo: dict[Any, Any] = {}
+    opcodes = pickletools.genops(stream)
+    for _ in range(MAX_OPCODES):
+        try:
+            opcode, arg, _position = next(opcodes)
+        except StopIteration:
+            return
+        except Exception:  # a corrupt opcode: what came before is all there is
+            return
+        name = opcode.name
+        if name in ("GLOBAL", "INST") and isinstance(arg, str):
+            module, _, attribute = arg.partition(" ")
+            yield module, attribute
+        elif name == "STACK_GLOBAL" and len(pushed) >= 2:
+            module, attribute = pushed[-2], pushed[-1]
+            if isinstance(module, str) and isinstance(attribute, str):
+                yield module, attribute
+        if name in _STRINGS:
+            pushed.append(arg if isinstance(arg, str) else arg.decode("latin1") if isinstance(arg, bytes) else None)
+        elif name in _GETS:
+            pushed.append(memo.get(arg))
+        elif name in _PUTS:
+            memo[arg] = pushed[-1] if pushed else None
+        elif name == "MEMOIZE":
+            memo[len(memo)] = pushed[-1] if pushed else None
+        elif name not in _QUIET:
+            pushed.append(None)
+        del pushed[:-2]
