@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ckpt_tui.core.keypath import Key, KeyPath, key_text
+from ckpt_tui.core.layouts import next_wrappers
 from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Tensor, module_children, non_persistent_buffers
 
 PREFIX_ORIGINS = {
@@ -130,24 +131,28 @@ def module_groups(node: Opaque) -> Iterator[tuple[str, Tensor]]:
                     stack.append(value)
 
 
-def common_prefix(keys: Iterable[str]) -> str | None:
-    """The leading dotted components shared by every key (``module.``), if any."""
+def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
+    """The leading dotted components shared by every key: any first one (``features.``), then wrapper
+    prefixes as :func:`ckpt_tui.core.layouts.next_wrappers` allows them (``module._orig_mod.``, never
+    ``module.module.``; in a Lightning ``state_dict``, ``model.`` and no ``module.``)."""
     key_list = [k for k in keys if k != "_metadata"]
     if len(key_list) < 2:
         return None
+    taken: list[str] = []
     prefix = ""
     while True:
         heads = {k[len(prefix) :].split(".", 1)[0] for k in key_list}
-        if len(heads) != 1:
+        head = heads.pop() + "." if len(heads) == 1 else ""
+        if not head or not all(k.startswith(prefix + head) and len(k) > len(prefix + head) for k in key_list):
             break
-        head = heads.pop() + "."
-        if not all(k.startswith(prefix + head) and len(k) > len(prefix + head) for k in key_list):
-            break
-        if prefix and head not in PREFIX_ORIGINS:
+        wrapper = head in next_wrappers(taken, lightning)
+        if prefix and not wrapper:
             break
         prefix += head
-        if head not in PREFIX_ORIGINS:
-            break
+        if wrapper:
+            taken.append(head)
+        elif head not in PREFIX_ORIGINS:
+            break  # a first component that may be a real submodule: shown, not gone past
     return prefix or None
 
 

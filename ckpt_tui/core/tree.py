@@ -298,11 +298,14 @@ class Checkpoint:
     root: Any = field(repr=False)  # a repr of a hostile tree can have 2**60 paths
     file_bytes: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    """The file's own metadata (safetensors ``__metadata__``): what a converted file carries over."""
     byteorder: str = "little"
     notes: list[str] = field(default_factory=list)
     unsafe_globals: set[str] = field(default_factory=set)
     loader_problems: list[str] = field(default_factory=list)
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
+    index_metadata: dict[str, Any] = field(default_factory=dict)
+    """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
 
 
 # ---- what a node holds --------------------------------------------------------------------
