@@ -82,6 +82,7 @@ def check_checkpoint(
     for index, (path, tensor) in enumerate(summary.tensors):
         if progress is not None:
             progress(index, len(summary.tensors))
+        tensor = tensor.sparse_values or tensor  # a sparse tensor's NaN/Inf sit in its (dense) values part
         if tensor.storage is None or tensor.kind != "dense":
             skipped += 1
             continue

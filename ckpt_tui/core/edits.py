@@ -22,7 +22,16 @@ from ckpt_tui.core.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
 from ckpt_tui.core.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.state_dicts import inner_state_dict, tensor_items
-from ckpt_tui.core.tree import Opaque, Storage, Tensor, get, iter_tensors, module_children
+from ckpt_tui.core.tree import (
+    Opaque,
+    Storage,
+    Tensor,
+    get,
+    iter_reachable,
+    iter_tensors,
+    module_children,
+    non_persistent_buffers,
+)
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {
@@ -340,7 +349,32 @@ def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
             stack.append((module_children(value), name + "."))
         else:
             out[name] = value
+    _refuse_unreached_tensors(module, out)
     return out
+
+
+def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> None:
+    """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
+    buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
+    listed = {id(v) for v in flat.values()}
+    left_out = set()  # non-persistent buffers: torch's state_dict leaves them out too
+    for _, value, _ in iter_reachable(module):
+        if _is_module(value) and isinstance(value.state, dict):
+            buffers = value.state.get("_buffers")
+            skip = non_persistent_buffers(value.state)
+            if isinstance(buffers, dict):
+                left_out.update(id(t) for name, t in buffers.items() if name in skip)
+    lost = [
+        path
+        for path, value, _ in iter_reachable(module)
+        if isinstance(value, Tensor) and id(value) not in listed and id(value) not in left_out
+    ]
+    if lost:
+        where = ".".join(key_text(k) for k in lost[0] if not str(key_text(k)).startswith("<"))
+        raise EditError(
+            f"the module holds {len(lost)} tensors outside its parameters and buffers (first at {where!r}), "
+            "which its state_dict here would leave out; refused"
+        )
 
 
 def _check_module_graph(module: Opaque) -> None:

@@ -198,6 +198,14 @@ class Tensor:
             return next((part.device for part in self.sparse if isinstance(part, Tensor)), "cpu")
         return "meta" if self.kind == "dense" else self.kind
 
+    @property
+    def sparse_values(self) -> Tensor | None:
+        """A sparse tensor's values part (a dense tensor: where its NaN/Inf would be); None otherwise."""
+        if self.sparse is None:
+            return None
+        values = self.sparse[1] if self.kind == "sparse_coo" else self.sparse[2] if len(self.sparse) > 2 else None
+        return values if isinstance(values, Tensor) else None
+
     def is_contiguous(self) -> bool:
         """Whether the elements are laid out densely in row-major order."""
         expected = 1
@@ -333,6 +341,37 @@ def module_children(node: Opaque) -> Iterator[tuple[Key, Any]]:
                     yield Attr(str(name)), value
 
 
+MODULE_OWN_STATE = frozenset({*MODULE_GROUPS, "training", "_non_persistent_buffers_set", "_is_full_backward_hook"})
+_ATTRIBUTE_SEARCH = 256
+
+
+def module_tensor_attributes(node: Opaque) -> Iterator[tuple[Key, Any]]:
+    """A pickled module's other attributes that hold tensors (quantized ``_packed_params``, a tensor
+    kept as a plain attribute), found within a bounded search so that shared state stays cheap."""
+    state = node.state
+    assert isinstance(state, dict)
+    for name, value in state.items():
+        if name in MODULE_OWN_STATE or (isinstance(name, str) and name.endswith("hooks")):
+            continue
+        if isinstance(value, (Tensor, Opaque, list, tuple, dict)) and _holds_tensor(value):
+            yield Attr(str(name)), value
+
+
+def _holds_tensor(value: Any) -> bool:
+    """Whether a tensor is among the first objects below ``value`` (modules not entered)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack and len(seen) < _ATTRIBUTE_SEARCH:
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            return True
+        if id(item) in seen or (isinstance(item, Opaque) and item.is_module):
+            continue
+        seen.add(id(item))
+        stack.extend(kid for _, kid in children(item))
+    return False
+
+
 def _shown_arg(arg: Any) -> bool:
     return has_children(arg) or isinstance(arg, (Tensor, Opaque)) or is_global_ref(arg)
 
@@ -352,6 +391,7 @@ def children(value: Any) -> Iterator[tuple[Key, Any]]:
     elif isinstance(value, Opaque):
         if value.is_module:
             yield from module_children(value)
+            yield from module_tensor_attributes(value)
             return
         if value.callee is not None:
             yield Attr("callee"), value.callee
