@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,139 @@ def test_finding_and_against_agree_with_auto(tmp_path: Path, capsys) -> None:
     code, out, _ = run(capsys, "info", "--json", tmp_path / "l.ckpt")
     prefix = [f for f in json.loads(out)["findings"] if f["kind"] == "prefix"]
     assert prefix[0]["prefix"] == "model."
+
+
+# ---- 3. a whole pickled dynamic-quantized model: its packed weights are counted, never lost ------
+
+
+class Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+
+def quantized(model: nn.Module) -> nn.Module:
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+
+
+def test_dynamic_quantized_module_tensors_are_counted(tmp_path: Path, capsys) -> None:
+    torch.save(quantized(Plain()), tmp_path / "q.pth")
+    code, out, _ = run(capsys, "info", "--json", tmp_path / "q.pth")
+    report = json.loads(out)
+    assert report["tensor_count"] == 4  # fc1/fc2: a qint8 weight and a float bias each, as torch holds them
+    assert sorted(t["dtype"] for t in report["tensors"]) == ["float32", "float32", "qint8", "qint8"]
+    assert "_packed_params" in report["tensors"][0]["path"]
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_extract_refuses_a_module_whose_state_dict_would_lose_tensors(tmp_path: Path, capsys, layers: int) -> None:
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.ReLU())
+    torch.save(quantized(model), tmp_path / "q.pth")
+    code, out, err = run(capsys, "convert", tmp_path / "q.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
+    assert code == 1
+    assert f"holds {2 * layers} tensors outside its parameters and buffers" in err
+    assert "'0._packed_params._packed_params" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.pth").exists()
+
+
+def test_extract_of_a_plain_module_with_a_non_persistent_buffer_still_works(tmp_path: Path, capsys) -> None:
+    model = nn.Linear(3, 2)
+    model.register_buffer("scratch", torch.zeros(2), persistent=False)
+    torch.save(model, tmp_path / "m.pth")
+    code, _, err = run(capsys, "convert", tmp_path / "m.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
+    assert code == 0, err
+    nn.Linear(3, 2).load_state_dict(torch.load(tmp_path / "out.pth", weights_only=True), strict=True)
+
+
+# ---- 4, 5. sparse and quantized tensors: compared by their parts, their values checked -----------
+
+
+def sparse_and_quantized(nan: bool = False) -> dict[str, torch.Tensor]:
+    values = torch.tensor([float("nan") if nan else 2.0, 1.0])
+    dense = torch.tensor([[1.0, 0.0], [0.0, 3.0]])
+    with warnings.catch_warnings():  # quantized tensor creation is deprecated
+        warnings.simplefilter("ignore")
+        per_tensor = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.1, 0, torch.qint8)
+        per_channel = torch.quantize_per_channel(dense, torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, torch.quint8)
+    return {
+        "coo": torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), values, (3, 3)),
+        "csr": dense.to_sparse_csr(),
+        "csc": dense.to_sparse_csc(),
+        "q": per_tensor,
+        "qc": per_channel,
+    }
+
+
+def test_diff_of_a_sparse_and_quantized_file_with_itself_and_its_convert_output(tmp_path: Path, capsys) -> None:
+    torch.save(sparse_and_quantized(), tmp_path / "a.pth")
+    code, out, _ = run(capsys, "diff", tmp_path / "a.pth", tmp_path / "a.pth")
+    assert code == 0 and out.startswith("identical")
+    assert run(capsys, "convert", tmp_path / "a.pth", "-o", tmp_path / "b.pth")[0] == 0
+    code, out, _ = run(capsys, "diff", tmp_path / "a.pth", tmp_path / "b.pth")
+    assert code == 0 and out.startswith("identical")
+    code, out, _ = run(capsys, "diff", "--stats", tmp_path / "a.pth", tmp_path / "b.pth")
+    assert code == 0 and "0 layers" not in out and "unchanged" in out
+
+
+def test_diff_tells_sparse_and_quantized_changes(tmp_path: Path, capsys) -> None:
+    base = sparse_and_quantized()
+    torch.save(base, tmp_path / "a.pth")
+    changed = dict(base)
+    changed["coo"] = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), torch.tensor([2.0, 5.0]), (3, 3))
+    with warnings.catch_warnings():  # quantized tensor creation is deprecated
+        warnings.simplefilter("ignore")
+        changed["q"] = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.2, 0, torch.qint8)
+    torch.save(changed, tmp_path / "b.pth")
+    code, out, _ = run(capsys, "diff", "--json", tmp_path / "a.pth", tmp_path / "b.pth")
+    report = json.loads(out)
+    assert code == 1
+    assert [c["key"] for c in report["value_changes"]] == ['ckpt["coo"].values', 'ckpt["q"].int_repr']
+    assert [c["key"] for c in report["other_changes"]] == ['ckpt["q"].scale']
+
+
+def test_check_finds_nan_in_sparse_values(tmp_path: Path, capsys) -> None:
+    torch.save(sparse_and_quantized(nan=True), tmp_path / "nan.pth")
+    code, out, _ = run(capsys, "check", "--json", tmp_path / "nan.pth")
+    report = json.loads(out)
+    assert code == 1 and [p["kind"] for p in report["problems"]] == ["nan"]
+    assert report["tensors_checked"] == 3  # the values parts of coo, csr, csc
+    torch.save(sparse_and_quantized(), tmp_path / "ok.pth")
+    assert run(capsys, "check", tmp_path / "ok.pth")[0] == 0
+
+
+# ---- 6. a step counter saved as the next step to run ---------------------------------------------
+
+
+@pytest.mark.parametrize(("offset", "flagged"), [(0, False), (1, False), (-1, False), (5, True)])
+def test_step_counter_within_one_of_the_optimizer_step(tmp_path: Path, capsys, offset: int, flagged: bool) -> None:
+    model = Plain()
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(3):
+        model.fc2(torch.relu(model.fc1(torch.randn(2, 8)))).sum().backward()
+        optimizer.step()
+    saved = {"step": 3 + offset, "model_state": model.state_dict(), "optimizer_state": optimizer.state_dict()}
+    torch.save(saved, tmp_path / "c.pth")
+    code, out, _ = run(capsys, "check", tmp_path / "c.pth")
+    assert ("step-mismatch" in out) is flagged
+    assert code == (1 if flagged else 0)
+
+
+# ---- 7. a TorchScript archive is converted only through --extract --------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["out.pth", "out.safetensors"])
+def test_torchscript_convert_without_extract_refuses_in_one_line(tmp_path: Path, capsys, fmt: str) -> None:
+    torch.jit.save(torch.jit.script(nn.Linear(3, 2)), str(tmp_path / "s.pt"))
+    code, _, err = run(capsys, "convert", tmp_path / "s.pt", "-o", tmp_path / fmt)
+    assert code == 2
+    assert err == (
+        "ckpt-tui: a TorchScript archive's module objects cannot be written as a checkpoint; "
+        "use --extract auto for its weights\n"
+    )
+    assert not (tmp_path / fmt).exists()
+    code, _, err = run(capsys, "convert", tmp_path / "s.pt", "-o", tmp_path / "w.pth", "--extract", "auto")
+    assert code == 0, err
+    nn.Linear(3, 2).load_state_dict(torch.load(tmp_path / "w.pth", weights_only=True), strict=True)

@@ -13,6 +13,7 @@ never the number of paths through shared objects.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import pickle
 import reprlib
@@ -150,6 +151,14 @@ class LoadedOrderedDict(collections.OrderedDict[Any, Any]):
         self.__dict__["_metadata"] = collections.OrderedDict(metadata)
 
 
+_SPARSE_PARTS = {
+    "sparse_coo": ("indices", "values", "size", "coalesced"),
+    "compressed": ("compressed_indices", "plain_indices", "values", "size"),
+}
+_QUANTIZED_INTS = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
+_PER_CHANNEL = ("qscheme", "scales", "zero_points", "axis")
+
+
 @dataclass(slots=True, eq=False)
 class Tensor:
     """Metadata of one tensor; its values stay in the file until asked for."""
@@ -205,6 +214,19 @@ class Tensor:
             return None
         values = self.sparse[1] if self.kind == "sparse_coo" else self.sparse[2] if len(self.sparse) > 2 else None
         return values if isinstance(values, Tensor) else None
+
+    def parts(self) -> list[tuple[str, Any]] | None:
+        """What a sparse or quantized tensor is made of, as ordinary values: a sparse tensor's
+        indices, values and size; a quantized tensor's integer values (a dense view of its storage)
+        and its quantizer's parameters. None for a dense tensor (or a packed 4/2-bit one)."""
+        if self.sparse is not None:
+            names = _SPARSE_PARTS["sparse_coo" if self.kind == "sparse_coo" else "compressed"]
+            return list(zip(names, self.sparse, strict=False))
+        if self.quantizer is not None and self.dtype in _QUANTIZED_INTS:
+            values = dataclasses.replace(self, dtype=_QUANTIZED_INTS[self.dtype], kind="dense", quantizer=None)
+            names = ("qscheme", "scale", "zero_point") if len(self.quantizer) == 3 else _PER_CHANNEL
+            return [("int_repr", values), *zip(names, self.quantizer, strict=False)]
+        return None
 
     def is_contiguous(self) -> bool:
         """Whether the elements are laid out densely in row-major order."""
