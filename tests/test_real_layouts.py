@@ -203,14 +203,61 @@ def test_dynamic_quantized_module_tensors_are_counted(tmp_path: Path, capsys) ->
 
 
 @pytest.mark.parametrize("layers", [1, 3])
-def test_extract_refuses_a_module_whose_state_dict_would_lose_tensors(tmp_path: Path, capsys, layers: int) -> None:
-    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.ReLU())
-    torch.save(quantized(model), tmp_path / "q.pth")
-    code, out, err = run(capsys, "convert", tmp_path / "q.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
+def test_extract_of_a_dynamic_quantized_model_loads_into_it(tmp_path: Path, capsys, layers: int) -> None:
+    torch.manual_seed(0)
+    model = quantized(nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.ReLU()))
+    torch.save(model, tmp_path / "q.pth")
+    code, _, err = run(capsys, "convert", tmp_path / "q.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
+    assert code == 0, err
+    loaded = torch.load(tmp_path / "out.pth", weights_only=True)
+    assert list(loaded) == list(model.state_dict())
+    fresh = quantized(nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.ReLU()))
+    fresh.load_state_dict(loaded, strict=True)
+    x = torch.randn(3, 4)
+    assert torch.equal(fresh(x), model(x))
+
+
+def test_flat_quantized_state_dict_extract_auto_is_a_no_op(tmp_path: Path, capsys) -> None:
+    model = quantized(Plain())
+    torch.save(model.state_dict(), tmp_path / "sd.pth")
+    code, out, err = run(capsys, "convert", tmp_path / "sd.pth", "-o", tmp_path / "o.pth", "--extract", "auto")
+    assert code == 0, err
+    assert "already is a flat state_dict" in err + out
+    quantized(Plain()).load_state_dict(torch.load(tmp_path / "o.pth", weights_only=True), strict=True)
+    wrapped = {"epoch": 1, "model": nn.DataParallel(model).state_dict()}
+    torch.save(wrapped, tmp_path / "train.pth")
+    args = ("--extract", "auto", "--strip-prefix", "auto")
+    assert run(capsys, "convert", tmp_path / "train.pth", "-o", tmp_path / "w.pth", *args)[0] == 0
+    quantized(Plain()).load_state_dict(torch.load(tmp_path / "w.pth", weights_only=True), strict=True)
+
+
+def quantized_conv() -> nn.Module:
+    return nn.Sequential(torch.ao.nn.quantized.Conv2d(2, 2, 1))
+
+
+def dynamic_lstm() -> nn.Module:
+    return nn.Sequential(torch.ao.nn.quantized.dynamic.LSTM(4, 4))
+
+
+class CachedTensor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.cache = torch.randn(3)  # a plain attribute: not in torch's state_dict either
+
+
+@pytest.mark.parametrize(("build", "count"), [(quantized_conv, 2), (dynamic_lstm, 4), (CachedTensor, 1)])
+def test_extract_refuses_a_module_whose_state_dict_would_lose_tensors(tmp_path: Path, capsys, build, count) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(build(), tmp_path / "m.pth")
+    code, out, err = run(capsys, "convert", tmp_path / "m.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
     assert code == 1
-    assert f"holds {2 * layers} tensors outside its parameters and buffers" in err
-    assert "'0._packed_params._packed_params" in err and len(err.strip().splitlines()) == 1
+    assert f"holds {count} tensor{'s' if count > 1 else ''} outside its parameters and buffers" in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.pth").exists()
+    code, out, _ = run(capsys, "info", "--json", tmp_path / "m.pth")
+    assert json.loads(out)["tensor_count"] >= count
 
 
 def test_extract_of_a_plain_module_with_a_non_persistent_buffer_still_works(tmp_path: Path, capsys) -> None:

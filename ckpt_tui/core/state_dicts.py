@@ -9,7 +9,8 @@ from typing import Any
 
 from ckpt_tui.core.keypath import Key, KeyPath, key_text
 from ckpt_tui.core.layouts import next_wrappers
-from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Tensor, module_children, non_persistent_buffers
+from ckpt_tui.core.quantized_modules import state_dict_children
+from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Symbol, Tensor, module_children, non_persistent_buffers
 
 PREFIX_ORIGINS = {
     "module.": "saved from DataParallel/DDP",
@@ -43,9 +44,20 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
         return None
     items = list(value.items())
     tensors = sum(1 for _, v in items if isinstance(v, Tensor))
-    if tensors == 0 or tensors < 0.9 * len(items) or not all(isinstance(k, str) for k, _ in items):
+    weights = tensors + sum(1 for k, v in items if not isinstance(v, Tensor) and is_packed_entry(k, v))
+    if tensors == 0 or weights < 0.9 * len(items) or not all(isinstance(k, str) for k, _ in items):
         return None
     return items
+
+
+def is_packed_entry(key: Any, value: Any) -> bool:
+    """An entry of a quantized module's ``state_dict()`` that is not a tensor: ``X._packed_params._packed_params``
+    (a tuple of weight and bias) or ``X._packed_params.dtype``."""
+    if not isinstance(key, str) or not key.endswith(("_packed_params._packed_params", "_packed_params.dtype")):
+        return False
+    if isinstance(value, tuple):
+        return any(isinstance(v, Tensor) for v in value) and all(v is None or isinstance(v, Tensor) for v in value)
+    return isinstance(value, Symbol)
 
 
 REPEAT_ALLOWANCE = 4
@@ -85,7 +97,7 @@ def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, A
     out: list[tuple[str, Any]] = []
     on_path = {id(node)}
     listed = {id(node)}
-    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, module_children(node), id(node))]
+    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, state_dict_children(node), id(node))]
     steps = 0
     while stack:
         where, entries, node_id = stack[-1]
@@ -104,7 +116,7 @@ def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, A
                 continue
             listed.add(id(value))
             on_path.add(id(value))
-            stack.append((name + ".", module_children(value), id(value)))
+            stack.append((name + ".", state_dict_children(value), id(value)))
         else:
             out.append((name, value))
     return out
