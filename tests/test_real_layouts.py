@@ -165,14 +165,14 @@ def test_lightning_compiled_model_module_strips_model_orig_mod(tmp_path: Path, c
 def test_finding_and_against_agree_with_auto(tmp_path: Path, capsys) -> None:
     torch.save(nn.DataParallel(EmaV2(nn.Linear(8, 2))).state_dict(), tmp_path / "dp.pth")
     torch.save(EmaV2(nn.Linear(8, 2)).state_dict(), tmp_path / "plain.pth")
-    code, out, _ = run(capsys, "info", "--json", tmp_path / "dp.pth")
+    _, out, _ = run(capsys, "info", "--json", tmp_path / "dp.pth")
     prefix = [f for f in json.loads(out)["findings"] if f["kind"] == "prefix"]
     assert prefix[0]["prefix"] == "module."
-    code, out, _ = run(capsys, "check", "--json", tmp_path / "dp.pth", "--against", tmp_path / "plain.pth")
+    _, out, _ = run(capsys, "check", "--json", tmp_path / "dp.pth", "--against", tmp_path / "plain.pth")
     assert json.loads(out)["suggestion"]["steps"] == ["strip 'module.'"]
     saved = lightning(OrderedDict(("model." + k, v) for k, v in Inner2().state_dict().items()))
     torch.save(saved, tmp_path / "l.ckpt")
-    code, out, _ = run(capsys, "info", "--json", tmp_path / "l.ckpt")
+    _, out, _ = run(capsys, "info", "--json", tmp_path / "l.ckpt")
     prefix = [f for f in json.loads(out)["findings"] if f["kind"] == "prefix"]
     assert prefix[0]["prefix"] == "model."
 
@@ -195,7 +195,7 @@ def quantized(model: nn.Module) -> nn.Module:
 
 def test_dynamic_quantized_module_tensors_are_counted(tmp_path: Path, capsys) -> None:
     torch.save(quantized(Plain()), tmp_path / "q.pth")
-    code, out, _ = run(capsys, "info", "--json", tmp_path / "q.pth")
+    _, out, _ = run(capsys, "info", "--json", tmp_path / "q.pth")
     report = json.loads(out)
     assert report["tensor_count"] == 4  # fc1/fc2: a qint8 weight and a float bias each, as torch holds them
     assert sorted(t["dtype"] for t in report["tensors"]) == ["float32", "float32", "qint8", "qint8"]

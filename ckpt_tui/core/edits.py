@@ -364,7 +364,7 @@ def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> No
     """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
     buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
     listed = {id(t) for v in flat.values() for t in (v if isinstance(v, tuple) else (v,))}
-    left_out = set()  # non-persistent buffers: torch's state_dict leaves them out too
+    left_out: set[int] = set()  # non-persistent buffers: torch's state_dict leaves them out too
     for _, value, _ in iter_reachable(module):
         if _is_module(value) and isinstance(value.state, dict):
             buffers = value.state.get("_buffers")

@@ -156,6 +156,7 @@ _SPARSE_PARTS = {
     "compressed": ("compressed_indices", "plain_indices", "values", "size"),
 }
 _QUANTIZED_INTS = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
+_PER_TENSOR = ("qscheme", "scale", "zero_point")
 _PER_CHANNEL = ("qscheme", "scales", "zero_points", "axis")
 
 
@@ -224,8 +225,8 @@ class Tensor:
             return list(zip(names, self.sparse, strict=False))
         if self.quantizer is not None and self.dtype in _QUANTIZED_INTS:
             values = dataclasses.replace(self, dtype=_QUANTIZED_INTS[self.dtype], kind="dense", quantizer=None)
-            names = ("qscheme", "scale", "zero_point") if len(self.quantizer) == 3 else _PER_CHANNEL
-            return [("int_repr", values), *zip(names, self.quantizer, strict=False)]
+            quantizer_names = _PER_TENSOR if len(self.quantizer) == 3 else _PER_CHANNEL
+            return [("int_repr", values), *zip(quantizer_names, self.quantizer, strict=False)]
         return None
 
     def is_contiguous(self) -> bool:
