@@ -246,7 +246,8 @@ def convert(
 ) -> ConvertOutcome:
     """Read, edit, and (unless dry) save with verification."""
     checkpoint = open_checkpoint(path)
-    if checkpoint.format == "torchscript" and output is not None and not dry_run and not options.extract:
+    writes_modules = not (options.extract or options.sanitize or dry_run or output is None)
+    if checkpoint.format == "torchscript" and writes_modules:  # --sanitize replaces the module objects
         raise WriteError(TORCHSCRIPT_WHOLE)
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
