@@ -175,6 +175,15 @@ def test_finding_and_against_agree_with_auto(tmp_path: Path, capsys) -> None:
     _, out, _ = run(capsys, "info", "--json", tmp_path / "l.ckpt")
     prefix = [f for f in json.loads(out)["findings"] if f["kind"] == "prefix"]
     assert prefix[0]["prefix"] == "model."
+    torch.save(Inner2().state_dict(), tmp_path / "inner.pth")
+    _, out, _ = run(capsys, "check", "--json", tmp_path / "l.ckpt", "--against", tmp_path / "inner.pth")
+    assert json.loads(out)["suggestion"]["steps"] == ["extract state_dict", "strip 'model.'"]
+    compiled = OrderedDict(("model." + k, v) for k, v in torch.compile(Inner2()).state_dict().items())
+    torch.save(lightning(compiled), tmp_path / "c.ckpt")
+    _, out, _ = run(capsys, "check", "--json", tmp_path / "c.ckpt", "--against", tmp_path / "inner.pth")
+    assert json.loads(out)["suggestion"]["steps"] == ["extract state_dict", "strip 'model._orig_mod.'"]
+    _, out, _ = run(capsys, "info", "--json", tmp_path / "c.ckpt")
+    assert [f["prefix"] for f in json.loads(out)["findings"] if f["kind"] == "prefix"] == ["model._orig_mod."]
 
 
 # ---- 3. a whole pickled dynamic-quantized model: its packed weights are counted, never lost ------
