@@ -48,6 +48,9 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     if ckpt.metadata:
         shown = list(ckpt.metadata.items())[:6]
         lines.append("  metadata    " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
+    if ckpt.index_metadata:
+        shown = list(ckpt.index_metadata.items())[:6]
+        lines.append("  index       " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
     if summary.findings:
         lines.append("findings")
         for finding in summary.findings:

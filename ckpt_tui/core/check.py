@@ -85,7 +85,9 @@ def check_checkpoint(
     views: dict[tuple[Any, ...], int] = {}
     first_of_view: list[Tensor] = []
     positions: list[int | None] = []  # each tensor's view, as an index into first_of_view (None: skipped)
-    for _, tensor in summary.tensors:
+    # a sparse tensor's NaN/Inf sit in its (dense) values part
+    scanned_tensors = [tensor.sparse_values or tensor for _, tensor in summary.tensors]
+    for tensor in scanned_tensors:
         if tensor.storage is None or tensor.kind != "dense":
             positions.append(None)
             continue
@@ -105,7 +107,9 @@ def check_checkpoint(
     seen: dict[int, TensorStats | None] = {}
     checked = skipped = 0
     zero_moments: list[KeyPath] = []
-    for index, ((path, tensor), position) in enumerate(zip(summary.tensors, positions, strict=True)):
+    for index, ((path, _), tensor, position) in enumerate(
+        zip(summary.tensors, scanned_tensors, positions, strict=True)
+    ):
         if progress is not None:
             progress((total + index) // 2, total)
         if position is None:

@@ -667,9 +667,10 @@ def _best_prefix_chain(variant: _Variant, reference: Reference, ref_set: set[str
     strip_options: list[str | None] = list(variant.strips or [])
     if variant.strips is None:
         strip_options = [None, *_strip_candidates(keys, ref_set)]
-        wrapper = layouts.wrapper_prefix(keys, lightning=True)
-        if wrapper and wrapper not in strip_options:
-            strip_options.append(wrapper)
+        for lightning in (False, True):
+            wrapper = layouts.wrapper_prefix(keys, lightning)
+            if wrapper and wrapper not in strip_options:
+                strip_options.append(wrapper)
 
     def matched(chain: _Chain) -> int:
         return len({new for _, new, _ in chain.renamed()} & ref_set)

@@ -230,6 +230,11 @@ def _is_lightning_state_dict(root: Any, extract: str | None) -> bool:
     return extract.strip("/") == "state_dict"
 
 
+TORCHSCRIPT_WHOLE = (
+    "a TorchScript archive's module objects cannot be written as a checkpoint; use --extract auto for its weights"
+)
+
+
 def convert(
     path: str | list[str],
     options: ConvertOptions,
@@ -241,6 +246,9 @@ def convert(
 ) -> ConvertOutcome:
     """Read, edit, and (unless dry) save with verification."""
     checkpoint = open_checkpoint(path)
+    writes_modules = not (options.extract or options.sanitize or dry_run or output is None)
+    if checkpoint.format == "torchscript" and writes_modules:  # --sanitize replaces the module objects
+        raise WriteError(TORCHSCRIPT_WHOLE)
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None, notes)

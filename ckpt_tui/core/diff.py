@@ -12,7 +12,7 @@ from ckpt_tui.core import edits
 from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.fingerprint import Fingerprints
-from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.keypath import Attr, KeyPath, to_python, to_slash
 from ckpt_tui.core.tree import Checkpoint, Opaque, Tensor, children, has_children
 from ckpt_tui.core.values import decode, paired_chunks
 
@@ -96,6 +96,19 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
     return out
 
 
+def compared_leaves(root: Any) -> dict[KeyPath, Any]:
+    """:func:`leaves`, with each sparse or quantized tensor split into its parts (indices, values,
+    size; integer values and quantizer), which are compared as ordinary values."""
+    out: dict[KeyPath, Any] = {}
+    for path, value in leaves(root).items():
+        parts = value.parts() if isinstance(value, Tensor) else None
+        if parts is None:
+            out[path] = value
+        else:
+            out.update(((*path, Attr(name)), part) for name, part in parts)
+    return out
+
+
 def _is_leaf(value: Any) -> bool:
     if isinstance(value, (Tensor, set, frozenset)) or not has_children(value):
         return True
@@ -128,7 +141,7 @@ def diff(
     progress: Callable[[int, int], None] | None = None,
 ) -> DiffReport:
     """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time."""
-    left, right = leaves(normalized(a, strip_prefix)), leaves(normalized(b, strip_prefix))
+    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
     report = DiffReport(
         only_a=[key_text(k) for k in left if k not in right],
         only_b=[key_text(k) for k in right if k not in left],

@@ -20,9 +20,19 @@ from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
+from ckpt_tui.core.quantized_modules import state_dict_children, state_dict_version
 from ckpt_tui.core.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.state_dicts import inner_state_dict, tensor_items
-from ckpt_tui.core.tree import Opaque, Storage, Tensor, get, iter_tensors, module_children
+from ckpt_tui.core.tree import (
+    Opaque,
+    Storage,
+    Tensor,
+    get,
+    iter_reachable,
+    iter_tensors,
+    module_children,
+    non_persistent_buffers,
+)
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {
@@ -327,7 +337,8 @@ def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
     """
     _check_module_graph(module)
     out: OrderedDict[str, Any] = OrderedDict()
-    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(module_children(module), "")]
+    versions: OrderedDict[str, dict[str, int]] = OrderedDict()
+    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(state_dict_children(module), "")]
     while stack:
         entries, prefix = stack[-1]
         entry = next(entries, None)
@@ -337,10 +348,41 @@ def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
         key, value = entry
         name = prefix + key_text(key)
         if _is_module(value):
-            stack.append((module_children(value), name + "."))
+            version = state_dict_version(value)
+            if version is not None:
+                versions[name] = {"version": version}
+            stack.append((state_dict_children(value), name + "."))
         else:
             out[name] = value
+    _refuse_unreached_tensors(module, out)
+    if versions:  # quantized modules load their entries by the version torch records
+        out._metadata = versions  # type: ignore[attr-defined]
     return out
+
+
+def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> None:
+    """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
+    buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
+    listed = {id(t) for v in flat.values() for t in (v if isinstance(v, tuple) else (v,))}
+    left_out: set[int] = set()  # non-persistent buffers: torch's state_dict leaves them out too
+    for _, value, _ in iter_reachable(module):
+        if _is_module(value) and isinstance(value.state, dict):
+            buffers = value.state.get("_buffers")
+            skip = non_persistent_buffers(value.state)
+            if isinstance(buffers, dict):
+                left_out.update(id(t) for name, t in buffers.items() if name in skip)
+    lost = [
+        path
+        for path, value, _ in iter_reachable(module)
+        if isinstance(value, Tensor) and id(value) not in listed and id(value) not in left_out
+    ]
+    if lost:
+        where = ".".join(key_text(k) for k in lost[0] if not str(key_text(k)).startswith("<"))
+        raise EditError(
+            f"the module holds {len(lost)} tensor{'s' if len(lost) != 1 else ''} outside its parameters and buffers "
+            f"(first at {where!r}), "
+            "which its state_dict here would leave out; refused"
+        )
 
 
 def _check_module_graph(module: Opaque) -> None:

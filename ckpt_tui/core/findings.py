@@ -10,6 +10,7 @@ from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
+from ckpt_tui.core.layouts import is_lightning_checkpoint
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import (
     PREFIX_ORIGINS,
@@ -181,7 +182,7 @@ def _structure_findings(
         )
     for path, value in state_dicts(root):
         items = tensor_items(value) or []
-        prefix = common_prefix(k for k, _ in items)
+        prefix = common_prefix((k for k, _ in items), path == ("state_dict",) and is_lightning_checkpoint(root))
         if prefix:
             message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
                 prefix_origin(prefix)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core.diff import key_text, leaves, normalized
+from ckpt_tui.core.diff import compared_leaves, key_text, normalized
 from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.stats import tensor_stats
@@ -93,7 +93,7 @@ def layer_change(
     cancelled: CancelCheck | None = None,
 ) -> LayerChangeReport:
     """Per-layer change from A to B, streamed (the trees as ``diff`` takes them)."""
-    left, right = leaves(normalized(a, strip_prefix)), leaves(normalized(b, strip_prefix))
+    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
     report = LayerChangeReport()
     tensors_a = [(p, v) for p, v in left.items() if isinstance(v, Tensor)]
     for index, (path, x) in enumerate(tensors_a):
@@ -188,7 +188,7 @@ def norm_series(
     cancelled: CancelCheck | None = None,
 ) -> NormSeries:
     """The L2 norm of every layer in every file (None where a file lacks it or it cannot be read)."""
-    trees = [leaves(normalized(c, strip_prefix)) for c in checkpoints]
+    trees = [compared_leaves(normalized(c, strip_prefix)) for c in checkpoints]
     order: dict[KeyPath, None] = {}
     for tree in trees:
         order.update((p, None) for p, v in tree.items() if isinstance(v, Tensor))

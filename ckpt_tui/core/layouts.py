@@ -1,7 +1,9 @@
 """Key layouts that training code and libraries leave in state_dicts, recognised by their names.
 
-- wrapper prefixes: ``module.`` (DataParallel/DDP), ``_orig_mod.`` (torch.compile), stacked in any
-  order (``module._orig_mod.``), and Lightning's ``model.`` inside a Lightning checkpoint;
+- wrapper prefixes: ``module.`` (DataParallel/DDP), ``_orig_mod.`` (torch.compile), one level of
+  each in either order (``module._orig_mod.``), and Lightning's ``model.`` in front inside a Lightning
+  checkpoint (Lightning unwraps DDP before saving, so a ``module.`` there is the user's submodule; a
+  second ``module.`` is a real child of the wrapped model, as timm's ``ModelEmaV2.module``);
 - PEFT/LoRA: ``base_model.model.`` in front, ``.base_layer.`` around each wrapped layer's own
   weights, ``lora_A``/``lora_B``/... adapter weights beside them;
 - EMA copies of the weights: ``ema.``, ``model_ema.``, ``ema_model.``, ``module.ema.`` ... keys
@@ -38,22 +40,34 @@ def is_lightning_checkpoint(root: Any) -> bool:
     return "state_dict" in root and any(k in root for k in ("loops", "callbacks", "optimizer_states"))
 
 
+def next_wrappers(taken: Sequence[str], lightning: bool) -> tuple[str, ...]:
+    """The wrapper prefixes that can come after the ones ``taken`` (outermost first): one level of each
+    kind; in a Lightning ``state_dict``, ``model.`` in front and no ``module.`` (Lightning unwraps DDP)."""
+    if lightning:
+        kinds: tuple[str, ...] = ((LIGHTNING_MODEL,) if not taken else ()) + ("_orig_mod.",)
+    else:
+        kinds = WRAPPERS
+    return tuple(w for w in kinds if w not in taken)
+
+
 def wrapper_prefix(keys: Iterable[str], lightning: bool = False) -> str:
     """The stack of wrapper prefixes every key starts with (``module._orig_mod.``), or ``""``.
 
-    ``model.`` counts only in front, and only when ``lightning`` says the keys come from a Lightning
-    checkpoint's ``state_dict``. Every key must go on after the prefix.
+    One level of each wrapper (``module.module.x`` loses one ``module.``, as torch's
+    ``consume_prefix_in_state_dict_if_present`` does); ``model.`` counts only in front, and only when
+    ``lightning`` says the keys come from a Lightning checkpoint's ``state_dict``. Every key must go on
+    after the prefix.
     """
     key_list = [k for k in keys if k != "_metadata"]
     if not key_list:
         return ""
-    prefix = ""
+    taken: list[str] = []
     while True:
-        allowed = WRAPPERS + ((LIGHTNING_MODEL,) if lightning and not prefix else ())
-        step = next((w for w in allowed if _all_under(key_list, prefix + w)), None)
+        prefix = "".join(taken)
+        step = next((w for w in next_wrappers(taken, lightning) if _all_under(key_list, prefix + w)), None)
         if step is None:
             return prefix
-        prefix += step
+        taken.append(step)
 
 
 def _all_under(keys: list[str], prefix: str) -> bool:
@@ -68,17 +82,23 @@ WRAPPER_ORIGINS = {
 
 
 def split_wrappers(prefix: str, lightning: bool = True) -> list[str] | None:
-    """The wrapper prefixes a prefix is made of (``module._orig_mod.`` → both), or None if it is not a stack."""
-    parts: list[str] = []
-    rest = prefix
-    while rest:
-        allowed = WRAPPERS + ((LIGHTNING_MODEL,) if lightning and not parts else ())
-        step = next((w for w in allowed if rest.startswith(w)), None)
-        if step is None:
-            return None
-        parts.append(step)
-        rest = rest[len(step) :]
-    return parts or None
+    """The wrapper prefixes a prefix is made of (``module._orig_mod.`` → both), or None if it is not a stack.
+
+    ``lightning`` True accepts the stacks of either layout (a Lightning ``model.`` or DDP's ``module.``).
+    """
+    layouts = (True, False) if lightning else (False,)
+    for in_lightning in layouts:
+        parts: list[str] = []
+        rest = prefix
+        while rest:
+            step = next((w for w in next_wrappers(parts, in_lightning) if rest.startswith(w)), None)
+            if step is None:
+                break
+            parts.append(step)
+            rest = rest[len(step) :]
+        if parts and not rest:
+            return parts
+    return None
 
 
 def describe_wrappers(prefix: str) -> str:

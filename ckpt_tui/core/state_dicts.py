@@ -8,7 +8,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ckpt_tui.core.keypath import Key, KeyPath, key_text
-from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Tensor, module_children, non_persistent_buffers
+from ckpt_tui.core.layouts import next_wrappers
+from ckpt_tui.core.quantized_modules import state_dict_children
+from ckpt_tui.core.tree import MODULE_GROUPS, Opaque, Symbol, Tensor, module_children, non_persistent_buffers
 
 PREFIX_ORIGINS = {
     "module.": "saved from DataParallel/DDP",
@@ -43,9 +45,23 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
         return None
     # counted by type (C speed: this runs several times over every state_dict of 50,000 keys)
     tensors = sum(n for kind, n in Counter(map(type, value.values())).items() if issubclass(kind, Tensor))
-    if tensors == 0 or tensors < 0.9 * len(value) or not all(issubclass(k, str) for k in set(map(type, value))):
+    if tensors == 0 or not all(issubclass(k, str) for k in set(map(type, value))):
         return None
+    if tensors < 0.9 * len(value):  # a quantized module's state_dict also holds packed (weight, bias) entries
+        packed = sum(1 for k, v in value.items() if not isinstance(v, Tensor) and is_packed_entry(k, v))
+        if tensors + packed < 0.9 * len(value):
+            return None
     return list(value.items())
+
+
+def is_packed_entry(key: Any, value: Any) -> bool:
+    """An entry of a quantized module's ``state_dict()`` that is not a tensor: ``X._packed_params._packed_params``
+    (a tuple of weight and bias) or ``X._packed_params.dtype``."""
+    if not isinstance(key, str) or not key.endswith(("_packed_params._packed_params", "_packed_params.dtype")):
+        return False
+    if isinstance(value, tuple):
+        return any(isinstance(v, Tensor) for v in value) and all(v is None or isinstance(v, Tensor) for v in value)
+    return isinstance(value, Symbol)
 
 
 REPEAT_ALLOWANCE = 4
@@ -85,7 +101,7 @@ def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, A
     out: list[tuple[str, Any]] = []
     on_path = {id(node)}
     listed = {id(node)}
-    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, module_children(node), id(node))]
+    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, state_dict_children(node), id(node))]
     steps = 0
     while stack:
         where, entries, node_id = stack[-1]
@@ -104,7 +120,7 @@ def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, A
                 continue
             listed.add(id(value))
             on_path.add(id(value))
-            stack.append((name + ".", module_children(value), id(value)))
+            stack.append((name + ".", state_dict_children(value), id(value)))
         else:
             out.append((name, value))
     return out
@@ -131,24 +147,30 @@ def module_groups(node: Opaque) -> Iterator[tuple[str, Tensor]]:
                     stack.append(value)
 
 
-def common_prefix(keys: Iterable[str]) -> str | None:
-    """The leading dotted components shared by every key (``module.``), if any."""
+def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
+    """The leading dotted components shared by every key: any first one (``features.``), then wrapper
+    prefixes as :func:`ckpt_tui.core.layouts.next_wrappers` allows them (``module._orig_mod.``, never
+    ``module.module.``; in a Lightning ``state_dict``, ``model.`` and no ``module.``)."""
     key_list = [k for k in keys if k != "_metadata"]
     if len(key_list) < 2:
         return None
     shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
     shortest = min(map(len, key_list))
+    taken: list[str] = []
     prefix = ""
     while True:
         dot = shared.find(".", len(prefix))
         if dot < 0 or dot + 1 >= shortest:  # not a component every key has, or some key ends with it
             break
         head = shared[len(prefix) : dot + 1]
-        if prefix and head not in PREFIX_ORIGINS:
+        wrapper = head in next_wrappers(taken, lightning)
+        if prefix and not wrapper:
             break
         prefix += head
-        if head not in PREFIX_ORIGINS:
-            break
+        if wrapper:
+            taken.append(head)
+        elif head not in PREFIX_ORIGINS:
+            break  # a first component that may be a real submodule: shown, not gone past
     return prefix or None
 
 

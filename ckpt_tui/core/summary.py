@@ -101,6 +101,7 @@ class Summary:
             "dtypes": dict(self.dtypes),
             "bytes_by_dtype": dict(self.bytes_by_dtype),
             "metadata": {str(k): str(v) for k, v in ckpt.metadata.items()},
+            "index_metadata": {str(k): str(v) for k, v in ckpt.index_metadata.items()},
             "notes": ckpt.notes,
             "findings": [f.to_json() for f in self.findings],
             "tensors": [

@@ -279,8 +279,8 @@ def _step_agreement(facts: list[OptimizerFacts], counters: dict[str, float]) -> 
         return []
     name, value = counter
     tops = [f.steps[1] for f in counted if f.steps is not None]
-    if value in tops or (len(tops) > 1 and sum(tops) == value):
-        return []
+    if any(abs(value - t) <= 1 for t in tops) or (len(tops) > 1 and sum(tops) == value):
+        return []  # within 1: code that saves the next step to run (step + 1) is as right as the last one
     fact = counted[0]
     steps = ", ".join(_count(t) for t in tops)
     return [

@@ -13,6 +13,7 @@ never the number of paths through shared objects.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import pickle
 import reprlib
@@ -150,6 +151,15 @@ class LoadedOrderedDict(collections.OrderedDict[Any, Any]):
         self.__dict__["_metadata"] = collections.OrderedDict(metadata)
 
 
+_SPARSE_PARTS = {
+    "sparse_coo": ("indices", "values", "size", "coalesced"),
+    "compressed": ("compressed_indices", "plain_indices", "values", "size"),
+}
+_QUANTIZED_INTS = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
+_PER_TENSOR = ("qscheme", "scale", "zero_point")
+_PER_CHANNEL = ("qscheme", "scales", "zero_points", "axis")
+
+
 @dataclass(slots=True, eq=False)
 class Tensor:
     """Metadata of one tensor; its values stay in the file until asked for."""
@@ -201,6 +211,27 @@ class Tensor:
         if self.sparse is not None:
             return next((part.device for part in self.sparse if isinstance(part, Tensor)), "cpu")
         return "meta" if self.kind == "dense" else self.kind
+
+    @property
+    def sparse_values(self) -> Tensor | None:
+        """A sparse tensor's values part (a dense tensor: where its NaN/Inf would be); None otherwise."""
+        if self.sparse is None:
+            return None
+        values = self.sparse[1] if self.kind == "sparse_coo" else self.sparse[2] if len(self.sparse) > 2 else None
+        return values if isinstance(values, Tensor) else None
+
+    def parts(self) -> list[tuple[str, Any]] | None:
+        """What a sparse or quantized tensor is made of, as ordinary values: a sparse tensor's
+        indices, values and size; a quantized tensor's integer values (a dense view of its storage)
+        and its quantizer's parameters. None for a dense tensor (or a packed 4/2-bit one)."""
+        if self.sparse is not None:
+            names = _SPARSE_PARTS["sparse_coo" if self.kind == "sparse_coo" else "compressed"]
+            return list(zip(names, self.sparse, strict=False))
+        if self.quantizer is not None and self.dtype in _QUANTIZED_INTS:
+            values = dataclasses.replace(self, dtype=_QUANTIZED_INTS[self.dtype], kind="dense", quantizer=None)
+            quantizer_names = _PER_TENSOR if len(self.quantizer) == 3 else _PER_CHANNEL
+            return [("int_repr", values), *zip(quantizer_names, self.quantizer, strict=False)]
+        return None
 
     def is_contiguous(self) -> bool:
         """Whether the elements are laid out densely in row-major order."""
@@ -304,11 +335,14 @@ class Checkpoint:
     root: Any = field(repr=False)  # a repr of a hostile tree can have 2**60 paths
     file_bytes: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    """The file's own metadata (safetensors ``__metadata__``): what a converted file carries over."""
     byteorder: str = "little"
     notes: list[str] = field(default_factory=list)
     unsafe_globals: set[str] = field(default_factory=set)
     loader_problems: list[str] = field(default_factory=list)
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
+    index_metadata: dict[str, Any] = field(default_factory=dict)
+    """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
 
 
 # ---- what a node holds --------------------------------------------------------------------
@@ -336,6 +370,37 @@ def module_children(node: Opaque) -> Iterator[tuple[Key, Any]]:
                     yield Attr(str(name)), value
 
 
+MODULE_OWN_STATE = frozenset({*MODULE_GROUPS, "training", "_non_persistent_buffers_set", "_is_full_backward_hook"})
+_ATTRIBUTE_SEARCH = 256
+
+
+def module_tensor_attributes(node: Opaque) -> Iterator[tuple[Key, Any]]:
+    """A pickled module's other attributes that hold tensors (quantized ``_packed_params``, a tensor
+    kept as a plain attribute), found within a bounded search so that shared state stays cheap."""
+    state = node.state
+    assert isinstance(state, dict)
+    for name, value in state.items():
+        if name in MODULE_OWN_STATE or (isinstance(name, str) and name.endswith("hooks")):
+            continue
+        if isinstance(value, (Tensor, Opaque, list, tuple, dict)) and _holds_tensor(value):
+            yield Attr(str(name)), value
+
+
+def _holds_tensor(value: Any) -> bool:
+    """Whether a tensor is among the first objects below ``value`` (modules not entered)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack and len(seen) < _ATTRIBUTE_SEARCH:
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            return True
+        if id(item) in seen or (isinstance(item, Opaque) and item.is_module):
+            continue
+        seen.add(id(item))
+        stack.extend(kid for _, kid in children(item))
+    return False
+
+
 def _shown_arg(arg: Any) -> bool:
     return has_children(arg) or isinstance(arg, (Tensor, Opaque)) or is_global_ref(arg)
 
@@ -355,6 +420,7 @@ def children(value: Any) -> Iterator[tuple[Key, Any]]:
     elif isinstance(value, Opaque):
         if value.is_module:
             yield from module_children(value)
+            yield from module_tensor_attributes(value)
             return
         if value.callee is not None:
             yield Attr("callee"), value.callee

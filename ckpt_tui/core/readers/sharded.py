@@ -44,7 +44,11 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
             raise ReadError(f"{path}: {key!r} is mapped to {shard}, which does not hold it")
         root[key] = value
     total = sum(c.file_bytes for c in shards.values())
-    metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
+    index_metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
+    metadata: dict[str, Any] = {}  # the shards' own metadata carries over, as transformers merges them
+    for shard_checkpoint in shards.values():
+        for name, value in shard_checkpoint.metadata.items():
+            metadata.setdefault(name, value)
     note = f"{len(shards)} shards: " + ", ".join(shards)
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
@@ -54,8 +58,9 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
         "sharded",
         root,
         total,
-        metadata=dict(metadata),
+        metadata=metadata,
         notes=notes,
         unsafe_globals=unsafe,
         loader_problems=problems,
+        index_metadata=dict(index_metadata),
     )

@@ -431,7 +431,7 @@ class BrowserScreen(Screen[None]):
         assert self.session is not None
         shown = prefix
         if prefix == "auto":
-            shown = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
+            shown = edits.wrapper_prefix_at(self.session.root, at)
         relocate = targets.renamed_keys(at, lambda k: k[len(shown) :] if shown and k.startswith(shown) else None)
         self.propose(lambda root: edits.strip_prefix(root, prefix, at), relocate)
 
