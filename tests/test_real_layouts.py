@@ -255,7 +255,7 @@ class CachedTensor(nn.Module):
         self.cache = torch.randn(3)  # a plain attribute: not in torch's state_dict either
 
 
-@pytest.mark.parametrize(("build", "count"), [(quantized_conv, 2), (dynamic_lstm, 4), (CachedTensor, 1)])
+@pytest.mark.parametrize(("build", "count"), [(quantized_conv, 2), (dynamic_lstm, 4)])
 def test_extract_refuses_a_module_whose_state_dict_would_lose_tensors(tmp_path: Path, capsys, build, count) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -267,6 +267,22 @@ def test_extract_refuses_a_module_whose_state_dict_would_lose_tensors(tmp_path: 
     assert not (tmp_path / "out.pth").exists()
     code, out, _ = run(capsys, "info", "--json", tmp_path / "m.pth")
     assert json.loads(out)["tensor_count"] >= count
+
+
+@pytest.mark.parametrize("attribute", ["tensor", "list", "dict"])
+def test_extract_leaves_out_plain_tensor_attributes_as_torchs_state_dict_does(
+    tmp_path: Path, capsys, attribute: str
+) -> None:
+    model = CachedTensor()
+    if attribute == "list":
+        model.cache = [torch.randn(2), torch.randn(2)]  # type: ignore[assignment]
+    elif attribute == "dict":
+        model.cache = {"a": torch.randn(2)}  # type: ignore[assignment]
+    torch.save(model, tmp_path / "m.pth")
+    code, _, err = run(capsys, "convert", tmp_path / "m.pth", "-o", tmp_path / "out.pth", "--extract", "auto")
+    assert code == 0, err
+    got = torch.load(tmp_path / "out.pth", weights_only=True)
+    assert list(got) == list(model.state_dict())
 
 
 def test_extract_of_a_plain_module_with_a_non_persistent_buffer_still_works(tmp_path: Path, capsys) -> None:

@@ -24,6 +24,7 @@ from ckpt_tui.core.quantized_modules import state_dict_children, state_dict_vers
 from ckpt_tui.core.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.state_dicts import inner_state_dict, tensor_items
 from ckpt_tui.core.tree import (
+    MODULE_GROUPS,
     Opaque,
     Storage,
     Tensor,
@@ -364,13 +365,16 @@ def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> No
     """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
     buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
     listed = {id(t) for v in flat.values() for t in (v if isinstance(v, tuple) else (v,))}
-    left_out: set[int] = set()  # non-persistent buffers: torch's state_dict leaves them out too
+    left_out: set[int] = set()  # what torch's state_dict leaves out too
     for _, value, _ in iter_reachable(module):
         if _is_module(value) and isinstance(value.state, dict):
             buffers = value.state.get("_buffers")
             skip = non_persistent_buffers(value.state)
-            if isinstance(buffers, dict):
+            if isinstance(buffers, dict):  # non-persistent buffers
                 left_out.update(id(t) for name, t in buffers.items() if name in skip)
+            for name, attribute in value.state.items():  # plain attributes (self.anchors = torch.ones(3))
+                if name not in MODULE_GROUPS:
+                    left_out.update(id(t) for t in _plain_tensors(attribute))
     lost = [
         path
         for path, value, _ in iter_reachable(module)
@@ -383,6 +387,22 @@ def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> No
             f"(first at {where!r}), "
             "which its state_dict here would leave out; refused"
         )
+
+
+def _plain_tensors(value: Any, budget: int = 256) -> list[Tensor]:
+    """Tensors held in plain containers (lists, tuples, dicts) of a module attribute, not inside objects."""
+    found: list[Tensor] = []
+    stack = [value]
+    while stack and budget > 0:
+        budget -= 1
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return found
 
 
 def _check_module_graph(module: Opaque) -> None:
