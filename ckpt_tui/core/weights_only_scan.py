@@ -79,12 +79,18 @@ class WStorage(Shadow):
 
 
 class WTensor(Shadow):
-    """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass)."""
+    """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass).
 
-    __slots__ = ("dtype", "type_name")
+    ``plain``: a dense tensor over a storage (False for sparse, quantized, meta, nested...);
+    ``requires_grad``: as rebuilt (setting ``data`` to an integer tensor then fails).
+    """
 
-    def __init__(self, dtype: str, type_name: str = "torch.Tensor") -> None:
-        self.dtype, self.type_name = dtype, type_name
+    __slots__ = ("dtype", "plain", "requires_grad", "type_name")
+
+    def __init__(
+        self, dtype: str, type_name: str = "torch.Tensor", plain: bool = True, requires_grad: bool = False
+    ) -> None:
+        self.dtype, self.type_name, self.plain, self.requires_grad = dtype, type_name, plain, requires_grad
 
 
 class WObject(Shadow):
@@ -580,8 +586,6 @@ def _grad(requires_grad: Any, dtype: str) -> None:
 _SEQUENCES = (tuple, list, WSize)
 
 
-_PLAIN_TENSORS: dict[str, WTensor] = {}
-"""One shared shadow per dtype for plain tensors: shadows are never changed, only their types checked."""
 _EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 """Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
 _EXTENTS_KEPT = 4096
@@ -591,6 +595,8 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
     if type(storage) is not WStorage:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
+        stride = _contiguous(size)  # set_(storage, offset, size, None): row-major
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
     if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
@@ -611,6 +617,15 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     needed = (offset + extent) * DTYPES[dtype][0]
     if needed > storage.nbytes:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
+
+
+def _contiguous(size: Any) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for count in reversed(size):
+        strides.append(step)
+        step *= max(count, 1)
+    return tuple(reversed(strides))
 
 
 def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -643,10 +658,7 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
     ):
         _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
-    tensor = _PLAIN_TENSORS.get(dtype)
-    if tensor is None:
-        tensor = _PLAIN_TENSORS[dtype] = WTensor(dtype)
-    return tensor
+    return WTensor(dtype, "torch.Tensor", True, requires_grad is True)
 
 
 def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
@@ -660,17 +672,21 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
     _set_storage(storage, offset, size, stride, dtype)
     if len(args) == 8 and args[7] and type(args[7]) is not dict:
         raise Refusal("tensor metadata is not a dict")
-    return WTensor(dtype)
+    return WTensor(dtype, requires_grad=requires_grad)
 
 
 def _rebuild_parameter(args: tuple[Any, ...]) -> WTensor:
-    if len(args) not in (3, 4):
-        raise TypeError(f"takes 3 (or 4 with state) arguments, got {len(args)}")
-    data = args[0]
-    if not isinstance(data, WTensor):
-        raise Refusal(f"a Parameter's data is a {_type_name(data)}")
-    _grad(args[1], data.dtype)
-    return WTensor(data.dtype, "torch.nn.parameter.Parameter")
+    if len(args) != 3:
+        raise TypeError(f"takes 3 arguments, got {len(args)}")
+    return _parameter(args[:2])
+
+
+def _rebuild_parameter_with_state(args: tuple[Any, ...]) -> WTensor:
+    if len(args) != 4:
+        raise TypeError(f"takes 4 arguments, got {len(args)}")
+    parameter = _parameter(args[:2])
+    set_obj_state(parameter, args[3])
+    return parameter
 
 
 def _parameter(args: tuple[Any, ...]) -> WTensor:
@@ -680,22 +696,108 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
     if data is not None and not isinstance(data, WTensor):
         raise Refusal(f"a Parameter's data is a {_type_name(data)}")
     dtype = data.dtype if isinstance(data, WTensor) else "float32"
-    _grad(args[1] if len(args) > 1 else True, dtype)
-    return WTensor(dtype, "torch.nn.parameter.Parameter")
+    requires_grad = args[1] if len(args) > 1 else True
+    _grad(requires_grad, dtype)
+    plain = data.plain if isinstance(data, WTensor) else True
+    return WTensor(dtype, "torch.nn.parameter.Parameter", plain, requires_grad)
 
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
-    func, new_type, call_args, _state = args
+    func, new_type, call_args, state = args
     if not _callable(func):
         raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
-        return WTensor(result.dtype, new_type.name)
+        return WTensor(result.dtype, new_type.name, result.plain, result.requires_grad)
     if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
-        if isinstance(result, WTensor) and new_type.entry.name != "torch.Tensor":
-            return WTensor(result.dtype, new_type.entry.name)
+        if not isinstance(result, WTensor):
+            if isinstance(result, (WObject, Placeholder)):
+                raise Refusal(
+                    f"_rebuild_from_type_v2 makes a {_type_name(result)} a Tensor: torch may refuse it "
+                    "(whether it is a tensor is not known without running it)"
+                )
+            raise Refusal(f"_rebuild_from_type_v2 makes a {_type_name(result)} a Tensor (as_subclass fails)")
+        result = WTensor(result.dtype, new_type.entry.name, result.plain, result.requires_grad)
+        set_obj_state(result, state)
         return result
     raise Refusal(f"_rebuild_from_type_v2 to a {_type_name(new_type)}, not a Tensor subclass")
+
+
+# ---- torch._utils._set_obj_state on a rebuilt tensor ---------------------------------------------
+
+
+def set_obj_state(tensor: WTensor, state: Any) -> None:
+    """``_set_obj_state(tensor, state)``: ``setattr`` for each item of the dict state and the slot state."""
+    if type(state) is tuple:
+        if len(state) != 2:
+            raise Refusal(f"a tensor's state is a tuple of {len(state)}, not (dict state, slot state)")
+        parts: tuple[Any, ...] = state
+    else:
+        parts = (state,)
+    for part in parts:
+        if not _truthy(part, "a tensor's state"):
+            continue
+        if type(part) not in (dict, OrderedDict, Counter):
+            if isinstance(part, (WObject, Placeholder)):
+                raise Refusal(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
+            raise Refusal(f"a tensor's state is a {_type_name(part)}, which has no items()")
+        for name, value in part.items():
+            _setattr(tensor, name, value)
+
+
+def _truthy(value: Any, what: str) -> bool:
+    """``bool(value)`` as torch would get it, for the values whose truth is known without running anything."""
+    if value is None or isinstance(value, (int, float, complex, str, bytes, tuple, list, dict, set, frozenset)):
+        return bool(value)
+    if isinstance(value, (GlobalRef, WSize)) or (type(value) is WLeaf and value.type_name == "torch.device"):
+        return True
+    raise Refusal(f"{what} is a {_type_name(value)}: whether torch finds it empty is not known here")
+
+
+def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
+    """``setattr(tensor, name, value)``: torch's tensor properties check what they are given."""
+    if type(name) is not str:
+        raise Refusal(f"a tensor's state sets an attribute named by a {_type_name(name)} (setattr wants a str)")
+    rule = tables.TENSOR_ATTRIBUTES.get(name, "instance")
+    if rule == "instance":
+        return
+    if rule == "read-only":
+        raise Refusal(f"a tensor's state sets {name!r}, a read-only attribute of torch.Tensor")
+    if rule == "dict":
+        if type(value) not in (dict, OrderedDict, Counter):
+            raise Refusal(f"a tensor's state sets __dict__ to a {_type_name(value)} (torch wants a dict)")
+    elif rule == "requires_grad":
+        _grad(value, tensor.dtype)
+        tensor.requires_grad = value
+    elif rule == "data":
+        _set_data(tensor, value)
+    elif rule == "grad":
+        _set_grad(tensor, name, value)
+    elif rule == "none":
+        if value is not None:
+            raise Refusal(f"a tensor's state sets {name!r} to a {_type_name(value)} (torch takes only None)")
+    elif value is not None or rule != "none-or-more":
+        raise Refusal(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
+
+
+def _set_data(tensor: WTensor, value: Any) -> None:
+    if not isinstance(value, WTensor):
+        raise Refusal(f"a tensor's state sets data to a {_type_name(value)} (torch wants a tensor)")
+    if not (tensor.plain and value.plain):
+        raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
+    if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
+        raise Refusal(f"a tensor's state sets data to a {value.dtype} tensor on one that requires grad")
+    tensor.dtype = value.dtype
+
+
+def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, WTensor):
+        raise Refusal(f"a tensor's state sets {name} to a {_type_name(value)} (torch wants a tensor or None)")
+    if value.dtype != tensor.dtype:
+        raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
+    raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, which are not emulated here")
 
 
 def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
@@ -716,7 +818,7 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
     _bool(requires_grad, "requires_grad")
     _set_storage(storage, offset, size, stride, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
 
 def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -731,7 +833,7 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
     if not isinstance(values, WTensor):
         raise Refusal("a sparse tensor whose values are not a tensor")
-    return WTensor(values.dtype)
+    return WTensor(values.dtype, plain=False)
 
 
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
@@ -740,14 +842,14 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     if len(_ints(size, "a meta tensor's size")) != len(_ints(stride, "a meta tensor's stride")):
         raise Refusal("a meta tensor's size and stride differ in length")
     _grad(requires_grad, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
 
 def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
     first = args[0] if args else None
     if isinstance(first, WTensor):
-        return WTensor(first.dtype)
-    return WTensor("float32")
+        return WTensor(first.dtype, plain=False)
+    return WTensor("float32", plain=False)
 
 
 def _size(args: tuple[Any, ...]) -> WSize:
@@ -850,7 +952,7 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
     "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
-    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter_with_state,
     "torch._utils._rebuild_qtensor": _rebuild_qtensor,
     "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
     "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
