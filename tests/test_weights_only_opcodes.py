@@ -97,6 +97,11 @@ STATE_CASES = {
     "state sets _grad_fn": from_type(D(_grad_fn=I(1))),
     "state sets an attribute named by an int": from_type(b"}" + I(1) + I(2) + b"s"),
     "state is a non-empty list": from_type(b"]" + I(1) + b"a"),
+    "Parameter BUILD with requires_grad a str": with_state(NONE) + T(U("x"), NONE, NONE) + BUILD,
+    "Parameter BUILD with 2 items": with_state(NONE) + T(TRUE, NONE) + BUILD,
+    "Parameter BUILD with 5 items, data an int": with_state(NONE) + T(I(1), NONE, NONE, TRUE, NONE) + BUILD,
+    "Parameter BUILD with (False, None, None)": with_state(NONE) + T(FALSE, NONE, NONE) + BUILD,
+    "Parameter BUILD with 5 items": with_state(NONE) + T(tensor(), NONE, OD, FALSE, NONE) + BUILD,
     "_rebuild_parameter with a state argument": G("torch._utils", "_rebuild_parameter")
     + T(tensor(), TRUE, OD, NONE)
     + b"R",
@@ -130,6 +135,8 @@ READER_CASES = {
     "OrderedDict BUILD of _metadata twice": OD + D(_metadata=b"}") + BUILD + D(_metadata=b"}") + BUILD,
     "set BUILD with an empty dict": G("builtins", "set") + b")R}" + BUILD,
     "device BUILD with an empty dict": G("torch", "device") + T(U("cpu")) + b"R}" + BUILD,
+    "device BUILD with an attribute": G("torch", "device") + T(U("cpu")) + b"R" + D(foo=I(1)) + BUILD,
+    "torch.Size BUILD with (None, None)": G("torch", "Size") + T(T(I(1))) + b"R" + T(NONE, NONE) + BUILD,
     "bytearray of an int": G("builtins", "bytearray") + T(b"J" + struct.pack("<i", 10**6)) + b"R",
     "bytearray of a negative int": G("builtins", "bytearray") + T(b"J" + struct.pack("<i", -1)) + b"R",
     "_codecs.encode rot13": G("_codecs", "encode") + T(U("x"), U("rot13")) + b"R",

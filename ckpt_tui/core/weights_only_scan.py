@@ -411,9 +411,7 @@ class Machine(pickle.Unpickler):
             if not items or not isinstance(items[0], (WStorage, WTensor)):
                 raise Refusal("BUILD on a Tensor with a state that is not set_() arguments")
         elif inst.type_name == "torch.nn.parameter.Parameter":
-            items = list(_iterate(state, "BUILD state for a Parameter"))
-            if len(items) not in (3, 4, 5):
-                raise Refusal("BUILD on a Parameter with a malformed state")
+            _parameter_setstate(inst, state)
         else:
             self._use(inst.type_name, "build")
 
@@ -713,10 +711,12 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
         if not isinstance(result, WTensor):
             if isinstance(result, (WObject, Placeholder)):
                 raise Refusal(
-                    f"_rebuild_from_type_v2 makes a {_type_name(result)} a Tensor: torch may refuse it "
+                    f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor: torch may refuse it "
                     "(whether it is a tensor is not known without running it)"
                 )
-            raise Refusal(f"_rebuild_from_type_v2 makes a {_type_name(result)} a Tensor (as_subclass fails)")
+            raise Refusal(
+                f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor (as_subclass fails)"
+            )
         result = WTensor(result.dtype, new_type.entry.name, result.plain, result.requires_grad)
         set_obj_state(result, state)
         return result
@@ -740,9 +740,23 @@ def set_obj_state(tensor: WTensor, state: Any) -> None:
         if type(part) not in (dict, OrderedDict, Counter):
             if isinstance(part, (WObject, Placeholder)):
                 raise Refusal(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
-            raise Refusal(f"a tensor's state is a {_type_name(part)}, which has no items()")
+            raise Refusal(f"a tensor's state is of type {_type_name(part)}, which has no items()")
         for name, value in part.items():
             _setattr(tensor, name, value)
+
+
+def _parameter_setstate(tensor: WTensor, state: Any) -> None:
+    """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
+    if type(state) not in (tuple, list):
+        raise Refusal(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
+    if len(state) == 4:
+        raise Refusal("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
+    if len(state) == 5:
+        _setattr(tensor, "data", state[0])
+        state = (state[3], state[4], state[2])
+    if len(state) != 3:
+        raise Refusal(f"BUILD on a Parameter with a state of {len(state)} items (torch unpacks 3)")
+    _setattr(tensor, "requires_grad", state[0])
 
 
 def _truthy(value: Any, what: str) -> bool:
@@ -757,7 +771,9 @@ def _truthy(value: Any, what: str) -> bool:
 def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
     """``setattr(tensor, name, value)``: torch's tensor properties check what they are given."""
     if type(name) is not str:
-        raise Refusal(f"a tensor's state sets an attribute named by a {_type_name(name)} (setattr wants a str)")
+        raise Refusal(
+            f"a tensor's state sets an attribute named by a value of type {_type_name(name)} (setattr wants a str)"
+        )
     rule = tables.TENSOR_ATTRIBUTES.get(name, "instance")
     if rule == "instance":
         return
@@ -765,7 +781,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
         raise Refusal(f"a tensor's state sets {name!r}, a read-only attribute of torch.Tensor")
     if rule == "dict":
         if type(value) not in (dict, OrderedDict, Counter):
-            raise Refusal(f"a tensor's state sets __dict__ to a {_type_name(value)} (torch wants a dict)")
+            raise Refusal(f"a tensor's state sets __dict__ to a value of type {_type_name(value)} (torch wants a dict)")
     elif rule == "requires_grad":
         _grad(value, tensor.dtype)
         tensor.requires_grad = value
@@ -775,14 +791,16 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
         _set_grad(tensor, name, value)
     elif rule == "none":
         if value is not None:
-            raise Refusal(f"a tensor's state sets {name!r} to a {_type_name(value)} (torch takes only None)")
+            raise Refusal(
+                f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
+            )
     elif value is not None or rule != "none-or-more":
         raise Refusal(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
 
 
 def _set_data(tensor: WTensor, value: Any) -> None:
     if not isinstance(value, WTensor):
-        raise Refusal(f"a tensor's state sets data to a {_type_name(value)} (torch wants a tensor)")
+        raise Refusal(f"a tensor's state sets data to a value of type {_type_name(value)} (torch wants a tensor)")
     if not (tensor.plain and value.plain):
         raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
     if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
@@ -794,7 +812,9 @@ def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, WTensor):
-        raise Refusal(f"a tensor's state sets {name} to a {_type_name(value)} (torch wants a tensor or None)")
+        raise Refusal(
+            f"a tensor's state sets {name} to a value of type {_type_name(value)} (torch wants a tensor or None)"
+        )
     if value.dtype != tensor.dtype:
         raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
     raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, which are not emulated here")
