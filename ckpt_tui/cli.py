@@ -329,7 +329,10 @@ def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bo
         return
     from ckpt_tui.report import verdict_lines
 
-    print("\n".join(verdict_lines(judged, path)))
+    lines = verdict_lines(judged, path)
+    if judged.loads:
+        lines.append("  ckpt-tui's reader keeps stricter rules than torch.load and refuses this file (error below)")
+    print("\n".join(lines))
 
 
 def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:

@@ -221,6 +221,7 @@ def test_unreadable_file_text_shows_the_verdict_and_the_error(
     assert main(["check", str(path)]) == 2
     captured = capsys.readouterr()
     assert "weights_only: torch.load loads it (torch 2.6-2.14)" in captured.out
+    assert "reader keeps stricter rules than torch.load" in captured.out
     assert captured.err.startswith("ckpt-tui: ") and "_metadata" in captured.err
 
 
@@ -289,3 +290,23 @@ def test_tensor_attribute_table_is_torchs() -> None:
         if rule == "read-only":
             with pytest.raises((AttributeError, TypeError, RuntimeError)):
                 setattr(torch.zeros(2), name, torch.zeros(2))
+
+
+def test_every_allowlisting_line_names_what_torch_compares() -> None:
+    """torch compares the file's ``module.name`` with ``obj.__module__.obj.__qualname__`` (or the name given)."""
+    import builtins
+    import importlib
+    import importlib.util
+
+    from ckpt_tui.core import weights_only_tables as tables
+
+    pytest.importorskip("numpy")
+    names = [*sorted(tables._PLAIN_DATA), "numpy.dtypes.Float32DType", "numpy._core.multiarray._reconstruct"]
+    for name in names:
+        entry = tables.data_global(name)
+        assert entry is not None
+        if entry.module.startswith("omegaconf") and importlib.util.find_spec("omegaconf") is None:
+            continue
+        namespace = {"builtins": builtins, entry.module.split(".")[0]: importlib.import_module(entry.module)}
+        obj = eval(entry.expression, namespace)  # our own table's expression
+        assert entry.by_name or f"{obj.__module__}.{obj.__qualname__}" == name, name

@@ -259,6 +259,7 @@ class DataGlobal:
     """Name it as ``(object, "name in the file")``: its ``__module__`` differs across versions."""
 
 
+_PATH_CLASSES = frozenset({"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"})
 _NUMPY_CORE = ("numpy.core.multiarray", "numpy._core.multiarray")
 _OMEGACONF = {
     "omegaconf.dictconfig.DictConfig",
@@ -307,7 +308,8 @@ def data_global(name: str) -> DataGlobal | None:
     for core in _NUMPY_CORE:
         if name in (f"{core}._reconstruct", f"{core}.scalar"):
             return DataGlobal(f"numpy.core.multiarray.{name.rsplit('.', 1)[1]}", "numpy", by_name=True)
-    if name.startswith("pathlib._local."):
+    if name.startswith(("pathlib._local.", "pathlib.")) and name.rsplit(".", 1)[1] in _PATH_CLASSES:
+        # by name: Python 3.13 moved the classes to pathlib._local, files keep the name they were saved with
         return DataGlobal("pathlib." + name.rsplit(".", 1)[1], "pathlib", by_name=True)
     if name in _PLAIN_DATA:
         module, _, short = name.rpartition(".")
