@@ -584,6 +584,8 @@ def _grad(requires_grad: Any, dtype: str) -> None:
 _SEQUENCES = (tuple, list, WSize)
 
 
+_PLAIN_TENSORS: dict[tuple[str, bool], WTensor] = {}
+"""One shared shadow per dtype and requires_grad for plain tensors: never changed (state goes to a copy)."""
 _EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 """Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
 _EXTENTS_KEPT = 4096
@@ -656,7 +658,11 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
     ):
         _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
-    return WTensor(dtype, "torch.Tensor", True, requires_grad is True)
+    key = (dtype, requires_grad is True)
+    tensor = _PLAIN_TENSORS.get(key)
+    if tensor is None:
+        tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, requires_grad is True)
+    return tensor
 
 
 def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
