@@ -72,6 +72,9 @@ def with_state(state: bytes, requires_grad: bytes = TRUE, data: bytes | None = N
     return G("torch._utils", "_rebuild_parameter_with_state") + T(inner, requires_grad, OD, state) + b"R"
 
 
+REQUIRES_GRAD = G("torch._utils", "_rebuild_tensor_v2") + T(pid(), I(0), T(I(4)), T(I(1)), TRUE, OD) + b"R"
+
+
 def torch_zip(path: Path, body: bytes, header: bytes = b"\x80\x02", numel_bytes: int = 16) -> Path:
     data = header + D(w=tensor(), x=body) + b"."
     members = {"a/data.pkl": data, "a/byteorder": b"little", "a/data/0": bytes(numel_bytes), "a/version": b"3\n"}
@@ -108,7 +111,31 @@ STATE_CASES = {
     "_rebuild_from_type_v2 of an OrderedDict": G("torch._tensor", "_rebuild_from_type_v2")
     + T(G("collections", "OrderedDict"), G("torch", "Tensor"), b")", NONE)
     + b"R",
+    "tensor BUILD (storage, 'x')": tensor() + T(pid(), U("x")) + BUILD,
+    "tensor BUILD (storage, 0)": tensor() + T(pid(), I(0)) + BUILD,
+    "tensor BUILD past the storage's end": tensor() + T(pid(), I(0), T(I(8)), T(I(1))) + BUILD,
+    "tensor BUILD (long storage,)": tensor() + T(pid(4, "LongStorage")) + BUILD,
+    "tensor BUILD (long tensor,)": tensor() + T(tensor(4, "LongStorage")) + BUILD,
+    "tensor BUILD on one that requires grad": REQUIRES_GRAD + T(pid()) + BUILD,
+    "tensor BUILD with a dict": tensor() + D(foo=I(1)) + BUILD,
+    "bytearray of text with rot13": G("builtins", "bytearray") + T(U("ab"), U("rot13")) + b"R",
+    "_codecs.encode of text with hex": G("_codecs", "encode") + T(U("ab"), U("hex")) + b"R",
+    "_codecs.encode of text with zlib": G("_codecs", "encode") + T(U("ab"), U("zlib")) + b"R",
+    "_codecs.encode with an unknown encoding": G("_codecs", "encode") + T(U("ab"), U("nonesuch")) + b"R",
+    "_codecs.encode latin1 of a euro sign": G("_codecs", "encode") + T(U("\u20ac"), U("latin1")) + b"R",
+    "torch.Size of a str": G("torch", "Size") + T(U("ab")) + b"R",
     # accepted
+    "tensor BUILD (storage,)": tensor() + T(pid()) + BUILD,
+    "tensor BUILD (tensor,)": tensor() + T(tensor()) + BUILD,
+    "tensor BUILD (storage, 0, (4,), (1,))": tensor() + T(pid(), I(0), T(I(4)), T(I(1))) + BUILD,
+    "tensor BUILD ()": tensor() + b")" + BUILD,
+    "bytearray of text with utf-8": G("builtins", "bytearray") + T(U("ab"), U("utf-8")) + b"R",
+    "bytearray of True": G("builtins", "bytearray") + T(TRUE) + b"R",
+    "_codecs.encode of hex bytes": G("_codecs", "encode")
+    + T(G("_codecs", "encode") + T(U("ab"), U("latin1")) + b"R", U("hex"))
+    + b"R",
+    "_codecs.encode with an unknown error handler": G("_codecs", "encode") + T(U("ab"), U("utf-8"), U("bogus")) + b"R",
+    "torch.Size of a list of bools": G("torch", "Size") + T(b"]" + TRUE + b"a") + b"R",
     "state sets a plain attribute": from_type(D(foo=I(1))),
     "state sets __dict__ to a dict": with_state(D(__dict__=D(foo=I(1)))),
     "state sets requires_grad to False": with_state(D(requires_grad=FALSE)),

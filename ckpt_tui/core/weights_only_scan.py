@@ -18,6 +18,7 @@ every global an ``add_safe_globals`` line must name, and every refusal that no s
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickle
 import re
@@ -407,9 +408,7 @@ class Machine(pickle.Unpickler):
 
     def _build_tensor(self, inst: WTensor, state: Any) -> None:
         if inst.type_name == "torch.Tensor":
-            items = list(_iterate(state, "BUILD state for a Tensor"))
-            if not items or not isinstance(items[0], (WStorage, WTensor)):
-                raise Refusal("BUILD on a Tensor with a state that is not set_() arguments")
+            _tensor_set(inst, list(_iterate(state, "BUILD state for a Tensor")))
         elif inst.type_name == "torch.nn.parameter.Parameter":
             _parameter_setstate(inst, state)
         else:
@@ -751,6 +750,33 @@ def set_obj_state(tensor: WTensor, state: Any) -> None:
             _setattr(tensor, name, value)
 
 
+def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
+    """BUILD on a plain Tensor: ``tensor.set_(*state)`` (legacy pickles), on a tensor whose storage cannot grow."""
+    if tensor.requires_grad:
+        raise Refusal("BUILD calls set_() on a tensor that requires grad (in place on a leaf: torch refuses)")
+    if not args:
+        return
+    source = args[0]
+    if isinstance(source, WTensor):
+        if len(args) != 1:
+            raise Refusal("BUILD calls set_(tensor, ...) with more arguments (set_ takes the tensor alone)")
+        if not (source.plain and tensor.plain) or source.dtype != tensor.dtype:
+            raise Refusal(f"BUILD calls set_() with a {source.dtype} tensor on a {tensor.dtype} tensor")
+        return
+    if not isinstance(source, WStorage):
+        raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
+    if source.dtype != tensor.dtype:
+        if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
+            raise Refusal("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
+        raise Refusal(f"BUILD calls set_() with a {source.dtype} storage on a {tensor.dtype} tensor")
+    if len(args) == 4:
+        _set_storage(source, args[1], args[2], args[3], tensor.dtype)
+    elif len(args) == 3:
+        raise Refusal("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
+    elif len(args) != 1:
+        raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
+
+
 def _parameter_setstate(tensor: WTensor, state: Any) -> None:
     """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
     if type(state) not in (tuple, list):
@@ -910,23 +936,36 @@ def _get_layout(args: tuple[Any, ...]) -> WLeaf:
     return WLeaf(name)
 
 
-_ENCODINGS = frozenset({"latin1", "latin-1", "iso-8859-1", "iso8859-1", "utf-8", "utf8", "utf_8", "ascii", "us-ascii"})
+_CODEC_NAME = re.compile(r"[A-Za-z0-9_.\- ]{1,64}\Z")
+
+
+def _codec_call(action: Callable[[], Any], what: str) -> Any:
+    """Run a standard-library codec on the file's text (``codecs`` finds codecs only in ``encodings``)."""
+    try:
+        return action()
+    except (LookupError, TypeError, ValueError, OverflowError) as exc:  # UnicodeError is a ValueError
+        raise Refusal(f"{what} fails ({type(exc).__name__}: {_short(str(exc))})") from None
+
+
+def _codec_args(encoding: Any, errors: Any, what: str) -> None:
+    if type(encoding) is not str or type(errors) is not str:
+        raise Refusal(f"{what}: the encoding and errors are not text")
+    if not _CODEC_NAME.match(encoding):
+        raise Refusal(f"{what}: unknown encoding {_short(encoding)}")
 
 
 def _encode(args: tuple[Any, ...]) -> Any:
+    """``_codecs.encode(obj, encoding="utf-8", errors="strict")``: any codec, text or not (rot13, hex...)."""
     if not 1 <= len(args) <= 3:
         raise TypeError("_codecs.encode takes 1 to 3 arguments")
-    text = args[0]
+    value = args[0]
     encoding = args[1] if len(args) > 1 else "utf-8"
     errors = args[2] if len(args) > 2 else "strict"
-    if not isinstance(text, str) or not isinstance(encoding, str) or not isinstance(errors, str):
-        raise Refusal("_codecs.encode of something other than text")
-    if encoding.lower() not in _ENCODINGS or errors not in ("strict", "ignore", "replace", "surrogatepass"):
-        return WLeaf("builtins.bytes")
-    try:
-        return text.encode(encoding, errors)
-    except UnicodeError as exc:
-        raise Refusal(f"_codecs.encode fails ({exc})") from None
+    _codec_args(encoding, errors, "_codecs.encode")
+    if not isinstance(value, (str, bytes)):
+        raise Refusal(f"_codecs.encode of a {_type_name(value)}")
+    encode: Callable[[Any, str, str], Any] = codecs.encode  # text or bytes, any codec
+    return _codec_call(lambda: encode(value, encoding, errors), "_codecs.encode")
 
 
 def _bytearray(args: tuple[Any, ...]) -> WLeaf:
@@ -936,11 +975,15 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
         first = args[0]
         if isinstance(first, str) != (len(args) > 1):
             raise Refusal("bytearray of text needs an encoding (and only text takes one)")
-        if type(first) is int and first < 0:
+        if isinstance(first, str):  # str.encode: text encodings only (rot13 is refused)
+            encoding, errors = args[1], args[2] if len(args) > 2 else "strict"
+            _codec_args(encoding, errors, "bytearray")
+            _codec_call(lambda: first.encode(encoding, errors), "bytearray")
+        if type(first) in (int, bool) and first < 0:
             raise Refusal("bytearray of a negative size")
-        if isinstance(first, (list, tuple)) and not all(type(v) is int and 0 <= v < 256 for v in first):
+        if isinstance(first, (list, tuple)) and not all(type(v) in (int, bool) and 0 <= v < 256 for v in first):
             raise Refusal("bytearray of values outside 0..255")
-        if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)) or isinstance(first, bool):
+        if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)):
             raise Refusal(f"bytearray of a {_type_name(first)}")
     return WLeaf("builtins.bytearray")
 
