@@ -72,6 +72,11 @@ def with_state(state: bytes, requires_grad: bytes = TRUE, data: bytes | None = N
     return G("torch._utils", "_rebuild_parameter_with_state") + T(inner, requires_grad, OD, state) + b"R"
 
 
+def rebuilt(metadata: bytes) -> bytes:
+    """A float tensor with ``metadata`` as _rebuild_tensor_v2's seventh argument."""
+    return G("torch._utils", "_rebuild_tensor_v2") + T(pid(), I(0), T(I(4)), T(I(1)), FALSE, OD, metadata) + b"R"
+
+
 REQUIRES_GRAD = G("torch._utils", "_rebuild_tensor_v2") + T(pid(), I(0), T(I(4)), T(I(1)), TRUE, OD) + b"R"
 
 
@@ -124,7 +129,18 @@ STATE_CASES = {
     "_codecs.encode with an unknown encoding": G("_codecs", "encode") + T(U("ab"), U("nonesuch")) + b"R",
     "_codecs.encode latin1 of a euro sign": G("_codecs", "encode") + T(U("\u20ac"), U("latin1")) + b"R",
     "torch.Size of a str": G("torch", "Size") + T(U("ab")) + b"R",
+    "tensor metadata sets conj on a float tensor": rebuilt(D(conj=TRUE)),
+    "tensor metadata sets conj to False on a float tensor": rebuilt(D(conj=FALSE)),
+    "tensor metadata holds a str": rebuilt(D(neg=U("x"))),
+    "tensor metadata is a non-empty list": rebuilt(b"]" + I(1) + b"a"),
+    "meta tensor with a negative size": G("torch._utils", "_rebuild_meta_tensor_no_storage")
+    + T(G("torch", "float32"), T(I(255) + b"J" + struct.pack("<i", -1)), T(I(1), I(1)), FALSE)
+    + b"R",
     # accepted
+    "tensor metadata sets neg": rebuilt(D(neg=TRUE)),
+    "tensor metadata with another key": rebuilt(D(foo=I(1))),
+    "tensor metadata is an empty list": rebuilt(b"]"),
+    "tensor metadata is an OrderedDict": rebuilt(OD + U("neg") + I(1) + b"s"),
     "tensor BUILD (storage,)": tensor() + T(pid()) + BUILD,
     "tensor BUILD (tensor,)": tensor() + T(tensor()) + BUILD,
     "tensor BUILD (storage, 0, (4,), (1,))": tensor() + T(pid(), I(0), T(I(4)), T(I(1))) + BUILD,

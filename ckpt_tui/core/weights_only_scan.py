@@ -647,8 +647,8 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
     dtype = storage.dtype
     if requires_grad is not False:
         _grad(requires_grad, dtype)
-    if metadata and type(metadata) is not dict:
-        raise Refusal("tensor metadata is not a dict")
+    if metadata is not None:
+        _check_metadata(metadata, dtype)
     extent = _EXTENTS.get((size, stride)) if type(size) is tuple and type(stride) is tuple else None
     if (
         extent is None
@@ -673,9 +673,29 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
     _grad(requires_grad, dtype)
     _set_storage(storage, offset, size, stride, dtype)
-    if len(args) == 8 and args[7] and type(args[7]) is not dict:
-        raise Refusal("tensor metadata is not a dict")
+    if len(args) == 8:
+        _check_metadata(args[7], dtype)
     return WTensor(dtype, requires_grad=requires_grad)
+
+
+_COMPLEX = frozenset({"complex32", "complex64", "complex128"})
+
+
+def _check_metadata(metadata: Any, dtype: str) -> None:
+    """``set_tensor_metadata``: a dict of str to bool-like values; ``conj`` only on complex tensors."""
+    if not _truthy(metadata, "tensor metadata"):
+        return
+    if not isinstance(metadata, dict):
+        raise Refusal(f"tensor metadata is of type {_type_name(metadata)}, not a dict")
+    for key, value in metadata.items():
+        if type(key) is not str:
+            raise Refusal(f"tensor metadata has a key of type {_type_name(key)} (torch wants str)")
+        if isinstance(value, Shadow):
+            raise Refusal(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
+        if value is not None and not isinstance(value, (bool, int, float, complex)):
+            raise Refusal(f"tensor metadata holds a value of type {_type_name(value)} (torch wants a bool)")
+    if "conj" in metadata and dtype not in _COMPLEX:
+        raise Refusal(f"tensor metadata sets conj on a {dtype} tensor (only complex tensors have it)")
 
 
 def _rebuild_parameter(args: tuple[Any, ...]) -> WTensor:
@@ -891,8 +911,11 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     dtype_ref, size, stride, requires_grad = args
     dtype = _dtype(dtype_ref)
-    if len(_ints(size, "a meta tensor's size")) != len(_ints(stride, "a meta tensor's stride")):
+    sizes = _ints(size, "a meta tensor's size")
+    if len(sizes) != len(_ints(stride, "a meta tensor's stride")):
         raise Refusal("a meta tensor's size and stride differ in length")
+    if sizes and min(sizes) < 0:
+        raise Refusal("a meta tensor has a negative size")
     _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
