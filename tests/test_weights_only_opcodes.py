@@ -77,6 +77,18 @@ def rebuilt(metadata: bytes) -> bytes:
     return G("torch._utils", "_rebuild_tensor_v2") + T(pid(), I(0), T(I(4)), T(I(1)), FALSE, OD, metadata) + b"R"
 
 
+def coo(nnz: int, values: int, size: tuple[int, ...], dense: int = 0, coalesced: bytes = FALSE) -> bytes:
+    """A sparse COO tensor: int64 indices (1, nnz), float32 values (values[, dense]) over one storage each."""
+    rebuild = G("torch._utils", "_rebuild_tensor_v2")
+    indices = rebuild + T(pid(4, "LongStorage"), I(0), T(I(1), I(nnz)), T(I(nnz), I(1)), FALSE, OD) + b"R"
+    shape = T(I(values), I(dense)) if dense else T(I(values))
+    strides = T(I(dense), I(1)) if dense else T(I(1))
+    vals = rebuild + T(pid(4), I(0), shape, strides, FALSE, OD) + b"R"
+    dims = T(*(I(n) if n >= 0 else b"J" + struct.pack("<i", n) for n in size))
+    layout = G("torch.serialization", "_get_layout") + T(U("torch.sparse_coo")) + b"R"
+    return G("torch._utils", "_rebuild_sparse_tensor") + T(layout, T(indices, vals, dims, coalesced)) + b"R"
+
+
 REQUIRES_GRAD = G("torch._utils", "_rebuild_tensor_v2") + T(pid(), I(0), T(I(4)), T(I(1)), TRUE, OD) + b"R"
 
 
@@ -136,7 +148,17 @@ STATE_CASES = {
     "meta tensor with a negative size": G("torch._utils", "_rebuild_meta_tensor_no_storage")
     + T(G("torch", "float32"), T(I(255) + b"J" + struct.pack("<i", -1)), T(I(1), I(1)), FALSE)
     + b"R",
+    "state sets grad to a float32 tensor of the wrong size": from_type(D(grad=tensor(2))),
+    "sparse COO whose indices and values differ in nnz": coo(2, 3, (5,)),
+    "sparse COO whose size has too many dims": coo(2, 2, (5, 5)),
+    "sparse COO whose dense sizes differ": coo(2, 2, (5, 3), dense=2),
+    "sparse COO with a negative size": coo(2, 2, (-1,)),
+    "sparse COO with is_coalesced a str": coo(2, 2, (5,), coalesced=U("x")),
     # accepted
+    "state sets grad to a float32 tensor of the right size": from_type(D(grad=tensor(4))),
+    "sparse COO": coo(2, 2, (5,)),
+    "sparse COO with a dense dim": coo(2, 2, (5, 2), dense=2),
+    "sparse COO with indices out of bounds (not validated by default)": coo(2, 2, (1,)),
     "tensor metadata sets neg": rebuilt(D(neg=TRUE)),
     "tensor metadata with another key": rebuilt(D(foo=I(1))),
     "tensor metadata is an empty list": rebuilt(b"]"),
@@ -164,8 +186,7 @@ STATE_CASES = {
     "parameter by _rebuild_from_type_v2 with state": from_type(D(foo=I(1)), G("torch.nn.parameter", "Parameter")),
 }
 MAY_REFUSE = {  # torch checks what is not emulated: never "loads"
-    "state sets grad to a float32 tensor of the wrong size": from_type(D(grad=tensor(2))),
-    "state sets grad to a float32 tensor of the right size": from_type(D(grad=tensor(4))),
+    "state sets grad to a tensor that was BUILD": from_type(D(grad=tensor() + T(pid()) + BUILD)),
     "state sets real": from_type(D(real=I(1))),
 }
 READER_CASES = {

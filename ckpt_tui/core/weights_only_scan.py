@@ -83,15 +83,27 @@ class WTensor(Shadow):
     """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass).
 
     ``plain``: a dense tensor over a storage (False for sparse, quantized, meta, nested...);
-    ``requires_grad``: as rebuilt (setting ``data`` to an integer tensor then fails).
+    ``requires_grad``: as rebuilt (setting ``data`` to an integer tensor then fails);
+    ``shape`` and ``location``: None where not known (checks that need them are not emulated).
     """
 
-    __slots__ = ("dtype", "plain", "requires_grad", "type_name")
+    __slots__ = ("dtype", "location", "plain", "requires_grad", "shape", "type_name")
 
     def __init__(
-        self, dtype: str, type_name: str = "torch.Tensor", plain: bool = True, requires_grad: bool = False
+        self,
+        dtype: str,
+        type_name: str = "torch.Tensor",
+        plain: bool = True,
+        requires_grad: bool = False,
+        shape: tuple[int, ...] | None = None,
+        location: str | None = None,
     ) -> None:
         self.dtype, self.type_name, self.plain, self.requires_grad = dtype, type_name, plain, requires_grad
+        self.shape, self.location = shape, location
+
+    def retyped(self, type_name: str) -> WTensor:
+        """The same tensor as another class (``as_subclass``)."""
+        return WTensor(self.dtype, type_name, self.plain, self.requires_grad, self.shape, self.location)
 
 
 class WObject(Shadow):
@@ -396,6 +408,8 @@ class Machine(pickle.Unpickler):
         kind = type(inst)
         if kind is WTensor:
             self._build_tensor(inst, state)
+            if inst.type_name == "torch.Tensor" and state:  # set_() gave it another shape (shared shadows stay)
+                return WTensor(inst.dtype, inst.type_name, inst.plain, inst.requires_grad)
         elif kind is OrderedDict:
             _try(lambda: {}.update(state), "BUILD state for an OrderedDict")
         elif kind is WObject:
@@ -583,8 +597,9 @@ def _grad(requires_grad: Any, dtype: str) -> None:
 _SEQUENCES = (tuple, list, WSize)
 
 
-_PLAIN_TENSORS: dict[tuple[str, bool], WTensor] = {}
-"""One shared shadow per dtype and requires_grad for plain tensors: never changed (state goes to a copy)."""
+_PLAIN_TENSORS: dict[tuple[str, bool, tuple[int, ...], str], WTensor] = {}
+"""Shared shadows of plain tensors (per dtype, requires_grad, shape, location): never changed (state goes to
+a copy)."""
 _EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 """Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
 _EXTENTS_KEPT = 4096
@@ -631,7 +646,7 @@ def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
     storage, offset, size, stride = args
     dtype = storage.dtype if isinstance(storage, WStorage) else ""
     _set_storage(storage, offset, size, stride, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, shape=tuple(size), location=storage.location)
 
 
 def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
@@ -657,10 +672,14 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
     ):
         _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
-    key = (dtype, requires_grad is True)
+    shape = size if type(size) is tuple else tuple(size)
+    key = (dtype, requires_grad is True, shape, storage.location)
     tensor = _PLAIN_TENSORS.get(key)
     if tensor is None:
-        tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, requires_grad is True)
+        if len(_PLAIN_TENSORS) >= _EXTENTS_KEPT:
+            _PLAIN_TENSORS.clear()
+        grad = requires_grad is True
+        tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, grad, shape, storage.location)
     return tensor
 
 
@@ -675,7 +694,7 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
     _set_storage(storage, offset, size, stride, dtype)
     if len(args) == 8:
         _check_metadata(args[7], dtype)
-    return WTensor(dtype, requires_grad=requires_grad)
+    return WTensor(dtype, requires_grad=requires_grad, shape=tuple(size), location=storage.location)
 
 
 _COMPLEX = frozenset({"complex32", "complex64", "complex128"})
@@ -721,8 +740,9 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
     dtype = data.dtype if isinstance(data, WTensor) else "float32"
     requires_grad = args[1] if len(args) > 1 else True
     _grad(requires_grad, dtype)
-    plain = data.plain if isinstance(data, WTensor) else True
-    return WTensor(dtype, "torch.nn.parameter.Parameter", plain, requires_grad)
+    if isinstance(data, WTensor):
+        return WTensor(dtype, "torch.nn.parameter.Parameter", data.plain, requires_grad, data.shape, data.location)
+    return WTensor(dtype, "torch.nn.parameter.Parameter", True, requires_grad, (0,), None)
 
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
@@ -731,7 +751,7 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
         raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
-        return WTensor(result.dtype, new_type.name, result.plain, result.requires_grad)
+        return result.retyped(new_type.name)
     if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
         if not isinstance(result, WTensor):
             if isinstance(result, (WObject, Placeholder)):
@@ -742,7 +762,7 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
             raise Refusal(
                 f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor (as_subclass fails)"
             )
-        result = WTensor(result.dtype, new_type.entry.name, result.plain, result.requires_grad)
+        result = result.retyped(new_type.entry.name)
         set_obj_state(result, state)
         return result
     raise Refusal(f"_rebuild_from_type_v2 to a {_type_name(new_type)}, not a Tensor subclass")
@@ -857,7 +877,9 @@ def _set_data(tensor: WTensor, value: Any) -> None:
         raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
     if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
         raise Refusal(f"a tensor's state sets data to a {value.dtype} tensor on one that requires grad")
-    tensor.dtype = value.dtype
+    if value.location != tensor.location or value.location is None:
+        raise Refusal("a tensor's state sets data to a tensor whose device is not known here: torch may reject it")
+    tensor.dtype, tensor.shape = value.dtype, value.shape
 
 
 def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
@@ -869,7 +891,15 @@ def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
         )
     if value.dtype != tensor.dtype:
         raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
-    raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, which are not emulated here")
+    known = value.plain and tensor.plain and None not in (value.shape, tensor.shape, value.location, tensor.location)
+    if not known:
+        raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, not emulated for these")
+    if value.shape != tensor.shape:
+        raise Refusal(
+            f"a tensor's state sets a {name} of shape {list(value.shape or ())} on one of {list(tensor.shape or ())}"
+        )
+    if value.location != tensor.location:
+        raise Refusal(f"a tensor's state sets a {name} on {value.location} for a tensor on {tensor.location}")
 
 
 def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
@@ -905,7 +935,31 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
     if not isinstance(values, WTensor):
         raise Refusal("a sparse tensor whose values are not a tensor")
+    if name == "torch.sparse_coo":
+        _check_coo(*parts)
     return WTensor(values.dtype, plain=False)
+
+
+def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = None) -> None:
+    """``torch.sparse_coo_tensor(indices, values, size, check_invariants=False)``: the shape checks it still makes."""
+    if not isinstance(indices, WTensor):
+        raise Refusal(f"a sparse tensor's indices are a {_type_name(indices)}, not a tensor")
+    if is_coalesced is not None and type(is_coalesced) is not bool:
+        raise Refusal("a sparse tensor's is_coalesced is not a bool")
+    dims = _ints(size, "a sparse tensor's size")
+    if dims and min(dims) < 0:
+        raise Refusal("a sparse tensor has a negative size")
+    if indices.shape is None or values.shape is None or len(indices.shape) != 2:
+        raise Refusal("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
+    sparse_dim, nnz = indices.shape
+    values_nnz = values.shape[0] if values.shape else 1
+    if nnz != values_nnz:
+        raise Refusal(f"a sparse tensor's indices and values differ in nnz ({nnz} vs {values_nnz})")
+    dense = values.shape[1:]
+    if len(dims) != sparse_dim + len(dense):
+        raise Refusal(f"a sparse tensor's size has {len(dims)} dims, its parts {sparse_dim} + {len(dense)}")
+    if tuple(dims[sparse_dim:]) != dense:
+        raise Refusal("a sparse tensor's values do not have the dense sizes of its size")
 
 
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
