@@ -202,6 +202,9 @@ READER_CASES = {
     "device BUILD with an attribute": G("torch", "device") + T(U("cpu")) + b"R" + D(foo=I(1)) + BUILD,
     "torch.Size BUILD with (None, None)": G("torch", "Size") + T(T(I(1))) + b"R" + T(NONE, NONE) + BUILD,
     "bytearray of an int": G("builtins", "bytearray") + T(b"J" + struct.pack("<i", 10**6)) + b"R",
+    "bytearray of 16 MiB of zeros (the reader refuses, torch loads)": G("builtins", "bytearray")
+    + T(b"J" + struct.pack("<i", 1 << 24))
+    + b"R",
     "bytearray of a negative int": G("builtins", "bytearray") + T(b"J" + struct.pack("<i", -1)) + b"R",
     "_codecs.encode rot13": G("_codecs", "encode") + T(U("x"), U("rot13")) + b"R",
     "_codecs.encode utf-16": G("_codecs", "encode") + T(U("x"), U("utf-16")) + b"R",

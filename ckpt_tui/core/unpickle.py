@@ -234,7 +234,8 @@ def _encode(text: Any, encoding: Any = "utf-8", errors: Any = "strict") -> Any:
     return codecs.encode(text, encoding, errors)
 
 
-_BYTEARRAY_LIMIT = 1 << 28
+_BYTEARRAY_LIMIT = 1 << 20
+"""bytearray(n) of more zeros than this is refused: a few bytes of pickle must not allocate gigabytes."""
 
 
 def _bytearray(data: Any = b"") -> bytearray:
