@@ -343,7 +343,12 @@ def cmd_check(path: str | list[str], as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
     from ckpt_tui.core.check import check_checkpoint
 
-    report = check_checkpoint(open_for_command(path))
+    try:
+        checkpoint = open_for_command(path)
+    except ReadError as exc:
+        _print_unreadable_verdict(path, exc, as_json)
+        raise
+    report = check_checkpoint(checkpoint)
     if as_json:
         _print_json(report.to_json())
     else:
@@ -440,6 +445,31 @@ class _ProgressLine:
         if self.shown:  # clear the line, also when interrupted: the one-line message follows
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
+
+
+def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool) -> None:
+    """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
+    import os
+
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return
+    from ckpt_tui.core.weights_only import scan_file, verdict_from_scan
+
+    try:
+        judged = verdict_from_scan(scan_file(path), None)
+    except Exception:  # a hostile file: the read error alone is reported
+        return
+    if judged.loads is None:
+        return
+    if as_json:
+        _print_json({"path": path, "readable": False, "error": str(exc), "weights_only": judged.to_json()})
+        return
+    from ckpt_tui.report import verdict_lines
+
+    lines = verdict_lines(judged, path)
+    if judged.loads:
+        lines.append("  ckpt-tui's reader keeps stricter rules than torch.load and refuses this file (error below)")
+    print("\n".join(lines))
 
 
 def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:

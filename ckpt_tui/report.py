@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need th
     from ckpt_tui.core.check import CheckReport
     from ckpt_tui.core.compare import CompareReport
     from ckpt_tui.core.diff import DiffReport
+    from ckpt_tui.core.weights_only import Verdict
 
 TREE_LINES = 40
 FIX_OPTIONS = {
@@ -143,6 +144,11 @@ def weights_only_lines(report: CheckReport, path: str) -> list[str]:
     judged = report.weights_only
     if judged is None:
         return []
+    return verdict_lines(judged, path)
+
+
+def verdict_lines(judged: Verdict, path: str) -> list[str]:
+    """A weights_only verdict: headline, blockers with where they are, and the two ways out."""
     lines = [printable(judged.headline())]
     for blocker in judged.blockers:
         times = f" ({blocker.count}×)" if blocker.count > 1 else ""

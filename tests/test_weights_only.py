@@ -139,8 +139,6 @@ DATA_ONLY = [  # OmegaConf ones only when omegaconf is installed (a test depende
     "SimpleNamespace",
     "pathlib",
     "datetime",
-    "enum",
-    "int enum and str enum",
     "frozenset",
     "legacy format with numpy",
     "OmegaConf DictConfig",
@@ -158,6 +156,14 @@ def test_data_only_blockers_get_an_add_safe_globals_line_that_works(corpus: dict
     assert line is not None and line.startswith("torch.serialization.add_safe_globals([")
     if _importable(case.verdict.imports):
         assert case.line_loads is True, f"{line}\n{case.line_error}"
+
+
+@pytest.mark.parametrize("name", ["enum", "int enum and str enum"])
+def test_enum_members_are_code_with_a_note_and_no_allowlisting_line(corpus: dict[str, Case], name: str) -> None:
+    case = corpus[name]
+    assert case.verdict.blockers and all(b.kind == "code" for b in case.verdict.blockers)
+    assert all("may be an enum member" in b.note for b in case.verdict.blockers)
+    assert case.verdict.safe_globals is None
 
 
 def test_numpy_arrays_need_the_dtype_classes_that_no_global_names(corpus: dict[str, Case]) -> None:

@@ -291,6 +291,8 @@ class _Rewriter:
             self.note("deque → list", name)
             source = value.list_items or (list(value.args[0]) if value.args and isinstance(value.args[0], list) else [])
             return list(self._children(enumerate(source), path))
+        if name in ("builtins.slice", "builtins.range"):
+            return self._slice(value)
         if _enum_like(value):
             self.note("enum → its value", name)
             return value.args[0]
@@ -390,6 +392,20 @@ class _Rewriter:
         self.note("path → str", value.global_name)
         windows = "Windows" in value.global_name
         return str(pathlib.PureWindowsPath(*parts) if windows else pathlib.PurePosixPath(*parts))
+
+    def _slice(self, value: Opaque) -> dict[str, Any]:
+        """``slice(1, 2)``, ``range(3)``: ``{"__class__": "builtins.slice", "start": 1, "stop": 2, "step": None}``."""
+        name = value.global_name
+        args = value.args
+        plain = value.how == "reduce" and value.state is None and not value.items and not value.list_items
+        if not plain or not 1 <= len(args) <= 3 or not all(a is None or type(a) is int for a in args):
+            raise _Refused(f"{name} with arguments that are not a pickled {name.rsplit('.', 1)[1]}")
+        if name == "builtins.range":
+            start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+        else:
+            start, stop, step = (None, args[0], None) if len(args) == 1 else (*args, None)[:3]
+        self.note(f"{name.rsplit('.', 1)[1]} → dict with __class__", name)
+        return {"__class__": name, "start": start, "stop": stop, "step": step}
 
     def _datetime(self, value: Opaque) -> str:
         name = value.global_name

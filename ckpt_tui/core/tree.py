@@ -37,6 +37,22 @@ def refuse_state(*_args: Any) -> NoReturn:
     raise pickle.UnpicklingError("BUILD on a value that takes no state (tensor, storage, size, dtype, device)")
 
 
+def _empty(state: Any) -> bool:
+    return state is None or (type(state) in (dict, tuple, list, str, bytes, int, float, bool) and not state)
+
+
+def empty_state_only(_self: Any, state: Any) -> None:
+    """``__setstate__`` of the stand-ins torch builds as plain values: an empty state changes nothing, as in torch.
+
+    torch's BUILD on an allowed value without ``__setstate__`` updates its ``__dict__`` only when the state
+    is not empty; any other state is refused (these values have no attributes to set).
+    """
+    if type(state) is tuple and len(state) == 2 and _empty(state[0]) and _empty(state[1]):
+        return
+    if not _empty(state):
+        refuse_state()
+
+
 class RecordSource(Protocol):
     """Where the bytes of storages live: one per file (a zip, a legacy file, a safetensors file)."""
 
@@ -109,7 +125,7 @@ class Device:
     type: str
     index: int | None = None
 
-    __setstate__ = refuse_state
+    __setstate__ = empty_state_only
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -127,7 +143,7 @@ class TorchSize(tuple[int, ...]):
                 raise ValueError("torch.Size holds a value that is not an int64")
         return super().__new__(cls, values)
 
-    __setstate__ = refuse_state
+    __setstate__ = empty_state_only
 
 
 class LoadedOrderedDict(collections.OrderedDict[Any, Any]):

@@ -13,6 +13,7 @@ BUILD, so a file cannot change a tensor, a storage or one of these functions aft
 from __future__ import annotations
 
 import _compat_pickle
+import codecs
 import contextlib
 import dataclasses
 import io
@@ -83,6 +84,16 @@ def _sizes(value: Any, what: str, lowest: int) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides ``tensor.set_(storage, offset, size, None)`` gives: row-major."""
+    strides = []
+    step = 1
+    for count in reversed(shape):
+        strides.append(step)
+        step *= max(count, 1)
+    return tuple(reversed(strides))
+
+
 def _flags(metadata: Any) -> Any:
     """Tensor metadata as torch writes it (``{"conj": True}``, ``{"neg": True}``), copied.
 
@@ -130,7 +141,8 @@ def _rebuild_tensor_v2(
         raise ValueError("tensor storage is not a storage record")
     if type(offset) is not int or not 0 <= offset < INT64_LIMIT:
         raise ValueError("tensor storage offset is not a non-negative int64")
-    shape, strides = _sizes(size, "size", 0), _sizes(stride, "stride", -INT64_LIMIT)
+    shape = _sizes(size, "size", 0)
+    strides = _contiguous(shape) if stride is None else _sizes(stride, "stride", -INT64_LIMIT)
     if len(shape) != len(strides):
         raise ValueError("tensor size and stride do not match")
     if math.prod(shape) >= INT64_LIMIT:
@@ -251,13 +263,23 @@ def _device(kind: Any, index: Any = None) -> Device:
     return Device(kind, index)
 
 
-def _encode(text: Any, encoding: Any = "utf-8") -> bytes:
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
+_TEXT_CODECS = frozenset({"latin1", "latin-1", "utf-8", "utf8", "ascii", "rot13", "rot_13"})
+"""Encodings ``_codecs.encode`` is run with here: pure text transforms from the standard library."""
+
+
+def _encode(text: Any, encoding: Any = "utf-8", errors: Any = "strict") -> Any:
+    if not isinstance(text, str) or encoding not in _TEXT_CODECS or errors not in ("strict", "ignore", "replace"):
         raise ValueError("unsupported _codecs.encode call")
-    return text.encode(encoding)
+    return codecs.encode(text, encoding, errors)
+
+
+_BYTEARRAY_LIMIT = 1 << 20
+"""bytearray(n) of more zeros than this is refused: a few bytes of pickle must not allocate gigabytes."""
 
 
 def _bytearray(data: Any = b"") -> bytearray:
+    if type(data) is int and 0 <= data < _BYTEARRAY_LIMIT:
+        return bytearray(data)
     if not isinstance(data, (bytes, list)):
         raise ValueError("bytearray from a non-bytes value")
     return bytearray(data)
@@ -380,6 +402,8 @@ _DTYPE_ALIASES = {
     "chalf": "complex32",
 }
 
+_TENSOR_TYPES = ("Bool", "BFloat16", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")
+
 # Names recorded as safe opaque objects. Each was read in its source: built from arguments that are
 # themselves inert, it runs nothing of the file's choosing and touches no file (see README "Safety").
 _SAFE_OPAQUE = {
@@ -420,6 +444,9 @@ _SAFE_OPAQUE = {
     "torch._utils._rebuild_device_tensor_from_numpy",
     "torch._utils._rebuild_device_tensor_from_cpu_tensor",
     "torch.torch_version.TorchVersion",  # a str subclass
+    # torch's legacy tensor constructors (torch.FloatTensor([1])): on torch's own allowlist
+    *(f"{prefix}{kind}Tensor" for prefix in ("torch.", "torch.cuda.") for kind in _TENSOR_TYPES),
+    *(f"{prefix}{kind}Tensor" for prefix in ("torch.sparse.", "torch.cuda.sparse.") for kind in _TENSOR_TYPES[1:]),
 }
 
 
@@ -589,10 +616,13 @@ def load_pickle(
     to inert stand-ins for this file's format only (TorchScript's ``build_intlist``...); they never override
     the common table, and must refuse BUILD (functions are sealed here).
     """
+    protocol = _protocol(data)
+    if isinstance(data, bytes) and protocol > pickle.HIGHEST_PROTOCOL:  # torch only warns; CPython refuses
+        data = b"\x80" + bytes([pickle.HIGHEST_PROTOCOL]) + data[2:]
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
     start = _position(stream)
-    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals, _protocol(data))
+    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals, protocol)
     try:
         with process.gc_paused(), process.heap_cap(size):
             return unpickler.load()

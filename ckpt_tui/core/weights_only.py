@@ -550,13 +550,17 @@ _NOT_APPLICABLE = {
 
 
 def classify(name: str, usage: set[str]) -> tuple[str, str]:
-    """``data`` or ``code`` for a refused global, with a note when the call is a guess."""
+    """``data`` (on the list of classes known to build plain data) or ``code``, with a note when it may be an enum.
+
+    Only the explicit list makes a global data: a class called with one plain value is how an enum
+    member pickles, but also how any class runs code on a string (``sympy.Poly("...")``).
+    """
     if tables.data_global(name) is not None:
         return "data", ""
     module, _, short = name.rpartition(".")
     top = module.split(".")[0]
     if usage == {"reduce1"} and short[:1].isupper() and top not in sys.stdlib_module_names and top != "torch":
-        return "data", "an enum member (a class called with one plain value): allowlist it only if it is one"
+        return "code", "may be an enum member: allowlist it only if you know the class is an Enum"
     return "code", ""
 
 
@@ -566,9 +570,8 @@ def safe_globals_line(names: list[str], scan: FileScan) -> tuple[str, list[str]]
     modules: set[str] = {"torch"}
     for name in names:
         entry = tables.data_global(name)
-        if entry is None:  # an enum class: named as it is pickled
-            module, _, short = name.rpartition(".")
-            entry = tables.DataGlobal(name, module, by_name="." in short)
+        if entry is None:
+            raise ValueError(f"{name} is not known as plain data")
         modules.add(entry.module)
         items.append(f'({entry.expression}, "{name}")' if entry.by_name else entry.expression)
     modules.discard("builtins")

@@ -18,6 +18,7 @@ every global an ``add_safe_globals`` line must name, and every refusal that no s
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickle
 import re
@@ -79,12 +80,30 @@ class WStorage(Shadow):
 
 
 class WTensor(Shadow):
-    """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass)."""
+    """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass).
 
-    __slots__ = ("dtype", "type_name")
+    ``plain``: a dense tensor over a storage (False for sparse, quantized, meta, nested...);
+    ``requires_grad``: as rebuilt (setting ``data`` to an integer tensor then fails);
+    ``shape`` and ``location``: None where not known (checks that need them are not emulated).
+    """
 
-    def __init__(self, dtype: str, type_name: str = "torch.Tensor") -> None:
-        self.dtype, self.type_name = dtype, type_name
+    __slots__ = ("dtype", "location", "plain", "requires_grad", "shape", "type_name")
+
+    def __init__(
+        self,
+        dtype: str,
+        type_name: str = "torch.Tensor",
+        plain: bool = True,
+        requires_grad: bool = False,
+        shape: tuple[int, ...] | None = None,
+        location: str | None = None,
+    ) -> None:
+        self.dtype, self.type_name, self.plain, self.requires_grad = dtype, type_name, plain, requires_grad
+        self.shape, self.location = shape, location
+
+    def retyped(self, type_name: str) -> WTensor:
+        """The same tensor as another class (``as_subclass``)."""
+        return WTensor(self.dtype, type_name, self.plain, self.requires_grad, self.shape, self.location)
 
 
 class WObject(Shadow):
@@ -389,6 +408,8 @@ class Machine(pickle.Unpickler):
         kind = type(inst)
         if kind is WTensor:
             self._build_tensor(inst, state)
+            if inst.type_name == "torch.Tensor" and state:  # set_() gave it another shape (shared shadows stay)
+                return WTensor(inst.dtype, inst.type_name, inst.plain, inst.requires_grad)
         elif kind is OrderedDict:
             _try(lambda: {}.update(state), "BUILD state for an OrderedDict")
         elif kind is WObject:
@@ -401,13 +422,9 @@ class Machine(pickle.Unpickler):
 
     def _build_tensor(self, inst: WTensor, state: Any) -> None:
         if inst.type_name == "torch.Tensor":
-            items = list(_iterate(state, "BUILD state for a Tensor"))
-            if not items or not isinstance(items[0], (WStorage, WTensor)):
-                raise Refusal("BUILD on a Tensor with a state that is not set_() arguments")
+            _tensor_set(inst, list(_iterate(state, "BUILD state for a Tensor")))
         elif inst.type_name == "torch.nn.parameter.Parameter":
-            items = list(_iterate(state, "BUILD state for a Parameter"))
-            if len(items) not in (3, 4, 5):
-                raise Refusal("BUILD on a Parameter with a malformed state")
+            _parameter_setstate(inst, state)
         else:
             self._use(inst.type_name, "build")
 
@@ -580,8 +597,9 @@ def _grad(requires_grad: Any, dtype: str) -> None:
 _SEQUENCES = (tuple, list, WSize)
 
 
-_PLAIN_TENSORS: dict[str, WTensor] = {}
-"""One shared shadow per dtype for plain tensors: shadows are never changed, only their types checked."""
+_PLAIN_TENSORS: dict[tuple[str, bool, tuple[int, ...], str], WTensor] = {}
+"""Shared shadows of plain tensors (per dtype, requires_grad, shape, location): never changed (state goes to
+a copy)."""
 _EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 """Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
 _EXTENTS_KEPT = 4096
@@ -591,6 +609,8 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
     if type(storage) is not WStorage:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
+        stride = _contiguous(size)  # set_(storage, offset, size, None): row-major
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
     if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
@@ -613,11 +633,20 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
 
 
+def _contiguous(size: Any) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for count in reversed(size):
+        strides.append(step)
+        step *= max(count, 1)
+    return tuple(reversed(strides))
+
+
 def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
     storage, offset, size, stride = args
     dtype = storage.dtype if isinstance(storage, WStorage) else ""
     _set_storage(storage, offset, size, stride, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, shape=tuple(size), location=storage.location)
 
 
 def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
@@ -633,8 +662,8 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
     dtype = storage.dtype
     if requires_grad is not False:
         _grad(requires_grad, dtype)
-    if metadata and type(metadata) is not dict:
-        raise Refusal("tensor metadata is not a dict")
+    if metadata is not None:
+        _check_metadata(metadata, dtype)
     extent = _EXTENTS.get((size, stride)) if type(size) is tuple and type(stride) is tuple else None
     if (
         extent is None
@@ -643,9 +672,14 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
     ):
         _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
-    tensor = _PLAIN_TENSORS.get(dtype)
+    shape = size if type(size) is tuple else tuple(size)
+    key = (dtype, requires_grad is True, shape, storage.location)
+    tensor = _PLAIN_TENSORS.get(key)
     if tensor is None:
-        tensor = _PLAIN_TENSORS[dtype] = WTensor(dtype)
+        if len(_PLAIN_TENSORS) >= _EXTENTS_KEPT:
+            _PLAIN_TENSORS.clear()
+        grad = requires_grad is True
+        tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, grad, shape, storage.location)
     return tensor
 
 
@@ -658,19 +692,43 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
     _grad(requires_grad, dtype)
     _set_storage(storage, offset, size, stride, dtype)
-    if len(args) == 8 and args[7] and type(args[7]) is not dict:
-        raise Refusal("tensor metadata is not a dict")
-    return WTensor(dtype)
+    if len(args) == 8:
+        _check_metadata(args[7], dtype)
+    return WTensor(dtype, requires_grad=requires_grad, shape=tuple(size), location=storage.location)
+
+
+_COMPLEX = frozenset({"complex32", "complex64", "complex128"})
+
+
+def _check_metadata(metadata: Any, dtype: str) -> None:
+    """``set_tensor_metadata``: a dict of str to bool-like values; ``conj`` only on complex tensors."""
+    if not _truthy(metadata, "tensor metadata"):
+        return
+    if not isinstance(metadata, dict):
+        raise Refusal(f"tensor metadata is of type {_type_name(metadata)}, not a dict")
+    for key, value in metadata.items():
+        if type(key) is not str:
+            raise Refusal(f"tensor metadata has a key of type {_type_name(key)} (torch wants str)")
+        if isinstance(value, Shadow):
+            raise Refusal(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
+        if value is not None and not isinstance(value, (bool, int, float, complex)):
+            raise Refusal(f"tensor metadata holds a value of type {_type_name(value)} (torch wants a bool)")
+    if "conj" in metadata and dtype not in _COMPLEX:
+        raise Refusal(f"tensor metadata sets conj on a {dtype} tensor (only complex tensors have it)")
 
 
 def _rebuild_parameter(args: tuple[Any, ...]) -> WTensor:
-    if len(args) not in (3, 4):
-        raise TypeError(f"takes 3 (or 4 with state) arguments, got {len(args)}")
-    data = args[0]
-    if not isinstance(data, WTensor):
-        raise Refusal(f"a Parameter's data is a {_type_name(data)}")
-    _grad(args[1], data.dtype)
-    return WTensor(data.dtype, "torch.nn.parameter.Parameter")
+    if len(args) != 3:
+        raise TypeError(f"takes 3 arguments, got {len(args)}")
+    return _parameter(args[:2])
+
+
+def _rebuild_parameter_with_state(args: tuple[Any, ...]) -> WTensor:
+    if len(args) != 4:
+        raise TypeError(f"takes 4 arguments, got {len(args)}")
+    parameter = _parameter(args[:2])
+    set_obj_state(parameter, args[3])
+    return parameter
 
 
 def _parameter(args: tuple[Any, ...]) -> WTensor:
@@ -680,22 +738,168 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
     if data is not None and not isinstance(data, WTensor):
         raise Refusal(f"a Parameter's data is a {_type_name(data)}")
     dtype = data.dtype if isinstance(data, WTensor) else "float32"
-    _grad(args[1] if len(args) > 1 else True, dtype)
-    return WTensor(dtype, "torch.nn.parameter.Parameter")
+    requires_grad = args[1] if len(args) > 1 else True
+    _grad(requires_grad, dtype)
+    if isinstance(data, WTensor):
+        return WTensor(dtype, "torch.nn.parameter.Parameter", data.plain, requires_grad, data.shape, data.location)
+    return WTensor(dtype, "torch.nn.parameter.Parameter", True, requires_grad, (0,), None)
 
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
-    func, new_type, call_args, _state = args
+    func, new_type, call_args, state = args
     if not _callable(func):
         raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
-        return WTensor(result.dtype, new_type.name)
+        return result.retyped(new_type.name)
     if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
-        if isinstance(result, WTensor) and new_type.entry.name != "torch.Tensor":
-            return WTensor(result.dtype, new_type.entry.name)
+        if not isinstance(result, WTensor):
+            if isinstance(result, (WObject, Placeholder)):
+                raise Refusal(
+                    f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor: torch may refuse it "
+                    "(whether it is a tensor is not known without running it)"
+                )
+            raise Refusal(
+                f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor (as_subclass fails)"
+            )
+        result = result.retyped(new_type.entry.name)
+        set_obj_state(result, state)
         return result
     raise Refusal(f"_rebuild_from_type_v2 to a {_type_name(new_type)}, not a Tensor subclass")
+
+
+# ---- torch._utils._set_obj_state on a rebuilt tensor ---------------------------------------------
+
+
+def set_obj_state(tensor: WTensor, state: Any) -> None:
+    """``_set_obj_state(tensor, state)``: ``setattr`` for each item of the dict state and the slot state."""
+    if type(state) is tuple:
+        if len(state) != 2:
+            raise Refusal(f"a tensor's state is a tuple of {len(state)}, not (dict state, slot state)")
+        parts: tuple[Any, ...] = state
+    else:
+        parts = (state,)
+    for part in parts:
+        if not _truthy(part, "a tensor's state"):
+            continue
+        if type(part) not in (dict, OrderedDict, Counter):
+            if isinstance(part, (WObject, Placeholder)):
+                raise Refusal(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
+            raise Refusal(f"a tensor's state is of type {_type_name(part)}, which has no items()")
+        for name, value in part.items():
+            _setattr(tensor, name, value)
+
+
+def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
+    """BUILD on a plain Tensor: ``tensor.set_(*state)`` (legacy pickles), on a tensor whose storage cannot grow."""
+    if tensor.requires_grad:
+        raise Refusal("BUILD calls set_() on a tensor that requires grad (in place on a leaf: torch refuses)")
+    if not args:
+        return
+    source = args[0]
+    if isinstance(source, WTensor):
+        if len(args) != 1:
+            raise Refusal("BUILD calls set_(tensor, ...) with more arguments (set_ takes the tensor alone)")
+        if not (source.plain and tensor.plain) or source.dtype != tensor.dtype:
+            raise Refusal(f"BUILD calls set_() with a {source.dtype} tensor on a {tensor.dtype} tensor")
+        return
+    if not isinstance(source, WStorage):
+        raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
+    if source.dtype != tensor.dtype:
+        if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
+            raise Refusal("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
+        raise Refusal(f"BUILD calls set_() with a {source.dtype} storage on a {tensor.dtype} tensor")
+    if len(args) == 4:
+        _set_storage(source, args[1], args[2], args[3], tensor.dtype)
+    elif len(args) == 3:
+        raise Refusal("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
+    elif len(args) != 1:
+        raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
+
+
+def _parameter_setstate(tensor: WTensor, state: Any) -> None:
+    """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
+    if type(state) not in (tuple, list):
+        raise Refusal(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
+    if len(state) == 4:
+        raise Refusal("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
+    if len(state) == 5:
+        _setattr(tensor, "data", state[0])
+        state = (state[3], state[4], state[2])
+    if len(state) != 3:
+        raise Refusal(f"BUILD on a Parameter with a state of {len(state)} items (torch unpacks 3)")
+    _setattr(tensor, "requires_grad", state[0])
+
+
+def _truthy(value: Any, what: str) -> bool:
+    """``bool(value)`` as torch would get it, for the values whose truth is known without running anything."""
+    if value is None or isinstance(value, (int, float, complex, str, bytes, tuple, list, dict, set, frozenset)):
+        return bool(value)
+    if isinstance(value, (GlobalRef, WSize)) or (type(value) is WLeaf and value.type_name == "torch.device"):
+        return True
+    raise Refusal(f"{what} is a {_type_name(value)}: whether torch finds it empty is not known here")
+
+
+def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
+    """``setattr(tensor, name, value)``: torch's tensor properties check what they are given."""
+    if type(name) is not str:
+        raise Refusal(
+            f"a tensor's state sets an attribute named by a value of type {_type_name(name)} (setattr wants a str)"
+        )
+    rule = tables.TENSOR_ATTRIBUTES.get(name, "instance")
+    if rule == "instance":
+        return
+    if rule == "read-only":
+        raise Refusal(f"a tensor's state sets {name!r}, a read-only attribute of torch.Tensor")
+    if rule == "dict":
+        if type(value) not in (dict, OrderedDict, Counter):
+            raise Refusal(f"a tensor's state sets __dict__ to a value of type {_type_name(value)} (torch wants a dict)")
+    elif rule == "requires_grad":
+        _grad(value, tensor.dtype)
+        tensor.requires_grad = value
+    elif rule == "data":
+        _set_data(tensor, value)
+    elif rule == "grad":
+        _set_grad(tensor, name, value)
+    elif rule == "none":
+        if value is not None:
+            raise Refusal(
+                f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
+            )
+    elif value is not None or rule != "none-or-more":
+        raise Refusal(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
+
+
+def _set_data(tensor: WTensor, value: Any) -> None:
+    if not isinstance(value, WTensor):
+        raise Refusal(f"a tensor's state sets data to a value of type {_type_name(value)} (torch wants a tensor)")
+    if not (tensor.plain and value.plain):
+        raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
+    if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
+        raise Refusal(f"a tensor's state sets data to a {value.dtype} tensor on one that requires grad")
+    if value.location != tensor.location or value.location is None:
+        raise Refusal("a tensor's state sets data to a tensor whose device is not known here: torch may reject it")
+    tensor.dtype, tensor.shape = value.dtype, value.shape
+
+
+def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, WTensor):
+        raise Refusal(
+            f"a tensor's state sets {name} to a value of type {_type_name(value)} (torch wants a tensor or None)"
+        )
+    if value.dtype != tensor.dtype:
+        raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
+    known = value.plain and tensor.plain and None not in (value.shape, tensor.shape, value.location, tensor.location)
+    if not known:
+        raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, not emulated for these")
+    if value.shape != tensor.shape:
+        raise Refusal(
+            f"a tensor's state sets a {name} of shape {list(value.shape or ())} on one of {list(tensor.shape or ())}"
+        )
+    if value.location != tensor.location:
+        raise Refusal(f"a tensor's state sets a {name} on {value.location} for a tensor on {tensor.location}")
 
 
 def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
@@ -716,7 +920,7 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
     _bool(requires_grad, "requires_grad")
     _set_storage(storage, offset, size, stride, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
 
 def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -731,23 +935,50 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
     if not isinstance(values, WTensor):
         raise Refusal("a sparse tensor whose values are not a tensor")
-    return WTensor(values.dtype)
+    if name == "torch.sparse_coo":
+        _check_coo(*parts)
+    return WTensor(values.dtype, plain=False)
+
+
+def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = None) -> None:
+    """``torch.sparse_coo_tensor(indices, values, size, check_invariants=False)``: the shape checks it still makes."""
+    if not isinstance(indices, WTensor):
+        raise Refusal(f"a sparse tensor's indices are a {_type_name(indices)}, not a tensor")
+    if is_coalesced is not None and type(is_coalesced) is not bool:
+        raise Refusal("a sparse tensor's is_coalesced is not a bool")
+    dims = _ints(size, "a sparse tensor's size")
+    if dims and min(dims) < 0:
+        raise Refusal("a sparse tensor has a negative size")
+    if indices.shape is None or values.shape is None or len(indices.shape) != 2:
+        raise Refusal("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
+    sparse_dim, nnz = indices.shape
+    values_nnz = values.shape[0] if values.shape else 1
+    if nnz != values_nnz:
+        raise Refusal(f"a sparse tensor's indices and values differ in nnz ({nnz} vs {values_nnz})")
+    dense = values.shape[1:]
+    if len(dims) != sparse_dim + len(dense):
+        raise Refusal(f"a sparse tensor's size has {len(dims)} dims, its parts {sparse_dim} + {len(dense)}")
+    if tuple(dims[sparse_dim:]) != dense:
+        raise Refusal("a sparse tensor's values do not have the dense sizes of its size")
 
 
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     dtype_ref, size, stride, requires_grad = args
     dtype = _dtype(dtype_ref)
-    if len(_ints(size, "a meta tensor's size")) != len(_ints(stride, "a meta tensor's stride")):
+    sizes = _ints(size, "a meta tensor's size")
+    if len(sizes) != len(_ints(stride, "a meta tensor's stride")):
         raise Refusal("a meta tensor's size and stride differ in length")
+    if sizes and min(sizes) < 0:
+        raise Refusal("a meta tensor has a negative size")
     _grad(requires_grad, dtype)
-    return WTensor(dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
 
 def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
     first = args[0] if args else None
     if isinstance(first, WTensor):
-        return WTensor(first.dtype)
-    return WTensor("float32")
+        return WTensor(first.dtype, plain=False)
+    return WTensor("float32", plain=False)
 
 
 def _size(args: tuple[Any, ...]) -> WSize:
@@ -782,23 +1013,36 @@ def _get_layout(args: tuple[Any, ...]) -> WLeaf:
     return WLeaf(name)
 
 
-_ENCODINGS = frozenset({"latin1", "latin-1", "iso-8859-1", "iso8859-1", "utf-8", "utf8", "utf_8", "ascii", "us-ascii"})
+_CODEC_NAME = re.compile(r"[A-Za-z0-9_.\- ]{1,64}\Z")
+
+
+def _codec_call(action: Callable[[], Any], what: str) -> Any:
+    """Run a standard-library codec on the file's text (``codecs`` finds codecs only in ``encodings``)."""
+    try:
+        return action()
+    except (LookupError, TypeError, ValueError, OverflowError) as exc:  # UnicodeError is a ValueError
+        raise Refusal(f"{what} fails ({type(exc).__name__}: {_short(str(exc))})") from None
+
+
+def _codec_args(encoding: Any, errors: Any, what: str) -> None:
+    if type(encoding) is not str or type(errors) is not str:
+        raise Refusal(f"{what}: the encoding and errors are not text")
+    if not _CODEC_NAME.match(encoding):
+        raise Refusal(f"{what}: unknown encoding {_short(encoding)}")
 
 
 def _encode(args: tuple[Any, ...]) -> Any:
+    """``_codecs.encode(obj, encoding="utf-8", errors="strict")``: any codec, text or not (rot13, hex...)."""
     if not 1 <= len(args) <= 3:
         raise TypeError("_codecs.encode takes 1 to 3 arguments")
-    text = args[0]
+    value = args[0]
     encoding = args[1] if len(args) > 1 else "utf-8"
     errors = args[2] if len(args) > 2 else "strict"
-    if not isinstance(text, str) or not isinstance(encoding, str) or not isinstance(errors, str):
-        raise Refusal("_codecs.encode of something other than text")
-    if encoding.lower() not in _ENCODINGS or errors not in ("strict", "ignore", "replace", "surrogatepass"):
-        return WLeaf("builtins.bytes")
-    try:
-        return text.encode(encoding, errors)
-    except UnicodeError as exc:
-        raise Refusal(f"_codecs.encode fails ({exc})") from None
+    _codec_args(encoding, errors, "_codecs.encode")
+    if not isinstance(value, (str, bytes)):
+        raise Refusal(f"_codecs.encode of a {_type_name(value)}")
+    encode: Callable[[Any, str, str], Any] = codecs.encode  # text or bytes, any codec
+    return _codec_call(lambda: encode(value, encoding, errors), "_codecs.encode")
 
 
 def _bytearray(args: tuple[Any, ...]) -> WLeaf:
@@ -808,11 +1052,15 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
         first = args[0]
         if isinstance(first, str) != (len(args) > 1):
             raise Refusal("bytearray of text needs an encoding (and only text takes one)")
-        if type(first) is int and first < 0:
+        if isinstance(first, str):  # str.encode: text encodings only (rot13 is refused)
+            encoding, errors = args[1], args[2] if len(args) > 2 else "strict"
+            _codec_args(encoding, errors, "bytearray")
+            _codec_call(lambda: first.encode(encoding, errors), "bytearray")
+        if type(first) in (int, bool) and first < 0:
             raise Refusal("bytearray of a negative size")
-        if isinstance(first, (list, tuple)) and not all(type(v) is int and 0 <= v < 256 for v in first):
+        if isinstance(first, (list, tuple)) and not all(type(v) in (int, bool) and 0 <= v < 256 for v in first):
             raise Refusal("bytearray of values outside 0..255")
-        if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)) or isinstance(first, bool):
+        if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)):
             raise Refusal(f"bytearray of a {_type_name(first)}")
     return WLeaf("builtins.bytearray")
 
@@ -850,7 +1098,7 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
     "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
-    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter_with_state,
     "torch._utils._rebuild_qtensor": _rebuild_qtensor,
     "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
     "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,

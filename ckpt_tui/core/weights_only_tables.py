@@ -218,6 +218,32 @@ def allowed_in(name: str, version: tuple[int, int]) -> bool:
     return name in ALLOWED
 
 
+# ---- what setattr does on a tensor (torch._utils._set_obj_state) ---------------------------------
+
+_READ_ONLY = (
+    "H T __cuda_array_interface__ __weakref__ _base _cdata _has_symbolic_sizes_strides _python_dispatch _version "
+    "device dtype grad_fn imag is_cpu is_cuda is_ipu is_leaf is_maia is_meta is_mkldnn is_mps is_mtia is_nested "
+    "is_quantized is_sparse is_sparse_csr is_vulkan is_xla is_xpu itemsize layout mH mT name nbytes ndim "
+    "output_nr retains_grad shape"
+)
+TENSOR_ATTRIBUTES: dict[str, str] = {
+    **dict.fromkeys(_READ_ONLY.split(), "read-only"),
+    **dict.fromkeys(("_backward_hooks", "_post_accumulate_grad_hooks", "volatile"), "instance"),
+    "__dict__": "dict",
+    "data": "data",
+    "grad": "grad",
+    "_grad": "grad",
+    "requires_grad": "requires_grad",
+    "_grad_fn": "none",
+    "grad_dtype": "none-or-more",
+    "real": "may",
+    "__class__": "may",
+}
+"""The data descriptors of ``torch.nn.Parameter`` in torch 2.13 (a test compares them with the installed torch)
+and what setting one does: read-only ones raise; ``instance``: accepts anything; the others check the value
+(``may``: a check not emulated here). Any other name becomes an instance attribute."""
+
+
 # ---- refused globals that are plain data ----------------------------------------------------
 
 
@@ -233,6 +259,7 @@ class DataGlobal:
     """Name it as ``(object, "name in the file")``: its ``__module__`` differs across versions."""
 
 
+_PATH_CLASSES = frozenset({"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"})
 _NUMPY_CORE = ("numpy.core.multiarray", "numpy._core.multiarray")
 _OMEGACONF = {
     "omegaconf.dictconfig.DictConfig",
@@ -281,7 +308,8 @@ def data_global(name: str) -> DataGlobal | None:
     for core in _NUMPY_CORE:
         if name in (f"{core}._reconstruct", f"{core}.scalar"):
             return DataGlobal(f"numpy.core.multiarray.{name.rsplit('.', 1)[1]}", "numpy", by_name=True)
-    if name.startswith("pathlib._local."):
+    if name.startswith(("pathlib._local.", "pathlib.")) and name.rsplit(".", 1)[1] in _PATH_CLASSES:
+        # by name: Python 3.13 moved the classes to pathlib._local, files keep the name they were saved with
         return DataGlobal("pathlib." + name.rsplit(".", 1)[1], "pathlib", by_name=True)
     if name in _PLAIN_DATA:
         module, _, short = name.rpartition(".")
