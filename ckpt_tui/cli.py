@@ -466,7 +466,7 @@ def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bo
         return
     from ckpt_tui.report import verdict_lines
 
-    lines = verdict_lines(judged, path)
+    lines = verdict_lines(judged, path, readable=False)
     if judged.loads:
         lines.append("  ckpt-tui's reader keeps stricter rules than torch.load and refuses this file (error below)")
     print("\n".join(lines))

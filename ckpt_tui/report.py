@@ -147,8 +147,11 @@ def weights_only_lines(report: CheckReport, path: str) -> list[str]:
     return verdict_lines(judged, path)
 
 
-def verdict_lines(judged: Verdict, path: str) -> list[str]:
-    """A weights_only verdict: headline, blockers with where they are, and the two ways out."""
+def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str]:
+    """A weights_only verdict: headline, blockers with where they are, and the two ways out.
+
+    ``--sanitize`` is offered only where it can work: a file ckpt-tui reads, whose blockers are all data.
+    """
     lines = [printable(judged.headline())]
     for blocker in judged.blockers:
         times = f" ({blocker.count}×)" if blocker.count > 1 else ""
@@ -162,7 +165,8 @@ def verdict_lines(judged: Verdict, path: str) -> list[str]:
         lines.append("  to load it as it is (only if you trust the file), before torch.load:")
         lines.append(f"    import {', '.join(judged.imports)}")
         lines.append(f"    {printable(judged.safe_globals)}")
-    if judged.loads is False and judged.blockers:
+    sanitizable = readable and all(b.kind == "data" for b in judged.blockers)
+    if judged.loads is False and judged.blockers and sanitizable:
         from ckpt_tui.core.convert import fixed_output_path
         from ckpt_tui.core.shell import join_command, option, path_arg
 

@@ -238,3 +238,22 @@ def test_join_command_keeps_arguments_apart() -> None:
 
 def test_tinynet_is_the_reference_model() -> None:
     assert set(TinyNet().state_dict()) == set(tiny_state_dict())
+
+
+def test_sanitize_is_offered_only_where_it_can_rewrite_every_blocker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--sanitize refuses code: a file whose blockers include code gets no sanitize command."""
+    import argparse
+    import collections
+
+    torch.save({"w": torch.ones(2), "args": argparse.Namespace(lr=0.1)}, tmp_path / "data.pth")
+    torch.save({"w": torch.ones(2), "make": collections.Counter}, tmp_path / "code.pth")
+    main(["check", str(tmp_path / "data.pth")])
+    data_text = capsys.readouterr().out
+    main(["check", str(tmp_path / "code.pth")])
+    code_text = capsys.readouterr().out
+    assert "--sanitize" in data_text and "--sanitize" not in code_text
+    command = next(line for line in data_text.splitlines() if "--sanitize" in line).split(":  ", 1)[1]
+    assert Shell(tmp_path).paste(command).returncode == 0
+    assert torch.load(tmp_path / "data.sanitized.pth", weights_only=True)["args"] == {"lr": 0.1}
