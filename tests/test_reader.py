@@ -245,3 +245,26 @@ def test_torchscript_lists_tensors_without_running(tmp_path: Path) -> None:
     assert ckpt.format == "torchscript"
     shapes = sorted(t.shape for _, t in iter_tensors(ckpt.root))
     assert shapes == [(2,), (2, 3)]
+
+
+def test_summary_totals_are_those_of_a_walk_below_the_root(tmp_path: Path) -> None:
+    from torch import nn
+
+    from ckpt_tui.core.describe import totals
+
+    shared = torch.ones(3, 4)
+    listed = [shared, torch.zeros(5)]
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    tree = {
+        "a": shared,
+        "b": shared,
+        "lists": [listed, listed],
+        "module": model,
+        "sparse": torch.eye(4).to_sparse(),
+        "nested": {"x": {"y": shared, "z": torch.arange(6, dtype=torch.int16)}},
+        "meta": torch.empty(7, device="meta"),
+    }
+    path = tmp_path / "tricky.pt"
+    torch.save(tree, path)
+    checkpoint = open_checkpoint(path)
+    assert summarize(checkpoint).totals() == totals(checkpoint.root)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.describe import count
+from ckpt_tui.core.describe import Totals, count
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.findings import Finding, compute_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
@@ -63,6 +63,12 @@ class Summary:
             own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
             prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
         return prefix + storage.key
+
+    def totals(self) -> Totals:
+        """Distinct tensors, their elements and bytes: what :func:`~ckpt_tui.core.describe.totals` finds
+        below the root (the tensors reached through shown children, each object once), without a walk."""
+        distinct = len(self.tensors) - sum(self.aliases.values())
+        return Totals(distinct, self.parameter_count, sum(self.bytes_by_dtype.values()))
 
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
