@@ -445,16 +445,25 @@ def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Itera
     A value reached again (a shared list, a tensor under two keys) is yielded at each reference
     but expanded only the first time, so the walk is linear in the file, whatever the sharing.
     """
-    seen: set[int] = set()
-    stack: list[tuple[tuple[Key, ...], Any]] = [(path, root)]
+    yield path, root
+    if isinstance(root, _LEAVES) or len(path) > limit:
+        return
+    seen = {id(root)}
+    # each frame: a path and the iterator over its children (nothing is listed ahead: the first tensor
+    # of a 50,000-key dict comes at once)
+    stack: list[tuple[tuple[Key, ...], Iterator[tuple[Key, Any]]]] = [(path, children(root))]
     while stack:
-        where, value = stack.pop()
-        yield where, value
-        if isinstance(value, _LEAVES) or id(value) in seen or len(where) > limit:
-            continue
-        seen.add(id(value))
-        kids = list(children(value))
-        stack.extend(((*where, key), kid) for key, kid in reversed(kids))
+        where, kids = stack[-1]
+        for key, kid in kids:
+            at = (*where, key)
+            yield at, kid
+            if isinstance(kid, _LEAVES) or id(kid) in seen or len(at) > limit:
+                continue
+            seen.add(id(kid))
+            stack.append((at, children(kid)))
+            break  # its children first, then the rest of this container's
+        else:
+            stack.pop()
 
 
 Reference = tuple[KeyPath, Any, bool, bool]
