@@ -13,7 +13,9 @@ never the number of paths through shared objects.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
+import operator
 import pickle
 import reprlib
 from collections.abc import Iterator
@@ -582,10 +584,13 @@ def check_tree(root: Any) -> None:
 def _contents(value: Any, module_state: bool = False) -> Iterator[tuple[Any, int]]:
     """Every object a container holds directly (keys, values, hidden parts), with the depth each adds."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            if type(key) is not str:
-                yield key, 1
-            yield item, 0 if module_state and key in MODULE_GROUPS else 1
+        if not module_state and len(value) > 1 and _plain_tensors_that_pass(value):
+            yield next(iter(value.values())), 1  # each of the others would add the same: a checked leaf, 1 level
+        else:
+            for key, item in value.items():
+                if type(key) is not str:
+                    yield key, 1
+                yield item, 0 if module_state and key in MODULE_GROUPS else 1
         metadata = getattr(value, "_metadata", None)
         if metadata is not None:
             yield metadata, 1
@@ -600,6 +605,34 @@ def _contents(value: Any, module_state: bool = False) -> Iterator[tuple[Any, int
             yield value.callee, 1
         for part in (value.args, value.kwargs, value.state, value.items, value.list_items):
             yield part, 0
+
+
+_NOTHING_HIDDEN = operator.attrgetter("hooks", "metadata", "parameter_state")
+
+
+def _plain_tensors_that_pass(state: dict[Any, Any]) -> bool:
+    """Whether a dict's keys are all str and its values all plain tensors (nothing hidden) that pass
+    :func:`_check_tensor`, checked in bulk (C-speed passes over a 50,000-key state_dict); False sends
+    the dict entry by entry, where the first failing tensor raises, worded as always."""
+    values = list(state.values())
+    try:
+        if set(map(type, state)) != {str} or set(map(type, values)) != {Tensor}:
+            return False
+        if set(map(_NOTHING_HIDDEN, values)) != {(None, None, None)}:
+            return False
+        shapes = list(map(operator.attrgetter("shape"), values))
+        sizes = list(itertools.chain.from_iterable(shapes))
+        numbers = [*map(operator.attrgetter("offset"), values), *sizes]
+        numbers += itertools.chain.from_iterable(map(operator.attrgetter("stride"), values))
+        return (
+            set(map(type, numbers)) == {int}
+            and min(numbers) >= INT64_MIN
+            and max(numbers) < INT64_LIMIT
+            and min(sizes, default=0) >= 0
+            and max(map(math.prod, shapes)) < INT64_LIMIT
+        )
+    except Exception:  # anything odd: the exact path says what
+        return False
 
 
 def _check_value(value: Any, heights: dict[int, int], on_path: set[int]) -> int | None:
