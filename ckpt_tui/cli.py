@@ -7,7 +7,6 @@ Heavy modules (torch, textual, numpy) are imported only by the commands that nee
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -220,9 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     _keys_from_argv(args)
-    _collect_garbage_less_often()
+    from ckpt_tui.core import process
     from ckpt_tui.core.writers.temp_files import remove_on_signals
 
+    process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
     remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)
@@ -237,17 +237,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-GC_THRESHOLDS = (50_000, 20, 1000)
-"""Cyclic garbage collection every 50,000 allocations (Python's default: 700). Opening a file of
-50,000 tensors allocates hundreds of thousands of objects that all stay alive, and at the default
-the collector traverses them over and over: a third of ``info``'s time on a 50,000-key ``.pth``.
-Cycles are still collected (reference counting frees the rest at once), so memory stays bounded."""
-
-
-def _collect_garbage_less_often() -> None:
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 PATH_ARGUMENTS = frozenset({"file", "files", "a", "b", "more", "output", "against", "model", "rename_map"})
