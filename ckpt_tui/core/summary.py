@@ -192,7 +192,7 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
         counts.parameters, counts.buffers = _parameters_and_buffers(get(root, path))
     seen: set[int] = set()
     for _, value, shown, first in references:
-        if shown and first and is_optimizer(value) and isinstance(value.get("state"), dict):
+        if shown and first and isinstance(value, dict) and is_optimizer(value) and isinstance(value.get("state"), dict):
             for _, tensor in iter_tensors(value["state"]):
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
@@ -202,8 +202,9 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
 
 def _training_findings(root: Any, references: list[Any], model: ModelCounts, byteorder: str) -> list[Finding]:
     """Optimizer and scheduler state, audited against the counters and the model (core/training_state.py)."""
-    optimizers = [(p, v) for p, v, shown, first in references if shown and first and is_optimizer(v)]
-    schedulers = [(p, v) for p, v, shown, first in references if shown and first and is_scheduler(v)]
+    dicts = [(p, v) for p, v, shown, first in references if shown and first and isinstance(v, dict)]
+    optimizers = [(p, v) for p, v in dicts if is_optimizer(v)]
+    schedulers = [(p, v) for p, v in dicts if is_scheduler(v)]
     if not optimizers and not schedulers:
         return []
     shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
@@ -254,9 +255,17 @@ def is_buffer(name: str, tensor: Tensor) -> bool:
 
 
 def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
-    missing = [
-        (s, path) for s, path in storages if s.source is not None and hasattr(s.source, "has") and not s.source.has(s)
-    ]
+    missing: list[tuple[Storage, KeyPath]] = []
+    checks: dict[int, Any] = {}  # each source's ``has`` (None when it has none), looked up once per source
+    for s, path in storages:
+        source = s.source
+        if source is None:
+            continue
+        if id(source) not in checks:
+            checks[id(source)] = getattr(source, "has", None)
+        has = checks[id(source)]
+        if has is not None and not has(s):
+            missing.append((s, path))
     if not missing:
         return []
     missing.sort(key=lambda item: item[0].key)
