@@ -247,8 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     _keys_from_argv(args)
+    from ckpt_tui.core import process
     from ckpt_tui.core.writers.temp_files import remove_on_signals
 
+    process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
     remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.describe import FORMAT_NAMES, size, value_text
+from ckpt_tui.core.describe import FORMAT_NAMES, container_text, size, value_text
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.keypath import key_text
@@ -60,7 +60,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
             if command is not None:
                 lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
     lines.append("tree")
-    lines += _tree_lines(ckpt.root, depth)
+    lines += _tree_lines(ckpt.root, depth, summary)
     return "\n".join(lines)
 
 
@@ -108,8 +108,9 @@ def _counted(counts: Any, nbytes: Any) -> str:
     return ", ".join(f"{printable(str(name))} {n} ({size(nbytes[name])})" for name, n in counts.most_common()) or "-"
 
 
-def _tree_lines(root: Any, depth: int) -> list[str]:
-    lines: list[str] = [f"  (root) {printable(value_text(root))}"]
+def _tree_lines(root: Any, depth: int, summary: Summary) -> list[str]:
+    label = container_text(root, summary.totals()) if has_children(root) else value_text(root)
+    lines: list[str] = [f"  (root) {printable(label)}"]
     stack: list[tuple[int, Any, Any]] = [(1, key, value) for key, value in reversed(list(children(root)))]
     hidden = 0
     while stack:

@@ -245,3 +245,51 @@ def test_torchscript_lists_tensors_without_running(tmp_path: Path) -> None:
     assert ckpt.format == "torchscript"
     shapes = sorted(t.shape for _, t in iter_tensors(ckpt.root))
     assert shapes == [(2,), (2, 3)]
+
+
+def test_summary_totals_are_those_of_a_walk_below_the_root(tmp_path: Path) -> None:
+    from torch import nn
+
+    from ckpt_tui.core.describe import totals
+
+    shared = torch.ones(3, 4)
+    listed = [shared, torch.zeros(5)]
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    tree = {
+        "a": shared,
+        "b": shared,
+        "lists": [listed, listed],
+        "module": model,
+        "sparse": torch.eye(4).to_sparse(),
+        "nested": {"x": {"y": shared, "z": torch.arange(6, dtype=torch.int16)}},
+        "meta": torch.empty(7, device="meta"),
+    }
+    path = tmp_path / "tricky.pt"
+    torch.save(tree, path)
+    checkpoint = open_checkpoint(path)
+    assert summarize(checkpoint).totals() == totals(checkpoint.root)
+
+
+@pytest.mark.parametrize(
+    ("shape", "stride", "offset", "message"),
+    [
+        ((2, 3), (3, 2**63), 0, "a tensor stride does not fit in int64"),
+        ((2, -3), (3, 1), 0, "a tensor size is negative"),
+        ((2, True), (1, 1), 0, "a tensor size does not fit in int64"),
+        ((2**40, 2**40), (1, 1), 0, "a tensor has more elements than int64 can count"),
+        ((2, 3), (3, 1), -(2**63) - 1, "a tensor offset does not fit in int64"),
+    ],
+)
+def test_a_bad_tensor_among_many_is_refused_as_when_alone(
+    shape: tuple[int, ...], stride: tuple[int, ...], offset: int, message: str
+) -> None:
+    from ckpt_tui.core.errors import ReadError
+    from ckpt_tui.core.tree import Storage, check_tree
+
+    storage = Storage("0", "float32", "cpu", 6, None)
+    bad = Tensor(storage, offset, shape, stride, "float32")
+    many = {f"w{i}": Tensor(storage, 0, (2, 3), (3, 1), "float32") for i in range(50)}
+    for tree in ({"bad": bad}, {**many, "bad": bad}, {"bad": bad, **many}):
+        with pytest.raises(ReadError, match=message):
+            check_tree(tree)
+    check_tree(many)

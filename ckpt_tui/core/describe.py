@@ -155,6 +155,15 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def container_text(value: Any, found: Totals) -> str:
+    """A container's text after its key: type, children, and ``found``, the totals below it."""
+    kids = sum(1 for _ in children(value))
+    extra = (
+        f" · {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}" if found.tensors else ""
+    )
+    return f"{type_label(value)} ({kids}){extra}"
+
+
 def value_text(value: Any, tree_totals: TreeTotals | None = None) -> str:
     """The text after a key in the tree: type and, for tensors, shape/dtype/device/size.
 
@@ -163,14 +172,7 @@ def value_text(value: Any, tree_totals: TreeTotals | None = None) -> str:
     if isinstance(value, Tensor):
         return f"{type_label(value)} {tensor_text(value)}"
     if has_children(value):
-        kids = sum(1 for _ in children(value))
-        found = tree_totals.of(value) if tree_totals is not None else totals(value)
-        extra = (
-            f" · {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}"
-            if found.tensors
-            else ""
-        )
-        return f"{type_label(value)} ({kids}){extra}"
+        return container_text(value, tree_totals.of(value) if tree_totals is not None else totals(value))
     if isinstance(value, (dict, list, tuple, set, frozenset)) and not isinstance(value, TorchSize):
         return f"{type_label(value)} (empty)"
     if isinstance(value, Opaque) or is_global_ref(value):

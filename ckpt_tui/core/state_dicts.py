@@ -43,15 +43,25 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
         return flat_module_items(value)
     if not isinstance(value, dict) or not value:
         return None
+    last = _last_state_dict
+    if last[0] is value and last[1] == len(value):  # the summary asks of one dict several times
+        return None if last[2] is None else list(last[2])
     # counted by type (C speed: this runs several times over every state_dict of 50,000 keys)
     tensors = sum(n for kind, n in Counter(map(type, value.values())).items() if issubclass(kind, Tensor))
-    if tensors == 0 or not all(issubclass(k, str) for k in set(map(type, value))):
-        return None
-    if tensors < 0.9 * len(value):  # a quantized module's state_dict also holds packed (weight, bias) entries
-        packed = sum(1 for k, v in value.items() if not isinstance(v, Tensor) and is_packed_entry(k, v))
-        if tensors + packed < 0.9 * len(value):
-            return None
-    return list(value.items())
+    items: list[tuple[str, Any]] | None = None
+    if tensors and all(issubclass(k, str) for k in set(map(type, value))):
+        weights = tensors
+        if tensors < 0.9 * len(value):  # a quantized module's state_dict also holds packed (weight, bias) entries
+            weights += sum(1 for k, v in value.items() if not isinstance(v, Tensor) and is_packed_entry(k, v))
+        if weights >= 0.9 * len(value):
+            items = list(value.items())
+    globals()["_last_state_dict"] = (value, len(value), items)
+    return None if items is None else list(items)
+
+
+_last_state_dict: tuple[Any, int, list[tuple[str, Any]] | None] = (None, 0, None)
+"""The dict :func:`tensor_items` last classified, its length and its answer: trees are never changed in
+place (edits rebuild), so the answer holds while that dict is the one asked about; callers get a copy."""
 
 
 def is_packed_entry(key: Any, value: Any) -> bool:

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.describe import count
+from ckpt_tui.core.describe import Totals, count
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.findings import Finding, compute_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
@@ -63,6 +63,12 @@ class Summary:
             own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
             prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
         return prefix + storage.key
+
+    def totals(self) -> Totals:
+        """Distinct tensors, their elements and bytes: what :func:`~ckpt_tui.core.describe.totals` finds
+        below the root (the tensors reached through shown children, each object once), without a walk."""
+        distinct = len(self.tensors) - sum(self.aliases.values())
+        return Totals(distinct, self.parameter_count, sum(self.bytes_by_dtype.values()))
 
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
@@ -187,7 +193,7 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
         counts.parameters, counts.buffers = _parameters_and_buffers(get(root, path))
     seen: set[int] = set()
     for _, value, shown, first in references:
-        if shown and first and is_optimizer(value) and isinstance(value.get("state"), dict):
+        if shown and first and isinstance(value, dict) and is_optimizer(value) and isinstance(value.get("state"), dict):
             for _, tensor in iter_tensors(value["state"]):
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
@@ -197,8 +203,9 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
 
 def _training_findings(root: Any, references: list[Any], model: ModelCounts, byteorder: str) -> list[Finding]:
     """Optimizer and scheduler state, audited against the counters and the model (core/training_state.py)."""
-    optimizers = [(p, v) for p, v, shown, first in references if shown and first and is_optimizer(v)]
-    schedulers = [(p, v) for p, v, shown, first in references if shown and first and is_scheduler(v)]
+    dicts = [(p, v) for p, v, shown, first in references if shown and first and isinstance(v, dict)]
+    optimizers = [(p, v) for p, v in dicts if is_optimizer(v)]
+    schedulers = [(p, v) for p, v in dicts if is_scheduler(v)]
     if not optimizers and not schedulers:
         return []
     shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
@@ -249,9 +256,17 @@ def is_buffer(name: str, tensor: Tensor) -> bool:
 
 
 def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
-    missing = [
-        (s, path) for s, path in storages if s.source is not None and hasattr(s.source, "has") and not s.source.has(s)
-    ]
+    missing: list[tuple[Storage, KeyPath]] = []
+    checks: dict[int, Any] = {}  # each source's ``has`` (None when it has none), looked up once per source
+    for s, path in storages:
+        source = s.source
+        if source is None:
+            continue
+        if id(source) not in checks:
+            checks[id(source)] = getattr(source, "has", None)
+        has = checks[id(source)]
+        if has is not None and not has(s):
+            missing.append((s, path))
     if not missing:
         return []
     missing.sort(key=lambda item: item[0].key)
