@@ -125,6 +125,22 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
     return values
 
 
+def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
+    """The values :func:`decode` gives, held in float32 where float32 holds them exactly (float32, float16,
+    bfloat16), else float64: half the memory traffic for the common dtypes."""
+    if dtype == "float32":
+        values = raw.astype(np.float32, copy=False)  # no copy when the bytes are in native order
+    elif dtype == "float16":
+        values = raw.astype(np.float32)
+    elif dtype == "bfloat16":
+        values = np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
+    else:
+        return decode(raw, dtype, metadata)
+    if metadata and metadata.get("neg"):
+        values = -values
+    return values
+
+
 def element_span(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, int] | None:
     """The lowest and highest storage element a view touches (None when it has no elements).
 
