@@ -30,6 +30,9 @@ BLOCK_ELEMENTS = 1 << 17
 DOT_SEGMENT = 8192
 """OpenBLAS runs a dot product over more than 10,000 elements on its own threads, which then fight the
 stats workers for the cores (5x slower on 2 cores): dot products are taken in segments below that."""
+CANCELLATION_LIMIT = 1e-3
+"""Squared deviations are taken as sum(x^2) - n*mean^2 while that keeps at least this share of sum(x^2)
+(at most 3 of float64's 16 digits lost); below it, as sum((x - mean)^2)."""
 
 
 @dataclass
@@ -103,7 +106,9 @@ def _tensor_stats(
     pending: deque[Future[_Part]] = deque()
     read = 0
     try:
-        for raw, repeats in reader.distinct_chunks(chunk):  # a stored element repeated by the view: read once, counted
+        # a stored element repeated by the view is read once, counted; reading chunk k reuses the buffer of
+        # chunk k - STATS_THREADS - 1, settled by then (every part's samples and first values are copies)
+        for raw, repeats in reader.distinct_chunks(chunk, STATS_THREADS + 1 if threaded else 0):
             if cancelled is not None and cancelled():
                 raise Cancelled("stats cancelled")
             if threaded:
@@ -195,6 +200,19 @@ def _pool() -> ThreadPoolExecutor:
         return _executor
 
 
+def _ones(size: int) -> np.ndarray:
+    """A read-only vector of ``size`` ones (at most BLOCK_ELEMENTS), shared by every thread."""
+    global _ones_block
+    if _ones_block is None or _ones_block.size < size:
+        ones = np.ones(max(size, BLOCK_ELEMENTS))
+        ones.flags.writeable = False
+        _ones_block = ones
+    return _ones_block[:size]
+
+
+_ones_block: np.ndarray | None = None
+
+
 def _scratch() -> np.ndarray:
     """This thread's float64 buffer for one block."""
     buffer: np.ndarray | None = getattr(_local, "scratch", None)
@@ -227,19 +245,26 @@ def _chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read
 
 
 def _finite_block(block: np.ndarray, scratch: np.ndarray) -> _Part | None:
-    """Statistics of a block whose values are all finite; None when one is not (its float64 sum is not)."""
+    """Statistics of a block whose values are all finite; None when one is not (its float64 sum is not).
+
+    Sum and sum of squares come from two dot products; the squared deviations are their difference,
+    unless the mean dwarfs the spread (cancellation would cost digits): then they are taken exactly.
+    """
     size = block.size
     wide = scratch[:size]
     np.copyto(wide, block)
-    total = float(wide.sum())
+    total = _dot(wide, _ones(size))
     if not math.isfinite(total):
         return None
     low, high = float(block.min()), float(block.max())
     zeros = int(np.count_nonzero(block == 0)) if low <= 0.0 <= high else 0
     mean = total / size
-    wide -= mean
-    m2 = _dot(wide, wide)
-    return _Part(size, 0, 0, 0, zeros, size, low, high, mean, m2, m2 + size * mean * mean)
+    sumsq = _dot(wide, wide)
+    m2 = sumsq - total * mean
+    if not (math.isfinite(sumsq) and m2 > sumsq * CANCELLATION_LIMIT):
+        wide -= mean
+        m2 = _dot(wide, wide)
+    return _Part(size, 0, 0, 0, zeros, size, low, high, mean, m2, sumsq)
 
 
 def _masked_block(values: np.ndarray) -> _Part:
@@ -281,10 +306,13 @@ def _weighted_part(values: np.ndarray, weights: np.ndarray, read: int, step: int
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """The dot product of two float64 vectors, on this thread (see DOT_SEGMENT)."""
-    return math.fsum(
-        float(np.dot(a[i : i + DOT_SEGMENT], b[i : i + DOT_SEGMENT])) for i in range(0, a.size, DOT_SEGMENT)
-    )
+    """The dot product of two float64 vectors, on this thread: one BLAS dot per DOT_SEGMENT, in one call."""
+    whole = a.size - a.size % DOT_SEGMENT
+    total = 0.0
+    if whole:
+        rows_a, rows_b = a[:whole].reshape(-1, 1, DOT_SEGMENT), b[:whole].reshape(-1, DOT_SEGMENT, 1)
+        total = float(np.matmul(rows_a, rows_b).sum())
+    return total + float(np.dot(a[whole:], b[whole:]))
 
 
 def _total(size: int, weights: np.ndarray | int) -> int:
