@@ -112,7 +112,7 @@ def _tensor_stats(
             if cancelled is not None and cancelled():
                 raise Cancelled("stats cancelled")
             if threaded:
-                pending.append(_pool().submit(_chunk_part, raw, repeats, tensor, read, step))
+                pending.append(_pool().submit(_quiet_chunk_part, raw, repeats, tensor, read, step))
                 while len(pending) > STATS_THREADS:
                     settle(pending.popleft().result())
             else:
@@ -221,27 +221,32 @@ def _scratch() -> np.ndarray:
     return buffer
 
 
+def _quiet_chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read: int, step: int) -> _Part:
+    """:func:`_chunk_part` on a worker thread (numpy's error state is per thread)."""
+    with np.errstate(all="ignore"):  # extreme values overflow to inf in the sums: reported, not warned
+        return _chunk_part(raw, repeats, tensor, read, step)
+
+
 def _chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read: int, step: int) -> _Part:
     """Statistics of one chunk of stored elements; ``read``: how many were read before it (for sampling)."""
-    with np.errstate(all="ignore"):  # extreme values overflow to inf in the sums: reported, not warned
-        if not isinstance(repeats, int):
-            return _weighted_part(decode(raw, tensor.dtype, tensor.metadata), repeats.astype(np.float64), read, step)
-        values = decode_compact(raw, tensor.dtype, tensor.metadata)
-        part = _Part(first=values[:16].astype(np.float64).tolist() if read == 0 else [])
-        scratch = _scratch()
-        all_finite = True
-        for begin in range(0, values.size, BLOCK_ELEMENTS):
-            block = values[begin : begin + BLOCK_ELEMENTS]
-            summary = _finite_block(block, scratch)
-            if summary is None:
-                all_finite = False
-                summary = _masked_block(block.astype(np.float64, copy=False))
-            part.add(summary)
-        finite = values if all_finite else values[np.isfinite(values)]
-        if finite.size:
-            picked = finite[(-read) % step :: step].astype(np.float64)  # a copy: a view would keep the chunk
-            part.samples = (picked, repeats)
-        return part.repeated(repeats)
+    if not isinstance(repeats, int):
+        return _weighted_part(decode(raw, tensor.dtype, tensor.metadata), repeats.astype(np.float64), read, step)
+    values = decode_compact(raw, tensor.dtype, tensor.metadata)
+    part = _Part(first=values[:16].astype(np.float64).tolist() if read == 0 else [])
+    scratch = _scratch()
+    all_finite = True
+    for begin in range(0, values.size, BLOCK_ELEMENTS):
+        block = values[begin : begin + BLOCK_ELEMENTS]
+        summary = _finite_block(block, scratch)
+        if summary is None:
+            all_finite = False
+            summary = _masked_block(block.astype(np.float64, copy=False))
+        part.add(summary)
+    finite = values if all_finite else values[np.isfinite(values)]
+    if finite.size:
+        picked = finite[(-read) % step :: step].astype(np.float64)  # a copy: a view would keep the chunk
+        part.samples = (picked, repeats)
+    return part.repeated(repeats)
 
 
 def _finite_block(block: np.ndarray, scratch: np.ndarray) -> _Part | None:
@@ -343,11 +348,16 @@ def _histogram(
     )
     scale = repeats.pop() if uniform else 1
     total = values.size * scale if weights is None else round(float(weights.sum()))
-    edges = np.linspace(low, high, HISTOGRAM_BINS + 1) if low < high else None
-    if edges is None or not np.all(np.isfinite(np.diff(edges))) or not np.all(np.diff(edges) > 0):
-        return [total], total  # one value, or a range too narrow/wide to split
-    # equal bins given by count and range: numpy's binning by arithmetic, exactly these edges, without a sort
-    counts, _ = np.histogram(values, bins=HISTOGRAM_BINS, range=(low, high), weights=weights)
+    if not low < high:
+        return [total], total  # one value
+    edges = np.linspace(low, high, HISTOGRAM_BINS + 1)
+    widths = np.diff(edges)
+    if not (np.isfinite(widths).all() and (widths > 0).all()):
+        return [total], total  # a range too narrow/wide to split
+    # np.histogram's bins, [e_i, e_i+1) and a closed last one, found by a binary search instead of its sort
+    index = np.searchsorted(edges, values, side="right") - 1
+    np.minimum(index, HISTOGRAM_BINS - 1, out=index)  # no value lies below edges[0], the minimum
+    counts = np.bincount(index, weights=weights, minlength=HISTOGRAM_BINS)
     if weights is None:
         return [int(c) * scale for c in counts.tolist()], total
     return [round(float(c)) for c in counts], total
