@@ -127,9 +127,11 @@ def test_results_do_not_depend_on_chunking(tmp_path: Path) -> None:
     assert tensor_stats(leaf, chunk=30_000) == chunked  # the same figures on every run
 
 
-def test_histogram_counts_values_on_bin_edges_like_numpy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("copies", [1, 300])  # binned by binary search / by numpy's arithmetic
+def test_histogram_counts_values_on_bin_edges_like_numpy(tmp_path: Path, copies: int) -> None:
     edges = np.linspace(-3.0, 5.0, 25)
-    tensor = torch.tensor(np.concatenate([edges, edges[1:-1], [0.1, 2.2]]))
+    between = np.random.default_rng(0).uniform(-3.0, 5.0, 50)
+    tensor = torch.tensor(np.tile(np.concatenate([edges, edges[1:-1], between]), copies))
     torch.save({"w": tensor}, tmp_path / "e.pth")
     stats = tensor_stats(open_checkpoint(tmp_path / "e.pth").root["w"])
     assert stats.histogram == np.histogram(tensor.numpy(), bins=edges)[0].tolist()

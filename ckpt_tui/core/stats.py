@@ -13,6 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,8 @@ from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, decode_co
 
 HISTOGRAM_BINS = 24
 SAMPLE_LIMIT = 1 << 20
+BINARY_SEARCH_LIMIT = 1 << 12
+"""Histograms of at most this many sampled values find their bins by binary search, larger ones by arithmetic."""
 STATS_THREADS = 2
 """Worker threads summarising chunks; at most this many chunks wait besides the one being read."""
 BLOCK_ELEMENTS = 1 << 17
@@ -120,9 +123,10 @@ def _tensor_stats(
             read += raw.size
         while pending:
             settle(pending.popleft().result())
-    finally:
+    finally:  # on cancellation: no worker may still read a buffer that the next reads reuse
         for waiting in pending:
             waiting.cancel()
+        futures_wait(pending)
     if reader.in_order:
         stats.first = whole.first
     stats.count, stats.nan, stats.posinf, stats.neginf = whole.count, whole.nan, whole.posinf, whole.neginf
@@ -354,10 +358,21 @@ def _histogram(
     widths = np.diff(edges)
     if not (np.isfinite(widths).all() and (widths > 0).all()):
         return [total], total  # a range too narrow/wide to split
-    # np.histogram's bins, [e_i, e_i+1) and a closed last one, found by a binary search instead of its sort
-    index = np.searchsorted(edges, values, side="right") - 1
-    np.minimum(index, HISTOGRAM_BINS - 1, out=index)  # no value lies below edges[0], the minimum
-    counts = np.bincount(index, weights=weights, minlength=HISTOGRAM_BINS)
+    counts = _bin_counts(values, edges, weights)
     if weights is None:
         return [int(c) * scale for c in counts.tolist()], total
     return [round(float(c)) for c in counts], total
+
+
+def _bin_counts(values: np.ndarray, edges: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """np.histogram's counts over ``edges`` ([e_i, e_i+1), the last bin closed), without its sort.
+
+    Many values: numpy's arithmetic binning over equal bins (the same edges, checked against them);
+    few: a binary search over the edges, which costs less than numpy's setup.
+    """
+    if values.size > BINARY_SEARCH_LIMIT:
+        counts, _ = np.histogram(values, bins=HISTOGRAM_BINS, range=(edges[0], edges[-1]), weights=weights)
+        return counts
+    index = np.searchsorted(edges, values, side="right") - 1
+    np.minimum(index, HISTOGRAM_BINS - 1, out=index)  # no value lies below edges[0], the minimum
+    return np.bincount(index, weights=weights, minlength=HISTOGRAM_BINS)

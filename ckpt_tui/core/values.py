@@ -18,6 +18,7 @@ import contextlib
 import math
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
@@ -342,7 +343,8 @@ class TensorReader:
         """A function reading ``count`` elements from element ``element`` of the record, never outside it.
 
         With ``buffers``, file reads go into a ring of that many reused buffers of ``buffer_bytes``
-        (no fresh pages for every read); a read's bytes are then valid until the ring comes round.
+        (no fresh pages for every read; the ring is this thread's, kept for its next reads); a read's
+        bytes are then valid until the ring comes round, or until this thread reads with a ring again.
         """
 
         def checked(element: int, count: int) -> tuple[int, int]:
@@ -371,7 +373,7 @@ class TensorReader:
             if not buffers or not hasattr(os, "preadv"):
                 yield from_file
                 return
-            ring = [memoryview(bytearray(buffer_bytes)) for _ in range(buffers)]
+            ring = _ring(buffer_bytes, buffers)
             turn = iter(range(1 << 62))
 
             def into_ring(element: int, count: int) -> memoryview:
@@ -384,6 +386,18 @@ class TensorReader:
                 return buffer[:size]
 
             yield into_ring
+
+
+_thread_buffers = threading.local()
+
+
+def _ring(buffer_bytes: int, buffers: int) -> list[memoryview]:
+    """This thread's reused read buffers, kept from tensor to tensor so that their pages are touched once."""
+    ring: list[memoryview] | None = getattr(_thread_buffers, "ring", None)
+    if ring is None or len(ring) < buffers or len(ring[0]) < buffer_bytes:
+        ring = [memoryview(bytearray(buffer_bytes)) for _ in range(buffers)]
+        _thread_buffers.ring = ring
+    return ring[:buffers]
 
 
 def _exact_chunks(parts: Iterator[np.ndarray], chunk: int) -> Iterator[np.ndarray]:
