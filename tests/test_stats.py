@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from builders import write_safetensors
@@ -84,3 +85,53 @@ def test_histogram_survives_degenerate_ranges(tmp_path: Path, values: list[float
     stats = tensor_stats(open_checkpoint(tmp_path / "d.pth").root["w"])
     assert sum(stats.histogram) == len(values)
     assert stats.min == min(values) and stats.max == max(values)
+
+
+def test_stats_over_many_chunks_and_blocks_match_torch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    mixed = torch.cat([torch.randn(150_000), torch.zeros(100_000), torch.randn(50_000) * 1e3])
+    mixed[[7, 200_000, 299_999]] = torch.tensor([math.nan, math.inf, -math.inf])
+    tensors = {
+        "near_one": 1 + 1e-6 * torch.randn(300_000, dtype=torch.float64),  # mean dwarfs the spread
+        "layer_norm": 1 + 0.05 * torch.randn(300_000),  # sums of squares minus n*mean^2, 3 digits short
+        "constant": torch.full((300_000,), 0.1),
+        "mixed": mixed,
+        "bf16": torch.randn(300_000).to(torch.bfloat16),
+        "f16": (torch.randn(300_000) * 1000).half(),
+        "neg": torch.randn(300_000).neg(),
+    }
+    torch.save(tensors, tmp_path / "m.pth")
+    root = open_checkpoint(tmp_path / "m.pth").root
+    for name, tensor in tensors.items():
+        stats = tensor_stats(root[name], chunk=70_000)  # several chunks, summarised on the worker threads
+        assert_matches(stats, tensor)
+        finite = tensor.double()[torch.isfinite(tensor.double())]
+        assert stats.norm == pytest.approx(float(finite.norm()), rel=1e-12)
+        assert stats.first == tensor.double()[:16].tolist() or name == "mixed"
+
+
+def test_results_do_not_depend_on_chunking(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    tensor = torch.randn(400_000)
+    tensor[::1000] = 0.0
+    torch.save({"w": tensor}, tmp_path / "w.pth")
+    leaf = open_checkpoint(tmp_path / "w.pth").root["w"]
+    whole, chunked = tensor_stats(leaf), tensor_stats(leaf, chunk=30_000)
+    assert chunked.histogram == whole.histogram and sum(whole.histogram) == 400_000
+    assert (
+        (chunked.zeros, chunked.min, chunked.max)
+        == (whole.zeros, whole.min, whole.max)
+        == (400, float(tensor.min()), float(tensor.max()))
+    )
+    assert chunked.std == pytest.approx(whole.std, rel=1e-12)
+    assert tensor_stats(leaf, chunk=30_000) == chunked  # the same figures on every run
+
+
+@pytest.mark.parametrize("copies", [1, 300])  # binned by binary search / by numpy's arithmetic
+def test_histogram_counts_values_on_bin_edges_like_numpy(tmp_path: Path, copies: int) -> None:
+    edges = np.linspace(-3.0, 5.0, 25)
+    between = np.random.default_rng(0).uniform(-3.0, 5.0, 50)
+    tensor = torch.tensor(np.tile(np.concatenate([edges, edges[1:-1], between]), copies))
+    torch.save({"w": tensor}, tmp_path / "e.pth")
+    stats = tensor_stats(open_checkpoint(tmp_path / "e.pth").root["w"])
+    assert stats.histogram == np.histogram(tensor.numpy(), bins=edges)[0].tolist()

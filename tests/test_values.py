@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from builders_readers import write_view_file
@@ -157,3 +158,15 @@ def test_reads_stay_inside_a_record_followed_by_other_data(tmp_path: Path) -> No
     tensor.shape, tensor.stride = (5,), (1,)
     with pytest.raises(ReadError, match="past the end"):
         TensorReader(tensor)
+
+
+def test_chunks_read_into_reused_buffers_hold_the_same_values(tmp_path: Path) -> None:
+    tensor = torch.randn(10_000)
+    torch.save({"w": tensor}, tmp_path / "w.pth")
+    reader = TensorReader(open_checkpoint(tmp_path / "w.pth").root["w"])
+    fresh = [(raw.copy(), repeats) for raw, repeats in reader.distinct_chunks(999)]
+    reused = [(raw.copy(), repeats) for raw, repeats in reader.distinct_chunks(999, reuse=3)]
+    assert len(reused) == len(fresh) == 11
+    for (a, ra), (b, rb) in zip(fresh, reused, strict=True):
+        assert ra == rb == 1 and np.array_equal(a, b)
+    assert np.array_equal(np.concatenate([raw for raw, _ in fresh]), tensor.numpy())

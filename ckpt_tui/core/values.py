@@ -18,6 +18,7 @@ import contextlib
 import math
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
@@ -121,6 +122,22 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
     else:
         values = raw.astype(np.float64)
     if isinstance(metadata, dict) and metadata.get("neg"):
+        values = -values
+    return values
+
+
+def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
+    """The values :func:`decode` gives, held in float32 where float32 holds them exactly (float32, float16,
+    bfloat16), else float64: half the memory traffic for the common dtypes."""
+    if dtype == "float32":
+        values = raw.astype(np.float32, copy=False)  # no copy when the bytes are in native order
+    elif dtype == "float16":
+        values = raw.astype(np.float32)
+    elif dtype == "bfloat16":
+        values = np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
+    else:
+        return decode(raw, dtype, metadata)
+    if metadata and metadata.get("neg"):
         values = -values
     return values
 
@@ -247,12 +264,16 @@ class TensorReader:
             return 0
         return min(numel, span[1] - span[0] + 1)
 
-    def distinct_chunks(self, chunk: int = CHUNK_ELEMENTS) -> Iterator[tuple[np.ndarray, int | np.ndarray]]:
+    def distinct_chunks(
+        self, chunk: int = CHUNK_ELEMENTS, reuse: int = 0
+    ) -> Iterator[tuple[np.ndarray, int | np.ndarray]]:
         """Each element the view reads, with how many times the view holds it: ``(raw, repeats)``.
 
         ``repeats`` is one int for the whole chunk, or an array of counts (one per element). The
         repeats of all chunks add up to the tensor's element count; the work is bounded by the
-        storage's size, whatever the view's shape.
+        storage's size, whatever the view's shape. ``reuse``: read dense chunks into a ring of that
+        many buffers, so a chunk's array is overwritten ``reuse`` chunks later (the caller must be
+        done with it by then); 0: every chunk is a fresh array.
         """
         if self.span is None:
             return
@@ -264,7 +285,7 @@ class TensorReader:
         low, high = element_span(self.tensor.offset, shape, stride) or (0, 0)
         span = high - low + 1
         if numel <= span or (numel <= DIRECT_REPEATS * span and span > MULTIPLICITY_SPAN):
-            yield from ((raw, repeats) for raw in self._view_chunks(shape, stride, chunk))
+            yield from ((raw, repeats) for raw in self._view_chunks(shape, stride, chunk, reuse))
             return
         if span > MULTIPLICITY_SPAN:
             raise ReadError(
@@ -290,10 +311,12 @@ class TensorReader:
                 stride.append(step)
         return tuple(shape), tuple(stride), repeats
 
-    def _view_chunks(self, shape: tuple[int, ...], stride: tuple[int, ...], chunk: int) -> Iterator[np.ndarray]:
+    def _view_chunks(
+        self, shape: tuple[int, ...], stride: tuple[int, ...], chunk: int, reuse: int = 0
+    ) -> Iterator[np.ndarray]:
         numel = math.prod(shape)
         if _is_row_major(shape, stride):
-            yield from self._contiguous(self.tensor.offset, numel, chunk)
+            yield from self._contiguous(self.tensor.offset, numel, chunk, reuse)
             return
         with _RecordView(self) as view:
             flat = view.array(shape, stride).flat
@@ -306,15 +329,23 @@ class TensorReader:
 
     # ---- positioned reads -----------------------------------------------------------------
 
-    def _contiguous(self, first: int, count: int, chunk: int) -> Iterator[np.ndarray]:
-        """``count`` elements stored one after another from element ``first`` (checked against the record)."""
-        with self._reading() as read:
+    def _contiguous(self, first: int, count: int, chunk: int, reuse: int = 0) -> Iterator[np.ndarray]:
+        """``count`` elements stored one after another from element ``first`` (checked against the record).
+
+        ``reuse``: into a ring of that many buffers of ``chunk`` elements (see :meth:`distinct_chunks`).
+        """
+        with self._reading(reuse and min(chunk, count) * self.size, reuse) as read:
             for begin in range(first, first + count, chunk):
                 yield np.frombuffer(read(begin, min(chunk, first + count - begin)), self.raw_type)
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Callable[[int, int], bytes]]:
-        """A function reading ``count`` elements from element ``element`` of the record, never outside it."""
+    def _reading(self, buffer_bytes: int = 0, buffers: int = 0) -> Iterator[Callable[[int, int], bytes | memoryview]]:
+        """A function reading ``count`` elements from element ``element`` of the record, never outside it.
+
+        With ``buffers``, file reads go into a ring of that many reused buffers of ``buffer_bytes``
+        (no fresh pages for every read; the ring is this thread's, kept for its next reads); a read's
+        bytes are then valid until the ring comes round, or until this thread reads with a ring again.
+        """
 
         def checked(element: int, count: int) -> tuple[int, int]:
             if element < 0 or count < 0 or (element + count) * self.size > self.record_bytes:
@@ -339,7 +370,34 @@ class TensorReader:
                     raise ReadError("tensor data ends early (file truncated?)")
                 return data
 
-            yield from_file
+            if not buffers or not hasattr(os, "preadv"):
+                yield from_file
+                return
+            ring = _ring(buffer_bytes, buffers)
+            turn = iter(range(1 << 62))
+
+            def into_ring(element: int, count: int) -> memoryview:
+                start, size = checked(element, count)
+                buffer = ring[next(turn) % buffers]
+                if size > len(buffer):
+                    return memoryview(from_file(element, count))
+                if os.preadv(file.fileno(), [buffer[:size]], start) != size:
+                    raise ReadError("tensor data ends early (file truncated?)")
+                return buffer[:size]
+
+            yield into_ring
+
+
+_thread_buffers = threading.local()
+
+
+def _ring(buffer_bytes: int, buffers: int) -> list[memoryview]:
+    """This thread's reused read buffers, kept from tensor to tensor so that their pages are touched once."""
+    ring: list[memoryview] | None = getattr(_thread_buffers, "ring", None)
+    if ring is None or len(ring) < buffers or len(ring[0]) < buffer_bytes:
+        ring = [memoryview(bytearray(buffer_bytes)) for _ in range(buffers)]
+        _thread_buffers.ring = ring
+    return ring[:buffers]
 
 
 def _exact_chunks(parts: Iterator[np.ndarray], chunk: int) -> Iterator[np.ndarray]:
