@@ -111,6 +111,8 @@ class CkptApp(App[None]):
         return self._remembered.get(prompt, folder)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "save" and self.readonly:
+            return False  # hidden; ctrl+s still says why (the browser's on_key)
         if action == "save" and self.session is None:
             return None
         return True

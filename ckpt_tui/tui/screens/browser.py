@@ -29,14 +29,14 @@ from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.safe_text import from_printable, printable
 from ckpt_tui.core.session import Session
 from ckpt_tui.core.state_dicts import common_prefix, inner_state_dict, tensor_items
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
 from ckpt_tui.core.weights_only import Verdict, verdict
 from ckpt_tui.tui import targets
-from ckpt_tui.tui.bindings import BROWSER_BINDINGS, key_rows
+from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, key_rows
 from ckpt_tui.tui.messages import (
     CheckFinished,
     CheckProgress,
@@ -55,7 +55,7 @@ from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
-from ckpt_tui.tui.widgets.summary import SummaryHeader
+from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
 from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState
 
 if TYPE_CHECKING:
@@ -64,6 +64,13 @@ if TYPE_CHECKING:
 EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
+READONLY_KEYS = {
+    name: binding.action
+    for binding in [*BROWSER_BINDINGS, *APP_BINDINGS]
+    if isinstance(binding, Binding) and (binding.action in EDIT_ACTIONS or binding.action == "save")
+    for name in binding.key.split(",")
+}
+"""The edit keys (hidden while read-only), by key name, to their actions."""
 
 Edit = Callable[[Any], tuple[Any, Change]]
 
@@ -119,6 +126,7 @@ class BrowserScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#search").display = False
+        self.query_one(SummaryHeader).readonly = self.ckpt_app.readonly
         if self.session is None:
             self.show_reading(f"reading {self.display_name} (metadata only)…")
 
@@ -238,6 +246,15 @@ class BrowserScreen(Screen[None]):
     def on_key(self, event: Any) -> None:
         if event.key not in ("n", "N"):
             self.note = ""
+        if self.ckpt_app.readonly and not isinstance(self.focused, Input):
+            action = READONLY_KEYS.get(event.key)
+            if action is not None:  # an edit key, hidden while read-only: say why it does nothing
+                event.stop()
+                if action == "save":
+                    self.ckpt_app.action_save()
+                else:
+                    self.editable(action)
+                return
         search = self.query_one("#search", Input)
         if event.key == "escape" and search.display:
             search.display = False
@@ -247,6 +264,8 @@ class BrowserScreen(Screen[None]):
     # ---- availability ----------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in EDIT_ACTIONS and self.ckpt_app.readonly:
+            return False  # hidden from the footer, help and the palette; a press still says why (on_key)
         if action in SESSION_ACTIONS and self.session is None:
             return None
         return True
@@ -277,7 +296,8 @@ class BrowserScreen(Screen[None]):
         if self.summary is None:
             self.warn("still counting: the findings follow in a moment", "Findings")
             return
-        if not self.summary.findings:
+        findings = [*self.summary.findings, *(check_findings(self.check) if self.check is not None else [])]
+        if not findings:
             self.notify("no findings: nothing unusual about this file", markup=False)
             return
 
@@ -285,7 +305,7 @@ class BrowserScreen(Screen[None]):
             if path is not None:
                 self.tree_view.reveal((path, None))
 
-        self.app.push_screen(FindingsScreen(self.summary.findings), jump)
+        self.app.push_screen(FindingsScreen(findings, self.ckpt_app.readonly), jump)
 
     def action_copy_path(self) -> None:
         target = self.focused_target()
@@ -313,7 +333,7 @@ class BrowserScreen(Screen[None]):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
-        query = event.value.strip().lower()
+        query = from_printable(event.value.strip()).lower()
         event.input.display = False
         self.tree_view.focus()
         if not query or self.session is None:
@@ -388,15 +408,17 @@ class BrowserScreen(Screen[None]):
         self.tree_view.show(self.session.root, self.display_name, view)
         self.call_after_refresh(self.follow_cursor)
 
-    def ask(self, title: str, value: str, hint: str, then: Callable[[str], Any], paths: bool = False) -> None:
-        """Prompt for text, then continue."""
+    def ask(
+        self, title: str, value: str, hint: str, then: Callable[[str], Any], paths: bool = False, exact: bool = False
+    ) -> None:
+        """Prompt for text (shown escaped, typed escapes decoded; ``exact`` keeps spaces, for keys), then continue."""
 
         def answer(text: str | None) -> None:
             if text:
                 then(text)
 
         suggester = PathSuggester() if paths else None
-        self.app.push_screen(PromptScreen(title, value, hint, suggester), answer)
+        self.app.push_screen(PromptScreen(title, value, hint, suggester, exact), answer)
 
     def key_edit_target(self) -> KeyPath | None:
         """The state_dict ``p``/``P`` edit (the one focused, holding the cursor, or detected), or None (said why)."""
@@ -423,6 +445,7 @@ class BrowserScreen(Screen[None]):
                 shared,
                 f"{printable(str(exc))} · only keys that start with it change",
                 lambda prefix: self._strip(at, prefix),
+                exact=True,
             )
             return
         self._strip(at, "auto")
@@ -446,7 +469,9 @@ class BrowserScreen(Screen[None]):
             relocate = targets.renamed_keys(at, lambda k: prefix + k)
             self.propose(lambda root: edits.add_prefix(root, prefix, at), relocate)
 
-        self.ask(f"Add a prefix to every key of {where(at)}", "module.", "e.g. module. for DataParallel/DDP", add)
+        self.ask(
+            f"Add a prefix to every key of {where(at)}", "module.", "e.g. module. for DataParallel/DDP", add, exact=True
+        )
 
     def action_extract(self) -> None:
         if not self.editable("extract"):
@@ -493,14 +518,26 @@ class BrowserScreen(Screen[None]):
             return
 
         def rename(new: str) -> None:
+            if new == old:
+                self.update_status("the name is unchanged: nothing to rename")
+                return
             relocate = targets.renamed_keys(path[:-1], lambda k: new if k == old else None)
             self.propose(lambda root: edits.rename(root, path, new), relocate)
 
-        self.ask(f"Rename {data(repr(old)).plain} in {where(path[:-1])} to", old, "the key keeps its place", rename)
+        self.ask(
+            f"Rename {data(repr(old)).plain} in {where(path[:-1])} to",
+            old,
+            "the key keeps its place · \\x1b-style escapes stand for the characters shown so",
+            rename,
+            exact=True,
+        )
 
     def _rename_group(self, path: KeyPath, prefix: str) -> None:
         def rename(new: str) -> None:
             new_prefix = new if new.endswith(".") else new + "."
+            if new_prefix == prefix:
+                self.update_status("the prefix is unchanged: nothing to rename")
+                return
             relocate = targets.renamed_keys(
                 path, lambda k: new_prefix + k[len(prefix) :] if k.startswith(prefix) else None
             )
@@ -511,6 +548,7 @@ class BrowserScreen(Screen[None]):
             prefix,
             "every key under the group gets the new prefix and keeps its place",
             rename,
+            exact=True,
         )
 
     def action_delete(self) -> None:
@@ -650,7 +688,7 @@ class BrowserScreen(Screen[None]):
                 summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
             else:
                 summary.append("\nf applies it here as one undoable edit; on the command line:\n")
-                summary.append(printable(self.fix_command(report.suggestion, target.path)))
+                summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion, target.path)))
         sections = _compare_sections(report, target)
 
         def done(result: tuple[str, str] | None) -> None:
@@ -665,22 +703,21 @@ class BrowserScreen(Screen[None]):
         title = f"Compare {target.describe()} with {os.path.basename(message.reference)}"
         self.app.push_screen(ReportScreen(title, summary, sections, fixable), done)
 
-    def fix_command(self, suggestion: Any, at: KeyPath) -> str:
-        """The ``convert`` command that applies a suggestion to the file on disk, or what it assumes."""
+    def fix_command(self, suggestion: Any, at: KeyPath) -> list[str]:
+        """The ``convert`` command that applies a suggestion to the file on disk, after what it assumes (lines)."""
         app = self.ckpt_app
         session = self.session
         assert session is not None
         source = app.path
-        assumption = ""
+        assumption: list[str] = []
         if session.edited:
             if not session.unsaved and app.last_saved is not None:
                 source = app.last_saved
             else:
                 source = app.default_save_path()
-                assumption = (
-                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, "
-                    f"to {printable(source)})\n"
-                )
+                assumption = [
+                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"
+                ]
         options: list[str] = []
         extract = next((s for s in suggestion.steps if s.kind == "extract"), None)
         for step in suggestion.steps:
@@ -693,7 +730,7 @@ class BrowserScreen(Screen[None]):
             options += ["--at", to_slash(at)]
         output = _output_path(source)
         command = shlex.join(["ckpt-tui", "convert", source, "-o", output, *options])
-        return assumption + command
+        return [*assumption, command]
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
         from ckpt_tui.core.compare import apply_suggestion
