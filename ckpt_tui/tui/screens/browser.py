@@ -44,7 +44,9 @@ from ckpt_tui.tui.messages import (
     DiffReady,
     LayerChangeProgress,
     LayerChangeReady,
+    PreviewReady,
     ReportFailed,
+    SearchFound,
     SummaryReady,
 )
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, ProgressScreen, PromptScreen, ReportScreen, Section
@@ -75,6 +77,14 @@ READONLY_KEYS = {
 Edit = Callable[[Any], tuple[Any, Change]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """How to go on with an edit once computed: where its cursor goes, and what to do if it does not apply."""
+
+    relocate: Relocate
+    failed: Callable[[str], Any] | None = None
+
+
 class BrowserScreen(Screen[None]):
     """Browse the checkpoint, look at values, and stage edits."""
 
@@ -91,6 +101,8 @@ class BrowserScreen(Screen[None]):
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
+        self.edit_views: dict[int, tuple[ViewState, Relocate]] = {}
+        """By the session position an edit made: the view before it and how it moves the cursor (undo/redo)."""
         self.note = ""
 
     @property
@@ -145,6 +157,7 @@ class BrowserScreen(Screen[None]):
         if session is None:
             return
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
+        self.edit_views = {}
         self.tree_view.show(session.root, self.display_name, view)
         self.tree_view.focus()
         self.refresh_bindings()
@@ -338,15 +351,29 @@ class BrowserScreen(Screen[None]):
         self.tree_view.focus()
         if not query or self.session is None:
             return
-        self.matches = []
-        for path, _ in iter_nodes(self.session.root):
+        self.update_status(f"searching for {query!r}…")
+        self._search(self.session.version, self.session.root, query)
+
+    @work(thread=True, exclusive=True, group="search", description="search")
+    def _search(self, version: int, root: Any, query: str) -> None:
+        """Every key path containing ``query``, off the UI thread; reports by message only."""
+        matches: list[KeyPath] = []
+        for path, _ in iter_nodes(root):
             if path and query in to_slash(path).lower():
-                self.matches.append(path)
-                if len(self.matches) >= MAX_MATCHES:
+                matches.append(path)
+                if len(matches) >= MAX_MATCHES:
                     break
+        self.post_message(SearchFound(version, query, matches))
+
+    @on(SearchFound)
+    def _search_found(self, message: SearchFound) -> None:
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while searching: search again")
+            return
+        self.matches = message.matches
         self.match_index = 0
         if not self.matches:
-            self.update_status(f"no key path contains {query!r}")
+            self.update_status(f"no key path contains {message.query!r}")
             return
         self.go_to_match()
 
@@ -367,17 +394,44 @@ class BrowserScreen(Screen[None]):
 
     # ---- proposing and applying edits ---------------------------------------------------------
 
-    def propose(self, edit: Edit, relocate: Relocate = targets.keep) -> None:
-        """Preview an edit, then apply it if confirmed (to the tree it was computed from)."""
+    def propose(
+        self, edit: Edit, relocate: Relocate = targets.keep, failed: Callable[[str], Any] | None = None
+    ) -> None:
+        """Compute an edit in a worker, preview it, then apply it if confirmed (to the tree it was computed from).
+
+        ``failed`` is called with the reason when the edit does not apply (the default warns).
+        """
         session = self.session
         if session is None:
             return
+        self.update_status("computing the edit…")
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed))
+
+    @work(thread=True, exclusive=True, group="preview", description="edit preview")
+    def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal) -> None:
+        """Run an edit on ``root`` off the UI thread (edits build a new tree); reports by message only."""
         try:
-            new_root, change = session.preview(edit)
+            new_root, change = edit(root)
         except (CkptError, KeyError) as exc:
-            self.warn(str(exc))
+            self.post_message(PreviewReady(version, None, None, str(exc), proposal))
             return
-        version = session.version
+        self.post_message(PreviewReady(version, new_root, change, "", proposal))
+
+    @on(PreviewReady)
+    def _preview_ready(self, message: PreviewReady) -> None:
+        session = self.session
+        if session is None or message.version != session.version:
+            self.update_status("the checkpoint changed while the edit was computed: try it again")
+            return
+        self.update_status("")
+        proposal: Proposal = message.proposal
+        if message.change is None:
+            if proposal.failed is not None:
+                proposal.failed(message.error)
+            else:
+                self.warn(message.error)
+            return
+        version, new_root, change = message.version, message.root, message.change
 
         def answer(confirmed: bool | None) -> None:
             if not confirmed or self.session is None:
@@ -387,7 +441,9 @@ class BrowserScreen(Screen[None]):
                 return
             view = self.tree_view.view_state()
             self.session.apply(new_root, change)
-            self.after_edit(view, relocate, f"applied: {change.title}")
+            self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
+            self.edit_views[self.session.position] = (view, proposal.relocate)
+            self.after_edit(view, proposal.relocate, f"applied: {change.title}")
 
         self.app.push_screen(PreviewScreen(change), answer)
 
@@ -436,27 +492,31 @@ class BrowserScreen(Screen[None]):
         at = self.key_edit_target()
         if at is None or self.session is None:
             return
-        try:
-            self.session.preview(lambda root: edits.strip_prefix(root, "auto", at))
-        except (CkptError, KeyError) as exc:
-            shared = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
+        root = self.session.root
+
+        def ask_prefix(error: str) -> None:
+            shared = common_prefix(k for k, _ in (tensor_items(get(root, at)) or [])) or ""
             self.ask(
                 f"Strip which prefix from the keys of {where(at)}?",
                 shared,
-                f"{printable(str(exc))} · only keys that start with it change",
+                f"{printable(error)} · only keys that start with it change",
                 lambda prefix: self._strip(at, prefix),
                 exact=True,
             )
-            return
-        self._strip(at, "auto")
 
-    def _strip(self, at: KeyPath, prefix: str) -> None:
+        self._strip(at, "auto", ask_prefix)
+
+    def _strip(self, at: KeyPath, prefix: str, failed: Callable[[str], Any] | None = None) -> None:
         assert self.session is not None
-        shown = prefix
-        if prefix == "auto":
-            shown = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
-        relocate = targets.renamed_keys(at, lambda k: k[len(shown) :] if shown and k.startswith(shown) else None)
-        self.propose(lambda root: edits.strip_prefix(root, prefix, at), relocate)
+        root = self.session.root
+        shown: list[str] = [prefix]
+
+        def strip(key: str) -> str | None:
+            if shown[0] == "auto":  # what "auto" strips, worked out when the cursor is first relocated
+                shown[0] = common_prefix(k for k, _ in (tensor_items(get(root, at)) or [])) or ""
+            return key[len(shown[0]) :] if shown[0] and key.startswith(shown[0]) else None
+
+        self.propose(lambda tree: edits.strip_prefix(tree, prefix, at), targets.renamed_keys(at, strip), failed)
 
     def action_add_prefix(self) -> None:
         if not self.editable("add_prefix"):
@@ -599,11 +659,13 @@ class BrowserScreen(Screen[None]):
         if not self.editable("undo") or self.session is None:
             return
         view = self.tree_view.view_state()
+        undone = self.session.position
         change = self.session.undo()
         if change is None:
             self.update_status("nothing to undo")
             return
-        self.after_edit(view, targets.keep, f"undone: {change.title}")
+        before = self.edit_views.get(undone)  # where the cursor was when the edit was made
+        self.after_edit(before[0] if before else view, targets.keep, f"undone: {change.title}")
 
     def action_redo(self) -> None:
         if not self.editable("redo") or self.session is None:
@@ -613,7 +675,8 @@ class BrowserScreen(Screen[None]):
         if change is None:
             self.update_status("nothing to redo")
             return
-        self.after_edit(view, targets.keep, f"redone: {change.title}")
+        made = self.edit_views.get(self.session.position)
+        self.after_edit(view, made[1] if made else targets.keep, f"redone: {change.title}")
 
     # ---- compare and diff -----------------------------------------------------------------------
 

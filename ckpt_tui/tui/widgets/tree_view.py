@@ -7,7 +7,7 @@ Every string from the file is escaped and passed as ``Text``, never as markup.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,15 +58,25 @@ MONO_STYLES = {role: "" for role in COLOR_STYLES} | {
 
 @dataclass
 class NodeData:
-    """What a tree line stands for: a value at a path, or a module group inside a state_dict."""
+    """What a tree line stands for: a value at a path, a module group inside a state_dict, or a "… N more" line.
+
+    A loaded container keeps its ``entries`` (what its lines show, in order); its lines are added a page
+    at a time, anywhere in that order (a jump to the end or to a deep key adds only the page around it),
+    and each range not added yet is one "… N more" line whose ``index``..``end`` say which entries it holds.
+    """
 
     path: KeyPath
     value: Any
     group: Group | None = None
     loaded: bool = False
-    pending: Iterator[tuple[Text, NodeData, bool]] | None = None
-    remaining: int = 0
-    more: TreeNode[NodeData] | None = None
+    index: int = 0
+    """The line's place among its parent's entries (a "more" line: the first entry it holds)."""
+    end: int = 0
+    """A "more" line: one past the last entry it holds."""
+    entries: list[tuple[str, Any]] | None = None
+    """A loaded container: its children to show, as (group prefix to drop, Group or (key, value))."""
+    by_key: dict[Any, int] | None = None
+    """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
 
     @property
     def row_id(self) -> RowId:
@@ -235,39 +245,52 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if data is None or data.loaded or data.is_more:
             return
         data.loaded = True
-        entries = self._entries(data)
-        data.pending = (self._line(data.path, prefix, entry) for prefix, entry in entries)
-        data.remaining = len(entries)
-        self._add_page(node)
+        data.entries = self._entries(data)
+        if data.entries:
+            more = self._more_line(node, data, 0, len(data.entries), None)
+            self._open(node, more, 0, PAGE)
 
-    def _add_page(self, node: TreeNode[NodeData], limit: int | None = PAGE) -> bool:
-        """Add the next page of a node's children; False when there was none."""
-        data = node.data
-        if data is None or data.pending is None:
-            return False
-        if data.more is not None:
-            data.more.remove()
-            data.more = None
-        for added, (label, kid, expandable) in enumerate(data.pending, 1):
-            node.add(label, kid, allow_expand=expandable)
-            data.remaining -= 1
-            if limit is not None and added >= limit and data.remaining:
-                text = f"… {data.remaining:,} more (the cursor here loads {min(PAGE, data.remaining):,} more)"
-                data.more = node.add_leaf(styled([(text, self.styles_by_role["more"])]), NodeData(data.path, MORE))
-                return True
-        data.pending = None
-        return True
+    def _more_line(
+        self, node: TreeNode[NodeData], data: NodeData, start: int, end: int, before: int | None
+    ) -> TreeNode[NodeData]:
+        """A "… N more" line standing for entries ``start``..``end`` of ``node``."""
+        label = self._more_label(end - start)
+        more = NodeData(data.path, MORE, index=start, end=end)
+        if before is None:
+            return node.add(label, more, allow_expand=False)
+        return node.add(label, more, before=before, allow_expand=False)
 
-    def drain(self, node: TreeNode[NodeData]) -> None:
-        """Add all of a node's children now (for jumps to the end)."""
-        self.load(node)
-        self._add_page(node, None)
+    def _more_label(self, remaining: int) -> Text:
+        text = f"… {remaining:,} more (the cursor here loads {min(PAGE, remaining):,} more)"
+        return styled([(text, self.styles_by_role["more"])])
+
+    def _open(self, node: TreeNode[NodeData], more: TreeNode[NodeData], low: int, high: int) -> None:
+        """Add the lines of entries ``low``..``high`` held by the "more" line ``more`` (cut to what it holds)."""
+        data, gap = node.data, more.data
+        assert data is not None and data.entries is not None and gap is not None
+        low, high = max(low, gap.index), min(high, gap.end)
+        if low >= high:
+            return
+        at = node.children.index(more)
+        if low > gap.index:  # entries before the page stay behind a "more" line of their own
+            self._more_line(node, data, gap.index, low, at)
+            at += 1
+        for place in range(low, high):
+            prefix, entry = data.entries[place]
+            label, kid, expandable = self._line(data.path, prefix, entry)
+            kid.index = place
+            node.add(label, kid, before=at, allow_expand=expandable)
+            at += 1
+        # a new "more" line for what is left: the cursor stays on the line it was on, never follows the old one
+        more.remove()
+        if high < gap.end:
+            self._more_line(node, data, high, gap.end, at)
 
     def _on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeData]) -> None:
         data = event.node.data
         parent = event.node.parent
         if data is not None and data.is_more and parent is not None:
-            self._add_page(parent)
+            self._open(parent, event.node, data.index, data.index + PAGE)
 
     def _entries(self, data: NodeData) -> list[tuple[str, Any]]:
         """The children to show, cheaply: (group prefix to drop, Group or (key, value)); labels come later."""
@@ -322,7 +345,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def action_bottom(self) -> None:
         node = self.root
         while node.is_expanded and node.children:
-            self.drain(node)
+            last = node.children[-1]
+            if last.data is not None and last.data.is_more:  # only the last page is added
+                self._open(node, last, last.data.end - PAGE, last.data.end)
             node = node.children[-1]
         self.call_after_refresh(self._focus_node, node)
 
@@ -344,18 +369,47 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             self.scroll_to_node(node, animate=False)
 
     def _child_towards(self, node: TreeNode[NodeData], row: RowId) -> TreeNode[NodeData] | None:
-        """The child of ``node`` on the way to ``row``, adding pages of children until it is found."""
+        """The child of ``node`` on the way to ``row``, adding only the page of children around it."""
         self.load(node)
-        checked = 0
-        while True:
-            kids = node.children
-            for kid in kids[checked:]:
-                if kid.data is not None and not kid.data.is_more and _leads_to(kid.data, row):
-                    return kid
-            more_line = bool(kids) and kids[-1].data is not None and kids[-1].data.is_more
-            checked = len(kids) - 1 if more_line else len(kids)
-            if node.data is None or node.data.pending is None or not self._add_page(node):
-                return None
+        data = node.data
+        if data is None or data.entries is None:
+            return None
+        place = _entry_towards(data, row)
+        if place is None:
+            return None
+        kid = _line_at(node, place)
+        if kid is not None and kid.data is not None and kid.data.is_more:
+            self._open(node, kid, place - PAGE // 2, place - PAGE // 2 + PAGE)
+            kid = _line_at(node, place)
+        if kid is None or kid.data is None or kid.data.is_more:
+            return None
+        return kid
+
+
+def _line_at(node: TreeNode[NodeData], place: int) -> TreeNode[NodeData] | None:
+    """The line of ``node`` showing entry ``place``, or the "more" line holding it."""
+    kids = node.children
+    found = bisect.bisect_right(kids, place, key=lambda kid: kid.data.index if kid.data is not None else 0) - 1
+    return kids[found] if found >= 0 else None
+
+
+def _entry_towards(data: NodeData, row: RowId) -> int | None:
+    """The place among ``data``'s entries of the one that is ``row`` or leads to it."""
+    assert data.entries is not None
+    path, _ = row
+    if len(path) > len(data.path) and path[: len(data.path)] == data.path:
+        if data.by_key is None:
+            data.by_key = {}
+            for place, (_, entry) in enumerate(data.entries):
+                if not isinstance(entry, Group):
+                    data.by_key.setdefault(entry[0], place)
+        keyed = data.by_key.get(path[len(data.path)])
+        if keyed is not None:
+            return keyed
+    for place, (_, entry) in enumerate(data.entries):
+        if isinstance(entry, Group) and _leads_to(NodeData(data.path, entry, entry), row):
+            return place
+    return None
 
 
 def _leads_to(data: NodeData, row: RowId) -> bool:
