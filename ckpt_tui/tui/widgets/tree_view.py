@@ -27,6 +27,7 @@ from ckpt_tui.tui.bindings import TREE_BINDINGS
 PAGE = 1000
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
+GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
 TOTALS_BUDGET = 5000  # nodes one label's totals may walk; past it the label shows the child count only
 
 RowId = tuple[KeyPath, str | None]
@@ -188,6 +189,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.auto_expand = False
         self.guide_depth = 3
         self.totals = TotalsCache()
+        self._groupings: dict[int, tuple[Any, Group | None]] = {}
         self.styles_by_role = COLOR_STYLES
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
@@ -297,10 +299,24 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if data.group is not None:
             return [(data.group.prefix, entry) for entry in data.group.entries]
         value = data.value
-        items = tensor_items(value) if self.grouped and isinstance(value, dict) else None
-        if items is not None and len(items) >= GROUP_MIN_KEYS:
-            return [("", entry) for entry in group_keys(items).entries]
+        if self.grouped and isinstance(value, dict):
+            grouped = self._grouping(value)
+            if grouped is not None:
+                return [("", entry) for entry in grouped.entries]
         return [("", pair) for pair in children(value)]
+
+    def _grouping(self, value: dict[Any, Any]) -> Group | None:
+        """The module groups of a state_dict (None when not one, or too small), kept across redraws: an undo
+        shows the very dict it showed before, so its groups are not counted again."""
+        hit = self._groupings.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        items = tensor_items(value)
+        grouped = group_keys(items) if items is not None and len(items) >= GROUP_MIN_KEYS else None
+        if len(self._groupings) >= GROUPINGS_KEPT:
+            self._groupings.pop(next(iter(self._groupings)))
+        self._groupings[id(value)] = (value, grouped)
+        return grouped
 
     def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
