@@ -200,7 +200,7 @@ class BrowserScreen(Screen[None]):
 
     def focused_data(self) -> NodeData | None:
         """The data of the tree line under the cursor (None on a "… more" line)."""
-        node = self.tree_view.cursor_node
+        node = self.tree_view.cursor_target
         if node is None or node.data is None or node.data.is_more:
             return None
         return node.data

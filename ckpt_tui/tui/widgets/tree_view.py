@@ -25,6 +25,7 @@ from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 
 PAGE = 1000
+JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
 GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
@@ -74,8 +75,8 @@ class NodeData:
     """The line's place among its parent's entries (a "more" line: the first entry it holds)."""
     end: int = 0
     """A "more" line: one past the last entry it holds."""
-    entries: list[tuple[str, Any]] | None = None
-    """A loaded container: its children to show, as (group prefix to drop, Group or (key, value))."""
+    entries: list[Any] | None = None
+    """A loaded container: its children to show, each a Group or a (key, value) pair."""
     by_key: dict[Any, int] | None = None
     """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
 
@@ -191,6 +192,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.totals = TotalsCache()
         self._groupings: dict[int, tuple[Any, Group | None]] = {}
         self.styles_by_role = COLOR_STYLES
+        self.target_node: TreeNode[NodeData] | None = None
+        """Where a jump is about to put the cursor (it moves after the next refresh)."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -209,6 +212,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def show(self, root: Any, name: str, view: ViewState | None = None) -> TreeNode[NodeData]:
         """Show a (new) tree, keeping the expanded lines and the cursor of ``view`` where they still exist."""
         self.clear()
+        self.target_node = None
         self.totals = TotalsCache()
         self.root.set_label(value_label(name, root, None, self.styles_by_role))  # the header has the totals
         self.root.data = NodeData((), root)
@@ -278,8 +282,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             self._more_line(node, data, gap.index, low, at)
             at += 1
         for place in range(low, high):
-            prefix, entry = data.entries[place]
-            label, kid, expandable = self._line(data.path, prefix, entry)
+            prefix = data.group.prefix if data.group is not None else ""  # shown once, on the group line
+            label, kid, expandable = self._line(data.path, prefix, data.entries[place])
             kid.index = place
             node.add(label, kid, before=at, allow_expand=expandable)
             at += 1
@@ -294,16 +298,16 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if data is not None and data.is_more and parent is not None:
             self._open(parent, event.node, data.index, data.index + PAGE)
 
-    def _entries(self, data: NodeData) -> list[tuple[str, Any]]:
-        """The children to show, cheaply: (group prefix to drop, Group or (key, value)); labels come later."""
+    def _entries(self, data: NodeData) -> list[Any]:
+        """The children to show, cheaply: Groups or (key, value) pairs; labels come later."""
         if data.group is not None:
-            return [(data.group.prefix, entry) for entry in data.group.entries]
+            return data.group.entries
         value = data.value
         if self.grouped and isinstance(value, dict):
             grouped = self._grouping(value)
             if grouped is not None:
-                return [("", entry) for entry in grouped.entries]
-        return [("", pair) for pair in children(value)]
+                return grouped.entries
+        return list(children(value))
 
     def _grouping(self, value: dict[Any, Any]) -> Group | None:
         """The module groups of a state_dict (None when not one, or too small), kept across redraws: an undo
@@ -363,8 +367,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         while node.is_expanded and node.children:
             last = node.children[-1]
             if last.data is not None and last.data.is_more:  # only the last page is added
-                self._open(node, last, last.data.end - PAGE, last.data.end)
+                self._open(node, last, last.data.end - JUMP, last.data.end)
             node = node.children[-1]
+        self.target_node = node
         self.call_after_refresh(self._focus_node, node)
 
     def reveal(self, row: RowId) -> TreeNode[NodeData]:
@@ -376,10 +381,18 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
                 break
             node.expand()
             node = step
+        self.target_node = node
         self.call_after_refresh(self._focus_node, node)
         return node
 
+    @property
+    def cursor_target(self) -> TreeNode[NodeData] | None:
+        """The line the cursor is on, or is about to be put on by a jump (what the panel and status show)."""
+        return self.target_node if self.target_node is not None else self.cursor_node
+
     def _focus_node(self, node: TreeNode[NodeData]) -> None:
+        if self.target_node is node:
+            self.target_node = None
         if node.tree is self and (node is self.root or node.parent is not None):
             self.move_cursor(node)
             self.scroll_to_node(node, animate=False)
@@ -395,7 +408,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             return None
         kid = _line_at(node, place)
         if kid is not None and kid.data is not None and kid.data.is_more:
-            self._open(node, kid, place - PAGE // 2, place - PAGE // 2 + PAGE)
+            self._open(node, kid, place - JUMP // 2, place - JUMP // 2 + JUMP)
             kid = _line_at(node, place)
         if kid is None or kid.data is None or kid.data.is_more:
             return None
@@ -416,13 +429,13 @@ def _entry_towards(data: NodeData, row: RowId) -> int | None:
     if len(path) > len(data.path) and path[: len(data.path)] == data.path:
         if data.by_key is None:
             data.by_key = {}
-            for place, (_, entry) in enumerate(data.entries):
+            for place, entry in enumerate(data.entries):
                 if not isinstance(entry, Group):
                     data.by_key.setdefault(entry[0], place)
         keyed = data.by_key.get(path[len(data.path)])
         if keyed is not None:
             return keyed
-    for place, (_, entry) in enumerate(data.entries):
+    for place, entry in enumerate(data.entries):
         if isinstance(entry, Group) and _leads_to(NodeData(data.path, entry, entry), row):
             return place
     return None
