@@ -70,6 +70,8 @@ class PreviewReady(Message, bubble=False):
     error: str
     proposal: Any
     """What the browser needs to apply it (the relocation, what to do on an error)."""
+    groupings: dict[int, Any]
+    """Module groups of the new tree's open state_dicts, counted here (when the tree is grouped)."""
 
 
 @dataclass

@@ -58,7 +58,7 @@ from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
-from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState
+from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState, groupings_along
 
 if TYPE_CHECKING:
     from ckpt_tui.tui.app import CkptApp
@@ -405,17 +405,23 @@ class BrowserScreen(Screen[None]):
         if session is None:
             return
         self.update_status("computing the edit…")
-        self._preview(session.version, session.root, edit, Proposal(relocate, failed))
+        shown: list[KeyPath] = []
+        if self.tree_view.grouped:  # the open lines, where the new tree's module groups will be shown
+            view = self.tree_view.view_state()
+            shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed), shown)
 
     @work(thread=True, exclusive=True, group="preview", description="edit preview")
-    def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal) -> None:
-        """Run an edit on ``root`` off the UI thread (edits build a new tree); reports by message only."""
+    def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal, shown: list[KeyPath]) -> None:
+        """Run an edit on ``root`` off the UI thread (edits build a new tree), and count the module groups the
+        tree will show of it; reports by message only."""
         try:
             new_root, change = edit(root)
         except (CkptError, KeyError) as exc:
-            self.post_message(PreviewReady(version, None, None, str(exc), proposal))
+            self.post_message(PreviewReady(version, None, None, str(exc), proposal, {}))
             return
-        self.post_message(PreviewReady(version, new_root, change, "", proposal))
+        groupings = groupings_along(new_root, sorted(shown, key=len))
+        self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings))
 
     @on(PreviewReady)
     def _preview_ready(self, message: PreviewReady) -> None:
@@ -431,7 +437,7 @@ class BrowserScreen(Screen[None]):
             else:
                 self.warn(message.error)
             return
-        version, new_root, change = message.version, message.root, message.change
+        version, new_root, change, groupings = message.version, message.root, message.change, message.groupings
 
         def answer(confirmed: bool | None) -> None:
             if not confirmed or self.session is None:
@@ -440,6 +446,7 @@ class BrowserScreen(Screen[None]):
                 self.warn("the checkpoint changed meanwhile; try the edit again")
                 return
             view = self.tree_view.view_state()
+            self.tree_view.remember_groupings(groupings)
             self.session.apply(new_root, change)
             self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
             self.edit_views[self.session.position] = (view, proposal.relocate)

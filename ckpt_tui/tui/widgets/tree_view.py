@@ -21,7 +21,7 @@ from ckpt_tui.core.grouping import Group, group_keys
 from ckpt_tui.core.keypath import KeyPath, key_text
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import tensor_items
-from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.core.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 
 PAGE = 1000
@@ -315,12 +315,16 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         hit = self._groupings.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
-        items = tensor_items(value)
-        grouped = group_keys(items) if items is not None and len(items) >= GROUP_MIN_KEYS else None
-        if len(self._groupings) >= GROUPINGS_KEPT:
-            self._groupings.pop(next(iter(self._groupings)))
-        self._groupings[id(value)] = (value, grouped)
+        grouped = module_groups(value)
+        self.remember_groupings({id(value): (value, grouped)})
         return grouped
+
+    def remember_groupings(self, found: dict[int, tuple[Any, Group | None]]) -> None:
+        """Keep module groups counted elsewhere (an edit's worker counts those of the tree it made)."""
+        for key, entry in found.items():
+            if len(self._groupings) >= GROUPINGS_KEPT:
+                self._groupings.pop(next(iter(self._groupings)))
+            self._groupings[key] = entry
 
     def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
@@ -413,6 +417,25 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if kid is None or kid.data is None or kid.data.is_more:
             return None
         return kid
+
+
+def module_groups(value: dict[Any, Any]) -> Group | None:
+    """The module groups of a state_dict, or None when it is not one or too small to group."""
+    items = tensor_items(value)
+    return group_keys(items) if items is not None and len(items) >= GROUP_MIN_KEYS else None
+
+
+def groupings_along(root: Any, paths: list[KeyPath]) -> dict[int, tuple[Any, Group | None]]:
+    """The module groups of the dicts at ``paths`` in ``root`` (where they still are), by ``id``; for a worker."""
+    found: dict[int, tuple[Any, Group | None]] = {}
+    for path in paths[:GROUPINGS_KEPT]:
+        try:
+            value = get(root, path)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if isinstance(value, dict) and id(value) not in found:
+            found[id(value)] = (value, module_groups(value))
+    return found
 
 
 def _line_at(node: TreeNode[NodeData], place: int) -> TreeNode[NodeData] | None:
