@@ -137,11 +137,15 @@ class CkptApp(App[None]):
     # ---- saving ---------------------------------------------------------------------------
 
     def default_save_path(self) -> str:
-        """A new name next to the input: ``best_model.fixed.pth``."""
+        """A new name next to the input that is free: ``best_model.fixed.pth``, else ``best_model.fixed2.pth``…"""
         source = Path(self.path)
         folder = source.parent if not source.is_dir() else source
         stem = source.name.split(".")[0] or "checkpoint"
         suffix = ".safetensors" if source.suffix == ".safetensors" else ".pth"
+        for number in ("", *map(str, range(2, 1000))):
+            candidate = folder / f"{stem}.fixed{number}{suffix}"
+            if not os.path.lexists(candidate):
+                return str(candidate)
         return str(folder / f"{stem}.fixed{suffix}")
 
     def source_files(self) -> set[str]:
