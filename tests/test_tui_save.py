@@ -214,3 +214,14 @@ async def test_save_as_proposes_the_next_free_name(train_file: Path) -> None:
         await loaded(pilot)
         await settle(pilot, "j", "j", "p", "y", "ctrl+s")
         assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed3.pth")
+
+
+async def test_not_saved_as_safetensors_names_the_browser_keys_not_cli_options(train_file: Path) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "ctrl+s")
+        app.screen.query_one("#save-path").value = str(train_file.parent / "out.safetensors")
+        await settle(pilot, "enter")
+        await settle(pilot)
+        assert "not saved" in status(app) and "x (extract)" in status(app) and "--extract" not in status(app)

@@ -280,8 +280,9 @@ class CkptApp(App[None]):
             self._progress.dismiss()
         self._progress = None
         if message.line is None:
-            self.notify(printable(message.error), title="Not saved", severity="error", timeout=10, markup=False)
-            self.browser.update_status(f"not saved: {message.error}")
+            error = browser_words(message.error)
+            self.notify(printable(error), title="Not saved", severity="error", timeout=10, markup=False)
+            self.browser.update_status(f"not saved: {error}")
             return
         self.notify(printable(message.line), title="Saved", timeout=10, markup=False)
         if self.session is not None and self.session.version == message.version:
@@ -322,3 +323,13 @@ class CkptApp(App[None]):
                 self.exit()
 
         self.push_screen(ConfirmScreen(question, "(default: No)", loud=True, purpose="quit"), answer)
+
+
+CLI_OPTIONS_AS_KEYS = {"--extract": "x (extract)", "--drop": "d (delete)"}
+
+
+def browser_words(error: str) -> str:
+    """A writer's error as the browser says it: the keys that do what a named CLI option does."""
+    for option, keys in CLI_OPTIONS_AS_KEYS.items():
+        error = error.replace(option, keys)
+    return error
