@@ -19,6 +19,7 @@ from builders_weights_only import ACCEPTED, REFUSED
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.safe_text import from_printable, printable
 from ckpt_tui.core.sanitize import sanitize
 from ckpt_tui.core.tree import Tensor
 
@@ -189,3 +190,14 @@ def test_written_file_is_read_back_with_the_emulation(tmp_path: Path) -> None:
     refused = REFUSED["argparse.Namespace"](tmp_path)
     with pytest.raises(WriteError, match="still be refused"):
         loads_with_weights_only(refused)
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", "esc\x1b[2J\x1b]0;pwn\x07key", "bidi\u202eabc", "nl\nx", "c1\x9b", "lone\udc80", "é ü 漢"]
+)
+def test_from_printable_reads_back_what_printable_shows(text: str) -> None:
+    assert from_printable(printable(text)) == text
+
+
+def test_from_printable_keeps_escapes_printable_never_writes() -> None:
+    assert from_printable(r"\x41 \u00e9 \x1b") == "\\x41 \\u00e9 \x1b"

@@ -20,6 +20,7 @@ from builders_tui import (
     status,
     text_of,
 )
+from textual.widgets import OptionList
 
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.messages import StatsReady, SummaryReady
@@ -272,3 +273,95 @@ async def test_findings_screen_lists_all_and_jumps_to_a_findings_key(train_file:
         await settle(pilot, "enter")
         assert cursor_path(app) == ("optimizer",)
         assert cursor_data(app).group is None
+
+
+# ---- read-only hides every edit -------------------------------------------------------------------
+
+EDIT_WORDS = ("Strip prefix", "Undo", "Save as", "Rename", "Delete", "Cast dtype", "Add prefix", "Map devices")
+
+
+async def test_readonly_hides_every_edit_from_footer_help_palette_and_header(train_file: Path) -> None:
+    app = CkptApp(str(train_file), readonly=True)
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        footer = text_of_footer(app)
+        assert "Search" in footer and not any(words in footer for words in EDIT_WORDS)
+        assert "strips it" not in header(app) and "extracts it" not in header(app)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "view: Search" in titles and not [t for t in titles if t.startswith("edit:") or "Save as" in t]
+        await settle(pilot, "question_mark")
+        shown = text_of(app.screen.query_one("#help-text"))
+        assert "Search" in shown and not any(words in shown for words in EDIT_WORDS)
+
+
+async def test_writable_header_names_the_key_that_fixes_a_finding(train_file: Path) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        assert "strips it" in header(app)
+        assert "Strip prefix" in text_of_footer(app)
+
+
+def text_of_footer(app: CkptApp) -> str:
+    """What the footer shows: every key it lists with its description."""
+    from textual.widgets import Footer
+
+    footer = browser(app).query_one(Footer)
+    return " ".join(f"{key.key_display or key.key} {key.description}" for key in footer.query("FooterKey"))
+
+
+# ---- a plain value shows its type and value, no counts ---------------------------------------------
+
+
+async def test_detail_of_a_plain_value_shows_its_value_and_no_counts(train_file: Path) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("epoch",), None))
+        await settle(pilot)
+        assert cursor_path(app) == ("epoch",)
+        shown = " ".join(detail(app).split())
+        assert "type int" in shown and "value 3" in shown
+        assert "tensors" not in shown and "children" not in shown and "too many" not in shown
+
+
+async def test_detail_of_a_hostile_string_is_escaped_and_bounded(tmp_path: Path) -> None:
+    torch.save({"s": "\x1b[31mRED\x07" + "x" * 2000, "w": torch.ones(1)}, tmp_path / "s.pth")
+    app = CkptApp(str(tmp_path / "s.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j")
+        assert cursor_path(app) == ("s",)
+        shown = detail(app)
+        assert r"\x1b[31mRED\x07" in shown and "\x1b" not in shown and "too many" not in shown
+        assert shown.count("x") < 500
+
+
+# ---- report lists move with j/k and g/G as well as the arrows ------------------------------------------
+
+
+async def test_report_lists_move_with_vim_keys(train_file: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.pth"
+    torch.save({"a": torch.ones(1), "b": torch.ones(2), "c": torch.ones(3), "d": torch.ones(4)}, other)
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        for opening in (("f",), ("D",)):
+            await settle(pilot, *opening)
+            if opening == ("D",):
+                app.screen.query_one("Input").value = str(other)
+                await settle(pilot, "enter")
+            rows = app.screen.query_one(OptionList)
+            start = rows.highlighted
+            await settle(pilot, "j", "j")
+            assert rows.highlighted is not None and rows.highlighted > start
+            moved = rows.highlighted
+            await settle(pilot, "k")
+            assert rows.highlighted < moved
+            await settle(pilot, "G")
+            last = rows.highlighted
+            assert last == max(i for i, option in enumerate(rows.options) if not option.disabled)
+            await settle(pilot, "g")
+            assert rows.highlighted < last
+            await settle(pilot, "escape")
+            assert app.screen is browser(app)

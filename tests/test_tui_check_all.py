@@ -8,6 +8,7 @@ import torch
 from builders_tui import browser, header, loaded, screen_text, settle, status
 
 from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.screens.findings import FindingsScreen
 
 
 def with_bad_values(path: Path) -> Path:
@@ -58,3 +59,37 @@ async def test_check_all_result_for_an_older_tree_is_dropped(tmp_path: Path) -> 
         screen.post_message(CheckFinished(report_version, None, "late"))
         await settle(pilot)
         assert screen.check is None
+
+
+def with_nan_and_inf_in_one(path: Path) -> Path:
+    both = torch.arange(10.0)
+    both[2], both[5] = float("nan"), float("inf")
+    state = {"both": both, "ok": torch.ones(3), "neg_inf": torch.tensor([float("-inf"), 1.0]).half()}
+    torch.save(state, path)
+    return path
+
+
+async def test_check_all_counts_nan_and_inf_per_tensor_independently(tmp_path: Path) -> None:
+    app = CkptApp(str(with_nan_and_inf_in_one(tmp_path / "nan.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        assert "1 with NaN, 2 with Inf" in header(app)
+
+
+async def test_findings_list_what_check_all_found(tmp_path: Path) -> None:
+    app = CkptApp(str(with_nan_and_inf_in_one(tmp_path / "nan.pth")))
+    async with app.run_test(size=(120, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "f")
+        assert app.screen is browser(app)  # nothing to list before the check
+        await settle(pilot, "C")
+        await settle(pilot, "f")
+        assert isinstance(app.screen, FindingsScreen)
+        shown = screen_text(app)
+        assert 'ckpt["both"]: 1 NaN, 1 Inf' in shown and 'ckpt["neg_inf"]: 0 NaN, 1 Inf' in shown
+        rows = app.screen.query_one("#findings-list")
+        rows.highlighted = next(i for i, f in enumerate(app.screen.findings) if f.path == ("neg_inf",))
+        await settle(pilot, "enter")
+        assert browser(app).focused_data().path == ("neg_inf",)

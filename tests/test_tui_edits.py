@@ -13,6 +13,7 @@ from builders_tui import (
     detail,
     encoder_state_dict,
     fixed,
+    fixed_state_dict,
     loaded,
     save_fixed_training,
     screen_text,
@@ -80,15 +81,16 @@ async def test_undo_and_redo_update_tree_panel_and_status(train_file: Path) -> N
         await settle(pilot, "j", "j", "l", "l", "p", "y")
         await settle(pilot, "u")
         assert next(iter(app.session.root["model"])) == "module.conv.weight"
-        shown_keys = [str(n.label).split()[0] for n in tree.cursor_node.children] if tree.cursor_node.children else []
-        assert cursor_path(app) == ("model",) and shown_keys[0] == "module.conv.weight"
-        assert status(app).startswith('ckpt["model"]') and "no unsaved edits" in status(app)
+        # the cursor goes back to the key it was on when the edit was made, under its old name
+        assert cursor_path(app) == ("model", "module.conv.weight")
+        assert str(tree.cursor_node.label).split()[0] == "module.conv.weight"
+        assert status(app).startswith('ckpt["model"]["module.conv.weight"]') and "no unsaved edits" in status(app)
         assert "undone: strip" in status(app)
-        assert detail(app).startswith('ckpt["model"]')
+        assert detail(app).startswith('ckpt["model"]["module.conv.weight"]')
         await settle(pilot, "ctrl+r")
         assert next(iter(app.session.root["model"])) == "conv.weight"
         assert "● 1 unsaved edit" in status(app) and "redone" in status(app)
-        assert next(str(n.label).split()[0] for n in tree.cursor_node.children) == "conv.weight"
+        assert cursor_path(app) == ("model", "conv.weight") and str(tree.cursor_node.label).split()[0] == "conv.weight"
         await settle(pilot, "ctrl+r")
         assert "nothing to redo" in status(app)
 
@@ -318,3 +320,49 @@ async def test_readonly_edit_keys_say_why_they_do_nothing(train_file: Path, key:
         assert app.session.unsaved == 0 and app.screen is browser(app)
         assert "--readonly" in screen_text(app)
         assert "read-only" in status(app)
+
+
+# ---- previews: one example per line -------------------------------------------------------------------
+
+
+async def test_preview_shows_one_example_per_line_not_an_escaped_line_break(train_file: Path) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "p")
+        assert isinstance(app.screen, PreviewScreen)
+        shown = screen_text(app)
+        assert "\\x0a" not in shown
+        examples = [line for line in shown.splitlines() if "→" in line]
+        assert len(examples) >= 2 and all(line.count("→") == 1 for line in examples)
+
+
+async def test_preview_escapes_a_key_but_breaks_lines_between_examples(tmp_path: Path) -> None:
+    state = {f"module.k{i}\n": torch.ones(1) for i in range(3)}
+    torch.save(state, tmp_path / "newline_keys.pth")
+    app = CkptApp(str(tmp_path / "newline_keys.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "p")
+        assert isinstance(app.screen, PreviewScreen)
+        body = app.screen.query_one(".dialog-body").content.plain
+        assert body.count("\n") == 2 and body.count("\\x0a") == 6  # the keys' own newlines stay escaped
+
+
+async def test_compare_fix_command_is_on_its_own_line(train_file: Path, tmp_path: Path) -> None:
+    reference = tmp_path / "reference.pth"
+    torch.save(fixed_state_dict(prefix=""), reference)
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("epoch",), None))
+        await settle(pilot, "d", "y")  # an edit first: the command then says what it assumes
+        browser(app).tree_view.reveal((("model",), None))
+        await settle(pilot, "c")
+        await type_into_prompt(pilot, str(reference))
+        await settle(pilot)
+        assert isinstance(app.screen, ReportScreen)
+        summary = app.screen.query_one(".dialog-body").content.plain.splitlines()
+        assumes = next(i for i, line in enumerate(summary) if line.startswith("(this assumes"))
+        assert summary[assumes + 1].startswith("ckpt-tui convert") and "--strip-prefix" in summary[assumes + 1]
+        assert "\\x0a" not in screen_text(app)

@@ -190,3 +190,71 @@ async def test_shared_lists_repeated_in_a_dict_browse_and_quit(tmp_path: Path) -
         await pilot.press("q")
         await pilot.pause()
     assert not app.is_running
+
+
+# ---- prompts pre-filled with a key from the file give back that key ---------------------------------
+
+CONTROL_KEY = "esc\x1b[2J\x1b]0;pwn\x07key"
+
+
+@pytest.fixture
+def control_keys(tmp_path: Path) -> Path:
+    state = {CONTROL_KEY: torch.ones(1), "other": torch.zeros(1)}
+    torch.save(state, tmp_path / "controls.pth")
+    return tmp_path / "controls.pth"
+
+
+async def test_rename_unedited_key_with_control_bytes_is_no_edit(control_keys: Path) -> None:
+    app = CkptApp(str(control_keys))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "r")
+        assert isinstance(app.screen, PromptScreen)
+        shown = app.screen.query_one("Input").value
+        assert shown == r"esc\x1b[2J\x1b]0;pwn\x07key"  # escaped on screen
+        await settle(pilot, "enter")
+        assert app.screen is browser(app) and app.session.unsaved == 0
+        assert "unchanged" in status(app)
+
+
+async def test_rename_edited_key_keeps_its_control_bytes(control_keys: Path) -> None:
+    app = CkptApp(str(control_keys))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "r")
+        field = app.screen.query_one("Input")
+        field.value = field.value.removesuffix("key") + "k2"
+        await settle(pilot, "enter", "y")
+        assert list(app.session.root) == ["esc\x1b[2J\x1b]0;pwn\x07k2", "other"]
+        assert_inert(screen_text(app))
+
+
+async def test_search_typed_as_shown_finds_a_key_with_control_bytes(control_keys: Path) -> None:
+    app = CkptApp(str(control_keys))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "G", "slash")
+        browser(app).query_one("#search").value = r"\x07key"
+        await settle(pilot, "enter")
+        assert cursor_path(app) == (CONTROL_KEY,) and "match 1/1" in status(app)
+
+
+async def test_group_rename_and_strip_prompts_give_back_the_prefix_as_the_file_holds_it(tmp_path: Path) -> None:
+    prefix = "m\x1b."
+    state = {f"{prefix}{name}.{leaf}": torch.ones(1) for name in "abcd" for leaf in ("weight", "bias")}
+    state["x\x07.w"] = torch.ones(1)
+    torch.save(state, tmp_path / "prefixed.pth")
+    app = CkptApp(str(tmp_path / "prefixed.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "v")
+        browser(app).tree_view.reveal(((), prefix))
+        await settle(pilot, "r")
+        assert app.screen.query_one("Input").value == r"m\x1b."
+        await settle(pilot, "enter")  # unchanged: no edit
+        assert app.screen is browser(app) and app.session.unsaved == 0
+        await settle(pilot, "p")  # no common prefix: asked, pre-filled with the shared part (none here)
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one("Input").value = r"m\x1b."
+        await settle(pilot, "enter", "y")
+        assert sorted(app.session.root)[:2] == ["a.bias", "a.weight"] and "x\x07.w" in app.session.root

@@ -9,6 +9,7 @@ can neither drive the terminal nor hide text behind them.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
@@ -36,3 +37,23 @@ def printable(text: str) -> str:
     if len(_safe_cache) < _CACHE_LIMIT:
         _safe_cache[text] = out
     return out
+
+
+_ESCAPE = re.compile(r"\\x([0-9a-f]{2})|\\u([0-9a-f]{4})|\\U([0-9a-f]{8})")
+
+
+def _unescape(match: re.Match[str]) -> str:
+    char = chr(int(next(group for group in match.groups() if group), 16))
+    return char if unicodedata.category(char) in _UNSAFE_CATEGORIES else match.group(0)
+
+
+def from_printable(text: str) -> str:
+    """The inverse of :func:`printable` for text typed back: ``\\x1b`` becomes ESC again.
+
+    Only the escapes ``printable`` writes are decoded (a character it would escape), so ``\\x41``
+    stays as typed; ``from_printable(printable(s)) == s`` for any ``s`` without a backslash-escape
+    look-alike of its own.
+    """
+    if "\\" not in text:
+        return text
+    return _ESCAPE.sub(_unescape, text)

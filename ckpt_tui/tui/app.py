@@ -111,6 +111,8 @@ class CkptApp(App[None]):
         return self._remembered.get(prompt, folder)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "save" and self.readonly:
+            return False  # hidden; ctrl+s still says why (the browser's on_key)
         if action == "save" and self.session is None:
             return None
         return True
@@ -135,11 +137,15 @@ class CkptApp(App[None]):
     # ---- saving ---------------------------------------------------------------------------
 
     def default_save_path(self) -> str:
-        """A new name next to the input: ``best_model.fixed.pth``."""
+        """A new name next to the input that is free: ``best_model.fixed.pth``, else ``best_model.fixed2.pth``…"""
         source = Path(self.path)
         folder = source.parent if not source.is_dir() else source
         stem = source.name.split(".")[0] or "checkpoint"
         suffix = ".safetensors" if source.suffix == ".safetensors" else ".pth"
+        for number in ("", *map(str, range(2, 1000))):
+            candidate = folder / f"{stem}.fixed{number}{suffix}"
+            if not os.path.lexists(candidate):
+                return str(candidate)
         return str(folder / f"{stem}.fixed{suffix}")
 
     def source_files(self) -> set[str]:
@@ -274,8 +280,9 @@ class CkptApp(App[None]):
             self._progress.dismiss()
         self._progress = None
         if message.line is None:
-            self.notify(printable(message.error), title="Not saved", severity="error", timeout=10, markup=False)
-            self.browser.update_status(f"not saved: {message.error}")
+            error = browser_words(message.error)
+            self.notify(printable(error), title="Not saved", severity="error", timeout=10, markup=False)
+            self.browser.update_status(f"not saved: {error}")
             return
         self.notify(printable(message.line), title="Saved", timeout=10, markup=False)
         if self.session is not None and self.session.version == message.version:
@@ -316,3 +323,13 @@ class CkptApp(App[None]):
                 self.exit()
 
         self.push_screen(ConfirmScreen(question, "(default: No)", loud=True, purpose="quit"), answer)
+
+
+CLI_OPTIONS_AS_KEYS = {"--extract": "x (extract)", "--drop": "d (delete)"}
+
+
+def browser_words(error: str) -> str:
+    """A writer's error as the browser says it: the keys that do what a named CLI option does."""
+    for option, keys in CLI_OPTIONS_AS_KEYS.items():
+        error = error.replace(option, keys)
+    return error

@@ -118,6 +118,14 @@ SCROLL_BINDINGS: list[BindingType] = [
     Binding("end,G", "scroll_end", "Bottom", show=False),
 ]
 
+LIST_BINDINGS: list[BindingType] = [
+    Binding("down,j", "cursor_down", "Down", show=False),
+    Binding("up,k", "cursor_up", "Up", show=False),
+    Binding("home,g", "first", "First", show=False),
+    Binding("end,G", "last", "Last", show=False),
+]
+"""The report lists (compare, diff, findings): vim keys beside the arrows."""
+
 
 @dataclass(frozen=True)
 class KeyRow:

@@ -52,6 +52,29 @@ class SummaryReady(Message, bubble=False):
 
 
 @dataclass
+class SearchFound(Message, bubble=False):
+    """The key paths of session ``version`` that contain ``query`` (at most ``MAX_MATCHES``)."""
+
+    version: int
+    query: str
+    matches: list[KeyPath]
+
+
+@dataclass
+class PreviewReady(Message, bubble=False):
+    """An edit computed on the tree of session ``version``: its result and change, or why it does not apply."""
+
+    version: int
+    root: Any
+    change: Any
+    error: str
+    proposal: Any
+    """What the browser needs to apply it (the relocation, what to do on an error)."""
+    groupings: dict[int, Any]
+    """Module groups of the new tree's open state_dicts, counted here (when the tree is grouped)."""
+
+
+@dataclass
 class StatsProgress(Message, bubble=False):
     """How far the stats of detail request ``request`` have got (0..1)."""
 

@@ -29,14 +29,14 @@ from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.safe_text import from_printable, printable
 from ckpt_tui.core.session import Session
 from ckpt_tui.core.state_dicts import common_prefix, inner_state_dict, tensor_items
 from ckpt_tui.core.summary import Summary, summarize
 from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
 from ckpt_tui.core.weights_only import Verdict, verdict
 from ckpt_tui.tui import targets
-from ckpt_tui.tui.bindings import BROWSER_BINDINGS, key_rows
+from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, key_rows
 from ckpt_tui.tui.messages import (
     CheckFinished,
     CheckProgress,
@@ -44,7 +44,9 @@ from ckpt_tui.tui.messages import (
     DiffReady,
     LayerChangeProgress,
     LayerChangeReady,
+    PreviewReady,
     ReportFailed,
+    SearchFound,
     SummaryReady,
 )
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, ProgressScreen, PromptScreen, ReportScreen, Section
@@ -55,8 +57,8 @@ from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
-from ckpt_tui.tui.widgets.summary import SummaryHeader
-from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState
+from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
+from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState, groupings_along
 
 if TYPE_CHECKING:
     from ckpt_tui.tui.app import CkptApp
@@ -64,8 +66,23 @@ if TYPE_CHECKING:
 EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
+READONLY_KEYS = {
+    name: binding.action
+    for binding in [*BROWSER_BINDINGS, *APP_BINDINGS]
+    if isinstance(binding, Binding) and (binding.action in EDIT_ACTIONS or binding.action == "save")
+    for name in binding.key.split(",")
+}
+"""The edit keys (hidden while read-only), by key name, to their actions."""
 
 Edit = Callable[[Any], tuple[Any, Change]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """How to go on with an edit once computed: where its cursor goes, and what to do if it does not apply."""
+
+    relocate: Relocate
+    failed: Callable[[str], Any] | None = None
 
 
 class BrowserScreen(Screen[None]):
@@ -84,6 +101,8 @@ class BrowserScreen(Screen[None]):
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
+        self.edit_views: dict[int, tuple[ViewState, Relocate]] = {}
+        """By the session position an edit made: the view before it and how it moves the cursor (undo/redo)."""
         self.note = ""
 
     @property
@@ -119,6 +138,7 @@ class BrowserScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#search").display = False
+        self.query_one(SummaryHeader).readonly = self.ckpt_app.readonly
         if self.session is None:
             self.show_reading(f"reading {self.display_name} (metadata only)…")
 
@@ -137,6 +157,7 @@ class BrowserScreen(Screen[None]):
         if session is None:
             return
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
+        self.edit_views = {}
         self.tree_view.show(session.root, self.display_name, view)
         self.tree_view.focus()
         self.refresh_bindings()
@@ -179,7 +200,7 @@ class BrowserScreen(Screen[None]):
 
     def focused_data(self) -> NodeData | None:
         """The data of the tree line under the cursor (None on a "… more" line)."""
-        node = self.tree_view.cursor_node
+        node = self.tree_view.cursor_target
         if node is None or node.data is None or node.data.is_more:
             return None
         return node.data
@@ -238,6 +259,15 @@ class BrowserScreen(Screen[None]):
     def on_key(self, event: Any) -> None:
         if event.key not in ("n", "N"):
             self.note = ""
+        if self.ckpt_app.readonly and not isinstance(self.focused, Input):
+            action = READONLY_KEYS.get(event.key)
+            if action is not None:  # an edit key, hidden while read-only: say why it does nothing
+                event.stop()
+                if action == "save":
+                    self.ckpt_app.action_save()
+                else:
+                    self.editable(action)
+                return
         search = self.query_one("#search", Input)
         if event.key == "escape" and search.display:
             search.display = False
@@ -247,6 +277,8 @@ class BrowserScreen(Screen[None]):
     # ---- availability ----------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in EDIT_ACTIONS and self.ckpt_app.readonly:
+            return False  # hidden from the footer, help and the palette; a press still says why (on_key)
         if action in SESSION_ACTIONS and self.session is None:
             return None
         return True
@@ -277,7 +309,8 @@ class BrowserScreen(Screen[None]):
         if self.summary is None:
             self.warn("still counting: the findings follow in a moment", "Findings")
             return
-        if not self.summary.findings:
+        findings = [*self.summary.findings, *(check_findings(self.check) if self.check is not None else [])]
+        if not findings:
             self.notify("no findings: nothing unusual about this file", markup=False)
             return
 
@@ -285,7 +318,7 @@ class BrowserScreen(Screen[None]):
             if path is not None:
                 self.tree_view.reveal((path, None))
 
-        self.app.push_screen(FindingsScreen(self.summary.findings), jump)
+        self.app.push_screen(FindingsScreen(findings, self.ckpt_app.readonly), jump)
 
     def action_copy_path(self) -> None:
         target = self.focused_target()
@@ -313,20 +346,34 @@ class BrowserScreen(Screen[None]):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
-        query = event.value.strip().lower()
+        query = from_printable(event.value.strip()).lower()
         event.input.display = False
         self.tree_view.focus()
         if not query or self.session is None:
             return
-        self.matches = []
-        for path, _ in iter_nodes(self.session.root):
+        self.update_status(f"searching for {query!r}…")
+        self._search(self.session.version, self.session.root, query)
+
+    @work(thread=True, exclusive=True, group="search", description="search")
+    def _search(self, version: int, root: Any, query: str) -> None:
+        """Every key path containing ``query``, off the UI thread; reports by message only."""
+        matches: list[KeyPath] = []
+        for path, _ in iter_nodes(root):
             if path and query in to_slash(path).lower():
-                self.matches.append(path)
-                if len(self.matches) >= MAX_MATCHES:
+                matches.append(path)
+                if len(matches) >= MAX_MATCHES:
                     break
+        self.post_message(SearchFound(version, query, matches))
+
+    @on(SearchFound)
+    def _search_found(self, message: SearchFound) -> None:
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while searching: search again")
+            return
+        self.matches = message.matches
         self.match_index = 0
         if not self.matches:
-            self.update_status(f"no key path contains {query!r}")
+            self.update_status(f"no key path contains {message.query!r}")
             return
         self.go_to_match()
 
@@ -347,17 +394,50 @@ class BrowserScreen(Screen[None]):
 
     # ---- proposing and applying edits ---------------------------------------------------------
 
-    def propose(self, edit: Edit, relocate: Relocate = targets.keep) -> None:
-        """Preview an edit, then apply it if confirmed (to the tree it was computed from)."""
+    def propose(
+        self, edit: Edit, relocate: Relocate = targets.keep, failed: Callable[[str], Any] | None = None
+    ) -> None:
+        """Compute an edit in a worker, preview it, then apply it if confirmed (to the tree it was computed from).
+
+        ``failed`` is called with the reason when the edit does not apply (the default warns).
+        """
         session = self.session
         if session is None:
             return
+        self.update_status("computing the edit…")
+        shown: list[KeyPath] = []
+        if self.tree_view.grouped:  # the open lines, where the new tree's module groups will be shown
+            view = self.tree_view.view_state()
+            shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed), shown)
+
+    @work(thread=True, exclusive=True, group="preview", description="edit preview")
+    def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal, shown: list[KeyPath]) -> None:
+        """Run an edit on ``root`` off the UI thread (edits build a new tree), and count the module groups the
+        tree will show of it; reports by message only."""
         try:
-            new_root, change = session.preview(edit)
+            new_root, change = edit(root)
         except (CkptError, KeyError) as exc:
-            self.warn(str(exc))
+            self.post_message(PreviewReady(version, None, None, str(exc), proposal, {}))
             return
-        version = session.version
+        groupings = groupings_along(new_root, sorted(shown, key=len))
+        self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings))
+
+    @on(PreviewReady)
+    def _preview_ready(self, message: PreviewReady) -> None:
+        session = self.session
+        if session is None or message.version != session.version:
+            self.update_status("the checkpoint changed while the edit was computed: try it again")
+            return
+        self.update_status("")
+        proposal: Proposal = message.proposal
+        if message.change is None:
+            if proposal.failed is not None:
+                proposal.failed(message.error)
+            else:
+                self.warn(message.error)
+            return
+        version, new_root, change, groupings = message.version, message.root, message.change, message.groupings
 
         def answer(confirmed: bool | None) -> None:
             if not confirmed or self.session is None:
@@ -366,8 +446,11 @@ class BrowserScreen(Screen[None]):
                 self.warn("the checkpoint changed meanwhile; try the edit again")
                 return
             view = self.tree_view.view_state()
+            self.tree_view.remember_groupings(groupings)
             self.session.apply(new_root, change)
-            self.after_edit(view, relocate, f"applied: {change.title}")
+            self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
+            self.edit_views[self.session.position] = (view, proposal.relocate)
+            self.after_edit(view, proposal.relocate, f"applied: {change.title}")
 
         self.app.push_screen(PreviewScreen(change), answer)
 
@@ -388,15 +471,17 @@ class BrowserScreen(Screen[None]):
         self.tree_view.show(self.session.root, self.display_name, view)
         self.call_after_refresh(self.follow_cursor)
 
-    def ask(self, title: str, value: str, hint: str, then: Callable[[str], Any], paths: bool = False) -> None:
-        """Prompt for text, then continue."""
+    def ask(
+        self, title: str, value: str, hint: str, then: Callable[[str], Any], paths: bool = False, exact: bool = False
+    ) -> None:
+        """Prompt for text (shown escaped, typed escapes decoded; ``exact`` keeps spaces, for keys), then continue."""
 
         def answer(text: str | None) -> None:
             if text:
                 then(text)
 
         suggester = PathSuggester() if paths else None
-        self.app.push_screen(PromptScreen(title, value, hint, suggester), answer)
+        self.app.push_screen(PromptScreen(title, value, hint, suggester, exact), answer)
 
     def key_edit_target(self) -> KeyPath | None:
         """The state_dict ``p``/``P`` edit (the one focused, holding the cursor, or detected), or None (said why)."""
@@ -414,26 +499,31 @@ class BrowserScreen(Screen[None]):
         at = self.key_edit_target()
         if at is None or self.session is None:
             return
-        try:
-            self.session.preview(lambda root: edits.strip_prefix(root, "auto", at))
-        except (CkptError, KeyError) as exc:
-            shared = common_prefix(k for k, _ in (tensor_items(get(self.session.root, at)) or [])) or ""
+        root = self.session.root
+
+        def ask_prefix(error: str) -> None:
+            shared = common_prefix(k for k, _ in (tensor_items(get(root, at)) or [])) or ""
             self.ask(
                 f"Strip which prefix from the keys of {where(at)}?",
                 shared,
-                f"{printable(str(exc))} · only keys that start with it change",
+                f"{printable(error)} · only keys that start with it change",
                 lambda prefix: self._strip(at, prefix),
+                exact=True,
             )
-            return
-        self._strip(at, "auto")
 
-    def _strip(self, at: KeyPath, prefix: str) -> None:
+        self._strip(at, "auto", ask_prefix)
+
+    def _strip(self, at: KeyPath, prefix: str, failed: Callable[[str], Any] | None = None) -> None:
         assert self.session is not None
-        shown = prefix
-        if prefix == "auto":
-            shown = edits.wrapper_prefix_at(self.session.root, at)
-        relocate = targets.renamed_keys(at, lambda k: k[len(shown) :] if shown and k.startswith(shown) else None)
-        self.propose(lambda root: edits.strip_prefix(root, prefix, at), relocate)
+        root = self.session.root
+        shown: list[str] = [prefix]
+
+        def strip(key: str) -> str | None:
+            if shown[0] == "auto":  # what "auto" strips, worked out when the cursor is first relocated
+                shown[0] = edits.wrapper_prefix_at(root, at) or ""
+            return key[len(shown[0]) :] if shown[0] and key.startswith(shown[0]) else None
+
+        self.propose(lambda tree: edits.strip_prefix(tree, prefix, at), targets.renamed_keys(at, strip), failed)
 
     def action_add_prefix(self) -> None:
         if not self.editable("add_prefix"):
@@ -446,7 +536,9 @@ class BrowserScreen(Screen[None]):
             relocate = targets.renamed_keys(at, lambda k: prefix + k)
             self.propose(lambda root: edits.add_prefix(root, prefix, at), relocate)
 
-        self.ask(f"Add a prefix to every key of {where(at)}", "module.", "e.g. module. for DataParallel/DDP", add)
+        self.ask(
+            f"Add a prefix to every key of {where(at)}", "module.", "e.g. module. for DataParallel/DDP", add, exact=True
+        )
 
     def action_extract(self) -> None:
         if not self.editable("extract"):
@@ -493,14 +585,26 @@ class BrowserScreen(Screen[None]):
             return
 
         def rename(new: str) -> None:
+            if new == old:
+                self.update_status("the name is unchanged: nothing to rename")
+                return
             relocate = targets.renamed_keys(path[:-1], lambda k: new if k == old else None)
             self.propose(lambda root: edits.rename(root, path, new), relocate)
 
-        self.ask(f"Rename {data(repr(old)).plain} in {where(path[:-1])} to", old, "the key keeps its place", rename)
+        self.ask(
+            f"Rename {data(repr(old)).plain} in {where(path[:-1])} to",
+            old,
+            "the key keeps its place · \\x1b-style escapes stand for the characters shown so",
+            rename,
+            exact=True,
+        )
 
     def _rename_group(self, path: KeyPath, prefix: str) -> None:
         def rename(new: str) -> None:
             new_prefix = new if new.endswith(".") else new + "."
+            if new_prefix == prefix:
+                self.update_status("the prefix is unchanged: nothing to rename")
+                return
             relocate = targets.renamed_keys(
                 path, lambda k: new_prefix + k[len(prefix) :] if k.startswith(prefix) else None
             )
@@ -511,6 +615,7 @@ class BrowserScreen(Screen[None]):
             prefix,
             "every key under the group gets the new prefix and keeps its place",
             rename,
+            exact=True,
         )
 
     def action_delete(self) -> None:
@@ -561,11 +666,13 @@ class BrowserScreen(Screen[None]):
         if not self.editable("undo") or self.session is None:
             return
         view = self.tree_view.view_state()
+        undone = self.session.position
         change = self.session.undo()
         if change is None:
             self.update_status("nothing to undo")
             return
-        self.after_edit(view, targets.keep, f"undone: {change.title}")
+        before = self.edit_views.get(undone)  # where the cursor was when the edit was made
+        self.after_edit(before[0] if before else view, targets.keep, f"undone: {change.title}")
 
     def action_redo(self) -> None:
         if not self.editable("redo") or self.session is None:
@@ -575,7 +682,8 @@ class BrowserScreen(Screen[None]):
         if change is None:
             self.update_status("nothing to redo")
             return
-        self.after_edit(view, targets.keep, f"redone: {change.title}")
+        made = self.edit_views.get(self.session.position)
+        self.after_edit(view, made[1] if made else targets.keep, f"redone: {change.title}")
 
     # ---- compare and diff -----------------------------------------------------------------------
 
@@ -650,7 +758,7 @@ class BrowserScreen(Screen[None]):
                 summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
             else:
                 summary.append("\nf applies it here as one undoable edit; on the command line:\n")
-                summary.append(printable(self.fix_command(report.suggestion, target.path)))
+                summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion, target.path)))
         sections = _compare_sections(report, target)
 
         def done(result: tuple[str, str] | None) -> None:
@@ -665,22 +773,21 @@ class BrowserScreen(Screen[None]):
         title = f"Compare {target.describe()} with {os.path.basename(message.reference)}"
         self.app.push_screen(ReportScreen(title, summary, sections, fixable), done)
 
-    def fix_command(self, suggestion: Any, at: KeyPath) -> str:
-        """The ``convert`` command that applies a suggestion to the file on disk, or what it assumes."""
+    def fix_command(self, suggestion: Any, at: KeyPath) -> list[str]:
+        """The ``convert`` command that applies a suggestion to the file on disk, after what it assumes (lines)."""
         app = self.ckpt_app
         session = self.session
         assert session is not None
         source = app.path
-        assumption = ""
+        assumption: list[str] = []
         if session.edited:
             if not session.unsaved and app.last_saved is not None:
                 source = app.last_saved
             else:
                 source = app.default_save_path()
-                assumption = (
-                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, "
-                    f"to {printable(source)})\n"
-                )
+                assumption = [
+                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"
+                ]
         options: list[str] = []
         extract = next((s for s in suggestion.steps if s.kind == "extract"), None)
         for step in suggestion.steps:
@@ -693,7 +800,7 @@ class BrowserScreen(Screen[None]):
             options += ["--at", to_slash(at)]
         output = _output_path(source)
         command = shlex.join(["ckpt-tui", "convert", source, "-o", output, *options])
-        return assumption + command
+        return [*assumption, command]
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
         from ckpt_tui.core.compare import apply_suggestion

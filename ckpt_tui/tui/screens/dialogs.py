@@ -18,7 +18,8 @@ from textual.widgets import Button, Input, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from ckpt_tui.core.edits import Change
-from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.safe_text import from_printable, printable
+from ckpt_tui.tui.bindings import LIST_BINDINGS
 from ckpt_tui.tui.text import data
 
 
@@ -34,7 +35,7 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str, detail: str = "", loud: bool = False, purpose: str = "") -> None:
+    def __init__(self, question: str, detail: str | Text = "", loud: bool = False, purpose: str = "") -> None:
         super().__init__()
         self.question = question
         self.detail = detail
@@ -45,7 +46,8 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(classes="dialog" + (" loud" if self.loud else "")):
             yield _title(self.question)
             if self.detail:
-                yield Static(data(self.detail), classes="dialog-body", markup=False)
+                body = self.detail if isinstance(self.detail, Text) else data(self.detail)
+                yield Static(body, classes="dialog-body", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error" if self.loud else "primary")
                 yield Button("No (n)", id="no", variant="default")
@@ -65,24 +67,40 @@ class PreviewScreen(ConfirmScreen):
 
     def __init__(self, change: Change) -> None:
         lines = change.lines()
-        super().__init__(f"Apply: {lines[0]}?", "\n".join(lines[1:]))
+        # each line escaped on its own: the line breaks between them are ours, not the file's
+        super().__init__(f"Apply: {lines[0]}?", Text("\n").join(data(line) for line in lines[1:]))
         self.change = change
 
 
 class PromptScreen(ModalScreen[str | None]):
-    """Ask for one line of text; Escape cancels; → or Tab accepts a completion."""
+    """Ask for one line of text; Escape cancels; → or Tab accepts a completion.
+
+    The value is shown escaped (it may come from the file) and what is typed back is decoded the same
+    way (:func:`from_printable`), so an unedited value answers exactly the value given. ``exact``
+    keeps leading and trailing spaces (a key may hold them).
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("tab", "complete", "Complete", show=False),
     ]
 
-    def __init__(self, title: str, value: str = "", hint: str = "", suggester: Suggester | None = None) -> None:
+    def __init__(
+        self, title: str, value: str = "", hint: str = "", suggester: Suggester | None = None, exact: bool = False
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.value = value
         self.hint = hint
         self.suggester = suggester
+        self.exact = exact
+
+    def answer(self, typed: str) -> str | None:
+        """What was typed, as the file would hold it (the given value itself when unedited); None if empty."""
+        if typed == printable(self.value):
+            return self.value or None
+        text = typed if self.exact else typed.strip()
+        return from_printable(text) or None
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -93,7 +111,7 @@ class PromptScreen(ModalScreen[str | None]):
                 yield Static(data(hint), classes="dialog-hint", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip() or None)
+        self.dismiss(self.answer(event.value))
 
     def action_complete(self) -> None:
         field = self.query_one(Input)
@@ -174,6 +192,12 @@ class ErrorScreen(Screen[None]):
             yield Static("q quits", classes="dialog-hint", markup=False)
 
 
+class ReportList(OptionList):
+    """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
+
+    BINDINGS: ClassVar[list[BindingType]] = LIST_BINDINGS
+
+
 Section = tuple[str, list[tuple[str | None, Text]]]
 """A report section: a heading and its rows (the key to jump to, or None; the row's text)."""
 
@@ -214,7 +238,7 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
         with Vertical(classes="dialog report"):
             yield _title(self.title_text)
             yield Static(self.summary, classes="dialog-body", markup=False)
-            yield OptionList(*options, id="report-list")
+            yield ReportList(*options, id="report-list")
             hint = "enter: go to the key · escape: close" + (" · f: apply the suggested fix" if self.fixable else "")
             if self.layer_change:
                 hint += " · s: per-layer change (relative change, cosine, norms)"

@@ -13,6 +13,7 @@ from textual.widgets.option_list import Option
 
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.keypath import KeyPath
+from ckpt_tui.tui.screens.dialogs import ReportList
 from ckpt_tui.tui.widgets.summary import finding_text
 
 
@@ -21,21 +22,20 @@ class FindingsScreen(ModalScreen[KeyPath | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,f", "close", "Close"),
-        Binding("j", "cursor('down')", "Down", show=False),
-        Binding("k", "cursor('up')", "Up", show=False),
     ]
 
-    def __init__(self, findings: list[Finding]) -> None:
+    def __init__(self, findings: list[Finding], readonly: bool = False) -> None:
         super().__init__()
         self.findings = findings
+        self.readonly = readonly
 
     def compose(self) -> ComposeResult:
         warnings = sum(1 for f in self.findings if f.severity == "warning")
         title = f"{len(self.findings)} findings ({warnings} warning{'s' if warnings != 1 else ''}, marked !)"
-        options = [Option(finding_text(f), id=f"finding-{i}") for i, f in enumerate(self.findings)]
+        options = [Option(finding_text(f, self.readonly), id=f"finding-{i}") for i, f in enumerate(self.findings)]
         with Vertical(classes="dialog report"):
             yield Static(title, classes="dialog-title", markup=False)
-            yield OptionList(*options, id="findings-list")
+            yield ReportList(*options, id="findings-list")
             yield Static("enter: go to the key it is about · escape: close", classes="dialog-hint", markup=False)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -44,13 +44,6 @@ class FindingsScreen(ModalScreen[KeyPath | None]):
             self.dismiss(finding.path)
         else:
             self.notify("this finding is about the whole file", markup=False)
-
-    def action_cursor(self, direction: str) -> None:
-        options = self.query_one(OptionList)
-        if direction == "down":
-            options.action_cursor_down()
-        else:
-            options.action_cursor_up()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -369,13 +369,22 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             self.plot = "histogram"
         self.show_plot()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "drop_optimizer" and self.readonly)  # hidden while read-only; z still says why
+
+    def on_key(self, event: Any) -> None:
+        if self.readonly and event.key == "z" and not isinstance(self.focused, Input):
+            event.stop()
+            self.action_drop_optimizer()
+
     def action_drop_optimizer(self) -> None:
+        if self.readonly:
+            self.notify("Editing is off: the file was opened with --readonly", title="Read-only", markup=False)
+            return
         if self.parts is None:
             return
         optimizer = self.parts.get("optimizer")
-        if self.readonly:
-            self.notify("Editing is off: the file was opened with --readonly", title="Read-only", markup=False)
-        elif not optimizer.paths or not optimizer.nbytes:
+        if not optimizer.paths or not optimizer.nbytes:
             self.notify("no optimizer state in this file", markup=False)
         else:
             self.dismiss(("drop", (list(optimizer.paths), parts_figure(self.parts))))

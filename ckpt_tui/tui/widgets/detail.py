@@ -24,7 +24,7 @@ from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import tensor_problem
 from ckpt_tui.core.grouping import Group
 from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.tree import Opaque, Tensor, children, type_label
+from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, type_label
 from ckpt_tui.tui.messages import StatsFailed, StatsProgress, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import data, path_text
@@ -102,6 +102,8 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
         table.add_row("global", data(value.global_name))
         table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
         table.add_row("arguments", data(scalar_text(value.args, 200)))
+    elif not has_children(value):
+        table.add_row("value", data(scalar_text(value, 400)))
     else:
         kids = sum(1 for _ in children(value))
         table.add_row("children", str(kids))
@@ -109,10 +111,8 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
             table.add_row("tensors", f"{totals.tensors:,}")
             table.add_row("parameters", f"{count(totals.parameters)} ({totals.parameters:,})")
             table.add_row("bytes", size(totals.nbytes))
-        elif totals is None:
+        elif totals is None and kids:
             table.add_row("tensors", Text("too many nodes below to count here (see the header)", style="italic"))
-        if not kids:
-            table.add_row("value", data(scalar_text(value, 400)))
         metadata = getattr(value, "_metadata", None)
         if isinstance(metadata, dict):
             table.add_row("_metadata", f"{len(metadata)} entries (kept on save)")

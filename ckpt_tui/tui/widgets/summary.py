@@ -24,13 +24,14 @@ FIX_KEYS = {
 }
 
 
-def finding_text(finding: Finding) -> Text:
-    """One finding: a marker in words (``!`` warning, ``·`` note), the message, and the browser key that fixes it."""
+def finding_text(finding: Finding, readonly: bool = False) -> Text:
+    """One finding: a marker in words (``!`` warning, ``·`` note), the message, and the browser key that fixes it
+    (none when read-only: no key edits then)."""
     warning = finding.severity == "warning"
     text = Text()
     text.append("! " if warning else "· ", style="bold red" if warning else "")
     text.append(printable(finding.message), style="" if warning else "italic")
-    if finding.fix is not None and finding.fix.option in FIX_KEYS:
+    if not readonly and finding.fix is not None and finding.fix.option in FIX_KEYS:
         text.append(f" ({FIX_KEYS[finding.fix.option]})", style="italic")
     return text
 
@@ -41,6 +42,7 @@ def summary_text(
     limit: int = MAX_FINDINGS,
     weights_only: Verdict | None = None,
     check: CheckReport | None = None,
+    readonly: bool = False,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all)."""
     ckpt = summary.checkpoint
@@ -64,19 +66,41 @@ def summary_text(
     shown = summary.findings[:limit]
     for finding in shown:
         text.append("\n")
-        text.append_text(finding_text(finding))
+        text.append_text(finding_text(finding, readonly))
     hidden = len(summary.findings) - len(shown)
     if hidden > 0:
         text.append(f"\n  … {hidden} more finding{'s' if hidden != 1 else ''}: f lists them all", style="italic")
     return text
 
 
+def read_problem_counts(report: CheckReport) -> Counter[str]:
+    """Tensors with NaN, with Inf (each counted on its own: one tensor may hold both) and unreadable."""
+    kinds: Counter[str] = Counter()
+    for problem in report.problems:
+        if problem.kind == "unreadable":
+            kinds["unreadable"] += 1
+        elif problem.kind in ("nan", "inf"):
+            for kind in ("nan", "inf"):
+                if problem.detail.get(kind, problem.kind == kind):
+                    kinds[kind] += 1
+    return kinds
+
+
+def check_findings(report: CheckReport) -> list[Finding]:
+    """What reading every tensor found, as findings (warnings) for the ``f`` list."""
+    return [
+        Finding(f"check-{problem.kind}", problem.message, "warning", problem.path)
+        for problem in report.problems
+        if problem.kind in READ_PROBLEMS or problem.kind == "zero-moments"
+    ]
+
+
 def check_text(report: CheckReport) -> Text:
     """The header line of a full check (``C``): what reading every tensor found."""
-    kinds = Counter(problem.kind for problem in report.problems if problem.kind in READ_PROBLEMS)
+    kinds = read_problem_counts(report)
     if not kinds:
         return Text(f"\n· every tensor read ({report.checked}): no NaN/Inf, no unreadable record", style="italic")
-    found = ", ".join(f"{n} {READ_PROBLEMS[kind]}" for kind, n in kinds.items())
+    found = ", ".join(f"{kinds[kind]} {words}" for kind, words in READ_PROBLEMS.items() if kinds[kind])
     text = Text("\n! ", style="bold red")
     text.append(f"every tensor read ({report.checked}): {found} (marked !! in the tree)")
     return text
@@ -88,11 +112,13 @@ class SummaryHeader(Static):
     def __init__(self, text: str = "", **kwargs: object) -> None:
         super().__init__(Text(text), **kwargs)  # type: ignore[arg-type]
         self.summary: Summary | None = None
+        self.readonly = False
+        """Findings name no edit key (the browser was opened with --readonly)."""
 
     def show(self, summary: Summary, weights_only: Verdict | None = None, check: CheckReport | None = None) -> None:
         """Render a summary, with the weights_only verdict of the file on disk and a full check's result when known."""
         self.summary = summary
-        self.update(summary_text(summary, weights_only=weights_only, check=check))
+        self.update(summary_text(summary, weights_only=weights_only, check=check, readonly=self.readonly))
         self.set_class(True, "-complete")
         # the header grows from one line to several: lay the screen out again once this paint is done,
         # or an update that lands mid-layout can leave it one line high

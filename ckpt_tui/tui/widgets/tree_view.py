@@ -7,7 +7,7 @@ Every string from the file is escaped and passed as ``Text``, never as markup.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,12 +21,14 @@ from ckpt_tui.core.grouping import Group, group_keys
 from ckpt_tui.core.keypath import KeyPath, key_text
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import tensor_items
-from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.core.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 
 PAGE = 1000
+JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
+GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
 TOTALS_BUDGET = 5000  # nodes one label's totals may walk; past it the label shows the child count only
 
 RowId = tuple[KeyPath, str | None]
@@ -58,15 +60,25 @@ MONO_STYLES = {role: "" for role in COLOR_STYLES} | {
 
 @dataclass
 class NodeData:
-    """What a tree line stands for: a value at a path, or a module group inside a state_dict."""
+    """What a tree line stands for: a value at a path, a module group inside a state_dict, or a "… N more" line.
+
+    A loaded container keeps its ``entries`` (what its lines show, in order); its lines are added a page
+    at a time, anywhere in that order (a jump to the end or to a deep key adds only the page around it),
+    and each range not added yet is one "… N more" line whose ``index``..``end`` say which entries it holds.
+    """
 
     path: KeyPath
     value: Any
     group: Group | None = None
     loaded: bool = False
-    pending: Iterator[tuple[Text, NodeData, bool]] | None = None
-    remaining: int = 0
-    more: TreeNode[NodeData] | None = None
+    index: int = 0
+    """The line's place among its parent's entries (a "more" line: the first entry it holds)."""
+    end: int = 0
+    """A "more" line: one past the last entry it holds."""
+    entries: list[Any] | None = None
+    """A loaded container: its children to show, each a Group or a (key, value) pair."""
+    by_key: dict[Any, int] | None = None
+    """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
 
     @property
     def row_id(self) -> RowId:
@@ -178,7 +190,10 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.auto_expand = False
         self.guide_depth = 3
         self.totals = TotalsCache()
+        self._groupings: dict[int, tuple[Any, Group | None]] = {}
         self.styles_by_role = COLOR_STYLES
+        self.target_node: TreeNode[NodeData] | None = None
+        """Where a jump is about to put the cursor (it moves after the next refresh)."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -197,6 +212,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def show(self, root: Any, name: str, view: ViewState | None = None) -> TreeNode[NodeData]:
         """Show a (new) tree, keeping the expanded lines and the cursor of ``view`` where they still exist."""
         self.clear()
+        self.target_node = None
         self.totals = TotalsCache()
         self.root.set_label(value_label(name, root, None, self.styles_by_role))  # the header has the totals
         self.root.data = NodeData((), root)
@@ -235,49 +251,80 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if data is None or data.loaded or data.is_more:
             return
         data.loaded = True
-        entries = self._entries(data)
-        data.pending = (self._line(data.path, prefix, entry) for prefix, entry in entries)
-        data.remaining = len(entries)
-        self._add_page(node)
+        data.entries = self._entries(data)
+        if data.entries:
+            more = self._more_line(node, data, 0, len(data.entries), None)
+            self._open(node, more, 0, PAGE)
 
-    def _add_page(self, node: TreeNode[NodeData], limit: int | None = PAGE) -> bool:
-        """Add the next page of a node's children; False when there was none."""
-        data = node.data
-        if data is None or data.pending is None:
-            return False
-        if data.more is not None:
-            data.more.remove()
-            data.more = None
-        for added, (label, kid, expandable) in enumerate(data.pending, 1):
-            node.add(label, kid, allow_expand=expandable)
-            data.remaining -= 1
-            if limit is not None and added >= limit and data.remaining:
-                text = f"… {data.remaining:,} more (the cursor here loads {min(PAGE, data.remaining):,} more)"
-                data.more = node.add_leaf(styled([(text, self.styles_by_role["more"])]), NodeData(data.path, MORE))
-                return True
-        data.pending = None
-        return True
+    def _more_line(
+        self, node: TreeNode[NodeData], data: NodeData, start: int, end: int, before: int | None
+    ) -> TreeNode[NodeData]:
+        """A "… N more" line standing for entries ``start``..``end`` of ``node``."""
+        label = self._more_label(end - start)
+        more = NodeData(data.path, MORE, index=start, end=end)
+        if before is None:
+            return node.add(label, more, allow_expand=False)
+        return node.add(label, more, before=before, allow_expand=False)
 
-    def drain(self, node: TreeNode[NodeData]) -> None:
-        """Add all of a node's children now (for jumps to the end)."""
-        self.load(node)
-        self._add_page(node, None)
+    def _more_label(self, remaining: int) -> Text:
+        text = f"… {remaining:,} more (the cursor here loads {min(PAGE, remaining):,} more)"
+        return styled([(text, self.styles_by_role["more"])])
+
+    def _open(self, node: TreeNode[NodeData], more: TreeNode[NodeData], low: int, high: int) -> None:
+        """Add the lines of entries ``low``..``high`` held by the "more" line ``more`` (cut to what it holds)."""
+        data, gap = node.data, more.data
+        assert data is not None and data.entries is not None and gap is not None
+        low, high = max(low, gap.index), min(high, gap.end)
+        if low >= high:
+            return
+        at = node.children.index(more)
+        if low > gap.index:  # entries before the page stay behind a "more" line of their own
+            self._more_line(node, data, gap.index, low, at)
+            at += 1
+        for place in range(low, high):
+            prefix = data.group.prefix if data.group is not None else ""  # shown once, on the group line
+            label, kid, expandable = self._line(data.path, prefix, data.entries[place])
+            kid.index = place
+            node.add(label, kid, before=at, allow_expand=expandable)
+            at += 1
+        # a new "more" line for what is left: the cursor stays on the line it was on, never follows the old one
+        more.remove()
+        if high < gap.end:
+            self._more_line(node, data, high, gap.end, at)
 
     def _on_tree_node_highlighted(self, event: Tree.NodeHighlighted[NodeData]) -> None:
         data = event.node.data
         parent = event.node.parent
         if data is not None and data.is_more and parent is not None:
-            self._add_page(parent)
+            self._open(parent, event.node, data.index, data.index + PAGE)
 
-    def _entries(self, data: NodeData) -> list[tuple[str, Any]]:
-        """The children to show, cheaply: (group prefix to drop, Group or (key, value)); labels come later."""
+    def _entries(self, data: NodeData) -> list[Any]:
+        """The children to show, cheaply: Groups or (key, value) pairs; labels come later."""
         if data.group is not None:
-            return [(data.group.prefix, entry) for entry in data.group.entries]
+            return data.group.entries
         value = data.value
-        items = tensor_items(value) if self.grouped and isinstance(value, dict) else None
-        if items is not None and len(items) >= GROUP_MIN_KEYS:
-            return [("", entry) for entry in group_keys(items).entries]
-        return [("", pair) for pair in children(value)]
+        if self.grouped and isinstance(value, dict):
+            grouped = self._grouping(value)
+            if grouped is not None:
+                return grouped.entries
+        return list(children(value))
+
+    def _grouping(self, value: dict[Any, Any]) -> Group | None:
+        """The module groups of a state_dict (None when not one, or too small), kept across redraws: an undo
+        shows the very dict it showed before, so its groups are not counted again."""
+        hit = self._groupings.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        grouped = module_groups(value)
+        self.remember_groupings({id(value): (value, grouped)})
+        return grouped
+
+    def remember_groupings(self, found: dict[int, tuple[Any, Group | None]]) -> None:
+        """Keep module groups counted elsewhere (an edit's worker counts those of the tree it made)."""
+        for key, entry in found.items():
+            if len(self._groupings) >= GROUPINGS_KEPT:
+                self._groupings.pop(next(iter(self._groupings)))
+            self._groupings[key] = entry
 
     def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
@@ -322,8 +369,11 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def action_bottom(self) -> None:
         node = self.root
         while node.is_expanded and node.children:
-            self.drain(node)
+            last = node.children[-1]
+            if last.data is not None and last.data.is_more:  # only the last page is added
+                self._open(node, last, last.data.end - JUMP, last.data.end)
             node = node.children[-1]
+        self.target_node = node
         self.call_after_refresh(self._focus_node, node)
 
     def reveal(self, row: RowId) -> TreeNode[NodeData]:
@@ -335,27 +385,83 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
                 break
             node.expand()
             node = step
+        self.target_node = node
         self.call_after_refresh(self._focus_node, node)
         return node
 
+    @property
+    def cursor_target(self) -> TreeNode[NodeData] | None:
+        """The line the cursor is on, or is about to be put on by a jump (what the panel and status show)."""
+        return self.target_node if self.target_node is not None else self.cursor_node
+
     def _focus_node(self, node: TreeNode[NodeData]) -> None:
+        if self.target_node is node:
+            self.target_node = None
         if node.tree is self and (node is self.root or node.parent is not None):
             self.move_cursor(node)
             self.scroll_to_node(node, animate=False)
 
     def _child_towards(self, node: TreeNode[NodeData], row: RowId) -> TreeNode[NodeData] | None:
-        """The child of ``node`` on the way to ``row``, adding pages of children until it is found."""
+        """The child of ``node`` on the way to ``row``, adding only the page of children around it."""
         self.load(node)
-        checked = 0
-        while True:
-            kids = node.children
-            for kid in kids[checked:]:
-                if kid.data is not None and not kid.data.is_more and _leads_to(kid.data, row):
-                    return kid
-            more_line = bool(kids) and kids[-1].data is not None and kids[-1].data.is_more
-            checked = len(kids) - 1 if more_line else len(kids)
-            if node.data is None or node.data.pending is None or not self._add_page(node):
-                return None
+        data = node.data
+        if data is None or data.entries is None:
+            return None
+        place = _entry_towards(data, row)
+        if place is None:
+            return None
+        kid = _line_at(node, place)
+        if kid is not None and kid.data is not None and kid.data.is_more:
+            self._open(node, kid, place - JUMP // 2, place - JUMP // 2 + JUMP)
+            kid = _line_at(node, place)
+        if kid is None or kid.data is None or kid.data.is_more:
+            return None
+        return kid
+
+
+def module_groups(value: dict[Any, Any]) -> Group | None:
+    """The module groups of a state_dict, or None when it is not one or too small to group."""
+    items = tensor_items(value)
+    return group_keys(items) if items is not None and len(items) >= GROUP_MIN_KEYS else None
+
+
+def groupings_along(root: Any, paths: list[KeyPath]) -> dict[int, tuple[Any, Group | None]]:
+    """The module groups of the dicts at ``paths`` in ``root`` (where they still are), by ``id``; for a worker."""
+    found: dict[int, tuple[Any, Group | None]] = {}
+    for path in paths[:GROUPINGS_KEPT]:
+        try:
+            value = get(root, path)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if isinstance(value, dict) and id(value) not in found:
+            found[id(value)] = (value, module_groups(value))
+    return found
+
+
+def _line_at(node: TreeNode[NodeData], place: int) -> TreeNode[NodeData] | None:
+    """The line of ``node`` showing entry ``place``, or the "more" line holding it."""
+    kids = node.children
+    found = bisect.bisect_right(kids, place, key=lambda kid: kid.data.index if kid.data is not None else 0) - 1
+    return kids[found] if found >= 0 else None
+
+
+def _entry_towards(data: NodeData, row: RowId) -> int | None:
+    """The place among ``data``'s entries of the one that is ``row`` or leads to it."""
+    assert data.entries is not None
+    path, _ = row
+    if len(path) > len(data.path) and path[: len(data.path)] == data.path:
+        if data.by_key is None:
+            data.by_key = {}
+            for place, entry in enumerate(data.entries):
+                if not isinstance(entry, Group):
+                    data.by_key.setdefault(entry[0], place)
+        keyed = data.by_key.get(path[len(data.path)])
+        if keyed is not None:
+            return keyed
+    for place, entry in enumerate(data.entries):
+        if isinstance(entry, Group) and _leads_to(NodeData(data.path, entry, entry), row):
+            return place
+    return None
 
 
 def _leads_to(data: NodeData, row: RowId) -> bool:

@@ -1,0 +1,113 @@
+"""A state_dict of thousands of keys: jumps add only the page of lines around their target, and after an
+edit, undo or redo the cursor keeps its key while the detail panel and the status line follow it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from builders_tui import browser, cursor_data, cursor_path, detail, loaded, settle, status
+
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.widgets.tree_view import PAGE
+
+SIZE = (120, 36)
+KEYS = 5000
+
+
+def key(index: int) -> str:
+    return f"module.layers.{index // 10}.sub{index % 10}.weight"
+
+
+@pytest.fixture
+def big_file(tmp_path: Path) -> Path:
+    state = OrderedDict((key(i), torch.zeros(1)) for i in range(KEYS))
+    torch.save(state, tmp_path / "big.pth")
+    return tmp_path / "big.pth"
+
+
+def lines_shown(app: CkptApp) -> int:
+    return len(browser(app).tree_view.root.children)
+
+
+async def search(pilot, text: str) -> None:
+    await settle(pilot, "slash")
+    browser(pilot.app).query_one("#search").value = text
+    await settle(pilot, "enter")
+
+
+async def test_bottom_adds_only_the_last_page(big_file: Path) -> None:
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "G")
+        assert cursor_path(app) == (key(KEYS - 1),)
+        assert lines_shown(app) <= 2 * PAGE + 2  # the first page, a "more" line, the last page
+        assert status(app).startswith(f'ckpt["{key(KEYS - 1)}"]')
+        await settle(pilot, "k")
+        assert cursor_path(app) == (key(KEYS - 2),)
+
+
+async def test_search_and_next_match_add_only_the_page_around_the_match(big_file: Path) -> None:
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await search(pilot, "layers.432.sub")
+        assert cursor_path(app) == (key(4320),) and "match 1/10" in status(app)
+        await settle(pilot, "n")
+        assert cursor_path(app) == (key(4321),) and "match 2/10" in status(app)
+        await settle(pilot, "N", "N")
+        assert cursor_path(app) == (key(4329),)
+        assert lines_shown(app) <= 2 * PAGE + 3
+        await settle(pilot, "g", "j")  # the first page is still there, in order
+        assert cursor_path(app) == (key(0),)
+
+
+async def test_a_more_line_between_pages_loads_the_keys_it_stands_for(big_file: Path) -> None:
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "G")
+        browser(app).tree_view.move_cursor(browser(app).tree_view.root.children[PAGE])  # the "… more" line
+        await settle(pilot)
+        assert cursor_path(app) == (key(PAGE),)
+        keys = [node.data.path[0] for node in browser(app).tree_view.root.children if not node.data.is_more]
+        assert keys == sorted(keys, key=lambda k: int(k.split(".")[2]) * 10 + int(k.split(".")[3][3:]))
+
+
+async def test_undo_and_redo_of_a_strip_keep_the_deep_cursor_with_panel_and_status(big_file: Path) -> None:
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await search(pilot, "layers.432.sub1")
+        await settle(pilot, "p", "y")
+        stripped = key(4321).removeprefix("module.")
+        assert cursor_path(app) == (stripped,)
+        assert status(app).startswith(f'ckpt["{stripped}"]') and detail(app).startswith(f'ckpt["{stripped}"]')
+        await settle(pilot, "u")
+        assert cursor_path(app) == (key(4321),)
+        assert status(app).startswith(f'ckpt["{key(4321)}"]') and "undone" in status(app)
+        assert detail(app).startswith(f'ckpt["{key(4321)}"]')
+        await settle(pilot, "ctrl+r")
+        assert cursor_path(app) == (stripped,) and status(app).startswith(f'ckpt["{stripped}"]')
+        assert detail(app).startswith(f'ckpt["{stripped}"]')
+
+
+async def test_undo_of_a_group_delete_shows_the_groups_counts_again(big_file: Path) -> None:
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "v")
+        browser(app).tree_view.reveal(((), "module.layers.499."))
+        await settle(pilot)
+        assert cursor_data(app).group.prefix == "module.layers.499."
+        assert "tensors 10" in " ".join(detail(app).split())
+        await settle(pilot, "d", "y")
+        assert len(app.session.root) == KEYS - 10
+        await settle(pilot, "u")
+        assert len(app.session.root) == KEYS
+        assert cursor_data(app).group.prefix == "module.layers.499."
+        assert "tensors 10" in " ".join(detail(app).split())
+        assert status(app).startswith("ckpt › module.layers.499.*") and "no unsaved edits" in status(app)
