@@ -333,6 +333,16 @@ class Opaque:
         return self.global_name.rsplit(".", 1)[-1]
 
 
+def contiguous_strides(shape: Any) -> tuple[int, ...]:
+    """The row-major strides of ``shape`` (what ``tensor.set_(storage, offset, size, None)`` gives)."""
+    strides = []
+    step = 1
+    for count in reversed(shape):
+        strides.append(step)
+        step *= max(count, 1)
+    return tuple(reversed(strides))
+
+
 def opaque_class(global_name: str, safe: bool = False) -> type[Opaque]:
     """A fresh placeholder class standing for ``global_name``."""
     short = global_name.rsplit(".", 1)[-1] or "Opaque"

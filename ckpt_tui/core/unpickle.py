@@ -41,6 +41,7 @@ from ckpt_tui.core.tree import (
     Symbol,
     Tensor,
     TorchSize,
+    contiguous_strides,
     opaque_class,
     refuse_state,
 )
@@ -82,16 +83,6 @@ def _sizes(value: Any, what: str, lowest: int) -> tuple[int, ...]:
     if value and (min(value) < lowest or max(value) >= INT64_LIMIT):
         raise ValueError(f"tensor {what} is out of range")
     return tuple(value)
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides ``tensor.set_(storage, offset, size, None)`` gives: row-major."""
-    strides = []
-    step = 1
-    for count in reversed(shape):
-        strides.append(step)
-        step *= max(count, 1)
-    return tuple(reversed(strides))
 
 
 def _flags(metadata: Any) -> Any:
@@ -142,7 +133,7 @@ def _rebuild_tensor_v2(
     if type(offset) is not int or not 0 <= offset < INT64_LIMIT:
         raise ValueError("tensor storage offset is not a non-negative int64")
     shape = _sizes(size, "size", 0)
-    strides = _contiguous(shape) if stride is None else _sizes(stride, "stride", -INT64_LIMIT)
+    strides = contiguous_strides(shape) if stride is None else _sizes(stride, "stride", -INT64_LIMIT)
     if len(shape) != len(strides):
         raise ValueError("tensor size and stride do not match")
     if math.prod(shape) >= INT64_LIMIT:

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from ckpt_tui.core import weights_only_tables as tables
 from ckpt_tui.core.dtypes import DTYPES
+from ckpt_tui.core.tree import contiguous_strides
 
 MEMO_LIMIT = 1 << 20
 """Memo indices below this pass through; larger ones (a memo bomb for CPython's array memo) are renumbered."""
@@ -610,7 +611,7 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     if type(storage) is not WStorage:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
     if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
-        stride = _contiguous(size)  # set_(storage, offset, size, None): row-major
+        stride = contiguous_strides(size)  # set_(storage, offset, size, None): row-major
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
     if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
@@ -631,15 +632,6 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     needed = (offset + extent) * DTYPES[dtype][0]
     if needed > storage.nbytes:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
-
-
-def _contiguous(size: Any) -> tuple[int, ...]:
-    strides = []
-    step = 1
-    for count in reversed(size):
-        strides.append(step)
-        step *= max(count, 1)
-    return tuple(reversed(strides))
 
 
 def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
