@@ -37,8 +37,14 @@ INNER_NAMES = (
 SEARCH_DEPTH = 3
 
 
+_last_state_dict: tuple[Any, int, list[tuple[str, Any]] | None] = (None, 0, None)
+"""The dict :func:`tensor_items` last classified, its length and its answer: trees are never changed in
+place (edits rebuild), so the answer holds while that dict is the one asked about; callers get a copy."""
+
+
 def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
     """The (key, value) pairs of a state_dict-like value, or None if it is not one."""
+    global _last_state_dict
     if isinstance(value, Opaque) and value.is_module:
         return flat_module_items(value)
     if not isinstance(value, dict) or not value:
@@ -55,13 +61,8 @@ def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
             weights += sum(1 for k, v in value.items() if not isinstance(v, Tensor) and is_packed_entry(k, v))
         if weights >= 0.9 * len(value):
             items = list(value.items())
-    globals()["_last_state_dict"] = (value, len(value), items)
+    _last_state_dict = (value, len(value), items)
     return None if items is None else list(items)
-
-
-_last_state_dict: tuple[Any, int, list[tuple[str, Any]] | None] = (None, 0, None)
-"""The dict :func:`tensor_items` last classified, its length and its answer: trees are never changed in
-place (edits rebuild), so the answer holds while that dict is the one asked about; callers get a copy."""
 
 
 def is_packed_entry(key: Any, value: Any) -> bool:

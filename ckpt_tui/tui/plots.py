@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from ckpt_tui.core import text_plots
+
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 FULL = "█"
 PARTIAL = " ▏▎▍▌▋▊▉"
@@ -72,12 +74,9 @@ def histogram(counts: Sequence[int], height: int, width: int, log: bool = False)
 
 def bar(value: float, top: float, width: int) -> str:
     """A horizontal bar of ``width`` cells, filled in eighths; the rest dotted (visible without colour)."""
-    cells = 0.0 if top <= 0 else max(0.0, min(1.0, value / top)) * width
-    whole = int(cells)
-    part = PARTIAL[int((cells - whole) * 8)] if whole < width else ""
-    filled = FULL * whole + (part if part.strip() else "")
+    filled = text_plots.bar(value / top if top > 0 else 0.0, width)
     if value > 0 and not filled:
-        filled = PARTIAL[1]
+        filled = PARTIAL[1]  # a value too small for an eighth still shows
     return filled + EMPTY * (width - len(filled))
 
 
