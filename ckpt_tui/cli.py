@@ -343,14 +343,18 @@ def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
 
 def cmd_check(path: str | list[str], as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
-    from ckpt_tui.core.check import check_checkpoint
+    import os
 
+    from ckpt_tui.core.check import check_checkpoint
+    from ckpt_tui.core.weights_only import ScanBeside
+
+    beside = ScanBeside(path) if isinstance(path, str) and os.path.isfile(path) else None  # on the second core
     try:
         checkpoint = open_for_command(path)
     except ReadError as exc:
-        _print_unreadable_verdict(path, exc, as_json)
+        _print_unreadable_verdict(path, exc, as_json, beside)
         raise
-    report = check_checkpoint(checkpoint)
+    report = check_checkpoint(checkpoint, beside=beside)
     if as_json:
         _print_json(report.to_json())
     else:
@@ -449,16 +453,17 @@ class _ProgressLine:
             sys.stderr.flush()
 
 
-def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool) -> None:
+def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool, beside: Any = None) -> None:
     """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
     import os
 
+    scan = beside.result() if beside is not None else None
     if not isinstance(path, str) or not os.path.isfile(path):
         return
     from ckpt_tui.core.weights_only import scan_file, verdict_from_scan
 
     try:
-        judged = verdict_from_scan(scan_file(path), None)
+        judged = verdict_from_scan(scan or scan_file(path), None)
     except Exception:  # a hostile file: the read error alone is reported
         return
     if judged.loads is None:

@@ -111,19 +111,24 @@ def _counted(counts: Any, nbytes: Any) -> str:
 def _tree_lines(root: Any, depth: int, summary: Summary) -> list[str]:
     label = container_text(root, summary.totals()) if has_children(root) else value_text(root)
     lines: list[str] = [f"  (root) {printable(label)}"]
-    stack: list[tuple[int, Any, Any]] = [(1, key, value) for key, value in reversed(list(children(root)))]
-    hidden = 0
-    while stack:
-        level, key, value = stack.pop()
-        if len(lines) > TREE_LINES:
-            hidden += 1
+    stack: list[tuple[int, list[tuple[Any, Any]], int]] = [(1, _child_list(root), 0)]  # level, entries, next
+    while stack and len(lines) <= TREE_LINES:
+        level, entries, at = stack.pop()
+        if at == len(entries):
             continue
+        stack.append((level, entries, at + 1))
+        key, value = entries[at]
         lines.append(f"{'  ' * (level + 1)}{printable(key_text(key))}  {printable(value_text(value))}")
         if level < depth and has_children(value):
-            stack.extend((level + 1, k, v) for k, v in reversed(list(children(value))))
+            stack.append((level + 1, _child_list(value), 0))
+    hidden = sum(len(entries) - at for _, entries, at in stack)
     if hidden:
         lines.append(f"  … {hidden} more entries (ckpt-tui FILE to browse, --depth, or --json)")
     return lines
+
+
+def _child_list(value: Any) -> list[tuple[Any, Any]]:
+    return list(value.items()) if isinstance(value, dict) else list(children(value))
 
 
 def render_check(report: CheckReport) -> str:

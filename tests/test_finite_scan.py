@@ -39,16 +39,19 @@ def mixed_state() -> dict[str, torch.Tensor]:
 
 def exact(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """The check report with every tensor read the per-tensor way."""
-    monkeypatch.setattr(check_module, "all_finite", lambda tensors, *a, **k: [None] * len(tensors))
+    monkeypatch.setattr(finite_scan, "all_finite", lambda tensors, *a, **k: [None] * len(tensors))
     report = check_checkpoint(open_checkpoint(path)).to_json()
     monkeypatch.undo()
     return report
 
 
+@pytest.mark.parametrize("in_child", [True, False], ids=["scan-in-child", "scan-here"])
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
 def test_check_report_equals_the_per_tensor_report(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str, in_child: bool
 ) -> None:
+    if not in_child:
+        monkeypatch.setattr(check_module.forked, "fork", lambda work: None)
     monkeypatch.setattr(finite_scan, "LARGE", 4096)
     state = mixed_state()
     path = tmp_path / f"m{suffix}"
@@ -60,6 +63,7 @@ def test_check_report_equals_the_per_tensor_report(
     else:
         write_safetensors(state, path)
     fast = check_checkpoint(open_checkpoint(path)).to_json()
+    monkeypatch.undo()
     assert fast == exact(path, monkeypatch)
     assert sum(p["kind"] in ("nan", "inf") for p in fast["problems"]) >= 15
 
@@ -86,7 +90,7 @@ def test_truncated_file_reports_as_the_per_tensor_read(tmp_path: Path, monkeypat
     opened = open_checkpoint(path)
     path.write_bytes(whole[: len(whole) - 1000])  # cut after opening: the reads come up short
     fast = check_checkpoint(opened).to_json()
-    monkeypatch.setattr(check_module, "all_finite", lambda tensors, *a, **k: [None] * len(tensors))
+    monkeypatch.setattr(finite_scan, "all_finite", lambda tensors, *a, **k: [None] * len(tensors))
     assert fast == check_checkpoint(opened).to_json()
     assert any(p["kind"] == "unreadable" for p in fast["problems"])
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ckpt_tui.core import forked
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.finite_scan import all_finite
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.stats import TensorStats, tensor_stats
-from ckpt_tui.core.summary import Summary, summarize
-from ckpt_tui.core.training_state import RESUME_WARNINGS, is_moment, zero_moment_message
-from ckpt_tui.core.tree import Checkpoint, Tensor
-from ckpt_tui.core.values import TensorReader
-from ckpt_tui.core.weights_only import Verdict, verdict
+from ckpt_tui.core.summary import Summary, listed_tensors, summarize
+from ckpt_tui.core.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
+from ckpt_tui.core.tree import Checkpoint, Tensor, walk
+from ckpt_tui.core.weights_only import ScanBeside, Verdict, verdict
+
+if TYPE_CHECKING:  # numpy-backed: imported when values are read (a clean file's scan runs in a child)
+    from ckpt_tui.core.stats import TensorStats
 
 PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses", *RESUME_WARNINGS)
 
@@ -70,57 +71,58 @@ def check_checkpoint(
     checkpoint: Checkpoint,
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    beside: ScanBeside | None = None,
 ) -> CheckReport:
     """Scan every tensor (each view once) for NaN/Inf; add the unsafe and broken findings.
 
     Views the batched scan finds all finite need nothing more; the others (NaN/Inf found, or not
     answered by it) are read the exact way, in file order, so counts and errors are as always.
+    ``beside``: the weights_only scan of the file, started in a child process before it was read.
     """
-    summary = summarize(checkpoint)
+    references = list(walk(checkpoint.root))
+    listed = listed_tensors(references)
+    scanned_tensors, first_of_view, positions = _views(listed)
+    in_child = progress is None and cancelled is None  # the CLI's check: nothing to report from the child
+    beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
+    summary = summarize(checkpoint, references)
     problems = [
         Problem(f.kind, f.message, f.path, {"global": f.global_name} if f.global_name else {})
         for f in summary.findings
         if f.kind in PROBLEM_KINDS
     ]
-    views: dict[tuple[Any, ...], int] = {}
-    first_of_view: list[Tensor] = []
-    positions: list[int | None] = []  # each tensor's view, as an index into first_of_view (None: skipped)
-    # a sparse tensor's NaN/Inf sit in its (dense) values part
-    scanned_tensors = [tensor.sparse_values or tensor for _, tensor in summary.tensors]
-    for tensor in scanned_tensors:
-        if tensor.storage is None or tensor.kind != "dense":
-            positions.append(None)
-            continue
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
-        position = views.get(view)
-        if position is None:
-            position = views[view] = len(first_of_view)
-            first_of_view.append(tensor)
-        positions.append(position)
-    total = len(summary.tensors)
+    total = len(listed)
 
     def scanned(done: int, of: int) -> None:
         if progress is not None:
             progress(done * total // max(1, 2 * of), total)  # the batched scan: the first half of the bar
 
-    finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
+    finite = _finite_result(beside_finite, len(first_of_view))
+    if finite is None:
+        from ckpt_tui.core.finite_scan import all_finite
+
+        finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
     seen: dict[int, TensorStats | None] = {}
     checked = skipped = 0
     zero_moments: list[KeyPath] = []
-    for index, ((path, _), tensor, position) in enumerate(
-        zip(summary.tensors, scanned_tensors, positions, strict=True)
-    ):
+    moments = {index for index, (path, _) in enumerate(listed) if path and path[-1] in MOMENT_NAMES and is_moment(path)}
+    for index, position in enumerate(positions):
         if progress is not None:
             progress((total + index) // 2, total)
         if position is None:
             skipped += 1
             continue
-        if finite[position] and not (is_moment(path) and _starts_with_zeros(tensor, checkpoint.byteorder)):
-            checked += 1  # read whole, every value finite: no NaN, no Inf (and not a moment that may be all zero)
+        if finite[position] and index not in moments:
+            checked += 1  # read whole, every value finite: no NaN, no Inf
+            continue
+        path, tensor = listed[index][0], scanned_tensors[index]
+        if finite[position] and not _starts_with_zeros(tensor, checkpoint.byteorder):
+            checked += 1  # a moment buffer that does not start with zeros: not all zero
             continue
         if position in seen:
             stats = seen[position]
         else:
+            from ckpt_tui.core.stats import tensor_stats
+
             try:
                 stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
             except ReadError as exc:
@@ -138,15 +140,56 @@ def check_checkpoint(
             problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
     if zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
-    judged = verdict(checkpoint)
+    judged = verdict(checkpoint, beside)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
     if judged.loads is False and judged.route != "torchscript":
         problems.append(weights_only_problem(judged))
     return CheckReport(summary, problems, checked, skipped, judged)
 
 
+def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Tensor], list[int | None]]:
+    """What is scanned for each listed tensor (a sparse tensor: its values part, where its NaN/Inf sit),
+    each distinct view's first tensor, and each listed tensor's view (an index into those; None: skipped)."""
+    scanned = [tensor if tensor.sparse is None else (tensor.sparse_values or tensor) for _, tensor in listed]
+    views: dict[tuple[Any, ...], int] = {}
+    first_of_view: list[Tensor] = []
+    positions: list[int | None] = []
+    for tensor in scanned:
+        if tensor.storage is None or tensor.kind != "dense":
+            positions.append(None)
+            continue
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        position = views.get(view)
+        if position is None:
+            position = views[view] = len(first_of_view)
+            first_of_view.append(tensor)
+        positions.append(position)
+    return scanned, first_of_view, positions
+
+
+def _finite_beside(views: list[Tensor], byteorder: str) -> forked.Forked | None:
+    """The batched NaN/Inf scan of ``views`` started in a child process (the summary is made meanwhile)."""
+
+    def scan() -> list[int]:
+        from ckpt_tui.core.finite_scan import all_finite
+
+        return [1 if clean else 0 for clean in all_finite(views, byteorder)]
+
+    return forked.fork(scan)
+
+
+def _finite_result(child: forked.Forked | None, count: int) -> list[bool | None] | None:
+    """The child's answers as :func:`~ckpt_tui.core.finite_scan.all_finite` gives them; None without them."""
+    wire = child.result() if child is not None else None
+    if not isinstance(wire, list) or len(wire) != count:
+        return None
+    return [True if clean == 1 else None for clean in wire]
+
+
 def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
     """Whether a tensor's first values are all zero (then the whole tensor is read to tell an unused moment)."""
+    from ckpt_tui.core.values import TensorReader
+
     try:
         return not TensorReader(tensor, byteorder).first(64).any()
     except ReadError:

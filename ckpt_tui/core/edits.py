@@ -104,13 +104,36 @@ def _target_dict(root: Any, path: KeyPath) -> dict[Any, Any]:
     return target
 
 
+@dataclass(frozen=True)
+class KeyRenamer:
+    """A prefix taken off (the keys that start with it and are longer) or put on (every str key)."""
+
+    strip: str = ""
+    add: str = ""
+
+    def all(self, keys: list[Any]) -> list[Any]:
+        """The new name of every key, in one pass (50,000 keys without a call per key)."""
+        cut, head = self.strip, self.add
+        n = len(cut)
+        if cut:
+            return [k[n:] if isinstance(k, str) and k.startswith(cut) and len(k) > n else k for k in keys]
+        return [head + k if isinstance(k, str) else k for k in keys]
+
+
 def _rename_keys(
-    root: Any, path: KeyPath, rename: Callable[[str], str | None], title: str
+    root: Any, path: KeyPath, rename: Callable[[str], str | None] | KeyRenamer, title: str
 ) -> tuple[Rebuilt, dict[Any, Any], Change]:
-    """Rename the str keys of the dict at ``path``; refuse a rename that changes nothing or collides."""
+    """Rename the str keys of the dict at ``path``; refuse a rename that changes nothing or collides.
+
+    ``rename`` gives one key's new name (None: unchanged), or is a :class:`KeyRenamer` that renames
+    every key at once.
+    """
     target = _target_dict(root, path)
     keys = list(target)
-    new_keys = [(rename(k) if isinstance(k, str) else None) or k for k in keys]
+    if isinstance(rename, KeyRenamer):
+        new_keys = rename.all(keys)
+    else:
+        new_keys = [(rename(k) if isinstance(k, str) else None) or k for k in keys]
     moved = [(old, new) for old, new in zip(keys, new_keys, strict=True) if new != old]
     if not moved:
         raise EditError(f"{title}: no key of {_describe(path)} changes")
@@ -163,12 +186,7 @@ def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None, lightning:
             raise EditError(no_wrapper_message(root, where))
     if not prefix:
         raise EditError("the prefix is empty")
-    cut = prefix
-
-    def strip(key: str) -> str | None:
-        return key[len(cut) :] if key.startswith(cut) and len(key) > len(cut) else None
-
-    rebuilt, target, change = _rename_keys(root, where, strip, f"strip {prefix!r}")
+    rebuilt, target, change = _rename_keys(root, where, KeyRenamer(strip=prefix), f"strip {prefix!r}")
     _strip_metadata(rebuilt.version_of(target), prefix)
     return rebuilt.root, change
 
@@ -190,7 +208,7 @@ def add_prefix(root: Any, prefix: str, path: KeyPath | None = None) -> Result:
     if not prefix:
         raise EditError("the prefix is empty")
     where = default_target(root) if path is None else path
-    rebuilt, target, change = _rename_keys(root, where, lambda k: prefix + k, f"add {prefix!r}")
+    rebuilt, target, change = _rename_keys(root, where, KeyRenamer(add=prefix), f"add {prefix!r}")
     state = rebuilt.version_of(target)
     metadata = getattr(state, "_metadata", None)
     if isinstance(metadata, dict):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import reprlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_tui.core.dtypes import DTYPES
+from ckpt_tui.core.dtypes import DTYPES, itemsize
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
 from ckpt_tui.core.layouts import is_lightning_checkpoint
 from ckpt_tui.core.safe_text import printable
@@ -73,27 +75,22 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
     modules: list[KeyPath] = []
     optimizers: list[KeyPath] = []
     schedulers: list[KeyPath] = []
-    bad: list[tuple[KeyPath, str]] = []
-    devices: Counter[str] = Counter()
-    for path, value, shown, first in references if references is not None else walk(root):
+    refs = list(references if references is not None else walk(root))
+    for path, value, shown, first in (r for r in refs if type(r[1]) is not Tensor):
         if isinstance(value, Opaque) or is_global_ref(value):
             _note_global(value, path, unsafe)
             if first and shown and isinstance(value, Opaque) and value.is_module:
                 modules.append(path)
         if not (first and shown):
             continue
-        if isinstance(value, Tensor):
-            devices[value.device] += 1
-            problem = tensor_problem(value)
-            if problem:
-                bad.append((path, problem))
-        elif is_optimizer(value):
+        if is_optimizer(value):
             optimizers.append(path)
         elif is_scheduler(value):
             schedulers.append(path)
+    tensors = [(r[0], r[1]) for r in refs if r[3] and r[2] and type(r[1]) is Tensor]
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
-    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in bad[:20]]
-    findings += _device_findings(devices)
+    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(tensors)]
+    findings += _device_findings(Counter(tensor.device for _, tensor in tensors))
     findings += _structure_findings(root, modules, optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
 
@@ -123,16 +120,42 @@ def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
 def tensor_problem(tensor: Tensor) -> str | None:
     """Why a tensor's metadata cannot be right (it reaches past its storage), or None."""
     storage = tensor.storage
-    if storage is None or tensor.dtype not in DTYPES or 0 in tensor.shape:
+    if storage is None:
         return None
-    last = tensor.offset
-    for size, stride in zip(tensor.shape, tensor.stride, strict=True):
-        if stride < 0 and size > 1:  # torch.load accepts a negative stride on a dimension of size 1
+    return layout_problem(tensor.offset, tensor.shape, tensor.stride, tensor.dtype, storage.numel, storage.dtype)
+
+
+def tensor_problems(tensors: list[tuple[KeyPath, Tensor]], limit: int = 20) -> list[tuple[KeyPath, str]]:
+    """The first ``limit`` tensors whose metadata cannot be right, with why: each distinct layout
+    (offset, shape, stride, dtype, storage size) is judged once, however many tensors share it."""
+    stored = [(path, tensor) for path, tensor in tensors if tensor.storage is not None]
+    layouts = list(map(_LAYOUT, (tensor for _, tensor in stored)))
+    problems = {layout: layout_problem(*layout) for layout in set(layouts)}
+    if not any(problems.values()):
+        return []
+    bad = ((path, problems[layout]) for (path, _), layout in zip(stored, layouts, strict=True) if problems[layout])
+    return list(itertools.islice(bad, limit))  # type: ignore[arg-type]
+
+
+_LAYOUT = operator.attrgetter("offset", "shape", "stride", "dtype", "storage.numel", "storage.dtype")
+
+
+def layout_problem(
+    offset: int, shape: tuple[int, ...], stride: tuple[int, ...], dtype: str, storage_numel: int, storage_dtype: str
+) -> str | None:
+    """Why a view (``offset``, ``shape``, ``stride`` in ``dtype`` elements) cannot lie in a storage of
+    ``storage_numel`` elements of ``storage_dtype``: it reaches past it, or goes backwards; or None."""
+    if dtype not in DTYPES or 0 in shape:
+        return None
+    last = offset
+    for size, step in zip(shape, stride, strict=True):
+        if step < 0 and size > 1:  # torch.load accepts a negative stride on a dimension of size 1
             return "has a negative stride"
-        last += (size - 1) * stride
-    needed = (last + 1) * DTYPES[tensor.dtype][0]
-    if needed > storage.nbytes:
-        return f"needs {needed} bytes of a {storage.nbytes}-byte storage"
+        last += (size - 1) * step
+    needed = (last + 1) * DTYPES[dtype][0]
+    available = storage_numel * itemsize(storage_dtype)
+    if needed > available:
+        return f"needs {needed} bytes of a {available}-byte storage"
     return None
 
 

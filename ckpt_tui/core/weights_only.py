@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from ckpt_tui.core import forked
 from ckpt_tui.core import weights_only_tables as tables
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
@@ -83,6 +84,47 @@ class FileScan:
         """Record a refusal (the first one wins)."""
         if self.reason is None:
             self.reason = reason
+
+    def to_wire(self) -> dict[str, Any]:
+        """As JSON values (sets as sorted lists), for :func:`scan_beside`'s child to send back."""
+        wire = {name: getattr(self, name) for name in _WIRE_PLAIN}
+        wire |= {name: sorted(getattr(self, name)) for name in _WIRE_SETS}
+        wire |= {"refused": dict(self.refused), "hidden": dict(self.hidden)}
+        return wire | {"usage": {name: sorted(hows) for name, hows in self.usage.items()}}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> FileScan:
+        """The scan :meth:`to_wire` gave."""
+        scan = cls(**{name: wire[name] for name in _WIRE_PLAIN})
+        for name in _WIRE_SETS:
+            setattr(scan, name, set(wire[name]))
+        scan.refused, scan.hidden = Counter(wire["refused"]), Counter(wire["hidden"])
+        scan.usage = {name: set(hows) for name, hows in wire["usage"].items()}
+        return scan
+
+
+_WIRE_PLAIN = ("route", "applies", "reason", "setitem_on_other", "name_route")
+_WIRE_SETS = ("version_names", "devices")
+
+
+class ScanBeside:
+    """:func:`scan_file` of one file, running in a forked child (:mod:`.forked`) while the caller reads it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.child = forked.fork(lambda: scan_file(path).to_wire())
+
+    def result(self, path: str | None = None) -> FileScan | None:
+        """The child's scan; None when no child ran or it failed, or it scanned another path than ``path``
+        (a file opened as its whole folder): the caller then scans, raising what it raised."""
+        wire = self.child.result() if self.child is not None else None
+        self.child = None
+        if wire is None or (path is not None and os.path.abspath(path) != os.path.abspath(self.path)):
+            return None
+        try:
+            return FileScan.from_wire(wire)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
 
 
 def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> FileScan:
@@ -492,13 +534,16 @@ class Verdict:
         return f"weights_only: torch.load REFUSES it (torch {self.torch}): {self.reason}"
 
 
-def verdict(checkpoint: Checkpoint) -> Verdict:
-    """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths)."""
-    try:
-        scan = scan_file(checkpoint.path, _central_directory(checkpoint))
-    except Exception as exc:  # a hostile file must give a verdict, never a traceback
-        scan = FileScan(checkpoint.format)
-        scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
+def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict:
+    """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths); ``beside``:
+    the file's scan already under way in a child process."""
+    scan = beside.result(checkpoint.path) if beside is not None else None
+    if scan is None:
+        try:
+            scan = scan_file(checkpoint.path, _central_directory(checkpoint))
+        except Exception as exc:  # a hostile file must give a verdict, never a traceback
+            scan = FileScan(checkpoint.format)
+            scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
     return verdict_from_scan(scan, checkpoint)
 
 

@@ -203,6 +203,11 @@ def sharded_values(root: Any, file: str) -> dict[Path, Sharded]:
     return found
 
 
+def _only_tensors(value: dict[Any, Any]) -> bool:
+    """Whether every value of a dict is a tensor (checked in one pass at C speed)."""
+    return set(map(type, value.values())) <= {Tensor}
+
+
 def _sharded_leaves(root: Any) -> Iterator[tuple[Path, Any]]:
     """Each ShardedTensor/DTensor among the values that are not a dict or list, with its path, in the
     order (and with the depth limit) of :func:`_map`, copying nothing: each container entered once,
@@ -210,6 +215,8 @@ def _sharded_leaves(root: Any) -> Iterator[tuple[Path, Any]]:
     if not isinstance(root, (dict, list)):
         if _class_name(root) is not None:
             yield (), root
+        return
+    if isinstance(root, dict) and _only_tensors(root):
         return
     entered = {id(root)}
     stack: list[tuple[Path, Iterator[tuple[Any, Any]]]] = [((), _entries(root))]
@@ -222,6 +229,8 @@ def _sharded_leaves(root: Any) -> Iterator[tuple[Path, Any]]:
             if isinstance(item, (dict, list)):
                 if id(item) not in entered:
                     entered.add(id(item))
+                    if isinstance(item, dict) and _only_tensors(item):
+                        continue  # a plain state_dict: nothing sharded in it
                     stack.append(((*path, key), _entries(item)))
                     break  # its entries first, then the rest of this container's
             elif isinstance(item, Opaque) and _class_name(item) is not None:

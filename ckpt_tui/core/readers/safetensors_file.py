@@ -13,8 +13,10 @@ located is refused.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -70,6 +72,11 @@ class SafetensorsRecords:
     def has(self, storage: Storage) -> bool:
         """Every storage named in the header has its range."""
         return storage.key in self.ranges
+
+    def missing(self, storages: list[Storage]) -> list[Storage]:
+        """The storages without a range (:meth:`has` of each, in one pass)."""
+        ranges = self.ranges
+        return [s for s in storages if s.key not in ranges]
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Absolute offset and size of one tensor's bytes."""
@@ -209,25 +216,26 @@ def _plain_tensors(
         return None
     if set(map(type, shapes)) - {list} or set(map(type, offsets)) - {list} or set(map(len, offsets)) - {2}:
         return None
-    numbers = [n for shape in shapes for n in shape] + [n for pair in offsets for n in pair]
+    begins = list(map(operator.itemgetter(0), offsets))
+    ends = list(map(operator.itemgetter(1), offsets))
+    numbers = [*itertools.chain.from_iterable(shapes), *begins, *ends]
     if numbers and (set(map(type, numbers)) - {int} or min(numbers) < 0 or max(numbers) >= U64):
         return None
-    layouts: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], int]] = {}
+    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in set(map(tuple, shapes))}
+    chosen = list(map(layouts.__getitem__, map(tuple, shapes)))  # one shape and stride object per distinct shape
+    shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
-    ranges = records.ranges
-    root: dict[str, Tensor] = {}
-    for name, code, shape, (begin, end) in zip(tensor_names, codes, shapes, offsets, strict=True):
-        key = tuple(shape)
-        layout = layouts.get(key)
-        if layout is None:
-            stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
-            layout = layouts[key] = (key, stride, math.prod(shape))
-        if not begin <= end <= data_bytes or end - begin != layout[2] * sizes[code]:
-            return None
-        dtype = SAFETENSORS_DTYPES[code]
-        ranges[name] = (begin, end)
-        root[name] = Tensor(Storage(name, dtype, "cpu", layout[2], records), 0, layout[0], layout[1], dtype)
-    return root
+    if (
+        not all(map(operator.le, begins, ends))
+        or (ends and max(ends) > data_bytes)
+        or list(map(operator.sub, ends, begins)) != list(map(operator.mul, numels, map(sizes.__getitem__, codes)))
+    ):
+        return None
+    dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
+    records.ranges.update(zip(tensor_names, zip(begins, ends, strict=True), strict=True))
+    storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
+    tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
+    return dict(zip(tensor_names, tensors, strict=True))
 
 
 def _each_tensor(
@@ -296,12 +304,21 @@ def _tensor(path: str, name: str, entry: Any, data_bytes: int, records: Safetens
         raise ReadError(f"{where}: data_offsets {offsets} out of range or wrong for shape {shape}")
     records.ranges[name] = (begin, end)
     storage = Storage(name, dtype, "cpu", numel, records)
-    stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
-    return Tensor(storage, 0, tuple(shape), stride, dtype)
+    return Tensor(storage, 0, tuple(shape), _strides(shape), dtype)
+
+
+def _strides(shape: Any) -> tuple[int, ...]:
+    """Row-major strides as the header's shape gives them (a 0-sized dimension makes those before it 0)."""
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
 
 
 def _tiling_problems(ranges: dict[str, tuple[int, int]], data_bytes: int) -> list[str]:
     """How the ranges fail to tile the data exactly (the library's ``validate``), one line per kind."""
+    ordered = sorted(ranges.values())
+    if ordered and ordered[0][0] == 0 and ordered[-1][1] == data_bytes:
+        starts, stops = map(operator.itemgetter(0), ordered[1:]), map(operator.itemgetter(1), ordered[:-1])
+        if all(map(operator.eq, starts, stops)):
+            return []  # each range starts where the one before it stops: they tile the data
     overlaps: list[str] = []
     holes: list[str] = []
     position = 0

@@ -71,6 +71,11 @@ class ZipRecords:
         """Whether the archive holds the storage's record."""
         return self.name(storage.key) in self.entries
 
+    def missing(self, storages: list[Storage]) -> list[Storage]:
+        """The storages whose record the archive lacks (:meth:`has` of each, in one pass)."""
+        folder, entries = self.folder, self.entries
+        return [s for s in storages if folder + s.key not in entries]
+
     def is_compressed(self, storage: Storage) -> bool:
         """Whether the storage's record is compressed (it cannot be read in place: see :meth:`inflate`)."""
         return self.entry(storage).compress != STORED

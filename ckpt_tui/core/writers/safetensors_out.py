@@ -13,6 +13,7 @@ written once (``{"lm_head.weight": "embed.weight"}``).
 
 from __future__ import annotations
 
+import operator
 import struct
 import zlib
 from collections.abc import Callable, Mapping
@@ -86,8 +87,14 @@ class SafetensorsWrite:
 
 
 def library_order(names_and_tensors: list[tuple[str, Tensor]]) -> list[tuple[str, Tensor]]:
-    """The library's order: dtype descending (by its enum), then name."""
-    return sorted(names_and_tensors, key=lambda item: (-_RANK[TORCH_TO_SAFETENSORS[item[1].dtype]], item[0]))
+    """The library's order: dtype descending (by its enum), then name (names sorted per dtype at C speed)."""
+    by_dtype: dict[str, list[tuple[str, Tensor]]] = {}
+    for item in names_and_tensors:
+        by_dtype.setdefault(item[1].dtype, []).append(item)
+    ordered: list[tuple[str, Tensor]] = []
+    for dtype in sorted(by_dtype, key=lambda d: -_RANK[TORCH_TO_SAFETENSORS[d]]):
+        ordered += sorted(by_dtype[dtype], key=operator.itemgetter(0))
+    return ordered
 
 
 class SafetensorsPlan:
@@ -107,7 +114,12 @@ class SafetensorsPlan:
         self.aliases: dict[str, str] = {}
         self.left_out = left_out_parts(root)
         self.tensors = library_order(self._unique(root))
-        self.sizes = [tensor.numel * itemsize(tensor.dtype) for _, tensor in self.tensors]
+        sizes: dict[tuple[tuple[int, ...], str], int] = {}  # bytes of each (shape, dtype), computed once
+        for _, tensor in self.tensors:
+            key = (tensor.shape, tensor.dtype)
+            if key not in sizes:
+                sizes[key] = tensor.numel * itemsize(tensor.dtype)
+        self.sizes = [sizes[tensor.shape, tensor.dtype] for _, tensor in self.tensors]
         self.metadata = self._metadata(metadata or {})
 
     def _unique(self, root: dict[str, Tensor]) -> list[tuple[str, Tensor]]:
@@ -115,17 +127,22 @@ class SafetensorsPlan:
         views: dict[tuple[Any, ...], list[str]] = {}
         first_view: dict[int, tuple[Any, ...]] = {}
         shared: dict[int, list[tuple[Any, ...]]] = {}
+        repeating: dict[tuple[Any, ...], bool] = {}  # by layout (offset, shape, stride, dtype): judged once each
         for name, tensor in root.items():
             storage = tensor.storage
             if storage is None or tensor.kind != "dense" or tensor.dtype not in TORCH_TO_SAFETENSORS:
                 raise WriteError(f"{name!r}: {tensor.dtype} {tensor.kind} tensors cannot be written as safetensors")
-            if repeats_far_more(tensor):
+            layout = (tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+            far = repeating.get(layout)
+            if far is None:
+                far = repeating[layout] = repeats_far_more(tensor)
+            if far:
                 raise WriteError(
                     f"{name!r}: a view of {tensor.numel} elements over {stored_span(tensor)} stored (expand, stride 0):"
                     f" safetensors cannot hold views and would write all {shown_size(tensor.nbytes)};"
                     " write .pth, which keeps the view"
                 )
-            view = (id(storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+            view = (id(storage), *layout)
             names = views.get(view)
             if names is not None:
                 names.append(name)
@@ -138,7 +155,10 @@ class SafetensorsPlan:
             _refuse_overlaps([_span(view, views[view][0]) for view in group])
         unique = []
         for names in views.values():
-            kept = min(names) if len(names) > 1 else names[0]  # the name the library's save_model keeps
+            if len(names) == 1:
+                unique.append((names[0], root[names[0]]))
+                continue
+            kept = min(names)  # the name the library's save_model keeps
             unique.append((kept, root[kept]))
             self.aliases.update((other, kept) for other in sorted(names) if other != kept)
         return unique
@@ -193,8 +213,9 @@ class SafetensorsPlan:
             run: list[DataItem] = []
             copier = _Copier(reader, out)
             offset = 0
+            copyable: dict[tuple[Any, ...], bool] = {}
             for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
-                item = self._item(reader, name, tensor, offset, size)
+                item = self._item(reader, name, tensor, offset, size, copyable)
                 offset += item.size
                 result.items.append(item)
                 if item.source_path is None:
@@ -214,8 +235,13 @@ class SafetensorsPlan:
         return result
 
     @staticmethod
-    def _item(reader: SourceReader, name: str, tensor: Tensor, offset: int, size: int) -> DataItem:
-        """Where a tensor's bytes come from: a range of a source file, or (None) converted while written."""
+    def _item(
+        reader: SourceReader, name: str, tensor: Tensor, offset: int, size: int, copyable: dict[tuple[Any, ...], bool]
+    ) -> DataItem:
+        """Where a tensor's bytes come from: a range of a source file, or (None) converted while written.
+
+        ``copyable``: whether views of a source and layout lie as they are in one file, by (source, shape, stride).
+        """
         item = DataItem(name, offset, size)
         storage = tensor.storage
         assert storage is not None
@@ -228,7 +254,11 @@ class SafetensorsPlan:
                 raise WriteError(f"{name!r}: a negated {tensor.dtype} tensor cannot be written as safetensors")
             if conj or neg:
                 return item  # the values are written with the bits applied
-        if not in_one_file(storage.source) or not tensor.is_contiguous():
+        key = (id(storage.source), tensor.shape, tensor.stride)
+        copies = copyable.get(key)
+        if copies is None:
+            copies = copyable[key] = in_one_file(storage.source) and tensor.is_contiguous()
+        if not copies:
             return item
         if item.size == 0:
             return item  # an empty tensor reads no byte, wherever its offset points (torch.load accepts it)

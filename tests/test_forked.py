@@ -1,0 +1,106 @@
+"""Work in a forked child gives the caller the same answer as work done in place, or none at all."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders import write_safetensors
+
+from ckpt_tui.cli import main
+from ckpt_tui.core import forked
+from ckpt_tui.core.check import check_checkpoint
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.weights_only import FileScan, ScanBeside, scan_file, verdict
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+
+
+def test_the_childs_json_value_comes_back() -> None:
+    child = forked.fork(lambda: {"a": [1, 2.5, None, "x\udcff"]})
+    if child is None:
+        pytest.skip("one usable core: no fork is made")
+    assert child.result() == {"a": [1, 2.5, None, "x\udcff"]}
+
+
+def test_a_child_that_raises_or_dies_gives_none_and_prints_nothing(capfd: Any) -> None:
+    def boom() -> Any:
+        raise RuntimeError("nope")
+
+    for work in (boom, lambda: os._exit(3), lambda: object()):  # raises, exits, returns no JSON value
+        child = forked.fork(work)
+        if child is None:
+            pytest.skip("one usable core: no fork is made")
+        assert child.result() is None
+    assert capfd.readouterr() == ("", "")
+
+
+def test_no_fork_while_other_threads_run() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert forked.fork(lambda: 1) is None
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_file_scan_survives_the_trip_to_json(tmp_path: Path) -> None:
+    args = argparse.Namespace(lr=0.1)
+    torch.save(
+        {"w": torch.ones(2), "args": args, "kind": argparse.Namespace, "dev": torch.device("cpu")}, tmp_path / "m.pth"
+    )
+    scan = scan_file(str(tmp_path / "m.pth"))
+    assert scan.refused
+    assert FileScan.from_wire(scan.to_wire()) == scan
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_check_gives_the_same_report_with_and_without_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    state = {f"t{i}": torch.randn(3, 4) for i in range(50)}
+    state["bad"] = torch.tensor([1.0, float("nan")])
+    path = tmp_path / f"m{suffix}"
+    if suffix == ".pth":
+        torch.save({"model": state, "epoch": 3}, path)
+    else:
+        write_safetensors(state, path)
+    beside = ScanBeside(str(path))
+    with_children = check_checkpoint(open_checkpoint(path), beside=beside).to_json()
+    monkeypatch.setattr(forked, "fork", lambda work: None)
+    alone = check_checkpoint(open_checkpoint(path)).to_json()
+    assert with_children == alone
+    assert [p["kind"] for p in alone["problems"]] == ["nan"]
+
+
+def test_the_verdict_of_a_file_opened_as_its_folder_is_the_folders(tmp_path: Path) -> None:
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write_safetensors({"a": torch.ones(2)}, folder / "model-00001-of-00002.safetensors")
+    write_safetensors({"b": torch.ones(2)}, folder / "model-00002-of-00002.safetensors")
+    index = {
+        "metadata": {},
+        "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"},
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    checkpoint = open_checkpoint(folder)
+    beside = ScanBeside(str(folder / "model-00001-of-00002.safetensors"))  # scanned another path than opened
+    assert verdict(checkpoint, beside).to_json() == verdict(checkpoint).to_json()
+
+
+def test_check_of_an_unreadable_file_still_prints_torchs_verdict(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "m.pth"
+    torch.save({"w": torch.ones(2)}, path)
+    data = bytearray(path.read_bytes())
+    path.write_bytes(bytes(data[: len(data) // 2]))  # truncated: the reader refuses it
+    assert main(["check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("ckpt-tui: ") and "Traceback" not in out + err
