@@ -225,3 +225,21 @@ async def test_not_saved_as_safetensors_names_the_browser_keys_not_cli_options(t
         await settle(pilot, "enter")
         await settle(pilot)
         assert "not saved" in status(app) and "x (extract)" in status(app) and "--extract" not in status(app)
+
+
+async def test_after_saving_a_cast_the_detail_panel_says_where_the_cast_values_are(tmp_path: Path) -> None:
+    torch.save({"w": torch.randn(4, 4)}, tmp_path / "m.pth")
+    app = CkptApp(str(tmp_path / "m.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "t")
+        prompt = pilot.app.screen.query_one("Input")
+        prompt.value = "fp16"
+        await settle(pilot, "enter", "y")
+        assert app.session.root["w"].dtype == "float16"
+        await save_as(pilot, tmp_path / "half.pth")
+        assert "no unsaved edits" in status(app)
+        await settle(pilot, "j")
+        assert "the cast values were saved to" in detail(app) and "half.pth" in detail(app)
+        assert "exist once" not in detail(app)
+    assert torch.load(tmp_path / "half.pth", weights_only=True)["w"].dtype == torch.float16

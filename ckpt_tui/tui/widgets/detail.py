@@ -265,4 +265,18 @@ class DetailPanel(VerticalScroll):
     @on(StatsFailed)
     def _stats_failed(self, message: StatsFailed) -> None:
         if message.request == self.request:
-            self._note(f"no stats: {message.error}")
+            self._note(f"no stats: {self._saved_elsewhere() or message.error}")
+
+    def _saved_elsewhere(self) -> str | None:
+        """Where the values of a cast tensor are once its cast was saved (the tree here keeps the source's)."""
+        from ckpt_tui.core.edits import CastSource
+
+        app = self.app
+        saved = getattr(app, "last_saved", None)
+        session = getattr(app, "session", None)
+        storage = self._tensor.storage if self._tensor is not None else None
+        if saved is None or session is None or session.unsaved or storage is None:
+            return None
+        if not isinstance(storage.source, CastSource):
+            return None
+        return f"the cast values were saved to {saved}: open that file to read them"
