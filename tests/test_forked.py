@@ -104,3 +104,13 @@ def test_check_of_an_unreadable_file_still_prints_torchs_verdict(tmp_path: Path,
     assert main(["check", str(path)]) == 2
     out, err = capsys.readouterr()
     assert err.startswith("ckpt-tui: ") and "Traceback" not in out + err
+
+
+def test_a_refused_fork_means_the_work_is_done_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def refused() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    assert forked.fork(lambda: 1) is None
+    torch.save({"w": torch.ones(3)}, tmp_path / "m.pth")
+    assert main(["check", str(tmp_path / "m.pth")]) == 0

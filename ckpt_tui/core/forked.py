@@ -55,8 +55,16 @@ def fork(work: Callable[[], Any]) -> Forked | None:
     """Start ``work()`` (returning a JSON value) in a forked child; None where no fork is made."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or usable_cores() < 2:
         return None
-    read, write = os.pipe()
-    pid = os.fork()
+    try:
+        read, write = os.pipe()
+    except OSError:  # out of file descriptors: the caller does the work itself
+        return None
+    try:
+        pid = os.fork()
+    except OSError:  # no fork allowed here (process limits, a sandbox)
+        os.close(read)
+        os.close(write)
+        return None
     if pid == 0:  # the child: run, write, and leave without running the parent's exit handlers
         code = 1
         try:
