@@ -239,7 +239,7 @@ async def test_after_saving_a_cast_the_detail_panel_says_where_the_cast_values_a
         assert app.session.root["w"].dtype == "float16"
         await save_as(pilot, tmp_path / "half.pth")
         assert "no unsaved edits" in status(app)
-        await settle(pilot, "j")
+        await settle(pilot, "j", "enter")  # enter: the stats at once (without it, once the cursor rests)
         assert "the cast values were saved to" in detail(app) and "half.pth" in detail(app)
         assert "exist once" not in detail(app)
     assert torch.load(tmp_path / "half.pth", weights_only=True)["w"].dtype == torch.float16
