@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
+from ckpt_tui.core.process import gc_paused
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.unpickle import SafeUnpickler
 from ckpt_tui.core.writers.output import EDGE, WriteLog
@@ -41,6 +42,7 @@ from ckpt_tui.core.writers.zip_writer import ALIGNMENT
 
 FULL_VERIFY_BYTES = 512 << 20
 CHUNK = 16 << 20
+SCAN_BUFFER = 1 << 20
 NOTHING_REPLACED = "nothing was replaced"
 
 
@@ -89,7 +91,8 @@ class GlobalScan(SafeUnpickler):
         self.storages: list[Any] = []
         self.persistent_load = self.storages.append  # type: ignore[method-assign,assignment]  # C speed
         self._stubs: dict[str, Any] = {}
-        super().__init__(io.BytesIO(data), None)
+        # Buffered: the C unpickler prefetches through ``peek``; on a bare BytesIO it calls ``read`` per opcode.
+        super().__init__(io.BufferedReader(io.BytesIO(data), SCAN_BUFFER), None)
 
     def find_class(self, module: str, name: str) -> Any:
         super().find_class(module, name)  # the reader's decision, recorded in unsafe_names
@@ -110,7 +113,8 @@ def scan_pickle(data: bytes) -> GlobalScan:
     """Run the scan over a whole pickle."""
     scan = GlobalScan(data)
     try:
-        scan.load()
+        with gc_paused():
+            scan.load()
     except CkptError:
         raise
     except Exception as exc:  # a pickle the writer produced must load; anything else is a failed write
@@ -139,20 +143,50 @@ def verify_pth(path: Path, meant: PthWrite) -> str:
 
 
 def _check_storages(found: list[Any], meant: list[Storage]) -> None:
-    """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant."""
-    if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in found):
+    """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant.
+
+    The distinct ids in stream order must equal the ids meant, ``('storage', type, '0', location, size)``,
+    ``('storage', type, '1', ...)`` ...: one comparison of two lists says it all; a mismatch is then named.
+    """
+    try:
+        distinct = list(dict.fromkeys(found))
+    except TypeError:  # an unhashable part: not an id the writer makes
+        raise _refused("the written data.pkl holds a persistent id that is not a storage") from None
+    if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in distinct):
         raise _refused("the written data.pkl holds a persistent id that is not a storage")
-    order = list(dict.fromkeys(pid[2] for pid in found))
-    if order != [str(index) for index in range(len(meant))] or len(set(found)) != len(order):
-        raise _refused("the written data.pkl does not name its records once each, in first-use order")
-    by_key = {pid[2]: pid for pid in found}
+    kinds = {getattr(kind, "qualname", "?"): kind for kind in {pid[1] for pid in distinct}}
+    if distinct != _meant_ids(meant, kinds):
+        _name_mismatch(distinct, meant)
+
+
+def _meant_ids(meant: list[Storage], kinds: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The persistent ids meant, with the scan's stand-in for each storage type (None where it has none)."""
+    types: dict[tuple[str, str], tuple[Any, bool]] = {}
+    ids = []
     for index, storage in enumerate(meant):
+        kind = types.get((storage.type_name, storage.dtype))
+        if kind is None:
+            type_name = resolved_type(storage)
+            untyped = type_name == "UntypedStorage"
+            qualname = "torch.storage.UntypedStorage" if untyped else f"torch.{type_name}"
+            kind = types[storage.type_name, storage.dtype] = (kinds.get(qualname), untyped)
+        stub, untyped = kind
+        ids.append(("storage", stub, str(index), storage.location, storage.nbytes if untyped else storage.numel))
+    return ids
+
+
+def _name_mismatch(distinct: list[tuple[Any, ...]], meant: list[Storage]) -> None:
+    """Refuse, naming what differs between the distinct persistent ids found and the storages meant."""
+    order = [pid[2] for pid in distinct]
+    if order != [str(index) for index in range(len(meant))]:
+        raise _refused("the written data.pkl does not name its records once each, in first-use order")
+    for index, (storage, (_, kind, _, location, count)) in enumerate(zip(meant, distinct, strict=True)):
         type_name = resolved_type(storage)
         qualname = "torch.storage.UntypedStorage" if type_name == "UntypedStorage" else f"torch.{type_name}"
         numel = storage.nbytes if type_name == "UntypedStorage" else storage.numel
-        _, kind, _, location, count = by_key[str(index)]
         if (getattr(kind, "qualname", "?"), location, count) != (qualname, storage.location, numel):
             raise _refused(f"the written data.pkl names record {index} with another type, device or size")
+    raise _refused("the written data.pkl does not name its storages as meant")
 
 
 def _check_alignment(meant: PthWrite) -> None:
