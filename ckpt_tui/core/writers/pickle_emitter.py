@@ -129,6 +129,24 @@ def encode_str(text: str) -> bytes:
     return b"X" + struct.pack("<I", len(data)) + data
 
 
+class CommonLayout:
+    """The cached bytes of usual tensors in one storage layout (storage type, dtypes, location)."""
+
+    __slots__ = ("bodies", "head", "middle", "tail", "untyped")
+
+    def __init__(self, head: bytes, middle: bytes, untyped: bool, tail: bytes) -> None:
+        self.head = head
+        """The rebuild function, the argument tuple's start and the persistent id up to the storage key."""
+        self.middle = middle
+        """The location, after the key."""
+        self.untyped = untyped
+        """Whether the persistent id counts bytes (UntypedStorage), not elements."""
+        self.tail = tail
+        """Empty hooks, the dtype for ``_rebuild_tensor_v3``, and the call."""
+        self.bodies: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], bool], bytes] = {}
+        """Everything after the storage key, by (storage numel, offset, shape, stride, requires_grad)."""
+
+
 class PickleWriter:
     """Emits one pickle; storages become ``('storage', type, key, location, numel)`` persistent ids.
 
@@ -147,7 +165,7 @@ class PickleWriter:
         self._ints: dict[int, bytes] = {}
         self._tuples: dict[tuple[int, ...], bytes] = {}
         self._strings: dict[str, bytes] = {}
-        self._layouts: dict[tuple[str, str, str, str], tuple[bytes, bytes, bool, bytes]] = {}
+        self._layouts: dict[tuple[str, str, str, str], CommonLayout] = {}
         self._empty_hooks = b""
         self._pending_type: Any = None
 
@@ -340,17 +358,21 @@ class PickleWriter:
         self._put(obj)
         items = list(obj.items())
         key: Any = None
-        out, memo, save, save_tensor = self.out, self.memo, self.save, self.save_tensor
+        out, memo, save, save_tensor, usual = self.out, self.memo, self.save, self.save_tensor, self._save_usual_tensor
         try:
             for start in range(0, len(items), BATCH):
                 out += b"("
                 for key, value in items[start : start + BATCH]:
                     if type(key) is str and len(key) <= SHORT:
-                        out += encode_str(key)
+                        text = key.encode("utf-8", "surrogatepass")
+                        entry = b"X" + len(text).to_bytes(4, "little") + text
+                        if type(value) is Tensor and usual(value, entry):
+                            continue  # the common case: key and tensor in one piece
+                        out += entry
                     else:
                         save(key)
                     if type(value) is Tensor and id(value) not in memo:
-                        save_tensor(value)  # the common case, without the generic dispatch
+                        save_tensor(value)  # without the generic dispatch
                     else:
                         save(value)
                 out += b"u"
@@ -424,31 +446,82 @@ class PickleWriter:
             self.save_plain_tensor(tensor)
             self._layouts[layout] = self._common_layout(storage, tensor.dtype)
             return True
-        head, middle, untyped, tail = cached
-        numel = storage.numel * DTYPES[storage.dtype][0] if untyped else storage.numel
-        ints, tuples = self._ints, self._tuples
-        shape, stride, offset = tensor.shape, tensor.stride, tensor.offset
         key = self.storage_key(storage).encode()
+        body = self._common_body(cached, tensor)
+        self.out += b"".join((cached.head, b"X", len(key).to_bytes(4, "little"), key, body))
+        return True
+
+    def _common_body(self, layout: CommonLayout, tensor: Tensor) -> bytes:
+        """What follows the storage key in a usual tensor's bytes: location, sizes, shape, stride, hooks, end."""
+        storage = tensor.storage
+        assert storage is not None
+        numel = storage.numel * DTYPES[storage.dtype][0] if layout.untyped else storage.numel
+        return b"".join(
+            (
+                layout.middle,
+                self.int_bytes(numel),
+                b"tQ",
+                self.int_bytes(tensor.offset),
+                self.int_tuple(tensor.shape),
+                self.int_tuple(tensor.stride),
+                b"\x88" if tensor.requires_grad else b"\x89",
+                layout.tail,
+            )
+        )
+
+    def _save_usual_tensor(self, tensor: Tensor, entry: bytes) -> bool:
+        """A dict entry (``entry``: the key's bytes) whose value is a usual tensor met before in its layout.
+
+        Everything :meth:`save_tensor` does for it, in one piece: the bytes after the storage key are
+        cached per layout and tensor geometry (shape, stride, offset, storage size), which also decides
+        :func:`tensor_problem` once per geometry. False, with nothing written: not such a tensor.
+        """
+        storage = tensor.storage
+        if (
+            storage is None
+            or id(tensor) in self.memo
+            or tensor.parameter
+            or tensor.kind != "dense"
+            or tensor.metadata is not None
+            or tensor.sparse is not None
+            or tensor.python_type is not None
+            or tensor.python_state is not None
+        ):
+            return False
+        hooks = tensor.hooks
+        if not (hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata"))):
+            return False
+        layout = self._layouts.get((storage.type_name, storage.dtype, tensor.dtype, storage.location))
+        if layout is None:
+            return False
+        geometry = (storage.numel, tensor.offset, tensor.shape, tensor.stride, tensor.requires_grad)
+        body = layout.bodies.get(geometry)
+        if body is None:
+            if tensor_problem(tensor) is not None:
+                return False  # save_tensor refuses it, naming the problem
+            body = self._common_body(layout, tensor)
+            if len(layout.bodies) < 10_000:
+                layout.bodies[geometry] = body
+        self.tensors += 1
+        key = self.storage_key(storage).encode()
+        index = self.next_index
+        self.next_index = index + 1
+        self.memo[id(tensor)] = index
         self.out += b"".join(
             (
-                head,
+                entry,
+                layout.head,
                 b"X",
                 len(key).to_bytes(4, "little"),
                 key,
-                middle,
-                ints.get(numel) or self.int_bytes(numel),
-                b"tQ",
-                ints.get(offset) or self.int_bytes(offset),
-                tuples.get(shape) or self.int_tuple(shape),
-                tuples.get(stride) or self.int_tuple(stride),
-                b"\x88" if tensor.requires_grad else b"\x89",
-                tail,
+                body,
+                b"q" + bytes((index,)) if index < 256 else b"r" + index.to_bytes(4, "little"),
             )
         )
         return True
 
-    def _common_layout(self, storage: Storage, dtype: str) -> tuple[bytes, bytes, bool, bytes]:
-        """Memo fetches for one storage layout: (rebuild call and pid start, location, untyped?, hooks and end)."""
+    def _common_layout(self, storage: Storage, dtype: str) -> CommonLayout:
+        """Memo fetches for one storage layout: rebuild call and pid start, location, hooks and end."""
         type_name = resolved_type(storage)
         untyped = type_name == "UntypedStorage"
         v3 = untyped or dtype != storage.dtype
@@ -457,7 +530,7 @@ class PickleWriter:
         head = rebuild + b"((" + self._repeated_str("storage") + kind
         tail = self.global_ref("collections.OrderedDict") + b")R"
         tail += (self.global_ref(f"torch.{dtype}") if v3 else b"") + b"tR"
-        return head, self._repeated_str(storage.location), untyped, tail
+        return CommonLayout(head, self._repeated_str(storage.location), untyped, tail)
 
     def _save_hooks(self, tensor: Tensor) -> None:
         hooks = tensor.hooks

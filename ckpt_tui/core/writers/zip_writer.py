@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ckpt_tui.core.readers.zip_archive import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCATOR
@@ -109,7 +109,7 @@ class ZipWriter:
         self._added(name, encoded, start, len(header), size, crc)
         return crc
 
-    def add_numbered(self, prefix: str, first: int, members: list[tuple[memoryview | bytes, int]]) -> None:
+    def add_numbered(self, prefix: str, first: int, members: Sequence[tuple[memoryview | bytes, int]]) -> None:
         """Small members held in memory with their CRCs, named ``prefix`` + ``first``, ``first + 1``, ...
 
         The same layout as :meth:`add_bytes`, with the per-member work inline and written at the cost
