@@ -90,14 +90,15 @@ class GlobalScan(SafeUnpickler):
     def __init__(self, data: bytes) -> None:
         self.storages: list[Any] = []
         self.persistent_load = self.storages.append  # type: ignore[method-assign,assignment]  # C speed
-        self._stubs: dict[str, Any] = {}
+        self.stubs: dict[str, Any] = {}
+        """The stand-in of each global met, by name."""
         # Buffered: the C unpickler prefetches through ``peek``; on a bare BytesIO it calls ``read`` per opcode.
         super().__init__(io.BufferedReader(io.BytesIO(data), SCAN_BUFFER), None)
 
     def find_class(self, module: str, name: str) -> Any:
         super().find_class(module, name)  # the reader's decision, recorded in unsafe_names
         qualname = f"{module}.{name}"
-        stub = self._stubs.get(qualname)
+        stub = self.stubs.get(qualname)
         if stub is None:
             if qualname in REBUILD_FUNCTIONS:
                 stub = _ACCEPT_ANY
@@ -105,7 +106,7 @@ class GlobalScan(SafeUnpickler):
                 stub = OrderedDict
             else:
                 stub = type("Built", (_Built,), {"qualname": qualname})
-            self._stubs[qualname] = stub
+            self.stubs[qualname] = stub
         return stub
 
 
@@ -136,41 +137,45 @@ def verify_pth(path: Path, meant: PthWrite) -> str:
     full = check_log(path, meant.log, meant.nbytes)
     scan = scan_pickle(meant.data_pkl)  # the bytes on disk are these (checked above)
     refuse_unsafe(scan.unsafe_names, "data.pkl")
-    _check_storages(scan.storages, meant.storages)
+    _check_storages(scan, meant.storages)
     _check_alignment(meant)
     what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
     return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
 
 
-def _check_storages(found: list[Any], meant: list[Storage]) -> None:
+def _check_storages(scan: GlobalScan, meant: list[Storage]) -> None:
     """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant.
 
     The distinct ids in stream order must equal the ids meant, ``('storage', type, '0', location, size)``,
-    ``('storage', type, '1', ...)`` ...: one comparison of two lists says it all; a mismatch is then named.
+    ``('storage', type, '1', ...)`` ...: one comparison of two lists says it all (with no storage shared,
+    the ids found are those); a mismatch is then named.
     """
+    expected = _meant_ids(meant, scan.stubs)
+    if scan.storages == expected:
+        return
     try:
-        distinct = list(dict.fromkeys(found))
+        distinct = list(dict.fromkeys(scan.storages))
     except TypeError:  # an unhashable part: not an id the writer makes
         raise _refused("the written data.pkl holds a persistent id that is not a storage") from None
     if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in distinct):
         raise _refused("the written data.pkl holds a persistent id that is not a storage")
-    kinds = {getattr(kind, "qualname", "?"): kind for kind in {pid[1] for pid in distinct}}
-    if distinct != _meant_ids(meant, kinds):
+    if distinct != expected:
         _name_mismatch(distinct, meant)
 
 
-def _meant_ids(meant: list[Storage], kinds: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """The persistent ids meant, with the scan's stand-in for each storage type (None where it has none)."""
-    types: dict[tuple[str, str], tuple[Any, bool]] = {}
+def _meant_ids(meant: list[Storage], stubs: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The persistent ids meant, with the scan's stand-in for each storage type (None where it met none)."""
+    kinds: dict[tuple[str, str], tuple[Any, bool]] = {}
+    for type_name, dtype in {(storage.type_name, storage.dtype) for storage in meant}:
+        written = resolved_type(Storage("", dtype, "", 0, type_name=type_name))
+        qualname = "torch.storage.UntypedStorage" if written == "UntypedStorage" else f"torch.{written}"
+        kinds[type_name, dtype] = (stubs.get(qualname), written == "UntypedStorage")
+    if len(kinds) == 1 and not next(iter(kinds.values()))[1]:  # one typed storage class: the usual case
+        stub = next(iter(kinds.values()))[0]
+        return [("storage", stub, str(index), storage.location, storage.numel) for index, storage in enumerate(meant)]
     ids = []
     for index, storage in enumerate(meant):
-        kind = types.get((storage.type_name, storage.dtype))
-        if kind is None:
-            type_name = resolved_type(storage)
-            untyped = type_name == "UntypedStorage"
-            qualname = "torch.storage.UntypedStorage" if untyped else f"torch.{type_name}"
-            kind = types[storage.type_name, storage.dtype] = (kinds.get(qualname), untyped)
-        stub, untyped = kind
+        stub, untyped = kinds[storage.type_name, storage.dtype]
         ids.append(("storage", stub, str(index), storage.location, storage.nbytes if untyped else storage.numel))
     return ids
 
