@@ -150,12 +150,16 @@ class CommonLayout:
 class PickleWriter:
     """Emits one pickle; storages become ``('storage', type, key, location, numel)`` persistent ids.
 
-    ``storage_key`` names each storage's output record (called in first-use order).
+    ``storage_key`` names each storage's output record (called in first-use order); without one, the
+    storages are numbered 0, 1, ... in first-use order, as torch numbers them, and listed in :attr:`storages`.
     """
 
-    def __init__(self, storage_key: Callable[[Storage], str]) -> None:
+    def __init__(self, storage_key: Callable[[Storage], str] | None = None) -> None:
         self.out = bytearray(b"\x80\x02")
-        self.storage_key = storage_key
+        self.storage_key = storage_key or self._number
+        self.storages: list[Storage] = []
+        """The storages numbered, in first-use order (without a ``storage_key``)."""
+        self._numbers: dict[int, str] | None = {} if storage_key is None else None
         self.memo: dict[int, int] = {}
         self.alive: list[Any] = []
         self.next_index = 0
@@ -168,6 +172,15 @@ class PickleWriter:
         self._layouts: dict[tuple[str, str, str, str], CommonLayout] = {}
         self._empty_hooks = b""
         self._pending_type: Any = None
+
+    def _number(self, storage: Storage) -> str:
+        """The record key of a storage: its number in first-use order."""
+        assert self._numbers is not None
+        key = self._numbers.get(id(storage))
+        if key is None:
+            key = self._numbers[id(storage)] = str(len(self.storages))
+            self.storages.append(storage)
+        return key
 
     def dump(self, root: Any) -> bytes:
         """The whole pickle for ``root``; a :class:`WriteError` naming the place if any part cannot be written."""
@@ -503,7 +516,8 @@ class PickleWriter:
             if len(layout.bodies) < 10_000:
                 layout.bodies[geometry] = body
         self.tensors += 1
-        key = self.storage_key(storage).encode()
+        numbers = self._numbers
+        key = ((numbers.get(id(storage)) if numbers is not None else None) or self.storage_key(storage)).encode()
         index = self.next_index
         self.next_index = index + 1
         self.memo[id(tensor)] = index

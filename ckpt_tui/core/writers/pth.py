@@ -25,22 +25,6 @@ Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
 
 
-class RecordPlan:
-    """Output storages in first-use order, numbered as torch numbers them."""
-
-    def __init__(self) -> None:
-        self.keys: dict[int, str] = {}
-        self.storages: list[Storage] = []
-
-    def key(self, storage: Storage) -> str:
-        """The output record key of a storage (assigned on first use)."""
-        key = self.keys.get(id(storage))
-        if key is None:
-            key = self.keys[id(storage)] = str(len(self.storages))
-            self.storages.append(storage)
-        return key
-
-
 @dataclass
 class PthWrite:
     """What went into a ``.pth``: the pickle, the storages it names, the members, and the write log."""
@@ -70,10 +54,9 @@ class Emitted:
 
 def emit(root: Any) -> Emitted:
     """data.pkl for ``root``; a :class:`WriteError` naming the place of anything that cannot be written."""
-    plan = RecordPlan()
-    writer = PickleWriter(plan.key)
+    writer = PickleWriter()
     data = writer.dump(root)
-    return Emitted(data, plan.storages, writer.tensors)
+    return Emitted(data, writer.storages, writer.tensors)
 
 
 def write_pth(
