@@ -16,7 +16,7 @@ from ckpt_tui.core.writers.pickle_emitter import PickleWriter
 
 
 def general_way_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PickleWriter, "_save_usual_tensor", lambda self, tensor, entry: False)
+    monkeypatch.setattr(PickleWriter, "_save_usual_entries", lambda self, items, index, stop: index)
 
 
 def emitted(root: Any) -> bytes:

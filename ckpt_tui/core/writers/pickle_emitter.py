@@ -371,17 +371,19 @@ class PickleWriter:
         self._put(obj)
         items = list(obj.items())
         key: Any = None
-        out, memo, save, save_tensor, usual = self.out, self.memo, self.save, self.save_tensor, self._save_usual_tensor
+        out, memo, save, save_tensor, usual = self.out, self.memo, self.save, self.save_tensor, self._save_usual_entries
         try:
             for start in range(0, len(items), BATCH):
                 out += b"("
-                for key, value in items[start : start + BATCH]:
+                index, stop = start, min(start + BATCH, len(items))
+                while index < stop:
+                    index = usual(items, index, stop)  # the common case: a run of usual tensors
+                    if index == stop:
+                        break
+                    key, value = items[index]
+                    index += 1
                     if type(key) is str and len(key) <= SHORT:
-                        text = key.encode("utf-8", "surrogatepass")
-                        entry = b"X" + len(text).to_bytes(4, "little") + text
-                        if type(value) is Tensor and usual(value, entry):
-                            continue  # the common case: key and tensor in one piece
-                        out += entry
+                        out += encode_str(key)
                     else:
                         save(key)
                     if type(value) is Tensor and id(value) not in memo:
@@ -482,57 +484,74 @@ class PickleWriter:
             )
         )
 
-    def _save_usual_tensor(self, tensor: Tensor, entry: bytes) -> bool:
-        """A dict entry (``entry``: the key's bytes) whose value is a usual tensor met before in its layout.
+    def _save_usual_entries(self, items: list[tuple[Any, Any]], index: int, stop: int) -> int:
+        """Dict entries from ``items[index]`` on (before ``stop``) whose key is a short string and whose value is
+        a usual tensor met before in its layout; returns the index of the first entry that is not one.
 
-        Everything :meth:`save_tensor` does for it, in one piece: the bytes after the storage key are
-        cached per layout and tensor geometry (shape, stride, offset, storage size), which also decides
-        :func:`tensor_problem` once per geometry. False, with nothing written: not such a tensor.
+        Everything :meth:`save_tensor` does for each, key and tensor in one piece: the bytes after the storage
+        key are cached per layout and geometry (storage size, offset, shape, stride), which also decides
+        :func:`tensor_problem` once per geometry.
         """
-        storage = tensor.storage
-        if (
-            storage is None
-            or id(tensor) in self.memo
-            or tensor.parameter
-            or tensor.kind != "dense"
-            or tensor.metadata is not None
-            or tensor.sparse is not None
-            or tensor.python_type is not None
-            or tensor.python_state is not None
-        ):
-            return False
-        hooks = tensor.hooks
-        if not (hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata"))):
-            return False
-        layout = self._layouts.get((storage.type_name, storage.dtype, tensor.dtype, storage.location))
-        if layout is None:
-            return False
-        geometry = (storage.numel, tensor.offset, tensor.shape, tensor.stride, tensor.requires_grad)
-        body = layout.bodies.get(geometry)
-        if body is None:
-            if tensor_problem(tensor) is not None:
-                return False  # save_tensor refuses it, naming the problem
-            body = self._common_body(layout, tensor)
-            if len(layout.bodies) < 10_000:
-                layout.bodies[geometry] = body
-        self.tensors += 1
-        numbers = self._numbers
-        key = ((numbers.get(id(storage)) if numbers is not None else None) or self.storage_key(storage)).encode()
-        index = self.next_index
-        self.next_index = index + 1
-        self.memo[id(tensor)] = index
-        self.out += b"".join(
-            (
-                entry,
-                layout.head,
-                b"X",
-                len(key).to_bytes(4, "little"),
-                key,
-                body,
-                b"q" + bytes((index,)) if index < 256 else b"r" + index.to_bytes(4, "little"),
+        memo, layouts, numbers, storage_key, out = self.memo, self._layouts, self._numbers, self.storage_key, self.out
+        first, next_index, storages = index, self.next_index, self.storages
+        while index < stop:
+            name, tensor = items[index]
+            if type(name) is not str or len(name) > SHORT or type(tensor) is not Tensor:
+                break
+            storage = tensor.storage
+            if (
+                storage is None
+                or id(tensor) in memo
+                or tensor.parameter
+                or tensor.kind != "dense"
+                or tensor.metadata is not None
+                or tensor.sparse is not None
+                or tensor.python_type is not None
+                or tensor.python_state is not None
+            ):
+                break
+            hooks = tensor.hooks
+            if not (hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata"))):
+                break
+            layout = layouts.get((storage.type_name, storage.dtype, tensor.dtype, storage.location))
+            if layout is None:
+                break
+            geometry = (storage.numel, tensor.offset, tensor.shape, tensor.stride, tensor.requires_grad)
+            body = layout.bodies.get(geometry)
+            if body is None:
+                if tensor_problem(tensor) is not None:
+                    break  # save_tensor refuses it, naming the problem
+                body = self._common_body(layout, tensor)
+                if len(layout.bodies) < 10_000:
+                    layout.bodies[geometry] = body
+            text = name.encode("utf-8", "surrogatepass")
+            if numbers is None:
+                key = storage_key(storage).encode()
+            else:  # _number, inline
+                number = numbers.get(id(storage))
+                if number is None:
+                    number = numbers[id(storage)] = str(len(storages))
+                    storages.append(storage)
+                key = number.encode()
+            memo[id(tensor)] = next_index
+            out += b"".join(
+                (
+                    b"X",
+                    len(text).to_bytes(4, "little"),
+                    text,
+                    layout.head,
+                    b"X",
+                    len(key).to_bytes(4, "little"),
+                    key,
+                    body,
+                    b"q" + bytes((next_index,)) if next_index < 256 else b"r" + next_index.to_bytes(4, "little"),
+                )
             )
-        )
-        return True
+            next_index += 1
+            index += 1
+        self.next_index = next_index
+        self.tensors += index - first
+        return index
 
     def _common_layout(self, storage: Storage, dtype: str) -> CommonLayout:
         """Memo fetches for one storage layout: rebuild call and pid start, location, hooks and end."""
