@@ -18,7 +18,8 @@ from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
 from ckpt_tui.core.tree import Storage
 
-WINDOW = 8 << 20
+WINDOW = 1 << 20
+"""Cache-sized: the bytes read are sliced, CRC-checked and copied out while they are still in the cache."""
 SMALL = 1 << 20
 GAP = 4096
 """Bytes between two wanted ranges that :meth:`SourceReader.gather` reads through rather than seek past."""

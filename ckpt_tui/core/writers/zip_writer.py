@@ -4,8 +4,8 @@ The layout follows torch's own writer (miniz): an ``FB`` extra field pads each l
 so record data starts on a 64-byte boundary, zip64 extras carry sizes and offsets past 4 GiB,
 and a zip64 end record is always written.
 
-Members go through an :class:`~.output.Output`: small ones are gathered and written a few
-megabytes at a time (50,000 records would otherwise cost 100,000 write calls), large ones are
+Members go through an :class:`~.output.Output`: small ones are gathered and written about a
+megabyte at a time (50,000 records would otherwise cost 100,000 write calls), large ones are
 copied by the kernel.
 """
 
