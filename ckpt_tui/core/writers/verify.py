@@ -27,7 +27,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.process import gc_paused
@@ -36,9 +36,11 @@ from ckpt_tui.core.unpickle import SafeUnpickler
 from ckpt_tui.core.writers.output import EDGE, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type
 from ckpt_tui.core.writers.pth import PthWrite
-from ckpt_tui.core.writers.safetensors_out import SafetensorsWrite
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader
 from ckpt_tui.core.writers.zip_writer import ALIGNMENT
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.writers.safetensors_out import SafetensorsWrite
 
 FULL_VERIFY_BYTES = 512 << 20
 CHUNK = 16 << 20
