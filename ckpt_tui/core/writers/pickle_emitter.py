@@ -780,4 +780,9 @@ class PickleWriter:
 
 def resolved_type(storage: Storage) -> str:
     """The storage class to write: the one read, else the one torch uses for the dtype."""
-    return storage.type_name or DTYPES[storage.dtype][1] or "UntypedStorage"
+    return storage_class(storage.type_name, storage.dtype)
+
+
+def storage_class(type_name: str, dtype: str) -> str:
+    """The storage class written for a storage read as ``type_name`` (may be empty) holding ``dtype``."""
+    return type_name or DTYPES[dtype][1] or "UntypedStorage"

@@ -34,7 +34,7 @@ from ckpt_tui.core.process import gc_paused
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.unpickle import SafeUnpickler
 from ckpt_tui.core.writers.output import EDGE, WriteLog
-from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type
+from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader
 from ckpt_tui.core.writers.zip_writer import ALIGNMENT
@@ -169,12 +169,13 @@ def _meant_ids(meant: list[Storage], stubs: dict[str, Any]) -> list[tuple[Any, .
     """The persistent ids meant, with the scan's stand-in for each storage type (None where it met none)."""
     kinds: dict[tuple[str, str], tuple[Any, bool]] = {}
     for type_name, dtype in {(storage.type_name, storage.dtype) for storage in meant}:
-        written = resolved_type(Storage("", dtype, "", 0, type_name=type_name))
+        written = storage_class(type_name, dtype)
         qualname = "torch.storage.UntypedStorage" if written == "UntypedStorage" else f"torch.{written}"
         kinds[type_name, dtype] = (stubs.get(qualname), written == "UntypedStorage")
-    if len(kinds) == 1 and not next(iter(kinds.values()))[1]:  # one typed storage class: the usual case
-        stub = next(iter(kinds.values()))[0]
-        return [("storage", stub, str(index), storage.location, storage.numel) for index, storage in enumerate(meant)]
+    if len(kinds) == 1:
+        ((stub, untyped),) = kinds.values()
+        if not untyped:  # one typed storage class, the usual case: one comprehension
+            return [("storage", stub, str(i), storage.location, storage.numel) for i, storage in enumerate(meant)]
     ids = []
     for index, storage in enumerate(meant):
         stub, untyped = kinds[storage.type_name, storage.dtype]
