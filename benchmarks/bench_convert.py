@@ -13,9 +13,12 @@ readers' share), the edit, and the writer's share (emitting, writing, fsync and 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from measure import bench_files, ckpt_tui, measure, python_command, table
 
@@ -70,23 +73,60 @@ def interleaved(named: dict[str, list[str]], out: Path, repeat: int) -> list[tup
     return [(name, statistics.median(walls[name]), peaks[name]) for name in named]
 
 
+WRITER_STEPS = {
+    "emit": "  writer: data.pkl emitted",
+    "write_pth": "  writer: members written (.pth)",
+    "verify_pth": "  writer: read back and verified (.pth)",
+}
+
+
 def phases(source: Path, out: Path, repeat: int) -> dict[str, float]:
-    """Median seconds of each part of one convert, run in this process."""
+    """Median seconds of each part of one convert, run in this process with the GC paused, as the CLI runs it."""
+    from ckpt_tui.core import process
     from ckpt_tui.core.convert import ConvertOptions, apply_options
     from ckpt_tui.core.reading import open_checkpoint
-    from ckpt_tui.core.writers.save import save
+    from ckpt_tui.core.writers import save as save_module
 
     times: dict[str, list[float]] = {"read (readers)": [], "edit": [], "write + fsync + verify (writer)": []}
+    steps: dict[str, list[float]] = {name: [] for name in WRITER_STEPS}
     for _ in range(repeat):
-        clock = time.perf_counter()
-        checkpoint = open_checkpoint(source)
-        mark = _lap(times["read (readers)"], clock)
-        root, _ = apply_options(checkpoint.root, ConvertOptions(strip_prefix="module."))
-        mark = _lap(times["edit"], mark)
-        save(root, out, force=True, byteorder=checkpoint.byteorder, metadata=checkpoint.metadata)
-        _lap(times["write + fsync + verify (writer)"], mark)
+        with process.gc_paused(), timed(save_module, steps):
+            clock = time.perf_counter()
+            checkpoint = open_checkpoint(source)
+            mark = _lap(times["read (readers)"], clock)
+            root = apply_options(checkpoint.root, ConvertOptions(strip_prefix="module."))[0]
+            mark = _lap(times["edit"], mark)
+            save_module.save(root, out, force=True, byteorder=checkpoint.byteorder, metadata=checkpoint.metadata)
+            _lap(times["write + fsync + verify (writer)"], mark)
         out.unlink()
-    return {name: statistics.median(values) for name, values in times.items()}
+        del checkpoint, root
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians.update({WRITER_STEPS[name]: statistics.median(values) for name, values in steps.items() if values})
+    return medians
+
+
+@contextlib.contextmanager
+def timed(module: Any, steps: dict[str, list[float]]) -> Iterator[None]:
+    """Record the seconds of each call of ``module``'s functions named in ``steps`` (put back afterwards)."""
+    originals = {name: getattr(module, name) for name in steps}
+
+    def timer(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                steps[name].append(time.perf_counter() - start)
+
+        return call
+
+    for name in steps:
+        setattr(module, name, timer(name))
+    try:
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(module, name, function)
 
 
 def _lap(into: list[float], since: float) -> float:
@@ -111,8 +151,9 @@ def main() -> None:
 def report(parts: dict[str, float], wall: float) -> None:
     """The in-process breakdown; the rest of the whole-process wall time is start-up and imports."""
     for name, seconds in parts.items():
-        print(f"  {name:36} {seconds:6.2f} s")
-    print(f"  {'start-up, imports, exit':36} {max(0.0, wall - sum(parts.values())):6.2f} s (rest of the wall time)")
+        print(f"  {name:40} {seconds:6.2f} s")
+    whole = sum(seconds for name, seconds in parts.items() if name not in WRITER_STEPS.values())
+    print(f"  {'start-up, imports, exit':40} {max(0.0, wall - whole):6.2f} s (rest of the wall time)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The output stream of a write, and the log of what went where (what verification checks).
 
-Bytes written from memory are gathered and written a few megabytes at a time; each such stretch
+Bytes written from memory are gathered and written about a megabyte at a time; each such stretch
 is logged with its CRC and its first and last bytes (a :class:`Segment`). Large ranges copied
 from a source by the kernel are logged with where they came from and their CRC if the source
 knows it (a :class:`Copy`). Together they tile the file, so :mod:`.verify` can check every byte
@@ -19,7 +19,8 @@ from typing import BinaryIO
 
 from ckpt_tui.core.errors import Cancelled
 
-FLUSH_AT = 8 << 20
+FLUSH_AT = 1 << 20
+"""Cache-sized: the CRC of a stretch reads it while the join has just brought it into the cache."""
 EDGE = 4096
 COPY_CHUNK = 64 << 20
 WRITEBACK_EVERY = 32 << 20

@@ -129,15 +129,37 @@ def encode_str(text: str) -> bytes:
     return b"X" + struct.pack("<I", len(data)) + data
 
 
+class CommonLayout:
+    """The cached bytes of usual tensors in one storage layout (storage type, dtypes, location)."""
+
+    __slots__ = ("bodies", "head", "middle", "tail", "untyped")
+
+    def __init__(self, head: bytes, middle: bytes, untyped: bool, tail: bytes) -> None:
+        self.head = head
+        """The rebuild function, the argument tuple's start and the persistent id up to the storage key."""
+        self.middle = middle
+        """The location, after the key."""
+        self.untyped = untyped
+        """Whether the persistent id counts bytes (UntypedStorage), not elements."""
+        self.tail = tail
+        """Empty hooks, the dtype for ``_rebuild_tensor_v3``, and the call."""
+        self.bodies: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], bool], bytes] = {}
+        """Everything after the storage key, by (storage numel, offset, shape, stride, requires_grad)."""
+
+
 class PickleWriter:
     """Emits one pickle; storages become ``('storage', type, key, location, numel)`` persistent ids.
 
-    ``storage_key`` names each storage's output record (called in first-use order).
+    ``storage_key`` names each storage's output record (called in first-use order); without one, the
+    storages are numbered 0, 1, ... in first-use order, as torch numbers them, and listed in :attr:`storages`.
     """
 
-    def __init__(self, storage_key: Callable[[Storage], str]) -> None:
+    def __init__(self, storage_key: Callable[[Storage], str] | None = None) -> None:
         self.out = bytearray(b"\x80\x02")
-        self.storage_key = storage_key
+        self.storage_key = storage_key or self._number
+        self.storages: list[Storage] = []
+        """The storages numbered, in first-use order (without a ``storage_key``)."""
+        self._numbers: dict[int, str] | None = {} if storage_key is None else None
         self.memo: dict[int, int] = {}
         self.alive: list[Any] = []
         self.next_index = 0
@@ -147,9 +169,18 @@ class PickleWriter:
         self._ints: dict[int, bytes] = {}
         self._tuples: dict[tuple[int, ...], bytes] = {}
         self._strings: dict[str, bytes] = {}
-        self._layouts: dict[tuple[str, str, str, str], tuple[bytes, bytes, bool, bytes]] = {}
+        self._layouts: dict[tuple[str, str, str, str], CommonLayout] = {}
         self._empty_hooks = b""
         self._pending_type: Any = None
+
+    def _number(self, storage: Storage) -> str:
+        """The record key of a storage: its number in first-use order."""
+        assert self._numbers is not None
+        key = self._numbers.get(id(storage))
+        if key is None:
+            key = self._numbers[id(storage)] = str(len(self.storages))
+            self.storages.append(storage)
+        return key
 
     def dump(self, root: Any) -> bytes:
         """The whole pickle for ``root``; a :class:`WriteError` naming the place if any part cannot be written."""
@@ -340,17 +371,23 @@ class PickleWriter:
         self._put(obj)
         items = list(obj.items())
         key: Any = None
-        out, memo, save, save_tensor = self.out, self.memo, self.save, self.save_tensor
+        out, memo, save, save_tensor, usual = self.out, self.memo, self.save, self.save_tensor, self._save_usual_entries
         try:
             for start in range(0, len(items), BATCH):
                 out += b"("
-                for key, value in items[start : start + BATCH]:
+                index, stop = start, min(start + BATCH, len(items))
+                while index < stop:
+                    index = usual(items, index, stop)  # the common case: a run of usual tensors
+                    if index == stop:
+                        break
+                    key, value = items[index]
+                    index += 1
                     if type(key) is str and len(key) <= SHORT:
                         out += encode_str(key)
                     else:
                         save(key)
                     if type(value) is Tensor and id(value) not in memo:
-                        save_tensor(value)  # the common case, without the generic dispatch
+                        save_tensor(value)  # without the generic dispatch
                     else:
                         save(value)
                 out += b"u"
@@ -424,31 +461,100 @@ class PickleWriter:
             self.save_plain_tensor(tensor)
             self._layouts[layout] = self._common_layout(storage, tensor.dtype)
             return True
-        head, middle, untyped, tail = cached
-        numel = storage.numel * DTYPES[storage.dtype][0] if untyped else storage.numel
-        ints, tuples = self._ints, self._tuples
-        shape, stride, offset = tensor.shape, tensor.stride, tensor.offset
         key = self.storage_key(storage).encode()
-        self.out += b"".join(
-            (
-                head,
-                b"X",
-                len(key).to_bytes(4, "little"),
-                key,
-                middle,
-                ints.get(numel) or self.int_bytes(numel),
-                b"tQ",
-                ints.get(offset) or self.int_bytes(offset),
-                tuples.get(shape) or self.int_tuple(shape),
-                tuples.get(stride) or self.int_tuple(stride),
-                b"\x88" if tensor.requires_grad else b"\x89",
-                tail,
-            )
-        )
+        body = self._common_body(cached, tensor)
+        self.out += b"".join((cached.head, b"X", len(key).to_bytes(4, "little"), key, body))
         return True
 
-    def _common_layout(self, storage: Storage, dtype: str) -> tuple[bytes, bytes, bool, bytes]:
-        """Memo fetches for one storage layout: (rebuild call and pid start, location, untyped?, hooks and end)."""
+    def _common_body(self, layout: CommonLayout, tensor: Tensor) -> bytes:
+        """What follows the storage key in a usual tensor's bytes: location, sizes, shape, stride, hooks, end."""
+        storage = tensor.storage
+        assert storage is not None
+        numel = storage.numel * DTYPES[storage.dtype][0] if layout.untyped else storage.numel
+        return b"".join(
+            (
+                layout.middle,
+                self.int_bytes(numel),
+                b"tQ",
+                self.int_bytes(tensor.offset),
+                self.int_tuple(tensor.shape),
+                self.int_tuple(tensor.stride),
+                b"\x88" if tensor.requires_grad else b"\x89",
+                layout.tail,
+            )
+        )
+
+    def _save_usual_entries(self, items: list[tuple[Any, Any]], index: int, stop: int) -> int:
+        """Dict entries from ``items[index]`` on (before ``stop``) whose key is a short string and whose value is
+        a usual tensor met before in its layout; returns the index of the first entry that is not one.
+
+        Everything :meth:`save_tensor` does for each, key and tensor in one piece: the bytes after the storage
+        key are cached per layout and geometry (storage size, offset, shape, stride), which also decides
+        :func:`tensor_problem` once per geometry.
+        """
+        memo, layouts, numbers, storage_key, out = self.memo, self._layouts, self._numbers, self.storage_key, self.out
+        first, next_index, storages = index, self.next_index, self.storages
+        while index < stop:
+            name, tensor = items[index]
+            if type(name) is not str or len(name) > SHORT or type(tensor) is not Tensor:
+                break
+            storage = tensor.storage
+            if (
+                storage is None
+                or id(tensor) in memo
+                or tensor.parameter
+                or tensor.kind != "dense"
+                or tensor.metadata is not None
+                or tensor.sparse is not None
+                or tensor.python_type is not None
+                or tensor.python_state is not None
+            ):
+                break
+            hooks = tensor.hooks
+            if not (hooks is None or (type(hooks) is OrderedDict and not hooks and not hasattr(hooks, "_metadata"))):
+                break
+            layout = layouts.get((storage.type_name, storage.dtype, tensor.dtype, storage.location))
+            if layout is None:
+                break
+            geometry = (storage.numel, tensor.offset, tensor.shape, tensor.stride, tensor.requires_grad)
+            body = layout.bodies.get(geometry)
+            if body is None:
+                if tensor_problem(tensor) is not None:
+                    break  # save_tensor refuses it, naming the problem
+                body = self._common_body(layout, tensor)
+                if len(layout.bodies) < 10_000:
+                    layout.bodies[geometry] = body
+            text = name.encode("utf-8", "surrogatepass")
+            if numbers is None:
+                key = storage_key(storage).encode()
+            else:  # _number, inline
+                number = numbers.get(id(storage))
+                if number is None:
+                    number = numbers[id(storage)] = str(len(storages))
+                    storages.append(storage)
+                key = number.encode()
+            memo[id(tensor)] = next_index
+            out += b"".join(
+                (
+                    b"X",
+                    len(text).to_bytes(4, "little"),
+                    text,
+                    layout.head,
+                    b"X",
+                    len(key).to_bytes(4, "little"),
+                    key,
+                    body,
+                    b"q" + bytes((next_index,)) if next_index < 256 else b"r" + next_index.to_bytes(4, "little"),
+                )
+            )
+            next_index += 1
+            index += 1
+        self.next_index = next_index
+        self.tensors += index - first
+        return index
+
+    def _common_layout(self, storage: Storage, dtype: str) -> CommonLayout:
+        """Memo fetches for one storage layout: rebuild call and pid start, location, hooks and end."""
         type_name = resolved_type(storage)
         untyped = type_name == "UntypedStorage"
         v3 = untyped or dtype != storage.dtype
@@ -457,7 +563,7 @@ class PickleWriter:
         head = rebuild + b"((" + self._repeated_str("storage") + kind
         tail = self.global_ref("collections.OrderedDict") + b")R"
         tail += (self.global_ref(f"torch.{dtype}") if v3 else b"") + b"tR"
-        return head, self._repeated_str(storage.location), untyped, tail
+        return CommonLayout(head, self._repeated_str(storage.location), untyped, tail)
 
     def _save_hooks(self, tensor: Tensor) -> None:
         hooks = tensor.hooks
@@ -674,4 +780,9 @@ class PickleWriter:
 
 def resolved_type(storage: Storage) -> str:
     """The storage class to write: the one read, else the one torch uses for the dtype."""
-    return storage.type_name or DTYPES[storage.dtype][1] or "UntypedStorage"
+    return storage_class(storage.type_name, storage.dtype)
+
+
+def storage_class(type_name: str, dtype: str) -> str:
+    """The storage class written for a storage read as ``type_name`` (may be empty) holding ``dtype``."""
+    return type_name or DTYPES[dtype][1] or "UntypedStorage"

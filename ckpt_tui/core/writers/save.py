@@ -16,7 +16,6 @@ from typing import Any
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.writers.pth import emit, write_pth
-from ckpt_tui.core.writers.safetensors_out import SafetensorsPlan
 from ckpt_tui.core.writers.target import check_room, check_target, temporary_beside
 from ckpt_tui.core.writers.verify import verify_pth, verify_safetensors
 
@@ -77,7 +76,11 @@ def save(
     words for the ``verified`` line.
     """
     fmt = output_format(target, fmt)
-    plan = SafetensorsPlan(root, byteorder, metadata) if fmt == "safetensors" else None
+    plan = None
+    if fmt == "safetensors":
+        from ckpt_tui.core.writers.safetensors_out import SafetensorsPlan  # with numpy: not needed for a .pth
+
+        plan = SafetensorsPlan(root, byteorder, metadata)
     emitted = emit(root) if plan is None else None
     checked = check_target(target, force, inputs)
     if plan is not None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError, ReadError, WriteError
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
 from ckpt_tui.core.tree import Storage
 
-WINDOW = 8 << 20
+WINDOW = 1 << 20
+"""Cache-sized: the bytes read are sliced, CRC-checked and copied out while they are still in the cache."""
 SMALL = 1 << 20
 GAP = 4096
 """Bytes between two wanted ranges that :meth:`SourceReader.gather` reads through rather than seek past."""
@@ -134,33 +137,48 @@ class SourceReader:
             at = stop
         return found
 
-    def small_zip_record(
-        self, source: ZipRecords, storage: Storage, nbytes: int
-    ) -> tuple[memoryview, int | None] | None:
-        """A small stored zip record's bytes and CRC, its local header parsed from the window; None if not small.
+    def small_zip_records(
+        self, source: ZipRecords, storages: list[Storage], first: int, limit: int
+    ) -> list[tuple[memoryview, int]]:
+        """Bytes and CRCs of the small stored records of ``storages[first:]`` in ``source``, at most ``limit``.
 
-        The same checks as the reader's ``locate``: a local header where the directory says, the record
-        inside the file, and at least ``nbytes`` long.
+        The run stops before the first storage held elsewhere or not small. Each record gets the same
+        checks as the reader's ``locate`` (a local header where the directory says, the record inside the
+        file, at least as long as its storage); its CRC is computed and must be the source's, where the
+        record is exactly the storage's bytes. Local headers are parsed from the window: a run costs a read.
         """
-        entry = source.entries.get(source.folder + storage.key)
-        if entry is None or entry.compress != STORED or entry.size >= SMALL:
-            return None
-        path, header_at = source.path, entry.header_offset
-        window = self._windows.get(path)
-        if window is None or not (window[0] <= header_at and header_at + LOCAL.size <= window[0] + len(window[1])):
-            window = self._load(path, header_at, LOCAL.size)
-        start, data = window
-        signature, name_len, extra_len = _LOCAL_PARTS.unpack_from(data, header_at - start)
-        if signature != b"PK\x03\x04":
-            raise ReadError(f"zip member {entry.name}: bad local header (corrupt zip)")
-        begin = header_at + LOCAL.size + name_len + extra_len
-        if begin + entry.size > source.file_bytes:
-            raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
-        if entry.size < nbytes:
-            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {nbytes}")
-        if begin + nbytes > start + len(data):
-            start, data = self._load(path, begin, nbytes)
-        return data[begin - start : begin - start + nbytes], (entry.crc if entry.size == nbytes else None)
+        found: list[tuple[memoryview, int]] = []
+        entries, folder, path, file_bytes = source.entries, source.folder, source.path, source.file_bytes
+        start, data = self._windows.get(path) or (0, memoryview(b""))
+        end = start + len(data)
+        unpack_from, crc32, append = _LOCAL_PARTS.unpack_from, zlib.crc32, found.append
+        for index in range(first, min(first + limit, len(storages))):
+            storage = storages[index]
+            entry = entries.get(folder + storage.key) if storage.source is source else None
+            if entry is None or entry.compress != STORED or entry.size >= SMALL:
+                break
+            header_at, size = entry.header_offset, entry.size
+            if not (start <= header_at and header_at + LOCAL.size <= end):
+                start, data = self._load(path, header_at, LOCAL.size)
+                end = start + len(data)
+            signature, name_len, extra_len = unpack_from(data, header_at - start)
+            if signature != b"PK\x03\x04":
+                raise ReadError(f"zip member {entry.name}: bad local header (corrupt zip)")
+            begin = header_at + LOCAL.size + name_len + extra_len
+            if begin + size > file_bytes:
+                raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
+            nbytes = storage.numel * DTYPES[storage.dtype][0]
+            if size < nbytes:
+                raise ReadError(f"record {entry.name} holds {size} bytes, its storage needs {nbytes}")
+            if begin + nbytes > end:
+                start, data = self._load(path, begin, nbytes)
+                end = start + len(data)
+            record = data[begin - start : begin - start + nbytes]
+            crc = crc32(record)
+            if size == nbytes and entry.crc and entry.crc != crc:
+                raise bad_crc(storage)
+            append((record, crc))
+        return found
 
     def span(self, storage: Storage) -> SourceSpan:
         """Where ``storage``'s bytes are, checked against its record as the reader checks them."""
@@ -188,3 +206,8 @@ class SourceReader:
         if entry.size < storage.nbytes:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return SourceSpan(source.path, offset, entry.size, entry.crc if entry.size == storage.nbytes else None)
+
+
+def bad_crc(storage: Storage) -> WriteError:
+    """The error for a source record whose bytes do not have the CRC its zip directory gives."""
+    return WriteError(f"the source's record {storage.key} fails its CRC (a corrupt file, or saved with skip_data)")

@@ -27,20 +27,24 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
+from ckpt_tui.core.process import gc_paused
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.unpickle import SafeUnpickler
 from ckpt_tui.core.writers.output import EDGE, WriteLog
-from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type
+from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite
-from ckpt_tui.core.writers.safetensors_out import SafetensorsWrite
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader
 from ckpt_tui.core.writers.zip_writer import ALIGNMENT
 
+if TYPE_CHECKING:
+    from ckpt_tui.core.writers.safetensors_out import SafetensorsWrite
+
 FULL_VERIFY_BYTES = 512 << 20
 CHUNK = 16 << 20
+SCAN_BUFFER = 1 << 20
 NOTHING_REPLACED = "nothing was replaced"
 
 
@@ -88,13 +92,15 @@ class GlobalScan(SafeUnpickler):
     def __init__(self, data: bytes) -> None:
         self.storages: list[Any] = []
         self.persistent_load = self.storages.append  # type: ignore[method-assign,assignment]  # C speed
-        self._stubs: dict[str, Any] = {}
-        super().__init__(io.BytesIO(data), None)
+        self.stubs: dict[str, Any] = {}
+        """The stand-in of each global met, by name."""
+        # Buffered: the C unpickler prefetches through ``peek``; on a bare BytesIO it calls ``read`` per opcode.
+        super().__init__(io.BufferedReader(io.BytesIO(data), SCAN_BUFFER), None)
 
     def find_class(self, module: str, name: str) -> Any:
         super().find_class(module, name)  # the reader's decision, recorded in unsafe_names
         qualname = f"{module}.{name}"
-        stub = self._stubs.get(qualname)
+        stub = self.stubs.get(qualname)
         if stub is None:
             if qualname in REBUILD_FUNCTIONS:
                 stub = _ACCEPT_ANY
@@ -102,7 +108,7 @@ class GlobalScan(SafeUnpickler):
                 stub = OrderedDict
             else:
                 stub = type("Built", (_Built,), {"qualname": qualname})
-            self._stubs[qualname] = stub
+            self.stubs[qualname] = stub
         return stub
 
 
@@ -110,7 +116,8 @@ def scan_pickle(data: bytes) -> GlobalScan:
     """Run the scan over a whole pickle."""
     scan = GlobalScan(data)
     try:
-        scan.load()
+        with gc_paused():
+            scan.load()
     except CkptError:
         raise
     except Exception as exc:  # a pickle the writer produced must load; anything else is a failed write
@@ -132,27 +139,62 @@ def verify_pth(path: Path, meant: PthWrite) -> str:
     full = check_log(path, meant.log, meant.nbytes)
     scan = scan_pickle(meant.data_pkl)  # the bytes on disk are these (checked above)
     refuse_unsafe(scan.unsafe_names, "data.pkl")
-    _check_storages(scan.storages, meant.storages)
+    _check_storages(scan, meant.storages)
     _check_alignment(meant)
     what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
     return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
 
 
-def _check_storages(found: list[Any], meant: list[Storage]) -> None:
-    """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant."""
-    if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in found):
+def _check_storages(scan: GlobalScan, meant: list[Storage]) -> None:
+    """Persistent ids name the records 0, 1, ... in first-use order, with the types, devices and sizes meant.
+
+    The distinct ids in stream order must equal the ids meant, ``('storage', type, '0', location, size)``,
+    ``('storage', type, '1', ...)`` ...: one comparison of two lists says it all (with no storage shared,
+    the ids found are those); a mismatch is then named.
+    """
+    expected = _meant_ids(meant, scan.stubs)
+    if scan.storages == expected:
+        return
+    try:
+        distinct = list(dict.fromkeys(scan.storages))
+    except TypeError:  # an unhashable part: not an id the writer makes
+        raise _refused("the written data.pkl holds a persistent id that is not a storage") from None
+    if not all(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage" for pid in distinct):
         raise _refused("the written data.pkl holds a persistent id that is not a storage")
-    order = list(dict.fromkeys(pid[2] for pid in found))
-    if order != [str(index) for index in range(len(meant))] or len(set(found)) != len(order):
-        raise _refused("the written data.pkl does not name its records once each, in first-use order")
-    by_key = {pid[2]: pid for pid in found}
+    if distinct != expected:
+        _name_mismatch(distinct, meant)
+
+
+def _meant_ids(meant: list[Storage], stubs: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The persistent ids meant, with the scan's stand-in for each storage type (None where it met none)."""
+    kinds: dict[tuple[str, str], tuple[Any, bool]] = {}
+    for type_name, dtype in {(storage.type_name, storage.dtype) for storage in meant}:
+        written = storage_class(type_name, dtype)
+        qualname = "torch.storage.UntypedStorage" if written == "UntypedStorage" else f"torch.{written}"
+        kinds[type_name, dtype] = (stubs.get(qualname), written == "UntypedStorage")
+    if len(kinds) == 1:
+        ((stub, untyped),) = kinds.values()
+        if not untyped:  # one typed storage class, the usual case: one comprehension
+            return [("storage", stub, str(i), storage.location, storage.numel) for i, storage in enumerate(meant)]
+    ids = []
     for index, storage in enumerate(meant):
+        stub, untyped = kinds[storage.type_name, storage.dtype]
+        ids.append(("storage", stub, str(index), storage.location, storage.nbytes if untyped else storage.numel))
+    return ids
+
+
+def _name_mismatch(distinct: list[tuple[Any, ...]], meant: list[Storage]) -> None:
+    """Refuse, naming what differs between the distinct persistent ids found and the storages meant."""
+    order = [pid[2] for pid in distinct]
+    if order != [str(index) for index in range(len(meant))]:
+        raise _refused("the written data.pkl does not name its records once each, in first-use order")
+    for index, (storage, (_, kind, _, location, count)) in enumerate(zip(meant, distinct, strict=True)):
         type_name = resolved_type(storage)
         qualname = "torch.storage.UntypedStorage" if type_name == "UntypedStorage" else f"torch.{type_name}"
         numel = storage.nbytes if type_name == "UntypedStorage" else storage.numel
-        _, kind, _, location, count = by_key[str(index)]
         if (getattr(kind, "qualname", "?"), location, count) != (qualname, storage.location, numel):
             raise _refused(f"the written data.pkl names record {index} with another type, device or size")
+    raise _refused("the written data.pkl does not name its storages as meant")
 
 
 def _check_alignment(meant: PthWrite) -> None:

@@ -4,8 +4,8 @@ The layout follows torch's own writer (miniz): an ``FB`` extra field pads each l
 so record data starts on a 64-byte boundary, zip64 extras carry sizes and offsets past 4 GiB,
 and a zip64 end record is always written.
 
-Members go through an :class:`~.output.Output`: small ones are gathered and written a few
-megabytes at a time (50,000 records would otherwise cost 100,000 write calls), large ones are
+Members go through an :class:`~.output.Output`: small ones are gathered and written about a
+megabyte at a time (50,000 records would otherwise cost 100,000 write calls), large ones are
 copied by the kernel.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ckpt_tui.core.readers.zip_archive import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCATOR
@@ -58,12 +58,37 @@ def local_header(position: int, name: bytes, size: int, crc: int) -> bytes:
     return LOCAL.pack(b"PK\x03\x04", 45, FLAGS, 0, 0, 0x21, crc, shown, shown, len(name), len(extra)) + name + extra
 
 
+_PADDING = [_FB.pack(0x4246, pad) + _PAD[:pad] for pad in range(ALIGNMENT)]
+"""The ``FB`` extra field for each pad length (the usual local header's whole extra field)."""
+
+
+def central_record(name: bytes, offset: int, size: int, crc: int) -> bytes:
+    """A stored member's central directory record (zip64 extra where its size or offset needs one)."""
+    big, far = size >= LIMIT, offset >= LIMIT
+    extra = _zip64_extra(size if big else None, offset if far else None) if big or far else b""
+    version = 45 if extra else 20
+    shown = LIMIT if big else size
+    where = LIMIT if far else offset
+    head = CENTRAL.pack(
+        b"PK\x01\x02", version, version, FLAGS, 0, 0, 0x21, crc, shown, shown, len(name), len(extra), 0, 0, 0, 0, where
+    )
+    return head + name + extra
+
+
 class ZipWriter:
-    """Appends stored members to an :class:`Output` and finishes with the central directory."""
+    """Appends stored members to an :class:`Output` and finishes with the central directory.
+
+    Each member's central directory record is made as it is added; :meth:`close` writes them.
+    """
 
     def __init__(self, out: Output) -> None:
         self.out = out
         self.entries: list[WrittenEntry] = []
+        self._directory: list[bytes] = []
+
+    def _added(self, name: str, encoded: bytes, start: int, header_size: int, size: int, crc: int) -> None:
+        self.entries.append(WrittenEntry(name, start, start + header_size, size, crc))
+        self._directory.append(central_record(encoded, start, size, crc))
 
     def add_bytes(self, name: str, data: bytes | memoryview, crc: int | None = None) -> int:
         """A member held in memory (its CRC computed unless given); returns the CRC."""
@@ -76,37 +101,47 @@ class ZipWriter:
             header = (
                 LOCAL.pack(b"PK\x03\x04", 20, FLAGS, 0, 0, 0x21, crc, size, size, len(encoded), pad + 4)
                 + encoded
-                + _FB.pack(0x4246, pad)
-                + _PAD[:pad]
+                + _PADDING[pad]
             )
         else:
             header = local_header(start, encoded, size, crc)
         out.write_pair(header, data)
-        self.entries.append(WrittenEntry(name, start, start + len(header), size, crc))
+        self._added(name, encoded, start, len(header), size, crc)
         return crc
 
-    def add_many(self, members: list[tuple[str, memoryview | bytes, int]]) -> None:
-        """Small members held in memory, with their CRCs, written at the cost of one call.
+    def add_numbered(self, prefix: str, first: int, members: Sequence[tuple[memoryview | bytes, int]]) -> None:
+        """Small members held in memory with their CRCs, named ``prefix`` + ``first``, ``first + 1``, ...
 
-        The same layout as :meth:`add_bytes`, with the per-member work inline (a checkpoint can hold
-        50,000 small records).
+        The same layout as :meth:`add_bytes`, with the per-member work inline and written at the cost
+        of one call (a checkpoint can hold 50,000 small records).
         """
-        out, entries, local, fb = self.out, self.entries, LOCAL.pack, _FB.pack
+        out, entries, directory = self.out, self.entries, self._directory
+        local, central, padding = LOCAL.pack, CENTRAL.pack, _PADDING
         position = out.position
         pieces: list[bytes | memoryview] = []
-        for name, data, crc in members:
-            size, encoded = len(data), name.encode("utf-8")
+        for number, (data, crc) in enumerate(members, first):
+            name = prefix + str(number)
+            encoded, size = name.encode("utf-8"), len(data)
             if size >= LIMIT or position >= LIMIT:
-                header = local_header(position, encoded, size, crc)
+                header, record = (
+                    local_header(position, encoded, size, crc),
+                    central_record(encoded, position, size, crc),
+                )
             else:
                 pad = (-(position + 34 + len(encoded))) % ALIGNMENT  # 30-byte header, 4-byte FB field
                 header = (
                     local(b"PK\x03\x04", 20, FLAGS, 0, 0, 0x21, crc, size, size, len(encoded), pad + 4)
                     + encoded
-                    + fb(0x4246, pad)
-                    + _PAD[:pad]
+                    + padding[pad]
+                )
+                record = (
+                    central(
+                        b"PK\x01\x02", 20, 20, FLAGS, 0, 0, 0x21, crc, size, size, len(encoded), 0, 0, 0, 0, 0, position
+                    )
+                    + encoded
                 )
             pieces += (header, data)
+            directory.append(record)
             entries.append(WrittenEntry(name, position, position + len(header), size, crc))
             position += len(header) + size
         out.write_many(pieces, position - out.position)
@@ -121,53 +156,24 @@ class ZipWriter:
         out.position += len(placeholder)
         crc = out.stream(chunks, size)
         out.patch(start, local_header(start, encoded, size, crc))
-        self.entries.append(WrittenEntry(name, start, start + len(placeholder), size, crc))
+        self._added(name, encoded, start, len(placeholder), size, crc)
         return crc
 
     def add_copy(self, name: str, source_fd: int, source_path: str, source_offset: int, size: int, crc: int) -> None:
         """A member copied byte for byte from another file by the kernel; ``crc`` is the source's."""
         out = self.out
         start = out.position
-        header = local_header(start, name.encode("utf-8"), size, crc)
+        encoded = name.encode("utf-8")
+        header = local_header(start, encoded, size, crc)
         out.write(header)
         out.copy(source_fd, source_path, source_offset, size, crc)
-        self.entries.append(WrittenEntry(name, start, start + len(header), size, crc))
+        self._added(name, encoded, start, len(header), size, crc)
 
     def close(self) -> None:
         """Write the central directory and the (zip64) end records."""
         out = self.out
         cd_start = out.position
-        records = []
-        for entry in self.entries:
-            name = entry.name.encode("utf-8")
-            big, far = entry.size >= LIMIT, entry.offset >= LIMIT
-            extra = _zip64_extra(entry.size if big else None, entry.offset if far else None) if big or far else b""
-            version = 45 if extra else 20
-            shown = LIMIT if big else entry.size
-            where = LIMIT if far else entry.offset
-            records.append(
-                CENTRAL.pack(
-                    b"PK\x01\x02",
-                    version,
-                    version,
-                    FLAGS,
-                    0,
-                    0,
-                    0x21,
-                    entry.crc,
-                    shown,
-                    shown,
-                    len(name),
-                    len(extra),
-                    0,
-                    0,
-                    0,
-                    0,
-                    where,
-                )
-            )
-            records.append(name + extra)
-        directory = b"".join(records)
+        directory = b"".join(self._directory)
         out.write(directory)
         cd_size = len(directory)
         count = len(self.entries)
