@@ -1,5 +1,5 @@
 """``python -m ckpt_tui``: the same entry point as the ``ckpt-tui`` script."""
 
-from ckpt_tui.cli import main
+from ckpt_tui.cli import run
 
-raise SystemExit(main())
+run()

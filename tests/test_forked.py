@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -114,3 +117,20 @@ def test_a_refused_fork_means_the_work_is_done_here(monkeypatch: pytest.MonkeyPa
     assert forked.fork(lambda: 1) is None
     torch.save({"w": torch.ones(3)}, tmp_path / "m.pth")
     assert main(["check", str(tmp_path / "m.pth")]) == 0
+
+
+def test_the_script_flushes_everything_and_exits_with_the_commands_code(tmp_path: Path) -> None:
+    state = {f"layer{i}.weight": torch.ones(2) for i in range(3000)}
+    torch.save(state, tmp_path / "m.pth")
+    python = [sys.executable, "-m", "ckpt_tui"]
+    done = subprocess.run([*python, "info", "--json", str(tmp_path / "m.pth")], capture_output=True, text=True)
+    assert done.returncode == 0 and len(json.loads(done.stdout)["tensors"]) == 3000
+    broken = subprocess.run([*python, "info", str(tmp_path / "nothing.pth")], capture_output=True, text=True)
+    assert broken.returncode == 2 and broken.stderr.startswith("ckpt-tui: ") and broken.stdout == ""
+    piped = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m ckpt_tui info --json {shlex.quote(str(tmp_path / 'm.pth'))} | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
+    assert piped.stdout == '{"path":"/' and piped.stderr == ""

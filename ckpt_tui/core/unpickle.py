@@ -633,10 +633,13 @@ def load_pickle(
     protocol = _protocol(data)
     if isinstance(data, bytes) and protocol > pickle.HIGHEST_PROTOCOL:  # torch only warns; CPython refuses
         data = b"\x80" + bytes([pickle.HIGHEST_PROTOCOL]) + data[2:]
-    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    stream: BinaryIO = io.BytesIO(data) if isinstance(data, bytes) else data
     size = len(data) if isinstance(data, bytes) else _stream_size(data)
     start = _position(stream)
-    unpickler = SafeUnpickler(stream, persistent_load, known_classes, extra_globals, protocol)
+    # bytes in memory: read through a buffer (the C unpickler then reads ahead instead of calling read()
+    # per opcode); a file is read as it is, so that it stops exactly where its pickle ends
+    source: BinaryIO = io.BufferedReader(io.BytesIO(data)) if isinstance(data, bytes) else stream
+    unpickler = SafeUnpickler(source, persistent_load, known_classes, extra_globals, protocol)
     try:
         with process.gc_paused(), process.heap_cap(size):
             return unpickler.load()
