@@ -131,9 +131,9 @@ def _read_window(
 
 
 def _joined(positions: list[int], pieces: list[np.ndarray | None], index: np.ndarray) -> Gathered:
-    chosen = [pieces[p] for p in positions]
-    native = chosen[0].dtype.newbyteorder("=")  # type: ignore[union-attr]
-    values = np.concatenate(chosen, dtype=native)  # type: ignore[arg-type]
+    """One dtype's pieces (at ``positions``) as one array in native byte order."""
+    chosen = [piece for piece in (pieces[p] for p in positions) if piece is not None]
+    values: np.ndarray = np.concatenate(chosen, dtype=chosen[0].dtype.newbyteorder("="))
     bounds = np.zeros(len(chosen) + 1, np.int64)
-    np.cumsum([piece.size for piece in chosen], out=bounds[1:])  # type: ignore[union-attr]
+    np.cumsum([piece.size for piece in chosen], out=bounds[1:])
     return Gathered(values, bounds, index[positions])
