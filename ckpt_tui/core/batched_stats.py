@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ckpt_tui.core.batched_values import Gathered, ViewPlan
+from ckpt_tui.core.batched_values import Gathered, ViewPlan, view_rows
 from ckpt_tui.core.stats import CANCELLATION_LIMIT, DOT_SEGMENT, HISTOGRAM_BINS, TensorStats
 from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.values import decode_compact
@@ -106,7 +106,7 @@ class _Sums:
         total, mean, sumsq, m2 = (np.full(lengths.size, np.nan) for _ in range(4))
         for length in np.unique(lengths[lengths < DOT_SEGMENT]).tolist():
             views = np.flatnonzero(lengths == length)
-            rows = _rows(values, bounds, views, length)
+            rows = view_rows(values, bounds, views, length)
             total[views] = np.matmul(rows[:, None, :], np.ones((1, length, 1))).ravel()
             sumsq[views] = np.matmul(rows[:, None, :], rows[:, :, None]).ravel()
             part_mean = total[views] / length
@@ -118,13 +118,6 @@ class _Sums:
                 deviations[exact] = np.matmul(centred[:, None, :], centred[:, :, None]).ravel()
             m2[views] = deviations
         return cls(total, mean, sumsq, m2)
-
-
-def _rows(values: np.ndarray, bounds: np.ndarray, views: np.ndarray, length: int) -> np.ndarray:
-    """The chosen views (all ``length`` long) as the rows of one C-ordered array."""
-    if views.size * length == values.size:  # every view: the values themselves
-        return values.reshape(views.size, length)
-    return values[bounds[views, None] + np.arange(length)]
 
 
 def _stats(

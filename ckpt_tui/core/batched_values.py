@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.finite_scan import ITEMSIZES, _plan, _windows
 from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.values import numpy_dtype
+
+T = TypeVar("T")
 
 LARGE = 4 << 20
 """Views larger than this (bytes) are left to the per-tensor path, which reads them in chunks."""
@@ -41,6 +44,17 @@ class Gathered:
     """``values[bounds[i]:bounds[i + 1]]``: the i-th answered view (int64, one more than the answered)."""
     answered: np.ndarray
     """Indices (into the tensors planned) of the views read here, in the order chosen."""
+
+    def select(self, wanted: np.ndarray) -> Gathered:
+        """Only the views ``wanted`` (some of ``answered``, both ascending), in that order."""
+        if wanted.size == self.answered.size:
+            return self
+        rows = np.searchsorted(self.answered, wanted)
+        lengths = np.diff(self.bounds)[rows]
+        bounds = np.zeros(rows.size + 1, np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        taken = np.repeat(self.bounds[rows] - bounds[:-1], lengths) + np.arange(bounds[-1])
+        return Gathered(self.values[taken], bounds, wanted)
 
 
 def batchable(tensor: Tensor, nbytes: int) -> bool:
@@ -100,6 +114,13 @@ def gather(
     return ViewPlan(tensors).gather(range(len(tensors)), byteorder, cancelled)
 
 
+def view_rows(values: np.ndarray, bounds: np.ndarray, views: np.ndarray, length: int) -> np.ndarray:
+    """The chosen views (all ``length`` long) as the rows of one C-ordered array."""
+    if views.size * length == values.size:  # every view: the values themselves
+        return values.reshape(views.size, length)
+    return values[bounds[views, None] + np.arange(length)]
+
+
 def _read_window(
     path: str,
     window: list[int],
@@ -137,3 +158,61 @@ def _joined(positions: list[int], pieces: list[np.ndarray | None], index: np.nda
     bounds = np.zeros(len(chosen) + 1, np.int64)
     np.cumsum([piece.size for piece in chosen], out=bounds[1:])
     return Gathered(values, bounds, index[positions])
+
+
+MIN_BATCHED = 64
+"""Fewer small views than this are read each on its own: a batch saves nothing on so few."""
+
+Measure = Callable[[str, str, Gathered, Gathered], dict[int, T]]
+"""What a caller computes over a batch of pairs: from the two sides' dtypes and values (the same
+views, aligned), a result per pair index it answers."""
+
+
+class PairBatches(Generic[T]):
+    """Pairs of same-shaped small views (A's and B's), planned once and read a batch of about
+    :data:`BATCH_BYTES` at a time, each batch when the caller reaches its first pair."""
+
+    def __init__(self, pairs: Sequence[tuple[Tensor, Tensor]], byteorders: tuple[str, str]) -> None:
+        self.byteorders = byteorders
+        sizes = [x.nbytes for x, _ in pairs]
+        chosen = [
+            index
+            for index, ((x, y), size) in enumerate(zip(pairs, sizes, strict=True))
+            if x.shape == y.shape and batchable(x, size) and batchable(y, y.nbytes)
+        ]
+        self.pairs = chosen if len(chosen) >= MIN_BATCHED else []
+        self.plans = (ViewPlan([pairs[i][0] for i in self.pairs]), ViewPlan([pairs[i][1] for i in self.pairs]))
+        self.bounds = batch_bounds([sizes[i] for i in self.pairs])
+        self.next = 0
+
+    def read_until(
+        self, position: int, measure: Measure[T], cancelled: Callable[[], bool] | None = None
+    ) -> dict[int, T]:
+        """The results of every batch whose first pair is at or before pair ``position`` not read yet, by pair."""
+        found: dict[int, T] = {}
+        while self.next + 1 < len(self.bounds) and self.pairs[self.bounds[self.next]] <= position:
+            chosen = range(self.bounds[self.next], self.bounds[self.next + 1])
+            self.next += 1
+            sides = [
+                plan.gather(chosen, order, cancelled) for plan, order in zip(self.plans, self.byteorders, strict=True)
+            ]
+            for dtype_a, a in sides[0].items():
+                for dtype_b, b in sides[1].items():
+                    both = np.intersect1d(a.answered, b.answered)
+                    if both.size:
+                        answers = measure(dtype_a, dtype_b, a.select(both), b.select(both))
+                        found.update((self.pairs[index], result) for index, result in answers.items())
+        return found
+
+
+def batch_bounds(sizes: list[int]) -> list[int]:
+    """Where batches of about :data:`BATCH_BYTES` start and end: batch k is ``bounds[k]`` to ``bounds[k + 1]``."""
+    bounds, held = [0], 0
+    for index, size in enumerate(sizes):
+        held += size
+        if held >= BATCH_BYTES:
+            bounds.append(index + 1)
+            held = 0
+    if bounds[-1] < len(sizes):
+        bounds.append(len(sizes))
+    return bounds

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.batched_stats import planned_stats
-from ckpt_tui.core.batched_values import BATCH_BYTES, ViewPlan, batchable
+from ckpt_tui.core.batched_values import MIN_BATCHED, ViewPlan, batch_bounds, batchable
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_slash
 from ckpt_tui.core.stats import TensorStats, tensor_stats
@@ -23,8 +23,6 @@ from ckpt_tui.core.tree import Tensor, walk
 
 COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
 """The columns, in the order of the table and of ``stats --json``'s objects."""
-MIN_BATCHED = 64
-"""Tables with fewer small views read each on its own: a batch saves nothing on so few."""
 ASCENDING = frozenset({"path", "dtype"})
 """Columns sorted A→Z; every other column sorts largest first (``--sort norm``: the biggest norms on top)."""
 
@@ -157,15 +155,7 @@ class _Batches:
         self.views = list(first)
         self.positions = list(first.values())
         self.plan = ViewPlan([tensors[position][1] for position in self.positions])
-        self.bounds: list[int] = [0]  # batch k: views bounds[k] to bounds[k + 1]
-        held = 0
-        for index, position in enumerate(self.positions):
-            held += sizes[position]
-            if held >= BATCH_BYTES:
-                self.bounds.append(index + 1)
-                held = 0
-        if self.bounds[-1] < len(self.positions):
-            self.bounds.append(len(self.positions))
+        self.bounds = batch_bounds([sizes[position] for position in self.positions])
         self.next = 0
 
     def read_until(
