@@ -184,6 +184,8 @@ class PairBatches(Generic[T]):
         self.plans = (ViewPlan([pairs[i][0] for i in self.pairs]), ViewPlan([pairs[i][1] for i in self.pairs]))
         self.bounds = batch_bounds([sizes[i] for i in self.pairs])
         self.next = 0
+        self.upcoming = self._first_pair()
+        """The pair at which the next batch is read (past every pair when none is left)."""
 
     def read_until(
         self, position: int, measure: Measure[T], cancelled: Callable[[], bool] | None = None
@@ -202,7 +204,11 @@ class PairBatches(Generic[T]):
                     if both.size:
                         answers = measure(dtype_a, dtype_b, a.select(both), b.select(both))
                         found.update((self.pairs[index], result) for index, result in answers.items())
+        self.upcoming = self._first_pair()
         return found
+
+    def _first_pair(self) -> int:
+        return self.pairs[self.bounds[self.next]] if self.next + 1 < len(self.bounds) else 1 << 62
 
 
 def batch_bounds(sizes: list[int]) -> list[int]:

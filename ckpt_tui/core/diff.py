@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ from ckpt_tui.core.batched_values import Gathered, PairBatches
 from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.fingerprint import Fingerprints
-from ckpt_tui.core.keypath import Attr, KeyPath, to_python, to_slash
+from ckpt_tui.core.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.tree import Checkpoint, Opaque, Tensor, children, has_children
 from ckpt_tui.core.values import decode, paired_chunks
 
@@ -86,15 +86,20 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
     if _is_leaf(root):  # a file holding one tensor or one value
         return {(): root}
     out: dict[KeyPath, Any] = {}
-    expanded: set[int] = set()
-    stack: list[tuple[KeyPath, Any]] = [((), root)]
-    while stack:
-        path, value = stack.pop()
-        if path and (_is_leaf(value) or id(value) in expanded):
-            out[path] = value
-            continue
-        expanded.add(id(value))
-        stack.extend(((*path, key), kid) for key, kid in reversed(list(children(value))))
+    expanded: set[int] = {id(root)}
+    stack: list[tuple[KeyPath, Iterator[tuple[Key, Any]]]] = [((), children(root))]
+    while stack:  # depth first, each container's children in order
+        path, kids = stack[-1]
+        for key, kid in kids:
+            where = (*path, key)
+            if type(kid) is Tensor or _is_leaf(kid) or id(kid) in expanded:
+                out[where] = kid
+                continue
+            expanded.add(id(kid))
+            stack.append((where, children(kid)))
+            break
+        else:
+            stack.pop()
     return out
 
 
@@ -162,15 +167,16 @@ def diff(
     for index, path in enumerate(common):
         if progress is not None:
             progress(index, len(common))
-        x, y, key = left[path], right[path], key_text(path)
+        x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor):
-            if _diff_tensors(key, x, y, report):
-                answered.update(batches.read_until(position, measure))
+            if _diff_tensors(path, x, y, report):
+                if position >= batches.upcoming:
+                    answered.update(batches.read_until(position, measure))
                 result = answered.pop(position) if position in answered else _compared(x, y, a.byteorder, b.byteorder)
-                _record(key, result, report)
+                _record(path, result, report)
                 position += 1
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
-            report.other_changes.append((key, _short(x), _short(y)))
+            report.other_changes.append((key_text(path), _short(x), _short(y)))
     return report
 
 
@@ -183,8 +189,12 @@ def _kind(tensor: Tensor) -> str:
     return f"{name}(requires_grad={tensor.requires_grad})"
 
 
-def _diff_tensors(key: str, x: Tensor, y: Tensor, report: DiffReport) -> bool:
+def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport) -> bool:
     """Record how two tensors differ but for their values; whether their values are to be compared."""
+    same_meta = x.device == y.device and (x.parameter, x.requires_grad) == (y.parameter, y.requires_grad)
+    if same_meta and x.kind == y.kind and x.shape == y.shape and x.dtype == y.dtype:
+        return True  # the usual case, with nothing to record
+    key = key_text(path)
     if x.device != y.device:
         report.other_changes.append((key, f"saved on {x.device}", f"saved on {y.device}"))
     if (x.parameter, x.requires_grad) != (y.parameter, y.requires_grad):
@@ -213,14 +223,14 @@ def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
         return str(exc)
 
 
-def _record(key: str, result: _Compared, report: DiffReport) -> None:
+def _record(path: KeyPath, result: _Compared, report: DiffReport) -> None:
     if result is None:
         report.identical_tensors += 1
     elif isinstance(result, str):
-        report.unreadable.append((key, result))
+        report.unreadable.append((key_text(path), result))
     else:
         max_abs, close, nan_mismatch = result
-        report.value_changes.append(TensorDiff(key, max_abs, close, nan_mismatch))
+        report.value_changes.append(TensorDiff(key_text(path), max_abs, close, nan_mismatch))
 
 
 def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:

@@ -108,7 +108,8 @@ def layer_change(
         if not isinstance(y, Tensor):
             report.layers.append(_compare(path, x, y, a.byteorder, b.byteorder, cancelled))
             continue
-        answered.update(batches.read_until(position, _measure_batch, cancelled))
+        if position >= batches.upcoming:
+            answered.update(batches.read_until(position, _measure_batch, cancelled))
         found = answered.pop(position, None)
         position += 1
         if found is None:
