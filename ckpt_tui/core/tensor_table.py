@@ -23,6 +23,8 @@ from ckpt_tui.core.tree import Tensor, walk
 
 COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
 """The columns, in the order of the table and of ``stats --json``'s objects."""
+_STATS_FIELDS = frozenset({"min", "max", "mean", "std", "norm", "absmax"})
+"""Columns that are fields of :class:`~ckpt_tui.core.stats.TensorStats` as they are."""
 ASCENDING = frozenset({"path", "dtype"})
 """Columns sorted A→Z; every other column sorts largest first (``--sort norm``: the biggest norms on top)."""
 
@@ -53,6 +55,8 @@ class TensorRow:
 
     def value(self, column: str) -> Any:
         """A column's value (None where no statistics were read, or there were no finite values)."""
+        if column in _STATS_FIELDS:  # the usual question first
+            return None if self.stats is None else getattr(self.stats, column)
         if column == "path":
             return self.path
         if column in ("shape", "dtype", "numel"):
@@ -121,7 +125,8 @@ def tensor_rows(
             yield TensorRow(path, tensor, None, reason)
             done += size
             continue
-        batches.read_until(position, seen, byteorder, cancelled)
+        if position >= batches.upcoming:
+            batches.read_until(position, seen, byteorder, cancelled)
         if view not in seen:
             seen[view] = _read(tensor, byteorder, cancelled, progress, done, total)
         found = seen[view]
@@ -157,6 +162,8 @@ class _Batches:
         self.plan = ViewPlan([tensors[position][1] for position in self.positions])
         self.bounds = batch_bounds([sizes[position] for position in self.positions])
         self.next = 0
+        self.upcoming = self._first_row()
+        """The row at which the next batch is read (past every row when none is left)."""
 
     def read_until(
         self,
@@ -171,6 +178,10 @@ class _Batches:
             self.next += 1
             for index, stats in planned_stats(self.plan, chosen, byteorder, cancelled).items():
                 seen[self.views[index]] = stats
+        self.upcoming = self._first_row()
+
+    def _first_row(self) -> int:
+        return self.positions[self.bounds[self.next]] if self.next + 1 < len(self.bounds) else 1 << 62
 
 
 def _read(
