@@ -1,12 +1,13 @@
 """Statistics of many small tensors at once: the figures :func:`~ckpt_tui.core.stats.tensor_stats` gives.
 
-The views' values come from :func:`~ckpt_tui.core.batched_values.gather`; every figure is then taken
-over all of them with one vectorised op (``np.add.reduceat`` over the views' bounds): counts, zeros,
-min and max exactly as the per-tensor pass takes them, sums and sums of squares in float64, squared
-deviations by the same rule as :func:`~ckpt_tui.core.stats._finite_block`, and the 24-bin histogram
-over each view's own [min, max] with the same edges. A view holding a NaN or an Inf, one whose sums
-overflow, or one whose range is too narrow or wide to split, is left out: the caller reads it the
-exact way.
+The views' values come a batch at a time from :class:`~ckpt_tui.core.batched_values.ViewPlan`; every
+figure is then taken over all of them at once, and equals the per-tensor pass's bit for bit: counts,
+zeros, min and max with ``np.*.reduceat`` over the views' bounds; sums and sums of squares with the same
+BLAS dot products (stacked, one per view: :class:`_Sums`), squared deviations by the same rule as
+:func:`~ckpt_tui.core.stats._finite_block`; the 24-bin histogram over each view's own [min, max] with the
+same edges. A view holding a NaN or an Inf, one whose sums overflow, one of :data:`DOT_SEGMENT`
+elements or more, or one whose range is too narrow or wide to split, is left out: the caller reads it
+the exact way.
 """
 
 from __future__ import annotations

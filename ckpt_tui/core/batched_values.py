@@ -9,8 +9,8 @@ asked, into one array: callers then work over every view at once (``np.add.reduc
 
 Only that common case is answered: views over :data:`LARGE` bytes, compressed records, views that are
 not row-major in one record, dtypes outside float and integer, a view with a ``neg`` bit, and a short
-read are left out (``answered`` is False): the caller reads those the exact, per-tensor way, which
-gives the same figures and raises the same errors as always.
+read are left out (in no :attr:`Gathered.answered`): the caller reads those the exact, per-tensor way,
+which gives the same figures and raises the same errors as always.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Gathered:
 
 
 def batchable(tensor: Tensor, nbytes: int) -> bool:
-    """Whether a view of ``nbytes`` may be answered here (small, plain dtype, no ``neg`` bit); :func:`gather`
+    """Whether a view of ``nbytes`` may be answered here (small, plain dtype, no ``neg`` bit); the plan
     checks the rest."""
     return 0 < nbytes <= LARGE and tensor.dtype in ITEMSIZES and not tensor.metadata
 
@@ -105,13 +105,6 @@ class ViewPlan:
             if piece is not None:
                 by_dtype.setdefault(self.tensors[index[position]].dtype, []).append(position)
         return {dtype: _joined(positions, pieces, index) for dtype, positions in by_dtype.items()}
-
-
-def gather(
-    tensors: Sequence[Tensor], byteorder: str = "little", cancelled: Callable[[], bool] | None = None
-) -> dict[str, Gathered]:
-    """The values of every view answered here, by dtype (one batch: plan and read)."""
-    return ViewPlan(tensors).gather(range(len(tensors)), byteorder, cancelled)
 
 
 def view_rows(values: np.ndarray, bounds: np.ndarray, views: np.ndarray, length: int) -> np.ndarray:
