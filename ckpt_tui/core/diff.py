@@ -246,6 +246,16 @@ def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: G
         same = np.add.reduceat(a.values.view(bits) != b.values.view(bits), starts) == 0
     else:  # read in different byte orders, values are compared even when equal (as the per-pair path does)
         same = np.zeros(starts.size, np.bool_)
+    found: dict[int, _Compared] = dict.fromkeys(a.answered[same].tolist())
+    differ = a.answered[~same]
+    if differ.size:
+        found.update(_differences(dtype, a.select(differ), b.select(differ)))
+    return found
+
+
+def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
+    """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too)."""
+    starts = a.bounds[:-1]
     with np.errstate(all="ignore"):
         va, vb = decode(a.values, dtype), decode(b.values, dtype)
         delta = np.abs(va - vb)
@@ -253,15 +263,8 @@ def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: G
         usable = np.isfinite(np.add.reduceat(delta, starts)) & np.isfinite(np.add.reduceat(wide, starts))
         max_abs = np.maximum.reduceat(delta, starts)
         close = np.add.reduceat(~(delta <= ATOL + RTOL * wide), starts) == 0
-    found: dict[int, _Compared] = {}
-    for index, identical, ok, largest, near in zip(
-        a.answered.tolist(), same.tolist(), usable.tolist(), max_abs.tolist(), close.tolist(), strict=True
-    ):
-        if identical:
-            found[index] = None
-        elif ok:
-            found[index] = (largest, near, False)
-    return found
+    rows = zip(a.answered.tolist(), usable.tolist(), max_abs.tolist(), close.tolist(), strict=True)
+    return {index: (largest, near, False) for index, ok, largest, near in rows if ok}
 
 
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
