@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ckpt_tui.core import edits
+from ckpt_tui.core.batched_values import Gathered, PairBatches
 from ckpt_tui.core.describe import short_repr
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.fingerprint import Fingerprints
-from ckpt_tui.core.keypath import Attr, KeyPath, to_python, to_slash
+from ckpt_tui.core.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.tree import Checkpoint, Opaque, Tensor, children, has_children
 from ckpt_tui.core.values import decode, paired_chunks
 
@@ -84,15 +86,20 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
     if _is_leaf(root):  # a file holding one tensor or one value
         return {(): root}
     out: dict[KeyPath, Any] = {}
-    expanded: set[int] = set()
-    stack: list[tuple[KeyPath, Any]] = [((), root)]
-    while stack:
-        path, value = stack.pop()
-        if path and (_is_leaf(value) or id(value) in expanded):
-            out[path] = value
-            continue
-        expanded.add(id(value))
-        stack.extend(((*path, key), kid) for key, kid in reversed(list(children(value))))
+    expanded: set[int] = {id(root)}
+    stack: list[tuple[KeyPath, Iterator[tuple[Key, Any]]]] = [((), children(root))]
+    while stack:  # depth first, each container's children in order
+        path, kids = stack[-1]
+        for key, kid in kids:
+            where = (*path, key)
+            if type(kid) is Tensor or _is_leaf(kid) or id(kid) in expanded:
+                out[where] = kid
+                continue
+            expanded.add(id(kid))
+            stack.append((where, children(kid)))
+            break
+        else:
+            stack.pop()
     return out
 
 
@@ -148,14 +155,28 @@ def diff(
     )
     common = [k for k in left if k in right]
     prints_a, prints_b = Fingerprints(), Fingerprints()
+    compared: list[tuple[Tensor, Tensor]] = []  # the pairs whose values are compared, in order
+    for path in common:
+        x, y = left[path], right[path]
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype:
+            compared.append((x, y))
+    batches: PairBatches[_Compared] = PairBatches(compared, (a.byteorder, b.byteorder))
+    measure = functools.partial(_compare_batch, a.byteorder == b.byteorder)
+    answered: dict[int, _Compared] = {}
+    position = 0
     for index, path in enumerate(common):
         if progress is not None:
             progress(index, len(common))
-        x, y, key = left[path], right[path], key_text(path)
+        x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor):
-            _diff_tensors(key, x, y, a.byteorder, b.byteorder, report)
+            if _diff_tensors(path, x, y, report):
+                if position >= batches.upcoming:
+                    answered.update(batches.read_until(position, measure))
+                result = answered.pop(position) if position in answered else _compared(x, y, a.byteorder, b.byteorder)
+                _record(path, result, report)
+                position += 1
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
-            report.other_changes.append((key, _short(x), _short(y)))
+            report.other_changes.append((key_text(path), _short(x), _short(y)))
     return report
 
 
@@ -168,7 +189,12 @@ def _kind(tensor: Tensor) -> str:
     return f"{name}(requires_grad={tensor.requires_grad})"
 
 
-def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, report: DiffReport) -> None:
+def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport) -> bool:
+    """Record how two tensors differ but for their values; whether their values are to be compared."""
+    same_meta = x.device == y.device and (x.parameter, x.requires_grad) == (y.parameter, y.requires_grad)
+    if same_meta and x.kind == y.kind and x.shape == y.shape and x.dtype == y.dtype:
+        return True  # the usual case, with nothing to record
+    key = key_text(path)
     if x.device != y.device:
         report.other_changes.append((key, f"saved on {x.device}", f"saved on {y.device}"))
     if (x.parameter, x.requires_grad) != (y.parameter, y.requires_grad):
@@ -177,21 +203,68 @@ def _diff_tensors(key: str, x: Tensor, y: Tensor, order_a: str, order_b: str, re
         report.other_changes.append((key, x.kind, y.kind))
     if x.shape != y.shape:
         report.shape_changes.append((key, x.shape, y.shape))
-        return
+        return False
     if x.dtype != y.dtype:
         report.dtype_changes.append((key, x.dtype, y.dtype))
-        return
+        return False
+    return True
+
+
+_Compared = tuple[float, bool, bool] | str | None
+"""How two tensors' values compare: None (bit-identical), (max |a-b|, allclose, NaN positions differ), or
+why they could not be read."""
+
+
+def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
     try:
         with np.errstate(all="ignore"):
-            result = _compare_values(x, y, order_a, order_b)
+            return _compare_values(x, y, order_a, order_b)
     except CkptError as exc:
-        report.unreadable.append((key, str(exc)))
-        return
+        return str(exc)
+
+
+def _record(path: KeyPath, result: _Compared, report: DiffReport) -> None:
     if result is None:
         report.identical_tensors += 1
+    elif isinstance(result, str):
+        report.unreadable.append((key_text(path), result))
     else:
         max_abs, close, nan_mismatch = result
-        report.value_changes.append(TensorDiff(key, max_abs, close, nan_mismatch))
+        report.value_changes.append(TensorDiff(key_text(path), max_abs, close, nan_mismatch))
+
+
+def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
+    """:func:`_compare_values` over a batch of pairs (same dtype, same element counts): the pairs it answers.
+
+    Pairs whose bits differ and that hold a NaN or an Inf (or whose difference overflows) are left out.
+    """
+    if dtype != dtype_b:
+        return {}
+    starts = a.bounds[:-1]
+    if same_order:
+        bits = np.dtype(f"u{a.values.dtype.itemsize}")
+        same = np.add.reduceat(a.values.view(bits) != b.values.view(bits), starts) == 0
+    else:  # read in different byte orders, values are compared even when equal (as the per-pair path does)
+        same = np.zeros(starts.size, np.bool_)
+    found: dict[int, _Compared] = dict.fromkeys(a.answered[same].tolist())
+    differ = a.answered[~same]
+    if differ.size:
+        found.update(_differences(dtype, a.select(differ), b.select(differ)))
+    return found
+
+
+def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
+    """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too)."""
+    starts = a.bounds[:-1]
+    with np.errstate(all="ignore"):
+        va, vb = decode(a.values, dtype), decode(b.values, dtype)
+        delta = np.abs(va - vb)
+        wide = np.abs(vb)
+        usable = np.isfinite(np.add.reduceat(delta, starts)) & np.isfinite(np.add.reduceat(wide, starts))
+        max_abs = np.maximum.reduceat(delta, starts)
+        close = np.add.reduceat(~(delta <= ATOL + RTOL * wide), starts) == 0
+    rows = zip(a.answered.tolist(), usable.tolist(), max_abs.tolist(), close.tolist(), strict=True)
+    return {index: (largest, near, False) for index, ok, largest, near in rows if ok}
 
 
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:

@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_tui.core.batched_values import Gathered, PairBatches, view_rows
 from ckpt_tui.core.diff import compared_leaves, key_text, normalized
 from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.keypath import KeyPath, to_json
-from ckpt_tui.core.stats import tensor_stats
+from ckpt_tui.core.stats import DOT_SEGMENT, tensor_stats
 from ckpt_tui.core.tree import Checkpoint, Tensor
 from ckpt_tui.core.values import decode, paired_chunks
 
@@ -96,11 +97,26 @@ def layer_change(
     left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
     report = LayerChangeReport()
     tensors_a = [(p, v) for p, v in left.items() if isinstance(v, Tensor)]
+    paired = [(x, y) for p, x in tensors_a if isinstance(y := right.get(p), Tensor)]
+    batches: PairBatches[LayerChange] = PairBatches(paired, (a.byteorder, b.byteorder))
+    answered: dict[int, LayerChange] = {}
+    position = 0
     for index, (path, x) in enumerate(tensors_a):
         if progress is not None:
             progress(index, len(tensors_a))
         y = right.get(path)
-        report.layers.append(_compare(path, x, y, a.byteorder, b.byteorder, cancelled))
+        if not isinstance(y, Tensor):
+            report.layers.append(_compare(path, x, y, a.byteorder, b.byteorder, cancelled))
+            continue
+        if position >= batches.upcoming:
+            answered.update(batches.read_until(position, _measure_batch, cancelled))
+        found = answered.pop(position, None)
+        position += 1
+        if found is None:
+            found = _compare(path, x, y, a.byteorder, b.byteorder, cancelled)
+        else:
+            found.path = path
+        report.layers.append(found)
     report.layers += [
         LayerChange(p, note="only in B") for p, v in right.items() if isinstance(v, Tensor) and p not in left
     ]
@@ -142,6 +158,11 @@ def _measure(
                 nonfinite += int(repeats[~finite].sum())
                 sums = _sums(va[finite], vb[finite], repeats[finite])
         aa, bb, dd, ab = aa + sums[0], bb + sums[1], dd + sums[2], ab + sums[3]
+    return _change(path, aa, bb, dd, ab, nonfinite)
+
+
+def _change(path: KeyPath, aa: float, bb: float, dd: float, ab: float, nonfinite: int) -> LayerChange:
+    """The row of a layer from its sums Σa², Σb², Σ(a−b)², Σab."""
     norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
     if norm_a > 0:
         relative: float | None = math.sqrt(dd) / norm_a
@@ -151,6 +172,33 @@ def _measure(
     if cosine is not None:
         cosine = max(-1.0, min(1.0, cosine))
     return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
+
+
+def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, LayerChange]:
+    """:func:`_measure` over a batch of pairs (each the same element count on both sides): the rows of
+    the pairs whose values are all finite, by pair (their ``path`` set by the caller). Views of one length
+    are summed together with stacked dot products, bit for bit as ``np.dot`` sums each pair."""
+    found: dict[int, LayerChange] = {}
+    with np.errstate(all="ignore"):
+        va, vb = decode(a.values, dtype_a), decode(b.values, dtype_b)
+        lengths = np.diff(a.bounds)
+        for length in np.unique(lengths[lengths < DOT_SEGMENT]).tolist():
+            views = np.flatnonzero(lengths == length)
+            rows_a, rows_b = view_rows(va, a.bounds, views, length), view_rows(vb, a.bounds, views, length)
+            delta = rows_a - rows_b
+            sums = [_row_dots(u, v) for u, v in ((rows_a, rows_a), (rows_b, rows_b), (delta, delta), (rows_a, rows_b))]
+            finite = np.isfinite(sums[0]) & np.isfinite(sums[1]) & np.isfinite(sums[2]) & np.isfinite(sums[3])
+            for view, ok, aa, bb, dd, ab in zip(
+                views.tolist(), finite.tolist(), *(s.tolist() for s in sums), strict=True
+            ):
+                if ok:
+                    found[int(a.answered[view])] = _change((), 0.0 + aa, 0.0 + bb, 0.0 + dd, 0.0 + ab, 0)
+    return found
+
+
+def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The dot product of each row of ``u`` with the same row of ``v`` (one BLAS dot per row)."""
+    return np.matmul(u[:, None, :], v[:, :, None]).ravel()
 
 
 def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:

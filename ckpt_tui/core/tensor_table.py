@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_tui.core.batched_stats import planned_stats
+from ckpt_tui.core.batched_values import MIN_BATCHED, ViewPlan, batch_bounds, batchable
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_slash
 from ckpt_tui.core.stats import TensorStats, tensor_stats
@@ -21,6 +23,8 @@ from ckpt_tui.core.tree import Tensor, walk
 
 COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
 """The columns, in the order of the table and of ``stats --json``'s objects."""
+_STATS_FIELDS = frozenset({"min", "max", "mean", "std", "norm", "absmax"})
+"""Columns that are fields of :class:`~ckpt_tui.core.stats.TensorStats` as they are."""
 ASCENDING = frozenset({"path", "dtype"})
 """Columns sorted A→Z; every other column sorts largest first (``--sort norm``: the biggest norms on top)."""
 
@@ -51,6 +55,8 @@ class TensorRow:
 
     def value(self, column: str) -> Any:
         """A column's value (None where no statistics were read, or there were no finite values)."""
+        if column in _STATS_FIELDS:  # the usual question first
+            return None if self.stats is None else getattr(self.stats, column)
         if column == "path":
             return self.path
         if column in ("shape", "dtype", "numel"):
@@ -103,30 +109,79 @@ def tensor_rows(
 ) -> Iterator[TensorRow]:
     """One row per tensor reference, each view of the same bytes read once.
 
+    Small views are read a batch at a time (:func:`~ckpt_tui.core.batched_stats.planned_stats`), the
+    rest, and any view a batch leaves out, one by one (:func:`~ckpt_tui.core.stats.tensor_stats`).
     ``progress(done, total)`` is called in bytes of the views read so far; ``cancelled`` is polled between
-    chunks (it raises :class:`~ckpt_tui.core.errors.Cancelled`).
+    chunks and batches (it raises :class:`~ckpt_tui.core.errors.Cancelled`).
     """
+    sizes = [tensor.nbytes for _, tensor in tensors]
+    reasons = [unreadable_reason(tensor) for _, tensor in tensors]
+    views = [None if reason else _view(tensor) for (_, tensor), reason in zip(tensors, reasons, strict=True)]
+    batches = _Batches(tensors, sizes, views)
     seen: dict[tuple[Any, ...], TensorStats | str] = {}
-    total = sum(t.nbytes for _, t in tensors)
-    done = 0
-    for path, tensor in tensors:
-        reason = unreadable_reason(tensor)
-        if reason is not None:
+    total, done = sum(sizes), 0
+    for position, ((path, tensor), size, reason, view) in enumerate(zip(tensors, sizes, reasons, views, strict=True)):
+        if view is None:
             yield TensorRow(path, tensor, None, reason)
-            done += tensor.nbytes
+            done += size
             continue
-        assert tensor.storage is not None
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        if position >= batches.upcoming:
+            batches.read_until(position, seen, byteorder, cancelled)
         if view not in seen:
             seen[view] = _read(tensor, byteorder, cancelled, progress, done, total)
         found = seen[view]
-        done += tensor.nbytes
+        done += size
         if progress is not None:
             progress(done, total)
         if isinstance(found, str):
             yield TensorRow(path, tensor, None, found)
         else:
             yield TensorRow(path, tensor, found)
+
+
+def _view(tensor: Tensor) -> tuple[Any, ...]:
+    """What makes two references read the same values."""
+    return (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+
+
+class _Batches:
+    """The small views of a table, planned once and read a batch of about :data:`BATCH_BYTES` at a time,
+    each batch when the rows reach its first view."""
+
+    def __init__(
+        self, tensors: list[tuple[KeyPath, Tensor]], sizes: list[int], views: list[tuple[Any, ...] | None]
+    ) -> None:
+        first: dict[tuple[Any, ...], int] = {}
+        for position, ((_, tensor), size, view) in enumerate(zip(tensors, sizes, views, strict=True)):
+            if view is not None and view not in first and batchable(tensor, size):
+                first[view] = position
+        if len(first) < MIN_BATCHED:
+            first.clear()
+        self.views = list(first)
+        self.positions = list(first.values())
+        self.plan = ViewPlan([tensors[position][1] for position in self.positions])
+        self.bounds = batch_bounds([sizes[position] for position in self.positions])
+        self.next = 0
+        self.upcoming = self._first_row()
+        """The row at which the next batch is read (past every row when none is left)."""
+
+    def read_until(
+        self,
+        position: int,
+        seen: dict[tuple[Any, ...], TensorStats | str],
+        byteorder: str,
+        cancelled: Callable[[], bool] | None,
+    ) -> None:
+        """Read every batch whose first view is at or before row ``position``; ``seen`` takes their stats."""
+        while self.next + 1 < len(self.bounds) and self.positions[self.bounds[self.next]] <= position:
+            chosen = range(self.bounds[self.next], self.bounds[self.next + 1])
+            self.next += 1
+            for index, stats in planned_stats(self.plan, chosen, byteorder, cancelled).items():
+                seen[self.views[index]] = stats
+        self.upcoming = self._first_row()
+
+    def _first_row(self) -> int:
+        return self.positions[self.bounds[self.next]] if self.next + 1 < len(self.bounds) else 1 << 62
 
 
 def _read(
