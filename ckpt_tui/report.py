@@ -214,46 +214,44 @@ def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str
 
     ``rows`` are :class:`~ckpt_tui.core.tensor_table.TensorRow`; ``marks`` the words of
     :func:`~ckpt_tui.core.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last column.
+    Columns are aligned by one format string per table (50,000 rows are one pass each way).
     """
-    from ckpt_tui.core.describe import shape as shape_text
-    from ckpt_tui.core.keypath import to_slash
-
     header = ["path", "shape", "dtype", *STATS_NUMBERS, "zeros", "nan", "inf", "mark"]
-    table: list[list[str]] = []
-    for row in rows:
-        mark = marks.get(id(row), "")
-        if row.stats is None:
-            mark = f"({row.reason})"
-        cells = [printable(to_slash(row.path) or "(root)"), shape_text(row.shape), printable(row.dtype)]
-        cells += [stats_number(row.value(c)) for c in STATS_NUMBERS]
-        cells += [zeros_text(row.value("zeros")), _count_text(row.value("nan")), _count_text(row.value("inf")), mark]
-        table.append(cells)
-    widths = [max([len(h)] + [len(cells[i]) for cells in table]) for i, h in enumerate(header)]
+    table = [header, *(_stats_cells(row, marks) for row in rows)]
+    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
     if sum(widths) + 2 * (len(widths) - 1) <= width:
         left = {0, 1, 2, 12}
-        return "\n".join(_aligned(line, widths, left) for line in [header, *table])
+        line = _row_format(widths, left)
+        return "\n".join(line.format(*cells).rstrip() for cells in table)
     names = [0, 1, 2, 12]  # path, shape, dtype, mark on the first line; the numbers indented on the second
     numbers = list(range(3, 12))
-    texts = {0, 1, 2, 3}
-    lines = [
-        _aligned(_pick(header, names), [0] * 4, texts),
-        "  " + _aligned(_pick(header, numbers), _pick(widths, numbers)),
-    ]
+    first = _row_format([0] * 4, {0, 1, 2, 3})
+    second = "  " + _row_format(_pick(widths, numbers), set())
+    lines = []
     for cells in table:
-        lines.append(_aligned(_pick(cells, names), [0] * 4, texts))
-        lines.append("  " + _aligned(_pick(cells, numbers), _pick(widths, numbers)))
+        lines.append(first.format(*_pick(cells, names)).rstrip())
+        lines.append(second.format(*_pick(cells, numbers)).rstrip())
     return "\n".join(lines)
 
 
-def _count_text(value: int | None) -> str:
-    return "-" if value is None else str(value)
+def _stats_cells(row: Any, marks: dict[int, str]) -> list[str]:
+    """One row of the ``stats`` table as text."""
+    from ckpt_tui.core.describe import shape as shape_text
+    from ckpt_tui.core.keypath import to_slash
+
+    cells = [printable(to_slash(row.path) or "(root)"), shape_text(row.shape), printable(row.dtype)]
+    stats = row.stats
+    if stats is None:
+        return [*cells, *(["-"] * 9), f"({row.reason})"]
+    cells += [stats_number(v) for v in (stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.absmax)]
+    zeros = stats.zeros / stats.count if stats.count else 0.0
+    return [*cells, zeros_text(zeros), str(stats.nan), str(stats.posinf + stats.neginf), marks.get(id(row), "")]
+
+
+def _row_format(widths: list[int], left: set[int]) -> str:
+    """A format string for cells joined by two spaces: those in ``left`` left-aligned, the rest right-aligned."""
+    return "  ".join(f"{{:{'<' if i in left else '>'}{w}}}" for i, w in enumerate(widths))
 
 
 def _pick(values: list[Any], indices: list[int]) -> list[Any]:
     return [values[i] for i in indices]
-
-
-def _aligned(cells: list[str], widths: list[int], left: frozenset[int] | set[int] = frozenset()) -> str:
-    """Cells joined by two spaces: those in ``left`` left-aligned, the rest right-aligned to ``widths``."""
-    out = [cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in enumerate(zip(cells, widths, strict=True))]
-    return "  ".join(out).rstrip()

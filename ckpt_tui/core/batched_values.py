@@ -23,9 +23,9 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
-from ckpt_tui.core.finite_scan import ITEMSIZES, _plan, _windows
 from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.values import numpy_dtype
+from ckpt_tui.core.view_spans import ITEMSIZES, plan_views, windows
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ class ViewPlan:
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
         self.tensors = tensors
-        plan = _plan(tensors)
+        plan = plan_views(tensors)
         count = len(tensors)
         self.paths = plan.paths
         self.path = np.full(count, -1, np.int64)  # -1: not answered here
@@ -93,7 +93,7 @@ class ViewPlan:
         paths, starts, sizes = self.path[index], self.start[index], self.size[index]
         order = np.lexsort((starts, paths))
         pieces: list[np.ndarray | None] = [None] * len(index)  # raw elements of each view, once read
-        for first, end in _windows(paths[order], starts[order], starts[order] + sizes[order]):
+        for first, end in windows(paths[order], starts[order], starts[order] + sizes[order]):
             if cancelled is not None and cancelled():
                 raise Cancelled("cancelled")
             window = order[first:end].tolist()

@@ -3,8 +3,9 @@
 ``check`` asks one question of every tensor: does it hold a NaN or an Inf? Per tensor, that costs an
 open, a read and a dozen numpy calls, which on 50,000 small tensors is most of the time. Here:
 
-- views are planned first, with the same bounds checks :class:`~ckpt_tui.core.values.TensorReader`
-  makes (the view's first and last element inside its record, the record inside the file);
+- views are planned first (:mod:`~ckpt_tui.core.view_spans`), with the same bounds checks
+  :class:`~ckpt_tui.core.values.TensorReader` makes (the view's first and last element inside its
+  record, the record inside the file);
 - small views are read in windows (one positioned read for a run of records laid out one after
   another) and checked with one ``isfinite`` over the window per dtype: a view is clean when no
   non-finite element position falls in its byte range (the plan and the windows are numpy arrays);
@@ -20,26 +21,22 @@ which gives the counts, and raises the same errors, as always.
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ckpt_tui.core.errors import Cancelled, ReadError
-from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
-from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.tree import Storage, Tensor
-from ckpt_tui.core.values import MAX_ELEMENTS
+from ckpt_tui.core import view_spans
+from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.view_spans import DTYPE_NAMES, ITEMSIZES, plan_views, windows
 
-WINDOW = 16 << 20
+WINDOW = view_spans.WINDOW
 """Bytes read at once for a run of small views."""
-GAP = 1 << 16
-"""Bytes between two views read through rather than starting a new window."""
 LARGE = 4 << 20
 """Views larger than this are read on their own, in chunks, by the pool."""
 MAP_CHUNK = 32 << 20
@@ -47,22 +44,7 @@ WORKERS = 2
 
 FLOAT_CODES = {"float64": "f8", "float32": "f4", "float16": "f2", "bfloat16": "u2"}
 """Dtypes that can hold NaN/Inf, and the numpy type their raw bytes are checked as."""
-ALWAYS_FINITE = {
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "uint16": 2,
-    "uint32": 4,
-    "uint64": 8,
-    "bool": 1,
-}
-"""Dtypes whose decoded values are always finite: reading them (in bounds, not short) is the check."""
-ITEMSIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, **ALWAYS_FINITE}
 BF16_EXPONENT = 0x7F80
-DTYPE_NAMES = tuple(ITEMSIZES)
-DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 
 @dataclass(slots=True)
@@ -86,7 +68,7 @@ def all_finite(
     ``None`` covers both what this scan does not answer and views holding a NaN or an Inf (their
     counts come from the exact pass). ``progress(done, total)`` counts views.
     """
-    plan = _plan(tensors)
+    plan = plan_views(tensors)
     index = np.array(plan.index, np.int64)
     paths = np.array(plan.path, np.int64)
     starts = np.array(plan.start, np.int64)
@@ -114,8 +96,8 @@ def all_finite(
             path = plan.paths[paths[chosen[0]]]
             return _window_finite(path, starts[chosen], stops[chosen], dtypes[chosen], byteorder, cancelled)
 
-        windows = _windows(paths[order], starts[order], stops[order])
-        for bounds, clean in zip(windows, pool.map(window, windows), strict=True):
+        runs = windows(paths[order], starts[order], stops[order], WINDOW)
+        for bounds, clean in zip(runs, pool.map(window, runs), strict=True):
             found[index[order[bounds[0] : bounds[1]]]] = clean
             done += bounds[1] - bounds[0]
             if progress is not None:
@@ -128,110 +110,7 @@ def all_finite(
     return [True if clean else None for clean in found.tolist()]
 
 
-# ---- planning: the reader's bounds checks, for the common case only -------------------------------
-
-
-@dataclass
-class _Plan:
-    """The views this scan answers, as parallel lists: tensor index, file (index into ``paths``), absolute
-    start, byte count, dtype (index into :data:`DTYPE_NAMES`)."""
-
-    index: list[int] = field(default_factory=list)
-    path: list[int] = field(default_factory=list)
-    start: list[int] = field(default_factory=list)
-    size: list[int] = field(default_factory=list)
-    dtype: list[int] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-
-
-def _plan(tensors: Sequence[Tensor]) -> _Plan:
-    """The views this scan answers, each checked against its record as TensorReader checks it."""
-    zips = {id(t.storage.source): t.storage.source for t in tensors if t.storage is not None and _zip_source(t)}
-    for source in zips.values():
-        assert isinstance(source, ZipRecords)
-        source.find_offsets()
-    layouts: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    path_ids: dict[str, int] = {}
-    plan = _Plan()
-    for index, tensor in enumerate(tensors):
-        storage = tensor.storage
-        size = ITEMSIZES.get(tensor.dtype)
-        if storage is None or size is None or tensor.kind != "dense" or tensor.offset < 0:
-            continue
-        key = (tensor.shape, tensor.stride)
-        numel = layouts.get(key)
-        if numel is None:
-            numel = layouts[key] = _row_major_numel(tensor.shape, tensor.stride)
-        if not numel:
-            continue
-        where = _record(storage)
-        if where is None:
-            continue
-        start, available = where
-        if (tensor.offset + numel) * size > min(available, storage.nbytes):
-            continue
-        path: str = storage.source.path  # type: ignore[union-attr]
-        path_id = path_ids.get(path)
-        if path_id is None:
-            path_id = path_ids[path] = len(plan.paths)
-            plan.paths.append(path)
-        plan.index.append(index)
-        plan.path.append(path_id)
-        plan.start.append(start + tensor.offset * size)
-        plan.size.append(numel * size)
-        plan.dtype.append(DTYPE_CODES[tensor.dtype])
-    return plan
-
-
-def _zip_source(tensor: Tensor) -> bool:
-    return tensor.storage is not None and type(tensor.storage.source) is ZipRecords
-
-
-def _record(storage: Storage) -> tuple[int, int] | None:
-    """Where a stored record's bytes are and how many, as ``locate`` finds them; None to leave it to the
-    exact pass (compressed, missing, anything ``locate`` refuses: it raises there, worded as always)."""
-    source = storage.source
-    if type(source) is ZipRecords:
-        return source.stored_at(storage)
-    if type(source) is SafetensorsRecords:
-        try:
-            return source.locate(storage)
-        except (ReadError, KeyError):
-            return None
-    return None
-
-
-def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
-    """The element count of a row-major view with as many strides as sizes; 0 for any other view (and
-    for views past :data:`MAX_ELEMENTS` or empty ones: the exact pass reads those)."""
-    if len(shape) != len(stride):
-        return 0
-    expected = 1
-    for size, step in zip(reversed(shape), reversed(stride), strict=True):
-        if size != 1 and step != expected:
-            return 0
-        expected *= size
-    return expected if expected < MAX_ELEMENTS else 0
-
-
 # ---- small views: windows ----------------------------------------------------------------------
-
-
-def _windows(paths: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> list[tuple[int, int]]:
-    """Runs of views (sorted by file and start) read together: ``(first, end)`` positions. A run is in
-    one file, has no gap over :data:`GAP`, and its views start within :data:`WINDOW` bytes of each
-    other (so it reads at most WINDOW + LARGE bytes)."""
-    count = len(starts)
-    if not count:
-        return []
-    reach = np.maximum.accumulate(stops)
-    first = np.ones(count, np.bool_)
-    first[1:] = (paths[1:] != paths[:-1]) | (starts[1:] > reach[:-1] + GAP)
-    run_start = starts[first][np.cumsum(first) - 1]
-    bucket = (starts - run_start) // WINDOW
-    first[1:] |= bucket[1:] != bucket[:-1]
-    bounds = [*np.flatnonzero(first).tolist(), count]
-    return list(itertools.pairwise(bounds))
 
 
 _buffers = threading.local()
@@ -261,7 +140,8 @@ def _window_finite(
     byteorder: str,
     cancelled: Callable[[], bool] | None,
 ) -> np.ndarray:
-    """Which of these views (one run of :func:`_windows`) were read whole and hold only finite values."""
+    """Which of these views (one run of :func:`~ckpt_tui.core.view_spans.windows`) were read whole and
+    hold only finite values."""
     if cancelled is not None and cancelled():
         raise Cancelled("check cancelled")
     begin = int(starts[0])

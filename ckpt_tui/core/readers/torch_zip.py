@@ -55,6 +55,7 @@ class ZipRecords:
         self._file: BinaryIO | None = None
         self._lock = threading.Lock()
         self._offsets: dict[str, int] = {}
+        self._offsets_sought = False
 
     def name(self, key: str) -> str:
         """The member name of a record key."""
@@ -119,7 +120,10 @@ class ZipRecords:
     def find_offsets(self) -> None:
         """Read the local headers of every stored record in a few large reads (records laid out one
         after another share windows); :meth:`locate` then finds them without a read each. Headers that
-        do not parse here are left for :meth:`locate`, which reports them as always."""
+        do not parse here are left for :meth:`locate`, which reports them as always. Done once."""
+        if self._offsets_sought:
+            return
+        self._offsets_sought = True
         wanted = sorted(
             (entry.header_offset, entry.name)
             for name, entry in self.entries.items()

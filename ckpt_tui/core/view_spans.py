@@ -1,0 +1,152 @@
+"""Where many tensors' bytes lie in their files, planned at once: what batched reads start from.
+
+``check``'s NaN/Inf scan, ``stats`` and ``diff`` on many small tensors read runs of records laid out
+one after another with one positioned read per window. This plans the views such reads can answer:
+a view that is row-major inside a stored (not compressed) record of a safetensors or zip file, of a
+float or integer dtype, checked as :class:`~ckpt_tui.core.values.TensorReader` checks it (first and
+last element inside the record, the record inside the file). Every other view is left out: the
+caller reads it the exact, per-tensor way, which gives the same figures and raises the same errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
+from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.tree import Storage, Tensor
+from ckpt_tui.core.values import MAX_ELEMENTS
+
+WINDOW = 16 << 20
+"""Bytes read at once for a run of small views."""
+GAP = 1 << 16
+"""Bytes between two views read through rather than starting a new window."""
+
+FLOAT_SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+ALWAYS_FINITE = {
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+}
+"""Dtypes whose decoded values are always finite: reading them (in bounds, not short) is the check."""
+ITEMSIZES = {**FLOAT_SIZES, **ALWAYS_FINITE}
+DTYPE_NAMES = tuple(ITEMSIZES)
+DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
+
+
+@dataclass
+class PlannedViews:
+    """The views planned, as parallel lists: tensor index, file (index into ``paths``), absolute start,
+    byte count, dtype (index into :data:`DTYPE_NAMES`)."""
+
+    index: list[int] = field(default_factory=list)
+    path: list[int] = field(default_factory=list)
+    start: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    dtype: list[int] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+_FIELDS = operator.attrgetter("storage", "dtype", "kind", "offset", "shape", "stride")
+
+
+def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
+    """The views batched reads answer, each checked against its record as TensorReader checks it.
+
+    Per tensor: a few lookups; per distinct layout (shape, stride) and per record source, the rest.
+    """
+    rows = list(map(_FIELDS, tensors))
+    sources = {id(row[0].source): row[0].source for row in rows if row[0] is not None}
+    for source in sources.values():
+        if type(source) is ZipRecords:
+            source.find_offsets()
+    paths: dict[int, int] = {}  # id(source) -> index into plan.paths
+    numels: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    plan = PlannedViews()
+    add_index, add_path, add_start = plan.index.append, plan.path.append, plan.start.append
+    add_size, add_dtype = plan.size.append, plan.dtype.append
+    for index, (storage, dtype, kind, offset, shape, stride) in enumerate(rows):
+        size = ITEMSIZES.get(dtype)
+        if storage is None or size is None or kind != "dense" or offset < 0:
+            continue
+        numel = numels.get((shape, stride))
+        if numel is None:
+            numel = numels[shape, stride] = _row_major_numel(shape, stride)
+        if not numel:
+            continue
+        where = _record(storage)
+        if where is None or (offset + numel) * size > min(where[1], storage.nbytes):
+            continue
+        source = storage.source
+        path_id = paths.get(id(source))
+        if path_id is None:
+            path_id = paths[id(source)] = _path_index(plan, source.path)
+        add_index(index)
+        add_path(path_id)
+        add_start(where[0] + offset * size)
+        add_size(numel * size)
+        add_dtype(DTYPE_CODES[dtype])
+    return plan
+
+
+def _path_index(plan: PlannedViews, path: str) -> int:
+    """The index of a file in ``plan.paths`` (two sources of one file share it)."""
+    if path not in plan.paths:
+        plan.paths.append(path)
+    return plan.paths.index(path)
+
+
+def _record(storage: Storage) -> tuple[int, int] | None:
+    """Where a stored record's bytes are and how many, as ``locate`` finds them; None to leave it to the
+    exact pass (compressed, missing, anything ``locate`` refuses: it raises there, worded as always)."""
+    source = storage.source
+    if type(source) is ZipRecords:
+        return source.stored_at(storage)
+    if type(source) is SafetensorsRecords:
+        try:
+            return source.locate(storage)
+        except (ReadError, KeyError):
+            return None
+    return None
+
+
+def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """The element count of a row-major view with as many strides as sizes; 0 for any other view (and
+    for views past :data:`MAX_ELEMENTS` or empty ones: the exact pass reads those)."""
+    if len(shape) != len(stride):
+        return 0
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(stride), strict=True):
+        if size != 1 and step != expected:
+            return 0
+        expected *= size
+    return expected if expected < MAX_ELEMENTS else 0
+
+
+def windows(paths: np.ndarray, starts: np.ndarray, stops: np.ndarray, window: int = WINDOW) -> list[tuple[int, int]]:
+    """Runs of views (sorted by file and start) read together: ``(first, end)`` positions. A run is in
+    one file, has no gap over :data:`GAP`, and its views start within ``window`` bytes of each other
+    (so it reads at most ``window`` bytes plus its last view)."""
+    count = len(starts)
+    if not count:
+        return []
+    reach = np.maximum.accumulate(stops)
+    first = np.ones(count, np.bool_)
+    first[1:] = (paths[1:] != paths[:-1]) | (starts[1:] > reach[:-1] + GAP)
+    run_start = starts[first][np.cumsum(first) - 1]
+    bucket = (starts - run_start) // window
+    first[1:] |= bucket[1:] != bucket[:-1]
+    bounds = [*np.flatnonzero(first).tolist(), count]
+    return list(itertools.pairwise(bounds))
