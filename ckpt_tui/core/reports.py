@@ -266,27 +266,28 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     width = max(60, width)
     name = width - 4 * 10
     table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
+    keys = [layer.key for layer in measured]  # each layer's key as text, made once
     table += [
         Row(
-            printable(clip_left(layer.key, name))
+            printable(clip_left(key, name))
             + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
-            key=layer.key,
+            key=key,
         )
-        for layer in measured
+        for layer, key in zip(measured, keys, strict=True)
     ]
     top = max(changes, default=0.0)
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
     plot = [
         Row(
-            printable(clip_left(layer.key, plot_name))
+            printable(clip_left(key, plot_name))
             + " "
             + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
             + " "
             + number(layer.relative_change),
-            key=layer.key,
+            key=key,
         )
-        for layer in measured
+        for layer, key in zip(measured, keys, strict=True)
     ]
     ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
     most = ranked[::-1][:EXTREMES]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.readers.torch_zip import ZipRecords
@@ -86,10 +87,14 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
             numel = numels[shape, stride] = _row_major_numel(shape, stride)
         if not numel:
             continue
-        where = _record(storage)
-        if where is None or (offset + numel) * size > min(where[1], storage.nbytes):
-            continue
         source = storage.source
+        if type(source) is SafetensorsRecords:  # the common case inline: its range, from the header
+            span = source.ranges.get(storage.key)
+            where = None if span is None else (source.data_start + span[0], span[1] - span[0])
+        else:
+            where = _record(storage)
+        if where is None or (offset + numel) * size > min(where[1], storage.numel * DTYPES[storage.dtype][0]):
+            continue
         path_id = paths.get(id(source))
         if path_id is None:
             path_id = paths[id(source)] = _path_index(plan, source.path)
