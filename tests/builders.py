@@ -255,3 +255,16 @@ def torch_bytes(obj: Any, **kwargs: Any) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer, **kwargs)
     return buffer.getvalue()
+
+
+BATCHED_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+]
+"""The dtypes the batched readers answer (floats, ints, bool): what their tests mix in one file."""

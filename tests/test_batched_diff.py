@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import write_safetensors
+from builders import BATCHED_DTYPES, write_safetensors
 
 from ckpt_tui.core import batched_values
 from ckpt_tui.core import diff as diff_module
@@ -15,16 +15,7 @@ from ckpt_tui.core.diff import diff
 from ckpt_tui.core.layer_change import layer_change
 from ckpt_tui.core.reading import open_checkpoint
 
-DTYPES = [
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float64,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-]
+DTYPES = BATCHED_DTYPES
 
 
 def pair_states() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from builders import write_safetensors
+from builders import BATCHED_DTYPES, write_safetensors
 
 from ckpt_tui.core import batched_values, tensor_table
 from ckpt_tui.core.batched_stats import batched_stats
@@ -18,16 +18,7 @@ from ckpt_tui.core.stats import TensorStats, tensor_stats
 from ckpt_tui.core.tensor_table import tensor_paths, tensor_rows
 from ckpt_tui.core.tree import iter_tensors
 
-DTYPES = [
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float64,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-]
+DTYPES = BATCHED_DTYPES
 EXACT = ("count", "finite", "nan", "posinf", "neginf", "zeros", "min", "max", "absmax", "histogram", "sampled")
 CLOSE = ("mean", "std", "norm")
 
