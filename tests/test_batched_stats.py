@@ -133,3 +133,26 @@ def test_batches_can_be_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     tensors = tensor_paths(open_checkpoint(path).root)
     with pytest.raises(Cancelled):
         list(tensor_rows(tensors, cancelled=lambda: True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_ranges_whose_bin_width_underflows_are_binned_as_the_per_tensor_pass_bins_them(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
+    """Subnormal ranges (an Adam ``exp_avg_sq`` after one step): the bin width underflows in the stored
+    type; the histogram is still the per-tensor one, and it comes at once (this once looped forever)."""
+    tiny = [
+        torch.tensor([1.4e-45, 0.0, 0.0, 0.0]),
+        torch.tensor([0.0, 1e-45, 3e-45, 5e-45, 7e-45]),
+        torch.tensor([1e-40, 1e-39, 0.0]),
+        torch.tensor([1e-38, 3e-38, 2e-38]),
+        torch.tensor([-3e38, 3e38, 0.0]),
+    ]
+    state = {f"tiny{i}": t.to(dtype) for i, t in enumerate(tiny)}
+    state.update({f"p{i}": torch.randn(4).to(dtype) for i in range(100)})  # enough views to batch
+    torch.save(state, tmp_path / "m.pth")
+    rows = list(tensor_rows(tensor_paths(open_checkpoint(tmp_path / "m.pth").root)))
+    for row in rows:
+        alone = tensor_stats(row.tensor)
+        assert row.stats is not None
+        assert (row.stats.histogram, row.stats.min, row.stats.max) == (alone.histogram, alone.min, alone.max)

@@ -173,12 +173,12 @@ def _bins(values: _Binned, low: np.ndarray, high: np.ndarray, step: np.ndarray) 
     edges round too coarsely for the margin to hold, is checked against the edges themselves."""
     kind = values.compact.dtype
     lows, steps = np.repeat(low.astype(kind), values.lengths), np.repeat(step.astype(kind), values.lengths)
-    position = (values.compact - lows) / steps
+    position = (values.compact - lows) / steps  # inf or NaN where the step underflows in the compact type
     floor = np.floor(position)
     fraction = position - floor
-    doubtful = (fraction < EDGE_MARGIN) | (fraction > 1 - EDGE_MARGIN)
-    np.minimum(floor, HISTOGRAM_BINS - 1, out=floor)
-    bins = floor.astype(np.intp)
+    doubtful = (fraction < EDGE_MARGIN) | (fraction > 1 - EDGE_MARGIN) | ~np.isfinite(position)
+    floor = np.nan_to_num(floor, nan=0.0, posinf=HISTOGRAM_BINS - 1, neginf=0.0)
+    bins = np.clip(floor, 0, HISTOGRAM_BINS - 1).astype(np.intp)  # a first guess inside the bins
     coarse = (np.abs(low) + np.abs(high) > COARSE_RATIO * (high - low)) | (step < TINY_STEP)
     if coarse.any():
         doubtful |= np.repeat(coarse, values.lengths)
@@ -190,14 +190,19 @@ def _bins(values: _Binned, low: np.ndarray, high: np.ndarray, step: np.ndarray) 
 
 
 def _exact_bins(x: np.ndarray, low: np.ndarray, step: np.ndarray, bins: np.ndarray) -> np.ndarray:
-    """Bins moved until each value lies between its bin's edges (computed as linspace computes them)."""
-    while True:
-        below = x < bins * step + low
+    """Bins moved until each value lies between its bin's edges (computed as linspace computes them).
+
+    Every guess is a bin (0 to HISTOGRAM_BINS - 1) and the edges rise, so each value is at most that
+    many moves from its bin: the loop ends after at most HISTOGRAM_BINS passes.
+    """
+    for _ in range(HISTOGRAM_BINS):
+        below = (x < bins * step + low) & (bins > 0)
         above = (x >= (bins + 1) * step + low) & (bins < HISTOGRAM_BINS - 1)
         if not (below.any() or above.any()):
-            return bins
+            break
         bins -= below
         bins += above
+    return bins
 
 
 def _firsts(values: np.ndarray, bounds: np.ndarray) -> list[list[float]]:
