@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,33 @@ def test_the_script_flushes_everything_and_exits_with_the_commands_code(tmp_path
         text=True,
     )
     assert piped.stdout == '{"path":"/' and piped.stderr == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_child_dies_with_its_parent_however_the_parent_ends(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from ckpt_tui.core import forked\n"
+        "child = forked.fork(lambda: time.sleep(60))\n"
+        "print(child.pid if child else 0, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    if not pid:
+        parent.kill()
+        pytest.skip("one usable core: no fork is made")
+    parent.kill()  # SIGKILL: no handler of ours runs
+    parent.wait()
+    for _ in range(200):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            break
+        if state == "Z":  # killed, waiting for init to reap it
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the child outlived its parent")

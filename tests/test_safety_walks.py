@@ -165,3 +165,16 @@ def test_every_browser_worker_is_described_without_the_repr_of_its_arguments() -
             if is_work and not any(keyword.arg == "description" for keyword in node.keywords):
                 undescribed.append(f"{source.name}:{node.lineno}")
     assert not undescribed
+
+
+def test_state_dicts_holding_a_tensor_with_metadata_or_hooks_read_in_bulk_and_one_by_one_alike(tmp_path: Path) -> None:
+    """A conj view (pickled with metadata ``{'conj': True}``) among many tensors: the bulk walk and checks
+    step aside (the metadata dict is never hashed) and every command answers as for a small file."""
+    from ckpt_tui.cli import main
+
+    state = {f"w{i}": torch.randn(4) for i in range(100)}
+    state["c"] = torch.randn(4, dtype=torch.complex64).conj()
+    torch.save(state, tmp_path / "conj.pth")
+    assert torch.load(tmp_path / "conj.pth", weights_only=True)["c"].is_conj()
+    for command in (["info"], ["check"], ["stats"], ["info", "--json"]):
+        assert main([*command, str(tmp_path / "conj.pth")]) == 0

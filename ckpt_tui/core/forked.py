@@ -10,14 +10,18 @@ does the work itself, with the same result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a Linux process gets when its parent ends."""
 
 
 def usable_cores() -> int:
@@ -51,6 +55,18 @@ class Forked:
             return None
 
 
+def _die_with(parent: int) -> None:
+    """Linux: the kernel kills this child when its parent ends, however it ends (SIGTERM, SIGKILL), so a
+    stopped ``check`` leaves nothing reading the file. Elsewhere the child ends with its bounded work."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent ended before the line above took effect
+        os._exit(1)
+
+
 def fork(work: Callable[[], Any]) -> Forked | None:
     """Start ``work()`` (returning a JSON value) in a forked child; None where no fork is made."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or usable_cores() < 2:
@@ -59,6 +75,7 @@ def fork(work: Callable[[], Any]) -> Forked | None:
         read, write = os.pipe()
     except OSError:  # out of file descriptors: the caller does the work itself
         return None
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError:  # no fork allowed here (process limits, a sandbox)
@@ -69,6 +86,7 @@ def fork(work: Callable[[], Any]) -> Forked | None:
         code = 1
         try:
             os.close(read)
+            _die_with(parent)
             for name in SIGNALS:  # not the CLI's handlers (they remove the parent's temporary files)
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)

@@ -615,7 +615,7 @@ def _plain_tensor_run(
     """The references to a dict's values when every one is a plain tensor (nothing hidden) met here
     for the first time, each once; marked as expanded. None otherwise (the walk goes one by one)."""
     tensors = list(value.values())
-    if set(map(type, tensors)) != {Tensor} or set(map(_NOTHING_HIDDEN, tensors)) != {(None, None, None)}:
+    if set(map(type, tensors)) != {Tensor} or not _nothing_hidden(tensors):
         return None
     ids = list(map(id, tensors))
     if len(set(ids)) < len(ids) or not expanded.keys().isdisjoint(ids):
@@ -736,7 +736,13 @@ def _contents(value: Any, module_state: bool = False) -> Iterator[tuple[Any, int
             yield part, 0
 
 
-_NOTHING_HIDDEN = operator.attrgetter("hooks", "metadata", "parameter_state")
+_HIDDEN_PARTS = tuple(operator.attrgetter(name) for name in ("hooks", "metadata", "parameter_state"))
+
+
+def _nothing_hidden(tensors: list[Tensor]) -> bool:
+    """Whether no tensor has hooks, metadata or Parameter state: each part compared with None by
+    identity, at C speed (those parts are the file's objects, maybe unhashable: never hashed here)."""
+    return all(all(map(operator.is_, map(part, tensors), itertools.repeat(None))) for part in _HIDDEN_PARTS)
 
 
 def _plain_tensors_that_pass(state: dict[Any, Any]) -> bool:
@@ -747,7 +753,7 @@ def _plain_tensors_that_pass(state: dict[Any, Any]) -> bool:
     try:
         if set(map(type, state)) != {str} or set(map(type, values)) != {Tensor}:
             return False
-        if set(map(_NOTHING_HIDDEN, values)) != {(None, None, None)}:
+        if not _nothing_hidden(values):
             return False
         shapes = list(map(operator.attrgetter("shape"), values))
         sizes = list(itertools.chain.from_iterable(shapes))

@@ -308,8 +308,12 @@ def _tensor(path: str, name: str, entry: Any, data_bytes: int, records: Safetens
 
 
 def _strides(shape: Any) -> tuple[int, ...]:
-    """Row-major strides as the header's shape gives them (a 0-sized dimension makes those before it 0)."""
-    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    """Row-major strides as the header's shape gives them (a 0-sized dimension makes those before it 0):
+    each the product of the sizes after it, taken from the last one back (linear in the dimensions)."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return tuple(strides)
 
 
 def _tiling_problems(ranges: dict[str, tuple[int, int]], data_bytes: int) -> list[str]:
