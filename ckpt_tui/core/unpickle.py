@@ -58,6 +58,9 @@ class StorageType:
 
     __setstate__ = refuse_state
 
+    def __repr__(self) -> str:  # errors quote persistent ids: the same file gives the same message
+        return self.name
+
 
 class StorageView:
     """A legacy-format view into a storage, ``offset`` elements in."""
