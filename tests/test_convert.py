@@ -263,3 +263,27 @@ def test_many_records_zip64_and_debug_offsets(tmp_path: Path, capsys) -> None:
         [sys.executable, "-c", code, str(tmp_path / "out.pth")], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_cast_out_of_range_gives_inf_as_torch_does_and_prints_no_warning(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    torch.save({"a": torch.tensor([1e30, -1e30, 1.0]), "b": torch.randn(3).bfloat16()}, tmp_path / "m.pth")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ckpt_tui",
+            "convert",
+            str(tmp_path / "m.pth"),
+            "-o",
+            str(tmp_path / "h.pth"),
+            "--dtype",
+            "fp16",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert torch.equal(torch.load(tmp_path / "h.pth", weights_only=True)["a"], torch.tensor([1e30, -1e30, 1.0]).half())

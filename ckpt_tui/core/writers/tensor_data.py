@@ -84,15 +84,16 @@ def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
 
 
 def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterator[bytes]:
+    import numpy as np
+
     from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
 
     target = numpy_dtype(dtype, byteorder)
     for raw in TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS):
-        values = decode(raw, tensor.dtype)
-        if dtype == "bfloat16":
-            yield to_bfloat16(values).astype(target).tobytes()
-        else:
-            yield values.astype(target).tobytes()
+        with np.errstate(over="ignore", invalid="ignore"):  # out of range: ±inf, as torch's cast gives, unwarned
+            values = decode(raw, tensor.dtype)
+            converted = (to_bfloat16(values) if dtype == "bfloat16" else values).astype(target).tobytes()
+        yield converted
 
 
 def to_bfloat16(values: np.ndarray) -> np.ndarray:
