@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from ckpt_tui.core.tree import Checkpoint
+    from ckpt_tui.core.weights_only import ScanBeside
 
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
@@ -468,7 +469,9 @@ class _ProgressLine:
             sys.stderr.flush()
 
 
-def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool, beside: Any = None) -> None:
+def _print_unreadable_verdict(
+    path: str | list[str], exc: ReadError, as_json: bool, beside: ScanBeside | None = None
+) -> None:
     """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
     scan = beside.result() if beside is not None else None
     if not isinstance(path, str) or not os.path.isfile(path):
@@ -517,11 +520,9 @@ def cmd_compare(path: str | list[str], against: str | None, model: str | None, a
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
-    from ckpt_tui.core.convert import select
     from ckpt_tui.core.diff import diff
 
-    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
-    b = select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+    a, b = _two_sides(args)
     report = diff(a, b, args.strip_prefix)
     if args.json:
         _print_json(report.to_json())
@@ -530,6 +531,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
         print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b))))
     return 0 if report.identical else 1
+
+
+def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
+    """A and B of ``diff``, each opened and narrowed by its ``--at-*`` and ``--strip-prefix-*``."""
+    from ckpt_tui.core.convert import select
+
+    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
+    return a, select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
 
 
 def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
@@ -562,8 +571,7 @@ def cmd_diff_stats(args: argparse.Namespace) -> int:
         else:
             print(render_text(describe_norm_series(series, paths), limit=sys.maxsize))
         return 0
-    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
-    b = select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+    a, b = _two_sides(args)
     report = layer_change(a, b, args.strip_prefix)
     if args.json:
         _print_json(report.to_json())

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.describe import FORMAT_NAMES, container_text, size, value_text
+from ckpt_tui.core.describe import shape as shape_text
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import Finding
-from ckpt_tui.core.keypath import key_text
+from ckpt_tui.core.keypath import key_text, to_slash
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.tree import Checkpoint, Opaque, children, get, has_children
@@ -236,9 +237,6 @@ def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str
 
 def _stats_cells(row: Any, marks: dict[int, str]) -> list[str]:
     """One row of the ``stats`` table as text."""
-    from ckpt_tui.core.describe import shape as shape_text
-    from ckpt_tui.core.keypath import to_slash
-
     cells = [printable(to_slash(row.path) or "(root)"), shape_text(row.shape), printable(row.dtype)]
     stats = row.stats
     if stats is None:

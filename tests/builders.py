@@ -152,6 +152,15 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     return path
 
 
+def save_by_suffix(state: dict[str, torch.Tensor], path: Path) -> Path:
+    """``state`` saved as its file name says: torch.save for ``.pth``, a safetensors file otherwise."""
+    if path.suffix == ".pth":
+        torch.save(state, path)
+    else:
+        write_safetensors(state, path)
+    return path
+
+
 def write_sharded_safetensors(state: dict[str, torch.Tensor], folder: Path, shards: int = 2) -> Path:
     """A HF-style sharded safetensors checkpoint with ``model.safetensors.index.json``."""
     keys = list(state)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import BATCHED_DTYPES, write_safetensors
+from builders import BATCHED_DTYPES, save_by_suffix
 
 from ckpt_tui.core import batched_values
 from ckpt_tui.core import diff as diff_module
@@ -49,14 +49,6 @@ def pair_states() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     return a, b
 
 
-def save(state: dict[str, torch.Tensor], path: Path) -> Path:
-    if path.suffix == ".pth":
-        torch.save(state, path)
-    else:
-        write_safetensors(state, path)
-    return path
-
-
 def both_ways(monkeypatch: pytest.MonkeyPatch, first: Path, second: Path) -> tuple[dict, dict, dict, dict]:
     """(diff, diff --stats) JSON read in batches, then pair by pair."""
     a, b = open_checkpoint(first), open_checkpoint(second)
@@ -80,7 +72,7 @@ def test_batched_diff_and_layer_change_equal_pair_by_pair(
         shared = torch.randn(40)
         a.update({"head": shared[:20], "tail": shared[20:], "tied": a["t0"], "cols": torch.randn(4, 6)[:, ::2]})
         b.update({"head": shared[:20] * 2, "tail": shared[20:], "tied": b["t0"], "cols": torch.randn(4, 6)[:, ::2]})
-    first, second = save(a, tmp_path / f"a{suffixes[0]}"), save(b, tmp_path / f"b{suffixes[1]}")
+    first, second = save_by_suffix(a, tmp_path / f"a{suffixes[0]}"), save_by_suffix(b, tmp_path / f"b{suffixes[1]}")
     fast_diff, exact_diff, fast_change, exact_change = both_ways(monkeypatch, first, second)
     assert fast_diff == exact_diff
     assert fast_change == exact_change
@@ -90,7 +82,7 @@ def test_batched_diff_and_layer_change_equal_pair_by_pair(
 
 def test_truncated_file_pairs_are_unreadable_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = pair_states()
-    first, second = save(a, tmp_path / "a.safetensors"), save(b, tmp_path / "b.safetensors")
+    first, second = save_by_suffix(a, tmp_path / "a.safetensors"), save_by_suffix(b, tmp_path / "b.safetensors")
     opened = open_checkpoint(first), open_checkpoint(second)
     whole = second.read_bytes()
     second.write_bytes(whole[: len(whole) - 300])  # cut after opening: the last reads come up short

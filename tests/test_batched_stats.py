@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from builders import BATCHED_DTYPES, write_safetensors
+from builders import BATCHED_DTYPES, save_by_suffix, write_safetensors
 
 from ckpt_tui.core import batched_values, tensor_table
 from ckpt_tui.core.batched_stats import batched_stats
@@ -55,17 +55,9 @@ def assert_same(fast: TensorStats, exact: TensorStats) -> None:
     assert np.array_equal(np.array(fast.first), np.array(exact.first), equal_nan=True)
 
 
-def save(state: dict[str, torch.Tensor], path: Path) -> Path:
-    if path.suffix == ".pth":
-        torch.save(state, path)
-    else:
-        write_safetensors(state, path)
-    return path
-
-
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
 def test_batched_stats_equal_the_per_tensor_pass(tmp_path: Path, suffix: str) -> None:
-    path = save(mixed_state(), tmp_path / f"m{suffix}")
+    path = save_by_suffix(mixed_state(), tmp_path / f"m{suffix}")
     tensors = [t for _, t in iter_tensors(open_checkpoint(path).root)]
     found = batched_stats(tensors)
     answered = 0
@@ -94,7 +86,7 @@ def test_stats_rows_equal_rows_read_one_by_one(tmp_path: Path, monkeypatch: pyte
     if suffix == ".pth":
         shared = torch.randn(40)
         state.update({"head": shared[:20], "tail": shared[20:], "again": shared[20:], "tied": state["t3"]})
-    path = save(state, tmp_path / f"m{suffix}")
+    path = save_by_suffix(state, tmp_path / f"m{suffix}")
     monkeypatch.setattr(batched_values, "BATCH_BYTES", 3000)  # many batches
     tensors = tensor_paths(open_checkpoint(path).root)
     seen: list[tuple[int, int]] = []
