@@ -157,7 +157,7 @@ def scalar_text(value: Any, limit: int = 60) -> str:
 
 def container_text(value: Any, found: Totals) -> str:
     """A container's text after its key: type, children, and ``found``, the totals below it."""
-    kids = sum(1 for _ in children(value))
+    kids = len(value) if isinstance(value, dict) else sum(1 for _ in children(value))  # a dict shows each item
     extra = (
         f" · {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}" if found.tensors else ""
     )

@@ -24,7 +24,7 @@ from ckpt_tui.core.state_dicts import (
     state_dicts,
     tensor_items,
 )
-from ckpt_tui.core.tree import Opaque, Reference, Tensor, is_global_ref, walk
+from ckpt_tui.core.tree import FlatColumns, Opaque, Reference, Tensor, is_global_ref, walk
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,13 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
     findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(tensors)]
     findings += _device_findings(Counter(tensor.device for _, tensor in tensors))
     findings += _structure_findings(root, modules, optimizers, schedulers)
+    return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def flat_findings(columns: FlatColumns) -> list[Finding]:
+    """:func:`compute_findings` for a root its reader gave as columns, without a walk: below such a root
+    there is no global, no module, optimizer or scheduler, no GPU tensor, and no layout past its storage."""
+    findings = _structure_findings(columns.root, [], [], [])
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
@@ -205,7 +212,8 @@ def _structure_findings(
         )
     for path, value in state_dicts(root):
         items = tensor_items(value) or []
-        prefix = common_prefix((k for k, _ in items), path == ("state_dict",) and is_lightning_checkpoint(root))
+        keys = list(map(operator.itemgetter(0), items))
+        prefix = common_prefix(keys, path == ("state_dict",) and is_lightning_checkpoint(root))
         if prefix:
             message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
                 prefix_origin(prefix)

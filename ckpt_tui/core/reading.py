@@ -128,7 +128,7 @@ def _open_file(path: str) -> Checkpoint:
     if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
         return read_deepspeed(zero, _open_plain_file)
     checkpoint = _open_plain_file(path)
-    check_depth(checkpoint.root, path)  # before anything else walks it
+    _check_opened(checkpoint, path)  # before anything else walks it
     opened = with_ranks(path, checkpoint, _open_plain_file)
     if opened is checkpoint:
         _opened.checked = checkpoint.root
@@ -141,8 +141,14 @@ def _open_member(path: str) -> Checkpoint:
         checkpoint = _open_plain_file(path)
     else:
         checkpoint = _open(path)
-    check_depth(checkpoint.root, path)  # each member before the ranks are merged
+    _check_opened(checkpoint, path)  # each member before the ranks are merged
     return checkpoint
+
+
+def _check_opened(checkpoint: Checkpoint, path: str) -> None:
+    """:func:`check_depth` on a file's tree, unless its reader checked it as it built its columns."""
+    if checkpoint.flat_columns() is None:
+        check_depth(checkpoint.root, path)
 
 
 def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:

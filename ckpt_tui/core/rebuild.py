@@ -16,14 +16,14 @@ through :func:`rebuild`, which
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.tree import Opaque, Tensor, TorchSize
 
 Items = list[tuple[Any, Any]]
-ItemsEdit = Callable[[Items], Items]
+ItemsEdit = Callable[[Items], Iterable[tuple[Any, Any]]]
 """A change to one container: from its (key, value) pairs (values already rebuilt) to the new pairs.
 For lists the keys are the indices; the new list holds the values in the order returned."""
 
@@ -91,9 +91,13 @@ def _walk(root: Any, with_tensors: bool) -> tuple[dict[int, Any], dict[int, list
     nodes: dict[int, Any] = {id(root): root}
     parents: dict[int, list[int]] = {}
     stack = [root]
+    skipped = _LEAVES if with_tensors else _LEAVES | {Tensor}
     while stack:
         node = stack.pop()
-        for kid in kids(node):
+        below = kids(node)
+        if skipped.issuperset(map(type, below)):
+            continue  # nothing to follow: a state_dict of plain tensors, at C speed
+        for kid in below:
             kind = type(kid)
             if kind in _LEAVES or (kind is Tensor and not with_tensors):
                 continue  # the common kids, skipped at one lookup each (50,000 tensors in big files)

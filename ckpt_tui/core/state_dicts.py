@@ -162,7 +162,9 @@ def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
     """The leading dotted components shared by every key: any first one (``features.``), then wrapper
     prefixes as :func:`ckpt_tui.core.layouts.next_wrappers` allows them (``module._orig_mod.``, never
     ``module.module.``; in a Lightning ``state_dict``, ``model.`` and no ``module.``)."""
-    key_list = [k for k in keys if k != "_metadata"]
+    key_list = list(keys)
+    if "_metadata" in key_list:
+        key_list = [k for k in key_list if k != "_metadata"]
     if len(key_list) < 2:
         return None
     shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)

@@ -8,6 +8,7 @@ of a listed object); elements, devices and dtypes count each tensor object once.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import os
@@ -17,12 +18,22 @@ from typing import Any
 
 from ckpt_tui.core.describe import Totals, count
 from ckpt_tui.core.dtypes import DTYPES, itemsize
-from ckpt_tui.core.findings import Finding, compute_findings, where
+from ckpt_tui.core.findings import Finding, compute_findings, flat_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, is_scheduler, module_groups, tensor_items
 from ckpt_tui.core.training_state import training_findings
-from ckpt_tui.core.tree import Checkpoint, Opaque, Reference, Storage, Tensor, get, iter_tensors, walk
+from ckpt_tui.core.tree import (
+    Checkpoint,
+    FlatColumns,
+    Opaque,
+    Reference,
+    Storage,
+    Tensor,
+    get,
+    iter_tensors,
+    walk,
+)
 
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
@@ -138,9 +149,27 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
     Python per distinct shape or storage source: a state_dict of 50,000 tensors is summed up in a few
     passes, not 50,000 function calls per total.
     """
+    columns = checkpoint.flat_columns() if references is None else None
+    if columns is not None and not (is_optimizer(columns.root) or is_scheduler(columns.root)):
+        summary = _flat_summary(checkpoint, columns)  # (tensors named like a scheduler's state: audited as one)
+    else:
+        summary = _walked_summary(checkpoint, references if references is not None else list(walk(checkpoint.root)))
+    reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
+    for name in sorted(checkpoint.unsafe_globals - reported):
+        message = (
+            f"unsafe global {printable(name)} in the pickle, outside the tree: NOT executed here; "
+            "torch.load would run it"
+        )
+        summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
+    for problem in checkpoint.loader_problems:
+        summary.findings.append(Finding("loader-refuses", problem, "warning"))
+    summary.findings.sort(key=lambda f: f.severity != "warning")
+    return summary
+
+
+def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summary:
+    """Totals and findings from a walk of the tree."""
     root = checkpoint.root
-    if references is None:
-        references = list(walk(root))
     tensors = listed_tensors(references)
     unique, aliases = _distinct([t for _, t in tensors])
     storages = _first_storages(tensors, len(unique) != len(tensors))
@@ -153,16 +182,28 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
     summary.model = model_counts(root, containers)
     summary.findings = compute_findings(root, references) + _missing_records(storages)
     summary.findings += _training_findings(root, containers, summary.model, checkpoint.byteorder)
-    reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
-    for name in sorted(checkpoint.unsafe_globals - reported):
-        message = (
-            f"unsafe global {printable(name)} in the pickle, outside the tree: NOT executed here; "
-            "torch.load would run it"
-        )
-        summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
-    for problem in checkpoint.loader_problems:
-        summary.findings.append(Finding("loader-refuses", problem, "warning"))
-    summary.findings.sort(key=lambda f: f.severity != "warning")
+    return summary
+
+
+def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
+    """Totals and findings of a root its reader gave as columns (see :class:`FlatColumns`): what
+    :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
+    root = columns.root
+    tensors: list[tuple[KeyPath, Tensor]] = list(zip(zip(root), root.values(), strict=True))
+    by_dtype: Counter[str] = Counter()
+    for dtype in dict.fromkeys(columns.dtypes):  # in order of first appearance, as the walk meets them
+        rows = map(dtype.__eq__, columns.dtypes)
+        by_dtype[dtype] = sum(itertools.compress(columns.numels, rows)) * itemsize(dtype)
+    devices = Counter({"cpu": len(tensors)}) if tensors else Counter()
+    dtypes = Counter(columns.dtypes)
+    parameters = sum(columns.numels)
+    summary = Summary(checkpoint, tensors, parameters, sum(by_dtype.values()), devices, dtypes, by_dtype)
+    summary.model = ModelCounts(path=(), parameters=0, buffers=0) if tensors else ModelCounts()
+    if tensors:
+        marks = _buffer_marks(list(root), columns.dtypes)
+        summary.model.buffers = sum(itertools.compress(columns.numels, marks))
+        summary.model.parameters = parameters - summary.model.buffers
+    summary.findings = flat_findings(columns)
     return summary
 
 
@@ -293,7 +334,7 @@ def _parameters_and_buffers(model: Any) -> tuple[int, int]:
     named = [(name, tensor) for name, tensor in tensor_items(model) or [] if type(tensor) is Tensor]
     if len(set(map(id, (tensor for _, tensor in named)))) < len(named):  # each tensor once, at its first name
         named = list({id(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
-    buffer_marks = [_is_buffer_name(name) or tensor.dtype not in PARAMETER_DTYPES for name, tensor in named]
+    buffer_marks = _buffer_marks([name for name, _ in named], [tensor.dtype for _, tensor in named])
     shapes = map(_SHAPE, (t for _, t in named))
     for (shape, is_a_buffer), n in Counter(zip(shapes, buffer_marks, strict=True)).items():
         if is_a_buffer:
@@ -310,6 +351,23 @@ def is_buffer(name: str, tensor: Tensor) -> bool:
 
 def _is_buffer_name(name: str) -> bool:
     return name in BUFFER_NAMES or name.endswith(BUFFER_SUFFIXES)
+
+
+def _buffer_marks(names: list[str], dtypes: list[str]) -> list[bool]:
+    """Which entries of a state_dict are buffers (:func:`is_buffer` of each), in passes over whole columns."""
+    by_dtype = map(operator.not_, map(PARAMETER_DTYPES.__contains__, dtypes))
+    if not _any_buffer_name(names):
+        return list(by_dtype)
+    by_suffix = map(operator.methodcaller("endswith", BUFFER_SUFFIXES), names)
+    by_name = map(BUFFER_NAMES.__contains__, names)
+    return list(map(operator.or_, map(operator.or_, by_suffix, by_name), by_dtype))
+
+
+def _any_buffer_name(names: list[str]) -> bool:
+    """Whether any name may be a buffer's, by one search per buffer name in all the names joined
+    (a name ending so is followed by the newline joined after it; a false alarm only costs the exact pass)."""
+    joined = "\n" + "\n".join(names) + "\n"
+    return any(f"{end}\n" in joined for end in BUFFER_SUFFIXES) or any(f"\n{name}\n" in joined for name in BUFFER_NAMES)
 
 
 def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:

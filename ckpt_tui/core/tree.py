@@ -356,6 +356,26 @@ def is_global_ref(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, Opaque)
 
 
+@dataclass(eq=False)
+class FlatColumns:
+    """A flat state_dict as its reader built and checked it, one column per field (row ``i``: the
+    ``i``-th value of ``root``): totals and findings come from the columns, without a walk.
+
+    Its reader promises what a safetensors header guarantees once validated: str keys; plain tensors
+    (nothing hidden), each over its own storage of exactly its size, laid out densely from offset 0,
+    on ``cpu``, with every storage's record present; and :func:`check_tree` would pass. Trees are never
+    changed in place (edits make new ones), so the columns hold while ``root`` is the checkpoint's root.
+    """
+
+    root: dict[str, Tensor]
+    dtypes: list[str]
+    numels: list[int]
+
+    def describes(self, root: Any) -> bool:
+        """Whether these are the columns of ``root`` (a tree made from it by an edit is another object)."""
+        return root is self.root and len(root) == len(self.dtypes)
+
+
 @dataclass
 class Checkpoint:
     """An opened checkpoint: its tree, its format and where its records live."""
@@ -373,6 +393,13 @@ class Checkpoint:
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
     index_metadata: dict[str, Any] = field(default_factory=dict)
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
+    columns: FlatColumns | None = field(default=None, repr=False)
+    """The root as columns, when its reader had them (see :class:`FlatColumns`); else None."""
+
+    def flat_columns(self) -> FlatColumns | None:
+        """The columns of the root as it is now, or None (no columns, or the root was replaced)."""
+        columns = self.columns
+        return columns if columns is not None and columns.describes(self.root) else None
 
 
 # ---- what a node holds --------------------------------------------------------------------
@@ -808,12 +835,25 @@ def _check_int64(value: Any, what: str) -> None:
 
 def _check_tensor(tensor: Tensor) -> None:
     """Sizes, strides and offset are int64, and the element count fits one (as torch requires)."""
-    _check_int64(tensor.offset, "tensor offset")
-    for size in tensor.shape:
+    _check_layout(tensor.offset, tensor.shape, tensor.stride)
+
+
+def _check_layout(offset: Any, shape: tuple[Any, ...], stride: tuple[Any, ...]) -> None:
+    _check_int64(offset, "tensor offset")
+    for size in shape:
         _check_int64(size, "tensor size")
         if size < 0:
             raise ReadError("a tensor size is negative")
-    for stride in tensor.stride:
-        _check_int64(stride, "tensor stride")
-    if math.prod(tensor.shape) >= INT64_LIMIT:
+    for step in stride:
+        _check_int64(step, "tensor stride")
+    if math.prod(shape) >= INT64_LIMIT:
         raise ReadError("a tensor has more elements than int64 can count")
+
+
+def layout_fits(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether :func:`check_tree` accepts a tensor laid out so (sizes, strides, offset and count in int64)."""
+    try:
+        _check_layout(offset, shape, stride)
+    except ReadError:
+        return False
+    return True

@@ -24,7 +24,12 @@ from typing import Any
 
 from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Checkpoint, Storage, Tensor
+from ckpt_tui.core.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
+
+try:
+    import orjson
+except ImportError:  # a declared dependency; without it every header is parsed by json
+    orjson = None  # type: ignore[assignment]
 
 MAX_HEADER = 100_000_000
 MAX_DEPTH = 127
@@ -67,7 +72,8 @@ class SafetensorsRecords:
     def __init__(self, path: str, data_start: int) -> None:
         self.path = path
         self.data_start = data_start
-        self.ranges: dict[str, tuple[int, int]] = {}
+        self.ranges: dict[str, list[int]] = {}
+        """Each tensor's ``[begin, end]`` in the data, as the header gives it."""
 
     def has(self, storage: Storage) -> bool:
         """Every storage named in the header has its range."""
@@ -115,6 +121,8 @@ class _Header:
     escaped: bool
     duplicates: dict[int, list[str]]
     """Keys given more than once, by ``id`` of the object that holds them."""
+    exact: bool = True
+    """Parsed by ``json``; False: by orjson, which reads ints past 64 bits as floats."""
 
     def twice(self, obj: Any) -> list[str]:
         """The keys ``obj`` was given more than once."""
@@ -125,13 +133,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _header(path: str, file_bytes: int) -> _Header:
+def _raw_header(path: str, file_bytes: int) -> bytes:
     with open(path, "rb") as file:
         head = file.read(8)
         length = header_length(head, file_bytes)
         if length is None:
             raise NotSafetensors(f"{path}: not a safetensors file (its first 8 bytes are no header length)")
-        raw = file.read(length)
+        return file.read(length)
+
+
+def _fast_header(raw: bytes) -> _Header | None:
+    """The header parsed by orjson (several times faster than ``json``), when it has no escapes and no
+    key can have been given twice; None otherwise, or when orjson refuses it (``json`` then says why)."""
+    if orjson is None or b"\\" in raw:
+        return None
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(header, dict) or not _counts_agree(raw, header):
+        return None
+    return _Header(header, 8 + len(raw), False, {}, exact=False)
+
+
+def _header(path: str, raw: bytes) -> _Header:
     duplicates: dict[int, list[str]] = {}
 
     def remember_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -154,7 +179,7 @@ def _header(path: str, file_bytes: int) -> _Header:
         raise NotSafetensors(f"{path}: safetensors header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
         raise NotSafetensors(f"{path}: safetensors header is not a JSON object")
-    return _Header(header, 8 + length, escaped, duplicates)
+    return _Header(header, 8 + len(raw), escaped, duplicates)
 
 
 def _counts_agree(raw: bytes, header: dict[str, Any]) -> bool:
@@ -172,8 +197,24 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
 
     Raises :class:`NotSafetensors` when the file is not framed as safetensors at all.
     """
-    parsed = _header(path, file_bytes)
+    raw = _raw_header(path, file_bytes)
+    fast = _fast_header(raw)
+    if fast is not None:
+        checkpoint = _checkpoint(path, file_bytes, fast)
+        if checkpoint is not None:
+            return checkpoint
+    checkpoint = _checkpoint(path, file_bytes, _header(path, raw))
+    assert checkpoint is not None  # json's parse is always read
+    return checkpoint
+
+
+def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | None:
+    """The checkpoint a parsed header describes. None for an orjson parse that is not all plain
+    (tensor entries that pass in bulk, ``__metadata__`` of strings): floats may stand there for huge
+    ints, so ``json``'s parse is read instead."""
     header = parsed.entries
+    if not parsed.exact and not _plain_metadata(header.get("__metadata__")):
+        return None
     problems: list[str] = []
     notes: list[str] = []
     metadata = _metadata(header, problems, parsed.escaped)
@@ -187,29 +228,47 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
     deepest = 1 + _depth(header.get("__metadata__"))  # the header object is level 1
     names = sorted(header)  # the order safetensors' own keys() and load_file() give
     plain = not parsed.escaped and not parsed.duplicates
-    root = _plain_tensors(path, header, names, data_bytes, records) if plain else None
-    if root is None:
+    read = _plain_tensors(header, names, data_bytes, records) if plain else None
+    if read is None and not parsed.exact:
+        return None
+    if read is None:
         root, deepest = _each_tensor(path, parsed, names, data_bytes, records, problems, deepest)
+        columns = None
+    else:
+        root, columns = read
     if deepest > MAX_DEPTH:
         problems.append(f"its header nests deeper than {MAX_DEPTH} levels, which the safetensors library refuses")
     problems += _tiling_problems(records.ranges, data_bytes)
-    return Checkpoint(path, "safetensors", root, file_bytes, metadata=metadata, notes=notes, loader_problems=problems)
+    return Checkpoint(
+        path,
+        "safetensors",
+        root,
+        file_bytes,
+        metadata=metadata,
+        notes=notes,
+        loader_problems=problems,
+        columns=columns,
+    )
+
+
+def _plain_metadata(metadata: Any) -> bool:
+    """No ``__metadata__``, or an object of strings."""
+    return metadata is None or (isinstance(metadata, dict) and set(map(type, metadata.values())) <= {str})
 
 
 def _plain_tensors(
-    path: str, header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords
-) -> dict[str, Tensor] | None:
+    header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords
+) -> tuple[dict[str, Tensor], FlatColumns | None] | None:
     """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
-    (type sets and min/max over every field at once); None when any entry does not, so that the
-    entry-by-entry path raises the first error, worded as always."""
-    tensor_names = [name for name in names if name != "__metadata__"]
-    entries = [header[name] for name in tensor_names]
+    (type sets and min/max over every field at once), and their columns (None when a layout would fail
+    :func:`~ckpt_tui.core.tree.check_tree`, which then says why); None when any entry does not pass,
+    so that the entry-by-entry path raises the first error, worded as always."""
+    tensor_names = [name for name in names if name != "__metadata__"] if "__metadata__" in header else names
+    entries = list(map(header.__getitem__, tensor_names))
     if set(map(type, entries)) - {dict} or set(map(len, entries)) - {len(FIELDS)}:
         return None
     try:
-        codes = [entry["dtype"] for entry in entries]
-        shapes = [entry["shape"] for entry in entries]
-        offsets = [entry["data_offsets"] for entry in entries]
+        codes, shapes, offsets = (list(map(operator.itemgetter(field), entries)) for field in FIELDS)
     except KeyError:
         return None
     if set(map(type, codes)) - {str} or not set(codes) <= SAFETENSORS_DTYPES.keys():
@@ -218,24 +277,32 @@ def _plain_tensors(
         return None
     begins = list(map(operator.itemgetter(0), offsets))
     ends = list(map(operator.itemgetter(1), offsets))
-    numbers = [*itertools.chain.from_iterable(shapes), *begins, *ends]
-    if numbers and (set(map(type, numbers)) - {int} or min(numbers) < 0 or max(numbers) >= U64):
+    kinds = {*map(type, itertools.chain.from_iterable(shapes)), *map(type, begins), *map(type, ends)}
+    if kinds - {int} or (begins and (min(begins) < 0 or max(ends) >= U64)):  # begin <= end is checked below
         return None
-    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in set(map(tuple, shapes))}
+    distinct = set(map(tuple, shapes))  # ints only (checked above): equal shapes are the same shape
+    sizes_seen = set(itertools.chain.from_iterable(distinct))
+    if sizes_seen and (min(sizes_seen) < 0 or max(sizes_seen) >= U64):
+        return None
+    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
     chosen = list(map(layouts.__getitem__, map(tuple, shapes)))  # one shape and stride object per distinct shape
     shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
     if (
         not all(map(operator.le, begins, ends))
         or (ends and max(ends) > data_bytes)
-        or list(map(operator.sub, ends, begins)) != list(map(operator.mul, numels, map(sizes.__getitem__, codes)))
+        or not all(
+            map(operator.eq, map(operator.sub, ends, begins), map(operator.mul, numels, map(sizes.__getitem__, codes)))
+        )
     ):
         return None
     dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
-    records.ranges.update(zip(tensor_names, zip(begins, ends, strict=True), strict=True))
+    records.ranges.update(zip(tensor_names, offsets, strict=True))  # each a checked [begin, end] pair
     storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
     tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
-    return dict(zip(tensor_names, tensors, strict=True))
+    root = dict(zip(tensor_names, tensors, strict=True))
+    fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
+    return root, FlatColumns(root, dtypes, numels) if fits else None
 
 
 def _each_tensor(
@@ -302,7 +369,7 @@ def _tensor(path: str, name: str, entry: Any, data_bytes: int, records: Safetens
     numel = math.prod(shape)
     if not begin <= end <= data_bytes or end - begin != numel * itemsize(dtype):
         raise ReadError(f"{where}: data_offsets {offsets} out of range or wrong for shape {shape}")
-    records.ranges[name] = (begin, end)
+    records.ranges[name] = [begin, end]
     storage = Storage(name, dtype, "cpu", numel, records)
     return Tensor(storage, 0, tuple(shape), _strides(shape), dtype)
 
@@ -316,13 +383,10 @@ def _strides(shape: Any) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def _tiling_problems(ranges: dict[str, tuple[int, int]], data_bytes: int) -> list[str]:
+def _tiling_problems(ranges: dict[str, list[int]], data_bytes: int) -> list[str]:
     """How the ranges fail to tile the data exactly (the library's ``validate``), one line per kind."""
-    ordered = sorted(ranges.values())
-    if ordered and ordered[0][0] == 0 and ordered[-1][1] == data_bytes:
-        starts, stops = map(operator.itemgetter(0), ordered[1:]), map(operator.itemgetter(1), ordered[:-1])
-        if all(map(operator.eq, starts, stops)):
-            return []  # each range starts where the one before it stops: they tile the data
+    if _chained(list(ranges.values()), data_bytes) or _chained(sorted(ranges.values()), data_bytes):
+        return []  # each range starts where the one before it stops: they tile the data
     overlaps: list[str] = []
     holes: list[str] = []
     position = 0
@@ -342,6 +406,15 @@ def _tiling_problems(ranges: dict[str, tuple[int, int]], data_bytes: int) -> lis
             f"{data_bytes - position} bytes follow the last tensor's data, which the safetensors library refuses"
         )
     return problems
+
+
+def _chained(ordered: list[list[int]], data_bytes: int) -> bool:
+    """Whether each range starts where the one before it stops, from 0 to ``data_bytes``. Ranges that
+    chain in the header's order are in sorted order already (the writers' usual order): no sort needed."""
+    if not ordered or ordered[0][0] != 0 or ordered[-1][1] != data_bytes:
+        return False
+    starts, stops = map(operator.itemgetter(0), ordered[1:]), map(operator.itemgetter(1), ordered[:-1])
+    return all(map(operator.eq, starts, stops))
 
 
 def _depth(value: Any) -> int:

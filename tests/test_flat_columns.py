@@ -1,0 +1,161 @@
+"""A safetensors root summed up from its columns (``FlatColumns``) says exactly what a walk of it says.
+
+``info`` on a big flat file takes the column path; every comparison here is against the walked path
+(``summarize`` given the walk) on the same checkpoint, as text and as JSON, and the orjson parse
+against json's on the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders import write_safetensors
+from builders_readers import f32_entry, safetensors_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckpt_tui.core import edits
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.readers import safetensors_file
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.tree import walk
+from ckpt_tui.report import render_info
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
+KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
+KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "base_lrs", "_metadata", "é"]
+
+
+def both_ways(path: Path) -> tuple[Any, Any]:
+    """``info``'s text and JSON from the columns, and from a walk of the same tree."""
+    checkpoint = open_checkpoint(path)
+    assert checkpoint.flat_columns() is not None
+    flat = summarize(checkpoint)
+    walked = summarize(checkpoint, list(walk(checkpoint.root)))
+    return (render_info(flat, 3), flat.to_json()), (render_info(walked, 3), walked.to_json())
+
+
+def tensor_of(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype)
+
+
+@settings(
+    max_examples=60,
+    deadline=timedelta(seconds=10),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    keys=st.lists(st.lists(st.sampled_from(KEY_PARTS), min_size=1, max_size=4), min_size=1, max_size=12),
+    dtypes=st.lists(st.sampled_from(DTYPES), min_size=12, max_size=12),
+    shapes=st.lists(st.lists(st.integers(0, 3), max_size=3), min_size=12, max_size=12),
+    metadata=st.one_of(st.none(), st.dictionaries(st.sampled_from(["format", "x"]), st.text("pt. é", max_size=4))),
+)
+def test_columns_say_what_the_walk_says(
+    tmp_path: Path, keys: list[list[str]], dtypes: list[torch.dtype], shapes: list[list[int]], metadata: Any
+) -> None:
+    names = list(dict.fromkeys(".".join(parts) for parts in keys))
+    state = {name: tensor_of(dtypes[i], shapes[i]) for i, name in enumerate(names)}
+    path = write_safetensors(state, tmp_path / "model.safetensors", metadata=metadata)
+    flat, walked = both_ways(path)
+    assert flat == walked
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["module.a.weight", "module.a.bias", "module.bn.running_mean", "module.bn.num_batches_tracked"],
+        ["_orig_mod.module.x", "_orig_mod.module.y"],
+        ["state_dict", "loops"],  # keys a Lightning checkpoint has, as tensors
+        ["running_mean"],
+        ["only"],
+    ],
+)
+def test_named_like_wrappers_and_buffers(tmp_path: Path, names: list[str]) -> None:
+    state = {name: torch.ones(2, dtype=torch.int64 if "batches" in name else torch.float32) for name in names}
+    flat, walked = both_ways(write_safetensors(state, tmp_path / "m.safetensors"))
+    assert flat == walked
+
+
+def test_a_root_that_looks_like_a_scheduler_is_audited_as_one(tmp_path: Path) -> None:
+    state = {"last_epoch": torch.ones(1), "base_lrs": torch.ones(1), "_step_count": torch.ones(1)}
+    path = write_safetensors(state, tmp_path / "m.safetensors")
+    flat, walked = both_ways(path)
+    assert flat == walked
+    assert open_checkpoint(path).flat_columns() is not None
+
+
+def test_holes_and_an_empty_file(tmp_path: Path) -> None:
+    holed = {"a": f32_entry(0, 2), "b": f32_entry(12, 1)}  # 4 unused bytes before b
+    (tmp_path / "holes.safetensors").write_bytes(safetensors_bytes(holed, bytes(16)))
+    (tmp_path / "empty.safetensors").write_bytes(safetensors_bytes({}))
+    for name in ("holes.safetensors", "empty.safetensors"):
+        flat, walked = both_ways(tmp_path / name)
+        assert flat == walked
+    assert "unused bytes" in both_ways(tmp_path / "holes.safetensors")[0][0]
+
+
+def test_an_edit_gives_a_tree_without_columns(tmp_path: Path) -> None:
+    state = {f"module.l{i}.weight": torch.ones(2) for i in range(5)}
+    checkpoint = open_checkpoint(write_safetensors(state, tmp_path / "m.safetensors"))
+    assert checkpoint.flat_columns() is not None
+    root, _ = edits.strip_prefix(checkpoint.root, "module.")
+    edited = dataclasses.replace(checkpoint, root=root)
+    assert edited.flat_columns() is None
+    assert sorted(edited.root) == [f"l{i}.weight" for i in range(5)]
+    assert not [f for f in summarize(edited).findings if f.kind == "prefix"]
+
+
+def test_a_size_past_int64_is_still_refused(tmp_path: Path) -> None:
+    """The reader checks each layout as check_tree would, and leaves the wording to it."""
+    entry = {"dtype": "F32", "shape": [0, 2**63], "data_offsets": [0, 0]}
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(safetensors_bytes({"a": entry}))
+    with pytest.raises(ReadError, match="does not fit in int64"):
+        open_checkpoint(path)
+
+
+HEADERS = {
+    "huge int in a shape": {"a": {"dtype": "F32", "shape": [2**64], "data_offsets": [0, 0]}},
+    "huge int in the metadata": {"__metadata__": {"n": 2**70}, "a": f32_entry(0, 1)},
+    "float in the metadata": {"__metadata__": {"n": 1.5}, "a": f32_entry(0, 1)},
+    "nested metadata": {"__metadata__": {"n": {"m": [1, 2**65]}}, "a": f32_entry(0, 1)},
+    "huge offset": {"a": {"dtype": "F32", "shape": [1], "data_offsets": [2**64 + 1, 2**64 + 5]}},
+    "negative size": {"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}},
+    "extra field": {"a": {**f32_entry(0, 1), "x": 2**80}},
+    "plain": {"__metadata__": {"format": "pt"}, "b": f32_entry(4, 1), "a": f32_entry(0, 1)},
+}
+TEXTS = {
+    "NaN in the metadata": '{"__metadata__":{"n":NaN},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+    "1E400 in a shape": '{"a":{"dtype":"F32","shape":[1E400],"data_offsets":[0,4]}}',
+    "repeated key": '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],'
+    '"data_offsets":[0,4]}}',
+    "escaped name": '{"\\u0061":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+}
+
+
+def outcome(path: Path) -> str:
+    try:
+        checkpoint = open_checkpoint(path)
+    except ReadError as exc:
+        return f"error: {exc}"
+    summary = summarize(checkpoint)
+    return render_info(summary, 3) + json.dumps(summary.to_json(), default=str)
+
+
+@pytest.mark.parametrize("name", [*HEADERS, *TEXTS])
+def test_orjson_reads_as_json_does(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """orjson reads ints past 64 bits as floats: such headers are read from json's parse, as before."""
+    header = HEADERS.get(name) or TEXTS[name]
+    path = tmp_path / "h.safetensors"
+    path.write_bytes(safetensors_bytes(header, bytes(8)))
+    fast = outcome(path)
+    monkeypatch.setattr(safetensors_file, "orjson", None)
+    assert fast == outcome(path)
