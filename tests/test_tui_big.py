@@ -111,3 +111,20 @@ async def test_undo_of_a_group_delete_shows_the_groups_counts_again(big_file: Pa
         assert cursor_data(app).group.prefix == "module.layers.499."
         assert "tensors 10" in " ".join(detail(app).split())
         assert status(app).startswith("ckpt › module.layers.499.*") and "no unsaved edits" in status(app)
+
+
+async def test_the_root_detail_counts_every_key_from_the_summary(big_file: Path) -> None:
+    """Past the browser's counting budget, the root's tensors, parameters and bytes come from the summary."""
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.move_cursor(browser(app).tree_view.root)
+        await settle(pilot)
+        shown = detail(app)
+        assert "too many nodes" not in shown
+        assert "5,000" in shown and "children" in shown
+        await settle(pilot, "p", "y")  # strip module.: a new tree, summed up again
+        assert next(iter(browser(app).session.root)) == "layers.0.sub0.weight"
+        browser(app).tree_view.move_cursor(browser(app).tree_view.root)
+        await settle(pilot)
+        assert "5,000" in detail(app) and "too many nodes" not in detail(app)

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Input, Static, Tree
 
 from ckpt_tui.core import edits, group_edits
 from ckpt_tui.core.check import CheckReport, check_checkpoint
+from ckpt_tui.core.describe import Totals
 from ckpt_tui.core.edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
@@ -233,11 +234,19 @@ class BrowserScreen(Screen[None]):
                 shared = 0
                 if isinstance(value, Tensor) and value.storage is not None:
                     shared = max(0, self.storage_users.get(id(value.storage), 1) - 1)
-                totals = self.tree_view.totals.get(value) if has_children(value) else None
+                totals = self.totals_below(value) if has_children(value) else None
                 self.detail.show_value(
                     found.path, value, shared=shared, totals=totals, byteorder=session.checkpoint.byteorder
                 )
         self.update_status()
+
+    def totals_below(self, value: Any) -> Totals | None:
+        """Tensors, parameters and bytes below a container: the summary's for the tree it summed up
+        (the root of 50,000 keys is past the browser's counting budget), else counted within the budget."""
+        summary = self.summary
+        if summary is not None and summary.checkpoint.root is value:
+            return summary.totals()
+        return self.tree_view.totals.get(value)
 
     def update_status(self, note: str | None = None) -> None:
         """Focused path, unsaved edits (in words, not only colour), then the last note (kept until a key)."""
