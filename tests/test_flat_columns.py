@@ -159,3 +159,18 @@ def test_orjson_reads_as_json_does(tmp_path: Path, name: str, monkeypatch: pytes
     fast = outcome(path)
     monkeypatch.setattr(safetensors_file, "orjson", None)
     assert fast == outcome(path)
+
+
+def test_check_reads_a_flat_file_as_it_reads_a_walked_one(tmp_path: Path) -> None:
+    from ckpt_tui.core.check import check_checkpoint
+
+    state = {f"module.l{i}.weight": torch.randn(3, 4) for i in range(70)}
+    state["module.l5.weight"][1, 2] = float("nan")
+    state["module.bn.running_var"] = torch.full((3,), float("inf"))
+    state["module.bn.num_batches_tracked"] = torch.tensor(7)
+    checkpoint = open_checkpoint(write_safetensors(state, tmp_path / "m.safetensors"))
+    assert checkpoint.flat_columns() is not None
+    flat = check_checkpoint(checkpoint).to_json()
+    walked = check_checkpoint(dataclasses.replace(checkpoint, columns=None)).to_json()
+    assert flat == walked
+    assert [p["kind"] for p in flat["problems"]].count("nan") == 1

@@ -79,8 +79,9 @@ def check_checkpoint(
     answered by it) are read the exact way, in file order, so counts and errors are as always.
     ``beside``: the weights_only scan of the file, started in a child process before it was read.
     """
-    references = list(walk(checkpoint.root))
-    listed = listed_tensors(references)
+    columns = checkpoint.flat_columns()  # a flat file's tensors, listed without a walk
+    references = None if columns is not None else list(walk(checkpoint.root))
+    listed = columns.listed() if columns is not None else listed_tensors(references or [])
     scanned_tensors, first_of_view, positions = _views(listed)
     in_child = progress is None and cancelled is None  # the CLI's check: nothing to report from the child
     beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None

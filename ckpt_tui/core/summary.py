@@ -189,7 +189,7 @@ def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
     """Totals and findings of a root its reader gave as columns (see :class:`FlatColumns`): what
     :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
     root = columns.root
-    tensors: list[tuple[KeyPath, Tensor]] = list(zip(zip(root), root.values(), strict=True))
+    tensors = columns.listed()
     by_dtype: Counter[str] = Counter()
     for dtype in dict.fromkeys(columns.dtypes):  # in order of first appearance, as the walk meets them
         rows = map(dtype.__eq__, columns.dtypes)

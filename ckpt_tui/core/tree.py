@@ -371,6 +371,10 @@ class FlatColumns:
     dtypes: list[str]
     numels: list[int]
 
+    def listed(self) -> list[tuple[KeyPath, Tensor]]:
+        """Each tensor with its path, as a walk of ``root`` lists them."""
+        return list(zip(zip(self.root), self.root.values(), strict=True))
+
     def describes(self, root: Any) -> bool:
         """Whether these are the columns of ``root`` (a tree made from it by an edit is another object)."""
         return root is self.root and len(root) == len(self.dtypes)

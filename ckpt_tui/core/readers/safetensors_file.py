@@ -143,7 +143,7 @@ def _raw_header(path: str, file_bytes: int) -> bytes:
 
 
 def _fast_header(raw: bytes) -> _Header | None:
-    """The header parsed by orjson (several times faster than ``json``), when it has no escapes and no
+    """The header parsed by orjson (faster than ``json`` on big headers), when it has no escapes and no
     key can have been given twice; None otherwise, or when orjson refuses it (``json`` then says why)."""
     if orjson is None or b"\\" in raw:
         return None
