@@ -90,7 +90,7 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
     tensors = [(r[0], r[1]) for r in refs if r[3] and r[2] and type(r[1]) is Tensor]
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
     findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(tensors)]
-    findings += _device_findings(Counter(tensor.device for _, tensor in tensors))
+    findings += _device_findings(device_counts([tensor for _, tensor in tensors]))
     findings += _structure_findings(root, modules, optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
 
@@ -164,6 +164,14 @@ def layout_problem(
     if needed > available:
         return f"needs {needed} bytes of a {available}-byte storage"
     return None
+
+
+def device_counts(tensors: list[Tensor]) -> Counter[str]:
+    """How many tensors were saved on each device (a tensor with a storage: its location tag)."""
+    storages = list(map(operator.attrgetter("storage"), tensors))
+    if any(map(operator.is_, storages, itertools.repeat(None))):
+        return Counter(tensor.device for tensor in tensors)
+    return Counter(map(operator.attrgetter("location"), storages))
 
 
 def _device_findings(devices: Counter[str]) -> list[Finding]:

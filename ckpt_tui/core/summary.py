@@ -18,7 +18,7 @@ from typing import Any
 
 from ckpt_tui.core.describe import Totals, count
 from ckpt_tui.core.dtypes import DTYPES, itemsize
-from ckpt_tui.core.findings import Finding, compute_findings, flat_findings, where
+from ckpt_tui.core.findings import Finding, compute_findings, device_counts, flat_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, is_scheduler, module_groups, tensor_items
@@ -174,7 +174,7 @@ def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summ
     unique, aliases = _distinct([t for _, t in tensors])
     storages = _first_storages(tensors, len(unique) != len(tensors))
     parameters, by_dtype = _elements_and_bytes(unique)
-    devices = _devices(unique)
+    devices = device_counts(unique)
     dtypes: Counter[str] = Counter(map(_DTYPE, unique))
     tensor_bytes = _storage_bytes(storages) or sum(by_dtype.values())
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
@@ -214,8 +214,6 @@ def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
 
 _DTYPE = operator.attrgetter("dtype")
 _SHAPE = operator.attrgetter("shape")
-_STORAGE = operator.attrgetter("storage")
-_LOCATION = operator.attrgetter("location")
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
 _DTYPE_AND_NUMEL = operator.attrgetter("dtype", "numel")
 
@@ -263,14 +261,6 @@ def _elements_and_bytes(unique: list[Tensor]) -> tuple[int, Counter[str]]:
             parameters += tensor.numel
             by_dtype[tensor.dtype] += tensor.nbytes
     return parameters, by_dtype
-
-
-def _devices(unique: list[Tensor]) -> Counter[str]:
-    """How many tensors were saved on each device (a tensor with a storage: its location tag)."""
-    storages = list(map(_STORAGE, unique))
-    if None in storages:
-        return Counter(tensor.device for tensor in unique)
-    return Counter(map(_LOCATION, storages))
 
 
 def model_counts(root: Any, references: list[Any]) -> ModelCounts:
@@ -331,11 +321,15 @@ def _parameters_and_buffers(model: Any) -> tuple[int, int]:
                 else:
                     buffers += tensor.numel
         return parameters, buffers
-    named = [(name, tensor) for name, tensor in tensor_items(model) or [] if type(tensor) is Tensor]
-    if len(set(map(id, (tensor for _, tensor in named)))) < len(named):  # each tensor once, at its first name
+    named = tensor_items(model) or []
+    if set(map(type, map(operator.itemgetter(1), named))) != {Tensor}:
+        named = [(name, tensor) for name, tensor in named if type(tensor) is Tensor]
+    tensors = list(map(operator.itemgetter(1), named))
+    if len(set(map(id, tensors))) < len(named):  # each tensor once, at its first name
         named = list({id(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
-    buffer_marks = _buffer_marks([name for name, _ in named], [tensor.dtype for _, tensor in named])
-    shapes = map(_SHAPE, (t for _, t in named))
+        tensors = list(map(operator.itemgetter(1), named))
+    buffer_marks = _buffer_marks(list(map(operator.itemgetter(0), named)), list(map(_DTYPE, tensors)))
+    shapes = map(_SHAPE, tensors)
     for (shape, is_a_buffer), n in Counter(zip(shapes, buffer_marks, strict=True)).items():
         if is_a_buffer:
             buffers += math.prod(shape) * n
