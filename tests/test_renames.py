@@ -285,3 +285,91 @@ def test_unrelated_names_get_no_rule_per_key(tmp_path: Path, capsys: pytest.Capt
     code, report = check_json(capsys, source, "--against", reference)
     assert code == 1
     assert "suggestion" not in report or not any("rename" in step for step in report["suggestion"]["steps"])
+
+
+def vad_like() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """silero-vad's published weights: a .safetensors (names sorted, the head before the LSTM) against
+    its TorchScript model's state_dict (module order). Two LSTM biases and two weights share a shape."""
+    torch.manual_seed(0)
+    shapes = {
+        "stft": (6, 1, 4),
+        "c0w": (8, 5, 3),
+        "c0b": (8,),
+        "c1w": (4, 8, 3),
+        "c1b": (4,),
+        "c2w": (4, 4, 3),
+        "c2b": (4,),
+        "c3w": (8, 4, 3),
+        "c3b": (8,),
+        "ih": (16, 8),
+        "b": (16,),
+        "hw": (1, 8, 1),
+        "hb": (1,),
+    }
+    names = {"stft": ("stft_conv.weight", "stft.forward_basis_buffer")}
+    for i in range(4):
+        names[f"c{i}w"] = (f"conv{i + 1}.weight", f"encoder.{i}.reparam_conv.weight")
+        names[f"c{i}b"] = (f"conv{i + 1}.bias", f"encoder.{i}.reparam_conv.bias")
+    names["hw"] = ("final_conv.weight", "decoder.decoder.2.weight")
+    names["hb"] = ("final_conv.bias", "decoder.decoder.2.bias")
+    model: dict[str, torch.Tensor] = {}
+    shipped: dict[str, torch.Tensor] = {}
+    for short, (old, new) in names.items():
+        shipped[old] = model[new] = torch.randn(shapes[short])
+    for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        shipped[f"lstm_cell.{part}"] = model[f"decoder.rnn.{part}"] = torch.randn(shapes["ih" if "w" in part else "b"])
+    module_order = ["stft.forward_basis_buffer", *[k for k in model if k.startswith("encoder.")]]
+    module_order += [f"decoder.rnn.{p}" for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    module_order += ["decoder.decoder.2.weight", "decoder.decoder.2.bias"]
+    return dict(sorted(shipped.items())), {k: model[k] for k in module_order}
+
+
+def test_renames_follow_each_module_and_never_swap_same_shaped_tensors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from builders import write_safetensors
+
+    shipped, model = vad_like()
+    source = write_safetensors(shipped, tmp_path / "vad.safetensors")
+    reference = save(model, tmp_path / "model.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    steps = report["suggestion"]["steps"]
+    assert "rename prefix 'lstm_cell.' → 'decoder.rnn.'" in steps
+    assert "rename prefix 'final_conv.' → 'decoder.decoder.2.'" in steps
+    assert not any("bias_hh" in step or "bias_ih" in step for step in steps)
+    result = Shell(tmp_path).paste(report["suggestion"]["command"])
+    assert result.returncode == 0, result.stderr
+    fixed = torch.load(output_of(report["suggestion"]["argv"]))
+    for key, value in fixed.items():
+        if key in model:
+            assert torch.equal(value, model[key]), key  # every renamed tensor lands where it belongs
+    assert set(model) - set(fixed) == {"stft.forward_basis_buffer"}  # a weight to a buffer: left to the user
+
+
+def test_the_suggestion_is_the_same_whatever_the_hash_seed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from builders import write_safetensors
+
+    shipped, model = vad_like()
+    source = write_safetensors(shipped, tmp_path / "vad.safetensors")
+    reference = save(model, tmp_path / "model.pth")
+    outputs = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        argv = [sys.executable, "-m", "ckpt_tui", "check", str(source), "--against", str(reference)]
+        outputs.add(subprocess.run(argv, capture_output=True, text=True, env=env, check=False).stdout)
+    assert len(outputs) == 1
+
+
+def test_align_pairs_tensors_of_one_kind() -> None:
+    source = [("lstm.bias_hh", (4,)), ("lstm.bias_ih", (4,)), ("fc.bias", (3,)), ("ln.gamma", (5,))]
+    target = [("rnn.bias_ih", (4,)), ("rnn.bias_hh", (4,)), ("head.weight", (3,)), ("norm.weight", (5,))]
+    assert align(source, target) == [
+        ("lstm.bias_hh", "rnn.bias_hh"),
+        ("lstm.bias_ih", "rnn.bias_ih"),
+        ("ln.gamma", "norm.weight"),  # a synonym; a bias is never paired with a weight
+    ]

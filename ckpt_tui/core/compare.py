@@ -25,7 +25,7 @@ from ckpt_tui.core import layouts
 from ckpt_tui.core.edits import RenameRule, glob_escape, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
 from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.renames import align, infer_rules
+from ckpt_tui.core.renames import Shapes, align, infer_rules
 from ckpt_tui.core.shell import join_command, option, path_arg
 from ckpt_tui.core.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
 from ckpt_tui.core.tree import Opaque, Tensor, get
@@ -727,7 +727,8 @@ def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Ch
     pairs = align(source, target)
     if not pairs:
         return None
-    rules = infer_rules(names, pairs, ref_set)
+    shapes = Shapes({new: _signature(v) for _, new, v in renamed}, {k: e.shape for k, e in reference.items()})
+    rules = infer_rules(names, pairs, ref_set, shapes)
     if not rules:
         return None
     return _Chain(chain.variant, chain.strip, [*chain.rules, *rules], None)

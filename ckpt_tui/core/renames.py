@@ -3,20 +3,26 @@ substitution rules that turn one set of names into the other.
 
 Pairing: the keys left over on each side (in the checkpoint, not the reference; and the reverse)
 are aligned in module order by tensor shape, the longest common subsequence of the two shape
-sequences (a renamed model keeps its architecture, so its shapes come in the same order).
+sequences (a renamed model keeps its architecture, so its shapes come in the same order); keys the
+order left out whose shape is left once on each side are paired too. Partners of one shape are then
+chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
+tensor (a ``bias`` with a ``weight``, unless the names are synonyms such as ``gamma``/``weight``)
+is dropped.
 
 Rules: starting from the pairs, each round looks at the first place where each pair's dotted
 components still differ and proposes rules that would fix it, from the most general (a component
 renamed anywhere: ``attn`` → ``attention``) to the most specific (one module's prefix). The rule
 that brings the most keys closest to their partner, without moving a key away from its partner,
-without touching keys that already match and without making two keys collide, is kept. Rounds
-stop when every pair matches or no rule helps.
+without putting a key on a reference key of another shape, without touching keys that already match
+and without making two keys collide, is kept. Rounds stop when every pair matches or no rule helps.
+Ties go to the rule met first, so the rules do not change from run to run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from ckpt_tui.core.edits import RenameRule
@@ -29,6 +35,32 @@ CANDIDATES_PER_ROUND = 12
 DONE = 1_000_000
 
 Signature = tuple[int, ...] | None
+
+LEAF_SYNONYMS = frozenset(
+    frozenset(pair)
+    for pair in [
+        ("gamma", "weight"),  # normalization layers ported from TensorFlow
+        ("beta", "bias"),
+        ("moving_mean", "running_mean"),
+        ("moving_variance", "running_var"),
+        ("weight_g", "original0"),  # weight_norm, then its parametrization
+        ("weight_v", "original1"),
+    ]
+)
+"""Last components that name the same kind of tensor under two conventions."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shape of each key (by its name before any rule) and of each reference key."""
+
+    keys: Mapping[str, Signature]
+    reference: Mapping[str, Signature]
+
+    def clash(self, key: str, new: str) -> bool:
+        """Whether naming ``key`` ``new`` puts it on a reference key of another shape."""
+        mine, theirs = self.keys.get(key), self.reference.get(new)
+        return mine is not None and theirs is not None and mine != theirs
 
 
 def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]) -> list[tuple[str, str]]:
@@ -43,13 +75,59 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
         return []
     a, b = [s for _, s in source], [s for _, s in target]
     if a == b:
-        return [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
-    if len(a) * len(b) > LCS_CELLS:
-        return _pair_by_shape(source, target)
-    pairs: list[tuple[str, str]] = []
-    for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
-        pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
-    return pairs
+        pairs = [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
+    elif len(a) * len(b) > LCS_CELLS:
+        pairs = _pair_by_shape(source, target)
+    else:
+        pairs = []
+        for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+            pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
+    return _same_kind(pairs + _unique_leftovers(source, target, pairs), dict(source))
+
+
+def _unique_leftovers(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]], pairs: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Keys left unpaired whose shape is left once on each side: paired wherever they stand (a module
+    the order put elsewhere, such as a head listed before the body)."""
+    paired_source, paired_target = {a for a, _ in pairs}, {b for _, b in pairs}
+    left_source = [(key, sig) for key, sig in source if key not in paired_source]
+    left_target = [(key, sig) for key, sig in target if key not in paired_target]
+    in_source, in_target = Counter(sig for _, sig in left_source), Counter(sig for _, sig in left_target)
+    partner = {sig: key for key, sig in left_target if in_source[sig] == 1 and in_target[sig] == 1}
+    return [(key, partner[sig]) for key, sig in left_source if sig in partner]
+
+
+def leaf(key: str) -> str:
+    """A key's last component: what kind of tensor it holds (``weight``, ``bias``, ``running_mean``...)."""
+    return key.rsplit(".", 1)[-1]
+
+
+def _same_kind(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) -> list[tuple[str, str]]:
+    """The pairs with partners swapped among keys of one shape so that last components agree
+    (``bias_hh`` with ``bias_hh``, never with ``bias_ih``), then those that still hold different kinds
+    of tensor (a ``bias`` paired with a ``weight``, no synonym of it) left out."""
+    groups: dict[Signature, list[int]] = {}
+    for index, (key, _) in enumerate(pairs):
+        groups.setdefault(shapes.get(key), []).append(index)
+    chosen: dict[int, str] = {}
+    for indices in groups.values():
+        free = [pairs[i][1] for i in indices]
+        for same in (_equal_leaves, _synonym_leaves):
+            for i in indices:
+                partner = next((t for t in free if i not in chosen and same(pairs[i][0], t)), None)
+                if partner is not None:
+                    chosen[i] = partner
+                    free.remove(partner)
+    return [(key, chosen[i]) for i, (key, _) in enumerate(pairs) if i in chosen]
+
+
+def _equal_leaves(key: str, other: str) -> bool:
+    return leaf(key) == leaf(other)
+
+
+def _synonym_leaves(key: str, other: str) -> bool:
+    return frozenset((leaf(key), leaf(other))) in LEAF_SYNONYMS
 
 
 def _pair_by_shape(
@@ -66,10 +144,13 @@ def _pair_by_shape(
     return pairs
 
 
-def infer_rules(keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference: set[str]) -> list[RenameRule] | None:
+def infer_rules(
+    keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference: set[str], shapes: Shapes | None = None
+) -> list[RenameRule] | None:
     """Rules that, applied in order to every key, take the paired keys to their partners (at least
     half of them: shape alignment can pair a few keys wrongly); None when no short list of rules does
-    (names that share no structure would need one rule per key)."""
+    (names that share no structure would need one rule per key). With ``shapes``, no rule puts a key
+    on a reference key of another shape."""
     goals = dict(pairs)
     for key in keys:
         if key in reference and key not in goals:
@@ -85,11 +166,11 @@ def infer_rules(keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference
             return None
         counts: Counter[RenameRule] = Counter()
         for old, new in pending:
-            counts.update(set(candidates(old, new)))
+            counts.update(list(dict.fromkeys(candidates(old, new))))  # each once, in a fixed order (not a set's)
         best: RenameRule | None = None
         best_gain = 0
         for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
-            gain = _gain(rule, current, goals)
+            gain = _gain(rule, current, goals, shapes)
             if gain > best_gain:
                 best, best_gain = rule, gain
         if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
@@ -147,9 +228,9 @@ def _progress(name: str, goal: str) -> int:
     return same
 
 
-def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str]) -> int:
+def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str], shapes: Shapes | None) -> int:
     """How much closer the rule brings keys to their partners; 0 if it moves any key away from its
-    partner or makes two keys one."""
+    partner, puts one on a reference key of another shape, or makes two keys one."""
     gain = 0
     renamed: list[str] = []
     for key, name in current.items():
@@ -157,6 +238,8 @@ def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str]) -> i
         renamed.append(new)
         if new == name:
             continue
+        if shapes is not None and shapes.clash(key, new):
+            return 0
         goal = goals.get(key)
         if goal is not None:
             delta = _progress(new, goal) - _progress(name, goal)
