@@ -205,6 +205,17 @@ def test_scheduler_matching_neither_epoch_nor_step_is_a_warning(tmp_path, capsys
     assert "last_epoch 11, matching neither epoch 5 nor global_step 6" in kinds["scheduler-mismatch"][0]
 
 
+def test_a_scheduler_stepped_per_epoch_is_no_mismatch(tmp_path, capsys):
+    """chgnet's published checkpoints: CosineAnnealingLR stepped once per epoch, no epoch counter saved,
+    the optimizer at step 996,744. Below every counter, a scheduler may step per epoch or every few steps."""
+    net, optimizer, scheduler = trained(steps=12)  # StepLR stepped every 3 optimizer steps
+    assert scheduler.last_epoch == 4
+    kinds = by_kind(findings(tmp_path, capsys, plain(net, optimizer, scheduler)))
+    assert "scheduler-mismatch" not in kinds
+    kinds = by_kind(findings(tmp_path, capsys, plain(net, optimizer, scheduler, global_step=12)))
+    assert "scheduler-mismatch" not in kinds
+
+
 def test_zero_moment_buffers_are_found_by_check_not_by_info(tmp_path, capsys):
     net, optimizer, scheduler = trained()
     checkpoint = plain(net, optimizer, scheduler, epoch=2, global_step=STEPS)

@@ -10,7 +10,7 @@ every tensor, says which are all zero (:func:`zero_moment_problem`).
 Warnings (a resume goes wrong): an Adam-style optimizer whose step disagrees with the checkpoint's
 step counter; a stateful optimizer with no state while the counters say training ran; optimizer
 state for more parameters than the model holds, or shaped for another model; a scheduler that
-never stepped, whose ``last_epoch`` matches neither the epoch nor the step, or a OneCycleLR at its
+never stepped, whose ``last_epoch`` is past every counter the checkpoint saves, or a OneCycleLR at its
 ``total_steps`` (stepping it again raises). Notes (facts): per optimizer its kind, parameter groups
 with their LR, parameters covered and steps; per scheduler its ``last_epoch`` and LR.
 """
@@ -340,18 +340,26 @@ def _scheduler_findings(
                 path=path,
             )
         )
-    elif all(abs(last - v) > 1 for v in known.values()):
+    elif _stepped_past(last, counters):
         said = " nor ".join(f"{k} {_count(v)}" for k, v in known.items())
         findings.append(
             Finding(
                 "scheduler-mismatch",
                 f"LR scheduler at {where(path)} has last_epoch {_count(last)}, matching neither {said}: "
-                "the schedule resumes at another point",
+                "it stepped more often than training ran, so the schedule resumes at another point",
                 "warning",
                 path=path,
             )
         )
     return findings
+
+
+def _stepped_past(last: float, counters: dict[str, float]) -> bool:
+    """Whether a scheduler's ``last_epoch`` is more than 1 past every counter the checkpoint saves
+    (``epoch``, ``global_step``...). Below them it may step per epoch or every few steps; the
+    optimizer's own step is no bound (GradScaler skips optimizer steps, never scheduler steps)."""
+    known = [v for k, v in counters.items() if k in STEP_COUNTERS or k == "epoch"]
+    return bool(known) and all(last - v > 1 for v in known)
 
 
 def is_moment(path: KeyPath) -> bool:
