@@ -183,6 +183,18 @@ def test_whole_module_pickle_without_class(tmp_path: Path) -> None:
     assert any(f["global"] == "ghost_models.GhostNet" for f in found["unsafe-global"])
 
 
+def test_a_whole_model_is_one_finding_and_torchscript_says_so(tmp_path: Path) -> None:
+    """One module-pickle finding for the model, not one per submodule (silero-vad's TorchScript file gave 55)."""
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))
+    torch.save(net, tmp_path / "net.pt")
+    torch.jit.save(torch.jit.script(net), str(tmp_path / "net.jit"))
+    pickled = [f for f in summarize(open_checkpoint(tmp_path / "net.pt")).findings if f.kind == "module-pickle"]
+    scripted = [f for f in summarize(open_checkpoint(tmp_path / "net.jit")).findings if f.kind == "module-pickle"]
+    assert [f.path for f in pickled] == [()] and "a whole pickled nn.Module at the root" in pickled[0].message
+    assert [f.path for f in scripted] == [()] and "a TorchScript module at the root" in scripted[0].message
+    assert "without its code" in scripted[0].message
+
+
 def test_data_parallel_module_pickle(tmp_path: Path) -> None:
     ckpt = open_checkpoint(save_whole_module(tmp_path / "dp.pt", data_parallel=True))
     assert ckpt.root.global_name == "torch.nn.parallel.data_parallel.DataParallel"

@@ -64,6 +64,10 @@ class Finding:
         return out
 
 
+TORCHSCRIPT_CLASSES = "__torch__."
+"""How a TorchScript archive's pickle names the classes of its modules (``__torch__.Net``)."""
+
+
 def compute_findings(root: Any, references: Iterable[Reference] | None = None) -> list[Finding]:
     """All findings for a tree, warnings first, from one walk of it (see :func:`~ckpt_tui.core.tree.walk`).
 
@@ -72,7 +76,7 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
     """
     findings: list[Finding] = []
     unsafe: dict[str, tuple[KeyPath, int]] = {}
-    modules: list[KeyPath] = []
+    modules: list[tuple[KeyPath, Opaque]] = []
     optimizers: list[KeyPath] = []
     schedulers: list[KeyPath] = []
     refs = list(references if references is not None else walk(root))
@@ -80,7 +84,7 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
         if isinstance(value, Opaque) or is_global_ref(value):
             _note_global(value, path, unsafe)
             if first and shown and isinstance(value, Opaque) and value.is_module:
-                modules.append(path)
+                modules.append((path, value))
         if not (first and shown):
             continue
         if is_optimizer(value):
@@ -91,8 +95,14 @@ def compute_findings(root: Any, references: Iterable[Reference] | None = None) -
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
     findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(tensors)]
     findings += _device_findings(device_counts([tensor for _, tensor in tensors]))
-    findings += _structure_findings(root, modules, optimizers, schedulers)
+    findings += _structure_findings(root, _outermost(modules), optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def _outermost(modules: list[tuple[KeyPath, Opaque]]) -> list[tuple[KeyPath, Opaque]]:
+    """The modules no other listed module holds: a whole model is one finding, not one per submodule."""
+    paths = {path for path, _ in modules}
+    return [(path, module) for path, module in modules if not any(path[:i] in paths for i in range(len(path)))]
 
 
 def flat_findings(columns: FlatColumns) -> list[Finding]:
@@ -187,7 +197,7 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
 
 
 def _structure_findings(
-    root: Any, modules: list[KeyPath], optimizers: list[KeyPath], schedulers: list[KeyPath]
+    root: Any, modules: list[tuple[KeyPath, Opaque]], optimizers: list[KeyPath], schedulers: list[KeyPath]
 ) -> list[Finding]:
     findings: list[Finding] = []
     if isinstance(root, dict) and (
@@ -208,12 +218,14 @@ def _structure_findings(
                 fix=Fix("--extract", to_slash(inner)),
             )
         )
-    for path in modules:
+    for path, module in modules:
+        scripted = module.global_name.startswith(TORCHSCRIPT_CLASSES)
+        what = "a TorchScript module" if scripted else "a whole pickled nn.Module"
+        without = "its code" if scripted else "its class"
         findings.append(
             Finding(
                 "module-pickle",
-                f"a whole pickled nn.Module at {where(path)}: "
-                "its weights are shown without its class; extracting it gives its state_dict",
+                f"{what} at {where(path)}: its weights are shown without {without}; extracting it gives its state_dict",
                 path=path,
                 fix=Fix("--extract", to_slash(path) if path else "auto"),
             )
