@@ -287,3 +287,32 @@ def test_a_cast_out_of_range_gives_inf_as_torch_does_and_prints_no_warning(tmp_p
     )
     assert done.returncode == 0 and done.stderr == ""
     assert torch.equal(torch.load(tmp_path / "h.pth", weights_only=True)["a"], torch.tensor([1e30, -1e30, 1.0]).half())
+
+
+def test_a_pth_with_numpy_arrays_is_written_and_said_to_need_allowing(tmp_path: Path, capsys) -> None:
+    """numpy arrays are data (written as they are), but torch.load(weights_only=True) refuses them:
+    the line says so and names --sanitize, which writes a file that loads."""
+    import numpy as np
+
+    source = tmp_path / "sevenn_like.pth"
+    torch.save({"model": {"w": torch.ones(2)}, "cutoff": np.array([5.0], dtype=np.float32)}, source)
+    assert main(["convert", str(source), "-o", str(tmp_path / "out.pth")]) == 0
+    printed = capsys.readouterr().out
+    assert "torch.load(weights_only=True) refuses it: it holds numpy." in printed and "_reconstruct" in printed
+    assert "--sanitize rewrites them as plain data" in printed
+    with pytest.raises(Exception, match="Weights only load failed"):
+        torch.load(tmp_path / "out.pth", weights_only=True)
+    assert main(["convert", str(source), "-o", str(tmp_path / "clean.pth"), "--sanitize"]) == 0
+    assert "refuses it" not in capsys.readouterr().out
+    assert torch.equal(torch.load(tmp_path / "clean.pth", weights_only=True)["model"]["w"], torch.ones(2))
+
+
+def test_an_omegaconf_object_is_refused_with_what_to_do(tmp_path: Path, capsys) -> None:
+    from omegaconf import OmegaConf
+
+    source = tmp_path / "lightning_like.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "hparams": OmegaConf.create({"lr": 0.1})}, source)
+    assert main(["convert", str(source), "-o", str(tmp_path / "out.pth")]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to write the unsafe global omegaconf" in err and "--sanitize rewrites data objects" in err
+    assert not (tmp_path / "out.pth").exists()

@@ -86,19 +86,24 @@ EMITTED_GLOBALS = (
 """Every global the emitter writes on its own account; opaque objects add only safe-marked names."""
 
 
+UNSAFE_HINT = "--sanitize rewrites data objects (OmegaConf, numpy, paths...) as plain data, --drop PATH leaves it out"
+
+
 class Refusal(Exception):
     """Something in the tree cannot be written; ``where`` collects the path while it propagates."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
         self.message = message
+        self.hint = hint
         self.where: list[Key] = []
 
     def error(self) -> WriteError:
-        """The user's one-line error, naming where the offending value sits."""
+        """The user's one-line error, naming where the offending value sits (and what to do)."""
         path = tuple(reversed(self.where))
         where = to_python(path[:12]) + ("…" if len(path) > 12 else "") if path else "the root"
-        return WriteError(f"refusing to write {self.message} at {where}")
+        hint = f": {self.hint}" if self.hint else ""
+        return WriteError(f"refusing to write {self.message} at {where}{hint}")
 
 
 def _memo_put(index: int) -> bytes:
@@ -678,7 +683,7 @@ class PickleWriter:
     @staticmethod
     def _check_opaque_class(cls: type[Opaque]) -> None:
         if not cls.safe:
-            raise Refusal(f"the unsafe global {cls.global_name}")
+            raise Refusal(f"the unsafe global {cls.global_name}", UNSAFE_HINT)
 
     def save_opaque_global(self, cls: type[Opaque]) -> None:
         """A bare global (a class or function reference): written only if the reader knows it as data."""

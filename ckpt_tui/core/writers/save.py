@@ -38,14 +38,24 @@ class WriteResult:
     storages: list[Storage] = field(default_factory=list, repr=False)
     left_out: list[str] = field(default_factory=list)
     """What the source held that the format cannot hold (safetensors: hooks, Python state), said in the line."""
+    not_allowed: list[str] = field(default_factory=list)
+    """Globals of a written ``.pth`` that torch's weights-only allowlist lacks (numpy arrays...), said in the line."""
 
     def line(self) -> str:
         """One line for the user."""
         left = f"; left out (safetensors holds tensor values only): {'; '.join(self.left_out)}" if self.left_out else ""
-        return (
+        line = (
             f"wrote {self.path} ({self.format}, {self.tensors} tensors, {self.records} records, "
             f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
+        if self.not_allowed:
+            more = len(self.not_allowed) - 4
+            shown = ", ".join(self.not_allowed[:4]) + (f" and {more} more" if more > 0 else "")
+            line += (
+                f"; torch.load(weights_only=True) refuses it: it holds {shown} (data, not on torch's "
+                "allowlist): --sanitize rewrites them as plain data, `check` names what to allow instead"
+            )
+        return line
 
 
 def output_format(target: str | os.PathLike[str], fmt: str | None) -> str:
@@ -107,8 +117,9 @@ def save(
                 assert emitted is not None
                 pth = write_pth(emitted, file, checked.path.stem, byteorder, progress, cancelled)
                 temp.start_sync()
-                verified = verify_pth(temp_path, pth)
+                verified, not_allowed = verify_pth(temp_path, pth)
                 result = WriteResult("", fmt, pth.tensors, len(pth.storages), pth.nbytes, {}, verified, pth.storages)
+                result.not_allowed = not_allowed
             if check is not None:
                 result.verified += ", " + check(temp_path)
             temp.commit()

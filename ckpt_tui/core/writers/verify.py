@@ -33,6 +33,7 @@ from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.process import gc_paused
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.unpickle import SafeUnpickler
+from ckpt_tui.core.weights_only_tables import ALLOWED
 from ckpt_tui.core.writers.output import EDGE, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite
@@ -134,15 +135,20 @@ def refuse_unsafe(names: set[str], where: str) -> None:
 # ---- .pth ---------------------------------------------------------------------------------
 
 
-def verify_pth(path: Path, meant: PthWrite) -> str:
-    """Check a written ``.pth`` against what was meant; raise :class:`WriteError` if anything differs."""
+def verify_pth(path: Path, meant: PthWrite) -> tuple[str, list[str]]:
+    """Check a written ``.pth`` against what was meant; raise :class:`WriteError` if anything differs.
+
+    Returns what was checked, in words, and the globals it holds that torch's weights-only allowlist
+    lacks (data, such as numpy arrays: ``torch.load(weights_only=True)`` refuses the file over them).
+    """
     full = check_log(path, meant.log, meant.nbytes)
     scan = scan_pickle(meant.data_pkl)  # the bytes on disk are these (checked above)
     refuse_unsafe(scan.unsafe_names, "data.pkl")
     _check_storages(scan, meant.storages)
     _check_alignment(meant)
     what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
-    return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
+    what += ", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges"
+    return what, sorted(name for name in scan.stubs if name not in ALLOWED)
 
 
 def _check_storages(scan: GlobalScan, meant: list[Storage]) -> None:
