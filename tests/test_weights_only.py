@@ -265,6 +265,19 @@ def test_clean_file_says_it_loads(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "weights_only: torch.load loads it (torch 2.6-2.14)" in capsys.readouterr().out
 
 
+def test_a_gpu_tagged_file_loads_only_where_that_device_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch.load without map_location puts storages on their saved device: on a CPU machine it raises."""
+    from builders import save_cuda_tagged
+
+    from ckpt_tui.cli import main
+
+    path = save_cuda_tagged({"w": torch.ones(2)}, tmp_path / "gpu.pth", device="cuda:3")
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "weights_only: torch.load loads it on a machine with cuda:3 (torch 2.6-2.14)" in out
+    assert "without that device torch.load needs map_location='cpu'" in out
+
+
 def test_browser_header_shows_the_verdict(tmp_path: Path) -> None:
     from ckpt_tui.core.summary import summarize
     from ckpt_tui.tui.widgets.summary import summary_text

@@ -506,6 +506,8 @@ class Verdict:
     """``torch.serialization.add_safe_globals([...])``, when every blocker is data and nothing else fails."""
     imports: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    """Device tags other than ``cpu`` on its storages: torch.load puts them there, so needs those devices."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``check --json`` ``weights_only`` object."""
@@ -524,6 +526,9 @@ class Verdict:
         """One line: ``weights_only: loads (torch 2.6–2.14)`` or why not."""
         if self.loads is None:
             return f"weights_only: not applicable ({self.reason or self.route})"
+        if self.loads and self.devices:
+            where = ", ".join(self.devices[:3]) + (" …" if len(self.devices) > 3 else "")
+            return f"weights_only: torch.load loads it on a machine with {where} (torch {self.torch})"
         if self.loads:
             return f"weights_only: torch.load loads it (torch {self.torch})"
         if self.route == "torchscript" and not self.blockers:
@@ -581,7 +586,8 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     if loads and scan.route == "safetensors":
         result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (needs the package)")
     if scan.devices:
-        tags = ", ".join(sorted(scan.devices)[:5])
+        result.devices = sorted(scan.devices)
+        tags = ", ".join(result.devices[:5])
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
     if scan.setitem_on_other:
         result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
