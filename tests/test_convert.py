@@ -316,3 +316,12 @@ def test_an_omegaconf_object_is_refused_with_what_to_do(tmp_path: Path, capsys) 
     err = capsys.readouterr().err
     assert "refusing to write the unsafe global omegaconf" in err and "--sanitize rewrites data objects" in err
     assert not (tmp_path / "out.pth").exists()
+
+
+def test_device_tags_left_out_of_a_safetensors_file_are_said(tmp_path: Path, capsys) -> None:
+    """safetensors stores no device: converting lpips' cuda:0-tagged weights says the tags are not kept."""
+    source = save_cuda_tagged({"a.weight": torch.ones(2), "b.weight": torch.zeros(3)}, tmp_path / "gpu.pth")
+    assert main(["convert", str(source), "-o", str(tmp_path / "out.safetensors")]) == 0
+    out = capsys.readouterr().out
+    assert "left out (safetensors holds tensor values only): the device tag cuda:0 of 'a.weight', 'b.weight'" in out
+    assert load_file(tmp_path / "out.safetensors")["b.weight"].tolist() == [0.0, 0.0, 0.0]

@@ -275,11 +275,14 @@ class SafetensorsPlan:
 def left_out_parts(root: dict[str, Tensor]) -> list[str]:
     """What the source's tensors hold beyond their values, which safetensors cannot hold: said, never dropped silently.
 
-    Backward hooks, a Parameter's Python state, a tensor's Python attributes and its subclass; one entry per
-    kind, naming up to three keys.
+    Backward hooks, a Parameter's Python state, a tensor's Python attributes and its subclass, and the
+    device it was saved on (safetensors loads on cpu unless told); one entry per kind, naming up to three keys.
     """
     kinds: dict[str, list[str]] = {}
     for name, tensor in root.items():
+        storage = tensor.storage
+        if storage is not None and storage.location != "cpu":
+            kinds.setdefault(f"the device tag {storage.location}", []).append(name)
         if tensor.hooks is not None and not (isinstance(tensor.hooks, dict) and not tensor.hooks):
             kinds.setdefault("backward hooks", []).append(name)
         if tensor.parameter_state is not None:
