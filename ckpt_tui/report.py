@@ -140,7 +140,7 @@ def render_check(report: CheckReport) -> str:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:
         return "\n".join([head + ": OK, no NaN/Inf, no unsafe globals", *weights_only_lines(report, ckpt.path)])
-    lines = [head + f": {len(report.problems)} problems"]
+    lines = [head + f": {len(report.problems)} problem{'' if len(report.problems) == 1 else 's'}"]
     lines += [f"  ! [{printable(p.kind)}] {printable(p.message)}" for p in report.problems]
     lines += weights_only_lines(report, ckpt.path)
     return "\n".join(lines)

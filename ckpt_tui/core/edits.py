@@ -487,7 +487,7 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     else:
         title = f"extract {_describe(path)}"
     tensors = sum(1 for _ in iter_tensors(value))
-    return value, Change(f"{title} ({tensors} tensors)", 1)
+    return value, Change(f"{title} ({tensors} tensor{'' if tensors == 1 else 's'})", 1)
 
 
 def is_flat_state_dict(root: Any) -> bool:

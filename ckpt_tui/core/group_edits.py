@@ -89,7 +89,8 @@ def extract_group(root: Any, path: KeyPath, prefix: str) -> Result:
     """Make the group the new root: a state_dict of its keys with the prefix stripped."""
     new = group_state_dict(root, path, prefix)
     tensors = sum(1 for _ in iter_tensors(new))
-    return new, Change(f"extract the keys under {prefix!r} of {_where(path)}, prefix stripped ({tensors} tensors)", 1)
+    counted = f"{tensors} tensor{'' if tensors == 1 else 's'}"
+    return new, Change(f"extract the keys under {prefix!r} of {_where(path)}, prefix stripped ({counted})", 1)
 
 
 def rename_group(root: Any, path: KeyPath, prefix: str, new_prefix: str) -> Result:

@@ -23,6 +23,7 @@ key to apply ``fixes[0].suggestion``. Nothing here imports a UI.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -260,7 +261,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     unchanged = sum(1 for c in changes if c == 0)
     counts = f"{len(measured)} layers compared, {unchanged} unchanged"
     if changes:
-        counts += f", median relative change {sorted(changes)[len(changes) // 2]:.3g}"
+        counts += f", median relative change {statistics.median(changes):.3g}"
     if len(measured) < len(report.layers):
         counts += f", {len(report.layers) - len(measured)} not compared"
     width = max(60, width)
