@@ -564,6 +564,10 @@ def _central_directory(checkpoint: Checkpoint) -> dict[str, ZipEntry] | None:
     return None
 
 
+HELPER_MODULES = ("builtins.", "collections.", "_codecs.", "copyreg.")
+"""Globals a class's pickled state needs besides the class itself: named after the classes torch refuses first."""
+
+
 def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     """Combine a file scan with the tree: kinds, paths, the allowlisting line, the version range."""
     if not scan.applies:
@@ -573,7 +577,7 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         names[name] = names.get(name, 0) + count
     where = _locate(checkpoint.root, set(names)) if names and checkpoint is not None else {}
     blockers = []
-    for name in sorted(names, key=lambda n: (not where.get(n), n)):
+    for name in sorted(names, key=lambda n: (not where.get(n), n.startswith(HELPER_MODULES), n)):
         paths, nodes = where.get(name, ([], 0))
         kind, note = classify(name, scan.usage.get(name, set()))
         if name in scan.hidden:
