@@ -135,7 +135,7 @@ def _child_list(value: Any) -> list[tuple[Any, Any]]:
 def render_check(report: CheckReport) -> str:
     """The ``check`` text: verdict first, then each problem."""
     ckpt = report.summary.checkpoint
-    head = f"{printable(ckpt.path)}: {report.checked} tensors read"
+    head = f"{printable(ckpt.path)}: {report.checked} tensor{'' if report.checked == 1 else 's'} read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:

@@ -141,11 +141,27 @@ def check_checkpoint(
             problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
     if zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
+    problems += _sparse_problems(listed, checkpoint.byteorder)
     judged = verdict(checkpoint, beside)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
     if judged.loads is False and judged.route != "torchscript":
         problems.append(weights_only_problem(judged))
     return CheckReport(summary, problems, checked, skipped, judged)
+
+
+def _sparse_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) -> list[Problem]:
+    """Sparse tensors whose indices point outside them (each tensor object once)."""
+    sparse = {id(tensor): (path, tensor) for path, tensor in reversed(listed) if tensor.sparse is not None}
+    if not sparse:
+        return []
+    from ckpt_tui.core.sparse_checks import sparse_problem
+
+    problems = []
+    for path, tensor in reversed(sparse.values()):
+        found = sparse_problem(tensor, byteorder)
+        if found is not None:
+            problems.append(Problem("sparse-indices", f"{to_python(path)}: {found}", path))
+    return problems
 
 
 def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Tensor], list[int | None]]:

@@ -1,0 +1,98 @@
+"""Sparse tensors whose indices point outside them: torch.load accepts them unless sparse invariant checks
+are on, and ``to_dense()`` then writes outside the tensor. ``check`` says so, and the oracle is torch
+itself: loading the same file under ``torch.sparse.check_sparse_tensor_invariants()``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+
+warnings.filterwarnings("ignore", message="Sparse (CSR|CSC|BSR|BSC) tensor support is in beta")
+
+
+def coo(indices: list[list[int]], size: tuple[int, ...], dense: int = 0) -> torch.Tensor:
+    values = torch.arange(len(indices[0]) * max(dense, 1), dtype=torch.float32)
+    values = values.reshape(len(indices[0]), dense) if dense else values
+    return torch.sparse_coo_tensor(torch.tensor(indices), values, size, check_invariants=False)
+
+
+def compressed(layout: torch.layout, first: list[int], second: list[int], size: tuple[int, int], block=None):
+    nnz = len(second)
+    values = torch.ones((nnz, *block)) if block else torch.ones(nnz)
+    return torch.sparse_compressed_tensor(
+        torch.tensor(first), torch.tensor(second), values, size, layout=layout, check_invariants=False
+    )
+
+
+CASES: dict[str, Callable[[], torch.Tensor]] = {
+    "coo in range": lambda: coo([[0, 1, 1], [2, 0, 1]], (2, 3)),
+    "coo past its size": lambda: coo([[0, 5], [0, 0]], (2, 2)),
+    "coo past its second size": lambda: coo([[0, 1], [0, 3]], (2, 3)),
+    "coo below zero": lambda: coo([[0, -1], [0, 0]], (2, 2)),
+    "coo hybrid in range": lambda: coo([[0, 2]], (3, 4), dense=4),
+    "coo hybrid past its size": lambda: coo([[0, 3]], (3, 4), dense=4),
+    "coo empty": lambda: coo([[], []], (2, 2)),
+    "csr in range": lambda: compressed(torch.sparse_csr, [0, 1, 3], [1, 0, 2], (2, 3)),
+    "csr decreasing rows": lambda: compressed(torch.sparse_csr, [0, 2, 1], [0, 1], (2, 2)),
+    "csr not starting at 0": lambda: compressed(torch.sparse_csr, [1, 1, 2], [0, 1], (2, 2)),
+    "csr ending early": lambda: compressed(torch.sparse_csr, [0, 1, 1], [0, 1], (2, 2)),
+    "csr column past the size": lambda: compressed(torch.sparse_csr, [0, 1, 2], [0, 9], (2, 2)),
+    "csc in range": lambda: compressed(torch.sparse_csc, [0, 1, 2], [1, 0], (2, 2)),
+    "csc row past the size": lambda: compressed(torch.sparse_csc, [0, 1, 2], [1, 7], (2, 2)),
+    "bsr in range": lambda: compressed(torch.sparse_bsr, [0, 1, 2], [1, 0], (4, 4), block=(2, 2)),
+    "bsr block column past the size": lambda: compressed(torch.sparse_bsr, [0, 1, 2], [1, 2], (4, 4), block=(2, 2)),
+    "bsc in range": lambda: compressed(torch.sparse_bsc, [0, 1, 2], [0, 1], (4, 4), block=(2, 2)),
+}
+
+
+def torch_refuses_when_asked(path: Path) -> bool:
+    """What torch says with its sparse invariant checks on (off by default, so it loads either way)."""
+    torch.load(path, weights_only=True)
+    try:
+        with torch.sparse.check_sparse_tensor_invariants():
+            torch.load(path, weights_only=True)
+    except RuntimeError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_check_finds_what_torch_finds_with_its_invariant_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path = tmp_path / "sparse.pth"
+    torch.save({"dense": torch.ones(2), "s": CASES[name]()}, path)
+    invalid = torch_refuses_when_asked(path)
+    assert invalid == ("range" not in name and "empty" not in name)  # the cases say what they are
+    code = main(["check", str(path), "--json"])
+    problems = [p for p in json.loads(capsys.readouterr().out)["problems"] if p["kind"] == "sparse-indices"]
+    assert (code, len(problems)) == ((1, 1) if invalid else (0, 0))
+    if invalid:
+        assert problems[0]["path"] == ["s"]
+        assert "torch.load accepts it" in problems[0]["message"]
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_one_bad_index_among_a_million_is_found_in_its_dimension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dim: int
+) -> None:
+    """The indices are read in chunks that cross the rows' boundary: each row keeps its own bounds."""
+    nnz = 700_000
+    indices = torch.zeros(2, nnz, dtype=torch.int64)
+    indices[0] = torch.arange(nnz) % 50
+    indices[1] = torch.arange(nnz) % 3
+    indices[dim, nnz - 1] = 50 if dim == 0 else 3  # one past the size
+    values = torch.ones(nnz)
+    path = tmp_path / "big.pth"
+    torch.save({"s": torch.sparse_coo_tensor(indices, values, (50, 3), check_invariants=False)}, path)
+    assert torch_refuses_when_asked(path)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"sparse index {50 if dim == 0 else 3} in dimension {dim}, past its size" in out
