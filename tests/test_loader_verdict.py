@@ -279,6 +279,25 @@ SAFETENSORS_CASES: dict[str, bytes] = {
     "huge_shape": safetensors_bytes('{"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}}', EIGHT),
     "missing_field": safetensors_bytes('{"a":{"dtype":"F32","shape":[2]}}', EIGHT),
     "not_padded": safetensors_bytes('{"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}', b"abc"),
+    # each value given for a name is parsed as an entry: null, a string or {} first is refused
+    **{
+        f"same_key_twice_{label}_first": safetensors_bytes(f'{{"a":{first},' + ONE[1:], EIGHT)
+        for label, first in (("null", "null"), ("string", '"x"'), ("empty", "{}"), ("list", "[1,2]"))
+    },
+    "same_key_twice_null_first_escaped": safetensors_bytes('{"\\u0061":null,' + ONE[1:], EIGHT),
+    "same_key_twice_entry_first": safetensors_bytes(
+        '{"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]},' + ONE[1:], EIGHT
+    ),
+    # the element count is multiplied left to right in 64 bits: it may overflow before a 0
+    "zero_size_overflowing": safetensors_bytes(
+        '{"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}'
+    ),
+    "zero_size_not_overflowing": safetensors_bytes(
+        '{"a":{"dtype":"U8","shape":[4294967296,2147483648,0],"data_offsets":[0,0]}}'
+    ),
+    "minus_zero_offset": safetensors_bytes('{"a":{"dtype":"F32","shape":[2],"data_offsets":[-0,8]}}', EIGHT),
+    "minus_zero_size": safetensors_bytes('{"a":{"dtype":"F32","shape":[-0],"data_offsets":[0,0]}}'),
+    "minus_zero_name": safetensors_bytes('{"layer-0":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', EIGHT),
 }
 
 
@@ -287,6 +306,21 @@ def test_safetensors_verdict_matches_the_library(tmp_path: Path, capsys: pytest.
     path = tmp_path / f"{name}.safetensors"
     path.write_bytes(SAFETENSORS_CASES[name])
     assert_same_verdict(path, library_accepts(path), capsys)
+
+
+@pytest.mark.parametrize("name", list(SAFETENSORS_CASES))
+def test_torch_load_of_a_safetensors_name_agrees_with_the_library(tmp_path: Path, name: str) -> None:
+    """torch.load hands *.safetensors paths to the library: its verdict is the library's."""
+    from ckpt_tui.core.weights_only import verdict
+
+    path = tmp_path / f"{name}.safetensors"
+    path.write_bytes(SAFETENSORS_CASES[name])
+    try:
+        checkpoint = open_checkpoint(path)
+    except ReadError:
+        assert not library_accepts(path)
+        return
+    assert verdict(checkpoint).loads == library_accepts(path)
 
 
 def test_duplicate_tensor_name_is_noted(tmp_path: Path) -> None:

@@ -144,7 +144,8 @@ def check_checkpoint(
     problems += _sparse_problems(listed, checkpoint.byteorder)
     judged = verdict(checkpoint, beside)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
-    if judged.loads is False and judged.route != "torchscript":
+    said = judged.route == "safetensors" and any(p.kind == "loader-refuses" for p in problems)  # the same refusal
+    if judged.loads is False and judged.route != "torchscript" and not said:
         problems.append(weights_only_problem(judged))
     return CheckReport(summary, problems, checked, skipped, judged)
 

@@ -25,7 +25,7 @@ from ckpt_tui.core import weights_only_tables as tables
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python
-from ckpt_tui.core.readers.safetensors_file import looks_like_safetensors
+from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
 from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
 from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
@@ -583,8 +583,13 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         if name in scan.hidden:
             note = "not named in the file: numpy builds it, and torch's BUILD checks its type"
         blockers.append(Blocker(name, kind, max(nodes, names[name], 1), paths, note))
-    loads = not blockers and scan.reason is None
-    result = Verdict(loads, scan.route, _versions(scan), blockers, scan.reason)
+    reason = scan.reason
+    if scan.route == "safetensors" and checkpoint is not None and checkpoint.format == "safetensors":
+        refused = library_refusals(checkpoint.loader_problems)  # torch.load hands the file to the library
+        if refused and reason is None:
+            reason = "safetensors.torch.load_file refuses it, as the safetensors library does"
+    loads = not blockers and reason is None
+    result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
     if loads and scan.route == "safetensors":

@@ -19,7 +19,7 @@ import math
 import operator
 import struct
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.dtypes import itemsize
@@ -60,6 +60,15 @@ SAFETENSORS_DTYPES = {
 }
 SUB_BYTE_DTYPES = ("F4", "F6_E2M3", "F6_E3M2")
 TORCH_TO_SAFETENSORS = {torch_name: st for st, torch_name in SAFETENSORS_DTYPES.items()}
+
+
+REFUSED = "which the safetensors library refuses"
+"""How each rule this reader finds broken ends (``loader_problems`` of a safetensors file)."""
+
+
+def library_refusals(problems: list[str]) -> list[str]:
+    """The loader problems of a safetensors file that make the library refuse it."""
+    return [problem for problem in problems if problem.endswith(REFUSED)]
 
 
 class NotSafetensors(ReadError):
@@ -123,6 +132,8 @@ class _Header:
     """Keys given more than once, by ``id`` of the object that holds them."""
     exact: bool = True
     """Parsed by ``json``; False: by orjson, which reads ints past 64 bits as floats."""
+    earlier: dict[str, list[Any]] = field(default_factory=dict)
+    """The values a top-level key had before its last one (the library parses each as a tensor entry)."""
 
     def twice(self, obj: Any) -> list[str]:
         """The keys ``obj`` was given more than once."""
@@ -145,7 +156,7 @@ def _raw_header(path: str, file_bytes: int) -> bytes:
 def _fast_header(raw: bytes) -> _Header | None:
     """The header parsed by orjson (faster than ``json`` on big headers), when it has no escapes and no
     key can have been given twice; None otherwise, or when orjson refuses it (``json`` then says why)."""
-    if orjson is None or b"\\" in raw:
+    if orjson is None or b"\\" in raw or b"-0" in raw:  # (orjson reads -0 as 0)
         return None
     try:
         header = orjson.loads(raw)
@@ -158,19 +169,25 @@ def _fast_header(raw: bytes) -> _Header | None:
 
 def _header(path: str, raw: bytes) -> _Header:
     duplicates: dict[int, list[str]] = {}
+    earlier: dict[int, dict[str, list[Any]]] = {}
 
     def remember_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(pairs)
         if len(obj) < len(pairs):
             duplicates[id(obj)] = [key for key, count in Counter(k for k, _ in pairs).items() if count > 1]
+            before = earlier[id(obj)] = {}
+            for key, value in pairs:
+                if value is not obj[key]:
+                    before.setdefault(key, []).append(value)
         return obj
 
+    ints = {"parse_int": _int} if b"-0" in raw else {}  # the hook only where a -0 may stand (it costs)
     try:
         text = raw.decode("utf-8")
-        header = json.loads(text, parse_constant=_no_constant)
+        header = json.loads(text, parse_constant=_no_constant, **ints)  # type: ignore[arg-type]
         escaped = b"\\" in raw
         if isinstance(header, dict) and (escaped or not _counts_agree(raw, header)):
-            header = json.loads(text, parse_constant=_no_constant, object_pairs_hook=remember_twice)
+            header = json.loads(text, parse_constant=_no_constant, object_pairs_hook=remember_twice, **ints)  # type: ignore[arg-type]
     except UnicodeDecodeError:
         raise NotSafetensors(f"{path}: safetensors header is not UTF-8") from None
     except RecursionError:
@@ -179,17 +196,30 @@ def _header(path: str, raw: bytes) -> _Header:
         raise NotSafetensors(f"{path}: safetensors header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
         raise NotSafetensors(f"{path}: safetensors header is not a JSON object")
-    return _Header(header, 8 + len(raw), escaped, duplicates)
+    return _Header(header, 8 + len(raw), escaped, duplicates, earlier=earlier.get(id(header), {}))
+
+
+class _MinusZero(int):
+    """``-0`` in the header: serde_json reads it as the float -0.0, which the library refuses where an
+    unsigned int must stand (a shape, an offset). Not an ``int`` to the checks here, so they refuse it too."""
+
+
+def _int(text: str) -> int:
+    return _MinusZero(0) if text == "-0" else int(text)
 
 
 def _counts_agree(raw: bytes, header: dict[str, Any]) -> bool:
     """Whether no key can have been given twice: without escapes, each field name and ``__metadata__``
-    appear in the text exactly as often as the parsed header holds them (parsing without a hook is
-    several times faster on 50,000 tensors)."""
+    appear in the text exactly as often as the parsed header holds them, and so does every string of
+    a plain header (parsing without a hook is several times faster on 50,000 tensors)."""
     tensors = len(header) - ("__metadata__" in header)
     if raw.count(b'"__metadata__"') != ("__metadata__" in header):
         return False
-    return all(raw.count(b'"' + field.encode() + b'"') == tensors for field in FIELDS)
+    if not all(raw.count(b'"' + name.encode() + b'"') == tensors for name in FIELDS):
+        return False
+    metadata = header.get("__metadata__")
+    strings = len(header) + 4 * tensors + (2 * len(metadata) if isinstance(metadata, dict) else 0)
+    return raw.count(b'"') == 2 * strings  # keys, dtypes and metadata: a key given twice adds its own
 
 
 def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
@@ -221,6 +251,10 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     if "__metadata__" in parsed.twice(header):
         problems.append("its header holds __metadata__ twice, which the safetensors library refuses")
     names = [name for name in parsed.twice(header) if name != "__metadata__"]
+    unparsed = [name for name in names if not all(map(_library_entry, parsed.earlier.get(name, [])))]
+    if unparsed:
+        problems.append(f"the header names {_some(unparsed)} twice, once with no tensor entry, {REFUSED}")
+    names = [name for name in names if name not in unparsed]
     if names:
         notes.append(f"the header names {_some(names)} twice: the safetensors library uses the last entry, as shown")
     data_bytes = file_bytes - parsed.data_start
@@ -228,7 +262,7 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     deepest = 1 + _depth(header.get("__metadata__"))  # the header object is level 1
     names = sorted(header)  # the order safetensors' own keys() and load_file() give
     plain = not parsed.escaped and not parsed.duplicates
-    read = _plain_tensors(header, names, data_bytes, records) if plain else None
+    read = _plain_tensors(header, names, data_bytes, records, problems) if plain else None
     if read is None and not parsed.exact:
         return None
     if read is None:
@@ -251,13 +285,30 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     )
 
 
+def _library_entry(entry: Any) -> bool:
+    """Whether the library parses a value as a tensor entry (a known dtype, a shape and two offsets
+    of unsigned ints; other fields ignored), as it parses every value given for a name."""
+    if not isinstance(entry, dict):
+        return False
+    code, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    return (
+        isinstance(code, str)
+        and (code in SAFETENSORS_DTYPES or code in SUB_BYTE_DTYPES)
+        and isinstance(shape, list)
+        and all(type(n) is int and 0 <= n < U64 for n in shape)
+        and isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(n) is int and 0 <= n < U64 for n in offsets)
+    )
+
+
 def _plain_metadata(metadata: Any) -> bool:
     """No ``__metadata__``, or an object of strings."""
     return metadata is None or (isinstance(metadata, dict) and set(map(type, metadata.values())) <= {str})
 
 
 def _plain_tensors(
-    header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords
+    header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords, problems: list[str]
 ) -> tuple[dict[str, Tensor], FlatColumns | None] | None:
     """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
     (type sets and min/max over every field at once), and their columns (None when a layout would fail
@@ -285,6 +336,11 @@ def _plain_tensors(
     if sizes_seen and (min(sizes_seen) < 0 or max(sizes_seen) >= U64):
         return None
     layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
+    overflowing = {shape for shape in distinct if _overflows(shape)}
+    if overflowing:
+        problems.append(
+            _overflow_problem([n for n, s in zip(tensor_names, shapes, strict=True) if tuple(s) in overflowing])
+        )
     chosen = list(map(layouts.__getitem__, map(tuple, shapes)))  # one shape and stride object per distinct shape
     shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
@@ -303,6 +359,24 @@ def _plain_tensors(
     root = dict(zip(tensor_names, tensors, strict=True))
     fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
     return root, FlatColumns(root, dtypes, numels) if fits else None
+
+
+def _overflows(shape: tuple[int, ...]) -> bool:
+    """Whether the library's element count overflows: it multiplies the sizes left to right in 64 bits,
+    so a shape with a 0 can still pass 2**64 before reaching it."""
+    count = 1
+    for size in shape:
+        count *= size
+        if count >= U64:
+            return True
+    return False
+
+
+def _overflow_problem(names: list[str]) -> str:
+    return (
+        f"tensor {_some(names)} has a shape whose element count passes 2**64 before its 0, "
+        "which the safetensors library refuses"
+    )
 
 
 def _each_tensor(
@@ -327,10 +401,11 @@ def _each_tensor(
         if isinstance(entry, dict) and len(entry) > len(FIELDS):  # fields the library ignores, still parsed
             deepest = max(deepest, 2 + max(_depth(v) for k, v in entry.items() if k not in FIELDS))
         if parsed.twice(entry):
-            problems.append(
-                f"tensor {name!r} repeats {_some(parsed.twice(entry))} in its entry: the library refuses it"
-            )
+            problems.append(f"tensor {name!r} repeats {_some(parsed.twice(entry))} in its entry, {REFUSED}")
         root[name] = _tensor(path, name, entry, data_bytes, records)
+    overflowing = [name for name, tensor in root.items() if 0 in tensor.shape and _overflows(tensor.shape)]
+    if overflowing:
+        problems.append(_overflow_problem(overflowing))
     return root, deepest
 
 
