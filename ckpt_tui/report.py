@@ -69,6 +69,7 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
     when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
     from ckpt_tui.core.convert import ConvertOptions, apply_options, fixed_output_path
+    from ckpt_tui.core.edits import strips_cleanly
     from ckpt_tui.core.shell import join_command, option, path_arg
 
     fix = finding.fix
@@ -83,8 +84,12 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
         setattr(options, attribute, fix.argument)
         if fix.option in ("--strip-prefix", "--add-prefix") and finding.path is not None:
             _aim_key_edit(checkpoint.root, finding.path, options)
+        certain = (
+            fix.option == "--strip-prefix" and finding.path == () and strips_cleanly(checkpoint.root, fix.argument)
+        )
         try:
-            apply_options(checkpoint.root, options)
+            if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
+                apply_options(checkpoint.root, options)
         except (CkptError, KeyError, IndexError):
             return None
         extra = options.argv()

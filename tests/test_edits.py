@@ -313,3 +313,18 @@ def test_extracting_a_self_containing_subtree_keeps_it(tmp_path: Path, capsys: p
     assert main(["convert", str(source), "-o", str(out), "--extract", "meta"]) == 0, capsys.readouterr().err
     meta = torch.load(out, weights_only=False)
     assert meta["self"] is meta and meta["loop"][0] is meta["loop"]
+
+
+def test_strips_cleanly_only_when_every_key_has_more_than_the_prefix() -> None:
+    """info prints the strip command without a dry run only when the strip cannot fail."""
+    from ckpt_tui.core.edits import strip_prefix, strips_cleanly
+    from ckpt_tui.core.tree import Tensor
+
+    one = Tensor(None, 0, (1,), (1,), "float32")
+    assert strips_cleanly({"module.a": one, "module.b": one}, "module.")
+    assert strip_prefix({"module.a": one, "module.b": one}, "module.")[1].count == 2
+    assert not strips_cleanly({"module.a": one, "module.": one}, "module.")  # a key that is the prefix stays
+    assert not strips_cleanly({"module.a": one, "b": one}, "module.")
+    assert not strips_cleanly({"module.a": one, 3: one}, "module.")
+    assert not strips_cleanly({"module.a": one}, "auto")
+    assert not strips_cleanly({"model": {"module.a": one}}, "module.")

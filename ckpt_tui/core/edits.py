@@ -97,6 +97,14 @@ def default_target(root: Any) -> KeyPath:
     raise EditError("no state_dict found to edit: point the edit at a dict")
 
 
+def strips_cleanly(root: Any, prefix: str) -> bool:
+    """Whether :func:`strip_prefix` of ``prefix`` succeeds on a root state_dict, known without running
+    it: every key is a str that starts with the prefix and is longer (then no two keys become one)."""
+    if not prefix or prefix == "auto" or not isinstance(root, dict) or _is_module(root):
+        return False
+    return tensor_items(root) is not None and KeyRenamer(strip=prefix).renames_every(list(root))
+
+
 def _target_dict(root: Any, path: KeyPath) -> dict[Any, Any]:
     target = get(root, path)
     if _is_module(target):

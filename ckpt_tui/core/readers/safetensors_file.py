@@ -3,12 +3,14 @@
 The library (``safetensors`` 0.8, ``SafeTensors::read_metadata``) refuses a file unless: the 8-byte
 header length fits the file and 100,000,000 bytes; the header is UTF-8 JSON (leading and trailing
 JSON whitespace allowed) holding an object; ``__metadata__`` is absent, null or an object of strings
-and appears once; every other entry has a known ``dtype``, a ``shape`` of unsigned ints and a
-``data_offsets`` pair of unsigned ints, its fields once each; the ranges, sorted, tile the data from 0
-to the end of the file with no hole and no overlap, each exactly as long as its shape needs; and the
-JSON nests at most 127 levels. Here a file that breaks only the tiling, the metadata or the nesting
-rule is still shown, with each rule it breaks in ``loader_problems``; one whose tensors cannot be
-located is refused.
+and appears once; every other value, including each earlier value of a name given twice, is an entry
+with a known ``dtype``, a ``shape`` of unsigned ints (``-0`` is a float to serde_json) and a
+``data_offsets`` pair of unsigned ints, its fields once each; the element count, multiplied left to
+right, stays within 64 bits; the ranges, sorted, tile the data from 0 to the end of the file with no
+hole and no overlap, each exactly as long as its shape needs; and the JSON nests at most 127 levels.
+Here a file that breaks only the tiling, the metadata, the nesting, the count or a repeated name's
+earlier value is still shown, with each rule it breaks in ``loader_problems``; one whose tensors
+cannot be located is refused.
 """
 
 from __future__ import annotations
