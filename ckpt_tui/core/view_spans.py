@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckpt_tui.core.dtypes import DTYPES
-from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.tree import Storage, Tensor
+from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -70,9 +69,7 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
     """
     rows = list(map(_FIELDS, tensors))
     sources = {id(row[0].source): row[0].source for row in rows if row[0] is not None}
-    for source in sources.values():
-        if type(source) is ZipRecords:
-            source.find_offsets()
+    zip_spans = {key: source.stored_spans() for key, source in sources.items() if type(source) is ZipRecords}
     paths: dict[int, int] = {}  # id(source) -> index into plan.paths
     numels: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     plan = PlannedViews()
@@ -88,12 +85,16 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
         if not numel:
             continue
         source = storage.source
-        if type(source) is SafetensorsRecords:  # the common case inline: its range, from the header
+        stored = storage.numel * DTYPES.get(storage.dtype, (0,))[0]
+        where: tuple[int, int] | None = None  # other sources (assembled pieces...): the exact pass
+        if type(source) is SafetensorsRecords:  # the range from the header
             span = source.ranges.get(storage.key)
             where = None if span is None else (source.data_start + span[0], span[1] - span[0])
-        else:
-            where = _record(storage)
-        if where is None or (offset + numel) * size > min(where[1], storage.numel * DTYPES[storage.dtype][0]):
+        elif type(source) is ZipRecords:  # the record's place, from its local header
+            where = zip_spans[id(source)].get(storage.key)
+            if where is not None and where[1] < stored:
+                where = None  # a record shorter than its storage: the exact pass reports it
+        if where is None or (offset + numel) * size > min(where[1], stored):
             continue
         path_id = paths.get(id(source))
         if path_id is None:
@@ -111,20 +112,6 @@ def _path_index(plan: PlannedViews, path: str) -> int:
     if path not in plan.paths:
         plan.paths.append(path)
     return plan.paths.index(path)
-
-
-def _record(storage: Storage) -> tuple[int, int] | None:
-    """Where a stored record's bytes are and how many, as ``locate`` finds them; None to leave it to the
-    exact pass (compressed, missing, anything ``locate`` refuses: it raises there, worded as always)."""
-    source = storage.source
-    if type(source) is ZipRecords:
-        return source.stored_at(storage)
-    if type(source) is SafetensorsRecords:
-        try:
-            return source.locate(storage)
-        except (ReadError, KeyError):
-            return None
-    return None
 
 
 def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:

@@ -106,16 +106,18 @@ class ZipRecords:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
 
-    def stored_at(self, storage: Storage) -> tuple[int, int] | None:
-        """What :meth:`locate` returns for a stored record whose offset :meth:`find_offsets` found;
-        None for every other record (``locate`` reads, or refuses, those)."""
-        entry = self.entries.get(self.folder + storage.key)
-        if entry is None or entry.compress != STORED:
-            return None
-        offset = self._offsets.get(entry.name)
-        if offset is None or offset + entry.size > self.file_bytes or entry.size < storage.nbytes:
-            return None
-        return offset, entry.size
+    def stored_spans(self) -> dict[str, tuple[int, int]]:
+        """Each stored record's data offset and size, by record key, for the records whose local header
+        :meth:`find_offsets` read and that end inside the file: what :meth:`locate` finds for them, all at
+        once (the caller still checks each size against its storage; ``locate`` reads, or refuses, the rest)."""
+        self.find_offsets()
+        cut, entries, end = len(self.folder), self.entries, self.file_bytes
+        pairs = ((name, offset, entries.get(name)) for name, offset in list(self._offsets.items()))
+        return {
+            name[cut:]: (offset, entry.size)
+            for name, offset, entry in pairs
+            if entry is not None and entry.compress == STORED and offset + entry.size <= end
+        }
 
     def find_offsets(self) -> None:
         """Read the local headers of every stored record in a few large reads (records laid out one
