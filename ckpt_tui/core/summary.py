@@ -190,10 +190,7 @@ def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
     :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
     root = columns.root
     tensors = columns.listed()
-    by_dtype: Counter[str] = Counter()
-    for dtype in dict.fromkeys(columns.dtypes):  # in order of first appearance, as the walk meets them
-        rows = map(dtype.__eq__, columns.dtypes)
-        by_dtype[dtype] = sum(itertools.compress(columns.numels, rows)) * itemsize(dtype)
+    by_dtype = Counter({dtype: n * itemsize(dtype) for dtype, n in _sums_by(columns.dtypes, columns.numels).items()})
     devices = Counter({"cpu": len(tensors)}) if tensors else Counter()
     dtypes = Counter(columns.dtypes)
     parameters = sum(columns.numels)
@@ -213,9 +210,9 @@ def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
 
 
 _DTYPE = operator.attrgetter("dtype")
+_STORAGE = operator.attrgetter("storage")
 _SHAPE = operator.attrgetter("shape")
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
-_DTYPE_AND_NUMEL = operator.attrgetter("dtype", "numel")
 
 
 def _distinct(listed: list[Tensor]) -> tuple[list[Tensor], dict[int, int]]:
@@ -229,7 +226,11 @@ def _distinct(listed: list[Tensor]) -> tuple[list[Tensor], dict[int, int]]:
 
 def _first_storages(tensors: list[tuple[KeyPath, Tensor]], shared_tensors: bool) -> list[tuple[Storage, KeyPath]]:
     """Each storage once, with the path of the first tensor over it (in the order met)."""
-    pairs = [(t.storage, path) for path, t in tensors if t.storage is not None]
+    storages = list(map(_STORAGE, map(operator.itemgetter(1), tensors)))
+    if any(map(operator.is_, storages, itertools.repeat(None))):
+        pairs = [(t.storage, path) for path, t in tensors if t.storage is not None]
+    else:
+        pairs = list(zip(storages, map(operator.itemgetter(0), tensors), strict=True))
     if not shared_tensors and len(set(map(id, map(operator.itemgetter(0), pairs)))) == len(pairs):
         return pairs
     first: dict[int, tuple[Storage, KeyPath]] = {}
@@ -241,10 +242,17 @@ def _first_storages(tensors: list[tuple[KeyPath, Tensor]], shared_tensors: bool)
 
 def _storage_bytes(storages: list[tuple[Storage, KeyPath]]) -> int:
     """Bytes of every storage (elements summed per dtype, then sized once per dtype)."""
-    elements: Counter[str] = Counter()
-    for dtype, numel in map(_DTYPE_AND_NUMEL, map(operator.itemgetter(0), storages)):
-        elements[dtype] += numel
-    return sum(n * itemsize(dtype) for dtype, n in elements.items())
+    dtypes = list(map(_DTYPE, map(operator.itemgetter(0), storages)))
+    numels = list(map(operator.attrgetter("numel"), map(operator.itemgetter(0), storages)))
+    return sum(n * itemsize(dtype) for dtype, n in _sums_by(dtypes, numels).items())
+
+
+def _sums_by(keys: list[str], counts: list[int]) -> dict[str, int]:
+    """``counts`` summed per key, the keys in order of first appearance (one pass per distinct key)."""
+    return {
+        key: sum(itertools.compress(counts, map(operator.eq, keys, itertools.repeat(key))))
+        for key in dict.fromkeys(keys)
+    }
 
 
 def _elements_and_bytes(unique: list[Tensor]) -> tuple[int, Counter[str]]:
