@@ -93,3 +93,20 @@ async def test_findings_list_what_check_all_found(tmp_path: Path) -> None:
         rows.highlighted = next(i for i, f in enumerate(app.screen.findings) if f.path == ("neg_inf",))
         await settle(pilot, "enter")
         assert browser(app).focused_data().path == ("neg_inf",)
+
+
+async def test_check_all_marks_a_sparse_tensor_whose_indices_point_outside_it(tmp_path: Path) -> None:
+    """torch.load accepts it (invariant checks are off by default); ``C`` must not say nothing is wrong."""
+    path = tmp_path / "sparse.pth"
+    indices = torch.tensor([[0, 5], [0, 0]])
+    bad = torch.sparse_coo_tensor(indices, torch.ones(2), (2, 2), check_invariants=False)
+    torch.save({"fine": torch.ones(2), "bad": bad}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "!! bad indices" in next(line for line in text.splitlines() if "bad " in line)
+        assert "1 sparse with indices outside it" in header(app)
+        assert "1 marked" in status(app) and "nothing wrong" not in status(app)

@@ -1105,7 +1105,7 @@ def _diff_sections(report: Any) -> list[Section]:
 
 def check_markers(root: Any, report: CheckReport) -> dict[int, str]:
     """What the check found, by ``id`` of each tensor it names (for the tree's markers)."""
-    words = {"nan": "NaN", "inf": "Inf", "unreadable": "unreadable"}
+    words = {"nan": "NaN", "inf": "Inf", "unreadable": "unreadable", "sparse-indices": "bad indices"}
     markers: dict[int, str] = {}
     for problem in report.problems:
         if problem.kind not in words or problem.path is None:

@@ -31,7 +31,9 @@ class FindingsScreen(ModalScreen[KeyPath | None]):
 
     def compose(self) -> ComposeResult:
         warnings = sum(1 for f in self.findings if f.severity == "warning")
-        title = f"{len(self.findings)} findings ({warnings} warning{'s' if warnings != 1 else ''}, marked !)"
+        count = len(self.findings)
+        plural = ("s" if count != 1 else "", "s" if warnings != 1 else "")
+        title = f"{count} finding{plural[0]} ({warnings} warning{plural[1]}, marked !)"
         options = [Option(finding_text(f, self.readonly), id=f"finding-{i}") for i, f in enumerate(self.findings)]
         with Vertical(classes="dialog report"):
             yield Static(title, classes="dialog-title", markup=False)

@@ -16,7 +16,12 @@ from ckpt_tui.core.summary import Summary
 from ckpt_tui.core.weights_only import Verdict
 
 MAX_FINDINGS = 3
-READ_PROBLEMS = {"nan": "with NaN", "inf": "with Inf", "unreadable": "unreadable"}
+READ_PROBLEMS = {
+    "nan": "with NaN",
+    "inf": "with Inf",
+    "unreadable": "unreadable",
+    "sparse-indices": "sparse with indices outside it",
+}
 FIX_KEYS = {
     "--strip-prefix": "p strips it",
     "--extract": "x on it extracts it",
@@ -74,11 +79,12 @@ def summary_text(
 
 
 def read_problem_counts(report: CheckReport) -> Counter[str]:
-    """Tensors with NaN, with Inf (each counted on its own: one tensor may hold both) and unreadable."""
+    """Tensors with NaN, with Inf (each counted on its own: one tensor may hold both), unreadable, and sparse
+    with indices outside them."""
     kinds: Counter[str] = Counter()
     for problem in report.problems:
-        if problem.kind == "unreadable":
-            kinds["unreadable"] += 1
+        if problem.kind in ("unreadable", "sparse-indices"):
+            kinds[problem.kind] += 1
         elif problem.kind in ("nan", "inf"):
             for kind in ("nan", "inf"):
                 if problem.detail.get(kind, problem.kind == kind):
