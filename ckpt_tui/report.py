@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.describe import FORMAT_NAMES, container_text, size, value_text
+from ckpt_tui.core.describe import FORMAT_NAMES, container_text, counted, size, value_text
 from ckpt_tui.core.describe import shape as shape_text
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.findings import Finding
@@ -140,12 +140,12 @@ def _child_list(value: Any) -> list[tuple[Any, Any]]:
 def render_check(report: CheckReport) -> str:
     """The ``check`` text: verdict first, then each problem."""
     ckpt = report.summary.checkpoint
-    head = f"{printable(ckpt.path)}: {report.checked} tensor{'' if report.checked == 1 else 's'} read"
+    head = f"{printable(ckpt.path)}: {counted(report.checked, 'tensor')} read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     if report.ok:
         return "\n".join([head + ": OK, no NaN/Inf, no unsafe globals", *weights_only_lines(report, ckpt.path)])
-    lines = [head + f": {len(report.problems)} problem{'' if len(report.problems) == 1 else 's'}"]
+    lines = [head + f": {counted(len(report.problems), 'problem')}"]
     lines += [f"  ! [{printable(p.kind)}] {printable(p.message)}" for p in report.problems]
     lines += weights_only_lines(report, ckpt.path)
     return "\n".join(lines)

@@ -264,3 +264,15 @@ def test_cli_text_names_no_browser_keys(tmp_path: Path, capsys: pytest.CaptureFi
     assert "ckpt-tui convert" in out
     for browser_word in ("press", "`p`", "'p'", " p strips", "key p"):
         assert browser_word not in out
+
+
+def test_a_single_tensor_is_counted_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``1 tensor``, ``1 problem``, ``1 record``: every count the commands print agrees with its noun."""
+    path = tmp_path / "one.pth"
+    torch.save({"module.w": torch.tensor([float("nan"), 1.0])}, path)
+    assert main(["check", str(path)]) == 1
+    assert f"{path}: 1 tensor read: 1 problem" in capsys.readouterr().out
+    assert main(["info", str(path)]) == 0
+    assert "(root) dict (1) · 1 tensor · 2 params" in capsys.readouterr().out
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.pth")]) == 0
+    assert "(pth, 1 tensor, 1 record, " in capsys.readouterr().out

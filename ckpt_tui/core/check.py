@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.core import forked
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.summary import Summary, listed_tensors, summarize
 from ckpt_tui.core.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
@@ -146,7 +147,7 @@ def check_checkpoint(
     problems += _sparse_problems(listed, checkpoint.byteorder)
     judged = verdict(checkpoint, beside)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
-    said = judged.route == "safetensors" and any(p.kind == "loader-refuses" for p in problems)  # the same refusal
+    said = judged.route == "safetensors" and bool(library_refusals(checkpoint.loader_problems))  # said above
     if judged.loads is False and judged.route != "torchscript" and not said:
         problems.append(weights_only_problem(judged))
     return CheckReport(summary, problems, checked, skipped, judged)

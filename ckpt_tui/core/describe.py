@@ -61,6 +61,11 @@ def count(number: int) -> str:
     return humanize.metric(number, precision=3).replace(" ", "")
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 tensor``, ``2 tensors``: a count and its noun, plural unless the count is one."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def shape(dims: tuple[int, ...]) -> str:
     """A shape as ``[64, 3, 7, 7]``."""
     return "[" + ", ".join(str(d) for d in dims) + "]"
@@ -159,7 +164,9 @@ def container_text(value: Any, found: Totals) -> str:
     """A container's text after its key: type, children, and ``found``, the totals below it."""
     kids = len(value) if isinstance(value, dict) else sum(1 for _ in children(value))  # a dict shows each item
     extra = (
-        f" · {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}" if found.tensors else ""
+        f" · {counted(found.tensors, 'tensor')} · {count(found.parameters)} params · {size(found.nbytes)}"
+        if found.tensors
+        else ""
     )
     return f"{type_label(value)} ({kids}){extra}"
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_tui.core.describe import counted
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.keypath import KeyPath, key_text, to_python
@@ -495,7 +496,7 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     else:
         title = f"extract {_describe(path)}"
     tensors = sum(1 for _ in iter_tensors(value))
-    return value, Change(f"{title} ({tensors} tensor{'' if tensors == 1 else 's'})", 1)
+    return value, Change(f"{title} ({counted(tensors, 'tensor')})", 1)
 
 
 def is_flat_state_dict(root: Any) -> bool:

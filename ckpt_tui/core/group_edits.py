@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from ckpt_tui.core.describe import counted
 from ckpt_tui.core.edits import EXAMPLES, Change, Result, cast
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.keypath import KeyPath, to_python
@@ -89,8 +90,9 @@ def extract_group(root: Any, path: KeyPath, prefix: str) -> Result:
     """Make the group the new root: a state_dict of its keys with the prefix stripped."""
     new = group_state_dict(root, path, prefix)
     tensors = sum(1 for _ in iter_tensors(new))
-    counted = f"{tensors} tensor{'' if tensors == 1 else 's'}"
-    return new, Change(f"extract the keys under {prefix!r} of {_where(path)}, prefix stripped ({counted})", 1)
+    return new, Change(
+        f"extract the keys under {prefix!r} of {_where(path)}, prefix stripped ({counted(tensors, 'tensor')})", 1
+    )
 
 
 def rename_group(root: Any, path: KeyPath, prefix: str, new_prefix: str) -> Result:

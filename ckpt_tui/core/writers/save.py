@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt_tui.core.describe import counted
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.writers.pth import emit, write_pth
@@ -45,7 +46,7 @@ class WriteResult:
         """One line for the user."""
         left = f"; left out (safetensors holds tensor values only): {'; '.join(self.left_out)}" if self.left_out else ""
         line = (
-            f"wrote {self.path} ({self.format}, {self.tensors} tensors, {self.records} records, "
+            f"wrote {self.path} ({self.format}, {counted(self.tensors, 'tensor')}, {counted(self.records, 'record')}, "
             f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
         if self.not_allowed:

@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from ckpt_tui.core.describe import counted
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.keypath import KeyPath
 from ckpt_tui.tui.screens.dialogs import ReportList
@@ -31,9 +32,7 @@ class FindingsScreen(ModalScreen[KeyPath | None]):
 
     def compose(self) -> ComposeResult:
         warnings = sum(1 for f in self.findings if f.severity == "warning")
-        count = len(self.findings)
-        plural = ("s" if count != 1 else "", "s" if warnings != 1 else "")
-        title = f"{count} finding{plural[0]} ({warnings} warning{plural[1]}, marked !)"
+        title = f"{counted(len(self.findings), 'finding')} ({counted(warnings, 'warning')}, marked !)"
         options = [Option(finding_text(f, self.readonly), id=f"finding-{i}") for i, f in enumerate(self.findings)]
         with Vertical(classes="dialog report"):
             yield Static(title, classes="dialog-title", markup=False)

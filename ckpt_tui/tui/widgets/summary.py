@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ckpt_tui.core.check import CheckReport
-from ckpt_tui.core.describe import FORMAT_NAMES, size
+from ckpt_tui.core.describe import FORMAT_NAMES, counted, size
 from ckpt_tui.core.findings import Finding
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.summary import Summary
@@ -54,7 +54,7 @@ def summary_text(
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
     text.append(f"  {FORMAT_NAMES.get(ckpt.format, printable(ckpt.format))} · {size(ckpt.file_bytes)}")
-    text.append(f" · {len(summary.tensors)} tensors · {summary.counts_text()}")
+    text.append(f" · {counted(len(summary.tensors), 'tensor')} · {summary.counts_text()}")
     text.append(f" · {size(summary.tensor_bytes)}\n")
     dtypes = ", ".join(f"{printable(d)} {n}" for d, n in summary.dtypes.most_common(4))
     devices = ", ".join(f"{printable(d)} {n}" for d, n in summary.devices.most_common(4))

@@ -16,7 +16,7 @@ from textual.binding import BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckpt_tui.core.describe import Totals, count, scalar_text, shape, size
+from ckpt_tui.core.describe import Totals, count, counted, scalar_text, shape, size
 from ckpt_tui.core.grouping import Group, group_keys
 from ckpt_tui.core.keypath import KeyPath, key_text
 from ckpt_tui.core.safe_text import printable
@@ -164,7 +164,7 @@ def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles:
         parts.append((f"{printable(type_label(value))} ({kids})", styles["type"]))
         found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
-            summary = f"  {found.tensors} tensors · {count(found.parameters)} params · {size(found.nbytes)}"
+            summary = f"  {counted(found.tensors, 'tensor')} · {count(found.parameters)} params · {size(found.nbytes)}"
             parts.append((summary, styles["totals"]))
         if unsafe:
             parts.append(("  UNSAFE, not executed", styles["unsafe"]))
@@ -175,7 +175,7 @@ def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles:
 
 def group_label(group: Group, styles: dict[str, str] = COLOR_STYLES) -> Text:
     """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
-    summary = f"  module · {group.tensors} tensors · {count(group.parameters)} params · {size(group.nbytes)}"
+    summary = f"  module · {counted(group.tensors, 'tensor')} · {count(group.parameters)} params · {size(group.nbytes)}"
     return styled([(printable(group.name), styles["group"]), (summary, "")])
 
 
