@@ -340,8 +340,9 @@ def open_for_command(path: str | list[str]) -> Checkpoint:
     from ckpt_tui.core import process
     from ckpt_tui.core.reading import open_checkpoint
 
-    checkpoint = open_checkpoint(path)
-    process.freeze_gc()
+    with process.gc_paused():  # frozen before the GC comes back: no pass over the objects just made
+        checkpoint = open_checkpoint(path)
+        process.freeze_gc()
     return checkpoint
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ckpt_tui.core.describe import Totals, count
 from ckpt_tui.core.dtypes import DTYPES, itemsize
-from ckpt_tui.core.findings import Finding, compute_findings, device_counts, flat_findings, where
+from ckpt_tui.core.findings import Finding, device_counts, flat_findings, walked_findings, where
 from ckpt_tui.core.keypath import KeyPath, to_json
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import inner_state_dict, is_optimizer, is_scheduler, module_groups, tensor_items
@@ -180,7 +180,9 @@ def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summ
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
     containers = [r for r in references if type(r[1]) is not Tensor]  # what the optimizer and training checks look at
     summary.model = model_counts(root, containers)
-    summary.findings = compute_findings(root, references) + _missing_records(storages)
+    # without aliases, every shown tensor's reference is its first: the findings' tensors are the rows
+    firsts = tensors if not aliases else [(r[0], r[1]) for r in references if r[3] and r[2] and type(r[1]) is Tensor]
+    summary.findings = walked_findings(root, containers, firsts, devices) + _missing_records(storages)
     summary.findings += _training_findings(root, containers, summary.model, checkpoint.byteorder)
     return summary
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ckpt_tui.core.tree import Storage
-from ckpt_tui.core.unpickle import storage_from_pid
+from ckpt_tui.core.tree import INT64_LIMIT, Storage
+from ckpt_tui.core.unpickle import StorageType, storage_from_pid
 
 ZIP_FIELDS = 5
 LEGACY_FIELDS = 6
@@ -68,7 +68,15 @@ class PersistentIds:
                     self.checked.add(location)
                     if self.refused(location):
                         self.locations.add(location)
-                return storage_from_pid(pid, self.make, self.cache)
+                kind, numel = pid[1], pid[4]
+                # storage_from_pid's work, inline for the usual zip id
+                usual = self.fields == ZIP_FIELDS and type(kind) is StorageType and type(numel) is int
+                if usual and 0 <= numel < INT64_LIMIT:
+                    storage = self.cache.get(key)
+                    if storage is None:
+                        storage = self.cache[key] = self.make(key, kind.dtype, location, numel, kind.name)
+                    return storage
+                return storage_from_pid(pid, self.make, self.cache)  # a legacy view, or refused in its words
         return self._unusual(pid)
 
     def _unusual(self, pid: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.persistent_ids import ZIP_FIELDS, PersistentIds
+from ckpt_tui.core.readers.pth_columns import state_dict_columns
 from ckpt_tui.core.readers.zip_archive import (
     LOCAL,
     STORED,
@@ -56,6 +57,8 @@ class ZipRecords:
         self._lock = threading.Lock()
         self._offsets: dict[str, int] = {}
         self._offsets_sought = False
+        self.lacking: list[str] = []
+        """Keys of the storages the archive's pickles named whose record it lacks."""
 
     def name(self, key: str) -> str:
         """The member name of a record key."""
@@ -228,6 +231,7 @@ def read_zip(
         known_classes=known_classes,
         extra_globals=extra_globals,
     )
+    columns = state_dict_columns(root) if not records.lacking else None  # (a missing record: the walk says so)
     return Checkpoint(
         path,
         "zip",
@@ -237,6 +241,7 @@ def read_zip(
         notes=layout.notes,
         unsafe_globals=unsafe,
         loader_problems=layout.problems + problems,
+        columns=columns,
     )
 
 
@@ -273,6 +278,8 @@ def load_with_records(
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
         # once per storage (50,000 times on big state_dicts): plain lookups only
         entry = entries.get(folder + key)
+        if entry is None:
+            records.lacking.append(key_prefix + key)
         declared = numel * DTYPES[dtype][0]
         limit = file_bytes if entry is None or entry.compress == STORED else inflate_cap(file_bytes)
         if declared > limit:

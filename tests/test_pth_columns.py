@@ -1,0 +1,154 @@
+"""A ``.pth`` state_dict keeps the columns' promise (``FlatColumns``) or gets no columns.
+
+``torch.save(model.state_dict())`` is summed up from columns, as a safetensors file is. Every case
+here is compared with the walked path on the same tree, as text and JSON; the layouts the columns
+cannot promise (shared storages, views, GPU tags, Parameters, an odd ``_metadata``, a missing
+record) are walked, and say what they said before.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import zipfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders import rewrite_zip, save_cuda_tagged
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from ckpt_tui.core.check import check_checkpoint
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.tree import walk
+from ckpt_tui.report import render_info
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
+KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
+KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "_metadata", "é"]
+
+
+def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
+    """``info``'s text and JSON as the reader's choice gives them, and from a walk of the same tree."""
+    checkpoint = open_checkpoint(path)
+    assert (checkpoint.flat_columns() is not None) == columns
+    chosen = summarize(checkpoint)
+    walked = summarize(checkpoint, list(walk(checkpoint.root)))
+    return (render_info(chosen, 3), chosen.to_json()), (render_info(walked, 3), walked.to_json())
+
+
+@settings(
+    max_examples=40,
+    deadline=timedelta(seconds=10),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    keys=st.lists(st.lists(st.sampled_from(KEY_PARTS), min_size=1, max_size=4), min_size=1, max_size=10),
+    dtypes=st.lists(st.sampled_from(DTYPES), min_size=10, max_size=10),
+    shapes=st.lists(st.lists(st.integers(0, 3), max_size=3), min_size=10, max_size=10),
+    ordered=st.booleans(),
+)
+def test_columns_say_what_the_walk_says(
+    tmp_path: Path, keys: list[list[str]], dtypes: list[torch.dtype], shapes: list[list[int]], ordered: bool
+) -> None:
+    names = list(dict.fromkeys(".".join(parts) for parts in keys))
+    state = {name: torch.zeros(shapes[i], dtype=dtypes[i]) for i, name in enumerate(names)}
+    path = tmp_path / "model.pth"
+    torch.save(collections.OrderedDict(state) if ordered else state, path)
+    chosen, walked = summaries(path, columns=True)
+    assert chosen == walked
+
+
+def test_a_module_state_dict_with_its_metadata(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4, 2))
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    chosen, walked = summaries(tmp_path / "model.pth", columns=True)
+    assert chosen == walked
+    assert "buffers" in chosen[0]
+
+
+def _tied() -> dict[str, Any]:
+    weight = torch.randn(4, 3)
+    return {"embed.weight": weight, "head.weight": weight}
+
+
+def _view() -> dict[str, Any]:
+    base = torch.randn(6, 4)
+    return {"a": base[:3], "b": base[3:]}
+
+
+def _odd_metadata() -> Any:
+    state = nn.Linear(3, 2).state_dict()
+    state._metadata[""]["note"] = 1.5  # type: ignore[attr-defined]
+    return state
+
+
+WALKED = {
+    "tied weights": _tied,
+    "views of one storage": _view,
+    "an offset into a larger storage": lambda: {"a": torch.randn(10)[2:5].clone()[1:]},
+    "a transposed tensor": lambda: {"a": torch.randn(3, 4).t()},
+    "a Parameter": lambda: {"a": nn.Parameter(torch.randn(2))},
+    "a tensor that requires grad": lambda: {"a": torch.randn(2, requires_grad=True)},
+    "a value that is not a tensor": lambda: {"a": torch.randn(2), "epoch": 3},
+    "an int key": lambda: {1: torch.randn(2), "b": torch.randn(2)},
+    "an odd _metadata": _odd_metadata,
+    "a sparse tensor": lambda: {"a": torch.randn(3, 3).to_sparse()},
+    "a quantized tensor": lambda: {"a": torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)},
+}
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.parametrize("make", WALKED.values(), ids=WALKED.keys())
+def test_what_the_columns_cannot_promise_is_walked(tmp_path: Path, make: Any) -> None:
+    path = tmp_path / "model.pth"
+    torch.save(make(), path)
+    chosen, walked = summaries(path, columns=False)
+    assert chosen == walked
+
+
+def test_a_gpu_tag_is_walked_and_named(tmp_path: Path) -> None:
+    path = save_cuda_tagged({"a": torch.randn(2), "b": torch.randn(3)}, tmp_path / "gpu.pth")
+    chosen, walked = summaries(path, columns=False)
+    assert chosen == walked
+    assert "cuda" in chosen[0]
+
+
+def test_a_missing_record_is_walked_and_named(tmp_path: Path) -> None:
+    torch.save({"a": torch.randn(2), "b": torch.randn(3)}, tmp_path / "whole.pth")
+    path = rewrite_zip(tmp_path / "whole.pth", tmp_path / "holed.pth", drop="data/1")
+    chosen, walked = summaries(path, columns=False)
+    assert chosen == walked
+    assert "missing" in chosen[0]
+
+
+def test_a_size_past_int64_is_still_refused(tmp_path: Path) -> None:
+    """The unpickler checks sizes in bulk after the load: a bad one is refused in the same words."""
+    torch.save({"a": torch.randn(2), "b": torch.randn(3)}, tmp_path / "ok.pth")
+    data = zipfile.ZipFile(tmp_path / "ok.pth").read("ok/data.pkl")
+    bad = data.replace(b"K\x03\x85", b"\x8a\x09" + (1 << 64).to_bytes(9, "little") + b"\x85", 1)
+    assert bad != data
+    path = rewrite_zip(tmp_path / "ok.pth", tmp_path / "bad.pth", data_pkl=bad)
+    with pytest.raises(ReadError, match="tensor size is out of range"):
+        open_checkpoint(path)
+
+
+def test_check_reads_a_flat_file_as_it_reads_a_walked_one(tmp_path: Path) -> None:
+    state = {f"module.l{i}.weight": torch.randn(3, 4) for i in range(70)}
+    state["module.l5.weight"][1, 2] = float("nan")
+    state["module.bn.running_var"] = torch.full((3,), float("inf"))
+    state["module.bn.num_batches_tracked"] = torch.tensor(7)
+    torch.save(state, tmp_path / "m.pth")
+    checkpoint = open_checkpoint(tmp_path / "m.pth")
+    assert checkpoint.flat_columns() is not None
+    flat = check_checkpoint(checkpoint).to_json()
+    walked = check_checkpoint(dataclasses.replace(checkpoint, columns=None)).to_json()
+    assert flat == walked
+    assert [p["kind"] for p in flat["problems"]].count("nan") == 1
