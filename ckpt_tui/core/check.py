@@ -86,7 +86,9 @@ def check_checkpoint(
     references = None if columns is not None else list(walk(checkpoint.root))
     listed = columns.listed() if columns is not None else listed_tensors(references or [])
     scanned_tensors, first_of_view, positions = _views(listed)
-    in_child = progress is None and cancelled is None  # the CLI's check: nothing to report from the child
+    # the CLI's check of a walked tree scans in a child while the tree is summed up (nothing to report
+    # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages
+    in_child = progress is None and cancelled is None and columns is None
     beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
     summary = summarize(checkpoint, references)
     problems = [

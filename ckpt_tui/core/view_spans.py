@@ -11,6 +11,7 @@ caller reads it the exact, per-tensor way, which gives the same figures and rais
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import numpy as np
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.tree import Storage, Tensor, contiguous_strides
 from ckpt_tui.core.values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -67,6 +68,9 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
 
     Per tensor: a few lookups; per distinct layout (shape, stride) and per record source, the rest.
     """
+    planned = _plan_in_bulk(tensors)
+    if planned is not None:
+        return planned
     rows = list(map(_FIELDS, tensors))
     sources = {id(row[0].source): row[0].source for row in rows if row[0] is not None}
     zip_spans = {key: source.stored_spans() for key, source in sources.items() if type(source) is ZipRecords}
@@ -105,6 +109,71 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
         add_size(numel * size)
         add_dtype(DTYPE_CODES[dtype])
     return plan
+
+
+def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
+    """:func:`plan_views` for tensors as a state_dict file holds them, in passes over whole columns:
+    each dense from offset 0 in row-major order over a whole storage of its dtype, all in one file's
+    records. The same views, in the same order, as the loop plans; None when any tensor is otherwise."""
+    storages = list(map(_STORAGE, tensors))
+    if not storages or set(map(type, storages)) != {Storage}:
+        return None
+    source = storages[0].source
+    if not all(map(operator.is_, map(_SOURCE, storages), itertools.repeat(source))):
+        return None
+    shapes = list(map(_SHAPE, tensors))
+    numels = list(map(math.prod, shapes))
+    dtypes = list(map(_DTYPE, tensors))
+    row_major = {shape: contiguous_strides(shape) for shape in set(shapes)}
+    if (
+        set(map(_KIND, tensors)) != {"dense"}
+        or any(map(_OFFSET, tensors))
+        or dtypes != list(map(_DTYPE, storages))
+        or numels != list(map(_NUMEL, storages))
+        or list(map(_STRIDE, tensors)) != list(map(row_major.__getitem__, shapes))
+    ):
+        return None
+    places = _record_places(source, list(map(_KEY, storages)))
+    if places is None:
+        return None
+    sizes = list(map(ITEMSIZES.get, dtypes, itertools.repeat(0)))
+    nbytes = list(map(operator.mul, numels, sizes))
+    chosen = map(operator.and_, map(bool, nbytes), map(operator.le, nbytes, map(operator.itemgetter(1), places)))
+    index = list(itertools.compress(range(len(tensors)), chosen))
+    pick = operator.itemgetter(*index) if len(index) > 1 else lambda column: [column[i] for i in index]
+    return PlannedViews(
+        index,
+        [0] * len(index),
+        list(map(operator.itemgetter(0), pick(places))),
+        list(pick(nbytes)),
+        list(map(DTYPE_CODES.__getitem__, pick(dtypes))),
+        [source.path],
+    )
+
+
+_STORAGE = operator.attrgetter("storage")
+_SOURCE = operator.attrgetter("source")
+_SHAPE = operator.attrgetter("shape")
+_STRIDE = operator.attrgetter("stride")
+_DTYPE = operator.attrgetter("dtype")
+_KIND = operator.attrgetter("kind")
+_OFFSET = operator.attrgetter("offset")
+_NUMEL = operator.attrgetter("numel")
+_KEY = operator.attrgetter("key")
+
+
+def _record_places(source: object, keys: list[str]) -> list[tuple[int, int]] | None:
+    """Each record's absolute start and byte count, as the loop finds them; None for another source,
+    or when a record has no place (the loop then leaves it to the exact pass, in its words)."""
+    if type(source) is SafetensorsRecords:
+        ranges = list(map(source.ranges.get, keys))
+        if None in ranges:
+            return None
+        return [(source.data_start + begin, end - begin) for begin, end in ranges]  # type: ignore[misc]
+    if type(source) is ZipRecords:
+        places = list(map(source.stored_spans().get, keys))
+        return None if None in places else places  # type: ignore[return-value]
+    return None
 
 
 def _path_index(plan: PlannedViews, path: str) -> int:

@@ -12,8 +12,9 @@ TorchScript archive (``torch.load`` hands it to ``torch.jit.load``): see :mod:`.
 
 from __future__ import annotations
 
-import os
-import struct
+import itertools
+import mmap
+import operator
 import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
@@ -35,11 +36,6 @@ from ckpt_tui.core.readers.zip_archive import (
 )
 from ckpt_tui.core.tree import Checkpoint, Storage
 from ckpt_tui.core.unpickle import load_pickle
-
-OFFSET_WINDOW = 8 << 20
-HEADER_READ = 30
-"""A local header's fixed part: what finding a record's offset reads."""
-_LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 MIN_VERSION, MAX_VERSION = 1, 10
 """File format versions torch 2.13's reader accepts."""
@@ -112,49 +108,69 @@ class ZipRecords:
     def stored_spans(self) -> dict[str, tuple[int, int]]:
         """Each stored record's data offset and size, by record key, for the records whose local header
         :meth:`find_offsets` read and that end inside the file: what :meth:`locate` finds for them, all at
-        once (the caller still checks each size against its storage; ``locate`` reads, or refuses, the rest)."""
+        once (the caller still checks each size against its storage; ``locate`` reads, or refuses, the rest).
+
+        In passes over whole columns (a state_dict of 50,000 records), no Python per record."""
         self.find_offsets()
-        cut, entries, end = len(self.folder), self.entries, self.file_bytes
-        pairs = ((name, offset, entries.get(name)) for name, offset in list(self._offsets.items()))
-        return {
-            name[cut:]: (offset, entry.size)
-            for name, offset, entry in pairs
-            if entry is not None and entry.compress == STORED and offset + entry.size <= end
-        }
+        names = list(self._offsets)
+        chosen = list(map(self.entries.get, names))
+        if not all(map(operator.is_not, chosen, itertools.repeat(None))):
+            return {}  # (never: every offset found is a member's) nothing is planned; locate reads each
+        offsets = list(map(self._offsets.__getitem__, names))
+        sizes = list(map(_SIZE, chosen))
+        stored = map(operator.eq, map(_COMPRESS, chosen), itertools.repeat(STORED))
+        inside = map(operator.le, map(operator.add, offsets, sizes), itertools.repeat(self.file_bytes))
+        keys = map(operator.itemgetter(slice(len(self.folder), None)), names)
+        places = zip(keys, zip(offsets, sizes, strict=True), strict=True)
+        return dict(itertools.compress(places, map(operator.and_, stored, inside)))
 
     def find_offsets(self) -> None:
-        """Read the local headers of every stored record in a few large reads (records laid out one
-        after another share windows); :meth:`locate` then finds them without a read each. Headers that
-        do not parse here are left for :meth:`locate`, which reports them as always. Done once."""
+        """Read the local headers of every stored record at once; :meth:`locate` then finds them without
+        a read each. Headers that do not parse here are left for :meth:`locate`, which reports them as
+        always. Done once.
+
+        The file is mapped and only the headers' bytes are gathered, with numpy (50,000 small records:
+        no Python per header, and no copy of the data between them)."""
         if self._offsets_sought:
             return
         self._offsets_sought = True
-        wanted = sorted(
-            (entry.header_offset, entry.name)
-            for name, entry in self.entries.items()
-            if entry.compress == STORED and name.startswith(self.folder) and name not in self._offsets
-        )
+        names = list(filter(operator.methodcaller("startswith", self.folder), self.entries))
+        chosen = list(map(self.entries.__getitem__, names))
+        wanted = list(itertools.compress(names, map(operator.eq, map(_COMPRESS, chosen), itertools.repeat(STORED))))
+        if self._offsets:  # some found one by one already (locate)
+            wanted = [name for name in wanted if name not in self._offsets]
         if not wanted:
             return
-        found: dict[str, int] = {}
-        with open(self.path, "rb", buffering=0) as file:
-            at = 0
-            while at < len(wanted):
-                begin = wanted[at][0]
-                stop = at + 1
-                while stop < len(wanted) and wanted[stop][0] + HEADER_READ - begin <= OFFSET_WINDOW:
-                    stop += 1
-                window = os.pread(file.fileno(), wanted[stop - 1][0] + HEADER_READ - begin, begin)
-                for header_offset, name in wanted[at:stop]:
-                    where = header_offset - begin
-                    if where + LOCAL.size > len(window):
-                        continue
-                    signature, name_len, extra_len = _LOCAL_PARTS.unpack_from(window, where)
-                    if signature == b"PK\x03\x04":
-                        found[name] = header_offset + LOCAL.size + name_len + extra_len
-                at = stop
+        try:
+            with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                found = _data_offsets(mapped, wanted, [self.entries[name].header_offset for name in wanted])
+        except (OSError, ValueError):
+            return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it
         with self._lock:
             self._offsets.update(found)
+
+
+_SIZE = operator.attrgetter("size")
+_COMPRESS = operator.attrgetter("compress")
+_LOCAL_SIGNATURE = (0x50, 0x4B, 0x03, 0x04)
+
+
+def _data_offsets(mapped: mmap.mmap, names: list[str], heads: list[int]) -> dict[str, int]:
+    """Where each record's data starts, from its local header at ``heads`` in the mapped file: a header
+    cut short by the file's end, or not signed, is left out."""
+    import numpy as np
+
+    places = np.array(heads, np.int64)
+    whole = places + LOCAL.size <= len(mapped)
+    data = np.frombuffer(mapped, np.uint8)
+    fields = data[places[whole][:, None] + np.arange(LOCAL.size)].astype(np.int64)  # a copy: the map may close
+    del data
+    signed = (fields[:, :4] == _LOCAL_SIGNATURE).all(axis=1)
+    name_len = fields[:, 26] | fields[:, 27] << 8
+    extra_len = fields[:, 28] | fields[:, 29] << 8
+    starts = (places[whole] + LOCAL.size + name_len + extra_len)[signed]
+    kept = itertools.compress(itertools.compress(names, whole.tolist()), signed.tolist())
+    return dict(zip(kept, starts.tolist(), strict=True))
 
 
 class ZipLayout:
