@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import struct
 import zipfile
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +31,7 @@ from ckpt_tui.core.tree import walk
 from ckpt_tui.report import render_info
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
+DTYPES += [torch.uint16, torch.float8_e4m3fn]  # written with _rebuild_tensor_v3
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
 KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "_metadata", "é"]
 
@@ -129,14 +131,24 @@ def test_a_missing_record_is_walked_and_named(tmp_path: Path) -> None:
     assert "missing" in chosen[0]
 
 
-def test_a_size_past_int64_is_still_refused(tmp_path: Path) -> None:
+BAD_SIZES = {
+    "past int64": (b"\x8a\x09" + (1 << 64).to_bytes(9, "little") + b"\x85", "tensor size is out of range"),
+    "negative": (b"J\xff\xff\xff\xff\x85", "tensor size is out of range"),
+    "a bool": (b"\x88\x85", "tensor size is not a tuple of ints"),
+    "a float": (b"G" + struct.pack(">d", 3.0) + b"\x85", "tensor size is not a tuple of ints"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint16], ids=["v2", "v3"])
+@pytest.mark.parametrize(("size", "message"), BAD_SIZES.values(), ids=BAD_SIZES.keys())
+def test_a_bad_size_is_still_refused(tmp_path: Path, dtype: torch.dtype, size: bytes, message: str) -> None:
     """The unpickler checks sizes in bulk after the load: a bad one is refused in the same words."""
-    torch.save({"a": torch.randn(2), "b": torch.randn(3)}, tmp_path / "ok.pth")
+    torch.save({"a": torch.zeros(2, dtype=dtype), "b": torch.zeros(3, dtype=dtype)}, tmp_path / "ok.pth")
     data = zipfile.ZipFile(tmp_path / "ok.pth").read("ok/data.pkl")
-    bad = data.replace(b"K\x03\x85", b"\x8a\x09" + (1 << 64).to_bytes(9, "little") + b"\x85", 1)
+    bad = data.replace(b"K\x03\x85", size, 1)  # b's size (3,)
     assert bad != data
     path = rewrite_zip(tmp_path / "ok.pth", tmp_path / "bad.pth", data_pkl=bad)
-    with pytest.raises(ReadError, match="tensor size is out of range"):
+    with pytest.raises(ReadError, match=f"corrupt pickle \\(ValueError: {message}\\)"):
         open_checkpoint(path)
 
 

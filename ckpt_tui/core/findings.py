@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 import reprlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from ckpt_tui.core.state_dicts import (
     state_dicts,
     tensor_items,
 )
-from ckpt_tui.core.tree import FlatColumns, Opaque, Reference, Tensor, contiguous_strides, is_global_ref, walk
+from ckpt_tui.core.tree import FlatColumns, Opaque, Reference, Tensor, is_global_ref, over_whole_storages, walk
 
 
 @dataclass(frozen=True)
@@ -156,8 +155,8 @@ def tensor_problems(tensors: list[tuple[KeyPath, Tensor]], limit: int = 20) -> l
     """The first ``limit`` tensors whose metadata cannot be right, with why: each distinct layout
     (offset, shape, stride, dtype, storage size) is judged once, however many tensors share it."""
     stored = [(path, tensor) for path, tensor in tensors if tensor.storage is not None]
-    if all(_dense_from_start([tensor for _, tensor in stored])):
-        return []
+    if over_whole_storages([tensor for _, tensor in stored]):
+        return []  # each laid out as torch.save writes a parameter: it fits
     layouts = list(map(_LAYOUT, (tensor for _, tensor in stored)))
     problems = {layout: layout_problem(*layout) for layout in set(layouts)}
     if not any(problems.values()):
@@ -166,26 +165,6 @@ def tensor_problems(tensors: list[tuple[KeyPath, Tensor]], limit: int = 20) -> l
     return list(itertools.islice(bad, limit))  # type: ignore[arg-type]
 
 
-def _dense_from_start(tensors: list[Tensor]) -> Iterator[bool]:
-    """For each tensor (with a storage), whether it is laid out as torch.save writes a parameter, which
-    always fits: offset 0, contiguous strides, its storage's dtype, no more elements than the storage.
-    Judged in passes over whole columns (a state_dict of 50,000 tensors), each shape's strides once."""
-    storages = list(map(_STORAGE, tensors))
-    shapes = list(map(_SHAPE, tensors))
-    contiguous = {shape: contiguous_strides(shape) for shape in set(shapes)}
-    at_start = map(operator.not_, map(_OFFSET, tensors))
-    same_dtype = map(operator.eq, map(_DTYPE, tensors), map(_DTYPE, storages))
-    fits = map(operator.le, map(math.prod, shapes), map(_NUMEL, storages))
-    dense = map(operator.eq, map(_STRIDE, tensors), map(contiguous.__getitem__, shapes))
-    return map(operator.and_, map(operator.and_, at_start, same_dtype), map(operator.and_, fits, dense))
-
-
-_STORAGE = operator.attrgetter("storage")
-_SHAPE = operator.attrgetter("shape")
-_STRIDE = operator.attrgetter("stride")
-_OFFSET = operator.attrgetter("offset")
-_DTYPE = operator.attrgetter("dtype")
-_NUMEL = operator.attrgetter("numel")
 _LAYOUT = operator.attrgetter("offset", "shape", "stride", "dtype", "storage.numel", "storage.dtype")
 
 

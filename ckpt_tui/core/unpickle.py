@@ -130,27 +130,8 @@ def _rebuild_tensor_v2(
     *,
     dtype: str | None = None,
 ) -> Tensor:
-    # what torch.save writes for a plain tensor, checked inline (no call per check: 50,000 times on
-    # big state_dicts); exactly the checks below, which take every other case
-    if (
-        type(storage) is Storage
-        and type(storage_offset) is int
-        and type(size) is tuple
-        and type(stride) is tuple
-        and requires_grad is False
-        and metadata is None
-        and type(backward_hooks) is LoadedOrderedDict
-        and not backward_hooks
-        and not backward_hooks.__dict__
-        and len(size) == len(stride)
-        and 0 <= storage_offset < INT64_LIMIT
-        and set(map(type, size)) <= _INT_ONLY
-        and set(map(type, stride)) <= _INT_ONLY
-        and (not size or (min(size) >= 0 and max(size) < INT64_LIMIT and min(stride) >= -INT64_LIMIT))
-        and (not size or max(stride) < INT64_LIMIT)
-        and math.prod(size) < INT64_LIMIT
-    ):
-        return Tensor(storage, storage_offset, size, stride, dtype or storage.dtype)
+    """Every check of a tensor's arguments, at once (each unpickler's :func:`_fast_rebuilds` take the
+    usual call, and check its values in bulk when the load ends)."""
     offset = storage_offset
     if isinstance(storage, StorageView):
         offset, storage = storage.offset + storage_offset, storage.storage
@@ -164,7 +145,6 @@ def _rebuild_tensor_v2(
         raise ValueError("tensor size and stride do not match")
     if math.prod(shape) >= INT64_LIMIT:
         raise ValueError("tensor has more elements than int64 can count")
-    # positional: this runs once per tensor, 50,000 times on big state_dicts
     return Tensor(
         storage,
         offset,
@@ -177,10 +157,10 @@ def _rebuild_tensor_v2(
     )
 
 
-def _fast_rebuild(unchecked: list[Tensor]) -> Callable[..., Tensor]:
-    """``_rebuild_tensor_v2`` for one unpickler: what torch.save writes for a plain tensor is made at
-    once, its values (offset, sizes, strides, element count) checked afterwards in bulk by
-    :func:`check_unchecked`, with ``unchecked`` listing those tensors; every other call takes the exact path."""
+def _fast_rebuilds(unchecked: list[Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:
+    """``_rebuild_tensor_v2`` and ``_v3`` for one unpickler: what torch.save writes for a plain tensor
+    is made at once, its values (offset, sizes, strides, element count) checked when the load ends, in
+    bulk (:func:`check_unchecked` of ``unchecked``, which lists those tensors); other calls are exact."""
 
     def rebuild(
         storage: Any,
@@ -190,6 +170,8 @@ def _fast_rebuild(unchecked: list[Tensor]) -> Callable[..., Tensor]:
         requires_grad: Any = False,
         backward_hooks: Any = None,
         metadata: Any = None,
+        *,
+        dtype: str | None = None,
     ) -> Tensor:
         # once per tensor (50,000 times on big state_dicts): type checks only, inline
         if (
@@ -204,13 +186,29 @@ def _fast_rebuild(unchecked: list[Tensor]) -> Callable[..., Tensor]:
             and not backward_hooks.__dict__
             and len(size) == len(stride)
         ):
-            tensor = Tensor(storage, storage_offset, size, stride, storage.dtype)
+            tensor = Tensor(storage, storage_offset, size, stride, dtype or storage.dtype)
             unchecked.append(tensor)
             return tensor
-        return _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata)
+        return _rebuild_tensor_v2(
+            storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=dtype
+        )
+
+    def rebuild_v3(
+        storage: Any,
+        storage_offset: Any,
+        size: Any,
+        stride: Any,
+        requires_grad: Any,
+        backward_hooks: Any,
+        dtype: Any,
+        metadata: Any = None,
+    ) -> Tensor:
+        name = _dtype_name(dtype)
+        return rebuild(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=name)
 
     rebuild.__name__ = rebuild.__qualname__ = "_rebuild_tensor_v2"
-    return _sealed(rebuild)
+    rebuild_v3.__name__ = rebuild_v3.__qualname__ = "_rebuild_tensor_v3"
+    return _sealed(rebuild), _sealed(rebuild_v3)
 
 
 _OFFSET = operator.attrgetter("offset")
@@ -219,7 +217,7 @@ _STRIDE = operator.attrgetter("stride")
 
 
 def check_unchecked(tensors: list[Tensor]) -> None:
-    """The value checks :func:`_rebuild_tensor_v2` makes, over tensors :func:`_fast_rebuild` made:
+    """The value checks :func:`_rebuild_tensor_v2` makes, over tensors :func:`_fast_rebuilds` made:
     in a few passes at C speed; if any fails, the first such tensor raises as that function would."""
     if not tensors:
         return
@@ -252,18 +250,17 @@ def _rebuild_tensor_v3(
     dtype: Any,
     metadata: Any = None,
 ) -> Tensor:
+    name = _dtype_name(dtype)
+    return _rebuild_tensor_v2(
+        storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=name
+    )
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The name of a dtype given as ``_rebuild_tensor_v3``'s argument (``torch.float8_e4m3fn``)."""
     if not isinstance(dtype, Symbol) or dtype.name not in DTYPES:
         raise ValueError(f"unknown tensor dtype {dtype!r}")
-    return _rebuild_tensor_v2(
-        storage,
-        storage_offset,
-        size,
-        stride,
-        requires_grad,
-        backward_hooks,
-        metadata,
-        dtype=dtype.name,
-    )
+    return dtype.name
 
 
 def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any) -> Tensor:
@@ -645,7 +642,7 @@ class SafeUnpickler(pickle.Unpickler):
         self._protocol = protocol
         self.unchecked: list[Tensor] = []
         """Tensors made with their values still to check (:func:`check_unchecked`, when the load ends)."""
-        self._rebuild_tensor_v2 = _fast_rebuild(self.unchecked)
+        self._rebuild_tensor_v2, self._rebuild_tensor_v3 = _fast_rebuilds(self.unchecked)
 
     @property
     def unsafe_names(self) -> set[str]:
@@ -660,6 +657,8 @@ class SafeUnpickler(pickle.Unpickler):
                 known = self._extra_globals.get(full)
             if known is _rebuild_tensor_v2:
                 return self._rebuild_tensor_v2
+            if known is _rebuild_tensor_v3:
+                return self._rebuild_tensor_v3
             if known is not None:
                 return known
         exact = full is not None

@@ -21,7 +21,7 @@ import numpy as np
 from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.tree import Storage, Tensor, contiguous_strides
+from ckpt_tui.core.tree import Tensor, over_whole_storages
 from ckpt_tui.core.values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -115,24 +115,14 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
     """:func:`plan_views` for tensors as a state_dict file holds them, in passes over whole columns:
     each dense from offset 0 in row-major order over a whole storage of its dtype, all in one file's
     records. The same views, in the same order, as the loop plans; None when any tensor is otherwise."""
-    storages = list(map(_STORAGE, tensors))
-    if not storages or set(map(type, storages)) != {Storage}:
+    if not over_whole_storages(list(tensors)):
         return None
+    storages = list(map(_STORAGE, tensors))
     source = storages[0].source
     if not all(map(operator.is_, map(_SOURCE, storages), itertools.repeat(source))):
         return None
-    shapes = list(map(_SHAPE, tensors))
-    numels = list(map(math.prod, shapes))
+    numels = list(map(math.prod, map(_SHAPE, tensors)))
     dtypes = list(map(_DTYPE, tensors))
-    row_major = {shape: contiguous_strides(shape) for shape in set(shapes)}
-    if (
-        set(map(_KIND, tensors)) != {"dense"}
-        or any(map(_OFFSET, tensors))
-        or dtypes != list(map(_DTYPE, storages))
-        or numels != list(map(_NUMEL, storages))
-        or list(map(_STRIDE, tensors)) != list(map(row_major.__getitem__, shapes))
-    ):
-        return None
     places = _record_places(source, list(map(_KEY, storages)))
     if places is None:
         return None
@@ -154,11 +144,7 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
 _STORAGE = operator.attrgetter("storage")
 _SOURCE = operator.attrgetter("source")
 _SHAPE = operator.attrgetter("shape")
-_STRIDE = operator.attrgetter("stride")
 _DTYPE = operator.attrgetter("dtype")
-_KIND = operator.attrgetter("kind")
-_OFFSET = operator.attrgetter("offset")
-_NUMEL = operator.attrgetter("numel")
 _KEY = operator.attrgetter("key")
 
 

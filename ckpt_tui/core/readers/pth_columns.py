@@ -15,14 +15,7 @@ import math
 import operator
 from typing import Any
 
-from ckpt_tui.core.tree import (
-    INT64_LIMIT,
-    FlatColumns,
-    LoadedOrderedDict,
-    Storage,
-    Tensor,
-    contiguous_strides,
-)
+from ckpt_tui.core.tree import INT64_LIMIT, FlatColumns, LoadedOrderedDict, Storage, Tensor, over_whole_storages
 
 _PLAIN_FIELDS = operator.attrgetter(
     "hooks", "metadata", "parameter_state", "python_type", "python_state", "requires_grad", "parameter", "kind"
@@ -47,15 +40,12 @@ def state_dict_columns(root: Any) -> FlatColumns | None:
     if set(map(type, root)) != {str} or set(map(type, tensors)) != {Tensor} or not _plain(tensors):
         return None
     storages = list(map(_STORAGE, tensors))
-    if set(map(type, storages)) != {Storage} or not _one_each(tensors, storages):
+    if not over_whole_storages(tensors) or not _one_each(tensors, storages):
         return None
     if set(map(operator.attrgetter("location"), storages)) != {"cpu"}:
         return None
-    shapes = list(map(_SHAPE, tensors))
-    numels = list(map(math.prod, shapes))
+    numels = list(map(math.prod, map(_SHAPE, tensors)))
     dtypes = list(map(_DTYPE, tensors))
-    if not _dense_over_whole_storages(tensors, storages, shapes, numels, dtypes):
-        return None
     return FlatColumns(root, dtypes, numels)
 
 
@@ -90,16 +80,3 @@ def _plain(tensors: list[Tensor]) -> bool:
 def _one_each(tensors: list[Tensor], storages: list[Storage]) -> bool:
     """Every tensor object listed once, each over a storage of its own."""
     return len(set(map(id, tensors))) == len(tensors) and len(set(map(id, storages))) == len(storages)
-
-
-def _dense_over_whole_storages(
-    tensors: list[Tensor], storages: list[Storage], shapes: list[tuple[int, ...]], numels: list[int], dtypes: list[str]
-) -> bool:
-    """Each tensor at offset 0 with row-major strides, of its storage's dtype and exactly its size."""
-    contiguous = {shape: contiguous_strides(shape) for shape in set(shapes)}
-    return (
-        not any(map(operator.attrgetter("offset"), tensors))
-        and dtypes == list(map(_DTYPE, storages))
-        and numels == list(map(operator.attrgetter("numel"), storages))
-        and list(map(operator.attrgetter("stride"), tensors)) == list(map(contiguous.__getitem__, shapes))
-    )
