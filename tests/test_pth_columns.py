@@ -164,3 +164,27 @@ def test_check_reads_a_flat_file_as_it_reads_a_walked_one(tmp_path: Path) -> Non
     walked = check_checkpoint(dataclasses.replace(checkpoint, columns=None)).to_json()
     assert flat == walked
     assert [p["kind"] for p in flat["problems"]].count("nan") == 1
+
+
+def mixed_state() -> dict[str, torch.Tensor]:
+    """Every kind of dtype the batched scan reads or leaves to the exact pass, and an empty tensor."""
+    state = {"f32": torch.randn(3, 4), "empty": torch.zeros(0, 3), "c64": torch.randn(5).to(torch.complex64)}
+    state |= {"i64": torch.arange(4), "scalar": torch.tensor(3.0), "bf16": torch.randn(2, 2).to(torch.bfloat16)}
+    return state | {"bool": torch.ones(3, dtype=torch.bool), "u16": torch.ones(3, dtype=torch.uint16)}
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_the_batched_plan_of_a_state_dict_is_the_loops(
+    tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from builders import save_by_suffix
+
+    from ckpt_tui.core import view_spans
+
+    checkpoint = open_checkpoint(save_by_suffix(mixed_state(), tmp_path / f"m{suffix}"))
+    tensors = list(checkpoint.root.values())
+    bulk = view_spans.plan_views(tensors)
+    assert view_spans._plan_in_bulk(tensors) is not None
+    monkeypatch.setattr(view_spans, "_plan_in_bulk", lambda tensors: None)
+    assert bulk == view_spans.plan_views(tensors)
+    assert len(bulk.index) == 6  # all but the empty and the complex tensor

@@ -113,8 +113,8 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
 
 def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
     """:func:`plan_views` for tensors as a state_dict file holds them, in passes over whole columns:
-    each dense from offset 0 in row-major order over a whole storage of its dtype, all in one file's
-    records. The same views, in the same order, as the loop plans; None when any tensor is otherwise."""
+    each over all of its own storage (:func:`~ckpt_tui.core.tree.over_whole_storages`), all in one
+    file's records. The same views, in the same order, as the loop plans; None when any tensor is otherwise."""
     if not over_whole_storages(list(tensors)):
         return None
     storages = list(map(_STORAGE, tensors))
@@ -126,17 +126,16 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
     places = _record_places(source, list(map(_KEY, storages)))
     if places is None:
         return None
-    sizes = list(map(ITEMSIZES.get, dtypes, itertools.repeat(0)))
-    nbytes = list(map(operator.mul, numels, sizes))
-    chosen = map(operator.and_, map(bool, nbytes), map(operator.le, nbytes, map(operator.itemgetter(1), places)))
+    nbytes = list(map(operator.mul, numels, map(ITEMSIZES.get, dtypes, itertools.repeat(0))))  # 0: not read here
+    inside = map(operator.le, nbytes, map(operator.itemgetter(1), places))
+    chosen = list(map(operator.and_, map(bool, nbytes), inside))
     index = list(itertools.compress(range(len(tensors)), chosen))
-    pick = operator.itemgetter(*index) if len(index) > 1 else lambda column: [column[i] for i in index]
     return PlannedViews(
         index,
         [0] * len(index),
-        list(map(operator.itemgetter(0), pick(places))),
-        list(pick(nbytes)),
-        list(map(DTYPE_CODES.__getitem__, pick(dtypes))),
+        list(itertools.compress(map(operator.itemgetter(0), places), chosen)),
+        list(itertools.compress(nbytes, chosen)),
+        list(map(DTYPE_CODES.__getitem__, itertools.compress(dtypes, chosen))),
         [source.path],
     )
 
