@@ -188,3 +188,26 @@ def test_the_batched_plan_of_a_state_dict_is_the_loops(
     monkeypatch.setattr(view_spans, "_plan_in_bulk", lambda tensors: None)
     assert bulk == view_spans.plan_views(tensors)
     assert len(bulk.index) == 6  # all but the empty and the complex tensor
+
+
+def test_a_bad_size_before_a_later_failure_is_the_error(tmp_path: Path) -> None:
+    """torch meets the first bad tensor first: its error is reported, not one found further on."""
+    torch.save({"a": torch.zeros(2), "b": torch.zeros(3)}, tmp_path / "ok.pth")
+    data = zipfile.ZipFile(tmp_path / "ok.pth").read("ok/data.pkl")
+    bad = data.replace(b"K\x02\x85", b"J\xff\xff\xff\xff\x85", 1)  # a's size (2,) made (-1,)
+    assert bad != data
+    path = rewrite_zip(tmp_path / "ok.pth", tmp_path / "cut.pth", data_pkl=bad[:-6])  # and cut short
+    with pytest.raises(ReadError, match=r"corrupt pickle \(ValueError: tensor size is out of range\)"):
+        open_checkpoint(path)
+
+
+def test_tensors_sharing_a_long_size_tuple_are_refused_once(tmp_path: Path) -> None:
+    """A memo-shared size tuple of 8,000 huge sizes: refused as before, its product never computed whole."""
+    from ckpt_tui.core.tree import Storage, Tensor
+    from ckpt_tui.core.unpickle import check_unchecked
+
+    shape, stride = (2**62,) * 8000, (1,) * 8000
+    storage = Storage("0", "float32", "cpu", 3)
+    tensors = [Tensor(storage, 0, shape, stride, "float32") for _ in range(200)]
+    with pytest.raises(ValueError, match="more elements than int64 can count"):
+        check_unchecked(tensors)

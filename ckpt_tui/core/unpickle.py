@@ -24,7 +24,7 @@ import os
 import pickle
 import reprlib
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core import process
@@ -218,12 +218,15 @@ _STRIDE = operator.attrgetter("stride")
 
 def check_unchecked(tensors: list[Tensor]) -> None:
     """The value checks :func:`_rebuild_tensor_v2` makes, over tensors :func:`_fast_rebuilds` made:
-    in a few passes at C speed; if any fails, the first such tensor raises as that function would."""
+    in a few passes at C speed; if any fails, the first such tensor raises as that function would.
+
+    Size and stride tuples the pickle shares (its memo) are checked once; an element count is
+    computed only as far as int64 (a shape of thousands of huge sizes costs no huge product)."""
     if not tensors:
         return
-    shapes = list(map(_SHAPE, tensors))
+    shapes = _distinct(map(_SHAPE, tensors))
     sizes = list(itertools.chain.from_iterable(shapes))
-    steps = list(itertools.chain.from_iterable(map(_STRIDE, tensors)))
+    steps = list(itertools.chain.from_iterable(_distinct(map(_STRIDE, tensors))))
     offsets = list(map(_OFFSET, tensors))
     if (
         set(map(type, offsets)) | set(map(type, sizes)) | set(map(type, steps)) <= _INT_ONLY
@@ -233,11 +236,40 @@ def check_unchecked(tensors: list[Tensor]) -> None:
         and max(sizes, default=0) < INT64_LIMIT
         and min(steps, default=0) >= -INT64_LIMIT
         and max(steps, default=0) < INT64_LIMIT
-        and max(map(math.prod, shapes)) < INT64_LIMIT
+        and _counts_fit(shapes)
     ):
         return
     for tensor in tensors:
         _rebuild_tensor_v2(tensor.storage, tensor.offset, tensor.shape, tensor.stride)  # raises for the first bad one
+
+
+def _distinct(values: Iterator[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Each tuple object once (by identity: never hashed, whatever it holds)."""
+    listed = list(values)
+    return list(dict(zip(map(id, listed), listed, strict=True)).values())
+
+
+SHORT_SHAPE = 64
+"""Sizes whose product :func:`math.prod` computes at once: 64 sizes below 2**63 make at most 4,032 bits."""
+
+
+def _counts_fit(shapes: list[tuple[int, ...]]) -> bool:
+    """Whether every shape's element count is below 2**63 (sizes: ints in ``[0, 2**63)``)."""
+    if max(map(len, shapes), default=0) <= SHORT_SHAPE:
+        return max(map(math.prod, shapes), default=1) < INT64_LIMIT
+    return all(map(_count_fits, shapes))
+
+
+def _count_fits(shape: tuple[int, ...]) -> bool:
+    """``math.prod(shape) < 2**63``, stopping as soon as the running product gets there."""
+    if 0 in shape:
+        return True
+    count = 1
+    for size in shape:
+        count *= size
+        if count >= INT64_LIMIT:
+            return False
+    return True
 
 
 def _rebuild_tensor_v3(
@@ -718,8 +750,12 @@ def load_pickle(
     unpickler = SafeUnpickler(source, persistent_load, known_classes, extra_globals, protocol)
     try:
         with process.gc_paused(), process.heap_cap(size):
-            root = unpickler.load()
-        check_unchecked(unpickler.unchecked)
+            try:
+                root = unpickler.load()
+            except Exception:
+                check_unchecked(unpickler.unchecked)  # a bad tensor before the failure is what torch meets first
+                raise
+            check_unchecked(unpickler.unchecked)
         return root
     except ReadError as exc:
         raise ReadError(str(exc) + _unsafe_note(unpickler, stream, start)) from None
