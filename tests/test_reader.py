@@ -29,6 +29,7 @@ from ckpt_tui.core.keypath import Attr
 from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
 from ckpt_tui.core.tree import Opaque, Tensor, get, iter_tensors
+from ckpt_tui.report import render_info
 
 
 def kinds(path: Path) -> dict[str, list[dict]]:
@@ -102,6 +103,24 @@ def test_lightning_layout(tmp_path: Path) -> None:
     assert "lightning" in found
     assert found["inner-state-dict"][0]["path"] == ["state_dict"]
     assert found["prefix"][0]["prefix"] == "model."
+
+
+def test_tensors_named_like_lightning_keys_are_not_a_lightning_checkpoint(tmp_path: Path) -> None:
+    names = ["epoch", "state_dict", "optimizer_states", "pytorch-lightning_version"]
+    torch.save({name: torch.zeros(1) for name in names}, tmp_path / "named.pth")
+    assert "lightning" not in kinds(tmp_path / "named.pth")
+    checkpoint = lightning_checkpoint()
+    checkpoint["pytorch-lightning_version"] = torch.zeros(1)  # not a version: the layout still tells
+    torch.save(checkpoint, tmp_path / "l.ckpt")
+    assert kinds(tmp_path / "l.ckpt")["lightning"][0]["message"] == "a PyTorch Lightning checkpoint (version ?)"
+
+
+def test_a_function_kept_as_a_value_is_shown_by_its_global_name(tmp_path: Path) -> None:
+    """Its name, never a repr with a memory address (the same file reads the same every time)."""
+    torch.save({"fn": torch._utils._rebuild_tensor_v2, "a": torch.zeros(1)}, tmp_path / "fn.pth")
+    text = render_info(summarize(open_checkpoint(tmp_path / "fn.pth")), 2)
+    assert "fn  function = torch._utils._rebuild_tensor_v2" in text
+    assert "0x" not in text
 
 
 def test_adam_state_and_namespace_readable(tmp_path: Path) -> None:

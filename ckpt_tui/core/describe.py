@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +156,8 @@ def scalar_text(value: Any, limit: int = 60) -> str:
         text = type_label(value) + ("" if value.safe else "  [not executed]")
     elif isinstance(value, bytes):
         text = f"{len(value)} bytes"
+    elif isinstance(value, types.FunctionType):  # a stand-in (torch._utils._rebuild_tensor_v2 as a value)
+        text = getattr(value, "global_name", value.__name__)
     else:
         text = short_repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"

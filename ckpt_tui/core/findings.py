@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-import reprlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES, itemsize
 from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
-from ckpt_tui.core.layouts import is_lightning_checkpoint
+from ckpt_tui.core.layouts import is_lightning_checkpoint, lightning_version
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import (
     PREFIX_ORIGINS,
@@ -211,13 +210,8 @@ def _structure_findings(
     root: Any, modules: list[tuple[KeyPath, Opaque]], optimizers: list[KeyPath], schedulers: list[KeyPath]
 ) -> list[Finding]:
     findings: list[Finding] = []
-    if isinstance(root, dict) and (
-        "pytorch-lightning_version" in root
-        or "lightning_version" in root
-        or ("state_dict" in root and ("loops" in root or "callbacks" in root or "optimizer_states" in root))
-    ):
-        version = root.get("pytorch-lightning_version") or root.get("lightning_version") or "?"
-        shown = printable(version if isinstance(version, str) else reprlib.repr(version))
+    if is_lightning_checkpoint(root):
+        shown = printable(lightning_version(root) or "?")
         findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {shown})"))
     inner = inner_state_dict(root)
     if inner:

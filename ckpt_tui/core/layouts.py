@@ -32,12 +32,23 @@ EMA_NAMES = frozenset({"ema", "model_ema", "ema_model", "ema_state_dict", "state
 
 
 def is_lightning_checkpoint(root: Any) -> bool:
-    """A PyTorch Lightning checkpoint: its version key, or ``state_dict`` beside loops/callbacks/optimizers."""
+    """A PyTorch Lightning checkpoint: its version string, or a ``state_dict`` dict beside loops, callbacks
+    or optimizer states (a state_dict whose tensors are named so is not one)."""
     if not isinstance(root, dict):
         return False
-    if "pytorch-lightning_version" in root or "lightning_version" in root:
+    if lightning_version(root) is not None:
         return True
-    return "state_dict" in root and any(k in root for k in ("loops", "callbacks", "optimizer_states"))
+    return isinstance(root.get("state_dict"), dict) and any(
+        k in root for k in ("loops", "callbacks", "optimizer_states")
+    )
+
+
+def lightning_version(root: dict[Any, Any]) -> str | None:
+    """The Lightning version a checkpoint names, when it names one as a string."""
+    for key in ("pytorch-lightning_version", "lightning_version"):
+        if isinstance(root.get(key), str):
+            return str(root[key])
+    return None
 
 
 def next_wrappers(taken: Sequence[str], lightning: bool) -> tuple[str, ...]:

@@ -208,7 +208,7 @@ def _fast_rebuilds(unchecked: list[Tensor]) -> tuple[Callable[..., Tensor], Call
 
     rebuild.__name__ = rebuild.__qualname__ = "_rebuild_tensor_v2"
     rebuild_v3.__name__ = rebuild_v3.__qualname__ = "_rebuild_tensor_v3"
-    return _sealed(rebuild), _sealed(rebuild_v3)
+    return _sealed(rebuild, "torch._utils._rebuild_tensor_v2"), _sealed(rebuild_v3, "torch._utils._rebuild_tensor_v3")
 
 
 _OFFSET = operator.attrgetter("offset")
@@ -563,9 +563,12 @@ _SAFE_OPAQUE = {
 }
 
 
-def _sealed(function: Callable[..., Any]) -> Callable[..., Any]:
-    """A stand-in function that refuses pickle's BUILD (which would set attributes on it for every later file)."""
+def _sealed(function: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """A stand-in function that refuses pickle's BUILD (which would set attributes on it for every later
+    file), named ``global_name`` for display as the global it stands for (its first name)."""
     function.__setstate__ = refuse_state  # type: ignore[attr-defined]
+    if name is not None and not hasattr(function, "global_name"):
+        function.global_name = name  # type: ignore[attr-defined]
     return function
 
 
@@ -606,7 +609,7 @@ def _known_globals() -> dict[str, Any]:
         known[f"torch.cuda.{cls}"] = StorageType(cls, dtype)
     for name, value in known.items():
         if isinstance(value, types.FunctionType):
-            known[name] = _sealed(value)
+            known[name] = _sealed(value, name)
     return known
 
 
