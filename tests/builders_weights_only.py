@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import pathlib
 import pickle
+import struct
 import types
 import zipfile
 from collections import OrderedDict
@@ -177,6 +178,42 @@ def _dropped_record(folder: Path) -> Path:
     return rewrite_zip(folder / "full.pth", folder / "missing.pth", drop="data/1")
 
 
+def _record_compressed(method: int) -> Builder:
+    """A record compressed with a method torch's zip reader (miniz: stored and deflate only) cannot read."""
+
+    def build(folder: Path) -> Path:
+        torch.save({"w": torch.ones(2), "b": torch.zeros(3)}, folder / "plain.pth")
+        path = folder / f"method{method}.pth"
+        with zipfile.ZipFile(folder / "plain.pth") as src, zipfile.ZipFile(path, "w") as dst:
+            for info in src.infolist():
+                dst.writestr(info.filename, src.read(info), method if info.filename.endswith("data/1") else 0)
+        return path
+
+    return build
+
+
+def _bad_local_header(folder: Path) -> Path:
+    """A record whose local header signature is broken (the central directory still lists it)."""
+    torch.save({"w": torch.ones(2), "b": torch.zeros(3)}, folder / "plain.pth")
+    with zipfile.ZipFile(folder / "plain.pth") as archive:
+        at = next(info.header_offset for info in archive.infolist() if info.filename.endswith("data/1"))
+    data = bytearray((folder / "plain.pth").read_bytes())
+    data[at : at + 4] = b"PK\x00\x00"
+    path = folder / "bad_header.pth"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _float_stride(folder: Path) -> Path:
+    """A second tensor whose stride is the float 1.0 (equal to the first one's 1): torch's set_() refuses it."""
+    torch.save({"w": torch.ones(2), "b": torch.zeros(3)}, folder / "plain.pth")
+    data = zipfile.ZipFile(folder / "plain.pth").read("plain/data.pkl")
+    strides = data.count(b"K\x01\x85")
+    changed = data[::-1].replace(b"K\x01\x85"[::-1], (b"G" + struct.pack(">d", 1.0) + b"\x85")[::-1], 1)[::-1]
+    assert strides == 2 and changed != data
+    return rewrite_zip(folder / "plain.pth", folder / "float_stride.pth", data_pkl=changed)
+
+
 def _all_dtypes() -> dict[str, torch.Tensor]:
     values: dict[str, torch.Tensor] = {}
     for dtype in (
@@ -307,6 +344,10 @@ REFUSED: dict[str, Builder] = {
     "TorchScript archive": lambda folder: write_torchscript(folder / "script.pt"),
     "torch file named .safetensors": _zip_safetensors_name,
     "missing storage record": _dropped_record,
+    "record compressed with bzip2": _record_compressed(zipfile.ZIP_BZIP2),
+    "record compressed with lzma": _record_compressed(zipfile.ZIP_LZMA),
+    "record with a bad local header": _bad_local_header,
+    "a float stride equal to an int one": _float_stride,
 }
 
 if importlib.util.find_spec("omegaconf") is not None:  # a small pure-Python test dependency

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.dtypes import DTYPES, itemsize
-from ckpt_tui.core.keypath import KeyPath, to_json, to_python, to_slash
+from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python, to_slash
 from ckpt_tui.core.layouts import is_lightning_checkpoint, lightning_version
 from ckpt_tui.core.safe_text import printable
 from ckpt_tui.core.state_dicts import (
@@ -101,10 +101,27 @@ def walked_findings(
         elif is_scheduler(value):
             schedulers.append(path)
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
-    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(tensors)]
+    laid_out = tensors + _sparse_parts(tensors)
+    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(laid_out)]
     findings += _device_findings(devices)
     findings += _structure_findings(root, _outermost(modules), optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def _sparse_parts(tensors: list[tuple[KeyPath, Tensor]]) -> list[tuple[KeyPath, Tensor]]:
+    """The tensors a sparse tensor is made of (indices, values), each with its path: laid out in storages too."""
+    if all(map(operator.is_, map(_SPARSE, (tensor for _, tensor in tensors)), itertools.repeat(None))):
+        return []
+    return [
+        ((*path, Attr(name)), part)
+        for path, tensor in tensors
+        if tensor.sparse is not None
+        for name, part in tensor.parts() or []
+        if isinstance(part, Tensor)
+    ]
+
+
+_SPARSE = operator.attrgetter("sparse")
 
 
 def _outermost(modules: list[tuple[KeyPath, Opaque]]) -> list[tuple[KeyPath, Opaque]]:

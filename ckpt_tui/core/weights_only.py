@@ -260,6 +260,10 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
         return _zip_storage(pid, data_records, loaded, scan)
 
     scan.absorb(scan_pickle(data, storage), "data.pkl")
+    keys = [key if type(key) is str else f"{key}" for key in loaded]
+    unreadable = ZipRecords(path, entries, archive + "data/", size).unreadable(keys)
+    if unreadable is not None:
+        scan.fail(unreadable)  # torch reads each record as its storage is loaded
     return scan
 
 

@@ -656,7 +656,9 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         _grad(requires_grad, dtype)
     if metadata is not None:
         _check_metadata(metadata, dtype)
-    extent = _EXTENTS.get((size, stride)) if type(size) is tuple and type(stride) is tuple else None
+    # known layouts by value: only of ints (a float or bool stride equals an int one, and torch refuses it)
+    plain = type(size) is tuple and type(stride) is tuple and set(map(type, size + stride)) <= _INT_ONLY
+    extent = _EXTENTS.get((size, stride)) if plain else None
     if (
         extent is None
         or type(offset) is not int

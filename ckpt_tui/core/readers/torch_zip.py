@@ -24,6 +24,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers.persistent_ids import ZIP_FIELDS, PersistentIds
 from ckpt_tui.core.readers.pth_columns import state_dict_columns
 from ckpt_tui.core.readers.zip_archive import (
+    DEFLATED,
     LOCAL,
     STORED,
     ZipDirectory,
@@ -125,7 +126,7 @@ class ZipRecords:
         return dict(itertools.compress(places, map(operator.and_, stored, inside)))
 
     def find_offsets(self) -> None:
-        """Read the local headers of every stored record at once; :meth:`locate` then finds them without
+        """Read the local headers of every record at once; :meth:`locate` then finds them without
         a read each. Headers that do not parse here are left for :meth:`locate`, which reports them as
         always. Done once.
 
@@ -134,9 +135,7 @@ class ZipRecords:
         if self._offsets_sought:
             return
         self._offsets_sought = True
-        names = list(filter(operator.methodcaller("startswith", self.folder), self.entries))
-        chosen = list(map(self.entries.__getitem__, names))
-        wanted = list(itertools.compress(names, map(operator.eq, map(_COMPRESS, chosen), itertools.repeat(STORED))))
+        wanted = list(filter(operator.methodcaller("startswith", self.folder), self.entries))
         if self._offsets:  # some found one by one already (locate)
             wanted = [name for name in wanted if name not in self._offsets]
         if not wanted:
@@ -148,6 +147,25 @@ class ZipRecords:
             return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it
         with self._lock:
             self._offsets.update(found)
+
+    def unreadable(self, keys: list[str]) -> str | None:
+        """Why torch's zip reader (miniz) fails on the first of these records it cannot read, or None:
+        a compression method other than stored or deflate, a local header that is cut short or not
+        signed, or data running past the end of the file. (A deflate stream is not inflated here.)"""
+        self.find_offsets()
+        for key in keys:
+            entry = self.entries.get(self.folder + key)
+            if entry is None:
+                continue  # a missing record is said where the storage is loaded
+            if entry.compress not in (STORED, DEFLATED):
+                how = f"compressed with method {entry.compress}"
+                return f"record {entry.name} is {how} (torch's zip reader: unsupported method)"
+            start = self._offsets.get(entry.name)
+            if start is None:
+                return f"record {entry.name} has a bad local header (torch's zip reader: invalid header)"
+            if start + entry.compressed_size > self.file_bytes:
+                return f"record {entry.name} runs past the end of the file (torch's zip reader: invalid header)"
+        return None
 
 
 _SIZE = operator.attrgetter("size")
