@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from builders import (
     ddp_state_dict,
     lightning_checkpoint,
     many_keys,
+    rewrite_zip,
     save_cuda_tagged,
     save_whole_module,
     tiny_state_dict,
@@ -121,6 +123,18 @@ def test_a_function_kept_as_a_value_is_shown_by_its_global_name(tmp_path: Path) 
     text = render_info(summarize(open_checkpoint(tmp_path / "fn.pth")), 2)
     assert "fn  function = torch._utils._rebuild_tensor_v2" in text
     assert "0x" not in text
+
+
+def test_a_sparse_part_past_its_storage_is_a_bad_tensor(tmp_path: Path) -> None:
+    """A sparse tensor's indices whose size reaches far past their 16-byte storage: named, not just summed."""
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2), (3,))
+    torch.save({"s": sparse}, tmp_path / "ok.pth")
+    data = zipfile.ZipFile(tmp_path / "ok.pth").read("ok/data.pkl")
+    bad = data.replace(b"K\x01K\x02\x86", b"K\x01\x8a\x08" + (2**62).to_bytes(8, "little") + b"\x86", 1)
+    assert bad != data
+    path = rewrite_zip(tmp_path / "ok.pth", tmp_path / "bad.pth", data_pkl=bad)
+    messages = [finding["message"] for finding in kinds(path)["bad-tensor"]]
+    assert messages == ['ckpt["s"].indices: needs 36893488147419103232 bytes of a 16-byte storage']
 
 
 def test_adam_state_and_namespace_readable(tmp_path: Path) -> None:
