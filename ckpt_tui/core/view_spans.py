@@ -156,7 +156,7 @@ def _record_places(source: object, keys: list[str]) -> list[tuple[int, int]] | N
             return None
         return [(source.data_start + begin, end - begin) for begin, end in ranges]  # type: ignore[misc]
     if type(source) is ZipRecords:
-        places = list(map(source.stored_spans().get, keys))
+        places = source.stored_places(keys)
         return None if None in places else places  # type: ignore[return-value]
     return None
 

@@ -107,23 +107,26 @@ class ZipRecords:
         return offset, entry.size
 
     def stored_spans(self) -> dict[str, tuple[int, int]]:
-        """Each stored record's data offset and size, by record key, for the records whose local header
-        :meth:`find_offsets` read and that end inside the file: what :meth:`locate` finds for them, all at
-        once (the caller still checks each size against its storage; ``locate`` reads, or refuses, the rest).
-
-        In passes over whole columns (a state_dict of 50,000 records), no Python per record."""
+        """:meth:`stored_places` of every record whose local header :meth:`find_offsets` read, by key."""
         self.find_offsets()
-        names = list(self._offsets)
-        chosen = list(map(self.entries.get, names))
-        if not all(map(operator.is_not, chosen, itertools.repeat(None))):
-            return {}  # (never: every offset found is a member's) nothing is planned; locate reads each
-        offsets = list(map(self._offsets.__getitem__, names))
-        sizes = list(map(_SIZE, chosen))
-        stored = map(operator.eq, map(_COMPRESS, chosen), itertools.repeat(STORED))
-        inside = map(operator.le, map(operator.add, offsets, sizes), itertools.repeat(self.file_bytes))
-        keys = map(operator.itemgetter(slice(len(self.folder), None)), names)
-        places = zip(keys, zip(offsets, sizes, strict=True), strict=True)
-        return dict(itertools.compress(places, map(operator.and_, stored, inside)))
+        cut = len(self.folder)
+        keys = [name[cut:] for name in self._offsets]
+        return {key: place for key, place in zip(keys, self.stored_places(keys), strict=True) if place is not None}
+
+    def stored_places(self, keys: list[str]) -> list[tuple[int, int] | None]:
+        """Each record's data offset and size, as :meth:`locate` finds them, when it is stored, its local
+        header was read by :meth:`find_offsets` and it ends inside the file; None for any other (the
+        caller leaves it to ``locate``, which reads it or refuses it in its words). The caller still
+        checks each size against its storage. All at once: no read, no lookup of a header per record."""
+        self.find_offsets()
+        names = list(map(self.folder.__add__, keys))
+        end = self.file_bytes
+        return [
+            (offset, entry.size)
+            if entry is not None and offset is not None and entry.compress == STORED and offset + entry.size <= end
+            else None
+            for entry, offset in zip(map(self.entries.get, names), map(self._offsets.get, names), strict=True)
+        ]
 
     def find_offsets(self) -> None:
         """Read the local headers of every record at once; :meth:`locate` then finds them without
@@ -153,14 +156,19 @@ class ZipRecords:
         a compression method other than stored or deflate, a local header that is cut short or not
         signed, or data running past the end of the file. (A deflate stream is not inflated here.)"""
         self.find_offsets()
-        for key in keys:
-            entry = self.entries.get(self.folder + key)
-            if entry is None:
-                continue  # a missing record is said where the storage is loaded
+        names = list(map(self.folder.__add__, keys))
+        entries = [entry for entry in map(self.entries.get, names) if entry is not None]  # missing: said elsewhere
+        starts = list(map(self._offsets.get, map(_NAME, entries)))
+        if (
+            set(map(_COMPRESS, entries)) <= {STORED, DEFLATED}
+            and None not in starts
+            and max(map(operator.add, starts, map(_COMPRESSED_SIZE, entries)), default=0) <= self.file_bytes
+        ):
+            return None
+        for entry, start in zip(entries, starts, strict=True):
             if entry.compress not in (STORED, DEFLATED):
                 how = f"compressed with method {entry.compress}"
                 return f"record {entry.name} is {how} (torch's zip reader: unsupported method)"
-            start = self._offsets.get(entry.name)
             if start is None:
                 return f"record {entry.name} has a bad local header (torch's zip reader: invalid header)"
             if start + entry.compressed_size > self.file_bytes:
@@ -168,8 +176,9 @@ class ZipRecords:
         return None
 
 
-_SIZE = operator.attrgetter("size")
+_NAME = operator.attrgetter("name")
 _COMPRESS = operator.attrgetter("compress")
+_COMPRESSED_SIZE = operator.attrgetter("compressed_size")
 _LOCAL_SIGNATURE = (0x50, 0x4B, 0x03, 0x04)
 
 
