@@ -170,10 +170,20 @@ class ZipRecords:
                 how = f"compressed with method {entry.compress}"
                 return f"record {entry.name} is {how} (torch's zip reader: unsupported method)"
             if start is None:
+                start = self._header_read_alone(entry)  # (the map may have failed: each header, exactly)
+            if start is None:
                 return f"record {entry.name} has a bad local header (torch's zip reader: invalid header)"
             if start + entry.compressed_size > self.file_bytes:
                 return f"record {entry.name} runs past the end of the file (torch's zip reader: invalid header)"
         return None
+
+    def _header_read_alone(self, entry: ZipEntry) -> int | None:
+        """Where a record's data starts, from its local header read on its own; None if it is bad."""
+        try:
+            with open(self.path, "rb") as file:
+                return data_offset(file, entry)
+        except (OSError, ReadError):
+            return None
 
 
 _NAME = operator.attrgetter("name")
