@@ -323,3 +323,68 @@ def test_legacy_untyped_storages_are_refused_as_torch_fails_on_them(tmp_path: Pa
             torch.load(path, weights_only=weights_only)
     judged = verdict(open_checkpoint(path))
     assert judged.loads is False and "UntypedStorage" in (judged.reason or "")
+
+
+def _patched(source: Path, target: Path, member: str, central: list[tuple[int, str, int]], local_sig: bool) -> Path:
+    """A copy of a torch zip with fields of one member's central entry set, and its local signature broken."""
+    import struct
+    import zipfile
+
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(member))
+    eocd = data.rfind(b"PK\x05\x06")
+    count, _, at = struct.unpack_from("<HII", data, eocd + 10)
+    for _ in range(count):
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", data, at + 28)
+        if bytes(data[at + 46 : at + 46 + name_len]) == info.filename.encode():
+            for offset, fmt, value in central:
+                struct.pack_into(fmt, data, at + offset, value)
+            break
+        at += 46 + name_len + extra_len + comment_len
+    if local_sig:
+        data[info.header_offset : info.header_offset + 4] = b"PK\x00\x00"
+    target.write_bytes(bytes(data))
+    return target
+
+
+ZIP_READER_CASES = {  # central field offsets: flags 8, method 10, disk 34, external attributes 38
+    "a directory record's local header is never read": ([(38, "<I", 0x10)], True, True),
+    "an encrypted record": ([(8, "<H", 1)], False, False),
+    "patch data": ([(8, "<H", 0x20)], False, False),
+    "a member on another disk": ([(34, "<H", 5)], False, False),
+    "an empty record with method 12": ([(10, "<H", 12)], False, False),
+}
+
+
+@pytest.mark.parametrize("name", list(ZIP_READER_CASES))
+def test_records_torch_zip_reader_reads_or_refuses(tmp_path: Path, name: str) -> None:
+    """What miniz refuses (methods, encryption, multidisk) and what it never reads (a directory's header)."""
+    central, broken_signature, loads = ZIP_READER_CASES[name]
+    torch.save({"w": torch.ones(3), "e": torch.zeros(0)}, tmp_path / "plain.pth")
+    member = "data/1" if "empty" in name else "data/0"
+    path = _patched(tmp_path / "plain.pth", tmp_path / "patched.pth", member, central, broken_signature)
+    try:
+        torch.load(path, weights_only=True)
+        torch_loads = True
+    except RuntimeError:
+        torch_loads = False
+    assert torch_loads is loads
+    assert scan_file(str(path)).reason is None if loads else scan_file(str(path)).reason is not None
+
+
+def test_a_zero_size_shape_whose_count_overflows_first_is_refused(tmp_path: Path) -> None:
+    """torch multiplies sizes in 64 bits left to right: (2**32, 2**32, 0) overflows before the 0."""
+    import zipfile
+
+    torch.save({"e": torch.zeros(0)}, tmp_path / "plain.pth")
+    data = zipfile.ZipFile(tmp_path / "plain.pth").read("plain/data.pkl")
+    big = b"\x8a\x05" + (2**32).to_bytes(5, "little")
+    changed = data.replace(b"K\x00\x85", big + big + b"K\x00\x87", 1).replace(b"K\x01\x85", b"K\x01K\x01K\x01\x87", 1)
+    assert changed != data
+    from builders import rewrite_zip
+
+    path = rewrite_zip(tmp_path / "plain.pth", tmp_path / "overflow.pth", data_pkl=changed)
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.load(path, weights_only=True)
+    assert "integer multiplication overflow" in (scan_file(str(path)).reason or "")

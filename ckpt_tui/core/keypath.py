@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 
@@ -25,8 +26,17 @@ def to_python(path: KeyPath, root: str = "ckpt") -> str:
         elif isinstance(key, str):
             parts.append("[" + _quote(key) + "]")
         else:
-            parts.append(f"[{key!r}]")
+            parts.append(f"[{_named(key) or repr(key)}]")
     return "".join(parts)
+
+
+def _named(key: object) -> str | None:
+    """The global a function or class used as a key stands for (``torch._utils._rebuild_tensor_v2``):
+    shown by name, never as a repr with a memory address; None for any other key."""
+    if isinstance(key, (types.FunctionType, type)):
+        name = getattr(key, "global_name", None)
+        return name if isinstance(name, str) else None
+    return None
 
 
 def _quote(text: str) -> str:
@@ -43,7 +53,7 @@ def key_text(key: Key) -> str:
     """One key as plain text."""
     if isinstance(key, Attr):
         return key.name
-    return str(key)
+    return _named(key) or str(key)
 
 
 def to_json(path: KeyPath) -> list[str | int]:

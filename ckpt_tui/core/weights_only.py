@@ -27,7 +27,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
-from ckpt_tui.core.readers.zip_archive import ZipEntry, read_central_directory, read_member
+from ckpt_tui.core.readers.zip_archive import ZipEntry, multidisk_member, read_central_directory, read_member
 from ckpt_tui.core.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.weights_only_scan import (
     GlobalRef,
@@ -212,6 +212,10 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
     except ReadError as exc:
         scan.fail(f"torch's zip reader fails: {exc}")
         return scan
+    multidisk = multidisk_member(entries)
+    if multidisk is not None:
+        scan.fail(f"the zip's member {multidisk} lies on another disk (torch's zip reader: unsupported multidisk)")
+        return scan
     names = list(entries)
     first = names[0] if names else ""
     if "/" not in first:
@@ -243,6 +247,7 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
         scan.fail(f"data.pkl cannot be read: {exc}")
         return scan
     loaded: dict[Any, WStorage] = {}
+    empty: list[Any] = []  # the keys of empty storages (not kept in loaded), whose records torch looks up too
     data_records = {name[5:]: entry.size for name, entry in records.items() if name.startswith("data/")}
 
     def storage(pid: tuple[Any, ...]) -> WStorage:
@@ -257,10 +262,10 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
                 if data_records.get(key) == nbytes and nbytes:
                     found = loaded[key] = WStorage(dtype, nbytes, key, location)
                     return found
-        return _zip_storage(pid, data_records, loaded, scan)
+        return _zip_storage(pid, data_records, loaded, scan, empty)
 
     scan.absorb(scan_pickle(data, storage), "data.pkl")
-    keys = [key if type(key) is str else f"{key}" for key in loaded]
+    keys = [key if type(key) is str else f"{key}" for key in [*loaded, *empty]]
     unreadable = ZipRecords(path, entries, archive + "data/", size).unreadable(keys)
     if unreadable is not None:
         scan.fail(unreadable)  # torch reads each record as its storage is loaded
@@ -303,7 +308,7 @@ def _nbytes(numel: Any, dtype: str) -> int:
 
 
 def _zip_storage(
-    pid: tuple[Any, ...], records: dict[str, int], loaded: dict[Any, WStorage], scan: FileScan
+    pid: tuple[Any, ...], records: dict[str, int], loaded: dict[Any, WStorage], scan: FileScan, empty: list[Any]
 ) -> WStorage:
     """``_load``'s persistent_load: the record ``data/<key>`` must exist and hold exactly the storage."""
     if len(pid) != 5:
@@ -325,6 +330,8 @@ def _zip_storage(
     storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
     if nbytes:
         loaded[key] = storage
+    else:
+        empty.append(key)
     return storage
 
 

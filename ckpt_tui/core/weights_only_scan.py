@@ -25,7 +25,7 @@ import re
 import secrets
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -622,6 +622,14 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal(f"a tensor's size and stride differ in length ({len(size)} vs {len(stride)})")
     if offset < 0 or (size and min(size) < 0):
         raise Refusal("a tensor has a negative offset or size")
+    if (
+        offset >= _INT64
+        or (size and max(size) >= _INT64)
+        or (stride and not -_INT64 <= min(stride) <= max(stride) < _INT64)
+    ):
+        raise Refusal("a tensor's offset, size or stride does not fit int64")
+    if _count_overflows(size):
+        raise Refusal("a tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)")
     if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):  # torch ignores the stride of size 0/1
         raise Refusal("a tensor has a negative stride")
     extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
@@ -632,6 +640,23 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     needed = (offset + extent) * DTYPES[dtype][0]
     if needed > storage.nbytes:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
+
+
+_INT64 = 1 << 63
+_U64 = 1 << 64
+
+
+def _count_overflows(size: Sequence[int]) -> bool:
+    """Whether torch's element count overflows: it multiplies the sizes in 64 bits, left to right, and
+    refuses a product that passes 2**64 even where a later 0 would make it 0."""
+    count = 1
+    for step in size:
+        count *= step
+        if count >= _U64:
+            return True
+        if not count:
+            return False
+    return False
 
 
 def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:

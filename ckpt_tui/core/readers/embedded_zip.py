@@ -6,6 +6,7 @@ its member offsets are shifted to absolute file offsets and every read is bounde
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from typing import Any, BinaryIO
@@ -89,10 +90,7 @@ def read_embedded(
             relative = read_central_directory(view, length)  # type: ignore[arg-type]
         except ReadError as exc:
             raise ReadError(f"{what}: {exc}") from None
-        entries = {
-            name: ZipEntry(name, e.header_offset + start, e.compress, e.compressed_size, e.size, e.crc)
-            for name, e in relative.items()
-        }
+        entries = {name: dataclasses.replace(e, header_offset=e.header_offset + start) for name, e in relative.items()}
         data_names = [n for n in entries if n == "data.pkl" or n.endswith("/data.pkl")]
         if not data_names:
             raise ReadError(f"{what}: no data.pkl in the item's archive")

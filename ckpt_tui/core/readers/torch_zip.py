@@ -27,11 +27,13 @@ from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
     LOCAL,
     STORED,
+    UNSUPPORTED_FLAGS,
     ZipDirectory,
     ZipEntry,
     crc_matches,
     data_offset,
     inflate_cap,
+    multidisk_member,
     read_central_directory,
     read_member,
 )
@@ -153,28 +155,39 @@ class ZipRecords:
 
     def unreadable(self, keys: list[str]) -> str | None:
         """Why torch's zip reader (miniz) fails on the first of these records it cannot read, or None:
-        a compression method other than stored or deflate, a local header that is cut short or not
-        signed, or data running past the end of the file. (A deflate stream is not inflated here.)"""
+        a compression method other than stored or deflate, encryption or patch data, or, for a record
+        it reads (not empty, not a directory), a local header that is cut short or not signed, or data
+        running past the end of the file. (A deflate stream is not inflated here.)"""
         self.find_offsets()
         names = list(map(self.folder.__add__, keys))
         entries = [entry for entry in map(self.entries.get, names) if entry is not None]  # missing: said elsewhere
-        starts = list(map(self._offsets.get, map(_NAME, entries)))
+        read = [entry for entry in entries if entry.compressed_size and not entry.directory]
+        starts = list(map(self._offsets.get, map(_NAME, read)))
         if (
             set(map(_COMPRESS, entries)) <= {STORED, DEFLATED}
+            and not any(map(operator.and_, map(_FLAGS, entries), itertools.repeat(UNSUPPORTED_FLAGS)))
             and None not in starts
-            and max(map(operator.add, starts, map(_COMPRESSED_SIZE, entries)), default=0) <= self.file_bytes
+            and max(map(operator.add, starts, map(_COMPRESSED_SIZE, read)), default=0) <= self.file_bytes
         ):
             return None
-        for entry, start in zip(entries, starts, strict=True):
-            if entry.compress not in (STORED, DEFLATED):
-                how = f"compressed with method {entry.compress}"
-                return f"record {entry.name} is {how} (torch's zip reader: unsupported method)"
-            if start is None:
-                start = self._header_read_alone(entry)  # (the map may have failed: each header, exactly)
-            if start is None:
-                return f"record {entry.name} has a bad local header (torch's zip reader: invalid header)"
-            if start + entry.compressed_size > self.file_bytes:
-                return f"record {entry.name} runs past the end of the file (torch's zip reader: invalid header)"
+        return next(filter(None, map(self._unreadable_record, entries)), None)
+
+    def _unreadable_record(self, entry: ZipEntry) -> str | None:
+        """Why torch's zip reader fails on one record, or None."""
+        if entry.compress not in (STORED, DEFLATED):
+            how = f"compressed with method {entry.compress}"
+            return f"record {entry.name} is {how} (torch's zip reader: unsupported method)"
+        if entry.flags & UNSUPPORTED_FLAGS:
+            return f"record {entry.name} is encrypted or patch data (torch's zip reader: unsupported encryption)"
+        if not entry.compressed_size or entry.directory:
+            return None  # (read as empty: its local header is not looked at)
+        start = self._offsets.get(entry.name)
+        if start is None:
+            start = self._header_read_alone(entry)  # (the map may have failed: each header, exactly)
+        if start is None:
+            return f"record {entry.name} has a bad local header (torch's zip reader: invalid header)"
+        if start + entry.compressed_size > self.file_bytes:
+            return f"record {entry.name} runs past the end of the file (torch's zip reader: invalid header)"
         return None
 
     def _header_read_alone(self, entry: ZipEntry) -> int | None:
@@ -189,6 +202,7 @@ class ZipRecords:
 _NAME = operator.attrgetter("name")
 _COMPRESS = operator.attrgetter("compress")
 _COMPRESSED_SIZE = operator.attrgetter("compressed_size")
+_FLAGS = operator.attrgetter("flags")
 _LOCAL_SIGNATURE = (0x50, 0x4B, 0x03, 0x04)
 
 
@@ -232,6 +246,11 @@ class ZipLayout:
             )
         if entries.duplicates:
             self.problems.append(f"the zip names {entries.duplicates[0]!r} twice: readers disagree on which is meant")
+        multidisk = multidisk_member(entries)
+        if multidisk is not None:
+            self.problems.append(
+                f"its member {multidisk!r} lies on another disk: torch.load refuses multidisk archives"
+            )
         if self.prefix + "data.pkl" not in entries:
             self.prefix = self._other_data_pkl(path)
         self.data_pkl = self.prefix + "data.pkl"

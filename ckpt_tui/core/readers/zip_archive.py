@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -19,6 +20,9 @@ ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
 CENTRAL = struct.Struct("<4s6H3L5H2L")
 LOCAL = struct.Struct("<4s5H3L2H")
 STORED, DEFLATED = 0, 8
+DOS_DIRECTORY = 0x10
+UNSUPPORTED_FLAGS = 0x1 | 0x20 | 0x40
+"""Encrypted, compressed patch data, strong encryption: general-purpose flags miniz refuses to read."""
 MAX_ENTRIES = 1_000_000
 INFLATE_FLOOR = 64 << 20
 INFLATE_RATIO = 16
@@ -35,6 +39,12 @@ class ZipEntry:
     compressed_size: int
     size: int
     crc: int
+    flags: int = 0
+    """The general-purpose bit flags (encryption, patch data...)."""
+    directory: bool = False
+    """Named with a trailing ``/`` or marked with the DOS directory attribute: what miniz calls a directory."""
+    disk: int = 0
+    """The disk its local header starts on."""
 
 
 class ZipDirectory(dict[str, ZipEntry]):
@@ -84,9 +94,9 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
     for _ in range(count):  # once per member (70,000 on big state_dicts): locals and plain slices only
         if pos + fixed > length:
             raise ReadError("zip central directory is cut short or corrupt")
-        (signature, _, _, flags, compress, _, _, crc, csize, size, name_len, extra_len, comment_len, *_, offset) = (
-            unpack(directory, pos)
-        )
+        fields = unpack(directory, pos)
+        (signature, _, _, flags, compress, _, _, crc, csize, size, name_len, extra_len, comment_len) = fields[:13]
+        disk, external, offset = fields[13], fields[15], fields[16]
         if signature != b"PK\x01\x02":
             raise ReadError("zip central directory is cut short or corrupt")
         start = pos + fixed
@@ -96,11 +106,19 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
         name = directory[start : start + name_len].decode("utf-8" if flags & 0x800 else "cp437", "replace")
         if offset >= file_bytes:
             raise ReadError(f"zip member {name} starts past the end of the file")
-        if name in entries:
+        if name in entries:  # torch's reader (miniz) finds the first: the one kept
             entries.duplicates.append(name)
-        entries[name] = ZipEntry(name, offset, compress, csize, size, crc)
+        else:
+            folder = name.endswith("/") or bool(external & DOS_DIRECTORY)
+            entries[name] = ZipEntry(name, offset, compress, csize, size, crc, flags, folder, disk)
         pos = start + name_len + extra_len + comment_len
     return entries
+
+
+def multidisk_member(entries: Mapping[str, ZipEntry]) -> str | None:
+    """A member starting on a disk other than the first (or the one miniz takes for it): torch's zip
+    reader refuses the whole archive as multidisk when it opens it."""
+    return next((entry.name for entry in entries.values() if entry.disk not in (0, 1)), None)
 
 
 def _zip64_extra(extra: bytes, size: int, csize: int, offset: int) -> tuple[int, int, int]:
