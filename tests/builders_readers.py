@@ -119,3 +119,18 @@ def legacy_bytes(obj_pickle: bytes, keys: list[str], storages: list[tuple[int, b
 def legacy_view(key: str, numel: int, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> View:
     """A legacy-format tensor: its persistent id carries the sixth field (the view) as None."""
     return View(StorageRef(key=key, numel=numel, extra=(None,)), offset, size, stride)
+
+
+def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
+    """``info``'s text and JSON as the reader's choice gives them (with its columns or not, as asserted),
+    and from a walk of the same tree."""
+    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.core.tree import walk
+    from ckpt_tui.report import render_info
+
+    checkpoint = open_checkpoint(path)
+    assert (checkpoint.flat_columns() is not None) == columns
+    chosen = summarize(checkpoint)
+    walked = summarize(checkpoint, list(walk(checkpoint.root)))
+    return (render_info(chosen, 3), chosen.to_json()), (render_info(walked, 3), walked.to_json())

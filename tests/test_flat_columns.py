@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from builders import write_safetensors
-from builders_readers import f32_entry, safetensors_bytes
+from builders_readers import f32_entry, safetensors_bytes, summaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,21 +25,11 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.readers import safetensors_file
 from ckpt_tui.core.reading import open_checkpoint
 from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import walk
 from ckpt_tui.report import render_info
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
 KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "base_lrs", "_metadata", "é"]
-
-
-def both_ways(path: Path) -> tuple[Any, Any]:
-    """``info``'s text and JSON from the columns, and from a walk of the same tree."""
-    checkpoint = open_checkpoint(path)
-    assert checkpoint.flat_columns() is not None
-    flat = summarize(checkpoint)
-    walked = summarize(checkpoint, list(walk(checkpoint.root)))
-    return (render_info(flat, 3), flat.to_json()), (render_info(walked, 3), walked.to_json())
 
 
 def tensor_of(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
@@ -64,7 +54,7 @@ def test_columns_say_what_the_walk_says(
     names = list(dict.fromkeys(".".join(parts) for parts in keys))
     state = {name: tensor_of(dtypes[i], shapes[i]) for i, name in enumerate(names)}
     path = write_safetensors(state, tmp_path / "model.safetensors", metadata=metadata)
-    flat, walked = both_ways(path)
+    flat, walked = summaries(path, columns=True)
     assert flat == walked
 
 
@@ -80,14 +70,14 @@ def test_columns_say_what_the_walk_says(
 )
 def test_named_like_wrappers_and_buffers(tmp_path: Path, names: list[str]) -> None:
     state = {name: torch.ones(2, dtype=torch.int64 if "batches" in name else torch.float32) for name in names}
-    flat, walked = both_ways(write_safetensors(state, tmp_path / "m.safetensors"))
+    flat, walked = summaries(write_safetensors(state, tmp_path / "m.safetensors"), columns=True)
     assert flat == walked
 
 
 def test_a_root_that_looks_like_a_scheduler_is_audited_as_one(tmp_path: Path) -> None:
     state = {"last_epoch": torch.ones(1), "base_lrs": torch.ones(1), "_step_count": torch.ones(1)}
     path = write_safetensors(state, tmp_path / "m.safetensors")
-    flat, walked = both_ways(path)
+    flat, walked = summaries(path, columns=True)
     assert flat == walked
     assert open_checkpoint(path).flat_columns() is not None
 
@@ -97,9 +87,9 @@ def test_holes_and_an_empty_file(tmp_path: Path) -> None:
     (tmp_path / "holes.safetensors").write_bytes(safetensors_bytes(holed, bytes(16)))
     (tmp_path / "empty.safetensors").write_bytes(safetensors_bytes({}))
     for name in ("holes.safetensors", "empty.safetensors"):
-        flat, walked = both_ways(tmp_path / name)
+        flat, walked = summaries(tmp_path / name, columns=True)
         assert flat == walked
-    assert "unused bytes" in both_ways(tmp_path / "holes.safetensors")[0][0]
+    assert "unused bytes" in summaries(tmp_path / "holes.safetensors", columns=True)[0][0]
 
 
 def test_an_edit_gives_a_tree_without_columns(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from builders import rewrite_zip, save_cuda_tagged
+from builders_readers import summaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -26,23 +27,11 @@ from torch import nn
 from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import walk
-from ckpt_tui.report import render_info
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 DTYPES += [torch.uint16, torch.float8_e4m3fn]  # written with _rebuild_tensor_v3
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
 KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "_metadata", "é"]
-
-
-def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
-    """``info``'s text and JSON as the reader's choice gives them, and from a walk of the same tree."""
-    checkpoint = open_checkpoint(path)
-    assert (checkpoint.flat_columns() is not None) == columns
-    chosen = summarize(checkpoint)
-    walked = summarize(checkpoint, list(walk(checkpoint.root)))
-    return (render_info(chosen, 3), chosen.to_json()), (render_info(walked, 3), walked.to_json())
 
 
 @settings(
@@ -201,13 +190,26 @@ def test_a_bad_size_before_a_later_failure_is_the_error(tmp_path: Path) -> None:
         open_checkpoint(path)
 
 
-def test_tensors_sharing_a_long_size_tuple_are_refused_once(tmp_path: Path) -> None:
-    """A memo-shared size tuple of 8,000 huge sizes: refused as before, its product never computed whole."""
-    from ckpt_tui.core.tree import Storage, Tensor
-    from ckpt_tui.core.unpickle import check_unchecked
+def test_tensors_sharing_a_long_size_tuple_are_refused_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memo-shared size tuple of 8,000 huge sizes: refused as before, and its whole product (a
+    quarter-second each) computed at most once, for the one exact refusal, not once per tensor."""
+    import math
+    import types
 
+    from ckpt_tui.core import unpickle
+    from ckpt_tui.core.tree import Storage, Tensor
+
+    long_products: list[int] = []
+
+    def prod(values: tuple[int, ...]) -> int:
+        if len(values) > unpickle.SHORT_SHAPE:
+            long_products.append(len(values))
+        return math.prod(values)
+
+    monkeypatch.setattr(unpickle, "math", types.SimpleNamespace(prod=prod))
     shape, stride = (2**62,) * 8000, (1,) * 8000
     storage = Storage("0", "float32", "cpu", 3)
     tensors = [Tensor(storage, 0, shape, stride, "float32") for _ in range(200)]
     with pytest.raises(ValueError, match="more elements than int64 can count"):
-        check_unchecked(tensors)
+        unpickle.check_unchecked(tensors)
+    assert long_products == [8000]

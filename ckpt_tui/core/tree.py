@@ -794,9 +794,8 @@ def over_whole_storages(tensors: list[Tensor]) -> bool:
         return numels == list(map(_NUMEL, storages))
     if not {*dtypes, *stored} <= DTYPES.keys():
         return False
-    sizes = {name: size for name, (size, _) in DTYPES.items()}
-    tensor_bytes = map(operator.mul, numels, map(sizes.__getitem__, dtypes))
-    storage_bytes = map(operator.mul, map(_NUMEL, storages), map(sizes.__getitem__, stored))
+    tensor_bytes = map(operator.mul, numels, map(itemsize, dtypes))
+    storage_bytes = map(operator.mul, map(_NUMEL, storages), map(itemsize, stored))
     return all(map(operator.eq, tensor_bytes, storage_bytes))
 
 
