@@ -216,6 +216,14 @@ def test_a_scheduler_stepped_per_epoch_is_no_mismatch(tmp_path, capsys):
     assert "scheduler-mismatch" not in kinds
 
 
+def test_a_scheduler_stepped_per_optimizer_step_is_no_mismatch(tmp_path, capsys):
+    """OneCycle and warmup schedules step once per optimizer step; only the epoch is saved beside them."""
+    net, optimizer, scheduler = trained(steps=12, scheduler_name="lambda")
+    assert scheduler.last_epoch == 12
+    kinds = by_kind(findings(tmp_path, capsys, plain(net, optimizer, scheduler, epoch=2)))
+    assert "scheduler-mismatch" not in kinds
+
+
 def test_zero_moment_buffers_are_found_by_check_not_by_info(tmp_path, capsys):
     net, optimizer, scheduler = trained()
     checkpoint = plain(net, optimizer, scheduler, epoch=2, global_step=STEPS)

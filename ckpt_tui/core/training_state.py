@@ -340,7 +340,7 @@ def _scheduler_findings(
                 path=path,
             )
         )
-    elif _stepped_past(last, counters):
+    elif _stepped_past(last, counters, optimizer_step):
         said = " nor ".join(f"{k} {_count(v)}" for k, v in known.items())
         findings.append(
             Finding(
@@ -354,10 +354,12 @@ def _scheduler_findings(
     return findings
 
 
-def _stepped_past(last: float, counters: dict[str, float]) -> bool:
+def _stepped_past(last: float, counters: dict[str, float], optimizer_step: float | None) -> bool:
     """Whether a scheduler's ``last_epoch`` is more than 1 past every counter the checkpoint saves
-    (``epoch``, ``global_step``...). Below them it may step per epoch or every few steps; the
-    optimizer's own step is no bound (GradScaler skips optimizer steps, never scheduler steps)."""
+    (``epoch``, ``global_step``...) and matches no optimizer step. Below them it may step per epoch or
+    every few steps; within 1 of the optimizer's step it stepped once per step (OneCycle, warmup)."""
+    if optimizer_step is not None and abs(last - optimizer_step) <= 1:
+        return False
     known = [v for k, v in counters.items() if k in STEP_COUNTERS or k == "epoch"]
     return bool(known) and all(last - v > 1 for v in known)
 
