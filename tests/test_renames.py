@@ -376,3 +376,19 @@ def test_align_pairs_tensors_of_one_kind() -> None:
         ("lstm.bias_ih", "rnn.bias_ih"),
         ("ln.gamma", "norm.weight"),  # a synonym; a bias is never paired with a weight
     ]
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs"),
+    [(("w", "b"), ("weight", "bias")), (("kernel", "bias"), ("weight", "bias")), (("scale", "b"), ("weight", "bias"))],
+)
+def test_hand_written_and_flax_leaf_names_pair_with_torch_ones(mine: tuple[str, str], theirs: tuple[str, str]) -> None:
+    """``w``/``b`` and Flax's ``kernel``/``scale`` name a weight and a bias: each pairs with its kind, none is lost."""
+    from ckpt_tui.core.renames import align
+
+    source = [(f"enc.l{i}.{name}", (4, 4) if n == 0 else (4,)) for i in range(3) for n, name in enumerate(mine)]
+    target = [(f"encoder.l{i}.{name}", (4, 4) if n == 0 else (4,)) for i in range(3) for n, name in enumerate(theirs)]
+    pairs = align(source, target)
+    assert pairs == [
+        (f"enc.l{i}.{a}", f"encoder.l{i}.{b}") for i in range(3) for a, b in zip(mine, theirs, strict=True)
+    ]

@@ -20,7 +20,7 @@ Ties go to the rule met first, so the rules do not change from run to run.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -36,16 +36,18 @@ DONE = 1_000_000
 
 Signature = tuple[int, ...] | None
 
-LEAF_SYNONYMS = frozenset(
-    frozenset(pair)
-    for pair in [
-        ("gamma", "weight"),  # normalization layers ported from TensorFlow
-        ("beta", "bias"),
-        ("moving_mean", "running_mean"),
-        ("moving_variance", "running_var"),
-        ("weight_g", "original0"),  # weight_norm, then its parametrization
-        ("weight_v", "original1"),
-    ]
+LEAF_SYNONYMS = (
+    ("gamma", "weight"),  # normalization layers ported from TensorFlow
+    ("beta", "bias"),
+    ("moving_mean", "running_mean"),
+    ("moving_variance", "running_var"),
+    ("weight_g", "original0"),  # weight_norm, then its parametrization
+    ("weight_v", "original1"),
+    ("w", "weight"),  # hand-written and JAX/Flax models
+    ("b", "bias"),
+    ("kernel", "weight"),
+    ("scale", "weight"),
+    ("embedding", "weight"),
 )
 """Last components that name the same kind of tensor under two conventions."""
 
@@ -105,29 +107,33 @@ def leaf(key: str) -> str:
 
 def _same_kind(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) -> list[tuple[str, str]]:
     """The pairs with partners swapped among keys of one shape so that last components agree
-    (``bias_hh`` with ``bias_hh``, never with ``bias_ih``), then those that still hold different kinds
-    of tensor (a ``bias`` paired with a ``weight``, no synonym of it) left out."""
+    (``bias_hh`` with ``bias_hh``, never with ``bias_ih``) or are synonyms (``gamma`` and ``weight``);
+    those that still hold different kinds of tensor (a ``bias`` with a ``weight``) are left out.
+    Linear in the pairs: partners are looked up by last component."""
     groups: dict[Signature, list[int]] = {}
     for index, (key, _) in enumerate(pairs):
         groups.setdefault(shapes.get(key), []).append(index)
     chosen: dict[int, str] = {}
     for indices in groups.values():
-        free = [pairs[i][1] for i in indices]
-        for same in (_equal_leaves, _synonym_leaves):
+        targets = [pairs[i][1] for i in indices]
+        place = {target: n for n, target in enumerate(targets)}
+        free: dict[str, deque[str]] = {}
+        for target in targets:
+            free.setdefault(leaf(target), deque()).append(target)
+        for kinds in (_same_leaf, _synonyms):
             for i in indices:
-                partner = next((t for t in free if i not in chosen and same(pairs[i][0], t)), None)
-                if partner is not None:
-                    chosen[i] = partner
-                    free.remove(partner)
+                queues = [free[k] for k in kinds(leaf(pairs[i][0])) if free.get(k)]
+                if i not in chosen and queues:  # the first free partner, in the reference's order
+                    chosen[i] = min(queues, key=lambda queue: place[queue[0]]).popleft()
     return [(key, chosen[i]) for i, (key, _) in enumerate(pairs) if i in chosen]
 
 
-def _equal_leaves(key: str, other: str) -> bool:
-    return leaf(key) == leaf(other)
+def _same_leaf(name: str) -> tuple[str, ...]:
+    return (name,)
 
 
-def _synonym_leaves(key: str, other: str) -> bool:
-    return frozenset((leaf(key), leaf(other))) in LEAF_SYNONYMS
+def _synonyms(name: str) -> tuple[str, ...]:
+    return tuple(other for pair in LEAF_SYNONYMS if name in pair for other in pair if other != name)  # in order
 
 
 def _pair_by_shape(
