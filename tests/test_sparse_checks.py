@@ -96,3 +96,33 @@ def test_one_bad_index_among_a_million_is_found_in_its_dimension(
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"sparse index {50 if dim == 0 else 3} in dimension {dim}, past its size" in out
+
+
+def test_indices_that_cannot_be_read_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The NaN/Inf scan reads a sparse tensor's values; its indices, read only here, are reported here too."""
+    import zipfile
+
+    torch.save({"s": coo([[0, 1], [1, 2]], (3, 3))}, tmp_path / "ok.pth")
+    with zipfile.ZipFile(tmp_path / "ok.pth") as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    path = tmp_path / "short.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data[:8] if name.endswith("data/0") else data)  # the indices record, cut
+    assert main(["check", str(path), "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    unreadable = [p for p in problems if p["kind"] == "unreadable"]
+    assert len(unreadable) == 1 and "its indices" in unreadable[0]["message"], problems
+
+
+def test_reading_indices_stops_when_cancelled(tmp_path: Path) -> None:
+    from ckpt_tui.core.errors import Cancelled
+    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.sparse_checks import sparse_problem
+
+    indices = torch.zeros(2, 10, dtype=torch.int64)
+    torch.save({"s": torch.sparse_coo_tensor(indices, torch.ones(10), (3, 3))}, tmp_path / "s.pth")
+    tensor = open_checkpoint(tmp_path / "s.pth").root["s"]
+    assert sparse_problem(tensor, "little") is None
+    with pytest.raises(Cancelled):
+        sparse_problem(tensor, "little", cancelled=lambda: True)

@@ -146,7 +146,7 @@ def check_checkpoint(
             problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
     if zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
-    problems += _sparse_problems(listed, checkpoint.byteorder)
+    problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
     judged = verdict(checkpoint, beside)
     # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
     said = judged.route == "safetensors" and bool(library_refusals(checkpoint.loader_problems))  # said above
@@ -155,8 +155,10 @@ def check_checkpoint(
     return CheckReport(summary, problems, checked, skipped, judged)
 
 
-def _sparse_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) -> list[Problem]:
-    """Sparse tensors whose indices point outside them (each tensor object once)."""
+def _sparse_problems(
+    listed: list[tuple[KeyPath, Tensor]], byteorder: str, cancelled: Callable[[], bool] | None
+) -> list[Problem]:
+    """Sparse tensors whose indices point outside them, or cannot be read (each tensor object once)."""
     sparse = {id(tensor): (path, tensor) for path, tensor in reversed(listed) if tensor.sparse is not None}
     if not sparse:
         return []
@@ -164,7 +166,11 @@ def _sparse_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) -> li
 
     problems = []
     for path, tensor in reversed(sparse.values()):
-        found = sparse_problem(tensor, byteorder)
+        try:
+            found = sparse_problem(tensor, byteorder, cancelled)
+        except ReadError as exc:
+            problems.append(Problem("unreadable", f"{to_python(path)} (its indices): {exc}", path))
+            continue
         if found is not None:
             problems.append(Problem("sparse-indices", f"{to_python(path)}: {found}", path))
     return problems

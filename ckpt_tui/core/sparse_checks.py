@@ -7,16 +7,19 @@ the index parts are read in bounded chunks and checked as ``torch._validate_spar
 and ``torch._validate_sparse_compressed_tensor_args`` check them: COO indices within the size in each
 sparse dimension; compressed indices starting at 0, never decreasing, ending at the number of stored
 elements, and plain indices within the size. Parts whose shapes torch's constructor itself refuses, and
-batched compressed tensors, are left to the loader's verdict.
+batched compressed tensors, are left to the loader's verdict; so is whether plain indices are sorted
+and distinct within a row (torch's invariant check refuses that too, but no kernel reads outside the
+tensor for it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.tree import Tensor
 from ckpt_tui.core.values import TensorReader
 
@@ -30,23 +33,33 @@ TORCH_ACCEPTS = (
 )
 
 
-def sparse_problem(tensor: Tensor, byteorder: str = "little") -> str | None:
-    """Why a sparse tensor's indices point outside it, in words; None when they do not (or it is not sparse)."""
-    if tensor.sparse is None:
+def sparse_problem(
+    tensor: Tensor, byteorder: str = "little", cancelled: Callable[[], bool] | None = None
+) -> str | None:
+    """Why a sparse tensor's indices point outside it, in words; None when they do not (or it is not sparse).
+
+    Raises :class:`ReadError` when an index part cannot be read (the caller reports it: its values part
+    is what the NaN/Inf scan reads), :class:`Cancelled` when ``cancelled()`` turns true between chunks."""
+
+    def chunks(part: Tensor) -> Iterator[np.ndarray]:
+        for chunk in TensorReader(part, byteorder).chunks():
+            if cancelled is not None and cancelled():
+                raise Cancelled("check cancelled")
+            yield chunk
+
+    if tensor.kind == "sparse_coo" and tensor.sparse is not None:
+        found = _coo_problem(tensor.sparse, chunks)
+    elif tensor.kind in COMPRESSED and tensor.sparse is not None:
+        found = _compressed_problem(tensor.kind, tensor.sparse, chunks)
+    else:
         return None
-    try:
-        if tensor.kind == "sparse_coo":
-            found = _coo_problem(tensor.sparse, byteorder)
-        elif tensor.kind in COMPRESSED:
-            found = _compressed_problem(tensor.kind, tensor.sparse, byteorder)
-        else:
-            return None
-    except ReadError:
-        return None  # an unreadable part is reported where its values are read
     return f"{found}: {TORCH_ACCEPTS}" if found else None
 
 
-def _coo_problem(parts: tuple[Any, ...], byteorder: str) -> str | None:
+Chunks = Callable[[Tensor], Iterator[np.ndarray]]
+
+
+def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
     indices, values, size = (*parts, None, None, None)[:3]
     if not (isinstance(indices, Tensor) and isinstance(values, Tensor) and _is_size(size)):
         return None
@@ -55,7 +68,7 @@ def _coo_problem(parts: tuple[Any, ...], byteorder: str) -> str | None:
     sparse_dim, nnz = indices.shape
     if values.shape[0] != nnz or sparse_dim + len(values.shape) - 1 != len(size) or nnz == 0:
         return None
-    lows, highs = _row_bounds(indices, sparse_dim, nnz, byteorder)
+    lows, highs = _row_bounds(indices, sparse_dim, nnz, chunks)
     for dim in range(sparse_dim):
         if lows[dim] < 0:
             return f"sparse index {lows[dim]} in dimension {dim}, below 0"
@@ -64,7 +77,7 @@ def _coo_problem(parts: tuple[Any, ...], byteorder: str) -> str | None:
     return None
 
 
-def _compressed_problem(kind: str, parts: tuple[Any, ...], byteorder: str) -> str | None:
+def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> str | None:
     compressed, plain, values, size = (*parts, None, None, None, None)[:4]
     if not (isinstance(compressed, Tensor) and isinstance(plain, Tensor) and isinstance(values, Tensor)):
         return None
@@ -81,7 +94,7 @@ def _compressed_problem(kind: str, parts: tuple[Any, ...], byteorder: str) -> st
     nnz = plain.shape[0]
     if compressed.shape[0] != runs + 1 or not values.shape or values.shape[0] != nnz:
         return None
-    first, last, falls = _monotone(compressed, byteorder)
+    first, last, falls = _monotone(compressed, chunks)
     if first != 0:
         return f"compressed indices start at {first}, not 0"
     if falls:
@@ -89,7 +102,7 @@ def _compressed_problem(kind: str, parts: tuple[Any, ...], byteorder: str) -> st
     if last != nnz:
         return f"compressed indices end at {last}, not at the {nnz} stored elements"
     if nnz:
-        lows, highs = _row_bounds(plain, 1, nnz, byteorder)
+        lows, highs = _row_bounds(plain, 1, nnz, chunks)
         if lows[0] < 0 or highs[0] >= width:
             bad = lows[0] if lows[0] < 0 else highs[0]
             return f"plain index {bad} outside 0..{width - 1}"
@@ -100,13 +113,13 @@ def _is_size(size: Any) -> bool:
     return isinstance(size, tuple) and all(type(n) is int for n in size)
 
 
-def _row_bounds(indices: Tensor, rows: int, width: int, byteorder: str) -> tuple[list[int], list[int]]:
+def _row_bounds(indices: Tensor, rows: int, width: int, chunks: Chunks) -> tuple[list[int], list[int]]:
     """The lowest and highest value in each of ``rows`` rows of ``width`` values of an integer tensor
     (its elements in row-major order), read in bounded chunks."""
     lows, highs = [0] * rows, [0] * rows
     seen = [False] * rows
     position = 0
-    for chunk in TensorReader(indices, byteorder).chunks():
+    for chunk in chunks(indices):
         values = chunk.astype(np.int64, copy=False)
         while values.size:
             row = position // width
@@ -121,11 +134,11 @@ def _row_bounds(indices: Tensor, rows: int, width: int, byteorder: str) -> tuple
     return lows, highs
 
 
-def _monotone(indices: Tensor, byteorder: str) -> tuple[int, int, bool]:
+def _monotone(indices: Tensor, chunks: Chunks) -> tuple[int, int, bool]:
     """The first and last value of a 1-D integer tensor, and whether any value is below the one before it."""
     first: int | None = None
     previous: int | None = None
-    for chunk in TensorReader(indices, byteorder).chunks():
+    for chunk in chunks(indices):
         values = chunk.astype(np.int64, copy=False)
         if not values.size:
             continue
