@@ -33,7 +33,7 @@ from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.process import gc_paused
 from ckpt_tui.core.tree import Storage
 from ckpt_tui.core.unpickle import SafeUnpickler
-from ckpt_tui.core.weights_only_tables import ALLOWED
+from ckpt_tui.core.weights_only_tables import ALLOWED, IMPORTED_ALLOWED
 from ckpt_tui.core.writers.output import EDGE, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite
@@ -148,7 +148,7 @@ def verify_pth(path: Path, meant: PthWrite) -> tuple[str, list[str]]:
     _check_alignment(meant)
     what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
     what += ", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges"
-    return what, sorted(name for name in scan.stubs if name not in ALLOWED)
+    return what, sorted(name for name in scan.stubs if name not in ALLOWED and name not in IMPORTED_ALLOWED)
 
 
 def _check_storages(scan: GlobalScan, meant: list[Storage]) -> None:
