@@ -234,6 +234,12 @@ SAFETENSORS_CASES: dict[str, bytes] = {
     ),
     "metadata_twice": safetensors_bytes('{"__metadata__":{"x":"1"},"__metadata__":{"y":"2"},' + ONE[1:], EIGHT),
     "metadata_key_twice": safetensors_bytes('{"__metadata__":{"x":"1","x":"2"},' + ONE[1:], EIGHT),
+    "field_twice_in_an_earlier_entry": safetensors_bytes(
+        '{"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]},' + ONE[1:], EIGHT
+    ),
+    "an_earlier_entry_nests_deep": safetensors_bytes(
+        '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":' + "[" * 130 + "]" * 130 + "}," + ONE[1:], EIGHT
+    ),
     "field_twice_in_entry": safetensors_bytes(
         '{"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}}', EIGHT
     ),

@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import operator
+import re
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -142,6 +143,10 @@ class _Header:
         return self.duplicates.get(id(obj), [])
 
 
+_MINUS_ZERO = re.compile(rb"[\[,:]\s*-0(?![0-9.eE])")
+"""An integer ``-0`` as a JSON value (not inside a string such as a date, "2024-01-05")."""
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -158,7 +163,7 @@ def _raw_header(path: str, file_bytes: int) -> bytes:
 def _fast_header(raw: bytes) -> _Header | None:
     """The header parsed by orjson (faster than ``json`` on big headers), when it has no escapes and no
     key can have been given twice; None otherwise, or when orjson refuses it (``json`` then says why)."""
-    if orjson is None or b"\\" in raw or b"-0" in raw:  # (orjson reads -0 as 0)
+    if orjson is None or b"\\" in raw or _MINUS_ZERO.search(raw):  # (orjson reads -0 as 0)
         return None
     try:
         header = orjson.loads(raw)
@@ -183,7 +188,7 @@ def _header(path: str, raw: bytes) -> _Header:
                     before.setdefault(key, []).append(value)
         return obj
 
-    ints = {"parse_int": _int} if b"-0" in raw else {}  # the hook only where a -0 may stand (it costs)
+    ints = {"parse_int": _int} if _MINUS_ZERO.search(raw) else {}  # the hook only where a -0 stands (it costs)
     try:
         text = raw.decode("utf-8")
         header = json.loads(text, parse_constant=_no_constant, **ints)  # type: ignore[arg-type]
@@ -253,7 +258,9 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     if "__metadata__" in parsed.twice(header):
         problems.append("its header holds __metadata__ twice, which the safetensors library refuses")
     names = [name for name in parsed.twice(header) if name != "__metadata__"]
-    unparsed = [name for name in names if not all(map(_library_entry, parsed.earlier.get(name, [])))]
+    unparsed = [
+        name for name in names if not all(_parsed_entry(parsed, value) for value in parsed.earlier.get(name, []))
+    ]
     if unparsed:
         problems.append(f"the header names {_some(unparsed)} twice, once with no tensor entry, {REFUSED}")
     names = [name for name in names if name not in unparsed]
@@ -262,6 +269,8 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     data_bytes = file_bytes - parsed.data_start
     records = SafetensorsRecords(path, parsed.data_start)
     deepest = 1 + _depth(header.get("__metadata__"))  # the header object is level 1
+    earlier = [value for values in parsed.earlier.values() for value in values]  # parsed by the library too
+    deepest = max(deepest, 1 + max(map(_depth, earlier), default=0))
     names = sorted(header)  # the order safetensors' own keys() and load_file() give
     plain = not parsed.escaped and not parsed.duplicates
     read = _plain_tensors(header, names, data_bytes, records, problems) if plain else None
@@ -285,6 +294,11 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
         loader_problems=problems,
         columns=columns,
     )
+
+
+def _parsed_entry(parsed: _Header, entry: Any) -> bool:
+    """Whether the library parses an earlier value of a name as a tensor entry: one, no field given twice."""
+    return _library_entry(entry) and not parsed.twice(entry)
 
 
 def _library_entry(entry: Any) -> bool:
@@ -339,10 +353,6 @@ def _plain_tensors(
         return None
     layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
     overflowing = {shape for shape in distinct if _overflows(shape)}
-    if overflowing:
-        problems.append(
-            _overflow_problem([n for n, s in zip(tensor_names, shapes, strict=True) if tuple(s) in overflowing])
-        )
     chosen = list(map(layouts.__getitem__, map(tuple, shapes)))  # one shape and stride object per distinct shape
     shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
@@ -360,6 +370,10 @@ def _plain_tensors(
     tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
     root = dict(zip(tensor_names, tensors, strict=True))
     fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
+    if overflowing:  # (only now: a None above sends the header entry by entry, which says it itself)
+        problems.append(
+            _overflow_problem([n for n, s in zip(tensor_names, shapes, strict=True) if tuple(s) in overflowing])
+        )
     return root, FlatColumns(root, dtypes, numels) if fits else None
 
 
