@@ -722,12 +722,13 @@ def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Ch
     renamed = base.renamed()
     names = [new for _, new, _ in renamed]
     present = set(names)
-    source = [(new, _signature(v)) for _, new, v in renamed if new not in ref_set]
+    signatures = {new: _signature(v) for _, new, v in renamed}
+    source = [(new, signatures[new]) for new in names if new not in ref_set]
     target = [(k, e.shape) for k, e in reference.items() if k not in present]
     pairs = align(source, target)
     if not pairs:
         return None
-    shapes = Shapes({new: _signature(v) for _, new, v in renamed}, {k: e.shape for k, e in reference.items()})
+    shapes = Shapes(signatures, {k: e.shape for k, e in reference.items()})
     rules = infer_rules(names, pairs, ref_set, shapes)
     if not rules:
         return None
