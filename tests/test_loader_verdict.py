@@ -315,8 +315,8 @@ def test_safetensors_verdict_matches_the_library(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize("name", list(SAFETENSORS_CASES))
-def test_torch_load_of_a_safetensors_name_agrees_with_the_library(tmp_path: Path, name: str) -> None:
-    """torch.load hands *.safetensors paths to the library: its verdict is the library's."""
+def test_the_weights_only_verdict_of_a_safetensors_name_is_the_librarys(tmp_path: Path, name: str) -> None:
+    """torch.load hands *.safetensors paths to the library: the weights_only verdict is the library's answer."""
     from ckpt_tui.core.weights_only import verdict
 
     path = tmp_path / f"{name}.safetensors"
