@@ -20,9 +20,9 @@ from measure import ckpt_tui, measure, write_many
 
 PROBE = """
 import json, sys, time
-from ckpt_tui.core import check as check_module
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.weights_only import verdict
+from ckpt_tui.core.operations import check as check_module
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.weights_only.verdict import verdict
 
 start = time.process_time()
 checkpoint = open_checkpoint(sys.argv[1])

@@ -82,9 +82,9 @@ WRITER_STEPS = {
 
 def phases(source: Path, out: Path, repeat: int) -> dict[str, float]:
     """Median seconds of each part of one convert, run in this process with the GC paused, as the CLI runs it."""
-    from ckpt_tui.core import process
-    from ckpt_tui.core.convert import ConvertOptions, apply_options
-    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.operations.convert import ConvertOptions, apply_options
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.runtime import process
     from ckpt_tui.core.writers import save as save_module
 
     times: dict[str, list[float]] = {"read (readers)": [], "edit": [], "write + fsync + verify (writer)": []}

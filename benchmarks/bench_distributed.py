@@ -64,7 +64,7 @@ if __name__ == "__main__":
     mp.spawn(work, args=(out, width, layers, port), nprocs=2, join=True)
 """
 
-OPEN = "import time,sys; t=time.perf_counter(); from ckpt_tui.core.reading import open_checkpoint; "
+OPEN = "import time,sys; t=time.perf_counter(); from ckpt_tui.core.readers.open import open_checkpoint; "
 OPEN += "open_checkpoint(sys.argv[1]); print(time.perf_counter()-t)"
 
 

@@ -21,7 +21,7 @@ from measure import ckpt_tui, measure, python_command, write_many
 
 RUN = """
 import sys
-from ckpt_tui.core import batched_values
+from ckpt_tui.core.values import batched_values
 from ckpt_tui.cli import main
 if sys.argv[1] == "per-tensor":
     batched_values.MIN_BATCHED = 1 << 62  # no batch is ever formed: every tensor is read on its own

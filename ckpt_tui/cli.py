@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from ckpt_tui.core.tree import Checkpoint
-    from ckpt_tui.core.weights_only import ScanBeside
+    from ckpt_tui.core.model.tree import Checkpoint
+    from ckpt_tui.core.weights_only.verdict import ScanBeside
 
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
-"""The columns of ``stats`` (as :data:`ckpt_tui.core.tensor_table.COLUMNS`, without importing numpy for --help)."""
+"""The columns of ``stats`` (as ``tensor_table.COLUMNS``, without importing numpy for --help)."""
 
 
 def _stats_column(text: str) -> str:
@@ -200,7 +200,7 @@ def _stats_column(text: str) -> str:
 
 
 def _cast_dtype(text: str) -> str:
-    from ckpt_tui.core.edits import cast_dtype
+    from ckpt_tui.core.edits.tree_edits import cast_dtype
 
     try:
         return cast_dtype(text)
@@ -217,8 +217,8 @@ def _infix_rule(text: str) -> Any:
 
 
 def _rule(text: str, anywhere: bool) -> Any:
-    from ckpt_tui.core.edits import RenameRule
-    from ckpt_tui.core.shell import from_argv
+    from ckpt_tui.core.edits.tree_edits import RenameRule
+    from ckpt_tui.core.runtime.shell import from_argv
 
     try:
         return RenameRule.parse(from_argv(text), anywhere)
@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     _keys_from_argv(args)
-    from ckpt_tui.core import process
+    from ckpt_tui.core.runtime import process
     from ckpt_tui.core.writers.temp_files import remove_on_signals
 
     process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
@@ -290,7 +290,7 @@ PATH_ARGUMENTS = frozenset({"file", "files", "a", "b", "more", "output", "agains
 
 def _keys_from_argv(args: argparse.Namespace) -> None:
     """Key and prefix arguments as the file holds them (a key with a lone surrogate round-trips)."""
-    from ckpt_tui.core.shell import from_argv
+    from ckpt_tui.core.runtime.shell import from_argv
 
     for name, value in vars(args).items():
         if name in PATH_ARGUMENTS:
@@ -303,7 +303,7 @@ def _keys_from_argv(args: argparse.Namespace) -> None:
 
 def _error(exc: Exception) -> None:
     """The one-line error, with anything from the file in it escaped."""
-    from ckpt_tui.core.safe_text import printable
+    from ckpt_tui.core.runtime.safe_text import printable
 
     print(f"ckpt-tui: {printable(str(exc))}", file=sys.stderr)
 
@@ -337,8 +337,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def open_for_command(path: str | list[str]) -> Checkpoint:
     """Read a checkpoint for a headless command, then freeze it out of the GC's reach (it lives until exit)."""
-    from ckpt_tui.core import process
-    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.runtime import process
 
     with process.gc_paused():  # frozen before the GC comes back: no pass over the objects just made
         checkpoint = open_checkpoint(path)
@@ -348,7 +348,7 @@ def open_for_command(path: str | list[str]) -> Checkpoint:
 
 def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
     """``info``: the summary, as text or JSON."""
-    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.core.operations.info import summarize
 
     summary = summarize(open_for_command(path))
     if as_json:
@@ -362,8 +362,8 @@ def cmd_info(path: str | list[str], as_json: bool, depth: int) -> int:
 
 def cmd_check(path: str | list[str], as_json: bool) -> int:
     """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records."""
-    from ckpt_tui.core.check import check_checkpoint
-    from ckpt_tui.core.weights_only import ScanBeside
+    from ckpt_tui.core.operations.check import check_checkpoint
+    from ckpt_tui.core.weights_only.verdict import ScanBeside
 
     beside = ScanBeside(path) if isinstance(path, str) and os.path.isfile(path) else None  # on the second core
     try:
@@ -383,9 +383,9 @@ def cmd_check(path: str | list[str], as_json: bool) -> int:
 
 def cmd_stats(path: str | list[str], at: str | None, output: str, sort: str | None) -> int:
     """``stats``: every tensor's statistics as a table, JSON or CSV (exit 0; 2 unreadable or a bad --at)."""
-    from ckpt_tui.core.convert import resolve_option_path
-    from ckpt_tui.core.tensor_table import sort_rows, tensor_paths, tensor_rows
-    from ckpt_tui.core.tree import get
+    from ckpt_tui.core.model.tree import get
+    from ckpt_tui.core.operations.convert import resolve_option_path
+    from ckpt_tui.core.values.tensor_table import sort_rows, tensor_paths, tensor_rows
 
     checkpoint = open_for_command(path)
     where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
@@ -401,7 +401,7 @@ def cmd_stats(path: str | list[str], at: str | None, output: str, sort: str | No
     else:
         import shutil
 
-        from ckpt_tui.core.layer_marks import marks
+        from ckpt_tui.core.conventions.layer_marks import marks
         from ckpt_tui.report import render_stats
 
         if not rows:
@@ -415,9 +415,9 @@ def _print_stats_csv(rows: list[Any]) -> None:
     """CSV: the JSON's fields, ``path`` joined by ``/`` and ``shape`` as ``2x3``; empty cells for no value."""
     import csv
 
-    from ckpt_tui.core.keypath import to_slash
-    from ckpt_tui.core.safe_text import printable
-    from ckpt_tui.core.tensor_table import COLUMNS
+    from ckpt_tui.core.model.keypath import to_slash
+    from ckpt_tui.core.runtime.safe_text import printable
+    from ckpt_tui.core.values.tensor_table import COLUMNS
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow([*COLUMNS, "reason"])
@@ -453,7 +453,7 @@ class _ProgressLine:
         now = self.clock()
         if not self.live or now - self.start < self.DELAY or now - self.last < self.EVERY:
             return
-        from ckpt_tui.core.describe import size
+        from ckpt_tui.core.model.describe import size
 
         self.last = now
         percent = 100 * done / total if total else 100.0
@@ -477,7 +477,7 @@ def _print_unreadable_verdict(
     scan = beside.result() if beside is not None else None
     if not isinstance(path, str) or not os.path.isfile(path):
         return
-    from ckpt_tui.core.weights_only import scan_file, verdict_from_scan
+    from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
 
     try:
         judged = verdict_from_scan(scan or scan_file(path), None)
@@ -498,9 +498,9 @@ def _print_unreadable_verdict(
 
 def cmd_compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
     """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
-    from ckpt_tui.core.compare import compare_checkpoint, load_reference
-    from ckpt_tui.core.convert import resolve_option_path
-    from ckpt_tui.core.tree import Opaque, get
+    from ckpt_tui.core.model.tree import Opaque, get
+    from ckpt_tui.core.operations.compare import compare_checkpoint, load_reference
+    from ckpt_tui.core.operations.convert import resolve_option_path
 
     checkpoint = open_for_command(path)
     path = checkpoint.path
@@ -510,7 +510,7 @@ def cmd_compare(path: str | list[str], against: str | None, model: str | None, a
     if as_json:
         _print_json(report.to_json(path))
     else:
-        from ckpt_tui.core.reports import describe_compare, render_text
+        from ckpt_tui.core.operations.reports import describe_compare, render_text
 
         value = get(checkpoint.root, where)
         module = isinstance(value, Opaque) and value.is_module
@@ -521,14 +521,14 @@ def cmd_compare(path: str | list[str], against: str | None, model: str | None, a
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """``diff``: exit 0 when identical, 1 when they differ."""
-    from ckpt_tui.core.diff import diff
+    from ckpt_tui.core.operations.diff import diff
 
     a, b = _two_sides(args)
     report = diff(a, b, args.strip_prefix)
     if args.json:
         _print_json(report.to_json())
     else:
-        from ckpt_tui.core.reports import describe_diff, render_text
+        from ckpt_tui.core.operations.reports import describe_diff, render_text
 
         print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b))))
     return 0 if report.identical else 1
@@ -536,7 +536,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
     """A and B of ``diff``, each opened and narrowed by its ``--at-*`` and ``--strip-prefix-*``."""
-    from ckpt_tui.core.convert import select
+    from ckpt_tui.core.operations.convert import select
 
     a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
     return a, select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
@@ -544,8 +544,8 @@ def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
     """``diff R0 R1 R2 ...``: which ranks agree bit for bit; exit 0 when all do, 1 when not."""
-    from ckpt_tui.core.rank_diff import rank_diff, render_rank_diff
-    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.operations.rank_diff import rank_diff, render_rank_diff
+    from ckpt_tui.core.readers.open import open_checkpoint
 
     report = rank_diff([open_checkpoint(p) for p in paths])
     if as_json:
@@ -557,9 +557,9 @@ def cmd_rank_diff(paths: list[str], as_json: bool) -> int:
 
 def cmd_diff_stats(args: argparse.Namespace) -> int:
     """``diff A B --stats``: how far each layer moved (exit 0); with more files, norms across the series."""
-    from ckpt_tui.core.convert import select
-    from ckpt_tui.core.layer_change import layer_change, norm_series
-    from ckpt_tui.core.reports import describe_layer_change, describe_norm_series, render_text
+    from ckpt_tui.core.operations.convert import select
+    from ckpt_tui.core.operations.layer_change import layer_change, norm_series
+    from ckpt_tui.core.operations.reports import describe_layer_change, describe_norm_series, render_text
 
     if args.more:
         if args.at_b or args.strip_prefix_b:
@@ -584,8 +584,8 @@ def cmd_diff_stats(args: argparse.Namespace) -> int:
 
 def cmd_average(args: argparse.Namespace) -> int:
     """``average``: write the weighted mean of the files' floating-point tensors (exit 0)."""
-    from ckpt_tui.core.average import average
-    from ckpt_tui.core.safe_text import printable
+    from ckpt_tui.core.operations.average import average
+    from ckpt_tui.core.runtime.safe_text import printable
 
     plan, result = average(args.files, args.output, args.weights, args.at, args.format, force=args.force)
     for line in plan.lines():
@@ -600,8 +600,8 @@ def _side(path: str, at: str | None) -> str:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
-    from ckpt_tui.core.convert import ConvertOptions, convert
-    from ckpt_tui.core.safe_text import printable
+    from ckpt_tui.core.operations.convert import ConvertOptions, convert
+    from ckpt_tui.core.runtime.safe_text import printable
 
     options = ConvertOptions(
         extract=args.extract,
@@ -633,7 +633,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print("\n".join(printable(line) for line in change.lines()))
         print(printable(written.line()))
         return 0
-    from ckpt_tui.core import process
+    from ckpt_tui.core.runtime import process
 
     with process.gc_paused():  # a short-lived command over one tree: the cyclic GC only costs time
         outcome = convert(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
@@ -664,7 +664,7 @@ def cmd_open(path: str | list[str], readonly: bool) -> int:
 
 def cmd_demo(print_only: bool, readonly: bool = False) -> int:
     """``demo``: write the demo checkpoint, then open it (or print its info)."""
-    from ckpt_tui.core.demo import write_demo
+    from ckpt_tui.core.operations.demo import write_demo
 
     path = write_demo()
     if print_only or not (sys.stdout.isatty() and sys.stdin.isatty()):

@@ -1,29 +1,29 @@
 """Plain-text reports for the CLI: ``info`` and ``check`` here; compare and diff are described once in
-:mod:`ckpt_tui.core.reports` (shared with the browser) and rendered as text there.
+:mod:`ckpt_tui.core.operations.reports` (shared with the browser) and rendered as text there.
 
 Every string taken from a file (keys, values, global names, location tags, metadata, messages that
-quote keys) goes through :func:`~ckpt_tui.core.safe_text.printable`, so it cannot act on the
-terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.shell`.
+quote keys) goes through :func:`~ckpt_tui.core.runtime.safe_text.printable`, so it cannot act on the
+terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.runtime.shell`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.describe import FORMAT_NAMES, container_text, counted, size, value_text
-from ckpt_tui.core.describe import shape as shape_text
+from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.findings import Finding
-from ckpt_tui.core.keypath import key_text, to_slash
-from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.summary import Summary
-from ckpt_tui.core.tree import Checkpoint, Opaque, children, get, has_children
+from ckpt_tui.core.model.describe import FORMAT_NAMES, container_text, counted, size, value_text
+from ckpt_tui.core.model.describe import shape as shape_text
+from ckpt_tui.core.model.keypath import key_text, to_slash
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
+from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.runtime.safe_text import printable
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
-    from ckpt_tui.core.check import CheckReport
-    from ckpt_tui.core.compare import CompareReport
-    from ckpt_tui.core.diff import DiffReport
-    from ckpt_tui.core.weights_only import Verdict
+    from ckpt_tui.core.operations.check import CheckReport
+    from ckpt_tui.core.operations.compare import CompareReport
+    from ckpt_tui.core.operations.diff import DiffReport
+    from ckpt_tui.core.weights_only.verdict import Verdict
 
 TREE_LINES = 40
 FIX_OPTIONS = {
@@ -68,9 +68,9 @@ def render_info(summary: Summary, depth: int = 2) -> str:
 def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
     when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
-    from ckpt_tui.core.convert import ConvertOptions, apply_options, fixed_output_path
-    from ckpt_tui.core.edits import strips_cleanly
-    from ckpt_tui.core.shell import join_command, option, path_arg
+    from ckpt_tui.core.edits.tree_edits import strips_cleanly
+    from ckpt_tui.core.operations.convert import ConvertOptions, apply_options, fixed_output_path
+    from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
     fix = finding.fix
     if fix is None:
@@ -101,7 +101,7 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
 def _aim_key_edit(root: Any, path: Any, options: Any) -> None:
     """A prefix fix of the state_dict at ``path``: a pickled module is extracted first, another dict
     is named with ``--at``."""
-    from ckpt_tui.core.convert import path_text
+    from ckpt_tui.core.operations.convert import path_text
 
     value = get(root, path)
     if isinstance(value, Opaque) and value.is_module:
@@ -179,8 +179,8 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
         lines.append(f"    {printable(judged.safe_globals)}")
     sanitizable = readable and all(b.kind == "data" for b in judged.blockers)
     if judged.loads is False and judged.blockers and sanitizable:
-        from ckpt_tui.core.convert import fixed_output_path
-        from ckpt_tui.core.shell import join_command, option, path_arg
+        from ckpt_tui.core.operations.convert import fixed_output_path
+        from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
         output = fixed_output_path(path, tag="sanitized")
         argv = ["ckpt-tui", "convert", path_arg(path), *option("--output", path_arg(output)), "--sanitize"]
@@ -190,14 +190,14 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
 
 def render_compare(report: CompareReport, path: str, reference: str = "the reference", at: Any = ()) -> str:
     """The fit report: counts first, then folded lists, then the suggested fix and its command."""
-    from ckpt_tui.core.reports import describe_compare, render_text
+    from ckpt_tui.core.operations.reports import describe_compare, render_text
 
     return render_text(describe_compare(report, path, reference, at))
 
 
 def render_diff(report: DiffReport, a: str, b: str) -> str:
     """The diff report: verdict, then each kind of difference."""
-    from ckpt_tui.core.reports import describe_diff, render_text
+    from ckpt_tui.core.operations.reports import describe_diff, render_text
 
     return render_text(describe_diff(report, a, b))
 
@@ -218,8 +218,8 @@ def zeros_text(fraction: float | None) -> str:
 def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str:
     """The ``stats`` text: one aligned line per tensor when that fits ``width``, else two (names, then numbers).
 
-    ``rows`` are :class:`~ckpt_tui.core.tensor_table.TensorRow`; ``marks`` the words of
-    :func:`~ckpt_tui.core.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last column.
+    ``rows`` are :class:`~ckpt_tui.core.values.tensor_table.TensorRow`; ``marks`` the words of
+    :func:`~ckpt_tui.core.conventions.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last column.
     Columns are aligned by one format string per table (50,000 rows are one pass each way).
     """
     header = ["path", "shape", "dtype", *STATS_NUMBERS, "zeros", "nan", "inf", "mark"]

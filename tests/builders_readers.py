@@ -124,9 +124,9 @@ def legacy_view(key: str, numel: int, offset: int, size: tuple[int, ...], stride
 def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
     """``info``'s text and JSON as the reader's choice gives them (with its columns or not, as asserted),
     and from a walk of the same tree."""
-    from ckpt_tui.core.reading import open_checkpoint
-    from ckpt_tui.core.summary import summarize
-    from ckpt_tui.core.tree import walk
+    from ckpt_tui.core.model.tree import walk
+    from ckpt_tui.core.operations.info import summarize
+    from ckpt_tui.core.readers.open import open_checkpoint
     from ckpt_tui.report import render_info
 
     checkpoint = open_checkpoint(path)

@@ -14,11 +14,11 @@ import pytest
 import torch
 from test_distributed import assert_same, run
 
-from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.stats import tensor_stats
-from ckpt_tui.core.tree import Tensor, iter_tensors
+from ckpt_tui.core.model.tree import Tensor, iter_tensors
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.stats import tensor_stats
 
 ACCELERATE = Path(__file__).parent / "fixtures" / "accelerate"
 FOLDER = ACCELERATE / "save_state"

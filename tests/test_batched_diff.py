@@ -9,11 +9,11 @@ import pytest
 import torch
 from builders import BATCHED_DTYPES, save_by_suffix
 
-from ckpt_tui.core import batched_values
-from ckpt_tui.core import diff as diff_module
-from ckpt_tui.core.diff import diff
-from ckpt_tui.core.layer_change import layer_change
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.operations import diff as diff_module
+from ckpt_tui.core.operations.diff import diff
+from ckpt_tui.core.operations.layer_change import layer_change
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values import batched_values
 
 DTYPES = BATCHED_DTYPES
 

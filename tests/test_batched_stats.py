@@ -10,13 +10,13 @@ import pytest
 import torch
 from builders import BATCHED_DTYPES, save_by_suffix, write_safetensors
 
-from ckpt_tui.core import batched_values, tensor_table
-from ckpt_tui.core.batched_stats import batched_stats
 from ckpt_tui.core.errors import Cancelled
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.stats import TensorStats, tensor_stats
-from ckpt_tui.core.tensor_table import tensor_paths, tensor_rows
-from ckpt_tui.core.tree import iter_tensors
+from ckpt_tui.core.model.tree import iter_tensors
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values import batched_values, tensor_table
+from ckpt_tui.core.values.batched_stats import batched_stats
+from ckpt_tui.core.values.stats import TensorStats, tensor_stats
+from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
 DTYPES = BATCHED_DTYPES
 EXACT = ("count", "finite", "nan", "posinf", "neginf", "zeros", "min", "max", "absmax", "histogram", "sampled")

@@ -198,7 +198,7 @@ def hostile_strings_checkpoint(tmp_path: Path) -> Path:
 def test_control_characters_from_the_file_are_escaped_everywhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ckpt_tui.core.safe_text import printable
+    from ckpt_tui.core.runtime.safe_text import printable
 
     path = hostile_strings_checkpoint(tmp_path)
     torch.save({"conv.weight": torch.ones(3)}, tmp_path / "ref.pth")

@@ -20,8 +20,8 @@ from builders import (
 )
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.compare import compare, fold_keys, reference_from_text, reference_from_tree
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.operations.compare import compare, fold_keys, reference_from_text, reference_from_tree
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def check_json(capsys, *args: str) -> tuple[int, dict]:

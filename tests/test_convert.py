@@ -29,8 +29,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 consume_prefix = torch.nn.modules.utils.consume_prefix_in_state_dict_if_present
 

@@ -197,7 +197,7 @@ def test_sigint_removes_the_temporary_file_and_exits_130(big_ddp: Path, tmp_path
 
 THREAD_SAVE = """
 import sys, threading
-from ckpt_tui.core.convert import ConvertOptions, convert
+from ckpt_tui.core.operations.convert import ConvertOptions, convert
 from ckpt_tui.core.writers.temp_files import remove_on_signals
 remove_on_signals()  # what the entry point does; the save itself runs in a worker thread, as the browser's does
 worker = threading.Thread(target=convert, args=(sys.argv[1], ConvertOptions(dtype="float16"), sys.argv[2]))

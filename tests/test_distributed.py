@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TORCH = FIXTURES / "torch_distributed"
@@ -273,8 +273,8 @@ def test_sharded_tensor_classes_are_not_reported_unsafe() -> None:
 
 
 def test_getattr_on_a_known_class_is_unsafe_unless_it_names_process_group_state() -> None:
+    from ckpt_tui.core.pickles.unpickle import load_pickle
     from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
-    from ckpt_tui.core.unpickle import load_pickle
 
     owner = b"ctorch.distributed._shard.sharded_tensor.api\nShardedTensor\n"
     data = b"\x80\x02c__builtin__\ngetattr\n" + owner + b"X\x06\x00\x00\x00systemq\x00\x86R."

@@ -22,11 +22,11 @@ from builders import (
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core import edits
-from ckpt_tui.core.convert import ConvertOptions, apply_options, resolve_path
+from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.tree import Opaque, Storage, Tensor, opaque_class
+from ckpt_tui.core.model.tree import Opaque, Storage, Tensor, opaque_class
+from ckpt_tui.core.operations.convert import ConvertOptions, apply_options, resolve_path
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def cyclic_checkpoint() -> dict[str, Any]:
@@ -317,8 +317,8 @@ def test_extracting_a_self_containing_subtree_keeps_it(tmp_path: Path, capsys: p
 
 def test_strips_cleanly_only_when_every_key_has_more_than_the_prefix() -> None:
     """info prints the strip command without a dry run only when the strip cannot fail."""
-    from ckpt_tui.core.edits import strip_prefix, strips_cleanly
-    from ckpt_tui.core.tree import Tensor
+    from ckpt_tui.core.edits.tree_edits import strip_prefix, strips_cleanly
+    from ckpt_tui.core.model.tree import Tensor
 
     one = Tensor(None, 0, (1,), (1,), "float32")
     assert strips_cleanly({"module.a": one, "module.b": one}, "module.")

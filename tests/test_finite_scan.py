@@ -9,12 +9,12 @@ import pytest
 import torch
 from builders import write_safetensors
 
-from ckpt_tui.core import check as check_module
-from ckpt_tui.core import finite_scan
-from ckpt_tui.core.check import check_checkpoint
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.stats import tensor_stats
-from ckpt_tui.core.tree import iter_tensors
+from ckpt_tui.core.model.tree import iter_tensors
+from ckpt_tui.core.operations import check as check_module
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values import finite_scan
+from ckpt_tui.core.values.stats import tensor_stats
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.uint8, torch.bool]
 

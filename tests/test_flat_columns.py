@@ -20,11 +20,11 @@ from builders_readers import f32_entry, safetensors_bytes, summaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_tui.core import edits
+from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers import safetensors_file
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.report import render_info
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
@@ -152,7 +152,7 @@ def test_orjson_reads_as_json_does(tmp_path: Path, name: str, monkeypatch: pytes
 
 
 def test_check_reads_a_flat_file_as_it_reads_a_walked_one(tmp_path: Path) -> None:
-    from ckpt_tui.core.check import check_checkpoint
+    from ckpt_tui.core.operations.check import check_checkpoint
 
     state = {f"module.l{i}.weight": torch.randn(3, 4) for i in range(70)}
     state["module.l5.weight"][1, 2] = float("nan")

@@ -18,10 +18,10 @@ import torch
 from builders import write_safetensors
 
 from ckpt_tui.cli import main
-from ckpt_tui.core import forked
-from ckpt_tui.core.check import check_checkpoint
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.weights_only import FileScan, ScanBeside, scan_file, verdict
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime import forked
+from ckpt_tui.core.weights_only.verdict import FileScan, ScanBeside, scan_file, verdict
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
 

@@ -19,7 +19,7 @@ from builders_readers import StorageRef, View, pickle_with_pids, safetensors_byt
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 
 TENSOR = {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}
 

@@ -17,11 +17,11 @@ from builders_readers import LEGACY_MAGIC, legacy_bytes, legacy_view, pickle_wit
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core import unpickle
-from ckpt_tui.core.check import check_checkpoint
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import Opaque
+from ckpt_tui.core.model.tree import Opaque
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.pickles import unpickle
+from ckpt_tui.core.readers.open import open_checkpoint
 
 SYS_INFO = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
 

@@ -15,7 +15,7 @@ from builders import tiny_state_dict
 from builders_readers import StorageRef, View, pickle_with_pids, torch_zip_members, write_zip
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 
 MEMORY_LIMIT = 1 << 30
 
@@ -122,7 +122,7 @@ def test_deflated_member_inflating_past_its_declared_size_is_refused(tmp_path: P
 def test_deflated_record_inflating_past_its_declared_size_is_refused(tmp_path: Path) -> None:
     path = deflated_zip(tmp_path, "data/0", 64 << 20, declared=16)
     checkpoint = open_checkpoint(path)
-    from ckpt_tui.core.values import TensorReader
+    from ckpt_tui.core.values.tensor_values import TensorReader
 
     with pytest.raises(ReadError):
         list(TensorReader(checkpoint.root["w"]).chunks())

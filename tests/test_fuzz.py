@@ -17,10 +17,10 @@ from builders import training_checkpoint, write_safetensors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 FORMATS = ("zip", "legacy", "safetensors", "pickle", "torchscript")
 

@@ -12,8 +12,8 @@ from builders import Payload, raw_pickles, rewrite_zip, tiny_state_dict, touch_c
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def unsafe_globals(path: Path) -> set[str]:

@@ -27,7 +27,7 @@ from builders_readers import (
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 
 FOUR = struct.pack("<4f", 0.0, 1.0, 2.0, 3.0)
 
@@ -317,7 +317,7 @@ def test_safetensors_verdict_matches_the_library(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize("name", list(SAFETENSORS_CASES))
 def test_the_weights_only_verdict_of_a_safetensors_name_is_the_librarys(tmp_path: Path, name: str) -> None:
     """torch.load hands *.safetensors paths to the library: the weights_only verdict is the library's answer."""
-    from ckpt_tui.core.weights_only import verdict
+    from ckpt_tui.core.weights_only.verdict import verdict
 
     path = tmp_path / f"{name}.safetensors"
     path.write_bytes(SAFETENSORS_CASES[name])

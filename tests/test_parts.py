@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from builders import tiny_state_dict, training_checkpoint
 
-from ckpt_tui.core.parts import split_parts
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.conventions.parts import split_parts
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def nbytes(state: dict[str, torch.Tensor]) -> int:

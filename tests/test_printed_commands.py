@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from printed_commands import Shell
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.shell import join_command, quote_arg
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.shell import join_command, quote_arg
 
 HOSTILE = [
     "$(touch PWNED)",
@@ -182,7 +182,7 @@ def test_input_paths_that_look_like_options_or_code(
     assert (folder / "-weights; rm -rf x.fixed.pth").exists()
     relative = Shell(folder)
     monkeypatch.chdir(folder)
-    from ckpt_tui.core.compare import Step, Suggestion
+    from ckpt_tui.core.operations.compare import Step, Suggestion
 
     suggestion = Suggestion([Step("strip", "module.")], 9, 9, 0)
     assert relative.paste(suggestion.command("-weights; rm -rf x.pth")).returncode == 0

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 DTYPES += [torch.uint16, torch.float8_e4m3fn]  # written with _rebuild_tensor_v3
@@ -168,7 +168,7 @@ def test_the_batched_plan_of_a_state_dict_is_the_loops(
 ) -> None:
     from builders import save_by_suffix
 
-    from ckpt_tui.core import view_spans
+    from ckpt_tui.core.values import view_spans
 
     checkpoint = open_checkpoint(save_by_suffix(mixed_state(), tmp_path / f"m{suffix}"))
     tensors = list(checkpoint.root.values())
@@ -196,8 +196,8 @@ def test_tensors_sharing_a_long_size_tuple_are_refused_once(monkeypatch: pytest.
     import math
     import types
 
-    from ckpt_tui.core import unpickle
-    from ckpt_tui.core.tree import Storage, Tensor
+    from ckpt_tui.core.model.tree import Storage, Tensor
+    from ckpt_tui.core.pickles import unpickle
 
     long_products: list[int] = []
 

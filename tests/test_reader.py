@@ -27,10 +27,10 @@ from builders import (
     write_torchscript,
 )
 
-from ckpt_tui.core.keypath import Attr
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import Opaque, Tensor, get, iter_tensors
+from ckpt_tui.core.model.keypath import Attr
+from ckpt_tui.core.model.tree import Opaque, Tensor, get, iter_tensors
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.report import render_info
 
 
@@ -297,7 +297,7 @@ def test_torchscript_lists_tensors_without_running(tmp_path: Path) -> None:
 def test_summary_totals_are_those_of_a_walk_below_the_root(tmp_path: Path) -> None:
     from torch import nn
 
-    from ckpt_tui.core.describe import totals
+    from ckpt_tui.core.model.describe import totals
 
     shared = torch.ones(3, 4)
     listed = [shared, torch.zeros(5)]
@@ -331,7 +331,7 @@ def test_a_bad_tensor_among_many_is_refused_as_when_alone(
     shape: tuple[int, ...], stride: tuple[int, ...], offset: int, message: str
 ) -> None:
     from ckpt_tui.core.errors import ReadError
-    from ckpt_tui.core.tree import Storage, check_tree
+    from ckpt_tui.core.model.tree import Storage, check_tree
 
     storage = Storage("0", "float32", "cpu", 6, None)
     bad = Tensor(storage, offset, shape, stride, "float32")

@@ -27,8 +27,8 @@ from printed_commands import Shell
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.edits import RenameRule
-from ckpt_tui.core.renames import align, candidates, infer_rules
+from ckpt_tui.core.edits.renames import align, candidates, infer_rules
+from ckpt_tui.core.edits.tree_edits import RenameRule
 
 
 def check_json(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, dict[str, Any]]:
@@ -355,7 +355,7 @@ def test_the_rules_are_the_same_whatever_the_hash_seed() -> None:
     import sys
 
     code = (
-        "from ckpt_tui.core.renames import infer_rules;"
+        "from ckpt_tui.core.edits.renames import infer_rules;"
         "keys = ['blk.a.weight', 'dec.weight']; goals = ['1.b.weight', 'dec.1.weight'];"
         "print(infer_rules(keys, list(zip(keys, goals)), set(goals)))"
     )
@@ -384,7 +384,7 @@ def test_align_pairs_tensors_of_one_kind() -> None:
 )
 def test_hand_written_and_flax_leaf_names_pair_with_torch_ones(mine: tuple[str, str], theirs: tuple[str, str]) -> None:
     """``w``/``b`` and Flax's ``kernel``/``scale`` name a weight and a bias: each pairs with its kind, none is lost."""
-    from ckpt_tui.core.renames import align
+    from ckpt_tui.core.edits.renames import align
 
     source = [(f"enc.l{i}.{name}", (4, 4) if n == 0 else (4,)) for i in range(3) for n, name in enumerate(mine)]
     target = [(f"encoder.l{i}.{name}", (4, 4) if n == 0 else (4,)) for i in range(3) for n, name in enumerate(theirs)]

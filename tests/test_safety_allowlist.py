@@ -16,8 +16,8 @@ import torch
 from builders_readers import StorageRef, View, pickle_with_pids, torch_zip_members, write_zip
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def stack_global(module: str, name: str) -> bytes:

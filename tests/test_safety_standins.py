@@ -16,8 +16,8 @@ from builders_readers import StorageRef, View, pickle_with_pids, torch_zip_membe
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.readers.open import open_checkpoint
 
 MARK = "@@built@@"
 

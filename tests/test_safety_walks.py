@@ -142,9 +142,9 @@ def test_non_persistent_buffers_that_are_not_a_set_are_data(tmp_path: Path) -> N
 
 def test_the_repr_of_an_opened_hostile_tree_is_bounded(tmp_path: Path) -> None:
     """Textual describes a worker by the repr of its arguments: a checkpoint's must not walk its paths."""
-    from ckpt_tui.core.reading import open_checkpoint
-    from ckpt_tui.core.session import Session
-    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.core.edits.session import Session
+    from ckpt_tui.core.operations.info import summarize
+    from ckpt_tui.core.readers.open import open_checkpoint
 
     path = tmp_path / "shared.pth"
     torch.save(shared_modules(60), path)

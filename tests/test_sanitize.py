@@ -17,11 +17,11 @@ import pytest
 from builders_weights_only import ACCEPTED, REFUSED
 
 from ckpt_tui.cli import main
+from ckpt_tui.core.edits.sanitize import sanitize
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.safe_text import from_printable, printable
-from ckpt_tui.core.sanitize import sanitize
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime.safe_text import from_printable, printable
 
 HERE = Path(__file__).parent
 NOT_SANITIZED = {"functools.partial", "missing storage record", "numpy object array"}
@@ -187,7 +187,7 @@ def test_sanitize_is_a_pure_edit(tmp_path: Path) -> None:
 
 
 def test_written_file_is_read_back_with_the_emulation(tmp_path: Path) -> None:
-    from ckpt_tui.core.convert import loads_with_weights_only
+    from ckpt_tui.core.operations.convert import loads_with_weights_only
 
     refused = REFUSED["argparse.Namespace"](tmp_path)
     with pytest.raises(WriteError, match="still be refused"):

@@ -117,8 +117,8 @@ def test_indices_that_cannot_be_read_are_reported(tmp_path: Path, capsys: pytest
 
 def test_reading_indices_stops_when_cancelled(tmp_path: Path) -> None:
     from ckpt_tui.core.errors import Cancelled
-    from ckpt_tui.core.reading import open_checkpoint
-    from ckpt_tui.core.sparse_checks import sparse_problem
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.values.sparse_checks import sparse_problem
 
     indices = torch.zeros(2, 10, dtype=torch.int64)
     torch.save({"s": torch.sparse_coo_tensor(indices, torch.ones(10), (3, 3))}, tmp_path / "s.pth")

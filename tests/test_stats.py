@@ -11,8 +11,8 @@ import torch
 from builders import write_safetensors
 
 from ckpt_tui.core.errors import Cancelled
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.stats import tensor_stats
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.stats import tensor_stats
 
 
 def assert_matches(stats, tensor: torch.Tensor) -> None:

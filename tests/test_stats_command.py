@@ -24,10 +24,10 @@ from builders import (
 )
 
 from ckpt_tui.cli import main
-from ckpt_tui.core import tensor_table
-from ckpt_tui.core.layer_marks import family, marks
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.tensor_table import COLUMNS, sort_rows, tensor_paths, tensor_rows
+from ckpt_tui.core.conventions.layer_marks import family, marks
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values import tensor_table
+from ckpt_tui.core.values.tensor_table import COLUMNS, sort_rows, tensor_paths, tensor_rows
 
 DEEPSPEED = Path(__file__).parent / "fixtures" / "deepspeed" / "zero2_fp32"
 

@@ -117,7 +117,7 @@ async def test_a_stale_stats_result_is_dropped(train_file: Path) -> None:
         before = detail(app)
         old_request = panel.request
         await settle(pilot, "j")
-        from ckpt_tui.core.stats import TensorStats
+        from ckpt_tui.core.values.stats import TensorStats
 
         late = TensorStats(count=1, finite=1, min=123.0, max=456.0, mean=0.0, std=0.0)
         panel.post_message(StatsReady(old_request, late))
@@ -132,7 +132,7 @@ async def test_a_summary_for_an_older_version_is_dropped(train_file: Path) -> No
         screen = browser(app)
         current = screen.summary
         assert current is not None and app.session is not None
-        from ckpt_tui.core.summary import summarize
+        from ckpt_tui.core.operations.info import summarize
 
         stale = summarize(app.session.checkpoint)
         stale.parameter_count = 123_456_789

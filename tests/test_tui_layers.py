@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from builders_tui import browser, cursor_path, detail, layered_checkpoint, loaded, screen_text, settle, status, text_of
 
-from ckpt_tui.core import tensor_table
 from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.values import tensor_table
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.screens.dialogs import PreviewScreen
 from ckpt_tui.tui.screens.layers import LayersScreen, LayersTable

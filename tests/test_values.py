@@ -12,11 +12,11 @@ import pytest
 import torch
 from builders_readers import write_view_file
 
-from ckpt_tui.core.check import check_checkpoint
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.stats import tensor_stats
-from ckpt_tui.core.values import TensorReader, decode
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.stats import tensor_stats
+from ckpt_tui.core.values.tensor_values import TensorReader, decode
 
 
 def assert_stats_match(stats, tensor: torch.Tensor) -> None:

@@ -15,8 +15,8 @@ import torch
 from builders_weights_only import ACCEPTED, OTHER, REFUSED, every_fixture
 
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.weights_only import Verdict, scan_file, verdict, verdict_from_scan
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.weights_only.verdict import Verdict, scan_file, verdict, verdict_from_scan
 
 HERE = Path(__file__).parent
 ORACLE = HERE / "weights_only_oracle.py"
@@ -220,7 +220,7 @@ def test_not_applicable_formats(corpus: dict[str, Case]) -> None:
 
 
 def test_allowlist_table_is_torchs(corpus: dict[str, Case]) -> None:
-    from ckpt_tui.core import weights_only_tables as tables
+    from ckpt_tui.core.weights_only import tables
 
     oracle = json.loads(corpus["__oracle__"].torch_error)
     assert set(tables.ALLOWED) == set(oracle["allowed"])
@@ -279,7 +279,7 @@ def test_a_gpu_tagged_file_loads_only_where_that_device_is(tmp_path: Path, capsy
 
 
 def test_browser_header_shows_the_verdict(tmp_path: Path) -> None:
-    from ckpt_tui.core.summary import summarize
+    from ckpt_tui.core.operations.info import summarize
     from ckpt_tui.tui.widgets.summary import summary_text
 
     checkpoint = open_checkpoint(REFUSED["pickled nn.Module"](tmp_path))

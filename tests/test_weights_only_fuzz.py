@@ -15,7 +15,7 @@ import warnings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_tui.core.weights_only_scan import Refusal, WStorage, scan_pickle
+from ckpt_tui.core.weights_only.scan import Refusal, WStorage, scan_pickle
 
 LONG = os.environ.get("CKPT_TUI_LONG_FUZZ") == "1"
 GLOBALS = [

@@ -16,7 +16,7 @@ from builders_weights_only import write_zip_members
 from test_weights_only import run_oracle
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.weights_only import scan_file, verdict_from_scan
+from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
 
 # ---- pickle opcodes by hand ---------------------------------------------------------------------------
 
@@ -346,7 +346,7 @@ def _check_json(path: Path) -> dict[str, Any]:
 
 def test_tensor_attribute_table_is_torchs() -> None:
     torch = pytest.importorskip("torch")
-    from ckpt_tui.core.weights_only_tables import TENSOR_ATTRIBUTES
+    from ckpt_tui.core.weights_only.tables import TENSOR_ATTRIBUTES
 
     descriptors = set()
     for cls in torch.nn.Parameter.__mro__:
@@ -365,7 +365,7 @@ def test_every_allowlisting_line_names_what_torch_compares() -> None:
     import importlib
     import importlib.util
 
-    from ckpt_tui.core import weights_only_tables as tables
+    from ckpt_tui.core.weights_only import tables
 
     pytest.importorskip("numpy")
     names = [*sorted(tables._PLAIN_DATA), "numpy.dtypes.Float32DType", "numpy._core.multiarray._reconstruct"]

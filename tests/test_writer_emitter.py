@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.tree import Storage, Tensor
+from ckpt_tui.core.model.tree import Storage, Tensor
+from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter
 
 

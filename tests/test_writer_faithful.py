@@ -15,7 +15,7 @@ from builders_weights_only import Scaled
 from builders_writer import floats, from_type, global_op, tensor_op, text, torch_load, write_zip_checkpoint
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def convert(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:

@@ -133,7 +133,7 @@ def test_a_directory_or_device_is_never_replaced_even_with_force(tmp_path: Path,
 @pytest.mark.parametrize("suffix", ["pth", "safetensors"])
 def test_progress_reaches_the_total_and_cancelling_leaves_nothing(tmp_path: Path, suffix: str) -> None:
     from ckpt_tui.core.errors import Cancelled
-    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.readers.open import open_checkpoint
     from ckpt_tui.core.writers.save import save
 
     state = OrderedDict((f"w{i}", torch.full((300, 1000), float(i))) for i in range(8))  # small and large records

@@ -22,8 +22,8 @@ from safetensors.torch import load_file
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError, WriteError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.tree import Device, Layout, Storage, Symbol, Tensor, opaque_class
+from ckpt_tui.core.model.tree import Device, Layout, Storage, Symbol, Tensor, opaque_class
+from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.writers import pth as pth_writer
 from ckpt_tui.core.writers import target as target_module
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.dtypes import itemsize
+from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.readers.safetensors_file import SAFETENSORS_DTYPES
 
 TRANSFORMERS_FORMATS = ["pt", "tf", "flax", "mlx"]

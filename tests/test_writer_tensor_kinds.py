@@ -11,9 +11,9 @@ from builders_writer import floats, global_op, quantized, sparse, storage_pid, t
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.summary import summarize
-from ckpt_tui.core.tree import iter_tensors, type_label
+from ckpt_tui.core.model.tree import iter_tensors, type_label
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
 
 
 def save(obj: object, path: Path) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from builders_writer import floats, tensor_op, text, write_zip_checkpoint
 
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.reading import open_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.writers import pth as pth_writer
 from ckpt_tui.core.writers.save import save
 

@@ -18,12 +18,12 @@ from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.screen import Screen
 
-from ckpt_tui.core import process
+from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.session import Session
-from ckpt_tui.core.tree import iter_tensors
+from ckpt_tui.core.model.tree import iter_tensors
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime import process
+from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, SaveFinished, SaveProgress
 from ckpt_tui.tui.screens.browser import BrowserScreen

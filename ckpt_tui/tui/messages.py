@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from ckpt_tui.core.check import CheckReport
-from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.summary import Summary
-from ckpt_tui.core.tree import Checkpoint
-from ckpt_tui.core.weights_only import Verdict
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Checkpoint
+from ckpt_tui.core.operations.check import CheckReport
+from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.weights_only.verdict import Verdict
 
 if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
-    from ckpt_tui.core.parts import Parts
-    from ckpt_tui.core.stats import TensorStats
-    from ckpt_tui.core.tensor_table import TensorRow
+    from ckpt_tui.core.conventions.parts import Parts
+    from ckpt_tui.core.values.stats import TensorStats
+    from ckpt_tui.core.values.tensor_table import TensorRow
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from ckpt_tui.core import text_plots
+from ckpt_tui.core.values import text_plots
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 FULL = "█"

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_tui.core import edits
+from ckpt_tui.core.conventions.state_dicts import tensor_items
+from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.state_dicts import tensor_items
-from ckpt_tui.core.tree import Opaque, get
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.tui.text import data, where
 
 RowId = tuple[KeyPath, str | None]

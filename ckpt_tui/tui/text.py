@@ -2,7 +2,7 @@
 
 Every key, value, global name, location tag, metadata entry or error message that quotes them goes
 through here before a widget sees it: control characters are shown escaped (``\\x1b``) by
-:func:`ckpt_tui.core.safe_text.printable`, and the result is a ``rich.text.Text`` (or a string for a
+:func:`ckpt_tui.core.runtime.safe_text.printable`, and the result is a ``rich.text.Text`` (or a string for a
 ``markup=False`` surface), never a markup string, so ``[/data]`` or ``[@click=...]`` is shown as written.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ckpt_tui.core.keypath import KeyPath, to_python
-from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.model.keypath import KeyPath, to_python
+from ckpt_tui.core.runtime.safe_text import printable
 
 
 def safe(value: object) -> str:

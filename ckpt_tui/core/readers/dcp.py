@@ -14,13 +14,13 @@ import math
 import os
 from typing import Any
 
-from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
+from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
 from ckpt_tui.core.readers.embedded_zip import read_embedded
-from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
-from ckpt_tui.core.unpickle import load_pickle
 
 METADATA = ".metadata"
 MAX_METADATA_BYTES = 512 << 20

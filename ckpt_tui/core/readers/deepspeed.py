@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.assembled import AssembledRecords, Piece
-from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Tensor
+from ckpt_tui.core.model.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
 
 LATEST = "latest"
 FP32_KEY = "fp32_weights"

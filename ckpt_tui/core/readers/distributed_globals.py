@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_tui.core.tree import Opaque, opaque_class
+from ckpt_tui.core.model.tree import Opaque, opaque_class
 
 DCP_CLASSES = frozenset(
     {

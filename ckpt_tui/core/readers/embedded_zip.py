@@ -11,12 +11,12 @@ import io
 import os
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.pickles.unpickle import load_pickle, storage_from_pid
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import STORED, ZipEntry, data_offset, read_central_directory, read_member
-from ckpt_tui.core.tree import Storage
-from ckpt_tui.core.unpickle import load_pickle, storage_from_pid
 
 
 class FileRange(io.RawIOBase):

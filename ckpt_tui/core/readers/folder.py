@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Checkpoint
+from ckpt_tui.core.model.tree import Checkpoint
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_FILES = 1000

@@ -13,11 +13,11 @@ import os
 import struct
 from typing import BinaryIO
 
-from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.persistent_ids import LEGACY_FIELDS, PersistentIds
-from ckpt_tui.core.tree import Checkpoint, Storage
-from ckpt_tui.core.unpickle import load_pickle
+from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.tree import Checkpoint, Storage
+from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, PersistentIds
+from ckpt_tui.core.pickles.unpickle import load_pickle
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001

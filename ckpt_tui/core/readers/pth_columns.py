@@ -1,4 +1,4 @@
-"""Columns for a ``.pth`` state_dict that keeps :class:`~ckpt_tui.core.tree.FlatColumns`' promise.
+"""Columns for a ``.pth`` state_dict that keeps :class:`~ckpt_tui.core.model.tree.FlatColumns`' promise.
 
 ``torch.save(model.state_dict())`` writes what a safetensors file holds: str keys, plain tensors each
 over its own storage of exactly its size, dense from offset 0. When a read tree is that, checked here
@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Any
 
-from ckpt_tui.core.tree import INT64_LIMIT, FlatColumns, LoadedOrderedDict, Storage, Tensor, over_whole_storages
+from ckpt_tui.core.model.tree import INT64_LIMIT, FlatColumns, LoadedOrderedDict, Storage, Tensor, over_whole_storages
 
 _PLAIN_FIELDS = operator.attrgetter(
     "hooks", "metadata", "parameter_state", "python_type", "python_state", "requires_grad", "parameter", "kind"

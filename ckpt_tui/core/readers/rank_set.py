@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.assembled import AssembledRecords, Piece, box_text
-from ckpt_tui.core.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
+from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 
 DTENSOR = "torch.distributed.tensor.DTensor"
 SHARDED_TENSOR = "torch.distributed._shard.sharded_tensor.api.ShardedTensor"

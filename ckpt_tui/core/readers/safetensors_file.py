@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
+from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
 
 try:
     import orjson
@@ -328,7 +328,7 @@ def _plain_tensors(
 ) -> tuple[dict[str, Tensor], FlatColumns | None] | None:
     """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
     (type sets and min/max over every field at once), and their columns (None when a layout would fail
-    :func:`~ckpt_tui.core.tree.check_tree`, which then says why); None when any entry does not pass,
+    :func:`~ckpt_tui.core.model.tree.check_tree`, which then says why); None when any entry does not pass,
     so that the entry-by-entry path raises the first error, worded as always."""
     tensor_names = [name for name in names if name != "__metadata__"] if "__metadata__" in header else names
     entries = list(map(header.__getitem__, tensor_names))

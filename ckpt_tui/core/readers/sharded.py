@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.tree import Checkpoint, Tensor
+from ckpt_tui.core.model.tree import Checkpoint, Tensor
 
 
 def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoint:

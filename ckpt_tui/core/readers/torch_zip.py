@@ -19,9 +19,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.readers.persistent_ids import ZIP_FIELDS, PersistentIds
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.tree import Checkpoint, Storage
+from ckpt_tui.core.pickles.persistent_ids import ZIP_FIELDS, PersistentIds
+from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.pth_columns import state_dict_columns
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
@@ -37,8 +39,6 @@ from ckpt_tui.core.readers.zip_archive import (
     read_central_directory,
     read_member,
 )
-from ckpt_tui.core.tree import Checkpoint, Storage
-from ckpt_tui.core.unpickle import load_pickle
 
 MIN_VERSION, MAX_VERSION = 1, 10
 """File format versions torch 2.13's reader accepts."""

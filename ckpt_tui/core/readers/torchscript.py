@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, iter_nodes, opaque_class
 from ckpt_tui.core.readers.torch_zip import ZipLayout, ZipRecords, load_with_records, member_pickle
 from ckpt_tui.core.readers.zip_archive import inflate_cap, read_member
-from ckpt_tui.core.tree import Checkpoint, Opaque, iter_nodes, opaque_class
 
 _CLASS = re.compile(r"^class[ \t]+(\w+)[ \t]*(?:\([ \t]*([\w.]*)[ \t]*\))?[ \t]*:", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\\\n]*)"')

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.writers.save import WriteResult, save
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -140,8 +140,8 @@ def convert_to_shards(
     path: str | list[str], options: Any, output: str, max_size: str
 ) -> tuple[list[Any], list[str], ShardedResult]:
     """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards (changes, notes, result)."""
-    from ckpt_tui.core.convert import apply_options
-    from ckpt_tui.core.reading import open_checkpoint
+    from ckpt_tui.core.operations.convert import apply_options
+    from ckpt_tui.core.readers.open import open_checkpoint
 
     limit = parse_size(max_size)
     checkpoint = open_checkpoint(path)

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pickle import encode_long
 from typing import Any
 
-from ckpt_tui.core.dtypes import DTYPES
+from ckpt_tui.core.conventions.findings import tensor_problem
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.findings import tensor_problem
-from ckpt_tui.core.keypath import Attr, Key, to_python
-from ckpt_tui.core.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.keypath import Attr, Key, to_python
+from ckpt_tui.core.model.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 
 MAX_DEPTH = 150  # the reader refuses trees deeper than 100; each level costs a few stack frames here
 BATCH = 1000

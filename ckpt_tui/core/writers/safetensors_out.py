@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.describe import size as shown_size
-from ckpt_tui.core.dtypes import itemsize
 from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.model.describe import size as shown_size
+from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
-from ckpt_tui.core.tree import Tensor
-from ckpt_tui.core.values import repeats_far_more, stored_span
+from ckpt_tui.core.values.tensor_values import repeats_far_more, stored_span
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpt_tui.core.describe import counted
 from ckpt_tui.core.errors import CkptError, WriteError
-from ckpt_tui.core.tree import Storage
+from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.writers.pth import emit, write_pth
 from ckpt_tui.core.writers.target import check_room, check_target, temporary_beside
 from ckpt_tui.core.writers.verify import verify_pth, verify_safetensors

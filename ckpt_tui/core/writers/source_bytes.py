@@ -12,11 +12,11 @@ import os
 import struct
 import zlib
 
-from ckpt_tui.core.dtypes import DTYPES
 from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
-from ckpt_tui.core.tree import Storage
 
 WINDOW = 1 << 20
 """Cache-sized: the bytes read are sliced, CRC-checked and copied out while they are still in the cache."""
@@ -44,8 +44,8 @@ def in_one_file(source: object) -> bool:
     Cast storages, bytes held in memory and tensors assembled from pieces of several files are
     produced while written instead.
     """
-    from ckpt_tui.core.edits import CastSource
-    from ckpt_tui.core.readers.assembled import AssembledRecords
+    from ckpt_tui.core.edits.tree_edits import CastSource
+    from ckpt_tui.core.model.assembled import AssembledRecords
 
     return source is not None and not isinstance(source, (CastSource, MemorySource, AssembledRecords))
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ckpt_tui.core.describe import size
 from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.writers import temp_files
 
 NEW_FILE_MODE = 0o666

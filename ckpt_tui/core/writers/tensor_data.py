@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ckpt_tui.core.dtypes import itemsize
-from ckpt_tui.core.edits import CastSource
-from ckpt_tui.core.tree import Storage, Tensor
+from ckpt_tui.core.edits.tree_edits import CastSource
+from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.tree import Storage, Tensor
 from ckpt_tui.core.writers.source_bytes import MemorySource
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
     assert storage is not None
     import numpy as np
 
-    from ckpt_tui.core.values import TensorReader, numpy_dtype
+    from ckpt_tui.core.values.tensor_values import TensorReader, numpy_dtype
 
     conj, neg = view_bits(tensor)
     if isinstance(storage.source, MemorySource):  # contiguous from its offset: sanitize writes it so
@@ -86,7 +86,7 @@ def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
 def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterator[bytes]:
     import numpy as np
 
-    from ckpt_tui.core.values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
+    from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
 
     target = numpy_dtype(dtype, byteorder)
     for raw in TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS):

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
-from ckpt_tui.core.process import gc_paused
-from ckpt_tui.core.tree import Storage
-from ckpt_tui.core.unpickle import SafeUnpickler
-from ckpt_tui.core.weights_only_tables import ALLOWED, IMPORTED_ALLOWED
+from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.pickles.unpickle import SafeUnpickler
+from ckpt_tui.core.runtime.process import gc_paused
+from ckpt_tui.core.weights_only.tables import ALLOWED, IMPORTED_ALLOWED
 from ckpt_tui.core.writers.output import EDGE, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite

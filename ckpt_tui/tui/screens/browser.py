@@ -23,19 +23,20 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, Tree
 
-from ckpt_tui.core import edits, group_edits
-from ckpt_tui.core.check import CheckReport, check_checkpoint
-from ckpt_tui.core.describe import Totals
-from ckpt_tui.core.edits import Change
+from ckpt_tui.core.conventions.state_dicts import common_prefix, inner_state_dict, tensor_items
+from ckpt_tui.core.edits import group_edits
+from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.edits.session import Session
+from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
-from ckpt_tui.core.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.reading import open_checkpoint
-from ckpt_tui.core.safe_text import from_printable, printable
-from ckpt_tui.core.session import Session
-from ckpt_tui.core.state_dicts import common_prefix, inner_state_dict, tensor_items
-from ckpt_tui.core.summary import Summary, summarize
-from ckpt_tui.core.tree import Checkpoint, Tensor, get, has_children, iter_nodes
-from ckpt_tui.core.weights_only import Verdict, verdict
+from ckpt_tui.core.model.describe import Totals
+from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes
+from ckpt_tui.core.operations.check import CheckReport, check_checkpoint
+from ckpt_tui.core.operations.info import Summary, summarize
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime.safe_text import from_printable, printable
+from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, key_rows
 from ckpt_tui.tui.messages import (
@@ -729,7 +730,7 @@ class BrowserScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="report", description="report")
     def _compare(self, version: int, value: Any, target: Target, reference: str) -> None:
         """Read the reference and compare, off the UI thread; reports by message only."""
-        from ckpt_tui.core.compare import compare, load_reference
+        from ckpt_tui.core.operations.compare import compare, load_reference
 
         try:
             report = compare(value, load_reference(reference, None))
@@ -812,7 +813,7 @@ class BrowserScreen(Screen[None]):
         return [*assumption, command]
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
-        from ckpt_tui.core.compare import apply_suggestion
+        from ckpt_tui.core.operations.compare import apply_suggestion
 
         if not self.editable("strip_prefix"):
             return
@@ -847,7 +848,7 @@ class BrowserScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="report", description="report")
     def _diff(self, version: int, mine: Checkpoint, other: str) -> None:
         """Diff the (edited) checkpoint with another file, streamed, off the UI thread; reports by message only."""
-        from ckpt_tui.core.diff import diff
+        from ckpt_tui.core.operations.diff import diff
 
         try:
             report = diff(mine, open_checkpoint(other))
@@ -879,7 +880,7 @@ class BrowserScreen(Screen[None]):
 
     def _diff_report_closed(self, result: tuple[str, str] | None, other: str) -> None:
         """Enter on a row jumps to its key; ``s`` measures the per-layer change."""
-        from ckpt_tui.core.convert import resolve_path
+        from ckpt_tui.core.operations.convert import resolve_path
 
         if result is None or self.session is None:
             return
@@ -904,7 +905,7 @@ class BrowserScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="report", description="per-layer change")
     def _layer_change(self, version: int, mine: Checkpoint, other: str, cancel: threading.Event) -> None:
         """Relative change, cosine and norms of every layer, off the UI thread; reports by message only."""
-        from ckpt_tui.core.layer_change import layer_change
+        from ckpt_tui.core.operations.layer_change import layer_change
 
         last = [0.0]
 
@@ -931,7 +932,7 @@ class BrowserScreen(Screen[None]):
 
     @on(LayerChangeReady)
     def _layer_change_ready(self, message: LayerChangeReady) -> None:
-        from ckpt_tui.core.reports import describe_layer_change
+        from ckpt_tui.core.operations.reports import describe_layer_change
 
         if self._layers_progress is not None and self._layers_progress.is_attached:
             self._layers_progress.dismiss()
@@ -1067,7 +1068,7 @@ def _output_path(source: str) -> str:
 
 
 def _compare_sections(report: Any, target: Target) -> list[Section]:
-    from ckpt_tui.core.compare import fold_keys
+    from ckpt_tui.core.operations.compare import fold_keys
 
     def jump(key: str) -> str | None:
         return target.prefix + key if target.prefix is not None else key

@@ -17,8 +17,8 @@ from textual.suggester import Suggester
 from textual.widgets import Button, Input, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from ckpt_tui.core.edits import Change
-from ckpt_tui.core.safe_text import from_printable, printable
+from ckpt_tui.core.edits.tree_edits import Change
+from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.tui.bindings import LIST_BINDINGS
 from ckpt_tui.tui.text import data
 

@@ -11,9 +11,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ckpt_tui.core.describe import counted
-from ckpt_tui.core.findings import Finding
-from ckpt_tui.core.keypath import KeyPath
+from ckpt_tui.core.conventions.findings import Finding
+from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.tui.screens.dialogs import ReportList
 from ckpt_tui.tui.widgets.summary import finding_text
 

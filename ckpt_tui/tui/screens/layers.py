@@ -21,18 +21,18 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from ckpt_tui.core.describe import shape, size
 from ckpt_tui.core.errors import Cancelled, CkptError
-from ckpt_tui.core.keypath import KeyPath, to_slash
-from ckpt_tui.core.safe_text import printable
+from ckpt_tui.core.model.describe import shape, size
+from ckpt_tui.core.model.keypath import KeyPath, to_slash
+from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
 from ckpt_tui.tui.messages import LayersFailed, LayersProgress, LayersReady
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
 
 if TYPE_CHECKING:  # numpy-backed: imported by the worker
-    from ckpt_tui.core.parts import Parts
-    from ckpt_tui.core.tensor_table import TensorRow
+    from ckpt_tui.core.conventions.parts import Parts
+    from ckpt_tui.core.values.tensor_table import TensorRow
 
 PLOTS = ("norms", "histogram", "bytes")
 TABLE_COLUMNS = (
@@ -121,9 +121,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     @work(thread=True, exclusive=True, group="layers", description="layers")
     def _compute(self, root: Any, byteorder: str) -> None:
         """Every tensor's row, the marks and the bytes by part, off the UI thread; reports by message only."""
-        from ckpt_tui.core.layer_marks import marks
-        from ckpt_tui.core.parts import split_parts
-        from ckpt_tui.core.tensor_table import tensor_paths, tensor_rows
+        from ckpt_tui.core.conventions.layer_marks import marks
+        from ckpt_tui.core.conventions.parts import split_parts
+        from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
         worker = get_current_worker()
         last = [0.0]
@@ -166,7 +166,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
 
     def refill(self) -> None:
         """Show the rows that pass the filter, in the chosen order; keep the cursor on its tensor."""
-        from ckpt_tui.core.tensor_table import sort_rows
+        from ckpt_tui.core.values.tensor_table import sort_rows
 
         table = self.query_one(LayersTable)
         focused = self.focused_row()
@@ -265,7 +265,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
 
     def family_rows(self) -> tuple[str, list[TensorRow]]:
         """The focused tensor's family (the same key with other layer numbers), in file order; else every row shown."""
-        from ckpt_tui.core.layer_marks import family
+        from ckpt_tui.core.conventions.layer_marks import family
 
         row = self.focused_row()
         if row is not None:

@@ -19,18 +19,18 @@ from textual.timer import Timer
 from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
 
-from ckpt_tui.core.describe import Totals, count, scalar_text, shape, size
+from ckpt_tui.core.conventions.findings import tensor_problem
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.findings import tensor_problem
-from ckpt_tui.core.grouping import Group
-from ckpt_tui.core.keypath import KeyPath
-from ckpt_tui.core.tree import Opaque, Tensor, children, has_children, type_label
+from ckpt_tui.core.model.describe import Totals, count, scalar_text, shape, size
+from ckpt_tui.core.model.grouping import Group
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Opaque, Tensor, children, has_children, type_label
 from ckpt_tui.tui.messages import StatsFailed, StatsProgress, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import data, path_text
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
-    from ckpt_tui.core.stats import TensorStats
+    from ckpt_tui.core.values.stats import TensorStats
 
 STATS_DELAY = 0.15
 HISTOGRAM_HEIGHT = 5
@@ -218,7 +218,7 @@ class DetailPanel(VerticalScroll):
     @work(thread=True, exclusive=True, group="stats", description="stats")
     def _compute_stats(self, request: int, tensor: Tensor, byteorder: str) -> None:
         """Stats off the UI thread; reports by message only."""
-        from ckpt_tui.core.stats import tensor_stats  # numpy: imported when first needed
+        from ckpt_tui.core.values.stats import tensor_stats  # numpy: imported when first needed
 
         worker = get_current_worker()
         last = [0.0]
@@ -269,7 +269,7 @@ class DetailPanel(VerticalScroll):
 
     def _saved_elsewhere(self) -> str | None:
         """Where the values of a cast tensor are once its cast was saved (the tree here keeps the source's)."""
-        from ckpt_tui.core.edits import CastSource
+        from ckpt_tui.core.edits.tree_edits import CastSource
 
         app = self.app
         saved = getattr(app, "last_saved", None)

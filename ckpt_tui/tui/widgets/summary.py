@@ -8,12 +8,12 @@ from collections import Counter
 from rich.text import Text
 from textual.widgets import Static
 
-from ckpt_tui.core.check import CheckReport
-from ckpt_tui.core.describe import FORMAT_NAMES, counted, size
-from ckpt_tui.core.findings import Finding
-from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.summary import Summary
-from ckpt_tui.core.weights_only import Verdict
+from ckpt_tui.core.conventions.findings import Finding
+from ckpt_tui.core.model.describe import FORMAT_NAMES, counted, size
+from ckpt_tui.core.operations.check import CheckReport
+from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.weights_only.verdict import Verdict
 
 MAX_FINDINGS = 3
 READ_PROBLEMS = {

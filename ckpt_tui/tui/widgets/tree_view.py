@@ -16,12 +16,12 @@ from textual.binding import BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckpt_tui.core.describe import Totals, count, counted, scalar_text, shape, size
-from ckpt_tui.core.grouping import Group, group_keys
-from ckpt_tui.core.keypath import KeyPath, key_text
-from ckpt_tui.core.safe_text import printable
-from ckpt_tui.core.state_dicts import tensor_items
-from ckpt_tui.core.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.core.conventions.state_dicts import tensor_items
+from ckpt_tui.core.model.describe import Totals, count, counted, scalar_text, shape, size
+from ckpt_tui.core.model.grouping import Group, group_keys
+from ckpt_tui.core.model.keypath import KeyPath, key_text
+from ckpt_tui.core.model.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 
 PAGE = 1000

@@ -1,0 +1,267 @@
+"""What a checkpoint's tree says about itself: prefixes, inner state_dicts, unsafe globals..."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint, lightning_version
+from ckpt_tui.core.conventions.state_dicts import (
+    PREFIX_ORIGINS,
+    common_prefix,
+    inner_state_dict,
+    is_optimizer,
+    is_scheduler,
+    prefix_origin,
+    state_dicts,
+    tensor_items,
+)
+from ckpt_tui.core.model.dtypes import DTYPES, itemsize
+from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python, to_slash
+from ckpt_tui.core.model.tree import FlatColumns, Opaque, Reference, Tensor, is_global_ref, over_whole_storages, walk
+from ckpt_tui.core.runtime.safe_text import printable
+
+
+@dataclass(frozen=True)
+class Fix:
+    """The edit that resolves a finding, as its ``convert`` option; each surface words it its own way.
+
+    The CLI prints the option (``--strip-prefix module.``); the browser names its key (``p``).
+    """
+
+    option: str
+    argument: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing worth telling the user, warnings first. ``message`` names no key and no option."""
+
+    kind: str
+    message: str
+    severity: str = "info"
+    path: KeyPath | None = None
+    prefix: str | None = None
+    global_name: str | None = None
+    fix: Fix | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``info --json`` form."""
+        out: dict[str, Any] = {"kind": self.kind, "severity": self.severity, "message": self.message}
+        if self.path is not None:
+            out["path"] = to_json(self.path)
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        if self.global_name is not None:
+            out["global"] = self.global_name
+        if self.fix is not None:
+            out["fix"] = [self.fix.option, self.fix.argument]
+        return out
+
+
+TORCHSCRIPT_CLASSES = "__torch__."
+"""How a TorchScript archive's pickle names the classes of its modules (``__torch__.Net``)."""
+
+
+def compute_findings(root: Any, references: Iterable[Reference] | None = None) -> list[Finding]:
+    """All findings for a tree, warnings first, from one walk of it (see :func:`~ckpt_tui.core.model.tree.walk`).
+
+    Unsafe globals are looked for everywhere a writer would look (tensor hooks, opaque arguments,
+    ``_metadata``...), the rest in what is shown. Each object is considered once.
+    """
+    refs = list(references if references is not None else walk(root))
+    tensors = [(r[0], r[1]) for r in refs if r[3] and r[2] and type(r[1]) is Tensor]
+    devices = device_counts([tensor for _, tensor in tensors])
+    return walked_findings(root, [r for r in refs if type(r[1]) is not Tensor], tensors, devices)
+
+
+def walked_findings(
+    root: Any, containers: list[Reference], tensors: list[tuple[KeyPath, Tensor]], devices: Counter[str]
+) -> list[Finding]:
+    """:func:`compute_findings` from what a summary already has: the walk's references to all but
+    tensors, each shown tensor at its first reference with its path, and the tensors per device."""
+    findings: list[Finding] = []
+    unsafe: dict[str, tuple[KeyPath, int]] = {}
+    modules: list[tuple[KeyPath, Opaque]] = []
+    optimizers: list[KeyPath] = []
+    schedulers: list[KeyPath] = []
+    for path, value, shown, first in containers:
+        if isinstance(value, Opaque) or is_global_ref(value):
+            _note_global(value, path, unsafe)
+            if first and shown and isinstance(value, Opaque) and value.is_module:
+                modules.append((path, value))
+        if not (first and shown):
+            continue
+        if is_optimizer(value):
+            optimizers.append(path)
+        elif is_scheduler(value):
+            schedulers.append(path)
+    findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
+    laid_out = tensors + _sparse_parts(tensors)
+    findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(laid_out)]
+    findings += _device_findings(devices)
+    findings += _structure_findings(root, _outermost(modules), optimizers, schedulers)
+    return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def _sparse_parts(tensors: list[tuple[KeyPath, Tensor]]) -> list[tuple[KeyPath, Tensor]]:
+    """The tensors a sparse tensor is made of (indices, values), each with its path: laid out in storages too."""
+    if all(map(operator.is_, map(_SPARSE, (tensor for _, tensor in tensors)), itertools.repeat(None))):
+        return []
+    return [
+        ((*path, Attr(name)), part)
+        for path, tensor in tensors
+        if tensor.sparse is not None
+        for name, part in tensor.parts() or []
+        if isinstance(part, Tensor)
+    ]
+
+
+_SPARSE = operator.attrgetter("sparse")
+
+
+def _outermost(modules: list[tuple[KeyPath, Opaque]]) -> list[tuple[KeyPath, Opaque]]:
+    """The modules no other listed module holds: a whole model is one finding, not one per submodule."""
+    paths = {path for path, _ in modules}
+    return [(path, module) for path, module in modules if not any(path[:i] in paths for i in range(len(path)))]
+
+
+def flat_findings(columns: FlatColumns) -> list[Finding]:
+    """:func:`compute_findings` for a root its reader gave as columns, without a walk: below such a root
+    there is no global, no module, optimizer or scheduler, no GPU tensor, and no layout past its storage."""
+    findings = _structure_findings(columns.root, [], [], [])
+    return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]]) -> None:
+    if value.safe:
+        return
+    name = value.global_name
+    first, count = unsafe.get(name, (path, 0))
+    unsafe[name] = (first, count + 1)
+
+
+def where(path: KeyPath) -> str:
+    """A path for a message: Python that reaches it, every string from the file escaped; "the root" for ()."""
+    return printable(to_python(path)) if path else "the root"
+
+
+def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
+    times = f" ({count} uses)" if count > 1 else ""
+    message = (
+        f"unsafe global {printable(name)} at {where(path)}{times}: NOT executed here; "
+        "torch.load(weights_only=False) would import and run it"
+    )
+    return Finding("unsafe-global", message, "warning", path=path, global_name=name)
+
+
+def tensor_problem(tensor: Tensor) -> str | None:
+    """Why a tensor's metadata cannot be right (it reaches past its storage), or None."""
+    storage = tensor.storage
+    if storage is None:
+        return None
+    return layout_problem(tensor.offset, tensor.shape, tensor.stride, tensor.dtype, storage.numel, storage.dtype)
+
+
+def tensor_problems(tensors: list[tuple[KeyPath, Tensor]], limit: int = 20) -> list[tuple[KeyPath, str]]:
+    """The first ``limit`` tensors whose metadata cannot be right, with why: each distinct layout
+    (offset, shape, stride, dtype, storage size) is judged once, however many tensors share it."""
+    stored = [(path, tensor) for path, tensor in tensors if tensor.storage is not None]
+    if over_whole_storages([tensor for _, tensor in stored]):
+        return []  # each laid out as torch.save writes a parameter: it fits
+    layouts = list(map(_LAYOUT, (tensor for _, tensor in stored)))
+    problems = {layout: layout_problem(*layout) for layout in set(layouts)}
+    if not any(problems.values()):
+        return []
+    bad = ((path, problems[layout]) for (path, _), layout in zip(stored, layouts, strict=True) if problems[layout])
+    return list(itertools.islice(bad, limit))  # type: ignore[arg-type]
+
+
+_LAYOUT = operator.attrgetter("offset", "shape", "stride", "dtype", "storage.numel", "storage.dtype")
+
+
+def layout_problem(
+    offset: int, shape: tuple[int, ...], stride: tuple[int, ...], dtype: str, storage_numel: int, storage_dtype: str
+) -> str | None:
+    """Why a view (``offset``, ``shape``, ``stride`` in ``dtype`` elements) cannot lie in a storage of
+    ``storage_numel`` elements of ``storage_dtype``: it reaches past it, or goes backwards; or None."""
+    if dtype not in DTYPES or 0 in shape:
+        return None
+    last = offset
+    for size, step in zip(shape, stride, strict=True):
+        if step < 0 and size > 1:  # torch.load accepts a negative stride on a dimension of size 1
+            return "has a negative stride"
+        last += (size - 1) * step
+    needed = (last + 1) * DTYPES[dtype][0]
+    available = storage_numel * itemsize(storage_dtype)
+    if needed > available:
+        return f"needs {needed} bytes of a {available}-byte storage"
+    return None
+
+
+def device_counts(tensors: list[Tensor]) -> Counter[str]:
+    """How many tensors were saved on each device (a tensor with a storage: its location tag)."""
+    storages = list(map(operator.attrgetter("storage"), tensors))
+    if any(map(operator.is_, storages, itertools.repeat(None))):
+        return Counter(tensor.device for tensor in tensors)
+    return Counter(map(operator.attrgetter("location"), storages))
+
+
+def _device_findings(devices: Counter[str]) -> list[Finding]:
+    gpu = {d: n for d, n in devices.items() if d not in ("cpu", "meta", "dcp")}
+    if not gpu:
+        return []
+    listed = ", ".join(f"{n} on {printable(d)}" for d, n in sorted(gpu.items()))
+    message = (
+        f"tensors saved on GPU ({listed}): shown here without one; torch.load on a CPU machine "
+        "needs map_location='cpu', or the tags rewritten"
+    )
+    return [Finding("cuda-tensors", message, "warning", fix=Fix("--map-location", "cpu"))]
+
+
+def _structure_findings(
+    root: Any, modules: list[tuple[KeyPath, Opaque]], optimizers: list[KeyPath], schedulers: list[KeyPath]
+) -> list[Finding]:
+    findings: list[Finding] = []
+    if is_lightning_checkpoint(root):
+        shown = printable(lightning_version(root) or "?")
+        findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {shown})"))
+    inner = inner_state_dict(root)
+    if inner:
+        findings.append(
+            Finding(
+                "inner-state-dict",
+                f"the model weights are under {where(inner)}",
+                path=inner,
+                fix=Fix("--extract", to_slash(inner)),
+            )
+        )
+    for path, module in modules:
+        scripted = module.global_name.startswith(TORCHSCRIPT_CLASSES)
+        what = "a TorchScript module" if scripted else "a whole pickled nn.Module"
+        without = "its code" if scripted else "its class"
+        findings.append(
+            Finding(
+                "module-pickle",
+                f"{what} at {where(path)}: its weights are shown without {without}; extracting it gives its state_dict",
+                path=path,
+                fix=Fix("--extract", to_slash(path) if path else "auto"),
+            )
+        )
+    for path, value in state_dicts(root):
+        items = tensor_items(value) or []
+        keys = list(map(operator.itemgetter(0), items))
+        prefix = common_prefix(keys, path == ("state_dict",) and is_lightning_checkpoint(root))
+        if prefix:
+            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
+                prefix_origin(prefix)
+            )
+            severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
+            fix = Fix("--strip-prefix", prefix)
+            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+    # optimizers and schedulers: described (and audited) by core/conventions/training_state.py, from the summary
+    return findings

@@ -1,0 +1,252 @@
+"""Where the weights are: state_dict-like values, their common key prefix, the inner state_dict of a
+training checkpoint, optimizers and schedulers. Findings, compare and edits all use this detection."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ckpt_tui.core.conventions.layouts import next_wrappers
+from ckpt_tui.core.conventions.quantized_modules import state_dict_children
+from ckpt_tui.core.model.keypath import Key, KeyPath, key_text
+from ckpt_tui.core.model.tree import MODULE_GROUPS, Opaque, Symbol, Tensor, module_children, non_persistent_buffers
+
+PREFIX_ORIGINS = {
+    "module.": "saved from DataParallel/DDP",
+    "_orig_mod.": "saved from a torch.compile'd model",
+    "model.": "saved from a Lightning module or a wrapper holding the model as .model",
+}
+INNER_NAMES = (
+    "fp32_weights",  # a DeepSpeed ZeRO folder's consolidated master weights, as zero_to_fp32 gives them
+    "state_dict",
+    "model_state_dict",
+    "model",
+    "net",
+    "network",
+    "module",
+    "model_state",
+    "weights",
+    "params",
+    "generator",
+    "ema",
+    "model_ema",
+    "ema_state_dict",
+    "state_dict_ema",
+)
+SEARCH_DEPTH = 3
+
+
+_last_state_dict: tuple[Any, int, list[tuple[str, Any]] | None] = (None, 0, None)
+"""The dict :func:`tensor_items` last classified, its length and its answer: trees are never changed in
+place (edits rebuild), so the answer holds while that dict is the one asked about; callers get a copy."""
+
+
+def tensor_items(value: Any) -> list[tuple[str, Any]] | None:
+    """The (key, value) pairs of a state_dict-like value, or None if it is not one."""
+    global _last_state_dict
+    if isinstance(value, Opaque) and value.is_module:
+        return flat_module_items(value)
+    if not isinstance(value, dict) or not value:
+        return None
+    last = _last_state_dict
+    if last[0] is value and last[1] == len(value):  # the summary asks of one dict several times
+        return None if last[2] is None else list(last[2])
+    # counted by type (C speed: this runs several times over every state_dict of 50,000 keys)
+    tensors = sum(n for kind, n in Counter(map(type, value.values())).items() if issubclass(kind, Tensor))
+    items: list[tuple[str, Any]] | None = None
+    if tensors and all(issubclass(k, str) for k in set(map(type, value))):
+        weights = tensors
+        if tensors < 0.9 * len(value):  # a quantized module's state_dict also holds packed (weight, bias) entries
+            weights += sum(1 for k, v in value.items() if not isinstance(v, Tensor) and is_packed_entry(k, v))
+        if weights >= 0.9 * len(value):
+            items = list(value.items())
+    _last_state_dict = (value, len(value), items)
+    return None if items is None else list(items)
+
+
+def is_packed_entry(key: Any, value: Any) -> bool:
+    """An entry of a quantized module's ``state_dict()`` that is not a tensor: ``X._packed_params._packed_params``
+    (a tuple of weight and bias) or ``X._packed_params.dtype``."""
+    if not isinstance(key, str) or not key.endswith(("_packed_params._packed_params", "_packed_params.dtype")):
+        return False
+    if isinstance(value, tuple):
+        return any(isinstance(v, Tensor) for v in value) and all(v is None or isinstance(v, Tensor) for v in value)
+    return isinstance(value, Symbol)
+
+
+REPEAT_ALLOWANCE = 4
+"""A module tree is listed with its shared submodules repeated (as torch's ``state_dict()`` does) while
+the listing takes at most this many steps per distinct entry; past that, each module is listed once."""
+
+
+def flat_module_items(node: Opaque, prefix: str = "") -> list[tuple[str, Any]]:
+    """A pickled module's ``state_dict()`` entries: dotted names to tensors.
+
+    Like torch, a submodule registered under two names is listed under both. Unlike torch, a module
+    that contains itself is listed once (torch would recurse forever), and a tree whose sharing would
+    multiply its entries (modules sharing children 60 levels deep: 2**60 names) lists each module once,
+    under its first name: the work stays linear in the file.
+    """
+    budget = REPEAT_ALLOWANCE * _distinct_entries(node) + 1000
+    listed = _flatten(node, prefix, budget)
+    return listed if listed is not None else _flatten(node, prefix, None) or []
+
+
+def _distinct_entries(node: Opaque) -> int:
+    """Entries of every distinct module below ``node``, each module counted once."""
+    seen = {id(node)}
+    stack = [node]
+    total = 0
+    while stack:
+        for _, value in module_children(stack.pop()):
+            total += 1
+            if isinstance(value, Opaque) and value.is_module and id(value) not in seen:
+                seen.add(id(value))
+                stack.append(value)
+    return total
+
+
+def _flatten(node: Opaque, prefix: str, budget: int | None) -> list[tuple[str, Any]] | None:
+    """The listing, repeating shared modules within ``budget`` steps (None: over budget); once each without one."""
+    out: list[tuple[str, Any]] = []
+    on_path = {id(node)}
+    listed = {id(node)}
+    stack: list[tuple[str, Iterator[tuple[Key, Any]], int]] = [(prefix, state_dict_children(node), id(node))]
+    steps = 0
+    while stack:
+        where, entries, node_id = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            on_path.discard(node_id)
+            continue
+        steps += 1
+        if budget is not None and steps > budget:
+            return None
+        key, value = entry
+        name = where + key_text(key)
+        if isinstance(value, Opaque) and value.is_module:
+            if id(value) in on_path or (budget is None and id(value) in listed):
+                continue
+            listed.add(id(value))
+            on_path.add(id(value))
+            stack.append((name + ".", state_dict_children(value), id(value)))
+        else:
+            out.append((name, value))
+    return out
+
+
+def module_groups(node: Opaque) -> Iterator[tuple[str, Tensor]]:
+    """``(group, tensor)`` for the parameters and persistent buffers of every distinct module below ``node``."""
+    seen = {id(node)}
+    stack = [node]
+    while stack:
+        module = stack.pop()
+        state = module.state
+        assert isinstance(state, dict)
+        skip = non_persistent_buffers(state)
+        for group in MODULE_GROUPS:
+            entries = state.get(group)
+            if not isinstance(entries, dict):
+                continue
+            for name, value in entries.items():
+                if isinstance(value, Tensor) and not (group == "_buffers" and name in skip):
+                    yield group, value
+                elif isinstance(value, Opaque) and value.is_module and id(value) not in seen:
+                    seen.add(id(value))
+                    stack.append(value)
+
+
+def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
+    """The leading dotted components shared by every key: any first one (``features.``), then wrapper
+    prefixes as :func:`ckpt_tui.core.conventions.layouts.next_wrappers` allows them (``module._orig_mod.``, never
+    ``module.module.``; in a Lightning ``state_dict``, ``model.`` and no ``module.``)."""
+    key_list = list(keys)
+    if "_metadata" in key_list:
+        key_list = [k for k in key_list if k != "_metadata"]
+    if len(key_list) < 2:
+        return None
+    shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
+    shortest = min(map(len, key_list))
+    taken: list[str] = []
+    prefix = ""
+    while True:
+        dot = shared.find(".", len(prefix))
+        if dot < 0 or dot + 1 >= shortest:  # not a component every key has, or some key ends with it
+            break
+        head = shared[len(prefix) : dot + 1]
+        wrapper = head in next_wrappers(taken, lightning)
+        if prefix and not wrapper:
+            break
+        prefix += head
+        if wrapper:
+            taken.append(head)
+        elif head not in PREFIX_ORIGINS:
+            break  # a first component that may be a real submodule: shown, not gone past
+    return prefix or None
+
+
+def _shared_start(texts: list[str]) -> str:
+    """The longest string every text starts with (that of the smallest and the largest)."""
+    low, high = min(texts), max(texts)
+    end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
+    return low[:end]
+
+
+def prefix_origin(prefix: str) -> str:
+    """What usually produces a prefix, in words."""
+    origins = [PREFIX_ORIGINS[p + "."] for p in prefix.rstrip(".").split(".") if p + "." in PREFIX_ORIGINS]
+    return "; ".join(origins) if origins else f"every key sits under a wrapper named {prefix.rstrip('.')!r}"
+
+
+def is_optimizer(value: Any) -> bool:
+    """An ``optimizer.state_dict()``: ``state`` and ``param_groups``."""
+    return isinstance(value, dict) and "state" in value and isinstance(value.get("param_groups"), list)
+
+
+def is_scheduler(value: Any) -> bool:
+    """An LR scheduler's ``state_dict()``."""
+    return isinstance(value, dict) and "last_epoch" in value and ("base_lrs" in value or "_step_count" in value)
+
+
+def state_dicts(root: Any) -> list[tuple[KeyPath, Any]]:
+    """State_dict-like values near the root (not inside optimizers), shallowest first; each object once."""
+    found: list[tuple[KeyPath, Any]] = []
+    seen: set[int] = set()
+    queue: deque[tuple[KeyPath, Any]] = deque([((), root)])
+    while queue:
+        path, value = queue.popleft()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if tensor_items(value) is not None:
+            found.append((path, value))
+            continue
+        if len(path) >= SEARCH_DEPTH or is_optimizer(value) or not isinstance(value, (dict, Opaque)):
+            continue
+        entries = value.items() if isinstance(value, dict) else module_children(value) if value.is_module else []
+        queue.extend(((*path, k), v) for k, v in entries if isinstance(v, (dict, Opaque)))
+    return found
+
+
+def inner_state_dict(root: Any) -> KeyPath | None:
+    """The path of the model weights inside a training checkpoint (None if the root is them)."""
+    if tensor_items(root) is not None and not (isinstance(root, Opaque) and root.is_module):
+        return None
+    if isinstance(root, Opaque) and root.is_module:
+        return ()
+    if isinstance(root, dict) and any(isinstance(v, Tensor) for v in root.values()):
+        return None
+    candidates = [(path, value) for path, value in state_dicts(root) if path]
+    if not candidates:
+        return None
+
+    def rank(item: tuple[KeyPath, Any]) -> tuple[int, int, int]:
+        path, value = item
+        name = str(getattr(path[-1], "name", path[-1])).lower()
+        preferred = INNER_NAMES.index(name) if name in INNER_NAMES else len(INNER_NAMES)
+        ema = 1 if "ema" in name else 0
+        return (ema, preferred, -len(tensor_items(value) or []))
+
+    return min(candidates, key=rank)[0]

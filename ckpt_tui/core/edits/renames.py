@@ -1,0 +1,257 @@
+"""Renamed modules: pair a checkpoint's keys with a reference's by structure, then find the few
+substitution rules that turn one set of names into the other.
+
+Pairing: the keys left over on each side (in the checkpoint, not the reference; and the reverse)
+are aligned in module order by tensor shape, the longest common subsequence of the two shape
+sequences (a renamed model keeps its architecture, so its shapes come in the same order); keys the
+order left out whose shape is left once on each side are paired too. Partners of one shape are then
+chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
+tensor (a ``bias`` with a ``weight``, unless the names are synonyms such as ``gamma``/``weight``)
+is dropped.
+
+Rules: starting from the pairs, each round looks at the first place where each pair's dotted
+components still differ and proposes rules that would fix it, from the most general (a component
+renamed anywhere: ``attn`` → ``attention``) to the most specific (one module's prefix). The rule
+that brings the most keys closest to their partner, without moving a key away from its partner,
+without putting a key on a reference key of another shape, without touching keys that already match
+and without making two keys collide, is kept. Rounds stop when every pair matches or no rule helps.
+Ties go to the rule met first, so the rules do not change from run to run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+from ckpt_tui.core.edits.tree_edits import RenameRule
+from ckpt_tui.core.errors import EditError
+
+MAX_KEYS = 5000
+LCS_CELLS = 250_000
+MAX_RULES = 64
+CANDIDATES_PER_ROUND = 12
+DONE = 1_000_000
+
+Signature = tuple[int, ...] | None
+
+LEAF_SYNONYMS = (
+    ("gamma", "weight"),  # normalization layers ported from TensorFlow
+    ("beta", "bias"),
+    ("moving_mean", "running_mean"),
+    ("moving_variance", "running_var"),
+    ("weight_g", "original0"),  # weight_norm, then its parametrization
+    ("weight_v", "original1"),
+    ("w", "weight"),  # hand-written and JAX/Flax models
+    ("b", "bias"),
+    ("kernel", "weight"),
+    ("scale", "weight"),
+    ("embedding", "weight"),
+)
+"""Last components that name the same kind of tensor under two conventions."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shape of each key (by its name before any rule) and of each reference key."""
+
+    keys: Mapping[str, Signature]
+    reference: Mapping[str, Signature]
+
+    def clash(self, key: str, new: str) -> bool:
+        """Whether naming ``key`` ``new`` puts it on a reference key of another shape."""
+        mine, theirs = self.keys.get(key), self.reference.get(new)
+        return mine is not None and theirs is not None and mine != theirs
+
+
+def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]) -> list[tuple[str, str]]:
+    """Pairs (checkpoint key, reference key) whose shapes line up in module order.
+
+    Identical shape sequences pair position by position; small ones by their longest common
+    subsequence; large ones by the k-th key of each shape on one side with the k-th on the other.
+    """
+    if not source or not target or len(source) > MAX_KEYS or len(target) > MAX_KEYS:
+        return []
+    if any(sig is None for _, sig in target) or any(sig is None for _, sig in source):
+        return []
+    a, b = [s for _, s in source], [s for _, s in target]
+    if a == b:
+        pairs = [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
+    elif len(a) * len(b) > LCS_CELLS:
+        pairs = _pair_by_shape(source, target)
+    else:
+        pairs = []
+        for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+            pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
+    return _same_kind(pairs + _unique_leftovers(source, target, pairs), dict(source))
+
+
+def _unique_leftovers(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]], pairs: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Keys left unpaired whose shape is left once on each side: paired wherever they stand (a module
+    the order put elsewhere, such as a head listed before the body)."""
+    paired_source, paired_target = {a for a, _ in pairs}, {b for _, b in pairs}
+    left_source = [(key, sig) for key, sig in source if key not in paired_source]
+    left_target = [(key, sig) for key, sig in target if key not in paired_target]
+    in_source, in_target = Counter(sig for _, sig in left_source), Counter(sig for _, sig in left_target)
+    partner = {sig: key for key, sig in left_target if in_source[sig] == 1 and in_target[sig] == 1}
+    return [(key, partner[sig]) for key, sig in left_source if sig in partner]
+
+
+def leaf(key: str) -> str:
+    """A key's last component: what kind of tensor it holds (``weight``, ``bias``, ``running_mean``...)."""
+    return key.rsplit(".", 1)[-1]
+
+
+def _same_kind(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) -> list[tuple[str, str]]:
+    """The pairs with partners swapped among keys of one shape so that last components agree
+    (``bias_hh`` with ``bias_hh``, never with ``bias_ih``) or are synonyms (``gamma`` and ``weight``);
+    those that still hold different kinds of tensor (a ``bias`` with a ``weight``) are left out.
+    Linear in the pairs: partners are looked up by last component."""
+    groups: dict[Signature, list[int]] = {}
+    for index, (key, _) in enumerate(pairs):
+        groups.setdefault(shapes.get(key), []).append(index)
+    chosen: dict[int, str] = {}
+    for indices in groups.values():
+        targets = [pairs[i][1] for i in indices]
+        place = {target: n for n, target in enumerate(targets)}
+        free: dict[str, deque[str]] = {}
+        for target in targets:
+            free.setdefault(leaf(target), deque()).append(target)
+        for kinds in (_same_leaf, _synonyms):
+            for i in indices:
+                queues = [free[k] for k in kinds(leaf(pairs[i][0])) if free.get(k)]
+                if i not in chosen and queues:  # the first free partner, in the reference's order
+                    chosen[i] = min(queues, key=lambda queue: place[queue[0]]).popleft()
+    return [(key, chosen[i]) for i, (key, _) in enumerate(pairs) if i in chosen]
+
+
+def _same_leaf(name: str) -> tuple[str, ...]:
+    return (name,)
+
+
+def _synonyms(name: str) -> tuple[str, ...]:
+    return tuple(other for pair in LEAF_SYNONYMS if name in pair for other in pair if other != name)  # in order
+
+
+def _pair_by_shape(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]
+) -> list[tuple[str, str]]:
+    waiting: dict[Signature, list[str]] = {}
+    for key, sig in reversed(target):
+        waiting.setdefault(sig, []).append(key)
+    pairs = []
+    for key, sig in source:
+        queue = waiting.get(sig)
+        if queue:
+            pairs.append((key, queue.pop()))
+    return pairs
+
+
+def infer_rules(
+    keys: Sequence[str], pairs: Sequence[tuple[str, str]], reference: set[str], shapes: Shapes | None = None
+) -> list[RenameRule] | None:
+    """Rules that, applied in order to every key, take the paired keys to their partners (at least
+    half of them: shape alignment can pair a few keys wrongly); None when no short list of rules does
+    (names that share no structure would need one rule per key). With ``shapes``, no rule puts a key
+    on a reference key of another shape."""
+    goals = dict(pairs)
+    for key in keys:
+        if key in reference and key not in goals:
+            goals[key] = key
+    current = {key: key for key in keys}
+    rules: list[RenameRule] = []
+    first = sum(1 for k, goal in goals.items() if k != goal)
+    while True:
+        pending = [(current[k], goal) for k, goal in goals.items() if current[k] != goal]
+        if not pending:
+            return rules
+        if len(rules) == MAX_RULES:
+            return None
+        counts: Counter[RenameRule] = Counter()
+        for old, new in pending:
+            counts.update(list(dict.fromkeys(candidates(old, new))))  # each once, in a fixed order (not a set's)
+        best: RenameRule | None = None
+        best_gain = 0
+        for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
+            gain = _gain(rule, current, goals, shapes)
+            if gain > best_gain:
+                best, best_gain = rule, gain
+        if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
+            return rules if rules and len(pending) * 2 <= first else None
+        moved = sum(1 for name in current.values() if best.apply(name) != name)
+        if len(pending) > (MAX_RULES - len(rules)) * moved:
+            return None  # even rules as good as the best one could not finish
+        rules.append(best)
+        current = {k: best.apply(name) for k, name in current.items()}
+
+
+def candidates(old: str, new: str) -> list[RenameRule]:
+    """Rules that fix the first difference between two dotted names, general ones first."""
+    a, b = old.split("."), new.split(".")
+    ops = [op for op in SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not ops:
+        return []
+    _, i1, i2, j1, j2 = ops[0]
+    out: list[RenameRule] = []
+    if i1 > 0 and i2 > i1 and not all(part.isdigit() for part in a[i1:i2]):
+        out.append(RenameRule(".".join(a[i1:i2]), ".".join(b[j1:j2]), anywhere=True))
+        if i2 - i1 > 1 and j2 - j1 > 1:
+            out.append(RenameRule(a[i1], b[j1], anywhere=True))
+    if i1 > 0 and i2 == i1 and not a[i1 - 1].isdigit():
+        out.append(RenameRule(a[i1 - 1], ".".join([a[i1 - 1], *b[j1:j2]]), anywhere=True))
+    if i1 == 0 and i2 > 1 and j2 > 1:
+        out.append(RenameRule(a[0] + ".", b[0] + "."))
+    for _, _, x2, _, y2 in ops[:3]:
+        if x2 == 0 and y2 < len(b) and a[0] == b[y2]:  # inserted in front: anchor on the next component
+            x2, y2 = 1, y2 + 1
+        if 0 < x2 < len(a) and y2 < len(b):
+            out.append(RenameRule(".".join(a[:x2]) + ".", ".".join(b[:y2]) + "." if y2 else ""))
+        elif x2 == len(a) and y2 == len(b):
+            out.append(RenameRule(old, new))
+    return [rule for rule in out if _expressible(rule)]
+
+
+def _expressible(rule: RenameRule) -> bool:
+    """The rule survives being printed as ``OLD=NEW`` and read back."""
+    try:
+        return RenameRule.parse(rule.spec, rule.anywhere) == rule
+    except EditError:
+        return False
+
+
+def _progress(name: str, goal: str) -> int:
+    if name == goal:
+        return DONE
+    a, b = name.split("."), goal.split(".")
+    same = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        same += 1
+    return same
+
+
+def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str], shapes: Shapes | None) -> int:
+    """How much closer the rule brings keys to their partners; 0 if it moves any key away from its
+    partner, puts one on a reference key of another shape, or makes two keys one."""
+    gain = 0
+    renamed: list[str] = []
+    for key, name in current.items():
+        new = rule.apply(name)
+        renamed.append(new)
+        if new == name:
+            continue
+        if shapes is not None and shapes.clash(key, new):
+            return 0
+        goal = goals.get(key)
+        if goal is not None:
+            delta = _progress(new, goal) - _progress(name, goal)
+            if delta < 0:
+                return 0
+            gain += delta
+    if gain and len(set(renamed)) != len(renamed):
+        return 0
+    return gain

@@ -1,0 +1,660 @@
+"""Pure edits: each takes a tree and returns a new tree plus a record of what changed.
+
+The input tree is never modified; unchanged subtrees are shared between old and new, so keeping
+every version for undo costs little. Every edit rebuilds through :func:`ckpt_tui.core.model.rebuild.rebuild`:
+each object is visited once, shared objects stay shared, and a container that holds itself (a
+cycle through dicts, lists or opaque objects) holds its edited copy, never sends an edit round
+the cycle forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import itertools
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_tui.core.conventions.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
+from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
+from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.model.rebuild import Items, Rebuilt, rebuild
+from ckpt_tui.core.model.tree import (
+    MODULE_GROUPS,
+    Opaque,
+    Storage,
+    Tensor,
+    get,
+    iter_reachable,
+    iter_tensors,
+    module_children,
+    non_persistent_buffers,
+)
+
+CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
+CAST_NAMES = {
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
+EXAMPLES = 5
+MODULE_ENTRIES_LIMIT = 1_000_000
+
+
+@dataclass
+class Change:
+    """What an edit did: a title, how many things changed, a few ``old → new`` examples, and notes."""
+
+    title: str
+    count: int
+    examples: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """Human lines: the title with its count, the notes, then the examples."""
+        out = [f"{self.title}: {self.count} changed"]
+        out += [f"  {note}" for note in self.notes]
+        out += [f"  {old} → {new}" for old, new in self.examples]
+        if self.examples and self.count > len(self.examples):
+            out.append(f"  … and {self.count - len(self.examples)} more")
+        return out
+
+
+Result = tuple[Any, Change]
+
+
+def _describe(path: KeyPath) -> str:
+    return to_python(path) if path else "the root"
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, Opaque) and value.is_module
+
+
+# ---- key renames ------------------------------------------------------------------------
+
+
+def default_target(root: Any) -> KeyPath:
+    """The dict an edit of keys applies to by default: the root state_dict or the detected inner one."""
+    if not _is_module(root) and tensor_items(root) is not None:
+        return ()
+    inner = None if _is_module(root) else inner_state_dict(root)
+    if inner:
+        return inner
+    if _is_module(root):
+        raise EditError("the root is a whole pickled module: extract its state_dict first")
+    raise EditError("no state_dict found to edit: point the edit at a dict")
+
+
+def strips_cleanly(root: Any, prefix: str) -> bool:
+    """Whether :func:`strip_prefix` of ``prefix`` succeeds on a root state_dict, known without running
+    it: every key is a str that starts with the prefix and is longer (then no two keys become one)."""
+    if not prefix or prefix == "auto" or not isinstance(root, dict) or _is_module(root):
+        return False
+    return tensor_items(root) is not None and KeyRenamer(strip=prefix).renames_every(list(root))
+
+
+def _target_dict(root: Any, path: KeyPath) -> dict[Any, Any]:
+    target = get(root, path)
+    if _is_module(target):
+        raise EditError(f"{_describe(path)} is a whole pickled module: extract its state_dict first")
+    if not isinstance(target, dict):
+        raise EditError(f"{_describe(path)} is not a dict")
+    return target
+
+
+@dataclass(frozen=True)
+class KeyRenamer:
+    """A prefix taken off (the keys that start with it and are longer) or put on (every str key)."""
+
+    strip: str = ""
+    add: str = ""
+
+    def all(self, keys: list[Any], every: bool) -> list[Any]:
+        """The new name of every key, in one pass (50,000 keys without a call per key); ``every``:
+        what :meth:`renames_every` says of them."""
+        cut, head = self.strip, self.add
+        n = len(cut)
+        if every:  # the common case, at C speed
+            if cut:
+                return list(map(operator.getitem, keys, itertools.repeat(slice(n, None))))
+            return list(map(head.__add__, keys))
+        if cut:
+            return [k[n:] if isinstance(k, str) and k.startswith(cut) and len(k) > n else k for k in keys]
+        return [head + k if isinstance(k, str) else k for k in keys]
+
+    def renames_every(self, keys: list[Any]) -> bool:
+        """Whether every key is a str that gets a new name: then no two get the same one (a prefix
+        taken off every key, or put on every key, keeps distinct keys distinct)."""
+        if not keys or set(map(type, keys)) != {str}:
+            return False
+        cut = self.strip
+        return not cut or (all(map(operator.methodcaller("startswith", cut), keys)) and min(map(len, keys)) > len(cut))
+
+
+def _rename_keys(
+    root: Any, path: KeyPath, rename: Callable[[str], str | None] | KeyRenamer, title: str
+) -> tuple[Rebuilt, dict[Any, Any], Change]:
+    """Rename the str keys of the dict at ``path``; refuse a rename that changes nothing or collides.
+
+    ``rename`` gives one key's new name (None: unchanged), or is a :class:`KeyRenamer` that renames
+    every key at once.
+    """
+    target = _target_dict(root, path)
+    keys = list(target)
+    every = False
+    if isinstance(rename, KeyRenamer):
+        every = rename.renames_every(keys)
+        new_keys = rename.all(keys, every)
+    else:
+        new_keys = [(rename(k) if isinstance(k, str) else None) or k for k in keys]
+    moved = ((old, new) for old, new in zip(keys, new_keys, strict=True) if new != old)
+    examples = [(str(old), str(new)) for old, new in itertools.islice(moved, EXAMPLES)]
+    if not examples:
+        raise EditError(f"{title}: no key of {_describe(path)} changes")
+    if not every and len(set(new_keys)) != len(new_keys):
+        seen: dict[Any, Any] = {}
+        for old, new in zip(keys, new_keys, strict=True):
+            if new in seen:
+                raise EditError(f"renaming would make {seen[new]!r} and {old!r} both {new!r}")
+            seen[new] = old
+    changed = len(keys) if every else sum(map(operator.ne, keys, new_keys))
+
+    def edit(items: Items) -> Iterator[tuple[Any, Any]]:
+        return zip(new_keys, map(operator.itemgetter(1), items), strict=True)
+
+    rebuilt = rebuild(root, containers={id(target): edit})
+    return rebuilt, target, Change(f"{title} in {_describe(path)}", changed, examples)
+
+
+def wrapper_prefix_at(root: Any, path: KeyPath, lightning: bool | None = None) -> str:
+    """The wrapper prefix (``module.``, ``_orig_mod.``, Lightning's ``model.``) on the keys at ``path``."""
+    target = get(root, path)
+    if lightning is None:
+        lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+    keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+    return wrapper_prefix(keys, lightning)
+
+
+def no_wrapper_message(root: Any, path: KeyPath) -> str:
+    """Why ``auto`` strips nothing here, naming a shared first component that may be a real submodule."""
+    target = get(root, path)
+    keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+    message = f"no wrapper prefix (module., _orig_mod.) on the keys of {_describe(path)}"
+    shared = common_first_component(keys)
+    if shared:
+        message += f"; every key starts with {shared!r}, which may be a real submodule: it is stripped only when named"
+    return message
+
+
+def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None, lightning: bool | None = None) -> Result:
+    """Remove ``prefix`` from the keys that start with it (and from ``_metadata``, as torch does).
+
+    ``auto`` strips only wrapper prefixes (:func:`ckpt_tui.core.conventions.layouts.wrapper_prefix`); ``lightning``
+    says whether the keys come from a Lightning checkpoint (None: tell from ``root``).
+    """
+    where = default_target(root) if path is None else path
+    if prefix == "auto":
+        prefix = wrapper_prefix_at(root, where, lightning)
+        if not prefix:
+            raise EditError(no_wrapper_message(root, where))
+    if not prefix:
+        raise EditError("the prefix is empty")
+    rebuilt, target, change = _rename_keys(root, where, KeyRenamer(strip=prefix), f"strip {prefix!r}")
+    _strip_metadata(rebuilt.version_of(target), prefix)
+    return rebuilt.root, change
+
+
+def _strip_metadata(state: Any, prefix: str) -> None:
+    """``consume_prefix_in_state_dict_if_present``'s rule for ``_metadata``, on a fresh copy."""
+    metadata = getattr(state, "_metadata", None)
+    if not isinstance(metadata, dict):
+        return
+    new = OrderedDict(metadata)
+    for key in list(new):
+        if isinstance(key, str) and key and (key == prefix.replace(".", "") or key.startswith(prefix)):
+            new[key[len(prefix) :]] = new.pop(key)
+    state._metadata = new
+
+
+def add_prefix(root: Any, prefix: str, path: KeyPath | None = None) -> Result:
+    """Put ``prefix`` in front of every key (and every ``_metadata`` entry)."""
+    if not prefix:
+        raise EditError("the prefix is empty")
+    where = default_target(root) if path is None else path
+    rebuilt, target, change = _rename_keys(root, where, KeyRenamer(add=prefix), f"add {prefix!r}")
+    state = rebuilt.version_of(target)
+    metadata = getattr(state, "_metadata", None)
+    if isinstance(metadata, dict):
+        bare = prefix.rstrip(".")
+        state._metadata = OrderedDict(
+            ((prefix + k) if k else bare, v) for k, v in metadata.items() if isinstance(k, str)
+        )
+    return rebuilt.root, change
+
+
+@dataclass(frozen=True)
+class RenameRule:
+    """One key substitution: ``old`` → ``new`` at the start of a key, or (``anywhere``) wherever the
+    dotted components of ``old`` appear in a key (``attn`` → ``attention``; ``base_layer`` → nothing)."""
+
+    old: str
+    new: str
+    anywhere: bool = False
+
+    def apply(self, key: str) -> str:
+        """The key after this rule."""
+        if not self.anywhere:
+            return self.new + key[len(self.old) :] if key.startswith(self.old) else key
+        parts = key.split(".")
+        old = self.old.split(".")
+        new = self.new.split(".") if self.new else []
+        out: list[str] = []
+        index = 0
+        while index < len(parts):
+            if parts[index : index + len(old)] == old:
+                out += new
+                index += len(old)
+            else:
+                out.append(parts[index])
+                index += 1
+        return ".".join(out) if out else key
+
+    @property
+    def option(self) -> str:
+        """The ``convert`` option that states it."""
+        return "--rename-infix" if self.anywhere else "--rename-prefix"
+
+    @property
+    def spec(self) -> str:
+        """``OLD=NEW``, as the option takes it."""
+        return f"{self.old}={self.new}"
+
+    def describe(self) -> str:
+        """In words."""
+        if self.anywhere:
+            new = repr(self.new) if self.new else "nothing"
+            return f"rename component {self.old!r} → {new} anywhere in a key"
+        return f"rename prefix {self.old!r} → {self.new!r}"
+
+    @classmethod
+    def parse(cls, spec: str, anywhere: bool = False) -> RenameRule:
+        """``OLD=NEW`` (split at the first ``=``); NEW may be empty for a component to remove."""
+        old, sep, new = spec.partition("=")
+        if not sep or not old:
+            raise EditError(f"a rename rule takes OLD=NEW, got {spec!r}")
+        if anywhere and (old.startswith(".") or old.endswith(".") or new.startswith(".") or new.endswith(".")):
+            raise EditError(f"--rename-infix takes dotted components without outer dots, got {spec!r}")
+        return cls(old, new, anywhere)
+
+
+def rename_keys_by_rules(root: Any, rules: Sequence[RenameRule], path: KeyPath | None = None) -> Result:
+    """Apply rename rules in order (each to the result of the previous) to every key; count each rule's moves."""
+    if not rules:
+        raise EditError("no rename rules")
+    where = default_target(root) if path is None else path
+    moved = [0] * len(rules)
+
+    def rename(key: str) -> str:
+        for index, rule in enumerate(rules):
+            new = rule.apply(key)
+            if new != key:
+                moved[index] += 1
+                key = new
+        return key
+
+    rebuilt, _, change = _rename_keys(root, where, rename, "rename keys by rules")
+    change.notes = [f"{rule.describe()}: {count} keys" for rule, count in zip(rules, moved, strict=True)]
+    return rebuilt.root, change
+
+
+def drop_keys(root: Any, patterns: Sequence[str], path: KeyPath | None = None) -> Result:
+    """Delete every key of the state_dict that matches one of the glob ``patterns`` (``*.lora_A.*``)."""
+    where = default_target(root) if path is None else path
+    target = _target_dict(root, where)
+    doomed = [k for k in target if isinstance(k, str) and any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+    if not doomed:
+        raise EditError(f"no key of {_describe(where)} matches {', '.join(map(repr, patterns))}")
+    drop = set(doomed)
+
+    def edit(items: Items) -> Items:
+        return [(k, v) for k, v in items if not (isinstance(k, str) and k in drop)]
+
+    rebuilt = rebuild(root, containers={id(target): edit})
+    examples = [(k, "(deleted)") for k in doomed[:EXAMPLES]]
+    title = f"delete the keys of {_describe(where)} matching {', '.join(map(repr, patterns))}"
+    return rebuilt.root, Change(title, len(doomed), examples)
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a glob that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+
+
+def rename(root: Any, path: KeyPath, new_name: str) -> Result:
+    """Rename one key, keeping its place."""
+    if not path:
+        raise EditError("the root has no name to change")
+    old = path[-1]
+    if not isinstance(old, str):
+        raise EditError(f"{_describe(path)} is not a named key")
+    rebuilt, _, change = _rename_keys(root, path[:-1], lambda k: new_name if k == old else None, f"rename {old!r}")
+    return rebuilt.root, change
+
+
+def delete(root: Any, path: KeyPath) -> Result:
+    """Remove a key or a whole subtree (e.g. the optimizer)."""
+    if not path:
+        raise EditError("cannot delete the root")
+    parent, key = get(root, path[:-1]), path[-1]
+    in_dict = isinstance(parent, dict) and key in parent
+    in_list = isinstance(parent, list) and isinstance(key, int) and 0 <= key < len(parent)
+    if not (in_dict or in_list):
+        raise EditError(f"cannot delete {_describe(path)}")
+
+    def edit(items: Items) -> Items:
+        return [(k, v) for k, v in items if k != key]
+
+    rebuilt = rebuild(root, containers={id(parent): edit})
+    return rebuilt.root, Change(f"delete {_describe(path)}", 1, [(key_text(key), "(deleted)")])
+
+
+# ---- extraction -------------------------------------------------------------------------
+
+
+def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
+    """A pickled ``nn.Module``'s ``state_dict()``, built from its pickled state.
+
+    A module that contains itself has no state_dict (torch's own would recurse forever), and one
+    whose shared submodules would give more than a million entries is refused before any is built.
+    """
+    _check_module_graph(module)
+    out: OrderedDict[str, Any] = OrderedDict()
+    versions: OrderedDict[str, dict[str, int]] = OrderedDict()
+    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(state_dict_children(module), "")]
+    while stack:
+        entries, prefix = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, value = entry
+        name = prefix + key_text(key)
+        if _is_module(value):
+            version = state_dict_version(value)
+            if version is not None:
+                versions[name] = {"version": version}
+            stack.append((state_dict_children(value), name + "."))
+        else:
+            out[name] = value
+    _refuse_unreached_tensors(module, out)
+    if versions:  # quantized modules load their entries by the version torch records
+        out._metadata = versions  # type: ignore[attr-defined]
+    return out
+
+
+def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> None:
+    """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
+    buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
+    listed = {id(t) for v in flat.values() for t in (v if isinstance(v, tuple) else (v,))}
+    left_out: set[int] = set()  # what torch's state_dict leaves out too
+    for _, value, _ in iter_reachable(module):
+        if _is_module(value) and isinstance(value.state, dict):
+            buffers = value.state.get("_buffers")
+            skip = non_persistent_buffers(value.state)
+            if isinstance(buffers, dict):  # non-persistent buffers
+                left_out.update(id(t) for name, t in buffers.items() if name in skip)
+            for name, attribute in value.state.items():  # plain attributes (self.anchors = torch.ones(3))
+                if name not in MODULE_GROUPS:
+                    left_out.update(id(t) for t in _plain_tensors(attribute))
+    lost = [
+        path
+        for path, value, _ in iter_reachable(module)
+        if isinstance(value, Tensor) and id(value) not in listed and id(value) not in left_out
+    ]
+    if lost:
+        where = ".".join(key_text(k) for k in lost[0] if not str(key_text(k)).startswith("<"))
+        raise EditError(
+            f"the module holds {len(lost)} tensor{'s' if len(lost) != 1 else ''} outside its parameters and buffers "
+            f"(first at {where!r}), "
+            "which its state_dict here would leave out; refused"
+        )
+
+
+def _plain_tensors(value: Any, budget: int = 256) -> list[Tensor]:
+    """Tensors held in plain containers (lists, tuples, dicts) of a module attribute, not inside objects."""
+    found: list[Tensor] = []
+    stack = [value]
+    while stack and budget > 0:
+        budget -= 1
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return found
+
+
+def _check_module_graph(module: Opaque) -> None:
+    """Refuse a module that contains itself, or whose state_dict would be huge (entries counted once
+    per distinct submodule, children before parents)."""
+    entries: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Opaque, bool]] = [(module, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            open_ids.discard(id(node))
+            total = sum(entries[id(v)] if _is_module(v) else 1 for _, v in module_children(node))
+            if total > MODULE_ENTRIES_LIMIT:
+                raise EditError("the module's shared submodules give over a million state_dict entries; refused")
+            entries[id(node)] = total
+            continue
+        if id(node) in entries:
+            continue
+        open_ids.add(id(node))
+        stack.append((node, True))
+        for key, value in module_children(node):
+            if not _is_module(value):
+                continue
+            if id(value) in open_ids:
+                raise EditError(f"the module at {key_text(key)!r} contains itself: it has no state_dict")
+            if id(value) not in entries:
+                stack.append((value, False))
+
+
+def extract(root: Any, path: KeyPath | str) -> Result:
+    """Make a subtree the new root (``auto``: the detected inner state_dict; modules: their state_dict)."""
+    if path == "auto":
+        found = () if _is_module(root) else inner_state_dict(root)
+        if found is None:
+            if tensor_items(root) is not None:
+                raise EditError("the root already is a state_dict: nothing to extract")
+            raise EditError("no inner state_dict found to extract")
+        path = found
+    assert not isinstance(path, str)
+    value = get(root, path)
+    if _is_module(value):
+        value = module_state_dict(value)
+        title = f"extract the state_dict of the module at {_describe(path)}"
+    elif not path:
+        raise EditError("the root is already the root")
+    else:
+        title = f"extract {_describe(path)}"
+    tensors = sum(1 for _ in iter_tensors(value))
+    return value, Change(f"{title} ({counted(tensors, 'tensor')})", 1)
+
+
+def is_flat_state_dict(root: Any) -> bool:
+    """The root itself holds the weights: ``--extract auto`` has nothing to do."""
+    return not _is_module(root) and tensor_items(root) is not None
+
+
+# ---- tensors: devices and dtypes ----------------------------------------------------------
+
+
+def map_tensors(root: Any, convert: Callable[[Tensor], Tensor | None]) -> tuple[Any, int]:
+    """A new tree with ``convert`` applied to every tensor once (None keeps it); containers copied as needed."""
+    rebuilt = rebuild(root, tensors=convert)
+    return rebuilt.root, rebuilt.tensors_changed
+
+
+def parse_device_map(spec: str) -> Callable[[str], str]:
+    """``cpu``, ``cuda:0``, or ``cuda:1=cuda:0,cuda:2=cpu`` as a function of the saved location."""
+    spec = spec.strip()
+    if not spec:
+        raise EditError("empty device mapping")
+    if "=" not in spec:
+        _check_device(spec)
+        return lambda location: spec
+    mapping: dict[str, str] = {}
+    for part in spec.split(","):
+        source, _, target = part.partition("=")
+        source, target = source.strip(), target.strip()
+        _check_device(source)
+        _check_device(target)
+        mapping[source] = target
+    return lambda location: mapping.get(location, location)
+
+
+def _check_device(text: str) -> None:
+    kind, _, index = text.partition(":")
+    if kind not in {"cpu", "cuda", "mps", "xpu", "meta", "hpu", "npu", "xla"} or (index and not index.isdigit()):
+        raise EditError(f"not a device: {text!r} (expected cpu, cuda:N, ...)")
+
+
+def remap_devices(root: Any, spec: str) -> Result:
+    """Rewrite the saved location tags; shared storages stay shared."""
+    target = parse_device_map(spec)
+    storages: dict[int, Storage] = {}
+    examples: dict[tuple[str, str], None] = {}
+
+    def convert(tensor: Tensor) -> Tensor | None:
+        if tensor.sparse is not None or tensor.quantizer is not None:
+            return _with_parts_moved(tensor, move)
+        return move(tensor)
+
+    def move(tensor: Tensor) -> Tensor | None:
+        storage = tensor.storage
+        if storage is None:
+            return None
+        new_location = target(storage.location)
+        if new_location == storage.location:
+            return None
+        examples.setdefault((storage.location, new_location))
+        new_storage = storages.get(id(storage))
+        if new_storage is None:
+            new_storage = storages[id(storage)] = dataclasses.replace(storage, location=new_location)
+        return dataclasses.replace(tensor, storage=new_storage)
+
+    new_root, changed = map_tensors(root, convert)
+    if not changed:
+        raise EditError(f"no tensor changes device with {spec!r}")
+    moves = ", ".join(f"{a} → {b}" for a, b in examples)
+    return new_root, Change(f"map devices ({moves})", changed)
+
+
+def _with_parts_moved(tensor: Tensor, move: Callable[[Tensor], Tensor | None]) -> Tensor | None:
+    """A sparse or quantized tensor with ``move`` applied to its own storage and to its component tensors."""
+
+    def moved(parts: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        if parts is None:
+            return None
+        return tuple((move(p) or p) if isinstance(p, Tensor) else p for p in parts)
+
+    sparse, quantizer = moved(tensor.sparse), moved(tensor.quantizer)
+    base = move(tensor) or tensor
+    if base is tensor and sparse == tensor.sparse and quantizer == tensor.quantizer:
+        return None
+    return dataclasses.replace(base, sparse=sparse, quantizer=quantizer)
+
+
+class CastSource:
+    """Where a cast storage's bytes come from: another storage, converted when saved."""
+
+    def __init__(self, base: Storage) -> None:
+        self.base = base
+        self.path = ""
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """Cast bytes exist only in the saved file."""
+        raise EditError("the values of a cast tensor exist once it is saved")
+
+
+def cast_dtype(name: str) -> str:
+    """The dtype a cast name stands for: fp16/float16/half, bf16/bfloat16, fp32/float32/float."""
+    dtype = CAST_NAMES.get(name.strip().lower().removeprefix("torch."))
+    if dtype is None:
+        raise EditError(
+            f"cannot cast to {name!r}: choose fp16 (float16, half), bf16 (bfloat16) or fp32 (float32, float)"
+        )
+    return dtype
+
+
+def cast_scope(root: Any, path: KeyPath | str | None = None) -> KeyPath:
+    """What a cast applies to: ``None`` the model's weights (the detected state_dict, else everything),
+    ``"all"`` everything, or the given path."""
+    if path == "all":
+        return ()
+    if path is not None:
+        assert not isinstance(path, str)
+        return path
+    if _is_module(root) or tensor_items(root) is not None:
+        return ()
+    inner = inner_state_dict(root)
+    return inner if inner is not None else ()
+
+
+def _castable(tensor: Tensor, dtype: str) -> bool:
+    storage = tensor.storage
+    return storage is not None and tensor.dtype in CASTABLE and tensor.dtype != dtype and storage.dtype == tensor.dtype
+
+
+def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
+    """Cast floating-point tensors (fp64/fp32/fp16/bf16) to ``dtype``; the bytes convert when saved.
+
+    By default only the model's weights (the detected state_dict) are cast, not optimizer state;
+    ``path`` names another subtree, or ``"all"`` everything.
+    """
+    dtype = cast_dtype(dtype)
+    scope = cast_scope(root, path)
+    chosen = {id(t) for _, t in iter_tensors(get(root, scope)) if _castable(t, dtype)}
+    storages: dict[int, Storage] = {}
+    examples: dict[tuple[str, str], None] = {}
+
+    def convert(tensor: Tensor) -> Tensor | None:
+        if id(tensor) not in chosen:
+            return None
+        storage = tensor.storage
+        assert storage is not None
+        if id(storage) not in storages:
+            storages[id(storage)] = Storage(
+                storage.key, dtype, storage.location, storage.numel, CastSource(storage), DTYPES[dtype][1] or ""
+            )
+        examples.setdefault((tensor.dtype, dtype))
+        return dataclasses.replace(tensor, storage=storages[id(storage)], dtype=dtype)
+
+    new_root, changed = map_tensors(root, convert)
+    if not changed:
+        raise EditError(f"no floating-point tensor in {_describe(scope)} to cast to {dtype}")
+    casts = ", ".join(f"{a} → {b}" for a, b in examples)
+    change = Change(f"cast the tensors of {_describe(scope)} ({casts})", changed)
+    if scope:
+        others = len({id(t) for _, t in iter_tensors(root) if _castable(t, dtype)} - chosen)
+        if others:
+            change.notes.append(f"{others} floating-point tensors elsewhere (optimizer state, ...) keep their dtype")
+    return new_root, change

@@ -1,0 +1,1 @@
+"""The inert model of a checkpoint: nodes, byte sources, dtypes, key paths, descriptions."""

@@ -1,0 +1,1 @@
+"""One module per user verb: info, check, compare, diff, stats, convert, average."""

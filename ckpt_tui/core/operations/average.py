@@ -1,0 +1,306 @@
+"""``average``: model soups and SWA-style averages of checkpoints, streamed tensor by tensor.
+
+The output is the first file's tree (or its subtree ``--at PATH``) with every floating-point tensor
+(float64/32/16, bfloat16) replaced by the weighted mean of the same tensor in every file:
+
+    out = (w1 * x1 + w2 * x2 + ...) / (w1 + w2 + ...)
+
+computed in float64 a chunk at a time, in file order, and rounded once to the first file's dtype
+(bfloat16 through float32, as torch's ``.to(torch.bfloat16)`` of a float64 tensor rounds). Weights
+default to 1 each (the plain mean, as model soups use); given weights are divided by their sum, so
+``1,1,2`` and ``0.25,0.25,0.5`` are the same average.
+
+Every other tensor (integer buffers such as ``num_batches_tracked``, bool, complex, fp8, quantized,
+sparse) and every non-tensor value are taken from the first file, and the outcome lists them.
+Files must hold the same tensor keys with the same shapes; the first difference refuses the work.
+
+An averaged tensor is a logical tensor made from pieces in several files, so its storage's source is
+an :class:`~ckpt_tui.core.model.assembled.AssembledRecords`: the writers stream such tensors a
+bounded chunk at a time, as they stream a distributed checkpoint's (memory: one chunk per input).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.assembled import AssembledRecords
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
+from ckpt_tui.core.operations.convert import select
+from ckpt_tui.core.operations.diff import key_text, leaves
+from ckpt_tui.core.values.fingerprint import Fingerprints
+from ckpt_tui.core.values.tensor_values import (
+    TensorReader,
+    decode,
+    element_span,
+    repeats_far_more,
+    same_layout,
+    stored_span,
+)
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.writers.save import WriteResult
+
+AVERAGED_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
+LIST_LIMIT = 8
+
+
+class AverageRefused(ReadError):
+    """The files cannot be averaged (keys, shapes or weights do not fit): exit 2, nothing written."""
+
+
+@dataclass
+class AveragePlan:
+    """The output tree and what went into it."""
+
+    root: Any
+    weights: list[float]
+    averaged: int = 0
+    from_first: list[str] = field(default_factory=list)
+    """Tensors taken from the first file (not floating point), by key."""
+    differing_values: list[str] = field(default_factory=list)
+    """Non-tensor values that differ between the files (the first file's is kept), by key."""
+    mixed_dtypes: list[str] = field(default_factory=list)
+    """Tensors whose dtype differs between files (averaged, written in the first file's dtype)."""
+
+    def lines(self) -> list[str]:
+        """What the output says about the average (keys are escaped by the caller)."""
+        shown = ", ".join(f"{w:.6g}" for w in self.weights)
+        out = [f"averaged {self.averaged} floating-point tensors of {len(self.weights)} files (weights {shown})"]
+        if self.from_first:
+            out.append(
+                f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first)
+            )
+        if self.differing_values:
+            out.append(
+                f"{len(self.differing_values)} other values differ between the files; the first file's kept: "
+                + _listed(self.differing_values)
+            )
+        if self.mixed_dtypes:
+            out.append(
+                f"{len(self.mixed_dtypes)} tensors have other dtypes in later files (written in the first's): "
+                + _listed(self.mixed_dtypes)
+            )
+        return out
+
+
+def _listed(keys: list[str]) -> str:
+    more = f" (+{len(keys) - LIST_LIMIT} more)" if len(keys) > LIST_LIMIT else ""
+    return ", ".join(keys[:LIST_LIMIT]) + more
+
+
+def parse_weights(text: str | None, files: int) -> list[float]:
+    """``--weights 1,1,2`` as numbers, one per file, normalised to sum 1 (default: equal)."""
+    if text is None:
+        return [1.0 / files] * files
+    try:
+        weights = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise AverageRefused(f"--weights takes numbers separated by commas, got {text!r}") from None
+    if len(weights) != files:
+        raise AverageRefused(f"--weights has {len(weights)} numbers for {files} files")
+    total = math.fsum(weights)
+    if not all(math.isfinite(w) for w in weights) or total == 0 or not math.isfinite(total):
+        raise AverageRefused(f"--weights must be finite numbers with a non-zero sum, got {text!r}")
+    return [w / total for w in weights]
+
+
+class AveragedRecords(AssembledRecords):
+    """The record source of averaged tensors: each storage is the weighted mean of one tensor per file."""
+
+    def __init__(self, path: str, weights: list[float], byteorders: list[str]) -> None:
+        super().__init__(path)
+        self.weights = weights
+        self.byteorders = byteorders
+        self.inputs: dict[str, list[Tensor]] = {}
+
+    def add_average(self, storage_key: str, tensors: list[Tensor]) -> None:
+        """Register the tensors (one per file, same shape) whose mean is the storage ``storage_key``."""
+        self.inputs[storage_key] = tensors
+
+    def has(self, storage: Storage) -> bool:
+        """Whether the storage is one of the averages."""
+        return storage.key in self.inputs
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """An average has no place in any file until written."""
+        raise ReadError(f"{storage.key}: the average of {len(self.weights)} files exists once written")
+
+    def placement(self, storage: Storage) -> list[str]:
+        """Where the inputs are."""
+        return [f"mean of {len(self.weights)} files"] if storage.key in self.inputs else []
+
+    def elements(self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
+        """Raw elements ``begin:end`` of the average (only whole tensors are read: begin 0, end numel)."""
+        tensors = self.inputs[storage.key]
+        if begin != 0 or end != storage.numel:
+            raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
+        readers = [TensorReader(t, order).chunks(chunk) for t, order in zip(tensors, self.byteorders, strict=True)]
+        for parts in zip(*readers, strict=True):
+            total = np.zeros(parts[0].size, dtype=np.float64)
+            for raw, tensor, weight in zip(parts, tensors, self.weights, strict=True):
+                total += weight * decode(raw, tensor.dtype, tensor.metadata)
+            yield rounded(total, storage.dtype).astype(raw_type, copy=False)
+
+
+def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values rounded to ``dtype``, as raw elements (bfloat16: its bits, through float32 as torch does)."""
+    if dtype == "bfloat16":
+        from ckpt_tui.core.writers.tensor_data import to_bfloat16
+
+        return to_bfloat16(values)
+    return values.astype({"float64": np.float64, "float32": np.float32, "float16": np.float16}[dtype])
+
+
+def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: str | None = None) -> AveragePlan:
+    """The averaged tree (nothing read yet: values are computed while it is written)."""
+    selected = [select(c, at, None, "", "--at") for c in checkpoints]
+    trees = [leaves(c.root) for c in selected]
+    first = trees[0]
+    _check_same_tensors(trees, [c.path for c in checkpoints])
+    source = AveragedRecords(checkpoints[0].path, weights, [c.byteorder for c in checkpoints])
+    plan = AveragePlan(selected[0].root, weights)
+    path_of: dict[int, KeyPath] = {}
+    for path, value in first.items():
+        if isinstance(value, Tensor):
+            path_of.setdefault(id(value), path)
+        elif _differs(path, trees):
+            plan.differing_values.append(key_text(path))
+    done: dict[tuple[Any, ...], Tensor] = {}
+
+    def average(tensor: Tensor) -> Tensor | None:
+        path = path_of.get(id(tensor))
+        if path is None:
+            return None
+        inputs = [tree[path] for tree in trees]
+        if not all(_averageable(t) for t in inputs):
+            plan.from_first.append(key_text(path))
+            return None
+        if any(t.dtype != tensor.dtype for t in inputs):
+            plan.mixed_dtypes.append(key_text(path))
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride)
+        if view not in done:  # tied weights (one view under two keys) stay one tensor
+            make = _averaged_view if any(repeats_far_more(t) for t in inputs) else _averaged_tensor
+            if make is _averaged_view:
+                _check_same_layout(path, inputs, [c.path for c in checkpoints])
+            done[view] = make(tensor, inputs, source, f"avg{len(done)}")
+            plan.averaged += 1
+        return done[view]
+
+    from ckpt_tui.core.edits.tree_edits import map_tensors
+
+    plan.root, _ = map_tensors(plan.root, average)
+    return plan
+
+
+def _averageable(tensor: Tensor) -> bool:
+    return tensor.kind == "dense" and tensor.dtype in AVERAGED_DTYPES and tensor.storage is not None
+
+
+def _averaged_tensor(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str) -> Tensor:
+    storage = tensor.storage
+    assert storage is not None
+    numel = tensor.numel
+    new = Storage(key, tensor.dtype, storage.location, numel, source, storage.type_name)
+    source.add_average(key, inputs)
+    stride = tuple(math.prod(tensor.shape[k + 1 :]) for k in range(len(tensor.shape)))
+    return dataclasses.replace(tensor, storage=new, offset=0, stride=stride, metadata=None)
+
+
+def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str) -> Tensor:
+    """A view that repeats its stored elements (expand, stride 0) stays a view: the storage it reaches is averaged.
+
+    Every input has the same layout, so element for element the storages' spans are the views' values.
+    """
+    storage, span = tensor.storage, stored_span(tensor)
+    assert storage is not None
+    flats = []
+    for each in inputs:
+        low, _ = element_span(each.offset, each.shape, each.stride) or (each.offset, 0)
+        flats.append(Tensor(each.storage, low, (span,), (1,), each.dtype, metadata=each.metadata))
+    low, _ = element_span(tensor.offset, tensor.shape, tensor.stride) or (tensor.offset, 0)
+    new = Storage(key, tensor.dtype, storage.location, span, source, storage.type_name)
+    source.add_average(key, flats)
+    return dataclasses.replace(tensor, storage=new, offset=tensor.offset - low, metadata=None)
+
+
+def _check_same_layout(path: KeyPath, inputs: list[Tensor], names: list[str]) -> None:
+    """A repeating view is averaged over its storage only when every file lays it out alike."""
+    for tensor, name in zip(inputs[1:], names[1:], strict=True):
+        if not same_layout(inputs[0], tensor):
+            raise AverageRefused(
+                f"{name}: {key_text(path)} is a view of {inputs[0].numel} elements over {stored_span(inputs[0])}"
+                " stored (expand, stride 0) in one file and laid out differently in another: averaging it"
+                " would read every element"
+            )
+
+
+def _check_same_tensors(trees: list[dict[KeyPath, Any]], names: list[str]) -> None:
+    """Refuse files whose tensor keys or shapes differ from the first's, naming a few of them."""
+    first = trees[0]
+    tensors = {p for p, v in first.items() if isinstance(v, Tensor)}
+    for tree, name in zip(trees[1:], names[1:], strict=False):
+        others = {p for p, v in tree.items() if isinstance(v, Tensor)}
+        missing, extra = sorted(tensors - others, key=str), sorted(others - tensors, key=str)
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {_listed([key_text(p) for p in missing])}")
+            if extra:
+                parts.append(f"extra {_listed([key_text(p) for p in extra])}")
+            raise AverageRefused(f"{name}: tensor keys differ from the first file's: " + "; ".join(parts))
+        shapes = [p for p in first if p in tensors and first[p].shape != tree[p].shape]
+        if shapes:
+            shown = ", ".join(f"{key_text(p)} {list(first[p].shape)} vs {list(tree[p].shape)}" for p in shapes[:4])
+            more = f" (+{len(shapes) - 4} more)" if len(shapes) > 4 else ""
+            raise AverageRefused(f"{name}: shapes differ from the first file's: {shown}{more}")
+        kinds = [p for p in first if p in tensors and _averageable(first[p]) != _averageable(tree[p])]
+        if kinds:
+            shown = ", ".join(f"{key_text(p)} {first[p].dtype} vs {tree[p].dtype}" for p in kinds[:4])
+            raise AverageRefused(f"{name}: floating-point in one file and not in the other: {shown}")
+
+
+def _differs(path: KeyPath, trees: list[dict[KeyPath, Any]]) -> bool:
+    prints = [Fingerprints() for _ in trees]
+    value = prints[0].of(trees[0][path])
+    return any(path not in tree or p.of(tree[path]) != value for tree, p in zip(trees[1:], prints[1:], strict=True))
+
+
+def average(
+    paths: Sequence[str],
+    output: str,
+    weights: str | None = None,
+    at: str | None = None,
+    fmt: str | None = None,
+    *,
+    force: bool = False,
+) -> tuple[AveragePlan, WriteResult]:
+    """Average the files and write the result, atomically and verified (see the module docstring)."""
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.writers.save import save
+
+    if len(paths) < 2:
+        raise AverageRefused("average needs at least two files")
+    parsed = parse_weights(weights, len(paths))
+    checkpoints = [open_checkpoint(p) for p in paths]
+    if any(c.byteorder != "little" for c in checkpoints):
+        raise AverageRefused("big-endian checkpoints cannot be averaged (convert them first)")
+    plan = plan_average(checkpoints, parsed, at)
+    first = checkpoints[0]
+    result = save(
+        plan.root,
+        output,
+        fmt,
+        byteorder=first.byteorder,
+        force=force,
+        inputs=tuple(c.path for c in checkpoints),
+        metadata=first.metadata,
+    )
+    return plan, result

@@ -1,0 +1,242 @@
+"""``check``: read every tensor's values and collect what would hurt a user."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.model.tree import Checkpoint, Tensor, walk
+from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
+from ckpt_tui.core.readers.safetensors_file import library_refusals
+from ckpt_tui.core.runtime import forked
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.weights_only.verdict import ScanBeside, Verdict, verdict
+
+if TYPE_CHECKING:  # numpy-backed: imported when values are read (a clean file's scan runs in a child)
+    from ckpt_tui.core.values.stats import TensorStats
+
+PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses", *RESUME_WARNINGS)
+
+
+@dataclass
+class Problem:
+    """One problem: its kind, where, and the sentence to show."""
+
+    kind: str
+    message: str
+    path: KeyPath | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message, **self.detail}
+        if self.path is not None:
+            out["path"] = to_json(self.path)
+        return out
+
+
+@dataclass
+class CheckReport:
+    """What ``check`` found."""
+
+    summary: Summary
+    problems: list[Problem]
+    checked: int
+    skipped: int
+    weights_only: Verdict | None = None
+    """Whether ``torch.load(FILE)`` (weights_only=True, the default) loads the file."""
+
+    @property
+    def ok(self) -> bool:
+        """No problems at all."""
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "path": self.summary.checkpoint.path,
+            "format": self.summary.checkpoint.format,
+            "ok": self.ok,
+            "tensors_checked": self.checked,
+            "tensors_skipped": self.skipped,
+            "problems": [p.to_json() for p in self.problems],
+            "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
+        }
+
+
+def check_checkpoint(
+    checkpoint: Checkpoint,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    beside: ScanBeside | None = None,
+) -> CheckReport:
+    """Scan every tensor (each view once) for NaN/Inf; add the unsafe and broken findings.
+
+    Views the batched scan finds all finite need nothing more; the others (NaN/Inf found, or not
+    answered by it) are read the exact way, in file order, so counts and errors are as always.
+    ``beside``: the weights_only scan of the file, started in a child process before it was read.
+    """
+    columns = checkpoint.flat_columns()  # a flat file's tensors, listed without a walk
+    references = None if columns is not None else list(walk(checkpoint.root))
+    listed = columns.listed() if columns is not None else listed_tensors(references or [])
+    scanned_tensors, first_of_view, positions = _views(listed)
+    # the CLI's check of a walked tree scans in a child while the tree is summed up (nothing to report
+    # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages
+    in_child = progress is None and cancelled is None and columns is None
+    beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
+    summary = summarize(checkpoint, references)
+    problems = [
+        Problem(f.kind, f.message, f.path, {"global": f.global_name} if f.global_name else {})
+        for f in summary.findings
+        if f.kind in PROBLEM_KINDS
+    ]
+    total = len(listed)
+
+    def scanned(done: int, of: int) -> None:
+        if progress is not None:
+            progress(done * total // max(1, 2 * of), total)  # the batched scan: the first half of the bar
+
+    finite = _finite_result(beside_finite, len(first_of_view))
+    if finite is None:
+        from ckpt_tui.core.values.finite_scan import all_finite
+
+        finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
+    seen: dict[int, TensorStats | None] = {}
+    checked = skipped = 0
+    zero_moments: list[KeyPath] = []
+    moments = {index for index, (path, _) in enumerate(listed) if path and path[-1] in MOMENT_NAMES and is_moment(path)}
+    for index, position in enumerate(positions):
+        if progress is not None:
+            progress((total + index) // 2, total)
+        if position is None:
+            skipped += 1
+            continue
+        if finite[position] and index not in moments:
+            checked += 1  # read whole, every value finite: no NaN, no Inf
+            continue
+        path, tensor = listed[index][0], scanned_tensors[index]
+        if finite[position] and not _starts_with_zeros(tensor, checkpoint.byteorder):
+            checked += 1  # a moment buffer that does not start with zeros: not all zero
+            continue
+        if position in seen:
+            stats = seen[position]
+        else:
+            from ckpt_tui.core.values.stats import tensor_stats
+
+            try:
+                stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
+            except ReadError as exc:
+                stats = None
+                problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
+            seen[position] = stats
+        if stats is None:
+            continue
+        checked += 1
+        if stats.count and stats.zeros == stats.count and is_moment(path):
+            zero_moments.append(path)
+        if stats.nan or stats.inf:
+            counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
+            message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
+            problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
+    if zero_moments:
+        problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
+    problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
+    judged = verdict(checkpoint, beside)
+    # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
+    said = judged.route == "safetensors" and bool(library_refusals(checkpoint.loader_problems))  # said above
+    if judged.loads is False and judged.route != "torchscript" and not said:
+        problems.append(weights_only_problem(judged))
+    return CheckReport(summary, problems, checked, skipped, judged)
+
+
+def _sparse_problems(
+    listed: list[tuple[KeyPath, Tensor]], byteorder: str, cancelled: Callable[[], bool] | None
+) -> list[Problem]:
+    """Sparse tensors whose indices point outside them, or cannot be read (each tensor object once)."""
+    sparse = {id(tensor): (path, tensor) for path, tensor in reversed(listed) if tensor.sparse is not None}
+    if not sparse:
+        return []
+    from ckpt_tui.core.values.sparse_checks import sparse_problem
+
+    problems = []
+    for path, tensor in reversed(sparse.values()):
+        try:
+            found = sparse_problem(tensor, byteorder, cancelled)
+        except ReadError as exc:
+            problems.append(Problem("unreadable", f"{to_python(path)} (its indices): {exc}", path))
+            continue
+        if found is not None:
+            problems.append(Problem("sparse-indices", f"{to_python(path)}: {found}", path))
+    return problems
+
+
+def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Tensor], list[int | None]]:
+    """What is scanned for each listed tensor (a sparse tensor: its values part, where its NaN/Inf sit),
+    each distinct view's first tensor, and each listed tensor's view (an index into those; None: skipped)."""
+    scanned = [tensor if tensor.sparse is None else (tensor.sparse_values or tensor) for _, tensor in listed]
+    storages = list(map(operator.attrgetter("storage"), scanned))
+    if (
+        set(map(operator.attrgetter("kind"), scanned)) == {"dense"}
+        and not any(map(operator.is_, storages, itertools.repeat(None)))
+        and len(set(map(id, storages))) == len(storages)
+    ):  # each tensor over its own storage (a state_dict of 50,000): each one view, at C speed
+        return scanned, scanned, list(range(len(scanned)))
+    views: dict[tuple[Any, ...], int] = {}
+    first_of_view: list[Tensor] = []
+    positions: list[int | None] = []
+    for tensor in scanned:
+        if tensor.storage is None or tensor.kind != "dense":
+            positions.append(None)
+            continue
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        position = views.get(view)
+        if position is None:
+            position = views[view] = len(first_of_view)
+            first_of_view.append(tensor)
+        positions.append(position)
+    return scanned, first_of_view, positions
+
+
+def _finite_beside(views: list[Tensor], byteorder: str) -> forked.Forked | None:
+    """The batched NaN/Inf scan of ``views`` started in a child process (the summary is made meanwhile)."""
+
+    def scan() -> list[int]:
+        from ckpt_tui.core.values.finite_scan import all_finite
+
+        return [1 if clean else 0 for clean in all_finite(views, byteorder)]
+
+    return forked.fork(scan)
+
+
+def _finite_result(child: forked.Forked | None, count: int) -> list[bool | None] | None:
+    """The child's answers as :func:`~ckpt_tui.core.values.finite_scan.all_finite` gives them; None without them."""
+    wire = child.result() if child is not None else None
+    if not isinstance(wire, list) or len(wire) != count:
+        return None
+    return [True if clean == 1 else None for clean in wire]
+
+
+def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
+    """Whether a tensor's first values are all zero (then the whole tensor is read to tell an unused moment)."""
+    from ckpt_tui.core.values.tensor_values import TensorReader
+
+    try:
+        return not TensorReader(tensor, byteorder).first(64).any()
+    except ReadError:
+        return True
+
+
+def weights_only_problem(judged: Verdict) -> Problem:
+    """The problem a refusing verdict adds (its blockers in ``detail``)."""
+    if judged.blockers:
+        names = ", ".join(b.name for b in judged.blockers[:5]) + (" …" if len(judged.blockers) > 5 else "")
+        message = f"torch.load(weights_only=True) refuses it: {len(judged.blockers)} globals not allowed ({names})"
+    else:
+        message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
+    return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})

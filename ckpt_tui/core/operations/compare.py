@@ -1,0 +1,876 @@
+"""Why a checkpoint does not fit a model: missing, unexpected, mismatched keys, and the fix.
+
+The fix is searched, not guessed. Candidates are chains of ``convert`` edits, in the pipeline's
+order: extract the weights (the inner state_dict, an EMA copy, a pickled module's state_dict), drop
+what the model cannot take (PEFT adapters, the other copy of EMA/live weights, keys it lacks),
+strip a prefix (wrappers, or any the reference shows is needed), rename by rules (the PEFT
+``base_layer`` infix, renamed modules aligned by structure, see :mod:`ckpt_tui.core.edits.renames`), add
+a prefix. Each is scored against the reference; the best is proposed with the match it reaches,
+and (through :func:`compare_checkpoint`) checked by applying it to the real tree, so the command
+printed is the command that reaches that match.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_tui.core.conventions import layouts
+from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
+from ckpt_tui.core.edits.renames import Shapes, align, infer_rules
+from ckpt_tui.core.edits.tree_edits import RenameRule, glob_escape, module_state_dict
+from ckpt_tui.core.errors import CkptError, EditError, ReadError
+from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.model.tree import Opaque, Tensor, get
+from ckpt_tui.core.runtime.shell import join_command, option, path_arg
+
+KNOWN_PREFIXES = tuple(PREFIX_ORIGINS)
+MAX_CANDIDATES = 4
+LEFTOVER_DROP_LIMIT = 100
+EMA_GLOB_LIMIT = 20
+KEYS_FILE_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the reference expects of one key (shape/dtype when known)."""
+
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+
+
+Reference = dict[str, Expected]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a suggested fix: ``extract`` (a KeyPath), ``drop`` (a key), ``drop-keys`` (a glob),
+    ``strip`` / ``add`` (a prefix) or ``rename`` (a :class:`RenameRule`)."""
+
+    kind: str
+    arg: Any
+
+    def describe(self) -> str:
+        """In words: ``extract model``, ``strip 'module.'``."""
+        if self.kind == "extract":
+            return f"extract {to_slash(self.arg)}" if self.arg else "extract the module's state_dict"
+        if self.kind == "drop":
+            return f"drop {self.arg!r}"
+        if self.kind == "drop-keys":
+            return f"drop the keys matching {self.arg!r}"
+        if self.kind == "rename":
+            assert isinstance(self.arg, RenameRule)
+            return self.arg.describe()
+        return f"{'strip' if self.kind == 'strip' else 'add'} {self.arg!r}"
+
+
+@dataclass
+class Suggestion:
+    """A chain of edits, and the match it reaches: ``missing``/``unexpected`` are what is left."""
+
+    steps: list[Step]
+    matched: int
+    total: int
+    shape_mismatches: int
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    label: str = ""
+    rule_counts: list[int] = field(default_factory=list)
+    at: KeyPath = ()
+    explicit_target: bool = False
+
+    @property
+    def full(self) -> bool:
+        """Every key and shape fits after it."""
+        return not self.missing and not self.unexpected and not self.shape_mismatches
+
+    def describe(self) -> str:
+        """``after extract model and strip 'module.': 9/9 keys match, 0 shape mismatches``."""
+        parts: list[str] = []
+        for kind, steps in itertools.groupby(self.steps, key=lambda step: step.kind):
+            group = list(steps)
+            if kind == "drop" and len(group) > 1:
+                parts.append(f"drop {len(group)} keys")
+            elif kind == "drop-keys":
+                parts.append("drop the keys matching " + ", ".join(repr(step.arg) for step in group))
+            elif kind == "rename":
+                parts.append(f"rename by {len(group)} rule{'s' if len(group) > 1 else ''}")
+            else:
+                parts += [step.describe() for step in group]
+        what = " and ".join(parts)
+        return f"after {what}: {self.matched}/{self.total} keys match, {self.shape_mismatches} shape mismatches"
+
+    def rule_lines(self) -> list[str]:
+        """Each rename rule with the keys it moves."""
+        rules = [s.arg for s in self.steps if s.kind == "rename"]
+        return [
+            f"{rule.describe()}: {count} key{'' if count == 1 else 's'}"
+            for rule, count in zip(rules, self.rule_counts, strict=False)
+        ]
+
+    def options(self) -> Any:
+        """The :class:`~ckpt_tui.core.operations.convert.ConvertOptions` that apply it to the file."""
+        from ckpt_tui.core.operations.convert import ConvertOptions, path_text
+
+        options = ConvertOptions()
+        extracts = [s.arg for s in self.steps if s.kind == "extract"]
+        if extracts or self.at:
+            where = (*self.at, *(extracts[0] if extracts else ()))
+            options.extract = path_text(where) if where else "auto"
+        options.drop = [s.arg for s in self.steps if s.kind == "drop"]
+        options.drop_keys = [s.arg for s in self.steps if s.kind == "drop-keys"]
+        options.strip_prefix = next((s.arg for s in self.steps if s.kind == "strip"), None)
+        options.rename_rules = [s.arg for s in self.steps if s.kind == "rename"]
+        options.add_prefix = next((s.arg for s in self.steps if s.kind == "add"), None)
+        if self.explicit_target:
+            options.at = "/"
+        return options
+
+    def argv(self, path: str, output: str | None = None) -> list[str]:
+        """The exact ``ckpt-tui convert`` arguments that apply it (unquoted)."""
+        from ckpt_tui.core.operations.convert import fixed_output_path
+
+        tag = "fixed-" + "-".join(self.label.lower().split()[:1]) if self.label else "fixed"
+        output = output or fixed_output_path(path, tag=tag)
+        return ["ckpt-tui", "convert", path_arg(path), *option("--output", path_arg(output)), *self.options().argv()]
+
+    def command(self, path: str, output: str | None = None) -> str:
+        """The command, each argument quoted for the shell (safe to print and to paste)."""
+        return join_command(self.argv(path, output))
+
+    def to_json(self, path: str | None = None) -> dict[str, Any]:
+        """JSON form (with the command when the file's path is given)."""
+        out: dict[str, Any] = {
+            "steps": [step.describe() for step in self.steps],
+            "matched": self.matched,
+            "shape_mismatches": self.shape_mismatches,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "full_match": self.full,
+            "message": self.describe(),
+        }
+        if self.label:
+            out["label"] = self.label
+        if self.rule_counts:
+            out["rules"] = self.rule_lines()
+        if path is not None:
+            out["argv"] = self.argv(path)
+            out["command"] = join_command(out["argv"])
+        return out
+
+
+@dataclass
+class CompareReport:
+    """The result of comparing a checkpoint (or a subtree) with a reference."""
+
+    missing: list[str]
+    unexpected: list[str]
+    shape_mismatches: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+    dtype_mismatches: list[tuple[str, str, str]]
+    matched: int
+    total: int
+    suggestion: Suggestion | None = None
+    alternatives: list[Suggestion] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Layouts recognised (wrappers, PEFT, EMA, tied heads), in words."""
+    filled_on_load: list[str] = field(default_factory=list)
+    """Reference keys absent from the file that loading fills in (BatchNorm's ``num_batches_tracked``)."""
+    whole_module: bool = False
+    """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
+
+    @property
+    def ok(self) -> bool:
+        """A state_dict with all keys present and every shape right (dtypes cast on load, so they only warn)."""
+        return not self.whole_module and not self.missing and not self.unexpected and not self.shape_mismatches
+
+    def to_json(self, path: str | None = None) -> dict[str, Any]:
+        """JSON form (suggested commands included when the file's path is given)."""
+        out: dict[str, Any] = {
+            "ok": self.ok,
+            "matched": self.matched,
+            "reference_keys": self.total,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "shape_mismatches": [
+                {"key": k, "checkpoint": list(a), "reference": list(b)} for k, a, b in self.shape_mismatches
+            ],
+            "dtype_mismatches": [{"key": k, "checkpoint": a, "reference": b} for k, a, b in self.dtype_mismatches],
+            "missing_folded": fold_keys(self.missing),
+            "unexpected_folded": fold_keys(self.unexpected),
+            "notes": self.notes,
+            "whole_module": self.whole_module,
+            "filled_on_load": self.filled_on_load,
+        }
+        if self.suggestion is not None:
+            out["suggestion"] = self.suggestion.to_json(path)
+        if self.alternatives:
+            out["alternatives"] = [s.to_json(path) for s in self.alternatives]
+        return out
+
+
+# ---- references ---------------------------------------------------------------------------
+
+
+def reference_from_tree(root: Any) -> Reference:
+    """Keys, shapes and dtypes of a checkpoint's state_dict (its root, inner state_dict or module)."""
+    items = flat_items(root)
+    if not any(isinstance(v, Tensor) for _, v in items or []):
+        inner = inner_state_dict(root)
+        if not inner:
+            raise ReadError("the reference holds no state_dict")
+        items = flat_items(get(root, inner)) or []
+    return {k: Expected(v.shape, v.dtype) if isinstance(v, Tensor) else Expected() for k, v in items or []}
+
+
+def flat_items(value: Any) -> list[tuple[str, Any]] | None:
+    """A dict's (key, value) pairs, or a pickled module's state_dict items; None for anything else."""
+    if isinstance(value, Opaque) and value.is_module:
+        return list(module_state_dict(value).items())
+    if isinstance(value, dict):
+        return [(k, v) for k, v in value.items() if isinstance(k, str)]
+    return None
+
+
+SHAPE = re.compile(r"[\[(]([\d,\s]*)[\])]|(\d+(?:\s*[x×]\s*\d+)+)")
+DTYPE = re.compile(r"\b(?:torch\.)?((?:b?float|u?int|complex)\d+|bool|float8_\w+)\b")
+
+
+def reference_from_text(text: str) -> Reference:
+    """A keys file: one key a line, optionally followed by a shape (``[81, 256]``, ``81x256``) and a dtype."""
+    reference: Reference = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, rest = line.partition(" ")
+        key = key.rstrip(":=,")
+        if not key:
+            raise ReadError(f"line {number} of the keys file has no key")
+        shape = None
+        match = SHAPE.search(rest)
+        if match:
+            numbers = re.findall(r"\d+", match.group(0))
+            if any(len(n) > 18 for n in numbers):
+                raise ReadError(f"line {number} of the keys file has a dimension too large to be real")
+            shape = tuple(int(n) for n in numbers)
+        dtype_match = DTYPE.search(rest)
+        reference[key] = Expected(shape, dtype_match.group(1) if dtype_match else None)
+    if not reference:
+        raise ReadError("the keys file lists no keys")
+    return reference
+
+
+def read_keys_file(path: str) -> Reference:
+    """A keys file from disk: UTF-8 text of at most 64 MB."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(KEYS_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise ReadError(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > KEYS_FILE_LIMIT:
+        raise ReadError(f"{path}: a keys file over 64 MB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ReadError(f"{path}: the keys file is not UTF-8 text (invalid byte on line {line})") from None
+    if "\x00" in text:
+        raise ReadError(f"{path}: the keys file holds NUL bytes: not text")
+    return reference_from_text(text)
+
+
+def reference_from_model(spec: str) -> Reference:
+    """Import ``package.module:factory``, call it, and read its ``state_dict()``. This runs the user's code."""
+    import importlib
+    import sys
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ReadError(f"--model takes package.module:callable, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
+        model = factory()
+    except Exception as exc:  # the user's code can fail in any way; report it in one line
+        raise ReadError(f"--model {spec}: {type(exc).__name__}: {exc}") from None
+    state = model.state_dict() if hasattr(model, "state_dict") else model
+    if not isinstance(state, dict):
+        raise ReadError(f"--model {spec} returned neither a module nor a state_dict")
+    reference: Reference = {}
+    for key, value in state.items():
+        shape = tuple(value.shape) if hasattr(value, "shape") else None
+        dtype = str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
+        reference[str(key)] = Expected(shape, dtype)
+    return reference
+
+
+def load_reference(against: str | None, model: str | None) -> Reference:
+    """The reference named on the command line: a checkpoint, a keys file, or a model factory."""
+    if model:
+        return reference_from_model(model)
+    assert against is not None
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    try:
+        return reference_from_tree(open_checkpoint(against).root)
+    except ReadError as exc:
+        if "text file" in str(exc) or _looks_like_keys_file(against):
+            return read_keys_file(against)
+        raise
+
+
+def _looks_like_keys_file(path: str) -> bool:
+    """A small regular file of UTF-8 text (a keys file some format sniff took for something else)."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > KEYS_FILE_LIMIT:
+            return False
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError:
+        return False
+    return b"\x00" not in data and _mostly_text(data.decode("utf-8", "replace"))
+
+
+def _mostly_text(text: str) -> bool:
+    """Text with at most a few bad bytes (a keys file saved in the wrong encoding), not a binary file.
+
+    Such a file is then read as a keys file, so its error names the bad line instead of a pickle opcode.
+    """
+    if not text.strip():
+        return False
+    odd = sum(1 for char in text if char == "\ufffd" or (char < " " and char not in "\t\n\r"))
+    return odd * 10 <= max(len(text), 40)
+
+
+# ---- comparing ----------------------------------------------------------------------------
+
+
+def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath = ()) -> CompareReport:
+    """Compare a checkpoint's subtree (at ``at``) with a reference, and search for the edits that fix it."""
+    items = flat_items(value)
+    if items is None:
+        raise EditError("the compared value is not a dict or module")
+    report = _compare_items(items, reference, getattr(value, "_metadata", None) if isinstance(value, dict) else None)
+    if report.filled_on_load:
+        report.notes.append(
+            f"{len(report.filled_on_load)} num_batches_tracked keys are absent, and BatchNorm fills them in on "
+            "load (the file's _metadata has no version 2 for their modules, as in checkpoints that predate them)"
+        )
+    if isinstance(value, Opaque) and value.is_module:
+        report.whole_module = True
+        report.notes.append(
+            "a whole pickled nn.Module: its state_dict is compared, but load_state_dict takes a state_dict, "
+            "not the module; extracting it gives one"
+        )
+    if suggest and not report.ok:
+        found, notes = suggest_fixes(value, reference, report)
+        for suggestion in found:
+            suggestion.at = at
+        if found:
+            report.suggestion, report.alternatives = found[0], found[1:]
+        report.notes += notes
+    report.notes += _tied_notes(report, items, reference)
+    return report
+
+
+def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareReport:
+    """:func:`compare` of the subtree at ``at``, each suggestion checked by applying its ``convert``
+    options to ``root``: what it reaches is measured, not estimated, and a suggestion that fails or
+    does not help is dropped."""
+    report = compare(get(root, at), reference, at=at)
+    found = [s for s in [report.suggestion, *report.alternatives] if s is not None]
+    verified = [s for s in found if verify(root, s, reference) and _helps(s, report)]
+    report.suggestion, report.alternatives = (verified[0], verified[1:]) if verified else (None, [])
+    return report
+
+
+def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
+    """Apply the suggestion as ``convert`` would, and set what it reaches from the result (naming the
+    edited dict explicitly, ``--at /``, when the default target would be another); False if it fails."""
+    result = _apply(root, suggestion, reference)
+    if result is None or not _reaches(result, suggestion):
+        suggestion.explicit_target = True
+        retry = _apply(root, suggestion, reference)
+        if retry is not None and (result is None or _reaches(retry, suggestion)):
+            result = retry
+        else:
+            suggestion.explicit_target = False
+    if result is None:
+        return False
+    suggestion.matched, suggestion.total = result.matched, result.total
+    suggestion.missing, suggestion.unexpected = result.missing, result.unexpected
+    suggestion.shape_mismatches = len(result.shape_mismatches)
+    return True
+
+
+def _apply(root: Any, suggestion: Suggestion, reference: Reference) -> CompareReport | None:
+    from ckpt_tui.core.operations.convert import apply_options
+
+    try:
+        fixed = apply_options(root, suggestion.options())[0]
+        return compare(fixed, reference, suggest=False)
+    except CkptError:
+        return None
+
+
+def _reaches(result: CompareReport, suggestion: Suggestion) -> bool:
+    return (
+        result.matched >= suggestion.matched
+        and len(result.missing) <= len(suggestion.missing)
+        and len(result.unexpected) <= len(suggestion.unexpected)
+        and len(result.shape_mismatches) <= suggestion.shape_mismatches
+    )
+
+
+def filled_on_load(key: str, metadata: Any) -> bool:
+    """A missing ``num_batches_tracked`` that BatchNorm's ``_load_from_state_dict`` adds itself: the
+    checkpoint predates it (no ``version`` 2 for that module in ``_metadata``), so it still loads."""
+    module, _, leaf = key.rpartition(".")
+    if leaf != "num_batches_tracked":
+        return False
+    entry = metadata.get(module) if isinstance(metadata, dict) else None
+    version = entry.get("version") if isinstance(entry, dict) else None
+    return not isinstance(version, int) or version < 2
+
+
+def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata: Any = None) -> CompareReport:
+    """Keys and shapes against the reference; ``metadata`` is the compared dict's ``_metadata``."""
+    have = dict(items)
+    missing = [k for k in reference if k not in have]
+    filled: list[str] = []
+    if missing and all(filled_on_load(k, metadata) for k in missing):  # only they stand between it and a fit
+        filled, missing = missing, []
+    unexpected = [k for k in have if k not in reference and k != "_metadata"]
+    shapes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+    dtypes: list[tuple[str, str, str]] = []
+    matched = 0
+    for key, expected in reference.items():
+        if key not in have:
+            continue
+        value = have[key]
+        matched += 1
+        if isinstance(value, Tensor):
+            if expected.shape is not None and value.shape != expected.shape:
+                shapes.append((key, value.shape, expected.shape))
+            if expected.dtype is not None and value.dtype != expected.dtype:
+                dtypes.append((key, value.dtype, expected.dtype))
+    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled)
+
+
+# ---- the search ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Variant:
+    """Weights to fit, after extraction and the drops a layout calls for."""
+
+    steps: list[Step]
+    items: list[tuple[str, Any]]  # (key after extraction, value), drops applied
+    label: str = ""
+    strips: list[str] | None = None  # None: search; else only these
+    rules: list[RenameRule] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Chain:
+    variant: _Variant
+    strip: str | None
+    rules: list[RenameRule]
+    add: str | None
+    drops: list[str] = field(default_factory=list)
+
+    def renamed(self) -> list[tuple[str, str, Any]]:
+        """(key before renames, key after, value) for every kept key."""
+        out = []
+        for key, value in self._kept():
+            new = self._stripped(key)
+            for rule in self.rules:
+                new = rule.apply(new)
+            out.append((key, (self.add or "") + new, value))
+        return out
+
+    def _kept(self) -> list[tuple[str, Any]]:
+        drops = set(self.drops)
+        return [(k, v) for k, v in self.variant.items if k not in drops]
+
+    def _stripped(self, key: str) -> str:
+        """``--strip-prefix``'s rule: keys that start with the prefix and go on after it."""
+        strip = self.strip
+        return key[len(strip) :] if strip and key.startswith(strip) and key != strip else key
+
+    def rule_counts(self) -> list[int]:
+        """How many keys each rename rule moves, applied in order."""
+        counts = [0] * len(self.rules)
+        for key, _ in self._kept():
+            new = self._stripped(key)
+            for index, rule in enumerate(self.rules):
+                renamed = rule.apply(new)
+                counts[index] += renamed != new
+                new = renamed
+        return counts
+
+    def steps(self) -> list[Step]:
+        steps = [s for s in self.variant.steps if s.kind == "extract"]
+        steps += [Step("drop", key) for key in self.drops]
+        steps += [s for s in self.variant.steps if s.kind != "extract"]
+        steps += [Step("strip", self.strip)] if self.strip else []
+        steps += [Step("rename", rule) for rule in self.rules]
+        steps += [Step("add", self.add)] if self.add else []
+        return steps
+
+
+def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> tuple[list[Suggestion], list[str]]:
+    """The best fix (live weights first), then alternatives (the EMA weights); and the layouts seen."""
+    ref_set = set(reference)
+    best_by_label: dict[str, tuple[tuple[Any, ...], Suggestion, _Variant]] = {}
+    for variant in _variants(value):
+        chain = _best_prefix_chain(variant, reference, ref_set)
+        if chain is None:
+            continue
+        for candidate in _improved(chain, reference, ref_set):
+            suggestion = _evaluate(candidate, reference)
+            if not suggestion.steps or not _helps(suggestion, baseline):
+                continue
+            score = _score(suggestion)
+            current = best_by_label.get(variant.label)
+            if current is None or score > current[0]:
+                best_by_label[variant.label] = (score, suggestion, variant)
+    ranked = sorted(best_by_label.values(), key=lambda entry: (entry[0][0], entry[1].label == "", entry[0]))
+    ranked.reverse()
+    found = [suggestion for _, suggestion, _ in ranked]
+    notes: list[str] = []
+    for _, suggestion, variant in ranked:
+        for note in variant.notes:
+            if note not in notes:
+                notes.append(note)
+        notes += [n for n in _strip_notes(suggestion) if n not in notes]
+    return found, notes
+
+
+def _score(suggestion: Suggestion) -> tuple[Any, ...]:
+    return (
+        suggestion.full,
+        suggestion.matched - suggestion.shape_mismatches,
+        -len(suggestion.unexpected),
+        -len(suggestion.steps),
+    )
+
+
+def _helps(suggestion: Suggestion, baseline: CompareReport) -> bool:
+    if suggestion.full or suggestion.matched > baseline.matched or baseline.whole_module:
+        return True
+    head_only = not baseline.missing and not baseline.unexpected and baseline.shape_mismatches
+    return bool(head_only) and suggestion.shape_mismatches == 0
+
+
+def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
+    renamed = chain.renamed()
+    result = _compare_items([(new, value) for _, new, value in renamed], reference)
+    return Suggestion(
+        chain.steps(),
+        result.matched,
+        result.total,
+        len(result.shape_mismatches),
+        result.missing,
+        result.unexpected,
+        chain.variant.label,
+        chain.rule_counts(),
+    )
+
+
+def _variants(value: Any) -> list[_Variant]:
+    """Where the weights may be (the value, its inner state_dicts, a module's state_dict), each with
+    the drops its layout calls for (PEFT adapters; one copy of EMA/live weights)."""
+    bases: list[_Variant] = []
+    if isinstance(value, Opaque) and value.is_module:
+        bases.append(_Variant([Step("extract", ())], flat_items(value) or []))
+    else:
+        own = flat_items(value) or []
+        if any(isinstance(v, Tensor) for _, v in own):
+            bases.append(_Variant([], own))
+        for path, inner in state_dicts(value):
+            if path:
+                ema = any(layouts.is_ema_name(str(getattr(k, "name", k))) for k in path)
+                variant = _Variant([Step("extract", path)], flat_items(inner) or [], "EMA weights" if ema else "")
+                if ema:
+                    variant.notes.append(f"an EMA copy of the weights at {to_python(path)}")
+                bases.append(variant)
+    out: list[_Variant] = []
+    for base in bases:
+        out.append(base)
+        out += _peft_variants(base) + _ema_variants(base)
+    return out
+
+
+def _peft_variants(base: _Variant) -> list[_Variant]:
+    keys = [k for k, _ in base.items]
+    peft = layouts.peft_layout(keys)
+    if peft is None:
+        return []
+    globs = [f"*.{glob_escape(c)}.*" for c in peft.adapter_components]
+    items = _without(base.items, globs)
+    rules = [RenameRule(layouts.PEFT_BASE, "", anywhere=True)] if peft.base_layers else []
+    variant = _Variant(
+        [*base.steps, *(Step("drop-keys", g) for g in globs)],
+        items,
+        base.label,
+        [peft.prefix] if peft.prefix else None,
+        rules,
+        [peft.describe()],
+    )
+    return [variant]
+
+
+def _ema_variants(base: _Variant) -> list[_Variant]:
+    keys = [k for k, _ in base.items]
+    prefix = layouts.ema_prefix(keys)
+    if not prefix:
+        return []
+    depth = prefix.count(".")
+    live_items = [(k, v) for k, v in base.items if not k.startswith(prefix)]
+    ema_items = [(k, v) for k, v in base.items if k.startswith(prefix)]
+    others: dict[str, None] = {}
+    for key, _ in live_items:
+        parts = key.split(".")
+        others[glob_escape(".".join(parts[:depth])) + ".*" if len(parts) > depth else glob_escape(key)] = None
+    note = f"EMA weights under {prefix!r} beside the live weights: the fix takes the live ones; EMA offered too"
+    live_glob = glob_escape(prefix) + "*"
+    live = _Variant([*base.steps, Step("drop-keys", live_glob)], _without(base.items, [live_glob]), base.label)
+    live.notes.append(note)
+    variants = [live]
+    if len(others) <= EMA_GLOB_LIMIT:
+        rest = [k[len(prefix) :] for k, _ in ema_items]
+        strips = [prefix] + [prefix + w for w in layouts.WRAPPERS if sum(k.startswith(w) for k in rest) > len(rest) / 2]
+        steps = [*base.steps, *(Step("drop-keys", g) for g in others)]
+        variants.append(_Variant(steps, _without(base.items, list(others)), "EMA weights", strips, notes=[note]))
+    return variants
+
+
+def _without(items: list[tuple[str, Any]], globs: list[str]) -> list[tuple[str, Any]]:
+    """The items whose keys match none of the globs (as ``--drop-keys`` keeps them)."""
+    return [(k, v) for k, v in items if not any(fnmatch.fnmatchcase(k, g) for g in globs)]
+
+
+def _best_prefix_chain(variant: _Variant, reference: Reference, ref_set: set[str]) -> _Chain | None:
+    """The strip/add pair (with the variant's own rules) that matches the most keys."""
+    keys = [k for k, _ in variant.items]
+    if not keys:
+        return None
+    strip_options: list[str | None] = list(variant.strips or [])
+    if variant.strips is None:
+        strip_options = [None, *_strip_candidates(keys, ref_set)]
+        for lightning in (False, True):
+            wrapper = layouts.wrapper_prefix(keys, lightning)
+            if wrapper and wrapper not in strip_options:
+                strip_options.append(wrapper)
+
+    def matched(chain: _Chain) -> int:
+        return len({new for _, new, _ in chain.renamed()} & ref_set)
+
+    scored = sorted(
+        ((matched(_Chain(variant, s, variant.rules, None)), index, s) for index, s in enumerate(strip_options)),
+        key=lambda entry: (-entry[0], entry[1]),
+    )
+    best = (scored[0][0], _Chain(variant, scored[0][2], variant.rules, None))
+    if best[0] == len(ref_set):
+        return best[1]
+    ref_prefix = common_prefix(reference)
+    for _, _, strip in scored[:3]:
+        stripped = [k[len(strip) :] if strip and k.startswith(strip) else k for k in keys]
+        for add in _add_candidates(stripped, reference, ref_prefix):
+            trial = _Chain(variant, strip, variant.rules, add)
+            count = matched(trial)
+            if count > best[0]:
+                best = (count, trial)
+    return best[1]
+
+
+def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_Chain]:
+    """The chain, then the chain with rename rules for what is left, then with leftovers dropped."""
+    out = [chain]
+    current = _evaluate(chain, reference)
+    if current.missing and current.unexpected:
+        renamed = _with_renames(chain, reference, ref_set)
+        if renamed is not None:
+            trial = _evaluate(renamed, reference)
+            if _score(trial) > _score(current):
+                out.append(renamed)
+                chain, current = renamed, trial
+    if not current.missing and current.unexpected and len(current.unexpected) <= LEFTOVER_DROP_LIMIT:
+        leftover = set(current.unexpected)
+        drops = [old for old, new, _ in chain.renamed() if new in leftover]
+        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
+    elif not current.missing and not current.unexpected and current.shape_mismatches:
+        result = _compare_items([(new, v) for _, new, v in chain.renamed()], reference)
+        wrong = {k for k, _, _ in result.shape_mismatches}
+        drops = [old for old, new, _ in chain.renamed() if new in wrong]
+        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
+    return out
+
+
+def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Chain | None:
+    """The chain without its added prefix, plus the rename rules that align what is left by structure."""
+    base = _Chain(chain.variant, chain.strip, chain.rules, None)
+    renamed = base.renamed()
+    names = [new for _, new, _ in renamed]
+    present = set(names)
+    signatures = {new: _signature(v) for _, new, v in renamed}
+    source = [(new, signatures[new]) for new in names if new not in ref_set]
+    target = [(k, e.shape) for k, e in reference.items() if k not in present]
+    pairs = align(source, target)
+    if not pairs:
+        return None
+    shapes = Shapes(signatures, {k: e.shape for k, e in reference.items()})
+    rules = infer_rules(names, pairs, ref_set, shapes)
+    if not rules:
+        return None
+    return _Chain(chain.variant, chain.strip, [*chain.rules, *rules], None)
+
+
+def _signature(value: Any) -> tuple[int, ...] | None:
+    return value.shape if isinstance(value, Tensor) else None
+
+
+def _strip_candidates(keys: list[str], ref_set: set[str]) -> list[str]:
+    """Prefixes worth stripping: the keys' common prefix, and any whose removal turns keys into reference keys."""
+    strip: Counter[str] = Counter()
+    detected = common_prefix(keys)
+    if detected:
+        strip[detected] += len(keys)
+    for key in keys[:2000]:
+        parts = key.split(".")
+        for cut in range(1, min(4, len(parts))):
+            if ".".join(parts[cut:]) in ref_set:
+                strip[".".join(parts[:cut]) + "."] += 1
+    return [p for p, _ in strip.most_common(MAX_CANDIDATES)]
+
+
+def _add_candidates(keys: list[str], reference: Reference, ref_prefix: str | None) -> list[str]:
+    """Prefixes worth adding: the reference's common prefix, and any that turns keys into reference keys."""
+    add: Counter[str] = Counter()
+    if ref_prefix:
+        add[ref_prefix] += len(reference)
+    key_set = set(keys)
+    for ref in list(reference)[:2000]:
+        parts = ref.split(".")
+        for cut in range(1, min(4, len(parts))):
+            if ".".join(parts[cut:]) in key_set:
+                add[".".join(parts[:cut]) + "."] += 1
+    return [p for p, _ in add.most_common(MAX_CANDIDATES)]
+
+
+def _strip_notes(suggestion: Suggestion) -> list[str]:
+    return [
+        f"keys start with {step.arg!r}: {layouts.describe_wrappers(str(step.arg))}"
+        for step in suggestion.steps
+        if step.kind == "strip" and layouts.split_wrappers(str(step.arg)) is not None
+    ]
+
+
+def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: Reference) -> list[str]:
+    """Missing output heads that the model ties to its input embedding (Hugging Face ``lm_head``)."""
+    missing = report.suggestion.missing if report.suggestion is not None else report.missing
+    if not missing:
+        return []
+    present = {k: _signature(v) for k, v in items}
+    present.update({k: e.shape for k, e in reference.items() if k not in missing})
+    notes = []
+    for key in missing:
+        tied = layouts.tied_head(key, present, reference[key].shape if key in reference else None)
+        if tied is not None:
+            notes.append(
+                f"{key} is absent from the file: it has the shape of {tied}, an output head tied to the input "
+                "embedding (Hugging Face tie_weights). Hugging Face's from_pretrained ties it; "
+                "load_state_dict needs strict=False and then model.tie_weights()"
+            )
+    return notes
+
+
+def apply_suggestion(root: Any, at: KeyPath, suggestion: Suggestion) -> tuple[Any, list[Any]]:
+    """Apply a suggestion's steps with the ordinary edits (so the TUI can undo them), at ``at``."""
+    from ckpt_tui.core.edits import tree_edits as edits
+
+    changes = []
+    value_path = at
+    drops = [str(s.arg) for s in suggestion.steps if s.kind == "drop"]
+    globs = [str(s.arg) for s in suggestion.steps if s.kind == "drop-keys"]
+    rules = [s.arg for s in suggestion.steps if s.kind == "rename"]
+    for step in suggestion.steps:
+        if step.kind == "extract":
+            target = get(root, value_path)
+            if isinstance(target, Opaque) and target.is_module and not step.arg:
+                root, change = edits.extract(root, value_path)
+            else:
+                root, change = edits.extract(root, (*value_path, *step.arg))
+            value_path = ()
+        elif step.kind == "drop":
+            if step.arg != drops[0]:
+                continue
+            root, change = edits.drop_keys(root, [glob_escape(k) for k in drops], value_path)
+        elif step.kind == "drop-keys":
+            if step.arg != globs[0]:
+                continue
+            root, change = edits.drop_keys(root, globs, value_path)
+        elif step.kind == "strip":
+            root, change = edits.strip_prefix(root, str(step.arg), value_path)
+        elif step.kind == "rename":
+            if step.arg is not rules[0]:
+                continue
+            root, change = edits.rename_keys_by_rules(root, rules, value_path)
+        else:
+            root, change = edits.add_prefix(root, str(step.arg), value_path)
+        changes.append(change)
+    return root, changes
+
+
+# ---- folding ------------------------------------------------------------------------------
+
+
+def fold_keys(keys: Iterable[str]) -> list[str]:
+    """Fold keys that differ only in one index: ``layers.{0...31}.attn.q.weight``."""
+    return [text for text, _ in fold_keys_with_first(keys)]
+
+
+def fold_keys_with_first(keys: Iterable[str]) -> list[tuple[str, str]]:
+    """:func:`fold_keys`, each folded text with the first key it stands for."""
+    groups: dict[Any, list[int]] = {}
+    first: dict[Any, str] = {}
+    for key in keys:
+        parts = key.split(".")
+        index = next((i for i, part in enumerate(parts) if part.isdigit() and len(part) < 10), None)
+        group: Any = key if index is None else (tuple(parts[:index]), tuple(parts[index + 1 :]))
+        if group not in first:
+            first[group] = key
+            groups[group] = []
+        if index is not None:
+            groups[group].append(int(parts[index]))
+    folded = []
+    for group, numbers in groups.items():
+        if isinstance(group, str) or len(set(numbers)) == 1:
+            folded.append((first[group], first[group]))
+            continue
+        before, after = group
+        middle = "{" + _ranges(sorted(set(numbers))) + "}"
+        folded.append((".".join([*before, middle, *after]), first[group]))
+    return folded
+
+
+def _ranges(numbers: list[int]) -> str:
+    spans: list[str] = []
+    start = previous = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == previous + 1:
+            previous = number
+            continue
+        spans.append(f"{start}...{previous}" if previous > start else str(start))
+        if number is not None:
+            start = previous = number
+    return ",".join(spans)

@@ -1,0 +1,328 @@
+"""``convert``: the fixed pipeline of edits, then save.
+
+The edits apply in this order, whatever the order on the command line:
+
+1. ``--extract PATH|auto``   make a subtree the root (a pickled module becomes its state_dict)
+2. ``--drop PATH``...        delete keys or subtrees
+3. ``--drop-keys GLOB``...   delete the state_dict's keys that match a glob
+4. ``--rename OLD=NEW``...   rename one key (a path)
+5. ``--strip-prefix P|auto`` remove a key prefix (auto: wrapper prefixes only)
+6. ``--rename-prefix OLD=NEW``, ``--rename-infix OLD=NEW``, ``--rename-map FILE``: rename rules, in
+   the order given (the map file's last), each applied to the result of the previous
+7. ``--add-prefix P``        put a prefix in front of every key
+8. ``--map-location SPEC``   rewrite the saved device tags
+9. ``--dtype fp16|bf16|fp32`` cast floating-point tensors (the model's weights unless ``--at``)
+
+Steps 3 and 5-7 (and 9) apply to the dict ``--at PATH`` names, by default the detected state_dict.
+:meth:`ConvertOptions.argv` writes options back as arguments, so a suggested fix is printed as
+exactly the options this pipeline applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict
+from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.edits.tree_edits import Change, RenameRule
+from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime.shell import option
+
+if TYPE_CHECKING:  # the writer imports numpy: loaded only when a file is written
+    from ckpt_tui.core.writers.save import WriteResult
+
+RENAME_MAP_LIMIT = 16 * 1024 * 1024
+FIXED_SUFFIXES = (".json", ".index", ".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".tar", ".pkl")
+
+
+@dataclass
+class ConvertOptions:
+    """The edits asked for on the command line."""
+
+    extract: str | None = None
+    drop: list[str] = field(default_factory=list)
+    drop_keys: list[str] = field(default_factory=list)
+    rename: list[str] = field(default_factory=list)
+    strip_prefix: str | None = None
+    rename_rules: list[RenameRule] = field(default_factory=list)
+    rename_map: str | None = None
+    add_prefix: str | None = None
+    at: str | None = None
+    map_location: str | None = None
+    dtype: str | None = None
+    sanitize: bool = False
+    """Rewrite what torch.load(weights_only=True) refuses as plain data (``--drop`` then reaches inside objects)."""
+
+    def argv(self) -> list[str]:
+        """The ``convert`` arguments that ask for exactly these edits (unquoted; see ``core.shell``)."""
+        out: list[str] = []
+        if self.extract is not None:
+            out += option("--extract", self.extract)
+        for path in self.drop:
+            out += option("--drop", path)
+        for pattern in self.drop_keys:
+            out += option("--drop-keys", pattern)
+        for spec in self.rename:
+            out += option("--rename", spec)
+        if self.strip_prefix is not None:
+            out += option("--strip-prefix", self.strip_prefix)
+        for rule in self.rename_rules:
+            out += option(rule.option, rule.spec)
+        if self.rename_map is not None:
+            out += option("--rename-map", self.rename_map)
+        if self.add_prefix is not None:
+            out += option("--add-prefix", self.add_prefix)
+        if self.at is not None:
+            out += option("--at", self.at)
+        if self.map_location is not None:
+            out += option("--map-location", self.map_location)
+        if self.dtype is not None:
+            out += option("--dtype", self.dtype)
+        return out
+
+
+@dataclass
+class ConvertOutcome:
+    """The changes made, notes on ``auto`` edits that had nothing to do, and what was written (None: dry run)."""
+
+    changes: list[Change]
+    result: WriteResult | None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_path(root: Any, text: str) -> KeyPath:
+    """A ``/``-separated path resolved against the tree. Keys may themselves hold ``/`` (the longest
+    name that is a key wins), and a key may start or end with one; empty parts are separators."""
+    parts = text.split("/")
+    path: list[Any] = []
+    value = root
+    index = 0
+    while index < len(parts):
+        for end in range(len(parts), index, -1):
+            key = _match_key(value, "/".join(parts[index:end]))
+            if key is not None:
+                path.append(key)
+                value = child(value, key)
+                index = end
+                break
+        else:
+            if parts[index] == "":
+                index += 1
+                continue
+            where = to_python(tuple(path)) if path else "the root"
+            raise EditError(f"no key {parts[index]!r} at {where}")
+    return tuple(path)
+
+
+def resolve_option_path(root: Any, text: str, option_name: str) -> KeyPath:
+    """A path given to a read-only option (``check --at``, ``diff --at-a``): a path that is not in the
+    file is a bad argument (exit 2), not a finding."""
+    try:
+        return resolve_path(root, text)
+    except EditError as exc:
+        raise ReadError(f"{option_name} {text!r}: {exc}") from None
+
+
+def _match_key(value: Any, name: str) -> Any:
+    if isinstance(value, dict) and name in value:
+        return name
+    for key, _ in children(value) if isinstance(value, (dict, list, tuple, Opaque)) else []:
+        if key_text(key) == name:
+            return key
+    return None
+
+
+def path_text(path: KeyPath) -> str:
+    """A key path in the ``/`` form :func:`resolve_path` reads back."""
+    return "/".join(key_text(key) for key in path)
+
+
+def read_rename_map(path: str) -> list[RenameRule]:
+    """A rename-map file: a JSON object ``{"old.prefix.": "new.prefix.", ...}``, applied in order."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(RENAME_MAP_LIMIT + 1)
+    except OSError as exc:
+        raise ReadError(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > RENAME_MAP_LIMIT:
+        raise ReadError(f"{path}: the rename map is over 16 MB")
+    try:
+        mapping = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ReadError(f"{path}: not a JSON rename map ({type(exc).__name__})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise ReadError(f'{path}: a rename map is one JSON object of strings, {{"old.": "new."}}')
+    if not mapping or "" in mapping:
+        raise ReadError(f"{path}: the rename map has no rules, or an empty prefix")
+    return [RenameRule(old, new) for old, new in mapping.items()]
+
+
+def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change], list[str]]:
+    """Apply the edits in their documented order; return the tree, the changes and notes on
+    ``auto`` edits that had nothing to do (a no-op, not an error, so batches can run)."""
+    changes: list[Change] = []
+    notes: list[str] = []
+    lightning = _is_lightning_state_dict(root, options.extract)
+
+    def run(result: tuple[Any, Change]) -> Any:
+        changes.append(result[1])
+        return result[0]
+
+    if options.extract == "auto" and edits.is_flat_state_dict(root):
+        notes.append("--extract auto: the file already is a flat state_dict; nothing to extract")
+    elif options.extract:
+        target = "auto" if options.extract == "auto" else resolve_path(root, options.extract)
+        root = run(edits.extract(root, target))
+
+    def at() -> KeyPath | None:
+        return resolve_path(root, options.at) if options.at is not None else None
+
+    if options.sanitize:
+        from ckpt_tui.core.edits.sanitize import sanitize
+
+        root = run(sanitize(root, [resolve_path(root, path) for path in options.drop]))
+    for path in [] if options.sanitize else options.drop:
+        root = run(edits.delete(root, resolve_path(root, path)))
+    if options.drop_keys:
+        root = run(edits.drop_keys(root, options.drop_keys, at()))
+    for spec in options.rename:
+        old, sep, new = spec.rpartition("=")
+        if not sep or not old or not new:
+            raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
+        root = run(edits.rename(root, resolve_path(root, old), new))
+    if options.strip_prefix == "auto":
+        where = at()
+        where = edits.default_target(root) if where is None else where
+        if edits.wrapper_prefix_at(root, where, lightning or None):
+            root = run(edits.strip_prefix(root, "auto", where, lightning or None))
+        else:
+            notes.append("--strip-prefix auto: " + edits.no_wrapper_message(root, where) + "; nothing stripped")
+    elif options.strip_prefix:
+        root = run(edits.strip_prefix(root, options.strip_prefix, at()))
+    rules = [*options.rename_rules, *(read_rename_map(options.rename_map) if options.rename_map else [])]
+    if rules:
+        root = run(edits.rename_keys_by_rules(root, rules, at()))
+    if options.add_prefix:
+        root = run(edits.add_prefix(root, options.add_prefix, at()))
+    if options.map_location:
+        root = run(edits.remap_devices(root, options.map_location))
+    if options.dtype:
+        root = run(edits.cast(root, options.dtype, at()))
+    return root, changes, notes
+
+
+def _is_lightning_state_dict(root: Any, extract: str | None) -> bool:
+    """Whether the keys edited after ``extract`` are a Lightning checkpoint's ``state_dict``."""
+    from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
+
+    if not extract or not is_lightning_checkpoint(root):
+        return False
+    if extract == "auto":
+        return inner_state_dict(root) == ("state_dict",)
+    return extract.strip("/") == "state_dict"
+
+
+TORCHSCRIPT_WHOLE = (
+    "a TorchScript archive's module objects cannot be written as a checkpoint; use --extract auto for its weights"
+)
+
+
+def convert(
+    path: str | list[str],
+    options: ConvertOptions,
+    output: str | None,
+    fmt: str | None = None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+) -> ConvertOutcome:
+    """Read, edit, and (unless dry) save with verification."""
+    checkpoint = open_checkpoint(path)
+    writes_modules = not (options.extract or options.sanitize or dry_run or output is None)
+    if checkpoint.format == "torchscript" and writes_modules:  # --sanitize replaces the module objects
+        raise WriteError(TORCHSCRIPT_WHOLE)
+    root, changes, notes = apply_options(checkpoint.root, options)
+    if dry_run or output is None:
+        return ConvertOutcome(changes, None, notes)
+    from ckpt_tui.core.writers.save import save
+
+    check = loads_with_weights_only if options.sanitize else None
+    result = save(
+        root,
+        output,
+        fmt,
+        byteorder=checkpoint.byteorder,
+        force=force,
+        inputs=(checkpoint.path,),
+        metadata=checkpoint.metadata,
+        check=check,
+    )
+    return ConvertOutcome(changes, result, notes)
+
+
+def fixed_output_path(source: str, directory: str | None = None, tag: str = "fixed") -> str:
+    """A new file name for a fixed copy of ``source``: ``NAME.fixed.pth`` (``.safetensors`` for a
+    safetensors input; another ``tag`` for another variant) beside it (or in ``directory``), numbered
+    past any file that exists, never the input."""
+    normalized = os.path.normpath(source)
+    if directory is None:
+        directory = os.path.dirname(normalized)
+    name = os.path.basename(normalized) or "checkpoint"
+    suffix = ".safetensors" if name.endswith(".safetensors") else ".pth"
+    stem = name
+    while any(stem.endswith(s) and len(stem) > len(s) for s in FIXED_SUFFIXES):
+        stem = stem[: stem.rindex(".")]
+    for number in range(1, 10_000):
+        candidate = os.path.join(directory, f"{stem}.{tag}{'' if number == 1 else f'-{number}'}{suffix}")
+        if not os.path.lexists(candidate) and not _same_file(candidate, source):
+            return candidate
+    raise EditError("no free output name")
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def select(
+    checkpoint: Checkpoint, at: str | None, strip_prefix: str | None, side: str, at_option: str | None = None
+) -> Checkpoint:
+    """The checkpoint narrowed to the subtree ``at`` (a module becomes its state_dict), with
+    ``strip_prefix`` removed from its state_dict's keys: one side of ``diff --at-a/--strip-prefix-a``.
+    ``at_option`` names the option in errors (default ``--at-SIDE``)."""
+    root = checkpoint.root
+    at_option = at_option or f"--at-{side}"
+    if at:
+        where = resolve_option_path(root, at, at_option)
+        value = get(root, where)
+        try:
+            root = edits.extract(root, where)[0] if where or _is_module(value) else value
+        except EditError as exc:
+            raise ReadError(f"{at_option} {at!r}: {exc}") from None
+    if strip_prefix:
+        try:
+            root = edits.strip_prefix(root, strip_prefix)[0]
+        except EditError as exc:
+            raise ReadError(f"--strip-prefix-{side} {strip_prefix!r}: {exc}") from None
+    return dataclasses.replace(checkpoint, root=root)
+
+
+def _is_module(value: Any) -> bool:
+    return isinstance(value, Opaque) and value.is_module
+
+
+def loads_with_weights_only(path: Path) -> str:
+    """Refuse a written file that ``torch.load(weights_only=True)`` would still refuse (emulated, nothing run)."""
+    from ckpt_tui.core.weights_only.verdict import verdict
+
+    judged = verdict(open_checkpoint(path))
+    if judged.loads is False:
+        raise WriteError(f"the sanitized file would still be refused: {judged.headline()}; nothing was replaced")
+    return "torch.load(weights_only=True) accepts it (emulated)"

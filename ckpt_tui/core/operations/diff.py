@@ -1,0 +1,291 @@
+"""Diff two checkpoints: keys on one side only, shape/dtype changes, and value differences, streamed."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.model.describe import short_repr
+from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, has_children
+from ckpt_tui.core.values.batched_values import Gathered, PairBatches
+from ckpt_tui.core.values.fingerprint import Fingerprints
+from ckpt_tui.core.values.tensor_values import decode, paired_chunks
+
+RTOL, ATOL = 1e-5, 1e-8
+
+
+@dataclass
+class TensorDiff:
+    """How one common tensor differs."""
+
+    key: str
+    max_abs: float
+    close: bool
+    nan_mismatch: bool = False
+
+
+@dataclass
+class DiffReport:
+    """Everything that differs between A and B."""
+
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+    shape_changes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    dtype_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    value_changes: list[TensorDiff] = field(default_factory=list)
+    other_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    identical_tensors: int = 0
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """Nothing at all differs."""
+        return not (
+            self.only_a
+            or self.only_b
+            or self.shape_changes
+            or self.dtype_changes
+            or self.value_changes
+            or self.other_changes
+            or self.unreadable
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "identical": self.identical,
+            "identical_tensors": self.identical_tensors,
+            "only_in_a": self.only_a,
+            "only_in_b": self.only_b,
+            "shape_changes": [{"key": k, "a": list(a), "b": list(b)} for k, a, b in self.shape_changes],
+            "dtype_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.dtype_changes],
+            "value_changes": [
+                {"key": d.key, "max_abs_diff": d.max_abs, "allclose": d.close, "nan_mismatch": d.nan_mismatch}
+                for d in self.value_changes
+            ],
+            "other_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.other_changes],
+            "unreadable": [{"key": k, "error": e} for k, e in self.unreadable],
+        }
+
+
+def leaves(root: Any) -> dict[KeyPath, Any]:
+    """Every leaf (tensor or plain value) by its structured path (``{"a/b": x}`` is not ``{"a": {"b": x}}``).
+
+    Objects are leaves compared whole, by content (:mod:`~ckpt_tui.core.values.fingerprint`): sets (their
+    order is not data), numpy arrays and scalars, and every other opaque object but a module (whose
+    tensors are compared one by one). A container reached again (a shared list) is a leaf there, so
+    the walk stays linear in the file however much it shares.
+    """
+    if _is_leaf(root):  # a file holding one tensor or one value
+        return {(): root}
+    out: dict[KeyPath, Any] = {}
+    expanded: set[int] = {id(root)}
+    stack: list[tuple[KeyPath, Iterator[tuple[Key, Any]]]] = [((), children(root))]
+    while stack:  # depth first, each container's children in order
+        path, kids = stack[-1]
+        for key, kid in kids:
+            where = (*path, key)
+            if type(kid) is Tensor or _is_leaf(kid) or id(kid) in expanded:
+                out[where] = kid
+                continue
+            expanded.add(id(kid))
+            stack.append((where, children(kid)))
+            break
+        else:
+            stack.pop()
+    return out
+
+
+def compared_leaves(root: Any) -> dict[KeyPath, Any]:
+    """:func:`leaves`, with each sparse or quantized tensor split into its parts (indices, values,
+    size; integer values and quantizer), which are compared as ordinary values."""
+    out: dict[KeyPath, Any] = {}
+    for path, value in leaves(root).items():
+        parts = value.parts() if isinstance(value, Tensor) else None
+        if parts is None:
+            out[path] = value
+        else:
+            out.update(((*path, Attr(name)), part) for name, part in parts)
+    return out
+
+
+def _is_leaf(value: Any) -> bool:
+    if isinstance(value, (Tensor, set, frozenset)) or not has_children(value):
+        return True
+    return isinstance(value, Opaque) and not value.is_module
+
+
+def key_text(path: KeyPath) -> str:
+    """``a/b/c`` when that names one path unambiguously (str keys without ``/``); else ``ckpt["a/b"][1]``."""
+    if not path:
+        return "(root)"
+    if all(type(key) is str and key and "/" not in key for key in path):
+        return to_slash(path)
+    return to_python(path)
+
+
+def normalized(checkpoint: Checkpoint, strip_prefix: str | None) -> Any:
+    """The tree with ``strip_prefix`` removed from its state_dict's keys, when present."""
+    if not strip_prefix:
+        return checkpoint.root
+    try:
+        return edits.strip_prefix(checkpoint.root, strip_prefix)[0]
+    except EditError:
+        return checkpoint.root
+
+
+def diff(
+    a: Checkpoint,
+    b: Checkpoint,
+    strip_prefix: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DiffReport:
+    """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time."""
+    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
+    report = DiffReport(
+        only_a=[key_text(k) for k in left if k not in right],
+        only_b=[key_text(k) for k in right if k not in left],
+    )
+    common = [k for k in left if k in right]
+    prints_a, prints_b = Fingerprints(), Fingerprints()
+    compared: list[tuple[Tensor, Tensor]] = []  # the pairs whose values are compared, in order
+    for path in common:
+        x, y = left[path], right[path]
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype:
+            compared.append((x, y))
+    batches: PairBatches[_Compared] = PairBatches(compared, (a.byteorder, b.byteorder))
+    measure = functools.partial(_compare_batch, a.byteorder == b.byteorder)
+    answered: dict[int, _Compared] = {}
+    position = 0
+    for index, path in enumerate(common):
+        if progress is not None:
+            progress(index, len(common))
+        x, y = left[path], right[path]
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            if _diff_tensors(path, x, y, report):
+                if position >= batches.upcoming:
+                    answered.update(batches.read_until(position, measure))
+                result = answered.pop(position) if position in answered else _compared(x, y, a.byteorder, b.byteorder)
+                _record(path, result, report)
+                position += 1
+        elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
+            report.other_changes.append((key_text(path), _short(x), _short(y)))
+    return report
+
+
+def _short(value: Any) -> str:
+    return short_repr(value)
+
+
+def _kind(tensor: Tensor) -> str:
+    name = "Parameter" if tensor.parameter else "Tensor"
+    return f"{name}(requires_grad={tensor.requires_grad})"
+
+
+def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport) -> bool:
+    """Record how two tensors differ but for their values; whether their values are to be compared."""
+    same_meta = x.device == y.device and (x.parameter, x.requires_grad) == (y.parameter, y.requires_grad)
+    if same_meta and x.kind == y.kind and x.shape == y.shape and x.dtype == y.dtype:
+        return True  # the usual case, with nothing to record
+    key = key_text(path)
+    if x.device != y.device:
+        report.other_changes.append((key, f"saved on {x.device}", f"saved on {y.device}"))
+    if (x.parameter, x.requires_grad) != (y.parameter, y.requires_grad):
+        report.other_changes.append((key, _kind(x), _kind(y)))
+    if x.kind != y.kind:
+        report.other_changes.append((key, x.kind, y.kind))
+    if x.shape != y.shape:
+        report.shape_changes.append((key, x.shape, y.shape))
+        return False
+    if x.dtype != y.dtype:
+        report.dtype_changes.append((key, x.dtype, y.dtype))
+        return False
+    return True
+
+
+_Compared = tuple[float, bool, bool] | str | None
+"""How two tensors' values compare: None (bit-identical), (max |a-b|, allclose, NaN positions differ), or
+why they could not be read."""
+
+
+def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
+    try:
+        with np.errstate(all="ignore"):
+            return _compare_values(x, y, order_a, order_b)
+    except CkptError as exc:
+        return str(exc)
+
+
+def _record(path: KeyPath, result: _Compared, report: DiffReport) -> None:
+    if result is None:
+        report.identical_tensors += 1
+    elif isinstance(result, str):
+        report.unreadable.append((key_text(path), result))
+    else:
+        max_abs, close, nan_mismatch = result
+        report.value_changes.append(TensorDiff(key_text(path), max_abs, close, nan_mismatch))
+
+
+def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
+    """:func:`_compare_values` over a batch of pairs (same dtype, same element counts): the pairs it answers.
+
+    Pairs whose bits differ and that hold a NaN or an Inf (or whose difference overflows) are left out.
+    """
+    if dtype != dtype_b:
+        return {}
+    starts = a.bounds[:-1]
+    if same_order:
+        bits = np.dtype(f"u{a.values.dtype.itemsize}")
+        same = np.add.reduceat(a.values.view(bits) != b.values.view(bits), starts) == 0
+    else:  # read in different byte orders, values are compared even when equal (as the per-pair path does)
+        same = np.zeros(starts.size, np.bool_)
+    found: dict[int, _Compared] = dict.fromkeys(a.answered[same].tolist())
+    differ = a.answered[~same]
+    if differ.size:
+        found.update(_differences(dtype, a.select(differ), b.select(differ)))
+    return found
+
+
+def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
+    """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too)."""
+    starts = a.bounds[:-1]
+    with np.errstate(all="ignore"):
+        va, vb = decode(a.values, dtype), decode(b.values, dtype)
+        delta = np.abs(va - vb)
+        wide = np.abs(vb)
+        usable = np.isfinite(np.add.reduceat(delta, starts)) & np.isfinite(np.add.reduceat(wide, starts))
+        max_abs = np.maximum.reduceat(delta, starts)
+        close = np.add.reduceat(~(delta <= ATOL + RTOL * wide), starts) == 0
+    rows = zip(a.answered.tolist(), usable.tolist(), max_abs.tolist(), close.tolist(), strict=True)
+    return {index: (largest, near, False) for index, ok, largest, near in rows if ok}
+
+
+def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
+    """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ)."""
+    max_abs, close, nan_mismatch, same = 0.0, True, False, True
+    for raw_a, raw_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
+        if same and order_a == order_b and raw_a.tobytes() == raw_b.tobytes():
+            continue
+        same = False
+        va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
+        nan_a, nan_b = np.isnan(va), np.isnan(vb)
+        if (nan_a != nan_b).any():
+            nan_mismatch, close = True, False
+        both = ~(nan_a | nan_b)
+        delta = np.abs(va[both] - vb[both])
+        if delta.size:
+            finite = delta[np.isfinite(delta)]
+            if finite.size:
+                max_abs = max(max_abs, float(finite.max()))
+            if not np.all(delta <= ATOL + RTOL * np.abs(vb[both])):
+                close = False
+    if same:
+        return None
+    return max_abs, close, nan_mismatch

@@ -1,0 +1,408 @@
+"""Counts and totals of a checkpoint: what ``info`` prints and the TUI's header shows.
+
+The tree is walked once (:func:`~ckpt_tui.core.model.tree.walk`): each object is expanded at its first
+reference only, so the time is linear in the file however much it shares. Every shown reference to a
+tensor is listed (the same object under two keys is two rows; ``aliases`` counts the other references
+of a listed object); elements, devices and dtypes count each tensor object once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
+from ckpt_tui.core.conventions.state_dicts import (
+    inner_state_dict,
+    is_optimizer,
+    is_scheduler,
+    module_groups,
+    tensor_items,
+)
+from ckpt_tui.core.conventions.training_state import training_findings
+from ckpt_tui.core.model.describe import Totals, count
+from ckpt_tui.core.model.dtypes import DTYPES, itemsize
+from ckpt_tui.core.model.keypath import KeyPath, to_json
+from ckpt_tui.core.model.tree import (
+    Checkpoint,
+    FlatColumns,
+    Opaque,
+    Reference,
+    Storage,
+    Tensor,
+    get,
+    iter_tensors,
+    walk,
+)
+from ckpt_tui.core.runtime.safe_text import printable
+
+BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
+PARAMETER_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"})
+
+
+@dataclass
+class ModelCounts:
+    """Elements in the model's state_dict, split into parameters and buffers, and in optimizer state."""
+
+    path: KeyPath | None = None
+    parameters: int = 0
+    buffers: int = 0
+    optimizer_state: int = 0
+
+
+@dataclass
+class Summary:
+    """Totals over every tensor in a checkpoint, and its findings."""
+
+    checkpoint: Checkpoint
+    tensors: list[tuple[KeyPath, Tensor]] = field(repr=False)
+    parameter_count: int
+    tensor_bytes: int
+    devices: Counter[str]
+    dtypes: Counter[str]
+    bytes_by_dtype: Counter[str]
+    findings: list[Finding] = field(default_factory=list)
+    aliases: dict[int, int] = field(default_factory=dict)
+    """Other references to a listed tensor object, by ``id`` of the tensor (absent: none)."""
+    model: ModelCounts = field(default_factory=ModelCounts)
+    _shard_prefixes: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def storage_id(self, storage: Storage | None) -> str | None:
+        """A stable name for a storage: its record key (with the shard file when sharded)."""
+        if storage is None:
+            return None
+        prefix = self._shard_prefixes.get(id(storage.source))
+        if prefix is None:
+            source = str(getattr(storage.source, "path", "") or "")
+            own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
+            prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
+        return prefix + storage.key
+
+    def totals(self) -> Totals:
+        """Distinct tensors, their elements and bytes: what :func:`~ckpt_tui.core.model.describe.totals` finds
+        below the root (the tensors reached through shown children, each object once), without a walk."""
+        distinct = len(self.tensors) - sum(self.aliases.values())
+        return Totals(distinct, self.parameter_count, sum(self.bytes_by_dtype.values()))
+
+    def counts_text(self) -> str:
+        """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
+
+        Without a model state_dict in the file, the sum over every tensor: ``851 params``.
+        """
+        model = self.model
+        if model.path is None:
+            return f"{count(self.parameter_count)} params"
+        parts = [f"{count(model.parameters)} params (model)"]
+        if model.buffers:
+            parts.append(f"{count(model.buffers)} in buffers")
+        if model.optimizer_state:
+            parts.append(f"{count(model.optimizer_state)} optimizer state")
+        rest = self.parameter_count - model.parameters - model.buffers - model.optimizer_state
+        if rest > 0:
+            parts.append(f"{count(rest)} other")
+        return " + ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``info --json`` object (a documented contract: extend, never break)."""
+        ckpt = self.checkpoint
+        model = self.model
+        return {
+            "path": ckpt.path,
+            "format": ckpt.format,
+            "file_bytes": ckpt.file_bytes,
+            "tensor_count": len(self.tensors),
+            "parameter_count": self.parameter_count,
+            "model_path": to_json(model.path) if model.path is not None else None,
+            "model_parameter_count": model.parameters,
+            "model_buffer_count": model.buffers,
+            "optimizer_state_count": model.optimizer_state,
+            "tensor_bytes": self.tensor_bytes,
+            "devices": dict(self.devices),
+            "dtypes": dict(self.dtypes),
+            "bytes_by_dtype": dict(self.bytes_by_dtype),
+            "metadata": {str(k): str(v) for k, v in ckpt.metadata.items()},
+            "index_metadata": {str(k): str(v) for k, v in ckpt.index_metadata.items()},
+            "notes": ckpt.notes,
+            "findings": [f.to_json() for f in self.findings],
+            "tensors": [
+                {
+                    "path": to_json(path),
+                    "shape": list(t.shape),
+                    "dtype": t.dtype,
+                    "device": t.device,
+                    "nbytes": t.nbytes,
+                    "stride": list(t.stride),
+                    "storage_offset": t.offset,
+                    "storage": self.storage_id(t.storage),
+                    "parameter": t.parameter,
+                    "aliases": self.aliases.get(id(t), 0),
+                }
+                for path, t in self.tensors
+            ],
+        }
+
+
+def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None) -> Summary:
+    """Walk the tree once and total it up (``references``: that walk, when the caller made it).
+
+    Every pass below is over whole lists at C speed (``map``, ``Counter``, comprehensions), with
+    Python per distinct shape or storage source: a state_dict of 50,000 tensors is summed up in a few
+    passes, not 50,000 function calls per total.
+    """
+    columns = checkpoint.flat_columns() if references is None else None
+    if columns is not None and not (is_optimizer(columns.root) or is_scheduler(columns.root)):
+        summary = _flat_summary(checkpoint, columns)  # (tensors named like a scheduler's state: audited as one)
+    else:
+        summary = _walked_summary(checkpoint, references if references is not None else list(walk(checkpoint.root)))
+    reported = {f.global_name for f in summary.findings if f.kind == "unsafe-global"}
+    for name in sorted(checkpoint.unsafe_globals - reported):
+        message = (
+            f"unsafe global {printable(name)} in the pickle, outside the tree: NOT executed here; "
+            "torch.load would run it"
+        )
+        summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
+    for problem in checkpoint.loader_problems:
+        summary.findings.append(Finding("loader-refuses", problem, "warning"))
+    summary.findings.sort(key=lambda f: f.severity != "warning")
+    return summary
+
+
+def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summary:
+    """Totals and findings from a walk of the tree."""
+    root = checkpoint.root
+    tensors = listed_tensors(references)
+    unique, aliases = _distinct([t for _, t in tensors])
+    storages = _first_storages(tensors, len(unique) != len(tensors))
+    parameters, by_dtype = _elements_and_bytes(unique)
+    devices = device_counts(unique)
+    dtypes: Counter[str] = Counter(map(_DTYPE, unique))
+    tensor_bytes = _storage_bytes(storages) or sum(by_dtype.values())
+    summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
+    containers = [r for r in references if type(r[1]) is not Tensor]  # what the optimizer and training checks look at
+    summary.model = model_counts(root, containers)
+    # without aliases, every shown tensor's reference is its first: the findings' tensors are the rows
+    firsts = tensors if not aliases else [(r[0], r[1]) for r in references if r[3] and r[2] and type(r[1]) is Tensor]
+    summary.findings = walked_findings(root, containers, firsts, devices) + _missing_records(storages)
+    summary.findings += _training_findings(root, containers, summary.model, checkpoint.byteorder)
+    return summary
+
+
+def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
+    """Totals and findings of a root its reader gave as columns (see :class:`FlatColumns`): what
+    :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
+    root = columns.root
+    tensors = columns.listed()
+    by_dtype = Counter({dtype: n * itemsize(dtype) for dtype, n in _sums_by(columns.dtypes, columns.numels).items()})
+    devices = Counter({"cpu": len(tensors)}) if tensors else Counter()
+    dtypes = Counter(columns.dtypes)
+    parameters = sum(columns.numels)
+    summary = Summary(checkpoint, tensors, parameters, sum(by_dtype.values()), devices, dtypes, by_dtype)
+    summary.model = ModelCounts(path=(), parameters=0, buffers=0) if tensors else ModelCounts()
+    if tensors:
+        marks = _buffer_marks(list(root), columns.dtypes)
+        summary.model.buffers = sum(itertools.compress(columns.numels, marks))
+        summary.model.parameters = parameters - summary.model.buffers
+    summary.findings = flat_findings(columns)
+    return summary
+
+
+def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
+    """Every shown reference to a tensor, in walk order: the rows of ``info`` (``Summary.tensors``)."""
+    return [(r[0], r[1]) for r in references if r[2] and type(r[1]) is Tensor]
+
+
+_DTYPE = operator.attrgetter("dtype")
+_STORAGE = operator.attrgetter("storage")
+_SHAPE = operator.attrgetter("shape")
+_SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
+
+
+def _distinct(listed: list[Tensor]) -> tuple[list[Tensor], dict[int, int]]:
+    """Each tensor object once (first reference first), and the other references of those listed twice."""
+    ids = list(map(id, listed))
+    if len(set(ids)) == len(ids):
+        return listed, {}
+    aliases = {key: n - 1 for key, n in Counter(ids).items() if n > 1}
+    return list({id(t): t for t in listed}.values()), aliases
+
+
+def _first_storages(tensors: list[tuple[KeyPath, Tensor]], shared_tensors: bool) -> list[tuple[Storage, KeyPath]]:
+    """Each storage once, with the path of the first tensor over it (in the order met)."""
+    storages = list(map(_STORAGE, map(operator.itemgetter(1), tensors)))
+    if any(map(operator.is_, storages, itertools.repeat(None))):
+        pairs = [(t.storage, path) for path, t in tensors if t.storage is not None]
+    else:
+        pairs = list(zip(storages, map(operator.itemgetter(0), tensors), strict=True))
+    if not shared_tensors and len(set(map(id, map(operator.itemgetter(0), pairs)))) == len(pairs):
+        return pairs
+    first: dict[int, tuple[Storage, KeyPath]] = {}
+    for storage, path in pairs:
+        if id(storage) not in first:
+            first[id(storage)] = (storage, path)
+    return list(first.values())
+
+
+def _storage_bytes(storages: list[tuple[Storage, KeyPath]]) -> int:
+    """Bytes of every storage (elements summed per dtype, then sized once per dtype)."""
+    dtypes = list(map(_DTYPE, map(operator.itemgetter(0), storages)))
+    numels = list(map(operator.attrgetter("numel"), map(operator.itemgetter(0), storages)))
+    return sum(n * itemsize(dtype) for dtype, n in _sums_by(dtypes, numels).items())
+
+
+def _sums_by(keys: list[str], counts: list[int]) -> dict[str, int]:
+    """``counts`` summed per key, the keys in order of first appearance (one pass per distinct key)."""
+    return {
+        key: sum(itertools.compress(counts, map(operator.eq, keys, itertools.repeat(key))))
+        for key in dict.fromkeys(keys)
+    }
+
+
+def _elements_and_bytes(unique: list[Tensor]) -> tuple[int, Counter[str]]:
+    """Elements of every tensor, and bytes by dtype (each shape's element count computed once)."""
+    dense = [t for t in unique if t.sparse is None]
+    by_dtype: Counter[str] = Counter({dtype: 0 for dtype in dict.fromkeys(map(_DTYPE, unique))})
+    parameters = 0
+    for (shape, dtype), n in Counter(map(_SHAPE_AND_DTYPE, dense)).items():
+        numel = math.prod(shape)
+        parameters += numel * n
+        by_dtype[dtype] += numel * DTYPES[dtype][0] * n if dtype in DTYPES else 0
+    if len(dense) < len(unique):
+        for tensor in (t for t in unique if t.sparse is not None):
+            parameters += tensor.numel
+            by_dtype[tensor.dtype] += tensor.nbytes
+    return parameters, by_dtype
+
+
+def model_counts(root: Any, references: list[Any]) -> ModelCounts:
+    """Elements of the model state_dict's parameters and buffers, and of every optimizer's state."""
+    counts = ModelCounts()
+    path: KeyPath | None = () if isinstance(root, Opaque) and root.is_module else None
+    if path is None:
+        path = () if tensor_items(root) is not None else inner_state_dict(root)
+    if path is not None:
+        counts.path = path
+        counts.parameters, counts.buffers = _parameters_and_buffers(get(root, path))
+    seen: set[int] = set()
+    for _, value, shown, first in references:
+        if shown and first and isinstance(value, dict) and is_optimizer(value) and isinstance(value.get("state"), dict):
+            for _, tensor in iter_tensors(value["state"]):
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    counts.optimizer_state += tensor.numel
+    return counts
+
+
+def _training_findings(root: Any, references: list[Any], model: ModelCounts, byteorder: str) -> list[Finding]:
+    """Optimizer and scheduler state, audited against the counters and the model (conventions/training_state.py)."""
+    dicts = [(p, v) for p, v, shown, first in references if shown and first and isinstance(v, dict)]
+    optimizers = [(p, v) for p, v in dicts if is_optimizer(v)]
+    schedulers = [(p, v) for p, v in dicts if is_scheduler(v)]
+    if not optimizers and not schedulers:
+        return []
+    shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
+    return training_findings(root, optimizers, schedulers, shapes, byteorder)
+
+
+def parameter_shapes(model: Any) -> list[tuple[int, ...]]:
+    """The shape of each parameter of a model state_dict (buffers left out, each tensor object once)."""
+    seen: set[int] = set()
+    shapes: list[tuple[int, ...]] = []
+    if isinstance(model, Opaque) and model.is_module:
+        entries: list[tuple[bool, Tensor]] = [(g == "_parameters", t) for g, t in module_groups(model)]
+    else:
+        entries = [(not is_buffer(n, t), t) for n, t in tensor_items(model) or [] if isinstance(t, Tensor)]
+    for is_parameter, tensor in entries:
+        if is_parameter and id(tensor) not in seen:
+            seen.add(id(tensor))
+            shapes.append(tensor.shape)
+    return shapes
+
+
+def _parameters_and_buffers(model: Any) -> tuple[int, int]:
+    """Elements in parameters and in buffers: exact for a pickled module, by name and dtype for a state_dict."""
+    parameters = buffers = 0
+    seen: set[int] = set()
+    if isinstance(model, Opaque) and model.is_module:
+        for group, tensor in module_groups(model):
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                if group == "_parameters":
+                    parameters += tensor.numel
+                else:
+                    buffers += tensor.numel
+        return parameters, buffers
+    named = tensor_items(model) or []
+    if set(map(type, map(operator.itemgetter(1), named))) != {Tensor}:
+        named = [(name, tensor) for name, tensor in named if type(tensor) is Tensor]
+    tensors = list(map(operator.itemgetter(1), named))
+    if len(set(map(id, tensors))) < len(named):  # each tensor once, at its first name
+        named = list({id(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
+        tensors = list(map(operator.itemgetter(1), named))
+    buffer_marks = _buffer_marks(list(map(operator.itemgetter(0), named)), list(map(_DTYPE, tensors)))
+    shapes = map(_SHAPE, tensors)
+    for (shape, is_a_buffer), n in Counter(zip(shapes, buffer_marks, strict=True)).items():
+        if is_a_buffer:
+            buffers += math.prod(shape) * n
+        else:
+            parameters += math.prod(shape) * n
+    return parameters, buffers
+
+
+def is_buffer(name: str, tensor: Tensor) -> bool:
+    """A state_dict entry that is a buffer, not a parameter: BatchNorm's statistics, or any integer tensor."""
+    return _is_buffer_name(name) or tensor.dtype not in PARAMETER_DTYPES
+
+
+def _is_buffer_name(name: str) -> bool:
+    return name in BUFFER_NAMES or name.endswith(BUFFER_SUFFIXES)
+
+
+def _buffer_marks(names: list[str], dtypes: list[str]) -> list[bool]:
+    """Which entries of a state_dict are buffers (:func:`is_buffer` of each), in passes over whole columns."""
+    by_dtype = map(operator.not_, map(PARAMETER_DTYPES.__contains__, dtypes))
+    if not _any_buffer_name(names):
+        return list(by_dtype)
+    by_suffix = map(operator.methodcaller("endswith", BUFFER_SUFFIXES), names)
+    by_name = map(BUFFER_NAMES.__contains__, names)
+    return list(map(operator.or_, map(operator.or_, by_suffix, by_name), by_dtype))
+
+
+def _any_buffer_name(names: list[str]) -> bool:
+    """Whether any name may be a buffer's, by one search per buffer name in all the names joined
+    (a name ending so is followed by the newline joined after it; a false alarm only costs the exact pass)."""
+    joined = "\n" + "\n".join(names) + "\n"
+    return any(f"{end}\n" in joined for end in BUFFER_SUFFIXES) or any(f"\n{name}\n" in joined for name in BUFFER_NAMES)
+
+
+def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
+    """Storages whose record their source lacks (each source asked once for all of its storages)."""
+    sources = [s.source for s, _ in storages]
+    by_source: dict[int, list[tuple[Storage, KeyPath]]] = {}
+    if len(set(map(id, sources))) == 1:  # one file's records (the common case): no grouping
+        by_source[id(sources[0])] = storages
+    else:
+        for pair, source in zip(storages, sources, strict=True):
+            by_source.setdefault(id(source), []).append(pair)
+    missing: list[tuple[Storage, KeyPath]] = []
+    for group in by_source.values():
+        source = group[0][0].source
+        if source is None:
+            continue
+        if hasattr(source, "missing"):
+            lacking = {id(s) for s in source.missing([s for s, _ in group])}
+            missing += [pair for pair in group if id(pair[0]) in lacking] if lacking else []
+        elif hasattr(source, "has"):
+            missing += [pair for pair in group if not source.has(pair[0])]
+    if not missing:
+        return []
+    missing.sort(key=lambda item: item[0].key)
+    names = ", ".join(f"{where(path)} (record {printable(s.key)})" for s, path in missing[:5])
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    message = f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded"
+    return [Finding("missing-record", message, "warning", path=missing[0][1])]

@@ -1,0 +1,261 @@
+"""How far each layer moved between checkpoints (``diff --stats``), and each layer's norm across a series.
+
+For two files, every tensor the two hold under the same key with the same shape is read a chunk at
+a time, both sides together, into float64 sums of a², b², (a−b)² and a·b, giving per layer:
+
+- ``relative_change`` ‖a−b‖/‖a‖ (0 for a frozen layer; None when ‖a‖ is 0 and ‖b‖ is not);
+- ``cosine`` a·b/(‖a‖‖b‖) (None when either side is all zero);
+- ``norm_a`` ‖a‖ and ``norm_b`` ‖b‖.
+
+NaN and Inf: the sums run over the positions where both a and b are finite; ``nonfinite`` counts
+the positions left out (a layer where every position is NaN has norms 0 and no change). Values are
+decoded as :func:`~ckpt_tui.core.values.tensor_values.decode` reads them (complex tensors: their magnitudes),
+so two files of different float dtypes compare by value. Keys on one side only, shape changes and
+unreadable tensors are rows with no numbers and a ``note`` saying why.
+
+For a series (three or more files in order), each layer's L2 norm in each file is
+:func:`~ckpt_tui.core.values.stats.tensor_stats`' norm (over finite values); a file without the layer has
+None there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckpt_tui.core.errors import Cancelled, CkptError
+from ckpt_tui.core.model.keypath import KeyPath, to_json
+from ckpt_tui.core.model.tree import Checkpoint, Tensor
+from ckpt_tui.core.operations.diff import compared_leaves, key_text, normalized
+from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
+from ckpt_tui.core.values.stats import DOT_SEGMENT, tensor_stats
+from ckpt_tui.core.values.tensor_values import decode, paired_chunks
+
+Progress = Callable[[int, int], None]
+CancelCheck = Callable[[], bool]
+
+
+@dataclass
+class LayerChange:
+    """One layer (tensor) of A against the same key of B."""
+
+    path: KeyPath
+    relative_change: float | None = None
+    cosine: float | None = None
+    norm_a: float | None = None
+    norm_b: float | None = None
+    nonfinite: int = 0
+    note: str | None = None
+    """Why there are no numbers (only in A, shape change, unreadable), or None."""
+
+    @property
+    def key(self) -> str:
+        """The key as text (``a/b`` or ``ckpt["a/b"]``)."""
+        return key_text(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``diff --stats --json`` row."""
+        return {
+            "path": to_json(self.path),
+            "relative_change": self.relative_change,
+            "cosine": self.cosine,
+            "norm_a": self.norm_a,
+            "norm_b": self.norm_b,
+            "nonfinite": self.nonfinite,
+            "note": self.note,
+        }
+
+
+@dataclass
+class LayerChangeReport:
+    """Every layer of A in module order (then B's own keys), with how it changed."""
+
+    layers: list[LayerChange] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[LayerChange]:
+        """The rows that have numbers."""
+        return [layer for layer in self.layers if layer.note is None]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"layers": [{"path", "relative_change", "cosine", "norm_a", "norm_b", ...}]}``."""
+        return {"layers": [layer.to_json() for layer in self.layers]}
+
+
+def layer_change(
+    a: Checkpoint,
+    b: Checkpoint,
+    strip_prefix: str | None = None,
+    progress: Progress | None = None,
+    cancelled: CancelCheck | None = None,
+) -> LayerChangeReport:
+    """Per-layer change from A to B, streamed (the trees as ``diff`` takes them)."""
+    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
+    report = LayerChangeReport()
+    tensors_a = [(p, v) for p, v in left.items() if isinstance(v, Tensor)]
+    paired = [(x, y) for p, x in tensors_a if isinstance(y := right.get(p), Tensor)]
+    batches: PairBatches[LayerChange] = PairBatches(paired, (a.byteorder, b.byteorder))
+    answered: dict[int, LayerChange] = {}
+    position = 0
+    for index, (path, x) in enumerate(tensors_a):
+        if progress is not None:
+            progress(index, len(tensors_a))
+        y = right.get(path)
+        if not isinstance(y, Tensor):
+            report.layers.append(_compare(path, x, y, a.byteorder, b.byteorder, cancelled))
+            continue
+        if position >= batches.upcoming:
+            answered.update(batches.read_until(position, _measure_batch, cancelled))
+        found = answered.pop(position, None)
+        position += 1
+        if found is None:
+            found = _compare(path, x, y, a.byteorder, b.byteorder, cancelled)
+        else:
+            found.path = path
+        report.layers.append(found)
+    report.layers += [
+        LayerChange(p, note="only in B") for p, v in right.items() if isinstance(v, Tensor) and p not in left
+    ]
+    return report
+
+
+def _compare(
+    path: KeyPath, x: Tensor, y: Any, order_a: str, order_b: str, cancelled: CancelCheck | None
+) -> LayerChange:
+    if not isinstance(y, Tensor):
+        return LayerChange(path, note="only in A" if y is None else "not a tensor in B")
+    if x.shape != y.shape:
+        return LayerChange(path, note=f"shape {list(x.shape)} in A, {list(y.shape)} in B")
+    try:
+        with np.errstate(all="ignore"):
+            return _measure(path, x, y, order_a, order_b, cancelled)
+    except Cancelled:
+        raise
+    except CkptError as exc:
+        return LayerChange(path, note=f"unreadable: {exc}")
+
+
+def _measure(
+    path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str, cancelled: CancelCheck | None
+) -> LayerChange:
+    aa = bb = dd = ab = 0.0
+    nonfinite = 0
+    for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b):  # a stride-0 view costs its storage
+        if cancelled is not None and cancelled():
+            raise Cancelled("cancelled")
+        va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
+        sums = _sums(va, vb, repeats)
+        if not all(math.isfinite(v) for v in sums):  # a NaN or Inf somewhere: only positions finite on both sides
+            finite = np.isfinite(va) & np.isfinite(vb)
+            if isinstance(repeats, int):
+                nonfinite += int(finite.size - np.count_nonzero(finite)) * repeats
+                sums = _sums(va[finite], vb[finite], repeats)
+            else:  # each stored element with its own count
+                nonfinite += int(repeats[~finite].sum())
+                sums = _sums(va[finite], vb[finite], repeats[finite])
+        aa, bb, dd, ab = aa + sums[0], bb + sums[1], dd + sums[2], ab + sums[3]
+    return _change(path, aa, bb, dd, ab, nonfinite)
+
+
+def _change(path: KeyPath, aa: float, bb: float, dd: float, ab: float, nonfinite: int) -> LayerChange:
+    """The row of a layer from its sums Σa², Σb², Σ(a−b)², Σab."""
+    norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
+    if norm_a > 0:
+        relative: float | None = math.sqrt(dd) / norm_a
+    else:
+        relative = 0.0 if dd == 0 else None
+    cosine = ab / (norm_a * norm_b) if norm_a > 0 and norm_b > 0 else None
+    if cosine is not None:
+        cosine = max(-1.0, min(1.0, cosine))
+    return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
+
+
+def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, LayerChange]:
+    """:func:`_measure` over a batch of pairs (each the same element count on both sides): the rows of
+    the pairs whose values are all finite, by pair (their ``path`` set by the caller). Views of one length
+    are summed together with stacked dot products, bit for bit as ``np.dot`` sums each pair."""
+    found: dict[int, LayerChange] = {}
+    with np.errstate(all="ignore"):
+        va, vb = decode(a.values, dtype_a), decode(b.values, dtype_b)
+        lengths = np.diff(a.bounds)
+        for length in np.unique(lengths[lengths < DOT_SEGMENT]).tolist():
+            views = np.flatnonzero(lengths == length)
+            rows_a, rows_b = view_rows(va, a.bounds, views, length), view_rows(vb, a.bounds, views, length)
+            delta = rows_a - rows_b
+            sums = [_row_dots(u, v) for u, v in ((rows_a, rows_a), (rows_b, rows_b), (delta, delta), (rows_a, rows_b))]
+            finite = np.isfinite(sums[0]) & np.isfinite(sums[1]) & np.isfinite(sums[2]) & np.isfinite(sums[3])
+            for view, ok, aa, bb, dd, ab in zip(
+                views.tolist(), finite.tolist(), *(s.tolist() for s in sums), strict=True
+            ):
+                if ok:
+                    found[int(a.answered[view])] = _change((), 0.0 + aa, 0.0 + bb, 0.0 + dd, 0.0 + ab, 0)
+    return found
+
+
+def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The dot product of each row of ``u`` with the same row of ``v`` (one BLAS dot per row)."""
+    return np.matmul(u[:, None, :], v[:, :, None]).ravel()
+
+
+def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:
+    """Σa², Σb², Σ(a−b)², Σab in float64, each element counted ``repeats`` times (not finite with a NaN or Inf)."""
+    delta = va - vb
+    if isinstance(repeats, int):
+        pairs = ((va, va), (vb, vb), (delta, delta), (va, vb))
+        aa, bb, dd, ab = (float(np.dot(u, v)) * repeats for u, v in pairs)
+        return aa, bb, dd, ab
+    wa, wd = va * repeats, delta * repeats
+    return float(np.dot(wa, va)), float(np.dot(vb * repeats, vb)), float(np.dot(wd, delta)), float(np.dot(wa, vb))
+
+
+# ---- a series of files -----------------------------------------------------------------------
+
+
+@dataclass
+class NormSeries:
+    """Each layer's norm in each file of a series, layers in the first file's order (then new ones)."""
+
+    layers: list[tuple[KeyPath, list[float | None]]] = field(default_factory=list)
+
+    def to_json(self, files: Sequence[str]) -> dict[str, Any]:
+        """``{"series": [{"path", "norms": [...]}], "files": [...]}``."""
+        return {
+            "series": [{"path": to_json(path), "norms": norms} for path, norms in self.layers],
+            "files": list(files),
+        }
+
+
+def norm_series(
+    checkpoints: Sequence[Checkpoint],
+    strip_prefix: str | None = None,
+    progress: Progress | None = None,
+    cancelled: CancelCheck | None = None,
+) -> NormSeries:
+    """The L2 norm of every layer in every file (None where a file lacks it or it cannot be read)."""
+    trees = [compared_leaves(normalized(c, strip_prefix)) for c in checkpoints]
+    order: dict[KeyPath, None] = {}
+    for tree in trees:
+        order.update((p, None) for p, v in tree.items() if isinstance(v, Tensor))
+    series = NormSeries()
+    for index, path in enumerate(order):
+        if progress is not None:
+            progress(index, len(order))
+        norms: list[float | None] = []
+        for tree, checkpoint in zip(trees, checkpoints, strict=True):
+            tensor = tree.get(path)
+            norms.append(_norm(tensor, checkpoint.byteorder, cancelled) if isinstance(tensor, Tensor) else None)
+        series.layers.append((path, norms))
+    return series
+
+
+def _norm(tensor: Tensor, byteorder: str, cancelled: CancelCheck | None) -> float | None:
+    try:
+        return tensor_stats(tensor, byteorder, cancelled).norm
+    except Cancelled:
+        raise
+    except CkptError:
+        return None

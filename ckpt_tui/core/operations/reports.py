@@ -1,0 +1,387 @@
+"""One description of a compare or diff report; the CLI renders it as text, the browser as a screen.
+
+A :class:`Report` holds everything either surface shows, already worded, with every string taken
+from a file escaped by :func:`~ckpt_tui.core.runtime.safe_text.printable` (so neither a terminal nor Rich
+markup sees raw file text):
+
+- ``title``: what was compared with what;
+- ``verdict`` (``OK``/``DOES NOT FIT``, ``identical``/``DIFFERENT``), ``ok``, and ``counts``, the
+  numbers after the verdict;
+- ``notes``: layouts recognised (wrappers, PEFT, EMA, tied heads) and what ``strict=False`` would
+  silently skip, in words;
+- ``sections``: titled lists of :class:`Row`. A row's ``path`` is the key path it stands for in the
+  compared file, where the browser jumps (a folded row, ``layers.{0...31}.q.weight``, jumps to its
+  first key); ``None`` for keys that are not in the file. Diff rows carry ``key``, the ``/`` path of
+  a leaf of A, to resolve instead;
+- ``fixes``: the suggested fix first, then alternatives (EMA weights), each with its summary, detail
+  lines, the shell-quoted ``command`` and its ``argv``, and the
+  :class:`~ckpt_tui.core.operations.compare.Suggestion` that the browser applies as one undoable edit.
+
+The words name no surface's keys or options: the CLI prints ``command``, the browser offers its own
+key to apply ``fixes[0].suggestion``. Nothing here imports a UI.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ckpt_tui.core.model.keypath import Attr, KeyPath, to_python
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.shell import join_command
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.compare import CompareReport, Suggestion
+    from ckpt_tui.core.operations.diff import DiffReport
+    from ckpt_tui.core.operations.layer_change import LayerChangeReport, NormSeries
+
+LIST_LIMIT = 12
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a section: its text, and where it jumps in the compared file."""
+
+    text: str
+    path: KeyPath | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled list of rows; ``count`` is how many keys the rows stand for (folded rows hold several)."""
+
+    title: str
+    rows: list[Row]
+    count: int
+
+
+@dataclass(frozen=True)
+class FixDescription:
+    """A suggested fix: what it does and reaches, and the command that applies it."""
+
+    title: str
+    summary: str
+    details: list[str]
+    command: str
+    argv: list[str]
+    suggestion: Suggestion
+
+
+@dataclass
+class Report:
+    """Everything a compare or diff report shows (see the module docstring)."""
+
+    title: str
+    verdict: str
+    ok: bool
+    counts: str
+    notes: list[str] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    fixes: list[FixDescription] = field(default_factory=list)
+
+
+# ---- compare ------------------------------------------------------------------------------
+
+
+def describe_compare(
+    report: CompareReport, path: str, reference_name: str, at: KeyPath = (), module: bool = False
+) -> Report:
+    """The report of ``check --against`` / the browser's compare. ``module``: the compared value is a
+    pickled module, whose keys are reached through its submodules."""
+    from ckpt_tui.core.operations.compare import fold_keys_with_first
+
+    def where(key: str) -> KeyPath:
+        return (*at, *(Attr(p) for p in key.split("."))) if module else (*at, key)
+
+    counts = (
+        f"{report.matched}/{report.total} reference keys found, {len(report.missing)} missing, "
+        f"{len(report.unexpected)} unexpected, {len(report.shape_mismatches)} shape mismatches, "
+        f"{len(report.dtype_mismatches)} dtype mismatches"
+    )
+    if report.filled_on_load:
+        counts += f", {len(report.filled_on_load)} filled in on load"
+    sections = [
+        Section(
+            "missing (in the reference, not in the checkpoint)",
+            [Row(printable(text)) for text, _ in fold_keys_with_first(report.missing)],
+            len(report.missing),
+        ),
+        Section(
+            "unexpected (in the checkpoint, not in the reference)",
+            [Row(printable(text), where(first)) for text, first in fold_keys_with_first(report.unexpected)],
+            len(report.unexpected),
+        ),
+        Section(
+            "shape mismatches (checkpoint vs reference)",
+            [Row(printable(f"{k}: {list(a)} vs {list(b)}"), where(k)) for k, a, b in report.shape_mismatches],
+            len(report.shape_mismatches),
+        ),
+        Section(
+            "dtype mismatches (cast on load)",
+            [Row(printable(f"{k}: {a} vs {b}"), where(k)) for k, a, b in report.dtype_mismatches],
+            len(report.dtype_mismatches),
+        ),
+    ]
+    notes = [printable(note) for note in report.notes]
+    if report.missing or report.unexpected:
+        notes.append(_strict_false(len(report.missing), len(report.unexpected), len(report.shape_mismatches)))
+    fixes: list[FixDescription] = []
+    suggestions = [s for s in [report.suggestion, *report.alternatives] if s is not None]
+    for index, suggestion in enumerate(suggestions):
+        title = "suggested fix" if index == 0 else "alternative"
+        if suggestion.label or len(suggestions) > 1:
+            title += f" ({suggestion.label or 'live weights'})"
+        fixes.append(_fix(title, suggestion, path, report))
+    what = to_python(at) if at else path
+    return Report(
+        printable(f"Compare {what} with {reference_name}"),
+        "OK" if report.ok else "DOES NOT FIT",
+        report.ok,
+        counts,
+        notes,
+        sections,
+        fixes,
+    )
+
+
+def _strict_false(missing: int, unexpected: int, shapes: int) -> str:
+    parts = []
+    if missing:
+        parts.append(f"skip {_keys(missing, 'missing')} (they keep the model's initial values)")
+    if unexpected:
+        parts.append(f"ignore {_keys(unexpected, 'unexpected')}")
+    text = "load_state_dict(strict=False) would silently " + " and ".join(parts)
+    if shapes:
+        text += "; it still raises on shape mismatches"
+    return text
+
+
+def _keys(number: int, what: str = "") -> str:
+    return f"{number} {what + ' ' if what else ''}key{'' if number == 1 else 's'}"
+
+
+def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -> FixDescription:
+    details = [printable(line) for line in suggestion.rule_lines()]
+    dropped = [str(s.arg) for s in suggestion.steps if s.kind == "drop"]
+    mismatched = {k for k, _, _ in report.shape_mismatches}
+    if dropped and set(suggestion.missing) & mismatched:
+        names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
+        details.append(
+            f"{names} differ in size (e.g. a new classifier head); strict=False does not skip a size "
+            "mismatch, so they are dropped: load_state_dict(strict=False) then keeps the model's fresh init for them"
+        )
+    elif dropped:
+        names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
+        details.append(f"drops {_keys(len(dropped))} the model does not have: {names}")
+    if suggestion.missing and not set(suggestion.missing) <= mismatched:
+        details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0) + " after it")
+    argv = suggestion.argv(path)
+    return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
+
+
+# ---- diff ---------------------------------------------------------------------------------
+
+
+def describe_diff(report: DiffReport, a: str, b: str) -> Report:
+    """The report of ``diff A B`` / the browser's diff (rows jump to keys of A)."""
+    from ckpt_tui.core.operations.compare import fold_keys_with_first
+
+    if report.identical:
+        counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
+    else:
+        counts = f"({printable(a)} vs {printable(b)}); {report.identical_tensors} tensors identical"
+    sections = [
+        Section(
+            "only in A",
+            [Row(printable(t), key=first) for t, first in fold_keys_with_first(report.only_a)],
+            len(report.only_a),
+        ),
+        Section("only in B", [Row(printable(t)) for t, _ in fold_keys_with_first(report.only_b)], len(report.only_b)),
+        Section(
+            "shape changes",
+            [Row(printable(f"{k}: {list(x)} → {list(y)}"), key=k) for k, x, y in report.shape_changes],
+            len(report.shape_changes),
+        ),
+        Section(
+            "dtype changes",
+            [Row(printable(f"{k}: {x} → {y}"), key=k) for k, x, y in report.dtype_changes],
+            len(report.dtype_changes),
+        ),
+        Section(
+            "value changes",
+            [
+                Row(
+                    printable(
+                        f"{d.key}: max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
+                        + (", NaN positions differ" if d.nan_mismatch else "")
+                    ),
+                    key=d.key,
+                )
+                for d in report.value_changes
+            ],
+            len(report.value_changes),
+        ),
+        Section(
+            "other values",
+            [Row(printable(f"{k}: {x} → {y}"), key=k) for k, x, y in report.other_changes],
+            len(report.other_changes),
+        ),
+        Section(
+            "unreadable",
+            [Row(printable(f"{k}: {e}"), key=k) for k, e in report.unreadable],
+            len(report.unreadable),
+        ),
+    ]
+    return Report(
+        printable(f"Diff {a} with {b}"),
+        "identical" if report.identical else "DIFFERENT",
+        report.identical,
+        counts,
+        sections=sections,
+    )
+
+
+# ---- per-layer change ---------------------------------------------------------------------
+
+WIDTH = 78
+"""Characters of a row (the text form indents rows by 2: 80 columns in all)."""
+EXTREMES = 5
+
+
+def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
+    """The report of ``diff A B --stats`` / the browser's per-layer change (rows jump to keys of A):
+    a table, a bar plot of the relative change in module order, the layers that moved most and least.
+    Rows are at most ``width`` characters (at least 60)."""
+    from ckpt_tui.core.values.text_plots import bar, clip_left, number
+
+    measured = report.measured
+    changes = [layer.relative_change for layer in measured if layer.relative_change is not None]
+    unchanged = sum(1 for c in changes if c == 0)
+    counts = f"{len(measured)} layers compared, {unchanged} unchanged"
+    if changes:
+        counts += f", median relative change {statistics.median(changes):.3g}"
+    if len(measured) < len(report.layers):
+        counts += f", {len(report.layers) - len(measured)} not compared"
+    width = max(60, width)
+    name = width - 4 * 10
+    table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
+    keys = [layer.key for layer in measured]  # each layer's key as text, made once
+    table += [
+        Row(
+            printable(clip_left(key, name))
+            + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
+            key=key,
+        )
+        for layer, key in zip(measured, keys, strict=True)
+    ]
+    top = max(changes, default=0.0)
+    plot_name, plot_value = min(30, width // 3), 9
+    plot_width = width - plot_name - plot_value - 2
+    plot = [
+        Row(
+            printable(clip_left(key, plot_name))
+            + " "
+            + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
+            + " "
+            + number(layer.relative_change),
+            key=key,
+        )
+        for layer, key in zip(measured, keys, strict=True)
+    ]
+    ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
+    most = ranked[::-1][:EXTREMES]
+    least = ranked[:EXTREMES]
+    sections = [
+        Section("per layer", table, len(measured)),
+        Section(f"relative change by layer, module order (full bar {top:.3g})", plot, len(measured)),
+        Section("moved most", [_extreme(layer) for layer in most], len(most)),
+        Section("moved least", [_extreme(layer) for layer in least], len(least)),
+        Section(
+            "not compared",
+            [Row(printable(f"{layer.key}: {layer.note}"), key=layer.key) for layer in report.layers if layer.note],
+            len(report.layers) - len(measured),
+        ),
+    ]
+    notes = []
+    nonfinite = sum(layer.nonfinite for layer in measured)
+    if nonfinite:
+        notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
+    return Report(printable(f"Per-layer change from {a} to {b}"), "per-layer change", True, counts, notes, sections)
+
+
+def _change(layer: Any) -> float:
+    return float(layer.relative_change)
+
+
+def _extreme(layer: Any) -> Row:
+    cosine = "-" if layer.cosine is None else f"{layer.cosine:.6f}"
+    return Row(printable(f"{layer.key}: {layer.relative_change:.3g} (cosine {cosine})"), key=layer.key)
+
+
+def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
+    """The report of ``diff A B C ... --stats``: each layer's norm in the first and the last file, and a
+    sparkline of it across the files, in order."""
+    from ckpt_tui.core.values.text_plots import clip_left, number, sparkline
+
+    name = 30
+    spark = WIDTH - name - 3 * 10 - 1
+    head = clip_left("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
+    rows = [Row(head)]
+    for path, norms in series.layers:
+        first, last = norms[0], norms[-1]
+        ratio = last / first if first and last is not None else None
+        change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(9)
+        rows.append(
+            Row(
+                printable(clip_left(_key(path), name))
+                + " "
+                + number(first)
+                + " "
+                + number(last)
+                + " "
+                + change_text
+                + " "
+                + sparkline(norms, spark),
+                key=_key(path),
+            )
+        )
+    listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
+    counts = f"{len(series.layers)} layers across {len(files)} files (L2 norm of each layer in each file)"
+    sections = [
+        Section("files, in order", listed, len(files)),
+        Section("norm by layer (sparkline: smallest ▁ to largest █ of the layer, · absent)", rows, len(series.layers)),
+    ]
+    return Report(printable(f"Norms across {len(files)} checkpoints"), "norm series", True, counts, [], sections)
+
+
+def _key(path: Any) -> str:
+    from ckpt_tui.core.operations.diff import key_text
+
+    return key_text(path)
+
+
+# ---- text ---------------------------------------------------------------------------------
+
+
+def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
+    """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
+    then each fix with its command."""
+    separator = (
+        ": " if report.verdict in ("OK", "DOES NOT FIT", "identical", "per-layer change", "norm series") else " "
+    )
+    lines = [report.verdict + separator + report.counts]
+    lines += [f"note: {note}" for note in report.notes]
+    for section in report.sections:
+        if not section.rows:
+            continue
+        lines.append(f"{section.title} ({section.count}):")
+        lines += [f"  {row.text}" for row in section.rows[:limit]]
+        if len(section.rows) > limit:
+            lines.append(f"  … and {len(section.rows) - limit} more (--json lists all)")
+    for fix in report.fixes:
+        lines.append(f"{fix.title}: {fix.summary}")
+        lines += [f"  {detail}" for detail in fix.details]
+        lines.append(f"  {fix.command}")
+    return "\n".join(lines)

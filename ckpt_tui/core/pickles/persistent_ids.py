@@ -1,0 +1,122 @@
+"""Persistent ids as ``torch.load`` reads them: field counts, keys and location tags checked per format.
+
+torch unpacks a zip checkpoint's id as exactly ``('storage', type, key, location, numel)`` and a legacy
+file's as exactly ``('storage', type, key, location, numel, view)`` (or ``('module', class, file,
+source)``); any other length fails. It restores a storage only to a location some registered
+deserializer accepts. Here such ids are still read (their first fields), and each way torch would
+refuse them becomes one line in ``loader_problems``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ckpt_tui.core.model.tree import INT64_LIMIT, Storage
+from ckpt_tui.core.pickles.unpickle import StorageType, storage_from_pid
+
+ZIP_FIELDS = 5
+LEGACY_FIELDS = 6
+_BACKEND_TAG = re.compile(r"(?:cuda|xpu|mtia|hpu|privateuseone)(?::(0|[1-9][0-9]{0,2}))?")
+_DEVICE_STRING = re.compile(
+    r"(?:cpu|cuda|ipu|xpu|mkldnn|opengl|opencl|ideep|hip|ve|fpga|maia|xla|lazy|vulkan|mps|meta|hpu|mtia|privateuseone)"
+    r"(?::(0|[1-9][0-9]{0,2}))?"
+)
+"""What ``c10::Device`` parses: TorchScript restores a storage to any such device."""
+MAX_DEVICE_INDEX = 127
+
+Make = Callable[[str, str, str, int, str], Storage]
+
+
+def script_location_refused(tag: str) -> bool:
+    """Whether ``torch.jit.load`` refuses a location tag (it is no device string torch knows)."""
+    match = _DEVICE_STRING.fullmatch(tag)
+    return match is None or (match.group(1) is not None and int(match.group(1)) > MAX_DEVICE_INDEX)
+
+
+def location_refused(tag: str) -> bool:
+    """Whether ``torch.load`` refuses a location tag wherever only torch's own deserializers are registered.
+
+    ``cpu`` and ``meta`` restore anywhere; ``mps*`` on a Mac; ``cuda``, ``xpu``, ``mtia``, ``hpu`` and
+    ``privateuseone`` (optionally ``:N``, as ``torch.device`` parses it) where that device exists.
+    """
+    if tag in ("cpu", "meta") or tag.startswith("mps"):
+        return False
+    match = _BACKEND_TAG.fullmatch(tag)
+    return match is None or (match.group(1) is not None and int(match.group(1)) > MAX_DEVICE_INDEX)
+
+
+class PersistentIds:
+    """Turns a file's persistent ids into storages, noting every way torch's loader would refuse them."""
+
+    def __init__(self, fields: int, make: Make, script: bool = False) -> None:
+        self.fields = fields
+        self.make = make
+        self.refused = script_location_refused if script else location_refused
+        self.cache: dict[str, Storage] = {}
+        self.lengths: set[int] = set()
+        self.locations: set[str] = set()
+        self.checked: set[str] = set()
+
+    def __call__(self, pid: Any) -> Any:
+        # this runs once per tensor (50,000 times on big state_dicts): the usual id goes straight through
+        if type(pid) is tuple and len(pid) == self.fields and pid[0] == "storage":
+            key, location = pid[2], pid[3]
+            if type(key) is str and type(location) is str:
+                if location not in self.checked:
+                    self.checked.add(location)
+                    if self.refused(location):
+                        self.locations.add(location)
+                kind, numel = pid[1], pid[4]
+                # storage_from_pid's work, inline for the usual zip id
+                usual = self.fields == ZIP_FIELDS and type(kind) is StorageType and type(numel) is int
+                if usual and 0 <= numel < INT64_LIMIT:
+                    storage = self.cache.get(key)
+                    if storage is None:
+                        storage = self.cache[key] = self.make(key, kind.dtype, location, numel, kind.name)
+                    return storage
+                return storage_from_pid(pid, self.make, self.cache)  # a legacy view, or refused in its words
+        return self._unusual(pid)
+
+    def _unusual(self, pid: Any) -> Any:
+        """Ids torch.load still reads (bytes, int keys, legacy modules) or refuses (wrong field counts)."""
+        if type(pid) is tuple and pid and _text(pid[0]) == "module" and self.fields == LEGACY_FIELDS:
+            if len(pid) != 4:
+                self.lengths.add(len(pid))
+            return pid[1] if len(pid) > 1 else None  # the class (legacy whole-module files)
+        if type(pid) is not tuple or len(pid) < ZIP_FIELDS or _text(pid[0]) != "storage":
+            return storage_from_pid(pid, self.make, self.cache)  # refuses it, in its words
+        if len(pid) != self.fields:
+            self.lengths.add(len(pid))
+        key, location = pid[2], _text(pid[3])
+        if type(key) is int:  # torch names the record data/<key> whatever its type
+            key = str(key)
+        if isinstance(location, str) and self.refused(location):
+            self.locations.add(location)
+        view = pid[5:6] if self.fields == LEGACY_FIELDS else ()
+        return storage_from_pid(("storage", pid[1], key, location, pid[4], *view), self.make, self.cache)
+
+    def problems(self) -> list[str]:
+        """Why torch.load would refuse these ids, one line each."""
+        out = []
+        if self.lengths:
+            counts = ", ".join(str(n) for n in sorted(self.lengths))
+            out.append(f"persistent ids with {counts} fields: torch.load unpacks exactly {self.fields}, refuses them")
+        if self.locations:
+            tags = ", ".join(repr(t) for t in sorted(self.locations)[:5])
+            loader = "torch.jit.load" if self.refused is script_location_refused else "torch.load"
+            out.append(
+                f"location tags torch itself cannot restore ({tags}): {loader} refuses the file unless a plugin can"
+            )
+        return out
+
+
+def _text(value: Any) -> Any:
+    """torch decodes bytes in ids as ASCII (files pickled by Python 2)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("ascii")
+        except UnicodeDecodeError:
+            return value
+    return value

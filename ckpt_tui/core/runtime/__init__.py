@@ -1,0 +1,1 @@
+"""Process plumbing and terminal-safe text: forked children, process limits, escaping, quoting."""

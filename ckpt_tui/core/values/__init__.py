@@ -1,0 +1,1 @@
+"""Bytes to numbers: tensor values, stats, NaN/Inf scans, digests."""

@@ -1,0 +1,150 @@
+"""Sparse tensors whose indices point outside the tensor: what ``check`` reads them for.
+
+torch.load (``weights_only=True`` too) rebuilds a sparse tensor without checking its indices unless
+``torch.sparse.check_sparse_tensor_invariants`` is on (``torch._utils._validate_loaded_sparse_tensors``);
+the tensor loads, and ``to_dense()`` or any kernel on it then reads or writes outside its memory. Here
+the index parts are read in bounded chunks and checked as ``torch._validate_sparse_coo_tensor_args``
+and ``torch._validate_sparse_compressed_tensor_args`` check them: COO indices within the size in each
+sparse dimension; compressed indices starting at 0, never decreasing, ending at the number of stored
+elements, and plain indices within the size. Parts whose shapes torch's constructor itself refuses, and
+batched compressed tensors, are left to the loader's verdict; so is whether plain indices are sorted
+and distinct within a row (torch's invariant check refuses that too, but no kernel reads outside the
+tensor for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.values.tensor_values import TensorReader
+
+COMPRESSED = {"sparse_csr": (0, 1), "sparse_bsr": (0, 1), "sparse_csc": (1, 0), "sparse_bsc": (1, 0)}
+"""Per compressed layout: which dimension of the size its compressed indices run over, which the plain ones."""
+INDEX_DTYPES = ("int64", "int32")
+
+TORCH_ACCEPTS = (
+    "torch.load accepts it (sparse indices are checked only under torch.sparse.check_sparse_tensor_invariants) "
+    "and using it reads or writes outside the tensor"
+)
+
+
+def sparse_problem(
+    tensor: Tensor, byteorder: str = "little", cancelled: Callable[[], bool] | None = None
+) -> str | None:
+    """Why a sparse tensor's indices point outside it, in words; None when they do not (or it is not sparse).
+
+    Raises :class:`ReadError` when an index part cannot be read (the caller reports it: its values part
+    is what the NaN/Inf scan reads), :class:`Cancelled` when ``cancelled()`` turns true between chunks."""
+
+    def chunks(part: Tensor) -> Iterator[np.ndarray]:
+        for chunk in TensorReader(part, byteorder).chunks():
+            if cancelled is not None and cancelled():
+                raise Cancelled("check cancelled")
+            yield chunk
+
+    if tensor.kind == "sparse_coo" and tensor.sparse is not None:
+        found = _coo_problem(tensor.sparse, chunks)
+    elif tensor.kind in COMPRESSED and tensor.sparse is not None:
+        found = _compressed_problem(tensor.kind, tensor.sparse, chunks)
+    else:
+        return None
+    return f"{found}: {TORCH_ACCEPTS}" if found else None
+
+
+Chunks = Callable[[Tensor], Iterator[np.ndarray]]
+
+
+def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
+    indices, values, size = (*parts, None, None, None)[:3]
+    if not (isinstance(indices, Tensor) and isinstance(values, Tensor) and _is_size(size)):
+        return None
+    if indices.dtype != "int64" or len(indices.shape) != 2 or not values.shape:
+        return None
+    sparse_dim, nnz = indices.shape
+    if values.shape[0] != nnz or sparse_dim + len(values.shape) - 1 != len(size) or nnz == 0:
+        return None
+    lows, highs = _row_bounds(indices, sparse_dim, nnz, chunks)
+    for dim in range(sparse_dim):
+        if lows[dim] < 0:
+            return f"sparse index {lows[dim]} in dimension {dim}, below 0"
+        if highs[dim] >= size[dim]:
+            return f"sparse index {highs[dim]} in dimension {dim}, past its size {size[dim]}"
+    return None
+
+
+def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> str | None:
+    compressed, plain, values, size = (*parts, None, None, None, None)[:4]
+    if not (isinstance(compressed, Tensor) and isinstance(plain, Tensor) and isinstance(values, Tensor)):
+        return None
+    if not _is_size(size) or len(size) != 2 or len(compressed.shape) != 1 or len(plain.shape) != 1:
+        return None  # batched (or malformed: torch's constructor says why)
+    if compressed.dtype not in INDEX_DTYPES or plain.dtype not in INDEX_DTYPES:
+        return None
+    along, across = COMPRESSED[kind]
+    blocked = kind in ("sparse_bsr", "sparse_bsc")
+    block = values.shape[1:3] if blocked and len(values.shape) >= 3 else (1, 1)
+    if 0 in block:
+        return None
+    runs, width = size[along] // block[along], size[across] // block[across]
+    nnz = plain.shape[0]
+    if compressed.shape[0] != runs + 1 or not values.shape or values.shape[0] != nnz:
+        return None
+    first, last, falls = _monotone(compressed, chunks)
+    if first != 0:
+        return f"compressed indices start at {first}, not 0"
+    if falls:
+        return "compressed indices decrease"
+    if last != nnz:
+        return f"compressed indices end at {last}, not at the {nnz} stored elements"
+    if nnz:
+        lows, highs = _row_bounds(plain, 1, nnz, chunks)
+        if lows[0] < 0 or highs[0] >= width:
+            bad = lows[0] if lows[0] < 0 else highs[0]
+            return f"plain index {bad} outside 0..{width - 1}"
+    return None
+
+
+def _is_size(size: Any) -> bool:
+    return isinstance(size, tuple) and all(type(n) is int for n in size)
+
+
+def _row_bounds(indices: Tensor, rows: int, width: int, chunks: Chunks) -> tuple[list[int], list[int]]:
+    """The lowest and highest value in each of ``rows`` rows of ``width`` values of an integer tensor
+    (its elements in row-major order), read in bounded chunks."""
+    lows, highs = [0] * rows, [0] * rows
+    seen = [False] * rows
+    position = 0
+    for chunk in chunks(indices):
+        values = chunk.astype(np.int64, copy=False)
+        while values.size:
+            row = position // width
+            take = min(values.size, (row + 1) * width - position)
+            part = values[:take]
+            low, high = int(part.min()), int(part.max())
+            lows[row] = low if not seen[row] else min(lows[row], low)
+            highs[row] = high if not seen[row] else max(highs[row], high)
+            seen[row] = True
+            position += take
+            values = values[take:]
+    return lows, highs
+
+
+def _monotone(indices: Tensor, chunks: Chunks) -> tuple[int, int, bool]:
+    """The first and last value of a 1-D integer tensor, and whether any value is below the one before it."""
+    first: int | None = None
+    previous: int | None = None
+    for chunk in chunks(indices):
+        values = chunk.astype(np.int64, copy=False)
+        if not values.size:
+            continue
+        if first is None:
+            first = int(values[0])
+        if (previous is not None and int(values[0]) < previous) or bool((np.diff(values) < 0).any()):
+            return first, int(values[-1]), True
+        previous = int(values[-1])
+    return first or 0, previous if previous is not None else 0, False

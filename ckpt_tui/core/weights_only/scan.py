@@ -1,0 +1,1181 @@
+"""torch's weights-only unpickler, emulated on one pickle without importing or running anything.
+
+torch's ``_weights_only_unpickler.Unpickler`` is a pure-Python loop: it reads only 34 opcodes, resolves
+GLOBAL through an allowlist, and allows REDUCE, NEWOBJ, BUILD, SETITEM(S), APPEND(S) and persistent
+ids only on certain types. Running such a loop here costs about a second on 50,000 tensors, so the
+scan has two parts:
+
+1. a tokenizer (one regular expression over runs of fixed-size opcodes) that refuses every opcode
+   torch refuses and rewrites the few whose rules depend on their operands' types (NEWOBJ, BUILD,
+   SETITEM(S), APPEND(S), and REDUCE when needed) into a BINPERSID call that reaches
+   :meth:`Machine.persistent_load` with the operands;
+2. CPython's C unpickler running the rewritten pickle, with stand-ins for torch's allowed globals
+   that check their arguments the way torch's functions would, and build inert shadow values.
+
+Refused globals are recorded and treated as if the user had allowlisted them, so one scan finds
+every global an ``add_safe_globals`` line must name, and every refusal that no such line can fix.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import pickle
+import re
+import secrets
+import struct
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.tree import contiguous_strides
+from ckpt_tui.core.weights_only import tables
+
+MEMO_LIMIT = 1 << 20
+"""Memo indices below this pass through; larger ones (a memo bomb for CPython's array memo) are renumbered."""
+
+
+class Refusal(Exception):
+    """torch refuses the pickle at this point, and no ``add_safe_globals`` line changes that."""
+
+
+@dataclass
+class PickleScan:
+    """What one pickle needs from ``torch.load(weights_only=True)``."""
+
+    refused: Counter[str] = field(default_factory=Counter)
+    """Refused global names -> how many objects were built from (or referred to) them."""
+    hidden: Counter[str] = field(default_factory=Counter)
+    """Types never named by a GLOBAL that BUILD needs allowlisted (numpy's dtype classes)."""
+    usage: dict[str, set[str]] = field(default_factory=dict)
+    """How each refused global was used: ``reduce1`` (one scalar argument), ``reduce``, ``newobj``, ``build``."""
+    fatal: str | None = None
+    """The first refusal no ``add_safe_globals`` line fixes (None if there is none)."""
+    setitem_on_other: bool = False
+    """SETITEM(S) wrote into something other than a dict: refused since torch 2.10, accepted before."""
+    version_names: set[str] = field(default_factory=set)
+    """Allowlisted names that only some torch versions have (sub-byte ints, new float formats)."""
+    result: Any = None
+    end: int = 0
+    """Offset just past the pickle's STOP."""
+
+
+# ---- shadow values ------------------------------------------------------------------------
+
+
+class Shadow:
+    """An inert value standing for what torch would build; never callable, never iterable."""
+
+    __slots__ = ()
+
+
+class WStorage(Shadow):
+    """A ``TypedStorage`` as torch's ``persistent_load`` returns it."""
+
+    __slots__ = ("dtype", "key", "location", "nbytes")
+
+    def __init__(self, dtype: str, nbytes: int, key: Any, location: str) -> None:
+        self.dtype, self.nbytes, self.key, self.location = dtype, nbytes, key, location
+
+
+class WTensor(Shadow):
+    """A tensor (``type_name``: torch.Tensor, torch.nn.parameter.Parameter, or a subclass).
+
+    ``plain``: a dense tensor over a storage (False for sparse, quantized, meta, nested...);
+    ``requires_grad``: as rebuilt (setting ``data`` to an integer tensor then fails);
+    ``shape`` and ``location``: None where not known (checks that need them are not emulated).
+    """
+
+    __slots__ = ("dtype", "location", "plain", "requires_grad", "shape", "type_name")
+
+    def __init__(
+        self,
+        dtype: str,
+        type_name: str = "torch.Tensor",
+        plain: bool = True,
+        requires_grad: bool = False,
+        shape: tuple[int, ...] | None = None,
+        location: str | None = None,
+    ) -> None:
+        self.dtype, self.type_name, self.plain, self.requires_grad = dtype, type_name, plain, requires_grad
+        self.shape, self.location = shape, location
+
+    def retyped(self, type_name: str) -> WTensor:
+        """The same tensor as another class (``as_subclass``)."""
+        return WTensor(self.dtype, type_name, self.plain, self.requires_grad, self.shape, self.location)
+
+
+class WObject(Shadow):
+    """An instance of a class; ``type_name`` None when the function that made it is unknown."""
+
+    __slots__ = ("maker", "type_name")
+
+    def __init__(self, type_name: str | None, maker: str = "") -> None:
+        self.type_name, self.maker = type_name, maker
+
+
+class WSize(tuple[Any, ...]):
+    """A ``torch.Size``."""
+
+    __slots__ = ()
+
+
+class WLeaf(Shadow):
+    """A value of an allowed type without a ``__dict__`` (device, layout, bytearray...)."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+class GlobalRef:
+    """What GLOBAL pushes for an allowed name: torch's object, by name. Calling it is a REDUCE."""
+
+    __slots__ = ("entry", "handler", "storage_dtype")
+
+    def __init__(self, entry: tables.AllowedGlobal) -> None:
+        self.entry = entry
+        self.handler = _handler(entry)
+        self.storage_dtype: str | None = None
+        if entry.name == "torch.storage.UntypedStorage":
+            self.storage_dtype = "uint8"
+        elif entry.role == "storage_type":
+            self.storage_dtype = entry.detail
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.handler(args)
+        except Refusal:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            raise Refusal(f"{self.entry.name} fails on these arguments ({type(exc).__name__}: {exc})") from None
+
+
+class Placeholder:
+    """What GLOBAL pushes for a refused name: scanned on as if the user had allowlisted it.
+
+    ``allowed``: a name ``import torch`` allowlists itself (nested tensors), not a refusal.
+    """
+
+    __slots__ = ("allowed", "machine", "name")
+
+    def __init__(self, name: str, machine: Machine, allowed: bool = False) -> None:
+        self.name, self.machine, self.allowed = name, machine, allowed
+
+    def __call__(self, *args: Any) -> Any:
+        return self.machine.call(self, args)
+
+
+# ---- the tokenizer and rewriter -------------------------------------------------------------
+
+_FIXED = (
+    rb"[qhK][\x00-\xff]|[rj][\x00-\xff]{2}[\x00-\x0f]\x00|J[\x00-\xff]{4}|M[\x00-\xff]{2}|G[\x00-\xff]{8}"
+    rb"|\x80[\x00-\x05]|[(t\x85\x86\x87N\x89\x88)\]}\x8fQ"
+)
+_SHORT_STRINGS = b"|".join(
+    b"X" + re.escape(bytes([length, 0, 0, 0])) + (rb"[\x00-\xff]{%d}" % length if length else b"")
+    for length in range(48)
+)
+"""BINUNICODE of up to 47 bytes (keys, record names) matched by the same expression: no Python step per string."""
+FAST_RUN = re.compile(rb"(?:" + _FIXED + rb"R]|" + _SHORT_STRINGS + rb")*", re.S)
+EXACT_RUN = re.compile(rb"(?:" + _FIXED + rb"]|" + _SHORT_STRINGS + rb")*", re.S)
+_U32 = struct.Struct("<I")
+
+
+@dataclass
+class Rewritten:
+    """The pickle as the C unpickler will run it, or the refusal the tokenizer found."""
+
+    data: bytes
+    end: int
+    error: str | None = None
+
+
+def rewrite(data: bytes, start: int, marker_module: str, exact: bool) -> Rewritten:
+    """Tokenize from ``start`` to STOP; refuse unknown opcodes; route type-dependent ones to the machine."""
+    run = (EXACT_RUN if exact else FAST_RUN).match
+    get_marker = b"j" + _U32.pack(MEMO_LIMIT)
+    out = [b"c" + marker_module.encode() + b"\nm\nr" + get_marker[1:] + b"0"]
+    intercept = {op: code.replace(b"@", get_marker) for op, code in _INTERCEPT.items()}
+    remap: dict[int, int] = {}
+    copied = pos = start
+    size = len(data)
+    unpack = _U32.unpack_from
+    while True:
+        found = run(data, pos)
+        pos = found.end() if found else pos
+        if pos >= size:
+            return Rewritten(b"", pos, "the pickle ends before its STOP opcode (truncated?)")
+        op = data[pos]
+        if op == 0x58:  # BINUNICODE
+            if pos + 5 > size:
+                return Rewritten(b"", pos, "the pickle ends inside a string (truncated?)")
+            pos += 5 + unpack(data, pos + 1)[0]
+        elif op in intercept:
+            out.append(data[copied:pos])
+            out.append(intercept[op])
+            pos = copied = pos + 1
+        elif op == 0x63:  # GLOBAL
+            first = data.find(b"\n", pos + 1)
+            second = data.find(b"\n", first + 1) if first >= 0 else -1
+            if second < 0:
+                return Rewritten(b"", pos, "the pickle ends inside a GLOBAL (truncated?)")
+            pos = second + 1
+        elif op in (0x55, 0x8A):  # SHORT_BINSTRING, LONG1
+            pos += 2 + (data[pos + 1] if pos + 1 < size else 0)
+        elif op in (0x72, 0x6A):  # LONG_BINPUT / LONG_BINGET with a large index
+            if pos + 5 > size:
+                return Rewritten(b"", pos, "the pickle ends inside a memo index (truncated?)")
+            (index,) = unpack(data, pos + 1)
+            if op == 0x72:
+                new = remap.setdefault(index, MEMO_LIMIT + 1 + len(remap))
+            else:
+                new = remap.get(index, MEMO_LIMIT + 2 + len(remap))
+            out.append(data[copied:pos])
+            out.append(bytes([op]) + _U32.pack(new))
+            pos = copied = pos + 5
+        elif op == 0x80:  # PROTO above 5: torch only warns; CPython would refuse
+            out.append(data[copied:pos])
+            pos = copied = pos + 2
+        elif op == 0x2E:  # STOP
+            out.append(data[copied : pos + 1])
+            return Rewritten(b"".join(out), pos + 1)
+        else:
+            return Rewritten(b"", pos, f"opcode {bytes([op])!r} (byte {op}) is not one torch's loader reads")
+
+
+_INTERCEPT = {
+    0x81: b"\x86@K\x81\x87Q",
+    0x52: b"\x86@KR\x87Q",
+    ord("b"): b"\x86@Kb\x87Q",
+    ord("a"): b"\x86@Ka\x87Q",
+    ord("s"): b"\x86\x86@Ks\x87Q",
+    ord("u"): b"t\x86@Ku\x87Q",
+    ord("e"): b"t\x86@Ke\x87Q",
+}
+
+
+# ---- the machine ------------------------------------------------------------------------------
+
+StorageLoader = Callable[[tuple[Any, ...]], WStorage]
+_KNOWN_CLASSES = frozenset(
+    {
+        "collections.defaultdict",
+        "collections.deque",
+        "functools.partial",
+        "numpy.ndarray",
+        "numpy.dtype",
+        "datetime.datetime",
+        "datetime.date",
+        "datetime.time",
+        "datetime.timedelta",
+        "datetime.timezone",
+        "decimal.Decimal",
+        "uuid.UUID",
+    }
+)
+_LEAF_TYPES = frozenset({"torch.device", "builtins.bytearray"})
+_SCALAR_TYPES = (int, float, str, bool, bytes, type(None))
+_DEVICE_TYPES = frozenset(
+    {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla"}
+    | {"lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone"}
+)
+_DEVICE = re.compile(r"([a-z]+)(?::(\d+))?\Z")
+_NUMPY_KINDS = {
+    "b1": "Bool",
+    "i1": "Int8",
+    "u1": "UInt8",
+    "i2": "Int16",
+    "u2": "UInt16",
+    "i4": "Int32",
+    "u4": "UInt32",
+    "i8": "Int64",
+    "u8": "UInt64",
+    "f2": "Float16",
+    "f4": "Float32",
+    "f8": "Float64",
+    "c8": "Complex64",
+    "c16": "Complex128",
+    "f16": "LongDouble",
+    "c32": "CLongDouble",
+    "O8": "Object",
+    "O": "Object",
+}
+
+
+def numpy_dtype_class(code: Any) -> str:
+    """The ``numpy.dtypes`` class of the dtype ``numpy.dtype(code)`` builds (numpy >= 1.25)."""
+    text = str(code)
+    if text in _NUMPY_KINDS:
+        return f"numpy.dtypes.{_NUMPY_KINDS[text]}DType"
+    kind = text[:1]
+    named = {"U": "Str", "S": "Bytes", "V": "Void", "M": "DateTime64", "m": "TimeDelta64", "O": "Object"}
+    return f"numpy.dtypes.{named.get(kind, 'Void')}DType"
+
+
+class Machine(pickle.Unpickler):
+    """Runs a rewritten pickle with torch's weights-only rules; see the module docstring."""
+
+    def __init__(self, data: bytes, marker_module: str, storage: StorageLoader, scan: PickleScan) -> None:
+        super().__init__(io.BytesIO(data), encoding="utf-8", errors="strict", fix_imports=False)
+        self.marker = object()
+        self.marker_module = marker_module
+        self.load_storage = storage
+        self.scan = scan
+        self.refs: dict[str, Any] = {}
+
+    # ---- globals and persistent ids ------------------------------------------------------
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == self.marker_module and name == "m":
+            return self.marker
+        if (module, name) in tables.NAME_MAPPING:
+            module, name = tables.NAME_MAPPING[(module, name)]
+        elif module in tables.IMPORT_MAPPING:
+            module = tables.IMPORT_MAPPING[module]
+        full = f"{module}.{name}"
+        ref = self.refs.get(full)
+        if ref is not None:
+            return ref
+        direct = _DIRECT.get(full)
+        if direct is not None:
+            return direct
+        entry = tables.ALLOWED.get(full)
+        if entry is not None:
+            if full in tables.ADDED_IN:
+                self.scan.version_names.add(full)
+            ref = self.refs[full] = GlobalRef(entry)
+            return ref
+        if full in tables.ADDED_IN:
+            self.scan.version_names.add(full)
+        if full in tables.IMPORTED_ALLOWED:
+            ref = self.refs[full] = Placeholder(full, self, allowed=True)
+            return ref
+        if module in tables.BLOCKED_MODULES:
+            self._fatal(f"GLOBAL {full} is from module {module}, which torch refuses even when allowlisted")
+        elif full in tables.NEEDS_IMPORT:
+            self._fatal(f"GLOBAL {full} loads only after `import {tables.NEEDS_IMPORT[full]}`")
+        self.scan.refused[full] += 0
+        ref = self.refs[full] = Placeholder(full, self)
+        return ref
+
+    def _fatal(self, message: str) -> None:
+        if self.scan.fatal is None:
+            self.scan.fatal = message
+
+    def persistent_load(self, pid: Any) -> Any:
+        if type(pid) is tuple:
+            if len(pid) == 3 and pid[1] is self.marker:
+                operands, _, op = pid
+                return self.OPS[op](self, *operands)
+            if pid and (pid[0] == "storage" or _ascii(pid[0]) == "storage"):
+                return self.load_storage(pid)
+            if pid:
+                raise Refusal(f"a persistent id {_short(pid[0])} (torch allows only 'storage')")
+            raise Refusal("an empty persistent id")
+        if type(pid) is int:
+            raise Refusal("a persistent id that is an int, not a storage tuple")
+        raise Refusal(f"a persistent id of type {type(pid).__name__} (torch allows only storages)")
+
+    # ---- the type-dependent opcodes (reached through the rewrite) -------------------------
+
+    def op_reduce(self, func: Any, args: Any) -> Any:
+        if not _callable(func):
+            raise Refusal(f"REDUCE calls a {_type_name(func)}, which is not an allowed function")
+        return self.call(func, tuple(_iterate(args, "REDUCE arguments")))
+
+    def op_newobj(self, cls: Any, args: Any) -> Any:
+        args = tuple(_iterate(args, "NEWOBJ arguments"))
+        if cls in _DIRECT_NEW:
+            return _DIRECT_NEW[cls](*args)
+        if isinstance(cls, Placeholder):
+            self._use(cls.name, "newobj")
+            return WObject(cls.name, cls.name)
+        if not isinstance(cls, GlobalRef):
+            raise Refusal(f"NEWOBJ of a {_type_name(cls)} (torch creates only allowlisted classes)")
+        entry = cls.entry
+        if entry.name == "torch.nn.parameter.Parameter":
+            return self.call(cls, args)
+        if entry.role in ("function", "dtype", "qscheme", "storage_type"):
+            raise Refusal(f"NEWOBJ of {entry.name}, which is not a class")
+        if entry.name == "builtins.bytearray":
+            return WLeaf("builtins.bytearray")
+        return self.call(cls, args)
+
+    def op_build(self, inst: Any, state: Any) -> Any:
+        kind = type(inst)
+        if kind is WTensor:
+            self._build_tensor(inst, state)
+            if inst.type_name == "torch.Tensor" and state:  # set_() gave it another shape (shared shadows stay)
+                return WTensor(inst.dtype, inst.type_name, inst.plain, inst.requires_grad)
+        elif kind is OrderedDict:
+            _try(lambda: {}.update(state), "BUILD state for an OrderedDict")
+        elif kind is WObject:
+            self._build_object(inst, state)
+        elif kind in (Counter, set, complex, WSize, WStorage) or (kind is WLeaf and inst.type_name in _LEAF_TYPES):
+            self._build_plain(state, has_dict=kind is Counter)
+        else:
+            raise Refusal(f"BUILD on a {_type_name(inst)} (torch builds only Tensor, Parameter, OrderedDict)")
+        return inst
+
+    def _build_tensor(self, inst: WTensor, state: Any) -> None:
+        if inst.type_name == "torch.Tensor":
+            _tensor_set(inst, list(_iterate(state, "BUILD state for a Tensor")))
+        elif inst.type_name == "torch.nn.parameter.Parameter":
+            _parameter_setstate(inst, state)
+        else:
+            self._use(inst.type_name, "build")
+
+    def _build_object(self, inst: WObject, state: Any) -> None:
+        if inst.type_name is None:
+            self._fatal(f"BUILD on the result of {inst.maker}, whose type cannot be known without running it")
+        elif inst.type_name.startswith("numpy.dtypes."):
+            self.scan.hidden[inst.type_name] += 1
+        else:
+            self._use(inst.type_name, "build")
+
+    @staticmethod
+    def _build_plain(state: Any, has_dict: bool) -> None:
+        slots = None
+        if isinstance(state, tuple) and len(state) == 2:
+            state, slots = state
+        if state and not has_dict:
+            raise Refusal("BUILD sets attributes on a value that has none")
+        if state:
+            _try(lambda: {}.update(state), "BUILD state")
+        if slots and (not has_dict or not isinstance(slots, dict) or not all(isinstance(k, str) for k in slots)):
+            raise Refusal("BUILD sets slots on a value that has none")
+
+    def op_setitem(self, target: Any, pair: tuple[Any, Any]) -> Any:
+        self._setitems(target, pair, "SETITEM")
+        return target
+
+    def op_setitems(self, target: Any, items: tuple[Any, ...]) -> Any:
+        self._setitems(target, items, "SETITEMS")
+        return target
+
+    def _setitems(self, target: Any, items: tuple[Any, ...], opcode: str) -> None:
+        if type(target) not in (dict, OrderedDict, Counter):
+            self.scan.setitem_on_other = True
+            raise Refusal(f"{opcode} into a {_type_name(target)} (torch 2.10+ writes only into dicts)")
+        if len(items) % 2:
+            raise Refusal(f"{opcode} with an odd number of items")
+        for index in range(0, len(items), 2):
+            key, value = items[index], items[index + 1]
+            try:
+                target[key] = value
+            except TypeError:
+                raise Refusal(f"{opcode} with an unhashable key ({_type_name(key)})") from None
+
+    def op_append(self, target: Any, item: Any) -> Any:
+        if type(target) is not list:
+            raise Refusal(f"APPEND to a {_type_name(target)} (torch appends only to lists)")
+        target.append(item)
+        return target
+
+    def op_appends(self, target: Any, items: tuple[Any, ...]) -> Any:
+        if type(target) is not list:
+            raise Refusal(f"APPENDS to a {_type_name(target)} (torch extends only lists)")
+        target.extend(items)
+        return target
+
+    OPS: ClassVar[dict[int, Callable[..., Any]]] = {
+        0x52: op_reduce,
+        0x81: op_newobj,
+        ord("b"): op_build,
+        ord("s"): op_setitem,
+        ord("u"): op_setitems,
+        ord("a"): op_append,
+        ord("e"): op_appends,
+    }
+
+    # ---- calls ---------------------------------------------------------------------------------
+
+    def _use(self, name: str, how: str) -> None:
+        if name in tables.IMPORTED_ALLOWED:
+            return
+        if how != "build":
+            self.scan.refused[name] += 1
+        self.scan.usage.setdefault(name, set()).add(how)
+
+    def call(self, func: Any, args: tuple[Any, ...]) -> Any:
+        """REDUCE (and NEWOBJ of some classes): what torch's object would return for ``args``."""
+        if isinstance(func, Placeholder):
+            return self._call_refused(func.name, args)
+        try:
+            return func(*args)
+        except Refusal:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Refusal(f"{_type_name(func)} fails on these arguments ({exc})") from None
+
+    def _call_refused(self, name: str, args: tuple[Any, ...]) -> Any:
+        one_scalar = len(args) == 1 and isinstance(args[0], _SCALAR_TYPES)
+        self._use(name, "reduce1" if one_scalar else "reduce")
+        short = name.rsplit(".", 1)[-1]
+        if short == "_reconstruct" and name.startswith("numpy."):
+            cls = args[0] if args else None
+            return WObject(cls.name if isinstance(cls, Placeholder) else None, name)
+        if name == "numpy.dtype":
+            return WObject(numpy_dtype_class(args[0] if args else ""), name)
+        if short == "scalar" and name.startswith("numpy."):
+            return WObject("numpy.generic", name)
+        if name == "copyreg._reconstructor":
+            cls = args[0] if args else None
+            return WObject(cls.name if isinstance(cls, Placeholder) else None, name)
+        if name in _KNOWN_CLASSES or short[:1].isupper():
+            return WObject(name, name)
+        return WObject(None, name)
+
+
+def _iterate(value: Any, what: str) -> Iterable[Any]:
+    if isinstance(value, (tuple, list, WSize, str, dict, set)):
+        return value
+    raise Refusal(f"{what} are a {_type_name(value)}, not a sequence")
+
+
+def _try(action: Callable[[], Any], what: str) -> None:
+    try:
+        action()
+    except (TypeError, ValueError) as exc:
+        raise Refusal(f"{what} is malformed ({exc})") from None
+
+
+def _ascii(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("ascii", "replace")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, (WTensor, WObject, WLeaf)):
+        return str(value.type_name)
+    if isinstance(value, WStorage):
+        return "storage"
+    if isinstance(value, GlobalRef):
+        return value.entry.name
+    if isinstance(value, Placeholder):
+        return value.name
+    return type(value).__name__
+
+
+# ---- torch's allowed functions, on shadow values --------------------------------------------
+
+_INT_ONLY = frozenset({int})
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list, WSize)) or not set(map(type, value)) <= _INT_ONLY:
+        raise Refusal(f"{what} is not a sequence of ints")
+    return tuple(value)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise Refusal(f"{what} must be a bool")
+    return value
+
+
+def _dtype(value: Any) -> str:
+    if not isinstance(value, GlobalRef) or value.entry.role != "dtype":
+        raise Refusal(f"a dtype argument is a {_type_name(value)}")
+    return value.entry.detail
+
+
+def _grad(requires_grad: Any, dtype: str) -> None:
+    if _bool(requires_grad, "requires_grad") and dtype not in tables.FLOATING_DTYPES:
+        raise Refusal(f"requires_grad=True on a {dtype} tensor (only floating point and complex can)")
+
+
+_SEQUENCES = (tuple, list, WSize)
+
+
+_PLAIN_TENSORS: dict[tuple[str, bool, tuple[int, ...], str], WTensor] = {}
+"""Shared shadows of plain tensors (per dtype, requires_grad, shape, location): never changed (state goes to
+a copy)."""
+_EXTENTS: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+"""Valid (size, stride) pairs seen before -> elements from the offset to the last one (-1: empty)."""
+_EXTENTS_KEPT = 4096
+
+
+def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) -> None:
+    """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
+    if type(storage) is not WStorage:
+        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
+        stride = contiguous_strides(size)  # set_(storage, offset, size, None): row-major
+    if type(offset) is not int:
+        raise Refusal("a tensor's storage offset is not an int")
+    if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
+        raise Refusal("a tensor's size is not a sequence of ints")
+    if type(stride) not in _SEQUENCES or not set(map(type, stride)) <= _INT_ONLY:
+        raise Refusal("a tensor's stride is not a sequence of ints")
+    if len(size) != len(stride):
+        raise Refusal(f"a tensor's size and stride differ in length ({len(size)} vs {len(stride)})")
+    if offset < 0 or (size and min(size) < 0):
+        raise Refusal("a tensor has a negative offset or size")
+    if (
+        offset >= _INT64
+        or (size and max(size) >= _INT64)
+        or (stride and not -_INT64 <= min(stride) <= max(stride) < _INT64)
+    ):
+        raise Refusal("a tensor's offset, size or stride does not fit int64")
+    if _count_overflows(size):
+        raise Refusal("a tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)")
+    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):  # torch ignores the stride of size 0/1
+        raise Refusal("a tensor has a negative stride")
+    extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
+    if type(size) is tuple and type(stride) is tuple and len(_EXTENTS) < _EXTENTS_KEPT:
+        _EXTENTS[(size, stride)] = extent
+    if extent < 0 or dtype not in DTYPES:
+        return
+    needed = (offset + extent) * DTYPES[dtype][0]
+    if needed > storage.nbytes:
+        raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
+
+
+_INT64 = 1 << 63
+_U64 = 1 << 64
+
+
+def _count_overflows(size: Sequence[int]) -> bool:
+    """Whether torch's element count overflows: it multiplies the sizes in 64 bits, left to right, and
+    refuses a product that passes 2**64 even where a later 0 would make it 0."""
+    count = 1
+    for step in size:
+        count *= step
+        if count >= _U64:
+            return True
+        if not count:
+            return False
+    return False
+
+
+def _rebuild_tensor(args: tuple[Any, ...]) -> WTensor:
+    storage, offset, size, stride = args
+    dtype = storage.dtype if isinstance(storage, WStorage) else ""
+    _set_storage(storage, offset, size, stride, dtype)
+    return WTensor(dtype, shape=tuple(size), location=storage.location)
+
+
+def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
+    if len(args) == 6:
+        storage, offset, size, stride, requires_grad, _hooks = args
+        metadata = None
+    elif len(args) == 7:
+        storage, offset, size, stride, requires_grad, _hooks, metadata = args
+    else:
+        raise TypeError(f"takes 6 or 7 arguments, got {len(args)}")
+    if type(storage) is not WStorage:
+        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    dtype = storage.dtype
+    if requires_grad is not False:
+        _grad(requires_grad, dtype)
+    if metadata is not None:
+        _check_metadata(metadata, dtype)
+    # known layouts by value: only of ints (a float or bool stride equals an int one, and torch refuses it)
+    plain = type(size) is tuple and type(stride) is tuple and set(map(type, size + stride)) <= _INT_ONLY
+    extent = _EXTENTS.get((size, stride)) if plain else None
+    if (
+        extent is None
+        or type(offset) is not int
+        or offset < 0
+        or (extent >= 0 and (offset + extent) * DTYPES[dtype][0] > storage.nbytes)
+    ):
+        _set_storage(storage, offset, size, stride, dtype)  # checks, and raises with the reason
+    shape = size if type(size) is tuple else tuple(size)
+    key = (dtype, requires_grad is True, shape, storage.location)
+    tensor = _PLAIN_TENSORS.get(key)
+    if tensor is None:
+        if len(_PLAIN_TENSORS) >= _EXTENTS_KEPT:
+            _PLAIN_TENSORS.clear()
+        grad = requires_grad is True
+        tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, grad, shape, storage.location)
+    return tensor
+
+
+def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
+    if not 7 <= len(args) <= 8:
+        raise TypeError(f"takes 7 or 8 arguments, got {len(args)}")
+    storage, offset, size, stride, requires_grad, _hooks, dtype_ref = args[:7]
+    dtype = _dtype(dtype_ref)
+    if not isinstance(storage, WStorage):
+        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+    _grad(requires_grad, dtype)
+    _set_storage(storage, offset, size, stride, dtype)
+    if len(args) == 8:
+        _check_metadata(args[7], dtype)
+    return WTensor(dtype, requires_grad=requires_grad, shape=tuple(size), location=storage.location)
+
+
+_COMPLEX = frozenset({"complex32", "complex64", "complex128"})
+
+
+def _check_metadata(metadata: Any, dtype: str) -> None:
+    """``set_tensor_metadata``: a dict of str to bool-like values; ``conj`` only on complex tensors."""
+    if not _truthy(metadata, "tensor metadata"):
+        return
+    if not isinstance(metadata, dict):
+        raise Refusal(f"tensor metadata is of type {_type_name(metadata)}, not a dict")
+    for key, value in metadata.items():
+        if type(key) is not str:
+            raise Refusal(f"tensor metadata has a key of type {_type_name(key)} (torch wants str)")
+        if isinstance(value, Shadow):
+            raise Refusal(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
+        if value is not None and not isinstance(value, (bool, int, float, complex)):
+            raise Refusal(f"tensor metadata holds a value of type {_type_name(value)} (torch wants a bool)")
+    if "conj" in metadata and dtype not in _COMPLEX:
+        raise Refusal(f"tensor metadata sets conj on a {dtype} tensor (only complex tensors have it)")
+
+
+def _rebuild_parameter(args: tuple[Any, ...]) -> WTensor:
+    if len(args) != 3:
+        raise TypeError(f"takes 3 arguments, got {len(args)}")
+    return _parameter(args[:2])
+
+
+def _rebuild_parameter_with_state(args: tuple[Any, ...]) -> WTensor:
+    if len(args) != 4:
+        raise TypeError(f"takes 4 arguments, got {len(args)}")
+    parameter = _parameter(args[:2])
+    set_obj_state(parameter, args[3])
+    return parameter
+
+
+def _parameter(args: tuple[Any, ...]) -> WTensor:
+    if len(args) > 2:
+        raise TypeError("Parameter takes at most 2 arguments")
+    data = args[0] if args else None
+    if data is not None and not isinstance(data, WTensor):
+        raise Refusal(f"a Parameter's data is a {_type_name(data)}")
+    dtype = data.dtype if isinstance(data, WTensor) else "float32"
+    requires_grad = args[1] if len(args) > 1 else True
+    _grad(requires_grad, dtype)
+    if isinstance(data, WTensor):
+        return WTensor(dtype, "torch.nn.parameter.Parameter", data.plain, requires_grad, data.shape, data.location)
+    return WTensor(dtype, "torch.nn.parameter.Parameter", True, requires_grad, (0,), None)
+
+
+def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
+    func, new_type, call_args, state = args
+    if not _callable(func):
+        raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
+    result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
+    if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
+        return result.retyped(new_type.name)
+    if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
+        if not isinstance(result, WTensor):
+            if isinstance(result, (WObject, Placeholder)):
+                raise Refusal(
+                    f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor: torch may refuse it "
+                    "(whether it is a tensor is not known without running it)"
+                )
+            raise Refusal(
+                f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor (as_subclass fails)"
+            )
+        result = result.retyped(new_type.entry.name)
+        set_obj_state(result, state)
+        return result
+    raise Refusal(f"_rebuild_from_type_v2 to a {_type_name(new_type)}, not a Tensor subclass")
+
+
+# ---- torch._utils._set_obj_state on a rebuilt tensor ---------------------------------------------
+
+
+def set_obj_state(tensor: WTensor, state: Any) -> None:
+    """``_set_obj_state(tensor, state)``: ``setattr`` for each item of the dict state and the slot state."""
+    if type(state) is tuple:
+        if len(state) != 2:
+            raise Refusal(f"a tensor's state is a tuple of {len(state)}, not (dict state, slot state)")
+        parts: tuple[Any, ...] = state
+    else:
+        parts = (state,)
+    for part in parts:
+        if not _truthy(part, "a tensor's state"):
+            continue
+        if type(part) not in (dict, OrderedDict, Counter):
+            if isinstance(part, (WObject, Placeholder)):
+                raise Refusal(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
+            raise Refusal(f"a tensor's state is of type {_type_name(part)}, which has no items()")
+        for name, value in part.items():
+            _setattr(tensor, name, value)
+
+
+def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
+    """BUILD on a plain Tensor: ``tensor.set_(*state)`` (legacy pickles), on a tensor whose storage cannot grow."""
+    if tensor.requires_grad:
+        raise Refusal("BUILD calls set_() on a tensor that requires grad (in place on a leaf: torch refuses)")
+    if not args:
+        return
+    source = args[0]
+    if isinstance(source, WTensor):
+        if len(args) != 1:
+            raise Refusal("BUILD calls set_(tensor, ...) with more arguments (set_ takes the tensor alone)")
+        if not (source.plain and tensor.plain) or source.dtype != tensor.dtype:
+            raise Refusal(f"BUILD calls set_() with a {source.dtype} tensor on a {tensor.dtype} tensor")
+        return
+    if not isinstance(source, WStorage):
+        raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
+    if source.dtype != tensor.dtype:
+        if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
+            raise Refusal("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
+        raise Refusal(f"BUILD calls set_() with a {source.dtype} storage on a {tensor.dtype} tensor")
+    if len(args) == 4:
+        _set_storage(source, args[1], args[2], args[3], tensor.dtype)
+    elif len(args) == 3:
+        raise Refusal("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
+    elif len(args) != 1:
+        raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
+
+
+def _parameter_setstate(tensor: WTensor, state: Any) -> None:
+    """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
+    if type(state) not in (tuple, list):
+        raise Refusal(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
+    if len(state) == 4:
+        raise Refusal("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
+    if len(state) == 5:
+        _setattr(tensor, "data", state[0])
+        state = (state[3], state[4], state[2])
+    if len(state) != 3:
+        raise Refusal(f"BUILD on a Parameter with a state of {len(state)} items (torch unpacks 3)")
+    _setattr(tensor, "requires_grad", state[0])
+
+
+def _truthy(value: Any, what: str) -> bool:
+    """``bool(value)`` as torch would get it, for the values whose truth is known without running anything."""
+    if value is None or isinstance(value, (int, float, complex, str, bytes, tuple, list, dict, set, frozenset)):
+        return bool(value)
+    if isinstance(value, (GlobalRef, WSize)) or (type(value) is WLeaf and value.type_name == "torch.device"):
+        return True
+    raise Refusal(f"{what} is a {_type_name(value)}: whether torch finds it empty is not known here")
+
+
+def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
+    """``setattr(tensor, name, value)``: torch's tensor properties check what they are given."""
+    if type(name) is not str:
+        raise Refusal(
+            f"a tensor's state sets an attribute named by a value of type {_type_name(name)} (setattr wants a str)"
+        )
+    rule = tables.TENSOR_ATTRIBUTES.get(name, "instance")
+    if rule == "instance":
+        return
+    if rule == "read-only":
+        raise Refusal(f"a tensor's state sets {name!r}, a read-only attribute of torch.Tensor")
+    if rule == "dict":
+        if type(value) not in (dict, OrderedDict, Counter):
+            raise Refusal(f"a tensor's state sets __dict__ to a value of type {_type_name(value)} (torch wants a dict)")
+    elif rule == "requires_grad":
+        _grad(value, tensor.dtype)
+        tensor.requires_grad = value
+    elif rule == "data":
+        _set_data(tensor, value)
+    elif rule == "grad":
+        _set_grad(tensor, name, value)
+    elif rule == "none":
+        if value is not None:
+            raise Refusal(
+                f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
+            )
+    elif value is not None or rule != "none-or-more":
+        raise Refusal(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
+
+
+def _set_data(tensor: WTensor, value: Any) -> None:
+    if not isinstance(value, WTensor):
+        raise Refusal(f"a tensor's state sets data to a value of type {_type_name(value)} (torch wants a tensor)")
+    if not (tensor.plain and value.plain):
+        raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
+    if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
+        raise Refusal(f"a tensor's state sets data to a {value.dtype} tensor on one that requires grad")
+    if value.location != tensor.location or value.location is None:
+        raise Refusal("a tensor's state sets data to a tensor whose device is not known here: torch may reject it")
+    tensor.dtype, tensor.shape = value.dtype, value.shape
+
+
+def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, WTensor):
+        raise Refusal(
+            f"a tensor's state sets {name} to a value of type {_type_name(value)} (torch wants a tensor or None)"
+        )
+    if value.dtype != tensor.dtype:
+        raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
+    known = value.plain and tensor.plain and None not in (value.shape, tensor.shape, value.location, tensor.location)
+    if not known:
+        raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, not emulated for these")
+    if value.shape != tensor.shape:
+        raise Refusal(
+            f"a tensor's state sets a {name} of shape {list(value.shape or ())} on one of {list(tensor.shape or ())}"
+        )
+    if value.location != tensor.location:
+        raise Refusal(f"a tensor's state sets a {name} on {value.location} for a tensor on {tensor.location}")
+
+
+def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
+    storage, offset, size, stride, params, requires_grad, _hooks = args
+    params = tuple(_iterate(params, "quantizer parameters"))
+    scheme = params[0] if params else None
+    name = scheme.entry.name if isinstance(scheme, GlobalRef) else ""
+    if name == "torch.per_tensor_affine":
+        if len(params) != 3:
+            raise Refusal("per-tensor quantizer parameters are not (scheme, scale, zero_point)")
+    elif name in ("torch.per_channel_affine", "torch.per_channel_affine_float_qparams"):
+        if len(params) != 4 or type(params[3]) is not int:
+            raise Refusal("per-channel quantizer parameters are not (scheme, scales, zero_points, axis)")
+    else:
+        raise Refusal(f"a quantized tensor with quantizer scheme {_short(scheme)}")
+    dtype = storage.dtype if isinstance(storage, WStorage) else ""
+    if not dtype.startswith(("qint", "quint")):
+        raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
+    _bool(requires_grad, "requires_grad")
+    _set_storage(storage, offset, size, stride, dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
+
+
+def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
+    layout, data = args
+    name = layout.type_name if isinstance(layout, WLeaf) else ""
+    parts = tuple(_iterate(data, "sparse tensor data"))
+    if name == "torch.sparse_coo" and len(parts) in (3, 4):
+        values = parts[1]
+    elif name in ("torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc") and len(parts) == 4:
+        values = parts[2]
+    else:
+        raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
+    if not isinstance(values, WTensor):
+        raise Refusal("a sparse tensor whose values are not a tensor")
+    if name == "torch.sparse_coo":
+        _check_coo(*parts)
+    return WTensor(values.dtype, plain=False)
+
+
+def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = None) -> None:
+    """``torch.sparse_coo_tensor(indices, values, size, check_invariants=False)``: the shape checks it still makes."""
+    if not isinstance(indices, WTensor):
+        raise Refusal(f"a sparse tensor's indices are a {_type_name(indices)}, not a tensor")
+    if is_coalesced is not None and type(is_coalesced) is not bool:
+        raise Refusal("a sparse tensor's is_coalesced is not a bool")
+    dims = _ints(size, "a sparse tensor's size")
+    if dims and min(dims) < 0:
+        raise Refusal("a sparse tensor has a negative size")
+    if indices.shape is None or values.shape is None or len(indices.shape) != 2:
+        raise Refusal("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
+    sparse_dim, nnz = indices.shape
+    values_nnz = values.shape[0] if values.shape else 1
+    if nnz != values_nnz:
+        raise Refusal(f"a sparse tensor's indices and values differ in nnz ({nnz} vs {values_nnz})")
+    dense = values.shape[1:]
+    if len(dims) != sparse_dim + len(dense):
+        raise Refusal(f"a sparse tensor's size has {len(dims)} dims, its parts {sparse_dim} + {len(dense)}")
+    if tuple(dims[sparse_dim:]) != dense:
+        raise Refusal("a sparse tensor's values do not have the dense sizes of its size")
+
+
+def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
+    dtype_ref, size, stride, requires_grad = args
+    dtype = _dtype(dtype_ref)
+    sizes = _ints(size, "a meta tensor's size")
+    if len(sizes) != len(_ints(stride, "a meta tensor's stride")):
+        raise Refusal("a meta tensor's size and stride differ in length")
+    if sizes and min(sizes) < 0:
+        raise Refusal("a meta tensor has a negative size")
+    _grad(requires_grad, dtype)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad)
+
+
+def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
+    first = args[0] if args else None
+    if isinstance(first, WTensor):
+        return WTensor(first.dtype, plain=False)
+    return WTensor("float32", plain=False)
+
+
+def _size(args: tuple[Any, ...]) -> WSize:
+    if len(args) > 1:
+        raise TypeError("torch.Size takes one argument")
+    values = tuple(_iterate(args[0], "torch.Size items")) if args else ()
+    if not all(isinstance(v, int) for v in values):
+        raise Refusal("torch.Size of something other than ints")
+    return WSize(values)
+
+
+def _device(args: tuple[Any, ...]) -> WLeaf:
+    if not args or len(args) > 2:
+        raise TypeError("torch.device takes 1 or 2 arguments")
+    first = args[0]
+    if type(first) is int and len(args) == 1:
+        return WLeaf("torch.device")
+    if type(first) is not str:
+        raise Refusal(f"torch.device of a {_type_name(first)}")
+    match = _DEVICE.match(first)
+    if match is None or match.group(1) not in _DEVICE_TYPES or (match.group(2) and len(args) == 2):
+        raise Refusal(f"torch.device({_short(first)}) is not a device")
+    if len(args) == 2 and (type(args[1]) is not int or args[1] < 0):
+        raise Refusal("torch.device index is not a non-negative int")
+    return WLeaf("torch.device")
+
+
+def _get_layout(args: tuple[Any, ...]) -> WLeaf:
+    (name,) = args
+    if not isinstance(name, str) or name not in tables.LAYOUTS:
+        raise Refusal(f"_get_layout({_short(name)}) is not a layout")
+    return WLeaf(name)
+
+
+_CODEC_NAME = re.compile(r"[A-Za-z0-9_.\- ]{1,64}\Z")
+
+
+def _codec_call(action: Callable[[], Any], what: str) -> Any:
+    """Run a standard-library codec on the file's text (``codecs`` finds codecs only in ``encodings``)."""
+    try:
+        return action()
+    except (LookupError, TypeError, ValueError, OverflowError) as exc:  # UnicodeError is a ValueError
+        raise Refusal(f"{what} fails ({type(exc).__name__}: {_short(str(exc))})") from None
+
+
+def _codec_args(encoding: Any, errors: Any, what: str) -> None:
+    if type(encoding) is not str or type(errors) is not str:
+        raise Refusal(f"{what}: the encoding and errors are not text")
+    if not _CODEC_NAME.match(encoding):
+        raise Refusal(f"{what}: unknown encoding {_short(encoding)}")
+
+
+def _encode(args: tuple[Any, ...]) -> Any:
+    """``_codecs.encode(obj, encoding="utf-8", errors="strict")``: any codec, text or not (rot13, hex...)."""
+    if not 1 <= len(args) <= 3:
+        raise TypeError("_codecs.encode takes 1 to 3 arguments")
+    value = args[0]
+    encoding = args[1] if len(args) > 1 else "utf-8"
+    errors = args[2] if len(args) > 2 else "strict"
+    _codec_args(encoding, errors, "_codecs.encode")
+    if not isinstance(value, (str, bytes)):
+        raise Refusal(f"_codecs.encode of a {_type_name(value)}")
+    encode: Callable[[Any, str, str], Any] = codecs.encode  # text or bytes, any codec
+    return _codec_call(lambda: encode(value, encoding, errors), "_codecs.encode")
+
+
+def _bytearray(args: tuple[Any, ...]) -> WLeaf:
+    if len(args) > 3:
+        raise TypeError("bytearray takes at most 3 arguments")
+    if args:
+        first = args[0]
+        if isinstance(first, str) != (len(args) > 1):
+            raise Refusal("bytearray of text needs an encoding (and only text takes one)")
+        if isinstance(first, str):  # str.encode: text encodings only (rot13 is refused)
+            encoding, errors = args[1], args[2] if len(args) > 2 else "strict"
+            _codec_args(encoding, errors, "bytearray")
+            _codec_call(lambda: first.encode(encoding, errors), "bytearray")
+        if type(first) in (int, bool) and first < 0:
+            raise Refusal("bytearray of a negative size")
+        if isinstance(first, (list, tuple)) and not all(type(v) in (int, bool) and 0 <= v < 256 for v in first):
+            raise Refusal("bytearray of values outside 0..255")
+        if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)):
+            raise Refusal(f"bytearray of a {_type_name(first)}")
+    return WLeaf("builtins.bytearray")
+
+
+_DIRECT: dict[str, type] = {
+    "collections.OrderedDict": OrderedDict,
+    "collections.Counter": Counter,
+    "builtins.set": set,
+    "builtins.complex": complex,
+}
+"""Allowed classes that only build plain data: the C unpickler calls them itself (no Python step per call)."""
+_DIRECT_NEW: dict[Any, Callable[..., Any]] = {
+    OrderedDict: lambda *args: OrderedDict(),
+    Counter: lambda *args: Counter(),
+    set: lambda *args: set(),
+    complex: complex,
+}
+"""NEWOBJ of those classes: ``cls.__new__(cls, *args)`` (only complex's ``__new__`` reads its arguments)."""
+
+
+def _callable(func: Any) -> bool:
+    """Whether REDUCE may call ``func`` (torch: it is one of the allowed, or allowlisted, globals)."""
+    return isinstance(func, (GlobalRef, Placeholder)) or (type(func) is type and func in _DIRECT_NEW)
+
+
+_CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
+    "builtins.bytearray": _bytearray,
+    "torch.nn.parameter.Parameter": _parameter,
+    "torch.Size": _size,
+    "torch.device": _device,
+    "torch.serialization._get_layout": _get_layout,
+    "_codecs.encode": _encode,
+    "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch._utils._rebuild_tensor": _rebuild_tensor,
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
+    "torch._utils._rebuild_parameter": _rebuild_parameter,
+    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter_with_state,
+    "torch._utils._rebuild_qtensor": _rebuild_qtensor,
+    "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
+    "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
+    "torch._utils._rebuild_nested_tensor": _rebuild_other_tensor,
+    "torch._utils._rebuild_wrapper_subclass": _rebuild_other_tensor,
+    "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_other_tensor,
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_other_tensor,
+}
+
+
+def _not_callable(name: str) -> Callable[[tuple[Any, ...]], Any]:
+    def refuse(args: tuple[Any, ...]) -> Any:
+        raise Refusal(f"REDUCE calls {name}, which is not callable")
+
+    return refuse
+
+
+def _handler(entry: tables.AllowedGlobal) -> Callable[[tuple[Any, ...]], Any]:
+    """What calling an allowed global does, on shadow values."""
+    if entry.role in ("dtype", "qscheme", "storage_type"):
+        return _not_callable(entry.name)
+    handler = _CALLS.get(entry.name)
+    if handler is not None:
+        return handler
+    if entry.role == "tensor_class" or entry.name == "torch.Tensor":  # legacy constructors
+        return lambda args: WTensor("float32")
+    return lambda args: WStorage("uint8", 0, None, "cpu")
+
+
+# ---- one pickle ------------------------------------------------------------------------------------
+
+
+def scan_pickle(data: bytes, storage: StorageLoader, start: int = 0) -> PickleScan:
+    """Emulate ``torch.load``'s weights-only unpickling of the pickle at ``data[start:]``."""
+    scan = PickleScan()
+    marker_module = "ckpt-tui marker " + secrets.token_hex(8)
+    for exact in (False, True):
+        scan = PickleScan()
+        rewritten = rewrite(data, start, marker_module, exact)
+        scan.end = rewritten.end
+        if rewritten.error is not None:
+            scan.fatal = rewritten.error
+            return scan
+        machine = Machine(rewritten.data, marker_module, storage, scan)
+        try:
+            scan.result = machine.load()
+        except Refusal as exc:
+            if scan.fatal is None:
+                scan.fatal = str(exc)
+        except TypeError as exc:
+            if not exact and "argument list must be a tuple" in str(exc):
+                continue  # a REDUCE whose arguments are not a tuple: rerun with REDUCE routed to the machine
+            scan.fatal = scan.fatal or f"malformed pickle ({exc})"
+        except RecursionError:
+            scan.fatal = scan.fatal or "the pickle nests too deeply"
+        except MemoryError:
+            scan.fatal = scan.fatal or "the pickle asks for more memory than its size justifies"
+        except Exception as exc:  # every other failure of a malformed pickle: torch fails on it too
+            scan.fatal = scan.fatal or f"malformed pickle ({type(exc).__name__}: {exc})"
+        return scan
+    return scan

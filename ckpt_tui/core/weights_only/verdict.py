@@ -1,0 +1,714 @@
+"""Will ``torch.load(FILE)`` load this file with ``weights_only=True``, the default since torch 2.6?
+
+:func:`scan_file` follows the route ``torch.load`` takes through a file (``.safetensors`` names,
+zip or TorchScript archive, legacy tar, the legacy format's five pickles) and runs every pickle it
+would unpickle through the emulation in :mod:`ckpt_tui.core.weights_only.scan`. :func:`verdict`
+adds where each refused global sits in the checkpoint's tree, whether it is plain data or code,
+and the ``torch.serialization.add_safe_globals([...])`` line that makes the file load when every
+blocker is data. Nothing here imports torch, numpy or anything the file names.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import sys
+import tarfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
+from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
+from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
+from ckpt_tui.core.readers.zip_archive import ZipEntry, multidisk_member, read_central_directory, read_member
+from ckpt_tui.core.runtime import forked
+from ckpt_tui.core.weights_only import tables
+from ckpt_tui.core.weights_only.scan import (
+    GlobalRef,
+    PickleScan,
+    Refusal,
+    WStorage,
+    WTensor,
+    numpy_dtype_class,
+    scan_pickle,
+)
+
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+PROTOCOL_VERSION = 1001
+MAX_PICKLE = 1 << 32
+PATHS_SHOWN = 100
+ZIP_VERSIONS = range(1, 11)
+"""``version`` records torch's zip reader accepts (kMinSupportedFileFormatVersion..kMax)."""
+
+
+# ---- following torch.load through a file ----------------------------------------------------------
+
+
+@dataclass
+class FileScan:
+    """Everything ``torch.load(path, weights_only=True)`` would unpickle, emulated."""
+
+    route: str
+    """zip, legacy, pickle, torchscript, tar, safetensors, sharded, dcp, not-a-file"""
+    applies: bool = True
+    """False where torch.load's weights-only unpickler has nothing to say (safetensors, folders)."""
+    refused: Counter[str] = field(default_factory=Counter)
+    hidden: Counter[str] = field(default_factory=Counter)
+    usage: dict[str, set[str]] = field(default_factory=dict)
+    reason: str | None = None
+    """The first thing that makes torch.load fail whatever is allowlisted; None if nothing does."""
+    setitem_on_other: bool = False
+    version_names: set[str] = field(default_factory=set)
+    name_route: bool = False
+    """The path ends in ``.safetensors``: torch 2.13+ routes it by name."""
+    devices: set[str] = field(default_factory=set)
+
+    def absorb(self, scan: PickleScan, what: str) -> None:
+        """Add one pickle's findings."""
+        self.refused.update(scan.refused)
+        self.hidden.update(scan.hidden)
+        for name, hows in scan.usage.items():
+            self.usage.setdefault(name, set()).update(hows)
+        self.setitem_on_other |= scan.setitem_on_other
+        self.version_names |= scan.version_names
+        if scan.fatal and self.reason is None:
+            self.reason = f"{what}: {scan.fatal}"
+
+    def fail(self, reason: str) -> None:
+        """Record a refusal (the first one wins)."""
+        if self.reason is None:
+            self.reason = reason
+
+    def to_wire(self) -> dict[str, Any]:
+        """As JSON values (sets as sorted lists), for :func:`scan_beside`'s child to send back."""
+        wire = {name: getattr(self, name) for name in _WIRE_PLAIN}
+        wire |= {name: sorted(getattr(self, name)) for name in _WIRE_SETS}
+        wire |= {"refused": dict(self.refused), "hidden": dict(self.hidden)}
+        return wire | {"usage": {name: sorted(hows) for name, hows in self.usage.items()}}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> FileScan:
+        """The scan :meth:`to_wire` gave."""
+        scan = cls(**{name: wire[name] for name in _WIRE_PLAIN})
+        for name in _WIRE_SETS:
+            setattr(scan, name, set(wire[name]))
+        scan.refused, scan.hidden = Counter(wire["refused"]), Counter(wire["hidden"])
+        scan.usage = {name: set(hows) for name, hows in wire["usage"].items()}
+        return scan
+
+
+_WIRE_PLAIN = ("route", "applies", "reason", "setitem_on_other", "name_route")
+_WIRE_SETS = ("version_names", "devices")
+
+
+class ScanBeside:
+    """:func:`scan_file` of one file, running in a forked child (:mod:`.forked`) while the caller reads it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.child = forked.fork(lambda: scan_file(path).to_wire())
+
+    def result(self, path: str | None = None) -> FileScan | None:
+        """The child's scan; None when no child ran or it failed, or it scanned another path than ``path``
+        (a file opened as its whole folder): the caller then scans, raising what it raised."""
+        wire = self.child.result() if self.child is not None else None
+        self.child = None
+        if wire is None or (path is not None and os.path.abspath(path) != os.path.abspath(self.path)):
+            return None
+        try:
+            return FileScan.from_wire(wire)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> FileScan:
+    """Follow ``torch.load(path)`` (weights_only=True, no map_location) without running anything.
+
+    ``zip_entries``: the file's central directory when the caller has already read it.
+    """
+    if os.path.isdir(path):
+        return _scan_directory(path)
+    if path.endswith(".index.json"):
+        return _scan_sharded(path)
+    with open(path, "rb") as file:
+        head = file.read(512)
+        size = os.fstat(file.fileno()).st_size
+        if path.endswith(".safetensors"):
+            return _scan_safetensors_name(head, size)
+        if head[:4] == b"PK\x03\x04":
+            return _scan_zip(path, file, zip_entries)
+        return _scan_legacy(path, file, head)
+
+
+def _scan_directory(path: str) -> FileScan:
+    if os.path.isfile(os.path.join(path, ".metadata")):
+        scan = FileScan("dcp", applies=False)
+        scan.reason = "a torch.distributed.checkpoint folder: dcp.load reads it, without weights_only"
+        return scan
+    indexes = sorted(n for n in os.listdir(path) if n.endswith(".index.json"))
+    if len(indexes) == 1:
+        return _scan_sharded(os.path.join(path, indexes[0]))
+    return FileScan(
+        "not-a-file",
+        applies=False,
+        reason="a folder: torch.load reads one file (check each file for its verdict; Accelerate's load_state "
+        "allowlists numpy arrays itself)",
+    )
+
+
+def _scan_sharded(index_path: str) -> FileScan:
+    """A sharded checkpoint loads when every shard does (each is its own torch.load)."""
+    with open(index_path, encoding="utf-8") as file:
+        index = json.load(file)
+    shards = dict.fromkeys(index.get("weight_map", {}).values()) if isinstance(index, dict) else {}
+    combined = FileScan("sharded")
+    folder = os.path.dirname(os.path.abspath(index_path))
+    applies = False
+    for shard in shards:
+        if str(shard).endswith(".json"):
+            combined.fail(f"shard {shard!r} is another index, not a checkpoint")
+            continue
+        part = scan_file(os.path.join(folder, str(shard)))
+        applies |= part.applies
+        combined.refused.update(part.refused)
+        combined.hidden.update(part.hidden)
+        for name, hows in part.usage.items():
+            combined.usage.setdefault(name, set()).update(hows)
+        combined.setitem_on_other |= part.setitem_on_other
+        combined.version_names |= part.version_names
+        combined.devices |= part.devices
+        combined.name_route |= part.name_route
+        if part.applies and part.reason:
+            combined.fail(f"shard {shard}: {part.reason}")
+    combined.applies = applies
+    return combined
+
+
+def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
+    """torch.load (2.13+) hands a ``*.safetensors`` path to ``safetensors.torch.load_file``."""
+    scan = FileScan("safetensors", name_route=True)
+    if not looks_like_safetensors(head, size):
+        scan.reason = (
+            "named *.safetensors but not a safetensors file: torch.load (2.13+) hands it to safetensors, which fails; "
+            "rename it"
+        )
+    return scan
+
+
+# ---- zip archives (torch >= 1.6 and TorchScript) ----------------------------------------------------
+
+
+def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) -> FileScan:
+    scan = FileScan("zip")
+    size = os.fstat(file.fileno()).st_size
+    try:
+        entries = entries if entries is not None else read_central_directory(file, size)
+    except ReadError as exc:
+        scan.fail(f"torch's zip reader fails: {exc}")
+        return scan
+    multidisk = multidisk_member(entries)
+    if multidisk is not None:
+        scan.fail(f"the zip's member {multidisk} lies on another disk (torch's zip reader: unsupported multidisk)")
+        return scan
+    names = list(entries)
+    first = names[0] if names else ""
+    if "/" not in first:
+        scan.fail("the zip's first member is not in a folder: torch's zip reader refuses it")
+        return scan
+    archive = first.split("/", 1)[0] + "/"
+    records = {name[len(archive) :]: entry for name, entry in entries.items() if name.startswith(archive)}
+    if "constants.pkl" in records:
+        scan.route = "torchscript"
+        scan.fail("a TorchScript archive: torch.load(weights_only=True) refuses these (torch.jit.load reads them)")
+        return scan
+    version = _small_record(file, records, ".data/version", size) or _small_record(file, records, "version", size)
+    if version is None or record_version(version) not in ZIP_VERSIONS:
+        scan.fail(f"the archive's version record is missing or unsupported ({version!r})")
+        return scan
+    byteorder = _small_record(file, records, "byteorder", size)
+    if byteorder is not None and byteorder not in (b"little", b"big"):
+        scan.fail(f"unknown byteorder record {byteorder!r}")
+    alignment = _small_record(file, records, ".storage_alignment", size)
+    if alignment is not None and not alignment.strip().lstrip(b"+-").isdigit():
+        scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
+    entry = records.get("data.pkl")
+    if entry is None:
+        scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
+        return scan
+    try:
+        data = read_member(file, entry, size, limit=MAX_PICKLE)
+    except ReadError as exc:
+        scan.fail(f"data.pkl cannot be read: {exc}")
+        return scan
+    loaded: dict[Any, WStorage] = {}
+    empty: list[Any] = []  # the keys of empty storages (not kept in loaded), whose records torch looks up too
+    data_records = {name[5:]: entry.size for name, entry in records.items() if name.startswith("data/")}
+
+    def storage(pid: tuple[Any, ...]) -> WStorage:
+        if len(pid) == 5:  # the usual case, inline: this runs once per storage
+            storage_type, key, location, numel = pid[1], pid[2], pid[3], pid[4]
+            dtype = getattr(storage_type, "storage_dtype", None)
+            if type(key) is str and type(numel) is int and location == "cpu" and dtype and numel >= 0:
+                cached = loaded.get(key)
+                if cached is not None:
+                    return cached
+                nbytes = numel * DTYPES[dtype][0]
+                if data_records.get(key) == nbytes and nbytes:
+                    found = loaded[key] = WStorage(dtype, nbytes, key, location)
+                    return found
+        return _zip_storage(pid, data_records, loaded, scan, empty)
+
+    scan.absorb(scan_pickle(data, storage), "data.pkl")
+    keys = [key if type(key) is str else f"{key}" for key in [*loaded, *empty]]
+    unreadable = ZipRecords(path, entries, archive + "data/", size).unreadable(keys)
+    if unreadable is not None:
+        scan.fail(unreadable)  # torch reads each record as its storage is loaded
+    return scan
+
+
+def _small_record(file: BinaryIO, records: dict[str, ZipEntry], name: str, size: int) -> bytes | None:
+    entry = records.get(name)
+    if entry is None:
+        return None
+    try:
+        return read_member(file, entry, size, limit=4096)
+    except ReadError:
+        return b"?"
+
+
+def _storage_dtype(storage_type: Any) -> str:
+    if type(storage_type) is GlobalRef and storage_type.storage_dtype is not None:
+        return storage_type.storage_dtype
+    if isinstance(storage_type, WTensor):
+        return storage_type.dtype
+    raise Refusal("a storage persistent id names no storage type")
+
+
+def _location(value: Any, scan: FileScan) -> str:
+    """A storage's location tag; device tags are noted (they need the device, or map_location)."""
+    try:
+        text = value.decode("ascii") if isinstance(value, bytes) else value
+    except UnicodeDecodeError:
+        raise Refusal("a storage's location tag is not ASCII") from None
+    if text not in ("cpu", "meta"):
+        scan.devices.add(text if isinstance(text, str) else repr(text))
+    return text if isinstance(text, str) else repr(text)
+
+
+def _nbytes(numel: Any, dtype: str) -> int:
+    if type(numel) is not int or numel < 0:
+        raise Refusal("a storage's size is not a non-negative int")
+    return numel * DTYPES[dtype][0]
+
+
+def _zip_storage(
+    pid: tuple[Any, ...], records: dict[str, int], loaded: dict[Any, WStorage], scan: FileScan, empty: list[Any]
+) -> WStorage:
+    """``_load``'s persistent_load: the record ``data/<key>`` must exist and hold exactly the storage."""
+    if len(pid) != 5:
+        raise Refusal(f"a storage persistent id has {len(pid)} fields (torch's zip loader takes 5)")
+    _, storage_type, key, location, numel = pid
+    dtype = _storage_dtype(storage_type)
+    try:
+        cached = loaded.get(key)
+    except TypeError:
+        raise Refusal("a storage key is unhashable") from None
+    if cached is not None:
+        return cached
+    nbytes = _nbytes(numel, dtype)
+    size = records.get(key if type(key) is str else f"{key}")
+    if size is None:
+        raise Refusal(f"storage record data/{key} is missing from the archive")
+    if size != nbytes:
+        raise Refusal(f"storage record data/{key} holds {size} bytes, its storage {nbytes}: torch wants equal")
+    storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
+    if nbytes:
+        loaded[key] = storage
+    else:
+        empty.append(key)
+    return storage
+
+
+# ---- the legacy format and plain pickles --------------------------------------------------------------
+
+
+def _is_tar(file: BinaryIO) -> bool:
+    file.seek(0)
+    try:
+        with tarfile.open(fileobj=file, mode="r:"):
+            return True
+    except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError):
+        return False
+    finally:
+        file.seek(0)
+
+
+def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
+    scan = FileScan("legacy")
+    if looks_like_safetensors(head, os.fstat(file.fileno()).st_size):
+        scan.route = "safetensors"
+        scan.fail(
+            "a safetensors file under a name that does not end in .safetensors: torch.load unpickles it and fails; "
+            "name it *.safetensors (torch 2.13+ then hands it to safetensors) or use safetensors.torch.load_file"
+        )
+        return scan
+    if _is_tar(file):
+        scan.route = "tar"
+        scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
+        return scan
+    if os.fstat(file.fileno()).st_size == 0:
+        scan.fail("an empty file")
+        return scan
+    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        _scan_legacy_pickles(mapped, scan)
+    return scan
+
+
+def _scan_legacy_pickles(data: Any, scan: FileScan) -> None:
+    """The five pickles of the legacy format, then the storages' element counts (the data is never read)."""
+    position = 0
+    values: list[Any] = []
+    for what in ("magic number", "protocol version", "sys_info"):
+        part = scan_pickle(data, _no_storage, position)
+        scan.absorb(part, f"the {what} pickle")
+        if scan.reason is not None:
+            if what == "magic number":
+                scan.route = "pickle"
+            return
+        values.append(part.result)
+        position = part.end
+        if what == "magic number" and not (type(part.result) is int and part.result == MAGIC_NUMBER):
+            scan.route = "pickle"
+            scan.fail("a plain pickle, not a torch checkpoint: torch.load stops at 'Invalid magic number'")
+            return
+        if what == "protocol version" and not (type(part.result) is int and part.result == PROTOCOL_VERSION):
+            scan.fail(f"legacy protocol version {part.result!r} (torch.load wants {PROTOCOL_VERSION})")
+            return
+    storages: dict[Any, WStorage] = {}
+
+    def storage(pid: tuple[Any, ...]) -> WStorage:
+        return _legacy_storage(pid, storages, scan)
+
+    main = scan_pickle(data, storage, position)
+    scan.absorb(main, "the object pickle")
+    if scan.reason is not None:
+        return
+    keys = scan_pickle(data, _no_storage, main.end)
+    scan.absorb(keys, "the storage key pickle")
+    if scan.reason is None:
+        _check_legacy_data(data, keys.end, keys.result, storages, scan)
+
+
+def _no_storage(pid: tuple[Any, ...]) -> WStorage:
+    raise Refusal("a persistent id where torch.load has no persistent_load")
+
+
+def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: FileScan) -> WStorage:
+    if len(pid) != 6:
+        raise Refusal(f"a storage persistent id has {len(pid)} fields (the legacy loader takes 6)")
+    _, storage_type, root_key, location, numel, view = pid
+    if type(storage_type) is GlobalRef and storage_type.entry.name == "torch.storage.UntypedStorage":
+        # uint16/32/64 and fp8 tensors: torch's legacy loader asks the class for a dtype it does not have
+        raise Refusal(
+            "a storage saved as UntypedStorage (uint16/32/64 or fp8) in the legacy format: torch.load fails on it "
+            "with weights_only=True and False alike; ckpt-tui convert rewrites it as a zip checkpoint that loads"
+        )
+    dtype = _storage_dtype(storage_type)
+    place = _location(location, scan)
+    nbytes = _nbytes(numel, dtype)
+    try:
+        root = storages.get(root_key)
+    except TypeError:
+        raise Refusal("a storage key is unhashable") from None
+    if root is None:
+        root = storages[root_key] = WStorage(dtype, nbytes, root_key, place)
+    if view is None:
+        return root
+    if not isinstance(view, (tuple, list)) or len(view) != 3:
+        raise Refusal("a legacy storage view is not (key, offset, size)")
+    view_key, offset, view_size = view
+    if type(offset) is not int or type(view_size) is not int:
+        raise Refusal("a legacy storage view's offset or size is not an int")
+    size = DTYPES[root.dtype][0]
+    nbytes = max(0, min(view_size * size, root.nbytes - offset * size))
+    return storages.setdefault(view_key, WStorage(root.dtype, nbytes, view_key, place))
+
+
+def _check_legacy_data(data: bytes, start: int, keys: Any, storages: dict[Any, WStorage], scan: FileScan) -> None:
+    if not isinstance(keys, list):
+        scan.fail("the legacy storage key list is not a list")
+        return
+    position = start
+    for key in keys:
+        try:
+            storage = storages.get(key)
+        except TypeError:
+            storage = None
+        if storage is None:
+            scan.fail(f"legacy storage key {key!r} is listed but no tensor uses it")
+            return
+        if position + 8 > len(data):
+            scan.fail(f"legacy storage {key!r} is missing (file truncated)")
+            return
+        (count,) = struct.unpack_from("<q", data, position)
+        size = DTYPES[storage.dtype][0]
+        if count * size != storage.nbytes:
+            scan.fail(f"legacy storage {key!r} holds {count} elements, its persistent id says {storage.nbytes // size}")
+            return
+        position += 8 + count * size
+        if position > len(data):
+            scan.fail(f"legacy storage {key!r} runs past the end of the file (truncated)")
+            return
+
+
+# ---- the verdict ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Blocker:
+    """One global torch refuses: what it is and where it sits in the checkpoint."""
+
+    name: str
+    kind: str
+    """data (plain data: allowlisting it is safe; sanitize rewrites it) or code"""
+    count: int
+    paths: list[KeyPath]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"global", "kind", "paths", "count"}``."""
+        out: dict[str, Any] = {
+            "global": self.name,
+            "kind": self.kind,
+            "paths": [to_json(p) for p in self.paths[:PATHS_SHOWN]],
+            "count": self.count,
+        }
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    def where(self) -> str:
+        """``ckpt["args"], ckpt["stats"] (+3 more)``."""
+        if not self.paths:
+            return "outside the tree"
+        shown = ", ".join(to_python(p) if p else "the root" for p in self.paths[:3])
+        more = len(self.paths) - 3
+        return shown + (f" (+{more} more)" if more > 0 else "")
+
+
+@dataclass
+class Verdict:
+    """Whether ``torch.load(FILE)`` (weights_only=True) loads the file, and what to do if not."""
+
+    loads: bool | None
+    """None where torch.load's weights-only unpickler does not apply (safetensors, DCP folders)."""
+    route: str
+    torch: str
+    """The torch versions this verdict holds for (``2.6–2.14``)."""
+    blockers: list[Blocker] = field(default_factory=list)
+    reason: str | None = None
+    safe_globals: str | None = None
+    """``torch.serialization.add_safe_globals([...])``, when every blocker is data and nothing else fails."""
+    imports: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    """Device tags other than ``cpu`` on its storages: torch.load puts them there, so needs those devices."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``check --json`` ``weights_only`` object."""
+        return {
+            "loads": self.loads,
+            "torch": self.torch,
+            "blockers": [b.to_json() for b in self.blockers],
+            "route": self.route,
+            "reason": self.reason,
+            "add_safe_globals": self.safe_globals,
+            "imports": self.imports,
+            "notes": self.notes,
+        }
+
+    def headline(self) -> str:
+        """One line: ``weights_only: loads (torch 2.6–2.14)`` or why not."""
+        if self.loads is None:
+            return f"weights_only: not applicable ({self.reason or self.route})"
+        if self.loads and self.devices:
+            where = ", ".join(self.devices[:3]) + (" …" if len(self.devices) > 3 else "")
+            return f"weights_only: torch.load loads it on a machine with {where} (torch {self.torch})"
+        if self.loads:
+            return f"weights_only: torch.load loads it (torch {self.torch})"
+        if self.route == "torchscript" and not self.blockers:
+            return f"weights_only: TorchScript: load it with torch.jit.load (torch.load refuses it, {self.torch})"
+        if self.blockers:
+            names = ", ".join(b.name for b in self.blockers[:4]) + (" …" if len(self.blockers) > 4 else "")
+            return f"weights_only: torch.load REFUSES it (torch {self.torch}): {names}"
+        return f"weights_only: torch.load REFUSES it (torch {self.torch}): {self.reason}"
+
+
+def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict:
+    """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths); ``beside``:
+    the file's scan already under way in a child process."""
+    scan = beside.result(checkpoint.path) if beside is not None else None
+    if scan is None:
+        try:
+            scan = scan_file(checkpoint.path, _central_directory(checkpoint))
+        except Exception as exc:  # a hostile file must give a verdict, never a traceback
+            scan = FileScan(checkpoint.format)
+            scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
+    return verdict_from_scan(scan, checkpoint)
+
+
+def _central_directory(checkpoint: Checkpoint) -> dict[str, ZipEntry] | None:
+    """The zip entries the reader already read (from the first tensor's record source), if any."""
+    if checkpoint.format not in ("zip", "torchscript"):
+        return None
+    for _, tensor in iter_tensors(checkpoint.root):
+        source = tensor.storage.source if tensor.storage is not None else None
+        if isinstance(source, ZipRecords) and os.path.abspath(source.path) == os.path.abspath(checkpoint.path):
+            return source.entries
+        break
+    return None
+
+
+HELPER_MODULES = ("builtins.", "collections.", "_codecs.", "copyreg.")
+"""Globals a class's pickled state needs besides the class itself: named after the classes torch refuses first."""
+
+
+def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
+    """Combine a file scan with the tree: kinds, paths, the allowlisting line, the version range."""
+    if not scan.applies:
+        return Verdict(None, scan.route, _versions(scan), reason=scan.reason or _NOT_APPLICABLE.get(scan.route))
+    names = dict(scan.refused)
+    for name, count in scan.hidden.items():
+        names[name] = names.get(name, 0) + count
+    where = _locate(checkpoint.root, set(names)) if names and checkpoint is not None else {}
+    blockers = []
+    for name in sorted(names, key=lambda n: (not where.get(n), n.startswith(HELPER_MODULES), n)):
+        paths, nodes = where.get(name, ([], 0))
+        kind, note = classify(name, scan.usage.get(name, set()))
+        if name in scan.hidden:
+            note = "not named in the file: numpy builds it, and torch's BUILD checks its type"
+        blockers.append(Blocker(name, kind, max(nodes, names[name], 1), paths, note))
+    reason = scan.reason
+    if scan.route == "safetensors" and checkpoint is not None and checkpoint.format == "safetensors":
+        refused = library_refusals(checkpoint.loader_problems)  # torch.load hands the file to the library
+        if refused and reason is None:
+            reason = "safetensors.torch.load_file refuses it, as the safetensors library does"
+    loads = not blockers and reason is None
+    result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
+    if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
+        result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+    if loads and scan.route == "safetensors":
+        result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (needs the package)")
+    if scan.devices:
+        result.devices = sorted(scan.devices)
+        tags = ", ".join(result.devices[:5])
+        result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
+    if scan.setitem_on_other:
+        result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
+    return result
+
+
+_NOT_APPLICABLE = {
+    "safetensors": "not a pickle: torch.load (2.13+) hands *.safetensors paths to safetensors.torch.load_file",
+    "sharded": "safetensors shards: nothing for weights_only to refuse",
+}
+
+
+def classify(name: str, usage: set[str]) -> tuple[str, str]:
+    """``data`` (on the list of classes known to build plain data) or ``code``, with a note when it may be an enum.
+
+    Only the explicit list makes a global data: a class called with one plain value is how an enum
+    member pickles, but also how any class runs code on a string (``sympy.Poly("...")``).
+    """
+    if tables.data_global(name) is not None:
+        return "data", ""
+    module, _, short = name.rpartition(".")
+    top = module.split(".")[0]
+    if usage == {"reduce1"} and short[:1].isupper() and top not in sys.stdlib_module_names and top != "torch":
+        return "code", "may be an enum member: allowlist it only if you know the class is an Enum"
+    return "code", ""
+
+
+def safe_globals_line(names: list[str], scan: FileScan) -> tuple[str, list[str]]:
+    """``torch.serialization.add_safe_globals([...])`` for data-only blockers, and the modules it needs."""
+    items: list[str] = []
+    modules: set[str] = {"torch"}
+    for name in names:
+        entry = tables.data_global(name)
+        if entry is None:
+            raise ValueError(f"{name} is not known as plain data")
+        modules.add(entry.module)
+        items.append(f'({entry.expression}, "{name}")' if entry.by_name else entry.expression)
+    modules.discard("builtins")
+    line = "torch.serialization.add_safe_globals([" + ", ".join(items) + "])"
+    return line, sorted(modules)
+
+
+def _versions(scan: FileScan) -> str:
+    """The contiguous run of torch versions around 2.13 whose rules give the same verdict."""
+    current = (2, 13)
+
+    def same(version: tuple[int, int]) -> bool:
+        if scan.setitem_on_other and version < tables.SETITEM_CHECK_SINCE:
+            return False
+        if scan.name_route and version < tables.SAFETENSORS_ROUTE_SINCE:
+            return False
+        return all(tables.allowed_in(n, version) == tables.allowed_in(n, current) for n in scan.version_names)
+
+    index = tables.VERSIONS.index(current)
+    low = high = index
+    while low > 0 and same(tables.VERSIONS[low - 1]):
+        low -= 1
+    while high + 1 < len(tables.VERSIONS) and same(tables.VERSIONS[high + 1]):
+        high += 1
+    first, last = tables.VERSIONS[low], tables.VERSIONS[high]
+    return tables.version_text(first) + ("" if first == last else "-" + tables.version_text(last))
+
+
+# ---- where the blockers are ---------------------------------------------------------------------------------
+
+
+_INTERNAL = ("args[", "state", "callee")
+
+
+def _locate(root: Any, names: set[str]) -> dict[str, tuple[list[KeyPath], int]]:
+    """For each name: the paths of the values built from it (one walk), and how many values."""
+    found: dict[str, tuple[list[KeyPath], set[int]]] = {}
+
+    def note(name: str, path: KeyPath, value: Any) -> None:
+        if name not in names:
+            return
+        paths, seen = found.setdefault(name, ([], set()))
+        shown = outer_path(path)
+        if shown not in paths:
+            paths.append(shown)
+        seen.add(id(value))
+
+    for path, value in iter_nodes(root):
+        if isinstance(value, Opaque):
+            note(value.global_name, path, value)
+            if value.how == "reconstructor":
+                note("copyreg._reconstructor", path, value)
+            if value.global_name == "numpy.dtype" and value.args:
+                note(numpy_dtype_class(value.args[0]), path, value)
+        elif is_global_ref(value):
+            note(value.global_name, path, value)
+        elif isinstance(value, frozenset):
+            note("builtins.frozenset", path, value)
+        elif isinstance(value, Symbol):
+            note(value.qualname, path, value)
+    return {name: (paths, len(seen)) for name, (paths, seen) in found.items()}
+
+
+def outer_path(path: KeyPath) -> KeyPath:
+    """The path up to the object whose internals (arguments, pickled state) hold the value."""
+    for index, key in enumerate(path):
+        if isinstance(key, Attr) and key.name.startswith(_INTERNAL):
+            return path[:index]
+    return path
