@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import struct
 import warnings
 import zipfile
@@ -17,7 +18,7 @@ from builders_readers import LEGACY_MAGIC, legacy_bytes, legacy_view, pickle_wit
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.model.tree import Opaque
+from ckpt_tui.core.model.tree import Opaque, iter_tensors
 from ckpt_tui.core.operations.check import check_checkpoint
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.pickles import unpickle
@@ -237,3 +238,40 @@ def test_torchscript_extra_files_are_not_pickles(tmp_path: Path) -> None:
     checkpoint = open_checkpoint(path)
     assert checkpoint.loader_problems == [] and checkpoint.unsafe_globals == set()
     assert check_checkpoint(checkpoint).ok
+
+
+def published_style_script(source: Path, target: Path, extra_fields: bytes) -> Path:
+    """A TorchScript archive as published ones are: fp16 storages tagged ``cuda:0``, ids with extra fields."""
+    with zipfile.ZipFile(source) as archive:
+        data = next(archive.read(n) for n in archive.namelist() if n.endswith("/data.pkl"))
+    cuda = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+    forged = cuda.replace(b"tQ", extra_fields + b"tQ")  # each persistent id: TUPLE then BINPERSID
+    assert cuda != data and forged.count(extra_fields + b"tQ") == 2
+    return rewrite_member(source, target, "/data.pkl", forged)
+
+
+@pytest.mark.parametrize("extra", [b"N", b"NK\x01"], ids=["6 fields", "7 fields"])
+def test_torchscript_with_longer_storage_ids_on_cuda_passes_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: bytes
+) -> None:
+    module = torch.jit.script(nn.Sequential(nn.Linear(3, 2), nn.ReLU()).half())
+    torch.jit.save(module, str(tmp_path / "plain.pt"))
+    path = published_style_script(tmp_path / "plain.pt", tmp_path / "published.pt", extra)
+    loaded = torch.jit.load(str(path), map_location="cpu").state_dict()  # torch.jit.load reads it
+    assert loaded["0.weight"].dtype == torch.float16
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    checkpoint = open_checkpoint(path)
+    assert checkpoint.loader_problems == []
+    assert {s.location for s in (t.storage for _, t in iter_tensors(checkpoint.root)) if s is not None} == {"cuda:0"}
+
+
+def test_torchscript_with_shorter_storage_ids_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = torch.jit.script(nn.Sequential(nn.Linear(3, 2)))
+    torch.jit.save(module, str(tmp_path / "plain.pt"))
+    with zipfile.ZipFile(tmp_path / "plain.pt") as archive:
+        data = next(archive.read(n) for n in archive.namelist() if n.endswith("/data.pkl"))
+    short = re.sub(rb"K.tQ", b"tQ", data, flags=re.S)  # each id without its element count
+    path = rewrite_member(tmp_path / "plain.pt", tmp_path / "short.pt", "/data.pkl", short)
+    with pytest.raises(Exception, match="Index = 4"):
+        torch.jit.load(str(path))
+    assert main(["check", str(path)]) != 0

@@ -2,9 +2,10 @@
 
 torch unpacks a zip checkpoint's id as exactly ``('storage', type, key, location, numel)`` and a legacy
 file's as exactly ``('storage', type, key, location, numel, view)`` (or ``('module', class, file,
-source)``); any other length fails. It restores a storage only to a location some registered
-deserializer accepts. Here such ids are still read (their first fields), and each way torch would
-refuse them becomes one line in ``loader_problems``.
+source)``); any other length fails. ``torch.jit.load`` reads the first five fields of a TorchScript
+archive's id and ignores any more (published archives carry six). torch restores a storage only to a
+location some registered deserializer accepts. Here such ids are still read (their first fields),
+and each way torch would refuse them becomes one line in ``loader_problems``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class PersistentIds:
     def __init__(self, fields: int, make: Make, script: bool = False) -> None:
         self.fields = fields
         self.make = make
+        self.script = script
         self.refused = script_location_refused if script else location_refused
         self.cache: dict[str, Storage] = {}
         self.lengths: set[int] = set()
@@ -87,7 +89,8 @@ class PersistentIds:
             return pid[1] if len(pid) > 1 else None  # the class (legacy whole-module files)
         if type(pid) is not tuple or len(pid) < ZIP_FIELDS or _text(pid[0]) != "storage":
             return storage_from_pid(pid, self.make, self.cache)  # refuses it, in its words
-        if len(pid) != self.fields:
+        # torch.jit.load reads fields 0-4 by index (args.at(4)): more are ignored, fewer fail
+        if len(pid) != self.fields and not (self.script and len(pid) > self.fields):
             self.lengths.add(len(pid))
         key, location = pid[2], _text(pid[3])
         if type(key) is int:  # torch names the record data/<key> whatever its type
@@ -102,7 +105,8 @@ class PersistentIds:
         out = []
         if self.lengths:
             counts = ", ".join(str(n) for n in sorted(self.lengths))
-            out.append(f"persistent ids with {counts} fields: torch.load unpacks exactly {self.fields}, refuses them")
+            wants = "torch.jit.load reads at least" if self.script else "torch.load unpacks exactly"
+            out.append(f"persistent ids with {counts} fields: {wants} {self.fields}, refuses them")
         if self.locations:
             tags = ", ".join(repr(t) for t in sorted(self.locations)[:5])
             loader = "torch.jit.load" if self.refused is script_location_refused else "torch.load"
