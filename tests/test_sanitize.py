@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from builders_weights_only import ACCEPTED, REFUSED
 
 from ckpt_tui.cli import main
@@ -203,3 +205,42 @@ def test_from_printable_reads_back_what_printable_shows(text: str) -> None:
 
 def test_from_printable_keeps_escapes_printable_never_writes() -> None:
     assert from_printable(r"\x41 \u00e9 \x1b") == "\\x41 \\u00e9 \x1b"
+
+
+class _QuantizedNet(torch.nn.Module):
+    """An embedding and two linears, the linears dynamic-quantized (``torch.ao``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.fc = torch.nn.Linear(4, 3)
+        self.fc2 = torch.nn.Linear(3, 2)
+
+
+def quantized_whole_module() -> torch.nn.Module:
+    """``quantize_dynamic`` of :class:`_QuantizedNet`, fixed weights."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(_QuantizedNet(), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def test_a_dynamic_quantized_whole_module_keeps_its_packed_weights(tmp_path: Path) -> None:
+    model = quantized_whole_module()
+    source, output = tmp_path / "whole_module.pth", tmp_path / "s.pth"
+    torch.save(model, source)
+    code, out, err = run_cli("convert", str(source), "-o", str(output), "--sanitize")
+    assert code == 0, err
+    assert "9 tensors" in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = torch.load(output, weights_only=True)
+        expected = model.state_dict()
+        assert list(loaded) == list(expected)
+        fresh = quantized_whole_module()
+        fresh.load_state_dict(loaded)
+        for key, value in fresh.state_dict().items():
+            if isinstance(value, tuple):  # the packed (weight, bias)
+                assert all(torch.equal(a, b) for a, b in zip(value, expected[key], strict=True))
+            elif isinstance(value, torch.Tensor):
+                assert torch.equal(value, expected[key]), key

@@ -33,10 +33,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_tui.core.edits.tree_edits import Change
+from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
+from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python
-from ckpt_tui.core.model.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref, module_children
+from ckpt_tui.core.model.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 from ckpt_tui.core.weights_only.verdict import outer_path, tables
 
 NUMPY_DTYPES = {
@@ -339,11 +340,17 @@ class _Rewriter:
         return new
 
     def _module(self, value: Opaque, path: KeyPath) -> OrderedDict[str, Any]:
-        """A pickled ``nn.Module``: its ``state_dict()``, with the ``_metadata`` torch would give it."""
+        """A pickled ``nn.Module``: its ``state_dict()``, with the ``_metadata`` torch would give it.
+
+        The entries are those torch's ``state_dict()`` writes, a quantized layer's packed weights and
+        quantization parameters included; a tensor the module holds that no entry carries (and no
+        ``--drop`` names) refuses the rewrite rather than vanish from the output.
+        """
         self.note("nn.Module → its state_dict", value.global_name)
         state: OrderedDict[str, Any] = OrderedDict()
         metadata: OrderedDict[str, Any] = OrderedDict()
         self.memo[id(value)] = state
+        carried: set[int] = set()
         stack: list[tuple[str, KeyPath, Opaque]] = [("", path, value)]
         seen: set[int] = set()
         while stack:
@@ -351,9 +358,10 @@ class _Rewriter:
             if id(module) in seen:
                 continue
             seen.add(id(module))
-            metadata[prefix[:-1]] = {"version": MODULE_VERSIONS.get(module.global_name, 1)}
+            version = state_dict_version(module) or MODULE_VERSIONS.get(module.global_name, 1)
+            metadata[prefix[:-1]] = {"version": version}
             children: list[tuple[str, KeyPath, Opaque]] = []
-            for key, child in module_children(module):
+            for key, child in state_dict_children(module):
                 name = getattr(key, "name", str(key))
                 child_path = (*where, key)
                 if child_path in self.drop:
@@ -361,10 +369,18 @@ class _Rewriter:
                 elif isinstance(child, Opaque) and child.is_module:
                     children.append((f"{prefix}{name}.", child_path, child))
                 else:
+                    carried.update(id(t) for t in (child if isinstance(child, tuple) else (child,)))
                     state[prefix + name] = self.visit(child, child_path)
             stack.extend(reversed(children))
+        try:
+            refuse_unreached_tensors(value, carried, lambda where: self._under_drop((*path, *where)))
+        except EditError as exc:
+            raise _Refused(f"{value.global_name}: {exc}") from None
         state._metadata = metadata  # type: ignore[attr-defined]
         return state
+
+    def _under_drop(self, path: KeyPath) -> bool:
+        return any(path[:n] in self.drop for n in range(1, len(path) + 1))
 
     def _omegaconf(self, value: Opaque, path: KeyPath) -> Any:
         self.note("OmegaConf container → dict/list", value.global_name)

@@ -399,16 +399,22 @@ def module_state_dict(module: Opaque) -> OrderedDict[str, Any]:
             stack.append((state_dict_children(value), name + "."))
         else:
             out[name] = value
-    _refuse_unreached_tensors(module, out)
+    refuse_unreached_tensors(module, {id(t) for v in out.values() for t in (v if isinstance(v, tuple) else (v,))})
     if versions:  # quantized modules load their entries by the version torch records
         out._metadata = versions  # type: ignore[attr-defined]
     return out
 
 
-def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> None:
+def refuse_unreached_tensors(
+    module: Opaque, listed: set[int], skipped: Callable[[KeyPath], bool] = lambda path: False
+) -> None:
     """Refuse a state_dict that would leave out tensors the module holds outside its parameters and
-    buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently."""
-    listed = {id(t) for v in flat.values() for t in (v if isinstance(v, tuple) else (v,))}
+    buffers (a quantized layer's ``_packed_params``): a file without them would lose weights silently.
+
+    ``listed`` holds the ids of the tensors the state_dict carries; ``skipped`` says which paths the
+    user left out on purpose (``--drop``). What torch's own ``state_dict()`` leaves out (non-persistent
+    buffers, tensors kept as plain attributes) is left out here too.
+    """
     left_out: set[int] = set()  # what torch's state_dict leaves out too
     for _, value, _ in iter_reachable(module):
         if _is_module(value) and isinstance(value.state, dict):
@@ -422,7 +428,7 @@ def _refuse_unreached_tensors(module: Opaque, flat: OrderedDict[str, Any]) -> No
     lost = [
         path
         for path, value, _ in iter_reachable(module)
-        if isinstance(value, Tensor) and id(value) not in listed and id(value) not in left_out
+        if isinstance(value, Tensor) and id(value) not in listed and id(value) not in left_out and not skipped(path)
     ]
     if lost:
         where = ".".join(key_text(k) for k in lost[0] if not str(key_text(k)).startswith("<"))
