@@ -207,3 +207,36 @@ def test_a_new_file_under_a_link_to_a_system_folder_is_refused(tmp_path: Path, s
     code, err = convert(capsys, source, "-o", tmp_path / "dev" / "ckpt_tui_never_written.pth", "--force")
     assert code == 2 and "system path" in err
     assert not Path("/dev/ckpt_tui_never_written.pth").exists()
+
+
+def _bad_outputs(tmp_path: Path, source: Path) -> dict[str, Path]:
+    """Output paths that cannot be written as asked: each is refused in one line."""
+    (tmp_path / "a_file").write_bytes(b"x")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_bytes(b"x")
+    links = {"dangling": tmp_path / "nowhere", "to_file": source, "to_folder": tmp_path / "folder"}
+    for name, pointee in links.items():
+        (tmp_path / name).symlink_to(pointee)
+    return {
+        "dangling link": tmp_path / "dangling",
+        "link to a file": tmp_path / "to_file",
+        "link to a folder": tmp_path / "to_folder",
+        "under a file": tmp_path / "a_file" / "out",
+        "under a dangling link": tmp_path / "dangling" / "out",
+        "under a missing folder": tmp_path / "missing" / "out",
+        "a file": tmp_path / "a_file",
+        "a folder with files": tmp_path / "full",
+    }
+
+
+@pytest.mark.parametrize("shards", [False, True], ids=["one file", "shards"])
+def test_every_bad_output_path_is_one_line_and_exit_2(tmp_path: Path, source: Path, capsys, shards: bool) -> None:
+    for name, output in _bad_outputs(tmp_path, source).items():
+        before = sorted(p.name for p in tmp_path.rglob("*"))
+        extra = ["--max-shard-size", "100B"] if shards else []
+        code = main(["convert", str(source), "-o", str(output), *extra])
+        captured = capsys.readouterr()
+        assert code == 2, name
+        assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err, (name, captured.err)
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before, name

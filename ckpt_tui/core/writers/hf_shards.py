@@ -23,6 +23,7 @@ from typing import Any
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.writers.save import WriteResult, save
+from ckpt_tui.core.writers.target import check_folder_target
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -87,16 +88,15 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
     """Write a flat state_dict as HF safetensors shards plus the index, atomically as a folder."""
     if not isinstance(root, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in root.items()):
         raise WriteError("sharded safetensors hold one flat dict of tensors; use --extract (or --drop) first")
-    target = Path(folder)
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
-        raise WriteError(f"{target} exists and is not an empty folder; sharded output goes to a new or empty folder")
+    target = check_folder_target(folder)
     parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise WriteError(f"{parent}: no such directory")
     plan = plan_shards(root, max_bytes)
     count = len(plan)
     names = [SINGLE_NAME] if count == 1 else [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
-    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    try:
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise WriteError(f"cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         results = [
             save({k: root[k] for k in keys}, temp / name, "safetensors") for keys, name in zip(plan, names, strict=True)
@@ -115,7 +115,7 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
                 file.flush()
                 os.fsync(file.fileno())
         os.chmod(temp, 0o755 & ~_umask())
-        os.rename(temp, target)  # replaces an empty folder; fails (nothing lost) if one appeared meanwhile
+        _rename_into_place(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(temp)
@@ -123,6 +123,16 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
     for result, name in zip(results, names, strict=True):
         result.path = str(target / name)
     return ShardedResult(str(target), results, total)
+
+
+def _rename_into_place(temp: Path, target: Path) -> None:
+    """Rename the finished folder over an empty one (or a new name); fails, nothing lost, if the target
+    became something else meanwhile (a file, a link, a folder with files)."""
+    check_folder_target(target)
+    try:
+        os.rename(temp, target)
+    except OSError as exc:
+        raise WriteError(f"cannot write {target}: {exc.strerror or exc}; the shards were not kept") from None
 
 
 def _unique_bytes(root: dict[str, Tensor], keys: list[str]) -> int:
@@ -144,6 +154,7 @@ def convert_to_shards(
     from ckpt_tui.core.readers.open import open_checkpoint
 
     limit = parse_size(max_size)
+    check_folder_target(output)  # before the work of reading and writing
     checkpoint = open_checkpoint(path)
     if checkpoint.byteorder != "little":
         raise WriteError("big-endian checkpoints cannot be written as safetensors")

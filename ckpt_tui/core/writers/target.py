@@ -55,8 +55,7 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
     try:
         link = path.lstat()
     except FileNotFoundError:
-        if not folder.is_dir():
-            raise WriteError(f"{folder}: no such directory") from None
+        check_parent(folder)
         _refuse_system_paths(path)
         return Target(path, folder, None)
     except OSError as exc:
@@ -72,6 +71,45 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
         what = "is the input file" if _is_input(path, inputs) else "exists"
         raise WriteError(f"{path} {what}; use --force to replace it")
     return Target(path, folder, stat.S_IMODE(link.st_mode))
+
+
+def check_parent(folder: Path) -> None:
+    """Refuse a parent folder that is missing or is not a folder (a file, a dangling link)."""
+    if folder.is_dir():
+        return
+    if folder.is_symlink() and not folder.exists():
+        raise WriteError(f"{folder} is a dangling symlink (to {os.readlink(folder)}), not a directory")
+    if os.path.lexists(folder):
+        raise WriteError(f"{folder} is not a directory")
+    raise WriteError(f"{folder}: no such directory")
+
+
+def check_folder_target(target: str | os.PathLike[str]) -> Path:
+    """Refuse an output folder that is not new or empty, or that is a symlink (dangling or not): a
+    folder of shards is renamed into place, and a link is neither followed nor replaced."""
+    path = Path(target)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        link = path.lstat()
+    except FileNotFoundError:
+        check_parent(parent)
+        _refuse_system_paths(path)
+        return path
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(link.st_mode):
+        pointee = os.readlink(path)
+        raise WriteError(f"{path} is a symlink (to {pointee}); sharded output goes to a new or empty folder")
+    if not stat.S_ISDIR(link.st_mode):
+        raise WriteError(f"{path} exists and is not a folder; sharded output goes to a new or empty folder")
+    _refuse_system_paths(path)
+    try:
+        empty = not any(path.iterdir())
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not empty:
+        raise WriteError(f"{path} is not an empty folder; sharded output goes to a new or empty folder")
+    return path
 
 
 def check_room(target: Target, needed: int) -> None:
