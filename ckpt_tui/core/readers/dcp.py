@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
@@ -29,12 +30,12 @@ MAX_PATH_DEPTH = 100
 
 def is_dcp_folder(folder: str) -> bool:
     """A folder with DCP's ``.metadata`` file."""
-    return os.path.isfile(os.path.join(folder, METADATA))
+    return places.is_file(places.join(folder, METADATA))
 
 
 def dcp_folder_of(path: str) -> str | None:
     """The DCP folder a ``.metadata`` or ``.distcp`` file belongs to (None for other files)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = places.parent(path)
     name = os.path.basename(path)
     if (name == METADATA or name.endswith(".distcp")) and is_dcp_folder(folder):
         return folder
@@ -93,10 +94,10 @@ class DcpItems:
             raise ReadError(f"{self.what}: {fqn!r} has a malformed byte range")
         size = self.sizes.get(name)
         if size is None:
-            path = os.path.join(self.folder, name)
-            if not os.path.isfile(path):
+            path = places.join(self.folder, name)
+            if not places.is_file(path):
                 raise ReadError(f"{self.what}: {name} (holding {fqn!r}) is missing from the folder")
-            size = self.sizes[name] = os.path.getsize(path)
+            size = self.sizes[name] = places.size_of(path)
         if offset + length > size:
             raise ReadError(f"{self.what}: {fqn!r} lies past the end of {name} (truncated?)")
         return name, offset, length
@@ -112,13 +113,13 @@ class DcpItems:
 
 def read_dcp(folder: str) -> Checkpoint:
     """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand."""
-    meta_path = os.path.join(folder, METADATA)
+    meta_path = places.join(folder, METADATA)
     what = f"{meta_path}: DCP metadata"
-    meta_bytes = os.path.getsize(meta_path)
+    meta_bytes = places.size_of(meta_path)
     if meta_bytes > MAX_METADATA_BYTES:
         raise ReadError(f"{what}: {meta_bytes} bytes, more than any real DCP metadata ({MAX_METADATA_BYTES >> 20} MB)")
     unsafe: set[str] = set()
-    with open(meta_path, "rb") as file:
+    with places.open_stream(meta_path) as file:
         metadata = load_pickle(file, None, what, unsafe, known_classes=DCP_CLASSES)
     if not _is(metadata, "Metadata"):
         raise ReadError(f"{what}: not a DCP Metadata object")
@@ -138,14 +139,14 @@ def read_dcp(folder: str) -> Checkpoint:
             value: Any = _tensor(fqn, _state(entry, what), items, source, what)
         elif _is(entry, "BytesStorageMetadata"):
             name, offset, length = items.find(fqn, None)
-            where = f"{os.path.join(folder, name)}: item {fqn!r}"
-            value = read_embedded(os.path.join(folder, name), offset, length, where, unsafe, DISTRIBUTED_CLASSES)
+            where = f"{places.join(folder, name)}: item {fqn!r}"
+            value = read_embedded(places.join(folder, name), offset, length, where, unsafe, DISTRIBUTED_CLASSES)
         else:
             raise ReadError(f"{what}: {fqn!r} is neither a tensor nor a bytes item")
         path = paths.get(fqn, (fqn,))
         set_element(root, _key_path(path, fqn, what), value, what)
-    files = sorted(n for n in os.listdir(folder) if n.endswith(".distcp"))
-    total = sum(os.path.getsize(os.path.join(folder, n)) for n in files) + meta_bytes
+    files = sorted(n for n in places.list_dir(folder) if n.endswith(".distcp"))
+    total = sum(places.size_of(places.join(folder, n)) for n in files) + meta_bytes
     version = state.get("version")
     note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
     return Checkpoint(folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe)
@@ -198,7 +199,7 @@ def _tensor(fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledR
         fields = _state(chunk, what)
         offsets, sizes = _ints(fields.get("offsets"), what), _ints(fields.get("sizes"), what)
         name, start, length = items.find(fqn, offsets)
-        path = os.path.join(items.folder, name)
+        path = places.join(items.folder, name)
         pieces.append(Piece(offsets, sizes, f"{name} @ {start}", _chunk_loader(path, start, length, fqn)))
     numel = math.prod(size)
     storage = Storage(fqn, dtype, "cpu", numel, source)

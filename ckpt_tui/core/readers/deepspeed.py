@@ -8,12 +8,14 @@ asked for, and only the fp32 partitions are read (never the Adam moments). No De
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
 
@@ -29,25 +31,25 @@ def _natural(text: str) -> list[Any]:
 
 
 def _files(folder: str, suffix: str) -> list[str]:
-    names = [n for n in os.listdir(folder) if n.endswith(suffix) and os.path.isfile(os.path.join(folder, n))]
+    names = [n for n in places.list_dir(folder) if n.endswith(suffix) and places.is_file(places.join(folder, n))]
     return sorted(names, key=_natural)
 
 
 def deepspeed_folder(path: str) -> str | None:
     """The ZeRO tag folder (``global_stepN``) that ``path`` is, holds (``latest``) or lies in; else None."""
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        latest = os.path.join(path, LATEST)
-        if os.path.isfile(latest) and os.path.getsize(latest) < 4096:
-            with open(latest, encoding="utf-8", errors="replace") as file:
+    folder = path if places.is_dir(path) else places.parent(path)
+    if places.is_dir(path):
+        latest = places.join(path, LATEST)
+        if places.is_file(latest) and places.size_of(latest) < 4096:
+            with io.TextIOWrapper(places.open_stream(latest), encoding="utf-8", errors="replace") as file:
                 tag = file.read().strip()
             if (
                 tag
                 and os.path.basename(tag) == tag
                 and tag not in (".", "..")
-                and os.path.isdir(os.path.join(path, tag))
+                and places.is_dir(places.join(path, tag))
             ):
-                folder = os.path.join(path, tag)
+                folder = places.join(path, tag)
     elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
         return None
     if _files(folder, "_model_states.pt") and _files(folder, "_optim_states.pt"):
@@ -102,8 +104,8 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     """Open a ZeRO tag folder: module states, optimizer states, and the fp32 weights zero_to_fp32 would write."""
     model_names = _files(folder, "_model_states.pt")
     optim_names = _files(folder, "_optim_states.pt")
-    models = [open_file(os.path.join(folder, n)) for n in model_names]
-    optims = [open_file(os.path.join(folder, n)) for n in optim_names]
+    models = [open_file(places.join(folder, n)) for n in model_names]
+    optims = [open_file(places.join(folder, n)) for n in optim_names]
     what = folder
     first = _dict(optims[0].root, what).get("optimizer_state_dict")
     first = _dict(first, f"{optim_names[0]}: optimizer_state_dict")

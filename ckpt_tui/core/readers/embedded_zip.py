@@ -12,6 +12,7 @@ import os
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import load_pickle, storage_from_pid
@@ -80,8 +81,8 @@ def read_embedded(
     Its tensors' storages point at absolute offsets of ``path``, and never past the range.
     """
     end = start + length
-    with open(path, "rb") as file:
-        if length < 22 or end > os.fstat(file.fileno()).st_size:
+    with places.open_stream(path) as file:
+        if length < 22 or end > places.size_of(path):
             raise ReadError(f"{what}: byte range {start}+{length} is outside the file")
         view = FileRange(file, start, length)
         if view.read(4) != b"PK\x03\x04":

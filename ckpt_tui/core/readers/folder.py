@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Checkpoint
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -20,10 +21,10 @@ MAX_FILES = 1000
 def checkpoint_files(folder: str) -> list[str]:
     """The names of the folder's regular files that are saved as checkpoints, in name order."""
     names = []
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(places.list_dir(folder)):
         if name.startswith(".") or not name.endswith(CHECKPOINT_SUFFIXES):
             continue
-        if os.path.isfile(os.path.join(folder, name)):
+        if places.is_file(places.join(folder, name)):
             names.append(name)
     return names
 
@@ -36,7 +37,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     labels = stems if len(set(stems)) == len(stems) else names
     members: dict[str, Checkpoint] = {}
     for label, name in zip(labels, names, strict=True):
-        members[label] = open_file(os.path.join(folder, name))
+        members[label] = open_file(places.join(folder, name))
     root = {label: member.root for label, member in members.items()}
     described = ", ".join(f"{name} ({members[label].format})" for label, name in zip(labels, names, strict=True))
     notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]

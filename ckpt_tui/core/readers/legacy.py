@@ -9,11 +9,11 @@ number pickle and then push the expected number.
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, Storage
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, PersistentIds
@@ -48,7 +48,7 @@ class LegacyRecords:
 def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
     """Read a legacy torch file, or a plain pickle, without touching tensor data."""
     unsafe: set[str] = set()
-    with open(path, "rb") as file:
+    with places.open_stream(path) as file:
         first = load_pickle(file, None, f"{path}: pickle", unsafe)
         if type(first) is not int or first != MAGIC_NUMBER:
             note = "a plain pickle, not a torch checkpoint (torch.load refuses it: no magic number)"
@@ -89,13 +89,29 @@ def _scan(
     """Find each listed storage's bytes (one read of each count); what torch.load would refuse, in words."""
     problems: list[str] = []
     position = start
-    fileno = file.fileno()
+    source = places.source_of(records.path)
+    try:
+        _find_records(source, position, keys, storages, file_bytes, records, problems)
+    finally:
+        source.close()
+    return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing
+
+
+def _find_records(
+    source: places.ByteSource,
+    position: int,
+    keys: list[str],
+    storages: dict[str, Storage],
+    file_bytes: int,
+    records: LegacyRecords,
+    problems: list[str],
+) -> None:
     for key in keys:
         storage = storages.get(key)
         if storage is None:
             problems.append(f"storage {key!r} is listed but no tensor uses it: torch.load refuses the file")
             break  # its element size is unknown, so the storages after it cannot be found
-        head = os.pread(fileno, COUNT.size, position)
+        head = source.read_at(position, COUNT.size)
         if len(head) < COUNT.size:
             problems.append(f"storage {key!r} is missing: the file ends first (truncated?)")
             break
@@ -111,4 +127,3 @@ def _scan(
             )
         records.offsets[key] = (position + COUNT.size, nbytes)
         position += COUNT.size + nbytes
-    return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
 from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
@@ -47,6 +48,7 @@ def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
     Several paths open together as one checkpoint: per-rank files (FSDP/DTensor shards assembled,
     DDP copies side by side).
     """
+    _serve_urls([os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else [os.fspath(path)])  # type: ignore[arg-type]
     if isinstance(path, (list, tuple)):
         paths = [os.fspath(p) for p in path]
         if not paths:
@@ -56,6 +58,14 @@ def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
         path = paths[0]
     text = os.fspath(path)  # type: ignore[arg-type]
     return _guarded(text, lambda: _open(text))
+
+
+def _serve_urls(paths: list[str]) -> None:
+    """Make the remote stores ready when a URL is among ``paths`` (nothing is imported for local paths)."""
+    if any(map(places.is_remote, paths)):
+        from ckpt_tui.core.model import remote_stores
+
+        remote_stores.register()
 
 
 _opened = threading.local()
@@ -74,6 +84,7 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
         raise ReadError(f"{text}: is a directory, not a checkpoint") from None
     except OSError as exc:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
+    places.remember_opened()
     checked, _opened.checked = getattr(_opened, "checked", None), None
     if checked is not checkpoint.root:  # a tree is checked once (each walk of 50,000 tensors costs)
         check_depth(checkpoint.root, text)
@@ -89,22 +100,22 @@ def check_depth(root: object, path: str) -> None:
 
 
 def _open(path: str) -> Checkpoint:
-    if not os.path.exists(path):
+    if not places.exists(path):
         raise ReadError(f"{path}: no such file or directory")
-    if os.path.isdir(path):
+    if places.is_dir(path):
         return _open_directory(path)
     return _open_file(path)
 
 
 def _open_directory(path: str) -> Checkpoint:
-    if os.path.isfile(os.path.join(path, ".metadata")):
+    if places.is_file(places.join(path, ".metadata")):
         return read_dcp(path)
     zero = deepspeed_folder(path)
     if zero is not None:
         return read_deepspeed(zero, _open_plain_file)
-    indexes = sorted(n for n in os.listdir(path) if n.endswith(INDEX_SUFFIX))
+    indexes = sorted(n for n in places.list_dir(path) if n.endswith(INDEX_SUFFIX))
     if len(indexes) == 1:
-        return read_sharded(os.path.join(path, indexes[0]), open_shard)
+        return read_sharded(places.join(path, indexes[0]), open_shard)
     if indexes:
         raise ReadError(f"{path}: several index files ({', '.join(indexes)}); open one of them")
     files = checkpoint_files(path)
@@ -137,7 +148,7 @@ def _open_file(path: str) -> Checkpoint:
 
 def _open_member(path: str) -> Checkpoint:
     """One of several files named together: read as it is (folders as folders)."""
-    if os.path.isfile(path) and dcp_folder_of(path) is None and deepspeed_folder(path) is None:
+    if places.is_file(path) and dcp_folder_of(path) is None and deepspeed_folder(path) is None:
         checkpoint = _open_plain_file(path)
     else:
         checkpoint = _open(path)
@@ -153,10 +164,10 @@ def _check_opened(checkpoint: Checkpoint, path: str) -> None:
 
 def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:
     """One file on its own, by its content."""
-    file_bytes = os.path.getsize(path)
+    file_bytes = places.size_of(path)
     if file_bytes == 0:
         raise ReadError(f"{path}: empty file")
-    with open(path, "rb") as file:
+    with places.open_stream(path) as file:
         head = file.read(512)
     framing_error: NotSafetensors | None = None
     if looks_like_safetensors(head, file_bytes):
@@ -221,7 +232,7 @@ def is_tar(path: str, head: bytes) -> bool:
     import tarfile
 
     try:
-        with tarfile.open(path, mode="r:", format=tarfile.PAX_FORMAT):
+        with places.open_stream(path) as file, tarfile.open(fileobj=file, mode="r:", format=tarfile.PAX_FORMAT):
             return True
     except tarfile.TarError:
         return False
@@ -262,7 +273,7 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
     elif is_tar(path, head):
         other = "a pre-0.4 tar archive"
     elif head[0] in PICKLE_OPCODES:
-        with open(path, "rb") as file:
+        with places.open_stream(path) as file:
             if _first_pickle_loads(file, path, checkpoint.unsafe_globals):
                 other = "a pickle"
     if other is not None:

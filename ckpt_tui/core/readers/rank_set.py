@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 
@@ -267,13 +268,13 @@ def localize(checkpoint: Checkpoint) -> Checkpoint:
 
 def sibling_ranks(path: str, world: int) -> list[str] | None:
     """The other ranks' files beside ``path``: its last number replaced by 0..world-1, when all exist."""
-    folder, name = os.path.split(os.path.abspath(path))
+    folder, name = os.path.split(places.absolute(path))
     numbers = list(re.finditer(r"\d+", name))
     if not numbers or world < 2:
         return None
     last = numbers[-1]
-    paths = [os.path.join(folder, name[: last.start()] + str(rank) + name[last.end() :]) for rank in range(world)]
-    if os.path.abspath(path) in paths and all(os.path.isfile(p) for p in paths):
+    paths = [places.join(folder, name[: last.start()] + str(rank) + name[last.end() :]) for rank in range(world)]
+    if places.absolute(path) in paths and all(places.is_file(p) for p in paths):
         return paths
     return None
 
@@ -345,5 +346,5 @@ def with_ranks(path: str, checkpoint: Checkpoint, open_file: Callable[[str], Che
     siblings = sibling_ranks(path, max(s.world for s in found.values()))
     if siblings is None:
         return localize(checkpoint)
-    mine = os.path.abspath(path)
+    mine = places.absolute(path)
     return merge_ranks(siblings, [checkpoint if p == mine else open_file(p) for p in siblings])

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
 
@@ -152,7 +153,7 @@ def _no_constant(name: str) -> Any:
 
 
 def _raw_header(path: str, file_bytes: int) -> bytes:
-    with open(path, "rb") as file:
+    with places.open_stream(path) as file:
         head = file.read(8)
         length = header_length(head, file_bytes)
         if length is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 
 
@@ -18,7 +20,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     index is refused instead of followed.
     """
     try:
-        with open(path, encoding="utf-8") as file:
+        with io.TextIOWrapper(places.open_stream(path), encoding="utf-8") as file:
             index = json.load(file)
     except UnicodeDecodeError:
         raise ReadError(f"{path}: index is not UTF-8 text") from None
@@ -29,11 +31,11 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = places.parent(path)
     shards: dict[str, Checkpoint] = {}
     for shard in dict.fromkeys(weight_map.values()):
-        shard_path = os.path.join(folder, shard)
-        if os.path.basename(shard) != shard or not os.path.isfile(shard_path):
+        shard_path = places.join(folder, shard)
+        if os.path.basename(shard) != shard or not places.is_file(shard_path):
             raise ReadError(f"{path}: shard {shard!r} named in the index is missing")
         shards[shard] = open_shard(shard_path)
     root: dict[str, Any] = {}

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Storage
 from ckpt_tui.core.pickles.persistent_ids import ZIP_FIELDS, PersistentIds
@@ -88,7 +89,7 @@ class ZipRecords:
         entry = self.entry(storage)
         if entry.size < storage.nbytes:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
-        with open(self.path, "rb") as file:
+        with places.open_stream(self.path) as file:
             return read_member(file, entry, self.file_bytes)
 
     def locate(self, storage: Storage) -> tuple[int, int]:
@@ -100,7 +101,7 @@ class ZipRecords:
         if offset is None:
             with self._lock:
                 if self._file is None:
-                    self._file = open(self.path, "rb")  # noqa: SIM115 - kept open for repeated lookups
+                    self._file = places.open_stream(self.path)
                 offset = self._offsets[entry.name] = data_offset(self._file, entry)
         if offset + entry.size > self.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
@@ -193,7 +194,7 @@ class ZipRecords:
     def _header_read_alone(self, entry: ZipEntry) -> int | None:
         """Where a record's data starts, from its local header read on its own; None if it is bad."""
         try:
-            with open(self.path, "rb") as file:
+            with places.open_stream(self.path) as file:
                 return data_offset(file, entry)
         except (OSError, ReadError):
             return None
@@ -282,7 +283,7 @@ def read_zip(
     from ckpt_tui.core.readers.torchscript import read_torchscript
 
     try:
-        with open(path, "rb") as file:
+        with places.open_stream(path) as file:
             layout = ZipLayout(path, read_central_directory(file, file_bytes))
             byteorder = _byteorder(file, layout, file_bytes)
             _check_version(file, layout, file_bytes)

@@ -1,0 +1,276 @@
+"""Byte sources: the one interface every reader and every consumer of tensor bytes reads through.
+
+A checkpoint is named by a string: a local path, or a URL (``hf://``, ``s3://``, ``gs://``, ``az://``,
+``https://``). :func:`source_of` gives the :class:`ByteSource` that reads it: its size, ranged reads,
+a name for messages and an identity (an ETag, a commit, a local file's size and mtime). The place
+functions beside it (:func:`is_file`, :func:`list_dir`, :func:`join`, ...) answer what readers of
+folders ask (an index's shards, a DCP folder), for local paths with ``os`` as before, for URLs through
+the store that serves them.
+
+A local path costs what it cost before: :func:`open_stream` is ``open(path, "rb")`` and
+:meth:`LocalFile.read_at` one ``os.pread``. Remote stores register themselves here
+(:func:`register_scheme`); nothing remote is imported until a URL is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from typing import BinaryIO, Protocol
+
+from ckpt_tui.core.errors import ReadError
+
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+
+
+class ByteSource(Protocol):
+    """Where a file's bytes are read from."""
+
+    name: str
+    """The path or URL, for messages."""
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file."""
+        ...
+
+    @property
+    def identity(self) -> str:
+        """What changes when the file does: an ETag, a commit, a local file's size and mtime."""
+        ...
+
+    @property
+    def fetched(self) -> int:
+        """Bytes transferred from a remote store so far (0 for a local file)."""
+        ...
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` (fewer only at the end of the file)."""
+        ...
+
+    def readinto_at(self, offset: int, buffer: memoryview | bytearray) -> int:
+        """Fill ``buffer`` from ``offset``; the count read (less only at the end of the file)."""
+        ...
+
+    def stream(self) -> BinaryIO:
+        """A seekable binary stream over the file from its start (close it when done)."""
+        ...
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """A hint: ``(offset, length)`` ranges about to be read (fetched together from remote stores)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds open."""
+        ...
+
+
+class Store(Protocol):
+    """What serves the files of one URL scheme: their sources, and the folders readers ask about."""
+
+    def source(self, url: str) -> ByteSource:
+        """The file at ``url`` (opened once, then shared: its counts and cache live on)."""
+        ...
+
+    def is_file(self, url: str) -> bool:
+        """Whether ``url`` names a file."""
+        ...
+
+    def is_dir(self, url: str) -> bool:
+        """Whether ``url`` names a folder (a prefix holding files)."""
+        ...
+
+    def list_dir(self, url: str) -> list[str]:
+        """Names of the entries directly inside a folder."""
+        ...
+
+    def remember(self) -> None:
+        """Keep what was fetched for a later open (the header cache)."""
+        ...
+
+
+class LocalFile:
+    """A file on this machine: positioned reads on one descriptor, opened on first use."""
+
+    __slots__ = ("_fd", "_lock", "name")
+
+    def __init__(self, path: str) -> None:
+        self.name = path
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> LocalFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file now."""
+        return os.path.getsize(self.name)
+
+    @property
+    def identity(self) -> str:
+        """Size and modification time (nanoseconds)."""
+        info = os.stat(self.name)
+        return f"{info.st_size}-{info.st_mtime_ns}"
+
+    @property
+    def fetched(self) -> int:
+        """Nothing is transferred to read a local file."""
+        return 0
+
+    def fd(self) -> int:
+        """The read-only descriptor (opened once)."""
+        if self._fd is None:
+            with self._lock:
+                if self._fd is None:
+                    self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return self._fd
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """One ``os.pread``."""
+        return os.pread(self.fd(), length, offset)
+
+    def readinto_at(self, offset: int, buffer: memoryview | bytearray) -> int:
+        """One ``os.preadv``."""
+        return os.preadv(self.fd(), [buffer], offset)
+
+    def stream(self) -> BinaryIO:
+        """``open(path, "rb")``."""
+        return open(self.name, "rb")
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """The page cache does this for a local file."""
+
+    def close(self) -> None:
+        """Close the descriptor, if one was opened."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+_stores: dict[str, Callable[[], Store]] = {}
+_opened_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def register_scheme(scheme: str, make: Callable[[], Store]) -> None:
+    """Serve ``scheme://`` URLs with the store ``make()`` builds (once, on first use)."""
+    _stores[scheme.lower()] = make
+
+
+def scheme_known(scheme: str) -> bool:
+    """Whether a store serves ``scheme://`` URLs."""
+    return scheme.lower() in _stores
+
+
+def scheme_of(path: str) -> str | None:
+    """The URL scheme of ``path`` (``hf``, ``s3``, ``https``...), or None for a local path."""
+    found = _SCHEME.match(path)
+    return found.group(1).lower() if found else None
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is a URL rather than a local path."""
+    return _SCHEME.match(path) is not None
+
+
+def store_of(url: str) -> Store:
+    """The store serving ``url``'s scheme."""
+    scheme = scheme_of(url) or ""
+    with _stores_lock:
+        store = _opened_stores.get(scheme)
+        if store is None:
+            make = _stores.get(scheme)
+            if make is None:
+                known = ", ".join(f"{name}://" for name in sorted(_stores)) or "none (install ckpt-tui[remote])"
+                raise ReadError(f"{url}: no reader for {scheme}:// URLs (known: {known})")
+            store = _opened_stores[scheme] = make()
+    return store
+
+
+def remember_opened() -> None:
+    """Let every store used keep what its files' opens fetched (no-op when none was used)."""
+    with _stores_lock:
+        stores = list(_opened_stores.values())
+    for store in stores:
+        store.remember()
+
+
+def source_of(path: str) -> ByteSource:
+    """The byte source of a local path or a URL."""
+    if is_remote(path):
+        return store_of(path).source(path)
+    return LocalFile(path)
+
+
+def open_stream(path: str) -> BinaryIO:
+    """A seekable binary stream over the file at ``path`` (for a local path, ``open(path, "rb")``)."""
+    if is_remote(path):
+        return store_of(path).source(path).stream()
+    return open(path, "rb")
+
+
+def size_of(path: str) -> int:
+    """Bytes in the file at ``path``."""
+    if is_remote(path):
+        return store_of(path).source(path).size
+    return os.path.getsize(path)
+
+
+def fetched_of(path: str) -> int:
+    """Bytes transferred so far to read ``path`` (0 for a local path)."""
+    if is_remote(path):
+        return store_of(path).source(path).fetched
+    return 0
+
+
+def is_file(path: str) -> bool:
+    """``os.path.isfile`` for paths and URLs."""
+    if is_remote(path):
+        return store_of(path).is_file(path)
+    return os.path.isfile(path)
+
+
+def is_dir(path: str) -> bool:
+    """``os.path.isdir`` for paths and URLs."""
+    if is_remote(path):
+        return store_of(path).is_dir(path)
+    return os.path.isdir(path)
+
+
+def exists(path: str) -> bool:
+    """``os.path.exists`` for paths and URLs."""
+    if is_remote(path):
+        return is_file(path) or is_dir(path)
+    return os.path.exists(path)
+
+
+def list_dir(path: str) -> list[str]:
+    """``os.listdir`` for paths and URLs."""
+    if is_remote(path):
+        return store_of(path).list_dir(path)
+    return os.listdir(path)
+
+
+def absolute(path: str) -> str:
+    """``os.path.abspath`` of a local path; a URL as it is (without a trailing slash)."""
+    if is_remote(path):
+        return path.rstrip("/") if not path.endswith("://") else path
+    return os.path.abspath(path)
+
+
+def parent(path: str) -> str:
+    """The folder holding ``path`` (a local path is made absolute first)."""
+    return os.path.dirname(absolute(path))
+
+
+def join(folder: str, name: str) -> str:
+    """``name`` inside ``folder``."""
+    if is_remote(folder):
+        return folder.rstrip("/") + "/" + name
+    return os.path.join(folder, name)

@@ -1,0 +1,297 @@
+"""A remote file read with ranged requests: the remote :class:`~.byte_source.ByteSource`.
+
+A :class:`Transport` knows one store's requests (HTTP, the Hub, S3 through fsspec): the file's size and
+identity, and the bytes of a range. :class:`RemoteFile` decides what to ask for. Small reads (the
+readers' headers, central directories, pickles) are served from the ranges fetched before; a miss
+fetches a little more than asked, and more each time a stream reads on from where the last fetch
+ended, so a pickle of a few MB costs a few requests. Large reads (tensor values) are fetched in
+parallel parts and not kept. Every byte counts against :data:`BUDGET`: past it a read is refused in
+one line that says how much it needs, never a silent full download.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+from ckpt_tui.core.errors import ReadError
+
+MIN_AHEAD = 256 << 10
+MAX_AHEAD = 16 << 20
+BIG = 4 << 20
+"""Reads of this size or more are values: fetched in parallel parts, not cached."""
+PART = 8 << 20
+WORKERS = 8
+TAIL = 64 << 10
+"""What a first request for a file fetches from its end: a zip's end records and usually its directory."""
+DEFAULT_MAX_DOWNLOAD = 1 << 30
+
+
+def human(count: int) -> str:
+    """A byte count in words (``1.5 MB``)."""
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} B"
+
+
+@dataclass
+class Transfer:
+    """Requests made and bytes fetched from remote stores by this process."""
+
+    requests: int = 0
+    fetched: int = 0
+    limit: int = DEFAULT_MAX_DOWNLOAD
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def reserve(self, name: str, count: int) -> None:
+        """Count ``count`` bytes about to be fetched, or refuse them past the budget."""
+        with self._lock:
+            if self.fetched + count > self.limit:
+                raise ReadError(
+                    f"{name}: this needs {human(count)} more from the remote store ({human(self.fetched)} fetched "
+                    f"so far), past --max-download {human(self.limit)}; raise it to read them"
+                )
+            self.fetched += count
+            self.requests += 1
+
+    def give_back(self, count: int) -> None:
+        """Bytes reserved but not received (a short range at the end of a file)."""
+        with self._lock:
+            self.fetched -= count
+
+
+TRANSFER = Transfer()
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What a store says of a file: its size and identity, and the bytes the asking brought (if any)."""
+
+    size: int
+    identity: str
+    seed: tuple[int, bytes] | None = None
+
+
+class Transport(Protocol):
+    """One store's requests for one file."""
+
+    def stat(self) -> Stat:
+        """Size and identity (one request; it may bring the file's tail along)."""
+        ...
+
+    def fetch(self, offset: int, length: int, identity: str) -> bytes:
+        """The bytes of a range; refuses (:class:`ReadError`) when the file is no longer ``identity``."""
+        ...
+
+
+class RemoteFile:
+    """A remote file: ranged reads through a transport, small ones served from fetched ranges."""
+
+    def __init__(
+        self, name: str, transport: Transport, seed: Callable[[Stat], list[tuple[int, bytes]]] | None = None
+    ) -> None:
+        self.name = name
+        self._transport = transport
+        self._seed = seed
+        self._stat: Stat | None = None
+        self._starts: list[int] = []
+        self._chunks: list[bytes] = []
+        self._lock = threading.RLock()
+        self._last_end = -1
+        self._ahead = MIN_AHEAD
+        self.fetched_here = 0
+        self.requests_here = 0
+        self.remembered = 0
+
+    def _info(self) -> Stat:
+        if self._stat is None:
+            with self._lock:
+                if self._stat is None:
+                    TRANSFER.reserve(self.name, 0)
+                    self.requests_here += 1
+                    stat = self._transport.stat()
+                    if stat.seed is not None:
+                        self._count(len(stat.seed[1]))
+                        self._keep(*stat.seed)
+                    for start, data in self._seed(stat) if self._seed else ():
+                        self._keep(start, data)
+                    self.remembered = sum(map(len, self._chunks)) - (len(stat.seed[1]) if stat.seed else 0)
+                    self._stat = stat
+        return self._stat
+
+    def _count(self, count: int) -> None:
+        with TRANSFER._lock:
+            TRANSFER.fetched += count
+        self.fetched_here += count
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file (asked once)."""
+        return self._info().size
+
+    @property
+    def identity(self) -> str:
+        """The store's ETag or commit of the file."""
+        return self._info().identity
+
+    @property
+    def fetched(self) -> int:
+        """Bytes fetched for this file."""
+        return self.fetched_here
+
+    def extents(self) -> list[tuple[int, bytes]]:
+        """The ranges fetched and kept (the readers' metadata), in file order."""
+        with self._lock:
+            return list(zip(self._starts, self._chunks, strict=True))
+
+    def _keep(self, start: int, data: bytes) -> None:
+        """Remember fetched bytes (ranges kept apart: a new range never overlaps an older one)."""
+        if not data:
+            return
+        at = bisect.bisect_right(self._starts, start)
+        self._starts.insert(at, start)
+        self._chunks.insert(at, data)
+
+    def _cached(self, offset: int) -> tuple[bytes, int] | None:
+        """The kept range holding ``offset``, and where ``offset`` is inside it."""
+        at = bisect.bisect_right(self._starts, offset) - 1
+        if at >= 0 and offset < self._starts[at] + len(self._chunks[at]):
+            return self._chunks[at], offset - self._starts[at]
+        return None
+
+    def _next_kept(self, offset: int) -> int:
+        at = bisect.bisect_right(self._starts, offset)
+        return self._starts[at] if at < len(self._starts) else self.size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset``."""
+        size = self.size
+        end = min(size, offset + max(0, length))
+        if offset >= end:
+            return b""
+        if end - offset >= BIG and self._cached(offset) is None:
+            return self._fetch_parallel(offset, end - offset)
+        pieces: list[bytes] = []
+        at = offset
+        with self._lock:
+            while at < end:
+                found = self._cached(at)
+                if found is not None:
+                    chunk, inside = found
+                    take = chunk[inside : inside + end - at]
+                    pieces.append(take)
+                    at += len(take)
+                    continue
+                stop = min(self._next_kept(at), max(end, at + self._read_ahead(at)))
+                data = self._fetch(at, stop - at)
+                self._keep(at, data)
+                self._last_end = at + len(data)
+                if not data:
+                    raise ReadError(f"{self.name}: the store sent no bytes at {at} (file changed?)")
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _read_ahead(self, at: int) -> int:
+        """More each time a read goes on where the last fetch ended (a stream), back to the minimum else."""
+        self._ahead = min(MAX_AHEAD, self._ahead * 2) if at == self._last_end else MIN_AHEAD
+        return self._ahead
+
+    def _fetch(self, offset: int, length: int) -> bytes:
+        TRANSFER.reserve(self.name, length)
+        self.requests_here += 1
+        self.fetched_here += length
+        data = self._transport.fetch(offset, length, self.identity)
+        if len(data) < length:
+            TRANSFER.give_back(length - len(data))
+            self.fetched_here -= length - len(data)
+        return data
+
+    def _fetch_parallel(self, offset: int, length: int) -> bytes:
+        parts = [(at, min(PART, offset + length - at)) for at in range(offset, offset + length, PART)]
+        if len(parts) == 1:
+            return self._fetch(offset, length)
+        with ThreadPoolExecutor(min(WORKERS, len(parts))) as pool:
+            return b"".join(pool.map(lambda part: self._fetch(*part), parts))
+
+    def readinto_at(self, offset: int, buffer: memoryview | bytearray) -> int:
+        """Fill ``buffer`` from ``offset``."""
+        data = self.read_at(offset, len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetch the small ranges not kept yet, in parallel, and keep them."""
+        size = self.size
+        with self._lock:
+            wanted = sorted({(o, min(size, o + n)) for o, n in ranges if n > 0 and o < size})
+            missing: list[tuple[int, int]] = []
+            for start, stop in wanted:
+                if self._cached(start) is not None and self._cached(stop - 1) is not None:
+                    continue
+                if missing and start <= missing[-1][1] + 4096:
+                    missing[-1] = (missing[-1][0], max(stop, missing[-1][1]))
+                else:
+                    missing.append((start, stop))
+            missing = [(start, min(stop, self._next_kept(start))) for start, stop in missing]
+            missing = [(start, stop) for start, stop in missing if stop > start and self._cached(start) is None]
+        if not missing:
+            return
+        with ThreadPoolExecutor(min(WORKERS, len(missing))) as pool:
+            fetched = list(pool.map(lambda r: (r[0], self._fetch(r[0], r[1] - r[0])), missing))
+        with self._lock:
+            for start, data in fetched:
+                if self._cached(start) is None and self._cached(start + len(data) - 1) is None:
+                    self._keep(start, data)
+
+    def stream(self) -> BinaryIO:
+        """A seekable stream reading through :meth:`read_at`."""
+        return RemoteStream(self)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Nothing to release: the file stays known to its store for later reads of values."""
+
+
+class RemoteStream(io.RawIOBase):
+    """A file object over a :class:`RemoteFile` (what pickle and the zip reader read from)."""
+
+    def __init__(self, source: RemoteFile) -> None:
+        self._source = source
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        count = self._source.readinto_at(self._position, buffer)
+        self._position += count
+        return count
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = max(0, self._source.size - self._position)
+        data = self._source.read_at(self._position, size)
+        self._position += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)

@@ -1,0 +1,416 @@
+"""The remote stores: ``https://`` (plain ``http.client``), ``hf://`` (the Hub, through ``huggingface_hub``),
+``s3://``, ``gs://``, ``az://`` (fsspec's ``s3fs``, ``gcsfs``, ``adlfs``).
+
+Each store gives :class:`~.remote.RemoteFile` sources, one per URL, shared for the process (so values
+read later reuse the size, identity and ranges of the open). Credentials and endpoints come from each
+ecosystem's own settings: ``HF_TOKEN`` and ``HF_ENDPOINT``; ``AWS_*`` (``AWS_ENDPOINT_URL`` included)
+and the AWS config files; Google's and Azure's own. Importing this module imports none of those
+libraries: each is imported when its first URL is opened. :func:`register` installs the stores.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import posixpath
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source
+from ckpt_tui.core.model.header_cache import HeaderCache
+from ckpt_tui.core.model.remote import TAIL, RemoteFile, Stat, Transport
+
+TIMEOUT = float(os.environ.get("CKPT_TUI_TIMEOUT", "30"))
+RETRIES = 5
+REDIRECTS = 5
+
+
+def _timeout_error(name: str) -> ReadError:
+    return ReadError(f"{name}: the server did not answer within {TIMEOUT:g} s (timed out; CKPT_TUI_TIMEOUT sets it)")
+
+
+class HttpTransport:
+    """Ranged GETs over ``http.client``: one kept-alive connection per thread, redirects followed once
+    and the final URL reused, ``If-Match`` on every range so a file that changes mid-read is refused."""
+
+    def __init__(self, url: str, name: str, headers: dict[str, str] | None = None, access_hint: str = "") -> None:
+        self.url = url
+        self.name = name
+        self.headers = dict(headers or {})
+        self.access_hint = access_hint
+        self._local = threading.local()
+
+    def _connection(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+        key = (parts.scheme, parts.netloc)
+        cached = getattr(self._local, "connection", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = kind(parts.netloc, timeout=TIMEOUT)
+        self._local.connection = (key, connection)
+        return connection
+
+    def _drop(self) -> None:
+        cached = getattr(self._local, "connection", None)
+        if cached is not None:
+            cached[1].close()
+        self._local.connection = None
+
+    def request(self, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        """One GET of the file with ``headers``: status, headers (lower-case names), body. Retries on
+        429 and 5xx with backoff (honouring Retry-After), and once on a dropped kept-alive connection."""
+        url, moved, wait = self.url, 0, 1.0
+        for attempt in range(RETRIES + 1):
+            parts = urllib.parse.urlsplit(url)
+            target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+            sent = {**(self.headers if parts.netloc == urllib.parse.urlsplit(self.url).netloc else {}), **headers}
+            try:
+                connection = self._connection(parts)
+                connection.request("GET", target, headers=sent)
+                response = connection.getresponse()
+                body = response.read()
+            except TimeoutError:
+                self._drop()
+                raise _timeout_error(self.name) from None
+            except (http.client.HTTPException, ConnectionError) as exc:
+                self._drop()
+                if attempt < RETRIES:
+                    continue
+                raise ReadError(f"{self.name}: the connection failed ({exc or type(exc).__name__})") from None
+            except OSError as exc:
+                self._drop()
+                raise ReadError(f"{self.name}: cannot connect ({exc.strerror or exc})") from None
+            status = response.status
+            found = {k.lower(): v for k, v in response.getheaders()}
+            if status in (301, 302, 303, 307, 308) and "location" in found and moved < REDIRECTS:
+                url = urllib.parse.urljoin(url, found["location"])
+                self.url, moved = url, moved + 1  # the redirect is reused for every later range
+                continue
+            if (status == 429 or status >= 500) and attempt < RETRIES:
+                retry = found.get("retry-after", "")
+                time.sleep(float(retry) if retry.replace(".", "", 1).isdigit() else wait)
+                wait = min(wait * 2, 30.0)
+                continue
+            return status, found, body
+        raise ReadError(f"{self.name}: the server kept refusing (HTTP {status}) after {RETRIES} retries")
+
+    def _refuse(self, status: int) -> ReadError:
+        if status == 404:
+            return ReadError(f"{self.name}: not found (HTTP 404)")
+        if status in (401, 403):
+            hint = f"; {self.access_hint}" if self.access_hint else ""
+            return ReadError(f"{self.name}: no access (HTTP {status}){hint}")
+        if status == 412:
+            return ReadError(
+                f"{self.name}: the file changed while being read (its ETag no longer matches); open it again"
+            )
+        if status == 416:
+            return ReadError(f"{self.name}: the server refused the range (HTTP 416): the file changed or is empty")
+        return ReadError(f"{self.name}: the server answered HTTP {status}")
+
+    def _no_ranges(self, size: str) -> ReadError:
+        return ReadError(
+            f"{self.name}: the server does not support ranged reads (it sent the whole file{size}); "
+            f"download it first (curl -LO {self.url}) and open the local copy"
+        )
+
+    def stat(self) -> Stat:
+        """A GET of the file's last :data:`TAIL` bytes: its size, ETag and tail in one request."""
+        status, headers, body = self.request({"Range": f"bytes=-{TAIL}", "Accept-Encoding": "identity"})
+        if status == 200:
+            raise self._no_ranges(f", {len(body)} bytes")
+        if status != 206:
+            raise self._refuse(status)
+        total = headers.get("content-range", "").rpartition("/")[2]
+        if not total.isdigit():
+            raise ReadError(f"{self.name}: the server's ranged answer has no file size (Content-Range)")
+        size = int(total)
+        identity = headers.get("etag", "") or headers.get("last-modified", "")
+        return Stat(size, identity, (size - len(body), body))
+
+    def fetch(self, offset: int, length: int, identity: str) -> bytes:
+        """One ranged GET, refused if the file's ETag changed."""
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
+        if identity.startswith('"'):
+            headers["If-Match"] = identity
+        status, found, body = self.request(headers)
+        if status == 200:
+            raise self._no_ranges("")
+        if status != 206:
+            raise self._refuse(status)
+        now = found.get("etag", "") or found.get("last-modified", "")
+        if identity and now and now != identity:
+            raise self._refuse(412)
+        if not found.get("content-range", "").startswith(f"bytes {offset}-"):
+            raise ReadError(f"{self.name}: the server sent another range than asked ({found.get('content-range')})")
+        return body
+
+
+class _Sources:
+    """One :class:`RemoteFile` per URL, made once, with the header cache seeding and remembering it."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, RemoteFile] = {}
+        self._lock = threading.Lock()
+        self.cache = HeaderCache()
+
+    def get(self, url: str, make: Callable[[], Transport]) -> RemoteFile:
+        with self._lock:
+            source = self._sources.get(url)
+            if source is None:
+                source = self._sources[url] = RemoteFile(url, make(), lambda stat: self.cache.load(url, stat))
+            return source
+
+    def remember(self) -> None:
+        with self._lock:
+            sources = list(self._sources.values())
+        for source in sources:
+            self.cache.save(source)
+
+
+class HttpStore:
+    """``https://`` and ``http://`` URLs: files only (a plain web server lists no folders), so an index
+    opens its shards beside it."""
+
+    def __init__(self) -> None:
+        self.sources = _Sources()
+
+    def source(self, url: str) -> RemoteFile:
+        return self.sources.get(url, lambda: HttpTransport(url, url))
+
+    def is_file(self, url: str) -> bool:
+        try:
+            return self.source(url).size >= 0
+        except ReadError:
+            return False
+
+    def is_dir(self, url: str) -> bool:
+        return False
+
+    def list_dir(self, url: str) -> list[str]:
+        raise ReadError(f"{url}: a web server lists no folders; name a file (an index.json opens its shards)")
+
+    def remember(self) -> None:
+        self.sources.remember()
+
+
+class HubStore:
+    """``hf://ORG/REPO[@REV][/PATH]``: files resolved once through ``huggingface_hub`` (``HF_TOKEN``,
+    ``HF_ENDPOINT``, revisions), then read with ranged GETs on the final (redirected) URL."""
+
+    def __init__(self) -> None:
+        self.sources = _Sources()
+        self._files: dict[tuple[str, str | None], list[str]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def parse(url: str) -> tuple[str, str | None, str]:
+        """Repo id, revision and path inside the repo of an ``hf://`` URL."""
+        rest = url.split("://", 1)[1].strip("/")
+        parts = rest.split("/")
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            raise ReadError(f"{url}: an hf:// URL names ORG/REPO[@REVISION][/PATH]")
+        repo, _, revision = parts[1].partition("@")
+        return f"{parts[0]}/{repo}", urllib.parse.unquote(revision) or None, "/".join(parts[2:])
+
+    def _transport(self, url: str) -> Transport:
+        return _HubFile(url, *self.parse(url))
+
+    def source(self, url: str) -> RemoteFile:
+        return self.sources.get(url, lambda: self._transport(url))
+
+    def files(self, url: str) -> list[str]:
+        """Every file of the repo at the URL's revision (listed once)."""
+        repo, revision, _ = self.parse(url)
+        with self._lock:
+            found = self._files.get((repo, revision))
+            if found is None:
+                found = self._files[(repo, revision)] = _hub_call(
+                    url, lambda api: api.list_repo_files(repo, revision=revision)
+                )
+        return found
+
+    def is_file(self, url: str) -> bool:
+        path = self.parse(url)[2]
+        return bool(path) and path in self.files(url)
+
+    def is_dir(self, url: str) -> bool:
+        path = self.parse(url)[2]
+        prefix = path + "/" if path else ""
+        return any(name.startswith(prefix) for name in self.files(url))
+
+    def list_dir(self, url: str) -> list[str]:
+        path = self.parse(url)[2]
+        prefix = path + "/" if path else ""
+        return sorted({name[len(prefix) :].split("/")[0] for name in self.files(url) if name.startswith(prefix)})
+
+    def remember(self) -> None:
+        self.sources.remember()
+
+
+def _hub_error(url: str, exc: Exception) -> ReadError:
+    from huggingface_hub import errors
+
+    if isinstance(exc, (errors.RepositoryNotFoundError, errors.GatedRepoError)):
+        return ReadError(f"{url}: no such repo, or no access to it (set HF_TOKEN for a private or gated repo)")
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return ReadError(f"{url}: no such revision")
+    if isinstance(exc, errors.EntryNotFoundError):
+        return ReadError(f"{url}: not found in the repo")
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status in (401, 403):
+        return ReadError(f"{url}: no access (HTTP {status}); set HF_TOKEN")
+    if "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower():
+        return _timeout_error(url)
+    return ReadError(f"{url}: the Hub refused ({' '.join(str(exc).split())[:200]})")
+
+
+def _hub_call(url: str, call: Callable[[Any], Any]) -> Any:
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise ReadError(f"{url}: hf:// needs huggingface_hub: pip install 'ckpt-tui[remote]'") from None
+    try:
+        return call(HfApi())
+    except Exception as exc:  # every failure of the client, said in one line
+        raise _hub_error(url, exc) from None
+
+
+class _HubFile:
+    """One Hub file: resolved with a HEAD (size, ETag, commit, final location), then ranged GETs."""
+
+    def __init__(self, url: str, repo: str, revision: str | None, path: str) -> None:
+        self.url, self.repo, self.revision, self.path = url, repo, revision, path
+        self._http: HttpTransport | None = None
+
+    def stat(self) -> Stat:
+        if not self.path:
+            raise ReadError(f"{self.url}: a repo, not a file")
+
+        def resolve(api: Any) -> Any:
+            from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+            where = hf_hub_url(self.repo, self.path, revision=self.revision, endpoint=api.endpoint)
+            return get_hf_file_metadata(where, endpoint=api.endpoint, retry_on_errors=True), where
+
+        meta, where = _hub_call(self.url, resolve)
+        from huggingface_hub.utils import build_hf_headers
+
+        headers = build_hf_headers()
+        headers.pop("user-agent", None)
+        home = urllib.parse.urlsplit(where).netloc
+        location = meta.location or where
+        # The token goes to the Hub only: a redirect to a CDN carries its own signature.
+        auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
+        sent = auth if urllib.parse.urlsplit(location).netloc == home else {}
+        self._http = HttpTransport(location, self.url, sent, "set HF_TOKEN")
+        identity = f'"{meta.etag}"' if meta.etag and not meta.etag.startswith(('"', "W/")) else (meta.etag or "")
+        return Stat(int(meta.size or 0), identity or str(meta.commit_hash or ""))
+
+    def fetch(self, offset: int, length: int, identity: str) -> bytes:
+        assert self._http is not None
+        return self._http.fetch(offset, length, identity)
+
+
+_FSSPEC_PROTOCOLS = {"s3": ("s3fs", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")}
+_FSSPEC_PROTOCOLS["gs"] = ("gcsfs", "GOOGLE_APPLICATION_CREDENTIALS")
+_FSSPEC_PROTOCOLS["az"] = ("adlfs", "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and a key")
+
+
+class FsspecStore:
+    """``s3://``, ``gs://``, ``az://`` through fsspec with caching off: explicit ranged reads
+    (``_fetch_range`` of a file opened with ``cache_type="none"``, which checks the ETag on S3)."""
+
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
+        self.package, self.hint = _FSSPEC_PROTOCOLS[protocol]
+        self.sources = _Sources()
+        self._fs: Any = None
+        self._lock = threading.Lock()
+
+    def fs(self, url: str) -> Any:
+        """The fsspec filesystem (made once, from the environment's settings)."""
+        with self._lock:
+            if self._fs is None:
+                try:
+                    import fsspec
+
+                    self._fs = fsspec.filesystem(self.protocol)
+                except ImportError:
+                    raise ReadError(
+                        f"{url}: {self.protocol}:// needs {self.package}: pip install 'ckpt-tui[remote]'"
+                    ) from None
+        return self._fs
+
+    def call(self, url: str, work: Callable[[Any], Any]) -> Any:
+        """``work(fs)``, its failures said in one line."""
+        fs = self.fs(url)
+        try:
+            return work(fs)
+        except ReadError:
+            raise
+        except FileNotFoundError:
+            raise ReadError(f"{url}: not found") from None
+        except PermissionError:
+            raise ReadError(f"{url}: no access; set {self.hint}") from None
+        except TimeoutError:
+            raise _timeout_error(url) from None
+        except Exception as exc:  # every failure of the client library, said in one line
+            text = " ".join(str(exc).split())[:200]
+            if "credential" in text.lower() or "AccessDenied" in text or "Forbidden" in text:
+                raise ReadError(f"{url}: no access; set {self.hint} ({text})") from None
+            if type(exc).__name__ == "FileExpired":
+                raise ReadError(f"{url}: the file changed while being read (its ETag changed); open it again") from None
+            raise ReadError(f"{url}: {type(exc).__name__}: {text}") from None
+
+    def source(self, url: str) -> RemoteFile:
+        return self.sources.get(url, lambda: _FsspecFile(self, url))
+
+    def is_file(self, url: str) -> bool:
+        return bool(self.call(url, lambda fs: fs.isfile(url)))
+
+    def is_dir(self, url: str) -> bool:
+        return bool(self.call(url, lambda fs: fs.isdir(url)))
+
+    def list_dir(self, url: str) -> list[str]:
+        names = self.call(url, lambda fs: fs.ls(url, detail=False))
+        return sorted({posixpath.basename(str(name).rstrip("/")) for name in names})
+
+    def remember(self) -> None:
+        self.sources.remember()
+
+
+class _FsspecFile:
+    def __init__(self, store: FsspecStore, url: str) -> None:
+        self.store, self.url = store, url
+        self._file: Any = None
+
+    def stat(self) -> Stat:
+        def info(fs: Any) -> Any:
+            self._file = fs.open(self.url, "rb", cache_type="none", block_size=1 << 20)
+            return self._file.details
+
+        details = self.store.call(self.url, info)
+        if details.get("type") == "directory":
+            raise ReadError(f"{self.url}: a folder, not a file")
+        identity = str(details.get("ETag") or details.get("etag") or details.get("md5Hash") or details.get("mtime", ""))
+        return Stat(int(details["size"]), identity)
+
+    def fetch(self, offset: int, length: int, identity: str) -> bytes:
+        return bytes(self.store.call(self.url, lambda fs: self._file._fetch_range(offset, offset + length)))
+
+
+def register() -> None:
+    """Serve hf://, https://, http://, s3://, gs:// and az:// URLs (once)."""
+    if byte_source.scheme_known("hf"):
+        return
+    http = HttpStore()
+    byte_source.register_scheme("https", lambda: http)
+    byte_source.register_scheme("http", lambda: http)
+    byte_source.register_scheme("hf", HubStore)
+    for protocol in _FSSPEC_PROTOCOLS:
+        byte_source.register_scheme(protocol, lambda protocol=protocol: FsspecStore(protocol))  # type: ignore[misc]
