@@ -485,14 +485,14 @@ def _print_unreadable_verdict(
         return
     if judged.loads is None:
         return
+    # the scan may find nothing wrong, but a file the reader refuses is never "loads"
+    judged.doubt(f"ckpt-tui's reader refuses it ({exc})")
     if as_json:
         _print_json({"path": path, "readable": False, "error": str(exc), "weights_only": judged.to_json()})
         return
     from ckpt_tui.report import verdict_lines
 
     lines = verdict_lines(judged, path, readable=False)
-    if judged.loads:
-        lines.append("  ckpt-tui's reader keeps stricter rules than torch.load and refuses this file (error below)")
     print("\n".join(lines))
 
 

@@ -172,6 +172,8 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
             lines.append(f"        {printable(blocker.note)}")
     if judged.blockers and judged.reason:
         lines.append(f"  and, whatever is allowlisted: {printable(judged.reason)}")
+    if judged.blockers and judged.reason is None and judged.unknown:
+        lines.append(f"  and, once allowlisted, cannot tell: {printable(judged.unknown)}")
     lines += [f"  note: {printable(note)}" for note in judged.notes]
     if judged.safe_globals:
         lines.append("  to load it as it is (only if you trust the file), before torch.load:")

@@ -244,8 +244,9 @@ def test_unemulated_setattr_checks_never_say_loads(
     judged: dict[str, tuple[Path, Any, dict[str, Any]]], name: str
 ) -> None:
     _, ours, _ = judged[name]
-    assert ours.loads is False
-    assert "not emulated" in (ours.reason or "") or "may reject" in (ours.reason or "")
+    assert ours.loads is False and ours.answer == "cannot_tell" and ours.reason is None
+    assert "not emulated" in (ours.unknown or "") or "may reject" in (ours.unknown or "")
+    assert ours.headline().startswith("weights_only: CANNOT TELL")
 
 
 @pytest.mark.parametrize("name", [*READER_CASES, "protocol byte 0xff"])
@@ -255,10 +256,13 @@ def test_check_gives_torchs_verdict_even_where_the_reader_refuses(
     path, _, torch_result = judged[name]
     code = main(["check", "--json", str(path)])
     report = json.loads(capsys.readouterr().out)
-    assert report["weights_only"]["loads"] == torch_result["loads"]
     if "readable" in report:  # the reader refuses it: exit 2, with torch's verdict beside the error
         assert code == 2 and report["readable"] is False and report["error"]
+        # a file the reader refuses is never "loads": where torch loads it, the answer is "cannot tell"
+        expected = "cannot_tell" if torch_result["loads"] else "refuses"
+        assert report["weights_only"]["answer"] == expected and report["weights_only"]["loads"] is False
     else:
+        assert report["weights_only"]["loads"] == torch_result["loads"]
         assert code == (0 if torch_result["loads"] else 1), report
 
 
@@ -287,8 +291,8 @@ def test_unreadable_file_text_shows_the_verdict_and_the_error(
     path, _, _ = judged["OrderedDict BUILD with an attribute"]
     assert main(["check", str(path)]) == 2
     captured = capsys.readouterr()
-    assert "weights_only: torch.load loads it (torch 2.6-2.14)" in captured.out
-    assert "reader keeps stricter rules than torch.load" in captured.out
+    assert "weights_only: CANNOT TELL whether torch.load loads it (torch 2.6-2.14)" in captured.out
+    assert "ckpt-tui's reader refuses it" in captured.out
     assert captured.err.startswith("ckpt-tui: ") and "_metadata" in captured.err
 
 

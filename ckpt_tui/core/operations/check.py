@@ -234,7 +234,9 @@ def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
 
 def weights_only_problem(judged: Verdict) -> Problem:
     """The problem a refusing verdict adds (its blockers in ``detail``)."""
-    if judged.blockers:
+    if judged.answer == "cannot_tell":
+        message = f"torch.load(weights_only=True): cannot tell whether it loads: {judged.unknown}"
+    elif judged.blockers:
         names = ", ".join(b.name for b in judged.blockers[:5]) + (" …" if len(judged.blockers) > 5 else "")
         message = f"torch.load(weights_only=True) refuses it: {len(judged.blockers)} globals not allowed ({names})"
     else:

@@ -324,5 +324,6 @@ def loads_with_weights_only(path: Path) -> str:
 
     judged = verdict(open_checkpoint(path))
     if judged.loads is False:
-        raise WriteError(f"the sanitized file would still be refused: {judged.headline()}; nothing was replaced")
+        what = "not surely load" if judged.answer == "cannot_tell" else "still be refused"
+        raise WriteError(f"the sanitized file would {what}: {judged.headline()}; nothing was replaced")
     return "torch.load(weights_only=True) accepts it (emulated)"

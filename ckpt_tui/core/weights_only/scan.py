@@ -41,6 +41,14 @@ class Refusal(Exception):
     """torch refuses the pickle at this point, and no ``add_safe_globals`` line changes that."""
 
 
+class CannotTell(Refusal):
+    """The emulation does not model what torch does here: torch may load or refuse (the verdict: "cannot tell").
+
+    A subclass of :class:`Refusal` so that every path that stops on a refusal stops here too; the scan
+    records it in :attr:`PickleScan.unknown`, never in ``fatal``.
+    """
+
+
 @dataclass
 class PickleScan:
     """What one pickle needs from ``torch.load(weights_only=True)``."""
@@ -53,6 +61,8 @@ class PickleScan:
     """How each refused global was used: ``reduce1`` (one scalar argument), ``reduce``, ``newobj``, ``build``."""
     fatal: str | None = None
     """The first refusal no ``add_safe_globals`` line fixes (None if there is none)."""
+    unknown: str | None = None
+    """What the emulation does not model, met before any refusal: torch may load or refuse ("cannot tell")."""
     setitem_on_other: bool = False
     """SETITEM(S) wrote into something other than a dict: refused since torch 2.10, accepted before."""
     version_names: set[str] = field(default_factory=set)
@@ -366,6 +376,10 @@ class Machine(pickle.Unpickler):
         if self.scan.fatal is None:
             self.scan.fatal = message
 
+    def _cannot_tell(self, message: str) -> None:
+        """Go on scanning, but the answer can no longer be "loads" (see :func:`note_unknown`)."""
+        note_unknown(self.scan, message)
+
     def persistent_load(self, pid: Any) -> Any:
         if type(pid) is tuple:
             if len(pid) == 3 and pid[1] is self.marker:
@@ -431,7 +445,7 @@ class Machine(pickle.Unpickler):
 
     def _build_object(self, inst: WObject, state: Any) -> None:
         if inst.type_name is None:
-            self._fatal(f"BUILD on the result of {inst.maker}, whose type cannot be known without running it")
+            self._cannot_tell(f"BUILD on the result of {inst.maker}, whose type cannot be known without running it")
         elif inst.type_name.startswith("numpy.dtypes."):
             self.scan.hidden[inst.type_name] += 1
         else:
@@ -729,7 +743,7 @@ def _check_metadata(metadata: Any, dtype: str) -> None:
         if type(key) is not str:
             raise Refusal(f"tensor metadata has a key of type {_type_name(key)} (torch wants str)")
         if isinstance(value, Shadow):
-            raise Refusal(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
+            raise CannotTell(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
         if value is not None and not isinstance(value, (bool, int, float, complex)):
             raise Refusal(f"tensor metadata holds a value of type {_type_name(value)} (torch wants a bool)")
     if "conj" in metadata and dtype not in _COMPLEX:
@@ -774,7 +788,7 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
         if not isinstance(result, WTensor):
             if isinstance(result, (WObject, Placeholder)):
-                raise Refusal(
+                raise CannotTell(
                     f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor: torch may refuse it "
                     "(whether it is a tensor is not known without running it)"
                 )
@@ -803,7 +817,7 @@ def set_obj_state(tensor: WTensor, state: Any) -> None:
             continue
         if type(part) not in (dict, OrderedDict, Counter):
             if isinstance(part, (WObject, Placeholder)):
-                raise Refusal(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
+                raise CannotTell(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
             raise Refusal(f"a tensor's state is of type {_type_name(part)}, which has no items()")
         for name, value in part.items():
             _setattr(tensor, name, value)
@@ -826,12 +840,12 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
         raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
     if source.dtype != tensor.dtype:
         if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
-            raise Refusal("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
+            raise CannotTell("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
         raise Refusal(f"BUILD calls set_() with a {source.dtype} storage on a {tensor.dtype} tensor")
     if len(args) == 4:
         _set_storage(source, args[1], args[2], args[3], tensor.dtype)
     elif len(args) == 3:
-        raise Refusal("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
+        raise CannotTell("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
     elif len(args) != 1:
         raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
 
@@ -839,9 +853,9 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
 def _parameter_setstate(tensor: WTensor, state: Any) -> None:
     """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
     if type(state) not in (tuple, list):
-        raise Refusal(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
+        raise CannotTell(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
     if len(state) == 4:
-        raise Refusal("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
+        raise CannotTell("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
     if len(state) == 5:
         _setattr(tensor, "data", state[0])
         state = (state[3], state[4], state[2])
@@ -886,7 +900,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
                 f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
             )
     elif value is not None or rule != "none-or-more":
-        raise Refusal(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
+        raise CannotTell(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
 
 
 def _set_data(tensor: WTensor, value: Any) -> None:
@@ -912,7 +926,7 @@ def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
         raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
     known = value.plain and tensor.plain and None not in (value.shape, tensor.shape, value.location, tensor.location)
     if not known:
-        raise Refusal(f"a tensor's state sets {name}: torch checks its shape and device, not emulated for these")
+        raise CannotTell(f"a tensor's state sets {name}: torch checks its shape and device, not emulated for these")
     if value.shape != tensor.shape:
         raise Refusal(
             f"a tensor's state sets a {name} of shape {list(value.shape or ())} on one of {list(tensor.shape or ())}"
@@ -969,7 +983,7 @@ def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = Non
     if dims and min(dims) < 0:
         raise Refusal("a sparse tensor has a negative size")
     if indices.shape is None or values.shape is None or len(indices.shape) != 2:
-        raise Refusal("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
+        raise CannotTell("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
     sparse_dim, nnz = indices.shape
     values_nnz = values.shape[0] if values.shape else 1
     if nnz != values_nnz:
@@ -1150,6 +1164,13 @@ def _handler(entry: tables.AllowedGlobal) -> Callable[[tuple[Any, ...]], Any]:
 # ---- one pickle ------------------------------------------------------------------------------------
 
 
+def note_unknown(scan: PickleScan, message: str) -> None:
+    """Record what the emulation does not model, unless torch has already refused the pickle before it
+    (a refused GLOBAL or a refusal: torch stops there, whatever comes after)."""
+    if scan.unknown is None and scan.fatal is None and not scan.refused:
+        scan.unknown = message
+
+
 def scan_pickle(data: bytes, storage: StorageLoader, start: int = 0) -> PickleScan:
     """Emulate ``torch.load``'s weights-only unpickling of the pickle at ``data[start:]``."""
     scan = PickleScan()
@@ -1164,6 +1185,8 @@ def scan_pickle(data: bytes, storage: StorageLoader, start: int = 0) -> PickleSc
         machine = Machine(rewritten.data, marker_module, storage, scan)
         try:
             scan.result = machine.load()
+        except CannotTell as exc:
+            note_unknown(scan, str(exc))
         except Refusal as exc:
             if scan.fatal is None:
                 scan.fatal = str(exc)

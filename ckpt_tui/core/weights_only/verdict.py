@@ -63,6 +63,8 @@ class FileScan:
     usage: dict[str, set[str]] = field(default_factory=dict)
     reason: str | None = None
     """The first thing that makes torch.load fail whatever is allowlisted; None if nothing does."""
+    unknown: str | None = None
+    """The first thing the emulation does not model (the answer is then "cannot tell", never "loads")."""
     setitem_on_other: bool = False
     version_names: set[str] = field(default_factory=set)
     name_route: bool = False
@@ -79,11 +81,18 @@ class FileScan:
         self.version_names |= scan.version_names
         if scan.fatal and self.reason is None:
             self.reason = f"{what}: {scan.fatal}"
+        if scan.unknown:
+            self.doubt(f"{what}: {scan.unknown}")
 
     def fail(self, reason: str) -> None:
         """Record a refusal (the first one wins)."""
         if self.reason is None:
             self.reason = reason
+
+    def doubt(self, what: str) -> None:
+        """Record something the emulation does not model (the first one wins): the answer cannot be "loads"."""
+        if self.unknown is None:
+            self.unknown = what
 
     def to_wire(self) -> dict[str, Any]:
         """As JSON values (sets as sorted lists), for :func:`scan_beside`'s child to send back."""
@@ -103,7 +112,7 @@ class FileScan:
         return scan
 
 
-_WIRE_PLAIN = ("route", "applies", "reason", "setitem_on_other", "name_route")
+_WIRE_PLAIN = ("route", "applies", "reason", "unknown", "setitem_on_other", "name_route")
 _WIRE_SETS = ("version_names", "devices")
 
 
@@ -186,6 +195,8 @@ def _scan_sharded(index_path: str) -> FileScan:
         combined.name_route |= part.name_route
         if part.applies and part.reason:
             combined.fail(f"shard {shard}: {part.reason}")
+        if part.applies and part.unknown:
+            combined.doubt(f"shard {shard}: {part.unknown}")
     combined.applies = applies
     return combined
 
@@ -502,9 +513,17 @@ class Blocker:
         return shown + (f" (+{more} more)" if more > 0 else "")
 
 
+LOADS, REFUSES, CANNOT_TELL = "loads", "refuses", "cannot_tell"
+"""The three answers of a verdict (``Verdict.answer``; None where weights_only does not apply)."""
+
+
 @dataclass
 class Verdict:
-    """Whether ``torch.load(FILE)`` (weights_only=True) loads the file, and what to do if not."""
+    """Whether ``torch.load(FILE)`` (weights_only=True) loads the file, refuses it, or the emulation cannot tell.
+
+    ``loads`` is True only for the answer "loads": "refuses" and "cannot tell" are both False, so code
+    that asks ``loads`` never takes doubt for a yes.
+    """
 
     loads: bool | None
     """None where torch.load's weights-only unpickler does not apply (safetensors, DCP folders)."""
@@ -519,11 +538,32 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     """Device tags other than ``cpu`` on its storages: torch.load puts them there, so needs those devices."""
+    unknown: str | None = None
+    """What the emulation does not model, or what ckpt-tui's reader flags, where nothing refuses for sure."""
+
+    @property
+    def answer(self) -> str | None:
+        """``loads``, ``refuses`` or ``cannot_tell``; None where weights_only does not apply."""
+        if self.loads is None:
+            return None
+        if self.loads:
+            return LOADS
+        return REFUSES if self.blockers or self.reason is not None else CANNOT_TELL
+
+    def doubt(self, what: str) -> None:
+        """Turn "loads" into "cannot tell: WHAT" (a refusal stays a refusal: torch stops there either way)."""
+        if self.loads is None:
+            return
+        if self.unknown is None:
+            self.unknown = what
+        self.loads = False
 
     def to_json(self) -> dict[str, Any]:
         """The ``check --json`` ``weights_only`` object."""
         return {
+            "answer": self.answer,
             "loads": self.loads,
+            "cannot_tell": self.unknown if self.answer == CANNOT_TELL else None,
             "torch": self.torch,
             "blockers": [b.to_json() for b in self.blockers],
             "route": self.route,
@@ -537,6 +577,8 @@ class Verdict:
         """One line: ``weights_only: loads (torch 2.6–2.14)`` or why not."""
         if self.loads is None:
             return f"weights_only: not applicable ({self.reason or self.route})"
+        if self.answer == CANNOT_TELL:
+            return f"weights_only: CANNOT TELL whether torch.load loads it (torch {self.torch}): {self.unknown}"
         if self.loads and self.devices:
             where = ", ".join(self.devices[:3]) + (" …" if len(self.devices) > 3 else "")
             return f"weights_only: torch.load loads it on a machine with {where} (torch {self.torch})"
@@ -603,6 +645,12 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+    if scan.unknown is not None:
+        result.doubt(scan.unknown)
+    flagged = checkpoint.loader_problems if checkpoint is not None else []
+    if flagged:
+        # torch.save never writes what the reader flags: doubt, never "loads"
+        result.doubt(f"ckpt-tui's reader flags it: {flagged[0]}")
     if loads and scan.route == "safetensors":
         result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (needs the package)")
     if scan.devices:
