@@ -142,7 +142,7 @@ def test_the_script_flushes_everything_and_exits_with_the_commands_code(tmp_path
 def test_a_child_dies_with_its_parent_however_the_parent_ends(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
-        "from ckpt_tui.core import forked\n"
+        "from ckpt_tui.core.runtime import forked\n"
         "child = forked.fork(lambda: time.sleep(60))\n"
         "print(child.pid if child else 0, flush=True)\n"
         "time.sleep(60)\n"
