@@ -8,7 +8,8 @@ folders ask (an index's shards, a DCP folder), for local paths with ``os`` as be
 the store that serves them.
 
 A local path costs what it cost before: :func:`open_stream` is ``open(path, "rb")`` and
-:meth:`LocalFile.read_at` one ``os.pread``. Remote stores register themselves here
+:meth:`LocalFile.read_at` one ``os.pread``; both open with :func:`open_local_fd`, which never blocks
+(a FIFO, a device or stdin is refused, never waited on). Remote stores register themselves here
 (:func:`register_scheme`); nothing remote is imported until a URL is opened.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from typing import BinaryIO, Protocol
@@ -128,7 +130,7 @@ class LocalFile:
         if self._fd is None:
             with self._lock:
                 if self._fd is None:
-                    self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                    self._fd = open_local_fd(self.name)
         return self._fd
 
     def read_at(self, offset: int, length: int) -> bytes:
@@ -140,8 +142,8 @@ class LocalFile:
         return os.preadv(self.fd(), [buffer], offset)
 
     def stream(self) -> BinaryIO:
-        """``open(path, "rb")``."""
-        return open(self.name, "rb")
+        """``open(path, "rb")``, never blocking."""
+        return open_local(self.name)
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """The page cache does this for a local file."""
@@ -151,6 +153,43 @@ class LocalFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def open_local_fd(path: str) -> int:
+    """A read-only descriptor of the regular file at ``path``; anything else is refused, never waited on.
+
+    ``O_NONBLOCK`` makes opening a FIFO with no writer return at once; ``fstat`` then says what was
+    opened. (It is cleared again: for a regular file it changes nothing.)
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ReadError(f"{path}: {file_kind(mode)}, not a regular file; refused")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_local(path: str) -> BinaryIO:
+    """``open(path, "rb")`` through :func:`open_local_fd`."""
+    return os.fdopen(open_local_fd(path), "rb")
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words (``a FIFO``, ``a device``...)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
 
 
 _stores: dict[str, Callable[[], Store]] = {}
@@ -212,7 +251,7 @@ def open_stream(path: str) -> BinaryIO:
     """A seekable binary stream over the file at ``path`` (for a local path, ``open(path, "rb")``)."""
     if is_remote(path):
         return store_of(path).source(path).stream()
-    return open(path, "rb")
+    return open_local(path)
 
 
 def size_of(path: str) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 from ckpt_tui.core.pickles.unpickle import load_pickle
@@ -29,8 +30,9 @@ MAX_PATH_DEPTH = 100
 
 
 def is_dcp_folder(folder: str) -> bool:
-    """A folder with DCP's ``.metadata`` file."""
-    return places.is_file(places.join(folder, METADATA))
+    """A folder with DCP's ``.metadata`` (any entry but a folder: :func:`read_dcp` refuses one that is
+    not a regular file of the folder)."""
+    return named_entry(places.join(folder, METADATA))
 
 
 def dcp_folder_of(path: str) -> str | None:
@@ -88,15 +90,13 @@ class DcpItems:
         name, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")
         if info.get("transform_descriptors"):
             raise ReadError(f"{self.what}: {fqn!r} is stored through extensions {info['transform_descriptors']!r}")
-        if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
+        if not isinstance(name, str):
             raise ReadError(f"{self.what}: {fqn!r} is stored in {name!r}, not a file of this folder")
         if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
             raise ReadError(f"{self.what}: {fqn!r} has a malformed byte range")
         size = self.sizes.get(name)
         if size is None:
-            path = places.join(self.folder, name)
-            if not places.is_file(path):
-                raise ReadError(f"{self.what}: {name} (holding {fqn!r}) is missing from the folder")
+            path = inside(self.folder, name, f"{self.what}: the storage file of {fqn!r},")
             size = self.sizes[name] = places.size_of(path)
         if offset + length > size:
             raise ReadError(f"{self.what}: {fqn!r} lies past the end of {name} (truncated?)")
@@ -113,7 +113,7 @@ class DcpItems:
 
 def read_dcp(folder: str) -> Checkpoint:
     """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand."""
-    meta_path = places.join(folder, METADATA)
+    meta_path = inside(folder, METADATA, f"{folder}: DCP metadata")
     what = f"{meta_path}: DCP metadata"
     meta_bytes = places.size_of(meta_path)
     if meta_bytes > MAX_METADATA_BYTES:
@@ -145,8 +145,9 @@ def read_dcp(folder: str) -> Checkpoint:
             raise ReadError(f"{what}: {fqn!r} is neither a tensor nor a bytes item")
         path = paths.get(fqn, (fqn,))
         set_element(root, _key_path(path, fqn, what), value, what)
-    files = sorted(n for n in places.list_dir(folder) if n.endswith(".distcp"))
-    total = sum(places.size_of(places.join(folder, n)) for n in files) + meta_bytes
+    # the files storage_data names, each checked and measured once by DcpItems (never a listing's stray entry)
+    files = sorted(items.sizes)
+    total = sum(items.sizes.values()) + meta_bytes
     version = state.get("version")
     note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
     return Checkpoint(folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe)

@@ -8,7 +8,6 @@ asked for, and only the fp32 partitions are read (never the Adam moments). No De
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Any
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
 
 LATEST = "latest"
@@ -31,7 +31,8 @@ def _natural(text: str) -> list[Any]:
 
 
 def _files(folder: str, suffix: str) -> list[str]:
-    names = [n for n in places.list_dir(folder) if n.endswith(suffix) and places.is_file(places.join(folder, n))]
+    # every entry but a folder: one that is not a regular file of the folder is refused when opened
+    names = [n for n in places.list_dir(folder) if n.endswith(suffix) and named_entry(places.join(folder, n))]
     return sorted(names, key=_natural)
 
 
@@ -39,21 +40,29 @@ def deepspeed_folder(path: str) -> str | None:
     """The ZeRO tag folder (``global_stepN``) that ``path`` is, holds (``latest``) or lies in; else None."""
     folder = path if places.is_dir(path) else places.parent(path)
     if places.is_dir(path):
-        latest = places.join(path, LATEST)
-        if places.is_file(latest) and places.size_of(latest) < 4096:
-            with io.TextIOWrapper(places.open_stream(latest), encoding="utf-8", errors="replace") as file:
-                tag = file.read().strip()
-            if (
-                tag
-                and os.path.basename(tag) == tag
-                and tag not in (".", "..")
-                and places.is_dir(places.join(path, tag))
-            ):
-                folder = places.join(path, tag)
+        tag = _latest_tag(path)
+        if tag is not None:
+            folder = inside(path, tag, f"{places.join(path, LATEST)}: tag folder", kind="folder")
     elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
         return None
     if _files(folder, "_model_states.pt") and _files(folder, "_optim_states.pt"):
         return folder
+    return None
+
+
+def _latest_tag(folder: str) -> str | None:
+    """The tag ``latest`` names, when it names something (checked by the caller); ``latest`` itself is
+    read only as a regular file of the folder."""
+    where = places.join(folder, LATEST)
+    if not named_entry(where):  # none, or a folder named latest (no tag file)
+        return None
+    with places.open_stream(inside(folder, LATEST, f"{folder}:")) as file:
+        text = file.read(4096)
+    tag = text.decode("utf-8", errors="replace").strip()
+    if len(text) == 4096 or not tag:
+        return None
+    if places.is_remote(folder) or os.path.isabs(tag) or os.path.lexists(os.path.join(folder, tag)):
+        return tag  # a tag that is there, or that leads elsewhere (refused by the caller)
     return None
 
 
@@ -104,8 +113,8 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     """Open a ZeRO tag folder: module states, optimizer states, and the fp32 weights zero_to_fp32 would write."""
     model_names = _files(folder, "_model_states.pt")
     optim_names = _files(folder, "_optim_states.pt")
-    models = [open_file(places.join(folder, n)) for n in model_names]
-    optims = [open_file(places.join(folder, n)) for n in optim_names]
+    models = [open_file(inside(folder, n, f"{folder}:")) for n in model_names]
+    optims = [open_file(inside(folder, n, f"{folder}:")) for n in optim_names]
     what = folder
     first = _dict(optims[0].root, what).get("optimizer_state_dict")
     first = _dict(first, f"{optim_names[0]}: optimizer_state_dict")

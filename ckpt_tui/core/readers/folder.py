@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.tree import Checkpoint
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -19,12 +20,13 @@ MAX_FILES = 1000
 
 
 def checkpoint_files(folder: str) -> list[str]:
-    """The names of the folder's regular files that are saved as checkpoints, in name order."""
+    """The names of the folder's entries (not folders) saved as checkpoints, in name order: one that is
+    not a regular file of the folder (a FIFO, a link out) is refused when opened, never passed over."""
     names = []
     for name in sorted(places.list_dir(folder)):
         if name.startswith(".") or not name.endswith(CHECKPOINT_SUFFIXES):
             continue
-        if places.is_file(places.join(folder, name)):
+        if named_entry(places.join(folder, name)):
             names.append(name)
     return names
 
@@ -37,7 +39,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     labels = stems if len(set(stems)) == len(stems) else names
     members: dict[str, Checkpoint] = {}
     for label, name in zip(labels, names, strict=True):
-        members[label] = open_file(places.join(folder, name))
+        members[label] = open_file(inside(folder, name, f"{folder}:"))
     root = {label: member.root for label, member in members.items()}
     described = ", ".join(f"{name} ({members[label].format})" for label, name in zip(labels, names, strict=True))
     notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]

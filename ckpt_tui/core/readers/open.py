@@ -164,11 +164,11 @@ def _check_opened(checkpoint: Checkpoint, path: str) -> None:
 
 def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:
     """One file on its own, by its content."""
+    with places.open_stream(path) as file:  # a FIFO, a device or stdin is refused here, never waited on
+        head = file.read(512)
     file_bytes = places.size_of(path)
     if file_bytes == 0:
         raise ReadError(f"{path}: empty file")
-    with places.open_stream(path) as file:
-        head = file.read(512)
     framing_error: NotSafetensors | None = None
     if looks_like_safetensors(head, file_bytes):
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
+from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 
 DTENSOR = "torch.distributed.tensor.DTensor"
@@ -267,16 +268,17 @@ def localize(checkpoint: Checkpoint) -> Checkpoint:
 
 
 def sibling_ranks(path: str, world: int) -> list[str] | None:
-    """The other ranks' files beside ``path``: its last number replaced by 0..world-1, when all exist."""
+    """The other ranks' files beside ``path``: its last number replaced by 0..world-1, when all exist (each
+    checked by :func:`~ckpt_tui.core.model.contained.inside`: a FIFO or a link out is refused)."""
     folder, name = os.path.split(places.absolute(path))
     numbers = list(re.finditer(r"\d+", name))
     if not numbers or world < 2:
         return None
     last = numbers[-1]
-    paths = [places.join(folder, name[: last.start()] + str(rank) + name[last.end() :]) for rank in range(world)]
-    if places.absolute(path) in paths and all(places.is_file(p) for p in paths):
-        return paths
-    return None
+    names = [name[: last.start()] + str(rank) + name[last.end() :] for rank in range(world)]
+    if name not in names or not all(named_entry(places.join(folder, n)) for n in names):
+        return None
+    return [inside(folder, n, f"{path}: the rank file") for n in names]
 
 
 def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 
 
@@ -34,10 +34,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     folder = places.parent(path)
     shards: dict[str, Checkpoint] = {}
     for shard in dict.fromkeys(weight_map.values()):
-        shard_path = places.join(folder, shard)
-        if os.path.basename(shard) != shard or not places.is_file(shard_path):
-            raise ReadError(f"{path}: shard {shard!r} named in the index is missing")
-        shards[shard] = open_shard(shard_path)
+        shards[shard] = open_shard(inside(folder, shard, f"{path}: shard"))
     root: dict[str, Any] = {}
     for key, shard in weight_map.items():
         tensors = shards[shard].root

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
@@ -145,7 +147,7 @@ def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> File
         return _scan_directory(path)
     if path.endswith(".index.json"):
         return _scan_sharded(path)
-    with open(path, "rb") as file:
+    with places.open_stream(path) as file:
         head = file.read(512)
         size = os.fstat(file.fileno()).st_size
         if path.endswith(".safetensors"):
@@ -172,9 +174,10 @@ def _scan_directory(path: str) -> FileScan:
 
 
 def _scan_sharded(index_path: str) -> FileScan:
-    """A sharded checkpoint loads when every shard does (each is its own torch.load)."""
-    with open(index_path, encoding="utf-8") as file:
-        index = json.load(file)
+    """A sharded checkpoint loads when every shard does (each is its own torch.load); each shard is found
+    as the reader finds it (:func:`~ckpt_tui.core.model.contained.inside`), never opened as named."""
+    with places.open_stream(index_path) as file:
+        index = json.loads(file.read().decode("utf-8"))
     shards = dict.fromkeys(index.get("weight_map", {}).values()) if isinstance(index, dict) else {}
     combined = FileScan("sharded")
     folder = os.path.dirname(os.path.abspath(index_path))
@@ -183,7 +186,11 @@ def _scan_sharded(index_path: str) -> FileScan:
         if str(shard).endswith(".json"):
             combined.fail(f"shard {shard!r} is another index, not a checkpoint")
             continue
-        part = scan_file(os.path.join(folder, str(shard)))
+        try:
+            part = scan_file(inside(folder, shard, f"{index_path}: shard"))
+        except ReadError as exc:
+            combined.fail(str(exc))
+            continue
         applies |= part.applies
         combined.refused.update(part.refused)
         combined.hidden.update(part.hidden)

@@ -1,0 +1,90 @@
+"""Paths a checkpoint names inside its own folder, resolved one way for every reader and every scan.
+
+A sharded index's ``weight_map``, DCP's ``storage_data`` relative paths and ``.metadata``, DeepSpeed's
+``latest``, the files of an Accelerate folder and a rank file's siblings are all names that a file (or
+a folder) hands us. :func:`inside` is the one function that turns such a name into a path:
+
+- the name is relative and stays inside the folder (no ``..`` out, no absolute path, no URL);
+- no symlink leads out of the folder (the one exception: a Hugging Face hub cache's
+  ``snapshots/REV/NAME`` links into the same repository's ``blobs/``, which is how the hub stores
+  every downloaded file);
+- what it names is a regular file (or, asked for one, a folder): never a FIFO, a device, a socket or
+  ``/dev/stdin``.
+
+Opening never blocks either: :func:`~ckpt_tui.core.model.byte_source.open_stream` opens a local file
+with ``O_NONBLOCK`` and refuses what ``fstat`` says is not a regular file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
+
+HUB_SNAPSHOTS = "snapshots"
+HUB_BLOBS = "blobs"
+
+
+def inside(folder: str, name: object, what: str, kind: Literal["file", "folder"] = "file") -> str:
+    """``folder/name``, checked: inside the folder, no link out, a regular file (or a folder).
+
+    ``what`` opens each refusal: ``"model.safetensors.index.json: shard"`` gives
+    ``model.safetensors.index.json: shard '../x' leads out of FOLDER``.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ReadError(f"{what} {name!r} is not a file name")
+    if os.path.isabs(name) or places.is_remote(name):
+        raise ReadError(f"{what} {name!r} is an absolute path, not a file of {folder}")
+    if os.path.normpath(name).split(os.sep)[0] == os.pardir:
+        raise ReadError(f"{what} {name!r} leads out of {folder}")
+    path = places.join(folder, name)
+    if places.is_remote(folder):
+        found = places.is_dir(path) if kind == "folder" else places.is_file(path)
+        if not found:
+            raise ReadError(f"{what} {name!r} is missing from {folder}")
+        return path
+    return _local(folder, name, path, what, kind)
+
+
+def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:
+    real = os.path.realpath(path)
+    if not any(_within(real, root) for root in _allowed_roots(folder)):
+        raise ReadError(f"{what} {name!r} is a link out of {folder} (to {real}); refused")
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        raise ReadError(f"{what} {name!r} is missing from {folder}") from None
+    except OSError as exc:
+        raise ReadError(f"{what} {name!r}: {exc.strerror or exc}") from None
+    if kind == "folder":
+        if not os.path.isdir(real):
+            raise ReadError(f"{what} {name!r} is not a folder")
+    elif not os.path.isfile(real):
+        raise ReadError(f"{what} {name!r} is {places.file_kind(info.st_mode)}, not a regular file; refused")
+    return path
+
+
+def _allowed_roots(folder: str) -> list[str]:
+    """The folder itself, and for a hub cache snapshot the repository's ``blobs`` folder."""
+    real = os.path.realpath(folder)
+    roots = [real]
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == HUB_SNAPSHOTS:
+        blobs = os.path.join(os.path.dirname(parent), HUB_BLOBS)
+        if os.path.isdir(blobs) and not os.path.islink(blobs):
+            roots.append(blobs)
+    return roots
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def named_entry(path: str) -> bool:
+    """Whether a folder's listing holds ``path`` as something other than a folder: a FIFO or a link out is
+    listed too, so that :func:`inside` refuses it in one line rather than it being passed over."""
+    if places.is_remote(path):
+        return places.is_file(path)
+    return os.path.lexists(path) and not os.path.isdir(path)
