@@ -124,10 +124,10 @@ def legacy_view(key: str, numel: int, offset: int, size: tuple[int, ...], stride
 def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
     """``info``'s text and JSON as the reader's choice gives them (with its columns or not, as asserted),
     and from a walk of the same tree."""
+    from ckpt_tui.cli.render import render_info
     from ckpt_tui.core.model.tree import walk
     from ckpt_tui.core.operations.info import summarize
     from ckpt_tui.core.readers.open import open_checkpoint
-    from ckpt_tui.report import render_info
 
     checkpoint = open_checkpoint(path)
     assert (checkpoint.flat_columns() is not None) == columns

@@ -276,3 +276,12 @@ def test_a_single_tensor_is_counted_in_the_singular(tmp_path: Path, capsys: pyte
     assert "(root) dict (1) · 1 tensor · 2 params" in capsys.readouterr().out
     assert main(["convert", str(path), "-o", str(tmp_path / "out.pth")]) == 0
     assert "(pth, 1 tensor, 1 record, " in capsys.readouterr().out
+
+
+def test_every_command_the_parser_knows_has_one_handler() -> None:
+    from ckpt_tui.cli.commands import HANDLERS
+    from ckpt_tui.cli.parser import COMMANDS, build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    assert set(COMMANDS) == set(HANDLERS) == set(subparsers.choices or {})

@@ -20,12 +20,12 @@ from builders_readers import f32_entry, safetensors_bytes, summaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckpt_tui.cli.render import render_info
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers import safetensors_file
 from ckpt_tui.core.readers.open import open_checkpoint
-from ckpt_tui.report import render_info
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]

@@ -27,11 +27,11 @@ from builders import (
     write_torchscript,
 )
 
+from ckpt_tui.cli.render import render_info
 from ckpt_tui.core.model.keypath import Attr
 from ckpt_tui.core.model.tree import Opaque, Tensor, get, iter_tensors
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers.open import open_checkpoint
-from ckpt_tui.report import render_info
 
 
 def kinds(path: Path) -> dict[str, list[dict]]:

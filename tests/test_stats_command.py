@@ -308,11 +308,11 @@ class Terminal(io.StringIO):
 def test_progress_is_one_updating_line_on_a_terminal_stderr_and_is_cleared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ckpt_tui import cli
+    from ckpt_tui.cli import render
 
     torch.save(tiny_state_dict(), tmp_path / "t.pth")
-    monkeypatch.setattr(cli._ProgressLine, "DELAY", 0.0)
-    monkeypatch.setattr(cli._ProgressLine, "EVERY", 0.0)
+    monkeypatch.setattr(render.ProgressLine, "DELAY", 0.0)
+    monkeypatch.setattr(render.ProgressLine, "EVERY", 0.0)
     terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     assert main(["stats", str(tmp_path / "t.pth"), "--json"]) == 0

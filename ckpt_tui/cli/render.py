@@ -1,5 +1,6 @@
-"""Plain-text reports for the CLI: ``info`` and ``check`` here; compare and diff are described once in
-:mod:`ckpt_tui.core.operations.reports` (shared with the browser) and rendered as text there.
+"""What the CLI prints: ``info``, ``check`` and ``stats`` as text, JSON, CSV and the progress line; compare
+and diff are described once in :mod:`ckpt_tui.core.operations.reports` (shared with the browser) and
+rendered as text there.
 
 Every string taken from a file (keys, values, global names, location tags, metadata, messages that
 quote keys) goes through :func:`~ckpt_tui.core.runtime.safe_text.printable`, so it cannot act on the
@@ -8,6 +9,8 @@ terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.run
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.conventions.findings import Finding
@@ -21,8 +24,6 @@ from ckpt_tui.core.runtime.safe_text import printable
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
     from ckpt_tui.core.operations.check import CheckReport
-    from ckpt_tui.core.operations.compare import CompareReport
-    from ckpt_tui.core.operations.diff import DiffReport
     from ckpt_tui.core.weights_only.verdict import Verdict
 
 TREE_LINES = 40
@@ -190,20 +191,6 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
     return lines
 
 
-def render_compare(report: CompareReport, path: str, reference: str = "the reference", at: Any = ()) -> str:
-    """The fit report: counts first, then folded lists, then the suggested fix and its command."""
-    from ckpt_tui.core.operations.reports import describe_compare, render_text
-
-    return render_text(describe_compare(report, path, reference, at))
-
-
-def render_diff(report: DiffReport, a: str, b: str) -> str:
-    """The diff report: verdict, then each kind of difference."""
-    from ckpt_tui.core.operations.reports import describe_diff, render_text
-
-    return render_text(describe_diff(report, a, b))
-
-
 STATS_NUMBERS = ("min", "max", "mean", "std", "norm", "absmax")
 
 
@@ -260,3 +247,66 @@ def _row_format(widths: list[int], left: set[int]) -> str:
 
 def _pick(values: list[Any], indices: list[int]) -> list[Any]:
     return [values[i] for i in indices]
+
+
+def print_stats_csv(rows: list[Any]) -> None:
+    """CSV: the JSON's fields, ``path`` joined by ``/`` and ``shape`` as ``2x3``; empty cells for no value."""
+    import csv
+
+    from ckpt_tui.core.values.tensor_table import COLUMNS
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([*COLUMNS, "reason"])
+    for row in rows:
+        cells: list[Any] = []
+        for column in COLUMNS:
+            value = row.value(column)
+            if column == "path":
+                value = printable(to_slash(value))
+            elif column == "shape":
+                value = "x".join(str(d) for d in value)
+            cells.append("" if value is None else repr(value) if isinstance(value, float) else value)
+        writer.writerow([*cells, row.reason or ""])
+
+
+class ProgressLine:
+    """One updating line on stderr (only when stderr is a terminal and the work takes over a second)."""
+
+    DELAY = 1.0
+    EVERY = 0.2
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.start = self.clock()
+        self.last = 0.0
+        self.shown = False
+        self.live = sys.stderr.isatty()
+
+    def update(self, done: int, total: int) -> None:
+        """Show how far reading has got, at most five times a second."""
+        now = self.clock()
+        if not self.live or now - self.start < self.DELAY or now - self.last < self.EVERY:
+            return
+        from ckpt_tui.core.model.describe import size
+
+        self.last = now
+        percent = 100 * done / total if total else 100.0
+        sys.stderr.write(f"\rreading tensors: {size(done)} of {size(total)} ({percent:.0f}%), ctrl+c stops ")
+        sys.stderr.flush()
+        self.shown = True
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown:  # clear the line, also when interrupted: the one-line message follows
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def print_json(data: Any) -> None:
+    """One compact JSON object on its own line."""
+    sys.stdout.write(json.dumps(data, default=str, separators=(",", ":")))
+    sys.stdout.write("\n")

@@ -1,0 +1,344 @@
+"""One handler per command, in :data:`HANDLERS`: each takes the parsed arguments and returns the exit code.
+
+Heavy modules (torch, textual, numpy) are imported inside the handlers that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ckpt_tui.cli.render import ProgressLine, print_json, print_stats_csv
+from ckpt_tui.core.errors import ReadError
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.model.tree import Checkpoint
+    from ckpt_tui.core.weights_only.verdict import ScanBeside
+
+
+def open_for_command(path: str | list[str]) -> Checkpoint:
+    """Read a checkpoint for a headless command, then freeze it out of the GC's reach (it lives until exit)."""
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.runtime import process
+
+    with process.gc_paused():  # frozen before the GC comes back: no pass over the objects just made
+        checkpoint = open_checkpoint(path)
+        process.freeze_gc()
+    return checkpoint
+
+
+def info(args: argparse.Namespace) -> int:
+    """``info``: the summary, as text or JSON."""
+    return _info(args.file, args.json, args.depth)
+
+
+def _info(path: str | list[str], as_json: bool, depth: int) -> int:
+    from ckpt_tui.core.operations.info import summarize
+
+    summary = summarize(open_for_command(path))
+    if as_json:
+        print_json(summary.to_json())
+    else:
+        from ckpt_tui.cli.render import render_info
+
+        print(render_info(summary, depth))
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    """``check``: read every tensor's values; exit 1 on NaN/Inf, unsafe globals or broken records.
+    With ``--against``/``--model``: does the file fit the reference."""
+    if args.against or args.model:
+        return _compare(args.file, args.against, args.model, args.at, args.json)
+    return _check(args.file, args.json)
+
+
+def _check(path: str | list[str], as_json: bool) -> int:
+    from ckpt_tui.core.operations.check import check_checkpoint
+    from ckpt_tui.core.weights_only.verdict import ScanBeside
+
+    beside = ScanBeside(path) if isinstance(path, str) and os.path.isfile(path) else None  # on the second core
+    try:
+        checkpoint = open_for_command(path)
+    except ReadError as exc:
+        _print_unreadable_verdict(path, exc, as_json, beside)
+        raise
+    report = check_checkpoint(checkpoint, beside=beside)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        from ckpt_tui.cli.render import render_check
+
+        print(render_check(report))
+    return 0 if report.ok else 1
+
+
+def stats(args: argparse.Namespace) -> int:
+    """``stats``: every tensor's statistics as a table, JSON or CSV (exit 0; 2 unreadable or a bad --at)."""
+    output = "json" if args.json else "csv" if args.csv else "text"
+    return _stats(args.file, args.at, output, args.sort)
+
+
+def _stats(path: str | list[str], at: str | None, output: str, sort: str | None) -> int:
+    from ckpt_tui.core.model.tree import get
+    from ckpt_tui.core.operations.convert import resolve_option_path
+    from ckpt_tui.core.values.tensor_table import sort_rows, tensor_paths, tensor_rows
+
+    checkpoint = open_for_command(path)
+    where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
+    tensors = tensor_paths(get(checkpoint.root, where), where)
+    with ProgressLine() as progress:
+        rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
+    if sort:
+        rows = sort_rows(rows, sort)
+    if output == "json":
+        print_json({"tensors": [row.to_json() for row in rows]})
+    elif output == "csv":
+        print_stats_csv(rows)
+    else:
+        import shutil
+
+        from ckpt_tui.cli.render import render_stats
+        from ckpt_tui.core.conventions.layer_marks import marks
+
+        if not rows:
+            print("no tensors" + (f" under {at}" if at else ""))
+            return 0
+        print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
+    return 0
+
+
+def _print_unreadable_verdict(
+    path: str | list[str], exc: ReadError, as_json: bool, beside: ScanBeside | None = None
+) -> None:
+    """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
+    scan = beside.result() if beside is not None else None
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return
+    from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
+
+    try:
+        judged = verdict_from_scan(scan or scan_file(path), None)
+    except Exception:  # a hostile file: the read error alone is reported
+        return
+    if judged.loads is None:
+        return
+    # the scan may find nothing wrong, but a file the reader refuses is never "loads"
+    judged.doubt(f"ckpt-tui's reader refuses it ({exc})")
+    if as_json:
+        print_json({"path": path, "readable": False, "error": str(exc), "weights_only": judged.to_json()})
+        return
+    from ckpt_tui.cli.render import verdict_lines
+
+    lines = verdict_lines(judged, path, readable=False)
+    print("\n".join(lines))
+
+
+def _compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
+    """``check --against/--model``: exit 0 when every key and shape fits, 1 when not."""
+    from ckpt_tui.core.model.tree import Opaque, get
+    from ckpt_tui.core.operations.compare import compare_checkpoint, load_reference
+    from ckpt_tui.core.operations.convert import resolve_option_path
+
+    checkpoint = open_for_command(path)
+    path = checkpoint.path
+    reference = load_reference(against, model)
+    where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
+    report = compare_checkpoint(checkpoint.root, where, reference)
+    if as_json:
+        print_json(report.to_json(path))
+    else:
+        from ckpt_tui.core.operations.reports import describe_compare, render_text
+
+        value = get(checkpoint.root, where)
+        module = isinstance(value, Opaque) and value.is_module
+        name = against if against else f"--model {model}"
+        print(render_text(describe_compare(report, path, str(name), where, module)))
+    return 0 if report.ok else 1
+
+
+def diff(args: argparse.Namespace) -> int:
+    """``diff``: exit 0 when identical, 1 when they differ; ``--stats``: how far each layer moved; three or
+    more files: which ranks agree."""
+    if args.stats:
+        return _diff_stats(args)
+    if args.more:
+        return _rank_diff([args.a, args.b, *args.more], args.json)
+    return _diff(args)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from ckpt_tui.core.operations.diff import diff as diff_of
+
+    a, b = _two_sides(args)
+    report = diff_of(a, b, args.strip_prefix)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        from ckpt_tui.core.operations.reports import describe_diff, render_text
+
+        print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b))))
+    return 0 if report.identical else 1
+
+
+def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
+    """A and B of ``diff``, each opened and narrowed by its ``--at-*`` and ``--strip-prefix-*``."""
+    from ckpt_tui.core.operations.convert import select
+
+    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
+    return a, select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+
+
+def _rank_diff(paths: list[str], as_json: bool) -> int:
+    """``diff R0 R1 R2 ...``: which ranks agree bit for bit; exit 0 when all do, 1 when not."""
+    from ckpt_tui.core.operations.rank_diff import rank_diff, render_rank_diff
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    report = rank_diff([open_checkpoint(p) for p in paths])
+    if as_json:
+        print_json(report.to_json())
+    else:
+        print(render_rank_diff(report))
+    return 0 if report.identical else 1
+
+
+def _diff_stats(args: argparse.Namespace) -> int:
+    """``diff A B --stats``: how far each layer moved (exit 0); with more files, norms across the series."""
+    from ckpt_tui.core.operations.convert import select
+    from ckpt_tui.core.operations.layer_change import layer_change, norm_series
+    from ckpt_tui.core.operations.reports import describe_layer_change, describe_norm_series, render_text
+
+    if args.more:
+        if args.at_b or args.strip_prefix_b:
+            raise ReadError("with more than two files, use --at-a and --strip-prefix-a (applied to every file)")
+        paths = [args.a, args.b, *args.more]
+        sides = [select(open_for_command(p), args.at_a, args.strip_prefix_a, "a") for p in paths]
+        series = norm_series(sides, args.strip_prefix)
+        if args.json:
+            print_json(series.to_json(paths))
+        else:
+            print(render_text(describe_norm_series(series, paths), limit=sys.maxsize))
+        return 0
+    a, b = _two_sides(args)
+    report = layer_change(a, b, args.strip_prefix)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        described = describe_layer_change(report, _side(args.a, args.at_a), _side(args.b, args.at_b))
+        print(render_text(described, limit=sys.maxsize))
+    return 0
+
+
+def average(args: argparse.Namespace) -> int:
+    """``average``: write the weighted mean of the files' floating-point tensors (exit 0)."""
+    from ckpt_tui.core.operations.average import average as average_files
+    from ckpt_tui.core.runtime.safe_text import printable
+
+    plan, result = average_files(args.files, args.output, args.weights, args.at, args.format, force=args.force)
+    for line in plan.lines():
+        print(printable(line))
+    print(printable(result.line()))
+    return 0
+
+
+def _side(path: str, at: str | None) -> str:
+    return f"{path} at {at}" if at else path
+
+
+def convert(args: argparse.Namespace) -> int:
+    """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
+    from ckpt_tui.core.operations.convert import ConvertOptions
+    from ckpt_tui.core.operations.convert import convert as convert_file
+    from ckpt_tui.core.runtime.safe_text import printable
+
+    options = ConvertOptions(
+        extract=args.extract,
+        drop=args.drop,
+        drop_keys=args.drop_keys,
+        rename=args.rename,
+        strip_prefix=args.strip_prefix,
+        rename_rules=args.rename_rules or [],
+        rename_map=args.rename_map,
+        add_prefix=args.add_prefix,
+        at=args.at,
+        map_location=args.map_location,
+        dtype=args.dtype,
+        sanitize=args.sanitize,
+    )
+    if not args.dry_run and not args.output:
+        print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
+        return 2
+    if args.max_shard_size and not args.dry_run:
+        from ckpt_tui.core.writers.hf_shards import convert_to_shards
+
+        if args.format == "pth":
+            print("ckpt-tui: --max-shard-size writes safetensors shards", file=sys.stderr)
+            return 2
+        changes, notes, written = convert_to_shards(args.file, options, args.output, args.max_shard_size)
+        for note in notes:
+            print(f"note: {printable(note)}")
+        for change in changes:
+            print("\n".join(printable(line) for line in change.lines()))
+        print(printable(written.line()))
+        return 0
+    from ckpt_tui.core.runtime import process
+
+    with process.gc_paused():  # a short-lived command over one tree: the cyclic GC only costs time
+        outcome = convert_file(args.file, options, args.output, args.format, force=args.force, dry_run=args.dry_run)
+    for note in outcome.notes:
+        print(f"note: {printable(note)}")
+    for change in outcome.changes:
+        print("\n".join(printable(line) for line in change.lines()))
+    if not outcome.changes:
+        print("no edits: the checkpoint is written as it is" if outcome.result else "no edits")
+    if outcome.result is not None:
+        print(printable(outcome.result.line()))
+    return 0
+
+
+def open_(args: argparse.Namespace) -> int:
+    """``open`` (the default command): the browser."""
+    return _open(args.file, args.readonly)
+
+
+def _open(path: str | list[str], readonly: bool) -> int:
+    """Open the browser (Textual is imported only here); with no terminal, print ``info`` instead."""
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        return _info(path, False, 2)
+    from ckpt_tui.tui.app import CkptApp
+
+    if isinstance(path, list):  # rank files: open_checkpoint takes the list
+        name = f"{len(path)} files: " + ", ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in path)
+        CkptApp(path, readonly=readonly, display_name=name).run()
+        return 0
+    CkptApp(path, readonly=readonly).run()
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``demo`` (no arguments at all): write the demo checkpoint, then open it (or print its info)."""
+    print_only: bool = getattr(args, "print_only", False)
+    readonly: bool = getattr(args, "readonly", False)
+    from ckpt_tui.core.operations.demo import write_demo
+
+    path = write_demo()
+    if print_only or not (sys.stdout.isatty() and sys.stdin.isatty()):
+        print(f"demo checkpoint written to {path}", file=sys.stderr)
+        return _info(str(path), False, 2)
+    return _open(str(path), readonly)
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "info": info,
+    "check": check,
+    "stats": stats,
+    "convert": convert,
+    "diff": diff,
+    "average": average,
+    "open": open_,
+    "demo": demo,
+}
+"""Each command's handler; ``open`` is the browser, the default when the first argument is a file."""

@@ -1,0 +1,90 @@
+"""Entry point of the command line: parse, run the command's handler, turn errors into exit codes.
+
+Exit codes are API: 0 clean, 1 problems found, 2 unreadable input or refused work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ckpt_tui.cli.parser import build_parser, with_command
+from ckpt_tui.core.errors import CkptError, EditError
+
+
+def run() -> NoReturn:
+    """The ``ckpt-tui`` script and ``python -m ckpt_tui``: :func:`main`, then a quick exit.
+
+    Once the output is flushed nothing is left to do: files were written, verified and synced by the
+    commands themselves. Leaving at once skips freeing a big file's tree object by object (a tenth of a
+    second on 50,000 tensors, more than many commands take to do their work).
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader of our output left: nothing more to say
+        pass
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    args_list = with_command(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    _keys_from_argv(args)
+    from ckpt_tui.core.runtime import process
+    from ckpt_tui.core.writers.temp_files import remove_on_signals
+
+    process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
+    remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
+    try:
+        return _run(args)
+    except EditError as exc:
+        _error(exc)
+        return 1
+    except CkptError as exc:
+        _error(exc)
+        return 2
+    except KeyboardInterrupt:
+        print("ckpt-tui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+PATH_ARGUMENTS = frozenset({"file", "files", "a", "b", "more", "output", "against", "model", "rename_map"})
+
+
+def _keys_from_argv(args: argparse.Namespace) -> None:
+    """Key and prefix arguments as the file holds them (a key with a lone surrogate round-trips)."""
+    from ckpt_tui.core.runtime.shell import from_argv
+
+    for name, value in vars(args).items():
+        if name in PATH_ARGUMENTS:
+            continue
+        if isinstance(value, str):
+            setattr(args, name, from_argv(value))
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            setattr(args, name, [from_argv(item) for item in value])
+
+
+def _error(exc: Exception) -> None:
+    """The one-line error, with anything from the file in it escaped."""
+    from ckpt_tui.core.runtime.safe_text import printable
+
+    print(f"ckpt-tui: {printable(str(exc))}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's handler, from the table."""
+    from ckpt_tui.cli.commands import HANDLERS
+
+    files = getattr(args, "file", None)
+    if isinstance(files, list):  # several files open together as one checkpoint (rank files)
+        args.file = files[0] if len(files) == 1 else files
+    return HANDLERS[args.command or "demo"](args)

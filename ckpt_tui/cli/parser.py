@@ -1,0 +1,234 @@
+"""The argument parser of ``ckpt-tui`` and the implied command (``FILE`` opens the browser).
+
+No heavy imports here: ``--help`` imports neither torch, numpy nor textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ckpt_tui import __version__
+from ckpt_tui.core.errors import EditError
+
+COMMANDS = ("info", "check", "stats", "convert", "diff", "average", "demo", "open")
+EPILOG = """\
+commands:
+  ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo; no terminal: print its info)
+  ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings (with the fix), tree
+  ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
+  ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]
+                                does it fit the model? missing/unexpected/mismatched keys, and the fix
+  ckpt-tui stats FILE [--at PATH] [--json | --csv] [--sort COLUMN]
+                                per tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN/Inf counts
+  ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]
+                                keys on one side only, shape/dtype changes, value differences
+  ckpt-tui diff A B [C ...] --stats [--json]
+                                per layer: relative change, cosine, norms (3+ files: norms across the series)
+  ckpt-tui average A B [C ...] -o OUT [--weights W1,W2,...] [--at PATH]
+                                weighted mean of the floating-point tensors (model soup, SWA), streamed
+  ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order: --extract, --drop, --drop-keys,
+                                --rename, --strip-prefix, --rename-prefix/--rename-infix/--rename-map,
+                                --add-prefix, --map-location, --dtype
+                                --sanitize rewrites what torch.load(weights_only=True) refuses
+  ckpt-tui demo                 write a DDP-style training checkpoint and open it
+
+exit codes: 0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different /
+            an edit does not apply, 2 unreadable input, bad arguments or refused write
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (no heavy imports)."""
+    parser = argparse.ArgumentParser(
+        prog="ckpt-tui",
+        description="Open, check and fix PyTorch checkpoints without loading them or running their pickle.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    info = sub.add_parser("info", help="print a summary of a checkpoint")
+    info.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
+    check = sub.add_parser(
+        "check",
+        help="read every tensor and report NaN/Inf and unsafe content, or compare with a model",
+        description="Without --against/--model: read every tensor (NaN/Inf, unsafe globals, broken records). "
+        "With them: compare keys and shapes with a reference and suggest the fix. --model imports and runs "
+        "YOUR code (package.module:callable returning an nn.Module or a state_dict); nothing else ever does.",
+    )
+    check.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    reference = check.add_mutually_exclusive_group()
+    reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
+    reference.add_argument("--model", metavar="IMPORT:CALLABLE", help="build the reference by calling your code")
+    check.add_argument("--at", metavar="PATH", help="compare this subtree of FILE (default: the whole file)")
+    stats = sub.add_parser(
+        "stats",
+        help="read every tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN and Inf, one row each",
+        description="Statistics of the finite values of every tensor (NaN and Inf counted apart), in float64, "
+        "streamed in bounded memory; each view of the same bytes is read once. --sort: path and dtype A-Z, "
+        "every other column largest first. Tensors whose values are not read (sparse, quantized, meta, a "
+        "missing record) get a row with no statistics and a reason.",
+    )
+    stats.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    stats.add_argument("--at", metavar="PATH", help="only this subtree (e.g. model)")
+    stats_format = stats.add_mutually_exclusive_group()
+    stats_format.add_argument("--json", action="store_true", help='print {"tensors": [...]}')
+    stats_format.add_argument("--csv", action="store_true", help="print CSV with a header line")
+    stats.add_argument(
+        "--sort", metavar="COLUMN", type=_stats_column, help="sort by a column (" + ", ".join(_COLUMNS) + ")"
+    )
+    diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
+    diff_.add_argument("a")
+    diff_.add_argument("b")
+    diff_.add_argument("more", nargs="*", metavar="C", help="more rank files: an N-way summary of what agrees")
+    diff_.add_argument("--strip-prefix", metavar="P", help="remove this key prefix on both sides first")
+    diff_.add_argument("--at-a", metavar="PATH", help="compare this subtree of A (e.g. model)")
+    diff_.add_argument("--at-b", metavar="PATH", help="compare this subtree of B")
+    diff_.add_argument("--strip-prefix-a", metavar="P", help="remove this key prefix from A's state_dict")
+    diff_.add_argument("--strip-prefix-b", metavar="P", help="remove this key prefix from B's state_dict")
+    diff_.add_argument(
+        "--stats",
+        action="store_true",
+        help="per layer: relative change |a-b|/|a|, cosine, norms, with a plot (3+ files: norms across them)",
+    )
+    diff_.add_argument("--json", action="store_true", help="print one JSON object")
+    average = sub.add_parser(
+        "average",
+        help="average checkpoints (model soup, SWA): streamed, atomic and verified",
+        description="Writes the first file with every floating-point tensor replaced by the weighted mean of that "
+        "tensor in every file (float64, rounded once to the first file's dtype). Weights are divided by their "
+        "sum. Integer, bool and other tensors, and every non-tensor value, come from the first file.",
+    )
+    average.add_argument("files", nargs="+", metavar="FILE", help="two or more checkpoints with the same keys")
+    average.add_argument("-o", "--output", required=True, help="the file to write")
+    average.add_argument("--weights", metavar="W1,W2,...", help="one number per file (default: equal)")
+    average.add_argument("--at", metavar="PATH", help="average and write only this subtree (e.g. state_dict)")
+    average.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    average.add_argument("--force", action="store_true", help="replace an existing output")
+    convert = sub.add_parser(
+        "convert",
+        help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
+        description="Edits apply in this order: extract, drop, drop-keys, rename, strip prefix, rename rules "
+        "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
+        "Key paths use / between levels (--extract model, --drop optimizer). auto edits with nothing to do "
+        "are a no-op with a note, so one command runs over a batch of files.",
+    )
+    convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
+    convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
+    convert.add_argument("--drop", metavar="PATH", action="append", default=[], help="delete a key or subtree")
+    convert.add_argument(
+        "--drop-keys", metavar="GLOB", action="append", default=[], help="delete the state_dict keys matching a glob"
+    )
+    convert.add_argument("--rename", metavar="OLD=NEW", action="append", default=[], help="rename one key (a path)")
+    convert.add_argument(
+        "--strip-prefix", metavar="P|auto", help="remove a key prefix (auto: module., _orig_mod., Lightning's model.)"
+    )
+    convert.add_argument(
+        "--rename-prefix",
+        metavar="OLD=NEW",
+        dest="rename_rules",
+        action="append",
+        type=_prefix_rule,
+        default=[],
+        help="rename every key that starts with OLD (split at the first =)",
+    )
+    convert.add_argument(
+        "--rename-infix",
+        metavar="OLD=NEW",
+        dest="rename_rules",
+        action="append",
+        type=_infix_rule,
+        help="replace the dotted components OLD by NEW anywhere in a key (attn=attention; NEW empty: remove)",
+    )
+    convert.add_argument("--rename-map", metavar="FILE", help='a JSON object of prefix renames {"old.": "new."}')
+    convert.add_argument("--add-prefix", metavar="P", help="put a prefix in front of every key")
+    convert.add_argument(
+        "--at", metavar="PATH", help="the dict the key edits and --dtype apply to (default: the detected state_dict)"
+    )
+    convert.add_argument("--map-location", metavar="SPEC", help="cpu, cuda:0, or cuda:1=cuda:0,cuda:2=cpu")
+    convert.add_argument(
+        "--dtype",
+        type=_cast_dtype,
+        metavar="fp16|bf16|fp32",
+        help="cast the model's floating-point tensors (float16/half, bfloat16, float32/float; --at / for all)",
+    )
+    convert.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="rewrite what torch.load(weights_only=True) refuses (numpy, Namespace, OmegaConf, pickled modules...) "
+        "as plain data it loads; code is refused unless --drop names it",
+    )
+    convert.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
+    convert.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="write Hugging Face safetensors shards of at most SIZE (5GB, 500MB) and their index into the folder -o",
+    )
+    convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
+    convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
+    demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
+    demo.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
+    open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
+    open_.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
+    return parser
+
+
+_COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
+"""The columns of ``stats`` (as ``tensor_table.COLUMNS``, without importing numpy for --help)."""
+
+
+def _stats_column(text: str) -> str:
+    if text not in _COLUMNS:
+        raise argparse.ArgumentTypeError(f"unknown column {text!r}; one of {', '.join(_COLUMNS)}")
+    return text
+
+
+def _cast_dtype(text: str) -> str:
+    from ckpt_tui.core.edits.tree_edits import cast_dtype
+
+    try:
+        return cast_dtype(text)
+    except EditError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _prefix_rule(text: str) -> Any:
+    return _rule(text, anywhere=False)
+
+
+def _infix_rule(text: str) -> Any:
+    return _rule(text, anywhere=True)
+
+
+def _rule(text: str, anywhere: bool) -> Any:
+    from ckpt_tui.core.edits.tree_edits import RenameRule
+    from ckpt_tui.core.runtime.shell import from_argv
+
+    try:
+        return RenameRule.parse(from_argv(text), anywhere)
+    except EditError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+OPEN_FLAGS = ("--readonly",)
+
+
+def with_command(args_list: list[str]) -> list[str]:
+    """The arguments with the implied command made explicit: ``FILE`` and ``--readonly FILE`` open the
+    browser, nothing at all opens the demo."""
+    flags = [a for a in args_list if a in OPEN_FLAGS]
+    rest = [a for a in args_list if a not in OPEN_FLAGS]
+    if not rest:
+        return ["demo", *flags]
+    if rest[0] in COMMANDS:
+        return [*rest, *flags]
+    if rest[0].startswith("-"):
+        return args_list
+    return ["open", *rest, *flags]
