@@ -42,6 +42,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     lines = [
         printable(ckpt.path),
         f"  format      {printable(FORMAT_NAMES.get(ckpt.format, ckpt.format))}, {size(ckpt.file_bytes)} on disk",
+        *([f"  layout      {printable(ckpt.layout)}"] if ckpt.layout else []),
         f"  tensors     {len(summary.tensors)}   tensor data {size(summary.tensor_bytes)}",
         f"  elements    {summary.counts_text()}",
         "  dtypes      " + _counted(summary.dtypes, summary.bytes_by_dtype),

@@ -29,6 +29,7 @@ FORMAT_NAMES = {
     "safetensors": "safetensors",
     "sharded": "sharded checkpoint",
     "dcp": "torch.distributed.checkpoint directory",
+    "dcp-hf": "torch.distributed.checkpoint directory (HF safetensors)",
     "torchscript": "TorchScript archive",
 }
 

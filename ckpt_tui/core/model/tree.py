@@ -399,6 +399,8 @@ class Checkpoint:
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
     columns: FlatColumns | None = field(default=None, repr=False)
     """The root as columns, when its reader had them (see :class:`FlatColumns`); else None."""
+    layout: str | None = None
+    """The framework layout a distributed reader recognised ("DeepSpeed ZeRO-2, 2 ranks, bf16"), else None."""
 
     def flat_columns(self) -> FlatColumns | None:
         """The columns of the root as it is now, or None (no columns, or the root was replaced)."""

@@ -115,6 +115,7 @@ class Summary:
         return {
             "path": ckpt.path,
             "format": ckpt.format,
+            "layout": ckpt.layout,
             "file_bytes": ckpt.file_bytes,
             "tensor_count": len(self.tensors),
             "parameter_count": self.parameter_count,

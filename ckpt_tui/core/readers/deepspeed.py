@@ -23,6 +23,9 @@ LATEST = "latest"
 FP32_KEY = "fp32_weights"
 FLOATING = ("float64", "float32", "float16", "bfloat16")
 
+STAGE0_MODEL = re.compile(r"mp_rank_\d+_model_states\.pt")
+"""With ZeRO disabled, each model-parallel rank saves one file: module, optimizer and the rest together."""
+
 OpenFile = Any  # Callable[[str], Checkpoint]: the plain reader of one torch file
 
 
@@ -45,7 +48,8 @@ def deepspeed_folder(path: str) -> str | None:
             folder = inside(path, tag, f"{places.join(path, LATEST)}: tag folder", kind="folder")
     elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
         return None
-    if _files(folder, "_model_states.pt") and _files(folder, "_optim_states.pt"):
+    models = _files(folder, "_model_states.pt")
+    if models and (_files(folder, "_optim_states.pt") or all(STAGE0_MODEL.fullmatch(n) for n in models)):
         return folder
     return None
 
@@ -114,6 +118,8 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     model_names = _files(folder, "_model_states.pt")
     optim_names = _files(folder, "_optim_states.pt")
     models = [open_file(inside(folder, n, f"{folder}:")) for n in model_names]
+    if not optim_names:
+        return _read_stage0(folder, model_names, models)
     optims = [open_file(inside(folder, n, f"{folder}:")) for n in optim_names]
     what = folder
     first = _dict(optims[0].root, what).get("optimizer_state_dict")
@@ -157,7 +163,66 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
         f"(convert with --extract {FP32_KEY}); model_states and optimizer_states are the files as saved",
     ]
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
-    return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe)
+    where = f"weights: ckpt[{FP32_KEY!r}] (--extract auto)"
+    layout = f"DeepSpeed ZeRO-{stage}, {world} ranks, {_module_dtype(model)}; {where}"
+    return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+
+
+def _module_dtype(model: dict[Any, Any]) -> str:
+    """The training dtype: that of the module's floating-point parameters as saved (bf16, fp16, fp32)."""
+    module = model.get("module")
+    dtypes = [v.dtype for v in module.values() if isinstance(v, Tensor)] if isinstance(module, dict) else []
+    floating = [d for d in dtypes if d in FLOATING]
+    dtype = max(set(floating), key=floating.count) if floating else "float32"
+    return SHORT_DTYPES.get(dtype, dtype)
+
+
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Checkpoint:
+    """ZeRO disabled: ``mp_rank_NN_model_states.pt`` holds the whole module and the (unpartitioned) optimizer."""
+    states = [_dict(m.root, n) for m, n in zip(models, names, strict=True)]
+    for name, state in zip(names, states, strict=True):
+        if "module" not in state:
+            raise ReadError(f"{os.path.join(folder, name)}: not a DeepSpeed model states file (no module)")
+    root: Any = models[0].root if len(models) == 1 else {n: m.root for n, m in zip(names, models, strict=True)}
+    where = "ckpt['module']" if len(models) == 1 else f"ckpt[{names[0]!r}]['module'] (one per model-parallel rank)"
+    notes = [
+        f"DeepSpeed with ZeRO disabled (stage 0): {', '.join(names)} holds the whole module and optimizer; "
+        f"the weights are {where} (convert with --extract auto)"
+    ]
+    optimizer = states[0].get("optimizer")
+    kind = _optimizer_kind(optimizer)
+    ranks = states[0].get("dp_world_size")
+    ranks_text = f"{ranks} ranks" if type(ranks) is int and ranks > 0 else "ranks unknown"
+    parallel = f" x {len(models)} model-parallel" if len(models) > 1 else ""
+    layout = (
+        f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; "
+        f"weights: {where} (--extract auto)"
+    )
+    return Checkpoint(
+        folder,
+        "deepspeed",
+        root,
+        sum(m.file_bytes for m in models),
+        notes=notes,
+        unsafe_globals=set().union(*(m.unsafe_globals for m in models)),
+        loader_problems=[f"{n}: {p}" for n, m in zip(names, models, strict=True) for p in m.loader_problems],
+        layout=layout,
+    )
+
+
+def _optimizer_kind(optimizer: Any) -> str:
+    """Which mixed-precision wrapper saved the optimizer: DeepSpeed's unfused one keeps fp32 master copies
+    per parameter (``fp32_groups``), its fused one a flat copy per group (``fp32_groups_flat``)."""
+    if not isinstance(optimizer, dict):
+        return ""
+    if "fp32_groups_flat" in optimizer:
+        return ", fused optimizer (flat fp32 master copy)"
+    if "fp32_groups" in optimizer:
+        return ", unfused optimizer (fp32 master copies)"
+    return ""
 
 
 def _fp32_weights(

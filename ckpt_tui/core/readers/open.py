@@ -26,8 +26,9 @@ from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
 from ckpt_tui.core.readers.folder import checkpoint_files, read_folder
+from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
 from ckpt_tui.core.readers.legacy import read_pickle_file
-from ckpt_tui.core.readers.rank_set import merge_ranks, with_ranks
+from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
 from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.torch_zip import read_zip
@@ -114,13 +115,31 @@ def _open_directory(path: str) -> Checkpoint:
     if zero is not None:
         return read_deepspeed(zero, _open_plain_file)
     indexes = sorted(n for n in places.list_dir(path) if n.endswith(INDEX_SUFFIX))
+    hf_dcp = None if indexes else hf_dcp_folder(path)
+    if hf_dcp is not None:  # torch's HuggingFaceStorageWriter(save_distributed=True): per-rank safetensors
+        return read_hf_dcp(path, hf_dcp, open_shard)
     if len(indexes) == 1:
         return read_sharded(places.join(path, indexes[0]), open_shard)
     if indexes:
         raise ReadError(f"{path}: several index files ({', '.join(indexes)}); open one of them")
     files = checkpoint_files(path)
+    ranks = rank_folder(path, files)
+    opened: dict[str, Checkpoint] = {}
+
+    def member(file: str) -> Checkpoint:
+        if file not in opened:
+            opened[file] = open_shard(file)
+        return opened[file]
+
+    if ranks is not None and holds_sharded(member(ranks[0])):  # FSDP1/DTensor state_dicts, one file per rank
+        members = [member(p) for p in ranks]
+        for file, checkpoint in zip(ranks, members, strict=True):
+            _check_opened(checkpoint, file)
+        merged = merge_ranks(ranks, members)
+        merged.path = path
+        return merged
     if files:  # Accelerate's save_state: model.safetensors, optimizer.bin, scheduler.bin, ...
-        return read_folder(path, files, open_shard)
+        return read_folder(path, files, lambda file: opened.pop(file, None) or open_shard(file))
     raise ReadError(
         f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
     )
@@ -139,6 +158,11 @@ def _open_file(path: str) -> Checkpoint:
     if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
         return read_deepspeed(zero, _open_plain_file)
     checkpoint = _open_plain_file(path)
+    if sharding_info(checkpoint) is not None:  # one rank's file of an HF-DCP folder opens the whole folder
+        folder = places.parent(path)
+        names = hf_dcp_folder(folder)
+        if names is not None and len(names) > 1:
+            return read_hf_dcp(folder, names, open_shard)
     _check_opened(checkpoint, path)  # before anything else walks it
     opened = with_ranks(path, checkpoint, _open_plain_file)
     if opened is checkpoint:

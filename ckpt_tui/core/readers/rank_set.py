@@ -293,7 +293,8 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
         note = (
             f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
         )
-        return Checkpoint(paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe)
+        layout = f"copies per rank (DDP-style), {len(paths)} ranks"
+        return Checkpoint(paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe, layout=layout)
     keys = set(found[0])
     for file, each in zip(paths, found, strict=True):
         if set(each) != keys:
@@ -308,12 +309,40 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
         f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; "
         f"other values from {os.path.basename(paths[0])}"
     ]
-    if any(str(path[-1]).endswith("_flat_param") for path in merged if path):
+    flat = any(str(path[-1]).endswith("_flat_param") for path in merged if path)
+    if flat:
         notes.append(
             "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
-    return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe)
+    layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}"
+    return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+
+
+def _framework(kinds: list[str], flat: bool) -> str:
+    """Who writes such values: FSDP1 is the one writer of ShardedTensor state_dicts today."""
+    if flat:
+        return "FSDP1 local (flat parameters)"
+    if kinds == ["ShardedTensor"]:
+        return "FSDP1 sharded"
+    return "sharded state_dict (FSDP2, or FSDP1 with a device mesh)"
+
+
+def rank_folder(folder: str, names: list[str]) -> list[str] | None:
+    """The paths of a folder's files when they are one set of rank files (``rank0.pt``, ``rank1.pt``...)."""
+    if len(names) < 2:
+        return None
+    paths = [places.join(folder, name) for name in names]
+    for path in paths:
+        siblings = sibling_ranks(path, len(paths))
+        if siblings is not None and set(siblings) == {places.absolute(p) for p in paths}:
+            return siblings
+    return None
+
+
+def holds_sharded(checkpoint: Checkpoint) -> bool:
+    """Whether a file holds ShardedTensor or DTensor values."""
+    return bool(sharded_values(checkpoint.root, checkpoint.path))
 
 
 def _stored(tensor: Tensor) -> Callable[[], Tensor]:

@@ -56,6 +56,8 @@ def summary_text(
     text.append(f"  {FORMAT_NAMES.get(ckpt.format, printable(ckpt.format))} · {size(ckpt.file_bytes)}")
     text.append(f" · {counted(len(summary.tensors), 'tensor')} · {summary.counts_text()}")
     text.append(f" · {size(summary.tensor_bytes)}\n")
+    if ckpt.layout:
+        text.append(f"{printable(ckpt.layout)}\n", style="italic")
     dtypes = ", ".join(f"{printable(d)} {n}" for d, n in summary.dtypes.most_common(4))
     devices = ", ".join(f"{printable(d)} {n}" for d, n in summary.devices.most_common(4))
     text.append(f"dtypes {dtypes or '-'} · saved on ")

@@ -1,0 +1,322 @@
+"""Write small checkpoints in the layouts training frameworks write, with the framework itself, on CPU.
+
+Run from the repository root (2 gloo processes on 127.0.0.1 per case):
+
+    python scripts/make_framework_fixtures.py tests/fixtures/frameworks               # torch only
+    DS_ACCELERATOR=cpu .venv-fw/bin/python scripts/make_framework_fixtures.py \\
+        tests/fixtures/frameworks deepspeed lightning                                  # needs DeepSpeed, Lightning
+
+``.venv-fw`` is a venv that sees the shared one (a ``.pth`` file naming its site-packages) plus
+``DS_BUILD_OPS=0 pip install deepspeed==0.19.8 lightning==2.6.6 torch==2.13.0``.
+
+Each case folder holds only what the framework wrote; its ground truth sits beside it as
+``<case>.expected.pt`` (or ``<case>.expected/``):
+
+- ``hf_dcp``: ``dcp.save`` through ``HuggingFaceStorageWriter(save_distributed=True)`` from FSDP2 (two
+  output files, so each rank writes ``shard-0000R-model-0000K-of-00002.safetensors``). Truth: torch's own
+  reading (``_load_state_dict`` + ``HuggingFaceStorageReader`` + ``_EmptyStateDictLoadPlanner``,
+  ``no_dist=True``) and ``consolidate_safetensors_files``'s output folder.
+- ``fsdp1_optim`` / ``fsdp1_mesh``: FSDP1 ``SHARDED_STATE_DICT`` model and ``FSDP.optim_state_dict``
+  saved per rank with ``torch.save`` (ShardedTensor values; with a device mesh, DTensor values). Truth:
+  ``FULL_STATE_DICT`` model state and full ``FSDP.optim_state_dict`` of the same run.
+- ``zero0_bf16`` / ``zero0_fp16``: DeepSpeed with ZeRO disabled. Truth: ``engine.module.state_dict()``.
+- ``lightning_fsdp`` / ``lightning_deepspeed``: Lightning's ``save_checkpoint`` with the FSDP strategy
+  (``state_dict_type="sharded"``) and the DeepSpeed strategy (ZeRO-2). Truth: the module's full
+  state_dict (FSDP: ``FULL_STATE_DICT``) and DeepSpeed's own ``zero_to_fp32``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+WORLD = 2
+
+
+class Net(nn.Module):
+    """Small: an embedding, two linears (one with odd sizes, so shards are uneven), a BatchNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.fc1 = nn.Linear(8, 12)
+        self.bn = nn.BatchNorm1d(12)
+        self.fc2 = nn.Linear(12, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.bn(self.fc1(self.embed(x).mean(1)))))
+
+
+class NormNet(Net):
+    """``Net`` with a LayerNorm: DeepSpeed casts buffers to bf16 too, and bf16 batch_norm fails on CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.LayerNorm(12)  # type: ignore[assignment]
+
+
+def _batches(rank: int, steps: int = 2) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(100 + rank)
+    return [torch.randint(0, 10, (6, 3), generator=generator) for _ in range(steps)]
+
+
+def _train(model: nn.Module, rank: int) -> torch.optim.Optimizer:
+    optim = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for batch in _batches(rank):
+        model(batch).pow(2).mean().backward()
+        optim.step()
+        optim.zero_grad()
+    return optim
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(rank: int, world: int, port: int, case: str, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    if case not in SELF_INIT:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    try:
+        CASES[case](rank, Path(out))
+    finally:
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def case_hf_dcp(rank: int, out: Path) -> None:
+    """FSDP2 model state through the HF storage writer, every rank writing its own safetensors."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net()
+    fully_shard(model.fc1)
+    fully_shard(model)
+    _train(model, rank)
+    # torch's consolidate_safetensors_files sizes every dtype with torch.finfo, which refuses ints
+    # (bn.num_batches_tracked): float tensors only, so both of torch's readings can be the truth
+    state = {key: value for key, value in model.state_dict().items() if value.is_floating_point()}
+    mapping = {key: 1 if key.startswith(("embed", "fc1")) else 2 for key in state}
+    writer = HuggingFaceStorageWriter(str(out / "hf_dcp"), fqn_to_index_mapping=mapping, save_distributed=True)
+    dcp.save(state, storage_writer=writer)
+
+
+def _fsdp1(rank: int, out: Path, name: str, mesh: bool) -> None:
+    from torch.distributed.fsdp import FullOptimStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    kwargs: dict[str, object] = {"device_id": torch.device("cpu"), "use_orig_params": True}
+    if mesh:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        kwargs["device_mesh"] = init_device_mesh("cpu", (WORLD,))
+    model = FSDP(Net(), **kwargs)  # type: ignore[arg-type]
+    optim = _train(model, rank)
+    with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        sharded = {"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optim)}
+    (out / name).mkdir(exist_ok=True)
+    torch.save(sharded, out / name / f"rank{rank}.pt")
+    # offload_to_cpu=False: on CPU, torch's offload (value.cpu()) keeps every state a view of one gather
+    # buffer that the next state name overwrites (exp_avg would read as exp_avg_sq); without it, a clone
+    config = FullOptimStateDictConfig(offload_to_cpu=False)
+    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, optim_state_dict_config=config):
+        full = {"model": model.state_dict(), "optim": FSDP.optim_state_dict(model, optim)}
+    if rank == 0:
+        torch.save(full, out / f"{name}.expected.pt")
+
+
+def case_fsdp1_optim(rank: int, out: Path) -> None:
+    """FSDP1 SHARDED_STATE_DICT (ShardedTensor) model and optimizer, torch.save per rank."""
+    _fsdp1(rank, out, "fsdp1_optim", mesh=False)
+
+
+def case_fsdp1_mesh(rank: int, out: Path) -> None:
+    """FSDP1 with a device mesh: the same, with DTensor values."""
+    _fsdp1(rank, out, "fsdp1_mesh", mesh=True)
+
+
+def _zero0(rank: int, out: Path, name: str, dtype: str) -> None:
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    model = NormNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    config = {
+        "train_micro_batch_size_per_gpu": 6,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 0},
+        "zero_allow_untested_optimizer": True,
+        dtype: {"enabled": True},
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    for batch in _batches(rank):
+        loss = engine(batch).float().pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+    engine.save_checkpoint(str(out / name))
+    if rank == 0:
+        torch.save(engine.module.state_dict(), out / f"{name}.expected.pt")
+
+
+def case_zero0_bf16(rank: int, out: Path) -> None:
+    """DeepSpeed, ZeRO disabled, bf16."""
+    _zero0(rank, out, "zero0_bf16", "bf16")
+
+
+def case_zero0_fp16(rank: int, out: Path) -> None:
+    """DeepSpeed, ZeRO disabled, fp16 (the unfused fp16 optimizer: a torch optimizer, not FusedAdam)."""
+    _zero0(rank, out, "zero0_fp16", "fp16")
+
+
+def _lightning_module() -> object:
+    import lightning as L
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = NormNet()
+
+        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
+            return self.net(batch).float().pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+    return Module()
+
+
+def _lightning(rank: int, out: Path, name: str, strategy: object) -> None:
+    import lightning as L
+
+    torch.manual_seed(0)
+    module = _lightning_module()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy=strategy,  # type: ignore[arg-type]
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    data = torch.utils.data.DataLoader(torch.cat(_batches(rank) * 2), batch_size=6)
+    trainer.fit(module, data)  # type: ignore[arg-type]
+    trainer.save_checkpoint(str(out / name))
+    EXPECTED[name](trainer, module, out / f"{name}.expected.pt")
+
+
+def _full_fsdp(trainer: object, module: object, target: Path) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import StateDictType
+
+    wrapped = trainer.strategy.model  # type: ignore[attr-defined]
+    with FSDP.state_dict_type(wrapped, StateDictType.FULL_STATE_DICT):
+        full = wrapped.state_dict()
+    if dist.get_rank() == 0:
+        torch.save(full, target)
+
+
+def _zero_to_fp32(trainer: object, module: object, target: Path) -> None:
+    dist.barrier()
+    if dist.get_rank() == 0:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        torch.save(get_fp32_state_dict_from_zero_checkpoint(str(target).removesuffix(".expected.pt")), target)
+
+
+EXPECTED: dict[str, Callable[[object, object, Path], None]] = {
+    "lightning_fsdp": _full_fsdp,
+    "lightning_deepspeed": _zero_to_fp32,
+}
+
+
+def case_lightning_fsdp(rank: int, out: Path) -> None:
+    """Lightning's FSDP strategy, ``state_dict_type="sharded"``: a DCP folder plus ``meta.pt``."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    _lightning(rank, out, "lightning_fsdp", FSDPStrategy(state_dict_type="sharded", process_group_backend="gloo"))
+
+
+def case_lightning_deepspeed(rank: int, out: Path) -> None:
+    """Lightning's DeepSpeed strategy (ZeRO-2): a DeepSpeed folder named like a .ckpt file."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    _lightning(rank, out, "lightning_deepspeed", DeepSpeedStrategy(stage=2, process_group_backend="gloo"))
+
+
+CASES: dict[str, Callable[[int, Path], None]] = {
+    "hf_dcp": case_hf_dcp,
+    "fsdp1_optim": case_fsdp1_optim,
+    "fsdp1_mesh": case_fsdp1_mesh,
+    "zero0_bf16": case_zero0_bf16,
+    "zero0_fp16": case_zero0_fp16,
+    "lightning_fsdp": case_lightning_fsdp,
+    "lightning_deepspeed": case_lightning_deepspeed,
+}
+GROUPS = {
+    "torch": ["hf_dcp", "fsdp1_optim", "fsdp1_mesh"],
+    "deepspeed": ["zero0_bf16", "zero0_fp16"],
+    "lightning": ["lightning_fsdp", "lightning_deepspeed"],
+}
+SELF_INIT = {"zero0_bf16", "zero0_fp16", "lightning_fsdp", "lightning_deepspeed"}
+
+
+def _hf_truth(out: Path) -> None:
+    """torch's own reading of the HF DCP folder, and its consolidation to plain HF safetensors."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint._consolidate_hf_safetensors import consolidate_safetensors_files
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, torch.Tensor] = {}
+    reader = HuggingFaceStorageReader(str(out / "hf_dcp"))
+    _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    torch.save(state, out / "hf_dcp.expected.pt")
+    target = out / "hf_dcp.expected"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    consolidate_safetensors_files(str(out / "hf_dcp"), str(target), dict.fromkeys(state, 1))
+
+
+def main() -> None:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/frameworks")
+    groups = sys.argv[2:] or ["torch"]
+    cases = [case for group in groups for case in GROUPS.get(group, [group])]
+    out.mkdir(parents=True, exist_ok=True)
+    for case in cases:
+        shutil.rmtree(out / case, ignore_errors=True)
+        mp.spawn(_worker, args=(WORLD, _free_port(), case, str(out)), nprocs=WORLD, join=True)
+        for script in [*(out / case).glob("zero_to_fp32.py"), *(out / case).glob("zero_to_torch.py")]:
+            script.unlink()  # DeepSpeed copies its converter beside the checkpoint; not ours to commit
+        if case == "hf_dcp":
+            _hf_truth(out)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
