@@ -38,6 +38,7 @@ from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python
 from ckpt_tui.core.model.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
+from ckpt_tui.core.readers.distributed_globals import framework_of
 from ckpt_tui.core.weights_only.verdict import outer_path, tables
 
 NUMPY_DTYPES = {
@@ -296,7 +297,8 @@ class _Rewriter:
         if _enum_like(value):
             self.note("enum → its value", name)
             return value.args[0]
-        if value.how == "reconstructor" or short[:1].isupper() or name in _KNOWN_CLASSES:
+        known = name in _KNOWN_CLASSES or framework_of(name) is not None  # DeepSpeed's fragment_address: a dataclass
+        if value.how == "reconstructor" or short[:1].isupper() or known:
             return self._object(value, path)
         raise _Refused(f"{name} (a function call)")
 

@@ -97,3 +97,12 @@ def nested_class(owner: Any, name: Any) -> Any:
 
 
 DISTRIBUTED_GLOBALS: dict[str, Any] = {"builtins.getattr": nested_class}
+
+
+def framework_of(global_name: str) -> str | None:
+    """The framework whose own class a known distributed global is ("DeepSpeed", "torch.distributed"), else None."""
+    if global_name in DEEPSPEED_CLASSES:
+        return "DeepSpeed"
+    if global_name in DISTRIBUTED_CLASSES or global_name == PROCESS_GROUP_STATE:
+        return "torch.distributed"
+    return None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
-from ckpt_tui.core.model.contained import inside
+from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
 
 SHARDING_KEY = "DCP_SHARDING_INFO"

@@ -25,6 +25,7 @@ from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, Key, to_python
 from ckpt_tui.core.model.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
+from ckpt_tui.core.readers.distributed_globals import framework_of
 
 MAX_DEPTH = 150  # the reader refuses trees deeper than 100; each level costs a few stack frames here
 BATCH = 1000
@@ -86,6 +87,10 @@ EMITTED_GLOBALS = (
 """Every global the emitter writes on its own account; opaque objects add only safe-marked names."""
 
 
+FRAMEWORK_HINT = (
+    "--extract auto writes the consolidated weights, --sanitize writes everything as plain data, "
+    "--drop PATH leaves it out"
+)
 UNSAFE_HINT = "--sanitize rewrites data objects (OmegaConf, numpy, paths...) as plain data, --drop PATH leaves it out"
 
 
@@ -684,6 +689,11 @@ class PickleWriter:
     def _check_opaque_class(cls: type[Opaque]) -> None:
         if not cls.safe:
             raise Refusal(f"the unsafe global {cls.global_name}", UNSAFE_HINT)
+        owner = framework_of(cls.global_name)
+        if owner is not None:
+            # read as inert data here, but torch.load(weights_only=True) refuses them, and the real
+            # classes need the framework (and, for ShardedTensor, a process group) to load at all
+            raise Refusal(f"{owner}'s own object {cls.global_name}", FRAMEWORK_HINT)
 
     def save_opaque_global(self, cls: type[Opaque]) -> None:
         """A bare global (a class or function reference): written only if the reader knows it as data."""

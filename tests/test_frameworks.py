@@ -1,0 +1,205 @@
+"""The layouts training frameworks write, each opened as one checkpoint and consolidated bit for bit.
+
+Fixtures under tests/fixtures/frameworks/ were written by the frameworks themselves on CPU (see
+scripts/make_framework_fixtures.py), each with the framework's own reading or converter output beside
+it (``<case>.expected.pt``): torch's HF storage reader and ``consolidate_safetensors_files``, FSDP1's
+``FULL_STATE_DICT`` and full ``optim_state_dict``, DeepSpeed's ``engine.module.state_dict()`` and
+``zero_to_fp32``. No framework is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+
+FRAMEWORKS = Path(__file__).parent / "fixtures" / "frameworks"
+DEEPSPEED = Path(__file__).parent / "fixtures" / "deepspeed"
+HF_DCP = FRAMEWORKS / "hf_dcp"
+
+
+def assert_same(got: Any, want: Any, where: str = "") -> None:
+    """Same keys (any order), equal plain values, tensors bit-equal with the same dtype and shape."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), where
+        assert sorted(map(str, got)) == sorted(map(str, want)), where
+        for key in want:
+            assert_same(got[key], want[key], f"{where}/{key}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), where
+        for index, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_same(a, b, f"{where}/{index}")
+    elif isinstance(want, torch.Tensor):
+        assert type(got) is torch.Tensor, where
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), where
+        assert got.reshape(-1).view(torch.uint8).equal(want.detach().reshape(-1).view(torch.uint8)), where
+    else:
+        assert got == want, where
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def copy_case(case: str, tmp_path: Path, name: str = "renamed") -> Path:
+    """The fixture folder under another name: opening goes by content, never by the folder's name."""
+    target = tmp_path / name
+    shutil.copytree(FRAMEWORKS / case, target)
+    return target
+
+
+# ---- DCP through torch's HuggingFaceStorageWriter(save_distributed=True) -----------------------
+
+
+def test_hf_dcp_folder_converts_equal_to_torchs_own_reading(tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case("hf_dcp", tmp_path)
+    out = tmp_path / "one.pth"
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(out))
+    assert code == 0, err
+    assert_same(torch.load(out, weights_only=True), torch.load(FRAMEWORKS / "hf_dcp.expected.pt", weights_only=True))
+
+
+def test_hf_dcp_folder_to_safetensors_equals_torchs_consolidation(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "model.safetensors"
+    code, _, err = run(capsys, "convert", str(HF_DCP), "--format", "safetensors", "-o", str(out))
+    assert code == 0, err
+    want = load_file(FRAMEWORKS / "hf_dcp.expected" / "model-00001-of-00001.safetensors")
+    assert_same(load_file(out), want)
+
+
+def test_one_rank_file_of_an_hf_dcp_folder_opens_the_whole_folder() -> None:
+    checkpoint = open_checkpoint(HF_DCP / "shard-00002-model-00002-of-00002.safetensors")
+    assert checkpoint.format == "dcp-hf"
+    assert checkpoint.root["fc2.weight"].shape == (5, 12)
+    assert checkpoint.root["bn.weight"].shape == (12,)
+    assert check_checkpoint(checkpoint).ok
+
+
+def test_hf_dcp_info_names_the_layout(capsys: Any) -> None:
+    code, out, _ = run(capsys, "info", str(HF_DCP))
+    assert code == 0
+    assert "layout      DCP (HF safetensors), 2 ranks" in out
+    code, out, _ = run(capsys, "info", str(HF_DCP), "--json")
+    assert json.loads(out)["layout"] == "DCP (HF safetensors), 2 ranks"
+
+
+def test_hf_dcp_diff_against_torchs_consolidation_finds_nothing(capsys: Any) -> None:
+    code, out, err = run(capsys, "diff", str(HF_DCP), str(FRAMEWORKS / "hf_dcp.expected"))
+    assert code == 0, out + err
+
+
+def test_hf_dcp_with_a_rank_file_cut_short_is_refused_in_one_line(tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case("hf_dcp", tmp_path)
+    victim = folder / "shard-00002-model-00002-of-00002.safetensors"
+    victim.write_bytes(victim.read_bytes()[:-16])
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "x.pth"))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.pth").exists()
+
+
+# ---- FSDP1 SHARDED_STATE_DICT saved per rank, with its optimizer ------------------------------
+
+
+@pytest.mark.parametrize("case", ["fsdp1_optim", "fsdp1_mesh"])
+def test_fsdp1_rank_folder_converts_to_the_full_model_and_optimizer_state(
+    case: str, tmp_path: Path, capsys: Any
+) -> None:
+    folder = copy_case(case, tmp_path)
+    out = tmp_path / "full.pt"
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(out))
+    assert code == 0, err
+    assert_same(torch.load(out, weights_only=True), torch.load(FRAMEWORKS / f"{case}.expected.pt", weights_only=False))
+
+
+@pytest.mark.parametrize("case", ["fsdp1_optim", "fsdp1_mesh"])
+def test_fsdp1_rank_folder_extract_auto_gives_the_full_model_state(case: str, tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "model.pt"
+    code, _, err = run(capsys, "convert", str(FRAMEWORKS / case), "--extract", "auto", "-o", str(out))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / f"{case}.expected.pt", weights_only=False)["model"]
+    assert_same(torch.load(out, weights_only=True), want)
+
+
+@pytest.mark.parametrize(
+    ("case", "layout"),
+    [
+        ("fsdp1_optim", "FSDP1 sharded, 2 ranks, ShardedTensor"),
+        ("fsdp1_mesh", "sharded state_dict (FSDP2, or FSDP1 with a device mesh), 2 ranks, DTensor"),
+    ],
+)
+def test_fsdp1_rank_folder_info_names_the_layout(case: str, layout: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "info", str(FRAMEWORKS / case))
+    assert code == 0
+    assert f"layout      {layout}" in out
+    assert str(FRAMEWORKS / case) in out.splitlines()[0]
+
+
+def test_fsdp1_rank_folder_checks_clean() -> None:
+    report = check_checkpoint(open_checkpoint(FRAMEWORKS / "fsdp1_optim"))
+    assert report.ok, [p.message for p in report.problems]
+
+
+# ---- whole DeepSpeed folders converted without --extract ---------------------------------------
+
+
+def test_whole_zero_folder_convert_refuses_before_writing_and_names_the_ways_out(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "all.pth"
+    code, _, err = run(capsys, "convert", str(DEEPSPEED / "zero2_bf16"), "-o", str(out))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "DeepSpeed's own object" in err and '["optimizer_states"]' in err
+    assert "--extract auto" in err and "--sanitize" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["zero1_fp32", "zero2_bf16", "zero3_bf16"])
+def test_whole_zero_folder_sanitized_loads_with_weights_only(case: str, tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "all.pth"
+    code, _, err = run(capsys, "convert", str(DEEPSPEED / case), "--sanitize", "-o", str(out))
+    assert code == 0, err
+    loaded = torch.load(out, weights_only=True)
+    want = torch.load(DEEPSPEED / case / "expected_fp32.pt", weights_only=False)
+    assert_same(loaded["fp32_weights"], want)
+
+
+def test_zero_folder_info_names_stage_ranks_and_dtype(capsys: Any) -> None:
+    code, out, _ = run(capsys, "info", str(DEEPSPEED / "zero2_bf16"))
+    assert code == 0
+    assert "layout      DeepSpeed ZeRO-2, 2 ranks, bf16" in out
+
+
+# ---- DeepSpeed with ZeRO disabled --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["zero0_bf16", "zero0_fp16"])
+def test_zero0_folder_extract_auto_equals_the_engines_module_state(case: str, tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case(case, tmp_path)
+    out = tmp_path / "module.pt"
+    code, _, err = run(capsys, "convert", str(folder), "--extract", "auto", "-o", str(out))
+    assert code == 0, err
+    got = torch.load(out, weights_only=True)
+    want = torch.load(FRAMEWORKS / f"{case}.expected.pt", weights_only=True)
+    assert list(got) == list(want)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize(("case", "dtype"), [("zero0_bf16", "bf16"), ("zero0_fp16", "fp16")])
+def test_zero0_folder_opens_and_info_names_the_layout(case: str, dtype: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "info", str(FRAMEWORKS / case))
+    assert code == 0
+    assert f"layout      DeepSpeed ZeRO disabled (stage 0), 2 ranks, {dtype}, unfused optimizer" in out
+    checkpoint = open_checkpoint(FRAMEWORKS / case / "global_step2" / "mp_rank_00_model_states.pt")
+    assert checkpoint.format == "deepspeed"
+    assert check_checkpoint(checkpoint).ok
