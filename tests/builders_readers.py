@@ -8,6 +8,7 @@ import json
 import pickle
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,26 @@ def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
     chosen = summarize(checkpoint)
     walked = summarize(checkpoint, list(walk(checkpoint.root)))
     return (render_info(chosen, 3), chosen.to_json()), (render_info(walked, 3), walked.to_json())
+
+
+def raw_zip_bytes(members: list[tuple[bytes, bytes]]) -> bytes:
+    """A stored zip whose members carry exactly these name bytes, in this order (twins, case twins, NULs
+    and non-UTF-8 bytes included: what ``zipfile`` would normalise or refuse)."""
+    out, central = bytearray(), bytearray()
+    for name, data in members:
+        crc, offset = zlib.crc32(data), len(out)
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, crc, len(data), len(data), len(name), 0)
+        out += name + data
+        sizes = (crc, len(data), len(data), len(name))
+        central += struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, *sizes, 0, 0, 0, 0, 0, offset)
+        central += name
+    start = len(out)
+    out += central
+    out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), start, 0)
+    return bytes(out)
+
+
+def write_raw_zip(path: Path, members: list[tuple[bytes, bytes]]) -> Path:
+    """:func:`raw_zip_bytes` written to ``path``."""
+    path.write_bytes(raw_zip_bytes(members))
+    return path

@@ -395,6 +395,9 @@ class Checkpoint:
     unsafe_globals: set[str] = field(default_factory=set)
     loader_problems: list[str] = field(default_factory=list)
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
+    hostile: list[str] = field(default_factory=list)
+    """What no saver writes and readers disagree on (zip members whose names collide under torch's
+    comparison), in words: also in ``loader_problems``; ``convert`` refuses such a file."""
     index_metadata: dict[str, Any] = field(default_factory=dict)
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
     columns: FlatColumns | None = field(default=None, repr=False)

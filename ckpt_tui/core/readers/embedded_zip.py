@@ -6,7 +6,6 @@ its member offsets are shifted to absolute file offsets and every read is bounde
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 from typing import Any, BinaryIO
@@ -17,7 +16,7 @@ from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import load_pickle, storage_from_pid
 from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.readers.zip_archive import STORED, ZipEntry, data_offset, read_central_directory, read_member
+from ckpt_tui.core.readers.zip_archive import STORED, ZipDirectory, data_offset, read_central_directory, read_member
 
 
 class FileRange(io.RawIOBase):
@@ -56,7 +55,7 @@ class FileRange(io.RawIOBase):
 class EmbeddedRecords(ZipRecords):
     """Storage records of an embedded archive; their offsets are found once, no file is kept open."""
 
-    def __init__(self, path: str, entries: dict[str, ZipEntry], folder: str, end: int, offsets: dict[str, int]):
+    def __init__(self, path: str, entries: ZipDirectory, folder: str, end: int, offsets: dict[str, int]):
         super().__init__(path, entries, folder, end)
         self.data_offsets = offsets
 
@@ -91,7 +90,9 @@ def read_embedded(
             relative = read_central_directory(view, length)  # type: ignore[arg-type]
         except ReadError as exc:
             raise ReadError(f"{what}: {exc}") from None
-        entries = {name: dataclasses.replace(e, header_offset=e.header_offset + start) for name, e in relative.items()}
+        entries = relative.shifted(start)
+        if entries.collisions:
+            raise ReadError(f"{what}: zip member names collide under torch's comparison: {entries.collision_text()}")
         data_names = [n for n in entries if n == "data.pkl" or n.endswith("/data.pkl")]
         if not data_names:
             raise ReadError(f"{what}: no data.pkl in the item's archive")

@@ -48,7 +48,7 @@ MIN_VERSION, MAX_VERSION = 1, 10
 class ZipRecords:
     """Storage records inside a zip checkpoint: a storage's record is ``folder + key``."""
 
-    def __init__(self, path: str, entries: dict[str, ZipEntry], folder: str, file_bytes: int) -> None:
+    def __init__(self, path: str, entries: ZipDirectory, folder: str, file_bytes: int) -> None:
         self.path = path
         self.entries = entries
         self.folder = folder
@@ -122,13 +122,17 @@ class ZipRecords:
         caller leaves it to ``locate``, which reads it or refuses it in its words). The caller still
         checks each size against its storage. All at once: no read, no lookup of a header per record."""
         self.find_offsets()
-        names = list(map(self.folder.__add__, keys))
-        end = self.file_bytes
+        end, offsets = self.file_bytes, self._offsets
+        found = list(map(self.entries.get, map(self.folder.__add__, keys)))
+        # offsets are kept by the name of the member torch's lookup finds (a key may differ from it in case)
         return [
             (offset, entry.size)
-            if entry is not None and offset is not None and entry.compress == STORED and offset + entry.size <= end
+            if entry is not None
+            and (offset := offsets.get(entry.name)) is not None
+            and entry.compress == STORED
+            and offset + entry.size <= end
             else None
-            for entry, offset in zip(map(self.entries.get, names), map(self._offsets.get, names), strict=True)
+            for entry in found
         ]
 
     def find_offsets(self) -> None:
@@ -245,8 +249,21 @@ class ZipLayout:
                 f"{len(outside)} members lie outside the archive folder {folder!r} ({outside[0]!r}...): "
                 "torch.load refuses a zip holding more than one archive"
             )
-        if entries.duplicates:
-            self.problems.append(f"the zip names {entries.duplicates[0]!r} twice: readers disagree on which is meant")
+        self.hostile: list[str] = []
+        collision = entries.collision_text()
+        if collision is not None:
+            picked = ", ".join(repr(entries[group[0].name].name) for group in entries.collisions[:3])
+            self.hostile.append(
+                f"zip member names collide under torch's comparison (case-insensitive, one name twice): {collision}; "
+                f"torch 2.13 reads {picked if entries.resolved else 'one of them'}, other zip readers may read "
+                "another: torch.save never writes this"
+            )
+            self.problems += self.hostile
+        undecodable = next((e.name for e in entries.members if _not_utf8(e.name)), None)
+        if undecodable is not None:
+            self.problems.append(
+                f"the member name {undecodable!r} is not UTF-8: torch.load fails listing the archive's records"
+            )
         multidisk = multidisk_member(entries)
         if multidisk is not None:
             self.problems.append(
@@ -267,6 +284,15 @@ class ZipLayout:
     def member(self, name: str) -> ZipEntry | None:
         """A member of the archive folder by its name inside it."""
         return self.entries.get(self.prefix + name)
+
+
+def _not_utf8(name: str) -> bool:
+    """Whether a decoded member name kept undecodable bytes (as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def read_zip(
@@ -314,6 +340,7 @@ def read_zip(
         notes=layout.notes,
         unsafe_globals=unsafe,
         loader_problems=layout.problems + problems,
+        hostile=layout.hostile,
         columns=columns,
     )
 

@@ -129,6 +129,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
         notes=notes,
         unsafe_globals=unsafe,
         loader_problems=problems,
+        hostile=layout.hostile,
     )
 
 

@@ -2,10 +2,19 @@
 
 Python's ``zipfile`` builds a ``ZipInfo`` per member, which costs half a second on 70,000
 records, and cannot tell where a record's bytes start; this reads just what is needed.
+
+Members are found as torch finds them (:meth:`ZipDirectory.locate`, the one lookup every reader
+uses): torch's ``PyTorchStreamReader`` asks miniz's ``mz_zip_reader_locate_file(name, flags=0)``,
+which compares names byte by byte with ASCII letters lowered (``mz_zip_filename_compare``) in a
+binary search over the central directory heap-sorted by that comparison
+(``mz_zip_reader_sort_central_dir_offsets_by_filename``). Two members whose names compare equal
+(``data.pkl`` and ``DATA.PKL``, or one name twice) *collide*: which one torch reads depends on the
+heap sort and the search, emulated here step by step. ``torch.save`` never writes a collision.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from collections.abc import Mapping
@@ -45,12 +54,155 @@ class ZipEntry:
     """Named with a trailing ``/`` or marked with the DOS directory attribute: what miniz calls a directory."""
     disk: int = 0
     """The disk its local header starts on."""
+    raw: bytes = b""
+    """The name's bytes, as torch's reader compares them."""
+    index: int = 0
+    """Its place in the central directory (miniz's file index)."""
 
 
 class ZipDirectory(dict[str, ZipEntry]):
-    """The members by name, in central-directory order, and the names given to more than one member."""
+    """The members by name (names decoded as UTF-8, undecodable bytes kept as surrogates), in
+    central-directory order; ``get``, ``in`` and ``[]`` find a member as torch's zip reader finds it.
 
-    duplicates: list[str]
+    Each name maps to the member torch's reader finds for it; :attr:`members` holds every member, and
+    :attr:`collisions` the groups of members whose names torch's comparison cannot tell apart.
+    """
+
+    members: list[ZipEntry]
+    """Every member in central-directory order (miniz's file index), twins included."""
+    collisions: list[list[ZipEntry]]
+    """Groups of two or more members whose names compare equal under torch's comparison."""
+    found: dict[bytes, ZipEntry]
+    """A name with ASCII letters lowered -> the member torch's lookup finds."""
+    resolved: bool = True
+    """False where collisions were left unresolved (:data:`MAX_COLLIDING`): ``found`` then holds the first."""
+
+    def locate(self, name: str) -> ZipEntry | None:
+        """The member ``torch``'s reader returns for ``name`` (None: torch says "file not found")."""
+        try:
+            raw = name.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return None  # torch cannot even pass such a name to its reader
+        return self.found.get(fold(raw))
+
+    def get(self, name: str, default: ZipEntry | None = None) -> ZipEntry | None:  # type: ignore[override]
+        found = self.locate(name)
+        return default if found is None else found
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.locate(name) is not None
+
+    def __getitem__(self, name: str) -> ZipEntry:
+        found = self.locate(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def candidates(self, name: str) -> list[ZipEntry]:
+        """Every member torch's comparison takes for ``name`` (more than one: a collision)."""
+        found = self.locate(name)
+        if found is None:
+            return []
+        key = found.raw.lower()
+        return next((group for group in self.collisions if group[0].raw.lower() == key), [found])
+
+    def shifted(self, by: int) -> ZipDirectory:
+        """The same directory with every local header ``by`` bytes further (an archive inside a file)."""
+        moved = {id(e): dataclasses.replace(e, header_offset=e.header_offset + by) for e in self.members}
+        copy = ZipDirectory((name, moved[id(entry)]) for name, entry in self.items())
+        copy.members = [moved[id(entry)] for entry in self.members]
+        copy.collisions = [[moved[id(entry)] for entry in group] for group in self.collisions]
+        copy.found = {key: moved[id(entry)] for key, entry in self.found.items()}
+        copy.resolved = self.resolved
+        return copy
+
+    def collision_text(self) -> str | None:
+        """``'a/data.pkl' and 'a/DATA.PKL'`` for the first collision (None without any)."""
+        if not self.collisions:
+            return None
+        group = self.collisions[0]
+        names = " and ".join(repr(entry.name) for entry in group[:3]) + (" …" if len(group) > 3 else "")
+        more = f" (and {len(self.collisions) - 1} more collisions)" if len(self.collisions) > 1 else ""
+        unknown = "" if self.resolved else " (too many members to tell which one torch reads)"
+        return names + more + unknown
+
+
+def fold(raw: bytes) -> bytes:
+    """A name as miniz compares it: up to a NUL (torch passes a C string), ASCII letters lowered."""
+    end = raw.find(0)
+    return (raw if end < 0 else raw[:end]).lower()
+
+
+def heap_order(keys: list[bytes]) -> list[int]:
+    """miniz's ``mz_zip_reader_sort_central_dir_offsets_by_filename``, step by step: the file indices in
+    the order of its (unstable) heap sort, which decides where equal names land."""
+    size = len(keys)
+    order = list(range(size))
+    if size <= 1:
+        return order
+
+    def sift(root: int, end: int) -> None:
+        while True:
+            child = 2 * root + 1
+            if child >= end:
+                return
+            if child + 1 < end and keys[order[child]] < keys[order[child + 1]]:
+                child += 1
+            if not keys[order[root]] < keys[order[child]]:
+                return
+            order[root], order[child] = order[child], order[root]
+            root = child
+
+    for start in range((size - 2) >> 1, -1, -1):
+        sift(start, size)
+    for end in range(size - 1, 0, -1):
+        order[end], order[0] = order[0], order[end]
+        sift(0, end)
+    return order
+
+
+def binary_search(order: list[int], keys: list[bytes], target: bytes) -> int | None:
+    """miniz's ``mz_zip_locate_file_binary_search``: the file index it stops at, or None."""
+    low, high = 0, len(order) - 1
+    while low <= high:
+        middle = low + ((high - low) >> 1)
+        index = order[middle]
+        key = keys[index]
+        if key == target:
+            return index
+        if key < target:
+            low = middle + 1
+        else:
+            high = middle - 1
+    return None
+
+
+MAX_COLLIDING = 1 << 17
+"""Past this many members (3 s of heap sort in Python), a collision is not resolved: the first member is
+shown and the collision says torch's pick is unknown (the file is flagged as hostile either way)."""
+
+
+def _resolve(members: list[ZipEntry]) -> tuple[dict[bytes, ZipEntry], list[list[ZipEntry]], bool]:
+    """Which member torch finds for each folded name, the collisions, and whether they were resolved."""
+    # the central directory's names are compared whole (a NUL in one is a byte like any other)
+    keys = [entry.raw.lower() for entry in members]
+    found: dict[bytes, ZipEntry] = {}
+    groups: dict[bytes, list[ZipEntry]] = {}
+    for key, entry in zip(keys, members, strict=True):
+        if key in found:
+            groups.setdefault(key, [found[key]]).append(entry)
+        else:
+            found[key] = entry
+    if not groups:
+        return found, [], True  # every name distinct: the sorted order is unique, and so is each search's answer
+    if len(members) > MAX_COLLIDING:
+        return found, list(groups.values()), False
+    order = heap_order(keys)
+    for key in groups:
+        index = binary_search(order, keys, key)
+        if index is not None:
+            found[key] = members[index]
+    return found, list(groups.values()), True
 
 
 def read_central_directory(file: BinaryIO, file_bytes: int) -> ZipDirectory:
@@ -88,7 +240,7 @@ def _zip64_end(file: BinaryIO, eocd_at: int) -> tuple[int, int, int]:
 
 def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
     entries = ZipDirectory()
-    entries.duplicates = []
+    members: list[ZipEntry] = []
     pos = 0
     unpack, fixed, length = CENTRAL.unpack_from, CENTRAL.size, len(directory)
     for _ in range(count):  # once per member (70,000 on big state_dicts): locals and plain slices only
@@ -103,15 +255,18 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
         if csize == 0xFFFFFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
             extra = directory[start + name_len : start + name_len + extra_len]
             size, csize, offset = _zip64_extra(extra, size, csize, offset)
-        name = directory[start : start + name_len].decode("utf-8" if flags & 0x800 else "cp437", "replace")
+        raw = directory[start : start + name_len]
+        # torch compares bytes and names records in UTF-8, whatever the flag 0x800 says: decoded losslessly
+        name = raw.decode("utf-8", "surrogateescape")
         if offset >= file_bytes:
-            raise ReadError(f"zip member {name} starts past the end of the file")
-        if name in entries:  # torch's reader (miniz) finds the first: the one kept
-            entries.duplicates.append(name)
-        else:
-            folder = name.endswith("/") or bool(external & DOS_DIRECTORY)
-            entries[name] = ZipEntry(name, offset, compress, csize, size, crc, flags, folder, disk)
+            raise ReadError(f"zip member {name!r} starts past the end of the file")
+        folder = name.endswith("/") or bool(external & DOS_DIRECTORY)
+        members.append(ZipEntry(name, offset, compress, csize, size, crc, flags, folder, disk, raw, len(members)))
         pos = start + name_len + extra_len + comment_len
+    entries.members = members
+    entries.found, entries.collisions, entries.resolved = _resolve(members)
+    for entry in members:
+        dict.__setitem__(entries, entry.name, entries.found.get(entry.raw.lower(), entry))
     return entries
 
 

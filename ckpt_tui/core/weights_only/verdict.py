@@ -17,6 +17,7 @@ import struct
 import sys
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -28,7 +29,13 @@ from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
-from ckpt_tui.core.readers.zip_archive import ZipEntry, multidisk_member, read_central_directory, read_member
+from ckpt_tui.core.readers.zip_archive import (
+    ZipDirectory,
+    ZipEntry,
+    multidisk_member,
+    read_central_directory,
+    read_member,
+)
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only import tables
 from ckpt_tui.core.weights_only.scan import (
@@ -138,7 +145,7 @@ class ScanBeside:
             return None
 
 
-def scan_file(path: str, zip_entries: dict[str, ZipEntry] | None = None) -> FileScan:
+def scan_file(path: str, zip_entries: ZipDirectory | None = None) -> FileScan:
     """Follow ``torch.load(path)`` (weights_only=True, no map_location) without running anything.
 
     ``zip_entries``: the file's central directory when the caller has already read it.
@@ -222,7 +229,10 @@ def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
 # ---- zip archives (torch >= 1.6 and TorchScript) ----------------------------------------------------
 
 
-def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) -> FileScan:
+def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None) -> FileScan:
+    """torch.load's steps through a zip: PyTorchStreamReader's init (archive folder from the first
+    member, version record), ``_is_torchscript_zip`` (every record listed), then ``_load``'s records and
+    data.pkl; every record found as torch's reader finds it (:meth:`ZipDirectory.locate`)."""
     scan = FileScan("zip")
     size = os.fstat(file.fileno()).st_size
     try:
@@ -234,39 +244,80 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
     if multidisk is not None:
         scan.fail(f"the zip's member {multidisk} lies on another disk (torch's zip reader: unsupported multidisk)")
         return scan
-    names = list(entries)
-    first = names[0] if names else ""
+    first = entries.members[0].name if entries.members else ""
     if "/" not in first:
         scan.fail("the zip's first member is not in a folder: torch's zip reader refuses it")
         return scan
     archive = first.split("/", 1)[0] + "/"
-    records = {name[len(archive) :]: entry for name, entry in entries.items() if name.startswith(archive)}
-    if "constants.pkl" in records:
-        scan.route = "torchscript"
-        scan.fail("a TorchScript archive: torch.load(weights_only=True) refuses these (torch.jit.load reads them)")
-        return scan
-    version = _small_record(file, records, ".data/version", size) or _small_record(file, records, "version", size)
+    if entries.collisions:
+        # torch reads one of each colliding group, another zip reader another: never "loads"
+        scan.doubt(f"zip member names collide under torch's comparison: {entries.collision_text()}")
+    version = _small_record(file, entries, archive + ".data/version", size)
+    if version is None:
+        version = _small_record(file, entries, archive + "version", size)
     if version is None or record_version(version) not in ZIP_VERSIONS:
         scan.fail(f"the archive's version record is missing or unsupported ({version!r})")
         return scan
-    byteorder = _small_record(file, records, "byteorder", size)
+    listed = _record_list(entries, archive)
+    if isinstance(listed, str):
+        scan.fail(listed)
+        return scan
+    if "constants.pkl" in listed:
+        scan.route = "torchscript"
+        scan.fail("a TorchScript archive: torch.load(weights_only=True) refuses these (torch.jit.load reads them)")
+        return scan
+    byteorder = _small_record(file, entries, archive + "byteorder", size)
     if byteorder is not None and byteorder not in (b"little", b"big"):
         scan.fail(f"unknown byteorder record {byteorder!r}")
-    alignment = _small_record(file, records, ".storage_alignment", size)
+    alignment = _small_record(file, entries, archive + ".storage_alignment", size)
     if alignment is not None and not alignment.strip().lstrip(b"+-").isdigit():
         scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
-    entry = records.get("data.pkl")
-    if entry is None:
+    candidates = entries.candidates(archive + "data.pkl")
+    if not candidates:
         scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
         return scan
+    picked = entries[archive + "data.pkl"]
+    # torch's pick first (its refusal is the one said); then every other candidate, whose globals count too
+    for entry in [picked, *(c for c in candidates if c is not picked)]:
+        _scan_data_pkl(path, file, entries, archive, entry, scan, size)
+    return scan
+
+
+def _record_list(entries: ZipDirectory, archive: str) -> list[str] | str:
+    """``get_all_records()`` as torch 2.13 lists them (each name past the archive folder, up to a NUL),
+    or why it fails: a member outside the folder, or a name that is not UTF-8."""
+    prefix = archive.encode("utf-8", "surrogateescape")
+    names = []
+    for entry in entries.members:
+        raw = entry.raw.split(b"\0", 1)[0]
+        if not raw.startswith(prefix):
+            return (
+                f"the member {entry.name!r} lies outside the archive folder {archive!r}: "
+                "torch's reader refuses to list the archive"
+            )
+        try:
+            names.append(raw[len(prefix) :].decode("utf-8"))
+        except UnicodeDecodeError:
+            return f"the member name {entry.name!r} is not UTF-8: torch fails listing the archive's records"
+    return names
+
+
+def _scan_data_pkl(
+    path: str, file: BinaryIO, entries: ZipDirectory, archive: str, entry: ZipEntry, scan: FileScan, size: int
+) -> None:
+    """One data.pkl candidate's pickle, its storages' records found as torch finds them."""
     try:
         data = read_member(file, entry, size, limit=MAX_PICKLE)
     except ReadError as exc:
         scan.fail(f"data.pkl cannot be read: {exc}")
-        return scan
+        return
     loaded: dict[Any, WStorage] = {}
     empty: list[Any] = []  # the keys of empty storages (not kept in loaded), whose records torch looks up too
-    data_records = {name[5:]: entry.size for name, entry in records.items() if name.startswith("data/")}
+    folder = archive + "data/"
+
+    def record_size(key: str) -> int | None:
+        found = entries.get(folder + key)
+        return None if found is None else found.size
 
     def storage(pid: tuple[Any, ...]) -> WStorage:
         if len(pid) == 5:  # the usual case, inline: this runs once per storage
@@ -277,21 +328,21 @@ def _scan_zip(path: str, file: BinaryIO, entries: dict[str, ZipEntry] | None) ->
                 if cached is not None:
                     return cached
                 nbytes = numel * DTYPES[dtype][0]
-                if data_records.get(key) == nbytes and nbytes:
+                if nbytes and record_size(key) == nbytes:
                     found = loaded[key] = WStorage(dtype, nbytes, key, location)
                     return found
-        return _zip_storage(pid, data_records, loaded, scan, empty)
+        return _zip_storage(pid, record_size, loaded, scan, empty)
 
-    scan.absorb(scan_pickle(data, storage), "data.pkl")
+    what = "data.pkl" if entry is entries.get(archive + "data.pkl") else f"{entry.name} (a colliding data.pkl)"
+    scan.absorb(scan_pickle(data, storage), what)
     keys = [key if type(key) is str else f"{key}" for key in [*loaded, *empty]]
-    unreadable = ZipRecords(path, entries, archive + "data/", size).unreadable(keys)
+    unreadable = ZipRecords(path, entries, folder, size).unreadable(keys)
     if unreadable is not None:
         scan.fail(unreadable)  # torch reads each record as its storage is loaded
-    return scan
 
 
-def _small_record(file: BinaryIO, records: dict[str, ZipEntry], name: str, size: int) -> bytes | None:
-    entry = records.get(name)
+def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -> bytes | None:
+    entry = entries.get(name)
     if entry is None:
         return None
     try:
@@ -326,7 +377,11 @@ def _nbytes(numel: Any, dtype: str) -> int:
 
 
 def _zip_storage(
-    pid: tuple[Any, ...], records: dict[str, int], loaded: dict[Any, WStorage], scan: FileScan, empty: list[Any]
+    pid: tuple[Any, ...],
+    record_size: Callable[[str], int | None],
+    loaded: dict[Any, WStorage],
+    scan: FileScan,
+    empty: list[Any],
 ) -> WStorage:
     """``_load``'s persistent_load: the record ``data/<key>`` must exist and hold exactly the storage."""
     if len(pid) != 5:
@@ -340,7 +395,7 @@ def _zip_storage(
     if cached is not None:
         return cached
     nbytes = _nbytes(numel, dtype)
-    size = records.get(key if type(key) is str else f"{key}")
+    size = record_size(key if type(key) is str else f"{key}")
     if size is None:
         raise Refusal(f"storage record data/{key} is missing from the archive")
     if size != nbytes:
@@ -612,7 +667,7 @@ def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict
     return verdict_from_scan(scan, checkpoint)
 
 
-def _central_directory(checkpoint: Checkpoint) -> dict[str, ZipEntry] | None:
+def _central_directory(checkpoint: Checkpoint) -> ZipDirectory | None:
     """The zip entries the reader already read (from the first tensor's record source), if any."""
     if checkpoint.format not in ("zip", "torchscript"):
         return None

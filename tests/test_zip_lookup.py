@@ -1,0 +1,231 @@
+"""Zip members are found as torch's reader finds them: names compared with ASCII letters lowered, a
+binary search over miniz's heap-sorted central directory, and so the same twin torch picks.
+
+Every expectation here is the real torch's answer: ``torch._C.PyTorchFileReader`` (the reader
+``torch.load`` uses) for single records, ``torch.load(weights_only=True)`` for whole files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import random
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from builders import Payload, touch_command
+from builders_readers import raw_zip_bytes, write_raw_zip
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.model.tree import Tensor, iter_tensors
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.readers.zip_archive import read_central_directory
+from ckpt_tui.core.values.tensor_values import TensorReader
+
+POOL = [
+    b"data.pkl",
+    b"DATA.PKL",
+    b"Data.Pkl",
+    b"data/0",
+    b"DATA/0",
+    b"data/A",
+    b"data/a",
+    b"byteorder",
+    b"data/1",
+    b"data.pkl/",
+    b"\xffdata",
+    b"data/0\x00z",
+    b"data/01",
+    b"dat",
+]
+QUERIES = ["data.pkl", "DATA.PKL", "data/0", "data/A", "data/a", "byteorder", "data/1", "dat", "data/0\x00q", "nope"]
+
+
+def torch_record(path: Path, name: str) -> bytes | None:
+    """The bytes torch's zip reader returns for ``name`` (None: it finds no such record)."""
+    reader = torch._C.PyTorchFileReader(str(path))
+    if not reader.has_record(name):
+        return None
+    return bytes(reader.get_record(name))
+
+
+def our_record(blob: bytes, archive: str, name: str) -> bytes | None:
+    """The bytes ckpt-tui's one lookup returns for the same name."""
+    entries = read_central_directory(io.BytesIO(blob), len(blob))
+    entry = entries.get(archive + name)
+    if entry is None:
+        return None
+    start = entry.header_offset + 30 + len(entry.raw)
+    return blob[start : start + entry.size]
+
+
+def test_every_lookup_finds_the_member_torch_finds(tmp_path: Path) -> None:
+    """Generated zips with case twins, exact duplicates in every order, NULs, non-UTF-8 bytes and
+    directory records: each record name resolves to the bytes torch's reader returns."""
+    rng = random.Random(21)
+    path = tmp_path / "lookup.zip"
+    asked = differing_picks = 0
+    for _ in range(150):
+        names = [b"a/version"] + [b"a/" + rng.choice(POOL) for _ in range(rng.randint(1, 40))]
+        rng.shuffle(names)
+        members = [(name, b"3" if name == b"a/version" else b"%d" % i) for i, name in enumerate(names)]
+        blob = raw_zip_bytes(members)
+        path.write_bytes(blob)
+        for query in QUERIES:
+            theirs = torch_record(path, query)
+            assert our_record(blob, "a/", query) == theirs, (names, query)
+            asked += 1
+            first_twin = next((data for name, data in members if name.lower() == b"a/" + query.encode().lower()), None)
+            differing_picks += theirs is not None and theirs != first_twin
+    assert asked == 1500
+    assert differing_picks > 50  # "the first member with the name" would have been wrong this often
+
+
+# ---- whole files: the tensors and objects torch.load builds ---------------------------------------------
+
+
+def saved_members(obj: object, tmp_path: Path) -> list[tuple[bytes, bytes]]:
+    """The members torch.save writes for ``obj``, in its order."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        return [(info.filename.encode(), archive.read(info)) for info in archive.infolist()]
+
+
+def our_values(path: Path) -> dict[str, list[float]]:
+    checkpoint = open_checkpoint(str(path))
+    found: dict[str, list[float]] = {}
+    for key_path, tensor in iter_tensors(checkpoint.root):
+        assert isinstance(tensor, Tensor)
+        found[str(key_path[-1])] = TensorReader(tensor, checkpoint.byteorder).first(4).tolist()
+    return found
+
+
+def torch_values(path: Path) -> dict[str, list[float]]:
+    loaded = torch.load(path, weights_only=True)
+    return {str(key): value.tolist() for key, value in loaded.items()}
+
+
+FILLERS = [b"archive/.format_version", b"archive/.storage_alignment", b"archive/zz", b"archive/DATA/9"]
+
+
+@pytest.mark.parametrize("twin", [b"archive/data/0", b"archive/DATA/0", b"archive/Data/0"])
+def test_twin_records_read_the_bytes_torch_reads(tmp_path: Path, twin: bytes) -> None:
+    """A storage record with a twin (the same name, or the same in another case) placed at every position,
+    among fillers that move miniz's heap: ckpt-tui's values are torch.load's, whichever twin that is."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}, tmp_path)
+    other = torch.tensor([10.0, 20.0, 30.0, 40.0]).numpy().tobytes()
+    picks = set()
+    for fillers in range(len(FILLERS) + 1):
+        extra = [(name, b"1" if "format" in name.decode() else b"64" if "align" in name.decode() else b"x")
+                 for name in FILLERS[:fillers]]  # fmt: skip
+        for position in range(len(members) + 1):
+            layout = [*members[:position], (twin, other), *members[position:], *extra]
+            path = write_raw_zip(tmp_path / f"twin{fillers}-{position}.pth", layout)
+            theirs = torch_values(path)
+            assert our_values(path) == theirs, (fillers, position)
+            picks.add(theirs["w"][0])
+    assert picks == {1.0, 10.0}  # torch read each twin in some layout: the test tells the two apart
+
+
+@pytest.mark.parametrize("order", ["lower first", "upper first"])
+def test_case_twin_data_pkl_shows_the_object_torch_loads(tmp_path: Path, order: str) -> None:
+    members = saved_members({"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}, tmp_path)
+    twin_pickle = saved_members({"v": torch.tensor([5.0, 6.0, 7.0, 8.0])}, tmp_path)
+    data = next(data for name, data in twin_pickle if name.endswith(b"/data.pkl"))
+    record = next(blob for name, blob in twin_pickle if b"/data/" in name)
+    # the twin's storage key "0" would name the first file's record: it gets its own key, "1"
+    twin = (b"archive/DATA.PKL", data.replace(b"X\x01\x00\x00\x000", b"X\x01\x00\x00\x001"))
+    layout = [members[0], twin, *members[1:]] if order == "upper first" else [*members, twin]
+    layout.append((b"archive/data/1", record))
+    path = write_raw_zip(tmp_path / "twins.pth", layout)
+    theirs = torch_values(path)
+    assert our_values(path) == theirs
+
+
+# ---- a collision is hostile: check, info, convert ------------------------------------------------------
+
+
+def payload_zip(tmp_path: Path, payload_first: bool) -> tuple[Path, Path]:
+    """``model/data.pkl`` a harmless state_dict, ``model/DATA.PKL`` a pickle that runs ``touch CANARY``."""
+    canary = tmp_path / "canary"
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    members = [(name.replace(b"archive/", b"model/"), data) for name, data in members]
+    payload = (b"model/DATA.PKL", pickle.dumps(Payload(os.system, touch_command(canary)), protocol=2))
+    layout = [payload, *members] if payload_first else [*members, payload]
+    # the first member names the archive folder: keep model/ first either way
+    if payload_first:
+        layout = [members[0], payload, *members[1:]]
+    return write_raw_zip(tmp_path / f"model{int(payload_first)}.pth", layout), canary
+
+
+@pytest.mark.parametrize("payload_first", [False, True])
+def test_colliding_data_pkl_is_never_clean(
+    tmp_path: Path, payload_first: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The attack of issue 21: a harmless data.pkl beside a DATA.PKL payload."""
+    path, canary = payload_zip(tmp_path, payload_first)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "collide" in out and "'model/DATA.PKL'" in out
+    assert "torch.load loads it" not in out and "OK" not in out.split("\n")[0]
+    assert main(["check", "--json", str(path)]) == 1
+    verdict = json.loads(capsys.readouterr().out)["weights_only"]
+    # the union of both candidates: the payload's global is a blocker whichever one torch picks
+    assert verdict["answer"] == "refuses" and verdict["loads"] is False
+    assert any(b["global"] in ("os.system", "posix.system") for b in verdict["blockers"]), verdict
+    assert main(["info", str(path)]) == 0
+    assert "collide" in capsys.readouterr().out
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.pth")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "readers disagree" in err and "collide" in err
+    assert not (tmp_path / "out.pth").exists() and not canary.exists()
+
+
+def test_harmless_collision_is_cannot_tell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two harmless twins: torch loads one of them; ckpt-tui says "cannot tell", never "loads"."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    data = next(blob for name, blob in members if name.endswith(b"/data.pkl"))
+    path = write_raw_zip(tmp_path / "twins.pth", [*members, (b"archive/data.pkl", data)])
+    assert torch.load(path, weights_only=True)["w"].tolist() == [1.0, 2.0]
+    assert main(["check", "--json", str(path)]) == 1
+    verdict = json.loads(capsys.readouterr().out)["weights_only"]
+    assert verdict["answer"] == "cannot_tell" and "collide" in verdict["cannot_tell"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param((b"other/x", b"x"), id="member outside the archive folder"),
+        pytest.param((b"archive/\xff", b"x"), id="member name not UTF-8"),
+    ],
+)
+def test_what_torch_fails_to_list_is_refused(
+    tmp_path: Path, extra: tuple[bytes, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    path = write_raw_zip(tmp_path / "listed.pth", [*members, extra])
+    with pytest.raises((RuntimeError, UnicodeDecodeError)):
+        torch.load(path, weights_only=True)
+    code = main(["check", "--json", str(path)])
+    report = json.loads(capsys.readouterr().out)
+    assert code in (1, 2) and report["weights_only"]["answer"] == "refuses", report
+
+
+@pytest.mark.parametrize("payload_first", [False, True])
+def test_the_collision_names_the_twin_torch_reads(tmp_path: Path, payload_first: bool) -> None:
+    """The twin the flag names is the one torch.load reads: refused where it is the payload."""
+    path, canary = payload_zip(tmp_path, payload_first)
+    (flag,) = open_checkpoint(str(path)).hostile
+    payload_read = "torch 2.13 reads 'model/DATA.PKL'" in flag
+    assert payload_read or "torch 2.13 reads 'model/data.pkl'" in flag
+    try:
+        torch.load(path, weights_only=True)
+        refused = False
+    except pickle.UnpicklingError:
+        refused = True
+    assert refused == payload_read and not canary.exists()
