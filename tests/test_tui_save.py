@@ -208,12 +208,12 @@ async def test_quit_after_saving_does_not_ask(train_file: Path) -> None:
 
 async def test_save_as_proposes_the_next_free_name(train_file: Path) -> None:
     (train_file.parent / "best_model.fixed.pth").write_bytes(b"taken")
-    (train_file.parent / "best_model.fixed2.pth").write_bytes(b"taken")
+    (train_file.parent / "best_model.fixed-2.pth").write_bytes(b"taken")
     app = CkptApp(str(train_file))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "j", "p", "y", "ctrl+s")
-        assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed3.pth")
+        assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed-3.pth")
 
 
 async def test_not_saved_as_safetensors_names_the_browser_keys_not_cli_options(train_file: Path) -> None:

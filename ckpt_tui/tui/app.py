@@ -21,6 +21,7 @@ from textual.screen import Screen
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.tree import iter_tensors
+from ckpt_tui.core.operations.convert import fixed_output_path
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
@@ -137,16 +138,9 @@ class CkptApp(App[None]):
     # ---- saving ---------------------------------------------------------------------------
 
     def default_save_path(self) -> str:
-        """A new name next to the input that is free: ``best_model.fixed.pth``, else ``best_model.fixed2.pth``…"""
-        source = Path(self.path)
-        folder = source.parent if not source.is_dir() else source
-        stem = source.name.split(".")[0] or "checkpoint"
-        suffix = ".safetensors" if source.suffix == ".safetensors" else ".pth"
-        for number in ("", *map(str, range(2, 1000))):
-            candidate = folder / f"{stem}.fixed{number}{suffix}"
-            if not os.path.lexists(candidate):
-                return str(candidate)
-        return str(folder / f"{stem}.fixed{suffix}")
+        """A free name beside the input, as every suggested command names it: ``best_model.fixed.pth``,
+        else ``best_model.fixed-2.pth``…"""
+        return fixed_output_path(self.path)
 
     def source_files(self) -> set[str]:
         """Every file this session reads tensor bytes from (the input, or its shards)."""

@@ -13,30 +13,12 @@ from typing import Any
 
 from ckpt_tui.core.conventions.state_dicts import tensor_items
 from ckpt_tui.core.edits import tree_edits as edits
-from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.tui.text import data, where
 
 RowId = tuple[KeyPath, str | None]
 Relocate = Callable[[RowId], RowId]
-
-DTYPE_ALIASES = {
-    "fp16": "float16",
-    "f16": "float16",
-    "half": "float16",
-    "float16": "float16",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp32": "float32",
-    "f32": "float32",
-    "float": "float32",
-    "float32": "float32",
-    "fp64": "float64",
-    "f64": "float64",
-    "double": "float64",
-    "float64": "float64",
-}
 
 
 @dataclass(frozen=True)
@@ -61,14 +43,6 @@ class Target:
         if self.prefix is not None:
             return f"the group {data(repr(self.prefix)).plain} of {where(self.path)}"
         return where(self.path)
-
-
-def dtype_name(text: str) -> str:
-    """``fp16``, ``half``, ``torch.bfloat16`` → the dtype's name; EditError if it is no float type to cast to."""
-    name = text.strip().lower().removeprefix("torch.")
-    if name not in DTYPE_ALIASES:
-        raise EditError(f"cannot cast to {text!r}: choose float16 (fp16, half), bfloat16 (bf16) or float32 (fp32)")
-    return DTYPE_ALIASES[name]
 
 
 def state_dict_at(root: Any, path: KeyPath) -> KeyPath:

@@ -42,13 +42,16 @@ CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {
     "float16": "float16",
     "fp16": "float16",
+    "f16": "float16",
     "half": "float16",
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
     "float32": "float32",
     "fp32": "float32",
+    "f32": "float32",
     "float": "float32",
 }
+"""Every name a cast accepts (``--dtype``, the browser's cast prompt), lower case, without ``torch.``."""
 EXAMPLES = 5
 MODULE_ENTRIES_LIMIT = 1_000_000
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
@@ -654,7 +652,7 @@ class BrowserScreen(Screen[None]):
 
         def cast_to(text: str) -> None:
             try:
-                dtype = targets.dtype_name(text)
+                dtype = edits.cast_dtype(text)
             except EditError as exc:
                 self.warn(str(exc))
                 return
@@ -717,23 +715,25 @@ class BrowserScreen(Screen[None]):
         self.ckpt_app.remember("compare", reference)
         root = self.session.root
         try:
-            if target.prefix is not None:
-                value = group_edits.group_state_dict(root, target.path, target.prefix)
-            else:
-                value = get(root, target.path)
+            # a group is compared as the state_dict x would extract; anything else as check --at does
+            group = (
+                group_edits.group_state_dict(root, target.path, target.prefix) if target.prefix is not None else None
+            )
+            get(root, target.path)
         except (CkptError, KeyError) as exc:
             self.warn(str(exc), "Cannot compare")
             return
         self.update_status(f"comparing with {os.path.basename(reference)}…")
-        self._compare(self.session.version, value, target, reference)
+        self._compare(self.session.version, root, group, target, reference)
 
     @work(thread=True, exclusive=True, group="report", description="report")
-    def _compare(self, version: int, value: Any, target: Target, reference: str) -> None:
+    def _compare(self, version: int, root: Any, group: Any, target: Target, reference: str) -> None:
         """Read the reference and compare, off the UI thread; reports by message only."""
-        from ckpt_tui.core.operations.compare import compare, load_reference
+        from ckpt_tui.core.operations.compare import compare, compare_checkpoint, load_reference
 
         try:
-            report = compare(value, load_reference(reference, None))
+            loaded = load_reference(reference, None)
+            report = compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
         except CkptError as exc:
             self.post_message(ReportFailed(version, "Cannot compare", str(exc)))
             return
@@ -768,7 +768,7 @@ class BrowserScreen(Screen[None]):
                 summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
             else:
                 summary.append("\nf applies it here as one undoable edit; on the command line:\n")
-                summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion, target.path)))
+                summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion)))
         sections = _compare_sections(report, target)
 
         def done(result: tuple[str, str] | None) -> None:
@@ -783,8 +783,9 @@ class BrowserScreen(Screen[None]):
         title = f"Compare {target.describe()} with {os.path.basename(message.reference)}"
         self.app.push_screen(ReportScreen(title, summary, sections, fixable), done)
 
-    def fix_command(self, suggestion: Any, at: KeyPath) -> list[str]:
-        """The ``convert`` command that applies a suggestion to the file on disk, after what it assumes (lines)."""
+    def fix_command(self, suggestion: Any) -> list[str]:
+        """The ``convert`` command that applies a suggestion to the file on disk (core's, as the CLI prints it),
+        after what it assumes (lines)."""
         app = self.ckpt_app
         session = self.session
         assert session is not None
@@ -798,19 +799,7 @@ class BrowserScreen(Screen[None]):
                 assumption = [
                     f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"
                 ]
-        options: list[str] = []
-        extract = next((s for s in suggestion.steps if s.kind == "extract"), None)
-        for step in suggestion.steps:
-            if step.kind == "extract":
-                inner = (*at, *step.arg)
-                options += ["--extract", to_slash(inner) if inner else "auto"]
-            else:
-                options += ["--strip-prefix" if step.kind == "strip" else "--add-prefix", str(step.arg)]
-        if at and extract is None:
-            options += ["--at", to_slash(at)]
-        output = _output_path(source)
-        command = shlex.join(["ckpt-tui", "convert", source, "-o", output, *options])
-        return [*assumption, command]
+        return [*assumption, suggestion.command(source)]
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
         from ckpt_tui.core.operations.compare import apply_suggestion
@@ -1057,14 +1046,6 @@ class BrowserScreen(Screen[None]):
             self.query_one(SummaryHeader).show(self.summary, known, self.check)
         marked = len(self.tree_view.markers)
         self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
-
-
-def _output_path(source: str) -> str:
-    """``best_model.fixed.pth`` next to ``source`` (never ``source`` itself)."""
-    path = Path(source)
-    stem = path.name.split(".")[0] or "checkpoint"
-    candidate = str(path.with_name(f"{stem}.fixed.pth")) if path.name else "fixed.pth"
-    return candidate if candidate != source else str(path.with_name(f"{stem}.fixed2.pth"))
 
 
 def _compare_sections(report: Any, target: Target) -> list[Section]:

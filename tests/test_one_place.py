@@ -1,0 +1,109 @@
+"""One meaning in one place: the CLI and the browser name outputs, accept cast names and build fix
+commands through the same core code, so what one face proposes the other agrees with."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+from builders_tui import browser, fixed_state_dict, loaded, save_fixed_training, settle
+
+from ckpt_tui.cli import build_parser, main
+from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.edits.tree_edits import RenameRule
+from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.operations.compare import Step, Suggestion
+from ckpt_tui.core.runtime.shell import join_command
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.screens.dialogs import ReportScreen, SaveScreen
+
+SIZE = (160, 50)
+
+
+def output_of(command: str) -> str:
+    """The ``--output`` of a printed ``ckpt-tui convert`` command."""
+    argv = shlex.split(command[command.index("ckpt-tui convert") :])
+    return argv[argv.index("--output") + 1]
+
+
+async def test_cli_browser_report_and_save_dialog_propose_the_same_free_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train_file = save_fixed_training(tmp_path / "best_model.pth")
+    (tmp_path / "best_model.fixed.pth").write_bytes(b"taken")
+    reference = tmp_path / "reference.pth"
+    torch.save(fixed_state_dict(prefix=""), reference)
+    free = str(tmp_path / "best_model.fixed-2.pth")
+    # the CLI: info's fix and check --against's fix
+    assert main(["info", str(train_file)]) == 0
+    info_fix = next(line for line in capsys.readouterr().out.splitlines() if "ckpt-tui convert" in line)
+    assert main(["check", str(train_file), "--at", "model", "--against", str(reference)]) == 1
+    check_fix = next(line for line in capsys.readouterr().out.splitlines() if "ckpt-tui convert" in line)
+    assert output_of(info_fix) == output_of(check_fix) == free
+    # the browser: the compare report's command, then the save dialog
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model",), None))
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(reference)
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)
+        body = app.screen.query_one(".dialog-body").content.plain
+        report_fix = next(line for line in body.splitlines() if line.startswith("ckpt-tui convert"))
+        assert report_fix == check_fix[check_fix.index("ckpt-tui convert") :]
+        await settle(pilot, "escape")
+        browser(app).tree_view.reveal((("epoch",), None))
+        await settle(pilot, "d", "y", "ctrl+s")
+        assert isinstance(app.screen, SaveScreen)
+        assert app.screen.query_one("#save-path").value == free
+
+
+SUGGESTIONS = [
+    [Step("drop", "head.weight")],
+    [Step("rename", RenameRule.parse("module.=", anywhere=False))],
+    [Step("rename", RenameRule.parse("attn=attention", anywhere=True))],
+    [Step("add", "model.")],
+    [Step("drop", "x"), Step("rename", RenameRule.parse("a.=b.", anywhere=False)), Step("add", "net.")],
+]
+
+
+@pytest.mark.parametrize("steps", SUGGESTIONS, ids=["drop", "rename-prefix", "rename-infix", "add", "chain"])
+async def test_the_browsers_fix_command_is_cores_argv(tmp_path: Path, steps: list[Step]) -> None:
+    train_file = save_fixed_training(tmp_path / "best_model.pth")
+    suggestion = Suggestion(steps, 9, 9, 0, at=("model",))
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        command = browser(app).fix_command(suggestion)
+    assert command == [join_command(suggestion.argv(str(train_file)))]
+    # and the command means the suggestion: the parser reads back each step
+    args = build_parser().parse_args(shlex.split(command[0])[1:])
+    assert args.drop == [s.arg for s in steps if s.kind == "drop"]
+    assert [rule.describe() for rule in args.rename_rules] == [s.arg.describe() for s in steps if s.kind == "rename"]
+    assert args.add_prefix == next((s.arg for s in steps if s.kind == "add"), None)
+
+
+def test_every_cast_name_the_faces_accept_is_one_the_core_casts_to() -> None:
+    from ckpt_tui.cli.parser import build_parser as parser
+
+    for name in [*edits.CAST_NAMES, "torch.bfloat16", " HALF "]:
+        dtype = edits.cast_dtype(name)
+        assert parser().parse_args(["convert", "x.pth", "--dtype", name.strip()]).dtype == dtype
+    for refused in ["double", "fp64", "int8"]:
+        with pytest.raises(EditError):
+            edits.cast_dtype(refused)
+
+
+async def test_the_browser_refuses_a_cast_name_as_the_core_does(tmp_path: Path) -> None:
+    train_file = save_fixed_training(tmp_path / "best_model.pth")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "t")
+        app.screen.query_one("Input").value = "double"
+        await settle(pilot, "enter")
+        assert any("cannot cast to 'double'" in str(n.message) for n in app._notifications)
+        assert not browser(app).session.edited
