@@ -392,3 +392,53 @@ def test_hand_written_and_flax_leaf_names_pair_with_torch_ones(mine: tuple[str, 
     assert pairs == [
         (f"enc.l{i}.{a}", f"encoder.l{i}.{b}") for i in range(3) for a, b in zip(mine, theirs, strict=True)
     ]
+
+
+def _every_rule_in_order(rules: list[RenameRule], key: str) -> str:
+    for rule in rules:
+        key = rule.apply(key)
+    return key
+
+
+def test_indexed_rules_rename_as_trying_every_rule_in_order() -> None:
+    import random
+
+    from ckpt_tui.core.edits.tree_edits import RuleIndex
+
+    generator = random.Random(7)
+    parts = ["a", "b", "ab", "model", "layers", "0", "1", "attn"]
+    keys = [".".join(generator.choices(parts, k=generator.randint(1, 5))) for _ in range(400)]
+    rules = [
+        RenameRule(
+            ".".join(generator.choices(parts, k=generator.randint(1, 2))) + generator.choice([".", ""]),
+            ".".join(generator.choices(parts, k=generator.randint(0, 2))) + generator.choice([".", ""]),
+            anywhere=generator.random() < 0.15,
+        )
+        for _ in range(60)
+    ]
+    rules = [r for r in rules if r.old and not (r.anywhere and (r.old.endswith(".") or r.new.endswith(".")))]
+    index = RuleIndex(rules)
+    for key in keys:
+        after, renamed = -1, key
+        while (found := index.next_rule(renamed, after)) is not None:
+            renamed, after = rules[found].apply(renamed), found
+        assert renamed == _every_rule_in_order(rules, key), key
+
+
+def test_a_rename_map_is_not_tried_against_every_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = 3000
+    source = save({f"block{i}.w": torch.ones(1) for i in range(keys)}, tmp_path / "many.pth")
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({f"block{i}.": f"layer{i}." for i in range(keys)}))
+    calls = 0
+    apply = RenameRule.apply
+
+    def counted(self: RenameRule, key: str) -> str:
+        nonlocal calls
+        calls += 1
+        return apply(self, key)
+
+    monkeypatch.setattr(RenameRule, "apply", counted)
+    assert main(["convert", str(source), "-o", str(tmp_path / "out.pth"), "--rename-map", str(mapping)]) == 0
+    assert calls <= 2 * keys  # one rule applied per key (trying them all: keys * rules = 9,000,000)
+    assert list(torch.load(tmp_path / "out.pth"))[:2] == ["layer0.w", "layer1.w"]

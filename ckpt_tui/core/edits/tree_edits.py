@@ -9,6 +9,7 @@ the cycle forever.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import fnmatch
 import itertools
@@ -303,19 +304,58 @@ class RenameRule:
         return cls(old, new, anywhere)
 
 
+class RuleIndex:
+    """Rename rules indexed by their prefix: which rule applies next to a key is found by one lookup per
+    distinct prefix length, not by trying every rule (a rename map of 100,000 prefixes over 100,000 keys).
+
+    Rules still apply in order, each to the result of the ones before it, exactly as trying them all.
+    """
+
+    def __init__(self, rules: Sequence[RenameRule]) -> None:
+        self.rules = rules
+        self.by_prefix: dict[str, list[int]] = {}
+        self.anywhere = [i for i, rule in enumerate(rules) if rule.anywhere]
+        for i, rule in enumerate(rules):
+            if not rule.anywhere:
+                self.by_prefix.setdefault(rule.old, []).append(i)
+        self.lengths = sorted({len(prefix) for prefix in self.by_prefix})
+
+    def next_rule(self, key: str, after: int) -> int | None:
+        """The first rule after index ``after`` that changes ``key`` or whose prefix starts it (None: none)."""
+        best: int | None = None
+        for length in self.lengths:
+            if length > len(key):
+                break
+            indices = self.by_prefix.get(key[:length])
+            if indices:
+                at = bisect.bisect_right(indices, after)
+                if at < len(indices) and (best is None or indices[at] < best):
+                    best = indices[at]
+        start = bisect.bisect_right(self.anywhere, after)
+        for i in self.anywhere[start:]:
+            if best is not None and i > best:
+                break
+            if self.rules[i].apply(key) != key:
+                return i
+        return best
+
+
 def rename_keys_by_rules(root: Any, rules: Sequence[RenameRule], path: KeyPath | None = None) -> Result:
     """Apply rename rules in order (each to the result of the previous) to every key; count each rule's moves."""
     if not rules:
         raise EditError("no rename rules")
     where = default_target(root) if path is None else path
     moved = [0] * len(rules)
+    index = RuleIndex(rules)
 
     def rename(key: str) -> str:
-        for index, rule in enumerate(rules):
-            new = rule.apply(key)
+        after = -1
+        while (found := index.next_rule(key, after)) is not None:
+            new = rules[found].apply(key)
             if new != key:
-                moved[index] += 1
+                moved[found] += 1
                 key = new
+            after = found
         return key
 
     rebuilt, _, change = _rename_keys(root, where, rename, "rename keys by rules")

@@ -781,7 +781,8 @@ def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: 
     if not missing:
         return []
     present = {k: _signature(v) for k, v in items}
-    present.update({k: e.shape for k, e in reference.items() if k not in missing})
+    absent = set(missing)  # (a list: each key tested against it would cost keys x missing)
+    present.update({k: e.shape for k, e in reference.items() if k not in absent})
     notes = []
     for key in missing:
         tied = layouts.tied_head(key, present, reference[key].shape if key in reference else None)
