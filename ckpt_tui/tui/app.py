@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
+from textual.notifications import Notify
 from textual.screen import Screen
 
 from ckpt_tui.core.edits.session import Session
@@ -68,6 +69,11 @@ class CkptApp(App[None]):
 
     def on_mount(self) -> None:
         self._open(self.path, False)
+
+    def _on_notify(self, event: Notify) -> None:
+        """A new notification replaces the one shown: they stacked three deep over dialogs."""
+        self.clear_notifications()
+        super()._on_notify(event)
 
     # ---- reading the file -------------------------------------------------------------------
 

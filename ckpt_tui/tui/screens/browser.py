@@ -29,7 +29,7 @@ from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes
+from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
 from ckpt_tui.core.operations.check import CheckReport, check_checkpoint
 from ckpt_tui.core.operations.info import Summary, summarize
 from ckpt_tui.core.readers.open import open_checkpoint
@@ -58,7 +58,7 @@ from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
-from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, ViewState, groupings_along
+from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, RowId, ViewState, groupings_along
 
 if TYPE_CHECKING:
     from ckpt_tui.tui.app import CkptApp
@@ -83,6 +83,8 @@ class Proposal:
 
     relocate: Relocate
     failed: Callable[[str], Any] | None = None
+    cursor: RowId | None = None
+    """Where the cursor goes instead of where ``relocate`` puts it (a deleted line's neighbour)."""
 
 
 class BrowserScreen(Screen[None]):
@@ -308,6 +310,12 @@ class BrowserScreen(Screen[None]):
         """A notification in plain text (messages may quote keys from the file)."""
         self.notify(printable(message), title=title, severity="warning", markup=False)
 
+    def nothing_to_do(self, message: str) -> None:
+        """A key with nothing to act on says so (status line and a notification) and opens no prompt:
+        a prompt would swallow the keys typed next."""
+        self.update_status(message)
+        self.notify(printable(message), title="Nothing to do", markup=False)
+
     # ---- viewing actions -----------------------------------------------------------------------
 
     def action_help(self) -> None:
@@ -391,23 +399,32 @@ class BrowserScreen(Screen[None]):
         self.update_status(f"match {self.match_index + 1}/{len(self.matches)}")
 
     def action_next_match(self) -> None:
-        if self.matches:
-            self.match_index = (self.match_index + 1) % len(self.matches)
-            self.go_to_match()
+        if not self.matches:
+            self.nothing_to_do("no matches to go through: / searches the key paths")
+            return
+        self.match_index = (self.match_index + 1) % len(self.matches)
+        self.go_to_match()
 
     def action_previous_match(self) -> None:
-        if self.matches:
-            self.match_index = (self.match_index - 1) % len(self.matches)
-            self.go_to_match()
+        if not self.matches:
+            self.nothing_to_do("no matches to go through: / searches the key paths")
+            return
+        self.match_index = (self.match_index - 1) % len(self.matches)
+        self.go_to_match()
 
     # ---- proposing and applying edits ---------------------------------------------------------
 
     def propose(
-        self, edit: Edit, relocate: Relocate = targets.keep, failed: Callable[[str], Any] | None = None
+        self,
+        edit: Edit,
+        relocate: Relocate = targets.keep,
+        failed: Callable[[str], Any] | None = None,
+        cursor: RowId | None = None,
     ) -> None:
         """Compute an edit in a worker, preview it, then apply it if confirmed (to the tree it was computed from).
 
-        ``failed`` is called with the reason when the edit does not apply (the default warns).
+        ``failed`` is called with the reason when the edit does not apply (the default warns); ``cursor`` is
+        where the cursor goes afterwards (by default where ``relocate`` takes it).
         """
         session = self.session
         if session is None:
@@ -417,7 +434,7 @@ class BrowserScreen(Screen[None]):
         if self.tree_view.grouped:  # the open lines, where the new tree's module groups will be shown
             view = self.tree_view.view_state()
             shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
-        self._preview(session.version, session.root, edit, Proposal(relocate, failed), shown)
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor), shown)
 
     @work(thread=True, exclusive=True, group="preview", description="edit preview")
     def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal, shown: list[KeyPath]) -> None:
@@ -458,13 +475,14 @@ class BrowserScreen(Screen[None]):
             self.session.apply(new_root, change)
             self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
             self.edit_views[self.session.position] = (view, proposal.relocate)
-            self.after_edit(view, proposal.relocate, f"applied: {change.title}")
+            self.after_edit(view, proposal.relocate, f"applied: {change.title}", proposal.cursor)
 
         self.app.push_screen(PreviewScreen(change), answer)
 
-    def after_edit(self, view: ViewState, relocate: Relocate, note: str) -> None:
-        """Redraw with the open lines and the cursor carried over, recount, and follow the cursor."""
-        view = ViewState(relocate(view.cursor), {relocate(row) for row in view.expanded})
+    def after_edit(self, view: ViewState, relocate: Relocate, note: str, cursor: RowId | None = None) -> None:
+        """Redraw with the open lines and the cursor carried over (or put on ``cursor``), recount, and follow
+        the cursor."""
+        view = ViewState(cursor or relocate(view.cursor), {relocate(row) for row in view.expanded})
         self.redraw(view)
         self.refresh_bindings()
         self.ckpt_app.refresh_bindings()
@@ -509,17 +527,12 @@ class BrowserScreen(Screen[None]):
             return
         root = self.session.root
 
-        def ask_prefix(error: str) -> None:
-            shared = common_prefix(k for k, _ in (tensor_items(get(root, at)) or [])) or ""
-            self.ask(
-                f"Strip which prefix from the keys of {where(at)}?",
-                shared,
-                f"{printable(error)} · only keys that start with it change",
-                lambda prefix: self._strip(at, prefix),
-                exact=True,
-            )
+        def nothing_to_strip(error: str) -> None:
+            shared = common_prefix(k for k, _ in (tensor_items(get(root, at)) or []))
+            hint = " (v groups by module; x on a group keeps it as the root)" if shared else ""
+            self.nothing_to_do(f"nothing to strip: {error}{hint}")
 
-        self._strip(at, "auto", ask_prefix)
+        self._strip(at, "auto", nothing_to_strip)
 
     def _strip(self, at: KeyPath, prefix: str, failed: Callable[[str], Any] | None = None) -> None:
         assert self.session is not None
@@ -630,14 +643,18 @@ class BrowserScreen(Screen[None]):
         if not self.editable("delete"):
             return
         target = self.focused_target()
-        if target is None:
+        line = self.tree_view.cursor_target
+        if target is None or line is None:
             self.warn("put the cursor on a key to delete it")
             return
+        # the cursor stays with the line beside the deleted one (it went to the root from the last key)
+        beside = self.tree_view.neighbour(line)
+        relocate = targets.deleted(target)
         if target.prefix is not None:
             prefix = target.prefix
-            self.propose(lambda root: group_edits.delete_group(root, target.path, prefix), targets.deleted(target))
+            self.propose(lambda root: group_edits.delete_group(root, target.path, prefix), relocate, cursor=beside)
             return
-        self.propose(lambda root: edits.delete(root, target.path), targets.deleted(target))
+        self.propose(lambda root: edits.delete(root, target.path), relocate, cursor=beside)
 
     def action_cast(self) -> None:
         if not self.editable("cast"):
@@ -663,12 +680,28 @@ class BrowserScreen(Screen[None]):
                 self.propose(lambda root: edits.cast(root, dtype, target.path or "all"))
 
         what = "the whole checkpoint" if not target.path and target.prefix is None else target.describe()
+        if not self._castable_below(target):
+            self.nothing_to_do(f"nothing to cast: no floating-point tensor in {what}")
+            return
         self.ask(
             f"Cast the floating-point tensors of {what} to",
             "float16",
             "float16 (fp16, half) · bfloat16 (bf16) · float32 (fp32)",
             cast_to,
         )
+
+    def _castable_below(self, target: Target) -> bool:
+        """Whether a cast of ``target`` has a floating-point tensor to act on."""
+        assert self.session is not None
+        root = self.session.root
+        try:
+            if target.prefix is not None:
+                value = group_edits.group_state_dict(root, target.path, target.prefix)
+            else:
+                value = get(root, target.path)
+        except (CkptError, KeyError, IndexError, TypeError):
+            return True  # the edit itself says what is wrong
+        return any(tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
 
     def action_undo(self) -> None:
         if not self.editable("undo") or self.session is None:

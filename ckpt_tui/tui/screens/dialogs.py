@@ -5,6 +5,7 @@ Titles and bodies are ``Text`` (or ``markup=False`` strings) and wrap: a long ke
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import ClassVar
 
@@ -105,7 +106,9 @@ class PromptScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield _title(self.title_text)
-            yield Input(printable(self.value), id="prompt-input", suggester=self.suggester)
+            # a folder is where a file name is typed next, not a value to replace
+            folder = self.value.endswith(os.sep)
+            yield Input(printable(self.value), id="prompt-input", suggester=self.suggester, select_on_focus=not folder)
             if self.hint:
                 hint = self.hint + (" · → or tab completes a file name" if self.suggester else "")
                 yield Static(data(hint), classes="dialog-hint", markup=False)

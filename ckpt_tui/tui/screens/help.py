@@ -13,25 +13,27 @@ from textual.widgets import Static
 
 from ckpt_tui.tui.bindings import SCROLL_BINDINGS, KeyRow
 
-KEY_WIDTH = 18
+KEY_WIDTH = 14
+"""The keys' column (wider keys take two spaces more than they need, on their line only)."""
 
 
 def help_text(rows: list[KeyRow], readonly: bool = False) -> Text:
-    """The rows under their group headings; edit keys are marked when the browser is read-only."""
+    """One line a key under the group headings: keys, what it does, then more words (cut at the edge
+    of a narrow screen); edit keys are marked when the browser is read-only."""
     text = Text()
     current = ""
     for row in rows:
         if row.group != current:
             text.append(("\n" if current else "") + f"{row.group}\n", style="bold underline")
             current = row.group
-        text.append(f"  {row.key_text:<{KEY_WIDTH}}", style="bold")
+        text.append(f"  {row.key_text:<{max(KEY_WIDTH, len(row.key_text) + 2)}}", style="bold")
         text.append(row.description)
         if readonly and row.group == "edit":
             text.append("  (off: read-only)", style="italic")
         elif not row.enabled:
             text.append("  (not now)", style="italic")
         if row.tooltip and row.tooltip != row.description:
-            text.append(f"\n  {'':<{KEY_WIDTH}}{row.tooltip}", style="italic")
+            text.append(f" · {row.tooltip}", style="italic")
         text.append("\n")
     return text
 
@@ -55,7 +57,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help"):
             yield Static(
-                "ckpt-tui keys · ↑↓ j k PgUp PgDn Home End scroll · escape closes · ctrl+p finds any action",
+                "Keys · ↑↓ j k PgUp PgDn scroll · escape closes · ctrl+p: any action",
                 classes="dialog-title",
                 markup=False,
             )

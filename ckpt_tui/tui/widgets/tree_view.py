@@ -11,9 +11,11 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rich.text import Span, Text
+from rich.style import Style
+from rich.text import Text
 from textual.binding import BindingType
 from textual.widgets import Tree
+from textual.widgets._tree import TOGGLE_STYLE
 from textual.widgets.tree import TreeNode
 
 from ckpt_tui.core.conventions.state_dicts import tensor_items
@@ -23,8 +25,11 @@ from ckpt_tui.core.model.keypath import KeyPath, key_text
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import TREE_BINDINGS
+from ckpt_tui.tui.fitting import Part, fitted, styled
 
 PAGE = 1000
+COMPACT_WIDTH = 60
+"""A tree narrower than this shows every tensor line compact (``[32, 3, 3, 3] fp32``; the panel has the rest)."""
 JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
@@ -79,6 +84,8 @@ class NodeData:
     """A loaded container: its children to show, each a Group or a (key, value) pair."""
     by_key: dict[Any, int] | None = None
     """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
+    parts: list[Part] | None = None
+    """The line's parts, to fit it into a narrow tree (the label is the whole line)."""
 
     @property
     def row_id(self) -> RowId:
@@ -125,58 +132,82 @@ class TotalsCache:
         return result
 
 
-def styled(parts: list[tuple[str, str]]) -> Text:
-    """One Text from (text, style) parts, built in one step (cheap enough for 50,000 lines)."""
-    plain: list[str] = []
-    spans: list[Span] = []
-    position = 0
-    for text, style in parts:
-        if style and text:
-            spans.append(Span(position, position + len(text), style))
-        plain.append(text)
-        position += len(text)
-    return Text("".join(plain), spans=spans)
+SHORT_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+"""The dtype as a narrow line shows it (the detail panel has the full name)."""
+
+# When a line is too wide (fitting.py): bytes go first, then the device, then the counts of a container,
+# then long names take their short forms (SHORTEN), then the word "Tensor" (the shape and dtype say it).
+DROP_BYTES, DROP_DEVICE, DROP_COUNTS, DROP_TYPE = 5, 4, 3, 1
 
 
-def tensor_parts(tensor: Tensor, styles: dict[str, str]) -> list[tuple[str, str]]:
-    """``[64, 3, 7, 7] float32 cuda:0 36.9 kB`` (the device tag escaped: it comes from the file)."""
+def tensor_parts(tensor: Tensor, styles: dict[str, str]) -> list[Part]:
+    """`` [64, 3, 7, 7] float32 cuda:0 36.9 kB`` (the device tag escaped: it comes from the file)."""
     device = printable(tensor.device)
+    dtype = printable(tensor.dtype)
+    short = SHORT_DTYPES.get(tensor.dtype)
     return [
-        (shape(tensor.shape), styles["shape"]),
-        (" ", ""),
-        (printable(tensor.dtype), styles["dtype"]),
-        (" ", ""),
-        (device, styles["gpu"] if device.startswith("cuda") else styles["device"]),
-        (" ", ""),
-        (size(tensor.nbytes), styles["size"]),
+        Part(" " + shape(tensor.shape), styles["shape"]),
+        Part(" " + dtype, styles["dtype"], short=" " + short if short else None, compact=True),
+        Part(" " + device, styles["gpu"] if device.startswith("cuda") else styles["device"], DROP_DEVICE, compact=True),
+        Part(" " + size(tensor.nbytes), styles["size"], DROP_BYTES, compact=True),
     ]
 
 
-def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles: dict[str, str] = COLOR_STYLES) -> Text:
+def value_parts(
+    key: str, value: Any, totals: TotalsCache | None = None, styles: dict[str, str] = COLOR_STYLES
+) -> list[Part]:
     """A full tree line: key, type, and a short description (totals below containers when ``totals`` is given)."""
-    parts: list[tuple[str, str]] = [(printable(key), styles["key"]), ("  ", "")]
+    parts: list[Part] = [Part(printable(key), styles["key"], key=True), Part(" ")]
     unsafe = (isinstance(value, Opaque) or is_global_ref(value)) and not value.safe
     if isinstance(value, Tensor):
-        parts.append((type_label(value) + " ", styles["type"]))
+        parts.append(Part(" " + type_label(value), styles["type"], DROP_TYPE, compact=True))
         parts += tensor_parts(value, styles)
     elif has_children(value):
         kids = sum(1 for _ in children(value))
-        parts.append((f"{printable(type_label(value))} ({kids})", styles["type"]))
+        parts.append(Part(f" {printable(type_label(value))} ({kids})", styles["type"]))
         found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
-            summary = f"  {counted(found.tensors, 'tensor')} · {count(found.parameters)} params · {size(found.nbytes)}"
-            parts.append((summary, styles["totals"]))
+            parts.append(Part(f"  {counted(found.tensors, 'tensor')}", styles["totals"], DROP_COUNTS))
+            parts.append(Part(f" · {count(found.parameters)} params", styles["totals"], DROP_DEVICE))
+            parts.append(Part(f" · {size(found.nbytes)}", styles["totals"], DROP_BYTES))
         if unsafe:
-            parts.append(("  UNSAFE, not executed", styles["unsafe"]))
+            parts.append(Part("  UNSAFE, not executed", styles["unsafe"], end=True))
     else:
-        parts.append((printable(scalar_text(value, 70)), styles["unsafe"] if unsafe else ""))
-    return styled(parts)
+        parts.append(Part(" " + printable(scalar_text(value, 70)), styles["unsafe"] if unsafe else ""))
+    return parts
+
+
+def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles: dict[str, str] = COLOR_STYLES) -> Text:
+    """A full tree line as one Text (see ``value_parts``)."""
+    return styled(value_parts(key, value, totals, styles))
+
+
+def group_parts(group: Group, styles: dict[str, str] = COLOR_STYLES) -> list[Part]:
+    """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
+    return [
+        Part(printable(group.name), styles["group"], key=True),
+        Part("  module"),
+        Part(f" · {counted(group.tensors, 'tensor')}", drop=DROP_COUNTS),
+        Part(f" · {count(group.parameters)} params", drop=DROP_DEVICE),
+        Part(f" · {size(group.nbytes)}", drop=DROP_BYTES),
+    ]
 
 
 def group_label(group: Group, styles: dict[str, str] = COLOR_STYLES) -> Text:
-    """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
-    summary = f"  module · {counted(group.tensors, 'tensor')} · {count(group.parameters)} params · {size(group.nbytes)}"
-    return styled([(printable(group.name), styles["group"]), (summary, "")])
+    """A module group's line as one Text (see ``group_parts``)."""
+    return styled(group_parts(group, styles))
 
 
 class CheckpointTree(Tree[NodeData], inherit_bindings=False):
@@ -214,8 +245,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.clear()
         self.target_node = None
         self.totals = TotalsCache()
-        self.root.set_label(value_label(name, root, None, self.styles_by_role))  # the header has the totals
-        self.root.data = NodeData((), root)
+        parts = value_parts(name, root, None, self.styles_by_role)  # the header has the totals
+        self.root.set_label(styled(parts))
+        self.root.data = NodeData((), root, parts=parts)
         self.load(self.root)
         self.root.expand()
         if view is None:
@@ -260,15 +292,19 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self, node: TreeNode[NodeData], data: NodeData, start: int, end: int, before: int | None
     ) -> TreeNode[NodeData]:
         """A "… N more" line standing for entries ``start``..``end`` of ``node``."""
-        label = self._more_label(end - start)
-        more = NodeData(data.path, MORE, index=start, end=end)
+        parts = self._more_parts(end - start)
+        label = styled(parts)
+        more = NodeData(data.path, MORE, index=start, end=end, parts=parts)
         if before is None:
             return node.add(label, more, allow_expand=False)
         return node.add(label, more, before=before, allow_expand=False)
 
-    def _more_label(self, remaining: int) -> Text:
-        text = f"… {remaining:,} more (the cursor here loads {min(PAGE, remaining):,} more)"
-        return styled([(text, self.styles_by_role["more"])])
+    def _more_parts(self, remaining: int) -> list[Part]:
+        style = self.styles_by_role["more"]
+        return [
+            Part(f"… {remaining:,} more", style),
+            Part(f" (the cursor here loads {min(PAGE, remaining):,} more)", style, DROP_TYPE),
+        ]
 
     def _open(self, node: TreeNode[NodeData], more: TreeNode[NodeData], low: int, high: int) -> None:
         """Add the lines of entries ``low``..``high`` held by the "more" line ``more`` (cut to what it holds)."""
@@ -328,15 +364,55 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
 
     def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
-            return group_label(entry, self.styles_by_role), NodeData(path, entry, entry), True
+            parts = group_parts(entry, self.styles_by_role)
+            return styled(parts), NodeData(path, entry, entry, parts=parts), True
         key, value = entry
         text = key_text(key)
         short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
-        label = value_label(short, value, self.totals, self.styles_by_role)
+        parts = value_parts(short, value, self.totals, self.styles_by_role)
         marker = self.markers.get(id(value)) if isinstance(value, Tensor) else None
         if marker:
-            label.append(f"  !! {marker}", style="bold red")
-        return label, NodeData((*path, key), value), has_children(value)
+            parts.append(Part(f"  !! {marker}", "bold red", end=True))
+        return styled(parts), NodeData((*path, key), value, parts=parts), has_children(value)
+
+    # ---- fitting lines into the tree's width --------------------------------------------
+
+    def label_room(self, node: TreeNode[NodeData]) -> int | None:
+        """The columns a node's label has (after the guides and the expand icon), None before the first layout."""
+        # the vertical scrollbar's column is always kept: whether it shows depends on lines not built yet
+        width = self.size.width - self.styles.scrollbar_size_vertical
+        if width <= 0:
+            return None
+        depth = 0
+        parent = node.parent
+        while parent is not None:
+            depth += 1
+            parent = parent.parent
+        icon = len(self.ICON_NODE) if node.allow_expand else 0
+        return max(width - depth * self.guide_depth - icon, 1)
+
+    def render_label(self, node: TreeNode[NodeData], base_style: Style, style: Style) -> Text:
+        """The label, fitted to the tree's width: shape and dtype stay whole, the key gives way in the middle."""
+        room = self.label_room(node)
+        data = node.data
+        if room is None or data is None or data.parts is None:
+            return super().render_label(node, base_style, style)
+        compact = self.size.width < COMPACT_WIDTH
+        if not compact and self.process_label(node.label).cell_len <= room:
+            return super().render_label(node, base_style, style)
+        label = fitted(data.parts, room, compact)
+        label.stylize(style)
+        if not node.allow_expand:
+            return label
+        icon = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
+        return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
+
+    def get_label_width(self, node: TreeNode[NodeData]) -> int:
+        """What ``render_label`` takes, without fitting every line (the tree asks this of each line)."""
+        icon = len(self.ICON_NODE) if node.allow_expand else 0
+        room = self.label_room(node)
+        natural = self.process_label(node.label).cell_len
+        return icon + (natural if room is None else min(natural, room))
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:
         self.load(event.node)
@@ -388,6 +464,20 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.target_node = node
         self.call_after_refresh(self._focus_node, node)
         return node
+
+    def neighbour(self, node: TreeNode[NodeData]) -> RowId | None:
+        """The line that takes ``node``'s place when it goes: the next one beside it, else the previous one."""
+        data, parent = node.data, node.parent
+        if data is None or parent is None or parent.data is None or parent.data.entries is None:
+            return None
+        entries = parent.data.entries
+        for place in (data.index + 1, data.index - 1):
+            if 0 <= place < len(entries):
+                entry = entries[place]
+                if isinstance(entry, Group):
+                    return (parent.data.path, entry.prefix)
+                return ((*parent.data.path, entry[0]), None)
+        return None
 
     @property
     def cursor_target(self) -> TreeNode[NodeData] | None:

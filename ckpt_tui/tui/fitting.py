@@ -1,0 +1,112 @@
+"""Fitting a line into the columns it has: what goes first, and a key shortened in the middle.
+
+A line is a list of ``Part``s. When it is too wide, parts are dropped by level (the highest first:
+bytes, then the device, ...), then long forms give way to short ones (``float32`` → ``fp32``), then
+the key is shortened in the middle (its last components stay: they name the parameter), and only
+then is the line cut at its end; the parts marked ``end`` (a check's ``!! NaN``) are never cut.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from rich.text import Span, Text
+
+SHORTEN = 2
+"""The level at which parts with a short form take it (after the levels above it are dropped)."""
+MIN_KEY = 12
+"""A key is never shortened below this many columns (unless the line has no more room at all)."""
+ELLIPSIS = "…"
+
+
+class Part(NamedTuple):
+    """A piece of a line: its text and style, and how it gives way when the line is too wide."""
+
+    text: str
+    style: str = ""
+    drop: int = 0
+    """Dropped when the line is too wide, the highest level first; 0: never dropped."""
+    short: str | None = None
+    """A shorter form taken at level ``SHORTEN`` (``fp32`` for ``float32``)."""
+    key: bool = False
+    """The key: shortened in the middle once nothing else can go."""
+    end: bool = False
+    """Kept whole at the end of the line (a marker in words), never cut."""
+    compact: bool = False
+    """Gives way (dropped, or its short form) on every line of a narrow view alike, so a column reads the same
+    down the screen."""
+
+
+def styled(parts: list[Part] | list[tuple[str, str]]) -> Text:
+    """One Text from parts, built in one step (cheap enough for 50,000 lines)."""
+    plain: list[str] = []
+    spans: list[Span] = []
+    position = 0
+    for part in parts:
+        text, style = part[0], part[1]
+        if style and text:
+            spans.append(Span(position, position + len(text), style))
+        plain.append(text)
+        position += len(text)
+    return Text("".join(plain), spans=spans)
+
+
+def width_of(parts: list[Part]) -> int:
+    """The columns the parts take (the texts are escaped, one column a character)."""
+    return sum(len(part.text) for part in parts)
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` in ``width`` columns, shortened in the middle (a third of the room before the ``…``)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    room = width - 1
+    head = room // 3
+    return text[:head] + ELLIPSIS + text[len(text) - (room - head) :]
+
+
+def compacted(parts: list[Part]) -> list[Part]:
+    """The line as a narrow view shows every line: ``compact`` parts dropped or in their short form."""
+    return [
+        part._replace(text=part.short, compact=False) if part.short is not None else part
+        for part in parts
+        if not part.compact or part.short is not None
+    ]
+
+
+def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
+    """The line in at most ``width`` columns (in a narrow view when ``compact``), giving way as the module says."""
+    shown = compacted(parts) if compact else list(parts)
+    if width_of(shown) <= width:
+        return styled(shown)
+    for level in sorted({part.drop for part in parts} | {SHORTEN}, reverse=True):
+        if level <= 0:
+            break
+        shown = [
+            part._replace(text=part.short, short=None) if level == SHORTEN and part.short is not None else part
+            for part in shown
+            if part.drop != level
+        ]
+        if width_of(shown) <= width:
+            return styled(shown)
+    others = sum(len(part.text) for part in shown if not part.key)
+    shown = [
+        part._replace(text=middle(part.text, max(width - others, min(len(part.text), MIN_KEY)))) if part.key else part
+        for part in shown
+    ]
+    if width_of(shown) <= width:
+        return styled(shown)
+    return _cut(shown, width)
+
+
+def _cut(parts: list[Part], width: int) -> Text:
+    """The line cut at its end with ``…``, keeping the ``end`` parts whole when they fit."""
+    ends = [part for part in parts if part.end]
+    room = width - width_of(ends)
+    if room < 2:
+        ends, room = [], width
+    head = styled([part for part in parts if not part.end])
+    head.truncate(max(room, 0), overflow="ellipsis")
+    return head + styled(ends) if ends else head

@@ -1,0 +1,220 @@
+"""The browser at 80x24: tree lines keep shape and dtype, help is one line a key, the status line wraps,
+report lists use the rows they have, one notification at a time, keys with nothing to do say so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from builders_tui import browser, cursor_path, fixed, loaded, screen_text, settle, status
+from torch import nn
+
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.fitting import Part, fitted, middle
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen
+from ckpt_tui.tui.screens.help import HelpScreen
+
+SIZE = (80, 24)
+
+
+class Block(nn.Module):
+    """A ResNet basic block's parameters (conv1, bn1, conv2, bn2)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+
+class SmallResNet(nn.Module):
+    """ResNet's key layout (``layer1.0.conv1.weight``) at a small size."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.layer1 = nn.Sequential(Block(32), Block(32))
+        self.fc = nn.Linear(32, classes)
+
+
+@pytest.fixture
+def ddp_file(tmp_path: Path) -> Path:
+    """A training checkpoint as DDP users save it: ``module.`` keys, optimizer, epoch."""
+    torch.manual_seed(0)
+    model = nn.DataParallel(SmallResNet())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    path = tmp_path / "best_model.pth"
+    torch.save({"epoch": 3, "model_state_dict": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    return path
+
+
+def tree_lines(app: CkptApp) -> list[str]:
+    """The tree's column of the screen, line by line."""
+    tree = browser(app).tree_view
+    left, top = tree.region.x, tree.region.y
+    lines = screen_text(app).splitlines()[top : top + tree.region.height]
+    return [line[left : left + tree.region.width] for line in lines]
+
+
+# ---- fitting a line ---------------------------------------------------------------------------
+
+
+def test_middle_keeps_the_end_of_a_key() -> None:
+    assert middle("module.layer1.0.conv1.weight", 40) == "module.layer1.0.conv1.weight"
+    short = middle("module.layer1.0.conv1.weight", 20)
+    assert len(short) == 20 and short.startswith("module") and short.endswith(".conv1.weight") and "…" in short
+
+
+def test_fitting_drops_bytes_then_device_and_shortens_the_key_before_the_shape() -> None:
+    parts = [
+        Part("module.layer1.0.conv1.weight", key=True),
+        Part(" "),
+        Part(" Tensor", drop=1),
+        Part(" [32, 3, 3, 3]"),
+        Part(" float32", short=" fp32"),
+        Part(" cpu", drop=4),
+        Part(" 3.5 kB", drop=5),
+        Part("  !! NaN", end=True),
+    ]
+    assert fitted(parts, 200).plain == "module.layer1.0.conv1.weight  Tensor [32, 3, 3, 3] float32 cpu 3.5 kB  !! NaN"
+    assert fitted(parts, 66).plain == "module.layer1.0.conv1.weight  Tensor [32, 3, 3, 3] float32  !! NaN"
+    narrow = fitted(parts, 40).plain
+    assert len(narrow) <= 40 and narrow.endswith("  [32, 3, 3, 3] fp32  !! NaN") and "…" in narrow
+    tiny = fitted(parts, 20).plain
+    assert len(tiny) <= 20 and tiny.endswith("!! NaN")
+
+
+# ---- the browser at 80x24 -----------------------------------------------------------------------
+
+
+async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_middle(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        await settle(pilot, "j", "j", "l")
+        lines = tree_lines(app)
+        conv = next(line for line in lines if "[32, 3, 3, 3]" in line)
+        assert "module.conv1.weight  [32, 3, 3, 3] fp32" in conv
+        block = next(line for line in lines if "conv1.weight  [32, 32, 3, 3] fp32" in line)
+        assert "…" in block and block.split("…")[0].split()[-1].startswith("module")
+        assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
+
+
+async def test_help_is_one_line_a_key_at_80x24(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        shown = screen_text(app)
+        down = next(line for line in shown.splitlines() if "j / ↓" in line)
+        assert "Down · Move the cursor down one line" in down
+        rows = len(app.screen.rows)
+        groups = len({row.group for row in app.screen.rows})
+        text = str(app.screen.query_one("#help-text").render())
+        assert len(text.strip().splitlines()) <= rows + 2 * groups
+
+
+async def test_the_status_line_wraps_a_long_message_rather_than_cutting_it(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "p", "y", "u")
+        assert "undone: strip 'module.' in ckpt[\"model_state_dict\"]" in status(app)
+        line = browser(app).query_one("#status")
+        assert line.region.height >= 2
+        assert "model_state_dict" in " ".join(screen_text(app).splitlines()[-4:])
+
+
+async def test_a_report_list_uses_the_rows_the_screen_has(ddp_file: Path, tmp_path: Path) -> None:
+    torch.save(SmallResNet(classes=100).state_dict(), tmp_path / "head100.pth")
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "c")
+        app.screen.query_one("Input").value = str(tmp_path / "head100.pth")
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)
+        assert app.screen.query_one("#report-list").region.height >= 9
+
+
+async def test_a_notification_replaces_the_one_before(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        app.notify("the first message", markup=False)
+        app.notify("the second message", markup=False)
+        await settle(pilot)
+        shown = screen_text(app)
+        assert "the second message" in shown and "the first message" not in shown
+
+
+async def test_p_with_nothing_to_strip_says_so_and_the_next_keys_move_the_cursor(tmp_path: Path) -> None:
+    torch.save(SmallResNet().state_dict(), tmp_path / "bare.pth")
+    app = CkptApp(str(tmp_path / "bare.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "p")
+        assert app.screen is browser(app)
+        assert "nothing to strip" in screen_text(app)
+        await settle(pilot, "j", "j")
+        assert app.screen is browser(app) and cursor_path(app) == ("bn1.weight",)
+
+
+async def test_strip_with_no_common_prefix_opens_no_prompt(tmp_path: Path) -> None:
+    torch.save({"a.x": fixed((2,)), "b.y": fixed((2,))}, tmp_path / "mixed.pth")
+    app = CkptApp(str(tmp_path / "mixed.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "p", "j")
+        assert not isinstance(app.screen, PromptScreen) and cursor_path(app) == ("a.x",)
+        assert app.session.unsaved == 0
+
+
+async def test_cast_with_no_floating_point_tensor_opens_no_prompt(tmp_path: Path) -> None:
+    torch.save({"steps": torch.arange(4), "mask": torch.ones(3, dtype=torch.bool)}, tmp_path / "ints.pth")
+    app = CkptApp(str(tmp_path / "ints.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "t")
+        assert app.screen is browser(app) and "nothing to cast" in screen_text(app)
+
+
+async def test_n_without_a_search_says_so(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "n")
+        assert "no matches to go through: / searches the key paths" in status(app)
+
+
+@pytest.mark.parametrize(
+    ("start", "after"),
+    [
+        ("fc.bias", ("model_state_dict", "module.fc.weight")),  # the last key: the one before it
+        ("fc.weight", ("model_state_dict", "module.fc.bias")),  # a key in the middle: the one after it
+    ],
+)
+async def test_delete_leaves_the_cursor_with_the_neighbour(ddp_file: Path, start: str, after: tuple[str, str]) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        tree.reveal((("model_state_dict", "module." + start), None))
+        await settle(pilot, "d")
+        assert isinstance(app.screen, PreviewScreen)
+        await settle(pilot, "y")
+        assert "module." + start not in app.session.root["model_state_dict"]
+        assert cursor_path(app) == after
+        await settle(pilot, "u")
+        assert cursor_path(app) == ("model_state_dict", "module." + start)
+
+
+async def test_a_file_name_typed_into_a_folder_prompt_goes_after_the_folder(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "c", "x", ".", "p", "t", "h")
+        assert app.screen.query_one("Input").value == str(ddp_file.parent) + "/x.pth"
