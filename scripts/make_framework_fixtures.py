@@ -20,9 +20,11 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
   saved per rank with ``torch.save`` (ShardedTensor values; with a device mesh, DTensor values). Truth:
   ``FULL_STATE_DICT`` model state and full ``FSDP.optim_state_dict`` of the same run.
 - ``zero0_bf16`` / ``zero0_fp16``: DeepSpeed with ZeRO disabled. Truth: ``engine.module.state_dict()``.
-- ``lightning_fsdp`` / ``lightning_deepspeed``: Lightning's ``save_checkpoint`` with the FSDP strategy
-  (``state_dict_type="sharded"``) and the DeepSpeed strategy (ZeRO-2). Truth: the module's full
-  state_dict (FSDP: ``FULL_STATE_DICT``) and DeepSpeed's own ``zero_to_fp32``.
+- ``lightning_fsdp``: Lightning's ``save_checkpoint`` with the FSDP strategy (``state_dict_type="sharded"``:
+  a DCP folder plus ``meta.pt``). Truth: Lightning's own ``consolidate_checkpoint``.
+- ``lightning_deepspeed``: Lightning's DeepSpeed strategy (ZeRO-2). Lightning refuses it on CPU in
+  ``setup_environment`` and then needs CUDA device indices: not made here (the case is kept for a GPU
+  machine). Truth: DeepSpeed's own ``zero_to_fp32``.
 """
 
 from __future__ import annotations
@@ -230,15 +232,19 @@ def _lightning(rank: int, out: Path, name: str, strategy: object) -> None:
     EXPECTED[name](trainer, module, out / f"{name}.expected.pt")
 
 
-def _full_fsdp(trainer: object, module: object, target: Path) -> None:
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import StateDictType
-
-    wrapped = trainer.strategy.model  # type: ignore[attr-defined]
-    with FSDP.state_dict_type(wrapped, StateDictType.FULL_STATE_DICT):
-        full = wrapped.state_dict()
+def _lightning_consolidated(trainer: object, module: object, target: Path) -> None:
+    """Lightning's own consolidation (``python -m lightning.pytorch.utilities.consolidate_checkpoint``)."""
+    dist.barrier()
     if dist.get_rank() == 0:
-        torch.save(full, target)
+        consolidate_lightning(Path(str(target).removesuffix(".expected.pt")), target)
+
+
+def consolidate_lightning(folder: Path, target: Path) -> None:
+    """What ``lightning.pytorch.utilities.consolidate_checkpoint`` writes for a sharded FSDP folder."""
+    from lightning.fabric.utilities.load import _load_distributed_checkpoint
+    from lightning.pytorch.utilities.consolidate_checkpoint import _format_checkpoint
+
+    torch.save(_format_checkpoint(_load_distributed_checkpoint(folder)), target)
 
 
 def _zero_to_fp32(trainer: object, module: object, target: Path) -> None:
@@ -250,23 +256,52 @@ def _zero_to_fp32(trainer: object, module: object, target: Path) -> None:
 
 
 EXPECTED: dict[str, Callable[[object, object, Path], None]] = {
-    "lightning_fsdp": _full_fsdp,
+    "lightning_fsdp": _lightning_consolidated,
     "lightning_deepspeed": _zero_to_fp32,
 }
 
 
 def case_lightning_fsdp(rank: int, out: Path) -> None:
-    """Lightning's FSDP strategy, ``state_dict_type="sharded"``: a DCP folder plus ``meta.pt``."""
+    """Lightning's FSDP strategy, ``state_dict_type="sharded"``: a DCP folder plus ``meta.pt``.
+
+    Lightning refuses FSDP with ``accelerator="cpu"`` only when the strategy's type is exactly
+    ``FSDPStrategy`` (``_check_strategy_and_fallback``), and hands FSDP1 the CUDA device index; FSDP1
+    itself runs on CPU with gloo given ``device_id=cpu``. So a subclass that changes nothing, and FSDP1
+    told its device, let Lightning's own code train and write the checkpoint.
+    """
+    import torch.distributed.fsdp as fsdp
     from lightning.pytorch.strategies import FSDPStrategy
 
-    _lightning(rank, out, "lightning_fsdp", FSDPStrategy(state_dict_type="sharded", process_group_backend="gloo"))
+    class CpuFSDPStrategy(FSDPStrategy):
+        pass
+
+    class CpuFSDP(fsdp.FullyShardedDataParallel):
+        """FSDP1 as Lightning builds it, placed on the CPU (Lightning passes the CUDA index, None here)."""
+
+        def __init__(self, *args: object, device_id: object = None, **kwargs: object) -> None:
+            super().__init__(*args, device_id=torch.device("cpu"), **kwargs)  # type: ignore[arg-type]
+
+    fsdp.FullyShardedDataParallel = CpuFSDP  # type: ignore[misc]
+
+    strategy = CpuFSDPStrategy(state_dict_type="sharded", process_group_backend="gloo")
+    _lightning(rank, out, "lightning_fsdp", strategy)
 
 
 def case_lightning_deepspeed(rank: int, out: Path) -> None:
-    """Lightning's DeepSpeed strategy (ZeRO-2): a DeepSpeed folder named like a .ckpt file."""
-    from lightning.pytorch.strategies import DeepSpeedStrategy
+    """Lightning's DeepSpeed strategy (ZeRO-2): a DeepSpeed folder named like a .ckpt file.
 
-    _lightning(rank, out, "lightning_deepspeed", DeepSpeedStrategy(stage=2, process_group_backend="gloo"))
+    ``DeepSpeedStrategy.setup_environment`` refuses any accelerator but CUDA; DeepSpeed itself runs on
+    CPU (``DS_ACCELERATOR=cpu``), so that one check is skipped and the rest is Lightning's own code.
+    """
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+    from lightning.pytorch.strategies.ddp import DDPStrategy
+
+    class CpuDeepSpeedStrategy(DeepSpeedStrategy):
+        def setup_environment(self) -> None:
+            DDPStrategy.setup_environment(self)
+
+    strategy = CpuDeepSpeedStrategy(stage=2, process_group_backend="gloo")
+    _lightning(rank, out, "lightning_deepspeed", strategy)
 
 
 CASES: dict[str, Callable[[int, Path], None]] = {

@@ -203,3 +203,27 @@ def test_zero0_folder_opens_and_info_names_the_layout(case: str, dtype: str, cap
     checkpoint = open_checkpoint(FRAMEWORKS / case / "global_step2" / "mp_rank_00_model_states.pt")
     assert checkpoint.format == "deepspeed"
     assert check_checkpoint(checkpoint).ok
+
+
+# ---- Lightning's FSDP strategy, state_dict_type="sharded" --------------------------------------
+
+
+def test_lightning_sharded_fsdp_folder_converts_equal_to_lightnings_consolidation(tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case("lightning_fsdp", tmp_path, "epoch=0-step=2.ckpt")
+    out = tmp_path / "one.ckpt"
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(out))
+    assert code == 0, err
+    got = torch.load(out, weights_only=True)
+    want = torch.load(FRAMEWORKS / "lightning_fsdp.expected.pt", weights_only=False)
+    assert list(got) == list(want)
+    assert_same(got, want)
+
+
+def test_lightning_sharded_fsdp_extract_auto_gives_the_state_dict(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "model.pt"
+    code, out_text, err = run(capsys, "info", str(FRAMEWORKS / "lightning_fsdp"))
+    assert "layout      Lightning FSDP (sharded): DCP + meta.pt, 2 ranks" in out_text
+    code, _, err = run(capsys, "convert", str(FRAMEWORKS / "lightning_fsdp"), "--extract", "auto", "-o", str(out))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "lightning_fsdp.expected.pt", weights_only=False)["state_dict"]
+    assert_same(torch.load(out, weights_only=True), want)

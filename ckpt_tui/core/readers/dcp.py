@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -27,6 +29,10 @@ from ckpt_tui.core.readers.embedded_zip import read_embedded
 METADATA = ".metadata"
 MAX_METADATA_BYTES = 512 << 20
 MAX_PATH_DEPTH = 100
+RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+LIGHTNING_META = "meta.pt"
+"""What Lightning's FSDP strategy saves beside a sharded (DCP) checkpoint: everything but the weights."""
+OPTIMIZER_KEY = re.compile(r"optimizer_[0-9]+")
 
 
 def is_dcp_folder(folder: str) -> bool:
@@ -111,7 +117,7 @@ class DcpItems:
         return place
 
 
-def read_dcp(folder: str) -> Checkpoint:
+def read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None = None) -> Checkpoint:
     """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand."""
     meta_path = inside(folder, METADATA, f"{folder}: DCP metadata")
     what = f"{meta_path}: DCP metadata"
@@ -150,7 +156,39 @@ def read_dcp(folder: str) -> Checkpoint:
     total = sum(items.sizes.values()) + meta_bytes
     version = state.get("version")
     note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
-    return Checkpoint(folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe)
+    ranks = len({m.group(1) for n in files if (m := RANK_FILE.fullmatch(n))}) or len(files)
+    checkpoint = Checkpoint(
+        folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe, layout=f"DCP, {ranks} ranks"
+    )
+    meta = places.join(folder, LIGHTNING_META)
+    if open_file is not None and named_entry(meta):
+        return with_lightning_meta(checkpoint, open_file(inside(folder, LIGHTNING_META, f"{folder}:")), ranks)
+    return checkpoint
+
+
+def with_lightning_meta(checkpoint: Checkpoint, meta: Checkpoint, ranks: int) -> Checkpoint:
+    """Lightning's sharded FSDP folder: the DCP tree and ``meta.pt`` as one checkpoint, the way Lightning's
+    ``consolidate_checkpoint`` joins them (meta.pt's keys over the DCP tree; ``model`` becomes
+    ``state_dict``, ``optimizer_0``, ``optimizer_1``... the list ``optimizer_states``)."""
+    root = checkpoint.root
+    if not isinstance(meta.root, dict) or not isinstance(root, dict) or "model" not in root:
+        return checkpoint
+    joined: dict[Any, Any] = dict(root)
+    joined.update(meta.root)
+    joined["state_dict"] = joined.pop("model")
+    optimizers = [key for key in joined if isinstance(key, str) and OPTIMIZER_KEY.match(key)]
+    if optimizers:
+        joined["optimizer_states"] = [joined.pop(f"optimizer_{n}", None) for n in range(len(optimizers))]
+    checkpoint.root = joined
+    checkpoint.file_bytes += meta.file_bytes
+    checkpoint.unsafe_globals |= meta.unsafe_globals
+    checkpoint.loader_problems += [f"{LIGHTNING_META}: {p}" for p in meta.loader_problems]
+    checkpoint.notes.append(
+        f"Lightning FSDP sharded checkpoint: {LIGHTNING_META} joined with the DCP tree as Lightning's "
+        "consolidate_checkpoint joins them (model -> state_dict, optimizer_N -> optimizer_states)"
+    )
+    checkpoint.layout = f"Lightning FSDP (sharded): DCP + {LIGHTNING_META}, {ranks} ranks; weights: ckpt['state_dict']"
+    return checkpoint
 
 
 def _key_path(path: Any, fqn: str, what: str) -> tuple[str | int, ...]:

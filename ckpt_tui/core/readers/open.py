@@ -110,7 +110,7 @@ def _open(path: str) -> Checkpoint:
 
 def _open_directory(path: str) -> Checkpoint:
     if places.is_file(places.join(path, ".metadata")):
-        return read_dcp(path)
+        return read_dcp(path, _open_plain_file)
     zero = deepspeed_folder(path)
     if zero is not None:
         return read_deepspeed(zero, _open_plain_file)
@@ -153,7 +153,7 @@ def open_shard(path: str) -> Checkpoint:
 def _open_file(path: str) -> Checkpoint:
     folder = dcp_folder_of(path)
     if folder is not None:  # one file of a DCP folder opens the whole folder
-        return read_dcp(folder)
+        return read_dcp(folder, _open_plain_file)
     zero = deepspeed_folder(path)
     if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
         return read_deepspeed(zero, _open_plain_file)
