@@ -16,6 +16,8 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
   output files, so each rank writes ``shard-0000R-model-0000K-of-00002.safetensors``). Truth: torch's own
   reading (``_load_state_dict`` + ``HuggingFaceStorageReader`` + ``_EmptyStateDictLoadPlanner``,
   ``no_dist=True``) and ``consolidate_safetensors_files``'s output folder.
+- ``hf_dcp_consolidated``: the same writer with ``enable_consolidation=True`` (torchtitan's HF save):
+  ``sharded/`` holds the per-rank files, and torch's consolidated files and index sit beside it (the truth).
 - ``fsdp1_optim`` / ``fsdp1_mesh``: FSDP1 ``SHARDED_STATE_DICT`` model and ``FSDP.optim_state_dict``
   saved per rank with ``torch.save`` (ShardedTensor values; with a device mesh, DTensor values). Truth:
   ``FULL_STATE_DICT`` model state and full ``FSDP.optim_state_dict`` of the same run.
@@ -123,6 +125,24 @@ def case_hf_dcp(rank: int, out: Path) -> None:
     state = {key: value for key, value in model.state_dict().items() if value.is_floating_point()}
     mapping = {key: 1 if key.startswith(("embed", "fc1")) else 2 for key in state}
     writer = HuggingFaceStorageWriter(str(out / "hf_dcp"), fqn_to_index_mapping=mapping, save_distributed=True)
+    dcp.save(state, storage_writer=writer)
+
+
+def case_hf_dcp_consolidated(rank: int, out: Path) -> None:
+    """torchtitan's HF save (``last_save_in_hf``): the HF writer with ``enable_consolidation=True``, which
+    leaves the per-rank files under ``sharded/`` and torch's consolidated HF files beside them."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net()
+    fully_shard(model)
+    _train(model, rank)
+    state = {key: value for key, value in model.state_dict().items() if value.is_floating_point()}
+    mapping = {key: 1 if key.startswith(("embed", "fc1")) else 2 for key in state}
+    writer = HuggingFaceStorageWriter(
+        str(out / "hf_dcp_consolidated"), fqn_to_index_mapping=mapping, save_distributed=True, enable_consolidation=True
+    )
     dcp.save(state, storage_writer=writer)
 
 
@@ -306,6 +326,7 @@ def case_lightning_deepspeed(rank: int, out: Path) -> None:
 
 CASES: dict[str, Callable[[int, Path], None]] = {
     "hf_dcp": case_hf_dcp,
+    "hf_dcp_consolidated": case_hf_dcp_consolidated,
     "fsdp1_optim": case_fsdp1_optim,
     "fsdp1_mesh": case_fsdp1_mesh,
     "zero0_bf16": case_zero0_bf16,
@@ -314,7 +335,7 @@ CASES: dict[str, Callable[[int, Path], None]] = {
     "lightning_deepspeed": case_lightning_deepspeed,
 }
 GROUPS = {
-    "torch": ["hf_dcp", "fsdp1_optim", "fsdp1_mesh"],
+    "torch": ["hf_dcp", "hf_dcp_consolidated", "fsdp1_optim", "fsdp1_mesh"],
     "deepspeed": ["zero0_bf16", "zero0_fp16"],
     "lightning": ["lightning_fsdp", "lightning_deepspeed"],
 }

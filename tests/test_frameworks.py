@@ -227,3 +227,41 @@ def test_lightning_sharded_fsdp_extract_auto_gives_the_state_dict(tmp_path: Path
     assert code == 0, err
     want = torch.load(FRAMEWORKS / "lightning_fsdp.expected.pt", weights_only=False)["state_dict"]
     assert_same(torch.load(out, weights_only=True), want)
+
+
+# ---- torchtitan's HF save: the per-rank files under sharded/, torch's consolidation beside them ---
+
+
+def test_torchtitan_style_sharded_folder_equals_torchs_consolidated_files(capsys: Any) -> None:
+    folder = FRAMEWORKS / "hf_dcp_consolidated"
+    assert open_checkpoint(folder / "sharded").format == "dcp-hf"
+    code, out, err = run(capsys, "diff", str(folder / "sharded"), str(folder))
+    assert code == 0, out + err
+
+
+# ---- every verb, and the browser header ---------------------------------------------------------
+
+
+def test_framework_folders_check_against_the_frameworks_truth(capsys: Any) -> None:
+    code, out, err = run(capsys, "check", str(HF_DCP), "--against", str(FRAMEWORKS / "hf_dcp.expected.pt"))
+    assert code == 0, out + err
+    code, out, err = run(capsys, "stats", str(FRAMEWORKS / "fsdp1_optim"), "--at", "model", "--json")
+    assert code == 0, err
+    rows = {tuple(row["path"]): row for row in json.loads(out)["tensors"]}
+    want = torch.load(FRAMEWORKS / "fsdp1_optim.expected.pt", weights_only=False)["model"]["fc1.weight"]
+    assert rows[("model", "fc1.weight")]["max"] == pytest.approx(want.max().item())
+
+
+@pytest.mark.parametrize(
+    ("folder", "layout"),
+    [
+        (HF_DCP, "DCP (HF safetensors), 2 ranks"),
+        (DEEPSPEED / "zero2_bf16", "DeepSpeed ZeRO-2, 2 ranks, bf16"),
+        (FRAMEWORKS / "fsdp1_optim", "FSDP1 sharded, 2 ranks, ShardedTensor"),
+    ],
+)
+def test_browser_header_names_the_layout(folder: Path, layout: str) -> None:
+    from ckpt_tui.core.operations.info import summarize
+    from ckpt_tui.tui.widgets.summary import summary_text
+
+    assert layout in summary_text(summarize(open_checkpoint(folder))).plain.splitlines()[1]
