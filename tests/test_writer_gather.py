@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -10,7 +11,6 @@ import torch
 from safetensors.torch import load_file
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.writers import source_bytes
 
 
 def write_unsorted(tensors: dict[str, torch.Tensor], path: Path) -> Path:
@@ -30,14 +30,14 @@ def test_a_source_laid_out_in_another_order_converts_to_the_same_values(tmp_path
     state = {f"module.b.{i}": torch.randn(i % 5 + 1, 3) for i in reversed(range(300))}
     source = write_unsorted(state, tmp_path / "in.safetensors")
     reads: list[int] = []
-    real_pread = source_bytes.os.pread
+    real_pread = os.pread
 
     def pread(fd: int, count: int, at: int) -> bytes:
-        if source_bytes.os.readlink(f"/proc/self/fd/{fd}") == str(source):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(source):
             reads.append(count)
         return real_pread(fd, count, at)
 
-    monkeypatch.setattr(source_bytes.os, "pread", pread)
+    monkeypatch.setattr(os, "pread", pread)
     assert main(["convert", str(source), "--strip-prefix", "module.", "-o", str(tmp_path / "out.safetensors")]) == 0
     written = load_file(tmp_path / "out.safetensors")
     assert list(written) == sorted(k.removeprefix("module.") for k in state)

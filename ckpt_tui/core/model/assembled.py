@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import mmap
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Storage, Tensor
 
@@ -218,20 +217,27 @@ def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low
     data_start, _ = storage.source.locate(storage)
     count = math.prod(shape)
     probe = Tensor(storage, element, shape, stored.stride, stored.dtype)
-    with open(storage.source.path, "rb") as file:
-        if probe.is_contiguous():
-            data = os.pread(file.fileno(), count * size, data_start + element * size)
-            if len(data) != count * size:
-                raise ReadError(f"{storage.source.path}: piece data ends early (file truncated?)")
-            return np.frombuffer(data, np.uint8)
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            base = np.frombuffer(mapped, np.uint8)
-            view = np.lib.stride_tricks.as_strided(
-                base[data_start + element * size :],
-                shape=(*shape, size),
-                strides=(*(s * size for s in stored.stride), 1),
-                writeable=False,
-            )
-            block = np.ascontiguousarray(view).reshape(-1)
-            del view, base
-            return block
+    path = storage.source.path
+    if probe.is_contiguous():
+        source = byte_source.source_of(path)
+        try:
+            data = source.read_at(data_start + element * size, count * size)
+        finally:
+            source.close()
+        if len(data) != count * size:
+            raise ReadError(f"{path}: piece data ends early (file truncated?)")
+        return np.frombuffer(data, np.uint8)
+    mapped = byte_source.MappedFile(path)
+    try:
+        base = np.frombuffer(mapped.buffer(0, byte_source.size_of(path)), np.uint8)
+        view = np.lib.stride_tricks.as_strided(
+            base[data_start + element * size :],
+            shape=(*shape, size),
+            strides=(*(s * size for s in stored.stride), 1),
+            writeable=False,
+        )
+        block = np.ascontiguousarray(view).reshape(-1)
+        del view, base
+        return block
+    finally:
+        mapped.close()

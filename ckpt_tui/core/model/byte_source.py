@@ -15,12 +15,16 @@ A local path costs what it cost before: :func:`open_stream` is ``open(path, "rb"
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import mmap
 import os
 import re
 import stat
 import threading
-from collections.abc import Callable
-from typing import BinaryIO, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
 
@@ -58,6 +62,10 @@ class ByteSource(Protocol):
 
     def stream(self) -> BinaryIO:
         """A seekable binary stream over the file from its start (close it when done)."""
+        ...
+
+    def copy_to(self, fd: int, offset: int, count: int) -> int:
+        """Write up to ``count`` bytes from ``offset`` to the descriptor ``fd`` at its position; the count written."""
         ...
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
@@ -145,6 +153,15 @@ class LocalFile:
         """``open(path, "rb")``, never blocking."""
         return open_local(self.name)
 
+    def copy_to(self, fd: int, offset: int, count: int) -> int:
+        """One ``copy_file_range`` (by the kernel; a read and write where it or the filesystem cannot)."""
+        try:
+            return os.copy_file_range(self.fd(), fd, count, offset)
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno in _REAL_FAILURES:
+                raise
+        return write_all(fd, os.pread(self.fd(), min(count, 16 << 20), offset))
+
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """The page cache does this for a local file."""
 
@@ -190,6 +207,18 @@ def file_kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     return "not a regular file"
+
+
+_REAL_FAILURES = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EBADF}
+
+
+def write_all(fd: int, data: bytes) -> int:
+    """Write all of ``data`` to ``fd``; its length."""
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+    return len(view)
 
 
 _stores: dict[str, Callable[[], Store]] = {}
@@ -313,3 +342,88 @@ def join(folder: str, name: str) -> str:
     if is_remote(folder):
         return folder.rstrip("/") + "/" + name
     return os.path.join(folder, name)
+
+
+def read_into(path: str, offset: int, buffer: memoryview | bytearray) -> int:
+    """Fill ``buffer`` from ``offset`` of the file at ``path``; the count read (less only at its end)."""
+    if is_remote(path):
+        return store_of(path).source(path).readinto_at(offset, buffer)
+    with open(path, "rb", buffering=0) as file:
+        return os.preadv(file.fileno(), [buffer], offset)
+
+
+@contextmanager
+def mapped(path: str, offset: int, length: int) -> Iterator[memoryview]:
+    """``length`` bytes at ``offset`` as a buffer, valid inside the ``with``: a local file's pages are
+    mapped (read as touched, unmapped after), a remote file's range is fetched. Short at the file's end."""
+    if is_remote(path):
+        yield memoryview(store_of(path).source(path).read_at(offset, length))
+        return
+    base = offset - offset % mmap.ALLOCATIONGRANULARITY
+    with open(path, "rb", buffering=0) as file:
+        size = os.fstat(file.fileno()).st_size
+        if offset >= size or length <= 0:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(file.fileno(), min(size, offset + length) - base, access=mmap.ACCESS_READ, offset=base) as whole:
+            view = memoryview(whole)[offset - base :]
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+@contextmanager
+def prefix(path: str, length: int) -> Iterator[Any]:
+    """A buffer over the start of a file, valid inside the ``with``: a local file is mapped whole
+    (``length`` ignored; an ``mmap``), a remote one's first ``length`` bytes are fetched (``bytes``)."""
+    if is_remote(path):
+        yield store_of(path).source(path).read_at(0, length)
+        return
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+        yield whole
+
+
+class MappedFile:
+    """A whole file as a buffer: a local file is mapped (:meth:`release_pages` drops what was read), a
+    remote file fetches the ranges asked for with :meth:`buffer`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file: BinaryIO | None = None
+        self._map: mmap.mmap | None = None
+        if is_remote(path):
+            return
+        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+        try:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            self._file.close()
+            raise ReadError(f"cannot map the file ({exc})") from None
+
+    def buffer(self, start: int, length: int) -> memoryview:
+        """``length`` bytes at ``start``; refused past the file's end."""
+        if self._map is None:
+            data = store_of(self.path).source(self.path).read_at(start, length)
+            if len(data) < length:
+                raise ReadError("tensor data ends early (file truncated?)")
+            return memoryview(data)
+        if start + length > len(self._map):
+            raise ReadError("tensor data ends early (file truncated?)")
+        return memoryview(self._map)[start : start + length]
+
+    def release_pages(self) -> None:
+        """Drop the mapped pages read so far (file-backed: reading them again is free)."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Unmap and close (buffers handed out must be released first)."""
+        if self._map is not None:
+            # a view still referenced somewhere: the map is freed with it
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None

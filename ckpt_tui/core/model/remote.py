@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.byte_source import write_all
 
-MIN_AHEAD = 256 << 10
+MIN_AHEAD = 64 << 10
 MAX_AHEAD = 16 << 20
 BIG = 4 << 20
 """Reads of this size or more are values: fetched in parallel parts, not cached."""
@@ -40,6 +41,10 @@ def human(count: int) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{count} B"
+
+
+class NotFound(ReadError):
+    """The store has no such file."""
 
 
 @dataclass
@@ -128,6 +133,10 @@ class RemoteFile:
                     self.remembered = sum(map(len, self._chunks)) - (len(stat.seed[1]) if stat.seed else 0)
                     self._stat = stat
         return self._stat
+
+    def stat_known(self) -> bool:
+        """Whether the store has told this file's size (it exists)."""
+        return self._stat is not None
 
     def _count(self, count: int) -> None:
         with TRANSFER._lock:
@@ -227,6 +236,10 @@ class RemoteFile:
         data = self.read_at(offset, len(buffer))
         memoryview(buffer)[: len(data)] = data
         return len(data)
+
+    def copy_to(self, fd: int, offset: int, count: int) -> int:
+        """Fetch up to 16 MB of the range and write it to ``fd``."""
+        return write_all(fd, self.read_at(offset, min(count, 16 << 20)))
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch the small ranges not kept yet, in parallel, and keep them."""

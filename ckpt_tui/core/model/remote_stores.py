@@ -22,7 +22,7 @@ from typing import Any
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.header_cache import HeaderCache
-from ckpt_tui.core.model.remote import TAIL, RemoteFile, Stat, Transport
+from ckpt_tui.core.model.remote import TAIL, NotFound, RemoteFile, Stat, Transport
 
 TIMEOUT = float(os.environ.get("CKPT_TUI_TIMEOUT", "30"))
 RETRIES = 5
@@ -100,7 +100,7 @@ class HttpTransport:
 
     def _refuse(self, status: int) -> ReadError:
         if status == 404:
-            return ReadError(f"{self.name}: not found (HTTP 404)")
+            return NotFound(f"{self.name}: not found (HTTP 404)")
         if status in (401, 403):
             hint = f"; {self.access_hint}" if self.access_hint else ""
             return ReadError(f"{self.name}: no access (HTTP {status}){hint}")
@@ -165,6 +165,11 @@ class _Sources:
                 source = self._sources[url] = RemoteFile(url, make(), lambda stat: self.cache.load(url, stat))
             return source
 
+    def known_file(self, url: str) -> bool:
+        """Whether ``url`` was opened and its store answered with a size."""
+        source = self._sources.get(url)
+        return source is not None and source.stat_known()
+
     def remember(self) -> None:
         with self._lock:
             sources = list(self._sources.values())
@@ -185,7 +190,7 @@ class HttpStore:
     def is_file(self, url: str) -> bool:
         try:
             return self.source(url).size >= 0
-        except ReadError:
+        except NotFound:
             return False
 
     def is_dir(self, url: str) -> bool:
@@ -235,11 +240,18 @@ class HubStore:
         return found
 
     def is_file(self, url: str) -> bool:
-        path = self.parse(url)[2]
-        return bool(path) and path in self.files(url)
+        """Whether the Hub resolves the URL to a file (one HEAD, kept for the reads that follow)."""
+        if not self.parse(url)[2]:
+            return False
+        try:
+            return self.source(url).size >= 0
+        except NotFound:
+            return False
 
     def is_dir(self, url: str) -> bool:
         path = self.parse(url)[2]
+        if path and self.sources.known_file(url):
+            return False  # resolved as a file already: no listing needed
         prefix = path + "/" if path else ""
         return any(name.startswith(prefix) for name in self.files(url))
 
@@ -260,7 +272,7 @@ def _hub_error(url: str, exc: Exception) -> ReadError:
     if isinstance(exc, errors.RevisionNotFoundError):
         return ReadError(f"{url}: no such revision")
     if isinstance(exc, errors.EntryNotFoundError):
-        return ReadError(f"{url}: not found in the repo")
+        return NotFound(f"{url}: not found in the repo")
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if status in (401, 403):
         return ReadError(f"{url}: no access (HTTP {status}); set HF_TOKEN")
@@ -275,7 +287,7 @@ def _hub_call(url: str, call: Callable[[Any], Any]) -> Any:
     except ImportError:
         raise ReadError(f"{url}: hf:// needs huggingface_hub: pip install 'ckpt-tui[remote]'") from None
     try:
-        return call(HfApi())
+        return call(HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None))
     except Exception as exc:  # every failure of the client, said in one line
         raise _hub_error(url, exc) from None
 
@@ -408,9 +420,8 @@ def register() -> None:
     """Serve hf://, https://, http://, s3://, gs:// and az:// URLs (once)."""
     if byte_source.scheme_known("hf"):
         return
-    http = HttpStore()
-    byte_source.register_scheme("https", lambda: http)
-    byte_source.register_scheme("http", lambda: http)
+    byte_source.register_scheme("https", HttpStore)
+    byte_source.register_scheme("http", HttpStore)
     byte_source.register_scheme("hf", HubStore)
     for protocol in _FSSPEC_PROTOCOLS:
         byte_source.register_scheme(protocol, lambda protocol=protocol: FsspecStore(protocol))  # type: ignore[misc]

@@ -101,6 +101,8 @@ def check_depth(root: object, path: str) -> None:
 
 
 def _open(path: str) -> Checkpoint:
+    if places.is_remote(path) and places.is_file(path):
+        return _open_file(path)  # (a store's folder is a listing: asked only when the URL is no file)
     if not places.exists(path):
         raise ReadError(f"{path}: no such file or directory")
     if places.is_dir(path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -32,9 +33,17 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
     folder = places.parent(path)
-    shards: dict[str, Checkpoint] = {}
-    for shard in dict.fromkeys(weight_map.values()):
-        shards[shard] = open_shard(inside(folder, shard, f"{path}: shard"))
+    names = list(dict.fromkeys(weight_map.values()))
+
+    def opened(shard: str) -> Checkpoint:
+        return open_shard(inside(folder, shard, f"{path}: shard"))
+
+    # remote shards are read together: each costs round trips, not bytes
+    if places.is_remote(folder) and len(names) > 1:
+        with ThreadPoolExecutor(min(8, len(names))) as pool:
+            shards = dict(zip(names, pool.map(opened, names), strict=True))
+    else:
+        shards = {shard: opened(shard) for shard in names}
     root: dict[str, Any] = {}
     for key, shard in weight_map.items():
         tensors = shards[shard].root

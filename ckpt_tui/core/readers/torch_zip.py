@@ -150,9 +150,13 @@ class ZipRecords:
             wanted = [name for name in wanted if name not in self._offsets]
         if not wanted:
             return
+        heads = [self.entries[name].header_offset for name in wanted]
         try:
-            with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                found = _data_offsets(mapped, wanted, [self.entries[name].header_offset for name in wanted])
+            if places.is_remote(self.path):
+                found = _fetched_offsets(places.source_of(self.path), wanted, heads)
+            else:
+                with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    found = _data_offsets(mapped, wanted, heads)
         except (OSError, ValueError):
             return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it
         with self._lock:
@@ -227,6 +231,18 @@ def _data_offsets(mapped: mmap.mmap, names: list[str], heads: list[int]) -> dict
     starts = (places[whole] + LOCAL.size + name_len + extra_len)[signed]
     kept = itertools.compress(itertools.compress(names, whole.tolist()), signed.tolist())
     return dict(zip(kept, starts.tolist(), strict=True))
+
+
+def _fetched_offsets(source: places.ByteSource, names: list[str], heads: list[int]) -> dict[str, int]:
+    """:func:`_data_offsets` of a file that cannot be mapped (a remote one): the headers fetched together."""
+    source.prefetch([(head, LOCAL.size) for head in heads])
+    found: dict[str, int] = {}
+    for name, head in zip(names, heads, strict=True):
+        fields = source.read_at(head, LOCAL.size)
+        if len(fields) == LOCAL.size and fields[:4] == bytes(_LOCAL_SIGNATURE):
+            name_len, extra_len = LOCAL.unpack(fields)[-2:]
+            found[name] = head + LOCAL.size + name_len + extra_len
+    return found
 
 
 class ZipLayout:

@@ -15,7 +15,6 @@ which gives the same figures and raises the same errors as always.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -23,6 +22,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values.tensor_values import numpy_dtype
 from ckpt_tui.core.values.view_spans import ITEMSIZES, plan_views, windows
@@ -127,8 +127,7 @@ def _read_window(
     begin = int(starts[window[0]])
     size = int((starts[window] + sizes[window]).max()) - begin
     data = bytearray(size)
-    with open(path, "rb", buffering=0) as file:
-        got = os.preadv(file.fileno(), [data], begin)
+    got = places.read_into(path, begin, data)
     typed: dict[tuple[str, int], np.ndarray] = {}
     cuts = zip(window, (starts[window] - begin).tolist(), sizes[window].tolist(), dtypes, strict=True)
     for position, start, nbytes, dtype in cuts:

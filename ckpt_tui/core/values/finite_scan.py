@@ -22,7 +22,6 @@ which gives the counts, and raises the same errors, as always.
 from __future__ import annotations
 
 import mmap
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values import view_spans
 from ckpt_tui.core.values.view_spans import DTYPE_NAMES, ITEMSIZES, plan_views, windows
@@ -127,8 +127,7 @@ def _buffer(size: int) -> memoryview:
 def _read_into(path: str, start: int, size: int) -> memoryview:
     """``size`` bytes at ``start`` (fewer if the file ends first)."""
     buffer = _buffer(size)
-    with open(path, "rb", buffering=0) as file:
-        got = os.preadv(file.fileno(), [buffer], start)
+    got = places.read_into(path, start, buffer)
     return buffer[:got]
 
 
@@ -202,34 +201,30 @@ def _large_finite(span: _Span, byteorder: str, cancelled: Callable[[], bool] | N
     """
     size = ITEMSIZES[span.dtype]
     end = span.start + span.size
-    with open(span.path, "rb", buffering=0) as file:
-        fd = file.fileno()
-        if os.fstat(fd).st_size < end:
-            return None
-        at = span.start
-        while at < end:
-            if cancelled is not None and cancelled():
-                raise Cancelled("check cancelled")
-            base = at - at % mmap.ALLOCATIONGRANULARITY
-            stop = min(end, base + MAP_CHUNK)
-            stop -= (stop - at) % size  # whole elements (the view's end is a whole element too)
-            if span.dtype not in FLOAT_CODES:
-                if os.preadv(fd, [_buffer(stop - at)], at) != stop - at:
-                    return None
-            elif not _mapped_finite(fd, base, at, stop, span.dtype, byteorder):
+    if places.size_of(span.path) < end:
+        return None
+    at = span.start
+    while at < end:
+        if cancelled is not None and cancelled():
+            raise Cancelled("check cancelled")
+        base = at - at % mmap.ALLOCATIONGRANULARITY
+        stop = min(end, base + MAP_CHUNK)
+        stop -= (stop - at) % size  # whole elements (the view's end is a whole element too)
+        if span.dtype not in FLOAT_CODES:
+            if places.read_into(span.path, at, _buffer(stop - at)) != stop - at:
                 return None
-            at = stop
+        elif not _mapped_finite(span.path, at, stop, span.dtype, byteorder):
+            return None
+        at = stop
     return True
 
 
-def _mapped_finite(fd: int, base: int, at: int, stop: int, dtype: str, byteorder: str) -> bool:
-    """Whether the elements from ``at`` to ``stop`` are finite, read through a map from ``base``."""
-    with mmap.mmap(fd, stop - base, access=mmap.ACCESS_READ, offset=base) as mapped:
-        view = memoryview(mapped)[at - base :]
-        try:
-            return _chunk_finite(view, dtype, byteorder)
-        finally:
-            view.release()
+def _mapped_finite(path: str, at: int, stop: int, dtype: str, byteorder: str) -> bool:
+    """Whether the elements from ``at`` to ``stop`` are finite, read through a map of just them."""
+    with places.mapped(path, at, stop - at) as view:
+        if len(view) != stop - at:
+            return False
+        return _chunk_finite(view, dtype, byteorder)
 
 
 def _chunk_finite(buffer: memoryview, dtype: str, byteorder: str) -> bool:

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
 
 import numpy as np
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Tensor
@@ -361,11 +360,12 @@ class TensorReader:
 
             yield from_memory
             return
-        with open(self.path, "rb") as file:
+        source = places.source_of(self.path)
+        try:
 
             def from_file(element: int, count: int) -> bytes:
                 start, size = checked(element, count)
-                data = os.pread(file.fileno(), size, start)
+                data = source.read_at(start, size)
                 if len(data) != size:
                     raise ReadError("tensor data ends early (file truncated?)")
                 return data
@@ -381,11 +381,13 @@ class TensorReader:
                 buffer = ring[next(turn) % buffers]
                 if size > len(buffer):
                     return memoryview(from_file(element, count))
-                if os.preadv(file.fileno(), [buffer[:size]], start) != size:
+                if source.readinto_at(start, buffer[:size]) != size:
                     raise ReadError("tensor data ends early (file truncated?)")
                 return buffer[:size]
 
             yield into_ring
+        finally:
+            source.close()
 
 
 _thread_buffers = threading.local()
@@ -432,22 +434,16 @@ class _RecordView:
     def __init__(self, reader: TensorReader) -> None:
         self.reader = reader
         self._arrays: list[np.ndarray] = []
-        self._file: BinaryIO | None = None
-        self._map: mmap.mmap | None = None
+        self._map: places.MappedFile | None = None
         if reader.memory is not None:
             self._buffer = memoryview(reader.memory)[: reader.record_bytes]
             return
-        self._file = open(reader.path, "rb")  # noqa: SIM115 - closed in __exit__
+        self._map = places.MappedFile(reader.path)
         try:
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            self._file.close()
-            raise ReadError(f"cannot map the file ({exc})") from None
-        start = reader.record_start
-        if start + reader.record_bytes > len(self._map):
+            self._buffer = self._map.buffer(reader.record_start, reader.record_bytes)
+        except ReadError:
             self._close()
-            raise ReadError("tensor data ends early (file truncated?)")
-        self._buffer = memoryview(self._map)[start : start + reader.record_bytes]
+            raise
 
     def array(self, shape: tuple[int, ...], stride: tuple[int, ...]) -> np.ndarray:
         """A read-only view of the record; numpy refuses one whose extent leaves the record."""
@@ -469,8 +465,8 @@ class _RecordView:
 
     def release_pages(self) -> None:
         """Drop the mapped pages read so far (they are file-backed: reading them again is free)."""
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+        if self._map is not None:
+            self._map.release_pages()
 
     def __enter__(self) -> _RecordView:
         return self
@@ -488,8 +484,6 @@ class _RecordView:
                 self._map.close()
         except BufferError:  # a view is still referenced somewhere: the map is freed with it
             pass
-        if self._file is not None:
-            self._file.close()
 
 
 def _multiplicity(start: int, shape: tuple[int, ...], stride: tuple[int, ...], span: int) -> np.ndarray:

@@ -11,8 +11,6 @@ blocker is data. Nothing here imports torch, numpy or anything the file names.
 from __future__ import annotations
 
 import json
-import mmap
-import os
 import struct
 import sys
 import tarfile
@@ -54,6 +52,9 @@ MAX_PICKLE = 1 << 32
 PATHS_SHOWN = 100
 ZIP_VERSIONS = range(1, 11)
 """``version`` records torch's zip reader accepts (kMinSupportedFileFormatVersion..kMax)."""
+
+REMOTE_PREFIX = 1 << 20
+"""The first bytes of a remote legacy file scanned for its pickles (more when they run past them)."""
 
 
 # ---- following torch.load through a file ----------------------------------------------------------
@@ -137,7 +138,7 @@ class ScanBeside:
         (a file opened as its whole folder): the caller then scans, raising what it raised."""
         wire = self.child.result() if self.child is not None else None
         self.child = None
-        if wire is None or (path is not None and os.path.abspath(path) != os.path.abspath(self.path)):
+        if wire is None or (path is not None and places.absolute(path) != places.absolute(self.path)):
             return None
         try:
             return FileScan.from_wire(wire)
@@ -150,28 +151,28 @@ def scan_file(path: str, zip_entries: ZipDirectory | None = None) -> FileScan:
 
     ``zip_entries``: the file's central directory when the caller has already read it.
     """
-    if os.path.isdir(path):
+    if places.is_dir(path):
         return _scan_directory(path)
     if path.endswith(".index.json"):
         return _scan_sharded(path)
+    size = places.size_of(path)
     with places.open_stream(path) as file:
         head = file.read(512)
-        size = os.fstat(file.fileno()).st_size
         if path.endswith(".safetensors"):
             return _scan_safetensors_name(head, size)
         if head[:4] == b"PK\x03\x04":
-            return _scan_zip(path, file, zip_entries)
-        return _scan_legacy(path, file, head)
+            return _scan_zip(path, file, zip_entries, size)
+        return _scan_legacy(path, file, head, size)
 
 
 def _scan_directory(path: str) -> FileScan:
-    if os.path.isfile(os.path.join(path, ".metadata")):
+    if places.is_file(places.join(path, ".metadata")):
         scan = FileScan("dcp", applies=False)
         scan.reason = "a torch.distributed.checkpoint folder: dcp.load reads it, without weights_only"
         return scan
-    indexes = sorted(n for n in os.listdir(path) if n.endswith(".index.json"))
+    indexes = sorted(n for n in places.list_dir(path) if n.endswith(".index.json"))
     if len(indexes) == 1:
-        return _scan_sharded(os.path.join(path, indexes[0]))
+        return _scan_sharded(places.join(path, indexes[0]))
     return FileScan(
         "not-a-file",
         applies=False,
@@ -187,7 +188,7 @@ def _scan_sharded(index_path: str) -> FileScan:
         index = json.loads(file.read().decode("utf-8"))
     shards = dict.fromkeys(index.get("weight_map", {}).values()) if isinstance(index, dict) else {}
     combined = FileScan("sharded")
-    folder = os.path.dirname(os.path.abspath(index_path))
+    folder = places.parent(index_path)
     applies = False
     for shard in shards:
         if str(shard).endswith(".json"):
@@ -229,12 +230,11 @@ def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
 # ---- zip archives (torch >= 1.6 and TorchScript) ----------------------------------------------------
 
 
-def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None) -> FileScan:
+def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int) -> FileScan:
     """torch.load's steps through a zip: PyTorchStreamReader's init (archive folder from the first
     member, version record), ``_is_torchscript_zip`` (every record listed), then ``_load``'s records and
     data.pkl; every record found as torch's reader finds it (:meth:`ZipDirectory.locate`)."""
     scan = FileScan("zip")
-    size = os.fstat(file.fileno()).st_size
     try:
         entries = entries if entries is not None else read_central_directory(file, size)
     except ReadError as exc:
@@ -422,9 +422,9 @@ def _is_tar(file: BinaryIO) -> bool:
         file.seek(0)
 
 
-def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
+def _scan_legacy(path: str, file: BinaryIO, head: bytes, size: int) -> FileScan:
     scan = FileScan("legacy")
-    if looks_like_safetensors(head, os.fstat(file.fileno()).st_size):
+    if looks_like_safetensors(head, size):
         scan.route = "safetensors"
         scan.fail(
             "a safetensors file under a name that does not end in .safetensors: torch.load unpickles it and fails; "
@@ -435,15 +435,35 @@ def _scan_legacy(path: str, file: BinaryIO, head: bytes) -> FileScan:
         scan.route = "tar"
         scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
         return scan
-    if os.fstat(file.fileno()).st_size == 0:
+    if size == 0:
         scan.fail("an empty file")
         return scan
-    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        _scan_legacy_pickles(mapped, scan)
-    return scan
+    source = places.source_of(path)
+    length = REMOTE_PREFIX
+    while True:
+        with places.prefix(path, length) as data:
+            scan = FileScan("legacy")
+            _scan_legacy_pickles(data, scan, _counts(data, source), size)
+            read = len(data)
+        # a remote file is scanned from its first bytes: a pickle cut by their end is read again, longer
+        if read >= size or "(truncated?)" not in (scan.reason or ""):
+            source.close()
+            return scan
+        length *= 4
 
 
-def _scan_legacy_pickles(data: Any, scan: FileScan) -> None:
+def _counts(data: Any, source: places.ByteSource) -> Callable[[int], int]:
+    """The int64 element count at a position (past ``data``, read from ``source``)."""
+
+    def count_at(position: int) -> int:
+        if position + 8 <= len(data):
+            return int(struct.unpack_from("<q", data, position)[0])
+        return int(struct.unpack("<q", source.read_at(position, 8))[0])
+
+    return count_at
+
+
+def _scan_legacy_pickles(data: Any, scan: FileScan, count_at: Callable[[int], int], size: int) -> None:
     """The five pickles of the legacy format, then the storages' element counts (the data is never read)."""
     position = 0
     values: list[Any] = []
@@ -475,7 +495,7 @@ def _scan_legacy_pickles(data: Any, scan: FileScan) -> None:
     keys = scan_pickle(data, _no_storage, main.end)
     scan.absorb(keys, "the storage key pickle")
     if scan.reason is None:
-        _check_legacy_data(data, keys.end, keys.result, storages, scan)
+        _check_legacy_data(count_at, size, keys.end, keys.result, storages, scan)
 
 
 def _no_storage(pid: tuple[Any, ...]) -> WStorage:
@@ -513,7 +533,9 @@ def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: F
     return storages.setdefault(view_key, WStorage(root.dtype, nbytes, view_key, place))
 
 
-def _check_legacy_data(data: bytes, start: int, keys: Any, storages: dict[Any, WStorage], scan: FileScan) -> None:
+def _check_legacy_data(
+    count_at: Callable[[int], int], size: int, start: int, keys: Any, storages: dict[Any, WStorage], scan: FileScan
+) -> None:
     if not isinstance(keys, list):
         scan.fail("the legacy storage key list is not a list")
         return
@@ -526,16 +548,18 @@ def _check_legacy_data(data: bytes, start: int, keys: Any, storages: dict[Any, W
         if storage is None:
             scan.fail(f"legacy storage key {key!r} is listed but no tensor uses it")
             return
-        if position + 8 > len(data):
+        if position + 8 > size:
             scan.fail(f"legacy storage {key!r} is missing (file truncated)")
             return
-        (count,) = struct.unpack_from("<q", data, position)
-        size = DTYPES[storage.dtype][0]
-        if count * size != storage.nbytes:
-            scan.fail(f"legacy storage {key!r} holds {count} elements, its persistent id says {storage.nbytes // size}")
+        count = count_at(position)
+        itemsize = DTYPES[storage.dtype][0]
+        if count * itemsize != storage.nbytes:
+            scan.fail(
+                f"legacy storage {key!r} holds {count} elements, its persistent id says {storage.nbytes // itemsize}"
+            )
             return
-        position += 8 + count * size
-        if position > len(data):
+        position += 8 + count * itemsize
+        if position > size:
             scan.fail(f"legacy storage {key!r} runs past the end of the file (truncated)")
             return
 
@@ -673,7 +697,7 @@ def _central_directory(checkpoint: Checkpoint) -> ZipDirectory | None:
         return None
     for _, tensor in iter_tensors(checkpoint.root):
         source = tensor.storage.source if tensor.storage is not None else None
-        if isinstance(source, ZipRecords) and os.path.abspath(source.path) == os.path.abspath(checkpoint.path):
+        if isinstance(source, ZipRecords) and places.absolute(source.path) == places.absolute(checkpoint.path):
             return source.entries
         break
     return None

@@ -9,7 +9,6 @@ on disk against what was meant without keeping the bytes.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import zlib
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.model.byte_source import ByteSource
 
 FLUSH_AT = 1 << 20
 """Cache-sized: the CRC of a stretch reads it while the join has just brought it into the cache."""
@@ -198,7 +198,7 @@ class Output:
         self.file.seek(0, os.SEEK_END)
         self._log(offset, data, zlib.crc32(data))
 
-    def copy(self, source_fd: int, source_path: str, source_offset: int, size: int, crc: int | None) -> None:
+    def copy(self, source: ByteSource, source_path: str, source_offset: int, size: int, crc: int | None) -> None:
         """Copy a range of a source file to the current position, by the kernel where it can."""
         self.flush()
         self.file.flush()
@@ -206,7 +206,7 @@ class Output:
         target_fd = self.file.fileno()
         copied = 0
         while copied < size:
-            count = _copy_some(source_fd, target_fd, source_offset + copied, min(COPY_CHUNK, size - copied))
+            count = source.copy_to(target_fd, source_offset + copied, min(COPY_CHUNK, size - copied))
             if count <= 0:
                 raise OSError(f"{source_path} ended early")
             copied += count
@@ -232,20 +232,3 @@ class Output:
         """Flush the last buffered bytes."""
         self.flush()
         self.file.flush()
-
-
-_REAL_FAILURES = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EBADF}
-
-
-def _copy_some(source_fd: int, target_fd: int, offset: int, count: int) -> int:
-    """One ``copy_file_range`` (a read and write where the kernel or filesystem cannot)."""
-    try:
-        return os.copy_file_range(source_fd, target_fd, count, offset)
-    except (AttributeError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno in _REAL_FAILURES:
-            raise
-    data = memoryview(os.pread(source_fd, min(count, 16 << 20), offset))
-    written = 0
-    while written < len(data):
-        written += os.write(target_fd, data[written:])
-    return len(data)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import zlib
 from collections.abc import Callable, Iterator
@@ -125,7 +124,7 @@ def _write_record(zip_file: ZipWriter, reader: SourceReader, name: str, storage:
     if size < SMALL:
         _add_small(zip_file, name, storage, reader.read(span.path, span.offset, size), span.crc)
     elif span.crc:
-        zip_file.add_copy(name, reader.fd(span.path), span.path, span.offset, size, span.crc)
+        zip_file.add_copy(name, reader.source(span.path), span.path, span.offset, size, span.crc)
     else:
         zip_file.add_stream(name, size, _chunks(reader, span, size))
 
@@ -141,10 +140,10 @@ def _add_small(zip_file: ZipWriter, name: str, storage: Storage, data: memoryvie
 
 def _chunks(reader: SourceReader, span: SourceSpan, size: int) -> Iterator[bytes]:
     """A large record's bytes through a bounded buffer (when its CRC must be computed)."""
-    fd = reader.fd(span.path)
+    source = reader.source(span.path)
     done = 0
     while done < size:
-        data = os.pread(fd, min(size - done, 16 << 20), span.offset + done)
+        data = source.read_at(span.offset + done, min(size - done, 16 << 20))
         if not data:
             raise OSError(f"{span.path} ended early")
         done += len(data)

@@ -305,7 +305,7 @@ def _copy_run(run: list[DataItem], reader: SourceReader, out: Output) -> None:
     assert path is not None
     size = _end(run[-1]) - start
     if size >= SMALL:
-        out.copy(reader.fd(path), path, start, size, run[0].crc if len(run) == 1 else None)
+        out.copy(reader.source(path), path, start, size, run[0].crc if len(run) == 1 else None)
         return
     _copy_small(run, reader, out)
 

@@ -8,11 +8,12 @@ costs a slice. Large records are never read through the window: they are copied 
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 
 from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.readers.torch_zip import ZipRecords
@@ -66,7 +67,7 @@ class SourceReader:
     """Open source files and one read window per file; close it when done."""
 
     def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
+        self._sources: dict[str, ByteSource] = {}
         self._windows: dict[str, tuple[int, memoryview]] = {}
 
     def __enter__(self) -> SourceReader:
@@ -77,20 +78,22 @@ class SourceReader:
 
     def close(self) -> None:
         """Close every file opened."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for source in self._sources.values():
+            source.close()
+        self._sources.clear()
         self._windows.clear()
 
-    def fd(self, path: str) -> int:
-        """A read-only descriptor of ``path`` (opened once)."""
-        fd = self._fds.get(path)
-        if fd is None:
+    def source(self, path: str) -> ByteSource:
+        """The byte source of ``path`` (opened once)."""
+        source = self._sources.get(path)
+        if source is None:
+            source = places.source_of(path)
             try:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                source.read_at(0, 0)  # opened now: a file that cannot be read is said here
             except OSError as exc:
                 raise WriteError(f"cannot read {path}: {exc.strerror or exc}") from None
-        return fd
+            self._sources[path] = source
+        return source
 
     def read(self, path: str, offset: int, size: int) -> memoryview:
         """``size`` bytes at ``offset``: a slice of the current window, or a new window read there."""
@@ -103,7 +106,7 @@ class SourceReader:
         return data[:size]
 
     def _load(self, path: str, offset: int, size: int) -> tuple[int, memoryview]:
-        data = os.pread(self.fd(path), max(WINDOW, size), offset)
+        data = self.source(path).read_at(offset, max(WINDOW, size))
         if len(data) < size:
             raise WriteError(f"{path} ended early (truncated while being read?)")
         window = self._windows[path] = (offset, memoryview(data))
@@ -128,7 +131,7 @@ class SourceReader:
                     break
                 end = max(end, start + count)
                 stop += 1
-            data = memoryview(os.pread(self.fd(path), end - begin, begin))
+            data = memoryview(self.source(path).read_at(begin, end - begin))
             if len(data) < end - begin:
                 raise WriteError(f"{path} ended early (truncated while being read?)")
             for index in order[at:stop]:

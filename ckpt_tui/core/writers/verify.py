@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
+from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import SafeUnpickler
 from ckpt_tui.core.runtime.process import gc_paused
@@ -244,8 +245,9 @@ def check_log(path: Path, log: WriteLog, size: int) -> bool:
                         f"bytes {segment.offset} to {segment.offset + segment.size} are not what was written"
                     )
             else:
-                head = os.pread(disk.fd(name), len(segment.head), segment.offset)
-                tail = os.pread(disk.fd(name), len(segment.tail), segment.offset + segment.size - len(segment.tail))
+                written = disk.source(name)
+                head = written.read_at(segment.offset, len(segment.head))
+                tail = written.read_at(segment.offset + segment.size - len(segment.tail), len(segment.tail))
                 if head != segment.head or tail != segment.tail:
                     raise _refused(f"bytes near offset {segment.offset} are not what was written")
         for copy in log.copies:
@@ -265,15 +267,15 @@ def crc_at(reader: SourceReader, path: str, offset: int, size: int) -> int:
     if size < SMALL:
         return zlib.crc32(reader.read(path, offset, size))
     value = 0
-    for chunk in _chunks(reader.fd(path), offset, size):
+    for chunk in _chunks(reader.source(path), offset, size):
         value = zlib.crc32(chunk, value)
     return value
 
 
-def _chunks(fd: int, offset: int, size: int) -> Iterator[bytes]:
+def _chunks(source: ByteSource, offset: int, size: int) -> Iterator[bytes]:
     done = 0
     while done < size:
-        data = os.pread(fd, min(CHUNK, size - done), offset + done)
+        data = source.read_at(offset + done, min(CHUNK, size - done))
         if not data:
             raise _refused("the written file ended early")
         done += len(data)
@@ -286,7 +288,7 @@ def compare_edges(
     """The first and last 4 KB of a copied range equal the source's."""
     head = min(EDGE, size)
     for edge in {0, size - head}:
-        written = os.pread(disk.fd(path), head, at + edge)
-        original = os.pread(sources.fd(source_path), head, source_at + edge)
+        written = disk.source(path).read_at(at + edge, head)
+        original = sources.source(source_path).read_at(source_at + edge, head)
         if written != original:
             raise _refused(f"bytes at offset {at + edge} were not copied faithfully")

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.readers.zip_archive import CENTRAL, EOCD, LOCAL, ZIP64_EOCD, ZIP64_LOCATOR
 from ckpt_tui.core.writers.output import Output
 
@@ -159,14 +160,16 @@ class ZipWriter:
         self._added(name, encoded, start, len(placeholder), size, crc)
         return crc
 
-    def add_copy(self, name: str, source_fd: int, source_path: str, source_offset: int, size: int, crc: int) -> None:
+    def add_copy(
+        self, name: str, source: ByteSource, source_path: str, source_offset: int, size: int, crc: int
+    ) -> None:
         """A member copied byte for byte from another file by the kernel; ``crc`` is the source's."""
         out = self.out
         start = out.position
         encoded = name.encode("utf-8")
         header = local_header(start, encoded, size, crc)
         out.write(header)
-        out.copy(source_fd, source_path, source_offset, size, crc)
+        out.copy(source, source_path, source_offset, size, crc)
         self._added(name, encoded, start, len(header), size, crc)
 
     def close(self) -> None:

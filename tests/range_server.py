@@ -1,0 +1,228 @@
+"""A small threaded HTTP server with Range support, on 127.0.0.1, for the remote tests and the benchmark.
+
+It serves the files of one folder (``/PATH``), answers single byte ranges (``bytes=A-B``, ``bytes=A-``,
+``bytes=-N``) with 206 and ``Content-Range``, sends a strong ETag, honours ``If-Match`` (412), and
+counts requests and bytes sent. It can also play a Hugging Face Hub for ``huggingface_hub`` reached
+through ``HF_ENDPOINT`` (``hub``): ``HEAD/GET /ORG/REPO/resolve/REV/PATH``, ``/api/models/ORG/REPO/tree/REV``
+and ``/api/models/ORG/REPO/revision/REV``, where ``REPO``'s files are the folder ``ORG/REPO`` and the
+commit is fixed. Options: no ranges (the whole file, 200), latency per request, a bandwidth cap, an
+answer of 429 first (backoff), and a token every request must carry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+@dataclass
+class Served:
+    """What the server was asked: each request's method, path and byte range, and bytes sent."""
+
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    bytes_sent: int = 0
+    active: int = 0
+    most_active: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.bytes_sent = 0
+            self.most_active = 0
+
+    def ranged(self) -> list[tuple[str, str, str]]:
+        """The GETs of file bytes (not the Hub's API calls)."""
+        return [r for r in self.requests if r[0] == "GET" and "/api/" not in r[1]]
+
+
+class RangeServer:
+    """Serve ``root`` on 127.0.0.1 (a free port) until :meth:`stop`."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        ranges: bool = True,
+        latency: float = 0.0,
+        bandwidth: float = 0.0,
+        throttle_first: int = 0,
+        token: str | None = None,
+    ) -> None:
+        self.root = root
+        self.ranges = ranges
+        self.latency = latency
+        self.bandwidth = bandwidth
+        self.throttle_left = throttle_first
+        self.token = token
+        self.served = Served()
+        self.etags: dict[str, str] = {}
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                server._answer(self, head=True)
+
+            def do_GET(self) -> None:
+                server._answer(self, head=False)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> RangeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def etag(self, path: str) -> str:
+        """A strong ETag from the file's size and mtime."""
+        info = os.stat(path)
+        return '"' + hashlib.sha1(f"{path}:{info.st_size}:{info.st_mtime_ns}".encode()).hexdigest()[:20] + '"'
+
+    def _answer(self, handler: BaseHTTPRequestHandler, head: bool) -> None:
+        served = self.served
+        with served.lock:
+            served.active += 1
+            served.most_active = max(served.most_active, served.active)
+        try:
+            if self.latency:
+                time.sleep(self.latency)
+            self._route(handler, head)
+        finally:
+            with served.lock:
+                served.active -= 1
+
+    def _route(self, handler: BaseHTTPRequestHandler, head: bool) -> None:
+        parsed = urllib.parse.urlsplit(handler.path)
+        path = urllib.parse.unquote(parsed.path)
+        with self.served.lock:
+            if self.throttle_left > 0:
+                self.throttle_left -= 1
+                throttled = True
+            else:
+                throttled = False
+            self.served.requests.append((handler.command, path, handler.headers.get("Range", "")))
+        if throttled:
+            return self._send(handler, 429, {"Retry-After": "0"}, b"slow down")
+        if self.token is not None and handler.headers.get("Authorization") != f"Bearer {self.token}":
+            return self._send(handler, 401, {}, b"unauthorized")
+        hub = re.match(r"^/api/models/([^/]+/[^/]+)/(tree|revision)/([^/]+)(/.*)?$", path)
+        if hub:
+            return self._hub_api(handler, hub.group(1), hub.group(2))
+        resolve = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if resolve:
+            file = os.path.join(self.root, resolve.group(1), resolve.group(3))
+            return self._file(handler, file, head, {"X-Repo-Commit": COMMIT})
+        return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
+
+    def _hub_api(self, handler: BaseHTTPRequestHandler, repo: str, what: str) -> None:
+        folder = os.path.join(self.root, repo)
+        if not os.path.isdir(folder):
+            return self._send(handler, 404, {"X-Error-Code": "RepoNotFound"}, b'{"error":"Repository not found"}')
+        if what == "revision":
+            body = json.dumps({"id": repo, "sha": COMMIT, "siblings": []}).encode()
+            return self._send(handler, 200, {"Content-Type": "application/json"}, body)
+        entries = []
+        for base, _, names in os.walk(folder):
+            for name in sorted(names):
+                full = os.path.join(base, name)
+                relative = os.path.relpath(full, folder).replace(os.sep, "/")
+                entries.append({"type": "file", "path": relative, "size": os.path.getsize(full), "oid": "0" * 40})
+        body = json.dumps(entries).encode()
+        return self._send(handler, 200, {"Content-Type": "application/json"}, body)
+
+    def _file(self, handler: BaseHTTPRequestHandler, file: str, head: bool, extra: dict[str, str]) -> None:
+        if not os.path.isfile(file):
+            return self._send(handler, 404, {"X-Error-Code": "EntryNotFound"}, b"not found")
+        size = os.path.getsize(file)
+        etag = self.etag(file)
+        headers = {"ETag": etag, "Accept-Ranges": "bytes" if self.ranges else "none", **extra}
+        match = handler.headers.get("If-Match")
+        if match is not None and match != etag:
+            return self._send(handler, 412, headers, b"precondition failed")
+        wanted = _RANGE.match(handler.headers.get("Range", "")) if self.ranges else None
+        if head:
+            headers["Content-Length"] = str(size)
+            return self._send(handler, 200, headers, b"", length=size)
+        if wanted is None:
+            return self._send_file(handler, 200, headers, file, 0, size)
+        first, last = wanted.groups()
+        if first == "":
+            start, stop = max(0, size - int(last or 0)), size
+        else:
+            start, stop = int(first), min(size, int(last) + 1 if last else size)
+        if start >= size or stop <= start:
+            return self._send(handler, 416, {**headers, "Content-Range": f"bytes */{size}"}, b"")
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        return self._send_file(handler, 206, headers, file, start, stop - start)
+
+    def _send_file(
+        self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], file: str, start: int, count: int
+    ) -> None:
+        handler.send_response(status)
+        for name, value in {**headers, "Content-Length": str(count)}.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        began = time.monotonic()
+        sent = 0
+        with open(file, "rb") as source:
+            source.seek(start)
+            while sent < count:
+                data = source.read(min(1 << 20, count - sent))
+                if not data:
+                    break
+                try:
+                    handler.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                sent += len(data)
+                if self.bandwidth:
+                    ahead = sent / self.bandwidth - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        with self.served.lock:
+            self.served.bytes_sent += sent
+
+    def _send(
+        self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes, length: int = -1
+    ) -> None:
+        handler.send_response(status)
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        if "Content-Length" not in headers:
+            handler.send_header("Content-Length", str(len(body) if length < 0 else length))
+        handler.end_headers()
+        if body:
+            handler.wfile.write(body)
+        with self.served.lock:
+            self.served.bytes_sent += len(body)

@@ -1,0 +1,333 @@
+"""Remote checkpoints over ranged reads: real servers on 127.0.0.1 (HTTP with Range, a Hub for
+huggingface_hub through HF_ENDPOINT, moto's S3), counting the requests and bytes ckpt-tui asks for."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders import (
+    lightning_checkpoint,
+    many_keys,
+    save_cuda_tagged,
+    save_whole_module,
+    tiny_state_dict,
+    training_checkpoint,
+    write_safetensors,
+    write_sharded_bin,
+    write_sharded_safetensors,
+    write_torchscript,
+)
+from range_server import RangeServer
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source, remote
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.stats import tensor_stats
+from ckpt_tui.core.weights_only.verdict import verdict
+
+
+@pytest.fixture(autouse=True)
+def fresh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Each test starts with no remote file known, an empty header cache and a fresh count."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    forget()
+    monkeypatch.setattr(remote, "TRANSFER", remote.Transfer())
+    yield
+    forget()
+
+
+def forget() -> None:
+    """As a new process: no store made yet (the header cache on disk stays)."""
+    byte_source._opened_stores.clear()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Any:
+    root = tmp_path / "served"
+    root.mkdir()
+    with RangeServer(str(root)) as server:
+        yield server
+
+
+def root_of(server: RangeServer) -> Path:
+    return Path(server.root)
+
+
+def big_pth(path: Path, tensors: int = 16, elements: int = 1 << 25) -> Path:
+    """A 2 GB .pth with few real bytes: torch writes the records' headers and skips their data (sparse)."""
+    state = OrderedDict((f"layers.{i}.weight", torch.empty(elements)) for i in range(tensors))
+    with torch.serialization.skip_data():
+        torch.save(state, path)
+    return path
+
+
+def test_a_2gb_pth_opens_in_at_most_4_requests_and_under_1mb_plus_its_pickle(served: RangeServer) -> None:
+    path = big_pth(root_of(served) / "big.pth")
+    assert path.stat().st_size > 2 * 10**9
+    pickle_size = zipfile.ZipFile(path).getinfo("big/data.pkl").file_size
+    checkpoint = open_checkpoint(f"{served.url}/big.pth")
+    assert [t.shape for t in checkpoint.root.values()] == [(1 << 25,)] * 16
+    assert len(served.served.requests) <= 4
+    assert served.served.bytes_sent < (1 << 20) + pickle_size
+    assert byte_source.fetched_of(f"{served.url}/big.pth") == served.served.bytes_sent
+
+
+def test_check_of_a_2gb_pth_gives_its_verdict_from_the_pickle_and_headers_alone(served: RangeServer) -> None:
+    big_pth(root_of(served) / "big.pth")
+    checkpoint = open_checkpoint(f"{served.url}/big.pth")
+    judged = verdict(checkpoint)
+    assert judged.loads is True
+    assert served.served.bytes_sent < 2 << 20  # the records' local headers, fetched together
+
+
+def corpus(folder: Path) -> list[str]:
+    """One file of each kind the builders make (the names the tests' corpus uses)."""
+    made = [
+        write_safetensors(dict(tiny_state_dict()), folder / "model.safetensors").name,
+        torch_file(tiny_state_dict(), folder / "state.pth"),
+        torch_file(training_checkpoint(), folder / "training.pt"),
+        torch_file(lightning_checkpoint(), folder / "lightning.ckpt"),
+        torch_file(many_keys(300), folder / "many.pth"),
+        torch_file(tiny_state_dict(), folder / "legacy.bin", _use_new_zipfile_serialization=False),
+        torch_file(
+            {"w": torch.randn(3, 3).to(torch.float16), "ids": torch.arange(4)}, folder / "proto4.pt", pickle_protocol=4
+        ),
+        save_cuda_tagged(dict(tiny_state_dict()), folder / "cuda.pth").name,
+        save_whole_module(folder / "module.pth").name,
+        write_torchscript(folder / "script.pt").name,
+        torch_file({"w": torch.tensor([1.0, float("nan")])}, folder / "nan.pth"),
+    ]
+    (folder / "plain.pkl").write_bytes(b"\x80\x02}q\x00X\x01\x00\x00\x00aK\x01s.")
+    (folder / "hostile.pkl").write_bytes(b"cos\nsystem\n(S'true'\ntR.")
+    return [*made, "plain.pkl", "hostile.pkl"]
+
+
+def torch_file(obj: Any, path: Path, **kwargs: Any) -> str:
+    torch.save(obj, path, **kwargs)
+    return path.name
+
+
+def outcome(path: str, where: str) -> Any:
+    """What check says of a file, with its location taken out."""
+    try:
+        checkpoint = open_checkpoint(path)
+    except ReadError as exc:
+        return ("refused", str(exc).replace(path, "FILE"))
+    report = check_checkpoint(checkpoint)
+    found = report.to_json()
+    found["path"] = "FILE"
+    return json.loads(json.dumps(found, default=str).replace(where, "FOLDER"))
+
+
+def test_the_remote_verdict_and_check_equal_the_local_ones_on_every_corpus_file(served: RangeServer) -> None:
+    folder = root_of(served)
+    names = corpus(folder)
+    for name in names:
+        local = outcome(str(folder / name), str(folder))
+        far = outcome(f"{served.url}/{name}", served.url)
+        assert far == local, name
+
+
+def test_stats_of_remote_values_equal_the_local_ones(served: RangeServer) -> None:
+    folder = root_of(served)
+    torch.save(
+        {"w": torch.randn(300, 200), "t": torch.randn(10, 10).t(), "h": torch.randn(50).half()}, folder / "m.pth"
+    )
+    local = open_checkpoint(str(folder / "m.pth"))
+    far = open_checkpoint(f"{served.url}/m.pth")
+    for name in ("w", "t", "h"):
+        assert tensor_stats(far.root[name], far.byteorder) == tensor_stats(local.root[name], local.byteorder)
+
+
+def test_values_past_the_budget_are_refused_in_one_line_saying_how_much(served: RangeServer) -> None:
+    torch.save({"w": torch.randn(1 << 20)}, root_of(served) / "m.pth")
+    checkpoint = open_checkpoint(f"{served.url}/m.pth")
+    remote.TRANSFER.limit = remote.TRANSFER.fetched + 100_000
+    sent = served.served.bytes_sent
+    with pytest.raises(ReadError, match=r"needs 4\.\d MB more .* past --max-download"):
+        tensor_stats(checkpoint.root["w"], checkpoint.byteorder)
+    assert served.served.bytes_sent == sent  # refused before any byte was asked for
+
+
+def test_a_server_without_ranges_is_refused_with_an_offer_to_download(tmp_path: Path) -> None:
+    (tmp_path / "m.pth").write_bytes(b"x" * 100)
+    with RangeServer(str(tmp_path), ranges=False) as server, pytest.raises(ReadError) as caught:
+        open_checkpoint(f"{server.url}/m.pth")
+    message = str(caught.value)
+    assert "does not support ranged reads" in message and "curl -LO" in message and "\n" not in message
+
+
+def test_a_missing_remote_file_is_one_line(served: RangeServer) -> None:
+    with pytest.raises(ReadError, match=r"no such file or directory|not found"):
+        open_checkpoint(f"{served.url}/none.pth")
+
+
+def test_a_file_that_changes_mid_read_is_refused(served: RangeServer) -> None:
+    path = root_of(served) / "m.pth"
+    torch.save({"w": torch.randn(1 << 20)}, path)
+    checkpoint = open_checkpoint(f"{served.url}/m.pth")
+    torch.save({"w": torch.randn(1 << 20)}, path)
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(ReadError, match="changed while being read"):
+        tensor_stats(checkpoint.root["w"], checkpoint.byteorder)
+
+
+def test_reopening_a_remote_file_costs_one_request(served: RangeServer) -> None:
+    torch.save(many_keys(2000), root_of(served) / "m.pth")
+    first = open_checkpoint(f"{served.url}/m.pth")
+    assert len(served.served.requests) >= 2
+    served.served.reset()
+    forget()
+    again = open_checkpoint(f"{served.url}/m.pth")
+    assert len(served.served.requests) == 1
+    assert list(again.root) == list(first.root)
+
+
+def test_a_busy_server_is_waited_for(tmp_path: Path) -> None:
+    torch.save({"w": torch.ones(3)}, tmp_path / "m.pth")
+    with RangeServer(str(tmp_path), throttle_first=2) as server:
+        assert list(open_checkpoint(f"{server.url}/m.pth").root) == ["w"]
+        assert [r for r in server.served.requests][:2] == [("GET", "/m.pth", "bytes=-65536")] * 2
+
+
+def test_an_index_opens_its_remote_shards(served: RangeServer) -> None:
+    state = dict(tiny_state_dict())
+    (root_of(served) / "bin").mkdir()
+    index = write_sharded_bin(state, root_of(served) / "bin", shards=3)
+    checkpoint = open_checkpoint(f"{served.url}/bin/{index.name}")
+    assert sorted(checkpoint.root) == sorted(state)
+
+
+# ---- the Hub, through HF_ENDPOINT ------------------------------------------------------------------
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "hub"
+    root.mkdir()
+    with RangeServer(str(root), latency=0.05) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        yield server
+
+
+def test_an_hf_repo_of_4_shards_opens_with_its_shards_read_in_parallel(hub: RangeServer) -> None:
+    state = dict(many_keys(40))
+    (root_of(hub) / "org" / "model").mkdir(parents=True)
+    write_sharded_safetensors(state, root_of(hub) / "org" / "model", shards=4)
+    checkpoint = open_checkpoint("hf://org/model")
+    assert sorted(checkpoint.root) == sorted(state)
+    shards = {path for _, path, _ in hub.served.ranged() if path.endswith(".safetensors")}
+    assert len(shards) == 4
+    assert hub.served.most_active >= 2  # several shards' requests were in flight at once
+    for name, tensor in state.items():
+        assert tensor_stats(checkpoint.root[name], "little").count == tensor.numel()
+
+
+def test_an_hf_file_at_a_revision_opens_with_the_hub_s_routes(hub: RangeServer) -> None:
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    torch.save(dict(tiny_state_dict()), folder / "pytorch_model.bin")
+    checkpoint = open_checkpoint("hf://org/model@v1/pytorch_model.bin")
+    assert list(checkpoint.root) == list(tiny_state_dict())
+    assert {path for _, path, _ in hub.served.requests} == {"/org/model/resolve/v1/pytorch_model.bin"}
+    hub.served.reset()
+    forget()
+    open_checkpoint("hf://org/model@v1/pytorch_model.bin")
+    assert hub.served.requests == [("HEAD", "/org/model/resolve/v1/pytorch_model.bin", "")]  # the header cache
+    assert verdict(checkpoint).loads is True
+
+
+def test_a_deepspeed_folder_opens_from_the_hub(hub: RangeServer) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "deepspeed" / "zero2_fp32"
+    target = root_of(hub) / "org" / "zero"
+    for file in fixture.rglob("*"):
+        if file.is_file():
+            (target / file.relative_to(fixture)).parent.mkdir(parents=True, exist_ok=True)
+            (target / file.relative_to(fixture)).write_bytes(file.read_bytes())
+    local = open_checkpoint(str(fixture))
+    far = open_checkpoint("hf://org/zero")
+    assert far.format == local.format
+    assert sorted(map(str, far.root)) == sorted(map(str, local.root))
+
+
+def test_a_private_repo_names_hf_token_and_opens_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    folder = tmp_path / "hub" / "org" / "private"
+    folder.mkdir(parents=True)
+    write_safetensors(dict(tiny_state_dict()), folder / "model.safetensors")
+    with RangeServer(str(tmp_path / "hub"), token="hf_secret") as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        with pytest.raises(ReadError, match="HF_TOKEN"):
+            open_checkpoint("hf://org/private/model.safetensors")
+        forget()
+        monkeypatch.setenv("HF_TOKEN", "hf_secret")
+        assert sorted(open_checkpoint("hf://org/private/model.safetensors").root) == sorted(tiny_state_dict())
+
+
+# ---- S3, through moto's server and AWS_ENDPOINT_URL ------------------------------------------------------
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Any:
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    for name, value in {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3", endpoint_url=url)
+    client.create_bucket(Bucket="ckpts")
+    try:
+        yield client
+    finally:
+        server.stop()
+
+
+def put_folder(client: Any, folder: Path, prefix: str) -> None:
+    for file in sorted(folder.rglob("*")):
+        if file.is_file():
+            client.put_object(Bucket="ckpts", Key=f"{prefix}/{file.relative_to(folder)}", Body=file.read_bytes())
+
+
+def test_an_s3_file_and_a_dcp_folder_open_and_check_as_local(s3: Any, tmp_path: Path) -> None:
+    torch.save(dict(tiny_state_dict()), tmp_path / "m.pth")
+    s3.put_object(Bucket="ckpts", Key="run/m.pth", Body=(tmp_path / "m.pth").read_bytes())
+    assert outcome("s3://ckpts/run/m.pth", "s3://ckpts/run") == outcome(str(tmp_path / "m.pth"), str(tmp_path))
+    dcp = Path(__file__).parent / "fixtures" / "torch_distributed"
+    folders = sorted({p.parent for p in dcp.rglob(".metadata")})
+    assert folders
+    put_folder(s3, folders[0], "dcp")
+    local = open_checkpoint(str(folders[0]))
+    far = open_checkpoint("s3://ckpts/dcp")
+    assert far.format == local.format == "dcp"
+    for (key, tensor), (_, other) in zip(sorted(flat(far.root)), sorted(flat(local.root)), strict=True):
+        assert tensor_stats(tensor, far.byteorder) == tensor_stats(other, local.byteorder), key
+
+
+def flat(root: Any) -> list[tuple[str, Any]]:
+    from ckpt_tui.core.model.tree import iter_tensors
+
+    return [(str(path), tensor) for path, tensor in iter_tensors(root)]
