@@ -331,3 +331,46 @@ def flat(root: Any) -> list[tuple[str, Any]]:
     from ckpt_tui.core.model.tree import iter_tensors
 
     return [(str(path), tensor) for path, tensor in iter_tensors(root)]
+
+
+# ---- the command line -------------------------------------------------------------------------------
+
+
+def test_info_ends_with_the_bytes_fetched_against_the_file_size(served: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    big_pth(root_of(served) / "big.pth")
+    assert main(["info", f"{served.url}/big.pth"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("fetched ") and last.endswith("of 2.1 GB (3 requests)")
+    forget()
+    assert main(["info", "--json", f"{served.url}/big.pth"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["transferred"]["file_bytes"] == found["file_bytes"] > 2 * 10**9
+    assert found["transferred"]["requests"] == 1  # reopened: the header cache answers the rest
+
+
+def test_check_past_the_budget_is_refused_up_front_saying_how_much(served: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    big_pth(root_of(served) / "big.pth")
+    assert main(["check", f"{served.url}/big.pth"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "needs 2.1 GB of tensor values" in error[0] and "--max-download 1.0 GB" in error[0]
+    assert served.served.bytes_sent < 1 << 20
+
+
+def test_stats_and_diff_of_a_remote_file_within_the_budget(served: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    torch.save({"w": torch.randn(100, 100), "b": torch.zeros(10)}, root_of(served) / "m.pth")
+    url = f"{served.url}/m.pth"
+    assert main(["stats", "--json", "--max-download", "1M", url]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["numel"] for row in rows["tensors"]] == [10000, 10]
+    assert rows["transferred"]["fetched"] > 40000
+    assert main(["diff", url, str(root_of(served) / "m.pth")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("fetched ")
+    forget()
+    assert main(["stats", "--max-download", "10k", url]) == 2
+    assert "past --max-download 10.0 kB" in capsys.readouterr().err

@@ -30,6 +30,20 @@ def open_for_command(path: str | list[str]) -> Checkpoint:
     return checkpoint
 
 
+def within_budget(checkpoint: Checkpoint, what: str, tensors: list[Any] | None = None) -> None:
+    """Refuse up front, in one line saying how much, values of a remote checkpoint past ``--max-download``."""
+    from ckpt_tui.core.model import byte_source
+
+    if not byte_source.is_remote(checkpoint.path):
+        return
+    from ckpt_tui.core.model.remote import ensure_budget
+    from ckpt_tui.core.model.tree import iter_tensors
+
+    listed = tensors if tensors is not None else [t for _, t in iter_tensors(checkpoint.root)]
+    storages = {id(t.storage): t.storage for t in listed if t.storage is not None}
+    ensure_budget(checkpoint.path, sum(s.nbytes for s in storages.values()), what)
+
+
 def info(args: argparse.Namespace) -> int:
     """``info``: the summary, as text or JSON."""
     return _info(args.file, args.json, args.depth)
@@ -66,6 +80,7 @@ def _check(path: str | list[str], as_json: bool) -> int:
     except ReadError as exc:
         _print_unreadable_verdict(path, exc, as_json, beside)
         raise
+    within_budget(checkpoint, "check (it reads every tensor)")
     report = check_checkpoint(checkpoint, beside=beside)
     if as_json:
         print_json(report.to_json())
@@ -90,6 +105,7 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
     checkpoint = open_for_command(path)
     where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
     tensors = tensor_paths(get(checkpoint.root, where), where)
+    within_budget(checkpoint, "stats", [tensor for _, tensor in tensors])
     with ProgressLine() as progress:
         rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
     if sort:

@@ -87,4 +87,21 @@ def _run(args: argparse.Namespace) -> int:
     files = getattr(args, "file", None)
     if isinstance(files, list):  # several files open together as one checkpoint (rank files)
         args.file = files[0] if len(files) == 1 else files
-    return HANDLERS[args.command or "demo"](args)
+    if getattr(args, "max_download", None) is not None:
+        from ckpt_tui.core.model import remote
+
+        remote.TRANSFER.limit = args.max_download
+    try:
+        return HANDLERS[args.command or "demo"](args)
+    finally:
+        _say_transferred(args)
+
+
+def _say_transferred(args: argparse.Namespace) -> None:
+    """The bytes fetched from remote stores against the files' sizes, last (``--json`` has them inside)."""
+    from ckpt_tui.core.model.byte_source import transferred
+
+    cost = transferred()
+    if cost is None or getattr(args, "json", False) or args.command in ("open", None):
+        return
+    print(cost.line(), file=sys.stderr if getattr(args, "csv", False) else sys.stdout)

@@ -177,11 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
     open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
     open_.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
+    for remote_reading in (info, check, stats, diff_, convert, open_):
+        remote_reading.add_argument(
+            "--max-download",
+            metavar="SIZE",
+            type=_size,
+            help="most bytes fetched from a remote store (hf://, s3://, https://...) for values (default 1G)",
+        )
     return parser
 
 
 _COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")
 """The columns of ``stats`` (as ``tensor_table.COLUMNS``, without importing numpy for --help)."""
+
+
+def _size(text: str) -> int:
+    from ckpt_tui.core.model.remote import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _stats_column(text: str) -> str:

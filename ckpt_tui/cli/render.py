@@ -308,6 +308,11 @@ class ProgressLine:
 
 
 def print_json(data: Any) -> None:
-    """One compact JSON object on its own line."""
+    """One compact JSON object on its own line (with ``transferred`` when remote files were read)."""
+    from ckpt_tui.core.model.byte_source import transferred
+
+    cost = transferred()
+    if cost is not None and isinstance(data, dict):
+        data = {**data, "transferred": cost.to_json()}
     sys.stdout.write(json.dumps(data, default=str, separators=(",", ":")))
     sys.stdout.write("\n")

@@ -22,8 +22,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
@@ -98,6 +99,10 @@ class Store(Protocol):
 
     def remember(self) -> None:
         """Keep what was fetched for a later open (the header cache)."""
+        ...
+
+    def opened(self) -> Sequence[ByteSource]:
+        """The files this store has read (for the count of bytes fetched)."""
         ...
 
 
@@ -427,3 +432,48 @@ class MappedFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def human(count: int) -> str:
+    """A byte count in words (``1.5 MB``)."""
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} B"
+
+
+@dataclass(frozen=True)
+class Transferred:
+    """What reading remote files cost so far: bytes fetched against the files' sizes, and requests."""
+
+    fetched: int
+    size: int
+    requests: int
+    files: int
+
+    def line(self) -> str:
+        """``fetched 84.2 kB of 2.1 GB (3 requests)``."""
+        files = f", {self.files} files" if self.files > 1 else ""
+        requests = f"{self.requests} request" + ("" if self.requests == 1 else "s")
+        return f"fetched {human(self.fetched)} of {human(self.size)} ({requests}{files})"
+
+    def to_json(self) -> dict[str, int]:
+        """The ``transferred`` field of ``--json``."""
+        return {"fetched": self.fetched, "file_bytes": self.size, "requests": self.requests, "files": self.files}
+
+
+def transferred() -> Transferred | None:
+    """Bytes fetched from remote stores by this process, or None when none was read."""
+    with _stores_lock:
+        stores = list(_opened_stores.values())
+    sources = [source for store in stores for source in store.opened()]
+    if not sources:
+        return None
+    return Transferred(
+        sum(s.fetched for s in sources),
+        sum(s.size for s in sources),
+        sum(getattr(s, "requests_here", 0) for s in sources),
+        len(sources),
+    )

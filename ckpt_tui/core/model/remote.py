@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model.byte_source import write_all
+from ckpt_tui.core.model.byte_source import human, write_all
 
 MIN_AHEAD = 64 << 10
 MAX_AHEAD = 16 << 20
@@ -30,17 +31,7 @@ PART = 8 << 20
 WORKERS = 8
 TAIL = 64 << 10
 """What a first request for a file fetches from its end: a zip's end records and usually its directory."""
-DEFAULT_MAX_DOWNLOAD = 1 << 30
-
-
-def human(count: int) -> str:
-    """A byte count in words (``1.5 MB``)."""
-    value = float(count)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{count} B"
+DEFAULT_MAX_DOWNLOAD = 10**9
 
 
 class NotFound(ReadError):
@@ -76,6 +67,27 @@ class Transfer:
 
 
 TRANSFER = Transfer()
+
+
+def parse_size(text: str) -> int:
+    """``1G``, ``500MB``, ``2GiB``, ``123`` as bytes (k/M/G/T powers of 1000; KiB/MiB/GiB/TiB of 1024)."""
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
+    if found is None:
+        raise ValueError(f"{text!r} is not a size (e.g. 500M, 2G, 1.5GB)")
+    number, unit, binary = found.groups()
+    base = 1024 if binary else 1000
+    return int(float(number) * base ** " KMGT".index(unit.upper() or " "))
+
+
+def ensure_budget(name: str, need: int, what: str) -> None:
+    """Refuse up front, in one line saying how much, work that would fetch more than the budget left."""
+    left = TRANSFER.limit - TRANSFER.fetched
+    if need > left:
+        raise ReadError(
+            f"{name}: {what} needs {human(need)} of tensor values from the remote store, past --max-download "
+            f"{human(TRANSFER.limit)} ({human(TRANSFER.fetched)} fetched so far); raise it "
+            f"(--max-download {human(need + TRANSFER.fetched).replace(' ', '')}) or use a local copy"
+        )
 
 
 @dataclass(frozen=True)

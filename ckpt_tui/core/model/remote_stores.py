@@ -171,10 +171,13 @@ class _Sources:
         return source is not None and source.stat_known()
 
     def remember(self) -> None:
-        with self._lock:
-            sources = list(self._sources.values())
-        for source in sources:
+        for source in self.opened():
             self.cache.save(source)
+
+    def opened(self) -> list[RemoteFile]:
+        """The files asked for whose store answered (those not found are left out)."""
+        with self._lock:
+            return [source for source in self._sources.values() if source.stat_known()]
 
 
 class HttpStore:
@@ -201,6 +204,9 @@ class HttpStore:
 
     def remember(self) -> None:
         self.sources.remember()
+
+    def opened(self) -> list[RemoteFile]:
+        return self.sources.opened()
 
 
 class HubStore:
@@ -262,6 +268,9 @@ class HubStore:
 
     def remember(self) -> None:
         self.sources.remember()
+
+    def opened(self) -> list[RemoteFile]:
+        return self.sources.opened()
 
 
 def _hub_error(url: str, exc: Exception) -> ReadError:
@@ -394,6 +403,9 @@ class FsspecStore:
 
     def remember(self) -> None:
         self.sources.remember()
+
+    def opened(self) -> list[RemoteFile]:
+        return self.sources.opened()
 
 
 class _FsspecFile:

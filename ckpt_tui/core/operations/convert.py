@@ -31,6 +31,7 @@ from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
 from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
 from ckpt_tui.core.readers.open import open_checkpoint
@@ -277,7 +278,8 @@ def fixed_output_path(source: str, directory: str | None = None, tag: str = "fix
     past any file that exists, never the input."""
     normalized = os.path.normpath(source)
     if directory is None:
-        directory = os.path.dirname(normalized)
+        # a remote checkpoint's copy is written here, in the current folder
+        directory = "" if byte_source.is_remote(source) else os.path.dirname(normalized)
     name = os.path.basename(normalized) or "checkpoint"
     suffix = ".safetensors" if name.endswith(".safetensors") else ".pth"
     stem = name

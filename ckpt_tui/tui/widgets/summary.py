@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ckpt_tui.core.conventions.findings import Finding
+from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.describe import FORMAT_NAMES, counted, size
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
@@ -58,6 +59,9 @@ def summary_text(
     text.append(f" · {size(summary.tensor_bytes)}\n")
     if ckpt.layout:
         text.append(f"{printable(ckpt.layout)}\n", style="italic")
+    cost = byte_source.transferred() if byte_source.is_remote(ckpt.path) else None
+    if cost is not None:
+        text.append(f"remote: {cost.line()}\n", style="italic")
     dtypes = ", ".join(f"{printable(d)} {n}" for d, n in summary.dtypes.most_common(4))
     devices = ", ".join(f"{printable(d)} {n}" for d, n in summary.devices.most_common(4))
     text.append(f"dtypes {dtypes or '-'} · saved on ")
