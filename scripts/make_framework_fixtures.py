@@ -310,15 +310,27 @@ def case_lightning_fsdp(rank: int, out: Path) -> None:
 def case_lightning_deepspeed(rank: int, out: Path) -> None:
     """Lightning's DeepSpeed strategy (ZeRO-2): a DeepSpeed folder named like a .ckpt file.
 
-    ``DeepSpeedStrategy.setup_environment`` refuses any accelerator but CUDA; DeepSpeed itself runs on
-    CPU (``DS_ACCELERATOR=cpu``), so that one check is skipped and the rest is Lightning's own code.
+    ``DeepSpeedStrategy.setup_environment`` refuses any accelerator but CUDA and ``setup_distributed`` wants
+    CUDA device indices; DeepSpeed itself runs on CPU (``DS_ACCELERATOR=cpu``), so those two checks are
+    skipped and the device carries the local rank; the rest is Lightning's own code.
     """
+    from lightning.fabric.utilities.seed import reset_seed
     from lightning.pytorch.strategies import DeepSpeedStrategy
     from lightning.pytorch.strategies.ddp import DDPStrategy
 
     class CpuDeepSpeedStrategy(DeepSpeedStrategy):
         def setup_environment(self) -> None:
             DDPStrategy.setup_environment(self)
+
+        def setup_distributed(self) -> None:
+            # Lightning checks that CUDA device indices equal the local ranks; CPU devices have no index
+            reset_seed()
+            self.set_world_ranks()
+            self._init_deepspeed_distributed()
+
+        @property
+        def root_device(self) -> torch.device:
+            return torch.device("cpu", self.local_rank)  # DeepSpeed reads the rank from the device index
 
     strategy = CpuDeepSpeedStrategy(stage=2, process_group_backend="gloo")
     _lightning(rank, out, "lightning_deepspeed", strategy)

@@ -265,3 +265,40 @@ def test_browser_header_names_the_layout(folder: Path, layout: str) -> None:
     from ckpt_tui.tui.widgets.summary import summary_text
 
     assert layout in summary_text(summarize(open_checkpoint(folder))).plain.splitlines()[1]
+
+
+def _rewrite_sharding(path: Path, change: Any) -> None:
+    """Re-save one rank's safetensors file of a real HF-DCP folder with its sharding metadata changed."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), "pt") as file:
+        tensors = {key: file.get_tensor(key) for key in file.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        metadata = dict(file.metadata())
+    metadata["DCP_SHARDING_INFO"] = change(json.loads(metadata["DCP_SHARDING_INFO"]))
+    save_file(tensors, str(path), metadata=metadata)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda info: "{not json", "is not JSON"),
+        (
+            lambda info: json.dumps({k: {"saved_offsets": [-1] * len(v["saved_offsets"])} for k, v in info.items()}),
+            "no valid saved_offsets",
+        ),
+        (
+            lambda info: json.dumps({k: {"saved_offsets": [0] * len(v["saved_offsets"])} for k, v in info.items()}),
+            "its pieces hold",
+        ),
+    ],
+)
+def test_hf_dcp_with_bad_sharding_info_is_one_line_never_a_traceback(
+    change: Any, message: str, tmp_path: Path, capsys: Any
+) -> None:
+    folder = copy_case("hf_dcp", tmp_path)
+    _rewrite_sharding(folder / "shard-00002-model-00002-of-00002.safetensors", change)
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "x.pth"))
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "x.pth").exists()
