@@ -24,9 +24,11 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
 - ``zero0_bf16`` / ``zero0_fp16``: DeepSpeed with ZeRO disabled. Truth: ``engine.module.state_dict()``.
 - ``lightning_fsdp``: Lightning's ``save_checkpoint`` with the FSDP strategy (``state_dict_type="sharded"``:
   a DCP folder plus ``meta.pt``). Truth: Lightning's own ``consolidate_checkpoint``.
-- ``lightning_deepspeed``: Lightning's DeepSpeed strategy (ZeRO-2). Lightning refuses it on CPU in
-  ``setup_environment`` and then needs CUDA device indices: not made here (the case is kept for a GPU
-  machine). Truth: DeepSpeed's own ``zero_to_fp32``.
+- ``lightning_deepspeed``: Lightning's DeepSpeed strategy (ZeRO-2), a DeepSpeed folder with Lightning's
+  client state in the model states. Truth: DeepSpeed's own ``zero_to_fp32``.
+
+Lightning refuses both strategies on CPU; each case says which one check it steps around (the training
+and the saving are Lightning's own code).
 """
 
 from __future__ import annotations

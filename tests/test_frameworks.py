@@ -302,3 +302,19 @@ def test_hf_dcp_with_bad_sharding_info_is_one_line_never_a_traceback(
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and message in err
     assert not (tmp_path / "x.pth").exists()
+
+
+# ---- Lightning's DeepSpeed strategy (ZeRO-2) ----------------------------------------------------
+
+
+def test_lightning_deepspeed_folder_extract_auto_equals_zero_to_fp32(tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case("lightning_deepspeed", tmp_path, "epoch=0-step=2.ckpt")
+    code, out, _ = run(capsys, "info", str(folder))
+    assert "layout      Lightning (DeepSpeed strategy): DeepSpeed ZeRO-2, 2 ranks, fp32" in out
+    target = tmp_path / "model.pt"
+    code, _, err = run(capsys, "convert", str(folder), "--extract", "auto", "-o", str(target))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "lightning_deepspeed.expected.pt", weights_only=False)
+    got = torch.load(target, weights_only=True)
+    assert list(got) == list(want)
+    assert_same(got, want)
