@@ -20,7 +20,7 @@ from builders_readers import f32_entry, safetensors_bytes, summaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_tui.cli.render import render_info
+from ckpt_tui.cli.render import _fast_json, _json, render_info
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.operations.info import summarize
@@ -56,6 +56,7 @@ def test_columns_say_what_the_walk_says(
     path = write_safetensors(state, tmp_path / "model.safetensors", metadata=metadata)
     flat, walked = summaries(path, columns=True)
     assert flat == walked
+    assert json.loads(_fast_json(flat[1])) == json.loads(_json(walked[1]))  # what info --json prints
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def _info(path: str | list[str], as_json: bool, depth: int) -> int:
 
     summary = summarize(open_for_command(path))
     if as_json:
-        print_json(summary.to_json())
+        print_json(summary.to_json(), floatless=True)
     else:
         from ckpt_tui.cli.render import render_info
 

@@ -307,12 +307,36 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def print_json(data: Any) -> None:
-    """One compact JSON object on its own line (with ``transferred`` when remote files were read)."""
+def print_json(data: Any, *, floatless: bool = False) -> None:
+    """One compact JSON object on its own line, all ASCII (with ``transferred`` when remote files were read).
+
+    ``floatless``: the document holds no floats (``info``), so orjson says it exactly as the standard encoder
+    would (orjson writes NaN as null, where the documented output has always said NaN).
+    """
     from ckpt_tui.core.model.byte_source import transferred
 
     cost = transferred()
     if cost is not None and isinstance(data, dict):
         data = {**data, "transferred": cost.to_json()}
-    sys.stdout.write(json.dumps(data, default=str, separators=(",", ":")))
-    sys.stdout.write("\n")
+    sys.stdout.flush()
+    sys.stdout.buffer.write((_fast_json(data) if floatless else _json(data)) + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, default=str, separators=(",", ":")).encode("ascii")
+
+
+def _fast_json(data: Any) -> bytes:
+    """orjson, 5-10x faster on 50,000 tensor rows; the standard encoder where orjson would say it otherwise.
+
+    orjson writes non-ASCII text raw (a C1 control in a key would reach the terminal) and refuses ints past
+    64 bits and lone surrogates: those documents go the slow way.
+    """
+    import orjson
+
+    try:
+        out = orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return _json(data)
+    return out if out.isascii() else _json(data)
