@@ -288,7 +288,7 @@ def convert(args: argparse.Namespace) -> int:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
         return 2
     if args.max_shard_size and not args.dry_run:
-        from ckpt_tui.core.writers.hf_shards import convert_to_shards
+        from ckpt_tui.core.operations.convert import convert_to_shards
 
         if args.format == "pth":
             print("ckpt-tui: --max-shard-size writes safetensors shards", file=sys.stderr)

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -27,6 +27,7 @@ from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
+from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, SaveFinished, SaveProgress
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen
@@ -333,3 +334,10 @@ def browser_words(error: str) -> str:
     for option, keys in CLI_OPTIONS_AS_KEYS.items():
         error = error.replace(option, keys)
     return error
+
+
+if TYPE_CHECKING:
+
+    def _is_a_host(app: CkptApp) -> BrowserHost:
+        """mypy checks here that the app gives the screens what :class:`BrowserHost` says."""
+        return app

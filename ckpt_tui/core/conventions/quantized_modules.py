@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckpt_tui.core.model.keypath import Attr, Key
+from ckpt_tui.core.model.made_bytes import MemorySource
 from ckpt_tui.core.model.tree import Opaque, Storage, Symbol, Tensor, module_children
 
 QUANTIZED_PACKAGES = ("torch.ao.nn.quantized.", "torch.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
@@ -81,8 +82,6 @@ def _packed_weight_bias(value: Any) -> tuple[Tensor, Tensor | None] | None:
 
 def _scalar(key: str, dtype: str, data: bytes) -> Tensor:
     """A 0-d tensor whose one value is held in memory, as ``torch.tensor(number)`` makes it."""
-    from ckpt_tui.core.writers.source_bytes import MemorySource
-
     return Tensor(Storage(key, dtype, "cpu", 1, MemorySource(data)), 0, (), (), dtype)
 
 

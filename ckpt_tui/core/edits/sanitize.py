@@ -37,6 +37,7 @@ from ckpt_tui.core.conventions.quantized_modules import state_dict_children, sta
 from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python
+from ckpt_tui.core.model.made_bytes import MemorySource
 from ckpt_tui.core.model.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 from ckpt_tui.core.readers.distributed_globals import framework_of
 from ckpt_tui.core.weights_only.verdict import outer_path, tables
@@ -464,8 +465,6 @@ class _Rewriter:
         data = np.ascontiguousarray(array, dtype=numpy_dtype.newbyteorder("<")).tobytes()
         self.note("numpy array → tensor", "numpy.ndarray")
         self.arrays += 1
-        from ckpt_tui.core.writers.source_bytes import MemorySource
-
         storage = Storage(f"numpy{self.arrays}", torch_dtype, "cpu", count, MemorySource(data))
         strides: list[int] = []
         step = 1

@@ -26,6 +26,7 @@ from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.model.made_bytes import CastSource
 from ckpt_tui.core.model.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.model.tree import (
     MODULE_GROUPS,
@@ -630,18 +631,6 @@ def _with_parts_moved(tensor: Tensor, move: Callable[[Tensor], Tensor | None]) -
     if base is tensor and sparse == tensor.sparse and quantizer == tensor.quantizer:
         return None
     return dataclasses.replace(base, sparse=sparse, quantizer=quantizer)
-
-
-class CastSource:
-    """Where a cast storage's bytes come from: another storage, converted when saved."""
-
-    def __init__(self, base: Storage) -> None:
-        self.base = base
-        self.path = ""
-
-    def locate(self, storage: Storage) -> tuple[int, int]:
-        """Cast bytes exist only in the saved file."""
-        raise EditError("the values of a cast tensor exist once it is saved")
 
 
 def cast_dtype(name: str) -> str:

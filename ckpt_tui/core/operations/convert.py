@@ -36,6 +36,8 @@ from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime.shell import option
+from ckpt_tui.core.writers.hf_shards import ShardedResult, parse_size, save_hf_shards
+from ckpt_tui.core.writers.target import check_folder_target
 
 if TYPE_CHECKING:  # the writer imports numpy: loaded only when a file is written
     from ckpt_tui.core.writers.save import WriteResult
@@ -270,6 +272,20 @@ def convert(
         check=check,
     )
     return ConvertOutcome(changes, result, notes)
+
+
+def convert_to_shards(
+    path: str | list[str], options: ConvertOptions, output: str, max_size: str
+) -> tuple[list[Change], list[str], ShardedResult]:
+    """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards (changes, notes, result)."""
+    limit = parse_size(max_size)
+    # the folder is checked before the work of reading and writing
+    check_folder_target(output)
+    checkpoint = open_checkpoint(path)
+    if checkpoint.byteorder != "little":
+        raise WriteError("big-endian checkpoints cannot be written as safetensors")
+    root, changes, notes = apply_options(checkpoint.root, options)
+    return changes, notes, save_hf_shards(root, output, limit)
 
 
 def fixed_output_path(source: str, directory: str | None = None, tag: str = "fixed") -> str:

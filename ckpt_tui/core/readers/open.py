@@ -31,7 +31,7 @@ from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
 from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
 from ckpt_tui.core.readers.sharded import read_sharded
-from ckpt_tui.core.readers.torch_zip import read_zip
+from ckpt_tui.core.readers.zip_checkpoint import read_zip
 
 INDEX_SUFFIX = ".index.json"
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")

@@ -22,10 +22,9 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import Checkpoint, Storage
+from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.persistent_ids import ZIP_FIELDS, PersistentIds
 from ckpt_tui.core.pickles.unpickle import load_pickle
-from ckpt_tui.core.readers.pth_columns import state_dict_columns
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
     LOCAL,
@@ -37,7 +36,6 @@ from ckpt_tui.core.readers.zip_archive import (
     data_offset,
     inflate_cap,
     multidisk_member,
-    read_central_directory,
     read_member,
 )
 
@@ -311,56 +309,6 @@ def _not_utf8(name: str) -> bool:
     return False
 
 
-def read_zip(
-    path: str,
-    file_bytes: int,
-    known_classes: frozenset[str] = frozenset(),
-    extra_globals: Mapping[str, Any] | None = None,
-) -> Checkpoint:
-    """Read a torch zip checkpoint or TorchScript archive without touching tensor data.
-
-    ``known_classes`` and ``extra_globals`` are passed to the safe unpickler for data.pkl (formats that
-    torch.save writes inside a zip, such as distributed state_dicts).
-    """
-    from ckpt_tui.core.readers.torchscript import read_torchscript
-
-    try:
-        with places.open_stream(path) as file:
-            layout = ZipLayout(path, read_central_directory(file, file_bytes))
-            byteorder = _byteorder(file, layout, file_bytes)
-            _check_version(file, layout, file_bytes)
-            if layout.member("constants.pkl") is not None:
-                return read_torchscript(path, file, file_bytes, layout, byteorder)
-            data = member_pickle(file, layout, "data.pkl", file_bytes)
-    except ReadError as exc:
-        message = str(exc)
-        raise ReadError(message if message.startswith(path) else f"{path}: {message}") from None
-    records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
-    unsafe: set[str] = set()
-    root, problems = load_with_records(
-        data,
-        records,
-        "",
-        f"{path}: {layout.data_pkl}",
-        unsafe,
-        known_classes=known_classes,
-        extra_globals=extra_globals,
-    )
-    columns = state_dict_columns(root) if not records.lacking else None  # (a missing record: the walk says so)
-    return Checkpoint(
-        path,
-        "zip",
-        root,
-        file_bytes,
-        byteorder=byteorder,
-        notes=layout.notes,
-        unsafe_globals=unsafe,
-        loader_problems=layout.problems + problems,
-        hostile=layout.hostile,
-        columns=columns,
-    )
-
-
 def member_pickle(file: BinaryIO, layout: ZipLayout, name: str, file_bytes: int) -> bytes:
     """A pickle member's bytes (inflated if compressed); a CRC mismatch becomes a note, as torch ignores it."""
     entry = layout.member(name)
@@ -413,7 +361,7 @@ def load_with_records(
     return root, problems
 
 
-def _byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
+def zip_byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
     entry = layout.member("byteorder")
     if entry is None:
         return "little"
@@ -432,7 +380,7 @@ def record_version(raw: bytes) -> int | None:
     return int(text[:end]) if end else None
 
 
-def _check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
+def check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
     """torch reads ``.data/version`` (else ``version``) as an unsigned number and accepts 1 to 10."""
     entry = layout.member(".data/version") or layout.member("version")
     if entry is None:

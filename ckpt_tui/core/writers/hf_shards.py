@@ -144,19 +144,3 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def convert_to_shards(
-    path: str | list[str], options: Any, output: str, max_size: str
-) -> tuple[list[Any], list[str], ShardedResult]:
-    """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards (changes, notes, result)."""
-    from ckpt_tui.core.operations.convert import apply_options
-    from ckpt_tui.core.readers.open import open_checkpoint
-
-    limit = parse_size(max_size)
-    check_folder_target(output)  # before the work of reading and writing
-    checkpoint = open_checkpoint(path)
-    if checkpoint.byteorder != "little":
-        raise WriteError("big-endian checkpoints cannot be written as safetensors")
-    root, changes, notes = apply_options(checkpoint.root, options)
-    return changes, notes, save_hf_shards(root, output, limit)

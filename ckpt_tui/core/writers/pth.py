@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.edits.tree_edits import CastSource
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.made_bytes import CastSource, MemorySource
 from ckpt_tui.core.model.tree import Storage, Tensor
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter
-from ckpt_tui.core.writers.source_bytes import SMALL, MemorySource, SourceReader, SourceSpan, bad_crc
+from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan, bad_crc
 from ckpt_tui.core.writers.tensor_data import cast_chunks, tensor_bytes
 from ckpt_tui.core.writers.zip_writer import WrittenEntry, ZipWriter
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import struct
 import zlib
 
-from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.errors import ReadError, WriteError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.made_bytes import CastSource, MemorySource
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
@@ -27,27 +29,12 @@ GAP = 4096
 _LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 
-class MemorySource:
-    """A storage whose bytes are held in memory (sanitize turns numpy arrays into tensors); written as they are."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.path = ""
-
-    def locate(self, storage: Storage) -> tuple[int, int]:
-        """These bytes are in no file until saved."""
-        raise EditError("the values of a rewritten tensor exist once it is saved")
-
-
 def in_one_file(source: object) -> bool:
     """Whether a storage's bytes lie as they are in one range of one file (so they can be copied).
 
     Cast storages, bytes held in memory and tensors assembled from pieces of several files are
     produced while written instead.
     """
-    from ckpt_tui.core.edits.tree_edits import CastSource
-    from ckpt_tui.core.model.assembled import AssembledRecords
-
     return source is not None and not isinstance(source, (CastSource, MemorySource, AssembledRecords))
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ckpt_tui.core.edits.tree_edits import CastSource
 from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.made_bytes import CastSource, MemorySource
 from ckpt_tui.core.model.tree import Storage, Tensor
-from ckpt_tui.core.writers.source_bytes import MemorySource
 
 if TYPE_CHECKING:
     import numpy as np

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -37,6 +37,7 @@ from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, key_rows
+from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import (
     CheckFinished,
     CheckProgress,
@@ -59,9 +60,6 @@ from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
 from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, RowId, ViewState, groupings_along
-
-if TYPE_CHECKING:
-    from ckpt_tui.tui.app import CkptApp
 
 EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
@@ -108,9 +106,9 @@ class BrowserScreen(Screen[None]):
         self.note = ""
 
     @property
-    def ckpt_app(self) -> CkptApp:
-        """The app, typed."""
-        return cast("CkptApp", self.app)
+    def ckpt_app(self) -> BrowserHost:
+        """The app, as far as this screen needs it."""
+        return cast("BrowserHost", self.app)
 
     @property
     def session(self) -> Session | None:

@@ -269,7 +269,7 @@ class DetailPanel(VerticalScroll):
 
     def _saved_elsewhere(self) -> str | None:
         """Where the values of a cast tensor are once its cast was saved (the tree here keeps the source's)."""
-        from ckpt_tui.core.edits.tree_edits import CastSource
+        from ckpt_tui.core.model.made_bytes import CastSource
 
         app = self.app
         saved = getattr(app, "last_saved", None)
