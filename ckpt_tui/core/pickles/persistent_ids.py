@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt_tui.core.model.tree import INT64_LIMIT, Storage
-from ckpt_tui.core.pickles.unpickle import StorageType, storage_from_pid
+from ckpt_tui.core.pickles.unpickle import StorageType, StorageView, storage_from_pid
 
 ZIP_FIELDS = 5
 LEGACY_FIELDS = 6
@@ -56,7 +56,7 @@ class PersistentIds:
         self.make = make
         self.script = script
         self.refused = script_location_refused if script else location_refused
-        self.cache: dict[str, Storage] = {}
+        self.cache: dict[str, Storage | StorageView] = {}
         self.lengths: set[int] = set()
         self.locations: set[str] = set()
         self.checked: set[str] = set()

@@ -65,13 +65,34 @@ class StorageType:
 
 
 class StorageView:
-    """A legacy-format view into a storage, ``offset`` elements in."""
+    """A legacy-format view into a storage, as torch's ``legacy_load`` makes it: typed by the view's own
+    storage type (``dtype``), ``offset`` and ``numel`` of those elements, clipped to the root's bytes."""
 
-    __slots__ = ("offset", "storage")
+    __slots__ = ("dtype", "numel", "offset", "storage")
 
-    def __init__(self, storage: Storage, offset: int) -> None:
+    def __init__(self, storage: Storage, offset: int, dtype: str, numel: int) -> None:
         self.storage = storage
         self.offset = offset
+        self.dtype = dtype
+        size = DTYPES[dtype][0]
+        self.numel = max(0, min(numel * size, storage.nbytes - offset * size)) // size
+
+    def tensor_offset(self, storage_offset: int, dtype: str | None) -> tuple[int, str]:
+        """A tensor's offset into the root storage, in elements of its dtype, and that dtype."""
+        if dtype is None or dtype == self.dtype:
+            return self.offset + storage_offset, self.dtype
+        start, size = self.offset * DTYPES[self.dtype][0], DTYPES[dtype][0]
+        if start % size:
+            raise ValueError(f"a {dtype} tensor on a {self.dtype} legacy view that starts between its elements")
+        return start // size + storage_offset, dtype
+
+    def check_extent(self, offset: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str) -> None:
+        """torch sets the tensor on the view's storage alone: it must end within the view."""
+        if not shape or min(shape) > 0:
+            last = offset + sum((n - 1) * step for n, step in zip(shape, strides, strict=True) if step > 0)
+            view_end = self.offset * DTYPES[self.dtype][0] + self.numel * DTYPES[self.dtype][0]
+            if (last + 1) * DTYPES[dtype][0] > view_end:
+                raise ValueError("tensor reaches past the end of its legacy storage view (torch.load refuses it)")
 
     __setstate__ = refuse_state
 
@@ -133,8 +154,12 @@ def _rebuild_tensor_v2(
     """Every check of a tensor's arguments, at once (each unpickler's :func:`_fast_rebuilds` take the
     usual call, and check its values in bulk when the load ends)."""
     offset = storage_offset
-    if isinstance(storage, StorageView):
-        offset, storage = storage.offset + storage_offset, storage.storage
+    view = storage if isinstance(storage, StorageView) else None
+    if view is not None:
+        if type(storage_offset) is not int or not 0 <= storage_offset < INT64_LIMIT:
+            raise ValueError("tensor storage offset is not a non-negative int64")
+        offset, dtype = view.tensor_offset(storage_offset, dtype)
+        storage = view.storage
     if not isinstance(storage, Storage):
         raise ValueError("tensor storage is not a storage record")
     if type(offset) is not int or not 0 <= offset < INT64_LIMIT:
@@ -145,6 +170,8 @@ def _rebuild_tensor_v2(
         raise ValueError("tensor size and stride do not match")
     if math.prod(shape) >= INT64_LIMIT:
         raise ValueError("tensor has more elements than int64 can count")
+    if view is not None and dtype is not None:
+        view.check_extent(offset, shape, strides, dtype)
     return Tensor(
         storage,
         offset,
@@ -805,6 +832,24 @@ def _unsafe_note(unpickler: SafeUnpickler, stream: BinaryIO, start: int | None) 
     )
 
 
+def unsafe_note_for(data: bytes, limit: int = 16) -> str:
+    """``; and it is UNSAFE: ...`` for bytes holding pickles one after another (up to ``limit`` of them),
+    from their opcodes alone, or "" when they name no unsafe global: for containers the reader does not
+    read (a pre-0.4 tar archive) whose pickles ``torch.load(weights_only=False)`` would still run."""
+    stream = io.BytesIO(data)
+    unpickler = SafeUnpickler(io.BytesIO(b""), None)
+    for _ in range(limit):
+        start = stream.tell()
+        if start >= len(data):
+            break
+        with contextlib.suppress(Exception), process.gc_paused():
+            for module, name in named_globals(stream):
+                unpickler.find_class(module, name)
+        if stream.tell() <= start:
+            break
+    return _unsafe_note(unpickler, stream, None)
+
+
 def _reason(exc: Exception) -> str:
     """An exception's message, bounded (a message can quote the file's data)."""
     try:
@@ -821,8 +866,11 @@ def _stream_size(stream: BinaryIO) -> int:
         return 0
 
 
-def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage]) -> Any:
-    """Turn a torch persistent id ``('storage', type, key, location, numel[, view])`` into a Storage."""
+def storage_from_pid(
+    pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage | StorageView]
+) -> Any:
+    """Turn a torch persistent id ``('storage', type, key, location, numel[, view])`` into a Storage, or a
+    legacy view (:class:`StorageView`); ``cache`` holds both by key, one namespace as in torch's loader."""
     # this runs once per tensor: exact type checks, no slicing
     if type(pid) is not tuple or len(pid) < 5 or pid[0] != "storage":
         raise pickle.UnpicklingError(f"persistent id is not a storage: {reprlib.repr(pid)}")
@@ -834,9 +882,27 @@ def storage_from_pid(pid: Any, make: Callable[[str, str, str, int, str], Storage
     storage = cache.get(key)
     if storage is None:
         storage = cache[key] = make(key, storage_type.dtype, location, numel, storage_type.name)
+    if type(storage) is not Storage:
+        raise pickle.UnpicklingError(f"legacy storage key {reprlib.repr(key)} names a view and a storage")
     view = pid[5] if len(pid) > 5 else None
-    if view:
-        if not isinstance(view, tuple) or len(view) != 3 or type(view[1]) is not int or not 0 <= view[1] < INT64_LIMIT:
-            raise pickle.UnpicklingError("malformed storage view")
-        return StorageView(storage, view[1])
+    if view is not None:
+        return _legacy_view(view, storage, storage_type.dtype, cache)
     return storage
+
+
+def _legacy_view(view: Any, root: Storage, dtype: str, cache: dict[str, Storage | StorageView]) -> Any:
+    """``legacy_load``'s view: the first one made under a key is the one every later id gets."""
+    if not isinstance(view, tuple) or len(view) != 3 or type(view[0]) is not str:
+        raise pickle.UnpicklingError("malformed storage view")
+    view_key, offset, numel = view
+    if (
+        type(offset) is not int
+        or type(numel) is not int
+        or not 0 <= offset < INT64_LIMIT
+        or not 0 <= numel < INT64_LIMIT
+    ):
+        raise pickle.UnpicklingError("malformed storage view")
+    made = cache.get(view_key)
+    if made is None:
+        made = cache[view_key] = StorageView(root, offset, dtype, numel)
+    return made

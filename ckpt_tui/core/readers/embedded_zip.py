@@ -14,7 +14,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
-from ckpt_tui.core.pickles.unpickle import load_pickle, storage_from_pid
+from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle, storage_from_pid
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import STORED, ZipDirectory, data_offset, read_central_directory, read_member
 
@@ -107,7 +107,7 @@ def read_embedded(
         except ReadError as exc:
             raise ReadError(f"{what}: {exc}") from None
     records = EmbeddedRecords(path, entries, prefix + "data/", end, offsets)
-    cache: dict[str, Storage] = {}
+    cache: dict[str, Storage | StorageView] = {}
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
         entry = entries.get(records.name(key))

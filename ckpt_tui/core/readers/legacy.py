@@ -17,7 +17,7 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, Storage
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, PersistentIds
-from ckpt_tui.core.pickles.unpickle import load_pickle
+from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -84,7 +84,12 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
 
 
 def _scan(
-    file: BinaryIO, start: int, keys: list[str], storages: dict[str, Storage], file_bytes: int, records: LegacyRecords
+    file: BinaryIO,
+    start: int,
+    keys: list[str],
+    storages: dict[str, Storage | StorageView],
+    file_bytes: int,
+    records: LegacyRecords,
 ) -> list[str]:
     """Find each listed storage's bytes (one read of each count); what torch.load would refuse, in words."""
     problems: list[str] = []
@@ -101,7 +106,7 @@ def _find_records(
     source: places.ByteSource,
     position: int,
     keys: list[str],
-    storages: dict[str, Storage],
+    storages: dict[str, Storage | StorageView],
     file_bytes: int,
     records: LegacyRecords,
     problems: list[str],
@@ -111,6 +116,9 @@ def _find_records(
         if storage is None:
             problems.append(f"storage {key!r} is listed but no tensor uses it: torch.load refuses the file")
             break  # its element size is unknown, so the storages after it cannot be found
+        if isinstance(storage, StorageView):
+            problems.append(f"storage key {key!r} names a legacy view: how torch.load fills it is not modelled here")
+            break
         head = source.read_at(position, COUNT.size)
         if len(head) < COUNT.size:
             problems.append(f"storage {key!r} is missing: the file ends first (truncated?)")

@@ -219,6 +219,7 @@ def _open_torch(
     if is_tar(path, head):
         raise ReadError(
             f"{path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui does not read"
+            + _tar_unsafe_note(path)
         )
     if head.lstrip()[:1] == b"{" and framing_error is None:
         if not allow_index:
@@ -248,6 +249,11 @@ def _open_torch(
     raise ReadError(f"{path}: not a checkpoint (unrecognised content: {head[:8].hex(' ')})")
 
 
+MAX_TAR_MEMBERS = 64
+MAX_TAR_PICKLE = 256 << 20
+"""Tar members scanned for unsafe globals: the first 64, each up to 256 MB."""
+
+
 def is_tar(path: str, head: bytes) -> bool:
     """Whether ``torch.load`` would read the file as a pre-0.4 tar archive (``tarfile.open(mode="r:")``).
 
@@ -266,6 +272,25 @@ def is_tar(path: str, head: bytes) -> bool:
         raise
     except Exception:  # torch.load fails the same way reading it as tar: no other reading applies
         return True
+
+
+def _tar_unsafe_note(path: str) -> str:
+    """The unsafe globals the pickles of the tar's members name (``torch.load(weights_only=False)`` unpickles
+    ``storages``, ``tensors`` and ``pickle`` with the plain pickle module), as a note; "" if none."""
+    import tarfile
+
+    from ckpt_tui.core.pickles.unpickle import unsafe_note_for
+
+    found = []
+    try:
+        with places.open_stream(path) as file, tarfile.open(fileobj=file, mode="r:") as tar:
+            for member in tar.getmembers()[:MAX_TAR_MEMBERS]:
+                extracted = tar.extractfile(member) if member.isfile() and member.size <= MAX_TAR_PICKLE else None
+                if extracted is not None:
+                    found.append(unsafe_note_for(extracted.read()))
+    except Exception:  # a broken tar: torch fails on it as well; nothing more to say
+        return ""
+    return next((note for note in found if note), "")
 
 
 def _tar_checksum_holds(head: bytes) -> bool:

@@ -314,6 +314,8 @@ def member_pickle(file: BinaryIO, layout: ZipLayout, name: str, file_bytes: int)
     entry = layout.member(name)
     if entry is None:
         raise ReadError(f"{layout.prefix}{name} is missing")
+    if entry.flags & UNSUPPORTED_FLAGS:
+        layout.problems.append(f"{entry.name} is marked encrypted or patch data: torch's zip reader cannot read it")
     data = read_member(file, entry, file_bytes)
     if not crc_matches(entry, data):
         layout.notes.append(f"{entry.name} fails its CRC check (torch does not check CRCs; the file may be damaged)")

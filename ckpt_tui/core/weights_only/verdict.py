@@ -28,6 +28,9 @@ from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, 
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
 from ckpt_tui.core.readers.zip_archive import (
+    DEFLATED,
+    STORED,
+    UNSUPPORTED_FLAGS,
     ZipDirectory,
     ZipEntry,
     multidisk_member,
@@ -37,6 +40,7 @@ from ckpt_tui.core.readers.zip_archive import (
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only import tables
 from ckpt_tui.core.weights_only.scan import (
+    CannotTell,
     GlobalRef,
     PickleScan,
     Refusal,
@@ -269,6 +273,8 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     byteorder = _small_record(file, entries, archive + "byteorder", size)
     if byteorder is not None and byteorder not in (b"little", b"big"):
         scan.fail(f"unknown byteorder record {byteorder!r}")
+    if _small_record(file, entries, archive + ".format_version", size) == b"?":
+        scan.fail("the .format_version record cannot be read by torch's zip reader")
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
     if alignment is not None and not alignment.strip().lstrip(b"+-").isdigit():
         scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
@@ -306,6 +312,10 @@ def _scan_data_pkl(
     path: str, file: BinaryIO, entries: ZipDirectory, archive: str, entry: ZipEntry, scan: FileScan, size: int
 ) -> None:
     """One data.pkl candidate's pickle, its storages' records found as torch finds them."""
+    if entry.flags & UNSUPPORTED_FLAGS or entry.compress not in (STORED, DEFLATED):
+        how = "marked encrypted or patch data" if entry.flags & UNSUPPORTED_FLAGS else f"compressed ({entry.compress})"
+        scan.fail(f"{entry.name} is {how}: torch's zip reader cannot read it")
+        return
     try:
         data = read_member(file, entry, size, limit=MAX_PICKLE)
     except ReadError as exc:
@@ -342,9 +352,12 @@ def _scan_data_pkl(
 
 
 def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -> bytes | None:
+    """A record torch reads whole (``getRecord``); b"?" where its zip reader cannot read it."""
     entry = entries.get(name)
     if entry is None:
         return None
+    if entry.flags & UNSUPPORTED_FLAGS or entry.compress not in (STORED, DEFLATED):
+        return b"?"
     try:
         return read_member(file, entry, size, limit=4096)
     except ReadError:
@@ -528,9 +541,15 @@ def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: F
     view_key, offset, view_size = view
     if type(offset) is not int or type(view_size) is not int:
         raise Refusal("a legacy storage view's offset or size is not an int")
-    size = DTYPES[root.dtype][0]
+    if offset < 0 or view_size < 0:
+        raise CannotTell("a legacy storage view with a negative offset or size (a slice from the end)")
+    # legacy_load types the view by its own storage type: offset and size count its elements, not the root's
+    size = DTYPES[dtype][0]
     nbytes = max(0, min(view_size * size, root.nbytes - offset * size))
-    return storages.setdefault(view_key, WStorage(root.dtype, nbytes, view_key, place))
+    try:
+        return storages.setdefault(view_key, WStorage(dtype, nbytes, view_key, place))
+    except TypeError:
+        raise Refusal("a legacy storage view key is unhashable") from None
 
 
 def _check_legacy_data(
