@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ckpt_tui.cli.parser import build_parser, with_command
-from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.cli.parser import build_parser, explain, mistyped_command, with_command
+from ckpt_tui.core.errors import CkptError, EditError, NoSuchKey
 
 
 def run() -> NoReturn:
@@ -33,9 +33,18 @@ def run() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
-    args_list = with_command(list(sys.argv[1:] if argv is None else argv))
+    given = list(sys.argv[1:] if argv is None else argv)
+    mistyped = mistyped_command(given)
+    if mistyped is not None:
+        _error(mistyped)
+        return 2
+    args_list = with_command(given)
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args, extras = parser.parse_known_args(args_list)
+    if extras:  # said by the command's own parser: it knows the options that were meant
+        command = _subparser(parser, args.command)
+        print(f"{command.prog}: {explain(command, 'unrecognized arguments: ' + ' '.join(extras))}", file=sys.stderr)
+        return 2
     _keys_from_argv(args)
     from ckpt_tui.core.runtime import process
     from ckpt_tui.core.writers.temp_files import remove_on_signals
@@ -44,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)
+    except NoSuchKey as exc:  # a path the user gave is not in the file: a bad argument
+        _error(exc)
+        return 2
     except EditError as exc:
         _error(exc)
         return 1
@@ -73,7 +85,16 @@ def _keys_from_argv(args: argparse.Namespace) -> None:
             setattr(args, name, [from_argv(item) for item in value])
 
 
-def _error(exc: Exception) -> None:
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of ``command`` (the top-level one when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
+def _error(exc: Exception | str) -> None:
     """The one-line error, with anything from the file in it escaped."""
     from ckpt_tui.core.runtime.safe_text import printable
 

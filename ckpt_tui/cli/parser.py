@@ -6,7 +6,10 @@ No heavy imports here: ``--help`` imports neither torch, numpy nor textual.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import difflib
+import os
+import re
+from typing import Any, NoReturn
 
 from ckpt_tui import __version__
 from ckpt_tui.core.errors import EditError
@@ -38,16 +41,92 @@ exit codes: 0 ok (check: fits / clean; diff: identical), 1 problems found / does
 """
 
 
+USAGE = {
+    "info": "ckpt-tui info FILE [--json] [--depth N]",
+    "check": "ckpt-tui check FILE [--against REF | --model PKG.MOD:FACTORY] [--at PATH] [--json]",
+    "stats": "ckpt-tui stats FILE [--at PATH] [--json | --csv] [--sort COLUMN]",
+    "diff": "ckpt-tui diff A B [C ...] [--stats] [--json]",
+    "average": "ckpt-tui average A B [C ...] -o OUT [--weights W1,W2,...]",
+    "convert": "ckpt-tui convert FILE -o OUT [--extract PATH|auto] [--strip-prefix P|auto] [--drop PATH] ...",
+    "demo": "ckpt-tui demo [--print] [--readonly]",
+    "open": "ckpt-tui FILE [--readonly]",
+}
+"""One line of each command's form, said after an argument error (in place of argparse's usage dump)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line that says the way forward: what is missing and the command's
+    form, the option meant by a mistyped one; never a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {explain(self, message)}\n")
+
+
+def explain(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's message, said for a user: missing arguments by name with the command's form, the option
+    meant by a mistyped one."""
+    command = parser.prog.removeprefix("ckpt-tui").strip()
+    required = re.fullmatch(r"the following arguments are required: (.*)", message)
+    if required:
+        names = [_argument_name(parser, name) for name in required.group(1).split(", ")]
+        form = f" (usage: {USAGE[command]})" if command in USAGE else ""
+        return f"missing {' and '.join(names)}{form}"
+    unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        return unrecognized(parser, unknown.group(1).split())
+    return message.removeprefix("argument ")
+
+
+def _argument_name(parser: argparse.ArgumentParser, name: str) -> str:
+    """``B``, ``FILE`` or ``-o OUTPUT``: an argument as its usage writes it."""
+    for action in parser._actions:
+        if name in ("/".join(action.option_strings), action.metavar, action.dest):
+            metavar = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+            return f"{action.option_strings[0]} {metavar}" if action.option_strings else metavar
+    return name
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option the parser takes (``--json``, ``-o``, ...)."""
+    return [option for action in parser._actions for option in action.option_strings]
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What was not understood, with the option meant when one is close to it."""
+    first = extras[0]
+    if not first.startswith("-"):
+        return f"unexpected argument {first!r} ({parser.prog} --help lists what it takes)"
+    name = first.split("=", 1)[0]
+    close = difflib.get_close_matches(name, option_strings(parser), n=1, cutoff=0.6)
+    if close:
+        return f"no option {name}; did you mean {close[0]}?"
+    return f"no option {name} ({parser.prog} --help lists every option)"
+
+
+def mistyped_command(args_list: list[str]) -> str | None:
+    """``ckpt-tui inof x.pth``: a first word that is no file and is close to a command, as the line meant."""
+    if not args_list or args_list[0] in COMMANDS or args_list[0].startswith("-"):
+        return None
+    word = args_list[0]
+    if "/" in word or os.path.lexists(word):
+        return None  # a path (or a URL): the browser opens it, or says why not
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    if not close:
+        return None
+    meant = " ".join(["ckpt-tui", close[0], *args_list[1:]])
+    return f"{word}: no such command or file; did you mean: {meant}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (no heavy imports)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ckpt-tui",
         description="Open, check and fix PyTorch checkpoints without loading them or running their pickle.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     info = sub.add_parser("info", help="print a summary of a checkpoint")
     info.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     info.add_argument("--json", action="store_true", help="print one JSON object")
@@ -84,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
     diff_.add_argument("a")
     diff_.add_argument("b")
-    diff_.add_argument("more", nargs="*", metavar="C", help="more rank files: an N-way summary of what agrees")
+    # default=[]: argparse calls a "*" positional without a default required, and names it when B is missing
+    diff_.add_argument(
+        "more", nargs="*", default=[], metavar="C", help="more rank files: an N-way summary of what agrees"
+    )
     diff_.add_argument("--strip-prefix", metavar="P", help="remove this key prefix on both sides first")
     diff_.add_argument("--at-a", metavar="PATH", help="compare this subtree of A (e.g. model)")
     diff_.add_argument("--at-b", metavar="PATH", help="compare this subtree of B")
@@ -202,7 +284,9 @@ def _size(text: str) -> int:
 
 def _stats_column(text: str) -> str:
     if text not in _COLUMNS:
-        raise argparse.ArgumentTypeError(f"unknown column {text!r}; one of {', '.join(_COLUMNS)}")
+        close = difflib.get_close_matches(text, _COLUMNS, n=1)
+        meant = f" (did you mean {close[0]}?)" if close else ""
+        raise argparse.ArgumentTypeError(f"unknown column {text!r}{meant}; one of {', '.join(_COLUMNS)}")
     return text
 
 

@@ -18,6 +18,10 @@ class EditError(CkptError):
     """An edit does not apply to this checkpoint (nothing to change, or a collision)."""
 
 
+class NoSuchKey(EditError):
+    """A key path given by the user is not in the file (a bad argument: the CLI exits 2)."""
+
+
 class WriteError(CkptError):
     """A write was refused or failed; nothing was left behind."""
 

@@ -21,6 +21,7 @@ exactly the options this pipeline applies.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
-from ckpt_tui.core.errors import EditError, ReadError, WriteError
+from ckpt_tui.core.errors import EditError, NoSuchKey, ReadError, WriteError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
@@ -120,9 +121,25 @@ def resolve_path(root: Any, text: str) -> KeyPath:
             if parts[index] == "":
                 index += 1
                 continue
-            where = to_python(tuple(path)) if path else "the root"
-            raise EditError(f"no key {parts[index]!r} at {where}")
+            raise NoSuchKey(no_key_message(value, parts[index], tuple(path)))
     return tuple(path)
+
+
+KEYS_SHOWN = 10
+"""The keys a "no key" error lists (then "… N more")."""
+
+
+def no_key_message(value: Any, name: str, path: KeyPath) -> str:
+    """``no key 'model' at the root; did you mean 'model_state_dict'? keys there: epoch, …``: the way forward."""
+    where = to_python(path) if path else "the root"
+    keys = [key_text(key) for key, _ in children(value)] if isinstance(value, (dict, list, tuple, Opaque)) else []
+    if not keys:
+        return f"no key {name!r} at {where}: it holds no keys"
+    # a misspelling, else a key that holds the name (model → model_state_dict)
+    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6) or [key for key in keys if name in key][:1]
+    meant = f" (did you mean {close[0]!r}?)" if close else ""
+    shown = ", ".join(keys[:KEYS_SHOWN]) + (f", … {len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else "")
+    return f"no key {name!r} at {where}{meant}; keys there: {shown}"
 
 
 def resolve_option_path(root: Any, text: str, option_name: str) -> KeyPath:
