@@ -36,6 +36,7 @@ from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
 from ckpt_tui.core.operations.convert import select
 from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.values.fingerprint import Fingerprints
+from ckpt_tui.core.values.stats import BLOCK_ELEMENTS
 from ckpt_tui.core.values.tensor_values import (
     TensorReader,
     decode,
@@ -144,10 +145,15 @@ class AveragedRecords(AssembledRecords):
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
         readers = [TensorReader(t, order).chunks(chunk) for t, order in zip(tensors, self.byteorders, strict=True)]
         for parts in zip(*readers, strict=True):
-            total = np.zeros(parts[0].size, dtype=np.float64)
-            for raw, tensor, weight in zip(parts, tensors, self.weights, strict=True):
-                total += weight * decode(raw, tensor.dtype, tensor.metadata)
-            yield rounded(total, storage.dtype).astype(raw_type, copy=False)
+            out = np.empty(parts[0].size, dtype=raw_type)
+            # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order)
+            for begin in range(0, out.size, BLOCK_ELEMENTS):
+                block = slice(begin, begin + BLOCK_ELEMENTS)
+                total = np.zeros(out[block].size, dtype=np.float64)
+                for raw, tensor, weight in zip(parts, tensors, self.weights, strict=True):
+                    total += weight * decode(raw[block], tensor.dtype, tensor.metadata)
+                out[block] = rounded(total, storage.dtype).astype(raw_type, copy=False)
+            yield out
 
 
 def rounded(values: np.ndarray, dtype: str) -> np.ndarray:

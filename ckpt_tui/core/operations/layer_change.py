@@ -32,8 +32,8 @@ from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
-from ckpt_tui.core.values.stats import DOT_SEGMENT, tensor_stats
-from ckpt_tui.core.values.tensor_values import decode, paired_chunks
+from ckpt_tui.core.values.stats import DOT_SEGMENT, segmented_dot, tensor_stats, wide_pairs
+from ckpt_tui.core.values.tensor_values import decode, decode_compact, paired_chunks
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -147,7 +147,7 @@ def _measure(
     for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b):  # a stride-0 view costs its storage
         if cancelled is not None and cancelled():
             raise Cancelled("cancelled")
-        va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
+        va, vb = decode_compact(raw_a, x.dtype, x.metadata), decode_compact(raw_b, y.dtype, y.metadata)
         sums = _sums(va, vb, repeats)
         if not all(math.isfinite(v) for v in sums):  # a NaN or Inf somewhere: only positions finite on both sides
             finite = np.isfinite(va) & np.isfinite(vb)
@@ -203,11 +203,16 @@ def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:
     """Σa², Σb², Σ(a−b)², Σab in float64, each element counted ``repeats`` times (not finite with a NaN or Inf)."""
-    delta = va - vb
     if isinstance(repeats, int):
-        pairs = ((va, va), (vb, vb), (delta, delta), (va, vb))
-        aa, bb, dd, ab = (float(np.dot(u, v)) * repeats for u, v in pairs)
-        return aa, bb, dd, ab
+        # block by block in cache (float32 values widened there): one pass over memory, not six
+        aa = bb = dd = ab = 0.0
+        for x, y in wide_pairs(va, vb):
+            aa, bb, ab = aa + segmented_dot(x, x), bb + segmented_dot(y, y), ab + segmented_dot(x, y)
+            x -= y
+            dd += segmented_dot(x, x)
+        return aa * repeats, bb * repeats, dd * repeats, ab * repeats
+    va, vb = va.astype(np.float64, copy=False), vb.astype(np.float64, copy=False)
+    delta = va - vb
     wa, wd = va * repeats, delta * repeats
     return float(np.dot(wa, va)), float(np.dot(vb * repeats, vb)), float(np.dot(wd, delta)), float(np.dot(wa, vb))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
@@ -217,12 +217,28 @@ def _ones(size: int) -> np.ndarray:
 _ones_block: np.ndarray | None = None
 
 
-def _scratch() -> np.ndarray:
-    """This thread's float64 buffer for one block."""
-    buffer: np.ndarray | None = getattr(_local, "scratch", None)
+def _scratch(slot: str = "scratch") -> np.ndarray:
+    """This thread's float64 buffer for one block (``slot``: a second one beside it)."""
+    buffer: np.ndarray | None = getattr(_local, slot, None)
     if buffer is None:
-        buffer = _local.scratch = np.empty(BLOCK_ELEMENTS, np.float64)
+        buffer = np.empty(BLOCK_ELEMENTS, np.float64)
+        setattr(_local, slot, buffer)
     return buffer
+
+
+def wide_pairs(a: np.ndarray, b: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Two equal-length vectors block by block, as float64 copies in this thread's scratch buffers.
+
+    A block's copies stay in the CPU's cache, so widening, subtracting and the dot products over it cost
+    cache traffic, not memory traffic. Each pair is overwritten by the next: use it before asking again.
+    """
+    left, right = _scratch(), _scratch("scratch_b")
+    for begin in range(0, a.size, BLOCK_ELEMENTS):
+        size = min(BLOCK_ELEMENTS, a.size - begin)
+        x, y = left[:size], right[:size]
+        np.copyto(x, a[begin : begin + size])
+        np.copyto(y, b[begin : begin + size])
+        yield x, y
 
 
 def _quiet_chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read: int, step: int) -> _Part:
@@ -262,17 +278,17 @@ def _finite_block(block: np.ndarray, scratch: np.ndarray) -> _Part | None:
     size = block.size
     wide = scratch[:size]
     np.copyto(wide, block)
-    total = _dot(wide, _ones(size))
+    total = segmented_dot(wide, _ones(size))
     if not math.isfinite(total):
         return None
     low, high = float(block.min()), float(block.max())
     zeros = int(np.count_nonzero(block == 0)) if low <= 0.0 <= high else 0
     mean = total / size
-    sumsq = _dot(wide, wide)
+    sumsq = segmented_dot(wide, wide)
     m2 = sumsq - total * mean
     if not (math.isfinite(sumsq) and m2 > sumsq * CANCELLATION_LIMIT):
         wide -= mean
-        m2 = _dot(wide, wide)
+        m2 = segmented_dot(wide, wide)
     return _Part(size, 0, 0, 0, zeros, size, low, high, mean, m2, sumsq)
 
 
@@ -289,7 +305,7 @@ def _masked_block(values: np.ndarray) -> _Part:
         part.low, part.high = float(finite.min()), float(finite.max())
         part.mean = float(finite.mean())
         part.m2 = float(((finite - part.mean) ** 2).sum())
-        part.sumsq = _dot(finite, finite)
+        part.sumsq = segmented_dot(finite, finite)
     return part
 
 
@@ -306,15 +322,15 @@ def _weighted_part(values: np.ndarray, weights: np.ndarray, read: int, step: int
         finite_weights = weights[keep]
         part.low, part.high = float(finite.min()), float(finite.max())
         part.finite = _total(finite.size, finite_weights)
-        part.mean = _dot(finite_weights, finite) / part.finite
-        part.m2 = _dot(finite_weights, (finite - part.mean) ** 2)
-        part.sumsq = _dot(finite_weights, finite * finite)
+        part.mean = segmented_dot(finite_weights, finite) / part.finite
+        part.m2 = segmented_dot(finite_weights, (finite - part.mean) ** 2)
+        part.sumsq = segmented_dot(finite_weights, finite * finite)
         picked = slice((-read) % step, None, step)
         part.samples = (finite[picked].copy(), finite_weights[picked].copy())
     return part
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
+def segmented_dot(a: np.ndarray, b: np.ndarray) -> float:
     """The dot product of two float64 vectors, on this thread: one BLAS dot per DOT_SEGMENT, in one call."""
     whole = a.size - a.size % DOT_SEGMENT
     total = 0.0
