@@ -25,6 +25,7 @@ from ckpt_tui.core.model.tree import Tensor, iter_tensors
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.readers.zip_archive import read_central_directory
 from ckpt_tui.core.values.tensor_values import TensorReader
+from ckpt_tui.core.weights_only.verdict import verdict
 
 POOL = [
     b"data.pkl",
@@ -229,3 +230,36 @@ def test_the_collision_names_the_twin_torch_reads(tmp_path: Path, payload_first:
     except pickle.UnpicklingError:
         refused = True
     assert refused == payload_read and not canary.exists()
+
+
+VERSIONS = [
+    b"3",
+    b"+3",
+    b"\t+7\n",
+    b"-3",
+    b"-0",
+    b" 3",
+    b"3abc",
+    b"0x3",
+    b"",
+    b"03",
+    b"+",
+    b"11",
+    b"0",
+    b"1" + b"0" * 20,
+]
+
+
+def test_version_records_read_as_torch_reads_them(tmp_path: Path) -> None:
+    """``std::stoull`` as torch's reader applies it: whitespace, a sign, digits; 1 to 10 accepted."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    for index, version in enumerate(VERSIONS):
+        layout = [(name, version if name == b"archive/version" else data) for name, data in members]
+        path = write_raw_zip(tmp_path / f"v{index}.pth", layout)
+        try:
+            torch.load(path, weights_only=True)
+            theirs = "loads"
+        except (RuntimeError, IndexError):  # (a number past 64 bits: std::out_of_range)
+            theirs = "refuses"
+        judged = verdict(open_checkpoint(str(path)))
+        assert judged.answer == theirs, (version, judged.to_json())

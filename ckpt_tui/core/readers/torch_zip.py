@@ -376,10 +376,15 @@ def zip_byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
 
 
 def record_version(raw: bytes) -> int | None:
-    """A version record read as torch's reader reads it: leading whitespace, then the leading digits."""
+    """A version record read as torch's reader reads it (``std::stoull``): leading whitespace, an optional
+    sign, then the leading digits; a minus sign gives 0 or a number past any version (it wraps around)."""
     text = raw.decode("latin-1").lstrip(" \t\n\r\v\f")
+    sign = text[:1] if text[:1] in ("+", "-") else ""
+    text = text[len(sign) :]
     end = next((i for i, c in enumerate(text) if c not in "0123456789"), len(text))
-    return int(text[:end]) if end else None
+    if not end:
+        return None
+    return -int(text[:end]) if sign == "-" else int(text[:end])
 
 
 def check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
