@@ -29,7 +29,12 @@ from ckpt_tui.core.readers.folder import checkpoint_files, read_folder
 from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
-from ckpt_tui.core.readers.safetensors_file import NotSafetensors, looks_like_safetensors, read_safetensors
+from ckpt_tui.core.readers.safetensors_file import (
+    NotSafetensors,
+    length_problem,
+    looks_like_safetensors,
+    read_safetensors,
+)
 from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.zip_checkpoint import read_zip
 
@@ -232,18 +237,14 @@ def _open_torch(
             if framing_error is not None:
                 raise framing_error from None
             if path.endswith(".safetensors") or head[8:9] == b"{":
-                declared = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
-                raise ReadError(
-                    f"{path}: safetensors header length {declared} does not fit a {file_bytes}-byte file"
-                ) from None
+                raise ReadError(f"{path}: safetensors {length_problem(head, file_bytes)}") from None
             if _looks_like_text(head):
                 raise ReadError(f"{path}: a text file, not a checkpoint") from None
             raise
     if framing_error is not None:
         raise framing_error
     if path.endswith(".safetensors") or head[8:9] == b"{":
-        declared = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
-        raise ReadError(f"{path}: safetensors header length {declared} does not fit a {file_bytes}-byte file")
+        raise ReadError(f"{path}: safetensors {length_problem(head, file_bytes)}")
     if _looks_like_text(head):
         raise ReadError(f"{path}: a text file, not a checkpoint")
     raise ReadError(f"{path}: not a checkpoint (unrecognised content: {head[:8].hex(' ')})")

@@ -27,8 +27,10 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
+from ckpt_tui.core.runtime import process
 
 try:
     import orjson
@@ -36,6 +38,12 @@ except ImportError:  # a declared dependency; without it every header is parsed 
     orjson = None  # type: ignore[assignment]
 
 MAX_HEADER = 100_000_000
+PEAK_PER_TENSOR = 900
+"""Bytes at the peak of reading one header entry with ``json`` (its parsed entry; about 770 measured),
+besides the header's text held twice (bytes and str)."""
+ORJSON_PEAK_PER_TENSOR = 2400
+"""The same with orjson (about 1,530 measured), which parses only with this much room to spare: it
+crashes the process (no MemoryError) when an allocation fails under an address-space limit."""
 MAX_DEPTH = 127
 """serde_json's recursion limit: a 128th nested array or object fails."""
 JSON_WHITESPACE = b" \t\n\r"
@@ -113,6 +121,14 @@ def header_length(head: bytes, file_bytes: int) -> int | None:
     return length
 
 
+def length_problem(head: bytes, file_bytes: int) -> str:
+    """Why a declared header length is refused, in words: past the library's limit, or past the file."""
+    length = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    if length > MAX_HEADER:
+        return f"header length {length:,} is over the safetensors library's limit of {MAX_HEADER:,} bytes"
+    return f"header length {length} does not fit a {file_bytes}-byte file"
+
+
 def looks_like_safetensors(head: bytes, file_bytes: int) -> bool:
     """A length that fits, then a JSON object (after JSON whitespace): worth parsing as safetensors."""
     length = header_length(head, file_bytes)
@@ -157,8 +173,24 @@ def _raw_header(path: str, file_bytes: int) -> bytes:
         head = file.read(8)
         length = header_length(head, file_bytes)
         if length is None:
-            raise NotSafetensors(f"{path}: not a safetensors file (its first 8 bytes are no header length)")
+            raise NotSafetensors(f"{path}: not a safetensors file ({length_problem(head, file_bytes)})")
         return file.read(length)
+
+
+def _room_for(path: str, raw: bytes) -> bool:
+    """Refuse, in one line, a header whose tensors cannot be held in the memory this process may still
+    use (an address-space limit, say); whether orjson may parse it (True) or ``json`` must (False)."""
+    room = process.memory_room()
+    if room is None:
+        return True
+    tensors = raw.count(b'"data_offsets"')
+    need = tensors * PEAK_PER_TENSOR + 2 * len(raw)
+    if need > room:
+        raise ReadError(
+            f"{path}: its header lists {tensors:,} tensors; reading them needs about {size(need)}, "
+            f"more than the {size(room)} this process may still use"
+        )
+    return room >= tensors * ORJSON_PEAK_PER_TENSOR + len(raw)
 
 
 def _fast_header(raw: bytes) -> _Header | None:
@@ -235,13 +267,24 @@ def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
 
     Raises :class:`NotSafetensors` when the file is not framed as safetensors at all.
     """
-    raw = _raw_header(path, file_bytes)
-    fast = _fast_header(raw)
-    if fast is not None:
-        checkpoint = _checkpoint(path, file_bytes, fast)
-        if checkpoint is not None:
-            return checkpoint
-    checkpoint = _checkpoint(path, file_bytes, _header(path, raw))
+    # each big object is dropped as soon as the next one is made: the peak of a 100 MB header counts
+    raw: bytes | None = _raw_header(path, file_bytes)
+    assert raw is not None
+    length = len(raw)
+    try:
+        fast = _fast_header(raw) if _room_for(path, raw) else None
+        if fast is not None:
+            raw = None
+            checkpoint = _checkpoint(path, file_bytes, fast)
+            if checkpoint is not None:
+                return checkpoint
+            fast = None
+            raw = _raw_header(path, file_bytes)  # read again (rare: floats where huge ints stand)
+        parsed = _header(path, raw)
+        raw = None
+        checkpoint = _checkpoint(path, file_bytes, parsed)
+    except MemoryError:
+        raise ReadError(f"{path}: not enough memory to hold its header's tensors ({size(length)} of JSON)") from None
     assert checkpoint is not None  # json's parse is always read
     return checkpoint
 
@@ -367,13 +410,16 @@ def _plain_tensors(
         return None
     dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
     records.ranges.update(zip(tensor_names, offsets, strict=True))  # each a checked [begin, end] pair
+    # every entry passed: the parsed JSON is freed before the tensors are made (the peak of a big header)
+    del entries, shapes, chosen
+    header.clear()
     storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
     tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
     root = dict(zip(tensor_names, tensors, strict=True))
     fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
     if overflowing:  # (only now: a None above sends the header entry by entry, which says it itself)
         problems.append(
-            _overflow_problem([n for n, s in zip(tensor_names, shapes, strict=True) if tuple(s) in overflowing])
+            _overflow_problem([n for n, s in zip(tensor_names, shape_keys, strict=True) if s in overflowing])
         )
     return root, FlatColumns(root, dtypes, numels) if fits else None
 
@@ -382,8 +428,8 @@ def _overflows(shape: tuple[int, ...]) -> bool:
     """Whether the library's element count overflows: it multiplies the sizes left to right in 64 bits,
     so a shape with a 0 can still pass 2**64 before reaching it."""
     count = 1
-    for size in shape:
-        count *= size
+    for dim in shape:
+        count *= dim
         if count >= U64:
             return True
     return False

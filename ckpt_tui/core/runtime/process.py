@@ -83,6 +83,32 @@ def data_in_use() -> int | None:
     return None
 
 
+def memory_room() -> int | None:
+    """Bytes this process may still map before a limit set on it (``RLIMIT_AS``, ``RLIMIT_DATA``)
+    refuses more; None where no limit is set (or none can be read)."""
+    if resource is None:
+        return None
+    rooms = []
+    for limit, field in ((resource.RLIMIT_AS, "VmSize:"), (resource.RLIMIT_DATA, "VmData:")):
+        soft, _ = resource.getrlimit(limit)
+        used = _status_bytes(field) if soft != resource.RLIM_INFINITY else None
+        if used is not None:
+            rooms.append(max(0, soft - used))
+    return min(rooms) if rooms else None
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` in bytes, where Linux tells."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 @contextlib.contextmanager
 def heap_cap(pickle_bytes: int) -> Iterator[None]:
     """Cap the heap's growth (``RLIMIT_DATA``) while an unpickler runs on ``pickle_bytes`` of input.
