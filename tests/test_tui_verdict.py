@@ -29,3 +29,24 @@ async def test_a_plain_state_dict_gets_no_warning(tmp_path: Path) -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         await loaded(pilot)
         assert "REFUSES" not in header(app)
+
+
+async def test_a_collision_is_flagged_and_never_loads(tmp_path: Path) -> None:
+    """Twin data.pkl members: the header says "cannot tell" and names the collision (never "loads")."""
+    import io
+    import zipfile
+
+    from builders_readers import write_raw_zip
+
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        members = [(info.filename.encode(), archive.read(info)) for info in archive.infolist()]
+    data = next(blob for name, blob in members if name.endswith(b"/data.pkl"))
+    path = write_raw_zip(tmp_path / "twins.pth", [*members, (b"archive/DATA.PKL", data)])
+    app = CkptApp(str(path))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        shown = header(app)
+        assert "CANNOT TELL" in shown and "weights_only: torch.load loads it" not in shown
+        assert "collide" in shown
