@@ -218,3 +218,16 @@ async def test_a_file_name_typed_into_a_folder_prompt_goes_after_the_folder(ddp_
         await loaded(pilot)
         await settle(pilot, "c", "x", ".", "p", "t", "h")
         assert app.screen.query_one("Input").value == str(ddp_file.parent) + "/x.pth"
+
+
+async def test_a_whole_path_typed_after_the_folder_is_the_path_typed(ddp_file: Path, tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    torch.save(SmallResNet().state_dict(), other / "bare.pth")
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "c")
+        await pilot.press(*str(other / "bare.pth"))
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)

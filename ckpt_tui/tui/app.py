@@ -285,7 +285,8 @@ class CkptApp(App[None]):
             self.notify(printable(error), title="Not saved", severity="error", timeout=10, markup=False)
             self.browser.update_status(f"not saved: {error}")
             return
-        self.notify(printable(message.line), title="Saved", timeout=10, markup=False)
+        # the notification says where; the status line keeps the whole line (what was verified)
+        self.notify(printable(message.line.split(";")[0]), title="Saved", timeout=10, markup=False)
         if self.session is not None and self.session.version == message.version:
             self.session.mark_saved()
             self.last_saved = message.target

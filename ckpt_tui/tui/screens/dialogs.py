@@ -100,6 +100,9 @@ class PromptScreen(ModalScreen[str | None]):
         """What was typed, as the file would hold it (the given value itself when unedited); None if empty."""
         if typed == printable(self.value):
             return self.value or None
+        shown = printable(self.value)
+        if self.value.endswith(os.sep) and typed.startswith(shown) and typed[len(shown) :].startswith((os.sep, "~")):
+            typed = typed[len(shown) :]  # a whole path typed after the folder given: the path typed
         text = typed if self.exact else typed.strip()
         return from_printable(text) or None
 
