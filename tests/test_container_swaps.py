@@ -73,6 +73,15 @@ def with_flag(data: bytes, member: bytes, flag: int = 0, crc: int | None = None)
     return bytes(raw)
 
 
+def local_name_differs(data: bytes) -> bytes:
+    """The zip with data.pkl's local header naming another file (zip readers that check it refuse; miniz
+    reads the central directory's name and the local header's lengths only)."""
+    raw = bytearray(data)
+    at = raw.find(b"archive/data.pkl")  # the first: the local header's copy
+    raw[at : at + 16] = b"archive/evil.pkl"
+    return bytes(raw)
+
+
 CASES: dict[str, tuple[str, Callable[[Path], bytes]]] = {
     "pickle before a zip": ("a.pth", lambda c: payload(c) + torch_zip()),
     "payload, then garbage": ("b.pth", lambda c: payload(c) + b"\xff\xfe garbage" * 10),
@@ -87,6 +96,7 @@ CASES: dict[str, tuple[str, Callable[[Path], bytes]]] = {
     "encrypted data.pkl": ("k.pth", lambda c: with_flag(torch_zip(), b"data.pkl", flag=0x1)),
     "bad CRC on data.pkl": ("l.pth", lambda c: with_flag(torch_zip(), b"data.pkl", crc=0xDEADBEEF)),
     "data descriptor flag": ("m.pth", lambda c: with_flag(torch_zip(), b"data.pkl", flag=0x8)),
+    "local header names another file": ("n.pth", lambda c: local_name_differs(torch_zip())),
 }
 
 ORACLE = """

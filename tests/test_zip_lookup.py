@@ -263,3 +263,14 @@ def test_version_records_read_as_torch_reads_them(tmp_path: Path) -> None:
             theirs = "refuses"
         judged = verdict(open_checkpoint(str(path)))
         assert judged.answer == theirs, (version, judged.to_json())
+
+
+def test_an_archive_folder_that_is_not_utf8_loads_as_in_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch never decodes the archive folder's own bytes: such a file loads, with its tensors read."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}, tmp_path)
+    path = write_raw_zip(tmp_path / "folder.pth", [(b"\xff\xfe" + name[7:], data) for name, data in members])
+    assert our_values(path) == torch_values(path)
+    assert main(["check", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["weights_only"]["answer"] == "loads"

@@ -273,7 +273,9 @@ class ZipLayout:
                 "another: torch.save never writes this"
             )
             self.problems += self.hostile
-        undecodable = next((e.name for e in entries.members if _not_utf8(e.name)), None)
+        # torch decodes each name past the archive folder (the folder's own bytes are never decoded)
+        cut = len(self.prefix)
+        undecodable = next((e.name for e in entries.members if _not_utf8(e.name[cut:])), None)
         if undecodable is not None:
             self.problems.append(
                 f"the member name {undecodable!r} is not UTF-8: torch.load fails listing the archive's records"

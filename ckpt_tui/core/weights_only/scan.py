@@ -907,11 +907,11 @@ def _set_data(tensor: WTensor, value: Any) -> None:
     if not isinstance(value, WTensor):
         raise Refusal(f"a tensor's state sets data to a value of type {_type_name(value)} (torch wants a tensor)")
     if not (tensor.plain and value.plain):
-        raise Refusal("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
+        raise CannotTell("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
     if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
         raise Refusal(f"a tensor's state sets data to a {value.dtype} tensor on one that requires grad")
     if value.location != tensor.location or value.location is None:
-        raise Refusal("a tensor's state sets data to a tensor whose device is not known here: torch may reject it")
+        raise CannotTell("a tensor's state sets data to a tensor whose device is not known here: torch may reject it")
     tensor.dtype, tensor.shape = value.dtype, value.shape
 
 
