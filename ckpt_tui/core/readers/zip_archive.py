@@ -15,6 +15,7 @@ heap sort and the search, emulated here step by step. ``torch.save`` never write
 from __future__ import annotations
 
 import dataclasses
+import operator
 import struct
 import zlib
 from collections.abc import Mapping
@@ -182,19 +183,24 @@ MAX_COLLIDING = 1 << 17
 shown and the collision says torch's pick is unknown (the file is flagged as hostile either way)."""
 
 
+_RAW = operator.attrgetter("raw")
+_NAME = operator.attrgetter("name")
+
+
 def _resolve(members: list[ZipEntry]) -> tuple[dict[bytes, ZipEntry], list[list[ZipEntry]], bool]:
     """Which member torch finds for each folded name, the collisions, and whether they were resolved."""
     # the central directory's names are compared whole (a NUL in one is a byte like any other)
-    keys = [entry.raw.lower() for entry in members]
-    found: dict[bytes, ZipEntry] = {}
+    keys = list(map(bytes.lower, map(_RAW, members)))
+    found = dict(zip(keys, members, strict=True))
+    if len(found) == len(members):
+        return found, [], True  # every name distinct: the sorted order is unique, and so is each search's answer
+    found = {}
     groups: dict[bytes, list[ZipEntry]] = {}
     for key, entry in zip(keys, members, strict=True):
         if key in found:
             groups.setdefault(key, [found[key]]).append(entry)
         else:
             found[key] = entry
-    if not groups:
-        return found, [], True  # every name distinct: the sorted order is unique, and so is each search's answer
     if len(members) > MAX_COLLIDING:
         return found, list(groups.values()), False
     order = heap_order(keys)
@@ -265,6 +271,9 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
         pos = start + name_len + extra_len + comment_len
     entries.members = members
     entries.found, entries.collisions, entries.resolved = _resolve(members)
+    if not entries.collisions:  # (names decode one to one: each is its own member)
+        dict.update(entries, zip(map(_NAME, members), members, strict=True))
+        return entries
     for entry in members:
         dict.__setitem__(entries, entry.name, entries.found.get(entry.raw.lower(), entry))
     return entries
