@@ -47,6 +47,12 @@ TORCH_INFO = (
     "import sys, torch; sd = torch.load(sys.argv[1], weights_only=True, mmap=True); "
     "[print(k, tuple(v.shape), v.dtype) for k, v in sd.items()]"
 )
+SHARDS_INFO = (
+    "import sys, json, os; from safetensors import safe_open; index = sys.argv[1]; "
+    "shards = sorted(set(json.load(open(index))['weight_map'].values())); "
+    "[[print(k, f.get_slice(k).get_shape(), f.get_slice(k).get_dtype()) for k in f.keys()] "
+    "for s in shards for f in [safe_open(os.path.join(os.path.dirname(index), s), 'np')]]"
+)
 NUMPY_ISFINITE = (
     "import mmap, sys, json, struct, numpy as np; f = open(sys.argv[1], 'rb'); "
     "n = struct.unpack('<Q', f.read(8))[0]; m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ); "
@@ -96,6 +102,8 @@ def build_files(folder: Path, gigabytes: float, keys: int) -> dict[str, Path]:
         "large.pth": folder / "large.pth",
         "many.safetensors": folder / "many.safetensors",
         "many.pth": folder / "many.pth",
+        "library.safetensors": folder / "library.safetensors",
+        "shards": folder / "shards" / "model.safetensors.index.json",
     }
     if all(p.exists() for p in files.values()):
         return files
@@ -108,8 +116,30 @@ def build_files(folder: Path, gigabytes: float, keys: int) -> dict[str, Path]:
     many = OrderedDict((f"module.blocks.{i // 8}.p{i % 8}", torch.randn(16, 16)) for i in range(keys))
     torch.save(many, files["many.pth"])
     write_safetensors(files["many.safetensors"], [(k, v.numpy()) for k, v in many.items()])
+    build_library_sets(files, many, keys)
     subprocess.run(["sync"], check=True)
     return files
+
+
+def build_library_sets(files: dict[str, Path], many: OrderedDict[str, Any], keys: int) -> None:
+    """The same 50,000 tensors written by the ``safetensors`` library itself (sorted names, its alignment),
+    and a Hugging Face set of 4 shards and its index holding 90,000 tensors (an MoE-sized key count)."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file(dict(many), str(files["library.safetensors"]), metadata={"format": "pt"})
+    folder = files["shards"].parent
+    folder.mkdir(exist_ok=True)
+    total = keys * 9 // 5  # 90,000 at full size
+    names = [f"model.layers.{i // 300}.mlp.experts.{(i // 3) % 100}.w{i % 3}.weight" for i in range(total)]
+    weight_map: dict[str, str] = {}
+    for shard in range(4):
+        part = names[shard::4]
+        file = f"model-{shard + 1:05d}-of-00004.safetensors"
+        save_file({n: torch.zeros(8, 8) for n in part}, str(folder / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, file))
+    index = {"metadata": {"total_size": total * 256}, "weight_map": weight_map}
+    files["shards"].write_text(json.dumps(index))
 
 
 # ---- the peers ---------------------------------------------------------------------------------
@@ -236,6 +266,26 @@ def rows(files: dict[str, Path], tools: dict[str, Path], out: Path) -> list[Row]
                 **peer(kit, "info", f"{kit} info {files['many.safetensors']} > /dev/null"),
                 **peer(sft, "info", f"{sft} info {files['many.safetensors']} > /dev/null"),
             },
+        ),
+        Row(
+            "info --json, 50,000 tensors .safetensors (written by the library)",
+            f"{me} info --json {files['library.safetensors']} > /dev/null",
+            {
+                **peer(kit, "info", f"{kit} info {files['library.safetensors']} > /dev/null"),
+                **peer(sft, "info", f"{sft} info {files['library.safetensors']} > /dev/null"),
+            },
+        ),
+        Row(
+            "info, 90,000 tensors in 4 shards",
+            f"{me} info {files['shards']} > /dev/null",
+            {
+                "safetensors safe_open, list every shard": f'{py} -c "{SHARDS_INFO}" {files["shards"]} > /dev/null',
+            },
+        ),
+        Row(
+            "info, 2 GB .pth",
+            f"{me} info {files['large.pth']} > /dev/null",
+            {"torch.load(mmap=True) + list": f'{py} -c "{TORCH_INFO}" {files["large.pth"]} > /dev/null'},
         ),
         Row(
             "info, 50,000 keys .pth",

@@ -165,3 +165,32 @@ def test_check_reads_a_flat_file_as_it_reads_a_walked_one(tmp_path: Path) -> Non
     walked = check_checkpoint(dataclasses.replace(checkpoint, columns=None)).to_json()
     assert flat == walked
     assert [p["kind"] for p in flat["problems"]].count("nan") == 1
+
+
+def test_a_shard_set_of_flat_shards_says_what_its_walk_says(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    names = [f"model.layers.{i // 4}.w{i % 4}.weight" for i in range(40)]
+    weight_map = {}
+    for shard in range(3):
+        file = f"model-{shard + 1:05d}-of-00003.safetensors"
+        part = names[shard::3]
+        save_file({n: torch.full((2, i % 3 + 1), float(i)) for i, n in enumerate(part)}, str(tmp_path / file))
+        weight_map.update(dict.fromkeys(part, file))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    flat, walked = summaries(index, columns=True)
+    assert flat == walked
+    assert [row["path"] for row in flat[1]["tensors"]] == [[n] for n in weight_map]
+
+
+def test_a_shard_set_with_a_tied_shard_is_walked(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "one.safetensors"))
+    tied = torch.ones(2)
+    torch.save({"b": tied, "c": tied}, tmp_path / "two.bin")  # one storage under two keys: no columns
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "one.safetensors", "b": "two.bin", "c": "two.bin"}}))
+    flat, walked = summaries(index, columns=False)
+    assert flat == walked
