@@ -128,8 +128,10 @@ if __name__ == "__main__":
     mp.spawn(work, args=(sys.argv[1], sys.argv[2], sys.argv[3]), nprocs=2, join=True)
 """
 
-BUILD_ZERO0 = BUILD_ZERO.replace('"stage": 2', '"stage": 0').replace(
-    '"zero_allow_untested_optimizer": True}', '"zero_allow_untested_optimizer": True, "bf16": {"enabled": True}}'
+BUILD_ZERO0 = (
+    BUILD_ZERO.replace('"stage": 2', '"stage": 0')
+    .replace('"untested_optimizer": True}', '"untested_optimizer": True, "bf16": {"enabled": True}}')
+    .replace("torch.randn(1, width)", "torch.randn(1, width, dtype=torch.bfloat16)")
 )
 
 OPEN = "import time,sys; t=time.perf_counter(); from ckpt_tui.core.readers.open import open_checkpoint; "

@@ -139,10 +139,9 @@ def _open_directory(path: str) -> Checkpoint:
         return opened[file]
 
     if ranks is not None and holds_sharded(member(ranks[0])):  # FSDP1/DTensor state_dicts, one file per rank
-        members = [member(p) for p in ranks]
-        for file, checkpoint in zip(ranks, members, strict=True):
-            _check_opened(checkpoint, file)
-        merged = merge_ranks(ranks, members)
+        # the merged tree is checked as a whole when it is returned (as a rank file's siblings are): the
+        # ranks' ShardedTensor/DTensor internals are read only through their checked fields
+        merged = merge_ranks(ranks, [member(p) for p in ranks])
         merged.path = path
         return merged
     if files:  # Accelerate's save_state: model.safetensors, optimizer.bin, scheduler.bin, ...
