@@ -206,12 +206,12 @@ class RangeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     break
                 sent += len(data)
+                with self.served.lock:
+                    self.served.bytes_sent += len(data)
                 if self.bandwidth:
                     ahead = sent / self.bandwidth - (time.monotonic() - began)
                     if ahead > 0:
                         time.sleep(ahead)
-        with self.served.lock:
-            self.served.bytes_sent += sent
 
     def _send(
         self, handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes, length: int = -1

@@ -374,3 +374,46 @@ def test_stats_and_diff_of_a_remote_file_within_the_budget(served: RangeServer, 
     forget()
     assert main(["stats", "--max-download", "10k", url]) == 2
     assert "past --max-download 10.0 kB" in capsys.readouterr().err
+
+
+async def test_the_browser_opens_a_remote_file_and_its_header_shows_the_bytes_fetched(served: RangeServer) -> None:
+    from builders_tui import header, loaded
+
+    from ckpt_tui.tui.app import CkptApp
+
+    big_pth(root_of(served) / "big.pth")
+    app = CkptApp(f"{served.url}/big.pth")
+    async with app.run_test(size=(120, 36)) as pilot:
+        tree = await loaded(pilot)
+        assert [str(n.label).split()[0] for n in tree.root.children][:2] == ["layers.0.weight", "layers.1.weight"]
+        top = header(app)
+        assert "big.pth" in top and "remote: fetched" in top and "of 2.1 GB" in top
+
+
+def test_a_legacy_file_fetches_its_storage_counts_together(tmp_path: Path) -> None:
+    state = OrderedDict((f"w{i}", torch.randn(50_000)) for i in range(12))
+    torch.save(state, tmp_path / "old.bin", _use_new_zipfile_serialization=False)
+    with RangeServer(str(tmp_path), latency=0.05) as server:
+        checkpoint = open_checkpoint(f"{server.url}/old.bin")
+        assert checkpoint.format == "legacy" and list(checkpoint.root) == list(state)
+        spans = [r[2].removeprefix("bytes=").split("-") for r in server.served.requests]
+        counts = [s for s in spans if s[0] and int(s[1]) - int(s[0]) == 7]
+        assert len(counts) >= 8 and server.served.most_active >= 4  # each count's 8 bytes, asked for together
+        assert server.served.bytes_sent < 200_000
+
+
+def test_diff_of_remote_files_past_the_budget_compares_keys_shapes_and_dtypes(served: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    torch.save({"w": torch.randn(1 << 18), "b": torch.zeros(3)}, root_of(served) / "v1.pth")
+    torch.save({"w": torch.randn(1 << 18), "c": torch.zeros(3, dtype=torch.float16)}, root_of(served) / "v2.pth")
+    code = main(["diff", "--max-download", "500k", f"{served.url}/v1.pth", f"{served.url}/v2.pth"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "only in A (1)" in out and "values not compared" in out and "past --max-download 500.0 kB" in out
+    assert served.served.bytes_sent < 300_000  # the two opens (a 64 kB tail and a pickle each), no values
+    forget()
+    remote.TRANSFER.limit = remote.DEFAULT_MAX_DOWNLOAD  # (the option is the process's: a new run)
+    assert main(["diff", "--json", f"{served.url}/v1.pth", f"{served.url}/v2.pth"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    assert found["values_not_compared"] is None and [c["key"] for c in found["value_changes"]] == ["w"]

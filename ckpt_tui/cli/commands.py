@@ -44,6 +44,16 @@ def within_budget(checkpoint: Checkpoint, what: str, tensors: list[Any] | None =
     ensure_budget(checkpoint.path, sum(s.nbytes for s in storages.values()), what)
 
 
+def _past_budget(*checkpoints: Checkpoint) -> str | None:
+    """Why the values of these checkpoints may not be read (remote ones past ``--max-download``), or None."""
+    try:
+        for checkpoint in checkpoints:
+            within_budget(checkpoint, "comparing values")
+    except ReadError as exc:
+        return str(exc)
+    return None
+
+
 def info(args: argparse.Namespace) -> int:
     """``info``: the summary, as text or JSON."""
     return _info(args.file, args.json, args.depth)
@@ -190,7 +200,7 @@ def _diff(args: argparse.Namespace) -> int:
     from ckpt_tui.core.operations.diff import diff as diff_of
 
     a, b = _two_sides(args)
-    report = diff_of(a, b, args.strip_prefix)
+    report = diff_of(a, b, args.strip_prefix, values_refused=_past_budget(a, b))
     if args.json:
         print_json(report.to_json())
     else:

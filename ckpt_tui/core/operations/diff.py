@@ -43,6 +43,8 @@ class DiffReport:
     other_changes: list[tuple[str, str, str]] = field(default_factory=list)
     identical_tensors: int = 0
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    values_not_compared: str | None = None
+    """Why the values of tensors alike in key, shape and dtype were not read (past the download budget)."""
 
     @property
     def identical(self) -> bool:
@@ -55,6 +57,7 @@ class DiffReport:
             or self.value_changes
             or self.other_changes
             or self.unreadable
+            or self.values_not_compared
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +75,7 @@ class DiffReport:
             ],
             "other_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.other_changes],
             "unreadable": [{"key": k, "error": e} for k, e in self.unreadable],
+            "values_not_compared": self.values_not_compared,
         }
 
 
@@ -146,8 +150,12 @@ def diff(
     b: Checkpoint,
     strip_prefix: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    values_refused: str | None = None,
 ) -> DiffReport:
-    """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time."""
+    """Compare two checkpoints key by key, then common tensors value by value, a chunk at a time.
+
+    ``values_refused``: why values may not be read (a remote file past the download budget); keys,
+    shapes and dtypes are still compared, and the report says why values were not."""
     left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
     report = DiffReport(
         only_a=[key_text(k) for k in left if k not in right],
@@ -160,6 +168,10 @@ def diff(
         x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype:
             compared.append((x, y))
+    if values_refused is not None and compared:
+        alike = f"{len(compared)} tensor{'s' if len(compared) != 1 else ''} alike in shape and dtype"
+        report.values_not_compared = f"{alike}: {values_refused}"
+        compared = []
     batches: PairBatches[_Compared] = PairBatches(compared, (a.byteorder, b.byteorder))
     measure = functools.partial(_compare_batch, a.byteorder == b.byteorder)
     answered: dict[int, _Compared] = {}
@@ -169,7 +181,7 @@ def diff(
             progress(index, len(common))
         x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor):
-            if _diff_tensors(path, x, y, report):
+            if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
                 if position >= batches.upcoming:
                     answered.update(batches.read_until(position, measure))
                 result = answered.pop(position) if position in answered else _compared(x, y, a.byteorder, b.byteorder)

@@ -233,6 +233,11 @@ def describe_diff(report: DiffReport, a: str, b: str) -> Report:
             [Row(printable(f"{k}: {e}"), key=k) for k, e in report.unreadable],
             len(report.unreadable),
         ),
+        Section(
+            "values not compared",
+            [Row(printable(report.values_not_compared))] if report.values_not_compared else [],
+            1 if report.values_not_compared else 0,
+        ),
     ]
     return Report(
         printable(f"Diff {a} with {b}"),

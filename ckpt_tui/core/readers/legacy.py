@@ -10,6 +10,7 @@ number pickle and then push the expected number.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from ckpt_tui.core.errors import ReadError
@@ -96,10 +97,22 @@ def _scan(
     position = start
     source = places.source_of(records.path)
     try:
+        # where each count should be, as the pickle's sizes say: a remote file fetches them together
+        source.prefetch(list(_expected_counts(position, keys, storages)))
         _find_records(source, position, keys, storages, file_bytes, records, problems)
     finally:
         source.close()
     return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing
+
+
+def _expected_counts(position: int, keys: list[str], storages: dict[str, Storage]) -> Iterator[tuple[int, int]]:
+    """The ranges of the element counts, if each storage is as long as its persistent id says."""
+    for key in keys:
+        storage = storages.get(key)
+        if storage is None:
+            return
+        yield position, COUNT.size
+        position += COUNT.size + storage.nbytes
 
 
 def _find_records(
