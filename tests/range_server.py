@@ -138,12 +138,17 @@ class RangeServer:
             return self._send(handler, 401, {}, b"unauthorized")
         hub = re.match(r"^/api/models/([^/]+/[^/]+)/(tree|revision)/([^/]+)(/.*)?$", path)
         if hub:
-            return self._hub_api(handler, hub.group(1), hub.group(2))
+            return self._hub_api(handler, self._repo(hub.group(1), hub.group(3)), hub.group(2))
         resolve = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if resolve:
-            file = os.path.join(self.root, resolve.group(1), resolve.group(3))
+            file = os.path.join(self.root, self._repo(resolve.group(1), resolve.group(2)), resolve.group(3))
             return self._file(handler, file, head, {"X-Repo-Commit": COMMIT})
         return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
+
+    def _repo(self, repo: str, revision: str) -> str:
+        """The folder of a repo at a revision: ``ORG/REPO@REV`` when there is one, else ``ORG/REPO``."""
+        pinned = f"{repo}@{urllib.parse.unquote(revision)}"
+        return pinned if os.path.isdir(os.path.join(self.root, pinned)) else repo
 
     def _hub_api(self, handler: BaseHTTPRequestHandler, repo: str, what: str) -> None:
         folder = os.path.join(self.root, repo)

@@ -417,3 +417,15 @@ def test_diff_of_remote_files_past_the_budget_compares_keys_shapes_and_dtypes(se
     assert main(["diff", "--json", f"{served.url}/v1.pth", f"{served.url}/v2.pth"]) == 1
     found = json.loads(capsys.readouterr().out)
     assert found["values_not_compared"] is None and [c["key"] for c in found["value_changes"]] == ["w"]
+
+
+def test_diff_of_two_revisions_of_an_hf_repo(hub: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    for revision, width in (("v1", 4), ("v2", 5)):
+        folder = root_of(hub) / f"org/model@{revision}"
+        folder.mkdir(parents=True)
+        write_safetensors({"w": torch.ones(3, width), "b": torch.zeros(3)}, folder / "model.safetensors")
+    assert main(["diff", "hf://org/model@v1", "hf://org/model@v2"]) == 1
+    out = capsys.readouterr().out
+    assert "w: [3, 4] → [3, 5]" in out and "1 tensors identical" in out and out.splitlines()[-1].startswith("fetched")
