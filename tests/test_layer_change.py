@@ -187,3 +187,28 @@ async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_
         report.dismiss(("jump", most_key))
         await settle(pilot)
         assert cursor_path(app) == (most_key,)
+
+
+def test_moved_most_ranks_parameters_and_lists_buffers_and_counters_apart(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Flatten(), torch.nn.Linear(8 * 16, 4)
+    )
+    torch.save(model.state_dict(), tmp_path / "e1.pth")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(5):  # BatchNorm's running statistics move from 0/1 far more than the weights
+        model(torch.randn(4, 3, 6, 6) * 3 + 2).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    torch.save(model.state_dict(), tmp_path / "e2.pth")
+    layers = stats_json(capsys, str(tmp_path / "e1.pth"), str(tmp_path / "e2.pth"))["layers"]
+    roles = {row["path"][0]: row["role"] for row in layers}
+    assert roles["1.running_mean"] == "buffer" and roles["1.num_batches_tracked"] == "counter"
+    assert roles["0.weight"] == roles["3.bias"] == "parameter"
+    assert main(["diff", str(tmp_path / "e1.pth"), str(tmp_path / "e2.pth"), "--stats"]) == 0
+    text = capsys.readouterr().out
+    most = text.split("moved most")[1].split("moved least")[0]
+    least = text.split("moved least")[1].split("buffers and counters moved most")[0]
+    apart = text.split("buffers and counters moved most")[1]
+    assert "running" not in most + least and "num_batches_tracked" not in most + least
+    assert "1.running_mean" in apart and "1.num_batches_tracked" in apart

@@ -107,7 +107,7 @@ async def test_plots_norms_histogram_with_log_toggle_and_bytes(layered: Path) ->
     async with app.run_test(size=SIZE) as pilot:
         await open_layers(pilot)
         norms = plot(app)
-        assert "L2 norm by layer: model.layers.*.weight (6 tensors)" in norms
+        assert "L2 norm by layer: model.layers.*.weight [4, 4] (6 tensors)" in norms
         assert "█" in norms and "x" in norms.splitlines()[-2] and "!" in norms.splitlines()[-2]
         await settle(pilot, "p")
         assert "histogram of model/layers.0.weight, linear counts" in plot(app)

@@ -78,7 +78,16 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     if fix is None:
         return None
     attribute = FIX_OPTIONS.get(fix.option)
-    if attribute is None:
+    if fix.also and all(option in FIX_OPTIONS for option, _ in fix.pairs()):
+        options = ConvertOptions()
+        for name, argument in fix.pairs():
+            setattr(options, FIX_OPTIONS[name], argument)
+        try:
+            apply_options(checkpoint.root, options)
+        except (CkptError, KeyError, IndexError):
+            return None
+        extra = options.argv()
+    elif attribute is None:
         extra = [fix.option, *([fix.argument] if fix.argument else [])]
         options = None
     else:

@@ -35,6 +35,12 @@ class Fix:
 
     option: str
     argument: str
+    also: tuple[tuple[str, str], ...] = ()
+    """Options applied in the same ``convert`` after this one (an extract's ``--strip-prefix``)."""
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (option, argument) of the fix, in order."""
+        return [(self.option, self.argument), *self.also]
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class Finding:
             out["global"] = self.global_name
         if self.fix is not None:
             out["fix"] = [self.fix.option, self.fix.argument]
+            out["fix_options"] = [list(pair) for pair in self.fix.pairs()]
         return out
 
 
@@ -223,6 +230,23 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
     return [Finding("cuda-tensors", message, "warning", fix=Fix("--map-location", "cpu"))]
 
 
+def _prefix_findings(root: Any) -> list[Finding]:
+    """A finding for each state_dict whose keys all start with one prefix, with its strip."""
+    findings = []
+    for path, value in state_dicts(root):
+        items = tensor_items(value) or []
+        keys = list(map(operator.itemgetter(0), items))
+        prefix = common_prefix(keys, path == ("state_dict",) and is_lightning_checkpoint(root))
+        if prefix:
+            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
+                prefix_origin(prefix)
+            )
+            severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
+            fix = Fix("--strip-prefix", prefix)
+            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+    return findings
+
+
 def _structure_findings(
     root: Any, modules: list[tuple[KeyPath, Opaque]], optimizers: list[KeyPath], schedulers: list[KeyPath]
 ) -> list[Finding]:
@@ -231,7 +255,18 @@ def _structure_findings(
         shown = printable(lightning_version(root) or "?")
         findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {shown})"))
     inner = inner_state_dict(root)
-    if inner:
+    prefixes = _prefix_findings(root)
+    wrapped = next((f for f in prefixes if inner and f.path == inner and f.severity == "warning"), None)
+    if inner and wrapped is not None and wrapped.prefix is not None:
+        # extract and strip in one convert: either alone leaves something load_state_dict rejects, so the
+        # prefix is told once more only as what that fix strips
+        start = wrapped.message.split(" start with ", 1)[1]
+        message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
+        fix = Fix("--extract", to_slash(inner), (("--strip-prefix", wrapped.prefix),))
+        findings.append(Finding("inner-state-dict", message, "warning", inner, wrapped.prefix, fix=fix))
+        told = f"{wrapped.message.split(':', 1)[0]} (the fix that extracts them strips it)"
+        prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
+    elif inner:
         findings.append(
             Finding(
                 "inner-state-dict",
@@ -252,16 +287,6 @@ def _structure_findings(
                 fix=Fix("--extract", to_slash(path) if path else "auto"),
             )
         )
-    for path, value in state_dicts(root):
-        items = tensor_items(value) or []
-        keys = list(map(operator.itemgetter(0), items))
-        prefix = common_prefix(keys, path == ("state_dict",) and is_lightning_checkpoint(root))
-        if prefix:
-            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
-                prefix_origin(prefix)
-            )
-            severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
-            fix = Fix("--strip-prefix", prefix)
-            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+    findings += prefixes
     # optimizers and schedulers: described (and audited) by core/conventions/training_state.py, from the summary
     return findings

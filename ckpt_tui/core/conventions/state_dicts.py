@@ -35,6 +35,10 @@ INNER_NAMES = (
     "state_dict_ema",
 )
 SEARCH_DEPTH = 3
+BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+"""State_dict entries that are buffers, not parameters (BatchNorm's statistics and step counter)."""
+PARAMETER_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"})
+"""Dtypes a parameter can have: any other tensor of a state_dict is a buffer (a counter, a mask, an index)."""
 
 
 _last_state_dict: tuple[Any, int, list[tuple[str, Any]] | None] = (None, 0, None)

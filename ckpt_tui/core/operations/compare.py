@@ -84,6 +84,9 @@ class Suggestion:
     rule_counts: list[int] = field(default_factory=list)
     at: KeyPath = ()
     explicit_target: bool = False
+    resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    """Keys the fix drops because their size differs from the reference's (key, file's shape, reference's
+    shape): the model keeps its fresh init for them, loaded with ``strict=False``."""
 
     @property
     def full(self) -> bool:
@@ -154,6 +157,7 @@ class Suggestion:
             "unexpected": self.unexpected,
             "full_match": self.full,
             "message": self.describe(),
+            "resized": [{"key": k, "checkpoint": list(a), "reference": list(b)} for k, a, b in self.resized],
         }
         if self.label:
             out["label"] = self.label
@@ -486,6 +490,7 @@ class _Chain:
     rules: list[RenameRule]
     add: str | None
     drops: list[str] = field(default_factory=list)
+    resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
 
     def renamed(self) -> list[tuple[str, str, Any]]:
         """(key before renames, key after, value) for every kept key."""
@@ -556,9 +561,12 @@ def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> 
 
 
 def _score(suggestion: Suggestion) -> tuple[Any, ...]:
+    # a fix that drops the keys of another size reaches a load (strict=False) in one round; one that
+    # keeps them still raises on load, so at the same count the drop wins despite its extra steps
     return (
         suggestion.full,
         suggestion.matched - suggestion.shape_mismatches,
+        -suggestion.shape_mismatches,
         -len(suggestion.unexpected),
         -len(suggestion.steps),
     )
@@ -583,6 +591,7 @@ def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
         result.unexpected,
         chain.variant.label,
         chain.rule_counts(),
+        resized=list(chain.resized),
     )
 
 
@@ -710,9 +719,10 @@ def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_C
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
     elif not current.missing and not current.unexpected and current.shape_mismatches:
         result = _compare_items([(new, v) for _, new, v in chain.renamed()], reference)
-        wrong = {k for k, _, _ in result.shape_mismatches}
-        drops = [old for old, new, _ in chain.renamed() if new in wrong]
-        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
+        wrong = {k: (a, b) for k, a, b in result.shape_mismatches}
+        pairs = [(old, new) for old, new, _ in chain.renamed() if new in wrong]
+        resized = [(old, *wrong[new]) for old, new in pairs]
+        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, [old for old, _ in pairs], resized))
     return out
 
 

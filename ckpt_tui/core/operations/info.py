@@ -18,6 +18,8 @@ from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
 from ckpt_tui.core.conventions.state_dicts import (
+    BUFFER_NAMES,
+    PARAMETER_DTYPES,
     inner_state_dict,
     is_optimizer,
     is_scheduler,
@@ -41,9 +43,7 @@ from ckpt_tui.core.model.tree import (
 )
 from ckpt_tui.core.runtime.safe_text import printable
 
-BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked"})
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
-PARAMETER_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"})
 
 
 @dataclass

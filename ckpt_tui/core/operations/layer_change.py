@@ -27,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
+from ckpt_tui.core.conventions.training_state import is_moment
 from ckpt_tui.core.errors import Cancelled, CkptError
+from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import compared_leaves, key_text, normalized
@@ -51,6 +54,9 @@ class LayerChange:
     nonfinite: int = 0
     note: str | None = None
     """Why there are no numbers (only in A, shape change, unreadable), or None."""
+    role: str = "parameter"
+    """What the tensor is: ``parameter``, ``buffer`` (BatchNorm statistics), ``counter`` (an integer
+    tensor such as ``num_batches_tracked``) or ``optimizer state``; see :func:`role`."""
 
     @property
     def key(self) -> str:
@@ -67,6 +73,7 @@ class LayerChange:
             "norm_b": self.norm_b,
             "nonfinite": self.nonfinite,
             "note": self.note,
+            "role": self.role,
         }
 
 
@@ -116,11 +123,27 @@ def layer_change(
             found = _compare(path, x, y, a.byteorder, b.byteorder, cancelled)
         else:
             found.path = path
+        found.role = role(path, x)
         report.layers.append(found)
     report.layers += [
-        LayerChange(p, note="only in B") for p, v in right.items() if isinstance(v, Tensor) and p not in left
+        LayerChange(p, note="only in B", role=role(p, v))
+        for p, v in right.items()
+        if isinstance(v, Tensor) and p not in left
     ]
     return report
+
+
+def role(path: KeyPath, tensor: Tensor) -> str:
+    """What a tensor of a checkpoint is, for ranking how far it moved: a ``counter`` (an integer or bool
+    tensor: it moves by steps, not by training), a ``buffer`` (BatchNorm's running statistics follow the
+    data, not the gradient), ``optimizer state``, or a ``parameter``."""
+    if tensor.dtype not in PARAMETER_DTYPES:
+        return "counter"
+    if is_moment(path) or "state" in path[:-2]:
+        return "optimizer state"
+    if path and keypath.key_text(path[-1]).rsplit(".", 1)[-1] in BUFFER_NAMES:
+        return "buffer"
+    return "parameter"
 
 
 def _compare(

@@ -23,6 +23,7 @@ key to apply ``fixes[0].suggestion``. Nothing here imports a UI.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -164,21 +165,40 @@ def _keys(number: int, what: str = "") -> str:
 
 def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -> FixDescription:
     details = [printable(line) for line in suggestion.rule_lines()]
-    dropped = [str(s.arg) for s in suggestion.steps if s.kind == "drop"]
-    mismatched = {k for k, _, _ in report.shape_mismatches}
-    if dropped and set(suggestion.missing) & mismatched:
-        names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
+    resized = {k for k, _, _ in suggestion.resized}
+    dropped = [str(s.arg) for s in suggestion.steps if s.kind == "drop" and s.arg not in resized]
+    mismatched = {k for k, _, _ in report.shape_mismatches} | {_renamed(suggestion, k) for k in resized}
+    if suggestion.resized:
+        details += [
+            printable(f"{_renamed(suggestion, k)}: {list(a)} vs {list(b)}")
+            for k, a, b in suggestion.resized[:LIST_LIMIT]
+        ]
+        if len(suggestion.resized) > LIST_LIMIT:
+            details.append(f"… {len(suggestion.resized) - LIST_LIMIT} more")
+        kept = ", ".join(printable(_renamed(suggestion, k)) for k, _, _ in suggestion.resized[:LIST_LIMIT])
         details.append(
-            f"{names} differ in size (e.g. a new classifier head); strict=False does not skip a size "
-            "mismatch, so they are dropped: load_state_dict(strict=False) then keeps the model's fresh init for them"
+            f"these differ in size (e.g. a new classifier head) and are dropped, since strict=False does not "
+            f"skip a size mismatch: load_state_dict(strict=False) then keeps the model's fresh init for {kept}"
         )
-    elif dropped:
+    if dropped:
         names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
         details.append(f"drops {_keys(len(dropped))} the model does not have: {names}")
     if suggestion.missing and not set(suggestion.missing) <= mismatched:
         details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0) + " after it")
     argv = suggestion.argv(path)
     return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
+
+
+def _renamed(suggestion: Suggestion, key: str) -> str:
+    """A key of the file as the model names it after the suggestion's strip, renames and add."""
+    for step in suggestion.steps:
+        if step.kind == "strip" and key.startswith(step.arg) and key != step.arg:
+            key = key[len(step.arg) :]
+        elif step.kind == "rename":
+            key = step.arg.apply(key)
+        elif step.kind == "add":
+            key = step.arg + key
+    return key
 
 
 # ---- diff ---------------------------------------------------------------------------------
@@ -253,6 +273,7 @@ def describe_diff(report: DiffReport, a: str, b: str) -> Report:
 WIDTH = 78
 """Characters of a row (the text form indents rows by 2: 80 columns in all)."""
 EXTREMES = 5
+BUFFERS_SHOWN = 3
 
 
 def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
@@ -296,13 +317,21 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
         for layer, key in zip(measured, keys, strict=True)
     ]
     ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
-    most = ranked[::-1][:EXTREMES]
-    least = ranked[:EXTREMES]
+    # BatchNorm statistics follow the data and counters count steps: ranked with the weights, they crowd
+    # out what training moved, so parameters are ranked alone and the rest listed apart
+    parameters = [layer for layer in ranked if layer.role == "parameter"] or ranked
+    most = parameters[::-1][:EXTREMES]
+    least = parameters[:EXTREMES]
+    others = sorted(
+        (layer for layer in measured if layer.role in ("buffer", "counter") and layer.relative_change != 0),
+        key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
+    )[:BUFFERS_SHOWN]
     sections = [
         Section("per layer", table, len(measured)),
         Section(f"relative change by layer, module order (full bar {top:.3g})", plot, len(measured)),
         Section("moved most", [_extreme(layer) for layer in most], len(most)),
         Section("moved least", [_extreme(layer) for layer in least], len(least)),
+        Section("buffers and counters moved most", [_moved_norm(layer) for layer in others], len(others)),
         Section(
             "not compared",
             [Row(printable(f"{layer.key}: {layer.note}"), key=layer.key) for layer in report.layers if layer.note],
@@ -323,6 +352,11 @@ def _change(layer: Any) -> float:
 def _extreme(layer: Any) -> Row:
     cosine = "-" if layer.cosine is None else f"{layer.cosine:.6f}"
     return Row(printable(f"{layer.key}: {layer.relative_change:.3g} (cosine {cosine})"), key=layer.key)
+
+
+def _moved_norm(layer: Any) -> Row:
+    """A buffer or counter's row: its norm before and after (a counter's value; a buffer from 0 has no ratio)."""
+    return Row(printable(f"{layer.key}: norm {layer.norm_a:.4g} → {layer.norm_b:.4g}"), key=layer.key)
 
 
 def describe_norm_series(series: NormSeries, files: list[str]) -> Report:

@@ -265,12 +265,13 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
 
     def family_rows(self) -> tuple[str, list[TensorRow]]:
         """The focused tensor's family (the same key with other layer numbers), in file order; else every row shown."""
-        from ckpt_tui.core.conventions.layer_marks import family
+        from ckpt_tui.core.conventions.layer_marks import families
 
         row = self.focused_row()
         if row is not None:
-            name = family(row.path)
-            members = [r for r in self.rows if family(r.path) == name]
+            named = families(self.rows)
+            name = named[id(row)]
+            members = [r for r in self.rows if named[id(r)] == name]
             if len(members) > 1:
                 return name, members
         shown = set(map(id, self.shown))
