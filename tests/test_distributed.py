@@ -334,3 +334,47 @@ def test_max_shard_size_refuses_a_folder_that_is_not_empty(tmp_path: Path, capsy
     assert code == 2 and "not an empty folder" in err
     assert (tmp_path / "hf" / "keep.txt").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def _expanded_dcp(folder: Path, count: int) -> Path:
+    """A DCP folder written by ``dcp.save`` whose ``w`` item is then a ``torch.save`` of an expanded view
+    (one stored float, ``count`` elements), its metadata saying so: a few KB on disk."""
+    import io
+
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    _dcp_save({"w": torch.zeros(4), "b": torch.ones(3)}, folder)
+    metadata = FileSystemReader(str(folder)).read_metadata()
+    buffer = io.BytesIO()
+    torch.save(torch.full((1,), 2.0).expand(count), buffer)
+    item = buffer.getvalue()
+    for index, info in metadata.storage_data.items():
+        if index.fqn == "w":
+            data = folder / info.relative_path
+            info.offset, info.length = data.stat().st_size, len(item)
+            with open(data, "ab") as file:
+                file.write(item)
+    entry = metadata.state_dict_metadata["w"]
+    entry.size = torch.Size([count])
+    entry.chunks = [ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([count]))]
+    with open(folder / ".metadata", "wb") as file:
+        pickle.dump(metadata, file)
+    return folder
+
+
+def test_an_expanded_dcp_chunk_costs_its_file_not_its_view(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _expanded_dcp(tmp_path / "dcp", 2**32)  # 16 GiB of float32 if it were ever read element by element
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 16_000
+    assert main(["check", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "view of 4294967296 elements over 1 stored (expand, stride 0)" in out
+    assert main(["convert", str(folder), "-o", str(tmp_path / "out.pth")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "out.pth").exists()
+
+
+def test_a_slightly_expanded_dcp_chunk_is_still_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _expanded_dcp(tmp_path / "dcp", 1000)
+    assert main(["convert", str(folder), "-o", str(tmp_path / "out.pth")]) == 0
+    assert torch.equal(torch.load(tmp_path / "out.pth", weights_only=True)["w"], torch.full((1000,), 2.0))

@@ -155,6 +155,13 @@ def _slabs(grid: tuple[int, ...], chunk: int) -> Iterator[tuple[int, tuple[int, 
             yield sum(o * s for o, s in zip(offsets, strides, strict=True)), offsets, sizes
 
 
+REPEAT_FACTOR = 16
+REPEAT_SLACK_BYTES = 64 << 20
+"""A stored piece may repeat its elements (``expand``, stride 0) only this much: an assembled tensor is
+read element by element, so a piece of 2**32 elements over one stored float would cost 16 GB of reading
+from a few bytes of file (:func:`ckpt_tui.core.values.tensor_values.repeats_far_more`, the same bound)."""
+
+
 def _check_extent(piece: Piece, stored: Tensor) -> None:
     storage = stored.storage
     assert storage is not None and storage.source is not None
@@ -165,6 +172,12 @@ def _check_extent(piece: Piece, stored: Tensor) -> None:
     high = stored.offset + sum((n - 1) * s for n, s in zip(stored.shape, stored.stride, strict=True) if s > 0)
     if low < 0 or (high + 1) * itemsize(stored.dtype) > available:
         raise ReadError(f"{piece.where}: the stored piece reaches outside its record")
+    span = high - low + 1
+    if stored.numel > REPEAT_FACTOR * span and (stored.numel - span) * itemsize(stored.dtype) > REPEAT_SLACK_BYTES:
+        raise ReadError(
+            f"{piece.where}: the stored piece is a view of {stored.numel} elements over {span} stored "
+            "(expand, stride 0); an assembled tensor is read element by element, so it is not read"
+        )
 
 
 def _fill(
