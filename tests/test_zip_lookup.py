@@ -21,11 +21,12 @@ from builders import Payload, touch_command
 from builders_readers import raw_zip_bytes, write_raw_zip
 
 from ckpt_tui.cli import main
+from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.tree import Tensor, iter_tensors
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.readers.zip_archive import read_central_directory
 from ckpt_tui.core.values.tensor_values import TensorReader
-from ckpt_tui.core.weights_only.verdict import verdict
+from ckpt_tui.core.weights_only.verdict import scan_file, verdict
 
 POOL = [
     b"data.pkl",
@@ -274,3 +275,22 @@ def test_an_archive_folder_that_is_not_utf8_loads_as_in_torch(
     assert our_values(path) == torch_values(path)
     assert main(["check", "--json", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["weights_only"]["answer"] == "loads"
+
+
+@pytest.mark.parametrize("name", [b"archive/CONSTANTS.PKL", b"archive/constants.pkl\x00x"])
+def test_torchscript_is_told_by_the_exact_listed_name(tmp_path: Path, name: bytes) -> None:
+    """torch.load calls a zip TorchScript when ``constants.pkl`` is in its record list, compared exactly
+    (a name cut at a NUL counts): ckpt-tui opens the file as torch.load treats it."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0, 3.0, 4.0])}, tmp_path)
+    path = write_raw_zip(tmp_path / "script.pth", [*members, (name, b"\x80\x02).")])
+    try:
+        torch_script = False
+        torch.load(path, weights_only=True)
+    except RuntimeError as exc:
+        torch_script = "TorchScript" in str(exc)
+    assert scan_file(str(path)).route == ("torchscript" if torch_script else "zip")
+    try:
+        opened = open_checkpoint(str(path)).format
+    except ReadError:
+        opened = "unreadable"  # TorchScript without a readable constants.pkl: torch.jit.load fails as well
+    assert opened in (("torchscript", "unreadable") if torch_script else ("zip",))

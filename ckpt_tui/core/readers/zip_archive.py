@@ -107,6 +107,13 @@ class ZipDirectory(dict[str, ZipEntry]):
         key = found.raw.lower()
         return next((group for group in self.collisions if group[0].raw.lower() == key), [found])
 
+    def listed(self, name: str) -> bool:
+        """Whether torch's ``get_all_records()`` lists ``name`` (a full member name): compared exactly, as
+        Python compares the list's strings, each name cut at a NUL as the C string it passes through."""
+        if dict.__contains__(self, name):
+            return True
+        return any(entry.name.split("\0", 1)[0] == name for entry in self.members if "\0" in entry.name)
+
     def shifted(self, by: int) -> ZipDirectory:
         """The same directory with every local header ``by`` bytes further (an archive inside a file)."""
         moved = {id(e): dataclasses.replace(e, header_offset=e.header_offset + by) for e in self.members}

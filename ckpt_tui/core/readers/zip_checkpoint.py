@@ -38,7 +38,8 @@ def read_zip(
             layout = ZipLayout(path, read_central_directory(file, file_bytes))
             byteorder = zip_byteorder(file, layout, file_bytes)
             check_version(file, layout, file_bytes)
-            if layout.member("constants.pkl") is not None:
+            # torch.load tells TorchScript by the exact name in its record list (CONSTANTS.PKL is not one)
+            if layout.entries.listed(layout.prefix + "constants.pkl"):
                 return read_torchscript(path, file, file_bytes, layout, byteorder)
             data = member_pickle(file, layout, "data.pkl", file_bytes)
     except ReadError as exc:
