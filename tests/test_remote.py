@@ -429,3 +429,15 @@ def test_diff_of_two_revisions_of_an_hf_repo(hub: RangeServer, capsys: Any) -> N
     assert main(["diff", "hf://org/model@v1", "hf://org/model@v2"]) == 1
     out = capsys.readouterr().out
     assert "w: [3, 4] → [3, 5]" in out and "1 tensors identical" in out and out.splitlines()[-1].startswith("fetched")
+
+
+def test_a_server_that_does_not_answer_in_time_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.model import remote_stores
+
+    (tmp_path / "m.pth").write_bytes(b"x" * 100)
+    monkeypatch.setattr(remote_stores, "TIMEOUT", 0.2)
+    with (
+        RangeServer(str(tmp_path), latency=1.0) as server,
+        pytest.raises(ReadError, match=r"did not answer within 0\.2 s"),
+    ):
+        open_checkpoint(f"{server.url}/m.pth")
