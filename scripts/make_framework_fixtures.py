@@ -16,6 +16,8 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
   output files, so each rank writes ``shard-0000R-model-0000K-of-00002.safetensors``). Truth: torch's own
   reading (``_load_state_dict`` + ``HuggingFaceStorageReader`` + ``_EmptyStateDictLoadPlanner``,
   ``no_dist=True``) and ``consolidate_safetensors_files``'s output folder.
+- ``hf_dcp_ints``: the whole state (an int64 buffer too), one file per rank. Truth: torch's reading
+  (``consolidate_safetensors_files`` refuses int tensors: it sizes every dtype with ``torch.finfo``).
 - ``hf_dcp_consolidated``: the same writer with ``enable_consolidation=True`` (torchtitan's HF save):
   ``sharded/`` holds the per-rank files, and torch's consolidated files and index sit beside it (the truth).
 - ``fsdp1_optim`` / ``fsdp1_mesh``: FSDP1 ``SHARDED_STATE_DICT`` model and ``FSDP.optim_state_dict``
@@ -128,6 +130,19 @@ def case_hf_dcp(rank: int, out: Path) -> None:
     mapping = {key: 1 if key.startswith(("embed", "fc1")) else 2 for key in state}
     writer = HuggingFaceStorageWriter(str(out / "hf_dcp"), fqn_to_index_mapping=mapping, save_distributed=True)
     dcp.save(state, storage_writer=writer)
+
+
+def case_hf_dcp_ints(rank: int, out: Path) -> None:
+    """The whole state (``bn.num_batches_tracked`` an int64) through the HF writer: torch's reader is the truth."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    from torch.distributed.fsdp import fully_shard
+
+    model = Net()
+    fully_shard(model)
+    _train(model, rank)
+    writer = HuggingFaceStorageWriter(str(out / "hf_dcp_ints"), save_distributed=True)
+    dcp.save(model.state_dict(), storage_writer=writer)
 
 
 def case_hf_dcp_consolidated(rank: int, out: Path) -> None:
@@ -341,6 +356,7 @@ def case_lightning_deepspeed(rank: int, out: Path) -> None:
 CASES: dict[str, Callable[[int, Path], None]] = {
     "hf_dcp": case_hf_dcp,
     "hf_dcp_consolidated": case_hf_dcp_consolidated,
+    "hf_dcp_ints": case_hf_dcp_ints,
     "fsdp1_optim": case_fsdp1_optim,
     "fsdp1_mesh": case_fsdp1_mesh,
     "zero0_bf16": case_zero0_bf16,
@@ -349,11 +365,23 @@ CASES: dict[str, Callable[[int, Path], None]] = {
     "lightning_deepspeed": case_lightning_deepspeed,
 }
 GROUPS = {
-    "torch": ["hf_dcp", "hf_dcp_consolidated", "fsdp1_optim", "fsdp1_mesh"],
+    "torch": ["hf_dcp", "hf_dcp_consolidated", "hf_dcp_ints", "fsdp1_optim", "fsdp1_mesh"],
     "deepspeed": ["zero0_bf16", "zero0_fp16"],
     "lightning": ["lightning_fsdp", "lightning_deepspeed"],
 }
 SELF_INIT = {"zero0_bf16", "zero0_fp16", "lightning_fsdp", "lightning_deepspeed"}
+
+
+def _hf_read(folder: Path) -> dict[str, torch.Tensor]:
+    """torch's own reading of an HF-DCP folder."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, torch.Tensor] = {}
+    reader = HuggingFaceStorageReader(str(folder))
+    _load_state_dict(state, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    return state
 
 
 def _hf_truth(out: Path) -> None:
@@ -385,6 +413,8 @@ def main() -> None:
             script.unlink()  # DeepSpeed copies its converter beside the checkpoint; not ours to commit
         if case == "hf_dcp":
             _hf_truth(out)
+        if case == "hf_dcp_ints":
+            torch.save(_hf_read(out / case), out / f"{case}.expected.pt")
     print(f"wrote {out}")
 
 

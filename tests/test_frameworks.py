@@ -70,6 +70,15 @@ def test_hf_dcp_folder_converts_equal_to_torchs_own_reading(tmp_path: Path, caps
     assert_same(torch.load(out, weights_only=True), torch.load(FRAMEWORKS / "hf_dcp.expected.pt", weights_only=True))
 
 
+def test_hf_dcp_folder_with_an_int_buffer_equals_torchs_own_reading(tmp_path: Path, capsys: Any) -> None:
+    out = tmp_path / "one.pth"
+    code, _, err = run(capsys, "convert", str(FRAMEWORKS / "hf_dcp_ints"), "-o", str(out))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "hf_dcp_ints.expected.pt", weights_only=True)
+    assert want["bn.num_batches_tracked"].dtype == torch.int64
+    assert_same(torch.load(out, weights_only=True), want)
+
+
 def test_hf_dcp_folder_to_safetensors_equals_torchs_consolidation(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "model.safetensors"
     code, _, err = run(capsys, "convert", str(HF_DCP), "--format", "safetensors", "-o", str(out))
