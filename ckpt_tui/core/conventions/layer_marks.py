@@ -141,16 +141,24 @@ def marks(rows: Iterable[TensorRow]) -> dict[int, str]:
         elif row.dtype in FLOAT_DTYPES and row.stats.norm is not None and row.numel > 1:
             grouped.setdefault(named[id(row)], []).append(row)
     for members in grouped.values():
-        norms = [row.stats.norm for row in members if row.stats is not None and row.stats.norm is not None]
-        median = statistics.median(norms)
-        found = _moment(members[0].path)
-        far = FAR**2 if found is not None and found.name in SQUARED else FAR
-        for row in members:
-            norm = row.stats.norm if row.stats is not None else None
-            if norm is None:
-                continue
-            if norm == 0 and (median > 0 or key_text(row.path[-1]).endswith("weight")):
-                out[id(row)] = "dead"
-            elif len(members) >= MIN_FAMILY and median > 0 and not 1 / far <= norm / median <= far:
-                out[id(row)] = "!! norm"
+        out.update(_family_marks(members))
+    return out
+
+
+def _family_marks(members: list[TensorRow]) -> dict[int, str]:
+    """``dead`` (a zero norm where the family's is not, or a zero weight) and ``!! norm`` (far from the
+    family's median, in a family large enough to have one; squared moments are allowed the square)."""
+    out: dict[int, str] = {}
+    norms = [row.stats.norm for row in members if row.stats is not None and row.stats.norm is not None]
+    median = statistics.median(norms)
+    found = _moment(members[0].path)
+    far = FAR**2 if found is not None and found.name in SQUARED else FAR
+    for row in members:
+        norm = row.stats.norm if row.stats is not None else None
+        if norm is None:
+            continue
+        if norm == 0 and (median > 0 or key_text(row.path[-1]).endswith("weight")):
+            out[id(row)] = "dead"
+        elif len(members) >= MIN_FAMILY and median > 0 and not 1 / far <= norm / median <= far:
+            out[id(row)] = "!! norm"
     return out

@@ -253,15 +253,7 @@ def _check_same_tensors(trees: list[dict[KeyPath, Any]], names: list[str]) -> No
     first = trees[0]
     tensors = {p for p, v in first.items() if isinstance(v, Tensor)}
     for tree, name in zip(trees[1:], names[1:], strict=False):
-        others = {p for p, v in tree.items() if isinstance(v, Tensor)}
-        missing, extra = sorted(tensors - others, key=str), sorted(others - tensors, key=str)
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {_listed([key_text(p) for p in missing])}")
-            if extra:
-                parts.append(f"extra {_listed([key_text(p) for p in extra])}")
-            raise AverageRefused(f"{name}: tensor keys differ from the first file's: " + "; ".join(parts))
+        _check_same_keys(tensors, tree, name)
         shapes = [p for p in first if p in tensors and first[p].shape != tree[p].shape]
         if shapes:
             shown = ", ".join(f"{key_text(p)} {list(first[p].shape)} vs {list(tree[p].shape)}" for p in shapes[:4])
@@ -271,6 +263,20 @@ def _check_same_tensors(trees: list[dict[KeyPath, Any]], names: list[str]) -> No
         if kinds:
             shown = ", ".join(f"{key_text(p)} {first[p].dtype} vs {tree[p].dtype}" for p in kinds[:4])
             raise AverageRefused(f"{name}: floating-point in one file and not in the other: {shown}")
+
+
+def _check_same_keys(tensors: set[KeyPath], tree: dict[KeyPath, Any], name: str) -> None:
+    """Refuse a file whose tensor keys are not the first file's ``tensors``."""
+    others = {p for p, v in tree.items() if isinstance(v, Tensor)}
+    missing, extra = sorted(tensors - others, key=str), sorted(others - tensors, key=str)
+    if not missing and not extra:
+        return
+    parts = []
+    if missing:
+        parts.append(f"missing {_listed([key_text(p) for p in missing])}")
+    if extra:
+        parts.append(f"extra {_listed([key_text(p) for p in extra])}")
+    raise AverageRefused(f"{name}: tensor keys differ from the first file's: " + "; ".join(parts))
 
 
 def _differs(path: KeyPath, trees: list[dict[KeyPath, Any]]) -> bool:

@@ -82,6 +82,7 @@ def check_checkpoint(
     answered by it) are read the exact way, in file order, so counts and errors are as always.
     ``beside``: the weights_only scan of the file, started in a child process before it was read.
     """
+    # listing: each tensor once, and the distinct views under them
     columns = checkpoint.flat_columns()  # a flat file's tensors, listed without a walk
     references = None if columns is not None else list(walk(checkpoint.root))
     listed = columns.listed() if columns is not None else listed_tensors(references or [])
@@ -90,69 +91,125 @@ def check_checkpoint(
     # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages
     in_child = progress is None and cancelled is None and columns is None
     beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
+    # the findings that are problems
     summary = summarize(checkpoint, references)
     problems = [
         Problem(f.kind, f.message, f.path, {"global": f.global_name} if f.global_name else {})
         for f in summary.findings
         if f.kind in PROBLEM_KINDS
     ]
-    total = len(listed)
+    # the batched scan: which views are all finite
+    finite = _finite_result(beside_finite, len(first_of_view))
+    if finite is None:
+        finite = _scan_finite(first_of_view, checkpoint.byteorder, len(listed), progress, cancelled)
+    # the exact reads: views with NaN/Inf or not answered, and moment buffers that may be all zero
+    tally = _Tally(problems)
+    exact = _ExactReads(listed, scanned_tensors, checkpoint.byteorder, cancelled, tally)
+    exact.tally_views(positions, finite, progress)
+    if tally.zero_moments:
+        problems.append(Problem("zero-moments", zero_moment_message(tally.zero_moments), tally.zero_moments[0]))
+    problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
+    # the verdict on torch.load(weights_only=True)
+    judged = verdict(checkpoint, beside)
+    if _verdict_is_a_problem(judged, checkpoint):
+        problems.append(weights_only_problem(judged))
+    return CheckReport(summary, problems, tally.checked, tally.skipped, judged)
+
+
+def _scan_finite(
+    views: list[Tensor],
+    byteorder: str,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+    cancelled: Callable[[], bool] | None,
+) -> list[bool | None]:
+    """Whether each view is all finite (None: not answered), by the batched scan (the first half of the
+    progress bar)."""
+    from ckpt_tui.core.values.finite_scan import all_finite
 
     def scanned(done: int, of: int) -> None:
         if progress is not None:
-            progress(done * total // max(1, 2 * of), total)  # the batched scan: the first half of the bar
+            progress(done * total // max(1, 2 * of), total)
 
-    finite = _finite_result(beside_finite, len(first_of_view))
-    if finite is None:
-        from ckpt_tui.core.values.finite_scan import all_finite
+    return all_finite(views, byteorder, cancelled, scanned)
 
-        finite = all_finite(first_of_view, checkpoint.byteorder, cancelled, scanned)
-    seen: dict[int, TensorStats | None] = {}
-    checked = skipped = 0
-    zero_moments: list[KeyPath] = []
-    moments = {index for index, (path, _) in enumerate(listed) if path and path[-1] in MOMENT_NAMES and is_moment(path)}
-    for index, position in enumerate(positions):
-        if progress is not None:
-            progress((total + index) // 2, total)
-        if position is None:
-            skipped += 1
-            continue
-        if finite[position] and index not in moments:
-            checked += 1  # read whole, every value finite: no NaN, no Inf
-            continue
-        path, tensor = listed[index][0], scanned_tensors[index]
-        if finite[position] and not _starts_with_zeros(tensor, checkpoint.byteorder):
-            checked += 1  # a moment buffer that does not start with zeros: not all zero
-            continue
-        if position in seen:
-            stats = seen[position]
-        else:
-            from ckpt_tui.core.values.stats import tensor_stats
 
-            try:
-                stats = tensor_stats(tensor, checkpoint.byteorder, cancelled)
-            except ReadError as exc:
-                stats = None
-                problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
-            seen[position] = stats
+def _verdict_is_a_problem(judged: Verdict, checkpoint: Checkpoint) -> bool:
+    """A refusal by torch.load(weights_only=True) is a problem, but not for a TorchScript archive (torch.jit.load's
+    to read) nor where the safetensors library's refusal was said among the findings already."""
+    said = judged.route == "safetensors" and bool(library_refusals(checkpoint.loader_problems))
+    return judged.loads is False and judged.route != "torchscript" and not said
+
+
+@dataclass
+class _Tally:
+    """What a check counts while it reads: problems, tensors checked and skipped, moment buffers all zero."""
+
+    problems: list[Problem]
+    checked: int = 0
+    skipped: int = 0
+    zero_moments: list[KeyPath] = field(default_factory=list)
+
+
+class _ExactReads:
+    """The exact read of a view: its statistics once (a view shared by several tensors is read once), then
+    NaN/Inf and all-zero moments counted for each tensor over it."""
+
+    def __init__(
+        self,
+        listed: list[tuple[KeyPath, Tensor]],
+        scanned: list[Tensor],
+        byteorder: str,
+        cancelled: Callable[[], bool] | None,
+        tally: _Tally,
+    ) -> None:
+        self.listed, self.scanned, self.byteorder, self.cancelled = listed, scanned, byteorder, cancelled
+        self.tally = tally
+        self.seen: dict[int, TensorStats | None] = {}
+
+    def tally_views(
+        self, positions: list[int | None], finite: list[bool | None], progress: Callable[[int, int], None] | None
+    ) -> None:
+        """Count each listed tensor by its view's scan; read the views the scan leaves open (second half of
+        the progress bar)."""
+        listed, total = self.listed, len(self.listed)
+        moments = {i for i, (path, _) in enumerate(listed) if path and path[-1] in MOMENT_NAMES and is_moment(path)}
+        for index, position in enumerate(positions):
+            if progress is not None:
+                progress((total + index) // 2, total)
+            if position is None:
+                self.tally.skipped += 1
+            elif finite[position] and index not in moments:
+                self.tally.checked += 1  # read whole, every value finite: no NaN, no Inf
+            elif finite[position] and not _starts_with_zeros(self.scanned[index], self.byteorder):
+                self.tally.checked += 1  # a moment buffer that does not start with zeros: not all zero
+            else:
+                self.read(index, position)
+
+    def read(self, index: int, position: int) -> None:
+        """Read listed tensor ``index`` (view ``position``) and count what it holds."""
+        path = self.listed[index][0]
+        if position not in self.seen:
+            self.seen[position] = self._stats(path, self.scanned[index])
+        stats = self.seen[position]
         if stats is None:
-            continue
-        checked += 1
+            return
+        self.tally.checked += 1
         if stats.count and stats.zeros == stats.count and is_moment(path):
-            zero_moments.append(path)
+            self.tally.zero_moments.append(path)
         if stats.nan or stats.inf:
             counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
             message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
-            problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
-    if zero_moments:
-        problems.append(Problem("zero-moments", zero_moment_message(zero_moments), zero_moments[0]))
-    problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
-    judged = verdict(checkpoint, beside)
-    # a TorchScript archive is torch.jit.load's to read: torch.load refusing it is expected, not a problem
-    said = judged.route == "safetensors" and bool(library_refusals(checkpoint.loader_problems))  # said above
-    if judged.loads is False and judged.route != "torchscript" and not said:
-        problems.append(weights_only_problem(judged))
-    return CheckReport(summary, problems, checked, skipped, judged)
+            self.tally.problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
+
+    def _stats(self, path: KeyPath, tensor: Tensor) -> TensorStats | None:
+        from ckpt_tui.core.values.stats import tensor_stats
+
+        try:
+            return tensor_stats(tensor, self.byteorder, self.cancelled)
+        except ReadError as exc:
+            self.tally.problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
+            return None
 
 
 def _sparse_problems(

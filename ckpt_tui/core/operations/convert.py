@@ -188,55 +188,94 @@ def read_rename_map(path: str) -> list[RenameRule]:
 def apply_options(root: Any, options: ConvertOptions) -> tuple[Any, list[Change], list[str]]:
     """Apply the edits in their documented order; return the tree, the changes and notes on
     ``auto`` edits that had nothing to do (a no-op, not an error, so batches can run)."""
-    changes: list[Change] = []
-    notes: list[str] = []
     lightning = _is_lightning_state_dict(root, options.extract)
+    edit = _Edits(root, options)
+    edit.extract()
+    edit.drop()
+    edit.rename()
+    edit.strip_prefix(lightning)
+    edit.rename_rules_and_add_prefix()
+    edit.devices_and_dtype()
+    return edit.root, edit.changes, edit.notes
 
-    def run(result: tuple[Any, Change]) -> Any:
-        changes.append(result[1])
-        return result[0]
 
-    if options.extract == "auto" and edits.is_flat_state_dict(root):
-        notes.append("--extract auto: the file already is a flat state_dict; nothing to extract")
-    elif options.extract:
-        target = "auto" if options.extract == "auto" else resolve_path(root, options.extract)
-        root = run(edits.extract(root, target))
+class _Edits:
+    """The tree while :func:`apply_options` edits it, one phase a method, with the changes and notes so far."""
 
-    def at() -> KeyPath | None:
-        return resolve_path(root, options.at) if options.at is not None else None
+    def __init__(self, root: Any, options: ConvertOptions) -> None:
+        self.root = root
+        self.options = options
+        self.changes: list[Change] = []
+        self.notes: list[str] = []
 
-    if options.sanitize:
-        from ckpt_tui.core.edits.sanitize import sanitize
+    def run(self, result: tuple[Any, Change]) -> None:
+        """Keep an edit's tree and change."""
+        self.root = result[0]
+        self.changes.append(result[1])
 
-        root = run(sanitize(root, [resolve_path(root, path) for path in options.drop]))
-    for path in [] if options.sanitize else options.drop:
-        root = run(edits.delete(root, resolve_path(root, path)))
-    if options.drop_keys:
-        root = run(edits.drop_keys(root, options.drop_keys, at()))
-    for spec in options.rename:
-        old, sep, new = spec.rpartition("=")
-        if not sep or not old or not new:
-            raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
-        root = run(edits.rename(root, resolve_path(root, old), new))
-    if options.strip_prefix == "auto":
-        where = at()
-        where = edits.default_target(root) if where is None else where
-        if edits.wrapper_prefix_at(root, where, lightning or None):
-            root = run(edits.strip_prefix(root, "auto", where, lightning or None))
-        else:
-            notes.append("--strip-prefix auto: " + edits.no_wrapper_message(root, where) + "; nothing stripped")
-    elif options.strip_prefix:
-        root = run(edits.strip_prefix(root, options.strip_prefix, at()))
-    rules = [*options.rename_rules, *(read_rename_map(options.rename_map) if options.rename_map else [])]
-    if rules:
-        root = run(edits.rename_keys_by_rules(root, rules, at()))
-    if options.add_prefix:
-        root = run(edits.add_prefix(root, options.add_prefix, at()))
-    if options.map_location:
-        root = run(edits.remap_devices(root, options.map_location))
-    if options.dtype:
-        root = run(edits.cast(root, options.dtype, at()))
-    return root, changes, notes
+    def at(self) -> KeyPath | None:
+        """The dict ``--at`` names in the tree as it is now (None: the detected state_dict)."""
+        return resolve_path(self.root, self.options.at) if self.options.at is not None else None
+
+    def extract(self) -> None:
+        """``--extract``: a subtree becomes the root (auto on a flat state_dict: a note)."""
+        extract = self.options.extract
+        if extract == "auto" and edits.is_flat_state_dict(self.root):
+            self.notes.append("--extract auto: the file already is a flat state_dict; nothing to extract")
+        elif extract:
+            target = "auto" if extract == "auto" else resolve_path(self.root, extract)
+            self.run(edits.extract(self.root, target))
+
+    def drop(self) -> None:
+        """``--sanitize`` (which drops what ``--drop`` names itself), else ``--drop``; then ``--drop-keys``."""
+        options = self.options
+        if options.sanitize:
+            from ckpt_tui.core.edits.sanitize import sanitize
+
+            self.run(sanitize(self.root, [resolve_path(self.root, path) for path in options.drop]))
+        for path in [] if options.sanitize else options.drop:
+            self.run(edits.delete(self.root, resolve_path(self.root, path)))
+        if options.drop_keys:
+            self.run(edits.drop_keys(self.root, options.drop_keys, self.at()))
+
+    def rename(self) -> None:
+        """``--rename OLD=NEW``, one path each."""
+        for spec in self.options.rename:
+            old, sep, new = spec.rpartition("=")
+            if not sep or not old or not new:
+                raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
+            self.run(edits.rename(self.root, resolve_path(self.root, old), new))
+
+    def strip_prefix(self, lightning: bool) -> None:
+        """``--strip-prefix`` (auto with no wrapper prefix: a note)."""
+        strip = self.options.strip_prefix
+        if strip == "auto":
+            where = self.at()
+            where = edits.default_target(self.root) if where is None else where
+            if edits.wrapper_prefix_at(self.root, where, lightning or None):
+                self.run(edits.strip_prefix(self.root, "auto", where, lightning or None))
+            else:
+                self.notes.append(
+                    "--strip-prefix auto: " + edits.no_wrapper_message(self.root, where) + "; nothing stripped"
+                )
+        elif strip:
+            self.run(edits.strip_prefix(self.root, strip, self.at()))
+
+    def rename_rules_and_add_prefix(self) -> None:
+        """``--rename-prefix``/``--rename-infix`` in their order, then ``--rename-map``; then ``--add-prefix``."""
+        options = self.options
+        rules = [*options.rename_rules, *(read_rename_map(options.rename_map) if options.rename_map else [])]
+        if rules:
+            self.run(edits.rename_keys_by_rules(self.root, rules, self.at()))
+        if options.add_prefix:
+            self.run(edits.add_prefix(self.root, options.add_prefix, self.at()))
+
+    def devices_and_dtype(self) -> None:
+        """``--map-location``, then ``--dtype``."""
+        if self.options.map_location:
+            self.run(edits.remap_devices(self.root, self.options.map_location))
+        if self.options.dtype:
+            self.run(edits.cast(self.root, self.options.dtype, self.at()))
 
 
 def _is_lightning_state_dict(root: Any, extract: str | None) -> bool:

@@ -163,33 +163,54 @@ def diff(
     )
     common = [k for k in left if k in right]
     prints_a, prints_b = Fingerprints(), Fingerprints()
-    compared: list[tuple[Tensor, Tensor]] = []  # the pairs whose values are compared, in order
-    for path in common:
-        x, y = left[path], right[path]
-        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype:
-            compared.append((x, y))
+    compared = _alike_pairs([(left[path], right[path]) for path in common])
     if values_refused is not None and compared:
         alike = f"{len(compared)} tensor{'s' if len(compared) != 1 else ''} alike in shape and dtype"
         report.values_not_compared = f"{alike}: {values_refused}"
         compared = []
-    batches: PairBatches[_Compared] = PairBatches(compared, (a.byteorder, b.byteorder))
-    measure = functools.partial(_compare_batch, a.byteorder == b.byteorder)
-    answered: dict[int, _Compared] = {}
-    position = 0
+    # key by key; the values of the pairs alike in shape and dtype read in batches
+    values = _Values(a.byteorder, b.byteorder, compared)
     for index, path in enumerate(common):
         if progress is not None:
             progress(index, len(common))
         x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
-                if position >= batches.upcoming:
-                    answered.update(batches.read_until(position, measure))
-                result = answered.pop(position) if position in answered else _compared(x, y, a.byteorder, b.byteorder)
-                _record(path, result, report)
-                position += 1
+                _record(path, values.next(x, y), report)
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
     return report
+
+
+def _alike_pairs(pairs: list[tuple[Any, Any]]) -> list[tuple[Tensor, Tensor]]:
+    """The pairs of tensors alike in shape and dtype, whose values are compared, in order."""
+    return [
+        (x, y)
+        for x, y in pairs
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype
+    ]
+
+
+class _Values:
+    """The value comparisons of the tensor pairs alike in shape and dtype, read in batches ahead of their
+    turn; :meth:`next` answers them in order."""
+
+    def __init__(self, order_a: str, order_b: str, compared: list[tuple[Tensor, Tensor]]) -> None:
+        self.orders = (order_a, order_b)
+        self.batches: PairBatches[_Compared] = PairBatches(compared, self.orders)
+        self.measure = functools.partial(_compare_batch, order_a == order_b)
+        self.answered: dict[int, _Compared] = {}
+        self.position = 0
+
+    def next(self, x: Tensor, y: Tensor) -> _Compared:
+        """How the next compared pair's values compare (a batch is read when its turn comes)."""
+        position = self.position
+        self.position += 1
+        if position >= self.batches.upcoming:
+            self.answered.update(self.batches.read_until(position, self.measure))
+        if position in self.answered:
+            return self.answered.pop(position)
+        return _compared(x, y, *self.orders)
 
 
 def _short(value: Any) -> str:

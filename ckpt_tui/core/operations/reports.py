@@ -280,42 +280,11 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     """The report of ``diff A B --stats`` / the browser's per-layer change (rows jump to keys of A):
     a table, a bar plot of the relative change in module order, the layers that moved most and least.
     Rows are at most ``width`` characters (at least 60)."""
-    from ckpt_tui.core.values.text_plots import bar, clip_left, number
-
     measured = report.measured
     changes = [layer.relative_change for layer in measured if layer.relative_change is not None]
-    unchanged = sum(1 for c in changes if c == 0)
-    counts = f"{len(measured)} layers compared, {unchanged} unchanged"
-    if changes:
-        counts += f", median relative change {statistics.median(changes):.3g}"
-    if len(measured) < len(report.layers):
-        counts += f", {len(report.layers) - len(measured)} not compared"
     width = max(60, width)
-    name = width - 4 * 10
-    table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
-    keys = [layer.key for layer in measured]  # each layer's key as text, made once
-    table += [
-        Row(
-            printable(clip_left(key, name))
-            + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
-            key=key,
-        )
-        for layer, key in zip(measured, keys, strict=True)
-    ]
     top = max(changes, default=0.0)
-    plot_name, plot_value = min(30, width // 3), 9
-    plot_width = width - plot_name - plot_value - 2
-    plot = [
-        Row(
-            printable(clip_left(key, plot_name))
-            + " "
-            + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
-            + " "
-            + number(layer.relative_change),
-            key=key,
-        )
-        for layer, key in zip(measured, keys, strict=True)
-    ]
+    keys = [layer.key for layer in measured]  # each layer's key as text, made once
     ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
     # BatchNorm statistics follow the data and counters count steps: ranked with the weights, they crowd
     # out what training moved, so parameters are ranked alone and the rest listed apart
@@ -327,8 +296,12 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
         key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
     )[:BUFFERS_SHOWN]
     sections = [
-        Section("per layer", table, len(measured)),
-        Section(f"relative change by layer, module order (full bar {top:.3g})", plot, len(measured)),
+        Section("per layer", _layer_table(measured, keys, width), len(measured)),
+        Section(
+            f"relative change by layer, module order (full bar {top:.3g})",
+            _layer_plot(measured, keys, width, top),
+            len(measured),
+        ),
         Section("moved most", [_extreme(layer) for layer in most], len(most)),
         Section("moved least", [_extreme(layer) for layer in least], len(least)),
         Section("buffers and counters moved most", [_moved_norm(layer) for layer in others], len(others)),
@@ -342,7 +315,56 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     nonfinite = sum(layer.nonfinite for layer in measured)
     if nonfinite:
         notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
+    counts = _layer_counts(report, changes)
     return Report(printable(f"Per-layer change from {a} to {b}"), "per-layer change", True, counts, notes, sections)
+
+
+def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
+    """``12 layers compared, 3 unchanged, median relative change 0.01``."""
+    measured = report.measured
+    unchanged = sum(1 for c in changes if c == 0)
+    counts = f"{len(measured)} layers compared, {unchanged} unchanged"
+    if changes:
+        counts += f", median relative change {statistics.median(changes):.3g}"
+    if len(measured) < len(report.layers):
+        counts += f", {len(report.layers) - len(measured)} not compared"
+    return counts
+
+
+def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
+    """Per layer: relative change, cosine and both norms, a row each (a header first)."""
+    from ckpt_tui.core.values.text_plots import clip_left, number
+
+    name = width - 4 * 10
+    table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
+    table += [
+        Row(
+            printable(clip_left(key, name))
+            + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
+            key=key,
+        )
+        for layer, key in zip(measured, keys, strict=True)
+    ]
+    return table
+
+
+def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
+    """A bar per layer, in module order, the largest relative change a full bar."""
+    from ckpt_tui.core.values.text_plots import bar, clip_left, number
+
+    plot_name, plot_value = min(30, width // 3), 9
+    plot_width = width - plot_name - plot_value - 2
+    return [
+        Row(
+            printable(clip_left(key, plot_name))
+            + " "
+            + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
+            + " "
+            + number(layer.relative_change),
+            key=key,
+        )
+        for layer, key in zip(measured, keys, strict=True)
+    ]
 
 
 def _change(layer: Any) -> float:

@@ -239,6 +239,7 @@ def _fp32_weights(
     paddings: Any,
     source: AssembledRecords,
 ) -> dict[str, Tensor]:
+    # buffers, whole in the model states
     weights: dict[str, Tensor] = {}
     module = _dict(model["module"], "module")
     buffer_names = model.get("buffer_names")
@@ -247,21 +248,8 @@ def _fp32_weights(
         if name in names and isinstance(value, Tensor):
             target = "float32" if value.dtype in FLOATING else value.dtype
             weights[name] = _whole(name, value, target, source)
-    frozen = model.get("frozen_param_shapes")
-    if isinstance(frozen, dict) and frozen:
-        for name, shape in frozen.items():
-            fragments = [
-                _dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states
-            ]
-            if stage <= 2:
-                fragment = fragments[0]
-                if not isinstance(fragment, Tensor):
-                    raise ReadError(f"frozen parameter {name!r} has no fragment")
-                weights[name] = _whole(
-                    name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source
-                )
-            else:
-                weights[name] = _frozen_zero3(name, _shape(shape, name), fragments, world, source)
+    # frozen parameters, then the trained ones from the optimizer's partitions
+    _frozen_weights(weights, model, model_states, stage, world, source)
     shapes = model.get("param_shapes")
     if not isinstance(shapes, list) or not all(isinstance(g, dict) for g in shapes):
         raise ReadError("model states: param_shapes is not a list of dicts")
@@ -274,6 +262,30 @@ def _fp32_weights(
         if isinstance(alias, str) and target in weights:
             weights[alias] = weights[target]
     return weights
+
+
+def _frozen_weights(
+    weights: dict[str, Tensor],
+    model: dict[Any, Any],
+    model_states: list[dict[Any, Any]],
+    stage: int,
+    world: int,
+    source: AssembledRecords,
+) -> None:
+    """The frozen parameters: whole in rank 0's model states (ZeRO 1 and 2), or partitioned over every
+    rank's (ZeRO 3)."""
+    frozen = model.get("frozen_param_shapes")
+    if not isinstance(frozen, dict):
+        return
+    for name, shape in frozen.items():
+        fragments = [_dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states]
+        if stage > 2:
+            weights[name] = _frozen_zero3(name, _shape(shape, name), fragments, world, source)
+            continue
+        fragment = fragments[0]
+        if not isinstance(fragment, Tensor):
+            raise ReadError(f"frozen parameter {name!r} has no fragment")
+        weights[name] = _whole(name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source)
 
 
 def _whole(name: str, stored: Tensor, dtype: str, source: AssembledRecords) -> Tensor:

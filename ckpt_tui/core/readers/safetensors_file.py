@@ -299,17 +299,8 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
     problems: list[str] = []
     notes: list[str] = []
     metadata = _metadata(header, problems, parsed.escaped)
-    if "__metadata__" in parsed.twice(header):
-        problems.append("its header holds __metadata__ twice, which the safetensors library refuses")
-    names = [name for name in parsed.twice(header) if name != "__metadata__"]
-    unparsed = [
-        name for name in names if not all(_parsed_entry(parsed, value) for value in parsed.earlier.get(name, []))
-    ]
-    if unparsed:
-        problems.append(f"the header names {_some(unparsed)} twice, once with no tensor entry, {REFUSED}")
-    names = [name for name in names if name not in unparsed]
-    if names:
-        notes.append(f"the header names {_some(names)} twice: the safetensors library uses the last entry, as shown")
+    _repeated_names(parsed, problems, notes)
+    # the tensors: in bulk when the header is plain, else entry by entry
     data_bytes = file_bytes - parsed.data_start
     records = SafetensorsRecords(path, parsed.data_start)
     deepest = 1 + _depth(header.get("__metadata__"))  # the header object is level 1
@@ -338,6 +329,23 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
         loader_problems=problems,
         columns=columns,
     )
+
+
+def _repeated_names(parsed: _Header, problems: list[str], notes: list[str]) -> None:
+    """What names given twice in the header mean: ``__metadata__`` twice, or a name once without a tensor
+    entry, is refused by the library (a problem); a name twice with entries each time takes the last (a note)."""
+    header = parsed.entries
+    if "__metadata__" in parsed.twice(header):
+        problems.append("its header holds __metadata__ twice, which the safetensors library refuses")
+    names = [name for name in parsed.twice(header) if name != "__metadata__"]
+    unparsed = [
+        name for name in names if not all(_parsed_entry(parsed, value) for value in parsed.earlier.get(name, []))
+    ]
+    if unparsed:
+        problems.append(f"the header names {_some(unparsed)} twice, once with no tensor entry, {REFUSED}")
+    names = [name for name in names if name not in unparsed]
+    if names:
+        notes.append(f"the header names {_some(names)} twice: the safetensors library uses the last entry, as shown")
 
 
 def _parsed_entry(parsed: _Header, entry: Any) -> bool:
@@ -375,7 +383,44 @@ def _plain_tensors(
     :func:`~ckpt_tui.core.model.tree.check_tree`, which then says why); None when any entry does not pass,
     so that the entry-by-entry path raises the first error, worded as always."""
     tensor_names = [name for name in names if name != "__metadata__"] if "__metadata__" in header else names
-    entries = list(map(header.__getitem__, tensor_names))
+    # the fields: each entry an object of the three fields, of the right types
+    fields = _bulk_fields(list(map(header.__getitem__, tensor_names)))
+    if fields is None:
+        return None
+    codes, shapes, offsets, begins, ends = fields
+    # the shapes: sizes in range, one shape and stride object per distinct shape
+    distinct = set(map(tuple, shapes))  # ints only (checked above): equal shapes are the same shape
+    sizes_seen = set(itertools.chain.from_iterable(distinct))
+    if sizes_seen and (min(sizes_seen) < 0 or max(sizes_seen) >= U64):
+        return None
+    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
+    chosen = list(map(layouts.__getitem__, map(tuple, shapes)))
+    shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
+    # the byte ranges: in the data, each as long as its tensor's bytes
+    if not _ranges_fit(codes, numels, begins, ends, data_bytes):
+        return None
+    # the tensors
+    dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
+    records.ranges.update(zip(tensor_names, offsets, strict=True))  # each a checked [begin, end] pair
+    overflowing = {shape for shape in distinct if _overflows(shape)}
+    # every entry passed: the parsed JSON is freed before the tensors are made (the peak of a big header)
+    del fields, shapes, chosen
+    header.clear()
+    storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
+    tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
+    root = dict(zip(tensor_names, tensors, strict=True))
+    fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
+    # (only now: a None above sends the header entry by entry, which says it itself)
+    if overflowing:
+        problems.append(
+            _overflow_problem([n for n, s in zip(tensor_names, shape_keys, strict=True) if s in overflowing])
+        )
+    return root, FlatColumns(root, dtypes, numels) if fits else None
+
+
+def _bulk_fields(entries: list[Any]) -> tuple[list[str], list[Any], list[Any], list[int], list[int]] | None:
+    """Every entry's dtype codes, shapes, offsets, begins and ends, when every entry is an object of the
+    three fields with a known dtype, a list shape and a ``[begin, end]`` pair of integers in range; else None."""
     if set(map(type, entries)) - {dict} or set(map(len, entries)) - {len(FIELDS)}:
         return None
     try:
@@ -389,39 +434,19 @@ def _plain_tensors(
     begins = list(map(operator.itemgetter(0), offsets))
     ends = list(map(operator.itemgetter(1), offsets))
     kinds = {*map(type, itertools.chain.from_iterable(shapes)), *map(type, begins), *map(type, ends)}
-    if kinds - {int} or (begins and (min(begins) < 0 or max(ends) >= U64)):  # begin <= end is checked below
+    # begin <= end is checked with the sizes
+    if kinds - {int} or (begins and (min(begins) < 0 or max(ends) >= U64)):
         return None
-    distinct = set(map(tuple, shapes))  # ints only (checked above): equal shapes are the same shape
-    sizes_seen = set(itertools.chain.from_iterable(distinct))
-    if sizes_seen and (min(sizes_seen) < 0 or max(sizes_seen) >= U64):
-        return None
-    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
-    overflowing = {shape for shape in distinct if _overflows(shape)}
-    chosen = list(map(layouts.__getitem__, map(tuple, shapes)))  # one shape and stride object per distinct shape
-    shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
+    return codes, shapes, offsets, begins, ends
+
+
+def _ranges_fit(codes: list[str], numels: list[int], begins: list[int], ends: list[int], data_bytes: int) -> bool:
+    """Whether each ``[begin, end)`` lies in the data and holds exactly its tensor's bytes."""
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
-    if (
-        not all(map(operator.le, begins, ends))
-        or (ends and max(ends) > data_bytes)
-        or not all(
-            map(operator.eq, map(operator.sub, ends, begins), map(operator.mul, numels, map(sizes.__getitem__, codes)))
-        )
-    ):
-        return None
-    dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
-    records.ranges.update(zip(tensor_names, offsets, strict=True))  # each a checked [begin, end] pair
-    # every entry passed: the parsed JSON is freed before the tensors are made (the peak of a big header)
-    del entries, shapes, chosen
-    header.clear()
-    storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
-    tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
-    root = dict(zip(tensor_names, tensors, strict=True))
-    fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
-    if overflowing:  # (only now: a None above sends the header entry by entry, which says it itself)
-        problems.append(
-            _overflow_problem([n for n, s in zip(tensor_names, shape_keys, strict=True) if s in overflowing])
-        )
-    return root, FlatColumns(root, dtypes, numels) if fits else None
+    if not all(map(operator.le, begins, ends)) or (ends and max(ends) > data_bytes):
+        return False
+    lengths = map(operator.sub, ends, begins)
+    return all(map(operator.eq, lengths, map(operator.mul, numels, map(sizes.__getitem__, codes))))
 
 
 def _overflows(shape: tuple[int, ...]) -> bool:

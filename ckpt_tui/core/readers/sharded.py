@@ -17,26 +17,22 @@ _DTYPE = operator.attrgetter("dtype")
 _NUMEL = operator.attrgetter("storage.numel")
 
 
-def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoint:
-    """Open every shard named in the index and show them as one flat state_dict.
-
-    ``open_shard`` opens one shard file and refuses index files, so an index naming itself or another
-    index is refused instead of followed.
-    """
+def _read_index(path: str) -> Any:
+    """The index file's JSON (a ReadError for text that is not UTF-8 or not JSON)."""
     try:
         with places.open_stream(path) as file:
-            index = _parsed(file.read())
+            return _parsed(file.read())
     except UnicodeDecodeError:
         raise ReadError(f"{path}: index is not UTF-8 text") from None
     except RecursionError:
         raise ReadError(f"{path}: index JSON nests too deeply to be an index") from None
     except ValueError as exc:  # JSONDecodeError, ints past the digit limit
         raise ReadError(f"{path}: index is not valid JSON ({exc})") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
+
+
+def _open_shards(path: str, names: list[str], open_shard: Callable[[str], Checkpoint]) -> dict[str, Checkpoint]:
+    """Each shard the index names, opened (each inside the index's folder)."""
     folder = places.parent(path)
-    names = list(dict.fromkeys(weight_map.values()))
 
     def opened(shard: str) -> Checkpoint:
         return open_shard(inside(folder, shard, f"{path}: shard"))
@@ -44,9 +40,24 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     # remote shards are read together: each costs round trips, not bytes
     if places.is_remote(folder) and len(names) > 1:
         with ThreadPoolExecutor(min(8, len(names))) as pool:
-            shards = dict(zip(names, pool.map(opened, names), strict=True))
-    else:
-        shards = {shard: opened(shard) for shard in names}
+            return dict(zip(names, pool.map(opened, names), strict=True))
+    return {shard: opened(shard) for shard in names}
+
+
+def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoint:
+    """Open every shard named in the index and show them as one flat state_dict.
+
+    ``open_shard`` opens one shard file and refuses index files, so an index naming itself or another
+    index is refused instead of followed.
+    """
+    # the index
+    index = _read_index(path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
+    # the shards
+    shards = _open_shards(path, list(dict.fromkeys(weight_map.values())), open_shard)
+    # one state_dict: each key from the shard the index maps it to
     root: dict[str, Any] = {}
     for key, shard in weight_map.items():
         tensors = shards[shard].root

@@ -79,6 +79,33 @@ def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
 
 def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> str | None:
     compressed, plain, values, size = (*parts, None, None, None, None)[:4]
+    # the geometry: only what torch's constructor accepts is checked further (it says why for the rest)
+    geometry = _compressed_geometry(kind, compressed, plain, values, size)
+    if geometry is None:
+        return None
+    runs, width, nnz = geometry
+    if compressed.shape[0] != runs + 1 or not values.shape or values.shape[0] != nnz:
+        return None
+    # the compressed indices: from 0 to the stored count, never decreasing
+    first, last, falls = _monotone(compressed, chunks)
+    if first != 0:
+        return f"compressed indices start at {first}, not 0"
+    if falls:
+        return "compressed indices decrease"
+    if last != nnz:
+        return f"compressed indices end at {last}, not at the {nnz} stored elements"
+    # the plain indices: within the width
+    if nnz:
+        lows, highs = _row_bounds(plain, 1, nnz, chunks)
+        if lows[0] < 0 or highs[0] >= width:
+            bad = lows[0] if lows[0] < 0 else highs[0]
+            return f"plain index {bad} outside 0..{width - 1}"
+    return None
+
+
+def _compressed_geometry(kind: str, compressed: Any, plain: Any, values: Any, size: Any) -> tuple[int, int, int] | None:
+    """The runs (rows of CSR, columns of CSC, in blocks), the width across them and the stored count of an
+    unbatched compressed tensor with integer indices; None for any other."""
     if not (isinstance(compressed, Tensor) and isinstance(plain, Tensor) and isinstance(values, Tensor)):
         return None
     if not _is_size(size) or len(size) != 2 or len(compressed.shape) != 1 or len(plain.shape) != 1:
@@ -90,23 +117,7 @@ def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> st
     block = values.shape[1:3] if blocked and len(values.shape) >= 3 else (1, 1)
     if 0 in block:
         return None
-    runs, width = size[along] // block[along], size[across] // block[across]
-    nnz = plain.shape[0]
-    if compressed.shape[0] != runs + 1 or not values.shape or values.shape[0] != nnz:
-        return None
-    first, last, falls = _monotone(compressed, chunks)
-    if first != 0:
-        return f"compressed indices start at {first}, not 0"
-    if falls:
-        return "compressed indices decrease"
-    if last != nnz:
-        return f"compressed indices end at {last}, not at the {nnz} stored elements"
-    if nnz:
-        lows, highs = _row_bounds(plain, 1, nnz, chunks)
-        if lows[0] < 0 or highs[0] >= width:
-            bad = lows[0] if lows[0] < 0 else highs[0]
-            return f"plain index {bad} outside 0..{width - 1}"
-    return None
+    return size[along] // block[along], size[across] // block[across], plain.shape[0]
 
 
 def _is_size(size: Any) -> bool:

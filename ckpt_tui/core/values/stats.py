@@ -359,14 +359,7 @@ def _histogram(
     values = np.concatenate([v for v, _ in samples]) if samples else np.empty(0)
     if values.size == 0 or low is None or high is None:
         return [], 0
-    repeats = {w for _, w in samples if isinstance(w, int)}
-    uniform = len(repeats) == 1 and all(isinstance(w, int) for _, w in samples)
-    weights = (
-        None
-        if uniform
-        else np.concatenate([np.full(v.size, w, np.float64) if isinstance(w, int) else w for v, w in samples])
-    )
-    scale = repeats.pop() if uniform else 1
+    weights, scale = _sample_weights(samples)
     total = values.size * scale if weights is None else round(float(weights.sum()))
     if not low < high:
         return [total], total  # one value
@@ -378,6 +371,15 @@ def _histogram(
     if weights is None:
         return [int(c) * scale for c in counts.tolist()], total
     return [round(float(c)) for c in counts], total
+
+
+def _sample_weights(samples: list[tuple[np.ndarray, np.ndarray | int]]) -> tuple[np.ndarray | None, int]:
+    """Each sampled value's weight (its repeats): None and the one count when every sample repeats alike,
+    else an array of weights and 1."""
+    repeats = {w for _, w in samples if isinstance(w, int)}
+    if len(repeats) == 1 and all(isinstance(w, int) for _, w in samples):
+        return None, repeats.pop()
+    return np.concatenate([np.full(v.size, w, np.float64) if isinstance(w, int) else w for v, w in samples]), 1
 
 
 def _bin_counts(values: np.ndarray, edges: np.ndarray, weights: np.ndarray | None) -> np.ndarray:

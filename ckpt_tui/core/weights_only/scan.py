@@ -626,6 +626,21 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
     if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
         stride = contiguous_strides(size)  # set_(storage, offset, size, None): row-major
+    _check_geometry_types(offset, size, stride)
+    _check_geometry_values(offset, size, stride)
+    # the bytes it reaches: within the storage
+    extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
+    if type(size) is tuple and type(stride) is tuple and len(_EXTENTS) < _EXTENTS_KEPT:
+        _EXTENTS[(size, stride)] = extent
+    if extent < 0 or dtype not in DTYPES:
+        return
+    needed = (offset + extent) * DTYPES[dtype][0]
+    if needed > storage.nbytes:
+        raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
+
+
+def _check_geometry_types(offset: Any, size: Any, stride: Any) -> None:
+    """An int offset, and a size and a stride that are sequences of ints of one length (else a Refusal)."""
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
     if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
@@ -634,6 +649,10 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal("a tensor's stride is not a sequence of ints")
     if len(size) != len(stride):
         raise Refusal(f"a tensor's size and stride differ in length ({len(size)} vs {len(stride)})")
+
+
+def _check_geometry_values(offset: int, size: Sequence[int], stride: Sequence[int]) -> None:
+    """Offset, sizes and strides that torch accepts: not negative, within int64, a count that does not overflow."""
     if offset < 0 or (size and min(size) < 0):
         raise Refusal("a tensor has a negative offset or size")
     if (
@@ -644,16 +663,9 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
         raise Refusal("a tensor's offset, size or stride does not fit int64")
     if _count_overflows(size):
         raise Refusal("a tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)")
-    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):  # torch ignores the stride of size 0/1
+    # torch ignores the stride of a size 0 or 1
+    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):
         raise Refusal("a tensor has a negative stride")
-    extent = -1 if 0 in size else 1 + sum((count - 1) * step for count, step in zip(size, stride, strict=True))
-    if type(size) is tuple and type(stride) is tuple and len(_EXTENTS) < _EXTENTS_KEPT:
-        _EXTENTS[(size, stride)] = extent
-    if extent < 0 or dtype not in DTYPES:
-        return
-    needed = (offset + extent) * DTYPES[dtype][0]
-    if needed > storage.nbytes:
-        raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
 
 
 _INT64 = 1 << 63
