@@ -113,12 +113,7 @@ def _optimizer_facts(path: KeyPath, value: dict[Any, Any], byteorder: str) -> Op
         params = group.get("params") if isinstance(group.get("params"), list) else []
         assert isinstance(params, list)
         group_steps.append(_group_steps(params, state, byteorder, reads))
-    shapes: Counter[tuple[int, ...]] = Counter()
-    for entry in state.values():
-        if isinstance(entry, dict):
-            moment = next((entry[n] for n in ("exp_avg", "momentum_buffer") if isinstance(entry.get(n), Tensor)), None)
-            if moment is not None:
-                shapes[moment.shape] += 1
+    shapes = _moment_shapes(state)
     stateful = any("betas" in g or _number(g.get("momentum")) for g in groups)
     return OptimizerFacts(
         path,
@@ -130,6 +125,17 @@ def _optimizer_facts(path: KeyPath, value: dict[Any, Any], byteorder: str) -> Op
         stateful,
         shapes,
     )
+
+
+def _moment_shapes(state: dict[Any, Any]) -> Counter[tuple[int, ...]]:
+    """How many parameters' first moment (Adam's ``exp_avg``, SGD's ``momentum_buffer``) has each shape."""
+    shapes: Counter[tuple[int, ...]] = Counter()
+    for entry in state.values():
+        if isinstance(entry, dict):
+            moment = next((entry[n] for n in ("exp_avg", "momentum_buffer") if isinstance(entry.get(n), Tensor)), None)
+            if moment is not None:
+                shapes[moment.shape] += 1
+    return shapes
 
 
 def _kind(group: dict[Any, Any]) -> str:
@@ -294,23 +300,30 @@ def _step_agreement(facts: list[OptimizerFacts], counters: dict[str, float]) -> 
     ]
 
 
+def _scheduler_line(path: KeyPath, value: dict[Any, Any], last: float) -> str:
+    """``LR scheduler state at ckpt["scheduler"]: last_epoch 5 of total_steps 100, lr 0.001``, and whether its
+    lambdas were saved."""
+    lrs = value.get("_last_lr") or value.get("base_lrs") or []
+    total = value.get("total_steps")
+    line = f"LR scheduler state at {where(path)}: last_epoch {_count(last)}"
+    if isinstance(total, int) and not isinstance(total, bool):
+        line += f" of total_steps {total}"
+    line += f", lr {_lr_text(lrs)}" if isinstance(lrs, list) and lrs else ""
+    lambdas = value.get("lr_lambdas")
+    if isinstance(lambdas, list) and any(item is None for item in lambdas):
+        line += "; its lr_lambda functions are not saved (resuming needs the same code)"
+    return line
+
+
 def _scheduler_findings(
     path: KeyPath, value: dict[Any, Any], counters: dict[str, float], optimizer_step: float | None
 ) -> list[Finding]:
     last = value.get("last_epoch")
     if not isinstance(last, (int, float)) or isinstance(last, bool):
         return [Finding("scheduler", f"LR scheduler state at {where(path)}", path=path)]
-    lrs = value.get("_last_lr") or value.get("base_lrs") or []
-    lr = f", lr {_lr_text(lrs)}" if isinstance(lrs, list) and lrs else ""
     total = value.get("total_steps")
-    line = f"LR scheduler state at {where(path)}: last_epoch {_count(last)}"
-    if isinstance(total, int) and not isinstance(total, bool):
-        line += f" of total_steps {total}"
-    line += lr
-    lambdas = value.get("lr_lambdas")
-    if isinstance(lambdas, list) and any(item is None for item in lambdas):
-        line += "; its lr_lambda functions are not saved (resuming needs the same code)"
-    findings = [Finding("scheduler", line, path=path)]
+    findings = [Finding("scheduler", _scheduler_line(path, value, last), path=path)]
+    # a schedule that ran to its end, or one that does not agree with the training counters
     if isinstance(total, int) and not isinstance(total, bool) and last >= total:
         findings.append(
             Finding(
