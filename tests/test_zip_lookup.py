@@ -12,7 +12,9 @@ import json
 import os
 import pickle
 import random
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from ckpt_tui.core.model.tree import Tensor, iter_tensors
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.readers.zip_archive import read_central_directory
 from ckpt_tui.core.values.tensor_values import TensorReader
-from ckpt_tui.core.weights_only.verdict import scan_file, verdict
+from ckpt_tui.core.weights_only.verdict import scan_file, verdict, verdict_from_scan
 
 POOL = [
     b"data.pkl",
@@ -294,3 +296,44 @@ def test_torchscript_is_told_by_the_exact_listed_name(tmp_path: Path, name: byte
     except ReadError:
         opened = "unreadable"  # TorchScript without a readable constants.pkl: torch.jit.load fails as well
     assert opened in (("torchscript", "unreadable") if torch_script else ("zip",))
+
+
+def central_entry(name: bytes, data: bytes, offset: int, **fields: int) -> bytes:
+    """One central-directory entry for a stored member, with any field overridden."""
+    values = {"flags": 0, "method": 0, "csize": len(data), "size": len(data), "disk": 0, "offset": offset} | fields
+    return struct.pack(
+        "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, values["flags"], values["method"], 0, 0, zlib.crc32(data),
+        values["csize"], values["size"], len(name), 0, 0, values["disk"], 0, 0, values["offset"],
+    ) + name  # fmt: skip
+
+
+OPEN_CHECKS = {
+    "stored, two sizes": {"csize": 6},
+    "deflated, no compressed bytes": {"csize": 0, "method": 8},
+    "on disk 2": {"disk": 2},
+    "on disk 1 (miniz allows it)": {"disk": 1},
+    "masked local header": {"flags": 0x2000},
+    "encrypted, never read": {"flags": 0x1},
+    "unknown method, never read": {"method": 99},
+    "running past the end": {"csize": 1 << 20, "size": 1 << 20, "method": 8},
+}
+
+
+@pytest.mark.parametrize("fields", list(OPEN_CHECKS.values()), ids=list(OPEN_CHECKS))
+def test_members_never_read_still_count_as_torch_opens_the_zip(tmp_path: Path, fields: dict[str, int]) -> None:
+    """miniz checks every member as it opens the archive: one it would never read can fail the load."""
+    members = [*saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path), (b"archive/zz", b"hello")]
+    blob = bytearray(raw_zip_bytes(members))
+    start = blob.find(b"PK\x01\x02")
+    entries = blob[start : blob.find(b"PK\x05\x06")]
+    last = entries.rfind(b"PK\x01\x02")
+    offset = struct.unpack_from("<I", entries, last + 42)[0]
+    patched = bytes(entries[:last]) + central_entry(b"archive/zz", b"hello", offset, **fields)
+    path = tmp_path / "opened.pth"
+    path.write_bytes(bytes(blob[:start]) + patched + bytes(blob[blob.find(b"PK\x05\x06") :]))
+    try:
+        torch.load(path, weights_only=True)
+        theirs = "loads"
+    except RuntimeError:
+        theirs = "refuses"
+    assert verdict_from_scan(scan_file(str(path)), None).answer == theirs

@@ -105,11 +105,13 @@ def _scan(
     return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing
 
 
-def _expected_counts(position: int, keys: list[str], storages: dict[str, Storage]) -> Iterator[tuple[int, int]]:
+def _expected_counts(
+    position: int, keys: list[str], storages: dict[str, Storage | StorageView]
+) -> Iterator[tuple[int, int]]:
     """The ranges of the element counts, if each storage is as long as its persistent id says."""
     for key in keys:
         storage = storages.get(key)
-        if storage is None:
+        if storage is None or isinstance(storage, StorageView):
             return
         yield position, COUNT.size
         position += COUNT.size + storage.nbytes

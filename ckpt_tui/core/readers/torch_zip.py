@@ -36,6 +36,7 @@ from ckpt_tui.core.readers.zip_archive import (
     data_offset,
     inflate_cap,
     multidisk_member,
+    open_refusal,
     read_member,
 )
 
@@ -246,7 +247,7 @@ def _fetched_offsets(source: places.ByteSource, names: list[str], heads: list[in
 class ZipLayout:
     """Where the archive's members are, and what of its layout torch.load would refuse."""
 
-    def __init__(self, path: str, entries: ZipDirectory) -> None:
+    def __init__(self, path: str, entries: ZipDirectory, file_bytes: int) -> None:
         self.entries = entries
         self.problems: list[str] = []
         self.notes: list[str] = []
@@ -285,6 +286,9 @@ class ZipLayout:
             self.problems.append(
                 f"its member {multidisk!r} lies on another disk: torch.load refuses multidisk archives"
             )
+        refusal = open_refusal(entries, file_bytes)
+        if refusal is not None:
+            self.problems.append(f"{refusal}: torch.load refuses the whole archive")
         if self.prefix + "data.pkl" not in entries:
             self.prefix = self._other_data_pkl(path)
         self.data_pkl = self.prefix + "data.pkl"

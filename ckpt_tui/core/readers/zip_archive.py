@@ -289,7 +289,27 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
 def multidisk_member(entries: Mapping[str, ZipEntry]) -> str | None:
     """A member starting on a disk other than the first (or the one miniz takes for it): torch's zip
     reader refuses the whole archive as multidisk when it opens it."""
-    return next((entry.name for entry in entries.values() if entry.disk not in (0, 1)), None)
+    every = entries.members if isinstance(entries, ZipDirectory) else list(entries.values())
+    return next((entry.name for entry in every if entry.disk not in (0, 1)), None)
+
+
+LOCAL_DIR_MASKED = 0x2000
+"""The general-purpose flag of an encrypted central directory: miniz refuses the whole archive."""
+
+
+def open_refusal(entries: ZipDirectory, file_bytes: int) -> str | None:
+    """Why torch's zip reader refuses the archive as it opens it, whatever members are read: the checks
+    ``mz_zip_reader_read_central_dir`` makes of every member (twins and unread members included)."""
+    for entry in entries.members:
+        if entry.compressed_size < 0xFFFFFFFF and entry.size < 0xFFFFFFFF:
+            stored_mismatch = entry.compress == STORED and entry.size != entry.compressed_size
+            if stored_mismatch or (entry.size and not entry.compressed_size):
+                return f"zip member {entry.name!r}: sizes that cannot be (torch's zip reader: invalid header)"
+            if entry.header_offset + LOCAL.size + entry.compressed_size > file_bytes:
+                return f"zip member {entry.name!r} runs past the end of the file (torch's zip reader: invalid header)"
+        if entry.flags & LOCAL_DIR_MASKED:
+            return f"zip member {entry.name!r} has a masked local header (torch's zip reader: unsupported encryption)"
+    return None
 
 
 def _zip64_extra(extra: bytes, size: int, csize: int, offset: int) -> tuple[int, int, int]:

@@ -35,7 +35,7 @@ def read_zip(
     """
     try:
         with places.open_stream(path) as file:
-            layout = ZipLayout(path, read_central_directory(file, file_bytes))
+            layout = ZipLayout(path, read_central_directory(file, file_bytes), file_bytes)
             byteorder = zip_byteorder(file, layout, file_bytes)
             check_version(file, layout, file_bytes)
             # torch.load tells TorchScript by the exact name in its record list (CONSTANTS.PKL is not one)

@@ -34,6 +34,7 @@ from ckpt_tui.core.readers.zip_archive import (
     ZipDirectory,
     ZipEntry,
     multidisk_member,
+    open_refusal,
     read_central_directory,
     read_member,
 )
@@ -247,6 +248,10 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     multidisk = multidisk_member(entries)
     if multidisk is not None:
         scan.fail(f"the zip's member {multidisk} lies on another disk (torch's zip reader: unsupported multidisk)")
+        return scan
+    refusal = open_refusal(entries, size)
+    if refusal is not None:
+        scan.fail(refusal)
         return scan
     first = entries.members[0].name if entries.members else ""
     if "/" not in first:
