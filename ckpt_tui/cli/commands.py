@@ -206,7 +206,10 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         from ckpt_tui.core.operations.reports import describe_diff, render_text
 
-        print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b))))
+        # the paths as given make the whole command only when no option already narrows a side
+        given = args.at_a or args.at_b or args.strip_prefix or args.strip_prefix_a or args.strip_prefix_b
+        paths = None if given or not isinstance(args.a, str) else (args.a, args.b)
+        print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b), paths)))
     return 0 if report.identical else 1
 
 

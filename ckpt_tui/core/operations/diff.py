@@ -45,6 +45,8 @@ class DiffReport:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     values_not_compared: str | None = None
     """Why the values of tensors alike in key, shape and dtype were not read (past the download budget)."""
+    alignment: Alignment | None = None
+    """Where the keys of A and B would match (a subtree, a wrapper prefix stripped), when they mostly do not."""
 
     @property
     def identical(self) -> bool:
@@ -76,7 +78,119 @@ class DiffReport:
             "other_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.other_changes],
             "unreadable": [{"key": k, "error": e} for k, e in self.unreadable],
             "values_not_compared": self.values_not_compared,
+            "alignment": None if self.alignment is None else self.alignment.to_json(),
         }
+
+
+@dataclass(frozen=True)
+class Side:
+    """How to take one side of a diff: the subtree at ``at`` (``--at-a``), ``strip`` removed (``--strip-prefix-a``)."""
+
+    at: KeyPath = ()
+    strip: str = ""
+
+    def options(self, side: str) -> list[str]:
+        """``--at-a model_state_dict --strip-prefix-a module.`` (unquoted)."""
+        from ckpt_tui.core.operations.convert import path_text
+
+        out = [f"--at-{side}", path_text(self.at)] if self.at else []
+        return out + ([f"--strip-prefix-{side}", self.strip] if self.strip else [])
+
+    def words(self) -> str:
+        """``under ckpt["model_state_dict"] with 'module.' stripped``."""
+        parts = [f"under {to_python(self.at)}"] if self.at else []
+        return " ".join(parts + ([f"with {self.strip!r} stripped"] if self.strip else []))
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The sides that make A's and B's keys match: ``matched`` tensor keys in common, of ``total`` (the
+    smaller side's), against ``before`` as they are."""
+
+    a: Side
+    b: Side
+    matched: int
+    total: int
+    before: int
+
+    def options(self) -> list[str]:
+        """The ``diff`` options that compare this way."""
+        return self.a.options("a") + self.b.options("b")
+
+    def describe(self) -> str:
+        """``keys match under ckpt["model_state_dict"] of B with 'module.' stripped (92 of 92; 0 as they are)``."""
+        sides = [f"{side.words()} in {name}" for side, name in ((self.a, "A"), (self.b, "B")) if side.words()]
+        return (
+            f"the keys match {' and '.join(sides)}: {self.matched} of {self.total} tensors "
+            f"that way, {self.before} as they are"
+        )
+
+    def apply(self, a: Any, b: Any) -> tuple[Any, Any]:
+        """Both trees taken this way (what ``--at-a/-b`` and ``--strip-prefix-a/-b`` do)."""
+        return _taken(a, self.a), _taken(b, self.b)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"options": [...], "matched", "total", "before", "message"}``."""
+        return {
+            "options": self.options(),
+            "matched": self.matched,
+            "total": self.total,
+            "before": self.before,
+            "message": self.describe(),
+        }
+
+
+ALIGN_AT_LEAST = 0.5
+"""An alignment is offered when it matches at least this share of the smaller side's tensors, and more than now."""
+
+
+def alignment(a: Any, b: Any) -> Alignment | None:
+    """Where A's and B's tensor keys match best, trying each side's state_dicts (the root, an inner
+    ``model_state_dict``, a pickled module) with and without its wrapper prefix; None when that does no
+    better than the trees as they are, or matches less than :data:`ALIGN_AT_LEAST` of the smaller side."""
+    sides_a, sides_b = _sides(a), _sides(b)
+    if not sides_a or not sides_b:
+        return None
+    now = len(_tensor_keys(a) & _tensor_keys(b))
+    best: tuple[int, int, Side, Side] | None = None
+    for side_a, keys_a in sides_a:
+        for side_b, keys_b in sides_b:
+            common = len(keys_a & keys_b)
+            # ties go to the fewest options: the first candidates are the roots as they are
+            if best is None or common > best[0]:
+                best = (common, min(len(keys_a), len(keys_b)), side_a, side_b)
+    assert best is not None
+    common, total, side_a, side_b = best
+    if common <= now or common < ALIGN_AT_LEAST * total or (side_a == Side() and side_b == Side()):
+        return None
+    return Alignment(side_a, side_b, common, total, now)
+
+
+def _sides(root: Any) -> list[tuple[Side, set[str]]]:
+    """Each state_dict of a tree, as it is and with its wrapper prefix stripped, with its tensor keys."""
+    from ckpt_tui.core.conventions.layouts import wrapper_prefix
+    from ckpt_tui.core.conventions.state_dicts import state_dicts, tensor_items
+
+    out: list[tuple[Side, set[str]]] = []
+    for path, value in state_dicts(root):
+        keys = {k for k, v in tensor_items(value) or [] if isinstance(v, Tensor)}
+        if not keys:
+            continue
+        out.append((Side(path), keys))
+        prefix = wrapper_prefix(keys)
+        if prefix:
+            out.append((Side(path, prefix), {k[len(prefix) :] for k in keys}))
+    return out
+
+
+def _tensor_keys(root: Any) -> set[str]:
+    return {key_text(path) for path, value in compared_leaves(root).items() if isinstance(value, Tensor)}
+
+
+def _taken(root: Any, side: Side) -> Any:
+    if side.at or (isinstance(root, Opaque) and root.is_module):
+        root = edits.extract(root, side.at)[0]
+    return edits.strip_prefix(root, side.strip)[0] if side.strip else root
 
 
 def leaves(root: Any) -> dict[KeyPath, Any]:
@@ -179,6 +293,8 @@ def diff(
                 _record(path, values.next(x, y), report)
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
+    if report.only_a and report.only_b:
+        report.alignment = alignment(a.root, b.root)
     return report
 
 

@@ -33,7 +33,7 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
-from ckpt_tui.core.operations.diff import compared_leaves, key_text, normalized
+from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
 from ckpt_tui.core.values.stats import DOT_SEGMENT, segmented_dot, tensor_stats, wide_pairs
 from ckpt_tui.core.values.tensor_values import decode, decode_compact, paired_chunks
@@ -82,6 +82,8 @@ class LayerChangeReport:
     """Every layer of A in module order (then B's own keys), with how it changed."""
 
     layers: list[LayerChange] = field(default_factory=list)
+    alignment: Alignment | None = None
+    """Where the keys of A and B would match, when as they are they mostly do not (see :func:`alignment`)."""
 
     @property
     def measured(self) -> list[LayerChange]:
@@ -130,6 +132,10 @@ def layer_change(
         for p, v in right.items()
         if isinstance(v, Tensor) and p not in left
     ]
+    if any(layer.note == "only in A" for layer in report.layers) and any(
+        layer.note == "only in B" for layer in report.layers
+    ):
+        report.alignment = alignment(normalized(a, strip_prefix), normalized(b, strip_prefix))
     return report
 
 

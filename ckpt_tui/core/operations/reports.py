@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_python
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.runtime.shell import join_command
+from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 if TYPE_CHECKING:
     from ckpt_tui.core.operations.compare import CompareReport, Suggestion
-    from ckpt_tui.core.operations.diff import DiffReport
+    from ckpt_tui.core.operations.diff import Alignment, DiffReport
     from ckpt_tui.core.operations.layer_change import LayerChangeReport, NormSeries
 
 LIST_LIMIT = 12
@@ -81,6 +81,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     fixes: list[FixDescription] = field(default_factory=list)
+    realign: Alignment | None = None
+    """A diff whose keys match another way (a subtree, a wrapper prefix stripped): the browser offers it."""
 
 
 # ---- compare ------------------------------------------------------------------------------
@@ -204,8 +206,10 @@ def _renamed(suggestion: Suggestion, key: str) -> str:
 # ---- diff ---------------------------------------------------------------------------------
 
 
-def describe_diff(report: DiffReport, a: str, b: str) -> Report:
-    """The report of ``diff A B`` / the browser's diff (rows jump to keys of A)."""
+def describe_diff(report: DiffReport, a: str, b: str, paths: tuple[str, str] | None = None) -> Report:
+    """The report of ``diff A B`` / the browser's diff (rows jump to keys of A). When the keys match only
+    under a subtree or without a wrapper prefix, a note says so with the options (the whole command when
+    ``paths``, the two files as given, are known), and ``realign`` holds the way to compare."""
     from ckpt_tui.core.operations.compare import fold_keys_with_first
 
     if report.identical:
@@ -259,12 +263,23 @@ def describe_diff(report: DiffReport, a: str, b: str) -> Report:
             1 if report.values_not_compared else 0,
         ),
     ]
+    notes: list[str] = []
+    if report.alignment is not None:
+        how = report.alignment.options()
+        command = join_command(["ckpt-tui", "diff", path_arg(paths[0]), path_arg(paths[1]), *how]) if paths else None
+        notes.append(
+            printable(report.alignment.describe())
+            + ": compare that way with "
+            + (command if command else join_command(how))
+        )
     return Report(
         printable(f"Diff {a} with {b}"),
         "identical" if report.identical else "DIFFERENT",
         report.identical,
         counts,
+        notes,
         sections=sections,
+        realign=report.alignment,
     )
 
 
@@ -312,11 +327,15 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
         ),
     ]
     notes = []
+    if report.alignment is not None:
+        how = join_command(report.alignment.options())
+        notes.append(printable(report.alignment.describe()) + f": compare that way with {how}")
     nonfinite = sum(layer.nonfinite for layer in measured)
     if nonfinite:
         notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
     counts = _layer_counts(report, changes)
-    return Report(printable(f"Per-layer change from {a} to {b}"), "per-layer change", True, counts, notes, sections)
+    title = printable(f"Per-layer change from {a} to {b}")
+    return Report(title, "per-layer change", True, counts, notes, sections, realign=report.alignment)
 
 
 def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
@@ -333,13 +352,13 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
 
 def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     """Per layer: relative change, cosine and both norms, a row each (a header first)."""
-    from ckpt_tui.core.values.text_plots import clip_left, number
+    from ckpt_tui.core.values.text_plots import clip_middle, number
 
     name = width - 4 * 10
-    table = [Row(clip_left("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
+    table = [Row(clip_middle("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
     table += [
         Row(
-            printable(clip_left(key, name))
+            printable(clip_middle(key, name))
             + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
             key=key,
         )
@@ -350,13 +369,13 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
     """A bar per layer, in module order, the largest relative change a full bar."""
-    from ckpt_tui.core.values.text_plots import bar, clip_left, number
+    from ckpt_tui.core.values.text_plots import bar, clip_middle, number
 
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
     return [
         Row(
-            printable(clip_left(key, plot_name))
+            printable(clip_middle(key, plot_name))
             + " "
             + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
             + " "
@@ -384,11 +403,11 @@ def _moved_norm(layer: Any) -> Row:
 def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     """The report of ``diff A B C ... --stats``: each layer's norm in the first and the last file, and a
     sparkline of it across the files, in order."""
-    from ckpt_tui.core.values.text_plots import clip_left, number, sparkline
+    from ckpt_tui.core.values.text_plots import clip_middle, number, sparkline
 
     name = 30
     spark = WIDTH - name - 3 * 10 - 1
-    head = clip_left("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
+    head = clip_middle("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
     rows = [Row(head)]
     for path, norms in series.layers:
         first, last = norms[0], norms[-1]
@@ -396,7 +415,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
         change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(9)
         rows.append(
             Row(
-                printable(clip_left(_key(path), name))
+                printable(clip_middle(_key(path), name))
                 + " "
                 + number(first)
                 + " "

@@ -50,11 +50,32 @@ def _buckets(values: Sequence[float | None], width: int) -> list[float | None]:
     return out
 
 
-def clip_left(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, keeping its end (``…ers.3.attn.weight``), padded."""
-    if len(text) > width:
-        text = "…" + text[len(text) - width + 1 :]
-    return text.ljust(width)
+HEAD_KEPT = 4
+"""Characters of a shortened key's start kept before the ``…`` when its end leaves room."""
+_BOUNDARIES = "./[]\"'"
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, shortened in the middle: its start, ``…``, and its last
+    components, each whole (``model.enc…layers.3.attn.weight``, ``ckpt["opt…[0]["exp_avg"]``). Where not
+    even the last component fits, its end is kept."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    room = width - 1
+    # the longest tail of whole components that leaves the start HEAD_KEPT characters, else any that fits:
+    # the last components are what tells keys apart, the start says which part of the file
+    cuts = [i for i in range(len(text) - room, len(text)) if text[i - 1] in _BOUNDARIES]
+    roomy = [i for i in cuts if len(text) - i <= room - HEAD_KEPT]
+    cut = roomy[0] if roomy else cuts[0] if cuts else len(text) - room
+    head = room - (len(text) - cut)
+    return text[:head] + "…" + text[cut:]
+
+
+def clip_middle(text: str, width: int) -> str:
+    """:func:`shorten`, padded to ``width``."""
+    return shorten(text, width).ljust(width)
 
 
 def number(value: float | None, width: int = 9) -> str:

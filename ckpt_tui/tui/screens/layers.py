@@ -67,9 +67,10 @@ def number(value: float | None) -> str:
 
 
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
-    """A key path that fits ``width``: its end kept, the start elided."""
-    text = printable(to_slash(path)) or "(root)"
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
+    """A key path that fits ``width``: shortened in the middle, its last components kept."""
+    from ckpt_tui.core.values.text_plots import shorten
+
+    return shorten(printable(to_slash(path)) or "(root)", width)
 
 
 class LayersTable(DataTable[Any]):
