@@ -97,6 +97,8 @@ CASES: dict[str, tuple[str, Callable[[Path], bytes]]] = {
     "bad CRC on data.pkl": ("l.pth", lambda c: with_flag(torch_zip(), b"data.pkl", crc=0xDEADBEEF)),
     "data descriptor flag": ("m.pth", lambda c: with_flag(torch_zip(), b"data.pkl", flag=0x8)),
     "local header names another file": ("n.pth", lambda c: local_name_differs(torch_zip())),
+    "zip, then a short end signature": ("o.pth", lambda c: torch_zip() + b"PK\x05\x06" + b"12345"),
+    "zip, then 70 kB of garbage": ("p.pth", lambda c: torch_zip() + b"x" * 70_000),
 }
 
 ORACLE = """

@@ -223,8 +223,9 @@ def read_central_directory(file: BinaryIO, file_bytes: int) -> ZipDirectory:
     tail_size = min(file_bytes, 65536 + EOCD.size)
     file.seek(file_bytes - tail_size)
     tail = file.read(tail_size)
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or len(tail) - at < EOCD.size:
+    # miniz takes the last signature with a whole record's room after it (a later, shorter one is skipped)
+    at = tail.rfind(b"PK\x05\x06", 0, len(tail) - EOCD.size + 4)
+    if at < 0:
         raise ReadError("no zip end-of-central-directory record (file truncated?)")
     _, _, _, _, count, cd_size, cd_offset, _ = EOCD.unpack_from(tail, at)
     if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
