@@ -441,3 +441,20 @@ def test_a_server_that_does_not_answer_in_time_is_one_line(tmp_path: Path, monke
         pytest.raises(ReadError, match=r"did not answer within 0\.2 s"),
     ):
         open_checkpoint(f"{server.url}/m.pth")
+
+
+def test_convert_of_a_remote_file_writes_a_local_copy_torch_loads(served: RangeServer, tmp_path: Path) -> None:
+    from ckpt_tui.cli import main
+
+    state = {"module.w": torch.randn(300, 300), "module.b": torch.randn(300), "step": torch.tensor(3)}
+    torch.save(state, root_of(served) / "m.pth")
+    out = tmp_path / "out.pth"
+    assert main(["convert", f"{served.url}/m.pth", "--strip-prefix", "module.", "-o", str(out)]) == 0
+    loaded = torch.load(out, weights_only=True)
+    assert list(loaded) == ["w", "b", "step"]
+    assert all(torch.equal(loaded[k.removeprefix("module.")], v) for k, v in state.items())
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", f"{served.url}/m.pth", "--dtype", "fp16", "-o", str(out)]) == 0
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(out)["module.w"], state["module.w"].half())

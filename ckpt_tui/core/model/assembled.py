@@ -78,6 +78,9 @@ def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
 class AssembledRecords:
     """The record source of logical tensors made of pieces (one per checkpoint)."""
 
+    in_place = False
+    """Its storages are assembled from pieces of several files, while written."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.layouts: dict[str, Layout] = {}

@@ -10,6 +10,9 @@ from ckpt_tui.core.model.tree import Storage
 class CastSource:
     """Where a cast storage's bytes come from: another storage, converted when saved."""
 
+    in_place = False
+    """Its storages' bytes are made while a file is written (never copied from one range of a file)."""
+
     def __init__(self, base: Storage) -> None:
         self.base = base
         self.path = ""
@@ -21,6 +24,9 @@ class CastSource:
 
 class MemorySource:
     """A storage whose bytes are held in memory (sanitize turns numpy arrays into tensors); written as they are."""
+
+    in_place = False
+    """Its storages' bytes are made while a file is written (never copied from one range of a file)."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data

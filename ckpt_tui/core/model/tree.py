@@ -59,6 +59,9 @@ class RecordSource(Protocol):
     """Where the bytes of storages live: one per file (a zip, a legacy file, a safetensors file)."""
 
     path: str
+    in_place: bool
+    """Whether the storages' bytes lie as they are in one range of ``path`` (copied as they are); else
+    they are made while written (a cast, bytes in memory, pieces assembled from several files)."""
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Absolute byte offset of the storage's data in ``path``, and the bytes available there."""

@@ -28,6 +28,9 @@ COUNT = struct.Struct("<q")
 class LegacyRecords:
     """Storages laid out after the pickles, each behind an 8-byte element count (found at open)."""
 
+    in_place = True
+    """Its storages' bytes lie as they are in one range of ``path`` (a writer copies them)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.offsets: dict[str, tuple[int, int]] = {}

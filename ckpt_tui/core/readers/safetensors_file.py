@@ -90,6 +90,9 @@ class NotSafetensors(ReadError):
 class SafetensorsRecords:
     """Tensor data of one safetensors file: offsets are known from the header."""
 
+    in_place = True
+    """Its storages' bytes lie as they are in one range of ``path`` (a writer copies them)."""
+
     def __init__(self, path: str, data_start: int) -> None:
         self.path = path
         self.data_start = data_start

@@ -47,6 +47,9 @@ MIN_VERSION, MAX_VERSION = 1, 10
 class ZipRecords:
     """Storage records inside a zip checkpoint: a storage's record is ``folder + key``."""
 
+    in_place = True
+    """Its storages' bytes lie as they are in one range of ``path`` (a writer copies them)."""
+
     def __init__(self, path: str, entries: ZipDirectory, folder: str, file_bytes: int) -> None:
         self.path = path
         self.entries = entries

@@ -13,11 +13,9 @@ import zlib
 
 from ckpt_tui.core.errors import ReadError, WriteError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.made_bytes import CastSource, MemorySource
-from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.model.tree import RecordSource, Storage
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
 
@@ -29,13 +27,13 @@ GAP = 4096
 _LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
 
-def in_one_file(source: object) -> bool:
+def in_one_file(source: RecordSource | None) -> bool:
     """Whether a storage's bytes lie as they are in one range of one file (so they can be copied).
 
     Cast storages, bytes held in memory and tensors assembled from pieces of several files are
     produced while written instead.
     """
-    return source is not None and not isinstance(source, (CastSource, MemorySource, AssembledRecords))
+    return source is not None and source.in_place
 
 
 class SourceSpan:
