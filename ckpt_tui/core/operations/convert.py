@@ -37,10 +37,9 @@ from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime.shell import option
-from ckpt_tui.core.writers.hf_shards import ShardedResult, parse_size, save_hf_shards
-from ckpt_tui.core.writers.target import check_folder_target
 
 if TYPE_CHECKING:  # the writer imports numpy: loaded only when a file is written
+    from ckpt_tui.core.writers.hf_shards import ShardedResult
     from ckpt_tui.core.writers.save import WriteResult
 
 RENAME_MAP_LIMIT = 16 * 1024 * 1024
@@ -334,6 +333,10 @@ def convert_to_shards(
     path: str | list[str], options: ConvertOptions, output: str, max_size: str
 ) -> tuple[list[Change], list[str], ShardedResult]:
     """``convert … --max-shard-size SIZE -o DIR``: open, apply the edits, write the shards (changes, notes, result)."""
+    # the writers load only for a command that writes: info and check, which name fixes, never do
+    from ckpt_tui.core.writers.hf_shards import parse_size, save_hf_shards
+    from ckpt_tui.core.writers.target import check_folder_target
+
     limit = parse_size(max_size)
     # the folder is checked before the work of reading and writing
     check_folder_target(output)
