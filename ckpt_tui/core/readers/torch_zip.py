@@ -278,8 +278,8 @@ class ZipLayout:
             )
             self.problems += self.hostile
         # torch decodes each name past the archive folder (the folder's own bytes are never decoded)
-        cut = len(self.prefix)
-        undecodable = next((e.name for e in entries.members if _not_utf8(e.name[cut:])), None)
+        cut = len(self.prefix.encode("utf-8", "surrogateescape"))
+        undecodable = next((e.name for e in entries.members if _not_utf8(listed_name(e.raw)[cut:])), None)
         if undecodable is not None:
             self.problems.append(
                 f"the member name {undecodable!r} is not UTF-8: torch.load fails listing the archive's records"
@@ -309,11 +309,20 @@ class ZipLayout:
         return self.entries.get(self.prefix + name)
 
 
-def _not_utf8(name: str) -> bool:
-    """Whether a decoded member name kept undecodable bytes (as surrogates)."""
+MAX_LISTED_NAME = 511
+"""The bytes of a member name miniz copies out (``MZ_ZIP_MAX_ARCHIVE_FILENAME_SIZE`` 512, with its NUL)."""
+
+
+def listed_name(raw: bytes) -> bytes:
+    """A member name as torch's ``get_all_records`` gets it from miniz: up to a NUL, at most 511 bytes."""
+    return raw.split(b"\0", 1)[0][:MAX_LISTED_NAME]
+
+
+def _not_utf8(raw: bytes) -> bool:
+    """Whether torch fails to decode a member name as it lists it (a name cut inside a character too)."""
     try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
         return True
     return False
 

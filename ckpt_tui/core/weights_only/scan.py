@@ -423,8 +423,8 @@ class Machine(pickle.Unpickler):
         kind = type(inst)
         if kind is WTensor:
             self._build_tensor(inst, state)
-            if inst.type_name == "torch.Tensor" and state:  # set_() gave it another shape (shared shadows stay)
-                return WTensor(inst.dtype, inst.type_name, inst.plain, inst.requires_grad)
+            if inst.type_name == "torch.Tensor":
+                _forget_shape(inst)  # set_() changed the tensor in place: the memo holds it too
         elif kind is OrderedDict:
             _try(lambda: {}.update(state), "BUILD state for an OrderedDict")
         elif kind is WObject:
@@ -624,8 +624,10 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
     if type(storage) is not WStorage:
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
-    if stride is None and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
-        stride = contiguous_strides(size)  # set_(storage, offset, size, None): row-major
+    # set_(storage, offset, size, None) and set_(..., size, ()): torch takes no strides as row-major
+    no_stride = stride is None or (type(stride) in _SEQUENCES and not stride)
+    if no_stride and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
+        stride = contiguous_strides(size)
     _check_geometry_types(offset, size, stride)
     _check_geometry_values(offset, size, stride)
     # the bytes it reaches: within the storage
@@ -726,6 +728,19 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
         grad = requires_grad is True
         tensor = _PLAIN_TENSORS[key] = WTensor(dtype, "torch.Tensor", True, grad, shape, storage.location)
     return tensor
+
+
+def _forget_shape(tensor: WTensor) -> None:
+    """A tensor whose ``set_`` ran: its shape is no longer known here (later checks of it say "cannot tell").
+
+    torch changes the tensor itself, so every later reference (a memo GET) sees the new one: the shadow
+    is changed in place too, and first taken out of the shared shadows so that no other file sees it.
+    """
+    if tensor.shape is not None and tensor.location is not None:
+        key = (tensor.dtype, tensor.requires_grad, tensor.shape, tensor.location)
+        if _PLAIN_TENSORS.get(key) is tensor:
+            del _PLAIN_TENSORS[key]
+    tensor.shape = None
 
 
 def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
@@ -845,11 +860,13 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
     if isinstance(source, WTensor):
         if len(args) != 1:
             raise Refusal("BUILD calls set_(tensor, ...) with more arguments (set_ takes the tensor alone)")
-        if not (source.plain and tensor.plain) or source.dtype != tensor.dtype:
+        if source.dtype != tensor.dtype:
             raise Refusal(f"BUILD calls set_() with a {source.dtype} tensor on a {tensor.dtype} tensor")
+        _same_device(tensor, _known_device(source), "a tensor")
         return
     if not isinstance(source, WStorage):
         raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
+    _same_device(tensor, source.location, "a storage")
     if source.dtype != tensor.dtype:
         if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
             raise CannotTell("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
@@ -860,6 +877,20 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
         raise CannotTell("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
     elif len(args) != 1:
         raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
+
+
+def _known_device(tensor: WTensor) -> str | None:
+    """Where a tensor is, where the emulation knows it: a dense tensor on its storage, or a meta tensor."""
+    return tensor.location if tensor.plain or tensor.location == "meta" else None
+
+
+def _same_device(tensor: WTensor, location: str | None, what: str) -> None:
+    """``set_`` refuses a storage or tensor on another device than the tensor's own."""
+    mine = _known_device(tensor)
+    if mine is None or location is None:
+        raise CannotTell(f"BUILD calls set_() with {what} where the devices are not known here: torch may refuse it")
+    if mine != location:
+        raise Refusal(f"BUILD calls set_() with {what} on {location} on a tensor on {mine} (the devices must match)")
 
 
 def _parameter_setstate(tensor: WTensor, state: Any) -> None:
@@ -1016,7 +1047,7 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     if sizes and min(sizes) < 0:
         raise Refusal("a meta tensor has a negative size")
     _grad(requires_grad, dtype)
-    return WTensor(dtype, plain=False, requires_grad=requires_grad)
+    return WTensor(dtype, plain=False, requires_grad=requires_grad, shape=sizes, location="meta")
 
 
 def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -1110,6 +1141,98 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
     return WLeaf("builtins.bytearray")
 
 
+_CLASS_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+}
+"""The dtype of each legacy tensor class ``torch.<Kind>Tensor``."""
+LEGACY_CONSTRUCTED = 1 << 24
+"""Elements a legacy constructor may be asked to allocate and still be called "loads" (an uninitialized
+tensor of that size is a small allocation; a larger one may fail for lack of memory)."""
+
+
+def _legacy_constructor(entry: tables.AllowedGlobal, args: tuple[Any, ...]) -> WTensor:
+    """``torch.FloatTensor(*args)`` (REDUCE, or NEWOBJ: the same legacy constructor).
+
+    Emulated for the forms torch.save's old files use: no arguments (an empty tensor, then BUILD's
+    ``set_``), sizes as ints or a Size (an uninitialized tensor), and data as nested lists of numbers. Its
+    other forms (storages, tensors, strings, CUDA and sparse classes) are not emulated: "cannot tell".
+    """
+    short = entry.name.rsplit(".", 1)[-1]
+    dtype = "float32" if entry.name == "torch.Tensor" else _CLASS_DTYPES.get(short[: -len("Tensor")])
+    dense = entry.name == "torch.Tensor" or entry.name.count(".") == 1
+    if dtype is None or not dense:
+        raise CannotTell(f"{entry.name}(...): CUDA and sparse legacy constructors are not emulated here")
+    if not args:
+        return WTensor(dtype, shape=(0,), location="cpu")
+    if len(args) == 1 and type(args[0]) in (list, tuple):
+        return WTensor(dtype, shape=_legacy_data(entry.name, args[0], dtype), location="cpu")
+    if len(args) == 1 and type(args[0]) is WSize:
+        args = tuple(args[0])
+    count = 1
+    for size in args:
+        if type(size) is not int:
+            raise CannotTell(
+                f"{entry.name}(...) with a {_type_name(size)} argument: the legacy constructor's checks of "
+                "data, storages and tensors are not emulated here"
+            )
+        if size < 0:
+            raise Refusal(f"{entry.name}() of a negative size")
+        count *= size
+    if count > LEGACY_CONSTRUCTED:
+        raise CannotTell(f"{entry.name}() of {count} elements: torch may fail to allocate it")
+    return WTensor(dtype, shape=tuple(args), location="cpu")
+
+
+_INT_RANGES = {
+    "uint8": (0, 255),
+    "int8": (-128, 127),
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1),
+}
+_FLOAT_LIMITS = {"float16": 65504.0, "bfloat16": 3.3e38, "float32": 3.4e38, "float64": float("inf")}
+
+
+def _legacy_data(name: str, data: list[Any] | tuple[Any, ...], dtype: str) -> tuple[int, ...]:
+    """The shape of ``torch.FloatTensor([[1, 2], [3, 4]])``'s data: nested lists or tuples of numbers, each
+    of a value the dtype holds. Ragged data, or values torch would convert or refuse, are not emulated."""
+    shape: list[int] = []
+    level: list[Any] = [data]
+    while level and type(level[0]) in (list, tuple):
+        length = len(level[0])
+        if any(type(item) not in (list, tuple) or len(item) != length for item in level):
+            raise CannotTell(f"{name}(...) of ragged or mixed data: not emulated here")
+        shape.append(length)
+        level = [value for item in level for value in item]
+        if len(level) > LEGACY_CONSTRUCTED:
+            raise CannotTell(f"{name}(...) of more than {LEGACY_CONSTRUCTED} values: not emulated here")
+    if not all(_holds(dtype, value) for value in level):
+        raise CannotTell(f"{name}(...) of values a {dtype} tensor may not hold: its conversion is not emulated here")
+    return tuple(shape)
+
+
+def _holds(dtype: str, value: Any) -> bool:
+    """Whether a value converts to ``dtype`` as it is (no overflow, no rounding of a float to an int)."""
+    kind = type(value)
+    if dtype == "bool":
+        return kind is bool
+    if dtype in _INT_RANGES:
+        low, high = _INT_RANGES[dtype]
+        return kind is bool or (kind is int and low <= value <= high)
+    if kind is bool or kind is int:
+        return abs(value) <= _FLOAT_LIMITS.get(dtype, 0.0)
+    return kind is float and abs(value) <= _FLOAT_LIMITS.get(dtype, 0.0)
+
+
 _DIRECT: dict[str, type] = {
     "collections.OrderedDict": OrderedDict,
     "collections.Counter": Counter,
@@ -1169,7 +1292,7 @@ def _handler(entry: tables.AllowedGlobal) -> Callable[[tuple[Any, ...]], Any]:
     if handler is not None:
         return handler
     if entry.role == "tensor_class" or entry.name == "torch.Tensor":  # legacy constructors
-        return lambda args: WTensor("float32")
+        return lambda args: _legacy_constructor(entry, args)
     return lambda args: WStorage("uint8", 0, None, "cpu")
 
 

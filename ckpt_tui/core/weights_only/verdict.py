@@ -26,7 +26,7 @@ from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
-from ckpt_tui.core.readers.torch_zip import ZipRecords, record_version
+from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
     STORED,
@@ -278,10 +278,12 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     byteorder = _small_record(file, entries, archive + "byteorder", size)
     if byteorder is not None and byteorder not in (b"little", b"big"):
         scan.fail(f"unknown byteorder record {byteorder!r}")
-    if _small_record(file, entries, archive + ".format_version", size) == b"?":
-        scan.fail("the .format_version record cannot be read by torch's zip reader")
+    # torch's reader reads .data/serialization_id when it opens the archive; torch.load reads .format_version
+    for name in (".data/serialization_id", ".format_version"):
+        if _small_record(file, entries, archive + name, size) == b"?":
+            scan.fail(f"the {name} record cannot be read by torch's zip reader")
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
-    if alignment is not None and not alignment.strip().lstrip(b"+-").isdigit():
+    if alignment is not None and not _parses_as_int(alignment):
         scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
     candidates = entries.candidates(archive + "data.pkl")
     if not candidates:
@@ -295,12 +297,13 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
 
 
 def _record_list(entries: ZipDirectory, archive: str) -> list[str] | str:
-    """``get_all_records()`` as torch 2.13 lists them (each name past the archive folder, up to a NUL),
-    or why it fails: a member outside the folder, or a name that is not UTF-8."""
+    """``get_all_records()`` as torch 2.13 lists them (each name past the archive folder, up to a NUL and
+    to 511 bytes, as miniz copies it), or why it fails: a member outside the folder, or a name that is
+    not UTF-8 (a longer name cut inside a character is not)."""
     prefix = archive.encode("utf-8", "surrogateescape")
     names = []
     for entry in entries.members:
-        raw = entry.raw.split(b"\0", 1)[0]
+        raw = listed_name(entry.raw)
         if not raw.startswith(prefix):
             return (
                 f"the member {entry.name!r} lies outside the archive folder {archive!r}: "
@@ -354,6 +357,15 @@ def _scan_data_pkl(
     unreadable = ZipRecords(path, entries, folder, size).unreadable(keys)
     if unreadable is not None:
         scan.fail(unreadable)  # torch reads each record as its storage is loaded
+
+
+def _parses_as_int(raw: bytes) -> bool:
+    """Whether ``int(raw)`` succeeds, as torch.load parses ``.storage_alignment`` (signs, spaces, ``_``)."""
+    try:
+        int(raw)
+    except ValueError:
+        return False
+    return True
 
 
 def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -> bytes | None:
