@@ -1,0 +1,155 @@
+"""Minimised cases the differential tester found (and the classes the issue listed), each judged by the
+real ``torch.load`` and by ckpt-tui: the same answer where the emulation models it, "cannot tell"
+where it does not, never "loads" where torch refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from differential.assemble import Build, Call, G, Pid, Shared, Writer
+from differential.generator import Dice, zip_bytes
+from differential.run import Outcome, describe, judge
+
+OD = Call(G("collections", "OrderedDict"), ())
+RECORD = b"\0" * 24  # six float32 values
+
+
+def pid(numel: int = 6, location: str = "cpu") -> Pid:
+    return Pid(("storage", G("torch", "FloatStorage"), "0", location, numel))
+
+
+def v2(size: tuple[int, ...] = (6,), stride: object = (1,), grad: object = False) -> Call:
+    return Call(G("torch._utils", "_rebuild_tensor_v2"), (pid(), 0, size, stride, grad, OD))
+
+
+def meta() -> Call:
+    return Call(G("torch._utils", "_rebuild_meta_tensor_no_storage"), (G("torch", "float32"), (6,), (1,), False))
+
+
+def with_grad(grad: object) -> Call:
+    func = G("torch._utils", "_rebuild_tensor_v2")
+    return Call(G("torch._tensor", "_rebuild_from_type_v2"), (func, G("torch", "Tensor"), v2().args, {"grad": grad}))
+
+
+def changed_then_used(state: tuple[object, ...]) -> tuple[object, ...]:
+    """A tensor from the memo, changed in place by BUILD (set_), then used as another tensor's grad."""
+    shared = Shared(v2())
+    return (shared, Build(shared, state), with_grad(shared))
+
+
+def legacy(cls: str, *args: object, via: str = "reduce") -> Call:
+    return Call(G("torch", cls), args, via)
+
+
+PICKLED: dict[str, object] = {
+    "empty stride, fits": v2((2, 3), ()),
+    "empty stride as a list, fits": v2((2, 3), []),
+    "empty stride, past the storage": v2((3, 3), ()),
+    "stride None": v2((2, 3), None),
+    "requires_grad 1": v2(grad=1),
+    "requires_grad None": v2(grad=None),
+    "requires_grad True": v2(grad=True),
+    "_rebuild_tensor_v2 with 5 arguments": Call(G("torch._utils", "_rebuild_tensor_v2"), (pid(), 0, (6,), (1,), False)),
+    "_rebuild_tensor with 5 arguments": Call(G("torch._utils", "_rebuild_tensor"), (pid(), 0, (6,), (1,), False)),
+    "_rebuild_tensor_v3 with 6 arguments": Call(G("torch._utils", "_rebuild_tensor_v3"), (*v2().args,)),
+    "_rebuild_parameter requires_grad 1": Call(G("torch._utils", "_rebuild_parameter"), (v2(), 1, OD)),
+    "torch.Size BUILD {}": Build(Call(G("torch", "Size"), ((1, 2),)), {}),
+    "torch.Size BUILD ()": Build(Call(G("torch", "Size"), ((1, 2),)), ()),
+    "torch.Size BUILD an attribute": Build(Call(G("torch", "Size"), ((1, 2),)), {"a": 1}),
+    "BUILD set_(storage) on a meta tensor": Build(meta(), (pid(),)),
+    "BUILD set_() on a meta tensor": Build(meta(), ()),
+    "BUILD set_(meta tensor) on a meta tensor": Build(meta(), (meta(),)),
+    "BUILD set_ on a memoised tensor that requires grad": (lambda s: (s, Build(s, (pid(),))))(Shared(v2(grad=True))),
+    "memoised tensor reshaped by BUILD, then a grad": changed_then_used((pid(), 0, (2, 3), (3, 1))),
+    "memoised tensor emptied by BUILD, then a grad": changed_then_used(()),
+    "torch.FloatTensor()": legacy("FloatTensor"),
+    "torch.FloatTensor(2, 3)": legacy("FloatTensor", 2, 3),
+    "torch.LongTensor(-1)": legacy("LongTensor", -1),
+    "torch.FloatTensor([1.0, 2.0])": legacy("FloatTensor", [1.0, 2.0]),
+    "torch.FloatTensor(None)": legacy("FloatTensor", None),
+    "torch.FloatTensor(1.5)": legacy("FloatTensor", 1.5),
+    "torch.FloatTensor('x') by NEWOBJ": legacy("FloatTensor", "x", via="newobj"),
+    "torch.HalfTensor(a bool storage)": legacy(
+        "HalfTensor", Pid(("storage", G("torch", "BoolStorage"), "0", "cpu", 24))
+    ),
+}
+"""Each value is pickled (protocol 2) as ``{"a": value}`` into a zip checkpoint whose one record holds 24 bytes."""
+
+VERSIONS = [b"+3", b"-3", b" 3", b"3abc", b"", b"0x3", b"+ 3", b"11", b"10"]
+ALIGNMENTS = [b" 64\n", b"+-3", b"1_0", b"0x40", b""]
+
+
+def zip_file(path: Path, value: object, extra: list[tuple[bytes, bytes]] | None = None, version: bytes = b"3") -> Path:
+    data_pkl = Writer(2, Dice("fixed"), memo_rate=0).dump({"a": value})
+    members = [(b"archive/data.pkl", data_pkl), (b"archive/data/0", RECORD), (b"archive/version", version)]
+    path.write_bytes(zip_bytes(members + (extra or [])))
+    return path
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    files = {}
+    for number, (name, value) in enumerate(PICKLED.items()):
+        files[name] = zip_file(folder / f"p{number}.pth", value)
+    for number, version in enumerate(VERSIONS):
+        files[f"version record {version!r}"] = zip_file(folder / f"v{number}.pth", 1, version=version)
+    files["empty .data/version beside a good version"] = zip_file(
+        folder / "dv.pth", 1, [(b"archive/.data/version", b"")]
+    )
+    for number, alignment in enumerate(ALIGNMENTS):
+        extra = [(b"archive/.storage_alignment", alignment)]
+        files[f".storage_alignment {alignment!r}"] = zip_file(folder / f"a{number}.pth", 1, extra)
+    names = {
+        "a member outside the archive's folder": b"other/x",
+        "a member name that is not UTF-8": b"archive/data/\xff\xfe",
+        "a member name cut inside a UTF-8 character at 511 bytes": b"archive/" + b"a" * 502 + "é".encode(),
+        "a member name with a NUL": b"archive/x\x00\xff",
+    }
+    for number, (name, member) in enumerate(names.items()):
+        files[name] = zip_file(folder / f"n{number}.pth", 1, [(member, b"1")])
+    return files
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    folder = tmp_path_factory.mktemp("cases")
+    files = _files(folder)
+    for path in files.values():  # one folder each: the sandbox's working directory
+        path.parent.joinpath(path.stem).mkdir()
+        path.rename(path.parent / path.stem / path.name)
+    moved = [path.parent / path.stem / path.name for path in files.values()]
+    return dict(zip(files, judge(moved), strict=True))
+
+
+NOT_EMULATED = {
+    "memoised tensor reshaped by BUILD, then a grad",
+    "memoised tensor emptied by BUILD, then a grad",
+    "torch.FloatTensor(None)",
+    "torch.FloatTensor(1.5)",
+    "torch.FloatTensor('x') by NEWOBJ",
+    "torch.HalfTensor(a bool storage)",
+}
+"""Cases torch refuses for reasons the emulation does not model: ckpt-tui says "cannot tell"."""
+
+
+def test_emulated_cases_get_torchs_own_answer(outcomes: dict[str, Outcome]) -> None:
+    wrong = []
+    for name, outcome in outcomes.items():
+        if name in NOT_EMULATED:
+            continue
+        torch_says = "loads" if outcome.torch_true == "loads" else "refuses"
+        if outcome.ours != torch_says:
+            wrong.append(f"{name}: {describe(outcome)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_cases_the_emulation_does_not_model_are_cannot_tell(outcomes: dict[str, Outcome]) -> None:
+    for name in NOT_EMULATED:
+        outcome = outcomes[name]
+        assert outcome.torch_true.startswith("refuses"), describe(outcome)
+        assert outcome.ours == "cannot tell" and not outcome.clean, (name, describe(outcome))
+
+
+def test_no_case_is_called_loads_where_torch_refuses(outcomes: dict[str, Outcome]) -> None:
+    bad = [f"{name}: {describe(o)}" for name, o in outcomes.items() if o.bad or o.broken]
+    assert not bad, "\n".join(bad)
