@@ -107,3 +107,26 @@ async def test_the_browser_refuses_a_cast_name_as_the_core_does(tmp_path: Path) 
         await settle(pilot, "enter")
         assert any("cannot cast to 'double'" in str(n.message) for n in app._notifications)
         assert not browser(app).session.edited
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_every_format_a_reader_makes_has_a_display_name() -> None:
+    from ckpt_tui.core.model.formats import FORMAT_IDS, FORMAT_NAMES
+
+    assert set(FORMAT_IDS) == set(FORMAT_NAMES)
+    assert all(FORMAT_NAMES[name] != name or name == "safetensors" for name in FORMAT_IDS)
+
+
+@pytest.mark.parametrize(
+    ("folder", "name"),
+    [
+        (FIXTURES / "deepspeed" / "zero2_fp32" / "global_step2", "DeepSpeed checkpoint folder"),
+        (FIXTURES / "accelerate" / "save_state", "folder of checkpoint files saved together"),
+    ],
+)
+def test_info_names_the_format_in_words(folder: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(folder)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  format"))
+    assert line.split(None, 1)[1].startswith(name + ",")

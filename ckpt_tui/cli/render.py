@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.model.describe import FORMAT_NAMES, container_text, counted, size, value_text
+from ckpt_tui.core.model.describe import container_text, counted, size, value_text
 from ckpt_tui.core.model.describe import shape as shape_text
+from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
 from ckpt_tui.core.operations.info import Summary
@@ -41,7 +42,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     ckpt = summary.checkpoint
     lines = [
         printable(ckpt.path),
-        f"  format      {printable(FORMAT_NAMES.get(ckpt.format, ckpt.format))}, {size(ckpt.file_bytes)} on disk",
+        f"  format      {printable(format_name(ckpt.format))}, {size(ckpt.file_bytes)} on disk",
         *([f"  layout      {printable(ckpt.layout)}"] if ckpt.layout else []),
         f"  tensors     {len(summary.tensors)}   tensor data {size(summary.tensor_bytes)}",
         f"  elements    {summary.counts_text()}",

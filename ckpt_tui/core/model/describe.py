@@ -22,17 +22,6 @@ from ckpt_tui.core.model.tree import (
     type_label,
 )
 
-FORMAT_NAMES = {
-    "zip": "torch zip checkpoint",
-    "legacy": "legacy torch checkpoint (pre-1.6)",
-    "pickle": "plain pickle",
-    "safetensors": "safetensors",
-    "sharded": "sharded checkpoint",
-    "dcp": "torch.distributed.checkpoint directory",
-    "dcp-hf": "torch.distributed.checkpoint directory (HF safetensors)",
-    "torchscript": "TorchScript archive",
-}
-
 
 class _BoundedRepr(reprlib.Repr):
     def repr_int(self, x: int, level: int) -> str:

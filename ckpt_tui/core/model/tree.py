@@ -25,6 +25,7 @@ from typing import Any, ClassVar, NoReturn, Protocol
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
+from ckpt_tui.core.model.formats import FormatId
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath
 
 INT64_MIN = -(1 << 63)
@@ -388,7 +389,7 @@ class Checkpoint:
     """An opened checkpoint: its tree, its format and where its records live."""
 
     path: str
-    format: str
+    format: FormatId
     root: Any = field(repr=False)  # a repr of a hostile tree can have 2**60 paths
     file_bytes: int
     metadata: dict[str, Any] = field(default_factory=dict)

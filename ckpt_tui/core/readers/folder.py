@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -41,7 +42,9 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     for label, name in zip(labels, names, strict=True):
         members[label] = open_file(inside(folder, name, f"{folder}:"))
     root = {label: member.root for label, member in members.items()}
-    described = ", ".join(f"{name} ({members[label].format})" for label, name in zip(labels, names, strict=True))
+    described = ", ".join(
+        f"{name} ({format_name(members[label].format)})" for label, name in zip(labels, names, strict=True)
+    )
     notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]
     notes += [f"{name}: {note}" for label, name in zip(labels, names, strict=True) for note in members[label].notes]
     problems = [

@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
 from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
@@ -209,7 +210,7 @@ def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:
     if path.endswith(".safetensors"):
         checkpoint.loader_problems.append(
             f"its name ends in .safetensors, so torch.load hands it to the safetensors library, "
-            f"which refuses it: it is a {checkpoint.format} file"
+            f"which refuses it: it is a {format_name(checkpoint.format)}"
         )
     return checkpoint
 

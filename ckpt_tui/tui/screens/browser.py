@@ -36,7 +36,7 @@ from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
-from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, key_rows
+from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import (
     CheckFinished,
@@ -61,7 +61,8 @@ from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
 from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, RowId, ViewState, groupings_along
 
-EDIT_ACTIONS = frozenset({"strip_prefix", "add_prefix", "extract", "remap", "rename", "delete", "cast", "undo", "redo"})
+EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.group is EDIT)
+"""The browser's edit keys' actions, as the bindings group them (hidden while read-only)."""
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
 READONLY_KEYS = {

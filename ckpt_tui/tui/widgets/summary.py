@@ -10,7 +10,8 @@ from textual.widgets import Static
 
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.model import byte_source
-from ckpt_tui.core.model.describe import FORMAT_NAMES, counted, size
+from ckpt_tui.core.model.describe import counted, size
+from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.runtime.safe_text import printable
@@ -54,7 +55,7 @@ def summary_text(
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
-    text.append(f"  {FORMAT_NAMES.get(ckpt.format, printable(ckpt.format))} · {size(ckpt.file_bytes)}")
+    text.append(f"  {printable(format_name(ckpt.format))} · {size(ckpt.file_bytes)}")
     text.append(f" · {counted(len(summary.tensors), 'tensor')} · {summary.counts_text()}")
     text.append(f" · {size(summary.tensor_bytes)}\n")
     if ckpt.layout:
