@@ -68,6 +68,8 @@ class RangeServer:
         self.token = token
         self.served = Served()
         self.etags: dict[str, str] = {}
+        self.commits: dict[str, str] = {}
+        """The repo folder of each commit served (a commit is a hash of its folder's name)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -141,14 +143,28 @@ class RangeServer:
             return self._hub_api(handler, self._repo(hub.group(1), hub.group(3)), hub.group(2))
         resolve = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if resolve:
-            file = os.path.join(self.root, self._repo(resolve.group(1), resolve.group(2)), resolve.group(3))
-            return self._file(handler, file, head, {"X-Repo-Commit": COMMIT})
+            folder = self._repo(resolve.group(1), resolve.group(2))
+            file = os.path.join(self.root, folder, resolve.group(3))
+            return self._file(handler, file, head, {"X-Repo-Commit": self._commit(folder)})
         return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
 
     def _repo(self, repo: str, revision: str) -> str:
-        """The folder of a repo at a revision: ``ORG/REPO@REV`` when there is one, else ``ORG/REPO``."""
-        pinned = f"{repo}@{urllib.parse.unquote(revision)}"
+        """The folder of a repo at a revision (or at a commit served before): ``ORG/REPO@REV`` when there
+        is one, else ``ORG/REPO``."""
+        revision = urllib.parse.unquote(revision)
+        if revision in self.commits:
+            return self.commits[revision]
+        pinned = f"{repo}@{revision}"
         return pinned if os.path.isdir(os.path.join(self.root, pinned)) else repo
+
+    def served_commit(self, folder: str) -> str:
+        """The commit a repo folder is served at."""
+        return hashlib.sha1(folder.encode()).hexdigest()
+
+    def _commit(self, folder: str) -> str:
+        commit = hashlib.sha1(folder.encode()).hexdigest()
+        self.commits[commit] = folder
+        return commit
 
     def _hub_api(self, handler: BaseHTTPRequestHandler, repo: str, what: str) -> None:
         folder = os.path.join(self.root, repo)

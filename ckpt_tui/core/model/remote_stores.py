@@ -216,7 +216,18 @@ class HubStore:
     def __init__(self) -> None:
         self.sources = _Sources()
         self._files: dict[tuple[str, str | None], list[str]] = {}
+        self._commits: dict[tuple[str, str | None], str] = {}
         self._lock = threading.Lock()
+
+    def pinned(self, repo: str, revision: str | None) -> str | None:
+        """The commit a revision resolved to first: every later file of it is read at that commit."""
+        with self._lock:
+            return self._commits.get((repo, revision))
+
+    def pin(self, repo: str, revision: str | None, commit: str) -> None:
+        """Read the rest of ``revision`` at ``commit`` (a branch that moves meanwhile cannot mix two)."""
+        with self._lock:
+            self._commits.setdefault((repo, revision), commit)
 
     @staticmethod
     def parse(url: str) -> tuple[str, str | None, str]:
@@ -229,7 +240,7 @@ class HubStore:
         return f"{parts[0]}/{repo}", urllib.parse.unquote(revision) or None, "/".join(parts[2:])
 
     def _transport(self, url: str) -> Transport:
-        return _HubFile(url, *self.parse(url))
+        return _HubFile(self, url, *self.parse(url))
 
     def source(self, url: str) -> RemoteFile:
         return self.sources.get(url, lambda: self._transport(url))
@@ -239,9 +250,10 @@ class HubStore:
         repo, revision, _ = self.parse(url)
         with self._lock:
             found = self._files.get((repo, revision))
+            at = self._commits.get((repo, revision), revision)
             if found is None:
                 found = self._files[(repo, revision)] = _hub_call(
-                    url, lambda api: api.list_repo_files(repo, revision=revision)
+                    url, lambda api: api.list_repo_files(repo, revision=at)
                 )
         return found
 
@@ -304,8 +316,8 @@ def _hub_call(url: str, call: Callable[[Any], Any]) -> Any:
 class _HubFile:
     """One Hub file: resolved with a HEAD (size, ETag, commit, final location), then ranged GETs."""
 
-    def __init__(self, url: str, repo: str, revision: str | None, path: str) -> None:
-        self.url, self.repo, self.revision, self.path = url, repo, revision, path
+    def __init__(self, store: HubStore, url: str, repo: str, revision: str | None, path: str) -> None:
+        self.store, self.url, self.repo, self.revision, self.path = store, url, repo, revision, path
         self._http: HttpTransport | None = None
 
     def stat(self) -> Stat:
@@ -315,10 +327,13 @@ class _HubFile:
         def resolve(api: Any) -> Any:
             from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-            where = hf_hub_url(self.repo, self.path, revision=self.revision, endpoint=api.endpoint)
+            at = self.store.pinned(self.repo, self.revision) or self.revision
+            where = hf_hub_url(self.repo, self.path, revision=at, endpoint=api.endpoint)
             return get_hf_file_metadata(where, endpoint=api.endpoint, retry_on_errors=True), where
 
         meta, where = _hub_call(self.url, resolve)
+        if meta.commit_hash:
+            self.store.pin(self.repo, self.revision, meta.commit_hash)
         from huggingface_hub.utils import build_hf_headers
 
         headers = build_hf_headers()
