@@ -337,3 +337,52 @@ def test_members_never_read_still_count_as_torch_opens_the_zip(tmp_path: Path, f
     except RuntimeError:
         theirs = "refuses"
     assert verdict_from_scan(scan_file(str(path)), None).answer == theirs
+
+
+def two_directories(members: list[tuple[bytes, bytes]], twin: tuple[bytes, bytes], zip64_twin: bool) -> bytes:
+    """A zip with two central directories: one lists ``members``, the other the same with ``twin`` in place of
+    the member of its name. The zip64 end record names the twin's directory when ``zip64_twin``, the
+    32-bit one the other; torch's reader (miniz) follows the zip64 record whenever it is there."""
+    out, offsets = bytearray(), {}
+    for name, data in [*members, twin]:
+        offsets[name, data] = len(out)
+        sizes = (zlib.crc32(data), len(data), len(data), len(name), 0)
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, *sizes) + name + data
+    plain = b"".join(central_entry(n, d, offsets[n, d]) for n, d in members)
+    swapped = b"".join(central_entry(*(twin if n == twin[0] else (n, d)), offsets[twin if n == twin[0] else (n, d)])
+                       for n, d in members)  # fmt: skip
+    first, second = (swapped, plain) if zip64_twin else (plain, swapped)
+    first_at = len(out)
+    out += first
+    second_at = len(out)
+    out += second
+    count = len(members)
+    record_at = len(out)
+    out += struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, len(first), first_at)
+    out += struct.pack("<4sLQL", b"PK\x06\x07", 0, record_at, 1)
+    out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(second), second_at, 0)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("zip64_twin", [True, False], ids=["zip64 names the payload", "32-bit names the payload"])
+def test_two_end_records_read_as_torch_reads_them(
+    tmp_path: Path, zip64_twin: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    canary = tmp_path / "canary"
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    evil = (b"archive/data.pkl", pickle.dumps(Payload(os.system, touch_command(canary)), protocol=2))
+    path = tmp_path / "two.pth"
+    path.write_bytes(two_directories(members, evil, zip64_twin))
+    try:
+        torch.load(path, weights_only=True)
+        theirs = "loads"
+    except pickle.UnpicklingError:
+        theirs = "refuses"
+    assert theirs == ("refuses" if zip64_twin else "loads")  # the zip64 record wins
+    assert main(["check", "--json", str(path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    verdict_json = report["weights_only"]
+    # never "loads": the payload's global where torch reads it, "cannot tell" where another reader would
+    assert verdict_json["answer"] == ("refuses" if zip64_twin else "cannot_tell"), verdict_json
+    assert any("two end records" in p["message"] for p in report["problems"]), report["problems"]
+    assert not canary.exists()

@@ -277,6 +277,9 @@ class ZipLayout:
                 "another: torch.save never writes this"
             )
             self.problems += self.hostile
+        if entries.disagreement is not None:
+            self.hostile.append(f"{entries.disagreement}: torch.save never writes this")
+            self.problems.append(self.hostile[-1])
         # torch decodes each name past the archive folder (the folder's own bytes are never decoded)
         cut = len(self.prefix.encode("utf-8", "surrogateescape"))
         undecodable = next((e.name for e in entries.members if _not_utf8(listed_name(e.raw)[cut:])), None)

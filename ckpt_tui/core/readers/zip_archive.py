@@ -75,6 +75,10 @@ class ZipDirectory(dict[str, ZipEntry]):
     """Groups of two or more members whose names compare equal under torch's comparison."""
     found: dict[bytes, ZipEntry]
     """A name with ASCII letters lowered -> the member torch's lookup finds."""
+    this_disk: int = 0
+    """The disk the end record says this is: members must start on it or on disk 1 (miniz's rule)."""
+    disagreement: str | None = None
+    """How the zip's structure reads differently to other zip readers than to torch's (two end records)."""
     resolved: bool = True
     """False where collisions were left unresolved (:data:`MAX_COLLIDING`): ``found`` then holds the first."""
 
@@ -122,6 +126,7 @@ class ZipDirectory(dict[str, ZipEntry]):
         copy.collisions = [[moved[id(entry)] for entry in group] for group in self.collisions]
         copy.found = {key: moved[id(entry)] for key, entry in self.found.items()}
         copy.resolved = self.resolved
+        copy.this_disk, copy.disagreement = self.this_disk, self.disagreement
         return copy
 
     def collision_text(self) -> str | None:
@@ -227,29 +232,57 @@ def read_central_directory(file: BinaryIO, file_bytes: int) -> ZipDirectory:
     at = tail.rfind(b"PK\x05\x06", 0, len(tail) - EOCD.size + 4)
     if at < 0:
         raise ReadError("no zip end-of-central-directory record (file truncated?)")
-    _, _, _, _, count, cd_size, cd_offset, _ = EOCD.unpack_from(tail, at)
-    if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
-        count, cd_size, cd_offset = _zip64_end(file, file_bytes - tail_size + at)
+    eocd_at = file_bytes - tail_size + at
+    _, this_disk, cd_disk, on_disk, count, cd_size, cd_offset, _ = EOCD.unpack_from(tail, at)
+    zip64 = _zip64_end(file, eocd_at, file_bytes)
+    disagree = None
+    if zip64 is not None:  # miniz reads the zip64 record whenever one is there, whatever the 32-bit one says
+        saturated = count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF
+        if not saturated and (count, cd_size, cd_offset) != zip64[3:]:
+            disagree = (
+                "the zip's two end records name different central directories: torch reads the zip64 one, "
+                "zip readers that take the 32-bit one read other members"
+            )
+        this_disk, cd_disk, on_disk, count, cd_size, cd_offset = zip64
+    elif count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        raise ReadError("zip64 end record missing (corrupt zip)")
+    if count != on_disk or ((this_disk | cd_disk) and (this_disk, cd_disk) != (1, 1)):
+        raise ReadError("the zip's end record spans several disks (torch's zip reader: unsupported multidisk)")
     if cd_offset + cd_size > file_bytes:
         raise ReadError("zip central directory points outside the file (truncated or corrupt)")
     if count > MAX_ENTRIES or count * CENTRAL.size > cd_size:
         raise ReadError(f"zip central directory claims {count} entries (corrupt, or more than {MAX_ENTRIES})")
     file.seek(cd_offset)
     directory = file.read(cd_size)
-    return _entries(directory, count, file_bytes)
+    entries = _entries(directory, count, file_bytes)
+    entries.this_disk, entries.disagreement = this_disk, disagree
+    return entries
 
 
-def _zip64_end(file: BinaryIO, eocd_at: int) -> tuple[int, int, int]:
+def _zip64_end(file: BinaryIO, eocd_at: int, file_bytes: int) -> tuple[int, int, int, int, int, int] | None:
+    """The zip64 end record's disks, entry counts, central directory size and offset, as miniz reads them
+    (``mz_zip_reader_read_central_dir``): None where no locator and record are signed before the end record."""
+    if eocd_at < ZIP64_LOCATOR.size + ZIP64_EOCD.size:
+        return None
     file.seek(eocd_at - ZIP64_LOCATOR.size)
     locator = file.read(ZIP64_LOCATOR.size)
     if len(locator) < ZIP64_LOCATOR.size or locator[:4] != b"PK\x06\x07":
-        raise ReadError("zip64 locator missing (corrupt zip)")
-    file.seek(ZIP64_LOCATOR.unpack(locator)[2])
+        return None
+    _, _, record_at, disks = ZIP64_LOCATOR.unpack(locator)
+    if record_at > file_bytes - ZIP64_EOCD.size:
+        raise ReadError("the zip64 end record lies past the end of the file (torch's zip reader: not an archive)")
+    file.seek(record_at)
     record = file.read(ZIP64_EOCD.size)
     if len(record) < ZIP64_EOCD.size or record[:4] != b"PK\x06\x06":
-        raise ReadError("zip64 end record missing (corrupt zip)")
-    fields = ZIP64_EOCD.unpack(record)
-    return fields[7], fields[8], fields[9]
+        return None
+    _, record_size, _, _, this_disk, cd_disk, on_disk, count, cd_size, cd_offset = ZIP64_EOCD.unpack(record)
+    if record_size < ZIP64_EOCD.size - 12:
+        raise ReadError("the zip64 end record is too short (corrupt zip)")
+    if disks != 1:
+        raise ReadError("the zip64 locator counts several disks (torch's zip reader: unsupported multidisk)")
+    if max(count, on_disk, cd_size) > 0xFFFFFFFF:
+        raise ReadError("the zip64 end record claims more entries or bytes than torch's zip reader takes")
+    return this_disk, cd_disk, on_disk, count, cd_size, cd_offset
 
 
 def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
@@ -291,7 +324,8 @@ def multidisk_member(entries: Mapping[str, ZipEntry]) -> str | None:
     """A member starting on a disk other than the first (or the one miniz takes for it): torch's zip
     reader refuses the whole archive as multidisk when it opens it."""
     every = entries.members if isinstance(entries, ZipDirectory) else list(entries.values())
-    return next((entry.name for entry in every if entry.disk not in (0, 1)), None)
+    allowed = (entries.this_disk if isinstance(entries, ZipDirectory) else 0, 1)
+    return next((entry.name for entry in every if entry.disk not in allowed), None)
 
 
 LOCAL_DIR_MASKED = 0x2000

@@ -258,6 +258,8 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
         scan.fail("the zip's first member is not in a folder: torch's zip reader refuses it")
         return scan
     archive = first.split("/", 1)[0] + "/"
+    if entries.disagreement is not None:
+        scan.doubt(entries.disagreement)
     if entries.collisions:
         # torch reads one of each colliding group, another zip reader another: never "loads"
         scan.doubt(f"zip member names collide under torch's comparison: {entries.collision_text()}")
