@@ -4,10 +4,11 @@ Run from the repository root (2 gloo processes on 127.0.0.1 per case):
 
     python scripts/make_framework_fixtures.py tests/fixtures/frameworks               # torch only
     DS_ACCELERATOR=cpu .venv-fw/bin/python scripts/make_framework_fixtures.py \\
-        tests/fixtures/frameworks deepspeed lightning                                  # needs DeepSpeed, Lightning
+        tests/fixtures/frameworks deepspeed lightning accelerate_deepspeed   # DeepSpeed, Lightning, Accelerate
 
 ``.venv-fw`` is a venv that sees the shared one (a ``.pth`` file naming its site-packages) plus
-``DS_BUILD_OPS=0 pip install deepspeed==0.19.8 lightning==2.6.6 torch==2.13.0``.
+``DS_BUILD_OPS=0 pip install deepspeed==0.19.8 lightning==2.6.6 accelerate==1.15.0 transformers==4.57.1
+torch==2.13.0`` (Accelerate's DeepSpeed plugin reads transformers' version).
 
 Each case folder holds only what the framework wrote; its ground truth sits beside it as
 ``<case>.expected.pt`` (or ``<case>.expected/``):
@@ -353,6 +354,33 @@ def case_lightning_deepspeed(rank: int, out: Path) -> None:
     _lightning(rank, out, "lightning_deepspeed", strategy)
 
 
+def case_accelerate_deepspeed(rank: int, out: Path) -> None:
+    """Accelerate's ``save_state`` with its DeepSpeed plugin (ZeRO-2): a DeepSpeed folder (``latest``,
+    ``pytorch_model/``) beside Accelerate's own files. Truth: DeepSpeed's own ``zero_to_fp32``."""
+    from accelerate import Accelerator, DeepSpeedPlugin
+
+    torch.manual_seed(0)
+    plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=1)
+    plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 6
+    plugin.deepspeed_config["train_batch_size"] = 6 * WORLD
+    plugin.deepspeed_config["zero_allow_untested_optimizer"] = True
+    accelerator = Accelerator(deepspeed_plugin=plugin)
+    model = NormNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for batch in _batches(rank):
+        accelerator.backward(model(batch).float().pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    accelerator.save_state(str(out / "accelerate_deepspeed"))
+    accelerator.wait_for_everyone()
+    if rank == 0:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        state = get_fp32_state_dict_from_zero_checkpoint(str(out / "accelerate_deepspeed"))
+        torch.save(state, out / "accelerate_deepspeed.expected.pt")
+
+
 CASES: dict[str, Callable[[int, Path], None]] = {
     "hf_dcp": case_hf_dcp,
     "hf_dcp_consolidated": case_hf_dcp_consolidated,
@@ -363,13 +391,14 @@ CASES: dict[str, Callable[[int, Path], None]] = {
     "zero0_fp16": case_zero0_fp16,
     "lightning_fsdp": case_lightning_fsdp,
     "lightning_deepspeed": case_lightning_deepspeed,
+    "accelerate_deepspeed": case_accelerate_deepspeed,
 }
 GROUPS = {
     "torch": ["hf_dcp", "hf_dcp_consolidated", "hf_dcp_ints", "fsdp1_optim", "fsdp1_mesh"],
     "deepspeed": ["zero0_bf16", "zero0_fp16"],
     "lightning": ["lightning_fsdp", "lightning_deepspeed"],
 }
-SELF_INIT = {"zero0_bf16", "zero0_fp16", "lightning_fsdp", "lightning_deepspeed"}
+SELF_INIT = {"zero0_bf16", "zero0_fp16", "lightning_fsdp", "lightning_deepspeed", "accelerate_deepspeed"}
 
 
 def _hf_read(folder: Path) -> dict[str, torch.Tensor]:

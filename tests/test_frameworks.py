@@ -327,3 +327,29 @@ def test_lightning_deepspeed_folder_extract_auto_equals_zero_to_fp32(tmp_path: P
     got = torch.load(target, weights_only=True)
     assert list(got) == list(want)
     assert_same(got, want)
+
+
+# ---- Accelerate's save_state with its DeepSpeed plugin ------------------------------------------
+
+
+def test_accelerate_deepspeed_folder_extract_auto_equals_zero_to_fp32(tmp_path: Path, capsys: Any) -> None:
+    folder = copy_case("accelerate_deepspeed", tmp_path, "checkpoint_1")
+    code, out, _ = run(capsys, "info", str(folder))
+    assert "layout      Accelerate (DeepSpeed plugin): DeepSpeed ZeRO-2, 2 ranks, fp32" in out
+    target = tmp_path / "model.pt"
+    code, _, err = run(capsys, "convert", str(folder), "--extract", "auto", "-o", str(target))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "accelerate_deepspeed.expected.pt", weights_only=False)
+    assert_same(torch.load(target, weights_only=True), want)
+
+
+def test_accelerate_deepspeed_folder_whole_convert_refuses_then_sanitizes(tmp_path: Path, capsys: Any) -> None:
+    folder = FRAMEWORKS / "accelerate_deepspeed"
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "all.pth"))
+    assert code == 2 and "--extract auto" in err and "--sanitize" in err
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = run(capsys, "convert", str(folder), "--sanitize", "-o", str(tmp_path / "all.pth"))
+    assert code == 0, err
+    loaded = torch.load(tmp_path / "all.pth", weights_only=True)
+    want = torch.load(FRAMEWORKS / "accelerate_deepspeed.expected.pt", weights_only=False)
+    assert_same(loaded["fp32_weights"], want)

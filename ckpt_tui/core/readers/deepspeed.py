@@ -164,13 +164,21 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     ]
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
     where = f"weights: ckpt[{FP32_KEY!r}] (--extract auto)"
-    layout = f"{_saved_by(model)}DeepSpeed ZeRO-{stage}, {world} ranks, {_module_dtype(model)}; {where}"
+    layout = f"{_saved_by(model, folder)}DeepSpeed ZeRO-{stage}, {world} ranks, {_module_dtype(model)}; {where}"
     return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
 
 
-def _saved_by(model: dict[Any, Any]) -> str:
-    """``Lightning (DeepSpeed strategy): `` when Lightning's client state rides in the model states."""
-    return "Lightning (DeepSpeed strategy): " if "pytorch-lightning_version" in model else ""
+def _saved_by(model: dict[Any, Any], folder: str) -> str:
+    """Who drove DeepSpeed: Lightning leaves its client state in the model states; Accelerate's
+    ``save_state`` its ``random_states_0.pkl`` beside the tag folder (``pytorch_model``)."""
+    if "pytorch-lightning_version" in model:
+        return "Lightning (DeepSpeed strategy): "
+    if named_entry(places.join(places.parent(folder), ACCELERATE_RANDOM_STATES)):
+        return "Accelerate (DeepSpeed plugin): "
+    return ""
+
+
+ACCELERATE_RANDOM_STATES = "random_states_0.pkl"
 
 
 def _module_dtype(model: dict[Any, Any]) -> str:
