@@ -353,3 +353,13 @@ def test_accelerate_deepspeed_folder_whole_convert_refuses_then_sanitizes(tmp_pa
     loaded = torch.load(tmp_path / "all.pth", weights_only=True)
     want = torch.load(FRAMEWORKS / "accelerate_deepspeed.expected.pt", weights_only=False)
     assert_same(loaded["fp32_weights"], want)
+
+
+def test_zero2_folder_without_its_optimizer_files_is_not_taken_for_stage0(tmp_path: Path) -> None:
+    from ckpt_tui.core.errors import ReadError
+
+    shutil.copytree(DEEPSPEED / "zero2_fp32", tmp_path / "z")
+    for optim in (tmp_path / "z" / "global_step2").glob("*optim_states.pt"):
+        optim.unlink()
+    with pytest.raises(ReadError, match="ZeRO stage 2 checkpoint without its"):
+        open_checkpoint(tmp_path / "z")

@@ -199,6 +199,9 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
     for name, state in zip(names, states, strict=True):
         if "module" not in state:
             raise ReadError(f"{os.path.join(folder, name)}: not a DeepSpeed model states file (no module)")
+        stage = _configured_stage(state)
+        if stage:  # a ZeRO checkpoint whose partitions are gone: the module alone is not what was trained
+            raise ReadError(f"{folder}: ZeRO stage {stage} checkpoint without its *_optim_states.pt files")
     root: Any = models[0].root if len(models) == 1 else {n: m.root for n, m in zip(names, models, strict=True)}
     where = "ckpt['module']" if len(models) == 1 else f"ckpt[{names[0]!r}]['module'] (one per model-parallel rank)"
     notes = [
@@ -224,6 +227,14 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
         loader_problems=[f"{n}: {p}" for n, m in zip(names, models, strict=True) for p in m.loader_problems],
         layout=layout,
     )
+
+
+def _configured_stage(state: dict[Any, Any]) -> int:
+    """The ZeRO stage the saved ``ds_config`` asked for (0 when it says nothing)."""
+    config = state.get("ds_config")
+    zero = config.get("zero_optimization") if isinstance(config, dict) else None
+    stage = zero.get("stage") if isinstance(zero, dict) else None
+    return stage if type(stage) is int and stage >= 0 else 0
 
 
 def _optimizer_kind(optimizer: Any) -> str:
