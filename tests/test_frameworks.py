@@ -261,6 +261,18 @@ def test_framework_folders_check_against_the_frameworks_truth(capsys: Any) -> No
     assert rows[("model", "fc1.weight")]["max"] == pytest.approx(want.max().item())
 
 
+async def test_browser_opens_an_hf_dcp_folder_and_its_header_names_the_layout() -> None:
+    from builders_tui import header, loaded
+
+    from ckpt_tui.tui.app import CkptApp
+
+    app = CkptApp(str(HF_DCP))
+    async with app.run_test(size=(120, 36), notifications=True) as pilot:
+        tree = await loaded(pilot)
+        assert "DCP (HF safetensors), 2 ranks" in header(app)
+        assert "fc2.weight" in [str(n.label).split()[0] for n in tree.root.children]
+
+
 @pytest.mark.parametrize(
     ("folder", "layout"),
     [
