@@ -854,24 +854,28 @@ def fold_keys_with_first(keys: Iterable[str]) -> list[tuple[str, str]]:
     """:func:`fold_keys`, each folded text with the first key it stands for."""
     groups: dict[Any, list[int]] = {}
     first: dict[Any, str] = {}
+    search = _INDEX.search
     for key in keys:
-        parts = key.split(".")
-        index = next((i for i, part in enumerate(parts) if part.isdigit() and len(part) < 10), None)
-        group: Any = key if index is None else (tuple(parts[:index]), tuple(parts[index + 1 :]))
+        # the first component of 1 to 9 ASCII digits, found in C (a split per key cost seconds at 1M keys)
+        found = search(key)
+        group: Any = key if found is None else (key[: found.start(1)], key[found.end(1) :])
         if group not in first:
             first[group] = key
             groups[group] = []
-        if index is not None:
-            groups[group].append(int(parts[index]))
+        if found is not None:
+            groups[group].append(int(found.group(1)))
     folded = []
     for group, numbers in groups.items():
         if isinstance(group, str) or len(set(numbers)) == 1:
             folded.append((first[group], first[group]))
             continue
         before, after = group
-        middle = "{" + _ranges(sorted(set(numbers))) + "}"
-        folded.append((".".join([*before, middle, *after]), first[group]))
+        folded.append((before + "{" + _ranges(sorted(set(numbers))) + "}" + after, first[group]))
     return folded
+
+
+_INDEX = re.compile(r"(?:^|\.)([0-9]{1,9})(?=\.|\Z)")
+"""A dotted component of 1 to 9 ASCII digits (``layers.12.attn``): the index keys are folded on."""
 
 
 def _ranges(numbers: list[int]) -> str:
