@@ -250,8 +250,8 @@ class RemoteFile:
         return len(data)
 
     def copy_to(self, fd: int, offset: int, count: int) -> int:
-        """Fetch up to 16 MB of the range and write it to ``fd``."""
-        return write_all(fd, self.read_at(offset, min(count, 16 << 20)))
+        """Fetch up to 64 MB of the range (in parallel parts) and write it to ``fd``."""
+        return write_all(fd, self.read_at(offset, min(count, 64 << 20)))
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch the small ranges not kept yet, in parallel, and keep them."""

@@ -11,6 +11,7 @@ libraries: each is imported when its first URL is opened. :func:`register` insta
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import posixpath
 import threading
@@ -299,6 +300,9 @@ def _hub_error(url: str, exc: Exception) -> ReadError:
         return ReadError(f"{url}: no access (HTTP {status}); set HF_TOKEN")
     if "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower():
         return _timeout_error(url)
+    if "connect" in type(exc).__name__.lower() or "connection" in str(exc).lower():
+        where = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+        return ReadError(f"{url}: cannot reach the Hub at {where} ({' '.join(str(exc).split())[:120]})")
     return ReadError(f"{url}: the Hub refused ({' '.join(str(exc).split())[:200]})")
 
 
@@ -307,6 +311,8 @@ def _hub_call(url: str, call: Callable[[Any], Any]) -> Any:
         from huggingface_hub import HfApi
     except ImportError:
         raise ReadError(f"{url}: hf:// needs huggingface_hub: pip install 'ckpt-tui[remote]'") from None
+    # the client logs each failed try on its own; the failure is said once, here
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
         return call(HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None))
     except Exception as exc:  # every failure of the client, said in one line
@@ -352,9 +358,9 @@ class _HubFile:
         return self._http.fetch(offset, length, identity)
 
 
-_FSSPEC_PROTOCOLS = {"s3": ("s3fs", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")}
-_FSSPEC_PROTOCOLS["gs"] = ("gcsfs", "GOOGLE_APPLICATION_CREDENTIALS")
-_FSSPEC_PROTOCOLS["az"] = ("adlfs", "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and a key")
+_FSSPEC_PROTOCOLS = {"s3": ("s3fs", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE", "remote")}
+_FSSPEC_PROTOCOLS["gs"] = ("gcsfs", "GOOGLE_APPLICATION_CREDENTIALS", "gcs")
+_FSSPEC_PROTOCOLS["az"] = ("adlfs", "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and a key", "azure")
 
 
 class FsspecStore:
@@ -363,7 +369,7 @@ class FsspecStore:
 
     def __init__(self, protocol: str) -> None:
         self.protocol = protocol
-        self.package, self.hint = _FSSPEC_PROTOCOLS[protocol]
+        self.package, self.hint, self.extra = _FSSPEC_PROTOCOLS[protocol]
         self.sources = _Sources()
         self._fs: Any = None
         self._lock = threading.Lock()
@@ -378,7 +384,7 @@ class FsspecStore:
                     self._fs = fsspec.filesystem(self.protocol)
                 except ImportError:
                     raise ReadError(
-                        f"{url}: {self.protocol}:// needs {self.package}: pip install 'ckpt-tui[remote]'"
+                        f"{url}: {self.protocol}:// needs {self.package}: pip install 'ckpt-tui[{self.extra}]'"
                     ) from None
         return self._fs
 
