@@ -3,8 +3,10 @@ edit, undo or redo the cursor keeps its key while the detail panel and the statu
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -128,3 +130,25 @@ async def test_the_root_detail_counts_every_key_from_the_summary(big_file: Path)
         browser(app).tree_view.move_cursor(browser(app).tree_view.root)
         await settle(pilot)
         assert "5,000" in detail(app) and "too many nodes" not in detail(app)
+
+
+async def test_v_groups_the_keys_in_a_worker(big_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.tui.widgets import tree_view
+
+    threads: list[bool] = []
+    counted = tree_view.group_keys
+
+    def recorded(items: Any) -> Any:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return counted(items)
+
+    monkeypatch.setattr(tree_view, "group_keys", recorded)
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "v")
+        assert threads == [False]  # counted once, off the UI thread
+        assert browser(app).tree_view.grouped
+        assert "grouped by module path" in status(app)
+        await settle(pilot, "v", "v")
+        assert threads == [False]  # regrouping reuses the count

@@ -75,6 +75,14 @@ class PreviewReady(Message, bubble=False):
 
 
 @dataclass
+class GroupingReady(Message, bubble=False):
+    """Module groups of the open state_dicts of session ``version``, counted off the UI thread for ``v``."""
+
+    version: int
+    groupings: dict[int, Any]
+
+
+@dataclass
 class StatsProgress(Message, bubble=False):
     """How far the stats of detail request ``request`` have got (0..1)."""
 

@@ -43,6 +43,7 @@ from ckpt_tui.tui.messages import (
     CheckProgress,
     CompareReady,
     DiffReady,
+    GroupingReady,
     LayerChangeProgress,
     LayerChangeReady,
     PreviewReady,
@@ -346,12 +347,38 @@ class BrowserScreen(Screen[None]):
         self.notify(printable(text), title=title, markup=False)
 
     def action_toggle_grouping(self) -> None:
-        if self.session is None:
+        session = self.session
+        if session is None:
             return
+        if self.tree_view.grouped:
+            self._show_grouped(False)
+            return
+        # the groups of a 50,000-key state_dict take most of a second: counted in a worker, shown when ready
+        open_dicts = [(), *(row[0] for row in self.tree_view.view_state().expanded if row[1] is None)]
+        if all(self.tree_view.knows_groups(value) for value in _dicts_at(session.root, open_dicts)):
+            self._show_grouped(True)
+            return
+        self.update_status("grouping keys by module path…")
+        self._count_groups(session.version, session.root, sorted(set(open_dicts), key=len))
+
+    @work(thread=True, exclusive=True, group="grouping", description="module groups")
+    def _count_groups(self, version: int, root: Any, paths: list[KeyPath]) -> None:
+        """The module groups of the open state_dicts, off the UI thread; reports by message only."""
+        self.post_message(GroupingReady(version, groupings_along(root, paths)))
+
+    @on(GroupingReady)
+    def _grouping_ready(self, message: GroupingReady) -> None:
+        if self.session is None or message.version != self.session.version:
+            self.update_status("the checkpoint changed while its keys were grouped: press v again")
+            return
+        self.tree_view.remember_groupings(message.groupings)
+        self._show_grouped(True)
+
+    def _show_grouped(self, grouped: bool) -> None:
         view = self.tree_view.view_state()
-        self.tree_view.grouped = not self.tree_view.grouped
+        self.tree_view.grouped = grouped
         self.redraw(view)
-        self.update_status("grouped by module path" if self.tree_view.grouped else "plain keys")
+        self.update_status("grouped by module path" if grouped else "plain keys")
 
     def action_search(self) -> None:
         field = self.query_one("#search", Input)
@@ -1133,3 +1160,16 @@ def check_markers(root: Any, report: CheckReport) -> dict[int, str]:
         else:
             markers[id(tensor)] = words[problem.kind]
     return markers
+
+
+def _dicts_at(root: Any, paths: list[KeyPath]) -> list[dict[Any, Any]]:
+    """The dicts at ``paths`` in ``root`` (paths that no longer lead to a dict are left out)."""
+    found = []
+    for path in paths:
+        try:
+            value = get(root, path)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found

@@ -355,6 +355,11 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.remember_groupings({id(value): (value, grouped)})
         return grouped
 
+    def knows_groups(self, value: Any) -> bool:
+        """Whether the module groups of ``value`` are already counted (showing them costs nothing)."""
+        hit = self._groupings.get(id(value))
+        return hit is not None and hit[0] is value
+
     def remember_groupings(self, found: dict[int, tuple[Any, Group | None]]) -> None:
         """Keep module groups counted elsewhere (an edit's worker counts those of the tree it made)."""
         for key, entry in found.items():
