@@ -375,3 +375,10 @@ def test_zero2_folder_without_its_optimizer_files_is_not_taken_for_stage0(tmp_pa
         optim.unlink()
     with pytest.raises(ReadError, match="ZeRO stage 2 checkpoint without its"):
         open_checkpoint(tmp_path / "z")
+
+
+@pytest.mark.parametrize("case", ["fsdp1_optim", "fsdp1_mesh", "lightning_fsdp"])
+def test_framework_folder_diffs_identical_to_the_frameworks_own_consolidation(case: str, capsys: Any) -> None:
+    code, out, err = run(capsys, "diff", str(FRAMEWORKS / case), str(FRAMEWORKS / f"{case}.expected.pt"))
+    assert code == 0, out + err
+    assert out.startswith("identical")
