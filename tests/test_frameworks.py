@@ -100,7 +100,7 @@ def test_hf_dcp_info_names_the_layout(capsys: Any) -> None:
     assert code == 0
     assert "layout      DCP (HF safetensors), 2 ranks" in out
     code, out, _ = run(capsys, "info", str(HF_DCP), "--json")
-    assert json.loads(out)["layout"] == "DCP (HF safetensors), 2 ranks"
+    assert json.loads(out)["layout"] == "DCP (HF safetensors), 2 ranks; weights: the root"
 
 
 def test_hf_dcp_diff_against_torchs_consolidation_finds_nothing(capsys: Any) -> None:
@@ -144,7 +144,7 @@ def test_fsdp1_rank_folder_extract_auto_gives_the_full_model_state(case: str, tm
 @pytest.mark.parametrize(
     ("case", "layout"),
     [
-        ("fsdp1_optim", "FSDP1 sharded, 2 ranks, ShardedTensor"),
+        ("fsdp1_optim", "FSDP1 sharded, 2 ranks, ShardedTensor; weights: ckpt['model']"),
         ("fsdp1_mesh", "sharded state_dict (FSDP2, or FSDP1 with a device mesh), 2 ranks, DTensor"),
     ],
 )

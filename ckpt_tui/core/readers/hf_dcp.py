@@ -100,7 +100,7 @@ def read_hf_dcp(folder: str, names: list[str], open_file: Callable[[str], Checkp
     if others:
         notes.append(f"left aside (no {SHARDING_KEY}): " + ", ".join(others[:5]) + (" …" if len(others) > 5 else ""))
     problems = [f"{name}: {p}" for name, m in zip(names, members, strict=True) for p in m.loader_problems]
-    layout = f"DCP (HF safetensors), {len(ranks) or len(names)} ranks"
+    layout = f"DCP (HF safetensors), {len(ranks) or len(names)} ranks; weights: the root"
     return Checkpoint(
         folder,
         "dcp-hf",

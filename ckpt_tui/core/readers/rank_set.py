@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -315,8 +316,16 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
             "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
-    layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}"
+    layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}; weights: {_weights_at(merged)}"
     return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+
+
+def _weights_at(merged: dict[Path, Tensor]) -> str:
+    """The dict that holds the most assembled tensors directly (the model's; optimizer states hold a few
+    per parameter), as a Python path."""
+    counts = Counter(path[:-1] for path in merged)
+    best = max(counts, key=lambda parent: (counts[parent], -len(parent)))
+    return "ckpt" + "".join(f"[{key!r}]" for key in best) if best else "the root"
 
 
 def _framework(kinds: list[str], flat: bool) -> str:
