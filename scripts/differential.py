@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,18 +47,24 @@ def main() -> int:
     began = time.monotonic()
     report = Report()
     stops = range(args.start, args.start + args.count, args.batch)
+    out = open(args.json, "w") if args.json else None  # noqa: SIM115 (written batch by batch)
     with ProcessPoolExecutor(args.workers) as pool:
         futures = [
             pool.submit(_batch, args.seed, start, min(start + args.batch, args.start + args.count), args.keep)
             for start in stops
         ]
-        for future in futures:
-            report.outcomes += future.result()
+        for future in as_completed(futures):
+            outcomes = future.result()
+            report.outcomes += outcomes
+            if out is not None:  # as each batch ends: a run stopped early still has its outcomes
+                out.writelines(describe(o) + "\n" for o in outcomes)
+                out.flush()
+            bad = sum(o.bad or o.broken for o in report.outcomes)
             done = len(report.outcomes)
-            print(f"{done}/{args.count} files, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
-    if args.json:
-        with open(args.json, "w") as out:
-            out.writelines(describe(o) + "\n" for o in report.outcomes)
+            seconds = time.monotonic() - began
+            print(f"{done}/{args.count} files, {bad} bad, {seconds:.0f} s", file=sys.stderr, flush=True)
+    if out is not None:
+        out.close()
     counts = report.counts()
     counts["seed"], counts["seconds"] = args.seed, round(time.monotonic() - began)
     print(json.dumps(counts, indent=1))

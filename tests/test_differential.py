@@ -14,6 +14,8 @@ import pytest
 from differential.generator import GADGETS, NOT_RUN_BY_PICKLE, case, gadget_case
 from differential.run import Report, describe, judge, run
 
+from ckpt_tui.cli import main
+
 SEED = 2113
 COUNT = 240
 
@@ -60,3 +62,4 @@ def test_every_gadget_runs_under_weights_only_false_and_is_refused(tmp_path: Pat
         assert outcome.torch_true.startswith("refuses"), (name, describe(outcome))
         assert outcome.ran == (name not in NOT_RUN_BY_PICKLE), (name, describe(outcome))
         assert outcome.ours == "refuses" and not outcome.clean, (name, describe(outcome))
+        assert main(["check", outcome.path]) == 1, name  # refused and unsafe: exit 1, not a read error

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from differential.assemble import Build, Call, G, Pid, Shared, Writer
-from differential.generator import Dice, zip_bytes
+from differential.generator import GADGETS, NOT_RUN_BY_PICKLE, Dice, zip_bytes
 from differential.run import Outcome, describe, judge
 
 OD = Call(G("collections", "OrderedDict"), ())
@@ -153,3 +153,67 @@ def test_cases_the_emulation_does_not_model_are_cannot_tell(outcomes: dict[str, 
 def test_no_case_is_called_loads_where_torch_refuses(outcomes: dict[str, Outcome]) -> None:
     bad = [f"{name}: {describe(o)}" for name, o in outcomes.items() if o.bad or o.broken]
     assert not bad, "\n".join(bad)
+
+
+# ---- DCP .metadata: every gadget, run by the real reader, reported by check ----------------------------------
+
+
+def _gadget_opcodes(name: str) -> bytes:
+    """The gadget's opcodes alone (no PROTO, no STOP), protocol 2."""
+    return Writer(2, Dice(name), memo_rate=0).dump(GADGETS[name]())[2:-1]
+
+
+READ_METADATA = """
+import json, os, sys, warnings
+warnings.simplefilter("ignore")
+from torch.distributed.checkpoint import FileSystemReader
+ran = {}
+for folder in json.load(sys.stdin):
+    os.chdir(folder)
+    try:
+        FileSystemReader(folder).read_metadata()
+    except BaseException:
+        pass
+    ran[folder] = os.path.exists(os.path.join(folder, "canary"))
+print(json.dumps(ran))
+"""
+
+
+def test_every_gadget_in_dcp_metadata_runs_in_torch_and_is_unsafe_in_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dcp.load`` reads ``.metadata`` with ``pickle.load``: a gadget before the real metadata runs there.
+    ckpt-tui reads the folder, names the gadget's globals as unsafe, exits 1, and runs nothing."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+    from builders import write_dcp
+
+    from ckpt_tui.cli import main
+
+    original = (write_dcp({"w": torch.ones(2)}, tmp_path / "source") / ".metadata").read_bytes()
+    folders = {}
+    # (a gadget that keeps values in the memo shifts the numbering of the metadata's own MEMOIZE after it:
+    # pickle.load runs it, then fails on the metadata; the STACK_GLOBAL gadget without the memo is here)
+    for number, name in enumerate(n for n in sorted(GADGETS) if "memo" not in n):
+        folder = write_dcp({"w": torch.ones(2)}, tmp_path / f"g{number}")
+        (folder / ".metadata").write_bytes(b"\x80\x02" + _gadget_opcodes(name) + b"0" + original)
+        folders[name] = folder
+    for name, folder in folders.items():
+        assert main(["check", str(folder)]) == 1, (name, capsys.readouterr())
+        assert "unsafe" in capsys.readouterr().out.lower(), name
+        assert not (folder / "canary").exists(), name
+    torch_ran = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", READ_METADATA],
+            input=json.dumps([str(f) for f in folders.values()]),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        ).stdout.splitlines()[-1]
+    )
+    for name, folder in folders.items():
+        assert torch_ran[str(folder)] == (name not in NOT_RUN_BY_PICKLE), name

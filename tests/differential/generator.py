@@ -357,7 +357,8 @@ GADGETS: dict[str, Callable[[], object]] = {
     "posix.mkdir via INST": lambda: Call(G(*_MKDIR), (CANARY,), "inst"),
     "posix.mkdir via OBJ": lambda: Call(G(*_MKDIR), (CANARY,), "obj"),
     "posix.mkdir via NEWOBJ_EX": lambda: Call(G(*_MKDIR), (CANARY,), "newobj_ex"),
-    "posix.mkdir via STACK_GLOBAL": lambda: Raw(_stack_global_payload()),
+    "posix.mkdir via STACK_GLOBAL": lambda: Raw(b"\x8c\x05posix\x8c\x05mkdir\x93" + _canary_call()),
+    "posix.mkdir via STACK_GLOBAL from the memo": lambda: Raw(_stack_global_payload()),
     "posix.mkdir hidden by POP": lambda: Seq([Raw(_payload_code() + b"0"), 1]),
     "posix.mkdir hidden by POP_MARK": lambda: Seq([Raw(b"(" + _payload_code() + b"1"), 1]),
     "nested pickle.loads": lambda: Call(G("pickle", "loads"), (b"\x80\x02" + _payload_code() + b".",)),
@@ -379,13 +380,18 @@ def _payload_code() -> bytes:
     return b"cposix\nmkdir\nX" + struct.pack("<I", len(text)) + text + b"\x85R"
 
 
+def _canary_call() -> bytes:
+    """Call the function on the stack with ``(canary,)``."""
+    text = CANARY.encode()
+    return b"\x8c" + bytes([len(text)]) + text + b"\x85R"
+
+
 def _stack_global_payload() -> bytes:
     """``posix.mkdir`` named by STACK_GLOBAL from strings kept in the memo, then called."""
     put = [b"r" + struct.pack("<I", 900_000 + i) for i in range(2)]
     get = [b"j" + struct.pack("<I", 900_000 + i) for i in range(2)]
-    text = CANARY.encode()
     strings = b"\x8c\x05posix" + put[0] + b"0\x8c\x05mkdir" + put[1] + b"0"
-    return strings + get[0] + get[1] + b"\x93\x8c" + bytes([len(text)]) + text + b"\x85R"
+    return strings + get[0] + get[1] + b"\x93" + _canary_call()
 
 
 def trick(rng: Dice, st: Storages) -> tuple[object, str]:

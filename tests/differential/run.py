@@ -140,7 +140,7 @@ def judge(paths: list[Path], kinds: list[list[str]] | None = None, first: int = 
         text=True,
     )
     assert child.stdin is not None and child.stdout is not None
-    child.stdin.write(json.dumps(list(outcomes)))
+    child.stdin.write(json.dumps([[path, _payload(outcome.kinds)] for path, outcome in outcomes.items()]))
     child.stdin.close()
     for outcome in outcomes.values():  # ckpt-tui never runs what it reads: judged in this process
         outcome.ours, outcome.clean, outcome.reason = ours(outcome.path)
@@ -150,6 +150,13 @@ def judge(paths: list[Path], kinds: list[list[str]] | None = None, first: int = 
         outcome.torch_true, outcome.torch_false, outcome.ran = answer["true"], answer["false"], answer["ran"]
     child.wait()
     return list(outcomes.values())
+
+
+def _payload(kinds: list[str]) -> bool:
+    """Whether a file may carry a payload (its ``weights_only=False`` load is then worth running).
+
+    Files judged without their kinds (none given) are all loaded both ways."""
+    return not kinds or any(kind.startswith(("gadget", "trick", "zip extra")) for kind in kinds)
 
 
 def run(seed: int, indices: range, folder: Path, keep: Path | None = None) -> Report:
