@@ -79,11 +79,11 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     if fix is None:
         return None
     attribute = FIX_OPTIONS.get(fix.option)
-    if fix.also and all(option in FIX_OPTIONS for option, _ in fix.pairs()):
-        options = ConvertOptions()
-        for name, argument in fix.pairs():
-            setattr(options, FIX_OPTIONS[name], argument)
+    if fix.also:
         try:
+            options = ConvertOptions.from_pairs(fix.pairs())
+            if finding.path and not options.extract:
+                _aim_key_edit(checkpoint.root, finding.path, options)
             apply_options(checkpoint.root, options)
         except (CkptError, KeyError, IndexError):
             return None

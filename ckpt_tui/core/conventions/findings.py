@@ -9,7 +9,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint, lightning_version
+from ckpt_tui.core.conventions.layouts import (
+    LIGHTNING_MODEL,
+    is_lightning_checkpoint,
+    lightning_version,
+    peft_fix,
+    peft_layout,
+)
 from ckpt_tui.core.conventions.state_dicts import (
     PREFIX_ORIGINS,
     common_prefix,
@@ -236,15 +242,48 @@ def _prefix_findings(root: Any) -> list[Finding]:
     for path, value in state_dicts(root):
         items = tensor_items(value) or []
         keys = list(map(operator.itemgetter(0), items))
-        prefix = common_prefix(keys, path == ("state_dict",) and is_lightning_checkpoint(root))
-        if prefix:
-            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}: " + printable(
-                prefix_origin(prefix)
-            )
-            severity = "warning" if any(p + "." in PREFIX_ORIGINS for p in prefix.split(".") if p) else "info"
-            fix = Fix("--strip-prefix", prefix)
-            findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+        lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+        prefix = common_prefix(keys, lightning)
+        if not prefix:
+            continue
+        start = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}"
+        wrappers = [p + "." for p in prefix.split(".") if p + "." in PREFIX_ORIGINS]
+        peft = peft_layout(keys)
+        if peft is not None and peft.prefix:
+            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
+            message += peft.describe()
+            fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
+            findings.append(Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix))
+            continue
+        if prefix.startswith(LIGHTNING_MODEL) and not lightning:
+            # 'model.' without Lightning's own keys beside it is no evidence of Lightning: in a Hugging Face
+            # model it is the body (LlamaForCausalLM keeps model.layers.N beside lm_head), and stripping it
+            # would lose the fit with the class that saved it
+            findings.append(_model_prefix_finding(path, keys, prefix, start))
+            continue
+        message = f"{start}: " + printable(prefix_origin(prefix))
+        severity = "warning" if wrappers else "info"
+        fix = Fix("--strip-prefix", prefix)
+        findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
     return findings
+
+
+HF_BODY_PARTS = ("embed_tokens.", "layers.", "decoder.", "encoder.", "norm.", "embeddings.", "h.", "wte.")
+"""What a Hugging Face model's body holds right under its ``model.``/``transformer.`` attribute."""
+
+
+def _model_prefix_finding(path: KeyPath, keys: list[str], prefix: str, start: str) -> Finding:
+    """Keys under ``model.`` outside a Lightning checkpoint: a Hugging Face body (loads as it is, no fix),
+    or a wrapper holding the model as ``.model`` (the strip offered only as "if needed")."""
+    rest = prefix[len(LIGHTNING_MODEL) :]
+    if not rest and any(k.startswith(tuple(LIGHTNING_MODEL + part for part in HF_BODY_PARTS)) for k in keys):
+        message = (
+            f"{start}: the layout of a Hugging Face model whose body is its .model (LlamaForCausalLM-style): "
+            "it loads as it is into that class"
+        )
+        return Finding("hf-body", message, path=path, prefix=prefix)
+    message = f"{start}: a wrapper holding the model as .model, or a model whose first submodule is named model"
+    return Finding("prefix", message, "info", path=path, prefix=prefix, fix=Fix("--strip-prefix", prefix))
 
 
 def _structure_findings(

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_tui.core.model.keypath import glob_escape
+
 WRAPPERS = ("module.", "_orig_mod.")
 LIGHTNING_MODEL = "model."
 PEFT_PREFIX = "base_model.model."
@@ -179,6 +181,15 @@ def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
     wrapper = wrapper_prefix(keys)
     has_prefix = all(k[len(wrapper) :].startswith(PEFT_PREFIX) for k in keys if k != "_metadata")
     return PeftLayout(tuple(components), adapters, base, wrapper + PEFT_PREFIX if has_prefix else "")
+
+
+def peft_fix(peft: PeftLayout) -> list[tuple[str, str]]:
+    """The ``convert`` options that make a PEFT state_dict the base model's: leave the adapters out,
+    strip ``base_model.model.``, take the ``base_layer`` out of the wrapped layers' keys. ``check --model``
+    searches from these edits, and ``info`` offers them as they are."""
+    pairs = [("--drop-keys", f"*.{glob_escape(component)}.*") for component in peft.adapter_components]
+    pairs += [("--strip-prefix", peft.prefix)] if peft.prefix else []
+    return pairs + ([("--rename-infix", f"{PEFT_BASE}=")] if peft.base_layers else [])
 
 
 # ---- EMA ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
 from ckpt_tui.core.model.made_bytes import CastSource
 from ckpt_tui.core.model.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.model.tree import (
@@ -380,11 +381,6 @@ def drop_keys(root: Any, patterns: Sequence[str], path: KeyPath | None = None) -
     examples = [(k, "(deleted)") for k in doomed[:EXAMPLES]]
     title = f"delete the keys of {_describe(where)} matching {', '.join(map(repr, patterns))}"
     return rebuilt.root, Change(title, len(doomed), examples)
-
-
-def glob_escape(text: str) -> str:
-    """``text`` as a glob that matches only itself."""
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
 
 
 def rename(root: Any, path: KeyPath, new_name: str) -> Result:

@@ -59,3 +59,8 @@ def key_text(key: Key) -> str:
 def to_json(path: KeyPath) -> list[str | int]:
     """JSON form: a list of keys from the root (ints for list indices)."""
     return [key if isinstance(key, (str, int)) and not isinstance(key, bool) else key_text(key) for key in path]
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a glob that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)

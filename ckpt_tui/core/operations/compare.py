@@ -24,9 +24,9 @@ from typing import Any
 from ckpt_tui.core.conventions import layouts
 from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
 from ckpt_tui.core.edits.renames import Shapes, align, infer_rules
-from ckpt_tui.core.edits.tree_edits import RenameRule, glob_escape, module_state_dict
+from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
-from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
+from ckpt_tui.core.model.keypath import KeyPath, glob_escape, to_python, to_slash
 from ckpt_tui.core.model.tree import Opaque, Tensor, get
 from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
@@ -624,9 +624,10 @@ def _peft_variants(base: _Variant) -> list[_Variant]:
     peft = layouts.peft_layout(keys)
     if peft is None:
         return []
-    globs = [f"*.{glob_escape(c)}.*" for c in peft.adapter_components]
+    pairs = layouts.peft_fix(peft)
+    globs = [argument for option, argument in pairs if option == "--drop-keys"]
     items = _without(base.items, globs)
-    rules = [RenameRule(layouts.PEFT_BASE, "", anywhere=True)] if peft.base_layers else []
+    rules = [RenameRule.parse(argument, anywhere=True) for option, argument in pairs if option == "--rename-infix"]
     variant = _Variant(
         [*base.steps, *(Step("drop-keys", g) for g in globs)],
         items,

@@ -64,6 +64,21 @@ class ConvertOptions:
     sanitize: bool = False
     """Rewrite what torch.load(weights_only=True) refuses as plain data (``--drop`` then reaches inside objects)."""
 
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, str]]) -> ConvertOptions:
+        """The options a list of ``(option, argument)`` states (a finding's fix), as the CLI would read them."""
+        options = cls()
+        for name, argument in pairs:
+            if name in ("--drop", "--drop-keys", "--rename"):
+                getattr(options, name[2:].replace("-", "_")).append(argument)
+            elif name in ("--rename-prefix", "--rename-infix"):
+                options.rename_rules.append(RenameRule.parse(argument, anywhere=name == "--rename-infix"))
+            elif name in ("--extract", "--strip-prefix", "--add-prefix", "--at", "--map-location", "--dtype"):
+                setattr(options, name[2:].replace("-", "_"), argument)
+            else:
+                raise EditError(f"{name} is not a convert edit")
+        return options
+
     def argv(self) -> list[str]:
         """The ``convert`` arguments that ask for exactly these edits (unquoted; see ``core.shell``)."""
         out: list[str] = []
