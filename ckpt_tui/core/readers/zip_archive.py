@@ -90,15 +90,21 @@ class ZipDirectory(dict[str, ZipEntry]):
             return None  # torch cannot even pass such a name to its reader
         return self.found.get(fold(raw))
 
+    def _exact(self, name: str) -> ZipEntry | None:
+        """The usual case at dict speed: a member of exactly this name maps to torch's pick for it (a NUL
+        in the name is the exception: torch's lookup stops there)."""
+        found = dict.get(self, name)
+        return found if found is not None and "\0" not in name else None
+
     def get(self, name: str, default: ZipEntry | None = None) -> ZipEntry | None:  # type: ignore[override]
-        found = self.locate(name)
+        found = self._exact(name) or self.locate(name)
         return default if found is None else found
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.locate(name) is not None
+        return isinstance(name, str) and (self._exact(name) or self.locate(name)) is not None
 
     def __getitem__(self, name: str) -> ZipEntry:
-        found = self.locate(name)
+        found = self._exact(name) or self.locate(name)
         if found is None:
             raise KeyError(name)
         return found
