@@ -130,3 +130,19 @@ def test_info_names_the_format_in_words(folder: Path, name: str, capsys: pytest.
     assert main(["info", str(folder)]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  format"))
     assert line.split(None, 1)[1].startswith(name + ",")
+
+
+def test_one_progress_message_throttled_and_replacing_the_stale_one() -> None:
+    from ckpt_tui.tui.messages import Progress, ProgressPoster
+
+    posted: list[Progress] = []
+    poster = ProgressPoster(posted.append, "check")  # type: ignore[arg-type]
+    for done in range(1001):
+        poster(done, 1000)
+    assert 45 <= len(posted) <= 51 and posted[-1].fraction >= 0.98
+    assert Progress("check", 0.1).can_replace(Progress("check", 0.2))
+    assert not Progress("check", 0.1).can_replace(Progress("save", 0.2))
+    assert not Progress("stats", 0.1, request=1).can_replace(Progress("stats", 0.2, request=2))
+    stopped: list[Progress] = []
+    ProgressPoster(stopped.append, "layers", cancelled=lambda: True)(5, 10)  # type: ignore[arg-type]
+    assert stopped == []

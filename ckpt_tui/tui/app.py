@@ -28,7 +28,7 @@ from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, SaveFinished, SaveProgress
+from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, Progress, ProgressPoster, SaveFinished
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen
 from ckpt_tui.tui.screens.layers import LayersScreen
@@ -244,14 +244,7 @@ class CkptApp(App[None]):
 
         metadata = self.session.checkpoint.metadata if self.session is not None else {}
 
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            fraction = done / total if total else 1.0
-            if fraction - last[0] >= 0.02:
-                last[0] = fraction
-                self.post_message(SaveProgress(fraction))
-
+        progress = ProgressPoster(self.post_message, "save")
         try:
             result = save(
                 root,
@@ -269,9 +262,9 @@ class CkptApp(App[None]):
             return
         self.post_message(SaveFinished(version, target, result.line(), "", replaces_source))
 
-    @on(SaveProgress)
-    def _save_progress(self, message: SaveProgress) -> None:
-        if self._progress is not None and self._progress.is_attached:
+    @on(Progress)
+    def _save_progress(self, message: Progress) -> None:
+        if message.task == "save" and self._progress is not None and self._progress.is_attached:
             self._progress.advance(message.fraction)
 
     @on(SaveFinished)

@@ -8,6 +8,7 @@ request number); the handler drops a result whose version is no longer current.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,47 @@ if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
     from ckpt_tui.core.conventions.parts import Parts
     from ckpt_tui.core.values.stats import TensorStats
     from ckpt_tui.core.values.tensor_table import TensorRow
+
+
+@dataclass
+class Progress(Message, bubble=False):
+    """How far a long task has got (0..1): ``task`` names it (``save``, ``check``, ``layer-change``,
+    ``layers``, ``stats``), ``request`` the detail panel's request for ``stats``. A newer one of the same
+    task replaces one still queued: a slow screen skips to the latest."""
+
+    task: str
+    fraction: float
+    request: int = 0
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Progress) and (message.task, message.request) == (self.task, self.request)
+
+
+class ProgressPoster:
+    """A worker's progress callback: posts :class:`Progress` each time another :data:`STEP` is done (and
+    nothing once ``cancelled``). Called as ``(done, total)``, or through :meth:`fraction`."""
+
+    STEP = 0.02
+
+    def __init__(
+        self,
+        post: Callable[[Message], object],
+        task: str,
+        request: int = 0,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        self.post, self.task, self.request, self.cancelled = post, task, request, cancelled
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.fraction(done / total if total else 1.0)
+
+    def fraction(self, fraction: float) -> None:
+        """Post ``fraction`` when it is :data:`STEP` past the last one posted."""
+        if fraction - self.last < self.STEP or (self.cancelled is not None and self.cancelled()):
+            return
+        self.last = fraction
+        self.post(Progress(self.task, fraction, self.request))
 
 
 @dataclass
@@ -83,14 +125,6 @@ class GroupingReady(Message, bubble=False):
 
 
 @dataclass
-class StatsProgress(Message, bubble=False):
-    """How far the stats of detail request ``request`` have got (0..1)."""
-
-    request: int
-    fraction: float
-
-
-@dataclass
 class StatsReady(Message, bubble=False):
     """The stats of detail request ``request``."""
 
@@ -136,13 +170,6 @@ class ReportFailed(Message, bubble=False):
 
 
 @dataclass
-class SaveProgress(Message, bubble=False):
-    """How far a save has got (0..1)."""
-
-    fraction: float
-
-
-@dataclass
 class SaveFinished(Message, bubble=False):
     """A save of the tree of session ``version`` ended: the result line, or the error."""
 
@@ -151,13 +178,6 @@ class SaveFinished(Message, bubble=False):
     line: str | None
     error: str
     replaced_source: bool
-
-
-@dataclass
-class CheckProgress(Message, bubble=False):
-    """How far reading every tensor has got (0..1)."""
-
-    fraction: float
 
 
 @dataclass
@@ -170,13 +190,6 @@ class CheckFinished(Message, bubble=False):
 
 
 @dataclass
-class LayerChangeProgress(Message, bubble=False):
-    """How far measuring the per-layer change has got (0..1)."""
-
-    fraction: float
-
-
-@dataclass
 class LayerChangeReady(Message, bubble=False):
     """The per-layer change from the tree of session ``version`` to the file at ``other``, or why not."""
 
@@ -184,13 +197,6 @@ class LayerChangeReady(Message, bubble=False):
     report: Any
     other: str
     error: str = ""
-
-
-@dataclass
-class LayersProgress(Message, bubble=False):
-    """How far reading every tensor for the layers view has got (0..1)."""
-
-    fraction: float
 
 
 @dataclass

@@ -40,13 +40,13 @@ from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import (
     CheckFinished,
-    CheckProgress,
     CompareReady,
     DiffReady,
     GroupingReady,
-    LayerChangeProgress,
     LayerChangeReady,
     PreviewReady,
+    Progress,
+    ProgressPoster,
     ReportFailed,
     SearchFound,
     SummaryReady,
@@ -955,14 +955,7 @@ class BrowserScreen(Screen[None]):
         """Relative change, cosine and norms of every layer, off the UI thread; reports by message only."""
         from ckpt_tui.core.operations.layer_change import layer_change
 
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            fraction = done / total if total else 1.0
-            if fraction - last[0] >= 0.02:
-                last[0] = fraction
-                self.post_message(LayerChangeProgress(fraction))
-
+        progress = ProgressPoster(self.post_message, "layer-change")
         try:
             report = layer_change(mine, open_checkpoint(other), progress=progress, cancelled=cancel.is_set)
         except Cancelled:
@@ -973,10 +966,11 @@ class BrowserScreen(Screen[None]):
             return
         self.post_message(LayerChangeReady(version, report, other))
 
-    @on(LayerChangeProgress)
-    def _layer_change_advanced(self, message: LayerChangeProgress) -> None:
-        if self._layers_progress is not None and self._layers_progress.is_attached:
-            self._layers_progress.advance(message.fraction)
+    @on(Progress)
+    def _advanced(self, message: Progress) -> None:
+        shown = {"layer-change": self._layers_progress, "check": self._check_progress}.get(message.task)
+        if shown is not None and shown.is_attached:
+            shown.advance(message.fraction)
 
     @on(LayerChangeReady)
     def _layer_change_ready(self, message: LayerChangeReady) -> None:
@@ -1064,14 +1058,7 @@ class BrowserScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="check", description="check")
     def _check_all(self, version: int, checkpoint: Checkpoint, cancel: threading.Event) -> None:
         """The full check off the UI thread; reports by message only."""
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            fraction = done / total if total else 1.0
-            if fraction - last[0] >= 0.02:
-                last[0] = fraction
-                self.post_message(CheckProgress(fraction))
-
+        progress = ProgressPoster(self.post_message, "check")
         try:
             report = check_checkpoint(checkpoint, progress, cancel.is_set)
         except Cancelled:
@@ -1081,11 +1068,6 @@ class BrowserScreen(Screen[None]):
             self.post_message(CheckFinished(version, None, str(exc)))
             return
         self.post_message(CheckFinished(version, report))
-
-    @on(CheckProgress)
-    def _check_advanced(self, message: CheckProgress) -> None:
-        if self._check_progress is not None and self._check_progress.is_attached:
-            self._check_progress.advance(message.fraction)
 
     @on(CheckFinished)
     def _check_finished(self, message: CheckFinished) -> None:

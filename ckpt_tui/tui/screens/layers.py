@@ -26,7 +26,7 @@ from ckpt_tui.core.model.describe import shape, size
 from ckpt_tui.core.model.keypath import KeyPath, to_slash
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
-from ckpt_tui.tui.messages import LayersFailed, LayersProgress, LayersReady
+from ckpt_tui.tui.messages import LayersFailed, LayersReady, Progress, ProgressPoster
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
 
@@ -127,14 +127,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
         worker = get_current_worker()
-        last = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            fraction = done / total if total else 1.0
-            if fraction - last[0] >= 0.02 and not worker.is_cancelled:
-                last[0] = fraction
-                self.post_message(LayersProgress(fraction))
-
+        progress = ProgressPoster(self.post_message, "layers", cancelled=lambda: worker.is_cancelled)
         try:
             rows = list(tensor_rows(tensor_paths(root), byteorder, lambda: worker.is_cancelled, progress))
             parts = split_parts(root)
@@ -146,9 +139,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         if not worker.is_cancelled:
             self.post_message(LayersReady(rows, marks(rows), parts))
 
-    @on(LayersProgress)
-    def _progress(self, message: LayersProgress) -> None:
-        self.query_one("#layers-progress", ProgressBar).update(progress=message.fraction)
+    @on(Progress)
+    def _progress(self, message: Progress) -> None:
+        if message.task == "layers":
+            self.query_one("#layers-progress", ProgressBar).update(progress=message.fraction)
 
     @on(LayersReady)
     def _ready(self, message: LayersReady) -> None:

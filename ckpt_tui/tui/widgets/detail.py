@@ -1,7 +1,7 @@
 """The detail panel: the focused node's full path, metadata, storage sharing and stats.
 
 The panel owns its stats: a short timer after the cursor settles, then a thread worker that posts
-``StatsProgress``/``StatsReady``/``StatsFailed`` back to the panel. Each request has a number; a result
+``Progress``/``StatsReady``/``StatsFailed`` back to the panel. Each request has a number; a result
 for any request but the newest is dropped, and a new request cancels the old worker.
 """
 
@@ -25,7 +25,7 @@ from ckpt_tui.core.model.describe import Totals, count, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, has_children, type_label
-from ckpt_tui.tui.messages import StatsFailed, StatsProgress, StatsReady
+from ckpt_tui.tui.messages import Progress, ProgressPoster, StatsFailed, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import data, path_text
 
@@ -221,13 +221,7 @@ class DetailPanel(VerticalScroll):
         from ckpt_tui.core.values.stats import tensor_stats  # numpy: imported when first needed
 
         worker = get_current_worker()
-        last = [0.0]
-
-        def progress(fraction: float) -> None:
-            if fraction - last[0] >= 0.02 and not worker.is_cancelled:
-                last[0] = fraction
-                self.post_message(StatsProgress(request, fraction))
-
+        progress = ProgressPoster(self.post_message, "stats", request, lambda: worker.is_cancelled).fraction
         try:
             stats = tensor_stats(tensor, byteorder, cancelled=lambda: worker.is_cancelled, progress=progress)
         except CkptError as exc:
@@ -236,9 +230,9 @@ class DetailPanel(VerticalScroll):
         if not worker.is_cancelled:
             self.post_message(StatsReady(request, stats))
 
-    @on(StatsProgress)
-    def _stats_progress(self, message: StatsProgress) -> None:
-        if message.request != self.request:
+    @on(Progress)
+    def _stats_progress(self, message: Progress) -> None:
+        if message.task != "stats" or message.request != self.request:
             return
         bar = self.query_one("#detail-progress", ProgressBar)
         bar.display = True
