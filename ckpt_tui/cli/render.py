@@ -328,9 +328,8 @@ def print_json(data: Any, *, floatless: bool = False) -> None:
     cost = transferred()
     if cost is not None and isinstance(data, dict):
         data = {**data, "transferred": cost.to_json()}
-    sys.stdout.flush()
-    sys.stdout.buffer.write((_fast_json(data) if floatless else _json(data)) + b"\n")
-    sys.stdout.buffer.flush()
+    # as text: stdout may be any text stream (a test's StringIO); the JSON is ASCII, so decoding is a copy
+    sys.stdout.write((_fast_json(data) if floatless else _json(data)).decode("ascii") + "\n")
 
 
 def _json(data: Any) -> bytes:
