@@ -871,10 +871,8 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
         if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
             raise CannotTell("BUILD calls set_() with a byte storage: torch may refuse it (typed or untyped)")
         raise Refusal(f"BUILD calls set_() with a {source.dtype} storage on a {tensor.dtype} tensor")
-    if len(args) == 4:
-        _set_storage(source, args[1], args[2], args[3], tensor.dtype)
-    elif len(args) == 3:
-        raise CannotTell("BUILD calls set_(storage, offset, size): torch may refuse it (not emulated here)")
+    if len(args) in (3, 4):  # set_(storage, offset, size, stride=()): no stride is row-major
+        _set_storage(source, args[1], args[2], args[3] if len(args) == 4 else (), tensor.dtype)
     elif len(args) != 1:
         raise Refusal(f"BUILD calls set_() with {len(args)} arguments (it takes 1 or 4)")
 
