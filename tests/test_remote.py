@@ -215,7 +215,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     pytest.importorskip("huggingface_hub")
     root = tmp_path / "hub"
     root.mkdir()
-    with RangeServer(str(root), latency=0.05) as server:
+    with RangeServer(str(root)) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
@@ -223,6 +223,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_an_hf_repo_of_4_shards_opens_with_its_shards_read_in_parallel(hub: RangeServer) -> None:
+    hub.latency = 0.05  # requests in flight together overlap
     state = dict(many_keys(40))
     (root_of(hub) / "org" / "model").mkdir(parents=True)
     write_sharded_safetensors(state, root_of(hub) / "org" / "model", shards=4)
@@ -461,3 +462,19 @@ def test_convert_of_a_remote_file_writes_a_local_copy_torch_loads(served: RangeS
     from safetensors.torch import load_file
 
     assert torch.equal(load_file(out)["module.w"], state["module.w"].half())
+
+
+def test_every_fixture_folder_checks_the_same_from_the_hub(hub: RangeServer) -> None:
+    fixtures = Path(__file__).parent / "fixtures"
+    target = root_of(hub) / "fixtures" / "all"
+    files = sorted(p for p in fixtures.rglob("*") if p.is_file())
+    for file in files:
+        (target / file.relative_to(fixtures)).parent.mkdir(parents=True, exist_ok=True)
+        (target / file.relative_to(fixtures)).write_bytes(file.read_bytes())
+    assert len(files) > 20
+    # a file of a DCP or DeepSpeed folder opens the whole folder: one file of each folder is enough
+    for file in {file.parent: file for file in reversed(files)}.values():
+        relative = file.relative_to(fixtures).as_posix()
+        local = outcome(str(file), str(fixtures))
+        far = outcome(f"hf://fixtures/all/{relative}", "hf://fixtures/all")
+        assert far == local, relative
