@@ -386,3 +386,16 @@ def test_two_end_records_read_as_torch_reads_them(
     assert verdict_json["answer"] == ("refuses" if zip64_twin else "cannot_tell"), verdict_json
     assert any("two end records" in p["message"] for p in report["problems"]), report["problems"]
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("record", [b"", b"3", b"+2", b"x"])
+def test_a_data_version_record_is_read_before_version(tmp_path: Path, record: bytes) -> None:
+    """``.data/version``, when there, is the one torch reads (an empty one fails the load)."""
+    members = saved_members({"w": torch.tensor([1.0, 2.0])}, tmp_path)
+    path = write_raw_zip(tmp_path / "dv.pth", [*members, (b"archive/.data/version", record)])
+    try:
+        torch.load(path, weights_only=True)
+        theirs = "loads"
+    except (RuntimeError, IndexError, ValueError):
+        theirs = "refuses"
+    assert verdict_from_scan(scan_file(str(path)), None).answer == theirs
