@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders_tui import browser, fixed_state_dict, loaded, save_fixed_training, settle
+from builders_tui import browser, fixed_state_dict, fixed_training_checkpoint, loaded, save_fixed_training, settle
 
 from ckpt_tui.cli import build_parser, main
 from ckpt_tui.core.edits import tree_edits as edits
@@ -146,3 +146,29 @@ def test_one_progress_message_throttled_and_replacing_the_stale_one() -> None:
     stopped: list[Progress] = []
     ProgressPoster(stopped.append, "layers", cancelled=lambda: True)(5, 10)  # type: ignore[arg-type]
     assert stopped == []
+
+
+async def test_the_browsers_diff_report_is_cores(tmp_path: Path) -> None:
+    from ckpt_tui.core.operations.diff import diff
+    from ckpt_tui.core.operations.reports import describe_diff, headline
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    train_file = save_fixed_training(tmp_path / "best_model.pth")
+    other = fixed_training_checkpoint()
+    del other["scheduler"]
+    key = next(iter(other["model"]))
+    other["model"][key] = other["model"][key] + 1
+    other["model"]["extra.weight"] = torch.zeros(2)
+    torch.save(other, tmp_path / "other.pth")
+    report = diff(open_checkpoint(str(train_file)), open_checkpoint(str(tmp_path / "other.pth")))
+    described = describe_diff(report, "best_model.pth", "other.pth")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        app.screen.query_one("Input").value = str(tmp_path / "other.pth")
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)
+        assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
+        shown = [(title, [text.plain for _, text in rows]) for title, rows in app.screen.sections if rows]
+    assert shown == [(s.title, [row.text for row in s.rows]) for s in described.sections if s.rows]

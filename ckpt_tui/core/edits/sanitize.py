@@ -38,7 +38,7 @@ from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python
 from ckpt_tui.core.model.made_bytes import MemorySource
-from ckpt_tui.core.model.tree import Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
+from ckpt_tui.core.model.tree import LAYOUTS, Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 from ckpt_tui.core.readers.distributed_globals import framework_of
 from ckpt_tui.core.weights_only.verdict import outer_path, tables
 
@@ -243,7 +243,7 @@ class _Rewriter:
         return dataclasses.replace(tensor, **changes) if changes else tensor
 
     def _symbol(self, value: Symbol) -> Any:
-        if value.qualname in tables.ALLOWED or value.qualname in tables.LAYOUTS:
+        if value.qualname in tables.ALLOWED or value.qualname in LAYOUTS:
             return value
         self.note("torch constant → its name", value.qualname)
         return value.qualname

@@ -445,13 +445,18 @@ def _key(path: Any) -> str:
 # ---- text ---------------------------------------------------------------------------------
 
 
-def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
-    """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
-    then each fix with its command."""
+def headline(report: Report) -> str:
+    """The verdict and the counts after it, as both faces show them first."""
     separator = (
         ": " if report.verdict in ("OK", "DOES NOT FIT", "identical", "per-layer change", "norm series") else " "
     )
-    lines = [report.verdict + separator + report.counts]
+    return report.verdict + separator + report.counts
+
+
+def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
+    """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
+    then each fix with its command."""
+    lines = [headline(report)]
     lines += [f"note: {note}" for note in report.notes]
     for section in report.sections:
         if not section.rows:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import contiguous_strides
+from ckpt_tui.core.model.tree import LAYOUTS, contiguous_strides
 from ckpt_tui.core.weights_only import tables
 
 MEMO_LIMIT = 1 << 20
@@ -1082,7 +1082,7 @@ def _device(args: tuple[Any, ...]) -> WLeaf:
 
 def _get_layout(args: tuple[Any, ...]) -> WLeaf:
     (name,) = args
-    if not isinstance(name, str) or name not in tables.LAYOUTS:
+    if not isinstance(name, str) or name not in LAYOUTS:
         raise Refusal(f"_get_layout({_short(name)}) is not a layout")
     return WLeaf(name)
 

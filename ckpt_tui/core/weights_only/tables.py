@@ -141,9 +141,6 @@ FLOATING_DTYPES = frozenset(
     {"bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2"}
     | {"float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "complex32", "complex64", "complex128"}
 )
-LAYOUTS = frozenset(
-    f"torch.{name}" for name in ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
-) | {"torch._mkldnn", "torch.jagged"}
 
 
 @dataclass(frozen=True, slots=True)

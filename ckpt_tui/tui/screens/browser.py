@@ -910,19 +910,14 @@ class BrowserScreen(Screen[None]):
         if self.session is None or message.version != self.session.version:
             self.update_status("the checkpoint changed while diffing: diff again")
             return
-        self.update_status("")
-        report = message.report
-        summary = Text(
-            "identical"
-            if report.identical
-            else f"{report.identical_tensors} tensors identical, {len(report.value_changes)} differ in value, "
-            f"{len(report.only_a)} only here, {len(report.only_b)} only there"
-        )
+        from ckpt_tui.core.operations.reports import describe_diff
 
-        title = f"Diff {self.display_name} with {os.path.basename(message.other)}"
+        self.update_status("")
+        described = describe_diff(message.report, self.display_name, os.path.basename(message.other))
+        summary, sections = _report_body(described)
         other = message.other
         self.app.push_screen(
-            ReportScreen(title, summary, _diff_sections(report), False, layer_change=True),
+            ReportScreen(described.title, summary, sections, False, layer_change=True),
             lambda result: self._diff_report_closed(result, other),
         )
 
@@ -987,12 +982,7 @@ class BrowserScreen(Screen[None]):
             return
         width = min(int(self.app.size.width * 0.96), 140) - 12  # the report dialog's rows (app.tcss)
         described = describe_layer_change(message.report, self.display_name, os.path.basename(message.other), width)
-        summary = Text(f"{described.verdict}: {described.counts}")
-        for note in described.notes:
-            summary.append(f"\nnote: {note}")
-        sections: list[Section] = [
-            (section.title, [(row.key, data(row.text)) for row in section.rows]) for section in described.sections
-        ]
+        summary, sections = _report_body(described)
         other = message.other
         self.app.push_screen(
             ReportScreen(described.title, summary, sections, False),
@@ -1109,21 +1099,18 @@ def _compare_sections(report: Any, target: Target) -> list[Section]:
     ]
 
 
-def _diff_sections(report: Any) -> list[Section]:
-    return [
-        ("only here", [(k, data(k)) for k in report.only_a]),
-        ("only in the other file", [(None, data(k)) for k in report.only_b]),
-        ("shape changes", [(k, data(f"{k}: {list(a)} → {list(b)}")) for k, a, b in report.shape_changes]),
-        ("dtype changes", [(k, data(f"{k}: {a} → {b}")) for k, a, b in report.dtype_changes]),
-        (
-            "value changes",
-            [
-                (d.key, data(f"{d.key}: max |a-b| {d.max_abs:.4g}, {'allclose' if d.close else 'NOT close'}"))
-                for d in report.value_changes
-            ],
-        ),
-        ("other values", [(k, data(f"{k}: {a} → {b}")) for k, a, b in report.other_changes]),
+def _report_body(described: Any) -> tuple[Text, list[Section]]:
+    """A report core described (:mod:`~ckpt_tui.core.operations.reports`) as a report screen shows it: the
+    verdict, counts and notes, then each section's rows (enter on a row with a key jumps there)."""
+    from ckpt_tui.core.operations.reports import headline
+
+    summary = Text(headline(described))
+    for note in described.notes:
+        summary.append(f"\nnote: {note}")
+    sections: list[Section] = [
+        (section.title, [(row.key, data(row.text)) for row in section.rows]) for section in described.sections
     ]
+    return summary, sections
 
 
 def check_markers(root: Any, report: CheckReport) -> dict[int, str]:
