@@ -231,3 +231,30 @@ async def test_a_whole_path_typed_after_the_folder_is_the_path_typed(ddp_file: P
         await pilot.press(*str(other / "bare.pth"))
         await settle(pilot, "enter")
         assert isinstance(app.screen, ReportScreen)
+
+
+def test_a_marked_line_keeps_shape_dtype_and_mark_at_80_columns() -> None:
+    parts = [
+        Part("module.layer3.1.conv2.weight", key=True),
+        Part(" "),
+        Part(" [256, 256, 3, 3]"),
+        Part(" fp32"),
+        Part("  !! NaN", end=True),
+    ]
+    line = fitted(parts, 41).plain
+    assert len(line) <= 41 and line.endswith("weight  [256, 256, 3, 3] fp32  !! NaN")
+
+
+async def test_a_wide_tree_shows_whole_lines_and_a_narrow_one_shows_every_tensor_line_alike(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=(200, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "l")
+        lines = tree_lines(app)
+        assert any("module.conv1.weight  Tensor [32, 3, 3, 3] float32 cpu" in line for line in lines)
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=(110, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "l")
+        tensors = [line for line in tree_lines(app) if "module." in line]
+        assert tensors and all("Tensor" not in line and "float32" not in line for line in tensors)

@@ -14,7 +14,7 @@ from rich.text import Span, Text
 
 SHORTEN = 2
 """The level at which parts with a short form take it (after the levels above it are dropped)."""
-MIN_KEY = 12
+MIN_KEY = 8
 """A key is never shortened below this many columns (unless the line has no more room at all)."""
 ELLIPSIS = "…"
 

@@ -28,8 +28,6 @@ from ckpt_tui.tui.bindings import TREE_BINDINGS
 from ckpt_tui.tui.fitting import Part, fitted, styled
 
 PAGE = 1000
-COMPACT_WIDTH = 60
-"""A tree narrower than this shows every tensor line compact (``[32, 3, 3, 3] fp32``; the panel has the rest)."""
 JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
@@ -225,6 +223,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.styles_by_role = COLOR_STYLES
         self.target_node: TreeNode[NodeData] | None = None
         """Where a jump is about to put the cursor (it moves after the next refresh)."""
+        self.wide_lines = 0
+        """Lines shown that are wider than the tree: then every tensor line is compact (``[32, 3, 3, 3] fp32``;
+        the panel has the type, device and bytes), so the column reads the same down the screen."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -402,7 +403,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         data = node.data
         if room is None or data is None or data.parts is None:
             return super().render_label(node, base_style, style)
-        compact = self.size.width < COMPACT_WIDTH
+        compact = self.wide_lines > 0
         if not compact and self.process_label(node.label).cell_len <= room:
             return super().render_label(node, base_style, style)
         label = fitted(data.parts, room, compact)
@@ -413,11 +414,21 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
 
     def get_label_width(self, node: TreeNode[NodeData]) -> int:
-        """What ``render_label`` takes, without fitting every line (the tree asks this of each line)."""
+        """What ``render_label`` takes, without fitting every line (the tree asks this of each line shown,
+        each time it lays the lines out: the wide ones are counted here)."""
         icon = len(self.ICON_NODE) if node.allow_expand else 0
         room = self.label_room(node)
         natural = self.process_label(node.label).cell_len
-        return icon + (natural if room is None else min(natural, room))
+        if room is None:
+            return icon + natural
+        if natural > room and node.data is not None and any(part.compact for part in node.data.parts or ()):
+            self.wide_lines += 1
+        return icon + min(natural, room)
+
+    def _build(self) -> None:
+        """Lay out the lines shown, counting again those too wide for the tree (Tree's own method, extended)."""
+        self.wide_lines = 0
+        super()._build()
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:
         self.load(event.node)
