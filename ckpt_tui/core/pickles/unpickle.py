@@ -545,7 +545,7 @@ _DTYPE_ALIASES = {
 _TENSOR_TYPES = ("Bool", "BFloat16", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")
 
 # Names recorded as safe opaque objects. Each was read in its source: built from arguments that are
-# themselves inert, it runs nothing of the file's choosing and touches no file (see README "Safety").
+# themselves inert, it runs nothing of the file's choosing and touches no file (see docs/safety.md).
 _SAFE_OPAQUE = {
     "argparse.Namespace",  # plain attribute bag
     "types.SimpleNamespace",
