@@ -16,6 +16,7 @@ import struct
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -399,3 +400,67 @@ def test_a_data_version_record_is_read_before_version(tmp_path: Path, record: by
     except (RuntimeError, IndexError, ValueError):
         theirs = "refuses"
     assert verdict_from_scan(scan_file(str(path)), None).answer == theirs
+
+
+MUTATIONS: dict[str, dict[str, Any]] = {
+    "encrypted": {"flags": 0x1},
+    "data descriptor": {"flags": 0x8},
+    "masked local header": {"flags": 0x2000},
+    "deflated": {"method": 8},
+    "unknown method": {"method": 12},
+    "zero CRC": {"crc": 0},
+    "sizes one too long": {"grow": 1},
+    "local header names another file": {"lname": True},
+    "local extra field": {"extra": b"\x01\x00\x04\x00abcd"},
+    "on disk 1": {"disk": 1},
+}
+EXTRA_MEMBERS = [b"archive/extra", b"other/x", b"archive/", b"archive/data/", b"archive/data/9\x00", b"ARCHIVE/y"]
+
+
+def mutated_zip(members: list[tuple[bytes, bytes]], changes: dict[int, dict[str, Any]]) -> bytes:
+    """A zip of ``members`` with some members' headers changed (flags, method, CRC, sizes, local name...)."""
+    out, central = bytearray(), bytearray()
+    for index, (name, data) in enumerate(members):
+        change = changes.get(index, {})
+        body, method = data, change.get("method", 0)
+        if method == 8:
+            packer = zlib.compressobj(6, zlib.DEFLATED, -15)
+            body = packer.compress(data) + packer.flush()
+        size, csize = len(data) + change.get("grow", 0), len(body) + change.get("grow", 0)
+        crc, flags = change.get("crc", zlib.crc32(data)), change.get("flags", 0)
+        local_name = b"x" * len(name) if change.get("lname") else name
+        extra = change.get("extra", b"")
+        offset = len(out)
+        head = (b"PK\x03\x04", 20, flags, method, 0, 0, crc, csize, size, len(local_name), len(extra))
+        out += struct.pack("<4s5H3L2H", *head) + local_name + extra + body
+        entry = (b"PK\x01\x02", 20, 20, flags, method, 0, 0, crc, csize, size, len(name), 0, 0, change.get("disk", 0))
+        central += struct.pack("<4s6H3L5H2L", *entry, 0, 0, offset) + name
+    start = len(out)
+    out += central + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), start, 0)
+    return bytes(out)
+
+
+def test_zip_structure_variants_agree_with_torch(tmp_path: Path) -> None:
+    """Generated zips (flags, methods, CRCs, sizes, local headers, disks, members outside the folder, a NUL
+    in a name, directory records): "loads" exactly where torch.load(weights_only=True) loads."""
+    rng = random.Random(2113)
+    base = saved_members({"w": torch.ones(2), "v": torch.zeros(3)}, tmp_path)
+    path = tmp_path / "variant.pth"
+    outcomes = set()
+    for _ in range(120):
+        members = list(base)
+        if rng.random() < 0.3:
+            rng.shuffle(members)
+        if rng.random() < 0.25:
+            members.append((rng.choice(EXTRA_MEMBERS), b"zz"))
+        changes = {rng.randrange(len(members)): rng.choice(list(MUTATIONS.values())) for _ in range(rng.randint(0, 2))}
+        path.write_bytes(mutated_zip(members, changes))
+        try:
+            torch.load(path, weights_only=True)
+            theirs = "loads"
+        except Exception:  # (every way torch's reader fails)
+            theirs = "refuses"
+        ours = verdict_from_scan(scan_file(str(path)), None).answer
+        assert (ours == "loads") == (theirs == "loads"), ([name for name, _ in members], changes, ours)
+        outcomes.add(theirs)
+    assert outcomes == {"loads", "refuses"}

@@ -100,7 +100,7 @@ def read_embedded(
         prefix = data_name[: -len("data.pkl")]
         try:
             offsets = {n: data_offset(file, e) for n, e in entries.items() if n.startswith(prefix + "data/")}
-            data = read_member(file, entries[data_name], end)
+            data = read_member(file, entries.listed_as(data_name), end)
             order = entries.get(prefix + "byteorder")
             if order is not None and read_member(file, order, end, limit=16).strip() not in (b"", b"little"):
                 raise ReadError("big-endian item (not supported here)")

@@ -152,7 +152,7 @@ class ZipRecords:
             wanted = [name for name in wanted if name not in self._offsets]
         if not wanted:
             return
-        heads = [self.entries[name].header_offset for name in wanted]
+        heads = [self.entries.listed_as(name).header_offset for name in wanted]
         try:
             if places.is_remote(self.path):
                 found = _fetched_offsets(places.source_of(self.path), wanted, heads)
@@ -270,7 +270,7 @@ class ZipLayout:
         self.hostile: list[str] = []
         collision = entries.collision_text()
         if collision is not None:
-            picked = ", ".join(repr(entries[group[0].name].name) for group in entries.collisions[:3])
+            picked = ", ".join(repr(entries.listed_as(group[0].name).name) for group in entries.collisions[:3])
             self.hostile.append(
                 f"zip member names collide under torch's comparison (case-insensitive, one name twice): {collision}; "
                 f"torch 2.13 reads {picked if entries.resolved else 'one of them'}, other zip readers may read "

@@ -90,6 +90,11 @@ class ZipDirectory(dict[str, ZipEntry]):
             return None  # torch cannot even pass such a name to its reader
         return self.found.get(fold(raw))
 
+    def listed_as(self, name: str) -> ZipEntry:
+        """The member listed under exactly ``name`` (one of :meth:`keys`; torch's pick among twins), NUL and
+        all: for names taken from the listing itself, never looked up as torch looks them up."""
+        return dict.__getitem__(self, name)
+
     def _exact(self, name: str) -> ZipEntry | None:
         """The usual case at dict speed: a member of exactly this name maps to torch's pick for it (a NUL
         in the name is the exception: torch's lookup stops there)."""
