@@ -21,9 +21,9 @@ from typing import Any
 
 from ckpt_tui.core.conventions.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
-from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict, is_optimizer, is_scheduler, tensor_items
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.describe import count, counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
@@ -542,7 +542,45 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     else:
         title = f"extract {_describe(path)}"
     tensors = sum(1 for _ in iter_tensors(value))
-    return value, Change(f"{title} ({counted(tensors, 'tensor')})", 1)
+    dropped = extract_drops(root, path)
+    return value, Change(f"{title} ({counted(tensors, 'tensor')})", 1, notes=[dropped] if dropped else [])
+
+
+def extract_drops(root: Any, path: KeyPath) -> str | None:
+    """What extracting ``path`` leaves out of the file, in one sentence (``drops epoch = 2, the optimizer
+    state at ckpt["optimizer"] (1.39M elements), the LR scheduler state at ckpt["scheduler"]``); None when
+    nothing is left out."""
+    parts: list[str] = []
+    parent = root
+    for depth, key in enumerate(path):
+        if not isinstance(parent, dict):
+            break
+        parts += [_dropped((*path[:depth], other), value) for other, value in parent.items() if other != key]
+        parent = parent.get(key)
+    if not parts:
+        return None
+    shown = parts[:EXTRACT_DROPS_SHOWN]
+    more = f" and {len(parts) - len(shown)} more" if len(parts) > len(shown) else ""
+    return "drops " + ", ".join(shown) + more
+
+
+EXTRACT_DROPS_SHOWN = 6
+
+
+def _dropped(path: KeyPath, value: Any) -> str:
+    """One thing an extract leaves out, in words."""
+    where = to_python(path)
+    if is_optimizer(value):
+        elements = sum(tensor.numel for _, tensor in iter_tensors(value))
+        return f"the optimizer state at {where} ({count(elements)} elements)"
+    if is_scheduler(value):
+        return f"the LR scheduler state at {where}"
+    tensors = [tensor for _, tensor in iter_tensors(value)]
+    if tensors:
+        return f"{where} ({counted(len(tensors), 'tensor')}, {count(sum(t.numel for t in tensors))} elements)"
+    if isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 40:
+        return f"{key_text(path[-1])} = {value!r}"
+    return where
 
 
 def is_flat_state_dict(root: Any) -> bool:
@@ -684,7 +722,12 @@ def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
 
     new_root, changed = map_tensors(root, convert)
     if not changed:
-        raise EditError(f"no floating-point tensor in {_describe(scope)} to cast to {dtype}")
+        already = sum(1 for _, t in iter_tensors(get(root, scope)) if t.dtype == dtype)
+        if not already:
+            raise EditError(f"no floating-point tensor in {_describe(scope)} to cast to {dtype}")
+        # a cast to the dtype the weights have is asked for often (a script run twice): a no-op, said so
+        note = f"every floating-point tensor there is already {dtype} ({counted(already, 'tensor')}): nothing to cast"
+        return root, Change(f"cast the tensors of {_describe(scope)} to {dtype}", 0, notes=[note])
     casts = ", ".join(f"{a} → {b}" for a, b in examples)
     change = Change(f"cast the tensors of {_describe(scope)} ({casts})", changed)
     if scope:

@@ -88,7 +88,15 @@ def _converted(tensor: Tensor, dtype: str, byteorder: str = "little") -> Iterato
     from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader, decode, numpy_dtype
 
     target = numpy_dtype(dtype, byteorder)
-    for raw in TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS):
+    source = tensor.storage.source if tensor.storage is not None else None
+    if isinstance(source, MemorySource):  # bytes made in memory (a rewritten tensor): cast from there
+        start = tensor.offset * itemsize(tensor.dtype)
+        chunks: Iterator[np.ndarray] = iter(
+            [np.frombuffer(source.data[start : start + tensor.nbytes], numpy_dtype(tensor.dtype))]
+        )
+    else:
+        chunks = TensorReader(tensor, byteorder).chunks(CHUNK_ELEMENTS)
+    for raw in chunks:
         with np.errstate(over="ignore", invalid="ignore"):  # out of range: ±inf, as torch's cast gives, unwarned
             values = decode(raw, tensor.dtype)
             converted = (to_bfloat16(values) if dtype == "bfloat16" else values).astype(target).tobytes()

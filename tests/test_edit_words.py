@@ -1,0 +1,58 @@
+"""Say what an edit drops and when it has nothing to do: an extract names the epoch, the optimizer with its
+size and the scheduler it leaves out; a cast to the dtype the weights have is a no-op with a note; a cast
+after extracting a dynamic-quantized module writes a file that loads into it."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.readers.open import open_checkpoint
+
+
+def training_checkpoint(tmp_path):
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+    path = tmp_path / "run.pth"
+    state = {"epoch": 7, "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}
+    torch.save({**state, "scheduler": scheduler.state_dict()}, path)
+    return path
+
+
+def test_extract_says_it_drops_the_epoch_the_optimizer_with_its_size_and_the_scheduler(tmp_path, capsys):
+    root = open_checkpoint(str(training_checkpoint(tmp_path))).root
+    _, change = edits.extract(root, ("model_state_dict",))
+    assert change.notes == [
+        'drops epoch = 7, the optimizer state at ckpt["optimizer_state_dict"] (32 elements), '
+        'the LR scheduler state at ckpt["scheduler"]'
+    ]
+    assert main(["convert", str(tmp_path / "run.pth"), "--extract", "model_state_dict", "--dry-run"]) == 0
+    assert "drops epoch = 7, the optimizer state" in capsys.readouterr().out
+
+
+def test_a_cast_to_the_dtype_the_weights_have_is_a_no_op_with_a_note(tmp_path, capsys):
+    torch.save({k: v.half() for k, v in nn.Linear(4, 3).state_dict().items()}, tmp_path / "half.pth")
+    assert main(["convert", str(tmp_path / "half.pth"), "--dtype", "fp16", "-o", str(tmp_path / "out.pth")]) == 0
+    assert "already float16 (2 tensors): nothing to cast" in capsys.readouterr().out
+    assert all(v.dtype == torch.float16 for v in torch.load(tmp_path / "out.pth", weights_only=True).values())
+
+
+def test_a_cast_of_a_dynamic_quantized_module_after_extract_loads_into_it(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        torch.save(quantized, tmp_path / "dq.pth")
+        out = tmp_path / "dq16.pth"
+        assert main(["convert", str(tmp_path / "dq.pth"), "--extract", "auto", "--dtype", "fp16", "-o", str(out)]) == 0
+        state = torch.load(out, weights_only=True)
+        assert state["0._packed_params._packed_params"][1].dtype == torch.float16
+        result = quantized.load_state_dict(state)
+    assert not result.missing_keys and not result.unexpected_keys
