@@ -79,3 +79,51 @@ def test_a_peft_state_dict_gets_the_fix_that_reaches_the_base_model(tmp_path, ca
     assert main(shlex.split(command)[1:]) == 0
     capsys.readouterr()
     assert main(["check", str(tmp_path / "peft.fixed.pth"), "--against", str(tmp_path / "base.pth")]) == 0
+
+
+def bert_mlm(vocab: int = VOCAB) -> dict[str, torch.Tensor]:
+    """BertForMaskedLM's key layout (built with torch alone, as transformers names it): the MLM decoder's
+    weight and bias are tied to the word embedding and to ``cls.predictions.bias``."""
+    torch.manual_seed(1)
+    embedding, bias = torch.randn(vocab, WIDTH), torch.zeros(vocab)
+    return {
+        "bert.embeddings.word_embeddings.weight": embedding,
+        "bert.embeddings.LayerNorm.weight": torch.ones(WIDTH),
+        "bert.encoder.layer.0.attention.self.query.weight": torch.randn(WIDTH, WIDTH),
+        "cls.predictions.bias": bias,
+        "cls.predictions.transform.dense.weight": torch.randn(WIDTH, WIDTH),
+        "cls.predictions.decoder.weight": embedding,
+        "cls.predictions.decoder.bias": bias,
+    }
+
+
+def test_bert_mlm_decoder_weight_and_bias_are_known_as_tied(tmp_path, capsys):
+    model = bert_mlm()
+    torch.save(model, tmp_path / "model.pth")
+    saved = {k: v for k, v in model.items() if not k.startswith("cls.predictions.decoder.")}  # as tied saving does
+    torch.save(saved, tmp_path / "saved.pth")
+    assert main(["check", str(tmp_path / "saved.pth"), "--against", str(tmp_path / "model.pth")]) == 1
+    text = capsys.readouterr().out
+    assert "cls.predictions.decoder.weight is absent from the file: the architecture ties it to " in text
+    assert "ties it to bert.embeddings.word_embeddings.weight" in text
+    assert (
+        "cls.predictions.decoder.bias is absent from the file: the architecture ties it to cls.predictions.bias" in text
+    )
+    assert "2 tied to weights in the file, filled in by tie_weights(); none keeps the model's initial values" in text
+
+
+def test_t5_encoder_embedding_is_known_as_tied_to_shared(tmp_path, capsys):
+    shared = torch.randn(VOCAB, WIDTH)
+    model = {
+        "shared.weight": shared,
+        "encoder.embed_tokens.weight": shared,
+        "encoder.final_layer_norm.weight": torch.ones(WIDTH),
+    }
+    torch.save(model, tmp_path / "t5.pth")
+    torch.save({k: v for k, v in model.items() if k != "encoder.embed_tokens.weight"}, tmp_path / "saved.pth")
+    assert main(["check", str(tmp_path / "saved.pth"), "--against", str(tmp_path / "t5.pth"), "--json"]) == 1
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(
+        n.startswith("encoder.embed_tokens.weight is absent from the file: the architecture ties it to shared.weight")
+        for n in notes
+    )

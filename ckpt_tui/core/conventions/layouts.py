@@ -28,8 +28,20 @@ LIGHTNING_MODEL = "model."
 PEFT_PREFIX = "base_model.model."
 PEFT_BASE = "base_layer"
 HF_BODIES = ("model.", "transformer.")
-TIED_HEADS = ("lm_head.weight",)
 EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "shared.weight", "embed_in.weight")
+TIES = (
+    ("lm_head.weight", EMBEDDINGS),  # causal LMs: Llama, GPT-2, GPT-NeoX, T5 v1.0
+    ("cls.predictions.decoder.weight", ("word_embeddings.weight",)),  # BERT's MLM head
+    ("cls.predictions.decoder.bias", ("cls.predictions.bias",)),
+    ("lm_head.decoder.weight", ("word_embeddings.weight",)),  # RoBERTa's MLM head
+    ("lm_head.decoder.bias", ("lm_head.bias",)),
+    ("predictions.decoder.weight", ("word_embeddings.weight",)),  # ALBERT, ELECTRA generator
+    ("predictions.decoder.bias", ("predictions.bias",)),
+    ("encoder.embed_tokens.weight", ("shared.weight",)),  # T5, BART: one shared embedding
+    ("decoder.embed_tokens.weight", ("shared.weight",)),
+)
+"""Weights that architectures tie to another (``_tied_weights_keys`` in transformers): the first is saved
+once, as the second, and ``tie_weights()`` makes the model's first the same tensor again."""
 EMA_NAMES = frozenset({"ema", "model_ema", "ema_model", "ema_state_dict", "state_dict_ema", "ema_state", "ema_params"})
 
 
@@ -226,10 +238,17 @@ def ema_prefix(keys: Sequence[str]) -> str:
 
 
 def tied_head(missing: str, present: dict[str, tuple[int, ...] | None], shape: tuple[int, ...] | None) -> str | None:
-    """The embedding a missing output head is tied to (``lm_head.weight`` ↔ ``model.embed_tokens.weight``)."""
-    if not any(missing == head or missing.endswith("." + head) for head in TIED_HEADS):
-        return None
-    for key, found in present.items():
-        if any(key == e or key.endswith("." + e) for e in EMBEDDINGS) and (shape is None or found == shape):
-            return key
+    """The weight a missing one is tied to by its architecture (:data:`TIES`: ``lm_head.weight`` ↔
+    ``model.embed_tokens.weight``, BERT's ``cls.predictions.decoder.bias`` ↔ ``cls.predictions.bias``,
+    T5's ``encoder.embed_tokens.weight`` ↔ ``shared.weight``), present with the same shape; else None."""
+    for head, targets in TIES:
+        if missing != head and not missing.endswith("." + head):
+            continue
+        start = missing[: len(missing) - len(head)]
+        for key, found in present.items():
+            if key == missing or (shape is not None and found != shape):
+                continue
+            # the tied weight sits beside the head (same model prefix) or anywhere for embeddings
+            if any(key == start + t or (t in EMBEDDINGS and key.endswith("." + t)) or key == t for t in targets):
+                return key
     return None

@@ -185,6 +185,8 @@ class CompareReport:
     """Layouts recognised (wrappers, PEFT, EMA, tied heads), in words."""
     filled_on_load: list[str] = field(default_factory=list)
     """Reference keys absent from the file that loading fills in (BatchNorm's ``num_batches_tracked``)."""
+    tied: list[str] = field(default_factory=list)
+    """Missing keys the architecture ties to a weight the file has (``tie_weights()`` fills them)."""
     whole_module: bool = False
     """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
 
@@ -787,7 +789,8 @@ def _strip_notes(suggestion: Suggestion) -> list[str]:
 
 
 def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: Reference) -> list[str]:
-    """Missing output heads that the model ties to its input embedding (Hugging Face ``lm_head``)."""
+    """Missing weights the architecture ties to one the file has (an LM head, BERT's MLM decoder, T5's
+    shared embedding): a note each, and listed in ``report.tied``."""
     missing = report.suggestion.missing if report.suggestion is not None else report.missing
     if not missing:
         return []
@@ -798,9 +801,10 @@ def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: 
     for key in missing:
         tied = layouts.tied_head(key, present, reference[key].shape if key in reference else None)
         if tied is not None:
+            report.tied.append(key)
             notes.append(
-                f"{key} is absent from the file: it has the shape of {tied}, an output head tied to the input "
-                "embedding (Hugging Face tie_weights). Hugging Face's from_pretrained ties it; "
+                f"{key} is absent from the file: the architecture ties it to {tied} (same shape), so it is "
+                "saved once (Hugging Face tie_weights). Hugging Face's from_pretrained ties it; "
                 "load_state_dict needs strict=False and then model.tie_weights()"
             )
     return notes

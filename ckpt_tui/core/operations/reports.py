@@ -129,7 +129,8 @@ def describe_compare(
     ]
     notes = [printable(note) for note in report.notes]
     if report.missing or report.unexpected:
-        notes.append(_strict_false(len(report.missing), len(report.unexpected), len(report.shape_mismatches)))
+        tied = len(set(report.tied) & set(report.missing))
+        notes.append(_strict_false(len(report.missing), len(report.unexpected), len(report.shape_mismatches), tied))
     fixes: list[FixDescription] = []
     suggestions = [s for s in [report.suggestion, *report.alternatives] if s is not None]
     for index, suggestion in enumerate(suggestions):
@@ -149,9 +150,15 @@ def describe_compare(
     )
 
 
-def _strict_false(missing: int, unexpected: int, shapes: int) -> str:
+def _strict_false(missing: int, unexpected: int, shapes: int, tied: int = 0) -> str:
     parts = []
-    if missing:
+    if missing and tied:
+        rest = "the others keep" if tied < missing else "none keeps"
+        parts.append(
+            f"skip {_keys(missing, 'missing')} ({tied} tied to weights in the file, filled in by tie_weights(); "
+            f"{rest} the model's initial values)"
+        )
+    elif missing:
         parts.append(f"skip {_keys(missing, 'missing')} (they keep the model's initial values)")
     if unexpected:
         parts.append(f"ignore {_keys(unexpected, 'unexpected')}")
@@ -186,7 +193,8 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
         names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
         details.append(f"drops {_keys(len(dropped))} the model does not have: {names}")
     if suggestion.missing and not set(suggestion.missing) <= mismatched:
-        details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0) + " after it")
+        tied = len(set(report.tied) & set(suggestion.missing))
+        details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it")
     argv = suggestion.argv(path)
     return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
 
