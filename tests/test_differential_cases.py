@@ -23,6 +23,11 @@ def v2(size: tuple[int, ...] = (6,), stride: object = (1,), grad: object = False
     return Call(G("torch._utils", "_rebuild_tensor_v2"), (pid(), 0, size, stride, grad, OD))
 
 
+def v3(grad: object) -> Call:
+    args = (pid(), 0, (6,), (1,), grad, OD, G("torch", "float32"))
+    return Call(G("torch._utils", "_rebuild_tensor_v3"), args)
+
+
 def meta() -> Call:
     return Call(G("torch._utils", "_rebuild_meta_tensor_no_storage"), (G("torch", "float32"), (6,), (1,), False))
 
@@ -50,6 +55,12 @@ PICKLED: dict[str, object] = {
     "requires_grad 1": v2(grad=1),
     "requires_grad None": v2(grad=None),
     "requires_grad True": v2(grad=True),
+    "_rebuild_tensor_v3 requires_grad None": v3(None),
+    "_rebuild_tensor_v3 requires_grad True": v3(True),
+    "_rebuild_tensor_v3 requires_grad 0": v3(0),
+    "negative stride of an empty tensor": v2((2, 0), (-1, -1)),
+    "negative stride of a size 1": v2((1, 3), (-5, 1)),
+    "negative stride": v2((2,), (-1,)),
     "_rebuild_tensor_v2 with 5 arguments": Call(G("torch._utils", "_rebuild_tensor_v2"), (pid(), 0, (6,), (1,), False)),
     "_rebuild_tensor with 5 arguments": Call(G("torch._utils", "_rebuild_tensor"), (pid(), 0, (6,), (1,), False)),
     "_rebuild_tensor_v3 with 6 arguments": Call(G("torch._utils", "_rebuild_tensor_v3"), (*v2().args,)),

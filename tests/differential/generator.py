@@ -183,7 +183,7 @@ def tensor_v3(rng: Dice, st: Storages) -> tuple[object, str]:
     size = {"uint8": 1, "int8": 1, "bool": 1, "float8_e4m3fn": 1, "uint16": 2, "float32": 4, "uint32": 4}[dtype_name]
     count = numel // size
     shape, stride = _shape(rng, count)
-    args: tuple[object, ...] = (pid, 0, shape, stride, rng.choice(RG) if rng.odd(0.2) else False)
+    args: tuple[object, ...] = (pid, 0, shape, stride, rng.choice(RG) if rng.odd(0.4) else False)
     args += (Call(G("collections", "OrderedDict"), ()), G("torch", dtype_name))
     if rng.odd(0.2):
         args = args[:6] if rng.random() < 0.5 else (*args, rng.choice([{}, {"conj": True}, None]))

@@ -665,8 +665,9 @@ def _check_geometry_values(offset: int, size: Sequence[int], stride: Sequence[in
         raise Refusal("a tensor's offset, size or stride does not fit int64")
     if _count_overflows(size):
         raise Refusal("a tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)")
-    # torch ignores the stride of a size 0 or 1
-    if any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):
+    # torch's storage size sum stops at a size 0 before it looks at any stride; a negative stride of a size
+    # above 1 overflows it (unsigned), one of size 1 adds nothing
+    if 0 not in size and any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):
         raise Refusal("a tensor has a negative stride")
 
 
@@ -750,11 +751,16 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
     dtype = _dtype(dtype_ref)
     if not isinstance(storage, WStorage):
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
-    _grad(requires_grad, dtype)
+    # torch.empty((0,), requires_grad=...) takes None as False; then set_() runs in place on the new tensor,
+    # which torch refuses on a leaf that requires grad
+    if requires_grad is not None:
+        _grad(requires_grad, dtype)
+    if requires_grad is True:
+        raise Refusal("_rebuild_tensor_v3 with requires_grad=True: set_() in place on a leaf that requires grad")
     _set_storage(storage, offset, size, stride, dtype)
     if len(args) == 8:
         _check_metadata(args[7], dtype)
-    return WTensor(dtype, requires_grad=requires_grad, shape=tuple(size), location=storage.location)
+    return WTensor(dtype, shape=tuple(size), location=storage.location)
 
 
 _COMPLEX = frozenset({"complex32", "complex64", "complex128"})
