@@ -298,7 +298,7 @@ async def test_writable_header_names_the_key_that_fixes_a_finding(train_file: Pa
     app = CkptApp(str(train_file))
     async with app.run_test(size=(160, 40), notifications=True) as pilot:
         await loaded(pilot)
-        assert "strips it" in header(app)
+        assert "x on it extracts it" in header(app)  # the first finding: extract (and strip) the model
         assert "Strip prefix" in text_of_footer(app)
 
 

@@ -303,7 +303,7 @@ def _structure_findings(
         message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
         fix = Fix("--extract", to_slash(inner), (("--strip-prefix", wrapped.prefix),))
         findings.append(Finding("inner-state-dict", message, "warning", inner, wrapped.prefix, fix=fix))
-        told = f"{wrapped.message.split(':', 1)[0]} (the fix that extracts them strips it)"
+        told = f"{wrapped.message.split(':', 1)[0]} (the wrapper prefix of the model weights above)"
         prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
     elif inner:
         findings.append(
