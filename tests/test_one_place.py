@@ -172,3 +172,29 @@ async def test_the_browsers_diff_report_is_cores(tmp_path: Path) -> None:
         assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
         shown = [(title, [text.plain for _, text in rows]) for title, rows in app.screen.sections if rows]
     assert shown == [(s.title, [row.text for row in s.rows]) for s in described.sections if s.rows]
+
+
+async def test_the_browsers_compare_report_is_cores(tmp_path: Path) -> None:
+    from ckpt_tui.core.operations.compare import compare_checkpoint, load_reference
+    from ckpt_tui.core.operations.reports import describe_compare, headline
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    train_file = save_fixed_training(tmp_path / "best_model.pth")
+    reference = fixed_state_dict(prefix="")
+    reference["head.weight"] = torch.zeros(3)
+    del reference[next(iter(reference))]
+    torch.save(reference, tmp_path / "reference.pth")
+    checkpoint = open_checkpoint(str(train_file))
+    report = compare_checkpoint(checkpoint.root, ("model",), load_reference(str(tmp_path / "reference.pth"), None))
+    described = describe_compare(report, "best_model.pth", "reference.pth", ("model",))
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model",), None))
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(tmp_path / "reference.pth")
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)
+        assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
+        shown = [(title, [(t, text.plain) for t, text in rows]) for title, rows in app.screen.sections if rows]
+    assert shown == [(s.title, [(row.path, row.text) for row in s.rows]) for s in described.sections if s.rows]

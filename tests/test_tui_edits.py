@@ -281,7 +281,7 @@ async def test_compare_on_a_group_compares_that_groups_keys(encoder_file: Path, 
         await settle(pilot, "c")
         await type_into_prompt(pilot, str(reference))
         assert isinstance(app.screen, ReportScreen)
-        assert "fits: 6/6" in app.screen.summary.plain
+        assert "OK: 6/6" in app.screen.summary.plain
 
 
 async def test_group_keys_never_act_on_the_parent(encoder_file: Path) -> None:

@@ -29,7 +29,7 @@ from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, get, has_children, iter_nodes, iter_tensors
 from ckpt_tui.core.operations.check import CheckReport, check_checkpoint
 from ckpt_tui.core.operations.info import Summary, summarize
 from ckpt_tui.core.readers.open import open_checkpoint
@@ -812,13 +812,16 @@ class BrowserScreen(Screen[None]):
             self.update_status("the checkpoint changed while comparing: compare again")
             return
         self.update_status("")
+        from ckpt_tui.core.operations.reports import describe_compare
+
         report = message.report
         target = Target(message.at, message.prefix)
-        summary = Text(
-            f"{'fits' if report.ok else 'does NOT fit'}: {report.matched}/{report.total} reference keys found, "
-            f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
-            f"{len(report.shape_mismatches)} shape mismatches"
+        value = get(self.session.root, target.path) if target.prefix is None else None
+        module = isinstance(value, Opaque) and value.is_module
+        described = describe_compare(
+            report, self.display_name, os.path.basename(message.reference), target.path, module
         )
+        summary, _ = _report_body(described)
         fixable = report.suggestion is not None and target.prefix is None
         if report.suggestion is not None:
             summary.append("\nsuggested fix: ")
@@ -828,14 +831,18 @@ class BrowserScreen(Screen[None]):
             else:
                 summary.append("\nf applies it here as one undoable edit; on the command line:\n")
                 summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion)))
-        sections = _compare_sections(report, target)
+        # the rows jump to the key paths core gives (a group's keys carry the group's prefix)
+        sections: list[Section] = [
+            (section.title, [(_in_group(row.path, target), data(row.text)) for row in section.rows])
+            for section in described.sections
+        ]
 
-        def done(result: tuple[str, str] | None) -> None:
+        def done(result: tuple[str, Any] | None) -> None:
             if result is None:
                 return
-            kind, key = result
+            kind, path = result
             if kind == "jump":
-                self.tree_view.reveal(((*target.path, key), None))
+                self.tree_view.reveal((path, None))
             elif kind == "fix":
                 self._apply_suggestion(report.suggestion, target.path)
 
@@ -1079,24 +1086,11 @@ class BrowserScreen(Screen[None]):
         self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
 
 
-def _compare_sections(report: Any, target: Target) -> list[Section]:
-    from ckpt_tui.core.operations.compare import fold_keys
-
-    def jump(key: str) -> str | None:
-        return target.prefix + key if target.prefix is not None else key
-
-    return [
-        ("missing: in the reference, not here", [(None, data(key)) for key in fold_keys(report.missing)]),
-        ("unexpected: here, not in the reference", [(jump(key), data(key)) for key in report.unexpected]),
-        (
-            "shape mismatches (here vs reference)",
-            [(jump(k), data(f"{k}: {list(a)} vs {list(b)}")) for k, a, b in report.shape_mismatches],
-        ),
-        (
-            "dtype mismatches (cast on load)",
-            [(jump(k), data(f"{k}: {a} vs {b}")) for k, a, b in report.dtype_mismatches],
-        ),
-    ]
+def _in_group(path: KeyPath | None, target: Target) -> KeyPath | None:
+    """A compared key's path in the tree: a group's keys were compared without the group's prefix."""
+    if path is None or target.prefix is None or not path:
+        return path
+    return (*path[:-1], target.prefix + str(path[-1]))
 
 
 def _report_body(described: Any) -> tuple[Text, list[Section]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -204,11 +204,12 @@ class ReportList(OptionList):
     BINDINGS: ClassVar[list[BindingType]] = LIST_BINDINGS
 
 
-Section = tuple[str, list[tuple[str | None, Text]]]
+Section = tuple[str, list[tuple[Any, Text]]]
+"""A titled list of rows, each with where enter on it goes (a key, a key path, or None: nowhere)."""
 """A report section: a heading and its rows (the key to jump to, or None; the row's text)."""
 
 
-class ReportScreen(ModalScreen[tuple[str, str] | None]):
+class ReportScreen(ModalScreen[tuple[str, Any] | None]):
     """A compare or diff report: sections of keys; enter jumps to a key, ``f`` applies the fix, ``s`` (a diff)
     asks for the per-layer change."""
 
@@ -228,7 +229,7 @@ class ReportScreen(ModalScreen[tuple[str, str] | None]):
         self.fixable = fixable
         self.layer_change = layer_change
         """Whether ``s`` asks for the per-layer change (a diff's report)."""
-        self.targets: list[str | None] = []
+        self.targets: list[Any] = []
 
     def compose(self) -> ComposeResult:
         options: list[Option | None] = []
