@@ -11,7 +11,7 @@ import numpy as np
 
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import CkptError, EditError
-from ckpt_tui.core.model.describe import short_repr
+from ckpt_tui.core.model.describe import counted, short_repr
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, has_children
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
@@ -276,26 +276,35 @@ def diff(
         only_b=[key_text(k) for k in right if k not in left],
     )
     common = [k for k in left if k in right]
-    prints_a, prints_b = Fingerprints(), Fingerprints()
     compared = _alike_pairs([(left[path], right[path]) for path in common])
     if values_refused is not None and compared:
-        alike = f"{len(compared)} tensor{'s' if len(compared) != 1 else ''} alike in shape and dtype"
-        report.values_not_compared = f"{alike}: {values_refused}"
+        report.values_not_compared = f"{counted(len(compared), 'tensor')} alike in shape and dtype: {values_refused}"
         compared = []
     # key by key; the values of the pairs alike in shape and dtype read in batches
     values = _Values(a.byteorder, b.byteorder, compared)
-    for index, path in enumerate(common):
+    _diff_common([(path, left[path], right[path]) for path in common], values, report, progress)
+    if report.only_a and report.only_b:
+        report.alignment = alignment(a.root, b.root)
+    return report
+
+
+def _diff_common(
+    common: list[tuple[KeyPath, Any, Any]],
+    values: _Values,
+    report: DiffReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Record how each key both sides hold differs: tensors by metadata then values, anything else by its
+    fingerprint."""
+    prints_a, prints_b = Fingerprints(), Fingerprints()
+    for index, (path, x, y) in enumerate(common):
         if progress is not None:
             progress(index, len(common))
-        x, y = left[path], right[path]
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
                 _record(path, values.next(x, y), report)
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
-    if report.only_a and report.only_b:
-        report.alignment = alignment(a.root, b.root)
-    return report
 
 
 def _alike_pairs(pairs: list[tuple[Any, Any]]) -> list[tuple[Tensor, Tensor]]:

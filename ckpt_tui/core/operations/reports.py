@@ -308,16 +308,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     width = max(60, width)
     top = max(changes, default=0.0)
     keys = [layer.key for layer in measured]  # each layer's key as text, made once
-    ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
-    # BatchNorm statistics follow the data and counters count steps: ranked with the weights, they crowd
-    # out what training moved, so parameters are ranked alone and the rest listed apart
-    parameters = [layer for layer in ranked if layer.role == "parameter"] or ranked
-    most = parameters[::-1][:EXTREMES]
-    least = parameters[:EXTREMES]
-    others = sorted(
-        (layer for layer in measured if layer.role in ("buffer", "counter") and layer.relative_change != 0),
-        key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
-    )[:BUFFERS_SHOWN]
+    most, least, others = _extremes(measured)
     sections = [
         Section("per layer", _layer_table(measured, keys, width), len(measured)),
         Section(
@@ -334,16 +325,34 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
             len(report.layers) - len(measured),
         ),
     ]
+    counts = _layer_counts(report, changes)
+    title = printable(f"Per-layer change from {a} to {b}")
+    return Report(title, "per-layer change", True, counts, _layer_notes(report), sections, realign=report.alignment)
+
+
+def _extremes(measured: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The parameters that moved most and least, and the buffers and counters that moved most."""
+    ranked = sorted((layer for layer in measured if layer.relative_change is not None), key=_change)
+    # BatchNorm statistics follow the data and counters count steps: ranked with the weights, they crowd
+    # out what training moved, so parameters are ranked alone and the rest listed apart
+    parameters = [layer for layer in ranked if layer.role == "parameter"] or ranked
+    others = sorted(
+        (layer for layer in measured if layer.role in ("buffer", "counter") and layer.relative_change != 0),
+        key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
+    )[:BUFFERS_SHOWN]
+    return parameters[::-1][:EXTREMES], parameters[:EXTREMES], others
+
+
+def _layer_notes(report: LayerChangeReport) -> list[str]:
+    """How the keys line up when they do only another way, and the NaN/Inf left out of the sums."""
     notes = []
     if report.alignment is not None:
         how = join_command(report.alignment.options())
         notes.append(printable(report.alignment.describe()) + f": compare that way with {how}")
-    nonfinite = sum(layer.nonfinite for layer in measured)
+    nonfinite = sum(layer.nonfinite for layer in report.measured)
     if nonfinite:
         notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
-    counts = _layer_counts(report, changes)
-    title = printable(f"Per-layer change from {a} to {b}")
-    return Report(title, "per-layer change", True, counts, notes, sections, realign=report.alignment)
+    return notes
 
 
 def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
