@@ -522,7 +522,9 @@ def _scan_legacy_pickles(data: Any, scan: FileScan, count_at: Callable[[int], in
 
     main = scan_pickle(data, storage, position)
     scan.absorb(main, "the object pickle")
-    if scan.reason is not None:
+    # where the emulation could not follow the object pickle, the storages it loads are not all known:
+    # the storage list is not checked against them (the answer is "cannot tell" already)
+    if scan.reason is not None or main.unknown is not None:
         return
     keys = scan_pickle(data, _no_storage, main.end)
     scan.absorb(keys, "the storage key pickle")
