@@ -987,7 +987,8 @@ class BrowserScreen(Screen[None]):
         if message.report is None:
             self.update_status(f"per-layer change: {printable(message.error)}")
             return
-        width = min(int(self.app.size.width * 0.96), 140) - 12  # the report dialog's rows (app.tcss)
+        # the report dialog's rows (app.tcss): the whole width up to 140, less its border, padding and scrollbar
+        width = min(self.app.size.width, 140) - 6
         described = describe_layer_change(message.report, self.display_name, os.path.basename(message.other), width)
         summary, sections = _report_body(described)
         other = message.other
