@@ -28,7 +28,7 @@ from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import CheckpointOpened, OpenFailed, Progress, ProgressPoster, SaveFinished
+from ckpt_tui.tui.messages import CheckpointOpened, Failed, Progress, ProgressPoster, SaveFinished
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen
 from ckpt_tui.tui.screens.layers import LayersScreen
@@ -84,7 +84,7 @@ class CkptApp(App[None]):
         try:
             checkpoint = open_checkpoint(path if reopened else self.opened)
         except CkptError as exc:
-            self.post_message(OpenFailed(str(exc), reopened))
+            self.post_message(Failed("reopen" if reopened else "open", str(exc)))
             return
         process.freeze_gc()  # the tree lives as long as the session: keep it out of every collection
         self.post_message(CheckpointOpened(checkpoint, reopened))
@@ -99,11 +99,13 @@ class CkptApp(App[None]):
         self._reopen_view = None
         self.refresh_bindings()
 
-    @on(OpenFailed)
-    def _open_failed(self, message: OpenFailed) -> None:
+    @on(Failed)
+    def _open_failed(self, message: Failed) -> None:
+        if message.task not in ("open", "reopen"):
+            return
         self.session = None
         error = message.error
-        if message.reopened:
+        if message.task == "reopen":
             error = f"saved, but reading the saved file back failed: {error}"
         self.push_screen(ErrorScreen(error))
 

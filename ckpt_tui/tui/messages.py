@@ -68,18 +68,21 @@ class ProgressPoster:
 
 
 @dataclass
+class Failed(Message, bubble=False):
+    """A worker's task could not be done: ``task`` names it (``open``, ``reopen``, ``stats``, ``compare``,
+    ``diff``, ``layers``), ``error`` says why in one line, ``version`` is the session version or the
+    detail panel's request it was for."""
+
+    task: str
+    error: str
+    version: int = 0
+
+
+@dataclass
 class CheckpointOpened(Message, bubble=False):
     """The file was read (metadata only); ``reopened`` after a save replaced it."""
 
     checkpoint: Checkpoint
-    reopened: bool
-
-
-@dataclass
-class OpenFailed(Message, bubble=False):
-    """The file could not be read: the one-line reason."""
-
-    error: str
     reopened: bool
 
 
@@ -133,14 +136,6 @@ class StatsReady(Message, bubble=False):
 
 
 @dataclass
-class StatsFailed(Message, bubble=False):
-    """Why the stats of detail request ``request`` cannot be computed."""
-
-    request: int
-    error: str
-
-
-@dataclass
 class CompareReady(Message, bubble=False):
     """A compare report for the tree of session ``version``, at ``at`` (a module group when ``prefix``)."""
 
@@ -158,15 +153,6 @@ class DiffReady(Message, bubble=False):
     version: int
     report: Any
     other: str
-
-
-@dataclass
-class ReportFailed(Message, bubble=False):
-    """Compare or diff could not run: a title and the one-line reason."""
-
-    version: int
-    title: str
-    error: str
 
 
 @dataclass
@@ -206,10 +192,3 @@ class LayersReady(Message, bubble=False):
     rows: list[TensorRow]
     marks: dict[int, str]
     parts: Parts
-
-
-@dataclass
-class LayersFailed(Message, bubble=False):
-    """The layers view could not be computed: cancelled, or an error."""
-
-    error: str

@@ -42,12 +42,12 @@ from ckpt_tui.tui.messages import (
     CheckFinished,
     CompareReady,
     DiffReady,
+    Failed,
     GroupingReady,
     LayerChangeReady,
     PreviewReady,
     Progress,
     ProgressPoster,
-    ReportFailed,
     SearchFound,
     SummaryReady,
 )
@@ -794,17 +794,19 @@ class BrowserScreen(Screen[None]):
             loaded = load_reference(reference, None)
             report = compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
         except CkptError as exc:
-            self.post_message(ReportFailed(version, "Cannot compare", str(exc)))
+            self.post_message(Failed("compare", str(exc), version))
             return
         except OSError as exc:
-            self.post_message(ReportFailed(version, "Cannot compare", f"{reference}: {exc.strerror or exc}"))
+            self.post_message(Failed("compare", f"{reference}: {exc.strerror or exc}", version))
             return
         self.post_message(CompareReady(version, report, target.path, target.prefix, reference))
 
-    @on(ReportFailed)
-    def _report_failed(self, message: ReportFailed) -> None:
+    @on(Failed)
+    def _report_failed(self, message: Failed) -> None:
+        if message.task not in ("compare", "diff"):
+            return
         self.update_status("")
-        self.notify(printable(message.error), title=message.title, severity="error", markup=False)
+        self.notify(printable(message.error), title=f"Cannot {message.task}", severity="error", markup=False)
 
     @on(CompareReady)
     def _compare_ready(self, message: CompareReady) -> None:
@@ -908,7 +910,7 @@ class BrowserScreen(Screen[None]):
         try:
             report = diff(mine, open_checkpoint(other))
         except CkptError as exc:
-            self.post_message(ReportFailed(version, "Cannot diff", str(exc)))
+            self.post_message(Failed("diff", str(exc), version))
             return
         self.post_message(DiffReady(version, report, other))
 

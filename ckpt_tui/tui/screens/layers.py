@@ -26,7 +26,7 @@ from ckpt_tui.core.model.describe import shape, size
 from ckpt_tui.core.model.keypath import KeyPath, to_slash
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
-from ckpt_tui.tui.messages import LayersFailed, LayersReady, Progress, ProgressPoster
+from ckpt_tui.tui.messages import Failed, LayersReady, Progress, ProgressPoster
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
 
@@ -134,7 +134,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         except Cancelled:  # escape closed the screen: nothing to report
             return
         except CkptError as exc:
-            self.post_message(LayersFailed(str(exc)))
+            self.post_message(Failed("layers", str(exc)))
             return
         if not worker.is_cancelled:
             self.post_message(LayersReady(rows, marks(rows), parts))
@@ -152,8 +152,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.refill()
         self.query_one(LayersTable).focus()
 
-    @on(LayersFailed)
-    def _failed(self, message: LayersFailed) -> None:
+    @on(Failed)
+    def _failed(self, message: Failed) -> None:
+        if message.task != "layers":
+            return
         self.query_one("#layers-progress").display = False
         self.query_one("#layers-title", Static).update(Text(f"layers: {printable(message.error)} (escape: back)"))
 

@@ -1,7 +1,7 @@
 """The detail panel: the focused node's full path, metadata, storage sharing and stats.
 
 The panel owns its stats: a short timer after the cursor settles, then a thread worker that posts
-``Progress``/``StatsReady``/``StatsFailed`` back to the panel. Each request has a number; a result
+``Progress``/``StatsReady``/``Failed`` back to the panel. Each request has a number; a result
 for any request but the newest is dropped, and a new request cancels the old worker.
 """
 
@@ -25,7 +25,7 @@ from ckpt_tui.core.model.describe import Totals, count, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, has_children, type_label
-from ckpt_tui.tui.messages import Progress, ProgressPoster, StatsFailed, StatsReady
+from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import data, path_text
 
@@ -225,7 +225,7 @@ class DetailPanel(VerticalScroll):
         try:
             stats = tensor_stats(tensor, byteorder, cancelled=lambda: worker.is_cancelled, progress=progress)
         except CkptError as exc:
-            self.post_message(StatsFailed(request, str(exc)))
+            self.post_message(Failed("stats", str(exc), request))
             return
         if not worker.is_cancelled:
             self.post_message(StatsReady(request, stats))
@@ -256,9 +256,9 @@ class DetailPanel(VerticalScroll):
             RichGroup(Text("stats", style="bold underline"), stats_table(stats), Text(""), histogram_block(stats, log))
         )
 
-    @on(StatsFailed)
-    def _stats_failed(self, message: StatsFailed) -> None:
-        if message.request == self.request:
+    @on(Failed)
+    def _stats_failed(self, message: Failed) -> None:
+        if message.task == "stats" and message.version == self.request:
             self._note(f"no stats: {self._saved_elsewhere() or message.error}")
 
     def _saved_elsewhere(self) -> str | None:
