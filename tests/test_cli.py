@@ -278,7 +278,7 @@ def test_a_single_tensor_is_counted_in_the_singular(tmp_path: Path, capsys: pyte
     assert main(["check", str(path)]) == 1
     assert f"{path}: 1 tensor read: 1 problem" in capsys.readouterr().out
     assert main(["info", str(path)]) == 0
-    assert "(root) dict (1) · 1 tensor · 2 params" in capsys.readouterr().out
+    assert "(root) dict (1) · 1 tensor · 2 elements" in capsys.readouterr().out
     assert main(["convert", str(path), "-o", str(tmp_path / "out.pth")]) == 0
     assert "(pth, 1 tensor, 1 record, " in capsys.readouterr().out
 

@@ -56,3 +56,28 @@ def test_a_cast_of_a_dynamic_quantized_module_after_extract_loads_into_it(tmp_pa
         assert state["0._packed_params._packed_params"][1].dtype == torch.float16
         result = quantized.load_state_dict(state)
     assert not result.missing_keys and not result.unexpected_keys
+
+
+class Recurrent(nn.Module):
+    """A whole module with an LSTM: its ``_flat_weights`` list names each weight a second time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 8, num_layers=2)
+        self.fc = nn.Linear(8, 2)
+
+
+def test_a_whole_module_with_an_lstm_counts_each_tensor_once(tmp_path, capsys):
+    torch.save(Recurrent(), tmp_path / "net.pth")
+    assert main(["info", str(tmp_path / "net.pth")]) == 0
+    text = capsys.readouterr().out
+    assert "  tensors     10 (+8 names for the same tensors)" in text and "float32 10 " in text
+
+
+def test_every_count_says_what_it_counts_and_they_add_up(tmp_path, capsys):
+    path = training_checkpoint(tmp_path)
+    assert main(["info", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "  elements    15 params (model) + 32 optimizer state" in text
+    assert "(root) dict (4) · 8 tensors · 47 elements" in text
+    assert "model_state_dict  OrderedDict (2) · 2 tensors · 15 elements" in text

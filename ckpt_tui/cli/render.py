@@ -44,7 +44,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
         printable(ckpt.path),
         f"  format      {printable(format_name(ckpt.format))}, {size(ckpt.file_bytes)} on disk",
         *([f"  layout      {printable(ckpt.layout)}"] if ckpt.layout else []),
-        f"  tensors     {len(summary.tensors)}   tensor data {size(summary.tensor_bytes)}",
+        f"  tensors     {summary.tensors_text(noun=False)}   tensor data {size(summary.tensor_bytes)}",
         f"  elements    {summary.counts_text()}",
         "  dtypes      " + _counted(summary.dtypes, summary.bytes_by_dtype),
         "  devices     " + (", ".join(f"{printable(str(d))} {n}" for d, n in summary.devices.most_common()) or "-"),

@@ -298,7 +298,7 @@ def _structure_findings(
     wrapped = next((f for f in prefixes if inner and f.path == inner and f.severity == "warning"), None)
     if inner and wrapped is not None and wrapped.prefix is not None:
         # extract and strip in one convert: either alone leaves something load_state_dict rejects, so the
-        # prefix is told once more only as what that fix strips
+        # prefix's own finding stays (JSON readers look for it) as information, without a fix of its own
         start = wrapped.message.split(" start with ", 1)[1]
         message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
         fix = Fix("--extract", to_slash(inner), (("--strip-prefix", wrapped.prefix),))

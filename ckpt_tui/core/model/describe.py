@@ -153,11 +153,17 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def elements_text(number: int) -> str:
+    """What a container's total counts, named: every element of every tensor below it (parameters,
+    buffers and optimizer state alike), ``2.09M elements``; ``info`` splits the file's total by kind."""
+    return f"{count(number)} elements"
+
+
 def container_text(value: Any, found: Totals) -> str:
     """A container's text after its key: type, children, and ``found``, the totals below it."""
     kids = len(value) if isinstance(value, dict) else sum(1 for _ in children(value))  # a dict shows each item
     extra = (
-        f" · {counted(found.tensors, 'tensor')} · {count(found.parameters)} params · {size(found.nbytes)}"
+        f" · {counted(found.tensors, 'tensor')} · {elements_text(found.parameters)} · {size(found.nbytes)}"
         if found.tensors
         else ""
     )

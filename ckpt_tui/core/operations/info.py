@@ -27,7 +27,7 @@ from ckpt_tui.core.conventions.state_dicts import (
     tensor_items,
 )
 from ckpt_tui.core.conventions.training_state import training_findings
-from ckpt_tui.core.model.describe import Totals, count
+from ckpt_tui.core.model.describe import Totals, count, counted
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import (
@@ -92,14 +92,22 @@ class Summary:
         distinct = len(self.tensors) - sum(self.aliases.values())
         return Totals(distinct, self.parameter_count, sum(self.bytes_by_dtype.values()))
 
+    def tensors_text(self, noun: bool = True) -> str:
+        """``10 tensors`` (``10`` without ``noun``), each counted once; the other names of the same tensors
+        said apart (``10 tensors (+8 names for the same tensors)``: an LSTM's ``_flat_weights``, tied weights)."""
+        aliases = sum(self.aliases.values())
+        distinct = len(self.tensors) - aliases
+        text = counted(distinct, "tensor") if noun else str(distinct)
+        return text + (f" (+{aliases} {'name' if aliases == 1 else 'names'} for the same tensors)" if aliases else "")
+
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
 
-        Without a model state_dict in the file, the sum over every tensor: ``851 params``.
+        Without a model state_dict in the file, the sum over every tensor: ``851 elements (all tensors)``.
         """
         model = self.model
         if model.path is None:
-            return f"{count(self.parameter_count)} params"
+            return f"{count(self.parameter_count)} elements (all tensors)"
         parts = [f"{count(model.parameters)} params (model)"]
         if model.buffers:
             parts.append(f"{count(model.buffers)} in buffers")

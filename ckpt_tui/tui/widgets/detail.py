@@ -109,7 +109,7 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
         table.add_row("children", str(kids))
         if totals is not None and totals.tensors:
             table.add_row("tensors", f"{totals.tensors:,}")
-            table.add_row("parameters", f"{count(totals.parameters)} ({totals.parameters:,})")
+            table.add_row("elements", f"{count(totals.parameters)} ({totals.parameters:,}, every tensor below)")
             table.add_row("bytes", size(totals.nbytes))
         elif totals is None and kids:
             table.add_row("tensors", Text("too many nodes below to count here (see the header)", style="italic"))
@@ -126,7 +126,7 @@ def group_meta(group: Group) -> Table:
     table.add_row("keys under", data(group.prefix + "*"))
     table.add_row("entries", str(len(group.entries)))
     table.add_row("tensors", f"{group.tensors:,}")
-    table.add_row("parameters", f"{count(group.parameters)} ({group.parameters:,})")
+    table.add_row("elements", f"{count(group.parameters)} ({group.parameters:,}, every tensor below)")
     table.add_row("bytes", size(group.nbytes))
     table.add_row("keys", Text("d x r y c t act on this group's keys", style="italic"))
     return table

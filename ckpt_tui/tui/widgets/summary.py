@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.model import byte_source
-from ckpt_tui.core.model.describe import counted, size
+from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
@@ -38,8 +38,9 @@ def finding_text(finding: Finding, readonly: bool = False) -> Text:
     text = Text()
     text.append("! " if warning else "· ", style="bold red" if warning else "")
     text.append(printable(finding.message), style="" if warning else "italic")
-    if not readonly and finding.fix is not None and finding.fix.option in FIX_KEYS:
-        text.append(f" ({FIX_KEYS[finding.fix.option]})", style="italic")
+    keys = [FIX_KEYS[option] for option, _ in finding.fix.pairs() if option in FIX_KEYS] if finding.fix else []
+    if not readonly and keys:
+        text.append(f" ({', then '.join(keys)})", style="italic")
     return text
 
 
@@ -56,7 +57,7 @@ def summary_text(
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
     text.append(f"  {printable(format_name(ckpt.format))} · {size(ckpt.file_bytes)}")
-    text.append(f" · {counted(len(summary.tensors), 'tensor')} · {summary.counts_text()}")
+    text.append(f" · {summary.tensors_text()} · {summary.counts_text()}")
     text.append(f" · {size(summary.tensor_bytes)}\n")
     if ckpt.layout:
         text.append(f"{printable(ckpt.layout)}\n", style="italic")

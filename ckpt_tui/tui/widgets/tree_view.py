@@ -19,7 +19,7 @@ from textual.widgets._tree import TOGGLE_STYLE
 from textual.widgets.tree import TreeNode
 
 from ckpt_tui.core.conventions.state_dicts import tensor_items
-from ckpt_tui.core.model.describe import Totals, count, counted, scalar_text, shape, size
+from ckpt_tui.core.model.describe import Totals, counted, elements_text, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group, group_keys
 from ckpt_tui.core.model.keypath import KeyPath, key_text
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
@@ -178,7 +178,7 @@ def value_parts(
         found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
             parts.append(Part(f"  {counted(found.tensors, 'tensor')}", styles["totals"], DROP_COUNTS))
-            parts.append(Part(f" · {count(found.parameters)} params", styles["totals"], DROP_DEVICE))
+            parts.append(Part(f" · {elements_text(found.parameters)}", styles["totals"], DROP_DEVICE))
             parts.append(Part(f" · {size(found.nbytes)}", styles["totals"], DROP_BYTES))
         if unsafe:
             parts.append(Part("  UNSAFE, not executed", styles["unsafe"], end=True))
@@ -198,7 +198,7 @@ def group_parts(group: Group, styles: dict[str, str] = COLOR_STYLES) -> list[Par
         Part(printable(group.name), styles["group"], key=True),
         Part("  module"),
         Part(f" · {counted(group.tensors, 'tensor')}", drop=DROP_COUNTS),
-        Part(f" · {count(group.parameters)} params", drop=DROP_DEVICE),
+        Part(f" · {elements_text(group.parameters)}", drop=DROP_DEVICE),
         Part(f" · {size(group.nbytes)}", drop=DROP_BYTES),
     ]
 
