@@ -129,16 +129,24 @@ async def test_the_status_line_wraps_a_long_message_rather_than_cutting_it(ddp_f
         assert "model_state_dict" in " ".join(screen_text(app).splitlines()[-4:])
 
 
-async def test_a_report_list_uses_the_rows_the_screen_has(ddp_file: Path, tmp_path: Path) -> None:
-    torch.save(SmallResNet(classes=100).state_dict(), tmp_path / "head100.pth")
+@pytest.mark.parametrize("classes", [10, 100])
+async def test_a_report_list_uses_the_rows_the_summary_leaves(ddp_file: Path, tmp_path: Path, classes: int) -> None:
+    torch.save(SmallResNet(classes=classes).state_dict(), tmp_path / "reference.pth")
     app = CkptApp(str(ddp_file))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "j", "c")
-        app.screen.query_one("Input").value = str(tmp_path / "head100.pth")
+        app.screen.query_one("Input").value = str(tmp_path / "reference.pth")
         await settle(pilot, "enter")
         assert isinstance(app.screen, ReportScreen)
-        assert app.screen.query_one("#report-list").region.height >= 9
+        body = app.screen.query_one(".dialog-body").region
+        rows = app.screen.query_one("#report-list").region
+        hint = app.screen.query_one(".dialog-hint").region
+        assert rows.y == body.bottom and rows.bottom == hint.y  # no row left empty between them
+        assert rows.height >= 4
+        # the summary with the fix's whole command is shown, not scrolled away
+        assert app.screen.query_one(".dialog-body").max_scroll_y == 0
+        assert "--strip-prefix module." in app.screen.summary.plain
 
 
 async def test_a_notification_replaces_the_one_before(ddp_file: Path) -> None:
