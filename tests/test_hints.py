@@ -127,3 +127,14 @@ def test_t5_encoder_embedding_is_known_as_tied_to_shared(tmp_path, capsys):
         n.startswith("encoder.embed_tokens.weight is absent from the file: the architecture ties it to shared.weight")
         for n in notes
     )
+
+
+def test_a_gpt2_style_body_under_transformer_is_not_offered_a_strip(tmp_path, capsys):
+    """GPT2LMHeadModel's layout with its head tied (built with torch alone, as transformers names it)."""
+    state = {"transformer.wte.weight": torch.randn(VOCAB, WIDTH), "transformer.wpe.weight": torch.randn(16, WIDTH)}
+    state.update({f"transformer.h.{i}.attn.c_attn.weight": torch.randn(WIDTH, 3 * WIDTH) for i in range(2)})
+    state["transformer.ln_f.weight"] = torch.ones(WIDTH)
+    torch.save(state, tmp_path / "gpt2.pth")
+    findings = info_json(capsys, tmp_path / "gpt2.pth")
+    assert [f["kind"] for f in findings if f.get("prefix")] == ["hf-body"]
+    assert not any(f.get("fix") for f in findings)

@@ -255,6 +255,10 @@ def _prefix_findings(root: Any) -> list[Finding]:
             fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
             findings.append(Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix))
             continue
+        if prefix == "transformer." and _hf_body(keys, prefix):
+            # GPT-2-style: the body is .transformer (transformer.h.N, transformer.wte), as the class saves it
+            findings.append(_hf_body_finding(path, prefix, start, "GPT2LMHeadModel-style"))
+            continue
         if prefix.startswith(LIGHTNING_MODEL) and not lightning:
             # 'model.' without Lightning's own keys beside it is no evidence of Lightning: in a Hugging Face
             # model it is the body (LlamaForCausalLM keeps model.layers.N beside lm_head), and stripping it
@@ -275,15 +279,23 @@ HF_BODY_PARTS = ("embed_tokens.", "layers.", "decoder.", "encoder.", "norm.", "e
 def _model_prefix_finding(path: KeyPath, keys: list[str], prefix: str, start: str) -> Finding:
     """Keys under ``model.`` outside a Lightning checkpoint: a Hugging Face body (loads as it is, no fix),
     or a wrapper holding the model as ``.model`` (the strip offered only as "if needed")."""
-    rest = prefix[len(LIGHTNING_MODEL) :]
-    if not rest and any(k.startswith(tuple(LIGHTNING_MODEL + part for part in HF_BODY_PARTS)) for k in keys):
-        message = (
-            f"{start}: the layout of a Hugging Face model whose body is its .model (LlamaForCausalLM-style): "
-            "it loads as it is into that class"
-        )
-        return Finding("hf-body", message, path=path, prefix=prefix)
+    if prefix == LIGHTNING_MODEL and _hf_body(keys, prefix):
+        return _hf_body_finding(path, prefix, start, "LlamaForCausalLM-style")
     message = f"{start}: a wrapper holding the model as .model, or a model whose first submodule is named model"
     return Finding("prefix", message, "info", path=path, prefix=prefix, fix=Fix("--strip-prefix", prefix))
+
+
+def _hf_body(keys: list[str], prefix: str) -> bool:
+    """Whether keys under a Hugging Face body attribute (``model.``, ``transformer.``) hold what a body holds."""
+    return any(k.startswith(tuple(prefix + part for part in HF_BODY_PARTS)) for k in keys)
+
+
+def _hf_body_finding(path: KeyPath, prefix: str, start: str, style: str) -> Finding:
+    """A Hugging Face model saved as its class saves it: the prefix is its body, no fix (stripping it would
+    lose the fit with that class)."""
+    body = prefix.rstrip(".")
+    message = f"{start}: the layout of a Hugging Face model whose body is its .{body} ({style}): it loads as it is"
+    return Finding("hf-body", message, path=path, prefix=prefix)
 
 
 def _structure_findings(
