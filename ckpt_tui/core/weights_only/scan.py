@@ -675,13 +675,13 @@ _INT64 = 1 << 63
 _U64 = 1 << 64
 
 
-def _count_overflows(size: Sequence[int]) -> bool:
+def _count_overflows(size: Sequence[int], limit: int = _U64) -> bool:
     """Whether torch's element count overflows: it multiplies the sizes in 64 bits, left to right, and
-    refuses a product that passes 2**64 even where a later 0 would make it 0."""
+    refuses a product that passes 2**64 even where a later 0 would make it 0 (``limit``: another bound)."""
     count = 1
     for step in size:
         count *= step
-        if count >= _U64:
+        if count >= limit:
             return True
         if not count:
             return False
@@ -1050,6 +1050,12 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
         raise Refusal("a meta tensor's size and stride differ in length")
     if sizes and min(sizes) < 0:
         raise Refusal("a meta tensor has a negative size")
+    if _count_overflows(sizes):
+        raise Refusal(
+            "a meta tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)"
+        )
+    if _count_overflows(sizes, _INT64):
+        raise CannotTell("a meta tensor's element count passes int64 before its 0: torch's bound is not emulated here")
     _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad, shape=sizes, location="meta")
 
@@ -1193,6 +1199,12 @@ def _legacy_constructor(entry: tables.AllowedGlobal, args: tuple[Any, ...]) -> W
         count *= size
     if count > LEGACY_CONSTRUCTED:
         raise CannotTell(f"{entry.name}() of {count} elements: torch may fail to allocate it")
+    # a size 0 makes the count 0, but torch's contiguous strides and storage size still multiply the other
+    # sizes in int64 (and refuse on overflow: "Stride calculation overflowed")
+    if _count_overflows([max(size, 1) for size in args], LEGACY_CONSTRUCTED):
+        raise CannotTell(
+            f"{entry.name}() of sizes whose strides pass {LEGACY_CONSTRUCTED}: torch's checks not emulated"
+        )
     return WTensor(dtype, shape=tuple(args), location="cpu")
 
 
