@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import sys
 import tempfile
 import time
@@ -299,6 +300,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     scenes = [scene for scene in SCENES if not args.only or scene.name in args.only]
+    out = args.out.resolve()
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
         started = time.monotonic()
@@ -306,11 +308,16 @@ def main() -> None:
         if any(scene.source == GPT2 for scene in scenes):
             files[GPT2] = train_gpt2(folder)
         print(f"trained and saved in {time.monotonic() - started:.0f} s")
+        # opened by their names from inside the folder: the commands the app shows read as a user's would
+        home = os.getcwd()
+        os.chdir(folder)
+        files = {name: Path(path.name) if path.parent == folder else path for name, path in files.items()}
         for scene in scenes:
             for size in SIZES:
                 started = time.monotonic()
-                name = asyncio.run(shoot(scene, files, size, args.out.resolve()))
+                name = asyncio.run(shoot(scene, files, size, out))
                 print(f"wrote {args.out / name} ({time.monotonic() - started:.0f} s)")
+        os.chdir(home)
 
 
 if __name__ == "__main__":
