@@ -79,3 +79,29 @@ def test_overflowing_sizes_are_never_called_loadable_where_torch_refuses(
         assert answer != "loads", (form, sizes)
     else:
         assert answer in ("loads", "cannot_tell"), (form, sizes)
+
+
+def _legacy_set(tmp_path: Path) -> Path:
+    """``torch.FloatTensor([1.0])`` then BUILD with a storage holding NaN and Inf: torch.load gives
+    ``tensor([nan, inf, 3., 4.])`` (found by an adversarial pass: check called it clean, 0 tensors)."""
+    pid = b"(" + _text("storage") + b"ctorch\nFloatStorage\n" + _text("0") + _text("cpu") + b"K\x04tQ"
+    pickled = b"\x80\x02}" + _text("w") + b"ctorch\nFloatTensor\n(]G" + struct.pack(">d", 1.0) + b"atR(" + pid + b"tbs."
+    path = tmp_path / "legacy_ctor_set.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickled)
+        archive.writestr("archive/byteorder", b"little")
+        archive.writestr("archive/data/0", struct.pack("<4f", float("nan"), float("inf"), 3, 4))
+        archive.writestr("archive/version", b"3\n")
+    return path
+
+
+def test_a_tensor_made_by_a_legacy_constructor_is_never_checked_clean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _legacy_set(tmp_path)
+    loaded = torch.load(path, weights_only=True)["w"]
+    assert torch.isnan(loaded).any()  # what the check must not call clean
+    assert main(["check", "--json", str(path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [p["kind"] for p in report["problems"]] == ["unread-tensor"]
+    assert "torch.FloatTensor" in report["problems"][0]["message"]

@@ -8,11 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckpt_tui.core.conventions.findings import where
 from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Tensor, walk
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
+from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
@@ -109,6 +111,7 @@ def check_checkpoint(
     if tally.zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(tally.zero_moments), tally.zero_moments[0]))
     problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
+    problems += _unread_tensors(references or [])
     # the verdict on torch.load(weights_only=True)
     judged = verdict(checkpoint, beside)
     if _verdict_is_a_problem(judged, checkpoint):
@@ -299,3 +302,23 @@ def weights_only_problem(judged: Verdict) -> Problem:
     else:
         message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
     return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})
+
+
+def _unread_tensors(references: list[Reference]) -> list[Problem]:
+    """Tensors torch.load builds that the tree keeps as calls: ``torch.FloatTensor(...)`` then BUILD, which
+    sets a storage's values. They are not read here, so their NaN/Inf are not known, and a check of the
+    file is never clean. (Without BUILD, the values are the call's own data, which the verdict judges.)"""
+    found = [
+        (path, value.global_name)
+        for path, value, _, first in references
+        if first and isinstance(value, Opaque) and value.built and value.global_name in LEGACY_TENSOR_CLASSES
+    ]
+    if not found:
+        return []
+    path, name = found[0]
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    message = (
+        f"{where(path)}{more}: a tensor made by {name}(...), as torch.load builds it; "
+        "ckpt-tui does not read such tensors, so their values (NaN/Inf) were not checked"
+    )
+    return [Problem("unread-tensor", message, path)]

@@ -543,6 +543,13 @@ _DTYPE_ALIASES = {
 }
 
 _TENSOR_TYPES = ("Bool", "BFloat16", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")
+LEGACY_TENSOR_CLASSES = frozenset(
+    {
+        *(f"{prefix}{kind}Tensor" for prefix in ("torch.", "torch.cuda.") for kind in _TENSOR_TYPES),
+        *(f"{prefix}{kind}Tensor" for prefix in ("torch.sparse.", "torch.cuda.sparse.") for kind in _TENSOR_TYPES[1:]),
+    }
+)
+"""torch's legacy tensor constructors: torch.load builds a tensor from them, the tree keeps them as calls."""
 
 # Names recorded as safe opaque objects. Each was read in its source: built from arguments that are
 # themselves inert, it runs nothing of the file's choosing and touches no file (see docs/safety.md).
@@ -585,8 +592,7 @@ _SAFE_OPAQUE = {
     "torch._utils._rebuild_device_tensor_from_cpu_tensor",
     "torch.torch_version.TorchVersion",  # a str subclass
     # torch's legacy tensor constructors (torch.FloatTensor([1])): on torch's own allowlist
-    *(f"{prefix}{kind}Tensor" for prefix in ("torch.", "torch.cuda.") for kind in _TENSOR_TYPES),
-    *(f"{prefix}{kind}Tensor" for prefix in ("torch.sparse.", "torch.cuda.sparse.") for kind in _TENSOR_TYPES[1:]),
+    *LEGACY_TENSOR_CLASSES,
 }
 
 
