@@ -20,6 +20,7 @@ from ckpt_tui.core.model.tree import (
     has_children,
     is_global_ref,
     type_label,
+    view_key,
 )
 
 
@@ -88,7 +89,7 @@ class TreeTotals:
 
     def __init__(self, root: Any) -> None:
         self._found: dict[int, tuple[Any, Totals]] = {}
-        counted: set[int] = set()
+        counted: set[tuple[Any, ...]] = set()
         frames: list[tuple[Any, Iterator[tuple[Any, Any]], Totals]] = [(root, children(root), Totals())]
         self._found[id(root)] = (root, frames[0][2])
         while frames:
@@ -101,8 +102,8 @@ class TreeTotals:
                 continue
             kid = step[1]
             if isinstance(kid, Tensor):
-                if id(kid) not in counted:
-                    counted.add(id(kid))
+                if view_key(kid) not in counted:  # tied weights: one set of values under two names
+                    counted.add(view_key(kid))
                     found.tensors += 1
                     found.parameters += kid.numel
                     found.nbytes += kid.nbytes

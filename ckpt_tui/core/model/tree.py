@@ -614,6 +614,13 @@ def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Itera
             stack.pop()
 
 
+def view_key(tensor: Tensor) -> tuple[Any, ...]:
+    """What a tensor shows of its storage: two tensors with one key are one set of values (tied weights saved
+    under two names), counted once, as ``model.parameters()`` counts them. A tensor without a storage is itself."""
+    storage = tensor.storage
+    return (id(tensor),) if storage is None else (id(storage), tensor.offset, tensor.shape, tensor.stride)
+
+
 Reference = tuple[KeyPath, Any, bool, bool]
 
 

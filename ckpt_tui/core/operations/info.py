@@ -39,6 +39,7 @@ from ckpt_tui.core.model.tree import (
     Tensor,
     get,
     iter_tensors,
+    view_key,
     walk,
 )
 from ckpt_tui.core.runtime.safe_text import printable
@@ -100,6 +101,12 @@ class Summary:
         text = counted(distinct, "tensor") if noun else str(distinct)
         return text + (f" (+{aliases} {'name' if aliases == 1 else 'names'} for the same tensors)" if aliases else "")
 
+    def distinct_elements(self) -> int:
+        """Elements of every tensor, each view of a storage once (tied weights count once)."""
+        if self.from_columns:  # each tensor over its own storage
+            return self.parameter_count
+        return sum({view_key(t): t.numel for _, t in self.tensors}.values())
+
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
 
@@ -107,13 +114,13 @@ class Summary:
         """
         model = self.model
         if model.path is None:
-            return f"{count(self.parameter_count)} elements (all tensors)"
+            return f"{count(self.distinct_elements())} elements (all tensors)"
         parts = [f"{count(model.parameters)} params (model)"]
         if model.buffers:
             parts.append(f"{count(model.buffers)} in buffers")
         if model.optimizer_state:
             parts.append(f"{count(model.optimizer_state)} optimizer state")
-        rest = self.parameter_count - model.parameters - model.buffers - model.optimizer_state
+        rest = self.distinct_elements() - model.parameters - model.buffers - model.optimizer_state
         if rest > 0:
             parts.append(f"{count(rest)} other")
         return " + ".join(parts)
@@ -375,11 +382,11 @@ def parameter_shapes(model: Any) -> list[tuple[int, ...]]:
 def _parameters_and_buffers(model: Any) -> tuple[int, int]:
     """Elements in parameters and in buffers: exact for a pickled module, by name and dtype for a state_dict."""
     parameters = buffers = 0
-    seen: set[int] = set()
+    seen: set[tuple[Any, ...]] = set()
     if isinstance(model, Opaque) and model.is_module:
         for group, tensor in module_groups(model):
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
+            if view_key(tensor) not in seen:
+                seen.add(view_key(tensor))
                 if group == "_parameters":
                     parameters += tensor.numel
                 else:
@@ -389,8 +396,8 @@ def _parameters_and_buffers(model: Any) -> tuple[int, int]:
     if set(map(type, map(operator.itemgetter(1), named))) != {Tensor}:
         named = [(name, tensor) for name, tensor in named if type(tensor) is Tensor]
     tensors = list(map(operator.itemgetter(1), named))
-    if len(set(map(id, tensors))) < len(named):  # each tensor once, at its first name
-        named = list({id(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
+    if len(set(map(view_key, tensors))) < len(named):  # each view once (tied weights), at its first name
+        named = list({view_key(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
         tensors = list(map(operator.itemgetter(1), named))
     buffer_marks = _buffer_marks(list(map(operator.itemgetter(0), named)), list(map(_DTYPE, tensors)))
     shapes = map(_SHAPE, tensors)
