@@ -11,9 +11,10 @@ from builders_tui import browser, cursor_path, fixed, loaded, screen_text, settl
 from torch import nn
 
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.fitting import Part, fitted, middle
+from ckpt_tui.tui.fitting import Column, Part, fit_columns, fitted, middle
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen
 from ckpt_tui.tui.screens.help import HelpScreen
+from ckpt_tui.tui.screens.layers import LABELS, TABLE_COLUMNS, LayersScreen, LayersTable, cell_text
 
 SIZE = (80, 24)
 
@@ -85,6 +86,16 @@ def test_fitting_drops_bytes_then_device_and_shortens_the_key_before_the_shape()
     assert len(narrow) <= 40 and narrow.endswith("  [32, 3, 3, 3] fp32  !! NaN") and "…" in narrow
     tiny = fitted(parts, 20).plain
     assert len(tiny) <= 20 and tiny.endswith("!! NaN")
+
+
+def test_fit_columns_takes_short_forms_then_drops_the_least_needed_before_shortening_the_key() -> None:
+    columns = [Column("path", 40, 40), Column("norm", 11, 8), Column("std", 11, 8), Column("numel", 8, 8)]
+    priority = ["path", "norm", "std", "numel"]
+    assert fit_columns(columns, priority, "path", 200, 30) == (["path", "norm", "std", "numel"], 40, False)
+    assert fit_columns(columns, priority, "path", 70, 30) == (["path", "norm", "std", "numel"], 32, False)
+    assert fit_columns(columns, priority, "path", 64, 30) == (["path", "norm", "std", "numel"], 32, True)
+    assert fit_columns(columns, priority, "path", 60, 30) == (["path", "norm", "std"], 38, True)
+    assert fit_columns(columns, priority, "path", 20, 30) == (["path"], 18, True)
 
 
 # ---- the browser at 80x24 -----------------------------------------------------------------------
@@ -266,3 +277,66 @@ async def test_a_wide_tree_shows_whole_lines_and_a_narrow_one_shows_every_tensor
         await settle(pilot, "j", "j", "l")
         tensors = [line for line in tree_lines(app) if "module." in line]
         assert tensors and all("Tensor" not in line and "float32" not in line for line in tensors)
+
+
+# ---- the layers view at 80x24 -------------------------------------------------------------------
+
+
+def table_lines(app: CkptApp) -> tuple[list[str], list[str]]:
+    """The layers table's header and row lines as the screen shows them."""
+    table = app.screen.query_one(LayersTable)
+    lines = screen_text(app).splitlines()[table.region.y : table.region.bottom]
+    return lines[0], lines[1:]
+
+
+async def test_the_layers_view_at_80x24_fits_without_scrolling_sideways_and_cuts_nothing(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "L")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, LayersScreen)
+        table = screen.query_one(LayersTable)
+        assert table.virtual_size.width <= table.size.width and not table.show_horizontal_scrollbar
+        columns = [str(key.value) for key in table.columns]
+        assert columns[:3] == ["mark", "path", "norm"] and len(columns) < len(TABLE_COLUMNS)
+        header, rows = table_lines(app)
+        assert all(LABELS.get(name, name) in header for name in columns)
+        for line, row in zip(rows, screen.shown, strict=False):
+            last = str(row.path[-1]).split(".")[-1]
+            assert line.split()[0].endswith(last) or last in line, line  # the key's last component stays
+            for name in columns[2:]:
+                assert cell_text(row, name, compact=True) in line  # numbers whole, in their short form
+        # the focused tensor's path in the title is shortened in the middle, never wrapped away
+        await settle(pilot, *"jjjj")
+        focused = screen.focused_row()
+        assert focused is not None
+        title = screen_text(app).splitlines()[0]
+        assert title.rstrip().endswith(str(focused.path[-1]).split(".")[-1])
+
+
+async def test_sorting_by_a_column_a_narrow_table_dropped_shows_it(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "L")
+        await settle(pilot)
+        table = app.screen.query_one(LayersTable)
+        assert "min" not in [str(key.value) for key in table.columns]
+        while app.screen.sort != "min":
+            await settle(pilot, "s")
+        assert "min" in [str(key.value) for key in table.columns]
+        assert "min ▲" in table_lines(app)[0] or "min ▼" in table_lines(app)[0]
+        assert table.virtual_size.width <= table.size.width
+
+
+async def test_a_wide_layers_view_shows_every_column(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=(200, 30), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "L")
+        await settle(pilot)
+        table = app.screen.query_one(LayersTable)
+        assert [str(key.value) for key in table.columns] == list(TABLE_COLUMNS)
+        assert "float32" in screen_text(app)

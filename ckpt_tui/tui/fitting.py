@@ -8,6 +8,7 @@ then is the line cut at its end; the parts marked ``end`` (a check's ``!! NaN``)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from rich.text import Span, Text
@@ -17,6 +18,20 @@ SHORTEN = 2
 MIN_KEY = 8
 """A key is never shortened below this many columns (unless the line has no more room at all)."""
 ELLIPSIS = "…"
+SHORT_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+"""The dtype as a narrow line shows it (the detail panel has the full name)."""
 
 
 class Part(NamedTuple):
@@ -110,3 +125,37 @@ def _cut(parts: list[Part], width: int) -> Text:
     head = styled([part for part in parts if not part.end])
     head.truncate(max(room, 0), overflow="ellipsis")
     return head + styled(ends) if ends else head
+
+
+class Column(NamedTuple):
+    """A table column as fitting sees it: its name and the widths its cells need, whole and compact."""
+
+    name: str
+    width: int
+    compact: int
+    """The width in a narrow view (numbers with fewer digits, short dtype names)."""
+
+
+def fit_columns(
+    columns: Sequence[Column], priority: Sequence[str], key: str, room: int, key_min: int, padding: int = 2
+) -> tuple[list[str], int, bool]:
+    """The columns shown in ``room`` cells, the ``key`` column's width, and whether the compact forms are used.
+
+    The whole forms first; then the compact forms; then the columns last in ``priority`` go one by one
+    while the key would get less than ``key_min``; the key takes the room left (up to what it needs).
+    Columns not in ``priority`` are always kept. ``padding``: the cells a column takes beside its text.
+    """
+    shown = [column.name for column in columns]
+    whole = {column.name: column.width for column in columns}
+    compact = {column.name: column.compact for column in columns}
+
+    def key_room(widths: dict[str, int]) -> int:
+        return room - sum(widths[name] + padding for name in shown if name != key) - padding
+
+    if key_room(whole) >= min(whole[key], key_min):
+        return shown, min(whole[key], key_room(whole)), False
+    for name in [name for name in reversed(priority) if name in shown and name != key]:
+        if key_room(compact) >= min(compact[key], key_min):
+            break
+        shown.remove(name)
+    return shown, max(1, min(compact[key], key_room(compact))), True

@@ -25,7 +25,9 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.describe import shape, size
 from ckpt_tui.core.model.keypath import KeyPath, to_slash
 from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.values.text_plots import shorten
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
+from ckpt_tui.tui.fitting import SHORT_DTYPES, Column, fit_columns
 from ckpt_tui.tui.messages import Failed, LayersReady, Progress, ProgressPoster
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
@@ -53,23 +55,43 @@ TABLE_COLUMNS = (
 )
 SORTS: tuple[str | None, ...] = (None, *TABLE_COLUMNS)
 """``s`` cycles through these: file order first, then every column."""
+PRIORITY = (
+    *("mark", "path", "norm", "std", "absmax", "dtype", "shape", "mean", "min", "max", "zeros", "nan", "inf", "numel"),
+)
+"""What a narrow table keeps, most needed first (the column sorted by comes right after the path): the numbers
+that show a broken layer before the ones its mark already says (NaN, Inf) or that the tree shows."""
 TEXT_COLUMNS = frozenset({"mark", "path", "shape", "dtype"})
+LABELS = {"nan": "NaN", "inf": "Inf", "zeros": "zeros%"}
 PATH_WIDTH = 34
+PATH_MIN = 30
+"""A narrow table drops columns before it shortens a key path below this."""
 TABLE_LIMIT = 1000
 """Rows put in the table at most (the first of the sorted, filtered list): a DataTable of 50,000 rows takes
 seconds to fill, and sorting or filtering brings any tensor to the top."""
 PLOT_HEIGHT = 5
 
 
-def number(value: float | None) -> str:
+def number(value: float | None, digits: int = 6) -> str:
     """A statistic with 6 significant digits (``-`` for none), as ``stats`` prints it."""
-    return "-" if value is None else f"{value:.6g}"
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def cell_text(row: TensorRow, column: str, compact: bool = False) -> str:
+    """One cell of a row but its mark and path; ``compact``: 4 significant digits and short dtype names."""
+    value = row.value(column)
+    if column == "zeros":
+        return "-" if value is None else f"{100 * value:.4g}"
+    if column == "shape":
+        return shape(value)
+    if column == "dtype":
+        return printable(SHORT_DTYPES.get(value, value) if compact else value)
+    if isinstance(value, float):
+        return number(value, 4 if compact else 6)
+    return "-" if value is None else str(value)
 
 
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
     """A key path that fits ``width``: shortened in the middle, its last components kept."""
-    from ckpt_tui.core.values.text_plots import shorten
-
     return shorten(printable(to_slash(path)) or "(root)", width)
 
 
@@ -176,37 +198,71 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         if self.reverse:
             rows.reverse()
         self.shown = rows
+        listed = rows[:TABLE_LIMIT]
+        labels = {column: self._label(column) for column in TABLE_COLUMNS}
+        shown, path_width, compact = fit_columns(
+            [self._column(column, labels[column], listed) for column in TABLE_COLUMNS],
+            self._priority(),
+            "path",
+            self._room(),
+            PATH_MIN,
+        )
         table.clear(columns=True)
-        for column in TABLE_COLUMNS:
-            arrow = (" ▲" if self._ascending() else " ▼") if column == self.sort else ""
-            label = {"nan": "NaN", "inf": "Inf", "zeros": "zeros%"}.get(column, column)
-            table.add_column(Text(label + arrow, justify="left" if column in TEXT_COLUMNS else "right"), key=column)
-        table.add_rows([self._cells(row) for row in rows[:TABLE_LIMIT]])
-        if focused is not None and focused in rows[:TABLE_LIMIT]:
+        for column in shown:
+            width = path_width if column == "path" else None
+            label = Text(labels[column], justify="left" if column in TEXT_COLUMNS else "right")
+            table.add_column(label, key=column, width=width)
+        table.add_rows([self._cells(row, shown, path_width, compact) for row in listed])
+        if focused is not None and focused in listed:
             table.move_cursor(row=rows.index(focused), animate=False)
         self.show_title()
         self.show_plot()
+
+    def _label(self, column: str) -> str:
+        arrow = (" ▲" if self._ascending() else " ▼") if column == self.sort else ""
+        return LABELS.get(column, column) + arrow
+
+    def _priority(self) -> list[str]:
+        """The columns by need: the one sorted by stays whatever else a narrow table drops."""
+        keep = [self.sort] if self.sort not in (None, "mark", "path") else []
+        return ["mark", "path", *keep, *(column for column in PRIORITY[2:] if column not in keep)]
+
+    def _room(self) -> int:
+        """The table's columns: the screen's width (the table's own shrinks while it shows a scrollbar), less the
+        vertical scrollbar it may show."""
+        table = self.query_one(LayersTable)
+        return (self.size.width or self.app.size.width) - table.styles.scrollbar_size_vertical
+
+    def _column(self, column: str, label: str, rows: list[TensorRow]) -> Column:
+        """How wide the column's cells are, whole and compact."""
+        if column == "mark":
+            texts = [self._mark(row) for row in rows]
+            return Column(column, max(map(len, [label, *texts])), max(map(len, [label, *texts])))
+        if column == "path":
+            widths = [len(printable(to_slash(row.path)) or "(root)") for row in rows]
+            return Column(column, max([len(label), *widths]), max([len(label), *widths]))
+        whole = max([len(label), *(len(cell_text(row, column)) for row in rows)])
+        compact = max([len(label), *(len(cell_text(row, column, True)) for row in rows)])
+        return Column(column, whole, compact)
+
+    def _mark(self, row: TensorRow) -> str:
+        return self.marks.get(id(row), "" if row.stats is not None else "n/a")
 
     def _ascending(self) -> bool:
         natural = self.sort in ("path", "dtype", "mark")
         return natural != self.reverse
 
-    def _cells(self, row: TensorRow) -> list[Text]:
-        mark = self.marks.get(id(row), "" if row.stats is not None else "n/a")
-        cells = [Text(mark, style="bold" if mark.startswith("!!") else ""), Text(short_path(row.path))]
-        for column in TABLE_COLUMNS[2:]:
-            value = row.value(column)
-            if column == "zeros":
-                text = "-" if value is None else f"{100 * value:.4g}"
-            elif column == "shape":
-                text = shape(value)
-            elif column in ("dtype",):
-                text = printable(value)
-            elif isinstance(value, float):
-                text = number(value)
+    def _cells(self, row: TensorRow, columns: list[str], path_width: int, compact: bool) -> list[Text]:
+        cells = []
+        for column in columns:
+            if column == "mark":
+                mark = self._mark(row)
+                cells.append(Text(mark, style="bold" if mark.startswith("!!") else ""))
+            elif column == "path":
+                cells.append(Text(short_path(row.path, path_width)))
             else:
-                text = "-" if value is None else str(value)
-            cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
+                text = cell_text(row, column, compact)
+                cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
         return cells
 
     def focused_row(self) -> TensorRow | None:
@@ -217,7 +273,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         return self.shown[table.cursor_row]
 
     def show_title(self) -> None:
-        """One line: counts, order, filter, and the focused tensor's full path (or why it has no stats)."""
+        """One line: counts, order, filter, and the focused tensor's path (or why it has no stats), shortened in
+        the middle to the width left."""
         order = "file order" if self.sort is None else f"by {self.sort} {'▲' if self._ascending() else '▼'}"
         marked = sum(1 for row in self.rows if id(row) in self.marks)
         parts = [f"{len(self.shown)}/{len(self.rows)} tensors", order, f"{marked} marked"]
@@ -225,10 +282,17 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             parts[0] += f" (first {TABLE_LIMIT} listed: sort or filter for the others)"
         if self.filter:
             parts.append(f"filter {self.filter!r}")
+        title = self.query_one("#layers-title", Static)
         row = self.focused_row()
         if row is not None:
-            parts.append(printable(to_slash(row.path)) + (f" ({row.reason})" if row.reason else ""))
-        self.query_one("#layers-title", Static).update(Text(" · ".join(parts)))
+            reason = f" ({row.reason})" if row.reason else ""
+            room = (title.content_region.width or self.app.size.width - 2) - len(" · ".join(parts)) - 3 - len(reason)
+            parts.append(short_path(row.path, max(room, PATH_MIN)) + reason)
+        title.update(Text(" · ".join(parts)))
+
+    def on_resize(self) -> None:
+        if self.ready:
+            self.refill()
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -284,7 +348,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             mark = self.marks.get(id(row), "")
             marks.append("^" if row is focused else "x" if mark == "dead" else "!" if mark else " ")
         top = max((n for n in norms if n is not None), default=0.0)
-        title = Text(f"L2 norm by layer: {printable(name)} ({len(rows)} tensors), top {number(top)}", style="bold")
+        counts = f" ({len(rows)} tensors), top {number(top)}"
+        title = Text(f"L2 norm by layer: {shorten(printable(name), width - 18 - len(counts))}{counts}", style="bold")
         legend = Text("^ focused  ! marked  x dead (all zero) · p: next plot", style="italic")
         return Text("\n").join([title, lines_text(column_chart(norms, PLOT_HEIGHT, width, marks=marks)), legend])
 
@@ -296,7 +361,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             reason = row.reason if row is not None and row.reason else "no finite values"
             return Text(f"histogram: {printable(reason)} · p: next plot", style="italic")
         scale = "log" if self.log_counts else "linear"
-        title = Text(f"histogram of {short_path(row.path, 48)}, {scale} counts", style="bold")
+        title = Text(f"histogram of {short_path(row.path, width - 22)}, {scale} counts", style="bold")
         chart = lines_text(histogram(stats.histogram, PLOT_HEIGHT, width, self.log_counts))
         low, high = number(stats.min), number(stats.max)
         span = len(stats.histogram) * max(1, width // len(stats.histogram))

@@ -25,7 +25,7 @@ from ckpt_tui.core.model.keypath import KeyPath, key_text
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import TREE_BINDINGS
-from ckpt_tui.tui.fitting import Part, fitted, styled
+from ckpt_tui.tui.fitting import SHORT_DTYPES, Part, fitted, styled
 
 PAGE = 1000
 JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
@@ -129,21 +129,6 @@ class TotalsCache:
         self._found[id(value)] = (value, result)
         return result
 
-
-SHORT_DTYPES = {
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float64": "fp64",
-    "int64": "i64",
-    "int32": "i32",
-    "int16": "i16",
-    "int8": "i8",
-    "uint8": "u8",
-    "complex64": "c64",
-    "complex128": "c128",
-}
-"""The dtype as a narrow line shows it (the detail panel has the full name)."""
 
 # When a line is too wide (fitting.py): bytes go first, then the device, then the counts of a container,
 # then long names take their short forms (SHORTEN), then the word "Tensor" (the shape and dtype say it).
