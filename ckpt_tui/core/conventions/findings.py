@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_tui.core.conventions.architectures import Layout, fitting
 from ckpt_tui.core.conventions.layouts import (
     LIGHTNING_MODEL,
     is_lightning_checkpoint,
@@ -252,18 +253,21 @@ def _prefix_findings(root: Any) -> list[Finding]:
         if peft is not None and peft.prefix:
             message = f"all {len(items)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
             message += peft.describe()
+            if peft.adapter_only:  # nothing to load into the base model alone: no fix
+                findings.append(Finding("peft", message, "info", path=path, prefix=peft.prefix))
+                continue
             fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
             findings.append(Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix))
             continue
-        if prefix == "transformer." and _hf_body(keys, prefix):
-            # GPT-2-style: the body is .transformer (transformer.h.N, transformer.wte), as the class saves it
-            findings.append(_hf_body_finding(path, prefix, start, "GPT2LMHeadModel-style"))
+        fits = [] if lightning else fitting(keys)
+        if fits:
+            # the keys as they are fit a model layout core knows (a Hugging Face body under model.,
+            # transformer., bert.; CLIP's text_model.): the prefix is part of the model, not a wrapper
+            findings.append(_layout_finding(path, prefix, start, fits[0][0]))
             continue
         if prefix.startswith(LIGHTNING_MODEL) and not lightning:
-            # 'model.' without Lightning's own keys beside it is no evidence of Lightning: in a Hugging Face
-            # model it is the body (LlamaForCausalLM keeps model.layers.N beside lm_head), and stripping it
-            # would lose the fit with the class that saved it
-            findings.append(_model_prefix_finding(path, keys, prefix, start))
+            # 'model.' without Lightning's own keys beside it is no evidence of Lightning
+            findings.append(_model_prefix_finding(path, prefix, start))
             continue
         message = f"{start}: " + printable(prefix_origin(prefix))
         severity = "warning" if wrappers else "info"
@@ -272,29 +276,18 @@ def _prefix_findings(root: Any) -> list[Finding]:
     return findings
 
 
-HF_BODY_PARTS = ("embed_tokens.", "layers.", "decoder.", "encoder.", "norm.", "embeddings.", "h.", "wte.")
-"""What a Hugging Face model's body holds right under its ``model.``/``transformer.`` attribute."""
-
-
-def _model_prefix_finding(path: KeyPath, keys: list[str], prefix: str, start: str) -> Finding:
-    """Keys under ``model.`` outside a Lightning checkpoint: a Hugging Face body (loads as it is, no fix),
-    or a wrapper holding the model as ``.model`` (the strip offered only as "if needed")."""
-    if prefix == LIGHTNING_MODEL and _hf_body(keys, prefix):
-        return _hf_body_finding(path, prefix, start, "LlamaForCausalLM-style")
+def _model_prefix_finding(path: KeyPath, prefix: str, start: str) -> Finding:
+    """Keys under ``model.`` outside a Lightning checkpoint, in no layout core knows: a wrapper holding the
+    model as ``.model`` (the strip offered only as "if needed")."""
     message = f"{start}: a wrapper holding the model as .model, or a model whose first submodule is named model"
     return Finding("prefix", message, "info", path=path, prefix=prefix, fix=Fix("--strip-prefix", prefix))
 
 
-def _hf_body(keys: list[str], prefix: str) -> bool:
-    """Whether keys under a Hugging Face body attribute (``model.``, ``transformer.``) hold what a body holds."""
-    return any(k.startswith(tuple(prefix + part for part in HF_BODY_PARTS)) for k in keys)
-
-
-def _hf_body_finding(path: KeyPath, prefix: str, start: str, style: str) -> Finding:
-    """A Hugging Face model saved as its class saves it: the prefix is its body, no fix (stripping it would
-    lose the fit with that class)."""
-    body = prefix.rstrip(".")
-    message = f"{start}: the layout of a Hugging Face model whose body is its .{body} ({style}): it loads as it is"
+def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout) -> Finding:
+    """Keys that fit a model layout as they are: the prefix is that model's (its body, or a part), no fix
+    (stripping it would lose the fit with that layout)."""
+    body = f" whose body is its .{prefix.rstrip('.')}" if layout.body == prefix else ""
+    message = f"{start}: the layout of a Hugging Face {layout.name} model{body}: it loads as it is"
     return Finding("hf-body", message, path=path, prefix=prefix)
 
 
@@ -317,7 +310,8 @@ def _structure_findings(
         findings.append(Finding("inner-state-dict", message, "warning", inner, wrapped.prefix, fix=fix))
         told = f"{wrapped.message.split(':', 1)[0]} (the wrapper prefix of the model weights above)"
         prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
-    elif inner:
+    elif inner and not any(path == inner for path, _ in modules):
+        # (a pickled module there has its own finding, with the same extract)
         findings.append(
             Finding(
                 "inner-state-dict",

@@ -155,14 +155,20 @@ class PeftLayout:
     adapter_keys: int
     base_layers: int  # keys under a .base_layer.
     prefix: str  # base_model.model. (or "" when absent), after any wrapper
+    adapter_only: bool = False  # every key an adapter's (what PeftModel.save_pretrained writes)
 
     def describe(self) -> str:
         """In words."""
         parts = ", ".join(self.adapter_components)
+        if self.adapter_only:
+            return (
+                f"PEFT/LoRA adapter weights only ({self.adapter_keys}: {parts}); the base model's weights are not "
+                "in it: load it onto the base model with peft (PeftModel.from_pretrained), nothing here to fix"
+            )
         base = (
             f"{self.base_layers} base weights under .{PEFT_BASE}."
             if self.base_layers
-            else "no base weights (an adapter-only file: the base model's weights are not in it)"
+            else f"the base weights beside them (no .{PEFT_BASE}.: an older peft)"
         )
         return (
             f"PEFT/LoRA layout: {self.adapter_keys} adapter weights ({parts}), {base}; "
@@ -192,7 +198,8 @@ def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
         return None
     wrapper = wrapper_prefix(keys)
     has_prefix = all(k[len(wrapper) :].startswith(PEFT_PREFIX) for k in keys if k != "_metadata")
-    return PeftLayout(tuple(components), adapters, base, wrapper + PEFT_PREFIX if has_prefix else "")
+    only = adapters == sum(1 for k in keys if k != "_metadata")
+    return PeftLayout(tuple(components), adapters, base, wrapper + PEFT_PREFIX if has_prefix else "", only)
 
 
 def peft_fix(peft: PeftLayout) -> list[tuple[str, str]]:

@@ -42,6 +42,7 @@ from ckpt_tui.core.model.tree import (
     view_key,
     walk,
 )
+from ckpt_tui.core.operations.hints import vet_findings
 from ckpt_tui.core.runtime.safe_text import printable
 
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
@@ -222,6 +223,8 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
         summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
     for problem in checkpoint.loader_problems:
         summary.findings.append(Finding("loader-refuses", problem, "warning"))
+    # every fix checked before it is shown: none may lower a match the keys have
+    summary.findings = vet_findings(checkpoint.root, summary.findings)
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 

@@ -1,0 +1,219 @@
+"""The model layouts core knows by their keys: Hugging Face architectures, each as its head model (the
+body under its attribute, ``model.``/``bert.``/``transformer.``, heads beside it) and its base model (the
+body alone). A file *fits* a layout when the layout explains most of its keys; a hint's fix is checked
+against every layout the keys fit (see :mod:`ckpt_tui.core.operations.hints`).
+
+Each family is written from the key names transformers gives the class (``_tied_weights_keys`` and the
+modules' attribute names); tests build the real models and hold each family to them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+FIT_SHARE = 0.8
+"""A layout fits keys when it explains at least this share of them (a few keys of the user's own beside it)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture's keys: what its body holds (``parts``, regexes under the body attribute), the
+    parts it always has (``anchors``), and the heads its task classes put beside the body."""
+
+    head_model: str
+    base_model: str
+    body: str
+    parts: tuple[str, ...]
+    anchors: tuple[str, ...]
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A model layout: a name a user knows, and the full-key patterns it explains."""
+
+    name: str
+    pattern: re.Pattern[str]
+    anchors: tuple[re.Pattern[str], ...]
+    body: str
+    """The attribute the body sits under (``model.``), or ``""`` (a base model, or a family without one)."""
+
+    def fit(self, keys: Sequence[str]) -> int:
+        """How many keys the layout explains; 0 when one of its anchors has no key."""
+        if not all(any(map(anchor.match, keys)) for anchor in self.anchors):
+            return 0
+        return sum(1 for _ in filter(None, map(self.pattern.match, keys)))
+
+
+N = r"\d+\."
+ENCODER_PARTS = (r"embeddings\.", r"encoder\.", r"pooler\.")
+ENCODER_ANCHORS = (r"embeddings\.", rf"encoder\.layer\.{N}")
+SEQ2SEQ_PARTS = (r"shared\.", r"encoder\.", r"decoder\.")
+SEQ2SEQ_ANCHORS = (rf"encoder\.layers\.{N}", rf"decoder\.layers\.{N}")
+SEQ2SEQ_HEADS = (r"lm_head\.", r"final_logits_bias$", r"classification_head\.", r"qa_outputs\.")
+FAMILIES = (
+    Family(
+        "LlamaFor*",
+        "LlamaModel",
+        "model.",
+        (r"embed_tokens\.", rf"layers\.{N}", r"norm\.", r"rotary_emb\."),
+        (r"embed_tokens\.", rf"layers\.{N}"),
+        (r"lm_head\.", r"score\."),
+    ),
+    Family(
+        "GPT2LMHeadModel",
+        "GPT2Model",
+        "transformer.",
+        (r"wte\.", r"wpe\.", rf"h\.{N}", r"ln_f\."),
+        (r"wte\.", rf"h\.{N}"),
+        (r"lm_head\.", r"score\.", r"multiple_choice_head\."),
+    ),
+    Family(
+        "GPTNeoXForCausalLM",
+        "GPTNeoXModel",
+        "gpt_neox.",
+        (r"embed_in\.", rf"layers\.{N}", r"final_layer_norm\.", r"rotary_emb\.", r"emb_dropout\."),
+        (r"embed_in\.", rf"layers\.{N}"),
+        (r"embed_out\.",),
+    ),
+    Family(
+        "OPTForCausalLM",
+        "OPTModel",
+        "model.",
+        (r"decoder\.",),
+        (r"decoder\.embed_tokens\.", rf"decoder\.layers\.{N}"),
+        (r"lm_head\.", r"score\."),
+    ),
+    Family(
+        "BertFor*",
+        "BertModel",
+        "bert.",
+        ENCODER_PARTS,
+        ENCODER_ANCHORS,
+        (r"cls\.", r"classifier\.", r"qa_outputs\."),
+    ),
+    Family(
+        "RobertaFor*",
+        "RobertaModel",
+        "roberta.",
+        ENCODER_PARTS,
+        ENCODER_ANCHORS,
+        (r"lm_head\.", r"classifier\.", r"qa_outputs\."),
+    ),
+    Family(
+        "ElectraFor*",
+        "ElectraModel",
+        "electra.",
+        (*ENCODER_PARTS, r"embeddings_project\."),
+        ENCODER_ANCHORS,
+        (r"discriminator_predictions\.", r"generator_predictions\.", r"generator_lm_head\.", r"classifier\."),
+    ),
+    Family(
+        "AlbertFor*",
+        "AlbertModel",
+        "albert.",
+        ENCODER_PARTS,
+        (r"embeddings\.", r"encoder\.albert_layer_groups\."),
+        (r"predictions\.", r"sop_classifier\.", r"classifier\.", r"qa_outputs\."),
+    ),
+    Family(
+        "DistilBertFor*",
+        "DistilBertModel",
+        "distilbert.",
+        (r"embeddings\.", r"transformer\."),
+        (r"embeddings\.", rf"transformer\.layer\.{N}"),
+        (r"vocab_transform\.", r"vocab_layer_norm\.", r"vocab_projector\.", r"pre_classifier\.", r"classifier\."),
+    ),
+    Family(
+        "ViTFor*",
+        "ViTModel",
+        "vit.",
+        (r"embeddings\.", r"encoder\.", rf"layers\.{N}", r"layernorm\.", r"pooler\."),
+        (r"embeddings\.", rf"(?:encoder\.layer|layers)\.{N}"),
+        (r"classifier\.",),
+    ),
+    Family(
+        "WhisperForConditionalGeneration",
+        "WhisperModel",
+        "model.",
+        SEQ2SEQ_PARTS,
+        (r"encoder\.conv1\.", *SEQ2SEQ_ANCHORS),
+        (r"proj_out\.",),
+    ),
+    Family("BartFor*", "BartModel", "model.", SEQ2SEQ_PARTS, SEQ2SEQ_ANCHORS, SEQ2SEQ_HEADS),
+    Family(
+        "T5ForConditionalGeneration",
+        "T5EncoderModel",
+        "",
+        (r"shared\.", r"encoder\.", r"decoder\."),
+        (rf"encoder\.block\.{N}",),
+        (r"lm_head\.",),
+    ),
+    Family(
+        "CLIPModel",
+        "CLIPTextModel",
+        "",
+        (r"text_model\.", r"vision_model\.", r"visual_projection\.", r"text_projection\.", r"logit_scale$"),
+        (r"text_model\.", r"vision_model\."),
+    ),
+    Family("CLIPTextModelWithProjection", "CLIPTextModel", "", (r"text_model\.",), (r"text_model\.encoder\.",)),
+    Family("CLIPVisionModelWithProjection", "CLIPVisionModel", "", (r"vision_model\.",), (r"vision_model\.encoder\.",)),
+)
+"""Architectures by their keys. Several share one layout (Mistral, Qwen2, Gemma keep Llama's; mBART, Marian,
+Pegasus keep BART's): the layout is named after the first. ``For*`` stands for any of the family's heads."""
+HEADLESS = ("CLIPTextModelWithProjection", "CLIPVisionModelWithProjection")
+"""Families whose head model adds a projection beside the same body: named by the body's own class."""
+
+
+def _compiled(prefix: str, parts: tuple[str, ...], heads: tuple[str, ...] = ()) -> re.Pattern[str]:
+    body = f"{re.escape(prefix)}(?:{'|'.join(parts)})"
+    return re.compile(f"(?:{body}|{'|'.join(heads)})" if heads else body)
+
+
+@cache
+def layouts() -> tuple[Layout, ...]:
+    """Every layout: each family's head model, then its base model (the body alone, no attribute)."""
+    out: list[Layout] = []
+    seen: set[str] = set()
+    for family in FAMILIES:
+        anchors = tuple(re.compile(re.escape(family.body) + anchor) for anchor in family.anchors)
+        pattern = _compiled(family.body, family.parts, family.heads)
+        out.append(Layout(family.head_model, pattern, anchors, family.body))
+        base = _compiled("", family.parts)
+        if family.body and family.head_model not in HEADLESS and base.pattern not in seen:
+            # one layout for bodies keyed alike (BERT's, RoBERTa's, ELECTRA's): named after the first
+            seen.add(base.pattern)
+            out.append(Layout(family.base_model, base, tuple(re.compile(a) for a in family.anchors), ""))
+    return tuple(out)
+
+
+def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
+    """The layouts these keys fit (each explains :data:`FIT_SHARE` of them at least), best first, with
+    how many keys each explains."""
+    listed = [k for k in keys if k != "_metadata"]
+    if not listed:
+        return []
+    heads = {k.split(".", 1)[0] + "." for k in listed}
+    found = []
+    for layout in layouts():
+        # a first look in a set: each anchor's first component must be some key's
+        if not all(_first(anchor.pattern) in heads.union([None]) for anchor in layout.anchors):
+            continue
+        count = layout.fit(listed)
+        if count and count >= FIT_SHARE * len(listed):
+            found.append((layout, count))
+    return sorted(found, key=lambda item: -item[1])
+
+
+def _first(pattern: str) -> str | None:
+    """The literal first component of an anchor pattern (``model.`` of ``model\\.embed_tokens\\.``), or None."""
+    literal = pattern.split("\\.", 1)[0]
+    return literal + "." if re.fullmatch(r"\w+", literal) else None
+
+
+def body_layout(keys: Sequence[str], prefix: str) -> tuple[Layout, int] | None:
+    """The best layout these keys fit whose body sits under ``prefix`` (a Hugging Face body, not a wrapper)."""
+    return next(((layout, n) for layout, n in fitting(keys) if layout.body == prefix), None)

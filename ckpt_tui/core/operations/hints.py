@@ -1,0 +1,170 @@
+"""Every hint's fix, checked before it is shown: applied in memory to the keys, it must not lower the match
+with any model layout the keys fit (:mod:`ckpt_tui.core.conventions.architectures`), nor with the file's
+own model weights. Info, check and the browser's header get their findings through :func:`vet_findings`;
+the compare report judges its suggestion with :func:`judge_fix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ckpt_tui.core.conventions.architectures import FIT_SHARE, fitting
+from ckpt_tui.core.conventions.findings import Finding, Fix, where
+from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
+from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import get
+
+KEY_OPTIONS = frozenset({"--strip-prefix", "--add-prefix", "--drop-keys", "--rename-infix", "--rename-prefix"})
+"""The options of a fix that change the keys of a state_dict (an extract alone keeps them as they are)."""
+
+
+@dataclass(frozen=True)
+class OwnWeights:
+    """The file's own model weights, as their own fix leaves them: keys that fit them belong to that model."""
+
+    where: str
+    keys: frozenset[str]
+
+    def fit(self, keys: Sequence[str]) -> int:
+        """How many keys are the model's."""
+        return sum(1 for key in keys if key in self.keys)
+
+
+@dataclass
+class FixCheck:
+    """What a fix does to the layouts the keys fit: each one it lowers, with its keys before and after."""
+
+    lost: list[tuple[str, int, int]] = field(default_factory=list)
+    empty: bool = False
+
+    @property
+    def keeps(self) -> bool:
+        """The fix lowers no match (and leaves keys to load)."""
+        return not self.lost and not self.empty
+
+    def reason(self) -> str:
+        """Why the fix is not offered, in words."""
+        if self.empty:
+            return "it would leave no key"
+        name, before, after = self.lost[0]
+        return f"it would lose the fit with {name} ({before} keys fit as they are, {after} after it)"
+
+
+def judge_fix(
+    before: Sequence[str], after: Sequence[str], lightning: bool = False, own: OwnWeights | None = None
+) -> FixCheck:
+    """Whether changing the keys ``before`` to ``after`` keeps every match they have.
+
+    The layouts are those ``before`` fits; in a Lightning checkpoint's ``state_dict`` (``lightning``) they
+    are measured at the LightningModule's children (its keys less their first component), as no model
+    layout is a LightningModule and the fix is meant to reach its child. ``own``: the file's model weights.
+    """
+    check = FixCheck(empty=not [k for k in after if k != "_metadata"])
+    measured = [k.split(".", 1)[1] for k in before if "." in k] if lightning else list(before)
+    for layout, count in fitting(measured):
+        now = layout.fit(list(after))
+        if now < count:
+            check.lost.append((f"a Hugging Face {layout.name} model", count, now))
+    if own is not None:
+        count = own.fit(before)
+        if count >= FIT_SHARE * max(1, len(before)) and own.fit(after) < count:
+            check.lost.append((f"the model weights at {own.where}", count, own.fit(after)))
+    return check
+
+
+def vet_findings(root: Any, findings: list[Finding]) -> list[Finding]:
+    """The findings with each key-changing fix checked (:func:`judge_fix`): one that would lower a match is
+    kept without that edit, saying why."""
+    judged = [f for f in findings if f.fix is not None and any(o in KEY_OPTIONS for o, _ in f.fix.pairs())]
+    if not judged:
+        return findings
+    own = _own_weights(root, findings)
+    out = []
+    for finding in findings:
+        if finding in judged:
+            finding = _vetted(root, finding, own)
+        out.append(finding)
+    return out
+
+
+def _vetted(root: Any, finding: Finding, own: tuple[KeyPath, OwnWeights] | None) -> Finding:
+    assert finding.fix is not None
+    keys = _keys_before_and_after(root, finding)
+    if keys is None:
+        return finding
+    lightning = finding.path == ("state_dict",) and is_lightning_checkpoint(root)
+    theirs = own[1] if own is not None and own[0] != finding.path else None
+    check = judge_fix(keys[0], keys[1], lightning, theirs)
+    if check.keeps:
+        return finding
+    fix = finding.fix
+    changing = ", ".join(f"{o} {a}" for o, a in fix.pairs() if o in KEY_OPTIONS)
+    message = f"{finding.message}; {changing} is not offered: {check.reason()}"
+    if finding.kind == "prefix" and theirs is not None and check.lost[-1][0].endswith(theirs.where):
+        # the file's own weights hold these keys as they are: the prefix is one of the model's submodules
+        start = finding.message.split(": ", 1)[0]
+        message = f"{start}: keys of the model weights at {theirs.where} as they are (a submodule of the model)"
+    # an extract keeps the keys as they are: it stays, without the edits that would lose the match
+    kept = Fix(fix.option, fix.argument) if fix.option == "--extract" else None
+    return replace(finding, message=message, severity="info", fix=kept)
+
+
+def _keys_before_and_after(root: Any, finding: Finding) -> tuple[list[str], list[str]] | None:
+    """The keys of the state_dict a finding is about, and the same keys after its fix (None: not known)."""
+    assert finding.fix is not None
+    path = finding.path or ()
+    try:
+        value = get(root, path)
+    except (KeyError, IndexError, TypeError):
+        return None
+    before = [k for k, _ in tensor_items(value) or []]
+    if not before:
+        return None
+    pairs = finding.fix.pairs()
+    strips = [a for o, a in pairs if o in KEY_OPTIONS]
+    if [o for o, _ in pairs if o in KEY_OPTIONS] == ["--strip-prefix"] and all(
+        k.startswith(strips[0]) and len(k) > len(strips[0]) for k in before if k != "_metadata"
+    ):
+        # a prefix every key has comes off every key: no dry run of 50,000 renames
+        return before, [k[len(strips[0]) :] if k != "_metadata" else k for k in before]
+    after = _dry_run(root, path, finding.fix)
+    return None if after is None else (before, after)
+
+
+def _dry_run(root: Any, path: KeyPath, fix: Fix) -> list[str] | None:
+    """The keys of the edited state_dict after ``convert`` applies the fix to the tree in memory."""
+    from ckpt_tui.core.operations.convert import ConvertOptions, apply_options, path_text
+
+    try:
+        options = ConvertOptions.from_pairs(fix.pairs())
+        if path and not options.extract:
+            options.at = path_text(path)
+        result = apply_options(root, options)[0]
+        edited = result if options.extract else get(result, path)
+    except (CkptError, KeyError, IndexError, TypeError):
+        return None
+    return [k for k, _ in tensor_items(edited) or []]
+
+
+def _own_weights(root: Any, findings: list[Finding]) -> tuple[KeyPath, OwnWeights] | None:
+    """The file's model weights (its inner state_dict, or the root), as the finding about them would leave
+    them when it warns (a DDP checkpoint's weights with ``module.`` stripped)."""
+    path = inner_state_dict(root)
+    if path is None:
+        path = ()
+    try:
+        keys = [k for k, _ in tensor_items(get(root, path)) or []]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not keys:
+        return None
+    fixing = next((f for f in findings if f.path == path and f.severity == "warning" and f.fix is not None), None)
+    if fixing is not None and fixing.fix is not None:
+        prefix = next((a for o, a in fixing.fix.pairs() if o == "--strip-prefix"), None)
+        if prefix:
+            keys = [k[len(prefix) :] if k.startswith(prefix) and k != prefix else k for k in keys]
+    return path, OwnWeights(where(path), frozenset(keys))

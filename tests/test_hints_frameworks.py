@@ -1,0 +1,187 @@
+"""Hints on files the frameworks write themselves (transformers ``save_pretrained``, peft, Lightning's
+``Trainer``), built in tmp_path: every fix shown keeps the match with the model the file fits, and the
+layout named is the one that saved it. Each test is skipped when its framework is not installed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.operations.hints import KEY_OPTIONS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LLAMA = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+}
+
+
+def findings(capsys: pytest.CaptureFixture[str], path: Path) -> list[dict[str, Any]]:
+    assert main(["info", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["findings"]
+
+
+def key_fixes(found: list[dict[str, Any]]) -> list[list[str]]:
+    """Every fix option that changes keys, over all findings."""
+    return [pair for f in found for pair in f.get("fix_options", []) if pair[0] in KEY_OPTIONS]
+
+
+def fix_command(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    assert main(["info", str(path)]) == 0
+    text = capsys.readouterr().out
+    return next(line.split(": ", 1)[1] for line in text.splitlines() if line.strip().startswith("fix: "))
+
+
+def tiny_models() -> dict[str, Any]:
+    tf = pytest.importorskip("transformers")
+    bert = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
+    text = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    return {
+        "LlamaFor*": tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA, tie_word_embeddings=True)),
+        "GPT2LMHeadModel": tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=64)),
+        "BertFor*": tf.BertForMaskedLM(tf.BertConfig(**bert, vocab_size=64)),
+        "CLIPTextModelWithProjection": tf.CLIPTextModel(tf.CLIPTextConfig(**text)),
+        "WhisperForConditionalGeneration": tf.WhisperForConditionalGeneration(
+            tf.WhisperConfig(
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+                vocab_size=64,
+                num_mel_bins=8,
+                max_source_positions=16,
+                max_target_positions=16,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=2,
+                decoder_start_token_id=3,
+            )
+        ),
+    }
+
+
+def test_save_pretrained_files_get_no_fix_that_changes_their_keys_and_their_layout_named(tmp_path, capsys):
+    for name, model in tiny_models().items():
+        model.save_pretrained(tmp_path / name)
+        found = findings(capsys, tmp_path / name / "model.safetensors")
+        assert key_fixes(found) == [], name
+        assert not any("Lightning" in f["message"] or "wrapper" in f["message"] for f in found), name
+        named = [f["message"] for f in found if f["kind"] == "hf-body"]
+        assert all(f"Hugging Face {name} model" in message for message in named), (name, named)
+
+
+def test_a_clip_text_encoder_keeps_its_text_model_prefix(tmp_path, capsys):
+    """CLIP's text tower as Stable Diffusion ships it (transformers 4's CLIPTextModel: text_model.*), taken
+    from a real CLIPModel: text_model. is the model's own, not a wrapper to strip."""
+    tf = pytest.importorskip("transformers")
+    text = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    vision = {**text, "image_size": 16, "patch_size": 8}
+    model = tf.CLIPModel(tf.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8))
+    tower = {k: v for k, v in model.state_dict().items() if k.startswith("text_model.")}
+    torch.save(tower, tmp_path / "text_encoder.pth")
+    found = findings(capsys, tmp_path / "text_encoder.pth")
+    assert [f["kind"] for f in found if f.get("prefix") == "text_model."] == ["hf-body"]
+    assert key_fixes(found) == []
+
+
+def test_a_ddp_wrapped_hugging_face_model_gets_the_strip_that_reaches_it(tmp_path, capsys):
+    tf = pytest.importorskip("transformers")
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA))
+    torch.save({f"module.{k}": v for k, v in model.state_dict().items()}, tmp_path / "ddp.pth")
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    command = fix_command(capsys, tmp_path / "ddp.pth")
+    assert "--strip-prefix module." in command
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "ddp.fixed.pth"), "--against", str(tmp_path / "model.pth")]) == 0
+
+
+def lightning_checkpoint(tmp_path: Path, inner: torch.nn.Module) -> Path:
+    """A Lightning Trainer's checkpoint of a LightningModule holding ``inner`` as ``.model``."""
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = inner
+
+        def training_step(self, batch: Any, _: int) -> torch.Tensor:
+            return sum((p.float() ** 2).sum() for p in self.parameters()) * 1e-3
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    trainer = pl.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2, 1)), batch_size=1)
+    trainer.fit(Module(), data)
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    return tmp_path / "run.ckpt"
+
+
+def test_a_lightning_module_holding_a_llama_body_gets_the_strip_to_the_body(tmp_path, capsys):
+    """Its keys (model.embed_tokens, model.layers.N) also read as LlamaForCausalLM's; Lightning's own keys
+    say model. is the LightningModule's attribute, and the strip keeps the fit with the body's layout."""
+    tf = pytest.importorskip("transformers")
+    body = tf.LlamaModel(tf.LlamaConfig(**LLAMA))
+    path = lightning_checkpoint(tmp_path, body)
+    torch.save(body.state_dict(), tmp_path / "body.pth")
+    command = fix_command(capsys, path)
+    assert "--extract state_dict" in command and "--strip-prefix model." in command
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "run.fixed.pth"), "--against", str(tmp_path / "body.pth")]) == 0
+
+
+def test_a_peft_adapter_file_is_named_and_offered_no_fix_that_empties_it(tmp_path, capsys):
+    peft = pytest.importorskip("peft")
+    tf = pytest.importorskip("transformers")
+    model = peft.get_peft_model(
+        tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA)), peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"])
+    )
+    model.save_pretrained(tmp_path / "adapter")
+    found = findings(capsys, tmp_path / "adapter" / "adapter_model.safetensors")
+    assert not any(f.get("fix") for f in found)
+    assert any("adapter weights only" in f["message"] for f in found)
+
+
+def test_a_peft_model_state_dict_gets_the_fix_that_reaches_the_base_model(tmp_path, capsys):
+    peft = pytest.importorskip("peft")
+    tf = pytest.importorskip("transformers")
+    base = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA))
+    torch.save({k: v.clone() for k, v in base.state_dict().items()}, tmp_path / "base.pth")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    torch.save(model.state_dict(), tmp_path / "lora.pth")
+    command = fix_command(capsys, tmp_path / "lora.pth")
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "lora.fixed.pth"), "--against", str(tmp_path / "base.pth")]) == 0
+
+
+def test_a_deepspeed_submodule_prefix_is_not_offered_a_strip(capsys):
+    """ZeRO-2's frozen_param_fragments hold the model's own frozen.* keys: stripping frozen. would lose
+    the fit with the model weights in the same folder (DeepSpeed wrote it; see its fixture script)."""
+    found = findings(capsys, FIXTURES / "deepspeed" / "zero2_bf16")
+    frozen = [f for f in found if f.get("prefix") == "frozen."]
+    assert frozen and not any(f.get("fix") for f in frozen)
+    assert "a submodule of the model" in frozen[0]["message"]
