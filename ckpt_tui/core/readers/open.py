@@ -16,11 +16,13 @@ import os
 import pickletools
 import threading
 from collections.abc import Callable, Sequence
-from typing import BinaryIO
+from dataclasses import dataclass
+from functools import cached_property
+from typing import BinaryIO, Literal, NoReturn
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.formats import format_name
+from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
 from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
@@ -116,40 +118,223 @@ def _open(path: str) -> Checkpoint:
     return _open_file(path)
 
 
-def _open_directory(path: str) -> Checkpoint:
-    if places.is_file(places.join(path, ".metadata")):
-        return read_dcp(path, _open_plain_file)
-    zero = deepspeed_folder(path)
-    if zero is not None:
-        return read_deepspeed(zero, _open_plain_file)
-    indexes = sorted(n for n in places.list_dir(path) if n.endswith(INDEX_SUFFIX))
-    hf_dcp = None if indexes else hf_dcp_folder(path)
-    if hf_dcp is not None:  # torch's HuggingFaceStorageWriter(save_distributed=True): per-rank safetensors
-        return read_hf_dcp(path, hf_dcp, open_shard)
-    if len(indexes) == 1:
-        return read_sharded(places.join(path, indexes[0]), open_shard)
-    if indexes:
-        raise ReadError(f"{path}: several index files ({', '.join(indexes)}); open one of them")
-    files = checkpoint_files(path)
-    ranks = rank_folder(path, files)
-    opened: dict[str, Checkpoint] = {}
+# ---- the detection table -------------------------------------------------------------------------
 
-    def member(file: str) -> Checkpoint:
-        if file not in opened:
-            opened[file] = open_shard(file)
-        return opened[file]
+Scope = Literal["place", "folder", "file"]
+"""What a row looks at: ``place``, where a path lies (a folder, or a file inside a DCP or DeepSpeed
+folder, which opens the whole folder); ``folder``, a folder's files; ``file``, one file's bytes."""
 
-    if ranks is not None and holds_sharded(member(ranks[0])):  # FSDP1/DTensor state_dicts, one file per rank
-        # the merged tree is checked as a whole when it is returned (as a rank file's siblings are): the
-        # ranks' ShardedTensor/DTensor internals are read only through their checked fields
-        merged = merge_ranks(ranks, [member(p) for p in ranks])
-        merged.path = path
-        return merged
-    if files:  # Accelerate's save_state: model.safetensors, optimizer.bin, scheduler.bin, ...
-        return read_folder(path, files, lambda file: opened.pop(file, None) or open_shard(file))
+
+class Target:
+    """What the rows' probes ask about one path, each answer worked out once, when first asked."""
+
+    def __init__(self, path: str, folder: bool, allow_index: bool = True) -> None:
+        self.path = path
+        self.folder = folder
+        self.allow_index = allow_index
+        self.framing_error: NotSafetensors | None = None
+        """Why a file that looked like safetensors is not one (the later rows read it as torch.load would)."""
+        self.opened: dict[str, Checkpoint] = {}
+        """A folder's files read while probing it (read once)."""
+
+    @cached_property
+    def head(self) -> bytes:
+        """A file's first 512 bytes (an empty file is refused here)."""
+        with places.open_stream(self.path) as file:  # a FIFO, a device or stdin is refused here, never waited on
+            head = file.read(TAR_BLOCK)
+        if self.size == 0:
+            raise ReadError(f"{self.path}: empty file")
+        return head
+
+    @cached_property
+    def size(self) -> int:
+        """Bytes in the file."""
+        return places.size_of(self.path)
+
+    @cached_property
+    def dcp_folder(self) -> str | None:
+        """The DCP folder this folder is (it holds ``.metadata``), or this file lies in."""
+        if self.folder:
+            return self.path if places.is_file(places.join(self.path, ".metadata")) else None
+        return dcp_folder_of(self.path)
+
+    @cached_property
+    def zero_folder(self) -> str | None:
+        """The DeepSpeed ZeRO tag folder this path is, holds (``latest``) or lies in."""
+        return deepspeed_folder(self.path)
+
+    @cached_property
+    def indexes(self) -> list[str]:
+        """The index files (``*.index.json``) in a folder."""
+        return sorted(n for n in places.list_dir(self.path) if n.endswith(INDEX_SUFFIX))
+
+    @cached_property
+    def hf_dcp(self) -> list[str] | None:
+        """The per-rank safetensors files of torch's HuggingFaceStorageWriter in a folder without an index."""
+        return None if self.indexes else hf_dcp_folder(self.path)
+
+    @cached_property
+    def files(self) -> list[str]:
+        """A folder's checkpoint files."""
+        return checkpoint_files(self.path)
+
+    @cached_property
+    def ranks(self) -> list[str] | None:
+        """A folder's files when they are one set of rank files."""
+        return rank_folder(self.path, self.files)
+
+    def member(self, file: str) -> Checkpoint:
+        """One of a folder's files, read once."""
+        if file not in self.opened:
+            self.opened[file] = open_shard(file)
+        return self.opened[file]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One row of the table: the formats its reader gives, what it looks at, a cheap probe, the reader.
+
+    ``read`` may answer None: not this format after all (the rows below it are tried).
+    """
+
+    formats: tuple[FormatId, ...]
+    scope: Scope
+    probe: Callable[[Target], bool]
+    read: Callable[[Target], Checkpoint | None]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The display names of its formats."""
+        return tuple(FORMAT_NAMES[f] for f in self.formats)
+
+
+def _read_dcp(target: Target) -> Checkpoint:
+    assert target.dcp_folder is not None
+    return read_dcp(target.dcp_folder, _open_plain_file)
+
+
+def _read_deepspeed(target: Target) -> Checkpoint:
+    assert target.zero_folder is not None
+    return read_deepspeed(target.zero_folder, _open_plain_file)
+
+
+def _read_hf_dcp(target: Target) -> Checkpoint:
+    assert target.hf_dcp is not None
+    return read_hf_dcp(target.path, target.hf_dcp, open_shard)
+
+
+def _read_index_folder(target: Target) -> Checkpoint:
+    if len(target.indexes) > 1:
+        raise ReadError(f"{target.path}: several index files ({', '.join(target.indexes)}); open one of them")
+    return read_sharded(places.join(target.path, target.indexes[0]), open_shard)
+
+
+def _holds_rank_files(target: Target) -> bool:
+    return target.ranks is not None and holds_sharded(target.member(target.ranks[0]))
+
+
+def _read_rank_folder(target: Target) -> Checkpoint:
+    # the merged tree is checked as a whole when it is returned (as a rank file's siblings are): the
+    # ranks' ShardedTensor/DTensor internals are read only through their checked fields
+    assert target.ranks is not None
+    merged = merge_ranks(target.ranks, [target.member(p) for p in target.ranks])
+    merged.path = target.path
+    return merged
+
+
+def _read_folder(target: Target) -> Checkpoint:
+    return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
+
+
+def _read_safetensors(target: Target) -> Checkpoint | None:
+    try:
+        return _with_other_readings(read_safetensors(target.path, target.size), target.head, target.size)
+    except NotSafetensors as exc:
+        # its length started like a safetensors header; torch.load still reads it as zip, tar or pickle
+        target.framing_error = exc
+        return None
+
+
+def _read_zip(target: Target) -> Checkpoint:
+    return read_zip(target.path, target.size, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
+
+
+def _refuse_tar(target: Target) -> Checkpoint:
     raise ReadError(
-        f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
+        f"{target.path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui "
+        "does not read" + _tar_unsafe_note(target.path)
     )
+
+
+def _is_index(target: Target) -> bool:
+    return target.head.lstrip()[:1] == b"{" and target.framing_error is None
+
+
+def _read_index(target: Target) -> Checkpoint:
+    if not target.allow_index:
+        raise ReadError(f"{target.path}: an index file where a shard was expected")
+    return read_sharded(target.path, open_shard)
+
+
+def _read_pickle(target: Target) -> Checkpoint:
+    try:
+        return read_pickle_file(target.path, target.size)
+    except ReadError as exc:
+        _refuse_unread(target, exc)
+
+
+DETECTION: tuple[Detection, ...] = (
+    Detection(("dcp",), "place", lambda t: t.dcp_folder is not None, _read_dcp),
+    Detection(("deepspeed",), "place", lambda t: t.zero_folder is not None, _read_deepspeed),
+    Detection(("dcp-hf",), "folder", lambda t: t.hf_dcp is not None, _read_hf_dcp),
+    Detection(("sharded",), "folder", lambda t: bool(t.indexes), _read_index_folder),
+    Detection(("ranks",), "folder", _holds_rank_files, _read_rank_folder),
+    Detection(("folder",), "folder", lambda t: bool(t.files), _read_folder),
+    Detection(("safetensors",), "file", lambda t: looks_like_safetensors(t.head, t.size), _read_safetensors),
+    Detection(("zip", "torchscript"), "file", lambda t: t.head[:4] in ZIP_STARTS, _read_zip),
+    Detection((), "file", lambda t: is_tar(t.path, t.head), _refuse_tar),
+    Detection(("sharded",), "file", _is_index, _read_index),
+    Detection(("legacy", "pickle"), "file", lambda t: t.head[0] in PICKLE_OPCODES, _read_pickle),
+)
+"""How a path is read, first row first: the first whose probe holds and whose reader answers.
+
+The order is the loaders' (see the module's docstring). Several paths named together are rank files
+(``ranks``, :func:`merge_ranks`); a pre-0.4 tar archive is named and refused (no format reads it).
+"""
+
+
+def detect(target: Target, scopes: tuple[Scope, ...]) -> Checkpoint | None:
+    """The checkpoint the first row of these scopes reads, or None when none applies."""
+    for row in DETECTION:
+        if row.scope in scopes and row.probe(target):
+            checkpoint = row.read(target)
+            if checkpoint is not None:
+                return checkpoint
+    return None
+
+
+def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
+    """A file no row read: the most telling reason (a broken safetensors header, text), else ``otherwise``."""
+    path, head = target.path, target.head
+    if target.framing_error is not None:
+        raise target.framing_error from None
+    if path.endswith(".safetensors") or head[8:9] == b"{":
+        raise ReadError(f"{path}: safetensors {length_problem(head, target.size)}") from None
+    if _looks_like_text(head):
+        raise ReadError(f"{path}: a text file, not a checkpoint") from None
+    raise otherwise from None
+
+
+# ---- folders and files ---------------------------------------------------------------------------
+
+
+def _open_directory(path: str) -> Checkpoint:
+    checkpoint = detect(Target(path, folder=True), ("place", "folder"))
+    if checkpoint is None:
+        raise ReadError(
+            f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
+        )
+    return checkpoint
 
 
 def open_shard(path: str) -> Checkpoint:
@@ -158,13 +343,11 @@ def open_shard(path: str) -> Checkpoint:
 
 
 def _open_file(path: str) -> Checkpoint:
-    folder = dcp_folder_of(path)
-    if folder is not None:  # one file of a DCP folder opens the whole folder
-        return read_dcp(folder, _open_plain_file)
-    zero = deepspeed_folder(path)
-    if zero is not None:  # one file of a DeepSpeed ZeRO checkpoint opens the whole tag folder
-        return read_deepspeed(zero, _open_plain_file)
-    checkpoint = _open_plain_file(path)
+    target = Target(path, folder=False)
+    whole = detect(target, ("place",))
+    if whole is not None:  # one file of a DCP or DeepSpeed folder opens the whole folder
+        return whole
+    checkpoint = _read_file(target)
     if sharding_info(checkpoint) is not None:  # one rank's file of an HF-DCP folder opens the whole folder
         folder = places.parent(path)
         names = hf_dcp_folder(folder)
@@ -195,59 +378,22 @@ def _check_opened(checkpoint: Checkpoint, path: str) -> None:
 
 def _open_plain_file(path: str, allow_index: bool = True) -> Checkpoint:
     """One file on its own, by its content."""
-    with places.open_stream(path) as file:  # a FIFO, a device or stdin is refused here, never waited on
-        head = file.read(512)
-    file_bytes = places.size_of(path)
-    if file_bytes == 0:
-        raise ReadError(f"{path}: empty file")
-    framing_error: NotSafetensors | None = None
-    if looks_like_safetensors(head, file_bytes):
-        try:
-            return _with_other_readings(read_safetensors(path, file_bytes), head, file_bytes)
-        except NotSafetensors as exc:
-            framing_error = exc
-    checkpoint = _open_torch(path, head, file_bytes, framing_error, allow_index)
-    if path.endswith(".safetensors"):
+    return _read_file(Target(path, folder=False, allow_index=allow_index))
+
+
+def _read_file(target: Target) -> Checkpoint:
+    """A file by its bytes: the ``file`` rows, in order."""
+    checkpoint = detect(target, ("file",))
+    if checkpoint is None:
+        _refuse_unread(
+            target, ReadError(f"{target.path}: not a checkpoint (unrecognised content: {target.head[:8].hex(' ')})")
+        )
+    if target.path.endswith(".safetensors") and checkpoint.format != "safetensors":
         checkpoint.loader_problems.append(
             f"its name ends in .safetensors, so torch.load hands it to the safetensors library, "
             f"which refuses it: it is a {format_name(checkpoint.format)}"
         )
     return checkpoint
-
-
-def _open_torch(
-    path: str, head: bytes, file_bytes: int, framing_error: NotSafetensors | None, allow_index: bool
-) -> Checkpoint:
-    """Read the file as torch.load would pick its format (zip, tar, pickle), or as an index."""
-    if head[:4] in ZIP_STARTS:
-        return read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
-    if is_tar(path, head):
-        raise ReadError(
-            f"{path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui does not read"
-            + _tar_unsafe_note(path)
-        )
-    if head.lstrip()[:1] == b"{" and framing_error is None:
-        if not allow_index:
-            raise ReadError(f"{path}: an index file where a shard was expected")
-        return read_sharded(path, open_shard)
-    if head[0] in PICKLE_OPCODES:
-        try:
-            return read_pickle_file(path, file_bytes)
-        except ReadError:
-            if framing_error is not None:
-                raise framing_error from None
-            if path.endswith(".safetensors") or head[8:9] == b"{":
-                raise ReadError(f"{path}: safetensors {length_problem(head, file_bytes)}") from None
-            if _looks_like_text(head):
-                raise ReadError(f"{path}: a text file, not a checkpoint") from None
-            raise
-    if framing_error is not None:
-        raise framing_error
-    if path.endswith(".safetensors") or head[8:9] == b"{":
-        raise ReadError(f"{path}: safetensors {length_problem(head, file_bytes)}")
-    if _looks_like_text(head):
-        raise ReadError(f"{path}: a text file, not a checkpoint")
-    raise ReadError(f"{path}: not a checkpoint (unrecognised content: {head[:8].hex(' ')})")
 
 
 MAX_TAR_MEMBERS = 64
