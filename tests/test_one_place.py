@@ -198,3 +198,106 @@ async def test_the_browsers_compare_report_is_cores(tmp_path: Path) -> None:
         assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
         shown = [(title, [(t, text.plain) for t, text in rows]) for title, rows in app.screen.sections if rows]
     assert shown == [(s.title, [(row.path, row.text) for row in s.rows]) for s in described.sections if s.rows]
+
+
+def test_every_convert_edit_option_means_one_field_both_ways(tmp_path: Path) -> None:
+    """``ConvertOptions.argv`` (what a fix command prints) read back by the CLI's parser gives the same options."""
+    from ckpt_tui.core.operations.convert import EDIT_OPTIONS, ConvertOptions
+
+    options = ConvertOptions(
+        extract="model",
+        drop=["head.weight", "x"],
+        drop_keys=["*.num_batches_tracked"],
+        rename=["a=b"],
+        strip_prefix="module.",
+        rename_rules=[
+            RenameRule.parse("enc.=encoder.", anywhere=False),
+            RenameRule.parse("attn=attention", anywhere=True),
+        ],
+        rename_map="map.json",
+        add_prefix="net.",
+        at="/",
+        map_location="cpu",
+        dtype="bfloat16",
+    )
+    argv = options.argv()
+    assert {word for word in argv if word.startswith("--")} == set(EDIT_OPTIONS)
+    args = build_parser().parse_args(["convert", "x.pth", *argv])
+    read = ConvertOptions(**{field: getattr(args, field) for field in EDIT_OPTIONS.values()})
+    assert read.argv() == argv
+    assert ConvertOptions.from_pairs(list(zip(argv[::2], argv[1::2], strict=True))).argv() == argv
+
+
+def test_a_suggestions_options_are_the_pairs_it_states() -> None:
+    steps = [Step("drop", "x"), Step("rename", RenameRule.parse("a.=b.", anywhere=False)), Step("add", "net.")]
+    suggestion = Suggestion([Step("extract", ("model",)), *steps], 9, 9, 0, explicit_target=True)
+    assert suggestion.pairs() == [
+        ("--extract", "model"),
+        ("--drop", "x"),
+        ("--rename-prefix", "a.=b."),
+        ("--add-prefix", "net."),
+        ("--at", "/"),
+    ]
+    assert suggestion.options().argv() == [word for pair in suggestion.pairs() for word in pair]
+
+
+def test_every_plain_data_class_is_a_class_to_the_scan() -> None:
+    """The scan's classes named in lower case and the allowlist's plain data were two lists: a plain-data
+    class added to one only was, to the scan, a function whose result has no known type."""
+    import importlib
+
+    from ckpt_tui.core.weights_only import scan, tables
+
+    pytest.importorskip("numpy")
+    for name in sorted(tables._PLAIN_DATA):
+        module, _, short = name.rpartition(".")
+        if module == "builtins" or module.startswith("omegaconf"):
+            # builtins: torch's BUILD of dict, list... is not what the scan models for a class (left as the
+            # differential tests hold it); omegaconf's names are all capitalised, and may not be installed
+            continue
+        try:
+            found = getattr(importlib.import_module(module), short)
+        except ImportError:
+            continue  # (pathlib._local is Python 3.13's; files keep the name they were saved with)
+        if isinstance(found, type):
+            assert scan.builds_instance(name), name
+    assert all(tables.data_global(name) is not None for name in tables.PLAIN_DATA_CLASSES)
+
+
+def test_a_file_scan_is_a_pickle_scans_findings_and_travels_whole() -> None:
+    """``FileScan`` and ``PickleScan`` share their findings' fields (one definition); the wire form the
+    forked scan sends back keeps every field."""
+    import dataclasses
+    from collections import Counter
+
+    from ckpt_tui.core.weights_only.scan import Findings, PickleScan
+    from ckpt_tui.core.weights_only.verdict import FileScan
+
+    shared = {f.name for f in dataclasses.fields(Findings)}
+    assert shared <= {f.name for f in dataclasses.fields(PickleScan)}
+    assert shared <= {f.name for f in dataclasses.fields(FileScan)}
+    scan = FileScan("zip", reason="r", unknown="u", setitem_on_other=True, name_route=True)
+    scan.absorb(PickleScan(refused=Counter({"os.system": 2}), usage={"os.system": {"reduce"}}), "data.pkl")
+    scan.version_names, scan.devices = {"torch.uint4"}, {"cuda"}
+    assert FileScan.from_wire(scan.to_wire()) == scan
+
+
+def test_the_cli_progress_line_renders_cores_throttled_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line on stderr is written per core's step (as the browser's messages are posted), not by a clock."""
+    import io
+
+    from ckpt_tui.cli import render
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    monkeypatch.setattr(render.ProgressLine, "DELAY", 0.0)
+    with render.ProgressLine() as line:
+        for done in range(1001):
+            line.update(done * 1000, 1_000_000)
+    shown = terminal.getvalue().split("\r")[1:-1]
+    assert 45 <= len(shown) <= 51
+    assert shown[-1].startswith("reading tensors: ") and shown[-1].endswith("of 1.0 MB (99%), ctrl+c stops ")

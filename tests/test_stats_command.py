@@ -312,7 +312,6 @@ def test_progress_is_one_updating_line_on_a_terminal_stderr_and_is_cleared(
 
     torch.save(tiny_state_dict(), tmp_path / "t.pth")
     monkeypatch.setattr(render.ProgressLine, "DELAY", 0.0)
-    monkeypatch.setattr(render.ProgressLine, "EVERY", 0.0)
     terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     assert main(["stats", str(tmp_path / "t.pth"), "--json"]) == 0

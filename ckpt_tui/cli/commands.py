@@ -279,24 +279,12 @@ def _side(path: str, at: str | None) -> str:
 
 def convert(args: argparse.Namespace) -> int:
     """``convert``: apply the edits in their fixed order, then save (or print them with --dry-run)."""
-    from ckpt_tui.core.operations.convert import ConvertOptions
+    from ckpt_tui.core.operations.convert import EDIT_OPTIONS, ConvertOptions
     from ckpt_tui.core.operations.convert import convert as convert_file
     from ckpt_tui.core.runtime.safe_text import printable
 
-    options = ConvertOptions(
-        extract=args.extract,
-        drop=args.drop,
-        drop_keys=args.drop_keys,
-        rename=args.rename,
-        strip_prefix=args.strip_prefix,
-        rename_rules=args.rename_rules or [],
-        rename_map=args.rename_map,
-        add_prefix=args.add_prefix,
-        at=args.at,
-        map_location=args.map_location,
-        dtype=args.dtype,
-        sanitize=args.sanitize,
-    )
+    # each edit option's argparse dest is its ConvertOptions field (EDIT_OPTIONS names both)
+    options = ConvertOptions(**{field: getattr(args, field) for field in EDIT_OPTIONS.values()}, sanitize=args.sanitize)
     if not args.dry_run and not args.output:
         print("ckpt-tui: convert needs -o OUT (or --dry-run)", file=sys.stderr)
         return 2

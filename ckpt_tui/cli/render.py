@@ -21,6 +21,7 @@ from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
 from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.runtime.progress import ProgressStep, ProgressThrottle
 from ckpt_tui.core.runtime.safe_text import printable
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
@@ -281,30 +282,27 @@ def print_stats_csv(rows: list[Any]) -> None:
 
 
 class ProgressLine:
-    """One updating line on stderr (only when stderr is a terminal and the work takes over a second)."""
+    """Core's throttled progress on one updating line of stderr (only when stderr is a terminal and the
+    work takes over a second): :attr:`update` is the ``(done, total)`` callback to hand the work."""
 
     DELAY = 1.0
-    EVERY = 0.2
 
-    def __init__(self) -> None:
+    def __init__(self, task: str = "stats") -> None:
         import time
 
         self.clock = time.monotonic
         self.start = self.clock()
-        self.last = 0.0
         self.shown = False
         self.live = sys.stderr.isatty()
+        self.update = ProgressThrottle(self.show, task)
 
-    def update(self, done: int, total: int) -> None:
-        """Show how far reading has got, at most five times a second."""
-        now = self.clock()
-        if not self.live or now - self.start < self.DELAY or now - self.last < self.EVERY:
+    def show(self, step: ProgressStep) -> None:
+        """Write how far reading has got (the throttle reports each 2% of it)."""
+        if not self.live or self.clock() - self.start < self.DELAY:
             return
-        from ckpt_tui.core.model.describe import size
-
-        self.last = now
-        percent = 100 * done / total if total else 100.0
-        sys.stderr.write(f"\rreading tensors: {size(done)} of {size(total)} ({percent:.0f}%), ctrl+c stops ")
+        sys.stderr.write(
+            f"\rreading tensors: {size(step.done)} of {size(step.total)} ({100 * step.fraction:.0f}%), ctrl+c stops "
+        )
         sys.stderr.flush()
         self.shown = True
 

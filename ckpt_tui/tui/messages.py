@@ -18,6 +18,7 @@ from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.runtime.progress import ProgressThrottle
 from ckpt_tui.core.weights_only.verdict import Verdict
 
 if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
@@ -40,11 +41,8 @@ class Progress(Message, bubble=False):
         return isinstance(message, Progress) and (message.task, message.request) == (self.task, self.request)
 
 
-class ProgressPoster:
-    """A worker's progress callback: posts :class:`Progress` each time another :data:`STEP` is done (and
-    nothing once ``cancelled``). Called as ``(done, total)``, or through :meth:`fraction`."""
-
-    STEP = 0.02
+class ProgressPoster(ProgressThrottle):
+    """A worker's progress callback: core's throttled :class:`ProgressStep`, posted as :class:`Progress`."""
 
     def __init__(
         self,
@@ -53,18 +51,7 @@ class ProgressPoster:
         request: int = 0,
         cancelled: Callable[[], bool] | None = None,
     ) -> None:
-        self.post, self.task, self.request, self.cancelled = post, task, request, cancelled
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        self.fraction(done / total if total else 1.0)
-
-    def fraction(self, fraction: float) -> None:
-        """Post ``fraction`` when it is :data:`STEP` past the last one posted."""
-        if fraction - self.last < self.STEP or (self.cancelled is not None and self.cancelled()):
-            return
-        self.last = fraction
-        self.post(Progress(self.task, fraction, self.request))
+        super().__init__(lambda step: post(Progress(step.task, step.fraction, step.request)), task, request, cancelled)
 
 
 @dataclass

@@ -69,6 +69,16 @@ class Step:
             return self.arg.describe()
         return f"{'strip' if self.kind == 'strip' else 'add'} {self.arg!r}"
 
+    def pair(self) -> tuple[str, str]:
+        """The ``convert`` option and argument of a step other than extract (which joins the ``--at``)."""
+        if isinstance(self.arg, RenameRule):
+            return self.arg.option, self.arg.spec
+        return STEP_OPTIONS[self.kind], self.arg
+
+
+STEP_OPTIONS = {"drop": "--drop", "drop-keys": "--drop-keys", "strip": "--strip-prefix", "add": "--add-prefix"}
+"""The ``convert`` option of each kind of step that takes its argument as it is."""
+
 
 @dataclass
 class Suggestion:
@@ -117,23 +127,25 @@ class Suggestion:
             for rule, count in zip(rules, self.rule_counts, strict=False)
         ]
 
-    def options(self) -> Any:
-        """The :class:`~ckpt_tui.core.operations.convert.ConvertOptions` that apply it to the file."""
-        from ckpt_tui.core.operations.convert import ConvertOptions, path_text
+    def pairs(self) -> list[tuple[str, str]]:
+        """The ``(option, argument)`` pairs of ``convert`` that apply it (as a finding's fix states them)."""
+        from ckpt_tui.core.operations.convert import path_text
 
-        options = ConvertOptions()
+        pairs: list[tuple[str, str]] = []
         extracts = [s.arg for s in self.steps if s.kind == "extract"]
         if extracts or self.at:
             where = (*self.at, *(extracts[0] if extracts else ()))
-            options.extract = path_text(where) if where else "auto"
-        options.drop = [s.arg for s in self.steps if s.kind == "drop"]
-        options.drop_keys = [s.arg for s in self.steps if s.kind == "drop-keys"]
-        options.strip_prefix = next((s.arg for s in self.steps if s.kind == "strip"), None)
-        options.rename_rules = [s.arg for s in self.steps if s.kind == "rename"]
-        options.add_prefix = next((s.arg for s in self.steps if s.kind == "add"), None)
+            pairs.append(("--extract", path_text(where) if where else "auto"))
+        pairs += [step.pair() for step in self.steps if step.kind != "extract"]
         if self.explicit_target:
-            options.at = "/"
-        return options
+            pairs.append(("--at", "/"))
+        return pairs
+
+    def options(self) -> Any:
+        """The :class:`~ckpt_tui.core.operations.convert.ConvertOptions` that apply it to the file."""
+        from ckpt_tui.core.operations.convert import ConvertOptions
+
+        return ConvertOptions.from_pairs(self.pairs())
 
     def argv(self, path: str, output: str | None = None) -> list[str]:
         """The exact ``ckpt-tui convert`` arguments that apply it (unquoted)."""

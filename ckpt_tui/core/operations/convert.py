@@ -66,45 +66,54 @@ class ConvertOptions:
 
     @classmethod
     def from_pairs(cls, pairs: list[tuple[str, str]]) -> ConvertOptions:
-        """The options a list of ``(option, argument)`` states (a finding's fix), as the CLI would read them."""
+        """The options a list of ``(option, argument)`` states (a finding's fix, a suggestion), as the CLI
+        would read them."""
         options = cls()
         for name, argument in pairs:
-            if name in ("--drop", "--drop-keys", "--rename"):
-                getattr(options, name[2:].replace("-", "_")).append(argument)
-            elif name in ("--rename-prefix", "--rename-infix"):
-                options.rename_rules.append(RenameRule.parse(argument, anywhere=name == "--rename-infix"))
-            elif name in ("--extract", "--strip-prefix", "--add-prefix", "--at", "--map-location", "--dtype"):
-                setattr(options, name[2:].replace("-", "_"), argument)
-            else:
+            attribute = EDIT_OPTIONS.get(name)
+            if attribute is None:
                 raise EditError(f"{name} is not a convert edit")
+            value = getattr(options, attribute)
+            if attribute == "rename_rules":
+                value.append(RenameRule.parse(argument, anywhere=name == "--rename-infix"))
+            elif isinstance(value, list):
+                value.append(argument)
+            else:
+                setattr(options, attribute, argument)
         return options
 
     def argv(self) -> list[str]:
         """The ``convert`` arguments that ask for exactly these edits (unquoted; see ``core.shell``)."""
         out: list[str] = []
-        if self.extract is not None:
-            out += option("--extract", self.extract)
-        for path in self.drop:
-            out += option("--drop", path)
-        for pattern in self.drop_keys:
-            out += option("--drop-keys", pattern)
-        for spec in self.rename:
-            out += option("--rename", spec)
-        if self.strip_prefix is not None:
-            out += option("--strip-prefix", self.strip_prefix)
-        for rule in self.rename_rules:
-            out += option(rule.option, rule.spec)
-        if self.rename_map is not None:
-            out += option("--rename-map", self.rename_map)
-        if self.add_prefix is not None:
-            out += option("--add-prefix", self.add_prefix)
-        if self.at is not None:
-            out += option("--at", self.at)
-        if self.map_location is not None:
-            out += option("--map-location", self.map_location)
-        if self.dtype is not None:
-            out += option("--dtype", self.dtype)
+        for name, attribute in EDIT_OPTIONS.items():
+            value = getattr(self, attribute)
+            if attribute == "rename_rules":
+                # both rule options share the field: each rule names its own option, in the rules' order
+                if name == "--rename-prefix":
+                    out += [word for rule in value for word in option(rule.option, rule.spec)]
+            elif isinstance(value, list):
+                out += [word for item in value for word in option(name, item)]
+            elif value is not None:
+                out += option(name, value)
         return out
+
+
+EDIT_OPTIONS: dict[str, str] = {
+    "--extract": "extract",
+    "--drop": "drop",
+    "--drop-keys": "drop_keys",
+    "--rename": "rename",
+    "--strip-prefix": "strip_prefix",
+    "--rename-prefix": "rename_rules",
+    "--rename-infix": "rename_rules",
+    "--rename-map": "rename_map",
+    "--add-prefix": "add_prefix",
+    "--at": "at",
+    "--map-location": "map_location",
+    "--dtype": "dtype",
+}
+"""Each ``convert`` edit option and the :class:`ConvertOptions` field it sets, in the order
+:meth:`ConvertOptions.argv` writes them (the order :func:`apply_options` applies them in)."""
 
 
 @dataclass

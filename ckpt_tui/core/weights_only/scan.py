@@ -49,9 +49,10 @@ class CannotTell(Refusal):
     """
 
 
-@dataclass
-class PickleScan:
-    """What one pickle needs from ``torch.load(weights_only=True)``."""
+@dataclass(kw_only=True)
+class Findings:
+    """What ``torch.load(weights_only=True)`` would refuse or cannot be told about, over one pickle or a
+    whole file: :class:`PickleScan` and the verdict's ``FileScan`` are this, each with its own ending."""
 
     refused: Counter[str] = field(default_factory=Counter)
     """Refused global names -> how many objects were built from (or referred to) them."""
@@ -59,14 +60,29 @@ class PickleScan:
     """Types never named by a GLOBAL that BUILD needs allowlisted (numpy's dtype classes)."""
     usage: dict[str, set[str]] = field(default_factory=dict)
     """How each refused global was used: ``reduce1`` (one scalar argument), ``reduce``, ``newobj``, ``build``."""
-    fatal: str | None = None
-    """The first refusal no ``add_safe_globals`` line fixes (None if there is none)."""
     unknown: str | None = None
     """What the emulation does not model, met before any refusal: torch may load or refuse ("cannot tell")."""
     setitem_on_other: bool = False
     """SETITEM(S) wrote into something other than a dict: refused since torch 2.10, accepted before."""
     version_names: set[str] = field(default_factory=set)
     """Allowlisted names that only some torch versions have (sub-byte ints, new float formats)."""
+
+    def add_globals(self, other: Findings) -> None:
+        """Add what ``other`` found about globals (refused, hidden, their usage, version-only names, SETITEM)."""
+        self.refused.update(other.refused)
+        self.hidden.update(other.hidden)
+        for name, hows in other.usage.items():
+            self.usage.setdefault(name, set()).update(hows)
+        self.setitem_on_other |= other.setitem_on_other
+        self.version_names |= other.version_names
+
+
+@dataclass
+class PickleScan(Findings):
+    """What one pickle needs from ``torch.load(weights_only=True)``."""
+
+    fatal: str | None = None
+    """The first refusal no ``add_safe_globals`` line fixes (None if there is none)."""
     result: Any = None
     end: int = 0
     """Offset just past the pickle's STOP."""
@@ -271,22 +287,8 @@ _INTERCEPT = {
 # ---- the machine ------------------------------------------------------------------------------
 
 StorageLoader = Callable[[tuple[Any, ...]], WStorage]
-_KNOWN_CLASSES = frozenset(
-    {
-        "collections.defaultdict",
-        "collections.deque",
-        "functools.partial",
-        "numpy.ndarray",
-        "numpy.dtype",
-        "datetime.datetime",
-        "datetime.date",
-        "datetime.time",
-        "datetime.timedelta",
-        "datetime.timezone",
-        "decimal.Decimal",
-        "uuid.UUID",
-    }
-)
+_KNOWN_CLASSES = tables.PLAIN_DATA_CLASSES | {"functools.partial"}
+"""Globals a REDUCE of which builds an instance of them though their name is not capitalised."""
 _LEAF_TYPES = frozenset({"torch.device", "builtins.bytearray"})
 _SCALAR_TYPES = (int, float, str, bool, bytes, type(None))
 _DEVICE_TYPES = frozenset(
@@ -540,9 +542,13 @@ class Machine(pickle.Unpickler):
         if name == "copyreg._reconstructor":
             cls = args[0] if args else None
             return WObject(cls.name if isinstance(cls, Placeholder) else None, name)
-        if name in _KNOWN_CLASSES or short[:1].isupper():
-            return WObject(name, name)
-        return WObject(None, name)
+        return WObject(name if builds_instance(name) else None, name)
+
+
+def builds_instance(name: str) -> bool:
+    """Whether a REDUCE of the refused global ``name`` is taken to build an instance of it (a class: a
+    capitalised name, or one of :data:`_KNOWN_CLASSES`); else what it makes is of an unknown type."""
+    return name in _KNOWN_CLASSES or name.rsplit(".", 1)[-1][:1].isupper()
 
 
 def _iterate(value: Any, what: str) -> Iterable[Any]:

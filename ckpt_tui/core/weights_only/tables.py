@@ -272,22 +272,30 @@ _OMEGACONF = {
     "omegaconf.nodes.PathNode",
     "omegaconf.nodes.EnumNode",
 }
+PLAIN_DATA_CLASSES = frozenset(
+    {
+        "argparse.Namespace",
+        "types.SimpleNamespace",
+        "collections.defaultdict",
+        "collections.deque",
+        "datetime.datetime",
+        "datetime.date",
+        "datetime.time",
+        "datetime.timedelta",
+        "datetime.timezone",
+        "decimal.Decimal",
+        "fractions.Fraction",
+        "uuid.UUID",
+        "typing.Any",
+        "numpy.ndarray",
+        "numpy.dtype",
+    }
+)
+"""The plain-data classes outside builtins, pathlib and omegaconf: a file may hold their objects, and
+an ``add_safe_globals`` line allowlists them. The scan takes each for a class (a REDUCE of one builds
+one of its instances), whatever the case of its name (``collections.deque``, ``datetime.date``)."""
 _PLAIN_DATA = {
-    "argparse.Namespace",
-    "types.SimpleNamespace",
-    "collections.defaultdict",
-    "collections.deque",
-    "datetime.datetime",
-    "datetime.date",
-    "datetime.time",
-    "datetime.timedelta",
-    "datetime.timezone",
-    "decimal.Decimal",
-    "fractions.Fraction",
-    "uuid.UUID",
-    "typing.Any",
-    "numpy.ndarray",
-    "numpy.dtype",
+    *PLAIN_DATA_CLASSES,
     *(f"builtins.{name}" for name in ("dict", "list", "tuple", "int", "float", "str", "bool", "bytes", "frozenset")),
     *(f"builtins.{name}" for name in ("object", "slice", "range", "NoneType")),
     *(f"pathlib.{name}" for name in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath")),

@@ -14,9 +14,8 @@ import json
 import struct
 import sys
 import tarfile
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
@@ -42,6 +41,7 @@ from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only import tables
 from ckpt_tui.core.weights_only.scan import (
     CannotTell,
+    Findings,
     GlobalRef,
     PickleScan,
     Refusal,
@@ -66,34 +66,23 @@ REMOTE_PREFIX = 1 << 20
 
 
 @dataclass
-class FileScan:
-    """Everything ``torch.load(path, weights_only=True)`` would unpickle, emulated."""
+class FileScan(Findings):
+    """Everything ``torch.load(path, weights_only=True)`` would unpickle, emulated: the findings of its
+    pickles, and how the file itself is read."""
 
     route: str
     """zip, legacy, pickle, torchscript, tar, safetensors, sharded, dcp, not-a-file"""
     applies: bool = True
     """False where torch.load's weights-only unpickler has nothing to say (safetensors, folders)."""
-    refused: Counter[str] = field(default_factory=Counter)
-    hidden: Counter[str] = field(default_factory=Counter)
-    usage: dict[str, set[str]] = field(default_factory=dict)
     reason: str | None = None
     """The first thing that makes torch.load fail whatever is allowlisted; None if nothing does."""
-    unknown: str | None = None
-    """The first thing the emulation does not model (the answer is then "cannot tell", never "loads")."""
-    setitem_on_other: bool = False
-    version_names: set[str] = field(default_factory=set)
     name_route: bool = False
     """The path ends in ``.safetensors``: torch 2.13+ routes it by name."""
     devices: set[str] = field(default_factory=set)
 
     def absorb(self, scan: PickleScan, what: str) -> None:
         """Add one pickle's findings."""
-        self.refused.update(scan.refused)
-        self.hidden.update(scan.hidden)
-        for name, hows in scan.usage.items():
-            self.usage.setdefault(name, set()).update(hows)
-        self.setitem_on_other |= scan.setitem_on_other
-        self.version_names |= scan.version_names
+        self.add_globals(scan)
         if scan.fatal and self.reason is None:
             self.reason = f"{what}: {scan.fatal}"
         if scan.unknown:
@@ -110,25 +99,29 @@ class FileScan:
             self.unknown = what
 
     def to_wire(self) -> dict[str, Any]:
-        """As JSON values (sets as sorted lists), for :func:`scan_beside`'s child to send back."""
-        wire = {name: getattr(self, name) for name in _WIRE_PLAIN}
-        wire |= {name: sorted(getattr(self, name)) for name in _WIRE_SETS}
-        wire |= {"refused": dict(self.refused), "hidden": dict(self.hidden)}
-        return wire | {"usage": {name: sorted(hows) for name, hows in self.usage.items()}}
+        """As JSON values (sets as sorted lists, counters and usage as dicts), for :func:`scan_beside`'s child."""
+        wire: dict[str, Any] = {}
+        for item in fields(self):
+            name, value = item.name, getattr(self, item.name)
+            if isinstance(value, set):
+                value = sorted(value)
+            elif isinstance(value, dict):
+                value = {key: sorted(item) if isinstance(item, set) else item for key, item in value.items()}
+            wire[name] = value
+        return wire
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> FileScan:
-        """The scan :meth:`to_wire` gave."""
-        scan = cls(**{name: wire[name] for name in _WIRE_PLAIN})
-        for name in _WIRE_SETS:
-            setattr(scan, name, set(wire[name]))
-        scan.refused, scan.hidden = Counter(wire["refused"]), Counter(wire["hidden"])
-        scan.usage = {name: set(hows) for name, hows in wire["usage"].items()}
+        """The scan :meth:`to_wire` gave (each field made again as its default is: a set, a Counter, a dict)."""
+        scan = cls(wire["route"])
+        for item in fields(cls):
+            value = wire[item.name]
+            if item.name == "usage":
+                value = {name: set(hows) for name, hows in value.items()}
+            elif item.default_factory is not MISSING:
+                value = item.default_factory(value)  # type: ignore[call-arg]
+            setattr(scan, item.name, value)
         return scan
-
-
-_WIRE_PLAIN = ("route", "applies", "reason", "unknown", "setitem_on_other", "name_route")
-_WIRE_SETS = ("version_names", "devices")
 
 
 class ScanBeside:
@@ -205,12 +198,7 @@ def _scan_sharded(index_path: str) -> FileScan:
             combined.fail(str(exc))
             continue
         applies |= part.applies
-        combined.refused.update(part.refused)
-        combined.hidden.update(part.hidden)
-        for name, hows in part.usage.items():
-            combined.usage.setdefault(name, set()).update(hows)
-        combined.setitem_on_other |= part.setitem_on_other
-        combined.version_names |= part.version_names
+        combined.add_globals(part)
         combined.devices |= part.devices
         combined.name_route |= part.name_route
         if part.applies and part.reason:
