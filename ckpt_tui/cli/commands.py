@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.cli.render import ProgressLine, print_json, print_stats_csv
+from ckpt_tui.cli.render import ProgressLine, print_info_json, print_json, print_stats_csv
 from ckpt_tui.core.errors import ReadError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _info(path: str | list[str], as_json: bool, depth: int) -> int:
 
     summary = summarize(open_for_command(path))
     if as_json:
-        print_json(summary.to_json(), floatless=True)
+        print_info_json(summary)
     else:
         from ckpt_tui.cli.render import render_info
 

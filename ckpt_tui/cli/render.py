@@ -330,6 +330,35 @@ def print_json(data: Any, *, floatless: bool = False) -> None:
     sys.stdout.write((_fast_json(data) if floatless else _json(data)).decode("ascii") + "\n")
 
 
+def print_info_json(summary: Summary) -> None:
+    """``info --json``: :func:`print_json` of ``summary.to_json()``, with a flat file's rows rendered from its
+    columns (:meth:`~ckpt_tui.core.operations.info.Summary.rows_json`) and put in place by orjson as they are."""
+    import orjson
+
+    rows = summary.rows_json()
+    fragment = getattr(orjson, "Fragment", None)  # (orjson 3.9.16 and later)
+    if rows is None or fragment is None or transferred_cost() is not None:
+        print_json(summary.to_json(), floatless=True)
+        return
+    data = summary.to_json(rows=False)
+    data["tensors"] = fragment(rows)
+    try:
+        out = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        out = b""
+    if not out or not out.isascii():  # said the slow way, as print_json says it
+        print_json(summary.to_json(), floatless=True)
+        return
+    sys.stdout.write(out.decode("ascii") + "\n")
+
+
+def transferred_cost() -> Any:
+    """What reading remote files cost so far (None: nothing was fetched)."""
+    from ckpt_tui.core.model.byte_source import transferred
+
+    return transferred()
+
+
 def _json(data: Any) -> bytes:
     return json.dumps(data, default=str, separators=(",", ":")).encode("ascii")
 

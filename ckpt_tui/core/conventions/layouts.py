@@ -17,6 +17,8 @@ Only the wrapper prefixes are ever removed without being named: any other shared
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,13 +178,20 @@ class PeftLayout:
         )
 
 
+ADAPTER_MARK = "lora_"
+
+
 def is_adapter_component(component: str) -> bool:
     """``lora_A``, ``lora_B``, ``lora_embedding_A``, ``lora_magnitude_vector``..."""
-    return component.startswith("lora_")
+    return component.startswith(ADAPTER_MARK)
 
 
 def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
     """The PEFT layout of these keys, when they hold LoRA adapters."""
+    # an adapter component is a part that starts with lora_: without that text in any key, none is there
+    # (one pass at C speed instead of splitting 50,000 keys)
+    if not any(map(operator.contains, keys, itertools.repeat(ADAPTER_MARK))):
+        return None
     components: dict[str, None] = {}
     adapters = 0
     base = 0

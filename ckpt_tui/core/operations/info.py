@@ -14,6 +14,7 @@ import operator
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
@@ -81,12 +82,16 @@ class Summary:
         """A stable name for a storage: its record key (with the shard file when sharded)."""
         if storage is None:
             return None
-        prefix = self._shard_prefixes.get(id(storage.source))
+        return self._prefix(storage.source) + storage.key
+
+    def _prefix(self, source: Any) -> str:
+        """What a storage id starts with: the shard file's name for a source other than the checkpoint's file."""
+        prefix = self._shard_prefixes.get(id(source))
         if prefix is None:
-            source = str(getattr(storage.source, "path", "") or "")
-            own = not source or os.path.abspath(source) == os.path.abspath(self.checkpoint.path)
-            prefix = self._shard_prefixes[id(storage.source)] = "" if own else os.path.basename(source) + ":"
-        return prefix + storage.key
+            path = str(getattr(source, "path", "") or "")
+            own = not path or os.path.abspath(path) == os.path.abspath(self.checkpoint.path)
+            prefix = self._shard_prefixes[id(source)] = "" if own else os.path.basename(path) + ":"
+        return prefix
 
     def totals(self) -> Totals:
         """Distinct tensors, their elements and bytes: what :func:`~ckpt_tui.core.model.describe.totals` finds
@@ -126,8 +131,9 @@ class Summary:
             parts.append(f"{count(rest)} other")
         return " + ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``info --json`` object (a documented contract: extend, never break)."""
+    def to_json(self, rows: bool = True) -> dict[str, Any]:
+        """The ``info --json`` object (a documented contract: extend, never break); ``rows=False``: without
+        its last key, ``tensors`` (a caller that renders them with :meth:`rows_json`)."""
         ckpt = self.checkpoint
         model = self.model
         return {
@@ -149,8 +155,29 @@ class Summary:
             "index_metadata": {str(k): str(v) for k, v in ckpt.index_metadata.items()},
             "notes": ckpt.notes,
             "findings": [f.to_json() for f in self.findings],
-            "tensors": self._flat_rows() if self.from_columns else self._walked_rows(),
+            **({"tensors": self._flat_rows() if self.from_columns else self._walked_rows()} if rows else {}),
         }
+
+    def rows_json(self) -> bytes | None:
+        """``to_json()["tensors"]`` of a root given as columns, rendered as one ASCII JSON array (what
+        ``json.dumps`` writes for it), without a dict per row: one text per distinct layout, then one
+        format per row; None for walked rows. A test holds its parse equal to :meth:`_flat_rows`."""
+        columns = self.checkpoint.flat_columns() if self.from_columns else None
+        if columns is None:
+            return None
+        values = columns.root.values()
+        layouts: dict[tuple[Any, ...], str] = {}
+        for layout in set(map(_LAYOUT, values)):
+            shape, stride, dtype = layout
+            layouts[layout] = (
+                f',"shape":{_ints(shape)},"dtype":{_text(dtype)},"device":"cpu",'
+                f'"nbytes":{math.prod(shape) * itemsize(dtype)},"stride":{_ints(stride)},"storage_offset":0,"storage":'
+            )
+        names = list(map(_text, map(str, columns.root)))
+        storages = self._storage_ids(list(map(_STORAGE, values)))
+        texts = names if _same(storages, columns.root) else ["null" if s is None else _text(s) for s in storages]
+        rows = map(_ROW.format, names, map(layouts.__getitem__, map(_LAYOUT, values)), texts)
+        return ("[" + ",".join(rows) + "]").encode("ascii")
 
     def _walked_rows(self) -> list[dict[str, Any]]:
         return [
@@ -169,6 +196,15 @@ class Summary:
             for path, t in self.tensors
         ]
 
+    def _storage_ids(self, storages: list[Storage]) -> list[str | None] | map[str | None]:
+        """:meth:`storage_id` of each storage; for storages of one source (a flat file), its prefix once."""
+        sources = list(map(_SOURCE, storages))
+        if not sources or not all(map(operator.is_, sources, itertools.repeat(sources[0]))):
+            return map(self.storage_id, storages)
+        prefix = self._prefix(sources[0])
+        keys = list(map(_KEY, storages))
+        return list(map(prefix.__add__, keys)) if prefix else keys
+
     def _flat_rows(self) -> list[dict[str, Any]]:
         """:meth:`_walked_rows` of a root given as columns, each field one pass over a column.
 
@@ -180,7 +216,7 @@ class Summary:
         values = columns.root.values()
         sizes = {dtype: itemsize(dtype) for dtype in set(columns.dtypes)}
         nbytes = map(operator.mul, columns.numels, map(sizes.__getitem__, columns.dtypes))
-        storages = map(self.storage_id, map(_STORAGE, values))
+        storages = self._storage_ids(list(map(_STORAGE, values)))
         shapes = map(list, map(_SHAPE, values))
         strides = map(list, map(_STRIDE, values))
         return [
@@ -276,6 +312,27 @@ def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
 
 _DTYPE = operator.attrgetter("dtype")
 _STORAGE = operator.attrgetter("storage")
+_LAYOUT = operator.attrgetter("shape", "stride", "dtype")
+_ROW = '{{"path":[{}]{}{},"parameter":false,"aliases":0}}'
+"""A flat row of ``info --json``: its name, its layout's fields, its storage (:meth:`Summary.rows_json`)."""
+
+
+def _text(value: str) -> str:
+    """A JSON string as ``json.dumps`` writes it (ASCII, escapes as the standard encoder's)."""
+    return encode_basestring_ascii(value)
+
+
+def _ints(values: tuple[int, ...]) -> str:
+    return "[" + ",".join(map(str, values)) + "]"
+
+
+def _same(first: Any, second: Any) -> bool:
+    """Whether two columns of names are equal (a flat file's storages are named as its keys)."""
+    return isinstance(first, list) and first == list(second)
+
+
+_SOURCE = operator.attrgetter("source")
+_KEY = operator.attrgetter("key")
 _SHAPE = operator.attrgetter("shape")
 _STRIDE = operator.attrgetter("stride")
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
