@@ -185,3 +185,23 @@ def test_a_deepspeed_submodule_prefix_is_not_offered_a_strip(capsys):
     frozen = [f for f in found if f.get("prefix") == "frozen."]
     assert frozen and not any(f.get("fix") for f in frozen)
     assert "a submodule of the model" in frozen[0]["message"]
+
+
+def test_compare_names_the_body_it_strips_and_what_the_fix_gives_up(tmp_path, capsys):
+    """A LlamaForCausalLM checked against a LlamaModel: the fix strips model., named as the body (not a
+    wrapper), and the report says it gives up the fit with the head model to reach the reference."""
+    tf = pytest.importorskip("transformers")
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA, tie_word_embeddings=True))
+    model.save_pretrained(tmp_path / "causal")
+    torch.save(model.model.state_dict(), tmp_path / "body.pth")
+    checked = ["check", str(tmp_path / "causal" / "model.safetensors"), "--against", str(tmp_path / "body.pth")]
+    assert main([*checked, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    notes = report["notes"]
+    assert any("'model.': the body of a Hugging Face LlamaFor* model" in note for note in notes)
+    assert any(note.startswith("the fix gives up the fit with a Hugging Face LlamaFor* model") for note in notes)
+    assert not any("wrapper" in note for note in notes)
+    command = report["suggestion"]["argv"]
+    assert main(command[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", command[command.index("--output") + 1], "--against", str(tmp_path / "body.pth")]) == 0

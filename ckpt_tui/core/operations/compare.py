@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.conventions import layouts
+from ckpt_tui.core.conventions.architectures import body_layout
 from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
 from ckpt_tui.core.edits.renames import Shapes, align, infer_rules
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
@@ -97,6 +98,8 @@ class Suggestion:
     resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     """Keys the fix drops because their size differs from the reference's (key, file's shape, reference's
     shape): the model keeps its fresh init for them, loaded with ``strict=False``."""
+    keys_after: list[str] | None = field(default=None, repr=False)
+    """The keys of the state_dict the fix leaves (set when it is verified on the tree)."""
 
     @property
     def full(self) -> bool:
@@ -201,6 +204,8 @@ class CompareReport:
     """Missing keys the architecture ties to a weight the file has (``tie_weights()`` fills them)."""
     whole_module: bool = False
     """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
+    keys: list[str] = field(default_factory=list, repr=False)
+    """The compared state_dict's keys."""
 
     @property
     def ok(self) -> bool:
@@ -406,7 +411,29 @@ def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareR
     found = [s for s in [report.suggestion, *report.alternatives] if s is not None]
     verified = [s for s in found if verify(root, s, reference) and _helps(s, report)]
     report.suggestion, report.alternatives = (verified[0], verified[1:]) if verified else (None, [])
+    if report.suggestion is not None:
+        report.notes += _given_up(root, at, report.suggestion)
     return report
+
+
+def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
+    """The fix checked as every hint is (:func:`~ckpt_tui.core.operations.hints.judge_fix`): a match with a
+    model layout the keys have that it gives up to reach the reference, said (the reference decides)."""
+    from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
+    from ckpt_tui.core.operations.hints import judge_fix
+
+    before = [k for k, _ in flat_items(get(root, at)) or []]
+    if not before or suggestion.keys_after is None:
+        return []
+    lightning = at == ("state_dict",) and is_lightning_checkpoint(root)
+    check = judge_fix(before, suggestion.keys_after, lightning)
+    if not check.lost:
+        return []
+    name, count, after = check.lost[0]
+    return [
+        f"the fix gives up the fit with {name} ({count} keys fit as they are, {after} after it) to reach the "
+        "reference's keys: right when the reference is the model you load into"
+    ]
 
 
 def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
@@ -422,6 +449,7 @@ def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
             suggestion.explicit_target = False
     if result is None:
         return False
+    suggestion.keys_after = result.keys
     suggestion.matched, suggestion.total = result.matched, result.total
     suggestion.missing, suggestion.unexpected = result.missing, result.unexpected
     suggestion.shape_mismatches = len(result.shape_mismatches)
@@ -479,7 +507,8 @@ def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata:
                 shapes.append((key, value.shape, expected.shape))
             if expected.dtype is not None and value.dtype != expected.dtype:
                 dtypes.append((key, value.dtype, expected.dtype))
-    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled)
+    keys = [k for k in have if k != "_metadata"]
+    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled, keys=keys)
 
 
 # ---- the search ---------------------------------------------------------------------------
@@ -570,7 +599,10 @@ def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> 
         for note in variant.notes:
             if note not in notes:
                 notes.append(note)
-        notes += [n for n in _strip_notes(suggestion) if n not in notes]
+        keys = [k for k, _ in variant.items]
+        lightning = ("extract", ("state_dict",)) in [(s.kind, s.arg) for s in variant.steps]
+        lightning = lightning and layouts.is_lightning_checkpoint(value)
+        notes += [n for n in _strip_notes(suggestion, keys, lightning) if n not in notes]
     return found, notes
 
 
@@ -792,12 +824,24 @@ def _add_candidates(keys: list[str], reference: Reference, ref_prefix: str | Non
     return [p for p, _ in add.most_common(MAX_CANDIDATES)]
 
 
-def _strip_notes(suggestion: Suggestion) -> list[str]:
-    return [
-        f"keys start with {step.arg!r}: {layouts.describe_wrappers(str(step.arg))}"
-        for step in suggestion.steps
-        if step.kind == "strip" and layouts.split_wrappers(str(step.arg)) is not None
-    ]
+def _strip_notes(suggestion: Suggestion, keys: list[str], lightning: bool = False) -> list[str]:
+    """What each stripped prefix is: a LightningModule's attribute (in a Lightning checkpoint's state_dict),
+    a Hugging Face body (named by the layout its keys fit), or wrappers."""
+    notes = []
+    for step in suggestion.steps:
+        if step.kind != "strip":
+            continue
+        body = None if lightning else body_layout(keys, str(step.arg))
+        if lightning and str(step.arg).startswith(layouts.LIGHTNING_MODEL):
+            notes.append(f"keys start with {step.arg!r}: the LightningModule's .model (a PyTorch Lightning checkpoint)")
+        elif body is not None:
+            notes.append(
+                f"keys start with {step.arg!r}: the body of a Hugging Face {body[0].name} model; the reference "
+                "holds the body alone"
+            )
+        elif layouts.split_wrappers(str(step.arg)) is not None:
+            notes.append(f"keys start with {step.arg!r}: {layouts.describe_wrappers(str(step.arg))}")
+    return notes
 
 
 def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: Reference) -> list[str]:
