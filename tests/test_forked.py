@@ -77,15 +77,15 @@ def test_check_gives_the_same_report_with_and_without_children(
         torch.save({"model": state, "epoch": 3}, path)
     else:
         write_safetensors(state, path)
-    beside = ScanBeside(str(path))
-    with_children = check_checkpoint(open_checkpoint(path), beside=beside).to_json()
+    opened = open_checkpoint(path)
+    with_children = check_checkpoint(opened, beside=ScanBeside.of(opened)).to_json()
     monkeypatch.setattr(forked, "fork", lambda work: None)
     alone = check_checkpoint(open_checkpoint(path)).to_json()
     assert with_children == alone
     assert [p["kind"] for p in alone["problems"]] == ["nan"]
 
 
-def test_the_verdict_of_a_file_opened_as_its_folder_is_the_folders(tmp_path: Path) -> None:
+def test_the_verdict_of_a_folder_is_the_same_from_the_child(tmp_path: Path) -> None:
     folder = tmp_path / "shards"
     folder.mkdir()
     write_safetensors({"a": torch.ones(2)}, folder / "model-00001-of-00002.safetensors")
@@ -96,8 +96,7 @@ def test_the_verdict_of_a_file_opened_as_its_folder_is_the_folders(tmp_path: Pat
     }
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     checkpoint = open_checkpoint(folder)
-    beside = ScanBeside(str(folder / "model-00001-of-00002.safetensors"))  # scanned another path than opened
-    assert verdict(checkpoint, beside).to_json() == verdict(checkpoint).to_json()
+    assert verdict(checkpoint, ScanBeside.of(checkpoint)).to_json() == verdict(checkpoint).to_json()
 
 
 def test_check_of_an_unreadable_file_still_prints_torchs_verdict(tmp_path: Path, capsys: Any) -> None:

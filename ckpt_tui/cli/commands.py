@@ -16,7 +16,7 @@ from ckpt_tui.core.errors import ReadError
 
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
-    from ckpt_tui.core.weights_only.verdict import ScanBeside
+    from ckpt_tui.core.readers.zip_archive import ZipDirectory
 
 
 def open_for_command(path: str | list[str]) -> Checkpoint:
@@ -82,14 +82,27 @@ def check(args: argparse.Namespace) -> int:
 
 def _check(path: str | list[str], as_json: bool) -> int:
     from ckpt_tui.core.operations.check import check_checkpoint
+    from ckpt_tui.core.readers.zip_checkpoint import when_pickle_read
     from ckpt_tui.core.weights_only.verdict import ScanBeside
 
-    beside = ScanBeside(path) if isinstance(path, str) and os.path.isfile(path) else None  # on the second core
+    # the verdict on the second core, over the bytes the tree is read from: a zip's pickle is read once, and
+    # judged in a child started as soon as it is read; other files once read
+    beside = ScanBeside()
+    given = path if isinstance(path, str) and os.path.isfile(path) else None
+
+    def pickle_read(read: str, entries: ZipDirectory) -> None:
+        if read == given:  # (not a file inside a folder the given file opens)
+            beside.start(read, entries)
+
     try:
-        checkpoint = open_for_command(path)
+        with when_pickle_read(pickle_read):
+            checkpoint = open_for_command(path)
     except ReadError as exc:
-        _print_unreadable_verdict(path, exc, as_json, beside)
+        beside.result()  # (the child ends)
+        _print_unreadable_verdict(path, exc, as_json)
         raise
+    if given is not None:
+        beside.start(checkpoint.path)
     within_budget(checkpoint, "check (it reads every tensor)")
     report = check_checkpoint(checkpoint, beside=beside)
     if as_json:
@@ -137,17 +150,14 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
     return 0
 
 
-def _print_unreadable_verdict(
-    path: str | list[str], exc: ReadError, as_json: bool, beside: ScanBeside | None = None
-) -> None:
+def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool) -> None:
     """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
-    scan = beside.result() if beside is not None else None
     if not isinstance(path, str) or not os.path.isfile(path):
         return
     from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
 
     try:
-        judged = verdict_from_scan(scan or scan_file(path), None)
+        judged = verdict_from_scan(scan_file(path), None)
     except Exception:  # a hostile file: the read error alone is reported
         return
     if judged.loads is None:

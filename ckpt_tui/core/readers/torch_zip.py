@@ -337,7 +337,7 @@ def member_pickle(file: BinaryIO, layout: ZipLayout, name: str, file_bytes: int)
         raise ReadError(f"{layout.prefix}{name} is missing")
     if entry.flags & UNSUPPORTED_FLAGS:
         layout.problems.append(f"{entry.name} is marked encrypted or patch data: torch's zip reader cannot read it")
-    data = read_member(file, entry, file_bytes)
+    data = layout.entries.read_kept(file, entry, file_bytes)
     if not crc_matches(entry, data):
         layout.notes.append(f"{entry.name} fails its CRC check (torch does not check CRCs; the file may be damaged)")
     return data
@@ -388,7 +388,7 @@ def zip_byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
     entry = layout.member("byteorder")
     if entry is None:
         return "little"
-    raw = read_member(file, entry, file_bytes, limit=64)
+    raw = layout.entries.read_kept(file, entry, file_bytes, limit=64)
     if raw in (b"little", b"big"):
         return raw.decode()
     text = raw.decode("ascii", "replace").strip()
@@ -414,7 +414,7 @@ def check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
     if entry is None:
         layout.problems.append("it has no version record, which torch.load requires")
         return
-    raw = read_member(file, entry, file_bytes, limit=64)
+    raw = layout.entries.read_kept(file, entry, file_bytes, limit=64)
     version = record_version(raw)
     if version is None:
         layout.problems.append(f"its version record {raw[:16]!r} is not a number, which torch.load refuses")

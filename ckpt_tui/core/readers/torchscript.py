@@ -130,6 +130,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
         unsafe_globals=unsafe,
         loader_problems=problems,
         hostile=layout.hostile,
+        archive=ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes),
     )
 
 

@@ -140,6 +140,28 @@ class ZipDirectory(dict[str, ZipEntry]):
         copy.this_disk, copy.disagreement = self.this_disk, self.disagreement
         return copy
 
+    def read_kept(self, file: BinaryIO, entry: ZipEntry, file_bytes: int, limit: int = 1 << 32) -> bytes:
+        """:func:`read_member`, read from the file once: the same member asked for again (the weights_only
+        verdict after the tree reader) gets the very bytes read the first time, so what is shown and what
+        is judged cannot differ, even if the file changes in between. Only members asked for here are kept
+        (pickles and small records, never tensor data)."""
+        kept: dict[int, bytes] = self.__dict__.setdefault("kept", {})
+        # entries of another directory (a shifted copy) are read as they are, never mixed up by index
+        ours = entry.index < len(self.members) and self.members[entry.index] is entry
+        raw = kept.get(entry.index) if ours else None
+        if raw is None:
+            raw = read_member(file, entry, file_bytes, limit)
+            if ours:
+                kept[entry.index] = raw
+        elif entry.size > limit:
+            raise ReadError(f"zip member {entry.name} is too large ({entry.size} bytes)")
+        return raw
+
+    def was_read(self, entry: ZipEntry) -> bool:
+        """Whether :meth:`read_kept` holds this member's bytes."""
+        kept: dict[int, bytes] = self.__dict__.get("kept", {})
+        return entry.index in kept and entry.index < len(self.members) and self.members[entry.index] is entry
+
     def collision_text(self) -> str | None:
         """``'a/data.pkl' and 'a/DATA.PKL'`` for the first collision (None without any)."""
         if not self.collisions:

@@ -3,7 +3,9 @@ told apart by its ``constants.pkl``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -18,8 +20,22 @@ from ckpt_tui.core.readers.torch_zip import (
     member_pickle,
     zip_byteorder,
 )
-from ckpt_tui.core.readers.torchscript import read_torchscript
-from ckpt_tui.core.readers.zip_archive import read_central_directory
+from ckpt_tui.core.readers.zip_archive import ZipDirectory, read_central_directory
+
+PickleRead = Callable[[str, ZipDirectory], None]
+_pickle_read: contextvars.ContextVar[PickleRead | None] = contextvars.ContextVar("pickle_read", default=None)
+
+
+@contextlib.contextmanager
+def when_pickle_read(callback: PickleRead) -> Iterator[None]:
+    """Call ``callback(path, entries)`` as soon as a zip checkpoint's data.pkl has been read, before its tree
+    is built: ``entries`` keeps the bytes read (:meth:`ZipDirectory.read_kept`), so work started then (the
+    weights_only scan in a forked child) judges the bytes the tree is built from, while the tree is built."""
+    token = _pickle_read.set(callback)
+    try:
+        yield
+    finally:
+        _pickle_read.reset(token)
 
 
 def read_zip(
@@ -40,11 +56,16 @@ def read_zip(
             check_version(file, layout, file_bytes)
             # torch.load tells TorchScript by the exact name in its record list (CONSTANTS.PKL is not one)
             if layout.entries.listed(layout.prefix + "constants.pkl"):
+                from ckpt_tui.core.readers.torchscript import read_torchscript  # (rare: not imported to read a .pth)
+
                 return read_torchscript(path, file, file_bytes, layout, byteorder)
             data = member_pickle(file, layout, "data.pkl", file_bytes)
     except ReadError as exc:
         message = str(exc)
         raise ReadError(message if message.startswith(path) else f"{path}: {message}") from None
+    callback = _pickle_read.get()
+    if callback is not None:
+        callback(path, layout.entries)
     records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
     unsafe: set[str] = set()
     root, problems = load_with_records(
@@ -68,4 +89,5 @@ def read_zip(
         loader_problems=layout.problems + problems,
         hostile=layout.hostile,
         columns=columns,
+        archive=records,
     )

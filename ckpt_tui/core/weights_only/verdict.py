@@ -35,7 +35,6 @@ from ckpt_tui.core.readers.zip_archive import (
     multidisk_member,
     open_refusal,
     read_central_directory,
-    read_member,
 )
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only import tables
@@ -125,18 +124,38 @@ class FileScan(Findings):
 
 
 class ScanBeside:
-    """:func:`scan_file` of one file, running in a forked child (:mod:`.forked`) while the caller reads it."""
+    """:func:`scan_file` of a file, in a forked child (:mod:`.forked`) while the caller goes on.
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.child = forked.fork(lambda: scan_file(path).to_wire())
+    Started with the zip entries its reader read (:meth:`start` as the reader's pickle-read callback, or
+    :meth:`of` an opened checkpoint), the child judges the very bytes the tree is built from.
+    """
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.child: forked.Forked | None = None
+
+    def start(self, path: str, entries: ZipDirectory | None = None) -> None:
+        """Scan ``path`` in a child (``entries``: its central directory, with the members its reader read);
+        only the first call starts one."""
+        if self.path is None:
+            self.path = path
+            self.child = forked.fork(lambda: scan_file(path, entries).to_wire())
+
+    @classmethod
+    def of(cls, checkpoint: Checkpoint) -> ScanBeside:
+        """The scan of an opened checkpoint's file, over the bytes its reader read."""
+        beside = cls()
+        beside.start(checkpoint.path, _central_directory(checkpoint))
+        return beside
 
     def result(self, path: str | None = None) -> FileScan | None:
         """The child's scan; None when no child ran or it failed, or it scanned another path than ``path``
         (a file opened as its whole folder): the caller then scans, raising what it raised."""
         wire = self.child.result() if self.child is not None else None
         self.child = None
-        if wire is None or (path is not None and places.absolute(path) != places.absolute(self.path)):
+        if wire is None or self.path is None:
+            return None
+        if path is not None and places.absolute(path) != places.absolute(self.path):
             return None
         try:
             return FileScan.from_wire(wire)
@@ -315,7 +334,8 @@ def _scan_data_pkl(
         scan.fail(f"{entry.name} is {how}: torch's zip reader cannot read it")
         return
     try:
-        data = read_member(file, entry, size, limit=MAX_PICKLE)
+        # the bytes the tree reader read, when it read this member (never a second read of the file)
+        data = entries.read_kept(file, entry, size, limit=MAX_PICKLE)
     except ReadError as exc:
         scan.fail(f"data.pkl cannot be read: {exc}")
         return
@@ -366,7 +386,7 @@ def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -
     if entry.flags & UNSUPPORTED_FLAGS or entry.compress not in (STORED, DEFLATED):
         return b"?"
     try:
-        return read_member(file, entry, size, limit=4096)
+        return entries.read_kept(file, entry, size, limit=4096)
     except ReadError:
         return b"?"
 
@@ -720,9 +740,12 @@ def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict
 
 
 def _central_directory(checkpoint: Checkpoint) -> ZipDirectory | None:
-    """The zip entries the reader already read (from the first tensor's record source), if any."""
+    """The zip entries the reader read, with the members it read kept (its pickle's bytes), if any."""
     if checkpoint.format not in ("zip", "torchscript"):
         return None
+    archive = checkpoint.archive
+    if isinstance(archive, ZipRecords) and places.absolute(archive.path) == places.absolute(checkpoint.path):
+        return archive.entries
     for _, tensor in iter_tensors(checkpoint.root):
         source = tensor.storage.source if tensor.storage is not None else None
         if isinstance(source, ZipRecords) and places.absolute(source.path) == places.absolute(checkpoint.path):
