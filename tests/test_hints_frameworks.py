@@ -80,7 +80,7 @@ def test_save_pretrained_files_get_no_fix_that_changes_their_keys_and_their_layo
         assert key_fixes(found) == [], name
         assert not any("Lightning" in f["message"] or "wrapper" in f["message"] for f in found), name
         named = [f["message"] for f in found if f["kind"] == "hf-body"]
-        assert all(f"Hugging Face {name} model" in message for message in named), (name, named)
+        assert all(f"Hugging Face {name}" in message for message in named), (name, named)
 
 
 def test_a_clip_text_encoder_keeps_its_text_model_prefix(tmp_path, capsys):
@@ -109,14 +109,14 @@ def test_a_ddp_wrapped_hugging_face_model_gets_the_strip_that_reaches_it(tmp_pat
     assert main(["check", str(tmp_path / "ddp.fixed.pth"), "--against", str(tmp_path / "model.pth")]) == 0
 
 
-def lightning_checkpoint(tmp_path: Path, inner: torch.nn.Module) -> Path:
-    """A Lightning Trainer's checkpoint of a LightningModule holding ``inner`` as ``.model``."""
+def lightning_checkpoint(tmp_path: Path, inner: torch.nn.Module, attribute: str = "model") -> Path:
+    """A Lightning Trainer's checkpoint of a LightningModule holding ``inner`` as ``.<attribute>``."""
     pl = pytest.importorskip("pytorch_lightning")
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.model = inner
+            setattr(self, attribute, inner)
 
         def training_step(self, batch: Any, _: int) -> torch.Tensor:
             return sum((p.float() ** 2).sum() for p in self.parameters()) * 1e-3
@@ -198,10 +198,23 @@ def test_compare_names_the_body_it_strips_and_what_the_fix_gives_up(tmp_path, ca
     assert main([*checked, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     notes = report["notes"]
-    assert any("'model.': the body of a Hugging Face LlamaFor* model" in note for note in notes)
-    assert any(note.startswith("the fix gives up the fit with a Hugging Face LlamaFor* model") for note in notes)
+    assert any("'model.': the body of a Hugging Face LlamaFor*" in note for note in notes)
+    assert any(note.startswith("the fix gives up the fit with a Hugging Face LlamaFor*") for note in notes)
     assert not any("wrapper" in note for note in notes)
     command = report["suggestion"]["argv"]
     assert main(command[1:]) == 0
     capsys.readouterr()
     assert main(["check", command[command.index("--output") + 1], "--against", str(tmp_path / "body.pth")]) == 0
+
+
+def test_a_lightning_module_holding_its_model_as_net_gets_one_combined_fix(tmp_path, capsys):
+    """Lightning's own keys beside the state_dict say its one first component is the LightningModule's
+    attribute: .net gets the same extract-and-strip as .model, and the result loads into the net."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    path = lightning_checkpoint(tmp_path, net, "net")
+    torch.save(net.state_dict(), tmp_path / "net.pth")
+    command = fix_command(capsys, path)
+    assert "--extract state_dict" in command and "--strip-prefix net." in command
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "run.fixed.pth"), "--against", str(tmp_path / "net.pth")]) == 0

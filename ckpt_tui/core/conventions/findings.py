@@ -271,6 +271,11 @@ def _prefix_findings(root: Any) -> list[Finding]:
             continue
         message = f"{start}: " + printable(prefix_origin(prefix))
         severity = "warning" if wrappers else "info"
+        if lightning and "." not in prefix.rstrip("."):
+            # Lightning's own keys beside them: the one first component is the LightningModule's attribute
+            # holding the model (.model, .net, .backbone), stripped as Lightning's model. is
+            message = f"{start}: the LightningModule's .{printable(prefix.rstrip('.'))}, the model it holds"
+            severity = "warning"
         fix = Fix("--strip-prefix", prefix)
         findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
     return findings
@@ -287,7 +292,7 @@ def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout) -> F
     """Keys that fit a model layout as they are: the prefix is that model's (its body, or a part), no fix
     (stripping it would lose the fit with that layout)."""
     body = f" whose body is its .{prefix.rstrip('.')}" if layout.body == prefix else ""
-    message = f"{start}: the layout of a Hugging Face {layout.name} model{body}: it loads as it is"
+    message = f"{start}: the layout of a Hugging Face {layout.name}{body}: it loads as it is"
     return Finding("hf-body", message, path=path, prefix=prefix)
 
 

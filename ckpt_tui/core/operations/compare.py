@@ -427,7 +427,7 @@ def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
         return []
     lightning = at == ("state_dict",) and is_lightning_checkpoint(root)
     check = judge_fix(before, suggestion.keys_after, lightning)
-    if not check.lost:
+    if check is None or not check.lost:
         return []
     name, count, after = check.lost[0]
     return [
@@ -836,7 +836,7 @@ def _strip_notes(suggestion: Suggestion, keys: list[str], lightning: bool = Fals
             notes.append(f"keys start with {step.arg!r}: the LightningModule's .model (a PyTorch Lightning checkpoint)")
         elif body is not None:
             notes.append(
-                f"keys start with {step.arg!r}: the body of a Hugging Face {body[0].name} model; the reference "
+                f"keys start with {step.arg!r}: the body of a Hugging Face {body[0].name}; the reference "
                 "holds the body alone"
             )
         elif layouts.split_wrappers(str(step.arg)) is not None:

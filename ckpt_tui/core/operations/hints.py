@@ -6,7 +6,7 @@ the compare report judges its suggestion with :func:`judge_fix`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,24 +55,39 @@ class FixCheck:
 
 
 def judge_fix(
-    before: Sequence[str], after: Sequence[str], lightning: bool = False, own: OwnWeights | None = None
-) -> FixCheck:
-    """Whether changing the keys ``before`` to ``after`` keeps every match they have.
+    before: Sequence[str],
+    after: Sequence[str] | Callable[[], Sequence[str] | None],
+    lightning: bool = False,
+    own: OwnWeights | None = None,
+) -> FixCheck | None:
+    """Whether changing the keys ``before`` to ``after`` keeps every match they have (None: ``after``, when
+    given as a function that makes it, could not be made).
 
     The layouts are those ``before`` fits; in a Lightning checkpoint's ``state_dict`` (``lightning``) they
     are measured at the LightningModule's children (its keys less their first component), as no model
     layout is a LightningModule and the fix is meant to reach its child. ``own``: the file's model weights.
+    ``after`` is made only when something fits ``before``, so a fix of 50,000 keys that fit nothing costs
+    one look at their first components.
     """
-    check = FixCheck(empty=not [k for k in after if k != "_metadata"])
-    measured = [k.split(".", 1)[1] for k in before if "." in k] if lightning else list(before)
-    for layout, count in fitting(measured):
-        now = layout.fit(list(after))
+    measured = [k.split(".", 1)[1] for k in before if "." in k] if lightning else before
+    fits = fitting(measured)
+    own_count = own.fit(before) if own is not None else 0
+    owned = own is not None and own_count >= FIT_SHARE * max(1, len(before))
+    if not fits and not owned and not callable(after):
+        return FixCheck(empty=not [k for k in after if k != "_metadata"])
+    if not fits and not owned:
+        return FixCheck()
+    made = after() if callable(after) else after
+    if made is None:
+        return None
+    keys = list(made)
+    check = FixCheck(empty=not [k for k in keys if k != "_metadata"])
+    for layout, count in fits:
+        now = layout.fit(keys)
         if now < count:
-            check.lost.append((f"a Hugging Face {layout.name} model", count, now))
-    if own is not None:
-        count = own.fit(before)
-        if count >= FIT_SHARE * max(1, len(before)) and own.fit(after) < count:
-            check.lost.append((f"the model weights at {own.where}", count, own.fit(after)))
+            check.lost.append((f"a Hugging Face {layout.name}", count, now))
+    if own is not None and owned and own.fit(keys) < own_count:
+        check.lost.append((f"the model weights at {own.where}", own_count, own.fit(keys)))
     return check
 
 
@@ -82,26 +97,28 @@ def vet_findings(root: Any, findings: list[Finding]) -> list[Finding]:
     judged = [f for f in findings if f.fix is not None and any(o in KEY_OPTIONS for o, _ in f.fix.pairs())]
     if not judged:
         return findings
-    own = _own_weights(root, findings)
-    out = []
-    for finding in findings:
-        if finding in judged:
-            finding = _vetted(root, finding, own)
-        out.append(finding)
-    return out
+    own_path = inner_state_dict(root)
+    own_path = () if own_path is None else own_path
+    elsewhere = any((f.path or ()) != own_path for f in judged)
+    own = _own_weights(root, own_path, findings) if elsewhere else None
+    return [_vetted(root, f, own, own_path) if f in judged else f for f in findings]
 
 
-def _vetted(root: Any, finding: Finding, own: tuple[KeyPath, OwnWeights] | None) -> Finding:
+def _vetted(root: Any, finding: Finding, own: OwnWeights | None, own_path: KeyPath) -> Finding:
     assert finding.fix is not None
-    keys = _keys_before_and_after(root, finding)
-    if keys is None:
+    path = finding.path or ()
+    try:
+        before = [k for k, _ in tensor_items(get(root, path)) or []]
+    except (KeyError, IndexError, TypeError):
         return finding
-    lightning = finding.path == ("state_dict",) and is_lightning_checkpoint(root)
-    theirs = own[1] if own is not None and own[0] != finding.path else None
-    check = judge_fix(keys[0], keys[1], lightning, theirs)
-    if check.keeps:
+    if not before:
         return finding
+    lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+    theirs = own if path != own_path else None
     fix = finding.fix
+    check = judge_fix(before, lambda: _keys_after(root, path, fix, before), lightning, theirs)
+    if check is None or check.keeps:
+        return finding
     changing = ", ".join(f"{o} {a}" for o, a in fix.pairs() if o in KEY_OPTIONS)
     message = f"{finding.message}; {changing} is not offered: {check.reason()}"
     if finding.kind == "prefix" and theirs is not None and check.lost[-1][0].endswith(theirs.where):
@@ -113,26 +130,26 @@ def _vetted(root: Any, finding: Finding, own: tuple[KeyPath, OwnWeights] | None)
     return replace(finding, message=message, severity="info", fix=kept)
 
 
-def _keys_before_and_after(root: Any, finding: Finding) -> tuple[list[str], list[str]] | None:
-    """The keys of the state_dict a finding is about, and the same keys after its fix (None: not known)."""
-    assert finding.fix is not None
-    path = finding.path or ()
-    try:
-        value = get(root, path)
-    except (KeyError, IndexError, TypeError):
-        return None
-    before = [k for k, _ in tensor_items(value) or []]
-    if not before:
-        return None
-    pairs = finding.fix.pairs()
-    strips = [a for o, a in pairs if o in KEY_OPTIONS]
-    if [o for o, _ in pairs if o in KEY_OPTIONS] == ["--strip-prefix"] and all(
-        k.startswith(strips[0]) and len(k) > len(strips[0]) for k in before if k != "_metadata"
-    ):
+def _keys_after(root: Any, path: KeyPath, fix: Fix, before: list[str]) -> list[str] | None:
+    """The keys of the state_dict at ``path`` after the fix (None: it cannot be applied)."""
+    changing = [(o, a) for o, a in fix.pairs() if o in KEY_OPTIONS]
+    if len(changing) == 1 and changing[0][0] == "--strip-prefix" and _all_under(before, changing[0][1]):
         # a prefix every key has comes off every key: no dry run of 50,000 renames
-        return before, [k[len(strips[0]) :] if k != "_metadata" else k for k in before]
-    after = _dry_run(root, path, finding.fix)
-    return None if after is None else (before, after)
+        cut = len(changing[0][1])
+        return [k[cut:] if k != "_metadata" else k for k in before]
+    return _dry_run(root, path, fix)
+
+
+def _all_under(keys: list[str], prefix: str) -> bool:
+    """Every key (``_metadata`` aside) starts with ``prefix`` and goes on after it (sorted order: the
+    smallest and the largest key tell, at C speed)."""
+    listed = [k for k in keys if k != "_metadata"] if "_metadata" in keys else keys
+    return (
+        bool(listed)
+        and min(listed).startswith(prefix)
+        and max(listed).startswith(prefix)
+        and (min(map(len, listed)) > len(prefix))
+    )
 
 
 def _dry_run(root: Any, path: KeyPath, fix: Fix) -> list[str] | None:
@@ -150,12 +167,9 @@ def _dry_run(root: Any, path: KeyPath, fix: Fix) -> list[str] | None:
     return [k for k, _ in tensor_items(edited) or []]
 
 
-def _own_weights(root: Any, findings: list[Finding]) -> tuple[KeyPath, OwnWeights] | None:
+def _own_weights(root: Any, path: KeyPath, findings: list[Finding]) -> OwnWeights | None:
     """The file's model weights (its inner state_dict, or the root), as the finding about them would leave
     them when it warns (a DDP checkpoint's weights with ``module.`` stripped)."""
-    path = inner_state_dict(root)
-    if path is None:
-        path = ()
     try:
         keys = [k for k, _ in tensor_items(get(root, path)) or []]
     except (KeyError, IndexError, TypeError):
@@ -167,4 +181,4 @@ def _own_weights(root: Any, findings: list[Finding]) -> tuple[KeyPath, OwnWeight
         prefix = next((a for o, a in fixing.fix.pairs() if o == "--strip-prefix"), None)
         if prefix:
             keys = [k[len(prefix) :] if k.startswith(prefix) and k != prefix else k for k in keys]
-    return path, OwnWeights(where(path), frozenset(keys))
+    return OwnWeights(where(path), frozenset(keys))
