@@ -165,7 +165,8 @@ async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_
     from builders_tui import cursor_path, loaded, settle
 
     from ckpt_tui.tui.app import CkptApp
-    from ckpt_tui.tui.screens.dialogs import ReportScreen
+    from ckpt_tui.tui.screens.diff import DiffScreen
+    from ckpt_tui.tui.screens.report import Jump, ReportScreen
 
     a, b, _, _ = fine_tuned(tmp_path)
     app = CkptApp(a)
@@ -174,7 +175,7 @@ async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_
         await settle(pilot, "D")
         app.screen.query_one("Input").value = b
         await settle(pilot, "enter")
-        assert isinstance(app.screen, ReportScreen) and app.screen.layer_change
+        assert isinstance(app.screen, DiffScreen)
         await settle(pilot, "s")
         report = app.screen
         assert isinstance(report, ReportScreen) and report.title_text.startswith("Per-layer change from base.pth")
@@ -185,7 +186,7 @@ async def test_browser_diff_report_shows_the_per_layer_change_on_s_and_jumps_to_
         width = report.query_one("#report-list").scrollable_content_region.width
         assert all(len(r) <= width for r in rows) and "█" in rows[2]  # each row fits the list, none cut
         most_key = report.sections[2][1][0][0]
-        report.dismiss(("jump", most_key))
+        report.dismiss(Jump(report.path_of(most_key)))
         await settle(pilot)
         assert cursor_path(app) == (most_key,)
 

@@ -17,7 +17,9 @@ from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.operations.compare import Step, Suggestion
 from ckpt_tui.core.runtime.shell import join_command
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.screens.dialogs import ReportScreen, SaveScreen
+from ckpt_tui.tui.screens.compare import fix_command
+from ckpt_tui.tui.screens.dialogs import SaveScreen
+from ckpt_tui.tui.screens.report import ReportScreen
 
 SIZE = (160, 50)
 
@@ -77,7 +79,7 @@ async def test_the_browsers_fix_command_is_cores_argv(tmp_path: Path, steps: lis
     app = CkptApp(str(train_file))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
-        command = browser(app).fix_command(suggestion)
+        command = fix_command(app, suggestion)
     assert command == [join_command(suggestion.argv(str(train_file)))]
     # and the command means the suggestion: the parser reads back each step
     args = build_parser().parse_args(shlex.split(command[0])[1:])

@@ -54,9 +54,11 @@ async def test_check_all_result_for_an_older_tree_is_dropped(tmp_path: Path) -> 
         screen = browser(app)
         report_version = app.session.version
         app.session.version += 1  # as an edit would, while the check runs
-        from ckpt_tui.tui.messages import CheckFinished
+        from ckpt_tui.core.operations.check import check_checkpoint
+        from ckpt_tui.tui.screens.check_all import CheckOutcome
 
-        screen.post_message(CheckFinished(report_version, None, "late"))
+        # the check screen's outcome for the tree before the edit
+        screen._check_finished(CheckOutcome(report_version, check_checkpoint(app.session.checkpoint)))
         await settle(pilot)
         assert screen.check is None
 

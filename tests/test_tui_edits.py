@@ -22,7 +22,8 @@ from builders_tui import (
 )
 
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
+from ckpt_tui.tui.screens.report import ReportScreen
 
 SIZE = (120, 36)
 GROUP = "encoder.layers.3."

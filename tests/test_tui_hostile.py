@@ -24,8 +24,9 @@ from builders_tui import (
 )
 
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.screens.dialogs import ErrorScreen, PromptScreen, ReportScreen
+from ckpt_tui.tui.screens.dialogs import ErrorScreen, PromptScreen
 from ckpt_tui.tui.screens.findings import FindingsScreen
+from ckpt_tui.tui.screens.report import ReportScreen
 
 SIZE = (160, 50)
 RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")

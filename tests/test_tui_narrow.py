@@ -12,9 +12,10 @@ from torch import nn
 
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.fitting import Column, Part, fit_columns, fitted, middle
-from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, ReportScreen
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
 from ckpt_tui.tui.screens.help import HelpScreen
 from ckpt_tui.tui.screens.layers import LABELS, TABLE_COLUMNS, LayersScreen, LayersTable, cell_text
+from ckpt_tui.tui.screens.report import ReportScreen
 
 SIZE = (80, 24)
 

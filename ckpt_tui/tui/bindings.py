@@ -84,6 +84,14 @@ LAYERS_BINDINGS: list[BindingType] = [
     key("escape,q", "close", "Back", APP, "Back to the tree (escape also cancels the reading)", show=True),
 ]
 
+REPORT_BINDINGS: list[BindingType] = [
+    key("f", "fix", "Apply the fix", EDIT, "Stage the suggested fix as one undoable edit (a preview first)"),
+    key("a", "realign", "Compare that way", VIEW, "Compare again where the keys match (a subtree, a prefix stripped)"),
+    key("s", "layer_change", "Per-layer change", VIEW, "How far each layer moved: relative change, cosine, norms"),
+    key("escape,q", "close", "Close", APP, "Back to the tree (escape also cancels the work)", show=True),
+]
+"""The report screens (compare, diff, per-layer change); each hides the keys its report has no use for."""
+
 APP_BINDINGS: list[BindingType] = [
     Binding(
         "ctrl+p",

@@ -3,7 +3,8 @@
 A worker never reads or changes a widget: it gets what it needs as arguments and posts one of these
 to the widget that started it (``post_message`` is thread-safe), which handles it with ``@on``.
 Each result carries the version it was computed for (the session's version, or the detail panel's
-request number); the handler drops a result whose version is no longer current.
+request number); the handler drops a result whose version is no longer current. A report screen's
+result needs none: the screen was given the tree it reports on, and its worker ends with it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from textual.message import Message
 
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint
-from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.runtime.progress import ProgressThrottle
 from ckpt_tui.core.weights_only.verdict import Verdict
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
 
 @dataclass
 class Progress(Message, bubble=False):
-    """How far a long task has got (0..1): ``task`` names it (``save``, ``check``, ``layer-change``,
+    """How far a long task has got (0..1): ``task`` names it (``save``, ``check``, ``diff``, ``layer-change``,
     ``layers``, ``stats``), ``request`` the detail panel's request for ``stats``. A newer one of the same
     task replaces one still queued: a slow screen skips to the latest."""
 
@@ -57,8 +57,8 @@ class ProgressPoster(ProgressThrottle):
 @dataclass
 class Failed(Message, bubble=False):
     """A worker's task could not be done: ``task`` names it (``open``, ``reopen``, ``stats``, ``compare``,
-    ``diff``, ``layers``), ``error`` says why in one line, ``version`` is the session version or the
-    detail panel's request it was for."""
+    ``diff``, ``layer-change``, ``check``, ``layers``), ``error`` says why in one line, ``version`` is the
+    session version or the detail panel's request it was for."""
 
     task: str
     error: str
@@ -123,23 +123,12 @@ class StatsReady(Message, bubble=False):
 
 
 @dataclass
-class CompareReady(Message, bubble=False):
-    """A compare report for the tree of session ``version``, at ``at`` (a module group when ``prefix``)."""
+class ReportReady(Message, bubble=False):
+    """A report screen's worker is done: core's report (``task``: ``compare``, ``diff``, ``layer-change``,
+    ``check``) for the tree the screen was given."""
 
-    version: int
+    task: str
     report: Any
-    at: KeyPath
-    prefix: str | None
-    reference: str
-
-
-@dataclass
-class DiffReady(Message, bubble=False):
-    """A diff of the tree of session ``version`` with the file at ``other``."""
-
-    version: int
-    report: Any
-    other: str
 
 
 @dataclass
@@ -151,25 +140,6 @@ class SaveFinished(Message, bubble=False):
     line: str | None
     error: str
     replaced_source: bool
-
-
-@dataclass
-class CheckFinished(Message, bubble=False):
-    """Reading every tensor of session ``version`` ended: the report, or why not (cancelled, an error)."""
-
-    version: int
-    report: CheckReport | None
-    error: str = ""
-
-
-@dataclass
-class LayerChangeReady(Message, bubble=False):
-    """The per-layer change from the tree of session ``version`` to the file at ``other``, or why not."""
-
-    version: int
-    report: Any
-    other: str
-    error: str = ""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.model.describe import counted, short_repr
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, has_children
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.tensor_values import decode, paired_chunks
@@ -100,6 +100,23 @@ class Side:
         """``under ckpt["model_state_dict"] with 'module.' stripped``."""
         parts = [f"under {to_python(self.at)}"] if self.at else []
         return " ".join(parts + ([f"with {self.strip!r} stripped"] if self.strip else []))
+
+    def take(self, root: Any) -> Any:
+        """The tree taken this way (what ``--at-a`` and ``--strip-prefix-a`` make of it)."""
+        return _taken(root, self)
+
+    def source_path(self, root: Any, path: KeyPath) -> KeyPath:
+        """Where ``path``, a path of the tree taken this way from ``root``, lies in ``root``: under ``at``,
+        its first key with the stripped prefix put back (a pickled module's dotted keys through its submodules)."""
+        if not path:
+            return self.at
+        first, rest = path[0], path[1:]
+        if self.strip and isinstance(first, str):
+            first = self.strip + first
+        value = get(root, self.at)
+        if isinstance(value, Opaque) and value.is_module and isinstance(first, str):
+            return (*self.at, *(Attr(part) for part in first.split(".")), *rest)
+        return (*self.at, first, *rest)
 
 
 @dataclass(frozen=True)
@@ -219,6 +236,11 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
         else:
             stack.pop()
     return out
+
+
+def key_paths(root: Any) -> dict[str, KeyPath]:
+    """The path of each key a diff of ``root`` names (:func:`key_text` of its compared leaves), to find it."""
+    return {key_text(path): path for path in compared_leaves(root)}
 
 
 def compared_leaves(root: Any) -> dict[KeyPath, Any]:

@@ -214,11 +214,17 @@ def _renamed(suggestion: Suggestion, key: str) -> str:
 # ---- diff ---------------------------------------------------------------------------------
 
 
-def describe_diff(report: DiffReport, a: str, b: str, paths: tuple[str, str] | None = None) -> Report:
+def describe_diff(
+    report: DiffReport, a: str, b: str, paths: tuple[str, str] | None = None, width: int | None = None
+) -> Report:
     """The report of ``diff A B`` / the browser's diff (rows jump to keys of A). When the keys match only
     under a subtree or without a wrapper prefix, a note says so with the options (the whole command when
-    ``paths``, the two files as given, are known), and ``realign`` holds the way to compare."""
+    ``paths``, the two files as given, are known), and ``realign`` holds the way to compare. With a
+    ``width``, each row fits it: its key shortened in the middle, its last components and numbers kept."""
     from ckpt_tui.core.operations.compare import fold_keys_with_first
+
+    def row(key: str, rest: str = "", jump: str | None = None) -> Row:
+        return Row(_fitted(key, rest, width), key=jump)
 
     if report.identical:
         counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
@@ -227,29 +233,28 @@ def describe_diff(report: DiffReport, a: str, b: str, paths: tuple[str, str] | N
     sections = [
         Section(
             "only in A",
-            [Row(printable(t), key=first) for t, first in fold_keys_with_first(report.only_a)],
+            [row(t, jump=first) for t, first in fold_keys_with_first(report.only_a)],
             len(report.only_a),
         ),
-        Section("only in B", [Row(printable(t)) for t, _ in fold_keys_with_first(report.only_b)], len(report.only_b)),
+        Section("only in B", [row(t) for t, _ in fold_keys_with_first(report.only_b)], len(report.only_b)),
         Section(
             "shape changes",
-            [Row(printable(f"{k}: {list(x)} → {list(y)}"), key=k) for k, x, y in report.shape_changes],
+            [row(k, f": {list(x)} → {list(y)}", k) for k, x, y in report.shape_changes],
             len(report.shape_changes),
         ),
         Section(
             "dtype changes",
-            [Row(printable(f"{k}: {x} → {y}"), key=k) for k, x, y in report.dtype_changes],
+            [row(k, f": {x} → {y}", k) for k, x, y in report.dtype_changes],
             len(report.dtype_changes),
         ),
         Section(
             "value changes",
             [
-                Row(
-                    printable(
-                        f"{d.key}: max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
-                        + (", NaN positions differ" if d.nan_mismatch else "")
-                    ),
-                    key=d.key,
+                row(
+                    d.key,
+                    f": max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
+                    + (", NaN positions differ" if d.nan_mismatch else ""),
+                    d.key,
                 )
                 for d in report.value_changes
             ],
@@ -257,12 +262,12 @@ def describe_diff(report: DiffReport, a: str, b: str, paths: tuple[str, str] | N
         ),
         Section(
             "other values",
-            [Row(printable(f"{k}: {x} → {y}"), key=k) for k, x, y in report.other_changes],
+            [row(k, f": {x} → {y}", k) for k, x, y in report.other_changes],
             len(report.other_changes),
         ),
         Section(
             "unreadable",
-            [Row(printable(f"{k}: {e}"), key=k) for k, e in report.unreadable],
+            [row(k, f": {e}", k) for k, e in report.unreadable],
             len(report.unreadable),
         ),
         Section(
@@ -291,19 +296,38 @@ def describe_diff(report: DiffReport, a: str, b: str, paths: tuple[str, str] | N
     )
 
 
+def _fitted(key: str, rest: str, width: int | None) -> str:
+    """A row: ``key`` then ``rest`` (both escaped), the key shortened in the middle to fit ``width`` (whole
+    when None): its start and its last components stay, the numbers after it too."""
+    from ckpt_tui.core.values.text_plots import shorten
+
+    shown, after = printable(key), printable(rest)
+    if width is None:
+        return shown + after
+    return shorten(shown, max(KEY_AT_LEAST, width - len(after))) + after
+
+
+KEY_AT_LEAST = 16
+"""A shortened key keeps at least this many characters, however long the text after it."""
+
+
 # ---- per-layer change ---------------------------------------------------------------------
 
 WIDTH = 78
 """Characters of a row (the text form indents rows by 2: 80 columns in all)."""
 EXTREMES = 5
 BUFFERS_SHOWN = 3
+ROLE_ORDER = ("parameter", "buffer", "counter", "optimizer state")
+"""The order of the per-layer rows: the model's weights first, each role in module order."""
 
 
 def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
     """The report of ``diff A B --stats`` / the browser's per-layer change (rows jump to keys of A):
-    a table, a bar plot of the relative change in module order, the layers that moved most and least.
-    Rows are at most ``width`` characters (at least 60)."""
-    measured = report.measured
+    a table, a bar plot of the relative change (parameters first, then buffers, counters and optimizer
+    state, each in module order), the layers that moved most and least. Rows are at most ``width``
+    characters (at least 60); keys are shortened in the middle."""
+    # a training checkpoint may hold its optimizer before its model: the weights come first all the same
+    measured = sorted(report.measured, key=lambda layer: _role_rank(layer.role))
     changes = [layer.relative_change for layer in measured if layer.relative_change is not None]
     width = max(60, width)
     top = max(changes, default=0.0)
@@ -312,22 +336,26 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     sections = [
         Section("per layer", _layer_table(measured, keys, width), len(measured)),
         Section(
-            f"relative change by layer, module order (full bar {top:.3g})",
+            f"relative change by layer, parameters first, module order (full bar {top:.3g})",
             _layer_plot(measured, keys, width, top),
             len(measured),
         ),
-        Section("moved most", [_extreme(layer) for layer in most], len(most)),
-        Section("moved least", [_extreme(layer) for layer in least], len(least)),
-        Section("buffers and counters moved most", [_moved_norm(layer) for layer in others], len(others)),
+        Section("moved most", [_extreme(layer, width) for layer in most], len(most)),
+        Section("moved least", [_extreme(layer, width) for layer in least], len(least)),
+        Section("buffers and counters moved most", [_moved_norm(layer, width) for layer in others], len(others)),
         Section(
             "not compared",
-            [Row(printable(f"{layer.key}: {layer.note}"), key=layer.key) for layer in report.layers if layer.note],
+            [Row(_fitted(layer.key, f": {layer.note}", width), key=layer.key) for layer in report.layers if layer.note],
             len(report.layers) - len(measured),
         ),
     ]
     counts = _layer_counts(report, changes)
     title = printable(f"Per-layer change from {a} to {b}")
     return Report(title, "per-layer change", True, counts, _layer_notes(report), sections, realign=report.alignment)
+
+
+def _role_rank(role: str) -> int:
+    return ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
 
 
 def _extremes(measured: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
@@ -407,14 +435,14 @@ def _change(layer: Any) -> float:
     return float(layer.relative_change)
 
 
-def _extreme(layer: Any) -> Row:
+def _extreme(layer: Any, width: int) -> Row:
     cosine = "-" if layer.cosine is None else f"{layer.cosine:.6f}"
-    return Row(printable(f"{layer.key}: {layer.relative_change:.3g} (cosine {cosine})"), key=layer.key)
+    return Row(_fitted(layer.key, f": {layer.relative_change:.3g} (cosine {cosine})", width), key=layer.key)
 
 
-def _moved_norm(layer: Any) -> Row:
+def _moved_norm(layer: Any, width: int) -> Row:
     """A buffer or counter's row: its norm before and after (a counter's value; a buffer from 0 has no ratio)."""
-    return Row(printable(f"{layer.key}: norm {layer.norm_a:.4g} → {layer.norm_b:.4g}"), key=layer.key)
+    return Row(_fitted(layer.key, f": norm {layer.norm_a:.4g} → {layer.norm_b:.4g}", width), key=layer.key)
 
 
 def describe_norm_series(series: NormSeries, files: list[str]) -> Report:

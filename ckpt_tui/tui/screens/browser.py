@@ -8,8 +8,6 @@ arguments and post typed messages back; a result for an older session version is
 from __future__ import annotations
 
 import dataclasses
-import os
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -26,35 +24,27 @@ from ckpt_tui.core.edits import group_edits
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.edits.tree_edits import Change
-from ckpt_tui.core.errors import Cancelled, CkptError, EditError
+from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, get, has_children, iter_nodes, iter_tensors
-from ckpt_tui.core.operations.check import CheckReport, check_checkpoint
+from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
+from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary, summarize
-from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import (
-    CheckFinished,
-    CompareReady,
-    DiffReady,
-    Failed,
-    GroupingReady,
-    LayerChangeReady,
-    PreviewReady,
-    Progress,
-    ProgressPoster,
-    SearchFound,
-    SummaryReady,
-)
-from ckpt_tui.tui.screens.dialogs import PreviewScreen, ProgressScreen, PromptScreen, ReportScreen, Section
+from ckpt_tui.tui.messages import GroupingReady, PreviewReady, SearchFound, SummaryReady
+from ckpt_tui.tui.screens.check_all import CheckAllScreen, CheckOutcome
+from ckpt_tui.tui.screens.compare import CompareScreen
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
+from ckpt_tui.tui.screens.diff import DiffScreen
 from ckpt_tui.tui.screens.findings import FindingsScreen
 from ckpt_tui.tui.screens.help import HelpScreen
+from ckpt_tui.tui.screens.layer_change import LayerChangeScreen
 from ckpt_tui.tui.screens.layers import LayersScreen
+from ckpt_tui.tui.screens.report import ApplyFix, Jump, MeasureLayers, ReportResult
 from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
@@ -98,8 +88,6 @@ class BrowserScreen(Screen[None]):
         self.summary: Summary | None = None
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.check: CheckReport | None = None  # the last full check (C) of the current tree
-        self._check_progress: ProgressScreen | None = None
-        self._layers_progress: ProgressScreen | None = None
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
@@ -772,102 +760,19 @@ class BrowserScreen(Screen[None]):
     def _start_compare(self, reference: str, target: Target) -> None:
         assert self.session is not None
         self.ckpt_app.remember("compare", reference)
-        root = self.session.root
-        try:
-            # a group is compared as the state_dict x would extract; anything else as check --at does
-            group = (
-                group_edits.group_state_dict(root, target.path, target.prefix) if target.prefix is not None else None
-            )
-            get(root, target.path)
-        except (CkptError, KeyError) as exc:
-            self.warn(str(exc), "Cannot compare")
-            return
-        self.update_status(f"comparing with {os.path.basename(reference)}…")
-        self._compare(self.session.version, root, group, target, reference)
+        screen = CompareScreen(self.ckpt_app, self.session.root, target, reference, self.display_name)
+        self.app.push_screen(screen, self._report_closed)
 
-    @work(thread=True, exclusive=True, group="report", description="report")
-    def _compare(self, version: int, root: Any, group: Any, target: Target, reference: str) -> None:
-        """Read the reference and compare, off the UI thread; reports by message only."""
-        from ckpt_tui.core.operations.compare import compare, compare_checkpoint, load_reference
-
-        try:
-            loaded = load_reference(reference, None)
-            report = compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
-        except CkptError as exc:
-            self.post_message(Failed("compare", str(exc), version))
-            return
-        except OSError as exc:
-            self.post_message(Failed("compare", f"{reference}: {exc.strerror or exc}", version))
-            return
-        self.post_message(CompareReady(version, report, target.path, target.prefix, reference))
-
-    @on(Failed)
-    def _report_failed(self, message: Failed) -> None:
-        if message.task not in ("compare", "diff"):
-            return
-        self.update_status("")
-        self.notify(printable(message.error), title=f"Cannot {message.task}", severity="error", markup=False)
-
-    @on(CompareReady)
-    def _compare_ready(self, message: CompareReady) -> None:
-        if self.session is None or message.version != self.session.version:
-            self.update_status("the checkpoint changed while comparing: compare again")
-            return
-        self.update_status("")
-        from ckpt_tui.core.operations.reports import describe_compare
-
-        report = message.report
-        target = Target(message.at, message.prefix)
-        value = get(self.session.root, target.path) if target.prefix is None else None
-        module = isinstance(value, Opaque) and value.is_module
-        described = describe_compare(
-            report, self.display_name, os.path.basename(message.reference), target.path, module
-        )
-        summary, _ = _report_body(described)
-        fixable = report.suggestion is not None and target.prefix is None
-        if report.suggestion is not None:
-            summary.append("\nsuggested fix: ")
-            summary.append(printable(report.suggestion.describe()), style="bold")
-            if target.prefix is not None:
-                summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
-            else:
-                summary.append("\nf applies it here as one undoable edit; on the command line:\n")
-                summary.append("\n".join(printable(line) for line in self.fix_command(report.suggestion)))
-        # the rows jump to the key paths core gives (a group's keys carry the group's prefix)
-        sections: list[Section] = [
-            (section.title, [(_in_group(row.path, target), data(row.text)) for row in section.rows])
-            for section in described.sections
-        ]
-
-        def done(result: tuple[str, Any] | None) -> None:
-            if result is None:
-                return
-            kind, path = result
-            if kind == "jump":
-                self.tree_view.reveal((path, None))
-            elif kind == "fix":
-                self._apply_suggestion(report.suggestion, target.path)
-
-        title = f"Compare {target.describe()} with {os.path.basename(message.reference)}"
-        self.app.push_screen(ReportScreen(title, summary, sections, fixable), done)
-
-    def fix_command(self, suggestion: Any) -> list[str]:
-        """The ``convert`` command that applies a suggestion to the file on disk (core's, as the CLI prints it),
-        after what it assumes (lines)."""
-        app = self.ckpt_app
-        session = self.session
-        assert session is not None
-        source = app.path
-        assumption: list[str] = []
-        if session.edited:
-            if not session.unsaved and app.last_saved is not None:
-                source = app.last_saved
-            else:
-                source = app.default_save_path()
-                assumption = [
-                    f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"
-                ]
-        return [*assumption, suggestion.command(source)]
+    def _report_closed(self, result: ReportResult | None) -> None:
+        """A report screen's result: go to a key, stage the fix, or measure each layer."""
+        if isinstance(result, Jump):
+            self.tree_view.reveal((result.path, None))
+        elif isinstance(result, ApplyFix):
+            self._apply_suggestion(result.suggestion, result.at)
+        elif isinstance(result, MeasureLayers) and self.session is not None:
+            mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
+            screen = LayerChangeScreen(mine, result.other, self.display_name, result.alignment)
+            self.app.push_screen(screen, self._report_closed)
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:
         from ckpt_tui.core.operations.compare import apply_suggestion
@@ -898,106 +803,9 @@ class BrowserScreen(Screen[None]):
     def _start_diff(self, other: str) -> None:
         assert self.session is not None
         self.ckpt_app.remember("diff", other)
+        # the staged tree, with the user's pending edits, not the file on disk
         mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
-        self.update_status(f"diffing with {os.path.basename(other)}…")
-        self._diff(self.session.version, mine, other)
-
-    @work(thread=True, exclusive=True, group="report", description="report")
-    def _diff(self, version: int, mine: Checkpoint, other: str) -> None:
-        """Diff the (edited) checkpoint with another file, streamed, off the UI thread; reports by message only."""
-        from ckpt_tui.core.operations.diff import diff
-
-        try:
-            report = diff(mine, open_checkpoint(other))
-        except CkptError as exc:
-            self.post_message(Failed("diff", str(exc), version))
-            return
-        self.post_message(DiffReady(version, report, other))
-
-    @on(DiffReady)
-    def _diff_ready(self, message: DiffReady) -> None:
-        if self.session is None or message.version != self.session.version:
-            self.update_status("the checkpoint changed while diffing: diff again")
-            return
-        from ckpt_tui.core.operations.reports import describe_diff
-
-        self.update_status("")
-        described = describe_diff(message.report, self.display_name, os.path.basename(message.other))
-        summary, sections = _report_body(described)
-        other = message.other
-        self.app.push_screen(
-            ReportScreen(described.title, summary, sections, False, layer_change=True),
-            lambda result: self._diff_report_closed(result, other),
-        )
-
-    def _diff_report_closed(self, result: tuple[str, str] | None, other: str) -> None:
-        """Enter on a row jumps to its key; ``s`` measures the per-layer change."""
-        from ckpt_tui.core.operations.convert import resolve_path
-
-        if result is None or self.session is None:
-            return
-        if result[0] == "layers":
-            self._start_layer_change(other)
-            return
-        try:
-            self.tree_view.reveal((resolve_path(self.session.root, result[1]), None))
-        except CkptError as exc:
-            self.warn(str(exc), "Not in this checkpoint")
-
-    # ---- per-layer change (s on a diff report) ----------------------------------------------
-
-    def _start_layer_change(self, other: str) -> None:
-        assert self.session is not None
-        cancel = threading.Event()
-        self._layers_progress = ProgressScreen(f"Per-layer change to {os.path.basename(other)}", cancel)
-        self.app.push_screen(self._layers_progress)
-        mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
-        self._layer_change(self.session.version, mine, other, cancel)
-
-    @work(thread=True, exclusive=True, group="report", description="per-layer change")
-    def _layer_change(self, version: int, mine: Checkpoint, other: str, cancel: threading.Event) -> None:
-        """Relative change, cosine and norms of every layer, off the UI thread; reports by message only."""
-        from ckpt_tui.core.operations.layer_change import layer_change
-
-        progress = ProgressPoster(self.post_message, "layer-change")
-        try:
-            report = layer_change(mine, open_checkpoint(other), progress=progress, cancelled=cancel.is_set)
-        except Cancelled:
-            self.post_message(LayerChangeReady(version, None, other, "cancelled"))
-            return
-        except CkptError as exc:
-            self.post_message(LayerChangeReady(version, None, other, str(exc)))
-            return
-        self.post_message(LayerChangeReady(version, report, other))
-
-    @on(Progress)
-    def _advanced(self, message: Progress) -> None:
-        shown = {"layer-change": self._layers_progress, "check": self._check_progress}.get(message.task)
-        if shown is not None and shown.is_attached:
-            shown.advance(message.fraction)
-
-    @on(LayerChangeReady)
-    def _layer_change_ready(self, message: LayerChangeReady) -> None:
-        from ckpt_tui.core.operations.reports import describe_layer_change
-
-        if self._layers_progress is not None and self._layers_progress.is_attached:
-            self._layers_progress.dismiss()
-        self._layers_progress = None
-        if self.session is None or message.version != self.session.version:
-            self.update_status("the checkpoint changed while measuring: diff again")
-            return
-        if message.report is None:
-            self.update_status(f"per-layer change: {printable(message.error)}")
-            return
-        # the report dialog's rows (app.tcss): the whole width up to 140, less its border, padding and scrollbar
-        width = min(self.app.size.width, 140) - 6
-        described = describe_layer_change(message.report, self.display_name, os.path.basename(message.other), width)
-        summary, sections = _report_body(described)
-        other = message.other
-        self.app.push_screen(
-            ReportScreen(described.title, summary, sections, False),
-            lambda result: self._diff_report_closed(result, other),
-        )
+        self.app.push_screen(DiffScreen(mine, other, self.display_name), self._report_closed)
 
     # ---- the layers view (L) and the histogram scale (o) -------------------------------------
 
@@ -1049,65 +857,23 @@ class BrowserScreen(Screen[None]):
         session = self.session
         if session is None:
             return
-        cancel = threading.Event()
-        self._check_progress = ProgressScreen("Reading every tensor (NaN/Inf, unreadable records)", cancel)
-        self.app.push_screen(self._check_progress)
         edited = dataclasses.replace(session.checkpoint, root=session.root)
-        self._check_all(session.version, edited, cancel)
+        self.app.push_screen(CheckAllScreen(session.version, edited), self._check_finished)
 
-    @work(thread=True, exclusive=True, group="check", description="check")
-    def _check_all(self, version: int, checkpoint: Checkpoint, cancel: threading.Event) -> None:
-        """The full check off the UI thread; reports by message only."""
-        progress = ProgressPoster(self.post_message, "check")
-        try:
-            report = check_checkpoint(checkpoint, progress, cancel.is_set)
-        except Cancelled:
-            self.post_message(CheckFinished(version, None, "cancelled: nothing was marked"))
-            return
-        except CkptError as exc:
-            self.post_message(CheckFinished(version, None, str(exc)))
-            return
-        self.post_message(CheckFinished(version, report))
-
-    @on(CheckFinished)
-    def _check_finished(self, message: CheckFinished) -> None:
-        if self._check_progress is not None and self._check_progress.is_attached:
-            self._check_progress.dismiss()
-        self._check_progress = None
-        if self.session is None or message.version != self.session.version:
+    def _check_finished(self, outcome: CheckOutcome | None) -> None:
+        if outcome is None or self.session is None or outcome.version != self.session.version:
             return  # the tree changed while it was read: the result is for an older tree
-        if message.report is None:
-            self.update_status(message.error)
+        if outcome.report is None:
+            self.update_status(outcome.error)
             return
-        self.check = message.report
-        self.tree_view.markers = check_markers(self.session.root, message.report)
+        self.check = outcome.report
+        self.tree_view.markers = check_markers(self.session.root, outcome.report)
         self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
         if self.summary is not None:
             known = self.verdicts.get(self.session.checkpoint.path)
             self.query_one(SummaryHeader).show(self.summary, known, self.check)
         marked = len(self.tree_view.markers)
         self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
-
-
-def _in_group(path: KeyPath | None, target: Target) -> KeyPath | None:
-    """A compared key's path in the tree: a group's keys were compared without the group's prefix."""
-    if path is None or target.prefix is None or not path:
-        return path
-    return (*path[:-1], target.prefix + str(path[-1]))
-
-
-def _report_body(described: Any) -> tuple[Text, list[Section]]:
-    """A report core described (:mod:`~ckpt_tui.core.operations.reports`) as a report screen shows it: the
-    verdict, counts and notes, then each section's rows (enter on a row with a key jumps there)."""
-    from ckpt_tui.core.operations.reports import headline
-
-    summary = Text(headline(described))
-    for note in described.notes:
-        summary.append(f"\nnote: {note}")
-    sections: list[Section] = [
-        (section.title, [(row.key, data(row.text)) for row in section.rows]) for section in described.sections
-    ]
-    return summary, sections
 
 
 def check_markers(root: Any, report: CheckReport) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""Modal dialogs: confirm, prompt, edit preview, save as, progress, reports, and the error screen.
+"""Modal dialogs: confirm, prompt, edit preview, save as, progress, and the error screen (reports: ``report.py``).
 
 Titles and bodies are ``Text`` (or ``markup=False`` strings) and wrap: a long key never cuts a title.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -15,12 +15,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.suggester import Suggester
-from textual.widgets import Button, Input, OptionList, ProgressBar, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Button, Input, ProgressBar, Static
 
 from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
-from ckpt_tui.tui.bindings import LIST_BINDINGS
 from ckpt_tui.tui.text import data
 
 
@@ -196,78 +194,3 @@ class ErrorScreen(Screen[None]):
             yield _title("Cannot open this checkpoint")
             yield Static(data(self.message), id="error-message", classes="dialog-body", markup=False)
             yield Static("q quits", classes="dialog-hint", markup=False)
-
-
-class ReportList(OptionList):
-    """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
-
-    BINDINGS: ClassVar[list[BindingType]] = LIST_BINDINGS
-
-
-Section = tuple[str, list[tuple[Any, Text]]]
-"""A titled list of rows, each with where enter on it goes (a key, a key path, or None: nowhere)."""
-"""A report section: a heading and its rows (the key to jump to, or None; the row's text)."""
-
-
-class ReportScreen(ModalScreen[tuple[str, Any] | None]):
-    """A compare or diff report: sections of keys; enter jumps to a key, ``f`` applies the fix, ``s`` (a diff)
-    asks for the per-layer change."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "close", "Close"),
-        Binding("f", "fix", "Apply the suggested fix"),
-        Binding("s", "layer_change", "Per-layer change"),
-    ]
-
-    def __init__(
-        self, title: str, summary: Text, sections: list[Section], fixable: bool, layer_change: bool = False
-    ) -> None:
-        super().__init__()
-        self.title_text = title
-        self.summary = summary
-        self.sections = sections
-        self.fixable = fixable
-        self.layer_change = layer_change
-        """Whether ``s`` asks for the per-layer change (a diff's report)."""
-        self.targets: list[Any] = []
-
-    def compose(self) -> ComposeResult:
-        options: list[Option | None] = []
-        for heading, rows in self.sections:
-            if not rows:
-                continue
-            options.append(Option(Text(f"{heading} ({len(rows)})", style="bold underline"), disabled=True))
-            self.targets.append(None)
-            for target, text in rows:
-                options.append(Option(text, id=f"row-{len(self.targets)}"))
-                self.targets.append(target)
-            options.append(None)
-        with Vertical(classes="dialog report"):
-            yield _title(self.title_text)
-            yield Static(self.summary, classes="dialog-body", markup=False)
-            yield ReportList(*options, id="report-list")
-            hint = "enter: go to the key · escape: close" + (" · f: apply the suggested fix" if self.fixable else "")
-            if self.layer_change:
-                hint += " · s: per-layer change (relative change, cosine, norms)"
-            yield Static(hint, classes="dialog-hint", markup=False)
-
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        index = int((event.option.id or "row-0").removeprefix("row-"))
-        target = self.targets[index] if index < len(self.targets) else None
-        if target is not None:
-            self.dismiss(("jump", target))
-
-    def action_fix(self) -> None:
-        if self.fixable:
-            self.dismiss(("fix", ""))
-        else:
-            self.notify("no fix to apply here", severity="warning", markup=False)
-
-    def action_layer_change(self) -> None:
-        if self.layer_change:
-            self.dismiss(("layers", ""))
-        else:
-            self.notify("no per-layer change for this report", severity="warning", markup=False)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -14,7 +14,7 @@ from textual.widgets.option_list import Option
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
-from ckpt_tui.tui.screens.dialogs import ReportList
+from ckpt_tui.tui.screens.report import ReportList
 from ckpt_tui.tui.widgets.summary import finding_text
 
 

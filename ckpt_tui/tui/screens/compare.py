@@ -1,0 +1,114 @@
+"""The compare report (``c``): a subtree or a module group of the staged tree against a reference
+checkpoint or a keys file, as ``check --against`` reports it; ``f`` applies the suggested fix here."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.text import Text
+
+from ckpt_tui.core.edits import group_edits
+from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Opaque, get
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.tui.host import BrowserHost
+from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen, Section, report_body
+from ckpt_tui.tui.targets import Target
+from ckpt_tui.tui.text import where
+
+
+def fix_command(host: BrowserHost, suggestion: Any) -> list[str]:
+    """The ``convert`` command that applies a suggestion to the file on disk (core's, as the CLI prints it),
+    after what it assumes (lines)."""
+    session = host.session
+    assert session is not None
+    source = host.path
+    assumption: list[str] = []
+    if session.edited:
+        if not session.unsaved and host.last_saved is not None:
+            source = host.last_saved
+        else:
+            source = host.default_save_path()
+            assumption = [f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"]
+    return [*assumption, suggestion.command(source)]
+
+
+def in_group(path: KeyPath | None, target: Target) -> KeyPath | None:
+    """A compared key's path in the tree: a group's keys were compared without the group's prefix."""
+    if path is None or target.prefix is None or not path:
+        return path
+    return (*path[:-1], target.prefix + str(path[-1]))
+
+
+class CompareScreen(ReportScreen):
+    """Compare ``target`` of ``root`` with ``reference``; dismissed with a jump, the fix to apply, or None."""
+
+    TASK = "compare"
+
+    def __init__(self, host: BrowserHost, root: Any, target: Target, reference: str, display_name: str) -> None:
+        name = os.path.basename(reference)
+        super().__init__(f"Compare {target.describe()} with {name}", f"comparing with {name}")
+        self.host = host
+        self.root = root
+        self.target = target
+        self.reference = reference
+        self.display_name = display_name
+
+    def job(self) -> Job:
+        root, target, reference = self.root, self.target, self.reference
+
+        def run(progress: Any, cancelled: Any) -> Any:
+            from ckpt_tui.core.operations.compare import compare, compare_checkpoint, load_reference
+
+            # a group is compared as the state_dict x would extract; anything else as check --at does
+            try:
+                get(root, target.path)
+            except (KeyError, IndexError, TypeError):
+                raise EditError(f"{where(target.path)} is no longer in the tree") from None
+            group = (
+                group_edits.group_state_dict(root, target.path, target.prefix) if target.prefix is not None else None
+            )
+            loaded = load_reference(reference, None)
+            return compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
+
+        return run
+
+    @property
+    def fixable(self) -> bool:
+        """Whether ``f`` applies the report's fix here (a group's fix needs it extracted first)."""
+        return self.report is not None and self.report.suggestion is not None and self.target.prefix is None
+
+    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+        from ckpt_tui.core.operations.reports import describe_compare
+
+        target = self.target
+        value = get(self.root, target.path) if target.prefix is None else None
+        module = isinstance(value, Opaque) and value.is_module
+        described = describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)
+        summary, sections = report_body(described)
+        if report.suggestion is not None:
+            summary.append("\nsuggested fix: ")
+            summary.append(printable(report.suggestion.describe()), style="bold")
+            if target.prefix is not None:
+                summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
+            else:
+                summary.append("\nf applies it here as one undoable edit; on the command line:\n")
+                summary.append("\n".join(printable(line) for line in fix_command(self.host, report.suggestion)))
+        return summary, sections
+
+    def hints(self) -> list[str]:
+        return ["f: apply the suggested fix"] if self.fixable else []
+
+    def path_of(self, target: Any) -> KeyPath | None:
+        # the rows jump to the key paths core gives (a group's keys carry the group's prefix)
+        return in_group(target, self.target) if isinstance(target, tuple) else None
+
+    def action_fix(self) -> None:
+        if self.not_yet():
+            return
+        if self.fixable:
+            self.dismiss(ApplyFix(self.report.suggestion, self.target.path))
+        else:
+            super().action_fix()

@@ -1,0 +1,142 @@
+"""The diff report (``D``): the staged tree (with its pending edits) against another file, as ``diff``
+reports it. When the keys match only under a subtree or with a wrapper prefix stripped, core says so
+and ``a`` compares that way; ``s`` asks for the per-layer change, taken the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.tree import Checkpoint
+from ckpt_tui.tui.screens.report import Job, MeasureLayers, ReportScreen, Section, report_body, row_width
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.diff import Alignment, Side
+
+
+def side_name(name: str, side: Side | None) -> str:
+    """A file's name, with how its keys were taken (``a.pth (under ckpt["model"] with 'module.' stripped)``)."""
+    words = side.words() if side is not None else ""
+    return f"{name} ({words})" if words else name
+
+
+def taken_sides(mine: Checkpoint, other: str, alignment: Alignment | None) -> tuple[Checkpoint, Checkpoint]:
+    """The staged tree and the file ``other``, read, both taken as ``alignment`` takes them (in a worker)."""
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    theirs = open_checkpoint(other)
+    if alignment is None:
+        return mine, theirs
+    a, b = alignment.apply(mine.root, theirs.root)
+    return dataclasses.replace(mine, root=a), dataclasses.replace(theirs, root=b)
+
+
+class PairReportScreen(ReportScreen):
+    """A report on the staged tree against another file (diff, per-layer change): both sides taken as
+    ``alignment`` takes them, rows jumping to keys of the staged tree; ``a`` compares the way core
+    found the keys match."""
+
+    def __init__(self, mine: Checkpoint, other: str, display_name: str, alignment: Alignment | None = None) -> None:
+        self.mine = mine
+        self.other = other
+        self.display_name = display_name
+        self.alignment = alignment
+        self._paths: dict[str, KeyPath] | None = None
+        super().__init__(self.heading(), self.doing())
+
+    def heading(self) -> str:
+        """The title while working."""
+        raise NotImplementedError
+
+    def doing(self) -> str:
+        """The working line."""
+        raise NotImplementedError
+
+    def names(self) -> tuple[str, str]:
+        """A's and B's names, with how their keys are taken."""
+        a = self.alignment.a if self.alignment is not None else None
+        b = self.alignment.b if self.alignment is not None else None
+        return side_name(self.display_name, a), side_name(os.path.basename(self.other), b)
+
+    def realign_offered(self) -> Alignment | None:
+        """The way core found the keys match, when not yet compared that way."""
+        realign = getattr(self.report, "alignment", None)
+        return realign if self.alignment is None and realign is not None else None
+
+    def hints(self) -> list[str]:
+        return ["a: compare that way"] if self.realign_offered() is not None else []
+
+    def with_offer(self, summary: Text) -> Text:
+        """The summary, and the one key that compares the way the keys match (the staged tree, as diffed)."""
+        if self.realign_offered() is not None:
+            summary.append("\na compares that way here (the staged tree, with its edits)", style="bold")
+        return summary
+
+    def path_of(self, target: Any) -> KeyPath | None:
+        """A row's key (a key of A as compared) as a path of the staged tree."""
+        from ckpt_tui.core.operations.diff import key_paths
+
+        if not isinstance(target, str):
+            return None
+        if self._paths is None:
+            taken = self.alignment.a.take(self.mine.root) if self.alignment is not None else self.mine.root
+            self._paths = key_paths(taken)
+        path = self._paths.get(target)
+        if path is None or self.alignment is None:
+            return path
+        return self.alignment.a.source_path(self.mine.root, path)
+
+    def action_realign(self) -> None:
+        if self.not_yet():
+            return
+        realign = self.realign_offered()
+        if realign is None:
+            super().action_realign()
+            return
+        self.alignment, self._paths = realign, None
+        self.title_text, self.working = self.heading(), self.doing()
+        self.start()
+
+
+class DiffScreen(PairReportScreen):
+    """Diff the staged tree with ``other``; dismissed with a jump, a request for the per-layer change, or None."""
+
+    TASK = "diff"
+
+    def heading(self) -> str:
+        a, b = self.names()
+        return f"Diff {a} with {b}"
+
+    def doing(self) -> str:
+        return f"diffing with {os.path.basename(self.other)}"
+
+    def job(self) -> Job:
+        mine, other, alignment = self.mine, self.other, self.alignment
+
+        def run(progress: Any, cancelled: Any) -> Any:
+            from ckpt_tui.core.operations.diff import diff
+
+            a, b = taken_sides(mine, other, alignment)
+            return diff(a, b, progress=progress)
+
+        return run
+
+    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+        from ckpt_tui.core.operations.reports import describe_diff
+
+        a, b = self.names()
+        described = describe_diff(report, a, b, width=row_width(self.app.size.width))
+        self.title_text = described.title
+        summary, sections = report_body(described)
+        return self.with_offer(summary), sections
+
+    def hints(self) -> list[str]:
+        return [*super().hints(), "s: per-layer change"]
+
+    def action_layer_change(self) -> None:
+        if not self.not_yet():
+            self.dismiss(MeasureLayers(self.other, self.alignment))

@@ -1,0 +1,48 @@
+"""The per-layer change (``s`` on a diff report): how far each layer of the staged tree moved to the other
+file (relative change, cosine, norms; the model's weights first), as ``diff --stats`` reports it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.text import Text
+
+from ckpt_tui.tui.screens.diff import PairReportScreen, taken_sides
+from ckpt_tui.tui.screens.report import Job, Section, report_body, row_width
+
+
+class LayerChangeScreen(PairReportScreen):
+    """Measure every layer from the staged tree to ``other``; dismissed with a jump or None."""
+
+    TASK = "layer-change"
+
+    def heading(self) -> str:
+        a, b = self.names()
+        return f"Per-layer change from {a} to {b}"
+
+    def doing(self) -> str:
+        return f"measuring each layer against {os.path.basename(self.other)}"
+
+    def job(self) -> Job:
+        mine, other, alignment = self.mine, self.other, self.alignment
+
+        def run(progress: Any, cancelled: Any) -> Any:
+            from ckpt_tui.core.operations.layer_change import layer_change
+
+            a, b = taken_sides(mine, other, alignment)
+            return layer_change(a, b, progress=progress, cancelled=cancelled)
+
+        return run
+
+    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+        from ckpt_tui.core.operations.reports import describe_layer_change
+
+        a, b = self.names()
+        described = describe_layer_change(report, a, b, row_width(self.app.size.width))
+        self.title_text = described.title
+        summary, sections = report_body(described)
+        return self.with_offer(summary), sections
+
+    def action_layer_change(self) -> None:
+        self.notify("this is the per-layer change", markup=False)

@@ -1,0 +1,270 @@
+"""A report screen: core's report (:mod:`~ckpt_tui.core.operations.reports`), computed by the screen's own worker.
+
+The screen opens at once with "working… (escape cancels)" and a progress bar; its worker gets what it
+needs as a job made on the UI thread, and reports with typed messages (:class:`ReportReady`,
+:class:`Progress`, :class:`Failed`). Escape cancels the worker and closes the screen. The report shows
+as a summary (verdict, counts, notes) over a list of sections; enter on a row jumps to its key. The
+screen is dismissed with a result the browser acts on (:data:`ReportResult`), or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
+from textual.worker import get_current_worker
+
+from ckpt_tui.core.errors import Cancelled, CkptError
+from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.tui.bindings import LIST_BINDINGS, REPORT_BINDINGS
+from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, ReportReady
+from ckpt_tui.tui.text import data
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.compare import Suggestion
+    from ckpt_tui.core.operations.diff import Alignment
+
+Job = Callable[[Callable[[int, int], None], Callable[[], bool]], Any]
+"""A report's work, run by the worker: called with a progress callback ``(done, total)`` (which raises
+:class:`Cancelled` once the screen is closed) and a ``cancelled`` check; returns core's report."""
+
+Section = tuple[str, list[tuple[Any, Text]]]
+"""A report section: a heading and its rows (where enter on a row goes, or None: nowhere; the row's text)."""
+
+
+@dataclass(frozen=True)
+class Jump:
+    """Go to this key path of the tree."""
+
+    path: KeyPath
+
+
+@dataclass(frozen=True)
+class ApplyFix:
+    """Stage ``suggestion`` at ``at`` as one undoable edit (after its preview)."""
+
+    suggestion: Suggestion
+    at: KeyPath
+
+
+@dataclass(frozen=True)
+class MeasureLayers:
+    """Measure how far each layer moved from the tree to the file ``other``, both sides' keys taken as
+    ``alignment`` takes them."""
+
+    other: str
+    alignment: Alignment | None
+
+
+ReportResult = Jump | ApplyFix | MeasureLayers
+
+
+def report_body(described: Any) -> tuple[Text, list[Section]]:
+    """A report core described as a report screen shows it: the verdict, counts and notes, then each
+    section's rows (a row jumps to its ``path``, or else to its ``key``)."""
+    from ckpt_tui.core.operations.reports import headline
+
+    summary = Text(headline(described))
+    for note in described.notes:
+        summary.append(f"\nnote: {note}")
+    sections: list[Section] = [
+        (section.title, [(row.path if row.path is not None else row.key, data(row.text)) for row in section.rows])
+        for section in described.sections
+    ]
+    return summary, sections
+
+
+def row_width(app_width: int) -> int:
+    """The characters of a report row: the dialog's width (app.tcss: the whole width up to 140), less its
+    border, padding and the list's scrollbar."""
+    return min(app_width, 140) - 6
+
+
+class ReportList(OptionList):
+    """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
+
+    BINDINGS: ClassVar[list[BindingType]] = LIST_BINDINGS
+
+
+class ReportScreen(ModalScreen[ReportResult | None]):
+    """A report computed by the screen's worker, then shown; subclasses give the work (:meth:`job`), how the
+    report shows (:meth:`shown`) and what its keys do."""
+
+    BINDINGS: ClassVar[list[BindingType]] = REPORT_BINDINGS
+    TASK: ClassVar[str] = "report"
+    """Names the work in its messages (and ``Cannot TASK`` when it fails)."""
+
+    def __init__(self, title: str, working: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.working = working
+        """What the worker does, in words (``diffing with other.pth``)."""
+        self.report: Any = None
+        self.summary = Text(f"{working}… (escape cancels)")
+        self.sections: list[Section] = []
+        self.targets: list[Any] = []
+
+    # ---- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog report"):
+            yield Static(data(self.title_text), classes="dialog-title", id="report-title", markup=False)
+            yield Static(self.summary, classes="dialog-body", markup=False)
+            yield ProgressBar(total=1.0, show_eta=False, id="report-progress")
+            yield ReportList(id="report-list")
+            yield Static("escape: cancel", classes="dialog-hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.start()
+
+    # ---- the worker ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Compute the report (again): the working line and the progress bar until it is ready."""
+        self.report = None
+        self.summary = Text(f"{self.working}… (escape cancels)")
+        self.query_one("#report-title", Static).update(data(self.title_text))
+        self.query_one(".dialog-body", Static).update(self.summary)
+        self.query_one("#report-progress", ProgressBar).update(progress=0)
+        self.query_one("#report-progress").display = True
+        self.query_one(ReportList).clear_options()
+        self.query_one(ReportList).display = True
+        self.query_one(".dialog-hint", Static).update("escape: cancel")
+        self._run(self.job())
+
+    def job(self) -> Job:
+        """The work, with its inputs taken now (on the UI thread)."""
+        raise NotImplementedError
+
+    @work(thread=True, exclusive=True, group="report", description="report")
+    def _run(self, job: Job) -> None:
+        """The report off the UI thread; reports by message only (nothing once the screen is closed)."""
+        worker = get_current_worker()
+
+        def cancelled() -> bool:
+            return worker.is_cancelled
+
+        poster = ProgressPoster(self.post_message, self.TASK, cancelled=cancelled)
+
+        def progress(done: int, total: int) -> None:
+            # escape stops the work at its next step, even where core takes no cancel check
+            if cancelled():
+                raise Cancelled(f"{self.TASK} cancelled")
+            poster(done, total)
+
+        try:
+            report = job(progress, cancelled)
+        except Cancelled:  # escape closed the screen: nothing to report
+            return
+        except CkptError as exc:
+            self.post_message(Failed(self.TASK, str(exc)))
+            return
+        except OSError as exc:
+            self.post_message(Failed(self.TASK, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")))
+            return
+        if not cancelled():
+            self.post_message(ReportReady(self.TASK, report))
+
+    @on(Progress)
+    def _progress(self, message: Progress) -> None:
+        if message.task == self.TASK:
+            self.query_one("#report-progress", ProgressBar).update(progress=message.fraction)
+
+    @on(Failed)
+    def _failed(self, message: Failed) -> None:
+        if message.task != self.TASK:
+            return
+        self.notify(printable(message.error), title=f"Cannot {self.TASK}", severity="error", markup=False)
+        self.dismiss(None)
+
+    @on(ReportReady)
+    def _ready(self, message: ReportReady) -> None:
+        if message.task != self.TASK:
+            return
+        self.report = message.report
+        summary, sections = self.shown(message.report)
+        self.show(summary, sections)
+
+    # ---- the report ------------------------------------------------------------------------------
+
+    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+        """The report as a summary and its sections (core's description of it)."""
+        raise NotImplementedError
+
+    def hints(self) -> list[str]:
+        """The keys that apply to the report shown, in words (after enter and escape)."""
+        return []
+
+    def show(self, summary: Text, sections: list[Section]) -> None:
+        """Show a report: its summary over the rows of every section that has some."""
+        self.summary, self.sections, self.targets = summary, sections, []
+        options: list[Option | None] = []
+        for heading, rows in sections:
+            if not rows:
+                continue
+            options.append(Option(Text(f"{heading} ({len(rows)})", style="bold underline"), disabled=True))
+            self.targets.append(None)
+            for target, text in rows:
+                options.append(Option(text, id=f"row-{len(self.targets)}"))
+                self.targets.append(target)
+            options.append(None)
+        self.query_one("#report-progress").display = False
+        self.query_one("#report-title", Static).update(data(self.title_text))
+        self.query_one(".dialog-body", Static).update(summary)
+        listed = self.query_one(ReportList)
+        listed.clear_options()
+        listed.add_options(options)
+        # a report with nothing to list (identical files) shows no empty box under its verdict
+        listed.display = bool(options)
+        listed.action_first()
+        listed.focus()
+        # the keys this report offers first: at 80 columns the line holds them all
+        hint = " · ".join([*self.hints(), "enter: go to key", "escape: close"])
+        self.query_one(".dialog-hint", Static).update(hint)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        index = int((event.option.id or "row-0").removeprefix("row-"))
+        target = self.targets[index] if index < len(self.targets) else None
+        if target is None:
+            return
+        path = self.path_of(target)
+        if path is None:
+            self.notify(f"{printable(str(target))} is not in this checkpoint", severity="warning", markup=False)
+            return
+        self.dismiss(Jump(path))
+
+    def path_of(self, target: Any) -> KeyPath | None:
+        """Where a row's target is in the browser's tree (None: nowhere)."""
+        return target if isinstance(target, tuple) else None
+
+    # ---- keys --------------------------------------------------------------------------------------
+
+    def not_yet(self) -> bool:
+        """Whether the report is still being computed (and said so)."""
+        if self.report is None:
+            self.notify(f"{self.working}… (escape cancels)", markup=False)
+            return True
+        return False
+
+    def action_fix(self) -> None:
+        self.notify("no fix to apply here", severity="warning", markup=False)
+
+    def action_realign(self) -> None:
+        self.notify("nothing to compare another way here", severity="warning", markup=False)
+
+    def action_layer_change(self) -> None:
+        self.notify("no per-layer change for this report (D diffs, then s measures)", severity="warning", markup=False)
+
+    def action_close(self) -> None:
+        self.workers.cancel_group(self, "report")
+        self.dismiss(None)

@@ -1,0 +1,353 @@
+"""The browser's report screens (compare, diff, per-layer change, check all): each runs its own worker off
+the UI thread, escape cancels it, and each is dismissed with a result the browser acts on. A diff whose
+keys match only under a subtree with the wrapper prefix stripped says so, and ``a`` compares that way
+(the staged tree, with its edits); ``s`` measures the model's weights first, keys shortened in the middle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders_tui import browser, cursor_path, loaded, screen_text, settle, status
+
+from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.screens.check_all import CheckAllScreen
+from ckpt_tui.tui.screens.compare import CompareScreen
+from ckpt_tui.tui.screens.dialogs import PreviewScreen
+from ckpt_tui.tui.screens.diff import DiffScreen
+from ckpt_tui.tui.screens.layer_change import LayerChangeScreen
+from ckpt_tui.tui.screens.report import ReportScreen
+
+SIZE = (80, 24)
+LONG = "module.encoder.layers.0.self_attention.output_projection.weight"
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+DDP_TRAINING = """
+import sys, torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.output_projection = nn.Linear(64, 64)
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attention = Attention()
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer()])
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.encoder = Encoder()
+        self.head = nn.Linear(64, 3)
+
+    def forward(self, x):
+        x = self.bn(self.conv(x)).flatten(1)
+        return self.head(self.encoder.layers[0].self_attention.output_projection(x))
+
+folder = sys.argv[1]
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+model = DDP(Net())
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for epoch in (1, 2):
+    model(torch.randn(4, 3, 6, 6)).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    # the optimizer saved first: the per-layer change still measures the model's weights first
+    torch.save(
+        {"epoch": epoch, "optimizer_state_dict": optimizer.state_dict(), "model_state_dict": model.state_dict()},
+        f"{folder}/epoch{epoch}.pth",
+    )
+    if epoch == 1:
+        torch.save(model.module.state_dict(), f"{folder}/bare.pth")
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real DDP run (gloo, one rank on 127.0.0.1): ``epoch1.pth`` and ``epoch2.pth`` training checkpoints
+    (``module.`` keys under ``model_state_dict``, AdamW state), and ``bare.pth``, epoch 1's bare state_dict."""
+    from test_compare import free_port
+
+    folder = tmp_path_factory.mktemp("ddp")
+    script = folder / "train.py"
+    script.write_text(DDP_TRAINING)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}
+    done = subprocess.run([sys.executable, str(script), str(folder)], env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return folder
+
+
+async def open_report(pilot: Any, key: str, path: Path) -> ReportScreen:
+    """Press ``key`` (c or D), give ``path`` and wait for the report."""
+    await settle(pilot, key)
+    pilot.app.screen.query_one("Input").value = str(path)
+    await settle(pilot, "enter")
+    screen = pilot.app.screen
+    assert isinstance(screen, ReportScreen) and screen.report is not None
+    return screen
+
+
+def body(app: CkptApp) -> str:
+    return app.screen.query_one(".dialog-body").content.plain
+
+
+def section(screen: ReportScreen, heading: str) -> list[tuple[Any, str]]:
+    return next([(t, text.plain) for t, text in found] for title, found in screen.sections if title.startswith(heading))
+
+
+# ---- a diff that understands wrappers ---------------------------------------------------------------
+
+
+async def test_a_ddp_training_checkpoint_diffed_with_the_bare_model_offers_the_realigned_compare(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "D", ddp_run / "bare.pth")
+        assert isinstance(screen, DiffScreen)
+        said = " ".join(body(app).split())
+        assert said.startswith("DIFFERENT")
+        assert "the keys match under ckpt[\"model_state_dict\"] with 'module.' stripped in A" in said
+        assert "a compares that way here" in said
+        assert "a: compare that way" in screen_text(app)
+        await settle(pilot, "a")
+        assert app.screen is screen
+        assert body(app).startswith("identical: 11 tensors bit-for-bit equal")
+        assert "'module.' stripped" in screen.title_text and "a: compare" not in screen_text(app)
+
+
+async def test_the_realigned_diff_compares_the_staged_tree_not_the_file_on_disk(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict", "module.head.bias"), None))
+        await settle(pilot, "d", "y")
+        assert app.session.unsaved == 1
+        screen = await open_report(pilot, "D", ddp_run / "bare.pth")
+        await settle(pilot, "a")
+        assert body(app).startswith("DIFFERENT")
+        assert section(screen, "only in B") == [(None, "head.bias")]
+        assert "only in A" not in [title for title, found in screen.sections if found]
+
+
+async def test_after_p_the_diff_offers_the_subtree_alone(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "p", "y")  # strip 'module.' in the staged tree
+        screen = await open_report(pilot, "D", ddp_run / "bare.pth")
+        assert 'under ckpt["model_state_dict"] in A' in " ".join(body(app).split())
+        await settle(pilot, "a")
+        assert body(app).startswith("identical")
+        assert screen.title_text.startswith('Diff epoch1.pth (under ckpt["model_state_dict"]) with bare.pth')
+
+
+async def test_a_row_of_the_realigned_diff_jumps_to_the_key_in_the_tree(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch2.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "D", ddp_run / "bare.pth")
+        await settle(pilot, "a")
+        changed = section(screen, "value changes")
+        assert changed and all(key is not None and not key.startswith("module.") for key, _ in changed)
+        listed = screen.query_one("#report-list")
+        listed.highlighted = next(i for i, target in enumerate(screen.targets) if target == "head.weight")
+        await settle(pilot, "enter")
+        assert app.screen is browser(app)
+        assert cursor_path(app) == ("model_state_dict", "module.head.weight")
+
+
+async def test_s_measures_the_model_weights_first_with_keys_shortened_in_the_middle(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", ddp_run / "epoch2.pth")
+        await settle(pilot, "s")
+        screen = app.screen
+        assert isinstance(screen, LayerChangeScreen) and screen.report is not None
+        keys = [key for key, _ in section(screen, "per layer")[1:]]
+        parameters = [key for key in keys[:8] if key.startswith("model_state_dict/module.")]
+        assert len(parameters) == 8 and all("running" not in key and "num_batches" not in key for key in parameters)
+        assert keys[8:11] == [f"model_state_dict/module.bn.{name}" for name in BUFFERS]
+        assert keys[11:] and all(key.startswith('ckpt["optimizer_state_dict"]') for key in keys[11:])
+        width = screen.query_one("#report-list").scrollable_content_region.width
+        most = section(screen, "moved most")
+        assert most and all(len(text) <= width for _, text in most)
+        long = next(text for key, text in most if key.endswith(LONG))
+        assert "…" in long and "output_projection.weight: " in long and "(cosine " in long
+        # the row still jumps to the whole key
+        listed = screen.query_one("#report-list")
+        listed.highlighted = next(i for i, t in enumerate(screen.targets) if t == f"model_state_dict/{LONG}")
+        await settle(pilot, "enter")
+        assert cursor_path(app) == ("model_state_dict", LONG)
+
+
+async def test_s_after_the_realigned_diff_measures_that_way(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch2.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", ddp_run / "bare.pth")
+        await settle(pilot, "a", "s")
+        screen = app.screen
+        assert isinstance(screen, LayerChangeScreen) and screen.report is not None
+        assert body(app).startswith("per-layer change: 11 layers compared")
+        assert "'module.' stripped" in screen.title_text
+
+
+# ---- compare: its result is the fix to apply ----------------------------------------------------------
+
+
+async def test_f_on_the_compare_report_dismisses_with_the_fix_and_the_browser_previews_it(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict",), None))
+        screen = await open_report(pilot, "c", ddp_run / "bare.pth")
+        assert isinstance(screen, CompareScreen) and body(app).startswith("DOES NOT FIT")
+        await settle(pilot, "f")
+        assert isinstance(app.screen, PreviewScreen)
+        await settle(pilot, "y")
+        assert set(app.session.root["model_state_dict"]) == set(torch.load(ddp_run / "bare.pth"))
+
+
+async def test_a_report_that_cannot_be_made_says_why_and_closes(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        app.screen.query_one("Input").value = str(ddp_run / "missing.pth")
+        await settle(pilot, "enter")
+        assert app.screen is browser(app)
+        assert any(n.title == "Cannot diff" and "missing.pth" in n.message for n in app._notifications)
+
+
+# ---- each screen's worker: off the UI thread, and escape cancels it ----------------------------------
+
+
+class Blocking:
+    """A stand-in for core's work that waits until the screen's worker is cancelled, noting its thread."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def wait(self, cancelled: Any) -> None:
+        self.thread = threading.current_thread()
+        self.started.set()
+        for _ in range(500):
+            if cancelled():
+                self.stopped.set()
+                raise Cancelled("cancelled")
+            threading.Event().wait(0.01)
+
+
+def by_progress(progress: Any) -> Any:
+    """A cancel check made of a progress callback (it raises once the worker is cancelled)."""
+
+    def cancelled() -> bool:
+        try:
+            progress(0, 1)
+        except Cancelled:
+            return True
+        return False
+
+    return cancelled
+
+
+async def escape_cancels(app: CkptApp, pilot: Any, fake: Blocking, screen_type: type) -> None:
+    assert fake.started.wait(10)
+    assert isinstance(app.screen, screen_type)
+    assert fake.thread is not None and fake.thread is not threading.main_thread()
+    await pilot.press("escape")
+    assert fake.stopped.wait(10)
+    await settle(pilot)
+    assert app.screen is browser(app)
+
+
+async def test_escape_cancels_the_diff(ddp_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.operations import diff
+
+    fake = Blocking()
+    monkeypatch.setattr(diff, "diff", lambda a, b, progress: fake.wait(by_progress(progress)))
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        app.screen.query_one("Input").value = str(ddp_run / "bare.pth")
+        await pilot.press("enter")
+        await escape_cancels(app, pilot, fake, DiffScreen)
+
+
+async def test_escape_cancels_the_per_layer_change(ddp_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.operations import layer_change
+
+    fake = Blocking()
+    monkeypatch.setattr(layer_change, "layer_change", lambda a, b, progress, cancelled: fake.wait(cancelled))
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", ddp_run / "epoch2.pth")
+        await pilot.press("s")
+        await escape_cancels(app, pilot, fake, LayerChangeScreen)
+
+
+async def test_escape_cancels_the_compare(ddp_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.operations import compare
+
+    fake = Blocking()
+    never = threading.Event()
+
+    def load(reference: str, model: Any) -> Any:
+        fake.thread = threading.current_thread()
+        fake.started.set()
+        never.wait(10)  # reading a reference takes no cancel check: its result is dropped instead
+        fake.stopped.set()
+        raise Cancelled("late")
+
+    monkeypatch.setattr(compare, "load_reference", load)
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(ddp_run / "bare.pth")
+        await pilot.press("enter")
+        assert fake.started.wait(10) and fake.thread is not threading.main_thread()
+        assert isinstance(app.screen, CompareScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is browser(app)
+        never.set()
+        await settle(pilot)
+        assert app.screen is browser(app) and not app._notifications
+
+
+async def test_escape_cancels_check_all(ddp_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.operations import check
+
+    fake = Blocking()
+    monkeypatch.setattr(check, "check_checkpoint", lambda c, progress, cancelled: fake.wait(cancelled))
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("C")
+        await escape_cancels(app, pilot, fake, CheckAllScreen)
+        assert "cancelled: nothing was marked" in status(app) and browser(app).check is None
