@@ -47,7 +47,11 @@ def tiny_models() -> dict[str, Any]:
     bert = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
     text = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
     return {
-        "LlamaFor*": tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA, tie_word_embeddings=True)),
+        "Llama-style model": tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA, tie_word_embeddings=True)),
+        "Llama-style model (Llama, Mistral": tf.MistralForCausalLM(tf.MistralConfig(**LLAMA, tie_word_embeddings=True)),
+        "model whose body is its .transformer": tf.BloomForCausalLM(
+            tf.BloomConfig(hidden_size=16, n_layer=1, n_head=2, vocab_size=64)
+        ),
         "GPT2LMHeadModel": tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=64)),
         "BertFor*": tf.BertForMaskedLM(tf.BertConfig(**bert, vocab_size=64)),
         "CLIPTextModelWithProjection": tf.CLIPTextModel(tf.CLIPTextConfig(**text)),
@@ -198,8 +202,8 @@ def test_compare_names_the_body_it_strips_and_what_the_fix_gives_up(tmp_path, ca
     assert main([*checked, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     notes = report["notes"]
-    assert any("'model.': the body of a Hugging Face LlamaFor*" in note for note in notes)
-    assert any(note.startswith("the fix gives up the fit with a Hugging Face LlamaFor*") for note in notes)
+    assert any("'model.': the body of a Hugging Face Llama-style model" in note for note in notes)
+    assert any(note.startswith("the fix gives up the fit with a Hugging Face Llama-style model") for note in notes)
     assert not any("wrapper" in note for note in notes)
     command = report["suggestion"]["argv"]
     assert main(command[1:]) == 0

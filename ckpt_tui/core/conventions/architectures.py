@@ -21,7 +21,8 @@ FIT_SHARE = 0.8
 @dataclass(frozen=True)
 class Family:
     """One architecture's keys: what its body holds (``parts``, regexes under the body attribute), the
-    parts it always has (``anchors``), and the heads its task classes put beside the body."""
+    parts it always has (``anchors``), and the heads its task classes put beside the body. ``base_model``:
+    the class of the body alone (``""``: none is a layout of its own)."""
 
     head_model: str
     base_model: str
@@ -54,9 +55,9 @@ ENCODER_ANCHORS = (r"embeddings\.", rf"encoder\.layer\.{N}")
 SEQ2SEQ_PARTS = (r"shared\.", r"encoder\.", r"decoder\.")
 SEQ2SEQ_ANCHORS = (rf"encoder\.layers\.{N}", rf"decoder\.layers\.{N}")
 SEQ2SEQ_HEADS = (r"lm_head\.", r"final_logits_bias$", r"classification_head\.", r"qa_outputs\.")
-FAMILIES = (
+FAMILIES: tuple[Family, ...] = (
     Family(
-        "LlamaFor*",
+        "Llama-style model (Llama, Mistral, Qwen2, Gemma)",
         "LlamaModel",
         "model.",
         (r"embed_tokens\.", rf"layers\.{N}", r"norm\.", r"rotary_emb\."),
@@ -143,7 +144,14 @@ FAMILIES = (
         (r"encoder\.conv1\.", *SEQ2SEQ_ANCHORS),
         (r"proj_out\.",),
     ),
-    Family("BartFor*", "BartModel", "model.", SEQ2SEQ_PARTS, SEQ2SEQ_ANCHORS, SEQ2SEQ_HEADS),
+    Family(
+        "BART-style model (BART, mBART, Marian, Pegasus)",
+        "BartModel",
+        "model.",
+        SEQ2SEQ_PARTS,
+        SEQ2SEQ_ANCHORS,
+        SEQ2SEQ_HEADS,
+    ),
     Family(
         "T5ForConditionalGeneration",
         "T5EncoderModel",
@@ -159,13 +167,39 @@ FAMILIES = (
         (r"text_model\.", r"vision_model\.", r"visual_projection\.", r"text_projection\.", r"logit_scale$"),
         (r"text_model\.", r"vision_model\."),
     ),
-    Family("CLIPTextModelWithProjection", "CLIPTextModel", "", (r"text_model\.",), (r"text_model\.encoder\.",)),
-    Family("CLIPVisionModelWithProjection", "CLIPVisionModel", "", (r"vision_model\.",), (r"vision_model\.encoder\.",)),
+    Family("CLIPTextModelWithProjection", "", "", (r"text_model\.",), (r"text_model\.encoder\.",)),
+    Family("CLIPVisionModelWithProjection", "", "", (r"vision_model\.",), (r"vision_model\.encoder\.",)),
 )
 """Architectures by their keys. Several share one layout (Mistral, Qwen2, Gemma keep Llama's; mBART, Marian,
 Pegasus keep BART's): the layout is named after the first. ``For*`` stands for any of the family's heads."""
-HEADLESS = ("CLIPTextModelWithProjection", "CLIPVisionModelWithProjection")
-"""Families whose head model adds a projection beside the same body: named by the body's own class."""
+GENERIC_BODIES = (
+    "model",
+    "transformer",
+    "bert",
+    "roberta",
+    "xlm_roberta",
+    "deberta",
+    "electra",
+    "albert",
+    "distilbert",
+    "mpnet",
+    "longformer",
+    "gpt_neox",
+    "vit",
+    "swin",
+    "convnext",
+    "wav2vec2",
+    "hubert",
+)
+"""Hugging Face ``base_model_prefix`` names: a body under one of them holding an embedding and numbered
+blocks is a Hugging Face model's, whatever its family (BLOOM's and Falcon's transformer.word_embeddings,
+MPT's transformer.blocks.N, Phi's model.final_layernorm)."""
+EMBEDDING = r"(?:embeddings?|embed_tokens|wte|word_embeddings|embed_in|feature_extractor|patch_embed)\."
+BLOCKS = rf"(?:(?:encoder\.|decoder\.)?(?:layers?|h|blocks?)\.{N}|encoder\.|decoder\.)"
+FAMILIES += tuple(
+    Family(f"model whose body is its .{name}", "", f"{name}.", (r"\w",), (EMBEDDING, BLOCKS), (r"lm_head\.",))
+    for name in GENERIC_BODIES
+)
 
 
 def _compiled(prefix: str, parts: tuple[str, ...], heads: tuple[str, ...] = ()) -> re.Pattern[str]:
@@ -183,7 +217,7 @@ def layouts() -> tuple[Layout, ...]:
         pattern = _compiled(family.body, family.parts, family.heads)
         out.append(Layout(family.head_model, pattern, anchors, family.body))
         base = _compiled("", family.parts)
-        if family.body and family.head_model not in HEADLESS and base.pattern not in seen:
+        if family.body and family.base_model and base.pattern not in seen:
             # one layout for bodies keyed alike (BERT's, RoBERTa's, ELECTRA's): named after the first
             seen.add(base.pattern)
             out.append(Layout(family.base_model, base, tuple(re.compile(a) for a in family.anchors), ""))

@@ -291,7 +291,7 @@ def _model_prefix_finding(path: KeyPath, prefix: str, start: str) -> Finding:
 def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout) -> Finding:
     """Keys that fit a model layout as they are: the prefix is that model's (its body, or a part), no fix
     (stripping it would lose the fit with that layout)."""
-    body = f" whose body is its .{prefix.rstrip('.')}" if layout.body == prefix else ""
+    body = f" whose body is its .{prefix.rstrip('.')}" if layout.body == prefix and "body" not in layout.name else ""
     message = f"{start}: the layout of a Hugging Face {layout.name}{body}: it loads as it is"
     return Finding("hf-body", message, path=path, prefix=prefix)
 
