@@ -399,6 +399,9 @@ class Checkpoint:
     unsafe_globals: set[str] = field(default_factory=set)
     loader_problems: list[str] = field(default_factory=list)
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
+    runs_code: list[str] = field(default_factory=list)
+    """Code from the file its loader runs while loading (a TorchScript ``__setstate__``), in words: never
+    clean, as ckpt-tui cannot tell what that code does."""
     hostile: list[str] = field(default_factory=list)
     """What no saver writes and readers disagree on (zip members whose names collide under torch's
     comparison), in words: also in ``loader_problems``; ``convert`` refuses such a file."""

@@ -259,6 +259,8 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
         summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
     for problem in checkpoint.loader_problems:
         summary.findings.append(Finding("loader-refuses", problem, "warning"))
+    for code in checkpoint.runs_code:
+        summary.findings.append(Finding("load-runs-code", code, "warning"))
     # every fix checked before it is shown: none may lower a match the keys have
     summary.findings = vet_findings(checkpoint.root, summary.findings)
     summary.findings.sort(key=lambda f: f.severity != "warning")

@@ -26,7 +26,9 @@ from ckpt_tui.core.readers.zip_archive import inflate_cap, read_member
 
 _CLASS = re.compile(r"^class[ \t]+(\w+)[ \t]*(?:\([ \t]*([\w.]*)[ \t]*\))?[ \t]*:", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\\\n]*)"')
-_SETSTATE = re.compile(r"^[ \t]+def __setstate__\(", re.MULTILINE)
+_SETSTATE = re.compile(r"\b__setstate__\b")
+"""Any mention of the name, not only ``def __setstate__(``: TorchScript's own parser reads the code, with
+its line continuations and spacing, so what defines the method is never guessed narrower than this."""
 PICKLE_SUFFIXES = (".pkl", ".debug_pkl")
 
 
@@ -94,7 +96,7 @@ class ScriptClass:
 def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayout, byteorder: str) -> Checkpoint:
     """Read a TorchScript archive: its module, constants and every other pickle, as data."""
     budget = _Budget(file_bytes)
-    classes = _script_classes(file, layout, file_bytes, budget)
+    classes, code_setstate = _script_classes(file, layout, file_bytes, budget)
     known = frozenset(classes)
     unsafe: set[str] = set()
     problems = list(layout.problems)
@@ -110,7 +112,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
 
     module, found = load("data.pkl", "data/", "")
     constants, more = load("constants.pkl", "", "constants/")
-    problems += found + more
+    problems += found + more + _jit_load_refusals(module, constants, classes)
     for name in _other_pickles(layout):  # read on demand by torch (debug info, traced inputs): scanned only
         stem = name.rsplit(".", 1)[0]
         try:
@@ -118,7 +120,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
         except ReadError as exc:
             problems.append(f"{layout.prefix}{name} cannot be read ({_reason(exc)}): torch.jit.load may fail on it")
     notes = ["TorchScript archive: its code/ is listed, never run", *layout.notes]
-    notes += _shape_modules(module, classes)
+    _shape_modules(module, classes)
     root: Any = {"module": module, "constants": constants} if constants else module
     return Checkpoint(
         path,
@@ -129,6 +131,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
         notes=notes,
         unsafe_globals=unsafe,
         loader_problems=problems,
+        runs_code=_load_time_code(classes, code_setstate),
         hostile=layout.hostile,
         archive=ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes),
     )
@@ -146,9 +149,13 @@ class _Budget:
             raise ReadError(f"members up to {name} inflate to more than this file's size can justify (a zip bomb?)")
 
 
-def _script_classes(file: BinaryIO, layout: ZipLayout, file_bytes: int, budget: _Budget) -> dict[str, ScriptClass]:
-    """Every class the archive's ``code/`` defines, by qualified name (``__torch__.models.Net``)."""
+def _script_classes(
+    file: BinaryIO, layout: ZipLayout, file_bytes: int, budget: _Budget
+) -> tuple[dict[str, ScriptClass], list[str]]:
+    """Every class the archive's ``code/`` defines, by qualified name (``__torch__.models.Net``), and the
+    code files that name ``__setstate__`` outside any class found here."""
     classes: dict[str, ScriptClass] = {}
+    loose: list[str] = []
     code = layout.prefix + "code/"
     for name, entry in layout.entries.items():
         if not (name.startswith(code) and name.endswith(".py")):
@@ -156,8 +163,11 @@ def _script_classes(file: BinaryIO, layout: ZipLayout, file_bytes: int, budget: 
         budget.spend(entry.size, name)
         text = read_member(file, entry, file_bytes).decode("utf-8", "replace")
         module = name[len(code) : -len(".py")].replace("/", ".")
-        classes.update((c.name, c) for c in _parse_classes(module, text))
-    return classes
+        found = _parse_classes(module, text)
+        classes.update((c.name, c) for c in found)
+        if _SETSTATE.search(text) and not any(c.sets_state for c in found):
+            loose.append(name)
+    return classes, loose
 
 
 def _parse_classes(module: str, text: str) -> list[ScriptClass]:
@@ -166,7 +176,7 @@ def _parse_classes(module: str, text: str) -> list[ScriptClass]:
     classes = []
     for index, match in enumerate(found):
         end = found[index + 1].start() if index + 1 < len(found) else len(text)
-        body = text[match.end() : end]
+        body = text[match.start() : end]
         classes.append(
             ScriptClass(
                 f"{module}.{match.group(1)}",
@@ -192,20 +202,46 @@ def _other_pickles(layout: ZipLayout) -> list[str]:
     return [n for n in names if n.endswith(PICKLE_SUFFIXES) and n not in skip and not n.startswith("extra/")]
 
 
-def _shape_modules(root: Any, classes: dict[str, ScriptClass]) -> list[str]:
-    """Give every scripted module object the state of a pickled ``nn.Module``; notes on what loading runs."""
+def _jit_load_refusals(module: Any, constants: Any, classes: dict[str, ScriptClass]) -> list[str]:
+    """Why ``torch.jit.load`` fails before it has a module: its C++ importer (``import.cpp``,
+    ``ScriptModuleDeserializer::deserialize``) takes ``constants.pkl`` as a tuple (``toTuple``) and the root
+    of ``data.pkl`` as an object (``toObject``) of a class compiled from the archive's code."""
+    problems = []
+    if type(constants) is not tuple:
+        problems.append(f"torch.jit.load fails: constants.pkl holds a {_kind(constants)}, not the tuple it reads")
+    if not (isinstance(module, Opaque) and module.global_name in classes):
+        problems.append(
+            f"torch.jit.load fails: the root of data.pkl is a {_kind(module)}, not an object of a class the "
+            "archive's code defines (a TorchScript module); torch.load refuses it as well"
+        )
+    return problems
+
+
+def _kind(value: Any) -> str:
+    return f"{value.global_name} object" if isinstance(value, Opaque) else type(value).__name__
+
+
+def _load_time_code(classes: dict[str, ScriptClass], loose: list[str]) -> list[str]:
+    """What ``torch.jit.load`` runs from the file while loading: the ``__setstate__`` its unpickler calls on
+    each object of a class that defines one. That code is the file's own (it can open and write files
+    through ``torch.from_file(..., shared=True)``), so it is never clean, whatever it looks like."""
+    names = sorted(c.name for c in classes.values() if c.sets_state) + loose
+    if not names:
+        return []
+    more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
+    return [
+        f"torch.jit.load runs code from the file while loading: the TorchScript __setstate__ of "
+        f"{', '.join(names[:3])}{more}; ckpt-tui does not run it and cannot tell what it does"
+    ]
+
+
+def _shape_modules(root: Any, classes: dict[str, ScriptClass]) -> None:
+    """Give every scripted module object the state of a pickled ``nn.Module``."""
     objects = [v for _, v in iter_nodes(root) if isinstance(v, Opaque) and v.global_name in classes]
-    setstate: set[str] = set()
     for obj in {id(o): o for o in objects}.values():
         script = classes[obj.global_name]
-        if script.sets_state:
-            setstate.add(script.name)
         if script.is_module and isinstance(obj.state, dict) and "_parameters" not in obj.state:
             obj.state = _module_state(obj.state, script, classes)
-    if not setstate:
-        return []
-    names = ", ".join(sorted(setstate)[:3])
-    return [f"torch.jit.load runs the TorchScript __setstate__ of {names} while loading (code from the file)"]
 
 
 def _module_state(attributes: dict[Any, Any], script: ScriptClass, classes: dict[str, ScriptClass]) -> dict[Any, Any]:

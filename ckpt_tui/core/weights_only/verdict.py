@@ -718,6 +718,12 @@ class Verdict:
             return f"weights_only: torch.load loads it on a machine with {where} (torch {self.torch})"
         if self.loads:
             return f"weights_only: torch.load loads it (torch {self.torch})"
+        if self.route == "torchscript" and not self.blockers and self.unknown is not None:
+            # torch.jit.load fails on it or runs its code: never advised
+            return (
+                f"weights_only: TorchScript: torch.load refuses it ({self.torch}); "
+                "torch.jit.load is not advised (see the problems)"
+            )
         if self.route == "torchscript" and not self.blockers:
             return f"weights_only: TorchScript: load it with torch.jit.load (torch.load refuses it, {self.torch})"
         if self.blockers:
@@ -784,7 +790,7 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
     if scan.unknown is not None:
         result.doubt(scan.unknown)
-    flagged = checkpoint.loader_problems if checkpoint is not None else []
+    flagged = [*checkpoint.runs_code, *checkpoint.loader_problems] if checkpoint is not None else []
     if flagged:
         # torch.save never writes what the reader flags: doubt, never "loads"
         result.doubt(f"ckpt-tui's reader flags it: {flagged[0]}")
