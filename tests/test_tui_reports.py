@@ -128,6 +128,8 @@ async def test_a_ddp_training_checkpoint_diffed_with_the_bare_model_offers_the_r
         assert "the keys match under ckpt[\"model_state_dict\"] with 'module.' stripped in A" in said
         assert "a compares that way here" in said
         assert "a: compare that way" in screen_text(app)
+        # each heading counts the keys its rows stand for (core's count: a folded row holds several)
+        assert f"only in A ({len(screen.report.only_a)})" in screen_text(app)
         await settle(pilot, "a")
         assert app.screen is screen
         assert body(app).startswith("identical: 11 tensors bit-for-bit equal")
@@ -183,6 +185,7 @@ async def test_s_measures_the_model_weights_first_with_keys_shortened_in_the_mid
         await settle(pilot, "s")
         screen = app.screen
         assert isinstance(screen, LayerChangeScreen) and screen.report is not None
+        assert "median relative change of the parameters" in body(app)
         keys = [key for key, _ in section(screen, "per layer")[1:]]
         parameters = [key for key in keys[:8] if key.startswith("model_state_dict/module.")]
         assert len(parameters) == 8 and all("running" not in key and "num_batches" not in key for key in parameters)
@@ -226,6 +229,25 @@ async def test_f_on_the_compare_report_dismisses_with_the_fix_and_the_browser_pr
         assert isinstance(app.screen, PreviewScreen)
         await settle(pilot, "y")
         assert set(app.session.root["model_state_dict"]) == set(torch.load(ddp_run / "bare.pth"))
+
+
+async def test_the_compare_report_names_the_resized_head_and_what_keeps_its_fresh_init(
+    ddp_run: Path, tmp_path: Path
+) -> None:
+    reference = torch.load(ddp_run / "bare.pth")
+    reference["head.weight"], reference["head.bias"] = torch.zeros(5, 64), torch.zeros(5)
+    torch.save(reference, tmp_path / "five_classes.pth")
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict",), None))
+        await open_report(pilot, "c", tmp_path / "five_classes.pth")
+        said = " ".join(body(app).split())
+        assert "head.weight: [3, 64] vs [5, 64]" in said and "head.bias: [3] vs [5]" in said
+        assert "keeps the model's fresh init for head.weight, head.bias" in said
+        assert "--drop module.head.weight --drop module.head.bias" in said
+        await settle(pilot, "f", "y")
+        assert set(app.session.root["model_state_dict"]) == set(reference) - {"head.weight", "head.bias"}
 
 
 async def test_a_report_that_cannot_be_made_says_why_and_closes(ddp_run: Path) -> None:

@@ -384,11 +384,17 @@ def _layer_notes(report: LayerChangeReport) -> list[str]:
 
 
 def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
-    """``12 layers compared, 3 unchanged, median relative change 0.01``."""
+    """``12 layers compared, 3 unchanged, median relative change 0.01`` (``… of the parameters`` when
+    buffers, counters or optimizer state were measured too)."""
     measured = report.measured
     unchanged = sum(1 for c in changes if c == 0)
     counts = f"{len(measured)} layers compared, {unchanged} unchanged"
-    if changes:
+    # a step counter moves by whole steps and Adam's moments by far more than the weights: the median
+    # that says how far training moved the model is the parameters'
+    weights = [x.relative_change for x in measured if x.role == "parameter" and x.relative_change is not None]
+    if weights and len(weights) < len(changes):
+        counts += f", median relative change of the parameters {statistics.median(weights):.3g}"
+    elif changes:
         counts += f", median relative change {statistics.median(changes):.3g}"
     if len(measured) < len(report.layers):
         counts += f", {len(report.layers) - len(measured)} not compared"

@@ -4,7 +4,7 @@ checkpoint or a keys file, as ``check --against`` reports it; ``f`` applies the 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -14,9 +14,12 @@ from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen, Section, report_body
+from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen
 from ckpt_tui.tui.targets import Target
 from ckpt_tui.tui.text import where
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.reports import Report as Described
 
 
 def fix_command(host: BrowserHost, suggestion: Any) -> list[str]:
@@ -80,23 +83,32 @@ class CompareScreen(ReportScreen):
         """Whether ``f`` applies the report's fix here (a group's fix needs it extracted first)."""
         return self.report is not None and self.report.suggestion is not None and self.target.prefix is None
 
-    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+    def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_compare
 
         target = self.target
         value = get(self.root, target.path) if target.prefix is None else None
         module = isinstance(value, Opaque) and value.is_module
-        described = describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)
-        summary, sections = report_body(described)
-        if report.suggestion is not None:
-            summary.append("\nsuggested fix: ")
-            summary.append(printable(report.suggestion.describe()), style="bold")
-            if target.prefix is not None:
-                summary.append("\n(for the group extracted as a state_dict: x on the group does that first)")
-            else:
-                summary.append("\nf applies it here as one undoable edit; on the command line:\n")
-                summary.append("\n".join(printable(line) for line in fix_command(self.host, report.suggestion)))
-        return summary, sections
+        return describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)
+
+    def offers(self, described: Described) -> Text:
+        """Core's suggested fix (what it does and reaches, the keys it drops or resizes), then how to apply it:
+        ``f`` here, or the command for the file on disk."""
+        shown = Text()
+        if not described.fixes:
+            return shown
+        fix = described.fixes[0]
+        shown.append(f"\n{fix.title}: ")
+        shown.append(fix.summary, style="bold")
+        for detail in fix.details:
+            shown.append(f"\n  {detail}")
+        if self.target.prefix is not None:
+            shown.append("\n(for the group extracted as a state_dict: x on the group does that first)")
+        else:
+            shown.append("\nf applies it here as one undoable edit; " if self.fixable else "\n")
+            shown.append("on the command line:\n")
+            shown.append("\n".join(printable(line) for line in fix_command(self.host, fix.suggestion)))
+        return shown
 
     def hints(self) -> list[str]:
         return ["f: apply the suggested fix"] if self.fixable else []

@@ -12,10 +12,11 @@ from rich.text import Text
 
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint
-from ckpt_tui.tui.screens.report import Job, MeasureLayers, ReportScreen, Section, report_body, row_width
+from ckpt_tui.tui.screens.report import Job, MeasureLayers, ReportScreen, row_width
 
 if TYPE_CHECKING:
     from ckpt_tui.core.operations.diff import Alignment, Side
+    from ckpt_tui.core.operations.reports import Report as Described
 
 
 def side_name(name: str, side: Side | None) -> str:
@@ -70,11 +71,11 @@ class PairReportScreen(ReportScreen):
     def hints(self) -> list[str]:
         return ["a: compare that way"] if self.realign_offered() is not None else []
 
-    def with_offer(self, summary: Text) -> Text:
-        """The summary, and the one key that compares the way the keys match (the staged tree, as diffed)."""
-        if self.realign_offered() is not None:
-            summary.append("\na compares that way here (the staged tree, with its edits)", style="bold")
-        return summary
+    def offers(self, described: Described) -> Text:
+        """The one key that compares the way the keys match (the staged tree, as diffed), when they do."""
+        if self.realign_offered() is None:
+            return Text()
+        return Text("\na compares that way here (the staged tree, with its edits)", style="bold")
 
     def path_of(self, target: Any) -> KeyPath | None:
         """A row's key (a key of A as compared) as a path of the staged tree."""
@@ -125,14 +126,13 @@ class DiffScreen(PairReportScreen):
 
         return run
 
-    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+    def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_diff
 
         a, b = self.names()
         described = describe_diff(report, a, b, width=row_width(self.app.size.width))
         self.title_text = described.title
-        summary, sections = report_body(described)
-        return self.with_offer(summary), sections
+        return described
 
     def hints(self) -> list[str]:
         return [*super().hints(), "s: per-layer change"]

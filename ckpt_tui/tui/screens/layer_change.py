@@ -4,12 +4,13 @@ file (relative change, cosine, norms; the model's weights first), as ``diff --st
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.tui.screens.diff import PairReportScreen, taken_sides
-from ckpt_tui.tui.screens.report import Job, Section, report_body, row_width
+from ckpt_tui.tui.screens.report import Job, row_width
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.reports import Report as Described
 
 
 class LayerChangeScreen(PairReportScreen):
@@ -35,14 +36,13 @@ class LayerChangeScreen(PairReportScreen):
 
         return run
 
-    def shown(self, report: Any) -> tuple[Text, list[Section]]:
+    def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_layer_change
 
         a, b = self.names()
         described = describe_layer_change(report, a, b, row_width(self.app.size.width))
         self.title_text = described.title
-        summary, sections = report_body(described)
-        return self.with_offer(summary), sections
+        return described
 
     def action_layer_change(self) -> None:
         self.notify("this is the per-layer change", markup=False)

@@ -33,6 +33,7 @@ from ckpt_tui.tui.text import data
 if TYPE_CHECKING:
     from ckpt_tui.core.operations.compare import Suggestion
     from ckpt_tui.core.operations.diff import Alignment
+    from ckpt_tui.core.operations.reports import Report as Described
 
 Job = Callable[[Callable[[int, int], None], Callable[[], bool]], Any]
 """A report's work, run by the worker: called with a progress callback ``(done, total)`` (which raises
@@ -69,7 +70,7 @@ class MeasureLayers:
 ReportResult = Jump | ApplyFix | MeasureLayers
 
 
-def report_body(described: Any) -> tuple[Text, list[Section]]:
+def report_body(described: Described) -> tuple[Text, list[Section]]:
     """A report core described as a report screen shows it: the verdict, counts and notes, then each
     section's rows (a row jumps to its ``path``, or else to its ``key``)."""
     from ckpt_tui.core.operations.reports import headline
@@ -192,27 +193,35 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         if message.task != self.TASK:
             return
         self.report = message.report
-        summary, sections = self.shown(message.report)
-        self.show(summary, sections)
+        described = self.described(message.report)
+        summary, sections = report_body(described)
+        summary.append_text(self.offers(described))
+        self.show(summary, sections, [section.count for section in described.sections])
 
     # ---- the report ------------------------------------------------------------------------------
 
-    def shown(self, report: Any) -> tuple[Text, list[Section]]:
-        """The report as a summary and its sections (core's description of it)."""
+    def described(self, report: Any) -> Described:
+        """Core's description of the report, for this screen's width (it may retitle the screen)."""
         raise NotImplementedError
+
+    def offers(self, described: Described) -> Text:
+        """What the browser offers to do with the report, under core's notes (lines, each after a line break)."""
+        return Text()
 
     def hints(self) -> list[str]:
         """The keys that apply to the report shown, in words (after enter and escape)."""
         return []
 
-    def show(self, summary: Text, sections: list[Section]) -> None:
-        """Show a report: its summary over the rows of every section that has some."""
+    def show(self, summary: Text, sections: list[Section], counts: list[int] | None = None) -> None:
+        """Show a report: its summary over the rows of every section that has some, each headed by how many
+        keys it stands for (``counts``, core's: a folded row stands for several; else its rows)."""
         self.summary, self.sections, self.targets = summary, sections, []
         options: list[Option | None] = []
-        for heading, rows in sections:
+        for index, (heading, rows) in enumerate(sections):
             if not rows:
                 continue
-            options.append(Option(Text(f"{heading} ({len(rows)})", style="bold underline"), disabled=True))
+            count = counts[index] if counts is not None else len(rows)
+            options.append(Option(Text(f"{heading} ({count})", style="bold underline"), disabled=True))
             self.targets.append(None)
             for target, text in rows:
                 options.append(Option(text, id=f"row-{len(self.targets)}"))
