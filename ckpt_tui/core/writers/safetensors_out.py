@@ -13,6 +13,8 @@ written once (``{"lm_head.weight": "embed.weight"}``).
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 import struct
 import zlib
@@ -24,9 +26,8 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.describe import size as shown_size
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
-from ckpt_tui.core.values.tensor_values import repeats_far_more, stored_span
+from ckpt_tui.core.model.tree import Tensor, over_whole_storages
+from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS, SafetensorsRecords
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
@@ -80,8 +81,11 @@ class SafetensorsWrite:
 
     header: bytes
     items: list[DataItem]
+    """Each tensor's place, where it was written tensor by tensor (empty where whole runs were copied)."""
     aliases: dict[str, str]
     data_start: int = 0
+    tensors: int = 0
+    """Tensors written (each once; ``aliases`` name the others)."""
     log: WriteLog = field(default_factory=WriteLog)
     nbytes: int = 0
 
@@ -112,18 +116,20 @@ class SafetensorsPlan:
         if "__metadata__" in root:
             raise WriteError("a tensor named '__metadata__' cannot be written as safetensors (rename it)")
         self.aliases: dict[str, str] = {}
-        self.left_out = left_out_parts(root)
-        self.tensors = library_order(self._unique(root))
-        sizes: dict[tuple[tuple[int, ...], str], int] = {}  # bytes of each (shape, dtype), computed once
-        for _, tensor in self.tensors:
-            key = (tensor.shape, tensor.dtype)
-            if key not in sizes:
-                sizes[key] = tensor.numel * itemsize(tensor.dtype)
-        self.sizes = [sizes[tensor.shape, tensor.dtype] for _, tensor in self.tensors]
+        self.source = _one_plain_source(list(root.values()))
+        """The one safetensors file every tensor is plainly read from (each its own range), else None:
+        then the plan is made, and the data copied, in whole-list passes (a state_dict of 50,000 tensors)."""
+        self.left_out = [] if self.source is not None else left_out_parts(root)
+        self.tensors = library_order(list(root.items()) if self.source is not None else self._unique(root))
+        keys = list(map(_SHAPE_AND_DTYPE, self.tensor_objects()))
+        sizes = {key: math.prod(key[0]) * itemsize(key[1]) for key in set(keys)}  # bytes of each (shape, dtype)
+        self.sizes = list(map(sizes.__getitem__, keys))
         self.metadata = self._metadata(metadata or {})
 
     def _unique(self, root: dict[str, Tensor]) -> list[tuple[str, Tensor]]:
         """Tensors to write; an identical view seen again becomes an alias of the first name (sorted)."""
+        from ckpt_tui.core.values.tensor_values import repeats_far_more, stored_span  # (with numpy)
+
         views: dict[tuple[Any, ...], list[str]] = {}
         first_view: dict[int, tuple[Any, ...]] = {}
         shared: dict[int, list[tuple[Any, ...]]] = {}
@@ -183,25 +189,44 @@ class SafetensorsPlan:
         """
         quote = encode_basestring
         parts = ['{"__metadata__":{', ",".join(quote(k) + ":" + quote(v) for k, v in self.metadata.items()), "}"]
+        if self.source is not None:
+            return _padded(parts, self._entries())
         shapes: dict[tuple[int, ...], str] = {}
         offset = 0
+        entries: list[str] = []
         for (name, tensor), size in zip(self.tensors, self.sizes, strict=True):
             if offset % itemsize(tensor.dtype):
                 raise WriteError(f"{name!r} would start at an unaligned offset {offset}")  # the order rules it out
             shape = shapes.get(tensor.shape)
             if shape is None:
                 shape = shapes[tensor.shape] = "[" + ",".join(map(str, tensor.shape)) + "]"
-            parts.append(
-                f',{quote(name)}:{{"dtype":"{TORCH_TO_SAFETENSORS[tensor.dtype]}","shape":{shape},'
+            entries.append(
+                f'{quote(name)}:{{"dtype":"{TORCH_TO_SAFETENSORS[tensor.dtype]}","shape":{shape},'
                 f'"data_offsets":[{offset},{offset + size}]}}'
             )
             offset += size
-        parts.append("}")
-        try:
-            raw = "".join(parts).encode("utf-8")
-        except UnicodeEncodeError:
-            raise WriteError("a key or metadata entry is not valid Unicode; safetensors needs UTF-8") from None
-        return raw + b" " * ((-len(raw)) % 8)
+        return _padded(parts, entries)
+
+    def _entries(self) -> list[str]:
+        """Every tensor's header entry, in whole-list passes: one text per distinct (shape, dtype), then
+        one format per tensor (the text :meth:`header` writes entry by entry)."""
+        tensors = self.tensor_objects()
+        shapes, dtypes = list(map(_SHAPE, tensors)), list(map(_DTYPE, tensors))
+        offsets = list(itertools.accumulate(self.sizes, initial=0))
+        sizes = {dtype: itemsize(dtype) for dtype in set(dtypes)}
+        if any(map(operator.mod, offsets[:-1], map(sizes.__getitem__, dtypes))):
+            raise WriteError("a tensor would start at an unaligned offset")  # the order rules it out
+        texts = {
+            (shape, dtype): f'{{"dtype":"{TORCH_TO_SAFETENSORS[dtype]}","shape":[{",".join(map(str, shape))}],'
+            for shape, dtype in set(zip(shapes, dtypes, strict=True))
+        }
+        names = map(encode_basestring, map(operator.itemgetter(0), self.tensors))
+        layouts = map(texts.__getitem__, zip(shapes, dtypes, strict=True))
+        return list(map(_ENTRY.format, names, layouts, offsets[:-1], offsets[1:]))
+
+    def tensor_objects(self) -> list[Tensor]:
+        """The tensors to write, in order."""
+        return list(map(operator.itemgetter(1), self.tensors))
 
     def write(self, file: BinaryIO, progress: Progress | None, cancelled: CancelCheck | None) -> SafetensorsWrite:
         """Header, then each tensor's bytes in order: runs that lie back to back in the source copied as one."""
@@ -209,7 +234,14 @@ class SafetensorsPlan:
         with Output(file, sum(self.sizes), progress, cancelled) as out, SourceReader() as reader:
             out.write(struct.pack("<Q", len(header)))
             out.write(header)
-            result = SafetensorsWrite(header, [], dict(self.aliases), data_start=out.position)
+            result = SafetensorsWrite(
+                header, [], dict(self.aliases), data_start=out.position, tensors=len(self.tensors)
+            )
+            if self.source is not None:
+                self._copy_runs(self.source, reader, out)
+                out.close()
+                result.log, result.nbytes = out.log, out.position
+                return result
             run: list[DataItem] = []
             copier = _Copier(reader, out)
             offset = 0
@@ -233,6 +265,26 @@ class SafetensorsPlan:
             out.close()
         result.log, result.nbytes = out.log, out.position
         return result
+
+    def _copy_runs(self, source: SafetensorsRecords, reader: SourceReader, out: Output) -> None:
+        """Every tensor's bytes copied from its one source file, in whole-list passes: the ranges in the
+        output's order, cut where one does not start where the one before it stops; each run copied whole
+        (by the kernel if large, gathered with others if small). The library's order is the source's
+        when the source was written by the library: the data section is then one run, one kernel copy."""
+        ranges = list(map(source.ranges.__getitem__, map(_KEY, map(_STORAGE, self.tensor_objects()))))
+        starts = list(map(operator.itemgetter(0), ranges))
+        stops = list(map(operator.itemgetter(1), ranges))
+        # where a run starts: the first range, and each that does not start where the one before it stops
+        cuts = [0, *itertools.compress(range(1, len(starts)), map(operator.ne, starts[1:], stops[:-1])), len(starts)]
+        small = _Gathered(reader, out, source.path)
+        for first, end in itertools.pairwise(cuts):
+            begin, size = source.data_start + starts[first], stops[end - 1] - starts[first]
+            if size >= SMALL:
+                small.flush()
+                out.copy(reader.source(source.path), source.path, begin, size, None)
+            elif size:
+                small.add(begin, size)
+        small.flush()
 
     @staticmethod
     def _item(
@@ -270,6 +322,78 @@ class SafetensorsPlan:
         if begin == 0 and item.size == span.available:
             item.crc = span.crc
         return item
+
+
+class _Gathered:
+    """Small runs of one source file, read together (:meth:`SourceReader.gather`) and written in order."""
+
+    def __init__(self, reader: SourceReader, out: Output, path: str) -> None:
+        self.reader, self.out, self.path = reader, out, path
+        self.pieces: list[tuple[str, int, int]] = []
+        self.bytes = 0
+
+    def add(self, begin: int, size: int) -> None:
+        """One run's bytes, written at the next flush (soon: a batch is bounded)."""
+        self.pieces.append((self.path, begin, size))
+        self.bytes += size
+        if len(self.pieces) >= GATHER_ITEMS or self.bytes >= GATHER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the batched runs."""
+        if self.pieces:
+            self.out.write_many(list(self.reader.gather(self.pieces)), self.bytes)
+            self.out.advance(self.bytes)
+        self.pieces, self.bytes = [], 0
+
+
+_ENTRY = '{}:{}"data_offsets":[{},{}]}}'
+"""A header entry: its quoted name, its layout's text (:meth:`SafetensorsPlan._entries`), its two offsets."""
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
+_STORAGE = operator.attrgetter("storage")
+_KEY = operator.attrgetter("key")
+_SOURCE = operator.attrgetter("source")
+_LEFT_OUT_FIELDS = operator.attrgetter(
+    "hooks", "metadata", "parameter_state", "python_type", "python_state", "quantizer", "sparse"
+)
+
+
+def _padded(parts: list[str], entries: list[str]) -> bytes:
+    """The header's text: ``__metadata__`` (``parts``), then the entries, padded with spaces to 8 bytes."""
+    try:
+        raw = (",".join(["".join(parts), *entries]) + "}").encode("utf-8")
+    except UnicodeEncodeError:
+        raise WriteError("a key or metadata entry is not valid Unicode; safetensors needs UTF-8") from None
+    return raw + b" " * ((-len(raw)) % 8)
+
+
+def _one_plain_source(tensors: list[Tensor]) -> SafetensorsRecords | None:
+    """The one safetensors file all ``tensors`` are read from as its reader makes them, when they are: each
+    dense over its own storage (:func:`~ckpt_tui.core.model.tree.over_whole_storages`), on cpu, a dtype
+    safetensors holds, nothing besides its values (no hooks, view bits, Parameter or Python state), its
+    range in the header. What :meth:`SafetensorsPlan._unique`, :func:`left_out_parts` and the per-tensor
+    write find of such tensors is then known: no alias, nothing left out, each copied from its range."""
+    if not tensors or not over_whole_storages(tensors):
+        return None
+    storages = list(map(_STORAGE, tensors))
+    source = storages[0].source
+    if type(source) is not SafetensorsRecords:
+        return None
+    if not all(map(operator.is_, map(_SOURCE, storages), itertools.repeat(source))):
+        return None
+    if len(set(map(id, storages))) != len(storages) or set(map(_LOCATION, storages)) != {"cpu"}:
+        return None
+    if not set(map(_DTYPE, tensors)) <= TORCH_TO_SAFETENSORS.keys() or source.missing(storages):
+        return None
+    extras = itertools.chain.from_iterable(map(_LEFT_OUT_FIELDS, tensors))
+    if not all(map(operator.is_, extras, itertools.repeat(None))):
+        return None
+    return source
+
+
+_LOCATION = operator.attrgetter("location")
 
 
 def left_out_parts(root: dict[str, Tensor]) -> list[str]:

@@ -107,8 +107,8 @@ def save(
                 result = WriteResult(
                     "",
                     fmt,
-                    len(written.items) + len(written.aliases),
-                    len(written.items),
+                    written.tensors + len(written.aliases),
+                    written.tensors,
                     written.nbytes,
                     written.aliases,
                     verified,
