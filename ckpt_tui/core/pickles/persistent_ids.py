@@ -51,12 +51,17 @@ def location_refused(tag: str) -> bool:
 class PersistentIds:
     """Turns a file's persistent ids into storages, noting every way torch's loader would refuse them."""
 
-    def __init__(self, fields: int, make: Make, script: bool = False) -> None:
+    def __init__(self, fields: int, make: Make, script: bool = False, make_for_int: Make | None = None) -> None:
         self.fields = fields
         self.make = make
+        self.make_for_int = make_for_int or make
+        """Makes the storage of an int key (a legacy file keeps its bytes apart from those of the str key)."""
         self.script = script
         self.refused = script_location_refused if script else location_refused
-        self.cache: dict[str, Storage | StorageView] = {}
+        self.cache: dict[Any, Storage | StorageView] = {}
+        """By the key object, as torch's ``loaded_storages`` / ``deserialized_objects``: ``0`` and ``"0"`` are
+        two storages (of one zip record ``data/0``, each read as its own type)."""
+        self.int_keys = False
         self.lengths: set[int] = set()
         self.locations: set[str] = set()
         self.checked: set[str] = set()
@@ -93,16 +98,21 @@ class PersistentIds:
         if len(pid) != self.fields and not (self.script and len(pid) > self.fields):
             self.lengths.add(len(pid))
         key, location = pid[2], _text(pid[3])
-        if type(key) is int:  # torch names the record data/<key> whatever its type
-            key = str(key)
         if isinstance(location, str) and self.refused(location):
             self.locations.add(location)
         view = pid[5:6] if self.fields == LEGACY_FIELDS else ()
+        if type(key) is int:
+            # torch names the record data/<key> whatever its type, but caches the storage by the key object
+            self.int_keys = True
+            made = ("storage", pid[1], str(key), location, pid[4], *view)
+            return storage_from_pid(made, self.make_for_int, self.cache, slot=key)
         return storage_from_pid(("storage", pid[1], key, location, pid[4], *view), self.make, self.cache)
 
     def problems(self) -> list[str]:
         """Why torch.load would refuse these ids, one line each."""
         out = []
+        if self.script and self.int_keys:
+            out.append("a persistent id's record key is an int: torch.jit.load reads it as a string and fails")
         if self.lengths:
             counts = ", ".join(str(n) for n in sorted(self.lengths))
             wants = "torch.jit.load reads at least" if self.script else "torch.load unpacks exactly"

@@ -873,10 +873,14 @@ def _stream_size(stream: BinaryIO) -> int:
 
 
 def storage_from_pid(
-    pid: Any, make: Callable[[str, str, str, int, str], Storage], cache: dict[str, Storage | StorageView]
+    pid: Any,
+    make: Callable[[str, str, str, int, str], Storage],
+    cache: dict[Any, Storage | StorageView],
+    slot: Any = None,
 ) -> Any:
     """Turn a torch persistent id ``('storage', type, key, location, numel[, view])`` into a Storage, or a
-    legacy view (:class:`StorageView`); ``cache`` holds both by key, one namespace as in torch's loader."""
+    legacy view (:class:`StorageView`); ``cache`` holds both by key, one namespace as in torch's loader.
+    ``slot``: the key object the file gave (an int), where it differs from the record name ``key``."""
     # this runs once per tensor: exact type checks, no slicing
     if type(pid) is not tuple or len(pid) < 5 or pid[0] != "storage":
         raise pickle.UnpicklingError(f"persistent id is not a storage: {reprlib.repr(pid)}")
@@ -885,9 +889,10 @@ def storage_from_pid(
         raise pickle.UnpicklingError(f"unknown storage type {reprlib.repr(storage_type)}")
     if type(key) is not str or type(location) is not str or type(numel) is not int or not 0 <= numel < INT64_LIMIT:
         raise pickle.UnpicklingError("malformed storage persistent id")
-    storage = cache.get(key)
+    slot = key if slot is None else slot
+    storage = cache.get(slot)
     if storage is None:
-        storage = cache[key] = make(key, storage_type.dtype, location, numel, storage_type.name)
+        storage = cache[slot] = make(key, storage_type.dtype, location, numel, storage_type.name)
     if type(storage) is not Storage:
         raise pickle.UnpicklingError(f"legacy storage key {reprlib.repr(key)} names a view and a storage")
     view = pid[5] if len(pid) > 5 else None
@@ -896,7 +901,7 @@ def storage_from_pid(
     return storage
 
 
-def _legacy_view(view: Any, root: Storage, dtype: str, cache: dict[str, Storage | StorageView]) -> Any:
+def _legacy_view(view: Any, root: Storage, dtype: str, cache: dict[Any, Storage | StorageView]) -> Any:
     """``legacy_load``'s view: the first one made under a key is the one every later id gets."""
     if not isinstance(view, tuple) or len(view) != 3 or type(view[0]) is not str:
         raise pickle.UnpicklingError("malformed storage view")

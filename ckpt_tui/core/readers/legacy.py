@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, Storage
-from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, PersistentIds
+from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -67,21 +67,26 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
         raise ReadError(f"{what}: unsupported protocol version")
     sys_info = load_pickle(file, None, what, unsafe)
     byteorder = "big" if isinstance(sys_info, dict) and sys_info.get("little_endian") is False else "little"
-    records = LegacyRecords(path)
+    # torch's deserialized_objects is keyed by the key object: int 0 and str "0" are two storages, each
+    # filled from its own place in the key list; their bytes are found apart
+    records, int_records = LegacyRecords(path), LegacyRecords(path)
 
-    def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        storage = Storage(key, dtype, location, numel, records, type_name)
-        if storage.nbytes > file_bytes:
-            raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
-        return storage
+    def maker(source: LegacyRecords) -> Make:
+        def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
+            storage = Storage(key, dtype, location, numel, source, type_name)
+            if storage.nbytes > file_bytes:
+                raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
+            return storage
 
-    ids = PersistentIds(LEGACY_FIELDS, make)
+        return make
+
+    ids = PersistentIds(LEGACY_FIELDS, maker(records), make_for_int=maker(int_records))
     root = load_pickle(file, ids, what, unsafe)
     keys = load_pickle(file, None, what, unsafe)
     if not isinstance(keys, list) or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
     problems = ids.problems()
-    problems += _scan(file, file.tell(), [str(k) for k in keys], ids.cache, file_bytes, records)
+    problems += _scan(file, file.tell(), keys, ids.cache, file_bytes, path)
     return Checkpoint(
         path, "legacy", root, file_bytes, byteorder=byteorder, unsafe_globals=unsafe, loader_problems=problems
     )
@@ -90,26 +95,26 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
 def _scan(
     file: BinaryIO,
     start: int,
-    keys: list[str],
-    storages: dict[str, Storage | StorageView],
+    keys: list[str | int],
+    storages: dict[Any, Storage | StorageView],
     file_bytes: int,
-    records: LegacyRecords,
+    path: str,
 ) -> list[str]:
     """Find each listed storage's bytes (one read of each count); what torch.load would refuse, in words."""
     problems: list[str] = []
     position = start
-    source = places.source_of(records.path)
+    source = places.source_of(path)
     try:
         # where each count should be, as the pickle's sizes say: a remote file fetches them together
         source.prefetch(list(_expected_counts(position, keys, storages)))
-        _find_records(source, position, keys, storages, file_bytes, records, problems)
+        _find_records(source, position, keys, storages, file_bytes, problems)
     finally:
         source.close()
     return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing
 
 
 def _expected_counts(
-    position: int, keys: list[str], storages: dict[str, Storage | StorageView]
+    position: int, keys: list[str | int], storages: dict[Any, Storage | StorageView]
 ) -> Iterator[tuple[int, int]]:
     """The ranges of the element counts, if each storage is as long as its persistent id says."""
     for key in keys:
@@ -123,10 +128,9 @@ def _expected_counts(
 def _find_records(
     source: places.ByteSource,
     position: int,
-    keys: list[str],
-    storages: dict[str, Storage | StorageView],
+    keys: list[str | int],
+    storages: dict[Any, Storage | StorageView],
     file_bytes: int,
-    records: LegacyRecords,
     problems: list[str],
 ) -> None:
     for key in keys:
@@ -151,5 +155,7 @@ def _find_records(
                 f"storage {key!r} holds {count} elements where its persistent id says {storage.numel}: "
                 "torch.load refuses the file"
             )
-        records.offsets[key] = (position + COUNT.size, nbytes)
+        records = storage.source
+        if isinstance(records, LegacyRecords):
+            records.offsets[storage.key] = (position + COUNT.size, nbytes)
         position += COUNT.size + nbytes
