@@ -149,11 +149,23 @@ def test_info_does_not_import_torch(tmp_path: Path) -> None:
         f"assert main(['info', {str(tmp_path / 'ddp.pth')!r}]) == 0\n"
         "assert 'torch' not in sys.modules\n"
         "writers = [m for m in sys.modules if m.startswith('ckpt_tui.core.writers.')]\n"
-        "writers.remove('ckpt_tui.core.writers.temp_files')  # its signal handlers guard every command\n"
         "assert not writers, writers  # info names a fix; only a command that writes loads the writers"
     )
     result = run("-c", code)
     assert result.returncode == 0, result.stderr
+
+
+def test_info_of_a_pth_imports_only_what_it_needs(tmp_path: Path) -> None:
+    torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
+    unneeded = ["numpy", "orjson", "textual", "concurrent.futures", "signal", "shutil", "ckpt_tui.core.values"]
+    code = (
+        "import sys; from ckpt_tui.cli import main\n"
+        f"assert main(['info', {str(tmp_path / 'ddp.pth')!r}]) == 0\n"
+        f"print(sorted(name for name in {unneeded!r} if name in sys.modules))"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:

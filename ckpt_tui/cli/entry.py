@@ -47,10 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _keys_from_argv(args)
     from ckpt_tui.core.runtime import process
-    from ckpt_tui.core.writers.temp_files import remove_on_signals
 
     process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
-    remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
+    if args.command not in READ_ONLY:
+        from ckpt_tui.core.writers.temp_files import remove_on_signals
+
+        remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)
     except NoSuchKey as exc:  # a path the user gave is not in the file: a bad argument
@@ -69,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+READ_ONLY = frozenset({"info", "check", "stats", "diff"})
+"""Commands that write no file (nothing to remove on a signal)."""
 PATH_ARGUMENTS = frozenset({"file", "files", "a", "b", "more", "output", "against", "model", "rename_map"})
 
 

@@ -6,9 +6,9 @@ No heavy imports here: ``--help`` imports neither torch, numpy nor textual.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
+import sys
 from typing import Any, NoReturn
 
 from ckpt_tui import __version__
@@ -61,6 +61,26 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {explain(self, message)}\n")
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument added (to check its metavar), and each one imports
+        # shutil for the terminal's width: the same width, found without shutil's import (a command's start)
+        return self.formatter_class(prog=self.prog, width=_terminal_width() - 2)  # type: ignore[call-arg]
+
+
+def _terminal_width() -> int:
+    """``shutil.get_terminal_size().columns``, as argparse asks it: ``COLUMNS``, else the terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
 
 def explain(parser: argparse.ArgumentParser, message: str) -> str:
     """argparse's message, said for a user: missing arguments by name with the command's form, the option
@@ -97,6 +117,8 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     if not first.startswith("-"):
         return f"unexpected argument {first!r} ({parser.prog} --help lists what it takes)"
     name = first.split("=", 1)[0]
+    import difflib
+
     close = difflib.get_close_matches(name, option_strings(parser), n=1, cutoff=0.6)
     if close:
         return f"no option {name}; did you mean {close[0]}?"
@@ -110,6 +132,8 @@ def mistyped_command(args_list: list[str]) -> str | None:
     word = args_list[0]
     if "/" in word or os.path.lexists(word):
         return None  # a path (or a URL): the browser opens it, or says why not
+    import difflib
+
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
     if not close:
         return None
@@ -284,6 +308,8 @@ def _size(text: str) -> int:
 
 def _stats_column(text: str) -> str:
     if text not in _COLUMNS:
+        import difflib
+
         close = difflib.get_close_matches(text, _COLUMNS, n=1)
         meant = f" (did you mean {close[0]}?)" if close else ""
         raise argparse.ArgumentTypeError(f"unknown column {text!r}{meant}; one of {', '.join(_COLUMNS)}")

@@ -32,10 +32,24 @@ from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
 from ckpt_tui.core.runtime import process
 
-try:
-    import orjson
-except ImportError:  # a declared dependency; without it every header is parsed by json
-    orjson = None  # type: ignore[assignment]
+_LAZY: Any = object()
+orjson: Any = _LAZY
+"""The orjson module, imported by the first header parsed (its import takes datetime, uuid and platform
+along: time a command that reads no safetensors file need not spend); None without it."""
+
+
+def _orjson() -> Any:
+    """orjson, imported once; None where it is missing (a declared dependency: every header then parsed by json)."""
+    global orjson
+    if orjson is _LAZY:
+        try:
+            import orjson as module
+
+            orjson = module
+        except ImportError:
+            orjson = None
+    return orjson
+
 
 MAX_HEADER = 100_000_000
 PEAK_PER_TENSOR = 900
@@ -207,11 +221,12 @@ def _minus_zero(raw: bytes) -> bool:
 def _fast_header(raw: bytes) -> _Header | None:
     """The header parsed by orjson (faster than ``json`` on big headers), when it has no escapes and no
     key can have been given twice; None otherwise, or when orjson refuses it (``json`` then says why)."""
-    if orjson is None or b"\\" in raw or _minus_zero(raw):  # (orjson reads -0 as 0)
+    fast = _orjson()
+    if fast is None or b"\\" in raw or _minus_zero(raw):  # (orjson reads -0 as 0)
         return None
     try:
-        header = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        header = fast.loads(raw)
+    except fast.JSONDecodeError:
         return None
     if not isinstance(header, dict) or not _counts_agree(raw, header):
         return None

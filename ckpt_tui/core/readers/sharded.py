@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -39,6 +38,8 @@ def _open_shards(path: str, names: list[str], open_shard: Callable[[str], Checkp
 
     # remote shards are read together: each costs round trips, not bytes
     if places.is_remote(folder) and len(names) > 1:
+        from concurrent.futures import ThreadPoolExecutor  # (its import takes logging along: remote only)
+
         with ThreadPoolExecutor(min(8, len(names))) as pool:
             return dict(zip(names, pool.map(opened, names), strict=True))
     return {shard: opened(shard) for shard in names}
