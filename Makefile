@@ -1,4 +1,6 @@
+# bytecode written once first: with PYTHONDONTWRITEBYTECODE=1 every CLI run of the tests would compile it again
 test:
+	python -m compileall -q ckpt_tui
 	python -m pytest
 
 lint:

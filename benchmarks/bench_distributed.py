@@ -112,6 +112,8 @@ if __name__ == "__main__":
 
 GATHER_FSDP1 = """
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+import measure  # noqa: F401  (compiles ckpt-tui's bytecode once: runs are timed as installed)
 def work(rank, folder, target, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

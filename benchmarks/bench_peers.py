@@ -6,8 +6,9 @@ The peers (``sft-cli``; ``ckptkit[all]``) are installed into their own virtual e
 ``--peers`` (default: a folder in the temp dir, kept between runs), each with ``torch==2.13.0``
 pinned in the same pip command. A peer that fails to install, or lacks a command, is reported and
 its row falls back to the plain-torch alternative. The test files (2 GB ``.safetensors`` and
-``.pth`` of 128 MB fp32 tensors; 50,000 tensors of 16x16 fp32 in each format) are built in ``--dir``
-(default: a temp folder; ``--small`` builds 256 MB and 5,000 tensors for a quick run).
+``.pth`` of 128 MB fp32 tensors; 50,000 tensors of 16x16 fp32 in each format; two 1 GB ``.pth`` of the same
+keys for ``diff --stats`` and ``average``) are built in ``--dir`` (default: a temp folder; ``--small`` builds
+256 MB, 128 MB and 5,000 tensors for a quick run).
 
 Each row: median wall time of ``--repeat`` rounds, the commands of a row interleaved in each round,
 page cache warm (one untimed run of each first), every writer followed by ``sync``. Printed:
@@ -17,7 +18,6 @@ ckpt-tui's time and peak RSS, the fastest alternative's time and name, and the r
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import shutil
@@ -52,6 +52,19 @@ SHARDS_INFO = (
     "shards = sorted(set(json.load(open(index))['weight_map'].values())); "
     "[[print(k, f.get_slice(k).get_shape(), f.get_slice(k).get_dtype()) for k in f.keys()] "
     "for s in shards for f in [safe_open(os.path.join(os.path.dirname(index), s), 'np')]]"
+)
+TORCH_LAYER_CHANGE = (
+    "import sys, torch; a = torch.load(sys.argv[1], weights_only=True, mmap=True); "
+    "b = torch.load(sys.argv[2], weights_only=True, mmap=True); "
+    "[print(k, float((a[k].double() - b[k].double()).norm() / a[k].double().norm()), "
+    "float(torch.nn.functional.cosine_similarity(a[k].double().flatten(), b[k].double().flatten(), dim=0))) "
+    "for k in a if a[k].is_floating_point()]"
+)
+TORCH_AVERAGE = (
+    "import torch, sys, os; a = torch.load(sys.argv[1], weights_only=True, mmap=True); "
+    "b = torch.load(sys.argv[2], weights_only=True, mmap=True); "
+    "out = {k: ((0.5 * a[k].double() + 0.5 * b[k].double()).to(a[k].dtype) if a[k].is_floating_point() else a[k]) "
+    "for k in a}; torch.save(out, sys.argv[3]); f = os.open(sys.argv[3], os.O_RDONLY); os.fsync(f)"
 )
 NUMPY_ISFINITE = (
     "import mmap, sys, json, struct, numpy as np; f = open(sys.argv[1], 'rb'); "
@@ -98,6 +111,8 @@ def build_files(folder: Path, gigabytes: float, keys: int) -> dict[str, Path]:
     import torch
 
     files = {
+        "soup_a.pth": folder / "soup_a.pth",
+        "soup_b.pth": folder / "soup_b.pth",
         "large.safetensors": folder / "large.safetensors",
         "large.pth": folder / "large.pth",
         "many.safetensors": folder / "many.safetensors",
@@ -105,6 +120,7 @@ def build_files(folder: Path, gigabytes: float, keys: int) -> dict[str, Path]:
         "library.safetensors": folder / "library.safetensors",
         "shards": folder / "shards" / "model.safetensors.index.json",
     }
+    build_soups(files, gigabytes / 2)
     if all(p.exists() for p in files.values()):
         return files
     rng = np.random.default_rng(0)
@@ -119,6 +135,18 @@ def build_files(folder: Path, gigabytes: float, keys: int) -> dict[str, Path]:
     build_library_sets(files, many, keys)
     subprocess.run(["sync"], check=True)
     return files
+
+
+def build_soups(files: dict[str, Path], gigabytes: float) -> None:
+    """Two fp32 state_dicts of the same keys and other values (tensors of 32 MB), for diff --stats and average."""
+    import torch
+
+    for seed, name in enumerate(("soup_a.pth", "soup_b.pth")):
+        if files[name].exists():
+            continue
+        torch.manual_seed(seed)
+        count = max(1, round(gigabytes * 1024 / 32))
+        torch.save({f"layers.{i}.weight": torch.randn(2048, 4096) for i in range(count)}, files[name])
 
 
 def build_library_sets(files: dict[str, Path], many: OrderedDict[str, Any], keys: int) -> None:
@@ -238,6 +266,8 @@ def rows(files: dict[str, Path], tools: dict[str, Path], out: Path) -> list[Row]
     st_out, pth_out = out.with_suffix(".safetensors"), out.with_suffix(".pth")
     isfinite = {"numpy isfinite, same 2 GB": f'{py} -c "{NUMPY_ISFINITE}" {files["large.safetensors"]}'}
     convert = f"{me} convert --strip-prefix module. --force -o"
+    soups = f"{files['soup_a.pth']} {files['soup_b.pth']}"
+    soup_size = f"{files['soup_a.pth'].stat().st_size / 1e9:.1f} GB"
     table = [
         Row(
             "check, 2 GB .safetensors",
@@ -296,6 +326,19 @@ def rows(files: dict[str, Path], tools: dict[str, Path], out: Path) -> list[Row]
             },
         ),
         Row(
+            f"diff --stats, two {soup_size} .pth",
+            f"{me} diff --stats {soups} > /dev/null",
+            {"torch.load(mmap=True) both + norms": f'{py} -c "{TORCH_LAYER_CHANGE}" {soups} > /dev/null'},
+            reference={"cat both files (read once)": f"cat {soups} > /dev/null"},
+        ),
+        Row(
+            f"average (verified, fsynced), two {soup_size} .pth",
+            f"{me} average {soups} -o {pth_out} --force > /dev/null",
+            {"torch.load both + mean + save + fsync": f'{py} -c "{TORCH_AVERAGE}" {soups} {pth_out}'},
+            pth_out,
+            reference={"cat both files (read once)": f"cat {soups} > /dev/null"},
+        ),
+        Row(
             "strip module. + save, 50,000 tensors .safetensors",
             f"{convert} {st_out} {files['many.safetensors']} > /dev/null && sync -f {st_out}",
             peer(
@@ -331,10 +374,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="where the test files are built (default: a temp folder)")
     parser.add_argument("--peers", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-tui-peers")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", metavar="TEXT", help="run only the rows whose task contains TEXT")
     args = parser.parse_args()
-    # time ckpt-tui as an installed package runs: its bytecode cached (pip compiles the peers' at install)
+    # time ckpt-tui as an installed package runs: its bytecode cached when measure was imported (pip
+    # compiles the peers' at install); anything else a run imports is cached by its first run
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "ckpt_tui"), quiet=1)
     size, keys = (0.25, 5000) if args.small else (2.0, 50_000)
     folder = args.dir or Path(tempfile.gettempdir()) / f"ckpt-tui-bench-{'small' if args.small else 'full'}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -345,10 +389,14 @@ def main() -> None:
     out = folder / "out"
     results = []
     for row in rows(files, tools, out):
+        if args.only and args.only not in row.task:
+            continue
         result = run_row(row, args.repeat)
         results.append(result)
         print(line(result), flush=True)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
     print(f"\n{'small' if args.small else 'full-size'} files; ratio: alternative / ckpt-tui (above 1: faster)")
+    print(f"load average at the end: {load} ({os.cpu_count()} cores)")
     print("| task | ckpt-tui | peak RSS | fastest alternative | ratio |")
     print("|---|---|---|---|---|")
     for r in results:

@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import measure  # noqa: F401  (compiles ckpt-tui's bytecode once: runs are timed as installed)
 from range_server import RangeServer
 
 TENSORS = 16
