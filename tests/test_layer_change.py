@@ -214,3 +214,24 @@ def test_moved_most_ranks_parameters_and_lists_buffers_and_counters_apart(tmp_pa
     apart = text.split("buffers and counters moved most")[1]
     assert "running" not in most + least and "num_batches_tracked" not in most + least
     assert "1.running_mean" in apart and "1.num_batches_tracked" in apart
+
+
+def test_big_layers_summed_on_worker_threads_give_the_same_figures_bit_for_bit(tmp_path, capsys, monkeypatch):
+    from ckpt_tui.core.operations import layer_change
+
+    torch.manual_seed(3)
+    big = torch.randn(5 * layer_change.CHUNK_ELEMENTS // 2)  # several chunks: summed on the worker threads
+    moved = big + 0.01 * torch.randn(big.shape)
+    moved[7] = float("nan")  # a NaN in one chunk: that chunk's sums over the finite positions only
+    torch.save({"w": big, "small": torch.ones(3)}, tmp_path / "a.pth")
+    torch.save({"w": moved, "small": torch.ones(3) * 2}, tmp_path / "b.pth")
+    threaded = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+    monkeypatch.setattr(layer_change, "CHUNK_ELEMENTS", 1 << 62)  # every chunk summed in this thread
+    alone = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+    assert threaded == alone
+    row = threaded["layers"][0]
+    assert row["nonfinite"] == 1
+    relative, cosine, norm_a, norm_b = torch_change(big, moved)
+    assert math.isclose(row["relative_change"], relative, rel_tol=1e-9)
+    assert math.isclose(row["cosine"], cosine, rel_tol=1e-9)
+    assert math.isclose(row["norm_a"], norm_a, rel_tol=1e-12) and math.isclose(row["norm_b"], norm_b, rel_tol=1e-12)

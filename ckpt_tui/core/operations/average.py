@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +39,7 @@ from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
 from ckpt_tui.core.operations.convert import select
 from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.values.fingerprint import Fingerprints
-from ckpt_tui.core.values.stats import BLOCK_ELEMENTS
+from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, worker_pool
 from ckpt_tui.core.values.tensor_values import (
     TensorReader,
     decode,
@@ -144,16 +147,44 @@ class AveragedRecords(AssembledRecords):
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
         readers = [TensorReader(t, order).chunks(chunk) for t, order in zip(tensors, self.byteorders, strict=True)]
-        for parts in zip(*readers, strict=True):
-            out = np.empty(parts[0].size, dtype=raw_type)
-            # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order)
-            for begin in range(0, out.size, BLOCK_ELEMENTS):
-                block = slice(begin, begin + BLOCK_ELEMENTS)
-                total = np.zeros(out[block].size, dtype=np.float64)
-                for raw, tensor, weight in zip(parts, tensors, self.weights, strict=True):
-                    total += weight * decode(raw[block], tensor.dtype, tensor.metadata)
-                out[block] = rounded(total, storage.dtype).astype(raw_type, copy=False)
-            yield out
+        pending: deque[Future[np.ndarray]] = deque()
+        try:
+            # each chunk averaged on a statistics thread while the next is read and the one before is written
+            # (each chunk's inputs are fresh arrays); at most STATS_THREADS chunks in flight bound the memory
+            for parts in zip(*readers, strict=True):
+                while len(pending) >= STATS_THREADS:
+                    yield pending.popleft().result()
+                pending.append(worker_pool().submit(self._averaged, parts, tensors, storage.dtype, raw_type))
+            while pending:
+                yield pending.popleft().result()
+        finally:  # stopped early (a failed write): no worker left running
+            for waiting in pending:
+                waiting.cancel()
+            futures_wait(pending)
+
+    def _averaged(
+        self, parts: tuple[np.ndarray, ...], tensors: list[Tensor], dtype: str, raw_type: np.dtype
+    ) -> np.ndarray:
+        """One chunk of the average, as raw elements of ``raw_type``."""
+        # a float written as it is rounded (native order): cast straight into the output, no copy between
+        cast_in_place = dtype in ("float64", "float32", "float16") and raw_type.isnative
+        out = np.empty(parts[0].size, dtype=raw_type)
+        sums = np.empty(min(out.size, BLOCK_ELEMENTS), dtype=np.float64)
+        # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order:
+        # 0 + w1·x1 + w2·x2 + ..., each product in float64), with no temporary array per step
+        for begin in range(0, out.size, BLOCK_ELEMENTS):
+            block = slice(begin, begin + BLOCK_ELEMENTS)
+            total = sums[: out[block].size]
+            total.fill(0.0)
+            for raw, tensor, weight in zip(parts, tensors, self.weights, strict=True):
+                values = decode(raw[block], tensor.dtype, tensor.metadata)  # a float64 copy: ours to change
+                values *= weight
+                total += values
+            if cast_in_place:
+                np.copyto(out[block], total, casting="same_kind")  # rounded as astype rounds
+            else:
+                out[block] = rounded(total, dtype).astype(raw_type, copy=False)
+        return out
 
 
 def rounded(values: np.ndarray, dtype: str) -> np.ndarray:

@@ -21,7 +21,10 @@ None there.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +38,15 @@ from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
-from ckpt_tui.core.values.stats import DOT_SEGMENT, segmented_dot, tensor_stats, wide_pairs
-from ckpt_tui.core.values.tensor_values import decode, decode_compact, paired_chunks
+from ckpt_tui.core.values.stats import (
+    DOT_SEGMENT,
+    STATS_THREADS,
+    segmented_dot,
+    tensor_stats,
+    wide_pairs,
+    worker_pool,
+)
+from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, decode, decode_compact, paired_chunks, same_layout
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -171,23 +181,56 @@ def _compare(
 def _measure(
     path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str, cancelled: CancelCheck | None
 ) -> LayerChange:
-    aa = bb = dd = ab = 0.0
+    """The sums of one pair, chunk by chunk: a big tensor's chunks are summed on the statistics threads while
+    the next ones are read, and their sums added here in chunk order (the same figures, bit for bit)."""
+    threaded = x.numel > CHUNK_ELEMENTS and same_layout(x, y)
+    reuse = STATS_THREADS + 1 if threaded else 0
+    totals = [0.0, 0.0, 0.0, 0.0]
     nonfinite = 0
-    for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b):  # a stride-0 view costs its storage
-        if cancelled is not None and cancelled():
-            raise Cancelled("cancelled")
+    pending: deque[Future[tuple[tuple[float, float, float, float], int]]] = deque()
+
+    def settle(found: tuple[tuple[float, float, float, float], int]) -> None:
+        nonlocal nonfinite
+        sums, skipped = found
+        for k in range(4):
+            totals[k] += sums[k]
+        nonfinite += skipped
+
+    try:
+        # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then
+        for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse):  # stride 0 costs its storage
+            if cancelled is not None and cancelled():
+                raise Cancelled("cancelled")
+            if threaded:
+                pending.append(worker_pool().submit(_chunk_sums, raw_a, raw_b, repeats, x, y))
+                while len(pending) > STATS_THREADS:
+                    settle(pending.popleft().result())
+            else:
+                settle(_chunk_sums(raw_a, raw_b, repeats, x, y))
+        while pending:
+            settle(pending.popleft().result())
+    finally:  # on cancellation: no worker may still read a buffer that the next reads reuse
+        for waiting in pending:
+            waiting.cancel()
+        futures_wait(pending)
+    return _change(path, totals[0], totals[1], totals[2], totals[3], nonfinite)
+
+
+def _chunk_sums(
+    raw_a: np.ndarray, raw_b: np.ndarray, repeats: int | np.ndarray, x: Tensor, y: Tensor
+) -> tuple[tuple[float, float, float, float], int]:
+    """Σa², Σb², Σ(a−b)², Σab of one chunk over the positions finite on both sides, and how many were not."""
+    with np.errstate(all="ignore"):  # (numpy's error state is per thread)
         va, vb = decode_compact(raw_a, x.dtype, x.metadata), decode_compact(raw_b, y.dtype, y.metadata)
         sums = _sums(va, vb, repeats)
-        if not all(math.isfinite(v) for v in sums):  # a NaN or Inf somewhere: only positions finite on both sides
-            finite = np.isfinite(va) & np.isfinite(vb)
-            if isinstance(repeats, int):
-                nonfinite += int(finite.size - np.count_nonzero(finite)) * repeats
-                sums = _sums(va[finite], vb[finite], repeats)
-            else:  # each stored element with its own count
-                nonfinite += int(repeats[~finite].sum())
-                sums = _sums(va[finite], vb[finite], repeats[finite])
-        aa, bb, dd, ab = aa + sums[0], bb + sums[1], dd + sums[2], ab + sums[3]
-    return _change(path, aa, bb, dd, ab, nonfinite)
+        if all(math.isfinite(v) for v in sums):
+            return sums, 0
+        # a NaN or Inf somewhere: only positions finite on both sides
+        finite = np.isfinite(va) & np.isfinite(vb)
+        if isinstance(repeats, int):
+            return _sums(va[finite], vb[finite], repeats), int(finite.size - np.count_nonzero(finite)) * repeats
+        # each stored element with its own count
+        return _sums(va[finite], vb[finite], repeats[finite]), int(repeats[~finite].sum())
 
 
 def _change(path: KeyPath, aa: float, bb: float, dd: float, ab: float, nonfinite: int) -> LayerChange:

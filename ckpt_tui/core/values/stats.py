@@ -195,6 +195,11 @@ _pool_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
 
+def worker_pool() -> ThreadPoolExecutor:
+    """The worker threads shared by every statistics pass (started on first use): :data:`STATS_THREADS` of them."""
+    return _pool()
+
+
 def _pool() -> ThreadPoolExecutor:
     """The worker threads shared by every statistics pass (started on first use)."""
     global _executor

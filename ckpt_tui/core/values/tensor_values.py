@@ -160,7 +160,10 @@ def element_span(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -
 class TensorReader:
     """Reads one tensor's elements from its storage record, in bounded chunks, never outside the record."""
 
-    def __init__(self, tensor: Tensor, byteorder: str = "little") -> None:
+    def __init__(self, tensor: Tensor, byteorder: str = "little", ring: str = "ring") -> None:
+        self.ring = ring
+        """Which of this thread's rings of reused buffers its reads with ``reuse`` go into (two readers whose
+        chunks are used together need two rings)."""
         storage = tensor.storage
         if storage is None or storage.source is None:
             raise ReadError(f"values of {tensor.kind} tensors are not stored in this file")
@@ -373,7 +376,7 @@ class TensorReader:
             if not buffers or not hasattr(os, "preadv"):
                 yield from_file
                 return
-            ring = _ring(buffer_bytes, buffers)
+            ring = _ring(buffer_bytes, buffers, self.ring)
             turn = iter(range(1 << 62))
 
             def into_ring(element: int, count: int) -> memoryview:
@@ -393,12 +396,13 @@ class TensorReader:
 _thread_buffers = threading.local()
 
 
-def _ring(buffer_bytes: int, buffers: int) -> list[memoryview]:
-    """This thread's reused read buffers, kept from tensor to tensor so that their pages are touched once."""
-    ring: list[memoryview] | None = getattr(_thread_buffers, "ring", None)
+def _ring(buffer_bytes: int, buffers: int, slot: str = "ring") -> list[memoryview]:
+    """This thread's reused read buffers (``slot``: which of its rings), kept from tensor to tensor so that
+    their pages are touched once."""
+    ring: list[memoryview] | None = getattr(_thread_buffers, slot, None)
     if ring is None or len(ring) < buffers or len(ring[0]) < buffer_bytes:
         ring = [memoryview(bytearray(buffer_bytes)) for _ in range(buffers)]
-        _thread_buffers.ring = ring
+        setattr(_thread_buffers, slot, ring)
     return ring[:buffers]
 
 
@@ -407,6 +411,9 @@ def _exact_chunks(parts: Iterator[np.ndarray], chunk: int) -> Iterator[np.ndarra
     pending: list[np.ndarray] = []
     held = 0
     for part in parts:
+        if not held and part.size == chunk:  # the usual case: a whole chunk as it came (fresh), not copied
+            yield part
+            continue
         while part.size:
             take = min(chunk - held, part.size)
             pending.append(part[:take])
@@ -550,17 +557,18 @@ def repeated_view_error(tensor: Tensor) -> ReadError:
 
 
 def paired_chunks(
-    x: Tensor, y: Tensor, order_x: str, order_y: str
+    x: Tensor, y: Tensor, order_x: str, order_y: str, reuse: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int | np.ndarray]]:
     """Raw elements of two same-shaped tensors at the same positions, with how often each pair occurs.
 
     Laid out alike (:func:`same_layout`), each stored element is read once with its multiplicity, so a
     stride-0 view costs its storage; otherwise every element in row-major order, refused for a view that
-    repeats its storage far more (:func:`repeats_far_more`).
+    repeats its storage far more (:func:`repeats_far_more`). ``reuse``: as
+    :meth:`TensorReader.distinct_chunks` takes it, for tensors laid out alike.
     """
     if same_layout(x, y):
-        left = TensorReader(x, order_x).distinct_chunks()
-        right = TensorReader(y, order_y).distinct_chunks()
+        left = TensorReader(x, order_x).distinct_chunks(reuse=reuse)
+        right = TensorReader(y, order_y, ring="ring_b").distinct_chunks(reuse=reuse)  # (its own buffers)
         for (raw_x, repeats), (raw_y, _) in zip(left, right, strict=True):
             yield raw_x, raw_y, repeats
         return

@@ -37,7 +37,7 @@ def view_bits(tensor: Tensor) -> tuple[bool, bool]:
     return bool(metadata.get("conj")), bool(metadata.get("neg"))
 
 
-def tensor_bytes(tensor: Tensor) -> Iterator[bytes]:
+def tensor_bytes(tensor: Tensor) -> Iterator[bytes | memoryview]:
     """A tensor's values as contiguous little-endian bytes: cast storages converted, conj/neg bits applied."""
     storage = tensor.storage
     assert storage is not None
@@ -66,10 +66,13 @@ NEGATABLE = frozenset(
 )
 
 
-def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes:
-    """Raw elements with conjugation and negation resolved, as bytes."""
+def _apply_bits(raw: np.ndarray, dtype: str, conj: bool, neg: bool) -> bytes | memoryview:
+    """Raw elements with conjugation and negation resolved, as bytes (the chunk's own memory where nothing
+    changes: a chunk is a fresh array, and copying it costs as much as writing it)."""
     if not conj and not neg:
-        return raw.tobytes()
+        import numpy as np
+
+        return np.ascontiguousarray(raw).reshape(-1).view(np.uint8).data
     values = raw.copy()
     import numpy as np
 
