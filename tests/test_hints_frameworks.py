@@ -222,3 +222,33 @@ def test_a_lightning_module_holding_its_model_as_net_gets_one_combined_fix(tmp_p
     assert main(shlex.split(command)[1:]) == 0
     capsys.readouterr()
     assert main(["check", str(tmp_path / "run.fixed.pth"), "--against", str(tmp_path / "net.pth")]) == 0
+
+
+def test_a_fix_never_pairs_same_shaped_tensors_by_a_name_sorted_order(tmp_path, capsys):
+    """transformers writes ViT's file with its old names (encoder.layer.N.attention.attention.query) and
+    builds the model with new ones (layers.N.attention.q_proj): query, key and value are all [16, 16], and
+    the file lists them by name. A rename that reaches the reference must put each tensor where the
+    model has it: every key the fixed file shares with the model holds the model's own values."""
+    tf = pytest.importorskip("transformers")
+    config = tf.ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8
+    )
+    model = tf.ViTForImageClassification(config)
+    model.save_pretrained(tmp_path / "vit")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save(state, tmp_path / "model.pth")
+    checked = ["check", str(tmp_path / "vit" / "model.safetensors"), "--against", str(tmp_path / "model.pth")]
+    assert main([*checked, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    suggestion = report.get("suggestion")
+    if suggestion is None:
+        return
+    argv = suggestion["argv"]
+    assert main(argv[1:]) == 0
+    capsys.readouterr()
+    from safetensors.torch import load_file
+
+    fixed = load_file(argv[argv.index("--output") + 1])
+    shared = [key for key in fixed if key in state]
+    assert shared
+    assert [key for key in shared if not torch.equal(fixed[key], state[key])] == []

@@ -4,8 +4,10 @@ substitution rules that turn one set of names into the other.
 Pairing: the keys left over on each side (in the checkpoint, not the reference; and the reverse)
 are aligned in module order by tensor shape, the longest common subsequence of the two shape
 sequences (a renamed model keeps its architecture, so its shapes come in the same order); keys the
-order left out whose shape is left once on each side are paired too. Partners of one shape are then
-chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
+order left out whose shape is left once on each side are paired too. A side listed by name (a
+safetensors header) has no module order: there only a shape, or a shape and last component, found
+once on each side pairs (never ``key`` with ``query`` because both are ``[16, 16]`` weights). Partners
+of one shape are then chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
 tensor (a ``bias`` with a ``weight``, unless the names are synonyms such as ``gamma``/``weight``)
 is dropped.
 
@@ -76,6 +78,12 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
     if any(sig is None for _, sig in target) or any(sig is None for _, sig in source):
         return []
     a, b = [s for _, s in source], [s for _, s in target]
+    if _name_sorted(source) or _name_sorted(target):
+        # keys listed by name (a safetensors header), not in module order: the order says nothing about
+        # which of several same-shape tensors is which (key and query, layernorm_before and _after), so
+        # only a shape and last component left once on each side pair (an LSTM's weight_ih with weight_ih)
+        by_leaf = _unique_by_leaf(source, target)
+        return _same_kind(by_leaf + _unique_leftovers(source, target, by_leaf), dict(source))
     if a == b:
         pairs = [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
     elif len(a) * len(b) > LCS_CELLS:
@@ -85,6 +93,28 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
         for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
             pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
     return _same_kind(pairs + _unique_leftovers(source, target, pairs), dict(source))
+
+
+def _name_sorted(keys: Sequence[tuple[str, Signature]]) -> bool:
+    """Keys in name order, several of one shape among them: a listing sorted by name, where module order
+    (a module's weight before its bias) would not be."""
+    names = [key for key, _ in keys]
+    shapes = Counter(sig for _, sig in keys)
+    return len(names) > 2 and names == sorted(names) and max(shapes.values()) > 1
+
+
+def _unique_by_leaf(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]]
+) -> list[tuple[str, str]]:
+    """Keys whose shape and last component are found once on each side, paired."""
+    in_source = Counter((sig, leaf(key)) for key, sig in source)
+    in_target = Counter((sig, leaf(key)) for key, sig in target)
+    partner = {(sig, leaf(key)): key for key, sig in target if in_target[sig, leaf(key)] == 1}
+    return [
+        (key, partner[sig, leaf(key)])
+        for key, sig in source
+        if in_source[sig, leaf(key)] == 1 and (sig, leaf(key)) in partner
+    ]
 
 
 def _unique_leftovers(
