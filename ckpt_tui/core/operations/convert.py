@@ -21,7 +21,6 @@ exactly the options this pipeline applies.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 from dataclasses import dataclass, field
@@ -158,6 +157,8 @@ def no_key_message(value: Any, name: str, path: KeyPath) -> str:
     keys = [key_text(key) for key, _ in children(value)] if isinstance(value, (dict, list, tuple, Opaque)) else []
     if not keys:
         return f"no key {name!r} at {where}: it holds no keys"
+    import difflib  # (an error path: not imported by every command that names a fix)
+
     # a misspelling, else a key that holds the name (model → model_state_dict)
     close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6) or [key for key in keys if name in key][:1]
     meant = f" (did you mean {close[0]!r}?)" if close else ""

@@ -281,8 +281,7 @@ class ZipLayout:
             self.hostile.append(f"{entries.disagreement}: torch.save never writes this")
             self.problems.append(self.hostile[-1])
         # torch decodes each name past the archive folder (the folder's own bytes are never decoded)
-        cut = len(self.prefix.encode("utf-8", "surrogateescape"))
-        undecodable = next((e.name for e in entries.members if _not_utf8(listed_name(e.raw)[cut:])), None)
+        undecodable = _undecodable_name(entries, self.prefix.encode("utf-8", "surrogateescape"))
         if undecodable is not None:
             self.problems.append(
                 f"the member name {undecodable!r} is not UTF-8: torch.load fails listing the archive's records"
@@ -319,6 +318,26 @@ MAX_LISTED_NAME = 511
 def listed_name(raw: bytes) -> bytes:
     """A member name as torch's ``get_all_records`` gets it from miniz: up to a NUL, at most 511 bytes."""
     return raw.split(b"\0", 1)[0][:MAX_LISTED_NAME]
+
+
+def _undecodable_name(entries: ZipDirectory, prefix: bytes) -> str | None:
+    """The first member whose name past ``prefix`` torch cannot decode as it lists the records, or None."""
+    raws = [entry.raw for entry in entries.members]
+    # the usual archive at C speed: every name in the folder, no NUL, none cut at 511 bytes, and the names
+    # joined by NULs (a NUL ends any character cut short) decode, so each name past the folder decodes
+    if (
+        all(map(operator.methodcaller("startswith", prefix), raws))
+        and max(map(len, raws), default=0) <= MAX_LISTED_NAME
+        and b"\0" not in b"".join(raws)
+        and _utf8(b"\0".join(raw[len(prefix) :] for raw in raws))
+    ):
+        return None
+    cut = len(prefix)
+    return next((e.name for e in entries.members if _not_utf8(listed_name(e.raw)[cut:])), None)
+
+
+def _utf8(raw: bytes) -> bool:
+    return not _not_utf8(raw)
 
 
 def _not_utf8(raw: bytes) -> bool:
