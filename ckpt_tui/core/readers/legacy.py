@@ -65,8 +65,11 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
     protocol = load_pickle(file, None, what, unsafe)
     if type(protocol) is not int or protocol != PROTOCOL_VERSION:
         raise ReadError(f"{what}: unsupported protocol version")
-    sys_info = load_pickle(file, None, what, unsafe)
-    byteorder = "big" if isinstance(sys_info, dict) and sys_info.get("little_endian") is False else "little"
+    load_pickle(file, None, what, unsafe)  # sys_info: scanned, never used
+    # torch writes and reads a legacy storage's bytes little-endian whatever the saving host was
+    # (THPStorage_writeFileRaw/readFileRaw swap on a big-endian host only): _legacy_load never reads
+    # sys_info's little_endian, so neither does this reader
+    byteorder = "little"
     # torch's deserialized_objects is keyed by the key object: int 0 and str "0" are two storages, each
     # filled from its own place in the key list; their bytes are found apart
     records, int_records = LegacyRecords(path), LegacyRecords(path)
