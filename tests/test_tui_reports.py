@@ -203,12 +203,14 @@ async def test_s_measures_the_model_weights_first_with_keys_shortened_in_the_mid
         assert cursor_path(app) == ("model_state_dict", LONG)
 
 
-async def test_s_after_the_realigned_diff_measures_that_way(ddp_run: Path) -> None:
+@pytest.mark.parametrize("keys", [("a", "s"), ("s",)], ids=["realigned-first", "s-alone"])
+async def test_s_measures_the_way_the_keys_match(ddp_run: Path, keys: tuple[str, ...]) -> None:
+    """As they are, the keys pair up nothing but the optimizer state: s measures the model's weights."""
     app = CkptApp(str(ddp_run / "epoch2.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await open_report(pilot, "D", ddp_run / "bare.pth")
-        await settle(pilot, "a", "s")
+        await settle(pilot, *keys)
         screen = app.screen
         assert isinstance(screen, LayerChangeScreen) and screen.report is not None
         assert body(app).startswith("per-layer change: 11 layers compared")

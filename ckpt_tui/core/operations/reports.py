@@ -405,6 +405,9 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     """Per layer: relative change, cosine and both norms, a row each (a header first)."""
     from ckpt_tui.core.values.text_plots import clip_middle, number
 
+    if not measured:
+        return []
+
     name = width - 4 * 10
     table = [Row(clip_middle("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
     table += [

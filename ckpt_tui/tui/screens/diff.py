@@ -1,6 +1,6 @@
 """The diff report (``D``): the staged tree (with its pending edits) against another file, as ``diff``
 reports it. When the keys match only under a subtree or with a wrapper prefix stripped, core says so
-and ``a`` compares that way; ``s`` asks for the per-layer change, taken the same way."""
+and ``a`` compares that way; ``s`` asks for the per-layer change, with the keys taken the way they match."""
 
 from __future__ import annotations
 
@@ -138,5 +138,8 @@ class DiffScreen(PairReportScreen):
         return [*super().hints(), "s: per-layer change"]
 
     def action_layer_change(self) -> None:
-        if not self.not_yet():
-            self.dismiss(MeasureLayers(self.other, self.alignment))
+        if self.not_yet():
+            return
+        # where the keys match only another way, as they are they pair up little but the optimizer state:
+        # the layers are measured the way they match (the title says so)
+        self.dismiss(MeasureLayers(self.other, self.alignment or self.realign_offered()))
