@@ -3,11 +3,12 @@ report lists use the rows they have, one notification at a time, keys with nothi
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from builders_tui import browser, cursor_path, fixed, loaded, screen_text, settle, status
+from builders_tui import browser, cursor_path, detail, fixed, loaded, screen_text, settle, status
 from torch import nn
 
 from ckpt_tui.tui.app import CkptApp
@@ -341,3 +342,101 @@ async def test_a_wide_layers_view_shows_every_column(ddp_file: Path) -> None:
         table = app.screen.query_one(LayersTable)
         assert [str(key.value) for key in table.columns] == list(TABLE_COLUMNS)
         assert "float32" in screen_text(app)
+
+
+# ---- the detail panel and the header at 80x24 -----------------------------------------------------
+
+
+@pytest.fixture
+def kinds_file(tmp_path: Path) -> Path:
+    """One node of every kind the detail panel describes: tensor, dict, list, optimizer state, quantized,
+    sparse, scalar; a long key."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 512)).sum().backward()
+    optimizer.step()
+    with warnings.catch_warnings():  # deprecated in torch, still what quantized checkpoints hold
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(fixed((8, 8)), 0.1, 10, torch.qint8)
+    checkpoint = {
+        "epoch": 7,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "history": [0.9, 0.8, 0.7],
+        "quantized": quantized,
+        "sparse": torch.eye(6).to_sparse(),
+        "encoder.layers.11.attention.self.query.weight": fixed((4, 4)),
+    }
+    torch.save(checkpoint, tmp_path / "kinds.pth")
+    return tmp_path / "kinds.pth"
+
+
+def detail_lines(app: CkptApp) -> list[str]:
+    """The detail panel's lines, without the blanks at their ends."""
+    return [" ".join(line.split()) for line in detail(app).splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("path", "rows"),
+    [
+        (("epoch",), ["type int", "value 7"]),
+        (("history",), ["type list", "children 3"]),
+        (("model",), ["children 4", "below 4 tensors", "536k elements", "2.1 MB", "_metadata 4 (kept on save)"]),
+        (("optimizer", "state"), ["children 4", "below 12 tensors", "1.07M elements", "4.3 MB"]),
+        (("model", "0.weight"), ["shape [1024, 512]", "elements 524,288", "bytes 2.1 MB", "storage record 0"]),
+        (("quantized",), ["dtype qint8", "stored as (quantized)", "scale 0.1", "zero_point 10"]),
+        (
+            ("sparse",),
+            ["stored as (sparse_coo)", "indices [2, 6] int64", "values [6] float32", "no stats for sparse_coo tensors"],
+        ),
+    ],
+)
+async def test_the_detail_panel_of_each_kind_of_node_fits_80_columns(
+    kinds_file: Path, path: tuple[str, ...], rows: list[str]
+) -> None:
+    app = CkptApp(str(kinds_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        tree.reveal((path, None))
+        await settle(pilot)
+        await pilot.pause(0.3)
+        await settle(pilot)
+        lines = detail_lines(app)
+        for row in rows:
+            assert any(line.startswith(row) for line in lines), (row, lines)  # on one line, not wrapped
+
+
+async def test_a_long_key_in_the_detail_title_breaks_after_whole_keys(kinds_file: Path) -> None:
+    app = CkptApp(str(kinds_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        key = "encoder.layers.11.attention.self.query.weight"
+        tree.reveal(((key,), None))
+        await settle(pilot)
+        title = detail(app).split("\n\n")[0].splitlines()
+        assert "".join(line.strip() for line in title) == f'ckpt["{key}"]'
+        assert len(title) > 1 and all(line.rstrip()[-1] in '.["]' for line in title[:-1])
+
+
+async def test_the_header_at_80x24_shows_the_first_finding_and_its_keys_whole(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot)
+        shown = browser(app).query_one("#summary")
+        top = " ".join(" ".join(screen_text(app).splitlines()[: shown.region.height]).split())
+        assert "saved from DataParallel/DDP (x on it extracts it, then p strips it)" in top
+        # nothing written below what the header shows
+        assert len(str(shown.render()).rstrip().splitlines()) <= shown.content_region.height
+
+
+async def test_a_narrow_tree_line_keeps_a_dtype_without_a_short_form_and_a_sparse_or_quantized_layout(
+    kinds_file: Path,
+) -> None:
+    app = CkptApp(str(kinds_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        lines = tree_lines(app)
+        assert any("quantized  quantized [8, 8] qint8" in line for line in lines)
+        assert any("sparse  sparse_coo [6, 6] fp32" in line for line in lines)

@@ -29,6 +29,20 @@ def path_text(path: KeyPath) -> str:
     return printable(to_python(path))
 
 
+def broken(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width``, broken after a key (``]``), else after a ``.`` or ``/`` of one, and
+    only where neither comes early enough, inside a word (a key path has no spaces for the terminal to wrap at)."""
+    if width < 8:
+        return text
+    lines = []
+    while len(text) > width:
+        head = text[:width]
+        cut = next((head.rfind(mark) + 1 for mark in ("]", ".", "/") if head.rfind(mark) + 1 > width // 2), width)
+        lines.append(text[:cut])
+        text = text[cut:]
+    return "\n".join([*lines, text])
+
+
 def where(path: KeyPath) -> str:
     """A key path for a sentence: ``ckpt["model"]``, or ``the root``."""
     return path_text(path) if path else "the root"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group as RichGroup
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -21,13 +22,14 @@ from textual.worker import get_current_worker
 
 from ckpt_tui.core.conventions.findings import tensor_problem
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.model.describe import Totals, count, scalar_text, shape, size
+from ckpt_tui.core.model.describe import Totals, count, counted, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, Tensor, children, has_children, type_label
+from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
-from ckpt_tui.tui.text import data, path_text
+from ckpt_tui.tui.text import broken, data, path_text
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
     from ckpt_tui.core.values.stats import TensorStats
@@ -78,7 +80,18 @@ def histogram_block(stats: TensorStats, log: bool) -> Text:
     return Text("\n").join([title, bars, axis])
 
 
-def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
+def parts_text(tensor: Tensor) -> Text:
+    """What a sparse or quantized tensor is stored as, a line a part (the parts' names are too long for a column)."""
+    lines = [Text(f"stored as ({tensor.kind})", style="bold")]
+    for name, part in tensor.parts() or ():
+        if name in ("int_repr", "size"):  # the tensor's own shape, said above
+            continue
+        text = f"{shape(part.shape)} {part.dtype}" if isinstance(part, Tensor) else str(part).removeprefix("torch.")
+        lines.append(Text.assemble((printable(name), "italic"), "  ", printable(text)))
+    return Text("\n").join(lines)
+
+
+def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType:
     """The rows describing one value (every string from the file escaped)."""
     table = _grid()
     table.add_row("type", data(type_label(value)))
@@ -88,16 +101,18 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
         table.add_row("device", data(value.device, "bold" if "cuda" in value.device else ""))
         table.add_row("elements", f"{value.numel:,}")
         table.add_row("bytes", size(value.nbytes))
-        table.add_row("stride", str(value.stride))
-        table.add_row("offset", str(value.offset))
+        if value.kind == "dense" or value.stride:
+            table.add_row("stride", str(value.stride))
+            table.add_row("offset", str(value.offset))
         if value.storage is not None:
-            storage = data(f"record {value.storage.key}, {size(value.storage.nbytes)}")
+            table.add_row("storage", storage_text(value))
             if shared:
-                storage.append(f", shared with {shared} other tensor{'s' if shared != 1 else ''}")
-            table.add_row("storage", storage)
+                table.add_row("shared", f"with {counted(shared, 'other tensor')}")
         problem = tensor_problem(value)
         if problem:
             table.add_row("problem", data(problem, "bold red"))
+        if value.kind != "dense":
+            return RichGroup(table, Text(""), parts_text(value))
     elif isinstance(value, Opaque):
         table.add_row("global", data(value.global_name))
         table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
@@ -108,27 +123,40 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> Table:
         kids = sum(1 for _ in children(value))
         table.add_row("children", str(kids))
         if totals is not None and totals.tensors:
-            table.add_row("tensors", f"{totals.tensors:,}")
-            table.add_row("elements", f"{count(totals.parameters)} ({totals.parameters:,}, every tensor below)")
-            table.add_row("bytes", size(totals.nbytes))
+            add_below(table, totals.tensors, totals.parameters, totals.nbytes)
         elif totals is None and kids:
             table.add_row("tensors", Text("too many nodes below to count here (see the header)", style="italic"))
         metadata = getattr(value, "_metadata", None)
         if isinstance(metadata, dict):
-            table.add_row("_metadata", f"{len(metadata)} entries (kept on save)")
+            table.add_row("_metadata", f"{len(metadata)} (kept on save)")
     return table
+
+
+def storage_text(tensor: Tensor) -> Text:
+    """``record 6``, and the record's size where the tensor views only part of it."""
+    storage = tensor.storage
+    assert storage is not None
+    whole = f" ({size(storage.nbytes)} in all)" if storage.nbytes != tensor.nbytes else ""
+    return data(f"record {storage.key}{whole}")
+
+
+def add_below(table: Table, tensors: int, elements: int, nbytes: int) -> None:
+    """What every tensor below a node adds up to, one short line each (they fit the panel at 80 columns)."""
+    # the short count, as the header gives it: the exact one of a 7B model would wrap the panel at 80 columns
+    table.add_row(
+        "below",
+        "\n".join([f"{tensors:,} tensor{'' if tensors == 1 else 's'}", f"{count(elements)} elements", size(nbytes)]),
+    )
 
 
 def group_meta(group: Group) -> Table:
     """The rows describing a module group."""
     table = _grid()
-    table.add_row("type", "module group (the keys under one prefix)")
-    table.add_row("keys under", data(group.prefix + "*"))
+    table.add_row("type", "module group")
+    table.add_row("keys", data(group.prefix + "*"))
     table.add_row("entries", str(len(group.entries)))
-    table.add_row("tensors", f"{group.tensors:,}")
-    table.add_row("elements", f"{count(group.parameters)} ({group.parameters:,}, every tensor below)")
-    table.add_row("bytes", size(group.nbytes))
-    table.add_row("keys", Text("d x r y c t act on this group's keys", style="italic"))
+    add_below(table, group.tensors, group.parameters, group.nbytes)
+    table.add_row("edits", Text("d x r y c t act on all its keys", style="italic"))
     return table
 
 
@@ -143,6 +171,7 @@ class DetailPanel(VerticalScroll):
         self._tensor: Tensor | None = None
         self._byteorder = "little"
         self._stats: TensorStats | None = None
+        self._shown_meta: tuple[str, RenderableType] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-meta")
@@ -165,7 +194,7 @@ class DetailPanel(VerticalScroll):
         self._meta(path_text(path), value_meta(value, shared, totals))
         if isinstance(value, Tensor):
             if value.storage is None or value.kind != "dense":
-                self._note(f"no stats: the values of {value.kind} tensors are not in this file")
+                self._note(f"no stats for {value.kind} tensors")
                 return
             self._tensor, self._byteorder = value, byteorder
             self._timer = self.set_timer(STATS_DELAY, self.stats_now)
@@ -182,6 +211,7 @@ class DetailPanel(VerticalScroll):
     def show_text(self, text: str) -> None:
         """A line in place of a node (while loading)."""
         self._new_request(None)
+        self._shown_meta = None
         self.query_one("#detail-meta", Static).update(Text(text, style="italic"))
 
     def stats_now(self) -> None:
@@ -206,8 +236,17 @@ class DetailPanel(VerticalScroll):
         self.query_one("#detail-stats", Static).update("")
         self.query_one("#detail-progress").display = False
 
-    def _meta(self, title: str, table: Table) -> None:
-        self.query_one("#detail-meta", Static).update(RichGroup(Text(title, style="bold"), Text(""), table))
+    def _meta(self, title: str, table: RenderableType) -> None:
+        self._shown_meta = (title, table)
+        # a key path has no spaces: broken after whole keys, not wherever the line ends
+        # the width with the scrollbar shown, whether it is now or not: the next node's rows may bring it
+        width = (self.content_region.width or 29) - self.styles.scrollbar_size_vertical
+        heading = Text(broken(title, width), style="bold")
+        self.query_one("#detail-meta", Static).update(RichGroup(heading, Text(""), table))
+
+    def on_resize(self) -> None:
+        if self._shown_meta is not None:
+            self._meta(*self._shown_meta)
 
     def _note(self, message: str) -> None:
         self.query_one("#detail-progress").display = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.widgets import Static
@@ -51,14 +52,22 @@ def summary_text(
     weights_only: Verdict | None = None,
     check: CheckReport | None = None,
     readonly: bool = False,
+    verdict_note: bool = True,
+    more: bool = True,
 ) -> Text:
-    """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all)."""
+    """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
+
+    ``verdict_note``: say the verdict also when torch.load loads the file (a refusal is always said); ``more``: say
+    how many findings are not shown."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
     text.append(f"  {printable(format_name(ckpt.format))} · {size(ckpt.file_bytes)}")
     text.append(f" · {summary.tensors_text()} · {summary.counts_text()}")
-    text.append(f" · {size(summary.tensor_bytes)}\n")
+    # the tensors' bytes only where they are not most of the file (a second, unnamed "93.6 MB" read as noise)
+    if summary.tensor_bytes < 0.95 * ckpt.file_bytes:
+        text.append(f" · {size(summary.tensor_bytes)} in tensors")
+    text.append("\n")
     if ckpt.layout:
         text.append(f"{printable(ckpt.layout)}\n", style="italic")
     cost = byte_source.transferred() if byte_source.is_remote(ckpt.path) else None
@@ -72,8 +81,10 @@ def summary_text(
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
     if check is not None:
         text.append_text(check_text(check))
-    if weights_only is not None and weights_only.loads is not None:
-        refused = weights_only.loads is False and weights_only.route != "torchscript"  # jit.load reads it
+    known = weights_only is not None and weights_only.loads is not None
+    # torch.jit.load reads a TorchScript archive that torch.load(weights_only=True) refuses
+    refused = known and weights_only is not None and weights_only.loads is False and weights_only.route != "torchscript"
+    if weights_only is not None and known and (refused or verdict_note):
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
         text.append(printable(weights_only.headline()), style="" if refused else "italic")
     shown = summary.findings[:limit]
@@ -81,7 +92,7 @@ def summary_text(
         text.append("\n")
         text.append_text(finding_text(finding, readonly))
     hidden = len(summary.findings) - len(shown)
-    if hidden > 0:
+    if hidden > 0 and more:
         text.append(f"\n  … {hidden} more finding{'s' if hidden != 1 else ''}: f lists them all", style="italic")
     return text
 
@@ -120,23 +131,61 @@ def check_text(report: CheckReport) -> Text:
     return text
 
 
+def fitted_summary(
+    summary: Summary,
+    lines: int,
+    measure: Callable[[Text], int],
+    weights_only: Verdict | None = None,
+    check: CheckReport | None = None,
+    readonly: bool = False,
+) -> Text:
+    """The summary in at most ``lines`` lines as ``measure`` counts them: a narrow screen first leaves out the
+    note that torch.load loads the file, then findings (the last line says how many more ``f`` lists), and
+    rather than the first finding, that line."""
+    tries = [(True, MAX_FINDINGS, True), *((False, limit, True) for limit in range(MAX_FINDINGS, 0, -1))]
+    for note, limit, more in [*tries, (False, 1, False), (False, 0, True)]:
+        text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more)
+        if measure(text) <= lines:
+            return text
+    return text
+
+
 class SummaryHeader(Static):
     """Shows a Summary (or a line while the file is read and counted)."""
 
     def __init__(self, text: str = "", **kwargs: object) -> None:
         super().__init__(Text(text), **kwargs)  # type: ignore[arg-type]
         self.summary: Summary | None = None
+        self.shown: tuple[Verdict | None, CheckReport | None] = (None, None)
         self.readonly = False
         """Findings name no edit key (the browser was opened with --readonly)."""
 
     def show(self, summary: Summary, weights_only: Verdict | None = None, check: CheckReport | None = None) -> None:
         """Render a summary, with the weights_only verdict of the file on disk and a full check's result when known."""
         self.summary = summary
-        self.update(summary_text(summary, weights_only=weights_only, check=check, readonly=self.readonly))
+        self.shown = (weights_only, check)
+        self.update(self._fitted(summary, weights_only, check))
         self.set_class(True, "-complete")
         # the header grows from one line to several: lay the screen out again once this paint is done,
         # or an update that lands mid-layout can leave it one line high
         self.call_after_refresh(self.refresh, layout=True)
+
+    def _fitted(self, summary: Summary, weights_only: Verdict | None, check: CheckReport | None) -> Text:
+        """The summary in the lines the header has (its max-height, less its border) at its width: what does not
+        fit is left out in an order (``fitted_summary``), not cut wherever the height ends."""
+        width = (self.content_region.width or self.app.size.width - 2) if self.is_mounted else 78
+        limit = self.styles.max_height
+        lines = int(limit.resolve(self.screen.size, self.app.size)) if limit is not None and self.is_mounted else 7
+        console = self.app.console
+
+        def measure(text: Text) -> int:
+            return len(text.wrap(console, max(width, 20)))
+
+        return fitted_summary(summary, lines - 1, measure, weights_only, check, self.readonly)
+
+    def on_resize(self) -> None:
+        if self.summary is not None:
+            self.update(self._fitted(self.summary, *self.shown))
 
     def show_text(self, text: str) -> None:
         """A line in place of the summary (escaped: it may name the file)."""

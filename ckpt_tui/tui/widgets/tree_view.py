@@ -142,7 +142,8 @@ def tensor_parts(tensor: Tensor, styles: dict[str, str]) -> list[Part]:
     short = SHORT_DTYPES.get(tensor.dtype)
     return [
         Part(" " + shape(tensor.shape), styles["shape"]),
-        Part(" " + dtype, styles["dtype"], short=" " + short if short else None, compact=True),
+        # a dtype without a short form (qint8, float8_e4m3fn) stays whole: a line without its dtype says less
+        Part(" " + dtype, styles["dtype"], short=" " + short if short else None, compact=short is not None),
         Part(" " + device, styles["gpu"] if device.startswith("cuda") else styles["device"], DROP_DEVICE, compact=True),
         Part(" " + size(tensor.nbytes), styles["size"], DROP_BYTES, compact=True),
     ]
@@ -155,7 +156,9 @@ def value_parts(
     parts: list[Part] = [Part(printable(key), styles["key"], key=True), Part(" ")]
     unsafe = (isinstance(value, Opaque) or is_global_ref(value)) and not value.safe
     if isinstance(value, Tensor):
-        parts.append(Part(" " + type_label(value), styles["type"], DROP_TYPE, compact=True))
+        # a narrow line drops the word "Tensor" but keeps a sparse or quantized layout: the shape does not say it
+        kind = f" {value.kind}" if value.kind != "dense" else None
+        parts.append(Part(" " + type_label(value), styles["type"], DROP_TYPE, short=kind, compact=True))
         parts += tensor_parts(value, styles)
     elif has_children(value):
         kids = sum(1 for _ in children(value))
@@ -163,8 +166,9 @@ def value_parts(
         found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
             parts.append(Part(f"  {counted(found.tensors, 'tensor')}", styles["totals"], DROP_COUNTS))
-            parts.append(Part(f" · {elements_text(found.parameters)}", styles["totals"], DROP_DEVICE))
-            parts.append(Part(f" · {size(found.nbytes)}", styles["totals"], DROP_BYTES))
+            # compact: a narrow tree shows every container line's counts alike, not the ones with short keys
+            parts.append(Part(f" · {elements_text(found.parameters)}", styles["totals"], DROP_DEVICE, compact=True))
+            parts.append(Part(f" · {size(found.nbytes)}", styles["totals"], DROP_BYTES, compact=True))
         if unsafe:
             parts.append(Part("  UNSAFE, not executed", styles["unsafe"], end=True))
     else:
