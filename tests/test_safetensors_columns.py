@@ -219,3 +219,20 @@ def test_a_header_length_of_a_real_file_is_read_as_before(tmp_path: Path) -> Non
     (length,) = struct.unpack("<Q", path.read_bytes()[:8])
     checkpoint = open_checkpoint(path)
     assert length > 0 and checkpoint.columns is not None and not checkpoint.loader_problems
+
+
+def test_check_of_a_clean_flat_file_counts_every_tensor_as_the_walk_does(tmp_path: Path) -> None:
+    """All finite: each tensor counted in one pass; the report is the walked tree's."""
+    import dataclasses
+
+    from ckpt_tui.core.operations.check import check_checkpoint
+
+    state = {f"module.l{i}.weight": torch.randn(3, 4) for i in range(300)}
+    state["module.bn.num_batches_tracked"] = torch.tensor(7)
+    state["exp_avg"] = torch.zeros(3)  # a moment's name, but not under an optimizer's state: not a moment
+    checkpoint = open_checkpoint(write_safetensors(state, tmp_path / "m.safetensors"))
+    assert checkpoint.flat_columns() is not None
+    flat = check_checkpoint(checkpoint).to_json()
+    walked = check_checkpoint(dataclasses.replace(checkpoint, columns=None)).to_json()
+    assert flat == walked
+    assert flat["ok"] and flat["tensors_checked"] == 302 and flat["tensors_skipped"] == 0

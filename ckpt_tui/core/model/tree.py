@@ -376,8 +376,12 @@ class FlatColumns:
     numels: list[int]
 
     def listed(self) -> list[tuple[KeyPath, Tensor]]:
-        """Each tensor with its path, as a walk of ``root`` lists them."""
-        return list(zip(zip(self.root), self.root.values(), strict=True))
+        """Each tensor with its path, as a walk of ``root`` lists them (made once: ``check`` and the summary
+        both ask; callers get a copy of the list)."""
+        made = self.__dict__.get("_listed")
+        if made is None:
+            made = self.__dict__["_listed"] = list(zip(zip(self.root), self.root.values(), strict=True))
+        return list(made)
 
     def describes(self, root: Any) -> bool:
         """Whether these are the columns of ``root`` (a tree made from it by an edit is another object)."""

@@ -126,14 +126,23 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
     places = _record_places(source, list(map(_KEY, storages)))
     if places is None:
         return None
+    starts, sizes = places
     nbytes = list(map(operator.mul, numels, map(ITEMSIZES.get, dtypes, itertools.repeat(0))))  # 0: not read here
-    inside = map(operator.le, nbytes, map(operator.itemgetter(1), places))
-    chosen = list(map(operator.and_, map(bool, nbytes), inside))
+    chosen = list(map(operator.and_, map(bool, nbytes), map(operator.le, nbytes, sizes)))
+    if all(chosen):  # (a state_dict of float tensors: every view, no compress pass)
+        return PlannedViews(
+            list(range(len(tensors))),
+            [0] * len(nbytes),
+            starts,
+            nbytes,
+            list(map(DTYPE_CODES.__getitem__, dtypes)),
+            [source.path],
+        )
     index = list(itertools.compress(range(len(tensors)), chosen))
     return PlannedViews(
         index,
         [0] * len(index),
-        list(itertools.compress(map(operator.itemgetter(0), places), chosen)),
+        list(itertools.compress(starts, chosen)),
         list(itertools.compress(nbytes, chosen)),
         list(map(DTYPE_CODES.__getitem__, itertools.compress(dtypes, chosen))),
         [source.path],
@@ -147,17 +156,21 @@ _DTYPE = operator.attrgetter("dtype")
 _KEY = operator.attrgetter("key")
 
 
-def _record_places(source: object, keys: list[str]) -> list[tuple[int, int]] | None:
-    """Each record's absolute start and byte count, as the loop finds them; None for another source,
-    or when a record has no place (the loop then leaves it to the exact pass, in its words)."""
+def _record_places(source: object, keys: list[str]) -> tuple[list[int], list[int]] | None:
+    """Each record's absolute start and byte count (two columns), as the loop finds them; None for another
+    source, or when a record has no place (the loop then leaves it to the exact pass, in its words)."""
     if type(source) is SafetensorsRecords:
         ranges = list(map(source.ranges.get, keys))
         if None in ranges:
             return None
-        return [(source.data_start + begin, end - begin) for begin, end in ranges]  # type: ignore[misc]
+        pairs = list(itertools.chain.from_iterable(ranges))  # type: ignore[arg-type]
+        begins, ends = pairs[0::2], pairs[1::2]
+        return list(map(source.data_start.__add__, begins)), list(map(operator.sub, ends, begins))
     if type(source) is ZipRecords:
         places = source.stored_places(keys)
-        return None if None in places else places  # type: ignore[return-value]
+        if None in places:
+            return None
+        return list(map(operator.itemgetter(0), places)), list(map(operator.itemgetter(1), places))  # type: ignore[arg-type]
     return None
 
 
