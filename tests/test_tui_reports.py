@@ -252,6 +252,19 @@ async def test_the_compare_report_names_the_resized_head_and_what_keeps_its_fres
         assert set(app.session.root["model_state_dict"]) == set(reference) - {"head.weight", "head.bias"}
 
 
+async def test_read_only_the_compare_report_offers_no_fix_and_f_says_why(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch1.pth"), readonly=True)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict",), None))
+        await open_report(pilot, "c", ddp_run / "bare.pth")
+        assert "f applies" not in body(app) and "f: apply" not in screen_text(app)
+        assert "on the command line:" in body(app)
+        await settle(pilot, "f")
+        assert app.screen is browser(app) and not app.session.edited
+        assert "--readonly" in screen_text(app)
+
+
 async def test_a_report_that_cannot_be_made_says_why_and_closes(ddp_run: Path) -> None:
     app = CkptApp(str(ddp_run / "epoch1.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:

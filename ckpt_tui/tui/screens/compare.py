@@ -105,13 +105,15 @@ class CompareScreen(ReportScreen):
         if self.target.prefix is not None:
             shown.append("\n(for the group extracted as a state_dict: x on the group does that first)")
         else:
-            shown.append("\nf applies it here as one undoable edit; " if self.fixable else "\n")
+            offered = self.fixable and not self.host.readonly
+            shown.append("\nf applies it here as one undoable edit; " if offered else "\n")
             shown.append("on the command line:\n")
             shown.append("\n".join(printable(line) for line in fix_command(self.host, fix.suggestion)))
         return shown
 
     def hints(self) -> list[str]:
-        return ["f: apply the suggested fix"] if self.fixable else []
+        # read-only: f still says why it does nothing (the browser's edit check), but is not offered
+        return ["f: apply the suggested fix"] if self.fixable and not self.host.readonly else []
 
     def path_of(self, target: Any) -> KeyPath | None:
         # the rows jump to the key paths core gives (a group's keys carry the group's prefix)
