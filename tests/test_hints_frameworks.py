@@ -160,13 +160,18 @@ def test_a_lightning_module_holding_a_llama_body_gets_the_strip_to_the_body(tmp_
 def test_a_peft_adapter_file_is_named_and_offered_no_fix_that_empties_it(tmp_path, capsys):
     peft = pytest.importorskip("peft")
     tf = pytest.importorskip("transformers")
-    model = peft.get_peft_model(
-        tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA)), peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"])
-    )
+    base = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA))
+    torch.save({k: v.clone() for k, v in base.state_dict().items()}, tmp_path / "base.pth")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     model.save_pretrained(tmp_path / "adapter")
-    found = findings(capsys, tmp_path / "adapter" / "adapter_model.safetensors")
+    adapter = str(tmp_path / "adapter" / "adapter_model.safetensors")
+    found = findings(capsys, Path(adapter))
     assert not any(f.get("fix") for f in found)
     assert any("adapter weights only" in f["message"] for f in found)
+    assert main(["check", adapter, "--against", str(tmp_path / "base.pth"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert "suggestion" not in report
+    assert any("adapter weights only" in note for note in report["notes"])
 
 
 def test_a_peft_model_state_dict_gets_the_fix_that_reaches_the_base_model(tmp_path, capsys):

@@ -399,6 +399,9 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
         if found:
             report.suggestion, report.alternatives = found[0], found[1:]
         report.notes += notes
+        peft = layouts.peft_layout([k for k, _ in items])
+        if not found and peft is not None and peft.adapter_only:  # no base weights to fit: say what it is
+            report.notes.append(peft.describe())
     report.notes += _tied_notes(report, items, reference)
     return report
 
