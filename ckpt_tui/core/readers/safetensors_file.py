@@ -213,9 +213,10 @@ def _room_for(path: str, raw: bytes) -> bool:
 
 
 def _minus_zero(raw: bytes) -> bool:
-    """Whether an integer ``-0`` stands as a value (the regex only where the text has a ``-0`` at all:
-    a find is a memchr pass, the regex a tenth of the read on 50,000 tensors)."""
-    return b"-0" in raw and _MINUS_ZERO.search(raw) is not None
+    """Whether an integer ``-0`` stands as a value (the regex only where the text has a ``-0`` at all, and
+    that looked for only where it has a ``-``: a one-byte find is a memchr pass, the regex a tenth of
+    the read on 50,000 tensors)."""
+    return b"-" in raw and b"-0" in raw and _MINUS_ZERO.search(raw) is not None
 
 
 def _fast_header(raw: bytes) -> _Header | None:
