@@ -374,7 +374,9 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="where the test files are built (default: a temp folder)")
     parser.add_argument("--peers", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-tui-peers")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", metavar="TEXT", help="run only the rows whose task contains TEXT")
+    parser.add_argument(
+        "--only", metavar="TEXT", action="append", help="run only the rows whose task contains TEXT (repeatable)"
+    )
     args = parser.parse_args()
     # time ckpt-tui as an installed package runs: its bytecode cached when measure was imported (pip
     # compiles the peers' at install); anything else a run imports is cached by its first run
@@ -389,7 +391,7 @@ def main() -> None:
     out = folder / "out"
     results = []
     for row in rows(files, tools, out):
-        if args.only and args.only not in row.task:
+        if args.only and not any(text in row.task for text in args.only):
             continue
         result = run_row(row, args.repeat)
         results.append(result)

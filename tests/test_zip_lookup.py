@@ -464,3 +464,30 @@ def test_zip_structure_variants_agree_with_torch(tmp_path: Path) -> None:
         assert (ours == "loads") == (theirs == "loads"), ([name for name, _ in members], changes, ours)
         outcomes.add(theirs)
     assert outcomes == {"loads", "refuses"}
+
+
+def test_the_whole_list_pass_over_members_agrees_with_the_member_by_member_checks() -> None:
+    import random
+
+    from ckpt_tui.core.readers import zip_archive
+    from ckpt_tui.core.readers.zip_archive import ZipEntry, open_refusal
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        members = []
+        for index in range(rng.randint(1, 4)):
+            size = rng.choice([0, 1, 64, 0xFFFFFFFF, 1 << 33])
+            csize = size if rng.random() < 0.8 else rng.choice([0, 1, 64, 0xFFFFFFFF])
+            offset, compress = rng.choice([0, 100, 1 << 32]), rng.choice([0, 0, 0, 8])
+            flags = rng.choice([0, 0x2000, 1])
+            members.append(ZipEntry(f"a/{index}", offset, compress, csize, size, 0, flags, index=index))
+        entries = zip_archive.ZipDirectory((m.name, m) for m in members)
+        entries.members = members
+        file_bytes = rng.choice([200, 1 << 34])
+        slow = zip_archive._plainly_stored
+        try:
+            zip_archive._plainly_stored = lambda members, file_bytes: False  # type: ignore[assignment]
+            expected = open_refusal(entries, file_bytes)
+        finally:
+            zip_archive._plainly_stored = slow  # type: ignore[assignment]
+        assert open_refusal(entries, file_bytes) == expected

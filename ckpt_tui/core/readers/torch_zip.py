@@ -261,7 +261,8 @@ class ZipLayout:
         self.prefix = folder + slash
         if not slash:
             self.problems.append(f"its first member {first!r} is not in a folder, which torch.load refuses")
-        outside = [name for name in entries if slash and not name.startswith(self.prefix)]
+        inside_all = not slash or all(map(operator.methodcaller("startswith", self.prefix), entries))
+        outside = [] if inside_all else [name for name in entries if not name.startswith(self.prefix)]
         if outside:
             self.problems.append(
                 f"{len(outside)} members lie outside the archive folder {folder!r} ({outside[0]!r}...): "
@@ -325,11 +326,13 @@ def _undecodable_name(entries: ZipDirectory, prefix: bytes) -> str | None:
     raws = [entry.raw for entry in entries.members]
     # the usual archive at C speed: every name in the folder, no NUL, none cut at 511 bytes, and the names
     # joined by NULs (a NUL ends any character cut short) decode, so each name past the folder decodes
+    # (the folder's name is whole characters, so a name decodes past it exactly when it decodes whole)
     if (
-        all(map(operator.methodcaller("startswith", prefix), raws))
+        _utf8(prefix)
+        and all(map(operator.methodcaller("startswith", prefix), raws))
         and max(map(len, raws), default=0) <= MAX_LISTED_NAME
         and b"\0" not in b"".join(raws)
-        and _utf8(b"\0".join(raw[len(prefix) :] for raw in raws))
+        and _utf8(b"\0".join(raws))
     ):
         return None
     cut = len(prefix)
@@ -382,8 +385,12 @@ def load_with_records(
     folder, entries, file_bytes = records.folder + key_prefix, records.entries, records.file_bytes
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        # once per storage (50,000 times on big state_dicts): plain lookups only
-        entry = entries.get(folder + key)
+        # once per storage (50,000 times on big state_dicts): plain lookups only (the dict's own for a name
+        # without a NUL: the member of exactly that name is torch's pick for it; else as torch looks it up)
+        name = folder + key
+        entry = dict.get(entries, name) if "\0" not in name else None
+        if entry is None:
+            entry = entries.get(name)
         if entry is None:
             records.lacking.append(key_prefix + key)
         declared = numel * DTYPES[dtype][0]

@@ -368,6 +368,8 @@ LOCAL_DIR_MASKED = 0x2000
 def open_refusal(entries: ZipDirectory, file_bytes: int) -> str | None:
     """Why torch's zip reader refuses the archive as it opens it, whatever members are read: the checks
     ``mz_zip_reader_read_central_dir`` makes of every member (twins and unread members included)."""
+    if _plainly_stored(entries.members, file_bytes):
+        return None
     for entry in entries.members:
         if entry.compressed_size < 0xFFFFFFFF and entry.size < 0xFFFFFFFF:
             stored_mismatch = entry.compress == STORED and entry.size != entry.compressed_size
@@ -378,6 +380,27 @@ def open_refusal(entries: ZipDirectory, file_bytes: int) -> str | None:
         if entry.flags & LOCAL_DIR_MASKED:
             return f"zip member {entry.name!r} has a masked local header (torch's zip reader: unsupported encryption)"
     return None
+
+
+def _plainly_stored(members: list[ZipEntry], file_bytes: int) -> bool:
+    """Whether every member is what torch.save writes (stored, equal sizes under 4 GiB, inside the file, no
+    masked header), checked in whole-list passes: then :func:`open_refusal` finds nothing, member by member."""
+    sizes = list(map(_SIZE, members))
+    return (
+        not any(map(_COMPRESS, members))  # STORED is 0
+        and sizes == list(map(_COMPRESSED_SIZE, members))
+        and max(sizes, default=0) < 0xFFFFFFFF
+        and max(map(operator.add, map(_OFFSET, members), sizes), default=0) + LOCAL.size <= file_bytes
+        and not any(map(LOCAL_DIR_MASKED.__and__, map(_FLAGS, members)))
+    )
+
+
+_SIZE, _COMPRESSED_SIZE = operator.attrgetter("size"), operator.attrgetter("compressed_size")
+_COMPRESS, _OFFSET, _FLAGS = (
+    operator.attrgetter("compress"),
+    operator.attrgetter("header_offset"),
+    operator.attrgetter("flags"),
+)
 
 
 def _zip64_extra(extra: bytes, size: int, csize: int, offset: int) -> tuple[int, int, int]:
