@@ -356,3 +356,60 @@ async def test_compare_fix_command_is_on_its_own_line(train_file: Path, tmp_path
         assumes = next(i for i, line in enumerate(summary) if line.startswith("(this assumes"))
         assert summary[assumes + 1].startswith("ckpt-tui convert") and "--strip-prefix" in summary[assumes + 1]
         assert "\\x0a" not in screen_text(app)
+
+
+# ---- an edit that changes nothing says so and records nothing --------------------------------------
+
+
+async def no_edit_recorded(pilot, *steps: str) -> str:
+    """Take the steps (``=text``: typed into the prompt), and return what the screen says; no preview opened,
+    no edit recorded, nothing to undo."""
+    app = pilot.app
+    for step in steps:
+        if step.startswith("="):
+            await type_into_prompt(pilot, step[1:])
+        else:
+            await settle(pilot, step)
+    assert not isinstance(app.screen, (PreviewScreen, PromptScreen))
+    assert app.session.unsaved == 0 and not app.session.edited
+    shown = screen_text(app)
+    await settle(pilot, "u")
+    assert "nothing to undo" in status(app)
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [
+        (("t", "=float32"), "already float32"),  # the model's weights (the optimizer state is fp32 too)
+        (("t", "=fp32"), "nothing to cast"),
+        (("m", "=cuda:0"), "nothing to map"),  # the file was saved on cuda:0
+    ],
+)
+async def test_a_cast_or_device_map_that_changes_nothing_says_so_and_records_no_edit(
+    train_file: Path, steps: tuple[str, ...], said: str
+) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        assert said in await no_edit_recorded(pilot, *steps)
+
+
+async def test_a_group_cast_or_rename_that_changes_nothing_says_so_and_records_no_edit(encoder_file: Path) -> None:
+    app = CkptApp(str(encoder_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await on_group(pilot)
+        assert "already float32" in await no_edit_recorded(pilot, "t", "=fp32")
+        assert "nothing to rename" in await no_edit_recorded(pilot, "r", "=encoder.layers.3")
+
+
+async def test_a_rename_to_the_same_name_or_an_extract_of_a_flat_root_says_so_and_records_no_edit(
+    encoder_file: Path,
+) -> None:
+    app = CkptApp(str(encoder_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        assert "nothing to extract" in await no_edit_recorded(pilot, "x")
+        await settle(pilot, "j")
+        assert "nothing to rename" in await no_edit_recorded(pilot, "r", "=embed.weight")

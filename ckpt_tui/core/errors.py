@@ -18,6 +18,11 @@ class EditError(CkptError):
     """An edit does not apply to this checkpoint (nothing to change, or a collision)."""
 
 
+class NothingChanges(EditError):
+    """An edit that would leave the checkpoint as it is (a rename to the same name, a device map that moves no
+    tensor): the browser says so and records no edit."""
+
+
 class NoSuchKey(EditError):
     """A key path given by the user is not in the file (a bad argument: the CLI exits 2)."""
 

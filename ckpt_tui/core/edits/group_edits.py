@@ -11,7 +11,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ckpt_tui.core.edits.tree_edits import EXAMPLES, Change, Result, cast
-from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.errors import EditError, NothingChanges
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_python
 from ckpt_tui.core.model.rebuild import Items, rebuild
@@ -99,7 +99,7 @@ def rename_group(root: Any, path: KeyPath, prefix: str, new_prefix: str) -> Resu
     """Replace the group's prefix with ``new_prefix`` in each of its keys, keeping their places."""
     state = _state_dict(root, path, prefix)
     if new_prefix == prefix:
-        raise EditError(f"the prefix is already {prefix!r}")
+        raise NothingChanges(f"the prefix is already {prefix!r}")
     items: list[tuple[Any, Any]] = []
     seen: dict[Any, Any] = {}
     examples: list[tuple[str, str]] = []

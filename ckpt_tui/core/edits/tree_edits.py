@@ -22,7 +22,7 @@ from typing import Any
 from ckpt_tui.core.conventions.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, is_optimizer, is_scheduler, tensor_items
-from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.errors import EditError, NothingChanges
 from ckpt_tui.core.model.describe import count, counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
@@ -169,7 +169,7 @@ def _rename_keys(
     moved = ((old, new) for old, new in zip(keys, new_keys, strict=True) if new != old)
     examples = [(str(old), str(new)) for old, new in itertools.islice(moved, EXAMPLES)]
     if not examples:
-        raise EditError(f"{title}: no key of {_describe(path)} changes")
+        raise NothingChanges(f"{title}: no key of {_describe(path)} changes")
     if not every and len(set(new_keys)) != len(new_keys):
         seen: dict[Any, Any] = {}
         for old, new in zip(keys, new_keys, strict=True):
@@ -529,7 +529,7 @@ def extract(root: Any, path: KeyPath | str) -> Result:
         found = () if _is_module(root) else inner_state_dict(root)
         if found is None:
             if tensor_items(root) is not None:
-                raise EditError("the root already is a state_dict: nothing to extract")
+                raise NothingChanges("the root already is a state_dict: nothing to extract")
             raise EditError("no inner state_dict found to extract")
         path = found
     assert not isinstance(path, str)
@@ -647,7 +647,7 @@ def remap_devices(root: Any, spec: str) -> Result:
 
     new_root, changed = map_tensors(root, convert)
     if not changed:
-        raise EditError(f"no tensor changes device with {spec!r}")
+        raise NothingChanges(f"no tensor changes device with {spec!r}: nothing to map")
     moves = ", ".join(f"{a} → {b}" for a, b in examples)
     return new_root, Change(f"map devices ({moves})", changed)
 

@@ -24,7 +24,7 @@ from ckpt_tui.core.edits import group_edits
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.edits.tree_edits import Change
-from ckpt_tui.core.errors import CkptError, EditError
+from ckpt_tui.core.errors import CkptError, EditError, NothingChanges
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
@@ -456,6 +456,8 @@ class BrowserScreen(Screen[None]):
         tree will show of it; reports by message only."""
         try:
             new_root, change = edit(root)
+        except NothingChanges as exc:
+            new_root, change = root, Change(str(exc), 0)
         except (CkptError, KeyError) as exc:
             self.post_message(PreviewReady(version, None, None, str(exc), proposal, {}))
             return
@@ -475,6 +477,10 @@ class BrowserScreen(Screen[None]):
                 proposal.failed(message.error)
             else:
                 self.warn(message.error)
+            return
+        if not message.change.count:  # a cast to the dtype it has, a map to the device it is on: no edit to record
+            note = "; ".join(message.change.notes) or message.change.title
+            (proposal.failed or self.nothing_to_do)(note)
             return
         version, new_root, change, groupings = message.version, message.root, message.change, message.groupings
 
@@ -621,7 +627,7 @@ class BrowserScreen(Screen[None]):
 
         def rename(new: str) -> None:
             if new == old:
-                self.update_status("the name is unchanged: nothing to rename")
+                self.nothing_to_do("the name is unchanged: nothing to rename")
                 return
             relocate = targets.renamed_keys(path[:-1], lambda k: new if k == old else None)
             self.propose(lambda root: edits.rename(root, path, new), relocate)
@@ -638,7 +644,7 @@ class BrowserScreen(Screen[None]):
         def rename(new: str) -> None:
             new_prefix = new if new.endswith(".") else new + "."
             if new_prefix == prefix:
-                self.update_status("the prefix is unchanged: nothing to rename")
+                self.nothing_to_do("the prefix is unchanged: nothing to rename")
                 return
             relocate = targets.renamed_keys(
                 path, lambda k: new_prefix + k[len(prefix) :] if k.startswith(prefix) else None
