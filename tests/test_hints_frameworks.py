@@ -257,3 +257,17 @@ def test_a_fix_never_pairs_same_shaped_tensors_by_a_name_sorted_order(tmp_path, 
     shared = [key for key in fixed if key in state]
     assert shared
     assert [key for key in shared if not torch.equal(fixed[key], state[key])] == []
+
+
+def test_the_browser_header_offers_no_key_for_a_fix_that_was_not_offered():
+    """The browser's findings come from the same summary: the frozen. prefix of a ZeRO-2 folder is listed
+    without 'p strips it' (stripping it would lose the fit with the folder's own model weights)."""
+    from ckpt_tui.core.operations.info import summarize
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.tui.widgets.summary import finding_text
+
+    summary = summarize(open_checkpoint(str(FIXTURES / "deepspeed" / "zero2_bf16")))
+    frozen = [f for f in summary.findings if f.prefix == "frozen."]
+    assert frozen
+    assert all("strips it" not in finding_text(f).plain for f in frozen)
+    assert any("x on it extracts it" in finding_text(f).plain for f in summary.findings)
