@@ -27,7 +27,6 @@ from ckpt_tui.core.model.describe import count, counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
-from ckpt_tui.core.model.made_bytes import CastSource
 from ckpt_tui.core.model.rebuild import Items, Rebuilt, rebuild
 from ckpt_tui.core.model.tree import (
     MODULE_GROUPS,
@@ -40,6 +39,7 @@ from ckpt_tui.core.model.tree import (
     module_children,
     non_persistent_buffers,
 )
+from ckpt_tui.core.values.casting import CastSource
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {

@@ -79,7 +79,9 @@ class AssembledRecords:
     """The record source of logical tensors made of pieces (one per checkpoint)."""
 
     in_place = False
-    """Its storages are assembled from pieces of several files, while written."""
+    """Its storages are assembled from pieces of several files, while read or written."""
+    made_on_save: str | None = None
+    """Its values can be read before any save."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -123,6 +125,21 @@ class AssembledRecords:
                 continue
             slab = _fill(offsets, sizes, pieces, raw_type, storage.key).reshape(-1)
             yield slab[max(begin, start) - start : min(end, stop) - start]
+
+    def check_view(self, tensor: Tensor) -> None:
+        """Only whole, contiguous views inside the storage are assembled."""
+        storage = tensor.storage
+        assert storage is not None
+        if not tensor.is_contiguous() or tensor.dtype == "complex32":
+            raise ReadError("only whole, contiguous views of an assembled tensor can be read")
+        if tensor.offset < 0 or tensor.offset + math.prod(tensor.shape) > storage.numel:
+            raise ReadError("tensor reaches outside its assembled storage")
+
+    def view_elements(self, tensor: Tensor, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
+        """A whole, contiguous view's raw elements (as :meth:`elements` gives them)."""
+        assert tensor.storage is not None
+        self.check_view(tensor)
+        return self.elements(tensor.storage, tensor.offset, tensor.offset + math.prod(tensor.shape), chunk, raw_type)
 
     def read_bytes(self, storage: Storage, start: int, count: int) -> bytes:
         """``count`` raw bytes of the logical storage from byte ``start`` (both whole elements)."""

@@ -73,6 +73,11 @@ class ByteSource(Protocol):
         """A hint: ``(offset, length)`` ranges about to be read (fetched together from remote stores)."""
         ...
 
+    def local_fd(self) -> int | None:
+        """A read-only descriptor of the file on this machine (to map it, or to let the kernel copy from
+        it), or None where there is none (a remote file: read it through :meth:`read_at`)."""
+        ...
+
     def close(self) -> None:
         """Release what the source holds open."""
         ...
@@ -169,6 +174,10 @@ class LocalFile:
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """The page cache does this for a local file."""
+
+    def local_fd(self) -> int:
+        """The descriptor :meth:`read_at` uses (closed with the source)."""
+        return self.fd()
 
     def close(self) -> None:
         """Close the descriptor, if one was opened."""

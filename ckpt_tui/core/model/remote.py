@@ -281,6 +281,10 @@ class RemoteFile:
         """A seekable stream reading through :meth:`read_at`."""
         return RemoteStream(self)  # type: ignore[return-value]
 
+    def local_fd(self) -> None:
+        """A remote file has no local descriptor."""
+        return None
+
     def close(self) -> None:
         """Nothing to release: the file stays known to its store for later reads of values."""
 

@@ -190,7 +190,7 @@ class AveragedRecords(AssembledRecords):
 def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     """float64 values rounded to ``dtype``, as raw elements (bfloat16: its bits, through float32 as torch does)."""
     if dtype == "bfloat16":
-        from ckpt_tui.core.writers.tensor_data import to_bfloat16
+        from ckpt_tui.core.values.casting import to_bfloat16
 
         return to_bfloat16(values)
     return values.astype({"float64": np.float64, "float32": np.float32, "float16": np.float16}[dtype])

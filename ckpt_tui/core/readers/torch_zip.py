@@ -153,14 +153,18 @@ class ZipRecords:
         if not wanted:
             return
         heads = [self.entries.listed_as(name).header_offset for name in wanted]
+        source = places.source_of(self.path)
         try:
-            if places.is_remote(self.path):
-                found = _fetched_offsets(places.source_of(self.path), wanted, heads)
+            fd = source.local_fd()
+            if fd is None:  # nothing to map: the headers are fetched together
+                found = _fetched_offsets(source, wanted, heads)
             else:
-                with open(self.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
                     found = _data_offsets(mapped, wanted, heads)
-        except (OSError, ValueError):
+        except (OSError, ValueError, ReadError):
             return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it
+        finally:
+            source.close()
         with self._lock:
             self._offsets.update(found)
 

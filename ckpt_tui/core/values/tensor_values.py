@@ -24,8 +24,8 @@ import numpy as np
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Tensor
 
 CHUNK_ELEMENTS = 1 << 21
@@ -160,7 +160,9 @@ def element_span(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -
 class TensorReader:
     """Reads one tensor's elements from its storage record, in bounded chunks, never outside the record."""
 
-    def __init__(self, tensor: Tensor, byteorder: str = "little", ring: str = "ring") -> None:
+    def __init__(self, tensor: Tensor, byteorder: str = "little", ring: str = "ring", saving: bool = False) -> None:
+        """``saving``: the view is read to be written, so values that exist only once saved (a cast,
+        rewritten bytes) are made now; otherwise reading them is refused with why."""
         self.ring = ring
         """Which of this thread's rings of reused buffers its reads with ``reuse`` go into (two readers whose
         chunks are used together need two rings)."""
@@ -182,12 +184,12 @@ class TensorReader:
         self.span = element_span(tensor.offset, tensor.shape, tensor.stride)
         self.path = storage.source.path
         self.memory: bytes | None = None
-        self.assembled = storage.source if isinstance(storage.source, AssembledRecords) else None
-        if self.assembled is not None:  # pieces in several files (distributed checkpoints)
-            if not tensor.is_contiguous() or tensor.dtype == "complex32":
-                raise ReadError("only whole, contiguous views of an assembled tensor can be read")
-            if tensor.offset < 0 or tensor.offset + self.numel > storage.numel:
-                raise ReadError("tensor reaches outside its assembled storage")
+        made = made_records(storage.source)
+        # bytes made, not read from a record: pieces of several files (read now), a cast or rewritten
+        # bytes (made only for a save; otherwise the source's locate says why they cannot be read)
+        self.made = made if made is not None and (made.made_on_save is None or saving) else None
+        if self.made is not None:
+            self.made.check_view(tensor)
             self.record_start, self.record_bytes = 0, 0
             return
         self.record_start, self.record_bytes = self._bounds()
@@ -223,11 +225,8 @@ class TensorReader:
         """Every element in row-major order, ``chunk`` at a time (the last chunk may be shorter), raw dtype."""
         if self.span is None:
             return
-        if self.assembled is not None:
-            storage, begin = self.tensor.storage, self.tensor.offset
-            assert storage is not None
-            parts = self.assembled.elements(storage, begin, begin + self.numel, chunk, self.raw_type)
-            yield from _exact_chunks(parts, chunk)
+        if self.made is not None:
+            yield from _exact_chunks(self.made.view_elements(self.tensor, chunk, self.raw_type), chunk)
             return
         yield from self._view_chunks(self.tensor.shape, self.tensor.stride, chunk)
 
@@ -235,7 +234,7 @@ class TensorReader:
         """The first ``count`` elements in row-major order (raw dtype), read one by one."""
         if self.span is None or count <= 0:
             return np.empty(0, self.raw_type)
-        if self.assembled is not None:
+        if self.made is not None:
             return next(self.chunks(count), np.empty(0, self.raw_type))
         positions = [self._position(index) for index in range(min(count, self.numel))]
         with self._reading() as read:
@@ -279,7 +278,7 @@ class TensorReader:
         """
         if self.span is None:
             return
-        if self.assembled is not None:
+        if self.made is not None:
             yield from ((raw, 1) for raw in self.chunks(chunk))
             return
         shape, stride, repeats = self._without_repeats()

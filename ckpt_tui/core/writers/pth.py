@@ -8,15 +8,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.made_bytes import CastSource, MemorySource
+from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Storage, Tensor
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan, bad_crc
-from ckpt_tui.core.writers.tensor_data import cast_chunks, tensor_bytes
+from ckpt_tui.core.writers.tensor_data import tensor_bytes
 from ckpt_tui.core.writers.zip_writer import WrittenEntry, ZipWriter
 
 BATCH = 512
@@ -109,16 +108,9 @@ def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorde
 def _write_record(zip_file: ZipWriter, reader: SourceReader, name: str, storage: Storage, byteorder: str) -> None:
     """One storage as one record: converted, copied through memory (small) or by the kernel (large)."""
     size = storage.numel * DTYPES[storage.dtype][0]
-    source = storage.source
-    if isinstance(source, CastSource):
-        zip_file.add_stream(name, size, cast_chunks(source.base, storage.dtype, byteorder))
-        return
-    if isinstance(source, MemorySource):
-        _add_small(zip_file, name, storage, memoryview(source.data)[:size], None)
-        return
-    if isinstance(source, AssembledRecords):  # pieces in several files (distributed checkpoints)
+    if made_records(storage.source) is not None:  # made while written: a cast, bytes in memory, pieces of files
         whole = Tensor(storage, 0, (storage.numel,), (1,), storage.dtype)
-        zip_file.add_stream(name, size, tensor_bytes(whole))
+        zip_file.add_stream(name, size, tensor_bytes(whole, byteorder))
         return
     span = reader.span(storage)
     if size < SMALL:

@@ -301,8 +301,8 @@ class DetailPanel(VerticalScroll):
             self._note(f"no stats: {self._saved_elsewhere() or message.error}")
 
     def _saved_elsewhere(self) -> str | None:
-        """Where the values of a cast tensor are once its cast was saved (the tree here keeps the source's)."""
-        from ckpt_tui.core.model.made_bytes import CastSource
+        """Where the values an edit made (a cast) are once it was saved (the tree here keeps the source's)."""
+        from ckpt_tui.core.model.made_bytes import made_records
 
         app = self.app
         saved = getattr(app, "last_saved", None)
@@ -310,6 +310,7 @@ class DetailPanel(VerticalScroll):
         storage = self._tensor.storage if self._tensor is not None else None
         if saved is None or session is None or session.unsaved or storage is None:
             return None
-        if not isinstance(storage.source, CastSource):
+        made = made_records(storage.source)
+        if made is None or made.made_on_save is None:
             return None
-        return f"the cast values were saved to {saved}: open that file to read them"
+        return f"the {made.made_on_save} were saved to {saved}: open that file to read them"

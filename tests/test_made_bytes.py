@@ -1,0 +1,83 @@
+"""Bytes made rather than copied (a cast, rewritten tensors, pieces of several files) come through one
+interface: each record source says what it can do (``model/made_bytes.MadeRecords``), and the values
+reader and the writers ask that, never what it is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.edits.tree_edits import cast
+from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.model.assembled import AssembledRecords
+from ckpt_tui.core.model.made_bytes import MemorySource, made_records
+from ckpt_tui.core.operations.average import AveragedRecords
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.casting import CastSource
+from ckpt_tui.core.values.tensor_values import TensorReader
+from ckpt_tui.core.writers.tensor_data import tensor_bytes
+
+PACKAGE = Path(__file__).parent.parent / "ckpt_tui"
+
+
+def test_no_consumer_asks_a_byte_sources_type() -> None:
+    asking = re.compile(r"isinstance\(.*Source|type\(.*Source")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "byte_source.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asking.search(line)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("made", [CastSource, MemorySource, AssembledRecords, AveragedRecords])
+def test_every_made_source_says_what_it_can_do(made: type) -> None:
+    assert made.in_place is False
+    assert hasattr(made, "made_on_save") and callable(made.check_view) and callable(made.view_elements)
+
+
+def views() -> dict[str, torch.Tensor]:
+    """Strided views (each of its own storage: safetensors holds no two views of one), and values past bf16's range."""
+    base = [torch.arange(24, dtype=torch.float32).reshape(4, 6) / (7 + n) for n in range(3)]
+    return {"t": base[0].t(), "row": base[1][1], "part": base[2][1:, ::2], "big": torch.tensor([1e39, -1e39]).double()}
+
+
+@pytest.mark.parametrize("suffix", ["pth", "safetensors"])
+def test_cast_views_are_saved_as_torch_casts_them(tmp_path: Path, suffix: str) -> None:
+    saved = views()
+    if suffix == "pth":  # and a view beside its whole storage: both stay views of one (cast) storage
+        saved["w"] = saved["t"].t()
+    torch.save(saved, tmp_path / "f32.pth")
+    out = tmp_path / f"half.{suffix}"
+    assert main(["convert", str(tmp_path / "f32.pth"), "-o", str(out), "--dtype", "bfloat16", "--at", "/"]) == 0
+    loaded = load_file(out) if suffix == "safetensors" else torch.load(out, weights_only=True)
+    for key, value in saved.items():
+        assert loaded[key].dtype == torch.bfloat16
+        assert torch.equal(loaded[key], value.to(torch.bfloat16)), key
+    if suffix == "pth":
+        assert loaded["t"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
+
+
+def test_cast_values_are_made_for_a_save_and_refused_before_it(tmp_path: Path) -> None:
+    torch.save(views(), tmp_path / "f32.pth")
+    root, _ = cast(open_checkpoint(str(tmp_path / "f32.pth")).root, "float16", "all")
+    part = root["part"]
+    made = made_records(part.storage.source)
+    assert made is not None and made.made_on_save == "cast values"
+    with pytest.raises(EditError, match="exist once it is saved"):
+        TensorReader(part)
+    data = b"".join(tensor_bytes(part))
+    assert torch.equal(torch.frombuffer(bytearray(data), dtype=torch.float16).reshape(3, 3), views()["part"].half())
+
+
+def test_bytes_in_a_file_are_not_made(tmp_path: Path) -> None:
+    torch.save(views(), tmp_path / "f32.pth")
+    checkpoint = open_checkpoint(str(tmp_path / "f32.pth"))
+    assert made_records(checkpoint.root["t"].storage.source) is None
