@@ -252,38 +252,66 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     except ReadError as exc:
         scan.fail(f"torch's zip reader fails: {exc}")
         return scan
+    archive = _archive_folder(entries, size, scan)
+    if archive is None or not _loads_as_checkpoint(file, entries, archive, size, scan):
+        return scan
+    _check_small_records(file, entries, archive, size, scan)
+    candidates = entries.candidates(archive + "data.pkl")
+    if not candidates:
+        scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
+        return scan
+    picked = entries[archive + "data.pkl"]
+    # torch's pick first (its refusal is the one said); then every other candidate, whose globals count too
+    for entry in [picked, *(c for c in candidates if c is not picked)]:
+        _scan_data_pkl(path, file, entries, archive, entry, scan, size)
+    return scan
+
+
+def _archive_folder(entries: ZipDirectory, size: int, scan: FileScan) -> str | None:
+    """The archive folder torch's reader opens (``name/``), or None when opening the zip fails (said in
+    ``scan``); names that collide or directories that disagree are doubts."""
     multidisk = multidisk_member(entries)
     if multidisk is not None:
         scan.fail(f"the zip's member {multidisk} lies on another disk (torch's zip reader: unsupported multidisk)")
-        return scan
+        return None
     refusal = open_refusal(entries, size)
     if refusal is not None:
         scan.fail(refusal)
-        return scan
+        return None
     first = entries.members[0].name if entries.members else ""
     if "/" not in first:
         scan.fail("the zip's first member is not in a folder: torch's zip reader refuses it")
-        return scan
-    archive = first.split("/", 1)[0] + "/"
+        return None
     if entries.disagreement is not None:
         scan.doubt(entries.disagreement)
     if entries.collisions:
         # torch reads one of each colliding group, another zip reader another: never "loads"
         scan.doubt(f"zip member names collide under torch's comparison: {entries.collision_text()}")
+    return first.split("/", 1)[0] + "/"
+
+
+def _loads_as_checkpoint(file: BinaryIO, entries: ZipDirectory, archive: str, size: int, scan: FileScan) -> bool:
+    """Whether torch.load goes on to the archive's records: a supported version record, every record
+    listed, and no TorchScript constants (else why not, in ``scan``)."""
     version = _small_record(file, entries, archive + ".data/version", size)
     if version is None:
         version = _small_record(file, entries, archive + "version", size)
     if version is None or record_version(version) not in ZIP_VERSIONS:
         scan.fail(f"the archive's version record is missing or unsupported ({version!r})")
-        return scan
+        return False
     listed = _record_list(entries, archive)
     if isinstance(listed, str):
         scan.fail(listed)
-        return scan
+        return False
     if "constants.pkl" in listed:
         scan.route = "torchscript"
         scan.fail("a TorchScript archive: torch.load(weights_only=True) refuses these (torch.jit.load reads them)")
-        return scan
+        return False
+    return True
+
+
+def _check_small_records(file: BinaryIO, entries: ZipDirectory, archive: str, size: int, scan: FileScan) -> None:
+    """The small records torch reads before data.pkl: byteorder, serialization id, format version, alignment."""
     byteorder = _small_record(file, entries, archive + "byteorder", size)
     if byteorder is not None and byteorder not in (b"little", b"big"):
         scan.fail(f"unknown byteorder record {byteorder!r}")
@@ -294,15 +322,6 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
     if alignment is not None and not _parses_as_int(alignment):
         scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
-    candidates = entries.candidates(archive + "data.pkl")
-    if not candidates:
-        scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
-        return scan
-    picked = entries[archive + "data.pkl"]
-    # torch's pick first (its refusal is the one said); then every other candidate, whose globals count too
-    for entry in [picked, *(c for c in candidates if c is not picked)]:
-        _scan_data_pkl(path, file, entries, archive, entry, scan, size)
-    return scan
 
 
 def _record_list(entries: ZipDirectory, archive: str) -> list[str] | str:
