@@ -787,6 +787,18 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     """Combine a file scan with the tree: kinds, paths, the allowlisting line, the version range."""
     if not scan.applies:
         return Verdict(None, scan.route, _versions(scan), reason=scan.reason or _NOT_APPLICABLE.get(scan.route))
+    blockers = _blockers(scan, checkpoint)
+    reason = _refusal(scan, checkpoint)
+    loads = not blockers and reason is None
+    result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
+    if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
+        result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+    _add_doubts_and_notes(result, scan, checkpoint, loads)
+    return result
+
+
+def _blockers(scan: FileScan, checkpoint: Checkpoint | None) -> list[Blocker]:
+    """Each refused or hidden global, with where the tree holds it (found ones first), its kind and note."""
     names = dict(scan.refused)
     for name, count in scan.hidden.items():
         names[name] = names.get(name, 0) + count
@@ -798,15 +810,22 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         if name in scan.hidden:
             note = "not named in the file: numpy builds it, and torch's BUILD checks its type"
         blockers.append(Blocker(name, kind, max(nodes, names[name], 1), paths, note))
-    reason = scan.reason
-    if scan.route == "safetensors" and checkpoint is not None and checkpoint.format == "safetensors":
-        refused = library_refusals(checkpoint.loader_problems)  # torch.load hands the file to the library
-        if refused and reason is None:
-            reason = "safetensors.torch.load_file refuses it, as the safetensors library does"
-    loads = not blockers and reason is None
-    result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
-    if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
-        result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+    return blockers
+
+
+def _refusal(scan: FileScan, checkpoint: Checkpoint | None) -> str | None:
+    """Why torch.load fails whatever is allowlisted: the scan's reason, or the safetensors library's."""
+    if scan.reason is not None or scan.route != "safetensors" or checkpoint is None:
+        return scan.reason
+    # torch.load hands the file to the library
+    if checkpoint.format == "safetensors" and library_refusals(checkpoint.loader_problems):
+        return "safetensors.torch.load_file refuses it, as the safetensors library does"
+    return None
+
+
+def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoint | None, loads: bool) -> None:
+    """What the emulation cannot tell, what the reader flags, and notes on routes, devices and versions
+    (``loads``: what the scan alone answered, before any doubt)."""
     if scan.unknown is not None:
         result.doubt(scan.unknown)
     flagged = [*checkpoint.runs_code, *checkpoint.loader_problems] if checkpoint is not None else []
@@ -821,7 +840,6 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
     if scan.setitem_on_other:
         result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
-    return result
 
 
 _NOT_APPLICABLE = {
