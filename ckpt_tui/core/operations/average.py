@@ -147,6 +147,11 @@ class AveragedRecords(AssembledRecords):
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
         readers = [TensorReader(t, order).chunks(chunk) for t, order in zip(tensors, self.byteorders, strict=True)]
+        pool = worker_pool()
+        if pool is None:  # (read on a statistics thread: averaged here)
+            for parts in zip(*readers, strict=True):
+                yield self._averaged(parts, tensors, storage.dtype, raw_type)
+            return
         pending: deque[Future[np.ndarray]] = deque()
         try:
             # each chunk averaged on a statistics thread while the next is read and the one before is written
@@ -154,7 +159,7 @@ class AveragedRecords(AssembledRecords):
             for parts in zip(*readers, strict=True):
                 while len(pending) >= STATS_THREADS:
                     yield pending.popleft().result()
-                pending.append(worker_pool().submit(self._averaged, parts, tensors, storage.dtype, raw_type))
+                pending.append(pool.submit(self._averaged, parts, tensors, storage.dtype, raw_type))
             while pending:
                 yield pending.popleft().result()
         finally:  # stopped early (a failed write): no worker left running

@@ -183,8 +183,8 @@ def _measure(
 ) -> LayerChange:
     """The sums of one pair, chunk by chunk: a big tensor's chunks are summed on the statistics threads while
     the next ones are read, and their sums added here in chunk order (the same figures, bit for bit)."""
-    threaded = x.numel > CHUNK_ELEMENTS and same_layout(x, y)
-    reuse = STATS_THREADS + 1 if threaded else 0
+    pool = worker_pool() if x.numel > CHUNK_ELEMENTS and same_layout(x, y) else None
+    reuse = STATS_THREADS + 1 if pool is not None else 0
     totals = [0.0, 0.0, 0.0, 0.0]
     nonfinite = 0
     pending: deque[Future[tuple[tuple[float, float, float, float], int]]] = deque()
@@ -201,8 +201,8 @@ def _measure(
         for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse):  # stride 0 costs its storage
             if cancelled is not None and cancelled():
                 raise Cancelled("cancelled")
-            if threaded:
-                pending.append(worker_pool().submit(_chunk_sums, raw_a, raw_b, repeats, x, y))
+            if pool is not None:
+                pending.append(pool.submit(_chunk_sums, raw_a, raw_b, repeats, x, y))
                 while len(pending) > STATS_THREADS:
                     settle(pending.popleft().result())
             else:

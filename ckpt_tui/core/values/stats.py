@@ -28,6 +28,7 @@ BINARY_SEARCH_LIMIT = 1 << 12
 """Histograms of at most this many sampled values find their bins by binary search, larger ones by arithmetic."""
 STATS_THREADS = 2
 """Worker threads summarising chunks; at most this many chunks wait besides the one being read."""
+POOL_PREFIX = "ckpt-tui-stats"
 BLOCK_ELEMENTS = 1 << 17
 """Values swept together inside a chunk: their float64 copy (1 MB) stays in the CPU's cache."""
 DOT_SEGMENT = 8192
@@ -195,8 +196,11 @@ _pool_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
 
-def worker_pool() -> ThreadPoolExecutor:
-    """The worker threads shared by every statistics pass (started on first use): :data:`STATS_THREADS` of them."""
+def worker_pool() -> ThreadPoolExecutor | None:
+    """The worker threads shared by every statistics pass (started on first use): :data:`STATS_THREADS` of them;
+    None on one of them (work handed to the pool from its own workers could wait for itself)."""
+    if threading.current_thread().name.startswith(POOL_PREFIX):
+        return None
     return _pool()
 
 
@@ -205,7 +209,7 @@ def _pool() -> ThreadPoolExecutor:
     global _executor
     with _pool_lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(STATS_THREADS, thread_name_prefix="ckpt-tui-stats")
+            _executor = ThreadPoolExecutor(STATS_THREADS, thread_name_prefix=POOL_PREFIX)
         return _executor
 
 
