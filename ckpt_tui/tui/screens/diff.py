@@ -129,10 +129,9 @@ class DiffScreen(PairReportScreen):
     def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_diff
 
-        a, b = self.names()
-        described = describe_diff(report, a, b, width=row_width(self.app.size.width))
-        self.title_text = described.title
-        return described
+        # the title names how each side's keys are taken; the counts name the files alone
+        a, b = self.display_name, os.path.basename(self.other)
+        return describe_diff(report, a, b, width=row_width(self.app.size.width))
 
     def hints(self) -> list[str]:
         return [*super().hints(), "s: per-layer change"]

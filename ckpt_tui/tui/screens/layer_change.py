@@ -39,10 +39,9 @@ class LayerChangeScreen(PairReportScreen):
     def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_layer_change
 
-        a, b = self.names()
-        described = describe_layer_change(report, a, b, row_width(self.app.size.width))
-        self.title_text = described.title
-        return described
+        # the title names how each side's keys are taken; the counts name the files alone
+        a, b = self.display_name, os.path.basename(self.other)
+        return describe_layer_change(report, a, b, row_width(self.app.size.width))
 
     def action_layer_change(self) -> None:
         self.notify("this is the per-layer change", markup=False)
