@@ -5,7 +5,7 @@ held in memory (here). Each says what it can do (:class:`MadeRecords`); no consu
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ckpt_tui.core.errors import EditError, ReadError
 from ckpt_tui.core.model.dtypes import itemsize
@@ -74,3 +74,20 @@ class MemorySource:
         start = tensor.offset * itemsize(tensor.dtype)
         data = self.data[start : start + tensor.nbytes]
         yield np.frombuffer(data, raw_type)
+
+
+class UnreadSource:
+    """A storage whose values torch.load changes while loading in a way not reproduced here (a tensor's
+    pickled state sets ``real`` or ``imag``): its bytes on disk are not what torch loads, so they are never
+    shown, checked or copied as its values. Reading them, or writing them out, fails with ``why``."""
+
+    in_place = True
+
+    def __init__(self, base: Any, why: str) -> None:
+        self.base = base
+        self.why = why
+        self.path = getattr(base, "path", "")
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """Never: the values torch loads are not these bytes."""
+        raise ReadError(f"values not read: {self.why} while torch.load loads it (not reproduced here)")

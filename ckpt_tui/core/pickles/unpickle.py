@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.dtypes import DTYPES, STORAGE_CLASS_DTYPES
+from ckpt_tui.core.model.made_bytes import UnreadSource
 from ckpt_tui.core.model.tree import (
     INT64_LIMIT,
     LAYOUTS,
@@ -345,7 +346,64 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, state
         raise ValueError("parameter data made by _rebuild_from_type_v2")
     if data.hooks is not None or data.parameter_state is not None:  # torch would drop them: never written by it
         raise ValueError("parameter data with its own backward hooks or state")
-    return _with_flags(data, True, _grad(requires_grad), _hooks(backward_hooks), _state(state))
+    made, state = _set_obj_state(data, _state(state))
+    return _with_flags(made, True, _grad(requires_grad), _hooks(backward_hooks), state)
+
+
+VALUE_SETTERS = frozenset({"real", "imag"})
+"""Tensor attributes whose setter writes into the tensor's storage (``t.real = x`` copies ``x`` there)."""
+
+
+def _set_obj_state(tensor: Tensor, state: Any) -> tuple[Tensor, Any]:
+    """The tensor ``torch._utils._set_obj_state`` leaves, and the state left to record with it.
+
+    torch ``setattr``s each item of the dict state, then of the slot state. ``data`` makes the tensor the
+    given one's data (``set_data``: its storage, offset, shape, stride and dtype; its flags stay): the tree
+    holds that tensor, and the item is taken out of the recorded state (a written file holds the loaded
+    tensor itself, and a cast casts what torch loads). ``real``/``imag`` (or ``data`` set to anything but a
+    dense tensor read here) change values this reader does not reproduce: that storage is marked unread.
+    What torch refuses in a state is the verdict's to say.
+    """
+    parts = state if type(state) is tuple and len(state) == 2 else (state,)
+    applied = False
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        for name, value in part.items():
+            if name == "data" and isinstance(value, Tensor) and value.kind == tensor.kind == "dense":
+                applied = True
+                tensor = dataclasses.replace(
+                    tensor,
+                    storage=value.storage,
+                    offset=value.offset,
+                    shape=value.shape,
+                    stride=value.stride,
+                    dtype=value.dtype,
+                    metadata=value.metadata,
+                )
+            elif name == "data" or name in VALUE_SETTERS:
+                _mark_unread(tensor, f"its pickled state sets {name}")
+    if not applied:
+        return tensor, state
+    left = tuple(_without_data(p) for p in parts)
+    return tensor, _state(left[0] if len(left) == 1 else left)
+
+
+def _without_data(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    return {k: v for k, v in part.items() if k != "data"} or None
+
+
+def _mark_unread(tensor: Tensor, why: str) -> None:
+    """Mark the storages a tensor's values come from as not read (shared: torch changes the memory itself,
+    so every tensor over it sees the change)."""
+    parts = [tensor, *(p for p in tensor.sparse or () if isinstance(p, Tensor))]
+    for part in parts:
+        storage = part.storage
+        # while the file is read, before any tensor is shown: the storage itself changes, as torch's does
+        if storage is not None and not isinstance(storage.source, UnreadSource):
+            storage.source = UnreadSource(storage.source, why)
 
 
 PARAMETER = "torch.nn.parameter.Parameter"
@@ -371,6 +429,7 @@ def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> An
     if result.python_type is not None or result.python_state is not None:
         raise ValueError("_rebuild_from_type_v2 applied twice")
     named = new_type.qualname if isinstance(new_type, Symbol) else None
+    result, state = _set_obj_state(result, state)
     if named == PARAMETER and not result.parameter:
         return _with_flags(result, True, result.requires_grad, result.hooks, state)
     if state is None and named == (PARAMETER if result.parameter else "torch.Tensor"):
