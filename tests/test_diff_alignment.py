@@ -70,3 +70,23 @@ def test_long_keys_are_shortened_in_the_middle_keeping_their_last_components():
     assert shorten('ckpt["optimizer_state_dict"]["state"][0]["step"]', 30) == 'ckpt["op…]["state"][0]["step"]'
     assert shorten("short.key", 30) == "short.key"
     assert all(len(shorten(key, width)) == width for width in range(1, len(key)))
+
+
+def test_a_key_of_a_side_taken_another_way_leads_back_to_its_path_in_the_file(tmp_path):
+    """What the browser's realigned diff jumps by: each key of B taken under ``model_state_dict`` with
+    ``module.`` stripped is found again at its place in the training checkpoint."""
+    from ckpt_tui.core.model.tree import get
+    from ckpt_tui.core.operations.diff import alignment, key_paths
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    bare, run = files(tmp_path)
+    a, b = open_checkpoint(bare), open_checkpoint(run)
+    found = alignment(a.root, b.root)
+    assert found is not None
+    taken = found.b.take(b.root)
+    paths = key_paths(taken)
+    assert set(paths) == set(torch.load(bare))
+    for key, path in paths.items():
+        source = found.b.source_path(b.root, path)
+        assert source == ("model_state_dict", f"module.{key}")
+        assert get(b.root, source) is get(taken, path)
