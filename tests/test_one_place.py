@@ -3,6 +3,7 @@ commands through the same core code, so what one face proposes the other agrees 
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -303,3 +304,30 @@ def test_the_cli_progress_line_renders_cores_throttled_steps(monkeypatch: pytest
     shown = terminal.getvalue().split("\r")[1:-1]
     assert 45 <= len(shown) <= 51
     assert shown[-1].startswith("reading tensors: ") and shown[-1].endswith("of 1.0 MB (99%), ctrl+c stops ")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "too large"])
+def test_a_keys_file_or_rename_map_is_read_in_one_place_and_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Both are read by ``byte_source.read_small``: a FIFO is refused at once (it was waited on for ever)."""
+    import os
+
+    from ckpt_tui.core.errors import ReadError
+    from ckpt_tui.core.operations.compare import read_keys_file
+    from ckpt_tui.core.operations.convert import read_rename_map
+
+    path = tmp_path / "given"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        with open(path, "wb") as file:
+            file.truncate((64 << 20) + 1)
+    for read in (read_keys_file, read_rename_map):
+        with pytest.raises(ReadError, match=f"^{re.escape(str(path))}: "):
+            read(str(path))
+    torch.save(fixed_state_dict(prefix=""), tmp_path / "m.pth")
+    assert main(["convert", str(tmp_path / "m.pth"), "-o", str(tmp_path / "o.pth"), "--rename-map", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

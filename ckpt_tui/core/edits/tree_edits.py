@@ -39,7 +39,6 @@ from ckpt_tui.core.model.tree import (
     module_children,
     non_persistent_buffers,
 )
-from ckpt_tui.core.values.casting import CastSource
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {
@@ -702,6 +701,9 @@ def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
     By default only the model's weights (the detected state_dict) are cast, not optimizer state;
     ``path`` names another subtree, or ``"all"`` everything.
     """
+    # (the values wing is loaded by the edits that make values, not by every command that edits)
+    from ckpt_tui.core.values.casting import CastSource
+
     dtype = cast_dtype(dtype)
     scope = cast_scope(root, path)
     chosen = {id(t) for _, t in iter_tensors(get(root, scope)) if _castable(t, dtype)}

@@ -297,6 +297,19 @@ def open_stream(path: str) -> BinaryIO:
     return open_local(path)
 
 
+def read_small(path: str, limit: int, too_large: str) -> bytes:
+    """All of a small file (a keys file, a rename map), at most ``limit`` bytes; a larger one is refused
+    with ``PATH: too_large``, one that cannot be read with why (a FIFO or a device is refused, never waited on)."""
+    try:
+        with open_stream(path) as file:
+            data = file.read(limit + 1)
+    except OSError as exc:
+        raise ReadError(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise ReadError(f"{path}: {too_large}")
+    return data
+
+
 def size_of(path: str) -> int:
     """Bytes in the file at ``path``."""
     if is_remote(path):

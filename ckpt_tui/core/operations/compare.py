@@ -27,6 +27,7 @@ from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix,
 from ckpt_tui.core.edits.renames import Shapes, align, infer_rules
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
+from ckpt_tui.core.model.byte_source import read_small
 from ckpt_tui.core.model.keypath import KeyPath, glob_escape, to_python, to_slash
 from ckpt_tui.core.model.tree import Opaque, Tensor, get
 from ckpt_tui.core.runtime.shell import join_command, option, path_arg
@@ -291,13 +292,7 @@ def reference_from_text(text: str) -> Reference:
 
 def read_keys_file(path: str) -> Reference:
     """A keys file from disk: UTF-8 text of at most 64 MB."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(KEYS_FILE_LIMIT + 1)
-    except OSError as exc:
-        raise ReadError(f"{path}: {exc.strerror or exc}") from None
-    if len(data) > KEYS_FILE_LIMIT:
-        raise ReadError(f"{path}: a keys file over 64 MB")
+    data = read_small(path, KEYS_FILE_LIMIT, "a keys file over 64 MB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -191,13 +191,7 @@ def path_text(path: KeyPath) -> str:
 
 def read_rename_map(path: str) -> list[RenameRule]:
     """A rename-map file: a JSON object ``{"old.prefix.": "new.prefix.", ...}``, applied in order."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(RENAME_MAP_LIMIT + 1)
-    except OSError as exc:
-        raise ReadError(f"{path}: {exc.strerror or exc}") from None
-    if len(data) > RENAME_MAP_LIMIT:
-        raise ReadError(f"{path}: the rename map is over 16 MB")
+    data = byte_source.read_small(path, RENAME_MAP_LIMIT, "the rename map is over 16 MB")
     try:
         mapping = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
