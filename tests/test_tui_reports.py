@@ -265,15 +265,16 @@ async def test_read_only_the_compare_report_offers_no_fix_and_f_says_why(ddp_run
         assert "--readonly" in screen_text(app)
 
 
-async def test_a_report_that_cannot_be_made_says_why_and_closes(ddp_run: Path) -> None:
+@pytest.mark.parametrize(("key", "task"), [("D", "diff"), ("c", "compare")])
+async def test_a_report_that_cannot_be_made_says_why_and_closes(ddp_run: Path, key: str, task: str) -> None:
     app = CkptApp(str(ddp_run / "epoch1.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
-        await settle(pilot, "D")
+        await settle(pilot, key)
         app.screen.query_one("Input").value = str(ddp_run / "missing.pth")
         await settle(pilot, "enter")
         assert app.screen is browser(app)
-        assert any(n.title == "Cannot diff" and "missing.pth" in n.message for n in app._notifications)
+        assert any(n.title == f"Cannot {task}" and "missing.pth" in n.message for n in app._notifications)
 
 
 # ---- each screen's worker: off the UI thread, and escape cancels it ----------------------------------

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from ckpt_tui.core.edits import group_edits
-from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.errors import EditError, ReadError
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.core.runtime.safe_text import printable
@@ -73,7 +73,10 @@ class CompareScreen(ReportScreen):
             group = (
                 group_edits.group_state_dict(root, target.path, target.prefix) if target.prefix is not None else None
             )
-            loaded = load_reference(reference, None)
+            try:
+                loaded = load_reference(reference, None)
+            except OSError as exc:
+                raise ReadError(f"{reference}: {exc.strerror or exc}") from None
             return compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
 
         return run
