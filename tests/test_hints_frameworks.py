@@ -271,3 +271,39 @@ def test_the_browser_header_offers_no_key_for_a_fix_that_was_not_offered():
     assert frozen
     assert all("strips it" not in finding_text(f).plain for f in frozen)
     assert any("x on it extracts it" in finding_text(f).plain for f in summary.findings)
+
+
+def test_an_averaged_model_is_named_and_its_fix_reaches_the_model(tmp_path, capsys):
+    """torch.optim.swa_utils.AveragedModel keeps the model as .module and n_averaged beside it: not
+    DataParallel; the fix drops the counter and strips module. (both for the file and inside a dict)."""
+    from torch.optim.swa_utils import AveragedModel
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    averaged = AveragedModel(model)
+    averaged.update_parameters(model)
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    torch.save(averaged.state_dict(), tmp_path / "swa.pth")
+    torch.save({"epoch": 3, "model": averaged.state_dict()}, tmp_path / "run.pth")
+    for name in ("swa", "run"):
+        found = findings(capsys, tmp_path / f"{name}.pth")
+        assert any("AveragedModel" in f["message"] for f in found)
+        assert not any("DataParallel" in f["message"] for f in found)
+        command = fix_command(capsys, tmp_path / f"{name}.pth")
+        assert main(shlex.split(command)[1:]) == 0
+        capsys.readouterr()
+        assert main(["check", str(tmp_path / f"{name}.fixed.pth"), "--against", str(tmp_path / "model.pth")]) == 0
+        capsys.readouterr()
+
+
+def test_a_peft_state_dict_inside_a_training_dict_gets_its_whole_fix_with_the_extract(tmp_path, capsys):
+    peft = pytest.importorskip("peft")
+    tf = pytest.importorskip("transformers")
+    base = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA))
+    torch.save({k: v.clone() for k, v in base.state_dict().items()}, tmp_path / "base.pth")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    torch.save({"epoch": 1, "model": model.state_dict()}, tmp_path / "run.pth")
+    command = fix_command(capsys, tmp_path / "run.pth")
+    assert "--extract model" in command and "--drop-keys" in command and "--rename-infix" in command
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "run.fixed.pth"), "--against", str(tmp_path / "base.pth")]) == 0

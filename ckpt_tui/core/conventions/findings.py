@@ -11,7 +11,9 @@ from typing import Any
 
 from ckpt_tui.core.conventions.architectures import Layout, fitting
 from ckpt_tui.core.conventions.layouts import (
+    AVERAGED_COUNTER,
     LIGHTNING_MODEL,
+    is_averaged_model,
     is_lightning_checkpoint,
     lightning_version,
     peft_fix,
@@ -244,6 +246,9 @@ def _prefix_findings(root: Any) -> list[Finding]:
         items = tensor_items(value) or []
         keys = list(map(operator.itemgetter(0), items))
         lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+        if is_averaged_model(keys):
+            findings.append(_averaged_finding(path, len(items)))
+            continue
         prefix = common_prefix(keys, lightning)
         if not prefix:
             continue
@@ -281,6 +286,17 @@ def _prefix_findings(root: Any) -> list[Finding]:
     return findings
 
 
+def _averaged_finding(path: KeyPath, count: int) -> Finding:
+    """A ``torch.optim.swa_utils.AveragedModel``'s state_dict: the model under ``module.``, ``n_averaged``
+    beside it (not DataParallel's ``module.``: the counter says which)."""
+    message = (
+        f"the {count} keys under {where(path)} are a torch.optim.swa_utils.AveragedModel's (SWA/EMA weights): "
+        f"the model under .module, its {AVERAGED_COUNTER} counter beside it"
+    )
+    fix = Fix("--drop-keys", AVERAGED_COUNTER, (("--strip-prefix", "module."),))
+    return Finding("averaged-model", message, "warning", path=path, prefix="module.", fix=fix)
+
+
 def _model_prefix_finding(path: KeyPath, prefix: str, start: str) -> Finding:
     """Keys under ``model.`` outside a Lightning checkpoint, in no layout core knows: a wrapper holding the
     model as ``.model`` (the strip offered only as "if needed")."""
@@ -309,12 +325,18 @@ def _structure_findings(
     if inner and wrapped is not None and wrapped.prefix is not None:
         # extract and strip in one convert: either alone leaves something load_state_dict rejects, so the
         # prefix's own finding stays (JSON readers look for it) as information, without a fix of its own
-        start = wrapped.message.split(" start with ", 1)[1]
-        message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
-        fix = Fix("--extract", to_slash(inner), (("--strip-prefix", wrapped.prefix),))
+        # the wrapped finding's whole fix (a PEFT state_dict also drops its adapters and renames)
+        also = tuple(wrapped.fix.pairs()) if wrapped.fix is not None else (("--strip-prefix", wrapped.prefix),)
+        fix = Fix("--extract", to_slash(inner), also)
+        if wrapped.kind == "prefix":
+            start = wrapped.message.split(" start with ", 1)[1]
+            message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
+            told = f"{wrapped.message.split(':', 1)[0]} (the wrapper prefix of the model weights above)"
+            prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
+        else:  # a PEFT or AveragedModel layout, said in its own words once, here
+            message = f"the model weights are under {where(inner)}; {wrapped.message}"
+            prefixes.remove(wrapped)
         findings.append(Finding("inner-state-dict", message, "warning", inner, wrapped.prefix, fix=fix))
-        told = f"{wrapped.message.split(':', 1)[0]} (the wrapper prefix of the model weights above)"
-        prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
     elif inner and not any(path == inner for path, _ in modules):
         # (a pickled module there has its own finding, with the same extract)
         findings.append(

@@ -222,6 +222,15 @@ def peft_fix(peft: PeftLayout) -> list[tuple[str, str]]:
 
 # ---- EMA ----------------------------------------------------------------------------------
 
+AVERAGED_COUNTER = "n_averaged"
+"""The step counter ``torch.optim.swa_utils.AveragedModel`` keeps beside the model it holds as ``.module``."""
+
+
+def is_averaged_model(keys: Sequence[str]) -> bool:
+    """An ``AveragedModel`` state_dict (SWA or EMA weights): ``n_averaged``, every other key under ``module.``."""
+    rest = [k for k in keys if k not in (AVERAGED_COUNTER, "_metadata")]
+    return AVERAGED_COUNTER in keys and bool(rest) and all(k.startswith("module.") and k != "module." for k in rest)
+
 
 def is_ema_name(name: str) -> bool:
     """``ema``, ``model_ema``, ``ema_model``, ``state_dict_ema``...: a name that says EMA."""

@@ -837,6 +837,11 @@ def _strip_notes(suggestion: Suggestion, keys: list[str], lightning: bool = Fals
                 f"keys start with {step.arg!r}: the body of a Hugging Face {body[0].name}; the reference "
                 "holds the body alone"
             )
+        elif step.arg == "module." and layouts.is_averaged_model(keys):
+            notes.append(
+                f"keys start with {step.arg!r}: a torch.optim.swa_utils.AveragedModel's .module (SWA/EMA weights, "
+                f"its {layouts.AVERAGED_COUNTER} counter beside them)"
+            )
         elif layouts.split_wrappers(str(step.arg)) is not None:
             notes.append(f"keys start with {step.arg!r}: {layouts.describe_wrappers(str(step.arg))}")
     return notes
