@@ -325,21 +325,51 @@ def weights_only_problem(judged: Verdict) -> Problem:
     return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})
 
 
+TENSOR_MAKERS = LEGACY_TENSOR_CLASSES | {"torch._utils._rebuild_device_tensor_from_cpu_tensor"}
+"""Calls torch.load turns into a tensor that the tree keeps as calls: the legacy constructors
+(``torch.FloatTensor([...])``, ``torch.IntTensor(4, 4)``, then maybe BUILD's ``set_``) and
+``_rebuild_device_tensor_from_cpu_tensor`` (``data.to(dtype, device)``): their values are not read here."""
+
+
 def _unread_tensors(references: list[Reference]) -> list[Problem]:
-    """Tensors torch.load builds that the tree keeps as calls: ``torch.FloatTensor(...)`` then BUILD, which
-    sets a storage's values. They are not read here, so their NaN/Inf are not known, and a check of the
-    file is never clean. (Without BUILD, the values are the call's own data, which the verdict judges.)"""
+    """Tensors torch.load builds that the tree keeps as calls (:data:`TENSOR_MAKERS`), however they are
+    called. Their values are not read here (a list converted to the class's dtype, a storage set by BUILD,
+    a cast), so their NaN/Inf are not known and a check of the file is never clean; a constructor given
+    only sizes makes a tensor of uninitialised memory, whose values differ at each load."""
     found = [
-        (path, value.global_name)
+        (path, value)
         for path, value, _, first in references
-        if first and isinstance(value, Opaque) and value.built and value.global_name in LEGACY_TENSOR_CLASSES
+        if first and isinstance(value, Opaque) and value.global_name in TENSOR_MAKERS
     ]
-    if not found:
-        return []
-    path, name = found[0]
-    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
-    message = (
-        f"{where(path)}{more}: a tensor made by {name}(...), as torch.load builds it; "
-        "ckpt-tui does not read such tensors, so their values (NaN/Inf) were not checked"
+    problems = []
+    uninitialised = [(path, value) for path, value in found if _uninitialised(value)]
+    if uninitialised:
+        path, value = uninitialised[0]
+        more = f" (+{len(uninitialised) - 1} more)" if len(uninitialised) > 1 else ""
+        message = (
+            f"{where(path)}{more}: {value.global_name}({', '.join(map(str, value.args))}) makes a tensor of "
+            "uninitialised memory when torch.load runs it: its values differ at each load"
+        )
+        problems.append(Problem("unread-tensor", message, path))
+    rest = [(path, value) for path, value in found if not _uninitialised(value)]
+    if rest:
+        path, value = rest[0]
+        more = f" (+{len(rest) - 1} more)" if len(rest) > 1 else ""
+        message = (
+            f"{where(path)}{more}: a tensor made by {value.global_name}(...), as torch.load builds it; "
+            "ckpt-tui does not read such tensors, so their values (NaN/Inf) were not checked"
+        )
+        problems.append(Problem("unread-tensor", message, path))
+    return problems
+
+
+def _uninitialised(value: Opaque) -> bool:
+    """A legacy constructor called with sizes only, and no storage set afterwards (``torch.IntTensor(4, 4)``)."""
+    sizes = value.args
+    return (
+        value.global_name in LEGACY_TENSOR_CLASSES
+        and not value.built
+        and bool(sizes)
+        and all(type(size) is int for size in sizes)
+        and all(size > 0 for size in sizes)
     )
-    return [Problem("unread-tensor", message, path)]
