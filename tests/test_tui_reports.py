@@ -389,3 +389,18 @@ async def test_escape_cancels_check_all(ddp_run: Path, monkeypatch: pytest.Monke
         await pilot.press("C")
         await escape_cancels(app, pilot, fake, CheckAllScreen)
         assert "cancelled: nothing was marked" in status(app) and browser(app).check is None
+
+
+async def test_help_on_a_report_lists_its_keys_from_the_bindings(ddp_run: Path) -> None:
+    from ckpt_tui.tui.screens.help import HelpScreen
+
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "D", ddp_run / "bare.pth")
+        await settle(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        shown = screen_text(app)
+        assert "Compare that way" in shown and "Per-layer change" in shown
+        await settle(pilot, "escape")
+        assert app.screen is screen

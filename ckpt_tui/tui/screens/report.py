@@ -26,8 +26,9 @@ from textual.worker import get_current_worker
 from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.tui.bindings import LIST_BINDINGS, REPORT_BINDINGS
+from ckpt_tui.tui.bindings import LIST_BINDINGS, REPORT_BINDINGS, key_rows
 from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, ReportReady
+from ckpt_tui.tui.screens.help import HelpScreen
 from ckpt_tui.tui.text import data
 
 if TYPE_CHECKING:
@@ -273,6 +274,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
 
     def action_layer_change(self) -> None:
         self.notify("no per-layer change for this report (D diffs, then s measures)", severity="warning", markup=False)
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(key_rows(self.active_bindings)))
 
     def action_close(self) -> None:
         self.workers.cancel_group(self, "report")
