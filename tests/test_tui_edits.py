@@ -413,3 +413,18 @@ async def test_a_rename_to_the_same_name_or_an_extract_of_a_flat_root_says_so_an
         assert "nothing to extract" in await no_edit_recorded(pilot, "x")
         await settle(pilot, "j")
         assert "nothing to rename" in await no_edit_recorded(pilot, "r", "=embed.weight")
+
+
+async def test_extract_on_a_plain_value_says_so_and_the_preview_of_an_extract_counts_no_changes(
+    train_file: Path,
+) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("epoch",), None))
+        await settle(pilot)
+        assert 'nothing to extract: ckpt["epoch"] holds no tensor' in await no_edit_recorded(pilot, "x")
+        browser(app).tree_view.reveal((("model",), None))
+        await settle(pilot, "x")
+        assert isinstance(app.screen, PreviewScreen)
+        assert app.screen.question.startswith('Apply: extract ckpt["model"] (9 tensors)?')

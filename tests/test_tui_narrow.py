@@ -12,7 +12,7 @@ from builders_tui import browser, cursor_path, detail, fixed, loaded, screen_tex
 from torch import nn
 
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.fitting import Column, Part, fit_columns, fitted, middle
+from ckpt_tui.tui.fitting import Column, Part, fit_columns, fitted, short_key
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
 from ckpt_tui.tui.screens.help import HelpScreen
 from ckpt_tui.tui.screens.layers import LABELS, TABLE_COLUMNS, LayersScreen, LayersTable, cell_text
@@ -65,10 +65,13 @@ def tree_lines(app: CkptApp) -> list[str]:
 # ---- fitting a line ---------------------------------------------------------------------------
 
 
-def test_middle_keeps_the_end_of_a_key() -> None:
-    assert middle("module.layer1.0.conv1.weight", 40) == "module.layer1.0.conv1.weight"
-    short = middle("module.layer1.0.conv1.weight", 20)
-    assert len(short) == 20 and short.startswith("module") and short.endswith(".conv1.weight") and "…" in short
+def test_a_short_key_keeps_its_end_and_leaves_out_the_start_its_siblings_share_first() -> None:
+    key = "module.layer1.0.conv1.weight"
+    assert short_key(key, 40) == key
+    assert short_key(key, 24, head=len("module.")) == "…layer1.0.conv1.weight"
+    assert short_key(key, 20, head=len("module.")) == "…yer1.0.conv1.weight"
+    alone = short_key(key, 20)  # no siblings to tell it from: core's shortening, the start and whole last components
+    assert len(alone) <= 20 and alone.startswith("mod") and alone.endswith("0.conv1.weight") and "…" in alone
 
 
 def test_fitting_drops_bytes_then_device_and_shortens_the_key_before_the_shape() -> None:
@@ -112,7 +115,8 @@ async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_mid
         conv = next(line for line in lines if "[32, 3, 3, 3]" in line)
         assert "module.conv1.weight  [32, 3, 3, 3] fp32" in conv
         block = next(line for line in lines if "conv1.weight  [32, 32, 3, 3] fp32" in line)
-        assert "…" in block and block.split("…")[0].split()[-1].startswith("module")
+        # the module. every sibling shares goes first; the layer number stays
+        assert "…layer1.0.conv1.weight  [32, 32, 3, 3] fp32" in block or "…yer1.0.conv1.weight" in block
         assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
 
 

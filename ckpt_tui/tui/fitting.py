@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 from rich.text import Span, Text
 
+from ckpt_tui.core.values.text_plots import shorten
+
 SHORTEN = 2
 """The level at which parts with a short form take it (after the levels above it are dropped)."""
 MIN_KEY = 8
@@ -45,6 +47,8 @@ class Part(NamedTuple):
     """A shorter form taken at level ``SHORTEN`` (``fp32`` for ``float32``)."""
     key: bool = False
     """The key: shortened in the middle once nothing else can go."""
+    head: int = 0
+    """The key's first characters that every sibling key shares (``module.``): they go first, as ``…``."""
     end: bool = False
     """Kept whole at the end of the line (a marker in words), never cut."""
     compact: bool = False
@@ -71,15 +75,17 @@ def width_of(parts: list[Part]) -> int:
     return sum(len(part.text) for part in parts)
 
 
-def middle(text: str, width: int) -> str:
-    """``text`` in ``width`` columns, shortened in the middle (a third of the room before the ``…``)."""
+def short_key(text: str, width: int, head: int = 0) -> str:
+    """``text`` in ``width`` columns: a key whose siblings share its start (``module.``) keeps its end, as much
+    as fits (``…layer1.0.conv1.weight``, ``…ayer1.0.conv1.weight``); another is shortened in the middle by core's
+    one function (its start and its last components kept)."""
     if len(text) <= width:
         return text
-    if width <= 1:
-        return text[:width]
-    room = width - 1
-    head = room // 3
-    return text[:head] + ELLIPSIS + text[len(text) - (room - head) :]
+    if 0 < head < len(text) and width > MIN_KEY:
+        # the shared start tells the siblings nothing apart; the end (layer number, parameter) does
+        rest = text[max(head, len(text) - width + len(ELLIPSIS)) :]
+        return ELLIPSIS + rest
+    return shorten(text, width)
 
 
 def compacted(parts: list[Part]) -> list[Part]:
@@ -108,7 +114,9 @@ def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
             return styled(shown)
     others = sum(len(part.text) for part in shown if not part.key)
     shown = [
-        part._replace(text=middle(part.text, max(width - others, min(len(part.text), MIN_KEY)))) if part.key else part
+        part._replace(text=short_key(part.text, max(width - others, min(len(part.text), MIN_KEY)), part.head))
+        if part.key
+        else part
         for part in shown
     ]
     if width_of(shown) <= width:

@@ -597,6 +597,9 @@ class BrowserScreen(Screen[None]):
             found = inner_state_dict(self.session.root)
             self.propose(lambda root: edits.extract(root, "auto"), targets.extracted(found or ()))
             return
+        if not self._tensors_below(target, castable=False):  # extract epoch = 1: the weights would all go
+            self.nothing_to_do(f"nothing to extract: {target.describe()} holds no tensor")
+            return
         self.propose(lambda root: edits.extract(root, target.path), targets.extracted(target.path))
 
     def action_remap(self) -> None:
@@ -700,7 +703,7 @@ class BrowserScreen(Screen[None]):
                 self.propose(lambda root: edits.cast(root, dtype, target.path or "all"))
 
         what = "the whole checkpoint" if not target.path and target.prefix is None else target.describe()
-        if not self._castable_below(target):
+        if not self._tensors_below(target):
             self.nothing_to_do(f"nothing to cast: no floating-point tensor in {what}")
             return
         self.ask(
@@ -710,8 +713,8 @@ class BrowserScreen(Screen[None]):
             cast_to,
         )
 
-    def _castable_below(self, target: Target) -> bool:
-        """Whether a cast of ``target`` has a floating-point tensor to act on."""
+    def _tensors_below(self, target: Target, castable: bool = True) -> bool:
+        """Whether ``target`` holds a tensor (``castable``: a floating-point one, that a cast acts on)."""
         assert self.session is not None
         root = self.session.root
         try:
@@ -721,7 +724,7 @@ class BrowserScreen(Screen[None]):
                 value = get(root, target.path)
         except (CkptError, KeyError, IndexError, TypeError):
             return True  # the edit itself says what is wrong
-        return any(tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
+        return any(not castable or tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
 
     def action_undo(self) -> None:
         if not self.editable("undo") or self.session is None:

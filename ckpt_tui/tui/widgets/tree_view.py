@@ -84,6 +84,8 @@ class NodeData:
     """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
     parts: list[Part] | None = None
     """The line's parts, to fit it into a narrow tree (the label is the whole line)."""
+    head: int = 0
+    """A loaded container: the start its keys all share (``module.``), the first thing a narrow line leaves out."""
 
     @property
     def row_id(self) -> RowId:
@@ -274,6 +276,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             return
         data.loaded = True
         data.entries = self._entries(data)
+        data.head = shared_head(data.entries)
         if data.entries:
             more = self._more_line(node, data, 0, len(data.entries), None)
             self._open(node, more, 0, PAGE)
@@ -309,7 +312,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             at += 1
         for place in range(low, high):
             prefix = data.group.prefix if data.group is not None else ""  # shown once, on the group line
-            label, kid, expandable = self._line(data.path, prefix, data.entries[place])
+            label, kid, expandable = self._line(data.path, prefix, data.entries[place], data.head)
             kid.index = place
             node.add(label, kid, before=at, allow_expand=expandable)
             at += 1
@@ -357,7 +360,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
                 self._groupings.pop(next(iter(self._groupings)))
             self._groupings[key] = entry
 
-    def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
+    def _line(self, path: KeyPath, prefix: str, entry: Any, head: int = 0) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
             parts = group_parts(entry, self.styles_by_role)
             return styled(parts), NodeData(path, entry, entry, parts=parts), True
@@ -365,6 +368,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         text = key_text(key)
         short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
         parts = value_parts(short, value, self.totals, self.styles_by_role)
+        if head and short == text and isinstance(key, str) and text[:head] == key[:head]:  # not an escaped key
+            parts[0] = parts[0]._replace(head=head)
         marker = self.markers.get(id(value)) if isinstance(value, Tensor) else None
         if marker:
             parts.append(Part(f"  !! {marker}", "bold red", end=True))
@@ -512,6 +517,18 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if kid is None or kid.data is None or kid.data.is_more:
             return None
         return kid
+
+
+def shared_head(entries: list[Any]) -> int:
+    """How many first characters every str key of ``entries`` shares, up to a ``.`` (``module.``: 7); 0 unless
+    there are two keys or more and each goes on past it."""
+    keys = [entry[0] for entry in entries if isinstance(entry, tuple) and isinstance(entry[0], str)]
+    if len(keys) < 2 or len(keys) != len(entries):
+        return 0
+    low, high = min(keys), max(keys)
+    end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
+    head = low.rfind(".", 0, end) + 1
+    return head if head < min(map(len, keys)) else 0
 
 
 def module_groups(value: dict[Any, Any]) -> Group | None:
