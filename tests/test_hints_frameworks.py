@@ -307,3 +307,23 @@ def test_a_peft_state_dict_inside_a_training_dict_gets_its_whole_fix_with_the_ex
     assert main(shlex.split(command)[1:]) == 0
     capsys.readouterr()
     assert main(["check", str(tmp_path / "run.fixed.pth"), "--against", str(tmp_path / "base.pth")]) == 0
+
+
+def test_compiled_submodules_get_the_rename_with_the_rest_of_the_fix(tmp_path, capsys):
+    """model.block = torch.compile(block) leaves _orig_mod inside the block's keys; saved wrapped in
+    DataParallel inside a training dict, one command extracts, strips module. and takes _orig_mod out,
+    and the result loads."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp_path / "model.pth")
+    model[0], model[2] = torch.compile(model[0]), torch.compile(model[2])
+    assert any("._orig_mod." in key for key in model.state_dict())
+    torch.save(model.state_dict(), tmp_path / "compiled.pth")
+    wrapped = torch.nn.DataParallel(model).state_dict()  # on CPU it only adds module., as DDP does
+    torch.save({"epoch": 2, "model": wrapped}, tmp_path / "run.pth")
+    for name in ("compiled", "run"):
+        command = fix_command(capsys, tmp_path / f"{name}.pth")
+        assert "--rename-infix _orig_mod=" in command
+        assert main(shlex.split(command)[1:]) == 0
+        capsys.readouterr()
+        assert main(["check", str(tmp_path / f"{name}.fixed.pth"), "--against", str(tmp_path / "model.pth")]) == 0
+        capsys.readouterr()

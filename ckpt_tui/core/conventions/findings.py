@@ -6,7 +6,7 @@ import itertools
 import operator
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ckpt_tui.core.conventions.architectures import Layout, fitting
@@ -240,8 +240,10 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
 
 
 def _prefix_findings(root: Any) -> list[Finding]:
-    """A finding for each state_dict whose keys all start with one prefix, with its strip."""
-    findings = []
+    """A finding for each state_dict whose keys all start with one prefix, with its strip (and the rename
+    that takes out ``_orig_mod`` where compiled submodules left it)."""
+    findings: list[Finding] = []
+    compiled: dict[KeyPath, int] = {}
     for path, value in state_dicts(root):
         items = tensor_items(value) or []
         keys = list(map(operator.itemgetter(0), items))
@@ -249,6 +251,7 @@ def _prefix_findings(root: Any) -> list[Finding]:
         if is_averaged_model(keys):
             findings.append(_averaged_finding(path, len(items)))
             continue
+        compiled[path] = sum(1 for key in keys if COMPILED_INFIX in key)
         prefix = common_prefix(keys, lightning)
         if not prefix:
             continue
@@ -283,7 +286,31 @@ def _prefix_findings(root: Any) -> list[Finding]:
             severity = "warning"
         fix = Fix("--strip-prefix", prefix)
         findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+    for path, count in compiled.items():
+        if count:
+            findings = _with_compiled_submodules(findings, path, count)
     return findings
+
+
+COMPILED_INFIX = "._orig_mod."
+"""What ``model.block = torch.compile(block)`` puts inside the keys of the compiled submodule."""
+
+
+def _with_compiled_submodules(findings: list[Finding], path: KeyPath, count: int) -> list[Finding]:
+    """The rename that takes ``_orig_mod`` out of keys where ``model.block = torch.compile(block)`` left it:
+    added to the fix of the state_dict's own finding (one command), or a finding of its own."""
+    said = (
+        f"{count} keys under {where(path)} hold '_orig_mod' inside them: submodules replaced by "
+        "torch.compile(submodule), whose wrapper holds them as ._orig_mod"
+    )
+    rename = ("--rename-infix", "_orig_mod=")
+    for index, finding in enumerate(findings):
+        if finding.path == path and finding.fix is not None and finding.severity == "warning":
+            fix = Fix(finding.fix.option, finding.fix.argument, (*finding.fix.also, rename))
+            findings[index] = replace(finding, message=f"{finding.message}; {said}", fix=fix)
+            return findings
+    fix = Fix(*rename, (("--at", to_slash(path)),) if path else ())
+    return [*findings, Finding("compiled-submodules", said, "warning", path=path, fix=fix)]
 
 
 def _averaged_finding(path: KeyPath, count: int) -> Finding:
