@@ -174,6 +174,8 @@ def make_peft(root: Path) -> None:
     reference = {k: v.clone() for k, v in base.state_dict().items()}
     model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     _save_with_ref(dict(model.state_dict()), root / "made" / "peft" / "lora_full.pth", reference)
+    training = {"epoch": 1, "model": dict(model.state_dict())}
+    _save_with_ref(training, root / "made" / "peft" / "lora_in_training_dict.pth", reference)
     model.save_pretrained(root / "made" / "peft" / "adapter")
     torch.save(reference, root / "made" / "peft" / "adapter" / "adapter_model.safetensors.ref.pth")
 
@@ -188,18 +190,13 @@ def make_lightning(root: Path) -> None:
     from torch import nn
 
     class Module(pl.LightningModule):
-        def __init__(self, model: nn.Module | None = None) -> None:
+        def __init__(self, model: nn.Module | None = None, attribute: str = "model") -> None:
             super().__init__()
             if model is None:
                 self.conv = nn.Conv2d(1, 4, 3)
                 self.head = nn.Linear(4, 2)
             else:
-                self.model = model
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if hasattr(self, "model"):
-                return self.model(x)
-            return self.head(self.conv(x).mean((2, 3)))
+                setattr(self, attribute, model)
 
         def training_step(self, batch: Any, _: int) -> torch.Tensor:
             return sum((p.float() ** 2).sum() for p in self.parameters()) * 1e-3
@@ -222,6 +219,7 @@ def make_lightning(root: Path) -> None:
         "llama_causal_as_model": Module(tf.LlamaForCausalLM(tf.LlamaConfig(**llama))),
         "llama_body_as_model": Module(tf.LlamaModel(tf.LlamaConfig(**llama))),
         "own_layers": Module(None),
+        "cnn_as_net": Module(nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)), "net"),
     }
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4, 1)), batch_size=2)
     for name, module in cases.items():
@@ -238,7 +236,7 @@ def make_lightning(root: Path) -> None:
         trainer.fit(module, data)
         path = folder / f"{name}.ckpt"
         trainer.save_checkpoint(path)
-        inner = module.model if hasattr(module, "model") else module
+        inner = getattr(module, "model", None) or getattr(module, "net", None) or module
         torch.save(dict(inner.state_dict()), str(path) + ".ref.pth")
 
 
@@ -278,6 +276,14 @@ def make_torch(root: Path) -> None:
     _save_with_ref(quantized, folder / "dynamic_quantized_module.pth", dict(quantized.state_dict()))
     plain = net()
     _save_with_ref({"model": plain.state_dict(), "epoch": 3}, folder / "training_model_key.pth", plain.state_dict())
+    averaged = torch.optim.swa_utils.AveragedModel(plain)
+    averaged.update_parameters(plain)
+    _save_with_ref(dict(averaged.state_dict()), folder / "swa_averaged.pth", plain.state_dict())
+    blocks = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 2))
+    reference = {k: v.clone() for k, v in blocks.state_dict().items()}
+    blocks[0], blocks[2] = torch.compile(blocks[0]), torch.compile(blocks[2])
+    training = {"epoch": 2, "model": nn.DataParallel(blocks).state_dict()}
+    _save_with_ref(training, folder / "compiled_blocks_dp.pth", reference)
     _save_with_ref(plain, folder / "whole_module.pth", plain.state_dict())
 
 
