@@ -88,6 +88,11 @@ class UnreadSource:
         self.why = why
         self.path = getattr(base, "path", "")
 
+    @classmethod
+    def over(cls, source: Any, why: str) -> UnreadSource:
+        """``source`` marked as not read (once: a source marked already keeps its first ``why``)."""
+        return source if isinstance(source, cls) else cls(source, why)
+
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Never: the values torch loads are not these bytes."""
         raise ReadError(f"values not read: {self.why} while torch.load loads it (not reproduced here)")

@@ -402,8 +402,8 @@ def _mark_unread(tensor: Tensor, why: str) -> None:
     for part in parts:
         storage = part.storage
         # while the file is read, before any tensor is shown: the storage itself changes, as torch's does
-        if storage is not None and not isinstance(storage.source, UnreadSource):
-            storage.source = UnreadSource(storage.source, why)
+        if storage is not None:
+            storage.source = UnreadSource.over(storage.source, why)
 
 
 PARAMETER = "torch.nn.parameter.Parameter"
