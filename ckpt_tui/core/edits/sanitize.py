@@ -115,6 +115,10 @@ def _where(path: KeyPath) -> str:
     return to_python(path) if path else "the root"
 
 
+_NOT_PLAIN = object()
+"""What :meth:`_Rewriter._plain_data` answers for a global that is not known plain data."""
+
+
 class _Rewriter:
     """One walk over the tree; each object visited once (shared objects stay shared)."""
 
@@ -264,6 +268,22 @@ class _Rewriter:
             return value
         if value.is_module:
             return self._module(value, path)
+        rewritten = self._plain_data(value, path)
+        if rewritten is not _NOT_PLAIN:
+            return rewritten
+        if _enum_like(value):
+            self.note("enum → its value", name)
+            return value.args[0]
+        short = name.rsplit(".", 1)[-1]
+        known = name in _KNOWN_CLASSES or framework_of(name) is not None  # DeepSpeed's fragment_address: a dataclass
+        if value.how == "reconstructor" or short[:1].isupper() or known:
+            return self._object(value, path)
+        raise _Refused(f"{name} (a function call)")
+
+    def _plain_data(self, value: Opaque, path: KeyPath) -> Any:
+        """What an object of a known plain-data global becomes (numpy arrays, scalars and dtypes, namespaces,
+        omegaconf, paths, dates, defaultdict, deque, slice, range); :data:`_NOT_PLAIN` for any other."""
+        name = value.global_name
         short = name.rsplit(".", 1)[-1]
         if name.startswith("numpy.") and short == "_reconstruct":
             return self._numpy_array(value, path)
@@ -295,13 +315,7 @@ class _Rewriter:
             return list(self._children(enumerate(source), path))
         if name in ("builtins.slice", "builtins.range"):
             return self._slice(value)
-        if _enum_like(value):
-            self.note("enum → its value", name)
-            return value.args[0]
-        known = name in _KNOWN_CLASSES or framework_of(name) is not None  # DeepSpeed's fragment_address: a dataclass
-        if value.how == "reconstructor" or short[:1].isupper() or known:
-            return self._object(value, path)
-        raise _Refused(f"{name} (a function call)")
+        return _NOT_PLAIN
 
     def _state_into(self, value: Opaque, path: KeyPath, new: dict[str, Any]) -> dict[str, Any]:
         """The object's pickled attributes (``__dict__`` and slots), rewritten, added to ``new``."""
