@@ -146,7 +146,12 @@ class AveragedRecords(AssembledRecords):
         tensors = self.inputs[storage.key]
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
-        readers = [TensorReader(t, order).chunks(chunk) for t, order in zip(tensors, self.byteorders, strict=True)]
+        # each input read into its own ring of reused buffers (no fresh pages for every chunk): a chunk's
+        # buffers are read into again STATS_THREADS + 1 chunks later, once its average is done
+        readers = [
+            TensorReader(t, order, ring=f"average-{index}").chunks(chunk, STATS_THREADS + 1)
+            for index, (t, order) in enumerate(zip(tensors, self.byteorders, strict=True))
+        ]
         pool = worker_pool()
         if pool is None:  # (read on a statistics thread: averaged here)
             for parts in zip(*readers, strict=True):
@@ -154,8 +159,8 @@ class AveragedRecords(AssembledRecords):
             return
         pending: deque[Future[np.ndarray]] = deque()
         try:
-            # each chunk averaged on a statistics thread while the next is read and the one before is written
-            # (each chunk's inputs are fresh arrays); at most STATS_THREADS chunks in flight bound the memory
+            # each chunk averaged on a statistics thread while the next is read and the one before is written;
+            # at most STATS_THREADS chunks in flight (their input buffers not read into again before they are done)
             for parts in zip(*readers, strict=True):
                 while len(pending) >= STATS_THREADS:
                     yield pending.popleft().result()

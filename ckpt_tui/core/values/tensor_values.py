@@ -221,14 +221,17 @@ class TensorReader:
 
     # ---- row-major reads ------------------------------------------------------------------
 
-    def chunks(self, chunk: int = CHUNK_ELEMENTS) -> Iterator[np.ndarray]:
-        """Every element in row-major order, ``chunk`` at a time (the last chunk may be shorter), raw dtype."""
+    def chunks(self, chunk: int = CHUNK_ELEMENTS, reuse: int = 0) -> Iterator[np.ndarray]:
+        """Every element in row-major order, ``chunk`` at a time (the last chunk may be shorter), raw dtype.
+
+        ``reuse``: as :meth:`distinct_chunks` takes it (a chunk's array may be read into ``reuse`` chunks later).
+        """
         if self.span is None:
             return
         if self.made is not None:
             yield from _exact_chunks(self.made.view_elements(self.tensor, chunk, self.raw_type), chunk)
             return
-        yield from self._view_chunks(self.tensor.shape, self.tensor.stride, chunk)
+        yield from self._view_chunks(self.tensor.shape, self.tensor.stride, chunk, reuse)
 
     def first(self, count: int) -> np.ndarray:
         """The first ``count`` elements in row-major order (raw dtype), read one by one."""
