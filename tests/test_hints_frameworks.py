@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,22 @@ def test_compiled_submodules_get_the_rename_with_the_rest_of_the_fix(tmp_path, c
         capsys.readouterr()
         assert main(["check", str(tmp_path / f"{name}.fixed.pth"), "--against", str(tmp_path / "model.pth")]) == 0
         capsys.readouterr()
+
+
+def test_a_lightning_deepspeed_folder_gets_one_fix_for_its_weights(tmp_path, capsys):
+    """Lightning's DeepSpeed strategy (its fixture written by Lightning and DeepSpeed themselves): the model
+    states carry Lightning's keys, so the weights' net. is the LightningModule's attribute; the one fix
+    extracts and strips it, giving zero_to_fp32's weights less net."""
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURES / "frameworks" / "lightning_deepspeed", folder)
+    found = findings(capsys, folder / "checkpoint")
+    assert [f["kind"] for f in found if f["severity"] == "warning" and f.get("fix")] == ["inner-state-dict"]
+    command = fix_command(capsys, folder / "checkpoint")
+    assert "--extract fp32_weights --strip-prefix net." in command
+    assert main(shlex.split(command)[1:]) == 0
+    capsys.readouterr()
+    fixed = torch.load(folder / "checkpoint.fixed.pth")
+    expected = torch.load(FIXTURES / "frameworks" / "lightning_deepspeed.expected.pt", weights_only=False)
+    expected = expected.get("state_dict", expected)
+    assert sorted(fixed) == sorted(k.removeprefix("net.") for k in expected)
+    assert all(torch.equal(fixed[k.removeprefix("net.")], v) for k, v in expected.items())

@@ -13,6 +13,7 @@ from ckpt_tui.core.conventions.architectures import Layout, fitting
 from ckpt_tui.core.conventions.layouts import (
     AVERAGED_COUNTER,
     LIGHTNING_MODEL,
+    holds_lightning_weights,
     is_averaged_model,
     is_lightning_checkpoint,
     lightning_version,
@@ -239,7 +240,7 @@ def _device_findings(devices: Counter[str]) -> list[Finding]:
     return [Finding("cuda-tensors", message, "warning", fix=Fix("--map-location", "cpu"))]
 
 
-def _prefix_findings(root: Any) -> list[Finding]:
+def _prefix_findings(root: Any, inner: KeyPath | None = None) -> list[Finding]:
     """A finding for each state_dict whose keys all start with one prefix, with its strip (and the rename
     that takes out ``_orig_mod`` where compiled submodules left it)."""
     findings: list[Finding] = []
@@ -247,7 +248,7 @@ def _prefix_findings(root: Any) -> list[Finding]:
     for path, value in state_dicts(root):
         items = tensor_items(value) or []
         keys = list(map(operator.itemgetter(0), items))
-        lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+        lightning = holds_lightning_weights(root, path)
         if is_averaged_model(keys):
             findings.append(_averaged_finding(path, len(items)))
             continue
@@ -283,7 +284,8 @@ def _prefix_findings(root: Any) -> list[Finding]:
             # Lightning's own keys beside them: the one first component is the LightningModule's attribute
             # holding the model (.model, .net, .backbone), stripped as Lightning's model. is
             message = f"{start}: the LightningModule's .{printable(prefix.rstrip('.'))}, the model it holds"
-            severity = "warning"
+            # the model weights' own fix; another copy of them (a DeepSpeed rank's module) only if needed
+            severity = "warning" if path == (inner or ()) else severity
         fix = Fix("--strip-prefix", prefix)
         findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
     for path, count in compiled.items():
@@ -347,7 +349,7 @@ def _structure_findings(
         shown = printable(lightning_version(root) or "?")
         findings.append(Finding("lightning", f"a PyTorch Lightning checkpoint (version {shown})"))
     inner = inner_state_dict(root)
-    prefixes = _prefix_findings(root)
+    prefixes = _prefix_findings(root, inner)
     wrapped = next((f for f in prefixes if inner and f.path == inner and f.severity == "warning"), None)
     if inner and wrapped is not None and wrapped.prefix is not None:
         # extract and strip in one convert: either alone leaves something load_state_dict rejects, so the

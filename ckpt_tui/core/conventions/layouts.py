@@ -59,6 +59,19 @@ def is_lightning_checkpoint(root: Any) -> bool:
     )
 
 
+def holds_lightning_weights(root: Any, path: Sequence[Any]) -> bool:
+    """Whether the state_dict at ``path`` is a LightningModule's: a Lightning checkpoint's ``state_dict``, or
+    the weights of a DeepSpeed folder Lightning wrote (its model states carry Lightning's own keys)."""
+    if not isinstance(root, dict) or not path:
+        return False
+    if tuple(path) == ("state_dict",):
+        return is_lightning_checkpoint(root)
+    states = root.get("model_states")
+    if path[0] not in ("fp32_weights", "model_states") or not isinstance(states, dict):
+        return False
+    return any(isinstance(state, dict) and lightning_version(state) is not None for state in states.values())
+
+
 def lightning_version(root: dict[Any, Any]) -> str | None:
     """The Lightning version a checkpoint names, when it names one as a string."""
     for key in ("pytorch-lightning_version", "lightning_version"):

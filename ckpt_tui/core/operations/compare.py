@@ -417,13 +417,12 @@ def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareR
 def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
     """The fix checked as every hint is (:func:`~ckpt_tui.core.operations.hints.judge_fix`): a match with a
     model layout the keys have that it gives up to reach the reference, said (the reference decides)."""
-    from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
     from ckpt_tui.core.operations.hints import judge_fix
 
     before = [k for k, _ in flat_items(get(root, at)) or []]
     if not before or suggestion.keys_after is None:
         return []
-    lightning = at == ("state_dict",) and is_lightning_checkpoint(root)
+    lightning = layouts.holds_lightning_weights(root, at)
     check = judge_fix(before, suggestion.keys_after, lightning)
     if check is None or not check.lost:
         return []
@@ -598,8 +597,8 @@ def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> 
             if note not in notes:
                 notes.append(note)
         keys = [k for k, _ in variant.items]
-        lightning = ("extract", ("state_dict",)) in [(s.kind, s.arg) for s in variant.steps]
-        lightning = lightning and layouts.is_lightning_checkpoint(value)
+        extracted = [s.arg for s in variant.steps if s.kind == "extract"]
+        lightning = bool(extracted) and layouts.holds_lightning_weights(value, extracted[0])
         notes += [n for n in _strip_notes(suggestion, keys, lightning) if n not in notes]
     return found, notes
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ckpt_tui.core.conventions.architectures import FIT_SHARE, fitting
 from ckpt_tui.core.conventions.findings import Finding, Fix, where
-from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
+from ckpt_tui.core.conventions.layouts import holds_lightning_weights
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.keypath import KeyPath
@@ -113,7 +113,7 @@ def _vetted(root: Any, finding: Finding, own: OwnWeights | None, own_path: KeyPa
         return finding
     if not before:
         return finding
-    lightning = path == ("state_dict",) and is_lightning_checkpoint(root)
+    lightning = holds_lightning_weights(root, path)
     theirs = own if path != own_path else None
     fix = finding.fix
     check = judge_fix(before, lambda: _keys_after(root, path, fix, before), lightning, theirs)
