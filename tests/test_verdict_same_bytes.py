@@ -90,3 +90,22 @@ def test_check_judges_what_it_read_when_the_file_changes_right_after(
     assert main(["check", str(path)]) == 0
     assert "weights_only: torch.load loads it" in capsys.readouterr().out
     assert SWAPPED in path.read_bytes()
+
+
+def test_a_file_the_reader_refuses_after_its_pickle_gets_the_verdict_on_that_pickle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "model.pth"
+    torch.save({"w": torch.ones(1000)}, path)
+    raw = path.read_bytes()
+    at = raw.index(b"M\xe8\x03", raw.index(b"cpu"))  # the storage's element count in its persistent id
+    path.write_bytes(raw[:at] + b"M\xff\xff" + raw[at + 3 :])  # more bytes than the whole file: refused
+    outputs = []
+    for fork in (True, False):
+        if not fork:
+            monkeypatch.setattr(forked, "fork", lambda work: None)
+        assert main(["check", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert "declares" in err and out.startswith("weights_only: torch.load REFUSES it")
+        outputs.append(out)
+    assert outputs[0] == outputs[1]

@@ -17,6 +17,7 @@ from ckpt_tui.core.errors import ReadError
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
     from ckpt_tui.core.readers.zip_archive import ZipDirectory
+    from ckpt_tui.core.weights_only.verdict import FileScan
 
 
 def open_for_command(path: str | list[str]) -> Checkpoint:
@@ -98,8 +99,8 @@ def _check(path: str | list[str], as_json: bool) -> int:
         with when_pickle_read(pickle_read):
             checkpoint = open_for_command(path)
     except ReadError as exc:
-        beside.result()  # (the child ends)
-        _print_unreadable_verdict(path, exc, as_json)
+        # the child's scan, where one started (over the pickle the reader read before it failed)
+        _print_unreadable_verdict(path, exc, as_json, beside.result(given))
         raise
     if given is not None:
         beside.start(checkpoint.path)
@@ -150,14 +151,17 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
     return 0
 
 
-def _print_unreadable_verdict(path: str | list[str], exc: ReadError, as_json: bool) -> None:
-    """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone."""
+def _print_unreadable_verdict(
+    path: str | list[str], exc: ReadError, as_json: bool, scan: FileScan | None = None
+) -> None:
+    """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone
+    (``scan``: already made, else made here)."""
     if not isinstance(path, str) or not os.path.isfile(path):
         return
     from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
 
     try:
-        judged = verdict_from_scan(scan_file(path), None)
+        judged = verdict_from_scan(scan or scan_file(path), None)
     except Exception:  # a hostile file: the read error alone is reported
         return
     if judged.loads is None:
