@@ -464,6 +464,9 @@ class Machine(pickle.Unpickler):
             _try(lambda: {}.update(state), "BUILD state")
         if slots and (not has_dict or not isinstance(slots, dict) or not all(isinstance(k, str) for k in slots)):
             raise Refusal("BUILD sets slots on a value that has none")
+        if slots and any(k.startswith("__") and k.endswith("__") for k in slots):
+            # setattr of __class__, __dict__, __weakref__... runs the type's own checks (which refuse most values)
+            raise CannotTell("BUILD slot state sets a special attribute (__class__, __dict__...): not emulated")
 
     def op_setitem(self, target: Any, pair: tuple[Any, Any]) -> Any:
         self._setitems(target, pair, "SETITEM")
@@ -1004,7 +1007,9 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
     dtype = storage.dtype if isinstance(storage, WStorage) else ""
     if not dtype.startswith(("qint", "quint")):
         raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
-    _bool(requires_grad, "requires_grad")
+    if _bool(requires_grad, "requires_grad"):
+        # tensor.requires_grad = True on a quantized tensor: only floating point and complex can
+        raise Refusal(f"requires_grad=True on a quantized {dtype} tensor (only floating point and complex can)")
     _set_storage(storage, offset, size, stride, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
@@ -1064,6 +1069,30 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
         raise CannotTell("a meta tensor's element count passes int64 before its 0: torch's bound is not emulated here")
     _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad, shape=sizes, location="meta")
+
+
+def _rebuild_device_tensor_from_cpu_tensor(args: tuple[Any, ...]) -> WTensor:
+    """``data.to(dtype=dtype, device=device)``, then ``tensor.requires_grad = requires_grad``."""
+    if len(args) != 4:
+        raise TypeError(f"takes 4 arguments, got {len(args)}")
+    data, dtype_ref, device, requires_grad = args
+    if not isinstance(data, WTensor):
+        raise Refusal(f"_rebuild_device_tensor_from_cpu_tensor of a {_type_name(data)} (it has no .to())")
+    # .to(dtype=None) keeps the tensor's dtype
+    dtype = data.dtype if dtype_ref is None else _dtype(dtype_ref)
+    if type(device) is not str:
+        raise CannotTell(f"_rebuild_device_tensor_from_cpu_tensor to a {_type_name(device)} device (not emulated)")
+    if device != "cpu":
+        raise CannotTell(f"_rebuild_device_tensor_from_cpu_tensor to device {_short(device)} (not emulated)")
+    if data.requires_grad:
+        raise CannotTell("_rebuild_device_tensor_from_cpu_tensor of a tensor that requires grad (not emulated)")
+    _grad(requires_grad, dtype)
+    return WTensor(dtype, plain=False)
+
+
+def _rebuild_nested_tensor(args: tuple[Any, ...]) -> WTensor:
+    """``torch._nested_view_from_buffer`` checks each part's view against the buffer, by values not read here."""
+    raise CannotTell("a nested tensor: torch checks its parts' sizes and offsets against its buffer (not read here)")
 
 
 def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -1292,10 +1321,10 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch._utils._rebuild_qtensor": _rebuild_qtensor,
     "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
     "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
-    "torch._utils._rebuild_nested_tensor": _rebuild_other_tensor,
+    "torch._utils._rebuild_nested_tensor": _rebuild_nested_tensor,
     "torch._utils._rebuild_wrapper_subclass": _rebuild_other_tensor,
     "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_other_tensor,
-    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_other_tensor,
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_device_tensor_from_cpu_tensor,
 }
 
 

@@ -319,9 +319,21 @@ def _check_small_records(file: BinaryIO, entries: ZipDirectory, archive: str, si
     for name in (".data/serialization_id", ".format_version"):
         if _small_record(file, entries, archive + name, size) == b"?":
             scan.fail(f"the {name} record cannot be read by torch's zip reader")
+    serialization_id = _small_record(file, entries, archive + ".data/serialization_id", size)
+    if serialization_id not in (None, b"?") and not _is_utf8(serialization_id):
+        # torch.load's last step logs zip_file.serialization_id(): pybind decodes it as UTF-8, strictly
+        scan.fail("the .data/serialization_id record is not UTF-8: torch.load fails after unpickling (both modes)")
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
     if alignment is not None and not _parses_as_int(alignment):
         scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
+
+
+def _is_utf8(data: bytes | None) -> bool:
+    try:
+        (data or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _record_list(entries: ZipDirectory, archive: str) -> list[str] | str:
