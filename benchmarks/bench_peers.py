@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import struct
@@ -248,7 +249,8 @@ def sh(*parts: str | Path) -> str:
 
 def rows(files: dict[str, Path], tools: dict[str, Path], out: Path) -> list[Row]:
     """Every task of the comparison, with the alternatives that exist."""
-    me = sh(sys.executable, "-m", "ckpt_tui")
+    # the checkout this script lives in (its bytecode compiled by measure), whatever is installed
+    me = sh(f"PYTHONPATH={shlex.quote(str(Path(__file__).resolve().parent.parent))}", sys.executable, "-m", "ckpt_tui")
     py = sys.executable
     sft = tools.get("sft", Path("/nonexistent")) / "sft"
     kit = tools.get("ckptkit", Path("/nonexistent")) / "ckptkit"
