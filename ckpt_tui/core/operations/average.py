@@ -52,6 +52,8 @@ from ckpt_tui.core.values.tensor_values import (
 if TYPE_CHECKING:
     from ckpt_tui.core.writers.save import WriteResult
 
+THREADED_INPUTS = 2
+"""Up to this many files, chunks are averaged on the statistics threads (each holds a chunk of every file)."""
 AVERAGED_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 LIST_LIMIT = 8
 
@@ -146,14 +148,17 @@ class AveragedRecords(AssembledRecords):
         tensors = self.inputs[storage.key]
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
+        # chunks in flight on the statistics threads hold every input's buffers: for two files (soups of
+        # many files are averaged here, the memory of one chunk per file)
+        pool = worker_pool() if len(tensors) <= THREADED_INPUTS else None
         # each input read into its own ring of reused buffers (no fresh pages for every chunk): a chunk's
-        # buffers are read into again STATS_THREADS + 1 chunks later, once its average is done
+        # buffers are read into again once its average is done
+        reuse = STATS_THREADS + 1 if pool is not None else 1
         readers = [
-            TensorReader(t, order, ring=f"average-{index}").chunks(chunk, STATS_THREADS + 1)
+            TensorReader(t, order, ring=f"average-{index}").chunks(chunk, reuse)
             for index, (t, order) in enumerate(zip(tensors, self.byteorders, strict=True))
         ]
-        pool = worker_pool()
-        if pool is None:  # (read on a statistics thread: averaged here)
+        if pool is None:  # (or read on a statistics thread: averaged here)
             for parts in zip(*readers, strict=True):
                 yield self._averaged(parts, tensors, storage.dtype, raw_type)
             return
