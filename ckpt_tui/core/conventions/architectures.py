@@ -202,26 +202,47 @@ FAMILIES += tuple(
 )
 
 
-def _compiled(prefix: str, parts: tuple[str, ...], heads: tuple[str, ...] = ()) -> re.Pattern[str]:
+def _source(prefix: str, parts: tuple[str, ...], heads: tuple[str, ...] = ()) -> str:
     body = f"{re.escape(prefix)}(?:{'|'.join(parts)})"
-    return re.compile(f"(?:{body}|{'|'.join(heads)})" if heads else body)
+    return f"(?:{body}|{'|'.join(heads)})" if heads else body
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A layout before its patterns are compiled (most files rule most layouts out by their anchors' first
+    component: compiling them all took tens of milliseconds of every ``info``)."""
+
+    name: str
+    pattern: str
+    anchors: tuple[str, ...]
+    body: str
 
 
 @cache
-def layouts() -> tuple[Layout, ...]:
-    """Every layout: each family's head model, then its base model (the body alone, no attribute)."""
-    out: list[Layout] = []
+def _planned() -> tuple[_Planned, ...]:
+    """Every layout, uncompiled: each family's head model, then its base model (the body alone, no attribute)."""
+    out: list[_Planned] = []
     seen: set[str] = set()
     for family in FAMILIES:
-        anchors = tuple(re.compile(re.escape(family.body) + anchor) for anchor in family.anchors)
-        pattern = _compiled(family.body, family.parts, family.heads)
-        out.append(Layout(family.head_model, pattern, anchors, family.body))
-        base = _compiled("", family.parts)
-        if family.body and family.base_model and base.pattern not in seen:
+        anchors = tuple(re.escape(family.body) + anchor for anchor in family.anchors)
+        out.append(_Planned(family.head_model, _source(family.body, family.parts, family.heads), anchors, family.body))
+        base = _source("", family.parts)
+        if family.body and family.base_model and base not in seen:
             # one layout for bodies keyed alike (BERT's, RoBERTa's, ELECTRA's): named after the first
-            seen.add(base.pattern)
-            out.append(Layout(family.base_model, base, tuple(re.compile(a) for a in family.anchors), ""))
+            seen.add(base)
+            out.append(_Planned(family.base_model, base, family.anchors, ""))
     return tuple(out)
+
+
+@cache
+def _layout(index: int) -> Layout:
+    plan = _planned()[index]
+    return Layout(plan.name, re.compile(plan.pattern), tuple(map(re.compile, plan.anchors)), plan.body)
+
+
+def layouts() -> tuple[Layout, ...]:
+    """Every layout: each family's head model, then its base model (the body alone, no attribute)."""
+    return tuple(map(_layout, range(len(_planned()))))
 
 
 def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
@@ -232,10 +253,11 @@ def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
         return []
     heads = _first_components(listed)
     found = []
-    for layout in layouts():
-        # a first look in a set: each anchor's first component must be some key's
-        if not all(_first(anchor.pattern) in heads.union([None]) for anchor in layout.anchors):
+    for index, plan in enumerate(_planned()):
+        # a first look in a set: each anchor's first component must be some key's (before any compiling)
+        if not all(_first(anchor) in heads.union([None]) for anchor in plan.anchors):
             continue
+        layout = _layout(index)
         count = layout.fit(listed)
         if count and count >= FIT_SHARE * len(listed):
             found.append((layout, count))
