@@ -91,7 +91,7 @@ async def test_enter_shows_the_focused_tensors_stats(tmp_path: Path) -> None:
         await settle(pilot, "j", "enter")
         shown = detail(app)
         assert 'ckpt["w"]' in shown and "[3, 4]" in shown
-        assert "NaN        1  (!)" in shown and "max        11" in shown and "min        0" in shown
+        assert "NaN       1  (!)" in shown and "max       11" in shown and "min       0" in shown
 
 
 async def test_stats_follow_the_cursor_without_enter(train_file: Path) -> None:
@@ -102,7 +102,7 @@ async def test_stats_follow_the_cursor_without_enter(train_file: Path) -> None:
         await pilot.pause(0.5)  # the panel waits for the cursor to rest, then computes
         await settle(pilot)
         assert 'ckpt["model"]["module.conv.weight"]' in detail(app)
-        assert "min        -1" in detail(app) and "max        1" in detail(app)
+        assert "min       -1" in detail(app) and "max       1" in detail(app)
         await pilot.press("j")
         assert 'ckpt["model"]["module.conv.bias"]' in detail(app)
         assert "stats" not in detail(app).split("[8]")[-1].splitlines()[-1]  # the old stats are gone at once

@@ -444,3 +444,33 @@ async def test_a_narrow_tree_line_keeps_a_dtype_without_a_short_form_and_a_spars
         lines = tree_lines(app)
         assert any("quantized  quantized [8, 8] qint8" in line for line in lines)
         assert any("sparse  sparse_coo [6, 6] fp32" in line for line in lines)
+
+
+async def test_the_fix_preview_at_80x24_says_what_the_extract_drops_and_shows_its_buttons(
+    ddp_file: Path, tmp_path: Path
+) -> None:
+    torch.save(SmallResNet(classes=100).state_dict(), tmp_path / "reference.pth")
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(tmp_path / "reference.pth")
+        await settle(pilot, "enter", "f")
+        assert isinstance(app.screen, PreviewScreen)
+        # two keys dropped (the head) and 30 renamed; the extract is no "change" of its own
+        assert app.screen.question.endswith("shape mismatches: 32 changed?")
+        detail = str(app.screen.query_one(".dialog-body").render())
+        assert "drops epoch = 3, the optimizer state" in " ".join(detail.split())
+        yes = app.screen.query_one("#yes").region
+        assert yes.bottom <= app.screen.query_one(".dialog").region.bottom <= SIZE[1]
+
+
+async def test_a_notification_leaves_the_status_line_readable(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        app.notify("a message in a toast", markup=False)
+        await settle(pilot)
+        toast = app.screen.query_one("Toast").region
+        status_line = browser(app).query_one("#status").region
+        assert toast.bottom <= status_line.y

@@ -97,7 +97,7 @@ async def test_saving_over_the_input_reopens_it_keeping_cursor_and_open_lines(tr
         assert next(n for n in tree.root.children if n.data.path == ("model",)).is_expanded
         await settle(pilot, "k", "enter")  # conv.weight's stats come from the new file
         stats = detail(app)
-        assert "min        -1" in stats and "max        1" in stats and "NaN        0" in stats
+        assert "min       -1" in stats and "max       1" in stats and "NaN       0" in stats
         await settle(pilot, "g", "j", "d", "y")  # drop epoch and save over the input again
         await save_as(pilot, train_file)
         await settle(pilot, "y")

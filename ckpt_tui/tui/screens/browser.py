@@ -792,7 +792,10 @@ class BrowserScreen(Screen[None]):
         def edit(root: Any) -> tuple[Any, Change]:
             new_root, changes = apply_suggestion(root, at, suggestion)
             examples = [e for change in changes for e in change.examples][:5]
-            return new_root, Change(suggestion.describe(), sum(c.count for c in changes), examples)
+            # the keys renamed or dropped (an extract counts as 1, no key); what an extract leaves out is said
+            count = sum(change.count for change in changes if change.examples)
+            notes = [note for change in changes for note in change.notes]
+            return new_root, Change(suggestion.describe(), count, examples, notes)
 
         extracts = any(step.kind == "extract" for step in suggestion.steps)
         self.propose(edit, targets.extracted(at) if extracts else targets.keep)

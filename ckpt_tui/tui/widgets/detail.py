@@ -53,7 +53,7 @@ def _grid() -> Table:
 def stats_table(stats: TensorStats) -> Table:
     """Min/max/mean/std, the L2 norm and the counts, as a two-column table."""
     table = _grid()
-    table.columns[0].min_width = len("histogram")  # the labels' column as wide as it has always been
+    table.columns[0].min_width = len("elements")  # the values in line with the tensor's rows above
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
