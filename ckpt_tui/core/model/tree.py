@@ -403,6 +403,9 @@ class Checkpoint:
     unsafe_globals: set[str] = field(default_factory=set)
     loader_problems: list[str] = field(default_factory=list)
     """Why the format's own loader (torch.load, safetensors) would refuse or misread this file, in words."""
+    files: list[str] = field(default_factory=list)
+    """The files opened together as this one checkpoint (rank files given together); empty for one file.
+    torch.load reads each on its own: the verdict is each file's."""
     runs_code: list[str] = field(default_factory=list)
     """Code from the file its loader runs while loading (a TorchScript ``__setstate__``), in words: never
     clean, as ckpt-tui cannot tell what that code does."""

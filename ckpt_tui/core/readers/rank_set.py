@@ -295,7 +295,9 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
             f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
         )
         layout = f"copies per rank (DDP-style), {len(paths)} ranks"
-        return Checkpoint(paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe, layout=layout)
+        return Checkpoint(
+            paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe, layout=layout, files=list(paths)
+        )
     keys = set(found[0])
     for file, each in zip(paths, found, strict=True):
         if set(each) != keys:
@@ -317,7 +319,9 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
     layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}; weights: {_weights_at(merged)}"
-    return Checkpoint(paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+    return Checkpoint(
+        paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout, files=list(paths)
+    )
 
 
 def _weights_at(merged: dict[Path, Tensor]) -> str:

@@ -228,6 +228,28 @@ def _scan_sharded(index_path: str) -> FileScan:
     return combined
 
 
+def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
+    """Files loaded one by one (rank files): "loads" only when every one does; the first refusal or doubt
+    is said with its file (``first``: the first file's scan, already made)."""
+    combined = FileScan("files")
+    applies = False
+    for index, path in enumerate(paths):
+        try:
+            part = first if index == 0 and first is not None else scan_file(path)
+        except Exception as exc:  # a hostile file must give a verdict, never a traceback
+            combined.fail(f"{path}: cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
+            continue
+        applies |= part.applies
+        combined.add_globals(part)
+        combined.devices |= part.devices
+        if part.applies and part.reason:
+            combined.fail(f"{path}: {part.reason}")
+        if part.applies and part.unknown:
+            combined.doubt(f"{path}: {part.unknown}")
+    combined.applies = applies
+    return combined
+
+
 def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
     """torch.load (2.13+) hands a ``*.safetensors`` path to ``safetensors.torch.load_file``."""
     scan = FileScan("safetensors", name_route=True)
@@ -767,6 +789,9 @@ def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict
     """The weights-only verdict for an opened checkpoint (its tree gives the blockers' paths); ``beside``:
     the file's scan already under way in a child process."""
     scan = beside.result(checkpoint.path) if beside is not None else None
+    if checkpoint.files:
+        # files given together (ranks): torch.load reads each on its own, so each has its say
+        scan = _scan_files(checkpoint.files, scan)
     if scan is None:
         try:
             scan = scan_file(checkpoint.path, _central_directory(checkpoint))
