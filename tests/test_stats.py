@@ -135,3 +135,27 @@ def test_histogram_counts_values_on_bin_edges_like_numpy(tmp_path: Path, copies:
     torch.save({"w": tensor}, tmp_path / "e.pth")
     stats = tensor_stats(open_checkpoint(tmp_path / "e.pth").root["w"])
     assert stats.histogram == np.histogram(tensor.numpy(), bins=edges)[0].tolist()
+
+
+def test_bool_bytes_other_than_0_and_1_read_as_torch_reads_them(tmp_path: Path) -> None:
+    # a bool storage byte of 2 is True in torch (1 as a number); stats never show it as 2
+    import random
+    import struct
+    import zipfile
+
+    rng = random.Random(7)
+    for index in range(20):
+        raw = bytes(rng.choice([0, 1, 2, 7, 255]) for _ in range(rng.randint(2, 9)))
+        path = tmp_path / f"b{index}.pth"
+        torch.save({"w": torch.zeros(len(raw), dtype=torch.bool)}, path)
+        with zipfile.ZipFile(path) as source:
+            members = {info.filename: source.read(info) for info in source.infolist()}
+        record = next(name for name in members if name.endswith("/data/0"))
+        members[record] = raw
+        with zipfile.ZipFile(path, "w") as target:
+            for name, data in members.items():
+                target.writestr(name, data)
+        loaded = torch.load(path, weights_only=True)["w"]
+        assert struct.pack(f"{len(raw)}B", *raw) == bytes(loaded.view(torch.uint8).tolist())
+        stats = tensor_stats(open_checkpoint(path).root["w"])
+        assert_matches(stats, loaded)

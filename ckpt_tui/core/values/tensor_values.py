@@ -118,6 +118,9 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
         values = np.hypot(pairs[:, 0], pairs[:, 1])
     elif raw.dtype.kind == "c":
         values = np.abs(raw).astype(np.float64)
+    elif dtype == "bool":
+        # a bool byte other than 0 is True in torch (its value as a number is 1)
+        values = (raw != 0).astype(np.float64)
     else:
         values = raw.astype(np.float64)
     if isinstance(metadata, dict) and metadata.get("neg"):
