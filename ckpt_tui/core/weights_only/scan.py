@@ -464,9 +464,8 @@ class Machine(pickle.Unpickler):
             _try(lambda: {}.update(state), "BUILD state")
         if slots and (not has_dict or not isinstance(slots, dict) or not all(isinstance(k, str) for k in slots)):
             raise Refusal("BUILD sets slots on a value that has none")
-        if slots and any(k.startswith("__") and k.endswith("__") for k in slots):
-            # setattr of __class__, __dict__, __weakref__... runs the type's own checks (which refuse most values)
-            raise CannotTell("BUILD slot state sets a special attribute (__class__, __dict__...): not emulated")
+        for name, value in (slots or {}).items():
+            _counter_setattr(name, value)
 
     def op_setitem(self, target: Any, pair: tuple[Any, Any]) -> Any:
         self._setitems(target, pair, "SETITEM")
@@ -546,6 +545,27 @@ class Machine(pickle.Unpickler):
             cls = args[0] if args else None
             return WObject(cls.name if isinstance(cls, Placeholder) else None, name)
         return WObject(name if builds_instance(name) else None, name)
+
+
+def _counter_setattr(name: str, value: Any) -> None:
+    """``setattr(counter, name, value)`` (BUILD's slot state): the attributes whose setters check their value."""
+    # a Counter's instance attributes go to its __dict__, except these three data descriptors
+    if name == "__weakref__":
+        raise Refusal("BUILD slot state sets __weakref__ on a Counter (not writable)")
+    if name == "__dict__" and type(value) not in (dict, OrderedDict, Counter):
+        raise Refusal(f"BUILD slot state sets a Counter's __dict__ to a {_type_name(value)} (torch wants a dict)")
+    # only a heap type of the same layout may replace __class__; of the allowed classes only Counter itself
+    is_counter = value is Counter
+    if name == "__class__" and isinstance(value, Placeholder):
+        raise CannotTell(f"BUILD slot state sets a Counter's __class__ to {value.name}: torch may refuse it")
+    if name == "__class__" and not is_counter:
+        raise Refusal(f"BUILD slot state sets a Counter's __class__ to {_class_name(value)} (torch refuses it)")
+
+
+def _class_name(value: Any) -> str:
+    if type(value) is type:
+        return f"{value.__module__}.{value.__qualname__}"
+    return f"a {_type_name(value)}"
 
 
 def builds_instance(name: str) -> bool:
@@ -1007,10 +1027,9 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
     dtype = storage.dtype if isinstance(storage, WStorage) else ""
     if not dtype.startswith(("qint", "quint")):
         raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
-    if _bool(requires_grad, "requires_grad"):
-        # tensor.requires_grad = True on a quantized tensor: only floating point and complex can
-        raise Refusal(f"requires_grad=True on a quantized {dtype} tensor (only floating point and complex can)")
     _set_storage(storage, offset, size, stride, dtype)
+    # torch sets requires_grad after building: a quantized dtype cannot require grad
+    _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad)
 
 
@@ -1071,35 +1090,88 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     return WTensor(dtype, plain=False, requires_grad=requires_grad, shape=sizes, location="meta")
 
 
+_CASTABLE = frozenset(
+    {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}
+    | {"complex64", "complex128"}
+)
+"""dtypes that ``Tensor.to`` converts between on the CPU (others: not emulated)."""
+
+
+def _target_device(device: Any) -> str | None:
+    """Where ``Tensor.to(device=device)`` puts a tensor: None (where it is), "cpu" or "meta"; else a Refusal,
+    or CannotTell where the answer depends on the machine (an accelerator)."""
+    if device is None:
+        return None
+    unless = " (torch.load refuses it unless map_location replaces it)"
+    if type(device) is str:
+        match = _DEVICE.match(device)
+        if match is None or match.group(1) not in _DEVICE_TYPES:
+            raise Refusal(f"a tensor is rebuilt on {_short(device)}, which is not a device{unless}")
+        if match.group(1) in ("cpu", "meta"):
+            return match.group(1)
+        raise CannotTell(f"a tensor is rebuilt on {device}: whether this machine has it is not known here")
+    if type(device) in (int, bool) or (type(device) is WLeaf and device.type_name == "torch.device"):
+        raise CannotTell("a tensor is rebuilt on a device not known here: torch may refuse it")
+    raise Refusal(f"a tensor is rebuilt on a device given as a {_type_name(device)}{unless}")
+
+
 def _rebuild_device_tensor_from_cpu_tensor(args: tuple[Any, ...]) -> WTensor:
     """``data.to(dtype=dtype, device=device)``, then ``tensor.requires_grad = requires_grad``."""
-    if len(args) != 4:
-        raise TypeError(f"takes 4 arguments, got {len(args)}")
     data, dtype_ref, device, requires_grad = args
+    if isinstance(data, (WObject, Placeholder)):
+        raise CannotTell(f"a tensor is rebuilt from a {_type_name(data)}: torch may refuse it (not run here)")
     if not isinstance(data, WTensor):
-        raise Refusal(f"_rebuild_device_tensor_from_cpu_tensor of a {_type_name(data)} (it has no .to())")
-    # .to(dtype=None) keeps the tensor's dtype
+        raise Refusal(f"a tensor is rebuilt from a {_type_name(data)}, which has no to()")
     dtype = data.dtype if dtype_ref is None else _dtype(dtype_ref)
-    if type(device) is not str:
-        raise CannotTell(f"_rebuild_device_tensor_from_cpu_tensor to a {_type_name(device)} device (not emulated)")
-    if device != "cpu":
-        raise CannotTell(f"_rebuild_device_tensor_from_cpu_tensor to device {_short(device)} (not emulated)")
-    if data.requires_grad:
-        raise CannotTell("_rebuild_device_tensor_from_cpu_tensor of a tensor that requires grad (not emulated)")
+    target = _target_device(device)
+    # a meta tensor has no values to copy out; map_location="cpu" makes every target the CPU
+    if data.location == "meta" and target == "cpu":
+        raise Refusal("a meta tensor is rebuilt on cpu (torch cannot copy out of a meta tensor)")
+    if data.location == "meta":
+        raise CannotTell("a meta tensor is rebuilt on meta: torch loads it, but refuses it under map_location='cpu'")
+    if not data.plain or data.location != "cpu":
+        raise CannotTell("a tensor is rebuilt from one whose kind or device is not known here: torch may refuse it")
+    if dtype != data.dtype and not {dtype, data.dtype} <= _CASTABLE:
+        raise CannotTell(f"a {data.dtype} tensor is converted to {dtype}: not emulated here, torch may refuse it")
+    # a copy that requires grad is not a leaf: torch refuses to turn its requires_grad off
+    if data.requires_grad and requires_grad is not True:
+        raise CannotTell("a tensor that requires grad is rebuilt without it: torch may refuse it (not emulated here)")
     _grad(requires_grad, dtype)
-    return WTensor(dtype, plain=False)
+    return WTensor(dtype, requires_grad=requires_grad, shape=data.shape, location=target or data.location)
+
+
+def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> WTensor:
+    """``torch.from_numpy(data).to(...)``: ``data`` must be a numpy array, which only a refused global makes."""
+    data, _dtype_ref, _device, _requires_grad = args
+    if isinstance(data, (WObject, Placeholder)):
+        raise CannotTell(f"a tensor is rebuilt from a {_type_name(data)}: torch may refuse it (not run here)")
+    raise Refusal(f"a tensor is rebuilt from a {_type_name(data)} by torch.from_numpy (it wants a numpy array)")
+
+
+def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> WTensor:
+    """``Tensor._make_wrapper_subclass(cls, ...)``: ``cls`` must define ``__torch_dispatch__``, which no class
+    of torch's default allowlist does."""
+    cls = args[0] if len(args) == 8 else None
+    if len(args) != 8:
+        raise TypeError(f"takes 8 arguments, got {len(args)}")
+    if isinstance(cls, Placeholder):
+        raise CannotTell(f"a wrapper subclass {cls.name} is rebuilt: torch runs its class (not emulated here)")
+    raise Refusal(f"a wrapper subclass is rebuilt from {_type_name(cls)}, which does not define __torch_dispatch__")
 
 
 def _rebuild_nested_tensor(args: tuple[Any, ...]) -> WTensor:
-    """``torch._nested_view_from_buffer`` checks each part's view against the buffer, by values not read here."""
-    raise CannotTell("a nested tensor: torch checks its parts' sizes and offsets against its buffer (not read here)")
-
-
-def _rebuild_other_tensor(args: tuple[Any, ...]) -> WTensor:
-    first = args[0] if args else None
-    if isinstance(first, WTensor):
-        return WTensor(first.dtype, plain=False)
-    return WTensor("float32", plain=False)
+    """``torch._nested_view_from_buffer(buffer, sizes, strides, offsets)``: torch checks each component against
+    the buffer's storage, which needs the values of the three int64 tensors: not emulated, so "cannot tell"."""
+    buffer, sizes, strides, offsets = args
+    for part, what in ((buffer, "buffer"), (sizes, "sizes"), (strides, "strides"), (offsets, "offsets")):
+        if isinstance(part, (WObject, Placeholder)):
+            raise CannotTell(f"a nested tensor's {what} is a {_type_name(part)}: torch may refuse it (not run here)")
+        if not isinstance(part, WTensor):
+            raise Refusal(f"a nested tensor's {what} is a {_type_name(part)}, not a tensor")
+    raise CannotTell(
+        "a nested tensor: torch checks each component's offset and sizes against its buffer while loading "
+        "(not emulated here)"
+    )
 
 
 def _size(args: tuple[Any, ...]) -> WSize:
@@ -1322,8 +1394,8 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
     "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
     "torch._utils._rebuild_nested_tensor": _rebuild_nested_tensor,
-    "torch._utils._rebuild_wrapper_subclass": _rebuild_other_tensor,
-    "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_other_tensor,
+    "torch._utils._rebuild_wrapper_subclass": _rebuild_wrapper_subclass,
+    "torch._utils._rebuild_device_tensor_from_numpy": _rebuild_device_tensor_from_numpy,
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_device_tensor_from_cpu_tensor,
 }
 
