@@ -126,3 +126,52 @@ def test_reading_indices_stops_when_cancelled(tmp_path: Path) -> None:
     assert sparse_problem(tensor, "little") is None
     with pytest.raises(Cancelled):
         sparse_problem(tensor, "little", cancelled=lambda: True)
+
+
+class _CooFrom:
+    """Pickles as torch's own ``_rebuild_sparse_tensor(sparse_coo, (indices, values, size))`` call with
+    indices of any dtype (``torch.sparse_coo_tensor`` casts them to int64 when it loads; saving a sparse
+    tensor always writes int64 ones)."""
+
+    def __init__(self, indices: torch.Tensor, size: tuple[int, ...]) -> None:
+        self.indices, self.size = indices, size
+
+    def __reduce__(self) -> tuple[object, ...]:
+        values = torch.arange(self.indices.shape[1], dtype=torch.float32)
+        return torch._utils._rebuild_sparse_tensor, (torch.sparse_coo, (self.indices, values, self.size))
+
+
+INDEX_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int16]
+INDEX_DTYPES += [torch.int8, torch.uint8, torch.bool, torch.complex64]
+INDICES = {"in range": [0, 2, 1], "past the size": [0, 2, 100], "negative": [0, -5, 1], "fractions": [0, 2.9, 1.5]}
+INDICES["nan"] = [0, float("nan"), 1]
+
+
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("values", INDICES)
+def test_coo_indices_of_every_dtype_are_checked_as_torch_casts_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype, values: str
+) -> None:
+    """torch loads COO indices of any dtype, cast to int64: an index out of range passes no check there."""
+    if values == "nan" and not dtype.is_floating_point:
+        pytest.skip("no NaN in an integer dtype")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex to int64 drops the imaginary part, and says so
+        indices = torch.tensor([INDICES[values]], dtype=torch.float64).to(dtype)
+        path = tmp_path / "coo.pth"
+        torch.save({"s": _CooFrom(indices, (3,))}, path)
+        invalid = torch_refuses_when_asked(path)
+    # a float index that is not a whole number: torch truncates it; check reports it unchecked
+    unchecked = values in ("fractions", "nan") and (dtype.is_floating_point or dtype.is_complex)
+    code = main(["check", str(path), "--json"])
+    problems = [p for p in json.loads(capsys.readouterr().out)["problems"] if p["kind"] == "sparse-indices"]
+    assert (code, len(problems)) == ((1, 1) if invalid or unchecked else (0, 0)), (dtype, values, invalid, problems)
+
+
+def test_bfloat16_indices_are_read_as_numbers_not_bits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bfloat16 60000 has the bit pattern 18282: below a size of 50000, though torch loads index 59904."""
+    path = tmp_path / "coo.pth"
+    torch.save({"s": _CooFrom(torch.tensor([[1.0, 60000.0]], dtype=torch.bfloat16), (50000,))}, path)
+    assert torch_refuses_when_asked(path)
+    assert main(["check", str(path)]) == 1
+    assert "sparse index 59904 in dimension 0, past its size 50000" in capsys.readouterr().out

@@ -21,7 +21,7 @@ import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.values.tensor_values import TensorReader
+from ckpt_tui.core.values.tensor_values import TensorReader, decode
 
 COMPRESSED = {"sparse_csr": (0, 1), "sparse_bsr": (0, 1), "sparse_csc": (1, 0), "sparse_bsc": (1, 0)}
 """Per compressed layout: which dimension of the size its compressed indices run over, which the plain ones."""
@@ -66,7 +66,7 @@ def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
     indices, values, size = (*parts, None, None, None)[:3]
     if not (isinstance(indices, Tensor) and isinstance(values, Tensor) and _is_size(size)):
         return None
-    if indices.dtype.startswith("complex") or len(indices.shape) != 2 or not values.shape:
+    if len(indices.shape) != 2 or not values.shape:
         return None
     sparse_dim, nnz = indices.shape
     if values.shape[0] != nnz or sparse_dim + len(values.shape) - 1 != len(size) or nnz == 0:
@@ -130,11 +130,20 @@ class IndexDtypeError(ValueError):
 _INT64_BOUND = float(2**63)
 
 
-def as_indices(chunk: np.ndarray) -> np.ndarray:
+def as_indices(chunk: np.ndarray, dtype: str = "int64") -> np.ndarray:
     """Index values as torch's sparse constructors take them: converted to int64 whatever their dtype
-    (``indices.to(torch.long)``). Integers and bools convert exactly; floats only when every value is a
+    (``indices.to(torch.long)``; ``chunk`` holds raw elements of ``dtype``: bfloat16 and float8 are decoded,
+    complex gives its real part). Integers and bools convert exactly; floats only when every value is a
     finite whole number in int64's range, else :class:`IndexDtypeError` (truncation of the rest is not
     modelled, so their bounds are never taken as checked)."""
+    if dtype == "complex32":
+        half = np.dtype(">f2") if chunk.dtype.byteorder == ">" else np.dtype("<f2")
+        chunk = np.ascontiguousarray(chunk).view(half).reshape(-1, 2)[:, 0]
+    elif dtype == "bfloat16" or dtype.startswith("float8"):
+        # their raw elements are unsigned bit patterns, not the numbers
+        chunk = decode(chunk, dtype)
+    if chunk.dtype.kind == "c":
+        chunk = chunk.real
     if chunk.dtype.kind in "iub":
         return chunk.astype(np.int64, copy=False)
     wide = chunk.astype(np.float64, copy=False)
@@ -144,7 +153,7 @@ def as_indices(chunk: np.ndarray) -> np.ndarray:
         and float(wide.min()) >= -_INT64_BOUND
         and float(wide.max()) < _INT64_BOUND
     ):
-        raise IndexDtypeError(f"{chunk.dtype} indices that are not whole numbers within int64")
+        raise IndexDtypeError(f"{dtype} indices that are not whole numbers within int64")
     return wide.astype(np.int64)
 
 
@@ -159,7 +168,7 @@ def _row_bounds(indices: Tensor, rows: int, width: int, chunks: Chunks) -> tuple
     seen = [False] * rows
     position = 0
     for chunk in chunks(indices):
-        values = as_indices(chunk)
+        values = as_indices(chunk.reshape(-1), indices.dtype)
         while values.size:
             row = position // width
             take = min(values.size, (row + 1) * width - position)
@@ -178,7 +187,7 @@ def _monotone(indices: Tensor, chunks: Chunks) -> tuple[int, int, bool]:
     first: int | None = None
     previous: int | None = None
     for chunk in chunks(indices):
-        values = as_indices(chunk)
+        values = as_indices(chunk.reshape(-1), indices.dtype)
         if not values.size:
             continue
         if first is None:
