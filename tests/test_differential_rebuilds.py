@@ -153,7 +153,8 @@ def test_emulated_rebuilds_get_torchs_own_answer(outcomes: dict[str, Outcome]) -
     for name in EMULATED:
         outcome = outcomes[name]
         torch_says = "loads" if outcome.torch_true == "loads" else "refuses"
-        if outcome.ours != torch_says or outcome.clean != (torch_says == "loads"):
+        # (a tensor these functions make loads unread: check may report that, never call a refused file clean)
+        if outcome.ours != torch_says or (outcome.clean and torch_says != "loads"):
             wrong.append(f"{name}: {describe(outcome)}")
     assert not wrong, "\n".join(wrong)
 
