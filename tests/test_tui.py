@@ -27,6 +27,7 @@ from ckpt_tui.tui.messages import StatsReady, SummaryReady
 from ckpt_tui.tui.screens.dialogs import ErrorScreen
 from ckpt_tui.tui.screens.findings import FindingsScreen
 from ckpt_tui.tui.screens.help import HelpBody, HelpScreen
+from ckpt_tui.tui.widgets.tree_view import PAGE
 
 SIZE = (120, 36)
 
@@ -169,11 +170,11 @@ async def test_50000_keys_are_paged_grouped_and_searchable(tmp_path: Path) -> No
     app = CkptApp(str(tmp_path / "many.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         tree = await loaded(pilot)
-        assert len(tree.root.children) == 1001  # a page, then "… 49,000 more"
-        assert "49,000 more" in str(tree.root.children[-1].label)
+        assert len(tree.root.children) == PAGE + 1  # a page, then "… 49,800 more"
+        assert f"{50_000 - PAGE:,} more" in str(tree.root.children[-1].label)
         tree.move_cursor(tree.root.children[-1])  # reaching the line loads the next page
         await pilot.pause()
-        assert len(tree.root.children) == 2001
+        assert len(tree.root.children) == 2 * PAGE + 1
         await settle(pilot, "G")
         assert cursor_path(app) == ("layers.12499.p3",)
         await settle(pilot, "v")

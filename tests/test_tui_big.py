@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from builders_tui import browser, cursor_data, cursor_path, detail, loaded, settle, status
+from builders_tui import browser, cursor_data, cursor_path, detail, header, loaded, settle, status
 
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.widgets.tree_view import PAGE
@@ -152,3 +152,56 @@ async def test_v_groups_the_keys_in_a_worker(big_file: Path, monkeypatch: pytest
         assert "grouped by module path" in status(app)
         await settle(pilot, "v", "v")
         assert threads == [False]  # regrouping reuses the count
+
+
+def recording(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[bool]:
+    """Replace ``module.name`` by a wrapper that records, per call, whether it ran on the UI thread."""
+    threads: list[bool] = []
+    original = getattr(module, name)
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, recorded)
+    return threads
+
+
+async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one(
+    big_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first p works out the edit off the UI thread; y, u and ctrl+r redraw one page of lines and
+    leave the header's totals (a walk of every tensor) to the summary's worker."""
+    from ckpt_tui.core.edits import tree_edits
+    from ckpt_tui.core.operations import info
+    from ckpt_tui.tui.screens import browser as browser_module
+
+    stripped = recording(monkeypatch, tree_edits, "strip_prefix")
+    summed = recording(monkeypatch, browser_module, "summarize")
+    viewed = recording(monkeypatch, info, "view_key")  # per tensor: the header's element count
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "p")
+        assert stripped == [False]
+        await settle(pilot, "y")
+        assert next(iter(app.session.root)) == key(0).removeprefix("module.")
+        assert lines_shown(app) <= PAGE + 1
+        await settle(pilot, "u", "ctrl+r")
+        assert "redone" in status(app)
+        assert summed and not any(summed)  # the first count, then one after each of y, u, ctrl+r
+        assert len(summed) == 4
+        assert not any(viewed)
+        assert "5000 tensors" in header(app)
+
+
+async def test_search_walks_the_keys_in_a_worker(big_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.tui.screens import browser as browser_module
+
+    walked = recording(monkeypatch, browser_module, "iter_nodes")
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await search(pilot, "layers.432.sub7")
+        assert walked == [False]
+        assert cursor_path(app) == (key(4327),)

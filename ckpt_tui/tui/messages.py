@@ -81,6 +81,8 @@ class SummaryReady(Message, bubble=False):
     summary: Summary
     weights_only: Verdict | None = None
     """Whether torch.load(weights_only=True) loads the file on disk (computed once per file)."""
+    storage_users: dict[int, int] | None = None
+    """How many listed tensors view each storage, by ``id`` of the storage (counted in the worker)."""
 
 
 @dataclass

@@ -77,6 +77,7 @@ class Summary:
     _shard_prefixes: dict[int, str] = field(default_factory=dict, repr=False)
     from_columns: bool = field(default=False, repr=False)
     """Summed up from the reader's :class:`FlatColumns` (their promises hold for every row)."""
+    _distinct_elements: int | None = field(default=None, repr=False)
 
     def storage_id(self, storage: Storage | None) -> str | None:
         """A stable name for a storage: its record key (with the shard file when sharded)."""
@@ -111,7 +112,10 @@ class Summary:
         """Elements of every tensor, each view of a storage once (tied weights count once)."""
         if self.from_columns:  # each tensor over its own storage
             return self.parameter_count
-        return sum({view_key(t): t.numel for _, t in self.tensors}.values())
+        # kept: the browser's header asks again for each width it tries
+        if self._distinct_elements is None:
+            self._distinct_elements = sum({view_key(t): t.numel for _, t in self.tensors}.values())
+        return self._distinct_elements
 
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.

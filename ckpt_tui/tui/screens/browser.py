@@ -8,6 +8,7 @@ arguments and post typed messages back; a result for an older session version is
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -169,7 +170,8 @@ class BrowserScreen(Screen[None]):
     def _summarize(self, version: int, edited: Checkpoint, on_disk: Checkpoint, known: Verdict | None) -> None:
         """Totals and findings off the UI thread, and the file's weights_only verdict once; reports by message only."""
         summary = summarize(edited)
-        self.post_message(SummaryReady(version, summary, known or verdict(on_disk)))
+        summary.distinct_elements()  # the header's element count, worked out here rather than on the UI thread
+        self.post_message(SummaryReady(version, summary, known or verdict(on_disk), storage_users(summary)))
 
     @on(SummaryReady)
     def _summary_ready(self, message: SummaryReady) -> None:
@@ -179,11 +181,7 @@ class BrowserScreen(Screen[None]):
         if message.weights_only is not None:
             self.verdicts[self.session.checkpoint.path] = message.weights_only
         self.query_one(SummaryHeader).show(message.summary, message.weights_only, self.check)
-        users: dict[int, int] = {}
-        for _, tensor in message.summary.tensors:
-            if tensor.storage is not None:
-                users[id(tensor.storage)] = users.get(id(tensor.storage), 0) + 1
-        self.storage_users = users
+        self.storage_users = message.storage_users or {}
         self.follow_cursor()
 
     # ---- the cursor, the detail panel and the status line ------------------------------------
@@ -886,6 +884,12 @@ class BrowserScreen(Screen[None]):
             self.query_one(SummaryHeader).show(self.summary, known, self.check)
         marked = len(self.tree_view.markers)
         self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
+
+
+def storage_users(summary: Summary) -> dict[int, int]:
+    """How many listed tensors view each storage, by ``id`` of the storage (for the panel's "shared with")."""
+    users: Counter[int] = Counter(id(tensor.storage) for _, tensor in summary.tensors if tensor.storage is not None)
+    return dict(users)
 
 
 def check_markers(root: Any, report: CheckReport) -> dict[int, str]:

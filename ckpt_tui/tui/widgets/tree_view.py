@@ -22,13 +22,25 @@ from ckpt_tui.core.conventions.state_dicts import tensor_items
 from ckpt_tui.core.model.describe import Totals, counted, elements_text, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group, group_keys
 from ckpt_tui.core.model.keypath import KeyPath, key_text
-from ckpt_tui.core.model.tree import Opaque, Tensor, children, get, has_children, is_global_ref, iter_nodes, type_label
+from ckpt_tui.core.model.tree import (
+    Opaque,
+    Tensor,
+    TorchSize,
+    children,
+    get,
+    has_children,
+    is_global_ref,
+    iter_nodes,
+    type_label,
+)
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 from ckpt_tui.tui.fitting import SHORT_DTYPES, Part, fitted, styled
 
-PAGE = 1000
-JUMP = 200  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
+# Every line added is laid out again on each change of the tree (Textual's Tree measures all its lines):
+# a page is a few screens, so that showing a tree, a jump or an expand stays well within a key's 0.3 s
+PAGE = 200
+JUMP = 100  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
 GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
@@ -163,7 +175,7 @@ def value_parts(
         parts.append(Part(" " + type_label(value), styles["type"], DROP_TYPE, short=kind, compact=True))
         parts += tensor_parts(value, styles)
     elif has_children(value):
-        kids = sum(1 for _ in children(value))
+        kids = child_count(value)
         parts.append(Part(f" {printable(type_label(value))} ({kids})", styles["type"]))
         found = totals.get(value) if totals is not None else None
         if found is not None and found.tensors:
@@ -217,6 +229,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.wide_lines = 0
         """Lines shown that are wider than the tree: then every tensor line is compact (``[32, 3, 3, 3] fp32``;
         the panel has the type, device and bytes), so the column reads the same down the screen."""
+        self._layout_width: int | None = None
+        """The tree's width less its scrollbar, read once per layout of the lines (``_build``)."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -336,7 +350,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             grouped = self._grouping(value)
             if grouped is not None:
                 return grouped.entries
-        return list(children(value))
+        return child_pairs(value)
 
     def _grouping(self, value: dict[Any, Any]) -> Group | None:
         """The module groups of a state_dict (None when not one, or too small), kept across redraws: an undo
@@ -380,7 +394,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def label_room(self, node: TreeNode[NodeData]) -> int | None:
         """The columns a node's label has (after the guides and the expand icon), None before the first layout."""
         # the vertical scrollbar's column is always kept: whether it shows depends on lines not built yet
-        width = self.size.width - self.styles.scrollbar_size_vertical
+        width = self._layout_width
+        if width is None:
+            width = self.size.width - self.styles.scrollbar_size_vertical
         if width <= 0:
             return None
         depth = 0
@@ -422,7 +438,12 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def _build(self) -> None:
         """Lay out the lines shown, counting again those too wide for the tree (Tree's own method, extended)."""
         self.wide_lines = 0
-        super()._build()
+        # every line asks for the width: read it once (a widget's size is a dozen lookups)
+        self._layout_width = self.size.width - self.styles.scrollbar_size_vertical
+        try:
+            super()._build()
+        finally:
+            self._layout_width = None
 
     def _on_tree_node_expanded(self, event: Tree.NodeExpanded[NodeData]) -> None:
         self.load(event.node)
@@ -550,6 +571,37 @@ def groupings_along(root: Any, paths: list[KeyPath]) -> dict[int, tuple[Any, Gro
     return found
 
 
+def child_count(value: Any) -> int:
+    """How many lines a container shows below it (a dict's or a list's length, without a walk)."""
+    if isinstance(value, (dict, list, set, frozenset)):
+        return len(value)
+    if isinstance(value, tuple) and not isinstance(value, TorchSize):
+        return len(value)
+    return sum(1 for _ in children(value))
+
+
+def child_pairs(value: Any) -> list[Any]:
+    """The (key, child) pairs of a container, as ``children`` gives them: a dict's items and a list's
+    places taken whole (50,000 keys in a few milliseconds, not a generator step each)."""
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, list) or (isinstance(value, tuple) and not isinstance(value, TorchSize)):
+        return list(enumerate(value))
+    return list(children(value))
+
+
+def _places(entries: list[Any]) -> dict[Any, int]:
+    """The place of each plain (key, value) entry, by key (the first, where a key shows twice)."""
+    if not any(isinstance(entry, Group) for entry in entries):
+        # keys of one dict or one list are distinct: the whole index at C speed
+        return {entry[0]: place for place, entry in enumerate(entries)}
+    places: dict[Any, int] = {}
+    for place, entry in enumerate(entries):
+        if not isinstance(entry, Group):
+            places.setdefault(entry[0], place)
+    return places
+
+
 def _line_at(node: TreeNode[NodeData], place: int) -> TreeNode[NodeData] | None:
     """The line of ``node`` showing entry ``place``, or the "more" line holding it."""
     kids = node.children
@@ -563,10 +615,7 @@ def _entry_towards(data: NodeData, row: RowId) -> int | None:
     path, _ = row
     if len(path) > len(data.path) and path[: len(data.path)] == data.path:
         if data.by_key is None:
-            data.by_key = {}
-            for place, entry in enumerate(data.entries):
-                if not isinstance(entry, Group):
-                    data.by_key.setdefault(entry[0], place)
+            data.by_key = _places(data.entries)
         keyed = data.by_key.get(path[len(data.path)])
         if keyed is not None:
             return keyed
