@@ -78,6 +78,8 @@ class FileScan(Findings):
     name_route: bool = False
     """The path ends in ``.safetensors``: torch 2.13+ routes it by name."""
     devices: set[str] = field(default_factory=set)
+    deflated: bool = False
+    """Some storage record is stored deflated: ``torch.load(mmap=True)`` takes its compressed bytes as values."""
 
     def absorb(self, scan: PickleScan, what: str) -> None:
         """Add one pickle's findings."""
@@ -242,6 +244,7 @@ def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
         applies |= part.applies
         combined.add_globals(part)
         combined.devices |= part.devices
+        combined.deflated |= part.deflated
         if part.applies and part.reason:
             combined.fail(f"{path}: {part.reason}")
         if part.applies and part.unknown:
@@ -278,6 +281,8 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     if archive is None or not _loads_as_checkpoint(file, entries, archive, size, scan):
         return scan
     _check_small_records(file, entries, archive, size, scan)
+    records = archive + "data/"
+    scan.deflated = any(m.compress == DEFLATED and m.name.startswith(records) for m in entries.members)
     candidates = entries.candidates(archive + "data.pkl")
     if not candidates:
         scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
@@ -877,6 +882,12 @@ def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoin
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
     if scan.setitem_on_other:
         result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
+    if scan.deflated:
+        # torch.load(mmap=True) slices each storage out of the mapped file at its record's offset, unread
+        result.notes.append(
+            "storage records are stored deflated: torch.load inflates them (the values shown), but "
+            "torch.load(mmap=True) takes their compressed bytes as the values; rewrite with ckpt-tui convert"
+        )
 
 
 _NOT_APPLICABLE = {
