@@ -474,3 +474,13 @@ async def test_a_notification_leaves_the_status_line_readable(ddp_file: Path) ->
         toast = app.screen.query_one("Toast").region
         status_line = browser(app).query_one("#status").region
         assert toast.bottom <= status_line.y
+
+
+def test_a_title_breaks_after_keys_and_spaces_never_inside_a_word_that_fits() -> None:
+    from ckpt_tui.tui.text import broken
+
+    lines = broken('ckpt["model"] › module › transformer › h', 28).splitlines()
+    assert all(len(line) <= 28 for line in lines)
+    assert "".join(lines) == 'ckpt["model"] › module › transformer › h' and "transformer" in lines[-1]
+    lines = broken('ckpt["model_state_dict"]["module.layer1.0.conv1.weight"]', 28).splitlines()
+    assert lines[0] == 'ckpt["model_state_dict"]' and all(len(line) <= 28 for line in lines)

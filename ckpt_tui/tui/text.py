@@ -30,14 +30,16 @@ def path_text(path: KeyPath) -> str:
 
 
 def broken(text: str, width: int) -> str:
-    """``text`` in lines of at most ``width``, broken after a key (``]``), else after a ``.`` or ``/`` of one, and
-    only where neither comes early enough, inside a word (a key path has no spaces for the terminal to wrap at)."""
+    """``text`` in lines of at most ``width``, broken after a key (``]``) or a space, else after a ``.`` or ``/`` of
+    one, and only where none comes late enough, inside a word (a key path has no spaces for the terminal to wrap
+    at)."""
     if width < 8:
         return text
     lines = []
     while len(text) > width:
         head = text[:width]
-        cut = next((head.rfind(mark) + 1 for mark in ("]", ".", "/") if head.rfind(mark) + 1 > width // 2), width)
+        marks = ("]", " ", ".", "/")
+        cut = next((head.rfind(mark) + 1 for mark in marks if head.rfind(mark) + 1 > width // 2), width)
         lines.append(text[:cut])
         text = text[cut:]
     return "\n".join([*lines, text])
