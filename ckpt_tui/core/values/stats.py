@@ -106,17 +106,19 @@ def _tensor_stats(
         if progress is not None:
             progress(whole.count / max(1, tensor.numel))
 
-    threaded = reader.distinct_count > chunk  # one chunk: summarised here, no hand-over
+    # one chunk is summarised here, with no hand-over; so is every chunk on one of the pool's own threads
+    # (work it handed to its own pool could wait for itself)
+    pool = worker_pool() if reader.distinct_count > chunk else None
     pending: deque[Future[_Part]] = deque()
     read = 0
     try:
         # a stored element repeated by the view is read once, counted; reading chunk k reuses the buffer of
         # chunk k - STATS_THREADS - 1, settled by then (every part's samples and first values are copies)
-        for raw, repeats in reader.distinct_chunks(chunk, STATS_THREADS + 1 if threaded else 0):
+        for raw, repeats in reader.distinct_chunks(chunk, STATS_THREADS + 1 if pool is not None else 0):
             if cancelled is not None and cancelled():
                 raise Cancelled("stats cancelled")
-            if threaded:
-                pending.append(_pool().submit(_quiet_chunk_part, raw, repeats, tensor, read, step))
+            if pool is not None:
+                pending.append(pool.submit(_quiet_chunk_part, raw, repeats, tensor, read, step))
                 while len(pending) > STATS_THREADS:
                     settle(pending.popleft().result())
             else:
