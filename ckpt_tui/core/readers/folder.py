@@ -60,4 +60,6 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
         notes=notes,
         unsafe_globals=set().union(*(member.unsafe_globals for member in members.values())),
         loader_problems=problems,
+        # each file is read by its own loader: the verdict is each file's
+        files=[places.join(folder, name) for name in names],
     )

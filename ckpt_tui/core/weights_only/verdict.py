@@ -11,6 +11,7 @@ blocker is data. Nothing here imports torch, numpy or anything the file names.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 import tarfile
@@ -80,6 +81,9 @@ class FileScan(Findings):
     devices: set[str] = field(default_factory=set)
     deflated: bool = False
     """Some storage record is stored deflated: ``torch.load(mmap=True)`` takes its compressed bytes as values."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Files loaded one by one (rank files, a folder's files): each one's own answer (loads, refuses,
+    cannot_tell, n/a)."""
 
     def absorb(self, scan: PickleScan, what: str) -> None:
         """Add one pickle's findings."""
@@ -240,8 +244,13 @@ def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
             part = first if index == 0 and first is not None else scan_file(path)
         except Exception as exc:  # a hostile file must give a verdict, never a traceback
             combined.fail(f"{path}: cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
+            combined.files[path] = REFUSES
+            continue
+        if _accelerate_loads(path, part):
+            combined.files[path] = "n/a"
             continue
         applies |= part.applies
+        combined.files[path] = verdict_from_scan(part, None).answer or "n/a"
         combined.add_globals(part)
         combined.devices |= part.devices
         combined.deflated |= part.deflated
@@ -251,6 +260,26 @@ def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
             combined.doubt(f"{path}: {part.unknown}")
     combined.applies = applies
     return combined
+
+
+ACCELERATE_RNG_STATES = re.compile(r"random_states_\d+\.pkl\Z")
+ACCELERATE_SAFE_GLOBALS = frozenset(
+    {"numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.ndarray"}
+    | {"_codecs.encode", "numpy.dtype", "numpy.dtypes.UInt32DType"}
+)
+"""``accelerate.utils.other.TORCH_SAFE_GLOBALS``: what Accelerate's ``load`` allowlists for its RNG states."""
+
+
+def _accelerate_loads(path: str, part: FileScan) -> bool:
+    """Accelerate's ``random_states_N.pkl``, which ``load_state`` reads with numpy allowlisted, needing nothing more
+    (not torch.load's own verdict: the folder's loader is Accelerate's)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    needed = set(part.refused) | set(part.hidden)
+    return (
+        bool(ACCELERATE_RNG_STATES.match(name))
+        and needed <= ACCELERATE_SAFE_GLOBALS
+        and not (part.reason or part.unknown)
+    )
 
 
 def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
@@ -732,6 +761,8 @@ class Verdict:
     """Device tags other than ``cpu`` on its storages: torch.load puts them there, so needs those devices."""
     unknown: str | None = None
     """What the emulation does not model, or what ckpt-tui's reader flags, where nothing refuses for sure."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Files given together: each one's own answer (the verdict loads only when every one does)."""
 
     @property
     def answer(self) -> str | None:
@@ -763,10 +794,22 @@ class Verdict:
             "add_safe_globals": self.safe_globals,
             "imports": self.imports,
             "notes": self.notes,
+            "files": [{"path": path, "answer": answer} for path, answer in self.files.items()],
         }
 
     def headline(self) -> str:
-        """One line: ``weights_only: loads (torch 2.6–2.14)`` or why not."""
+        """One line: ``weights_only: loads (torch 2.6–2.14)`` or why not; files given together: which
+        of them does not load."""
+        line = self._headline()
+        others = {path: answer for path, answer in self.files.items() if answer not in (LOADS, "n/a")}
+        if others and self.loads is not None:
+            words = {REFUSES: "refused", CANNOT_TELL: "cannot tell"}
+            shown = [f"{path.rstrip('/').rsplit('/', 1)[-1]} {words.get(a, a)}" for path, a in others.items()]
+            more = f" (+{len(shown) - 4} more)" if len(shown) > 4 else ""
+            line += f" [{len(others)} of {len(self.files)} files: {', '.join(shown[:4])}{more}]"
+        return line
+
+    def _headline(self) -> str:
         if self.loads is None:
             return f"weights_only: not applicable ({self.reason or self.route})"
         if self.answer == CANNOT_TELL:
@@ -832,7 +875,7 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     blockers = _blockers(scan, checkpoint)
     reason = _refusal(scan, checkpoint)
     loads = not blockers and reason is None
-    result = Verdict(loads, scan.route, _versions(scan), blockers, reason)
+    result = Verdict(loads, scan.route, _versions(scan), blockers, reason, files=dict(scan.files))
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
         result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
     _add_doubts_and_notes(result, scan, checkpoint, loads)
