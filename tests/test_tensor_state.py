@@ -199,3 +199,22 @@ def test_dcp_chunk_whose_state_sets_data_is_checked_as_dcp_loads_it(tmp_path: Pa
     dcp.load(state, checkpoint_id=str(folder), no_dist=True)
     assert torch.isnan(state["w"]).any()
     assert main(["check", str(folder)]) == 1
+
+
+@pytest.mark.parametrize("storage_type", [torch.ComplexFloatStorage, torch.FloatStorage], ids=["complex", "real"])
+def test_state_setting_imag_is_judged_by_the_tensors_dtype(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], storage_type: Any
+) -> None:
+    # torch's imag setter writes a complex tensor's imaginary parts and raises on any other
+    outer = Plain("0", storage_type, 2)
+    pickled = __import__("builders_readers").pickle_with_pids({"w": WithAttributes(outer, {"imag": 5.0})})
+    path = write_zip(tmp_path / "imag.pth", torch_zip_members(pickled, {"0": struct.pack("<4f", 1, 2, 3, 4)}))
+    try:
+        loaded = torch.load(path, weights_only=True)["w"]
+    except RuntimeError:
+        loaded = None
+    assert (loaded is not None) == (storage_type is torch.ComplexFloatStorage)
+    assert main(["check", "--json", str(path)]) == 1
+    said = __import__("json").loads(capsys.readouterr().out)["weights_only"]["answer"]
+    assert said == ("cannot_tell" if loaded is not None else "refuses")
+    assert ours(path).tensors == {"w": None}  # its values are never the record's

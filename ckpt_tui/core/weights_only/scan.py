@@ -960,6 +960,8 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
         return
     if rule == "read-only":
         raise Refusal(f"a tensor's state sets {name!r}, a read-only attribute of torch.Tensor")
+    if rule == "complex-only" and tensor.dtype not in _COMPLEX:
+        raise Refusal(f"a tensor's state sets {name!r} on a {tensor.dtype} tensor (only complex tensors have one)")
     if rule == "dict":
         if type(value) not in (dict, OrderedDict, Counter):
             raise Refusal(f"a tensor's state sets __dict__ to a value of type {_type_name(value)} (torch wants a dict)")
@@ -975,7 +977,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
             raise Refusal(
                 f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
             )
-    elif value is not None or rule != "none-or-more":
+    elif value is not None or rule != "none-or-more":  # (complex-only on a complex tensor: may)
         raise CannotTell(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
 
 

@@ -219,7 +219,7 @@ def allowed_in(name: str, version: tuple[int, int]) -> bool:
 
 _READ_ONLY = (
     "H T __cuda_array_interface__ __weakref__ _base _cdata _has_symbolic_sizes_strides _python_dispatch _version "
-    "device dtype grad_fn imag is_cpu is_cuda is_ipu is_leaf is_maia is_meta is_mkldnn is_mps is_mtia is_nested "
+    "device dtype grad_fn is_cpu is_cuda is_ipu is_leaf is_maia is_meta is_mkldnn is_mps is_mtia is_nested "
     "is_quantized is_sparse is_sparse_csr is_vulkan is_xla is_xpu itemsize layout mH mT name nbytes ndim "
     "output_nr retains_grad shape"
 )
@@ -234,11 +234,13 @@ TENSOR_ATTRIBUTES: dict[str, str] = {
     "_grad_fn": "none",
     "grad_dtype": "none-or-more",
     "real": "may",
+    "imag": "complex-only",
     "__class__": "may",
 }
 """The data descriptors of ``torch.nn.Parameter`` in torch 2.13 (a test compares them with the installed torch)
 and what setting one does: read-only ones raise; ``instance``: accepts anything; the others check the value
-(``may``: a check not emulated here). Any other name becomes an instance attribute."""
+(``may``: a check not emulated here; ``complex-only``: refused on a tensor that is not complex, else ``may``).
+Any other name becomes an instance attribute."""
 
 
 # ---- refused globals that are plain data ----------------------------------------------------
