@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from builders_tui import browser, cursor_data, cursor_path, detail, header, loaded, settle, status
+from builders_tui import browser, cursor_data, cursor_path, detail, header, loaded, settle, status, text_of
 
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.widgets.tree_view import PAGE
@@ -205,3 +205,21 @@ async def test_search_walks_the_keys_in_a_worker(big_file: Path, monkeypatch: py
         await search(pilot, "layers.432.sub7")
         assert walked == [False]
         assert cursor_path(app) == (key(4327),)
+
+
+async def test_layers_name_the_families_in_their_worker_and_the_plot_follows_the_cursor(
+    big_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L reads every tensor and names each row's family in its worker; moving down the table redraws the
+    norm plot of the focused row's family without naming them again."""
+    from ckpt_tui.core.conventions import layer_marks
+
+    named = recording(monkeypatch, layer_marks, "families")
+    app = CkptApp(str(big_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "L")
+        await settle(pilot, "j", "j")
+        plot = text_of(app.screen.query_one("#layers-plot"))
+        assert "L2 norm by layer: module.layers.*.sub2.weight [1] (500 tensors)" in plot
+        assert named and not any(named)

@@ -10,7 +10,7 @@ result needs none: the screen was given the tree it reports on, and its worker e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
@@ -151,3 +151,7 @@ class LayersReady(Message, bubble=False):
     rows: list[TensorRow]
     marks: dict[int, str]
     parts: Parts
+    families: dict[str, list[TensorRow]] = field(default_factory=dict)
+    """The rows of each family (the same key with other layer numbers), by its name, in file order."""
+    family_of: dict[int, str] = field(default_factory=dict)
+    """Each row's family name, by ``id`` of the row."""

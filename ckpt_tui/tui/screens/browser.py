@@ -558,11 +558,18 @@ class BrowserScreen(Screen[None]):
         shown: list[str] = [prefix]
 
         def strip(key: str) -> str | None:
-            if shown[0] == "auto":  # what "auto" strips, worked out when the cursor is first relocated
+            if shown[0] == "auto":  # what "auto" strips (the edit's worker works it out first)
                 shown[0] = edits.wrapper_prefix_at(root, at) or ""
             return key[len(shown[0]) :] if shown[0] and key.startswith(shown[0]) else None
 
-        self.propose(lambda tree: edits.strip_prefix(tree, prefix, at), targets.renamed_keys(at, strip), failed)
+        def edit(tree: Any) -> tuple[Any, Change]:
+            done = edits.strip_prefix(tree, prefix, at)
+            if shown[0] == "auto":
+                # a look at every key: here in the worker, not when the cursor is relocated on the UI thread
+                shown[0] = edits.wrapper_prefix_at(root, at) or ""
+            return done
+
+        self.propose(edit, targets.renamed_keys(at, strip), failed)
 
     def action_add_prefix(self) -> None:
         if not self.editable("add_prefix"):

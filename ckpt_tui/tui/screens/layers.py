@@ -120,6 +120,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.rows: list[TensorRow] = []
         self.marks: dict[int, str] = {}
         self.parts: Parts | None = None
+        self.families: dict[str, list[TensorRow]] = {}
+        self.family_of: dict[int, str] = {}
         self.shown: list[TensorRow] = []
         self.sort: str | None = None
         self.reverse = False
@@ -144,7 +146,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     @work(thread=True, exclusive=True, group="layers", description="layers")
     def _compute(self, root: Any, byteorder: str) -> None:
         """Every tensor's row, the marks and the bytes by part, off the UI thread; reports by message only."""
-        from ckpt_tui.core.conventions.layer_marks import marks
+        from ckpt_tui.core.conventions.layer_marks import families, marks
         from ckpt_tui.core.conventions.parts import split_parts
         from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
@@ -158,8 +160,14 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         except CkptError as exc:
             self.post_message(Failed("layers", str(exc)))
             return
-        if not worker.is_cancelled:
-            self.post_message(LayersReady(rows, marks(rows), parts))
+        if worker.is_cancelled:
+            return
+        # the norm plot follows the cursor: each row's family is named here, once, not on each move
+        family_of = families(rows)
+        members: dict[str, list[TensorRow]] = {}
+        for row in rows:
+            members.setdefault(family_of[id(row)], []).append(row)
+        self.post_message(LayersReady(rows, marks(rows), parts, members, family_of))
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:
@@ -169,6 +177,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     @on(LayersReady)
     def _ready(self, message: LayersReady) -> None:
         self.rows, self.marks, self.parts = message.rows, message.marks, message.parts
+        self.families, self.family_of = message.families, message.family_of
         self.ready = True
         self.query_one("#layers-progress").display = False
         self.refill()
@@ -276,7 +285,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         """One line: counts, order, filter, and the focused tensor's path (or why it has no stats), shortened in
         the middle to the width left."""
         order = "file order" if self.sort is None else f"by {self.sort} {'▲' if self._ascending() else '▼'}"
-        marked = sum(1 for row in self.rows if id(row) in self.marks)
+        marked = len(self.marks)  # marks are by id of the rows: each a row of this table
         parts = [f"{len(self.shown)}/{len(self.rows)} tensors", order, f"{marked} marked"]
         if len(self.shown) > TABLE_LIMIT:
             parts[0] += f" (first {TABLE_LIMIT} listed: sort or filter for the others)"
@@ -326,13 +335,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
 
     def family_rows(self) -> tuple[str, list[TensorRow]]:
         """The focused tensor's family (the same key with other layer numbers), in file order; else every row shown."""
-        from ckpt_tui.core.conventions.layer_marks import families
-
         row = self.focused_row()
         if row is not None:
-            named = families(self.rows)
-            name = named[id(row)]
-            members = [r for r in self.rows if named[id(r)] == name]
+            name = self.family_of.get(id(row), "")
+            members = self.families.get(name, [])
             if len(members) > 1:
                 return name, members
         shown = set(map(id, self.shown))
