@@ -296,7 +296,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         if row is not None:
             reason = f" ({row.reason})" if row.reason else ""
             room = (title.content_region.width or self.app.size.width - 2) - len(" · ".join(parts)) - 3 - len(reason)
-            parts.append(short_path(row.path, max(room, PATH_MIN)) + reason)
+            parts.append(short_path(row.path, max(room, 12)) + reason)  # its end, not the line's cut
         title.update(Text(" · ".join(parts)))
 
     def on_resize(self) -> None:
