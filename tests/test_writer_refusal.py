@@ -228,3 +228,25 @@ def test_a_tree_nested_deeper_than_any_checkpoint_is_refused_in_one_line(tmp_pat
     code, err = convert(capsys, source, "-o", tmp_path / "out.pth")
     assert code == 2 and "nested" in err and "deep" in err and err.count("\n") == 1 and len(err) < 300
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.pth"]
+
+
+@pytest.mark.parametrize("name", ["out.safetensors", "out.SAFETENSORS", "out.pth"])
+def test_pth_output_named_safetensors_is_refused_as_torch_load_would_not_read_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # torch.load (2.13+) hands paths ending in exactly .safetensors to the safetensors library
+    import torch
+
+    from ckpt_tui.cli import main
+
+    source = tmp_path / "src.pth"
+    torch.save({"w": torch.ones(2)}, source)
+    output = tmp_path / name
+    code = main(["convert", str(source), "-o", str(output), "--format", "pth"])
+    refused = name.endswith(".safetensors")
+    assert code == (2 if refused else 0)
+    assert output.exists() == (not refused)
+    if refused:
+        assert "torch.load (2.13+) hands such paths to safetensors" in capsys.readouterr().err
+    else:
+        assert torch.equal(torch.load(output, weights_only=True)["w"], torch.ones(2))

@@ -64,6 +64,12 @@ def output_format(target: str | os.PathLike[str], fmt: str | None) -> str:
     fmt = fmt or ("safetensors" if Path(target).suffix == ".safetensors" else "pth")
     if fmt not in FORMATS:
         raise WriteError(f"unknown output format {fmt!r} (pth or safetensors)")
+    # torch.load (2.13+) hands any path ending in .safetensors to the safetensors library
+    if fmt == "pth" and os.fspath(target).endswith(".safetensors"):
+        raise WriteError(
+            "a .pth file named *.safetensors would not load: torch.load (2.13+) hands such paths to "
+            "safetensors; name the output .pth, or write it as safetensors"
+        )
     return fmt
 
 
