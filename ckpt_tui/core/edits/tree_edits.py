@@ -27,7 +27,7 @@ from ckpt_tui.core.model.describe import count, counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
-from ckpt_tui.core.model.rebuild import Items, Rebuilt, rebuild
+from ckpt_tui.core.model.rebuild import Items, Rebuilt, is_container, kids, rebuild
 from ckpt_tui.core.model.tree import (
     MODULE_GROUPS,
     Opaque,
@@ -722,7 +722,7 @@ def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
         examples.setdefault((tensor.dtype, dtype))
         return dataclasses.replace(tensor, storage=storages[id(storage)], dtype=dtype)
 
-    new_root, changed = map_tensors(root, convert)
+    new_root, changed = _map_tensors_at(root, scope, convert)
     if not changed:
         already = sum(1 for _, t in iter_tensors(get(root, scope)) if t.dtype == dtype)
         if not already:
@@ -733,7 +733,54 @@ def cast(root: Any, dtype: str, path: KeyPath | str | None = None) -> Result:
     casts = ", ".join(f"{a} → {b}" for a, b in examples)
     change = Change(f"cast the tensors of {_describe(scope)} ({casts})", changed)
     if scope:
-        others = len({id(t) for _, t in iter_tensors(root) if _castable(t, dtype)} - chosen)
+        outside = [(p, t) for p, t in iter_tensors(root) if p[: len(scope)] != scope and _castable(t, dtype)]
+        others = len({id(t) for _, t in outside} - chosen)
         if others:
             change.notes.append(f"{others} floating-point tensors elsewhere (optimizer state, ...) keep their dtype")
+        same = [p for p, t in outside if id(t) in chosen]
+        if same:
+            change.notes.append(
+                f"{counted(len(same), 'tensor')} elsewhere ({to_python(same[0])}"
+                f"{', ...' if len(same) > 1 else ''}) saved as the same tensor as one cast: "
+                f"{'it keeps its' if len(same) == 1 else 'they keep their'} dtype, written apart from the cast one"
+            )
     return new_root, change
+
+
+def _map_tensors_at(root: Any, scope: KeyPath, convert: Callable[[Tensor], Tensor | None]) -> tuple[Any, int]:
+    """``convert`` applied to the tensors the containers under ``scope`` hold, each tensor once: a tensor
+    object the file also holds in a container elsewhere (``ema = dict(model)``, optimizer state holding a
+    weight) stays as it was there. A container itself held elsewhere too is one object, edited once."""
+    if not scope:
+        return map_tensors(root, convert)
+    holders: dict[int, Any] = {}
+    seen: set[int] = set()
+    stack = [get(root, scope)]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not is_container(node):
+            continue
+        seen.add(id(node))
+        for kid in kids(node):
+            if isinstance(kid, Tensor):
+                holders[id(node)] = node
+            elif is_container(kid):
+                stack.append(kid)
+    if not holders or not all(isinstance(h, (dict, list)) for h in holders.values()):
+        # (the scope is a tensor, or tensors held by tuples or objects: converted wherever they are held)
+        return map_tensors(root, convert)
+    done: dict[int, Tensor | None] = {}
+
+    def version(value: Any) -> Any:
+        if not isinstance(value, Tensor):
+            return value
+        if id(value) not in done:
+            done[id(value)] = convert(value)
+        return done[id(value)] or value
+
+    def edit(items: Items) -> Items:
+        return [(key, version(value)) for key, value in items]
+
+    rebuilt = rebuild(root, containers=dict.fromkeys(holders, edit))
+    changed = sum(1 for new in done.values() if new is not None)
+    return (rebuilt.root, changed) if changed else (root, 0)
