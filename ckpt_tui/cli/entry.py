@@ -33,6 +33,7 @@ def run() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
+    _tolerant_streams()
     given = list(sys.argv[1:] if argv is None else argv)
     mistyped = mistyped_command(given)
     if mistyped is not None:
@@ -96,6 +97,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse
             found: argparse.ArgumentParser = action.choices[command]
             return found
     return parser
+
+
+def _tolerant_streams() -> None:
+    """Output whose encoding cannot write every character (``PYTHONIOENCODING=ascii``, a latin-1 locale)
+    gets backslash escapes for the rest: the tree's glyphs and the file's key names never end in a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = str(getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        reconfigure = getattr(stream, "reconfigure", None)
+        if encoding in ("utf8", "utf8sig") or reconfigure is None:
+            continue
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError, TypeError):
+            # (a stream that cannot change its error handler now: left as it is)
+            continue
 
 
 def _error(exc: Exception | str) -> None:
