@@ -16,7 +16,7 @@ from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
-from ckpt_tui.core.values.tensor_values import decode, paired_chunks
+from ckpt_tui.core.values.tensor_values import as_loaded, decode, paired_chunks
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -450,11 +450,18 @@ def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
     """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ)."""
     max_abs, close, nan_mismatch, same = 0.0, True, False, True
+    # a neg or conj view bit: the values torch loads are compared (the same bytes may load as other values)
+    views = bool(x.metadata or y.metadata)
     for raw_a, raw_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
-        if same and order_a == order_b and raw_a.tobytes() == raw_b.tobytes():
+        if views:
+            raw_a, raw_b = as_loaded(raw_a, x.dtype, x.metadata), as_loaded(raw_b, y.dtype, y.metadata)
+        if same and (order_a == order_b or views) and raw_a.tobytes() == raw_b.tobytes():
             continue
         same = False
-        va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
+        if views:
+            va, vb = decode(raw_a, x.dtype), decode(raw_b, y.dtype)
+        else:
+            va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
         nan_a, nan_b = np.isnan(va), np.isnan(vb)
         if (nan_a != nan_b).any():
             nan_mismatch, close = True, False

@@ -128,6 +128,32 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
     return values
 
 
+_SIGN_BITS = {"bfloat16": 0x8000, "float8_e4m3fn": 0x80, "float8_e5m2": 0x80, "float8_e4m3fnuz": 0x80}
+_SIGN_BITS["float8_e5m2fnuz"] = 0x80
+
+
+def as_loaded(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None) -> np.ndarray:
+    """Raw elements, in native byte order, as torch loads them: a tensor saved with its neg or conj view bit
+    set loads as the negated or conjugated values, so its bits are compared after that (complex32: a pair
+    of float16, real part in the low half)."""
+    native = raw.astype(raw.dtype.newbyteorder("="), copy=False)
+    neg = isinstance(metadata, dict) and bool(metadata.get("neg"))
+    conj = isinstance(metadata, dict) and bool(metadata.get("conj"))
+    if not (neg or conj):
+        return native
+    if dtype == "complex32":
+        mask = (0x80008000 if neg else 0) ^ (0x80000000 if conj else 0)
+        return native ^ np.uint32(mask)
+    if conj and native.dtype.kind == "c":
+        native = np.conj(native)
+    if neg and dtype in _SIGN_BITS:
+        return native ^ native.dtype.type(_SIGN_BITS[dtype])
+    if neg and dtype != "bool":
+        with np.errstate(all="ignore"):
+            return np.negative(native)
+    return native
+
+
 def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
     """The values :func:`decode` gives, held in float32 where float32 holds them exactly (float32, float16,
     bfloat16), else float64: half the memory traffic for the common dtypes."""
