@@ -170,18 +170,22 @@ def recording(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[b
 async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one(
     big_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first p works out the edit off the UI thread; y, u and ctrl+r redraw one page of lines and
-    leave the header's totals (a walk of every tensor) to the summary's worker."""
+    """The first p works out the edit off the UI thread; y, u and ctrl+r redraw one page of lines from
+    listings made off the UI thread (or kept) and leave the header's totals (a walk of every tensor) to the
+    summary's worker."""
     from ckpt_tui.core.edits import tree_edits
     from ckpt_tui.core.operations import info
     from ckpt_tui.tui.screens import browser as browser_module
+    from ckpt_tui.tui.widgets import tree_view
 
     stripped = recording(monkeypatch, tree_edits, "strip_prefix")
     summed = recording(monkeypatch, browser_module, "summarize")
     viewed = recording(monkeypatch, info, "view_key")  # per tensor: the header's element count
+    listed = recording(monkeypatch, tree_view, "child_pairs")  # per key: the lines' entries
     app = CkptApp(str(big_file))
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
+        listed.clear()  # the file's own tree, listed when it is first shown
         await settle(pilot, "p")
         assert stripped == [False]
         await settle(pilot, "y")
@@ -192,6 +196,7 @@ async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one
         assert summed and not any(summed)  # the first count, then one after each of y, u, ctrl+r
         assert len(summed) == 4
         assert not any(viewed)
+        assert listed == [False]  # the stripped tree's keys, listed by the edit's worker; undo, redo reuse listings
         assert "5000 tensors" in header(app)
 
 

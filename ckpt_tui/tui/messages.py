@@ -106,6 +106,8 @@ class PreviewReady(Message, bubble=False):
     """What the browser needs to apply it (the relocation, what to do on an error)."""
     groupings: dict[int, Any]
     """Module groups of the new tree's open state_dicts, counted here (when the tree is grouped)."""
+    listings: dict[int, Any] = field(default_factory=dict)
+    """The new tree's open big containers, listed here (``tree_view.Listing`` by ``id`` of the container)."""
 
 
 @dataclass

@@ -51,7 +51,14 @@ from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
-from ckpt_tui.tui.widgets.tree_view import CheckpointTree, NodeData, RowId, ViewState, groupings_along
+from ckpt_tui.tui.widgets.tree_view import (
+    CheckpointTree,
+    NodeData,
+    RowId,
+    ViewState,
+    groupings_along,
+    listings_along,
+)
 
 EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.group is EDIT)
 """The browser's edit keys' actions, as the bindings group them (hidden while read-only)."""
@@ -442,16 +449,18 @@ class BrowserScreen(Screen[None]):
         if session is None:
             return
         self.update_status("computing the edit…")
-        shown: list[KeyPath] = []
-        if self.tree_view.grouped:  # the open lines, where the new tree's module groups will be shown
-            view = self.tree_view.view_state()
-            shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
-        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor), shown)
+        # the open lines, where the new tree's module groups (when grouped) and big dicts will be shown
+        view = self.tree_view.view_state()
+        shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
+        grouped = self.tree_view.grouped
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor), shown, grouped)
 
     @work(thread=True, exclusive=True, group="preview", description="edit preview")
-    def _preview(self, version: int, root: Any, edit: Edit, proposal: Proposal, shown: list[KeyPath]) -> None:
-        """Run an edit on ``root`` off the UI thread (edits build a new tree), and count the module groups the
-        tree will show of it; reports by message only."""
+    def _preview(
+        self, version: int, root: Any, edit: Edit, proposal: Proposal, shown: list[KeyPath], grouped: bool
+    ) -> None:
+        """Run an edit on ``root`` off the UI thread (edits build a new tree), and count the module groups (or
+        list the big dicts) the tree will show of it; reports by message only."""
         try:
             new_root, change = edit(root)
         except NothingChanges as exc:
@@ -459,8 +468,10 @@ class BrowserScreen(Screen[None]):
         except (CkptError, KeyError) as exc:
             self.post_message(PreviewReady(version, None, None, str(exc), proposal, {}))
             return
-        groupings = groupings_along(new_root, sorted(shown, key=len))
-        self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings))
+        paths = sorted(shown, key=len)
+        groupings = groupings_along(new_root, paths) if grouped else {}
+        listings = listings_along(new_root, paths)
+        self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings, listings))
 
     @on(PreviewReady)
     def _preview_ready(self, message: PreviewReady) -> None:
@@ -490,6 +501,7 @@ class BrowserScreen(Screen[None]):
                 return
             view = self.tree_view.view_state()
             self.tree_view.remember_groupings(groupings)
+            self.tree_view.remember_listings(message.listings)
             self.session.apply(new_root, change)
             self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
             self.edit_views[self.session.position] = (view, proposal.relocate)

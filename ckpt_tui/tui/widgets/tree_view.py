@@ -44,6 +44,7 @@ JUMP = 100  # lines added around the target of a jump (G, search, a redraw keepi
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
 GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
+LISTINGS_KEPT = 16  # containers of more than a page whose listings are kept across redraws (undo, redo, C)
 TOTALS_BUDGET = 5000  # nodes one label's totals may walk; past it the label shows the child count only
 
 RowId = tuple[KeyPath, str | None]
@@ -94,6 +95,8 @@ class NodeData:
     """A loaded container: its children to show, each a Group or a (key, value) pair."""
     by_key: dict[Any, int] | None = None
     """A loaded container: the place of each plain (key, value) entry, by key (built on the first jump)."""
+    listing: Listing | None = None
+    """A loaded big container: its listing, kept by the tree (``by_key`` is kept there once built)."""
     parts: list[Part] | None = None
     """The line's parts, to fit it into a narrow tree (the label is the whole line)."""
     head: int = 0
@@ -108,6 +111,40 @@ class NodeData:
     def is_more(self) -> bool:
         """Whether this is a "… N more" line."""
         return self.value is MORE
+
+
+@dataclass
+class Listing:
+    """A big container's children as the tree lists them (a page at a time), worked out once per container
+    object: an undo, a redo or a check shows the very dicts it showed before, and an edit's worker lists the
+    new tree's open dicts off the UI thread."""
+
+    value: Any
+    entries: list[Any]
+    head: int
+    by_key: dict[Any, int] | None = None
+
+
+def listing(value: Any) -> Listing:
+    """The (key, value) pairs of a container, the start its keys share, and (later) their places by key."""
+    entries = child_pairs(value)
+    return Listing(value, entries, shared_head(entries))
+
+
+def listings_along(root: Any, paths: list[KeyPath]) -> dict[int, Listing]:
+    """The listings of the big containers at ``paths`` in ``root`` (where they still are), by ``id``, their
+    places by key worked out too; for a worker."""
+    found: dict[int, Listing] = {}
+    for path in paths[:LISTINGS_KEPT]:
+        try:
+            value = get(root, path)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            continue
+        if id(value) not in found and has_children(value) and child_count(value) > PAGE:
+            made = listing(value)
+            made.by_key = _places(made.entries)
+            found[id(value)] = made
+    return found
 
 
 @dataclass
@@ -223,6 +260,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.guide_depth = 3
         self.totals = TotalsCache()
         self._groupings: dict[int, tuple[Any, Group | None]] = {}
+        self._listings: dict[int, Listing] = {}
         self.styles_by_role = COLOR_STYLES
         self.target_node: TreeNode[NodeData] | None = None
         """Where a jump is about to put the cursor (it moves after the next refresh)."""
@@ -289,8 +327,12 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if data is None or data.loaded or data.is_more:
             return
         data.loaded = True
-        data.entries = self._entries(data)
-        data.head = shared_head(data.entries)
+        found = self._listing(data)
+        if found is not None:
+            data.listing, data.entries, data.head, data.by_key = found, found.entries, found.head, found.by_key
+        else:
+            data.entries = self._entries(data)
+            data.head = shared_head(data.entries)
         if data.entries:
             more = self._more_line(node, data, 0, len(data.entries), None)
             self._open(node, more, 0, PAGE)
@@ -351,6 +393,27 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             if grouped is not None:
                 return grouped.entries
         return child_pairs(value)
+
+    def _listing(self, data: NodeData) -> Listing | None:
+        """The kept listing of a big plain container (listed now if it is not kept yet), None for others."""
+        value = data.value
+        if data.group is not None or (self.grouped and isinstance(value, dict) and self._grouping(value) is not None):
+            return None
+        hit = self._listings.get(id(value))
+        if hit is not None and hit.value is value:
+            return hit
+        if child_count(value) <= PAGE:
+            return None
+        made = listing(value)
+        self.remember_listings({id(value): made})
+        return made
+
+    def remember_listings(self, found: dict[int, Listing]) -> None:
+        """Keep listings made elsewhere (an edit's worker lists the open containers of the tree it made)."""
+        for key, entry in found.items():
+            if len(self._listings) >= LISTINGS_KEPT:
+                self._listings.pop(next(iter(self._listings)))
+            self._listings[key] = entry
 
     def _grouping(self, value: dict[Any, Any]) -> Group | None:
         """The module groups of a state_dict (None when not one, or too small), kept across redraws: an undo
@@ -616,6 +679,8 @@ def _entry_towards(data: NodeData, row: RowId) -> int | None:
     if len(path) > len(data.path) and path[: len(data.path)] == data.path:
         if data.by_key is None:
             data.by_key = _places(data.entries)
+            if data.listing is not None:
+                data.listing.by_key = data.by_key
         keyed = data.by_key.get(path[len(data.path)])
         if keyed is not None:
             return keyed
