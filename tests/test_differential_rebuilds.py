@@ -45,6 +45,12 @@ def qtensor(grad: object) -> Call:
     return Call(G(UTILS, "_rebuild_qtensor"), (storage, 0, (24,), (1,), params, grad, OD))
 
 
+def typed_storage(size: tuple[int, ...], *args: object, cls: str = "TypedStorage") -> Call:
+    storage = Call(G("torch.storage", cls), args)
+    stride = (size[1], 1) if len(size) == 2 else (1,)
+    return Call(G(UTILS, "_rebuild_tensor_v2"), (storage, 0, size, stride, False, OD))
+
+
 F16, I64 = G("torch", "float16"), G("torch", "int64")
 
 EMULATED: dict[str, object] = {
@@ -88,6 +94,14 @@ EMULATED: dict[str, object] = {
     "qint8 requires_grad True": qtensor(True),
     "qint8 requires_grad False": qtensor(False),
     "qint8 requires_grad 1": qtensor(1),
+    # a storage built by calling TypedStorage (allowlisted): the default dtype, of a size or of numbers
+    "TypedStorage([5.0, 6.0, 7.0]) under a tensor": typed_storage((3,), [5.0, 6.0, 7.0]),
+    "TypedStorage([1, True, 2.5]) under a tensor": typed_storage((3,), [1, True, 2.5]),
+    "TypedStorage(4) under a tensor": typed_storage((2, 2), 4),
+    "TypedStorage(2) under a tensor of 3": typed_storage((3,), 2),
+    "TypedStorage(-1)": typed_storage((0,), -1),
+    "TypedStorage('ab')": typed_storage((2,), "ab"),
+    "TypedStorage() under an empty tensor": typed_storage((0,)),
     # nested tensors with parts that are not tensors
     "nested of lists": Call(G(UTILS, "_rebuild_nested_tensor"), ([1.0], [[1]], [[1]], [0])),
 }
@@ -108,6 +122,9 @@ NOT_EMULATED: dict[str, object] = {
     "from_cpu on device 0": from_cpu(device=0),
     "from_cpu on torch.device('cpu')": from_cpu(device=Call(G("torch", "device"), ("cpu",))),
     "from_cpu of a tensor that requires grad, without it": from_cpu(data=v2(grad=True), dtype=F16),
+    "TypedStorage([[1.0]])": typed_storage((1,), [[1.0]]),
+    "UntypedStorage(12) under a tensor": typed_storage((3,), 12, cls="UntypedStorage"),
+    "UntypedStorage([1, 2, 3]) under a tensor": typed_storage((3,), [1, 2, 3], cls="UntypedStorage"),
 }
 """Cases whose answer depends on what is not modelled (the machine's devices, autograd's leaves)."""
 

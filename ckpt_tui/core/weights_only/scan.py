@@ -100,10 +100,12 @@ class Shadow:
 class WStorage(Shadow):
     """A ``TypedStorage`` as torch's ``persistent_load`` returns it."""
 
-    __slots__ = ("dtype", "key", "location", "nbytes")
+    __slots__ = ("dtype", "key", "location", "nbytes", "resizable")
 
-    def __init__(self, dtype: str, nbytes: int, key: Any, location: str) -> None:
+    def __init__(self, dtype: str, nbytes: int, key: Any, location: str, resizable: bool = False) -> None:
         self.dtype, self.nbytes, self.key, self.location = dtype, nbytes, key, location
+        self.resizable = resizable
+        """Made by a call, not read from a record: ``set_`` grows it to what a tensor needs."""
 
 
 class WTensor(Shadow):
@@ -666,7 +668,7 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     if extent < 0 or dtype not in DTYPES:
         return
     needed = (offset + extent) * DTYPES[dtype][0]
-    if needed > storage.nbytes:
+    if needed > storage.nbytes and not storage.resizable:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
 
 
@@ -1379,6 +1381,43 @@ def _callable(func: Any) -> bool:
     return isinstance(func, (GlobalRef, Placeholder)) or (type(func) is type and func in _DIRECT_NEW)
 
 
+_STORAGE_BYTES_EMULATED = 1 << 34
+"""A storage built by a call is emulated up to this size (a bigger one may fail to allocate)."""
+
+
+def _typed_storage(args: tuple[Any, ...]) -> WStorage:
+    """``torch.storage.TypedStorage(*args)``: the default dtype (float32), of a size or of Python numbers."""
+    count = _storage_count(args, (int, float, bool), "TypedStorage")
+    return WStorage("float32", 4 * count, None, "cpu", resizable=True)
+
+
+def _untyped_storage(args: tuple[Any, ...]) -> WStorage:
+    """``torch.storage.UntypedStorage(*args)``: what torch's rebuild functions do with one (they ask a storage
+    for its dtype, which it lacks) is not emulated."""
+    raise CannotTell("torch.storage.UntypedStorage called: what torch does with it is not emulated here")
+
+
+def _storage_count(args: tuple[Any, ...], kinds: tuple[type, ...], name: str) -> int:
+    """The element count of a storage a call builds from nothing, a size or a flat sequence; CannotTell for
+    the other forms (nested sequences, keyword-like arguments), whose rules are not emulated here."""
+    if not args:
+        return 0
+    first: Any = args[0] if len(args) == 1 else None
+    if type(first) is int:
+        if first < 0:
+            raise Refusal(f"{name}({first}): a negative size")
+        count = first
+    elif type(first) in (str, bytes):
+        raise Refusal(f"{name} of a {type(first).__name__} (torch wants a size or numbers)")
+    elif type(first) in (list, tuple) and all(type(item) in kinds for item in first):
+        count = len(first)
+    else:
+        raise CannotTell(f"{name} called with these arguments: not emulated here, torch may refuse it")
+    if count * 4 > _STORAGE_BYTES_EMULATED:
+        raise CannotTell(f"{name}({count}): whether torch can allocate it is not known here")
+    return count
+
+
 _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "builtins.bytearray": _bytearray,
     "torch.nn.parameter.Parameter": _parameter,
@@ -1387,6 +1426,8 @@ _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
     "torch.serialization._get_layout": _get_layout,
     "_codecs.encode": _encode,
     "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch.storage.TypedStorage": _typed_storage,
+    "torch.storage.UntypedStorage": _untyped_storage,
     "torch._utils._rebuild_tensor": _rebuild_tensor,
     "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
     "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
