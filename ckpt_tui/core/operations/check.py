@@ -111,6 +111,7 @@ def check_checkpoint(
     if tally.zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(tally.zero_moments), tally.zero_moments[0]))
     problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
+    problems += _quantizer_problems(listed, checkpoint.byteorder)
     problems += _unread_tensors(references or [])
     # the verdict on torch.load(weights_only=True)
     judged = verdict(checkpoint, beside)
@@ -255,6 +256,50 @@ def _sparse_problems(
         if found is not None:
             problems.append(Problem("sparse-indices", f"{to_python(path)}: {found}", path))
     return problems
+
+
+def _quantizer_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) -> list[Problem]:
+    """Quantized tensors whose scales are NaN or infinite: every value they dequantize to is (their integer
+    values are finite by type, so the scale is where a NaN sits). Each tensor object once."""
+    quantized = {id(t): (path, t) for path, t in reversed(listed) if t.quantizer is not None and len(t.quantizer) > 1}
+    if not quantized:
+        return []
+    import numpy as np
+
+    problems = []
+    for path, tensor in reversed(quantized.values()):
+        try:
+            scales = _scales(tensor.quantizer[1], byteorder)  # type: ignore[index]
+        except (ReadError, ValueError, TypeError) as exc:
+            problems.append(Problem("unreadable", f"{to_python(path)} (its quantizer's scales): {exc}", path))
+            continue
+        if scales is None:
+            continue
+        nan, inf = int(np.isnan(scales).sum()), int(np.isinf(scales).sum())
+        if nan or inf:
+            message = (
+                f"{to_python(path)}: {nan} NaN, {inf} Inf of {scales.size} quantizer scales "
+                "(every value dequantized with them is NaN or Inf)"
+            )
+            counts = {"nan": nan, "inf": inf, "count": int(scales.size)}
+            problems.append(Problem("nan" if nan else "inf", message, path, counts))
+    return problems
+
+
+def _scales(scale: Any, byteorder: str) -> Any:
+    """A quantizer's scales as a float64 array: a per-tensor number, a per-channel list or tensor (None: neither)."""
+    import numpy as np
+
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return np.array([float(scale)])
+    if isinstance(scale, (list, tuple)) and all(isinstance(v, (int, float)) for v in scale):
+        return np.array(scale, dtype=np.float64)
+    if isinstance(scale, Tensor) and scale.sparse is None and scale.quantizer is None:
+        from ckpt_tui.core.values.tensor_values import TensorReader, decode
+
+        chunks = [decode(chunk, scale.dtype, scale.metadata) for chunk in TensorReader(scale, byteorder).chunks()]
+        return np.concatenate(chunks) if chunks else np.zeros(0)
+    return None
 
 
 def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Tensor], list[int | None]]:
