@@ -200,7 +200,12 @@ async def test_the_browsers_compare_report_is_cores(tmp_path: Path) -> None:
         assert isinstance(app.screen, ReportScreen)
         assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
         shown = [(title, [(t, text.plain) for t, text in rows]) for title, rows in app.screen.sections if rows]
-    assert shown == [(s.title, [(row.path, row.text) for row in s.rows]) for s in described.sections if s.rows]
+    # the fix's details and core's longer notes lead the list (the summary keeps one line a fact), then core's sections
+    fix = described.fixes[0]
+    details = [(None, detail) for detail in fix.details]
+    leading = [(f"{fix.title}, in detail", details), ("notes", [(None, a) for a in described.asides])]
+    core = [(s.title, [(row.path, row.text) for row in s.rows]) for s in described.sections if s.rows]
+    assert shown == [section for section in leading if section[1]] + core
 
 
 def test_every_convert_edit_option_means_one_field_both_ways(tmp_path: Path) -> None:

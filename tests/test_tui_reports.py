@@ -243,13 +243,36 @@ async def test_the_compare_report_names_the_resized_head_and_what_keeps_its_fres
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await loaded(pilot)
         browser(app).tree_view.reveal((("model_state_dict",), None))
-        await open_report(pilot, "c", tmp_path / "five_classes.pth")
-        said = " ".join(body(app).split())
+        screen = await open_report(pilot, "c", tmp_path / "five_classes.pth")
+        # the fix's details lead the list; the summary keeps the command
+        said = " ".join(text for _, text in section(screen, "suggested fix"))
         assert "head.weight: [3, 64] vs [5, 64]" in said and "head.bias: [3] vs [5]" in said
         assert "keeps the model's fresh init for head.weight, head.bias" in said
-        assert "--drop module.head.weight --drop module.head.bias" in said
+        assert "--drop module.head.weight --drop module.head.bias" in " ".join(body(app).split())
         await settle(pilot, "f", "y")
         assert set(app.session.root["model_state_dict"]) == set(reference) - {"head.weight", "head.bias"}
+
+
+async def test_at_80x24_the_compare_report_with_another_head_shows_the_fix_command_and_a_useful_list(
+    ddp_run: Path, tmp_path: Path
+) -> None:
+    reference = torch.load(ddp_run / "bare.pth")
+    reference["head.weight"], reference["head.bias"] = torch.zeros(5, 64), torch.zeros(5)
+    torch.save(reference, tmp_path / "five_classes.pth")
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict",), None))
+        await open_report(pilot, "c", tmp_path / "five_classes.pth")
+        shown = screen_text(app)
+        # no zero counts: only what is true and useful
+        assert "DOES NOT FIT: no key matches as it is; after the fix 9/11" in shown
+        assert "0 shape mismatches, 0 dtype" not in shown
+        assert "--strip-prefix module." in shown and "ckpt-tui convert" in shown
+        # the fix's details lead the list, and the list shows several rows without scrolling
+        listed = app.screen.query_one("#report-list")
+        assert listed.size.height >= 6
+        assert "head.weight: [3, 64] vs [5, 64]" in shown and "head.bias: [3] vs [5]" in shown
 
 
 async def test_read_only_the_compare_report_offers_no_fix_and_f_says_why(ddp_run: Path) -> None:

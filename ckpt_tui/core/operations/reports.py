@@ -81,6 +81,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     fixes: list[FixDescription] = field(default_factory=list)
+    asides: list[str] = field(default_factory=list)
+    """Longer explanations (what ``strict=False`` would skip): the CLI prints them as notes, the browser lists
+    them under the summary, which keeps one line per fact."""
     realign: Alignment | None = None
     """A diff whose keys match another way (a subtree, a wrapper prefix stripped): the browser offers it."""
 
@@ -98,13 +101,7 @@ def describe_compare(
     def where(key: str) -> KeyPath:
         return (*at, *(Attr(p) for p in key.split("."))) if module else (*at, key)
 
-    counts = (
-        f"{report.matched}/{report.total} reference keys found, {len(report.missing)} missing, "
-        f"{len(report.unexpected)} unexpected, {len(report.shape_mismatches)} shape mismatches, "
-        f"{len(report.dtype_mismatches)} dtype mismatches"
-    )
-    if report.filled_on_load:
-        counts += f", {len(report.filled_on_load)} filled in on load"
+    counts = _compare_counts(report)
     sections = [
         Section(
             "missing (in the reference, not in the checkpoint)",
@@ -128,9 +125,10 @@ def describe_compare(
         ),
     ]
     notes = [printable(note) for note in report.notes]
+    asides: list[str] = []
     if report.missing or report.unexpected:
         tied = len(set(report.tied) & set(report.missing))
-        notes.append(_strict_false(len(report.missing), len(report.unexpected), len(report.shape_mismatches), tied))
+        asides.append(_strict_false(len(report.missing), len(report.unexpected), len(report.shape_mismatches), tied))
     fixes: list[FixDescription] = []
     suggestions = [s for s in [report.suggestion, *report.alternatives] if s is not None]
     for index, suggestion in enumerate(suggestions):
@@ -147,7 +145,33 @@ def describe_compare(
         notes,
         sections,
         fixes,
+        asides=asides,
     )
+
+
+def _compare_counts(report: CompareReport) -> str:
+    """The numbers after the verdict, only those that say something: ``no reference key matches as it is;
+    after the fix 9/11`` when none matched, else ``9/11 reference keys found, 2 missing, …`` without the
+    zeros."""
+    suggestion = report.suggestion
+    if report.total and not report.matched:
+        counts = "no key matches as it is"
+        if suggestion is not None:
+            counts += f"; after the fix {suggestion.matched}/{suggestion.total}"
+        return counts
+    counts = f"{report.matched}/{report.total} reference keys found"
+    for number, what in (
+        (len(report.missing), "missing"),
+        (len(report.unexpected), "unexpected"),
+        (len(report.shape_mismatches), "shape mismatches"),
+        (len(report.dtype_mismatches), "dtype mismatches"),
+        (len(report.filled_on_load), "filled in on load"),
+    ):
+        if number:
+            counts += f", {number} {what}"
+    if suggestion is not None and not report.ok:
+        counts += f"; after the fix {suggestion.matched}/{suggestion.total}"
+    return counts
 
 
 def _strict_false(missing: int, unexpected: int, shapes: int, tied: int = 0) -> str:
@@ -511,7 +535,7 @@ def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
     """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
     then each fix with its command."""
     lines = [headline(report)]
-    lines += [f"note: {note}" for note in report.notes]
+    lines += [f"note: {note}" for note in [*report.notes, *report.asides]]
     for section in report.sections:
         if not section.rows:
             continue

@@ -14,9 +14,9 @@ from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen
+from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen, Section
 from ckpt_tui.tui.targets import Target
-from ckpt_tui.tui.text import where
+from ckpt_tui.tui.text import data, where
 
 if TYPE_CHECKING:
     from ckpt_tui.core.operations.reports import Report as Described
@@ -95,16 +95,14 @@ class CompareScreen(ReportScreen):
         return describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)
 
     def offers(self, described: Described) -> Text:
-        """Core's suggested fix (what it does and reaches, the keys it drops or resizes), then how to apply it:
-        ``f`` here, or the command for the file on disk."""
+        """Core's suggested fix in one line, then how to apply it: ``f`` here, or the command for the file on
+        disk (its details lead the list, so the command stays on screen at 80×24)."""
         shown = Text()
         if not described.fixes:
             return shown
         fix = described.fixes[0]
         shown.append(f"\n{fix.title}: ")
         shown.append(fix.summary, style="bold")
-        for detail in fix.details:
-            shown.append(f"\n  {detail}")
         if self.target.prefix is not None:
             shown.append("\n(for the group extracted as a state_dict: x on the group does that first)")
         else:
@@ -113,6 +111,15 @@ class CompareScreen(ReportScreen):
             shown.append("on the command line:\n")
             shown.append("\n".join(printable(line) for line in fix_command(self.host, fix.suggestion)))
         return shown
+
+    def details(self, described: Described) -> list[Section]:
+        """The suggested fix's details (the keys it resizes or drops, what keeps its fresh init) first, then
+        core's longer notes."""
+        leading = super().details(described)
+        if described.fixes and described.fixes[0].details:
+            fix = described.fixes[0]
+            leading.insert(0, (f"{fix.title}, in detail", [(None, data(detail)) for detail in fix.details]))
+        return leading
 
     def hints(self) -> list[str]:
         # read-only: f still says why it does nothing (the browser's edit check), but is not offered

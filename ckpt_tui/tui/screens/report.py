@@ -197,7 +197,10 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         described = self.described(message.report)
         summary, sections = report_body(described)
         summary.append_text(self.offers(described))
-        self.show(summary, sections, [section.count for section in described.sections])
+        # the summary keeps one line per fact: the explanations lead the list, under it
+        leading = self.details(described)
+        counts = [len(rows) for _, rows in leading] + [section.count for section in described.sections]
+        self.show(summary, [*leading, *sections], counts)
 
     # ---- the report ------------------------------------------------------------------------------
 
@@ -208,6 +211,12 @@ class ReportScreen(ModalScreen[ReportResult | None]):
     def offers(self, described: Described) -> Text:
         """What the browser offers to do with the report, under core's notes (lines, each after a line break)."""
         return Text()
+
+    def details(self, described: Described) -> list[Section]:
+        """The sections that lead the list, before core's: the report's longer explanations (``asides``)."""
+        if not described.asides:
+            return []
+        return [("notes", [(None, data(aside)) for aside in described.asides])]
 
     def hints(self) -> list[str]:
         """The keys that apply to the report shown, in words (after enter and escape)."""
