@@ -16,13 +16,13 @@ from ckpt_tui.core.model.keypath import to_slash
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
-RUNS = list(itertools.product(("resnet", "transformer"), ("adamw", "sgd"), (False, True)))
+RUNS = list(itertools.product(("resnet", "transformer", "gpt2", "gpt2-untied"), ("adamw", "sgd"), (False, True)))
 MOMENTS = {"adamw": ("exp_avg", "exp_avg_sq"), "sgd": ("momentum_buffer",)}
 
 
 @functools.cache
-def trained(kind: str, optimizer: str, amp: bool, frozen: bool = False) -> dict:
-    return train(kind, optimizer, amp, frozen=frozen)
+def trained(kind: str, optimizer: str, amp: bool, frozen: bool = False, steps: int = 20) -> dict:
+    return train(kind, optimizer, amp, frozen=frozen, steps=steps)
 
 
 def marked(tmp_path: Path, checkpoint: dict) -> dict[str, str]:
@@ -54,6 +54,45 @@ def test_each_planted_fault_is_marked_and_nothing_else(tmp_path, kind, optimizer
     index = state_index(frozen, FAULTY[kind])
     assert marked(tmp_path, frozen) == {
         f"optimizer_state_dict/state/{index}/{moment}": "dead" for moment in MOMENTS[optimizer]
+    }
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "gpt2-untied"])
+def test_a_gpt2_after_three_adamw_steps_has_no_marks_and_each_planted_fault_is_marked(tmp_path, kind):
+    clean = trained(kind, "adamw", False, steps=3)
+    assert marked(tmp_path, clean) == {}
+    key = f"model_state_dict/{FAULTY[kind]}"
+    expected = {"nan": "!! NaN", "scaled": "!! norm", "zeroed": "dead"}
+    for fault in PLANTED:
+        assert marked(tmp_path, planted(clean, kind, fault)) == {key: expected[fault]}, fault
+    frozen = trained(kind, "adamw", False, frozen=True, steps=3)
+    index = state_index(frozen, FAULTY[kind])
+    assert marked(tmp_path, frozen) == {f"optimizer_state_dict/state/{index}/{m}": "dead" for m in MOMENTS["adamw"]}
+
+
+def test_moments_spread_by_depth_as_gradients_do_are_not_marked(tmp_path):
+    # GPT-2 small after 3 AdamW steps: the first pre-LayerNorm block's bias moments are 11 times the
+    # median of the 12 blocks' (squares 116 times), falling smoothly with depth; a healthy run
+    checkpoint = trained("gpt2", "adamw", False, steps=3)
+    optimizer = checkpoint["optimizer_state_dict"]
+    first = state_index(checkpoint, "transformer.h.0.attn.c_attn.bias")
+    state = {index: dict(moments) for index, moments in optimizer["state"].items()}
+    state[first] = {
+        **state[first],
+        "exp_avg": state[first]["exp_avg"] * 12,
+        "exp_avg_sq": state[first]["exp_avg_sq"] * 120,
+    }
+    spread = {**checkpoint, "optimizer_state_dict": {**optimizer, "state": state}}
+    assert marked(tmp_path, spread) == {}
+    # two orders of magnitude past its family is still marked (a squared moment: four)
+    state[first] = {
+        **state[first],
+        "exp_avg": state[first]["exp_avg"] * 30,
+        "exp_avg_sq": state[first]["exp_avg_sq"] * 900,
+    }
+    assert marked(tmp_path, spread) == {
+        f"optimizer_state_dict/state/{first}/exp_avg": "!! norm",
+        f"optimizer_state_dict/state/{first}/exp_avg_sq": "!! norm",
     }
 
 

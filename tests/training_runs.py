@@ -1,9 +1,11 @@
 """Real (tiny) training runs saved as training checkpoints, with faults planted on request.
 
-A small ResNet and a small transformer, trained on random data with AdamW or SGD with momentum, with
-or without CPU autocast (bf16), saved as ``{"epoch", "model_state_dict", "optimizer_state_dict",
-"scheduler_state_dict"}``. The faults are planted the way they happen: a NaN in a weight, one layer
-scaled by 50, one layer zeroed, one layer whose gradient is always 0 (frozen: its moments stay 0).
+A small ResNet, a small transformer and a tiny Hugging Face GPT-2 (pre-LayerNorm blocks, Conv1D
+weights stored [in, out], token embeddings tied to the LM head or not: ``gpt2``, ``gpt2-untied``),
+trained on random data with AdamW or SGD with momentum, with or without CPU autocast (bf16), saved
+as ``{"epoch", "model_state_dict", "optimizer_state_dict", "scheduler_state_dict"}``. The faults are
+planted the way they happen: a NaN in a weight, one layer scaled by 50, one layer zeroed, one layer
+whose gradient is always 0 (frozen: its moments stay 0).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ FAULTS = ("nan", "scaled", "zeroed", "frozen")
 FAULTY = {
     "resnet": "stages.1.1.conv1.weight",
     "transformer": "encoder.layers.2.linear1.weight",
+    "gpt2": "transformer.h.2.mlp.c_fc.weight",
+    "gpt2-untied": "transformer.h.2.mlp.c_fc.weight",
 }
 """The parameter each fault is planted in (a repeated block, so it has siblings)."""
 PLANTED = ("nan", "scaled", "zeroed")
@@ -73,6 +77,42 @@ class Transformer(nn.Module):
         return self.head(self.norm(self.encoder(self.embed(x) + self.position)))
 
 
+def gpt2(tied: bool) -> nn.Module:
+    """A four-block GPT-2 from transformers, at GPT-2's own initialisation."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=32,
+        n_layer=4,
+        n_head=4,
+        tie_word_embeddings=tied,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(config)
+
+
+class _Logits(nn.Module):
+    """A GPT-2 that returns its logits, as the other models do."""
+
+    def __init__(self, tied: bool) -> None:
+        super().__init__()
+        self.model = gpt2(tied)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=x).logits
+
+
+def _model(kind: str) -> nn.Module:
+    if kind == "resnet":
+        return ResNet()
+    if kind == "transformer":
+        return Transformer()
+    return _Logits(tied=kind == "gpt2")
+
+
 def _batch(kind: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     if kind == "resnet":
         return torch.randn(8, 3, 12, 12, generator=generator), torch.randint(0, 10, (8,), generator=generator)
@@ -94,9 +134,11 @@ def train(kind: str, optimizer: str = "adamw", amp: bool = False, frozen: bool =
 def _train(kind: str, optimizer: str, amp: bool, frozen: bool, steps: int) -> dict:
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
-    model: nn.Module = ResNet() if kind == "resnet" else Transformer()
+    model = _model(kind)
+    # the checkpoint holds the GPT-2 itself, as save_pretrained and training loops keep it
+    inner = model.model if isinstance(model, _Logits) else model
     if frozen:
-        dict(model.named_parameters())[FAULTY[kind]].register_hook(torch.zeros_like)
+        dict(inner.named_parameters())[FAULTY[kind]].register_hook(torch.zeros_like)
     opt: torch.optim.Optimizer
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
@@ -115,7 +157,7 @@ def _train(kind: str, optimizer: str, amp: bool, frozen: bool, steps: int) -> di
         schedule.step()
     return {
         "epoch": 3,
-        "model_state_dict": model.state_dict(),
+        "model_state_dict": inner.state_dict(),
         "optimizer_state_dict": opt.state_dict(),
         "scheduler_state_dict": schedule.state_dict(),
     }

@@ -8,7 +8,8 @@ model's parameters in order by shape; where that fails, the moment alone (``exp_
 shape. Parameters are never siblings of optimizer state, and moments of different shapes never siblings.
 
 A tensor whose L2 norm is more than :data:`FAR` times its family's median, or less than 1/:data:`FAR`
-of it, is marked ``!! norm`` (a second moment, which holds squares, by :data:`FAR` squared); a
+of it, is marked ``!! norm``; an optimizer moment, which holds the gradient's scale, by
+:data:`GRADIENT_FAR` (a second moment, which holds squares, by :data:`GRADIENT_FAR` squared); a
 floating-point tensor whose norm is exactly 0 while its family's median is not (or a whole ``weight``
 at 0) is ``dead``. Marks are words, so they read the same without colour.
 """
@@ -24,6 +25,10 @@ from ckpt_tui.core.model.keypath import KeyPath, key_text
 from ckpt_tui.core.values.tensor_table import TensorRow
 
 FAR = 10.0
+GRADIENT_FAR = 100.0
+"""How far a moment may be from its family's median: gradients differ by depth on a healthy run. GPT-2
+small (pre-LayerNorm, width 768) after 3 AdamW steps: the first block's bias moments are 11 times the
+median of the 12 blocks' (their squares 116 times), falling smoothly to the last block's."""
 MIN_FAMILY = 3
 """A family smaller than this has no median worth comparing with."""
 FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
@@ -151,8 +156,7 @@ def _family_marks(members: list[TensorRow]) -> dict[int, str]:
     out: dict[int, str] = {}
     norms = [row.stats.norm for row in members if row.stats is not None and row.stats.norm is not None]
     median = statistics.median(norms)
-    found = _moment(members[0].path)
-    far = FAR**2 if found is not None and found.name in SQUARED else FAR
+    far = _far(_moment(members[0].path))
     for row in members:
         norm = row.stats.norm if row.stats is not None else None
         if norm is None:
@@ -162,3 +166,12 @@ def _family_marks(members: list[TensorRow]) -> dict[int, str]:
         elif len(members) >= MIN_FAMILY and median > 0 and not 1 / far <= norm / median <= far:
             out[id(row)] = "!! norm"
     return out
+
+
+def _far(moment: _Moment | None) -> float:
+    """How far from the median a family's norms may be: a parameter's by :data:`FAR`, a moment's by
+    :data:`GRADIENT_FAR`, a moment of squares by its square."""
+    if moment is None:
+        return FAR
+    # a moment's scale is its gradient's, which a healthy run spreads over depth (not a parameter's init)
+    return GRADIENT_FAR**2 if moment.name in SQUARED else GRADIENT_FAR
