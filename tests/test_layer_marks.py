@@ -96,6 +96,21 @@ def test_moments_spread_by_depth_as_gradients_do_are_not_marked(tmp_path):
     }
 
 
+def test_biases_spread_by_depth_as_their_updates_are_not_marked(tmp_path):
+    # GPT-2 small after 3 SGD steps: the first block's zero-initialised c_attn.bias is 9.6 times its
+    # family's median, being the sum of its updates; a weight that far is marked
+    checkpoint = trained("gpt2", "sgd", False, steps=3)
+    weights = dict(checkpoint["model_state_dict"])
+    weights["transformer.h.0.attn.c_attn.bias"] = weights["transformer.h.0.attn.c_attn.bias"] * 12
+    assert marked(tmp_path, {**checkpoint, "model_state_dict": weights}) == {}
+    weights["transformer.h.0.attn.c_attn.bias"] = weights["transformer.h.0.attn.c_attn.bias"] * 30
+    weights["transformer.h.0.attn.c_attn.weight"] = weights["transformer.h.0.attn.c_attn.weight"] * 12
+    assert marked(tmp_path, {**checkpoint, "model_state_dict": weights}) == {
+        "model_state_dict/transformer.h.0.attn.c_attn.bias": "!! norm",
+        "model_state_dict/transformer.h.0.attn.c_attn.weight": "!! norm",
+    }
+
+
 def test_moments_are_siblings_only_of_the_same_parameter_across_blocks(tmp_path):
     checkpoint = trained("transformer", "adamw", False)
     torch.save(checkpoint, tmp_path / "run.pth")

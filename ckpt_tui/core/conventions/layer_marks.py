@@ -8,7 +8,7 @@ model's parameters in order by shape; where that fails, the moment alone (``exp_
 shape. Parameters are never siblings of optimizer state, and moments of different shapes never siblings.
 
 A tensor whose L2 norm is more than :data:`FAR` times its family's median, or less than 1/:data:`FAR`
-of it, is marked ``!! norm``; an optimizer moment, which holds the gradient's scale, by
+of it, is marked ``!! norm``; a bias or an optimizer moment, which hold the gradient's scale, by
 :data:`GRADIENT_FAR` (a second moment, which holds squares, by :data:`GRADIENT_FAR` squared); a
 floating-point tensor whose norm is exactly 0 while its family's median is not (or a whole ``weight``
 at 0) is ``dead``. Marks are words, so they read the same without colour.
@@ -26,9 +26,10 @@ from ckpt_tui.core.values.tensor_table import TensorRow
 
 FAR = 10.0
 GRADIENT_FAR = 100.0
-"""How far a moment may be from its family's median: gradients differ by depth on a healthy run. GPT-2
-small (pre-LayerNorm, width 768) after 3 AdamW steps: the first block's bias moments are 11 times the
-median of the 12 blocks' (their squares 116 times), falling smoothly to the last block's."""
+"""How far a moment or a bias may be from its family's median: gradients differ by depth on a healthy
+run. GPT-2 small (pre-LayerNorm, width 768) after 3 AdamW steps: the first block's bias moments are 11
+times the median of the 12 blocks' (their squares 116 times), falling smoothly to the last block's;
+after 3 SGD steps its zero-initialised c_attn.bias is 9.6 times its family's median."""
 MIN_FAMILY = 3
 """A family smaller than this has no median worth comparing with."""
 FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
@@ -156,7 +157,7 @@ def _family_marks(members: list[TensorRow]) -> dict[int, str]:
     out: dict[int, str] = {}
     norms = [row.stats.norm for row in members if row.stats is not None and row.stats.norm is not None]
     median = statistics.median(norms)
-    far = _far(_moment(members[0].path))
+    far = _far(members[0].path)
     for row in members:
         norm = row.stats.norm if row.stats is not None else None
         if norm is None:
@@ -168,10 +169,12 @@ def _family_marks(members: list[TensorRow]) -> dict[int, str]:
     return out
 
 
-def _far(moment: _Moment | None) -> float:
-    """How far from the median a family's norms may be: a parameter's by :data:`FAR`, a moment's by
-    :data:`GRADIENT_FAR`, a moment of squares by its square."""
-    if moment is None:
-        return FAR
-    # a moment's scale is its gradient's, which a healthy run spreads over depth (not a parameter's init)
-    return GRADIENT_FAR**2 if moment.name in SQUARED else GRADIENT_FAR
+def _far(path: KeyPath) -> float:
+    """How far from the median a family's norms may be: a weight's by :data:`FAR`, a bias's or a moment's
+    by :data:`GRADIENT_FAR`, a moment of squares by its square."""
+    moment = _moment(path)
+    if moment is not None:
+        # a moment's scale is its gradient's, which a healthy run spreads over depth (not an init's)
+        return GRADIENT_FAR**2 if moment.name in SQUARED else GRADIENT_FAR
+    # biases start at 0 (LayerNorm, Conv1D, BatchNorm) or near it: their norm is the sum of their updates
+    return GRADIENT_FAR if key_text(path[-1]).rsplit(".", 1)[-1] == "bias" else FAR
