@@ -432,7 +432,7 @@ def test_diff_of_two_revisions_of_an_hf_repo(hub: RangeServer, capsys: Any) -> N
         write_safetensors({"w": torch.ones(3, width), "b": torch.zeros(3)}, folder / "model.safetensors")
     assert main(["diff", "hf://org/model@v1", "hf://org/model@v2"]) == 1
     out = capsys.readouterr().out
-    assert "w: [3, 4] → [3, 5]" in out and "1 tensors identical" in out and out.splitlines()[-1].startswith("fetched")
+    assert "w: [3, 4] → [3, 5]" in out and "1 tensor identical" in out and out.splitlines()[-1].startswith("fetched")
 
 
 def test_a_server_that_does_not_answer_in_time_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

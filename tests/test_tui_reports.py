@@ -162,6 +162,26 @@ async def test_after_p_the_diff_offers_the_subtree_alone(ddp_run: Path) -> None:
         assert screen.title_text.startswith('Diff epoch1.pth (under ckpt["model_state_dict"]) with bare.pth')
 
 
+async def test_two_epochs_diffed_say_so_once_and_list_parameters_first(ddp_run: Path) -> None:
+    app = CkptApp(str(ddp_run / "epoch2.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "D", ddp_run / "epoch1.pth")
+        said = " ".join(body(app).split())
+        assert "all 35 tensors differ in value (8 parameters, 2 buffers, 1 counter, 24 optimizer state)" in said
+        assert "two points of one training run" in said and "same keys, shapes and dtypes" in said
+        titles = [title for title, rows in screen.sections if rows and title.startswith("value changes")]
+        assert titles == [
+            "value changes: model parameters",
+            "value changes: buffers",
+            "value changes: counters",
+            "value changes: optimizer state",
+        ]
+        assert "NOT close" not in screen_text(app)
+        [(_, counter)] = section(screen, "value changes: counters")
+        assert counter.endswith("num_batches_tracked: max |a-b| 1")
+
+
 async def test_a_row_of_the_realigned_diff_jumps_to_the_key_in_the_tree(ddp_run: Path) -> None:
     app = CkptApp(str(ddp_run / "epoch2.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:

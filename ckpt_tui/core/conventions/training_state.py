@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, where
+from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.runtime.safe_text import printable
@@ -391,3 +393,21 @@ def zero_moment_message(paths: list[KeyPath]) -> str:
         f"{len(paths)} optimizer moment buffers are all zero: {shown}: a resume runs with empty moments "
         "(state reset, or gradients that were always zero)"
     )
+
+
+ROLES = ("parameter", "buffer", "counter", "optimizer state")
+"""What a tensor of a checkpoint is (:func:`tensor_role`), in the order reports list them: the model's
+weights first."""
+
+
+def tensor_role(path: KeyPath, tensor: Tensor) -> str:
+    """What a tensor of a checkpoint is, for ranking how far it moved: a ``counter`` (an integer or bool
+    tensor: it moves by steps, not by training), a ``buffer`` (BatchNorm's running statistics follow the
+    data, not the gradient), ``optimizer state``, or a ``parameter``."""
+    if tensor.dtype not in PARAMETER_DTYPES:
+        return "counter"
+    if is_moment(path) or "state" in path[:-2]:
+        return "optimizer state"
+    if path and keypath.key_text(path[-1]).rsplit(".", 1)[-1] in BUFFER_NAMES:
+        return "buffer"
+    return "parameter"

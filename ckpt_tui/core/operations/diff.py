@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_tui.core.conventions.training_state import tensor_role
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import CkptError, EditError
 from ckpt_tui.core.model.describe import counted, short_repr
@@ -29,6 +30,8 @@ class TensorDiff:
     max_abs: float
     close: bool
     nan_mismatch: bool = False
+    role: str = "parameter"
+    """A model ``parameter``, a ``buffer``, a ``counter`` or ``optimizer state`` (reports list them in that order)."""
 
 
 @dataclass
@@ -72,7 +75,13 @@ class DiffReport:
             "shape_changes": [{"key": k, "a": list(a), "b": list(b)} for k, a, b in self.shape_changes],
             "dtype_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.dtype_changes],
             "value_changes": [
-                {"key": d.key, "max_abs_diff": d.max_abs, "allclose": d.close, "nan_mismatch": d.nan_mismatch}
+                {
+                    "key": d.key,
+                    "max_abs_diff": d.max_abs,
+                    "allclose": d.close,
+                    "nan_mismatch": d.nan_mismatch,
+                    "role": d.role,
+                }
                 for d in self.value_changes
             ],
             "other_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.other_changes],
@@ -324,7 +333,7 @@ def _diff_common(
             progress(index, len(common))
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
-                _record(path, values.next(x, y), report)
+                _record(path, values.next(x, y), report, tensor_role(path, x))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
 
@@ -403,14 +412,14 @@ def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
         return str(exc)
 
 
-def _record(path: KeyPath, result: _Compared, report: DiffReport) -> None:
+def _record(path: KeyPath, result: _Compared, report: DiffReport, role: str) -> None:
     if result is None:
         report.identical_tensors += 1
     elif isinstance(result, str):
         report.unreadable.append((key_text(path), result))
     else:
         max_abs, close, nan_mismatch = result
-        report.value_changes.append(TensorDiff(key_text(path), max_abs, close, nan_mismatch))
+        report.value_changes.append(TensorDiff(key_text(path), max_abs, close, nan_mismatch, role))
 
 
 def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:

@@ -30,10 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
-from ckpt_tui.core.conventions.training_state import is_moment
+from ckpt_tui.core.conventions.training_state import tensor_role as role
 from ckpt_tui.core.errors import Cancelled, CkptError
-from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
@@ -147,19 +145,6 @@ def layer_change(
     ):
         report.alignment = alignment(normalized(a, strip_prefix), normalized(b, strip_prefix))
     return report
-
-
-def role(path: KeyPath, tensor: Tensor) -> str:
-    """What a tensor of a checkpoint is, for ranking how far it moved: a ``counter`` (an integer or bool
-    tensor: it moves by steps, not by training), a ``buffer`` (BatchNorm's running statistics follow the
-    data, not the gradient), ``optimizer state``, or a ``parameter``."""
-    if tensor.dtype not in PARAMETER_DTYPES:
-        return "counter"
-    if is_moment(path) or "state" in path[:-2]:
-        return "optimizer state"
-    if path and keypath.key_text(path[-1]).rsplit(".", 1)[-1] in BUFFER_NAMES:
-        return "buffer"
-    return "parameter"
 
 
 def _compare(

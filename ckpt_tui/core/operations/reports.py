@@ -253,7 +253,7 @@ def describe_diff(
     if report.identical:
         counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
     else:
-        counts = f"({printable(a)} vs {printable(b)}); {report.identical_tensors} tensors identical"
+        counts = f"({printable(a)} vs {printable(b)}); " + _diff_counts(report)
     sections = [
         Section(
             "only in A",
@@ -271,19 +271,7 @@ def describe_diff(
             [row(k, f": {x} → {y}", k) for k, x, y in report.dtype_changes],
             len(report.dtype_changes),
         ),
-        Section(
-            "value changes",
-            [
-                row(
-                    d.key,
-                    f": max |a-b| {d.max_abs:.6g}, {'allclose' if d.close else 'NOT close'}"
-                    + (", NaN positions differ" if d.nan_mismatch else ""),
-                    d.key,
-                )
-                for d in report.value_changes
-            ],
-            len(report.value_changes),
-        ),
+        *_value_sections(report, row),
         Section(
             "other values",
             [row(k, f": {x} → {y}", k) for k, x, y in report.other_changes],
@@ -318,6 +306,74 @@ def describe_diff(
         sections=sections,
         realign=report.alignment,
     )
+
+
+def _by_role(report: DiffReport) -> dict[str, list[Any]]:
+    """The value changes by role, in :data:`ROLE_ORDER` (file order within a role)."""
+    grouped: dict[str, list[Any]] = {role: [] for role in ROLE_ORDER}
+    for change in report.value_changes:
+        grouped.setdefault(change.role, []).append(change)
+    return {role: changes for role, changes in grouped.items() if changes}
+
+
+def _diff_counts(report: DiffReport) -> str:
+    """What differs, in words: how many tensors differ in value and what they are, then what is the same.
+    Two points of one training run differ everywhere: that is said once, not as a row of 'NOT close'
+    per tensor."""
+    changed = len(report.value_changes)
+    parts = []
+    if changed:
+        roles = ", ".join(
+            f"{len(changes)} {_role_name(role, len(changes))}" for role, changes in _by_role(report).items()
+        )
+        every = not report.identical_tensors and changed > 1
+        verb = "differs" if changed == 1 else "differ"
+        parts.append(f"{'all ' if every else ''}{_plural(changed, 'tensor')} {verb} in value ({roles})")
+    same_layout = not (report.only_a or report.only_b or report.shape_changes or report.dtype_changes)
+    if same_layout:
+        parts.append("same keys, shapes and dtypes")
+    roles_changed = {change.role for change in report.value_changes}
+    if same_layout and not report.identical_tensors and {"parameter", "optimizer state"} <= roles_changed:
+        parts[0] += ", as between two points of one training run"
+    if report.identical_tensors or not changed:
+        parts.append(f"{_plural(report.identical_tensors, 'tensor')} identical")
+    return "; ".join(parts)
+
+
+def _plural(number: int, what: str) -> str:
+    return f"{number} {what}{'' if number == 1 else 's'}"
+
+
+def _role_name(role: str, number: int) -> str:
+    """``3 parameters``, ``1 buffer``, ``18 optimizer state``."""
+    return role if role == "optimizer state" or number == 1 else role + "s"
+
+
+VALUE_SECTIONS = {
+    "parameter": "value changes: model parameters",
+    "buffer": "value changes: buffers",
+    "counter": "value changes: counters",
+    "optimizer state": "value changes: optimizer state",
+}
+
+
+def _value_sections(report: DiffReport, row: Any) -> list[Section]:
+    """The value changes, a section per role: the model's parameters first, then buffers, counters and
+    optimizer state. A row says how far apart the values are; ``within allclose`` when they are close."""
+    sections = []
+    for role, changes in _by_role(report).items():
+        rows = [
+            row(
+                d.key,
+                f": max |a-b| {d.max_abs:.6g}"
+                + (", within allclose" if d.close else "")
+                + (", NaN positions differ" if d.nan_mismatch else ""),
+                d.key,
+            )
+            for d in changes
+        ]
+        sections.append(Section(VALUE_SECTIONS.get(role, f"value changes: {role}"), rows, len(rows)))
+    return sections
 
 
 def _fitted(key: str, rest: str, width: int | None) -> str:
