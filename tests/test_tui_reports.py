@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from builders_tui import browser, cursor_path, loaded, screen_text, settle, status
+from builders_tui import browser, cursor_path, header, loaded, screen_text, settle, status
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.tui.app import CkptApp
@@ -112,6 +112,29 @@ def body(app: CkptApp) -> str:
 
 def section(screen: ReportScreen, heading: str) -> list[tuple[Any, str]]:
     return next([(t, text.plain) for t, text in found] for title, found in screen.sections if title.startswith(heading))
+
+
+# ---- one finding per fact ----------------------------------------------------------------------------
+
+
+async def test_the_header_says_the_wrapper_prefix_once_and_info_json_still_lists_it(
+    ddp_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from ckpt_tui.cli import main
+
+    app = CkptApp(str(ddp_run / "epoch1.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        shown = header(app)
+        assert shown.count("'module.'") == 1 and "wrapper prefix of the model weights above" not in shown
+    assert main(["info", str(ddp_run / "epoch1.pth")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("start with 'module.'") == 1
+    assert main(["info", str(ddp_run / "epoch1.pth"), "--json"]) == 0
+    kinds = [finding["kind"] for finding in json.loads(capsys.readouterr().out)["findings"]]
+    assert "inner-state-dict" in kinds and "prefix" in kinds
 
 
 # ---- a diff that understands wrappers ---------------------------------------------------------------

@@ -57,9 +57,9 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     if ckpt.index_metadata:
         shown = list(ckpt.index_metadata.items())[:6]
         lines.append("  index       " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
-    if summary.findings:
+    if summary.shown_findings:
         lines.append("findings")
-        for finding in summary.findings:
+        for finding in summary.shown_findings:
             lines.append(f"  {'!' if finding.severity == 'warning' else '·'} {printable(finding.message)}")
             command = fix_command(ckpt, finding)
             if command is not None:

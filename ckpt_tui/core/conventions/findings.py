@@ -64,6 +64,9 @@ class Finding:
     prefix: str | None = None
     global_name: str | None = None
     fix: Fix | None = None
+    restates: bool = False
+    """It says again what another finding says (kept for ``info --json`` readers): the text faces show
+    one finding per fact and leave it out."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``info --json`` form."""
@@ -353,7 +356,8 @@ def _structure_findings(
     wrapped = next((f for f in prefixes if inner and f.path == inner and f.severity == "warning"), None)
     if inner and wrapped is not None and wrapped.prefix is not None:
         # extract and strip in one convert: either alone leaves something load_state_dict rejects, so the
-        # prefix's own finding stays (JSON readers look for it) as information, without a fix of its own
+        # prefix's own finding stays (JSON readers look for it) as information, without a fix of its own,
+        # marked as restating this one: the text faces say each fact once
         # the wrapped finding's whole fix (a PEFT state_dict also drops its adapters and renames)
         also = tuple(wrapped.fix.pairs()) if wrapped.fix is not None else (("--strip-prefix", wrapped.prefix),)
         fix = Fix("--extract", to_slash(inner), also)
@@ -361,7 +365,8 @@ def _structure_findings(
             start = wrapped.message.split(" start with ", 1)[1]
             message = f"the model weights are under {where(inner)}, and all their keys start with {start}"
             told = f"{wrapped.message.split(':', 1)[0]} (the wrapper prefix of the model weights above)"
-            prefixes[prefixes.index(wrapped)] = Finding("prefix", told, "info", inner, wrapped.prefix)
+            restated = Finding("prefix", told, "info", inner, wrapped.prefix, restates=True)
+            prefixes[prefixes.index(wrapped)] = restated
         else:  # a PEFT or AveragedModel layout, said in its own words once, here
             message = f"the model weights are under {where(inner)}; {wrapped.message}"
             prefixes.remove(wrapped)

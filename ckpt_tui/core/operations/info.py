@@ -79,6 +79,11 @@ class Summary:
     """Summed up from the reader's :class:`FlatColumns` (their promises hold for every row)."""
     _distinct_elements: int | None = field(default=None, repr=False)
 
+    @property
+    def shown_findings(self) -> list[Finding]:
+        """The findings the text faces show: one per fact (a restatement kept for JSON readers left out)."""
+        return [finding for finding in self.findings if not finding.restates]
+
     def storage_id(self, storage: Storage | None) -> str | None:
         """A stable name for a storage: its record key (with the shard file when sharded)."""
         if storage is None:

@@ -318,7 +318,7 @@ class BrowserScreen(Screen[None]):
         if self.summary is None:
             self.warn("still counting: the findings follow in a moment", "Findings")
             return
-        findings = [*self.summary.findings, *(check_findings(self.check) if self.check is not None else [])]
+        findings = [*self.summary.shown_findings, *(check_findings(self.check) if self.check is not None else [])]
         if not findings:
             self.notify("no findings: nothing unusual about this file", markup=False)
             return

@@ -87,11 +87,11 @@ def summary_text(
     if weights_only is not None and known and (refused or verdict_note):
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
         text.append(printable(weights_only.headline()), style="" if refused else "italic")
-    shown = summary.findings[:limit]
+    shown = summary.shown_findings[:limit]
     for finding in shown:
         text.append("\n")
         text.append_text(finding_text(finding, readonly))
-    hidden = len(summary.findings) - len(shown)
+    hidden = len(summary.shown_findings) - len(shown)
     if hidden > 0 and more:
         text.append(f"\n  … {hidden} more finding{'s' if hidden != 1 else ''}: f lists them all", style="italic")
     return text
