@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.edits.tree_edits import cast
@@ -23,6 +23,9 @@ from ckpt_tui.core.values.tensor_values import TensorReader
 from ckpt_tui.core.writers.tensor_data import tensor_bytes
 
 PACKAGE = Path(__file__).parent.parent / "ckpt_tui"
+ZIP_SOURCES = r"(ZipRecords|EmbeddedRecords)\b"
+ZIP_TYPE_CHECK = re.compile(rf"(isinstance|type)\(.*\b{ZIP_SOURCES}|\bis (not )?{ZIP_SOURCES}")
+"""A zip record source recognised by its type (only its reader may: the others ask what it can do)."""
 
 
 def test_no_consumer_asks_a_byte_sources_type() -> None:
@@ -35,6 +38,38 @@ def test_no_consumer_asks_a_byte_sources_type() -> None:
         if asking.search(line)
     ]
     assert found == []
+
+
+def test_no_module_outside_the_readers_asks_if_a_source_is_a_zip() -> None:
+    asking = ZIP_TYPE_CHECK
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.parent.name != "readers"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asking.search(line)
+    ]
+    assert found == []
+
+
+def test_the_guard_catches_a_type_check_of_zip_records() -> None:
+    asking = ZIP_TYPE_CHECK
+    checks = ("if type(source) is ZipRecords:", "isinstance(archive, ZipRecords)", "kind is EmbeddedRecords")
+    for line in (*checks, "x is not ZipRecords"):
+        assert asking.search(line), line
+
+
+def test_a_zip_says_what_it_can_do_and_other_sources_say_none(tmp_path: Path) -> None:
+    torch.save({"a": torch.arange(6.0), "b": torch.ones(2, 3)}, tmp_path / "m.pth")
+    source = open_checkpoint(str(tmp_path / "m.pth")).root["a"].storage.source
+    members = source.zip_members()
+    assert members is not None and members.batched_members() is members
+    assert set(source.stored_spans()) == {"0", "1"} and source.stored_places(["0", "9"])[1] is None
+    assert members.entries.get(members.folder + "0").size == 24
+    save_file({"a": torch.arange(6.0)}, tmp_path / "m.safetensors")
+    for other in (open_checkpoint(str(tmp_path / "m.safetensors")).root["a"].storage.source, MemorySource(b"")):
+        assert other.zip_members() is None and other.batched_members() is None
+        assert other.stored_spans() is None and other.stored_places(["a"]) is None
 
 
 @pytest.mark.parametrize("made", [CastSource, MemorySource, AssembledRecords, AveragedRecords])

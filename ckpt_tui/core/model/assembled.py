@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Storage, Tensor
+from ckpt_tui.core.model.tree import RecordSource, Storage, Tensor
 
 if TYPE_CHECKING:  # numpy is imported where values are read: opening a file does not need it
     import numpy as np
@@ -75,7 +75,7 @@ def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
         raise ReadError(f"{name}: its pieces hold {covered} elements, the tensor has {math.prod(grid)}")
 
 
-class AssembledRecords:
+class AssembledRecords(RecordSource):
     """The record source of logical tensors made of pieces (one per checkpoint)."""
 
     in_place = False

@@ -47,7 +47,7 @@ def made_records(source: RecordSource | None) -> MadeRecords | None:
     return cast(MadeRecords, source)
 
 
-class MemorySource:
+class MemorySource(RecordSource):
     """A storage whose bytes are held in memory (sanitize turns numpy arrays into tensors); written as they are."""
 
     in_place = False
@@ -76,7 +76,7 @@ class MemorySource:
         yield np.frombuffer(data, raw_type)
 
 
-class UnreadSource:
+class UnreadSource(RecordSource):
     """A storage whose values torch.load changes while loading in a way not reproduced here (a tensor's
     pickled state sets ``real`` or ``imag``): its bytes on disk are not what torch loads, so they are never
     shown, checked or copied as its values. Reading them, or writing them out, fails with ``why``."""

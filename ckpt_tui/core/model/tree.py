@@ -68,6 +68,51 @@ class RecordSource(Protocol):
         """Absolute byte offset of the storage's data in ``path``, and the bytes available there."""
         ...
 
+    # What a source can say beyond locate, each with a default for a source that cannot: consumers ask
+    # these, never the source's type (a record source subclasses this protocol to inherit the defaults).
+
+    def zip_members(self) -> ZipMembers | None:
+        """The zip archive this source's records are members of (its entries, folder and size), or None."""
+        return None
+
+    def batched_members(self) -> ZipMembers | None:
+        """The zip archive whose small stored records a writer may read, check and write as a run (local
+        headers parsed from one window), or None where each record goes on its own."""
+        return None
+
+    def stored_spans(self) -> dict[str, tuple[int, int]] | None:
+        """Each stored record's data offset and size, by key, from the local headers read at once; None
+        where this source has no such places (its views are read the exact way)."""
+        return None
+
+    def stored_places(self, keys: list[str]) -> list[tuple[int, int] | None] | None:
+        """:meth:`stored_spans` of these keys, in order (None for a record without one); None where this
+        source has no such places."""
+        return None
+
+
+class ZipMembers(Protocol):
+    """A record source whose storages are the stored members of a zip archive (``folder + key``)."""
+
+    path: str
+    folder: str
+    file_bytes: int
+    """Where the archive ends in ``path`` (a record must end before it)."""
+
+    @property
+    def entries(self) -> Any:
+        """The central directory read: member name -> entry (``name``, ``header_offset``, ``size``,
+        ``compress``, ``crc``), as ``readers/zip_archive`` reads it."""
+        ...
+
+    def entry(self, storage: Storage) -> Any:
+        """The directory's entry of a storage's record (a ReadError where it is missing)."""
+        ...
+
+    def locate(self, storage: Storage) -> tuple[int, int]:
+        """The record's data offset and size, read and checked as the reader reads them."""
+        ...
+
 
 @dataclass(slots=True, eq=False)
 class Storage:

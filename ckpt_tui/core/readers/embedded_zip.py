@@ -71,6 +71,21 @@ class EmbeddedRecords(ZipRecords):
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
 
+    # As before: an embedded archive's records are copied one by one (each through the writer's span),
+    # and its views are read the exact way; only what the reader's locate gives is used.
+
+    def batched_members(self) -> None:
+        """None: each record of an embedded archive is written on its own."""
+        return None
+
+    def stored_spans(self) -> None:
+        """None: an embedded archive's views are read the exact way."""
+        return None
+
+    def stored_places(self, keys: list[str]) -> None:
+        """None: an embedded archive's views are read the exact way."""
+        return None
+
 
 def read_embedded(
     path: str, start: int, length: int, what: str, unsafe: set[str], known_classes: frozenset[str] = frozenset()

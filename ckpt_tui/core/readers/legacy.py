@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Checkpoint, Storage
+from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
 
@@ -25,7 +25,7 @@ PROTOCOL_VERSION = 1001
 COUNT = struct.Struct("<q")
 
 
-class LegacyRecords:
+class LegacyRecords(RecordSource):
     """Storages laid out after the pickles, each behind an 8-byte element count (found at open)."""
 
     in_place = True

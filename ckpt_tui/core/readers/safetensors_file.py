@@ -29,7 +29,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Storage, Tensor, layout_fits
+from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, RecordSource, Storage, Tensor, layout_fits
 from ckpt_tui.core.runtime import process
 
 _LAZY: Any = object()
@@ -101,7 +101,7 @@ class NotSafetensors(ReadError):
     """The file is not framed as a safetensors file (length, JSON object): maybe it is another format."""
 
 
-class SafetensorsRecords:
+class SafetensorsRecords(RecordSource):
     """Tensor data of one safetensors file: offsets are known from the header."""
 
     in_place = True

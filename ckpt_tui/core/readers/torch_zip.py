@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.model.tree import RecordSource, Storage
 from ckpt_tui.core.pickles.persistent_ids import ZIP_FIELDS, PersistentIds
 from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.zip_archive import (
@@ -44,7 +44,7 @@ MIN_VERSION, MAX_VERSION = 1, 10
 """File format versions torch 2.13's reader accepts."""
 
 
-class ZipRecords:
+class ZipRecords(RecordSource):
     """Storage records inside a zip checkpoint: a storage's record is ``folder + key``."""
 
     in_place = True
@@ -111,14 +111,26 @@ class ZipRecords:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         return offset, entry.size
 
-    def stored_spans(self) -> dict[str, tuple[int, int]]:
+    def zip_members(self) -> ZipRecords:
+        """This archive: its entries, folder and size (:class:`~ckpt_tui.core.model.tree.ZipMembers`)."""
+        return self
+
+    def batched_members(self) -> ZipRecords | None:
+        """This archive: a writer reads runs of its small stored records together."""
+        return self
+
+    def stored_spans(self) -> dict[str, tuple[int, int]] | None:
         """:meth:`stored_places` of every record whose local header :meth:`find_offsets` read, by key."""
         self.find_offsets()
         cut = len(self.folder)
         keys = [name[cut:] for name in self._offsets]
-        return {key: place for key, place in zip(keys, self.stored_places(keys), strict=True) if place is not None}
+        return {key: place for key, place in zip(keys, self._places(keys), strict=True) if place is not None}
 
-    def stored_places(self, keys: list[str]) -> list[tuple[int, int] | None]:
+    def stored_places(self, keys: list[str]) -> list[tuple[int, int] | None] | None:
+        """:meth:`_places` of these keys."""
+        return self._places(keys)
+
+    def _places(self, keys: list[str]) -> list[tuple[int, int] | None]:
         """Each record's data offset and size, as :meth:`locate` finds them, when it is stored, its local
         header was read by :meth:`find_offsets` and it ends inside the file; None for any other (the
         caller leaves it to ``locate``, which reads it or refuses it in its words). The caller still

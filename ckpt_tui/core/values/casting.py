@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.model.tree import Storage, Tensor
+from ckpt_tui.core.model.tree import RecordSource, Storage, Tensor
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class CastSource:
+class CastSource(RecordSource):
     """Where a cast storage's bytes come from: another storage, converted when saved."""
 
     in_place = False

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import Tensor, over_whole_storages
+from ckpt_tui.core.model.tree import RecordSource, Tensor, over_whole_storages
 from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
-from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.values.tensor_values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -73,7 +72,7 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
         return planned
     rows = list(map(_FIELDS, tensors))
     sources = {id(row[0].source): row[0].source for row in rows if row[0] is not None}
-    zip_spans = {key: source.stored_spans() for key, source in sources.items() if type(source) is ZipRecords}
+    zip_spans = {key: source.stored_spans() for key, source in sources.items() if source is not None}
     paths: dict[int, int] = {}  # id(source) -> index into plan.paths
     numels: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     plan = PlannedViews()
@@ -94,8 +93,9 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
         if type(source) is SafetensorsRecords:  # the range from the header
             span = source.ranges.get(storage.key)
             where = None if span is None else (source.data_start + span[0], span[1] - span[0])
-        elif type(source) is ZipRecords:  # the record's place, from its local header
-            where = zip_spans[id(source)].get(storage.key)
+        # the record's place, from its local header (a zip's), where its source has one
+        elif (spans := zip_spans.get(id(source))) is not None:
+            where = spans.get(storage.key)
             if where is not None and where[1] < stored:
                 where = None  # a record shorter than its storage: the exact pass reports it
         if where is None or (offset + numel) * size > min(where[1], stored):
@@ -156,7 +156,7 @@ _DTYPE = operator.attrgetter("dtype")
 _KEY = operator.attrgetter("key")
 
 
-def _record_places(source: object, keys: list[str]) -> tuple[list[int], list[int]] | None:
+def _record_places(source: RecordSource | None, keys: list[str]) -> tuple[list[int], list[int]] | None:
     """Each record's absolute start and byte count (two columns), as the loop finds them; None for another
     source, or when a record has no place (the loop then leaves it to the exact pass, in its words)."""
     if type(source) is SafetensorsRecords:
@@ -166,12 +166,10 @@ def _record_places(source: object, keys: list[str]) -> tuple[list[int], list[int
         pairs = list(itertools.chain.from_iterable(ranges))  # type: ignore[arg-type]
         begins, ends = pairs[0::2], pairs[1::2]
         return list(map(source.data_start.__add__, begins)), list(map(operator.sub, ends, begins))
-    if type(source) is ZipRecords:
-        places = source.stored_places(keys)
-        if None in places:
-            return None
-        return list(map(operator.itemgetter(0), places)), list(map(operator.itemgetter(1), places))  # type: ignore[arg-type]
-    return None
+    places = source.stored_places(keys) if source is not None else None
+    if places is None or None in places:
+        return None
+    return list(map(operator.itemgetter(0), places)), list(map(operator.itemgetter(1), places))  # type: ignore[arg-type]
 
 
 def _path_index(plan: PlannedViews, path: str) -> int:

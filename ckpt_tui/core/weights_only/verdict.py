@@ -854,12 +854,14 @@ def _central_directory(checkpoint: Checkpoint) -> ZipDirectory | None:
     if checkpoint.format not in ("zip", "torchscript"):
         return None
     archive = checkpoint.archive
-    if isinstance(archive, ZipRecords) and places.absolute(archive.path) == places.absolute(checkpoint.path):
-        return archive.entries
+    members = archive.zip_members() if archive is not None else None
+    if members is not None and places.absolute(members.path) == places.absolute(checkpoint.path):
+        return members.entries
     for _, tensor in iter_tensors(checkpoint.root):
         source = tensor.storage.source if tensor.storage is not None else None
-        if isinstance(source, ZipRecords) and places.absolute(source.path) == places.absolute(checkpoint.path):
-            return source.entries
+        members = source.zip_members() if source is not None else None
+        if members is not None and places.absolute(members.path) == places.absolute(checkpoint.path):
+            return members.entries
         break
     return None
 

@@ -11,7 +11,6 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Storage, Tensor
-from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan, bad_crc
@@ -90,8 +89,10 @@ def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorde
         while index < len(storages):
             storage = storages[index]
             source = storage.source
-            if type(source) is ZipRecords:  # a run of small records from a zip: read, checked and written together
-                run = reader.small_zip_records(source, storages, index, BATCH)
+            members = source.batched_members() if source is not None else None
+            # a run of small records from a zip: read, checked and written together
+            if members is not None:
+                run = reader.small_zip_records(members, storages, index, BATCH)
                 if run:
                     zip_file.add_numbered(records, index, run)
                     advance(sum(len(data) for data, _ in run))

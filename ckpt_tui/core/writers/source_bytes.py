@@ -15,8 +15,7 @@ from ckpt_tui.core.errors import ReadError, WriteError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import RecordSource, Storage
-from ckpt_tui.core.readers.torch_zip import ZipRecords
+from ckpt_tui.core.model.tree import RecordSource, Storage, ZipMembers
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
 
 WINDOW = 1 << 20
@@ -126,7 +125,7 @@ class SourceReader:
         return found
 
     def small_zip_records(
-        self, source: ZipRecords, storages: list[Storage], first: int, limit: int
+        self, source: ZipMembers, storages: list[Storage], first: int, limit: int
     ) -> list[tuple[memoryview, int]]:
         """Bytes and CRCs of the small stored records of ``storages[first:]`` in ``source``, at most ``limit``.
 
@@ -173,12 +172,13 @@ class SourceReader:
         source = storage.source
         if source is None:
             raise WriteError(f"storage {storage.key} has no data in this file")
-        if isinstance(source, ZipRecords):
-            return self._zip_span(source, storage)
+        members = source.zip_members()
+        if members is not None:
+            return self._zip_span(members, storage)
         offset, available = source.locate(storage)
         return SourceSpan(source.path, offset, available, None)
 
-    def _zip_span(self, source: ZipRecords, storage: Storage) -> SourceSpan:
+    def _zip_span(self, source: ZipMembers, storage: Storage) -> SourceSpan:
         """A zip record's data offset read from its local header through the window (one read per run)."""
         entry = source.entry(storage)
         if entry.compress != STORED or entry.size >= SMALL:
