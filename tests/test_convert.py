@@ -127,10 +127,21 @@ def test_rename_collision_refused(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "x.pth").exists()
 
 
-def test_edit_that_does_not_apply_exits_1(tmp_path: Path, capsys) -> None:
+def test_an_edit_with_nothing_to_do_is_a_note_exit_0_and_no_file_written(tmp_path: Path, capsys) -> None:
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
-    code, _, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", "--strip-prefix", "module.")
-    assert code == 1 and err.startswith("ckpt-tui: ") and not (tmp_path / "x.pth").exists()
+    for edit in (["--strip-prefix", "module."], ["--map-location", "cpu"], ["--dtype", "fp32"]):
+        code, out, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", *edit)
+        assert code == 0 and not err and "note: nothing changes: " in out, edit
+        assert "not written" in out and not (tmp_path / "x.pth").exists(), edit
+    # a no-op beside an edit that changes something: the note, and the file with that change
+    code, out, _ = convert(
+        capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", "--map-location", "cpu", "--dtype", "fp16"
+    )
+    assert code == 0 and "nothing to map" in out
+    assert {t.dtype for t in torch.load(tmp_path / "x.pth").values() if t.is_floating_point()} == {torch.float16}
+    # to another format, the file is written all the same
+    code, out, _ = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.safetensors", "--dtype", "fp32")
+    assert code == 0 and (tmp_path / "x.safetensors").exists()
 
 
 def test_cuda_tagged_remapped_to_cpu_loads_without_map_location(tmp_path: Path, capsys) -> None:

@@ -323,8 +323,10 @@ def convert(args: argparse.Namespace) -> int:
         print(f"note: {printable(note)}")
     for change in outcome.changes:
         print("\n".join(printable(line) for line in change.lines()))
-    if not outcome.changes:
-        print("no edits: the checkpoint is written as it is" if outcome.result else "no edits")
+    if not outcome.changes and outcome.result is not None:
+        print("no edits: the checkpoint is written as it is")
+    elif not outcome.changes and not any(note.startswith("nothing to write") for note in outcome.notes):
+        print("no edits")
     if outcome.result is not None:
         print(printable(outcome.result.line()))
     return 0

@@ -77,6 +77,8 @@ class Finding:
             out["prefix"] = self.prefix
         if self.global_name is not None:
             out["global"] = self.global_name
+        if self.restates:
+            out["restates"] = True
         if self.fix is not None:
             out["fix"] = [self.fix.option, self.fix.argument]
             out["fix_options"] = [list(pair) for pair in self.fix.pairs()]

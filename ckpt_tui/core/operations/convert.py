@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
-from ckpt_tui.core.errors import EditError, NoSuchKey, ReadError, WriteError
+from ckpt_tui.core.errors import EditError, NoSuchKey, NothingChanges, ReadError, WriteError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
@@ -226,10 +227,19 @@ class _Edits:
         self.changes: list[Change] = []
         self.notes: list[str] = []
 
-    def run(self, result: tuple[Any, Change]) -> None:
-        """Keep an edit's tree and change."""
-        self.root = result[0]
-        self.changes.append(result[1])
+    def run(self, edit: Callable[..., tuple[Any, Change]], *args: Any) -> None:
+        """Keep an edit's tree and change; an edit with nothing to do is a note (as in the browser), and a
+        change of nothing (a cast to the dtype the tensors have) too."""
+        try:
+            root, change = edit(*args)
+        except NothingChanges as exc:
+            self.notes.append(f"nothing changes: {exc}")
+            return
+        if change.count == 0:
+            self.notes.append("nothing changes: " + "; ".join([f"{change.title}: 0 changed", *change.notes]))
+            return
+        self.root = root
+        self.changes.append(change)
 
     def at(self) -> KeyPath | None:
         """The dict ``--at`` names in the tree as it is now (None: the detected state_dict)."""
@@ -242,7 +252,7 @@ class _Edits:
             self.notes.append("--extract auto: the file already is a flat state_dict; nothing to extract")
         elif extract:
             target = "auto" if extract == "auto" else resolve_path(self.root, extract)
-            self.run(edits.extract(self.root, target))
+            self.run(edits.extract, self.root, target)
 
     def drop(self) -> None:
         """``--sanitize`` (which drops what ``--drop`` names itself), else ``--drop``; then ``--drop-keys``."""
@@ -250,11 +260,13 @@ class _Edits:
         if options.sanitize:
             from ckpt_tui.core.edits.sanitize import sanitize
 
-            self.run(sanitize(self.root, [resolve_path(self.root, path) for path in options.drop]))
+            # a sanitized file is asked for even when nothing needs rewriting: its save verifies it loads
+            self.root, change = sanitize(self.root, [resolve_path(self.root, path) for path in options.drop])
+            self.changes.append(change)
         for path in [] if options.sanitize else options.drop:
-            self.run(edits.delete(self.root, resolve_path(self.root, path)))
+            self.run(edits.delete, self.root, resolve_path(self.root, path))
         if options.drop_keys:
-            self.run(edits.drop_keys(self.root, options.drop_keys, self.at()))
+            self.run(edits.drop_keys, self.root, options.drop_keys, self.at())
 
     def rename(self) -> None:
         """``--rename OLD=NEW``, one path each."""
@@ -262,7 +274,7 @@ class _Edits:
             old, sep, new = spec.rpartition("=")
             if not sep or not old or not new:
                 raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
-            self.run(edits.rename(self.root, resolve_path(self.root, old), new))
+            self.run(edits.rename, self.root, resolve_path(self.root, old), new)
 
     def strip_prefix(self, lightning: bool) -> None:
         """``--strip-prefix`` (auto with no wrapper prefix: a note)."""
@@ -271,29 +283,46 @@ class _Edits:
             where = self.at()
             where = edits.default_target(self.root) if where is None else where
             if edits.wrapper_prefix_at(self.root, where, lightning or None):
-                self.run(edits.strip_prefix(self.root, "auto", where, lightning or None))
+                self.run(edits.strip_prefix, self.root, "auto", where, lightning or None)
             else:
                 self.notes.append(
                     "--strip-prefix auto: " + edits.no_wrapper_message(self.root, where) + "; nothing stripped"
                 )
         elif strip:
-            self.run(edits.strip_prefix(self.root, strip, self.at()))
+            self.run(edits.strip_prefix, self.root, strip, self.at())
 
     def rename_rules_and_add_prefix(self) -> None:
         """``--rename-prefix``/``--rename-infix`` in their order, then ``--rename-map``; then ``--add-prefix``."""
         options = self.options
         rules = [*options.rename_rules, *(read_rename_map(options.rename_map) if options.rename_map else [])]
         if rules:
-            self.run(edits.rename_keys_by_rules(self.root, rules, self.at()))
+            self.run(edits.rename_keys_by_rules, self.root, rules, self.at())
         if options.add_prefix:
-            self.run(edits.add_prefix(self.root, options.add_prefix, self.at()))
+            self.run(edits.add_prefix, self.root, options.add_prefix, self.at())
 
     def devices_and_dtype(self) -> None:
         """``--map-location``, then ``--dtype``."""
         if self.options.map_location:
-            self.run(edits.remap_devices(self.root, self.options.map_location))
+            self.run(edits.remap_devices, self.root, self.options.map_location)
         if self.options.dtype:
-            self.run(edits.cast(self.root, self.options.dtype, self.at()))
+            self.run(edits.cast, self.root, self.options.dtype, self.at())
+
+
+def _asks_edits(options: ConvertOptions) -> bool:
+    """Whether an edit that names its change is given (not a plain re-save or format conversion). An
+    ``auto`` extract or strip means "if needed": a batch over many files still gets every output."""
+    named = dataclasses.replace(
+        options,
+        at=None,
+        extract=None if options.extract == "auto" else options.extract,
+        strip_prefix=None if options.strip_prefix == "auto" else options.strip_prefix,
+    )
+    return named != ConvertOptions()
+
+
+def _same_format(source: str, output: str) -> bool:
+    """Whether writing ``output`` (``pth``/``safetensors``) keeps the source file's format."""
+    return (source, output) in (("zip", "pth"), ("safetensors", "safetensors"))
 
 
 def _is_lightning_state_dict(root: Any, extract: str | None) -> bool:
@@ -332,7 +361,13 @@ def convert(
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None, notes)
-    from ckpt_tui.core.writers.save import save
+    from ckpt_tui.core.writers.save import output_format, save
+
+    # edits asked for that all had nothing to do leave the file as it is: writing a copy would be the one
+    # thing the user did not ask for (a re-save with no edit option, or to another format, still writes)
+    if not changes and _asks_edits(options) and _same_format(checkpoint.format, output_format(output, fmt)):
+        notes.append(f"nothing to write: {output} not written (the input already is what was asked)")
+        return ConvertOutcome(changes, None, notes)
 
     check = loads_with_weights_only if options.sanitize else None
     result = save(
