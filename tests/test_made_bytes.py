@@ -23,9 +23,9 @@ from ckpt_tui.core.values.tensor_values import TensorReader
 from ckpt_tui.core.writers.tensor_data import tensor_bytes
 
 PACKAGE = Path(__file__).parent.parent / "ckpt_tui"
-ZIP_SOURCES = r"(ZipRecords|EmbeddedRecords)\b"
+ZIP_SOURCES = r"(ZipRecords|EmbeddedRecords|SafetensorsRecords|LegacyRecords)\b"
 ZIP_TYPE_CHECK = re.compile(rf"(isinstance|type)\(.*\b{ZIP_SOURCES}|\bis (not )?{ZIP_SOURCES}")
-"""A zip record source recognised by its type (only its reader may: the others ask what it can do)."""
+"""A reader's record source recognised by its type (only the readers may: the others ask what it can do)."""
 
 
 def test_no_consumer_asks_a_byte_sources_type() -> None:
@@ -55,8 +55,21 @@ def test_no_module_outside_the_readers_asks_if_a_source_is_a_zip() -> None:
 def test_the_guard_catches_a_type_check_of_zip_records() -> None:
     asking = ZIP_TYPE_CHECK
     checks = ("if type(source) is ZipRecords:", "isinstance(archive, ZipRecords)", "kind is EmbeddedRecords")
-    for line in (*checks, "x is not ZipRecords"):
+    for line in (*checks, "x is not ZipRecords", "if type(source) is not SafetensorsRecords:"):
         assert asking.search(line), line
+
+
+def test_a_safetensors_file_gives_its_header_ranges_and_a_zip_none(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.arange(6.0), "b": torch.ones(2, 3)}, str(tmp_path / "m.safetensors"))
+    source = open_checkpoint(str(tmp_path / "m.safetensors")).root["a"].storage.source
+    header = source.header_ranges()
+    assert header is source
+    begin, end = header.ranges["a"]
+    assert end - begin == 24 and header.data_start > 8
+    torch.save({"a": torch.arange(6.0)}, tmp_path / "m.pth")
+    assert open_checkpoint(str(tmp_path / "m.pth")).root["a"].storage.source.header_ranges() is None
 
 
 def test_a_zip_says_what_it_can_do_and_other_sources_say_none(tmp_path: Path) -> None:

@@ -90,6 +90,10 @@ class RecordSource(Protocol):
         source has no such places."""
         return None
 
+    def header_ranges(self) -> HeaderRanges | None:
+        """The source itself where its records are ranges a file's header gives (a safetensors file), or None."""
+        return None
+
 
 class ZipMembers(Protocol):
     """A record source whose storages are the stored members of a zip archive (``folder + key``)."""
@@ -111,6 +115,20 @@ class ZipMembers(Protocol):
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """The record's data offset and size, read and checked as the reader reads them."""
+        ...
+
+
+class HeaderRanges(Protocol):
+    """A record source whose storages are ranges of one file's data, by key, as its header gives them."""
+
+    path: str
+    data_start: int
+    """Where the data (the ranges' 0) starts in ``path``."""
+    ranges: dict[str, list[int]]
+    """Each storage key's ``[begin, end]`` in the data."""
+
+    def missing(self, storages: list[Storage]) -> list[Storage]:
+        """The storages without a range."""
         ...
 
 

@@ -129,6 +129,10 @@ class SafetensorsRecords(RecordSource):
         begin, end = self.ranges[storage.key]
         return self.data_start + begin, end - begin
 
+    def header_ranges(self) -> SafetensorsRecords:
+        """Its records are the header's ranges."""
+        return self
+
 
 def header_length(head: bytes, file_bytes: int) -> int | None:
     """The declared header length when it fits the file and the library's cap, else None."""

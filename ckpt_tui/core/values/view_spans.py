@@ -20,7 +20,6 @@ import numpy as np
 
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import RecordSource, Tensor, over_whole_storages
-from ckpt_tui.core.readers.safetensors_file import SafetensorsRecords
 from ckpt_tui.core.values.tensor_values import MAX_ELEMENTS
 
 WINDOW = 16 << 20
@@ -90,9 +89,10 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
         source = storage.source
         stored = storage.numel * DTYPES.get(storage.dtype, (0,))[0]
         where: tuple[int, int] | None = None  # other sources (assembled pieces...): the exact pass
-        if type(source) is SafetensorsRecords:  # the range from the header
-            span = source.ranges.get(storage.key)
-            where = None if span is None else (source.data_start + span[0], span[1] - span[0])
+        header = source.header_ranges() if source is not None else None
+        if header is not None:  # the range from the header
+            span = header.ranges.get(storage.key)
+            where = None if span is None else (header.data_start + span[0], span[1] - span[0])
         # the record's place, from its local header (a zip's), where its source has one
         elif (spans := zip_spans.get(id(source))) is not None:
             where = spans.get(storage.key)
@@ -159,13 +159,14 @@ _KEY = operator.attrgetter("key")
 def _record_places(source: RecordSource | None, keys: list[str]) -> tuple[list[int], list[int]] | None:
     """Each record's absolute start and byte count (two columns), as the loop finds them; None for another
     source, or when a record has no place (the loop then leaves it to the exact pass, in its words)."""
-    if type(source) is SafetensorsRecords:
-        ranges = list(map(source.ranges.get, keys))
+    header = source.header_ranges() if source is not None else None
+    if header is not None:
+        ranges = list(map(header.ranges.get, keys))
         if None in ranges:
             return None
         pairs = list(itertools.chain.from_iterable(ranges))  # type: ignore[arg-type]
         begins, ends = pairs[0::2], pairs[1::2]
-        return list(map(source.data_start.__add__, begins)), list(map(operator.sub, ends, begins))
+        return list(map(header.data_start.__add__, begins)), list(map(operator.sub, ends, begins))
     places = source.stored_places(keys) if source is not None else None
     if places is None or None in places:
         return None

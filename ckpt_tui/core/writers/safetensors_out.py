@@ -26,8 +26,8 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.describe import size as shown_size
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Tensor, over_whole_storages
-from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS, SafetensorsRecords
+from ckpt_tui.core.model.tree import HeaderRanges, Tensor, over_whole_storages
+from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
@@ -266,7 +266,7 @@ class SafetensorsPlan:
         result.log, result.nbytes = out.log, out.position
         return result
 
-    def _copy_runs(self, source: SafetensorsRecords, reader: SourceReader, out: Output) -> None:
+    def _copy_runs(self, source: HeaderRanges, reader: SourceReader, out: Output) -> None:
         """Every tensor's bytes copied from its one source file, in whole-list passes: the ranges in the
         output's order, cut where one does not start where the one before it stops; each run copied whole
         (by the kernel if large, gathered with others if small). The library's order is the source's
@@ -369,7 +369,7 @@ def _padded(parts: list[str], entries: list[str]) -> bytes:
     return raw + b" " * ((-len(raw)) % 8)
 
 
-def _one_plain_source(tensors: list[Tensor]) -> SafetensorsRecords | None:
+def _one_plain_source(tensors: list[Tensor]) -> HeaderRanges | None:
     """The one safetensors file all ``tensors`` are read from as its reader makes them, when they are: each
     dense over its own storage (:func:`~ckpt_tui.core.model.tree.over_whole_storages`), on cpu, a dtype
     safetensors holds, nothing besides its values (no hooks, view bits, Parameter or Python state), its
@@ -378,8 +378,9 @@ def _one_plain_source(tensors: list[Tensor]) -> SafetensorsRecords | None:
     if not tensors or not over_whole_storages(tensors):
         return None
     storages = list(map(_STORAGE, tensors))
-    source = storages[0].source
-    if type(source) is not SafetensorsRecords:
+    first = storages[0].source
+    source = first.header_ranges() if first is not None else None
+    if source is None:
         return None
     if not all(map(operator.is_, map(_SOURCE, storages), itertools.repeat(source))):
         return None
