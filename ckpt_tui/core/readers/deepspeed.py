@@ -163,7 +163,8 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
         f"(convert with --extract {FP32_KEY}); model_states and optimizer_states are the files as saved",
     ]
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
-    where = f"weights: ckpt[{FP32_KEY!r}] (--extract auto)"
+    # the layout names no surface's option or key: each face offers the extract its own way (its findings)
+    where = f"weights: ckpt[{FP32_KEY!r}]"
     layout = f"{_saved_by(model, folder)}DeepSpeed ZeRO-{stage}, {world} ranks, {_module_dtype(model)}; {where}"
     return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
 
@@ -215,7 +216,7 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
     parallel = f" x {len(models)} model-parallel" if len(models) > 1 else ""
     layout = (
         f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; "
-        f"weights: {where} (--extract auto)"
+        f"weights: {where}"
     )
     return Checkpoint(
         folder,
