@@ -215,8 +215,7 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
     ranks_text = f"{ranks} ranks" if type(ranks) is int and ranks > 0 else "ranks unknown"
     parallel = f" x {len(models)} model-parallel" if len(models) > 1 else ""
     layout = (
-        f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; "
-        f"weights: {where}"
+        f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; weights: {where}"
     )
     return Checkpoint(
         folder,
