@@ -127,15 +127,16 @@ def test_rename_collision_refused(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "x.pth").exists()
 
 
-def test_an_edit_with_nothing_to_do_is_a_note_exit_0_and_no_file_written(tmp_path: Path, capsys) -> None:
+def test_an_edit_with_nothing_to_do_is_a_note_exit_0_and_the_file_written_as_it_is(tmp_path: Path, capsys) -> None:
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
     for edit in (["--strip-prefix", "module."], ["--map-location", "cpu"], ["--dtype", "fp32"]):
-        code, out, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", *edit)
+        code, out, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", *edit, "--force")
         assert code == 0 and not err and "note: nothing changes: " in out, edit
-        assert "not written" in out and not (tmp_path / "x.pth").exists(), edit
+        assert "no edits: the checkpoint is written as it is" in out, edit
+        assert set(torch.load(tmp_path / "x.pth")) == set(tiny_state_dict()), edit
     # a no-op beside an edit that changes something: the note, and the file with that change
     code, out, _ = convert(
-        capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", "--map-location", "cpu", "--dtype", "fp16"
+        capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", "--map-location", "cpu", "--dtype", "fp16", "--force"
     )
     assert code == 0 and "nothing to map" in out
     assert {t.dtype for t in torch.load(tmp_path / "x.pth").values() if t.is_floating_point()} == {torch.float16}

@@ -325,7 +325,7 @@ def convert(args: argparse.Namespace) -> int:
         print("\n".join(printable(line) for line in change.lines()))
     if not outcome.changes and outcome.result is not None:
         print("no edits: the checkpoint is written as it is")
-    elif not outcome.changes and not any(note.startswith("nothing to write") for note in outcome.notes):
+    elif not outcome.changes:
         print("no edits")
     if outcome.result is not None:
         print(printable(outcome.result.line()))

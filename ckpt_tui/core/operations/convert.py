@@ -308,23 +308,6 @@ class _Edits:
             self.run(edits.cast, self.root, self.options.dtype, self.at())
 
 
-def _asks_edits(options: ConvertOptions) -> bool:
-    """Whether an edit that names its change is given (not a plain re-save or format conversion). An
-    ``auto`` extract or strip means "if needed": a batch over many files still gets every output."""
-    named = dataclasses.replace(
-        options,
-        at=None,
-        extract=None if options.extract == "auto" else options.extract,
-        strip_prefix=None if options.strip_prefix == "auto" else options.strip_prefix,
-    )
-    return named != ConvertOptions()
-
-
-def _same_format(source: str, output: str) -> bool:
-    """Whether writing ``output`` (``pth``/``safetensors``) keeps the source file's format."""
-    return (source, output) in (("zip", "pth"), ("safetensors", "safetensors"))
-
-
 def _is_lightning_state_dict(root: Any, extract: str | None) -> bool:
     """Whether the keys edited after ``extract`` are a Lightning checkpoint's ``state_dict``."""
     from ckpt_tui.core.conventions.layouts import is_lightning_checkpoint
@@ -361,14 +344,10 @@ def convert(
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None, notes)
-    from ckpt_tui.core.writers.save import output_format, save
+    from ckpt_tui.core.writers.save import save
 
-    # edits asked for that all had nothing to do leave the file as it is: writing a copy would be the one
-    # thing the user did not ask for (a re-save with no edit option, or to another format, still writes)
-    if not changes and _asks_edits(options) and _same_format(checkpoint.format, output_format(output, fmt)):
-        notes.append(f"nothing to write: {output} not written (the input already is what was asked)")
-        return ConvertOutcome(changes, None, notes)
-
+    # edits that all had nothing to do still write -o OUT, as a verified re-save: a script that runs the
+    # same command over many files gets every output, and the notes say nothing changed
     check = loads_with_weights_only if options.sanitize else None
     result = save(
         root,
