@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -162,6 +163,23 @@ def wait_for_temporary(folder: Path, process: subprocess.Popen[bytes], pattern: 
     return None
 
 
+WELL_UNDER_WAY = 1 << 20
+"""Bytes of the temporary file after which a write is in its data (the test file writes about 150 MB)."""
+
+
+def wait_mid_write(folder: Path, process: subprocess.Popen[bytes]) -> Path:
+    """The write's temporary file once the write is in its data, with most of it still to go (a fixed sleep
+    let a fast machine finish the write, and the process exited 0 before the signal came)."""
+    temporary = wait_for_temporary(folder, process)
+    assert temporary is not None, "the write ended before it could be interrupted"
+    # past the start: a cast there holds the GIL, and would keep a worker thread's save going to the end
+    with contextlib.suppress(FileNotFoundError):
+        while process.poll() is None and temporary.stat().st_size < WELL_UNDER_WAY:
+            time.sleep(0.001)
+    assert process.poll() is None and temporary.exists(), "the write ended before it could be interrupted"
+    return temporary
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_remove_the_temporary_file(big_ddp: Path, tmp_path: Path, signum: int) -> None:
     target = tmp_path / "out.pth"
@@ -170,10 +188,8 @@ def test_sigterm_and_sighup_remove_the_temporary_file(big_ddp: Path, tmp_path: P
     process = subprocess.Popen(
         convert_command(big_ddp, target, "--dtype", "float16"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    temporary = wait_for_temporary(tmp_path, process)
-    assert temporary is not None, "the write ended before it could be interrupted"
+    temporary = wait_mid_write(tmp_path, process)
     assert stat.S_IMODE(temporary.stat().st_mode) == 0o600  # private from the start, like the file it replaces
-    time.sleep(0.2)  # well into the write
     process.send_signal(signum)
     _, err = process.communicate(timeout=60)
     assert process.returncode == -signum  # the process ends as the signal says, as the shell expects
@@ -187,8 +203,7 @@ def test_sigint_removes_the_temporary_file_and_exits_130(big_ddp: Path, tmp_path
     process = subprocess.Popen(
         convert_command(big_ddp, target, "--dtype", "float16"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    assert wait_for_temporary(tmp_path, process) is not None
-    time.sleep(0.2)
+    wait_mid_write(tmp_path, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130 and err.decode().strip() == "ckpt-tui: interrupted"
@@ -213,8 +228,7 @@ def test_sigterm_removes_the_temporary_file_of_a_save_in_a_worker_thread(big_ddp
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    assert wait_for_temporary(tmp_path, process) is not None
-    time.sleep(0.2)
+    wait_mid_write(tmp_path, process)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM
