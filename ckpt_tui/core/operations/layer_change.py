@@ -21,10 +21,7 @@ None there.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +36,7 @@ from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
 from ckpt_tui.core.values.stats import (
     DOT_SEGMENT,
     STATS_THREADS,
+    in_chunk_order,
     segmented_dot,
     tensor_stats,
     wide_pairs,
@@ -172,7 +170,6 @@ def _measure(
     reuse = STATS_THREADS + 1 if pool is not None else 0
     totals = [0.0, 0.0, 0.0, 0.0]
     nonfinite = 0
-    pending: deque[Future[tuple[tuple[float, float, float, float], int]]] = deque()
 
     def settle(found: tuple[tuple[float, float, float, float], int]) -> None:
         nonlocal nonfinite
@@ -181,23 +178,9 @@ def _measure(
             totals[k] += sums[k]
         nonfinite += skipped
 
-    try:
-        # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then
-        for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse):  # stride 0 costs its storage
-            if cancelled is not None and cancelled():
-                raise Cancelled("cancelled")
-            if pool is not None:
-                pending.append(pool.submit(_chunk_sums, raw_a, raw_b, repeats, x, y))
-                while len(pending) > STATS_THREADS:
-                    settle(pending.popleft().result())
-            else:
-                settle(_chunk_sums(raw_a, raw_b, repeats, x, y))
-        while pending:
-            settle(pending.popleft().result())
-    finally:  # on cancellation: no worker may still read a buffer that the next reads reuse
-        for waiting in pending:
-            waiting.cancel()
-        futures_wait(pending)
+    # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then; stride 0 costs its storage
+    chunks = ((raw_a, raw_b, repeats, x, y) for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse))
+    in_chunk_order(chunks, _chunk_sums, settle, pool, cancelled, "cancelled")
     return _change(path, totals[0], totals[1], totals[2], totals[3], nonfinite)
 
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader, decode, decode_compact
+
+_T = TypeVar("_T")
 
 HISTOGRAM_BINS = 24
 SAMPLE_LIMIT = 1 << 20
@@ -109,27 +112,17 @@ def _tensor_stats(
     # one chunk is summarised here, with no hand-over; so is every chunk on one of the pool's own threads
     # (work it handed to its own pool could wait for itself)
     pool = worker_pool() if reader.distinct_count > chunk else None
-    pending: deque[Future[_Part]] = deque()
-    read = 0
-    try:
-        # a stored element repeated by the view is read once, counted; reading chunk k reuses the buffer of
-        # chunk k - STATS_THREADS - 1, settled by then (every part's samples and first values are copies)
+
+    def numbered() -> Iterator[tuple[np.ndarray, int | np.ndarray, Tensor, int, int]]:
+        # a stored element repeated by the view is read once, counted; every part's samples and first values are
+        # copies, so a reused buffer is safe
+        read = 0
         for raw, repeats in reader.distinct_chunks(chunk, STATS_THREADS + 1 if pool is not None else 0):
-            if cancelled is not None and cancelled():
-                raise Cancelled("stats cancelled")
-            if pool is not None:
-                pending.append(pool.submit(_quiet_chunk_part, raw, repeats, tensor, read, step))
-                while len(pending) > STATS_THREADS:
-                    settle(pending.popleft().result())
-            else:
-                settle(_chunk_part(raw, repeats, tensor, read, step))
+            yield raw, repeats, tensor, read, step
             read += raw.size
-        while pending:
-            settle(pending.popleft().result())
-    finally:  # on cancellation: no worker may still read a buffer that the next reads reuse
-        for waiting in pending:
-            waiting.cancel()
-        futures_wait(pending)
+
+    work = _quiet_chunk_part if pool is not None else _chunk_part
+    in_chunk_order(numbered(), work, settle, pool, cancelled, "stats cancelled")
     if reader.in_order:
         stats.first = whole.first
     stats.count, stats.nan, stats.posinf, stats.neginf = whole.count, whole.nan, whole.posinf, whole.neginf
@@ -204,6 +197,36 @@ def worker_pool() -> ThreadPoolExecutor | None:
     if threading.current_thread().name.startswith(POOL_PREFIX):
         return None
     return _pool()
+
+
+def in_chunk_order(
+    chunks: Iterable[tuple[Any, ...]],
+    work: Callable[..., _T],
+    settle: Callable[[_T], None],
+    pool: ThreadPoolExecutor | None,
+    cancelled: Callable[[], bool] | None,
+    message: str,
+) -> None:
+    """``settle(work(*args))`` for each chunk's args, in chunk order: on ``pool`` while the next chunks are read (at
+    most :data:`STATS_THREADS` waiting besides the one being read), or here when it is None. The chunk iterator
+    may reuse the buffers of chunk k - STATS_THREADS - 1 for chunk k: that one is settled by then."""
+    pending: deque[Future[_T]] = deque()
+    try:
+        for args in chunks:
+            if cancelled is not None and cancelled():
+                raise Cancelled(message)
+            if pool is not None:
+                pending.append(pool.submit(work, *args))
+                while len(pending) > STATS_THREADS:
+                    settle(pending.popleft().result())
+            else:
+                settle(work(*args))
+        while pending:
+            settle(pending.popleft().result())
+    finally:  # on cancellation: no worker may still read a buffer that the next reads reuse
+        for waiting in pending:
+            waiting.cancel()
+        futures_wait(pending)
 
 
 def _pool() -> ThreadPoolExecutor:
