@@ -5,6 +5,7 @@ which the browser turns into marks on the tree."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 from textual import on, work
@@ -13,12 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import ProgressBar, Static
-from textual.worker import get_current_worker
 
-from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.operations.check import CheckReport
-from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, ReportReady
+from ckpt_tui.tui.messages import Failed, Progress, ReportReady
+from ckpt_tui.tui.screens.report import run_job
 
 CANCELLED = "cancelled: nothing was marked"
 
@@ -57,21 +57,7 @@ class CheckAllScreen(ModalScreen[CheckOutcome]):
         """The full check off the UI thread; reports by message only (nothing once cancelled)."""
         from ckpt_tui.core.operations.check import check_checkpoint
 
-        worker = get_current_worker()
-
-        def cancelled() -> bool:
-            return worker.is_cancelled
-
-        progress = ProgressPoster(self.post_message, self.TASK, cancelled=cancelled)
-        try:
-            report = check_checkpoint(checkpoint, progress, cancelled)
-        except Cancelled:
-            return
-        except CkptError as exc:
-            self.post_message(Failed(self.TASK, str(exc)))
-            return
-        if not cancelled():
-            self.post_message(ReportReady(self.TASK, report))
+        run_job(self.post_message, self.TASK, partial(check_checkpoint, checkpoint))
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:

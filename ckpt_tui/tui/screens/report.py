@@ -18,6 +18,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
@@ -92,6 +93,36 @@ def row_width(app_width: int) -> int:
     return min(app_width, 140) - 6
 
 
+def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
+    """Run ``job`` in the current worker and post its outcome: :class:`ReportReady`, :class:`Failed` with the
+    one-line reason, or nothing once the worker is cancelled (the screen that started it is closed)."""
+    worker = get_current_worker()
+
+    def cancelled() -> bool:
+        return worker.is_cancelled
+
+    poster = ProgressPoster(post, task, cancelled=cancelled)
+
+    def progress(done: int, total: int) -> None:
+        # escape stops the work at its next step, even where core takes no cancel check
+        if cancelled():
+            raise Cancelled(f"{task} cancelled")
+        poster(done, total)
+
+    try:
+        report = job(progress, cancelled)
+    except Cancelled:  # escape closed the screen: nothing to report
+        return
+    except CkptError as exc:
+        post(Failed(task, str(exc)))
+        return
+    except OSError as exc:
+        post(Failed(task, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")))
+        return
+    if not cancelled():
+        post(ReportReady(task, report))
+
+
 class ReportList(OptionList):
     """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
 
@@ -151,31 +182,7 @@ class ReportScreen(ModalScreen[ReportResult | None]):
     @work(thread=True, exclusive=True, group="report", description="report")
     def _run(self, job: Job) -> None:
         """The report off the UI thread; reports by message only (nothing once the screen is closed)."""
-        worker = get_current_worker()
-
-        def cancelled() -> bool:
-            return worker.is_cancelled
-
-        poster = ProgressPoster(self.post_message, self.TASK, cancelled=cancelled)
-
-        def progress(done: int, total: int) -> None:
-            # escape stops the work at its next step, even where core takes no cancel check
-            if cancelled():
-                raise Cancelled(f"{self.TASK} cancelled")
-            poster(done, total)
-
-        try:
-            report = job(progress, cancelled)
-        except Cancelled:  # escape closed the screen: nothing to report
-            return
-        except CkptError as exc:
-            self.post_message(Failed(self.TASK, str(exc)))
-            return
-        except OSError as exc:
-            self.post_message(Failed(self.TASK, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")))
-            return
-        if not cancelled():
-            self.post_message(ReportReady(self.TASK, report))
+        run_job(self.post_message, self.TASK, job)
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:
