@@ -102,6 +102,10 @@ EMULATED: dict[str, object] = {
     "TypedStorage(-1)": typed_storage((0,), -1),
     "TypedStorage('ab')": typed_storage((2,), "ab"),
     "TypedStorage() under an empty tensor": typed_storage((0,)),
+    # each number becomes a float as Python converts it: an int past the float range fails, one below is inf
+    "TypedStorage([2**1100]) under a tensor": typed_storage((1,), [2**1100]),
+    "TypedStorage([1.0, -(2**1024)]) under a tensor": typed_storage((2,), [1.0, -(2**1024)]),
+    "TypedStorage([2**1000]) under a tensor": typed_storage((1,), [2**1000]),
     # nested tensors with parts that are not tensors
     "nested of lists": Call(G(UTILS, "_rebuild_nested_tensor"), ([1.0], [[1]], [[1]], [0])),
 }

@@ -1411,11 +1411,23 @@ def _storage_count(args: tuple[Any, ...], kinds: tuple[type, ...], name: str) ->
         raise Refusal(f"{name} of a {type(first).__name__} (torch wants a size or numbers)")
     elif type(first) in (list, tuple) and all(type(item) in kinds for item in first):
         count = len(first)
+        # torch converts each number to a double as Python does: past the float range an int raises
+        # OverflowError (a float or int below it just rounds, to inf in float32)
+        if any(type(item) is int and not _fits_double(item) for item in first):
+            raise Refusal(f"{name} of an int too large to convert to float")
     else:
         raise CannotTell(f"{name} called with these arguments: not emulated here, torch may refuse it")
     if count * 4 > _STORAGE_BYTES_EMULATED:
         raise CannotTell(f"{name}({count}): whether torch can allocate it is not known here")
     return count
+
+
+def _fits_double(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 _CALLS: dict[str, Callable[[tuple[Any, ...]], Any]] = {
