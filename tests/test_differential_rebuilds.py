@@ -51,6 +51,18 @@ def typed_storage(size: tuple[int, ...], *args: object, cls: str = "TypedStorage
     return Call(G(UTILS, "_rebuild_tensor_v2"), (storage, 0, size, stride, False, OD))
 
 
+def sparse_coo(size: tuple[int, ...]) -> Call:
+    """An empty COO tensor (two sparse dims) of this size, over int64 parts of no elements."""
+
+    def part(shape: tuple[int, ...]) -> Call:
+        storage = Pid(("storage", G("torch", "LongStorage"), "0", "cpu", 3))
+        return Call(G(UTILS, "_rebuild_tensor_v2"), (storage, 0, shape, (1,) * len(shape), False, OD))
+
+    layout = Call(G("torch.serialization", "_get_layout"), ("torch.sparse_coo",))
+    values = part((0, *size[2:]))
+    return Call(G(UTILS, "_rebuild_sparse_tensor"), (layout, (part((2, 0)), values, size, False)))
+
+
 F16, I64 = G("torch", "float16"), G("torch", "int64")
 
 EMULATED: dict[str, object] = {
@@ -106,6 +118,14 @@ EMULATED: dict[str, object] = {
     "TypedStorage([2**1100]) under a tensor": typed_storage((1,), [2**1100]),
     "TypedStorage([1.0, -(2**1024)]) under a tensor": typed_storage((2,), [1.0, -(2**1024)]),
     "TypedStorage([2**1000]) under a tensor": typed_storage((1,), [2**1000]),
+    # a sparse tensor's element count: refused past 2**64 even where a later 0 makes it 0, as a meta tensor's
+    "sparse COO of size (3, 4)": sparse_coo((3, 4)),
+    "sparse COO of size (2**32, 2**32, 0)": sparse_coo((2**32, 2**32, 0)),
+    "sparse COO of size (2**40, 2**30)": sparse_coo((2**40, 2**30)),
+    "sparse COO of size (0, 2**62, 2**62)": sparse_coo((0, 2**62, 2**62)),
+    "sparse COO of size (2**62, 3)": sparse_coo((2**62, 3)),
+    "sparse COO of size (2**40, 2**30, 0)": sparse_coo((2**40, 2**30, 0)),
+    "sparse COO of size (2**62, 2, 0)": sparse_coo((2**62, 2, 0)),
     # nested tensors with parts that are not tensors
     "nested of lists": Call(G(UTILS, "_rebuild_nested_tensor"), ([1.0], [[1]], [[1]], [0])),
 }

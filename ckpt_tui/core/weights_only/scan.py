@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import math
 import pickle
 import re
 import secrets
@@ -1063,6 +1064,9 @@ def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = Non
     dims = _ints(size, "a sparse tensor's size")
     if dims and min(dims) < 0:
         raise Refusal("a sparse tensor has a negative size")
+    # torch's safe_compute_numel: the unsigned 64-bit product overflows (even before a 0), or the count passes int64
+    if _count_overflows(dims) or math.prod(dims) >= _INT64:
+        raise Refusal("a sparse tensor's element count does not fit int64 (torch: integer multiplication overflow)")
     if indices.shape is None or values.shape is None or len(indices.shape) != 2:
         raise CannotTell("a sparse tensor whose parts' shapes are not known here: torch may refuse it")
     sparse_dim, nnz = indices.shape
