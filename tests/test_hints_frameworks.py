@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.operations.hints import KEY_OPTIONS
@@ -86,6 +87,11 @@ def test_save_pretrained_files_get_no_fix_that_changes_their_keys_and_their_layo
         assert not any("Lightning" in f["message"] or "wrapper" in f["message"] for f in found), name
         named = [f["message"] for f in found if f["kind"] == "hf-body"]
         assert all(f"Hugging Face {name}" in message for message in named), (name, named)
+        # keys under one first component get the finding that names their layout (BERT's cls. head beside
+        # bert., and CLIPTextModel's keys saved without text_model., share none: nothing to name)
+        with safe_open(str(tmp_path / name / "model.safetensors"), "pt") as saved:
+            shared = len({key.split(".", 1)[0] for key in saved.keys()}) == 1  # noqa: SIM118 (safe_open is not iterable)
+        assert len(named) == shared, (name, named)
 
 
 def test_a_clip_text_encoder_keeps_its_text_model_prefix(tmp_path, capsys):
