@@ -93,6 +93,18 @@ class FileScan(Findings):
         if scan.unknown:
             self.doubt(f"{what}: {scan.unknown}")
 
+    def merge(self, part: FileScan, label: str) -> None:
+        """Add one file of a set (a shard, a rank file): its globals, devices and how it is read; its refusal or
+        doubt is said with ``label``."""
+        self.add_globals(part)
+        self.devices |= part.devices
+        self.name_route |= part.name_route
+        self.deflated |= part.deflated
+        if part.applies and part.reason:
+            self.fail(f"{label}: {part.reason}")
+        if part.applies and part.unknown:
+            self.doubt(f"{label}: {part.unknown}")
+
     def fail(self, reason: str) -> None:
         """Record a refusal (the first one wins)."""
         if self.reason is None:
@@ -223,13 +235,7 @@ def _scan_sharded(index_path: str) -> FileScan:
             combined.fail(str(exc))
             continue
         applies |= part.applies
-        combined.add_globals(part)
-        combined.devices |= part.devices
-        combined.name_route |= part.name_route
-        if part.applies and part.reason:
-            combined.fail(f"shard {shard}: {part.reason}")
-        if part.applies and part.unknown:
-            combined.doubt(f"shard {shard}: {part.unknown}")
+        combined.merge(part, f"shard {shard}")
     combined.applies = applies
     return combined
 
@@ -251,13 +257,7 @@ def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
             continue
         applies |= part.applies
         combined.files[path] = verdict_from_scan(part, None).answer or "n/a"
-        combined.add_globals(part)
-        combined.devices |= part.devices
-        combined.deflated |= part.deflated
-        if part.applies and part.reason:
-            combined.fail(f"{path}: {part.reason}")
-        if part.applies and part.unknown:
-            combined.doubt(f"{path}: {part.unknown}")
+        combined.merge(part, path)
     combined.applies = applies
     return combined
 
