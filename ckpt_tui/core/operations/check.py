@@ -386,26 +386,34 @@ def _unread_tensors(references: list[Reference]) -> list[Problem]:
         for path, value, _, first in references
         if first and isinstance(value, Opaque) and value.global_name in TENSOR_MAKERS
     ]
-    problems = []
     uninitialised = [(path, value) for path, value in found if _uninitialised(value)]
-    if uninitialised:
-        path, value = uninitialised[0]
-        more = f" (+{len(uninitialised) - 1} more)" if len(uninitialised) > 1 else ""
-        message = (
-            f"{where(path)}{more}: {value.global_name}({', '.join(map(str, value.args))}) makes a tensor of "
-            "uninitialised memory when torch.load runs it: its values differ at each load"
-        )
-        problems.append(Problem("unread-tensor", message, path))
     rest = [(path, value) for path, value in found if not _uninitialised(value)]
-    if rest:
-        path, value = rest[0]
-        more = f" (+{len(rest) - 1} more)" if len(rest) > 1 else ""
-        message = (
-            f"{where(path)}{more}: a tensor made by {value.global_name}(...), as torch.load builds it; "
-            "ckpt-tui does not read such tensors, so their values (NaN/Inf) were not checked"
+    problems = []
+    if uninitialised:
+        value = uninitialised[0][1]
+        problems.append(
+            _first_unread(
+                uninitialised,
+                f"{value.global_name}({', '.join(map(str, value.args))}) makes a tensor of uninitialised memory "
+                "when torch.load runs it: its values differ at each load",
+            )
         )
-        problems.append(Problem("unread-tensor", message, path))
+    if rest:
+        problems.append(
+            _first_unread(
+                rest,
+                f"a tensor made by {rest[0][1].global_name}(...), as torch.load builds it; ckpt-tui does not read "
+                "such tensors, so their values (NaN/Inf) were not checked",
+            )
+        )
     return problems
+
+
+def _first_unread(found: list[tuple[KeyPath, Opaque]], what: str) -> Problem:
+    """One problem for tensors of one kind: the first one's place, how many more, and ``what`` it is."""
+    path = found[0][0]
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    return Problem("unread-tensor", f"{where(path)}{more}: {what}", path)
 
 
 def _uninitialised(value: Opaque) -> bool:
