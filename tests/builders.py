@@ -33,6 +33,15 @@ class TinyNet(nn.Module):
         return self.head(self.bn(self.conv(x)).mean((2, 3)))
 
 
+def torch_loads(path: Path) -> bool:
+    """Whether the real ``torch.load(path, weights_only=True)`` loads the file (its refusal is never code run)."""
+    try:
+        torch.load(path, weights_only=True)
+    except Exception:
+        return False
+    return True
+
+
 def tiny_state_dict(classes: int = 10) -> OrderedDict[str, torch.Tensor]:
     """A plain state_dict (with ``_metadata``)."""
     torch.manual_seed(0)

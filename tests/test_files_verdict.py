@@ -11,20 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import torch_loads
 
 from ckpt_tui.cli import main
 
 
 def _model() -> dict[str, torch.Tensor]:
     return {"w": torch.ones(2, 3), "b": torch.zeros(3)}
-
-
-def _torch_loads(path: Path) -> bool:
-    try:
-        torch.load(path, weights_only=True)
-    except Exception:
-        return False
-    return True
 
 
 def _nested() -> torch.Tensor:
@@ -55,8 +48,8 @@ def test_a_file_torch_refuses_among_others_makes_check_fail_and_is_named(
 ) -> None:
     value, answer, word = SECONDS[second]
     files = _ranks(tmp_path / "ckpts", value)
-    assert _torch_loads(files[0])
-    assert not _torch_loads(files[1]) or answer == "cannot_tell"
+    assert torch_loads(files[0])
+    assert not torch_loads(files[1]) or answer == "cannot_tell"
     args = [str(tmp_path / "ckpts")] if given == "folder" else [str(p) for p in files]
     assert main(["check", *args]) == 1
     out = capsys.readouterr().out
@@ -73,7 +66,7 @@ def test_a_file_torch_refuses_among_others_makes_check_fail_and_is_named(
 @pytest.mark.parametrize("given", ["folder", "files"])
 def test_files_that_all_load_are_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str) -> None:
     files = _ranks(tmp_path / "ckpts", [1, 2])
-    assert all(map(_torch_loads, files))
+    assert all(map(torch_loads, files))
     args = [str(tmp_path / "ckpts")] if given == "folder" else [str(p) for p in files]
     assert main(["check", *args, "--json"]) == 0
     verdict = json.loads(capsys.readouterr().out)["weights_only"]
@@ -89,7 +82,7 @@ def test_accelerates_rng_states_are_read_by_its_own_load_not_refused(
     folder.mkdir()
     torch.save(_model(), folder / "pytorch_model.bin")
     torch.save({"step": 3, "numpy_random_seed": np.random.get_state()}, folder / "random_states_0.pkl")
-    assert not _torch_loads(folder / "random_states_0.pkl")
+    assert not torch_loads(folder / "random_states_0.pkl")
     assert main(["check", str(folder), "--json"]) == 0
     verdict = json.loads(capsys.readouterr().out)["weights_only"]
     assert {Path(f["path"]).name: f["answer"] for f in verdict["files"]} == {

@@ -12,16 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import torch_loads
 
 from ckpt_tui.cli import main
-
-
-def torch_loads(path: Path) -> bool:
-    try:
-        torch.load(path, weights_only=True)
-    except Exception:
-        return False
-    return True
 
 
 def test_every_file_given_together_has_its_say(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

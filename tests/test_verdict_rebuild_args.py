@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from builders import torch_loads
 from builders_readers import StorageRef, View, pickle_with_pids, torch_zip_members, write_zip
 
 from ckpt_tui.cli import main
@@ -77,14 +78,6 @@ RECORDS = {
 def answer(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, int]:
     code = main(["check", "--json", str(path)])
     return json.loads(capsys.readouterr().out)["weights_only"]["answer"], code
-
-
-def torch_loads(path: Path) -> bool:
-    try:
-        torch.load(path, weights_only=True)
-    except Exception:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import torch_loads
 
 from ckpt_tui.cli import main
 
@@ -47,14 +48,6 @@ def _meta(sizes: list[int]) -> bytes:
     )
 
 
-def _torch_loads(path: Path) -> bool:
-    try:
-        torch.load(path, weights_only=True)
-    except Exception:
-        return False
-    return True
-
-
 CASES = [
     ("legacy", [0, 2**62, 2**62]),
     ("legacy", [0, 2**62, 2]),
@@ -75,7 +68,7 @@ def test_overflowing_sizes_are_never_called_loadable_where_torch_refuses(
     code = main(["check", "--json", str(path)])
     answer = json.loads(capsys.readouterr().out)["weights_only"]["answer"]
     assert code == (0 if answer == "loads" else 1)
-    if not _torch_loads(path):
+    if not torch_loads(path):
         assert answer != "loads", (form, sizes)
     else:
         assert answer in ("loads", "cannot_tell"), (form, sizes)
