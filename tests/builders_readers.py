@@ -132,9 +132,18 @@ def summaries(path: Path, columns: bool) -> tuple[Any, Any]:
 
     checkpoint = open_checkpoint(path)
     assert (checkpoint.flat_columns() is not None) == columns
+    pending = checkpoint.root_pending()
+    if columns and checkpoint.format in ("safetensors", "sharded"):
+        assert pending  # a safetensors file's or set's root stays columns until asked for
     chosen = summarize(checkpoint)
+    text, data, rows = render_info(chosen, 3), chosen.to_json(), chosen.rows_json()
+    if chosen.from_columns:  # info (text, JSON, the rendered rows) made no tensor object
+        assert checkpoint.root_pending() == pending
     walked = summarize(checkpoint, list(walk(checkpoint.root)))
-    return (render_info(chosen, 3), chosen.to_json()), (render_info(walked, 3), walked.to_json())
+    walked_data = walked.to_json()
+    if rows is not None:
+        assert json.loads(rows) == walked_data["tensors"]
+    return (text, data), (render_info(walked, 3), walked_data)
 
 
 def raw_zip_bytes(members: list[tuple[bytes, bytes]]) -> bytes:

@@ -194,3 +194,82 @@ def test_a_shard_set_with_a_tied_shard_is_walked(tmp_path: Path) -> None:
     index.write_text(json.dumps({"weight_map": {"a": "one.safetensors", "b": "two.bin", "c": "two.bin"}}))
     flat, walked = summaries(index, columns=False)
     assert flat == walked
+
+
+def shard_outcome(index: Path) -> str:
+    """What ``info`` says of a shard set (text and JSON), its tensors' fields, or its one-line error."""
+    try:
+        checkpoint = open_checkpoint(index)
+    except ReadError as exc:
+        return f"error: {exc}"
+    summary = summarize(checkpoint)
+    shown = render_info(summary, 3) + json.dumps(summary.to_json(), default=str)
+    tensors = [(k, t.shape, t.dtype, t.storage.key, t.storage.source.path) for k, t in checkpoint.root.items()]
+    return shown + repr(tensors)
+
+
+@settings(
+    max_examples=40,
+    deadline=timedelta(seconds=20),
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    held=st.lists(
+        st.lists(st.sampled_from(["a", "b.c", "d", "model.e", "é", "f"]), max_size=4, unique=True),
+        min_size=1,
+        max_size=3,
+    ),
+    claims=st.lists(
+        st.tuples(st.sampled_from(["a", "b.c", "d", "model.e", "é", "f", "g"]), st.integers(0, 3)), max_size=3
+    ),
+    faithful=st.booleans(),
+)
+def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    held: list[list[str]],
+    claims: list[tuple[str, int]],
+    faithful: bool,
+) -> None:
+    """The set's columns (gathered from its shards' columns) and the key-by-key assembly agree on any
+    index: keys in the wrong shard, in no shard, a shard named that does not exist, keys no entry names,
+    an empty map; the same error, or the same info and the same tensors."""
+    from safetensors.torch import save_file
+
+    from ckpt_tui.core.readers import sharded
+
+    files = [f"model-{i + 1:05d}-of-00003.safetensors" for i in range(len(held))]
+    for i, (file, names) in enumerate(zip(files, held, strict=True)):
+        save_file({n: torch.full((i + 1, len(n)), float(i)) for n in names}, str(tmp_path / file))
+    # the true map (when ``faithful``), then the claims: keys moved, added, or sent to a missing file
+    weight_map = {n: file for file, names in zip(files, held, strict=True) for n in names} if faithful else {}
+    weight_map.update({key: [*files, "missing.safetensors"][min(shard, len(files))] for key, shard in claims})
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    gathered = shard_outcome(index)
+    with monkeypatch.context() as patch:
+        patch.setattr(sharded, "_assembled", lambda *args: None)
+        walked = shard_outcome(index)
+    assert gathered == walked
+
+
+def test_rows_shown_before_the_root_is_made_are_its_own_objects(tmp_path: Path) -> None:
+    """The top of info's tree is made alone; the root made later holds those very tensors (file and set)."""
+    from safetensors.torch import save_file
+
+    names = [f"model.layers.{i}.w.weight" for i in range(30)]
+    save_file({n: torch.ones(2) for n in names[::2]}, str(tmp_path / "a.safetensors"))
+    save_file({n: torch.ones(3) for n in names[1::2]}, str(tmp_path / "b.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {n: "ab"[i % 2] + ".safetensors" for i, n in enumerate(names)}}))
+    for path in (tmp_path / "a.safetensors", index):
+        checkpoint = open_checkpoint(path)
+        columns = checkpoint.flat_columns()
+        assert columns is not None and checkpoint.root_pending()
+        head = columns.head(5)
+        assert checkpoint.root_pending()
+        root = checkpoint.root
+        assert not checkpoint.root_pending() and checkpoint.flat_columns() is columns
+        assert all(root[name] is tensor for name, tensor in head)
+        assert checkpoint.root is root and columns.listed() == list(zip(zip(root), root.values(), strict=True))

@@ -65,7 +65,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
             if command is not None:
                 lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
     lines.append("tree")
-    lines += _tree_lines(ckpt.root, depth, summary)
+    lines += _tree_lines(ckpt.key_root(), depth, summary, _pending_head(ckpt))
     return "\n".join(lines)
 
 
@@ -84,7 +84,7 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
         try:
             options = ConvertOptions.from_pairs(fix.pairs())
             if finding.path and not options.extract:
-                _aim_key_edit(checkpoint.root, finding.path, options)
+                _aim_key_edit(checkpoint.key_root(), finding.path, options)
             apply_options(checkpoint.root, options)
         except (CkptError, KeyError, IndexError):
             return None
@@ -96,9 +96,12 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
         options = ConvertOptions()
         setattr(options, attribute, fix.argument)
         if fix.option in ("--strip-prefix", "--add-prefix") and finding.path is not None:
-            _aim_key_edit(checkpoint.root, finding.path, options)
+            _aim_key_edit(checkpoint.key_root(), finding.path, options)
+        # (a root still held as columns: its keys are what a prefix's strip reads)
         certain = (
-            fix.option == "--strip-prefix" and finding.path == () and strips_cleanly(checkpoint.root, fix.argument)
+            fix.option == "--strip-prefix"
+            and finding.path == ()
+            and strips_cleanly(checkpoint.key_root(), fix.argument)
         )
         try:
             if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
@@ -127,10 +130,22 @@ def _counted(counts: Any, nbytes: Any) -> str:
     return ", ".join(f"{printable(str(name))} {n} ({size(nbytes[name])})" for name, n in counts.most_common()) or "-"
 
 
-def _tree_lines(root: Any, depth: int, summary: Summary) -> list[str]:
+def _pending_head(checkpoint: Checkpoint) -> list[tuple[Any, Any]] | None:
+    """The entries the tree shows of a root still held as columns (made for them alone), else None."""
+    if not checkpoint.root_pending():
+        return None
+    assert checkpoint.columns is not None
+    return checkpoint.columns.head(TREE_LINES)
+
+
+def _tree_lines(root: Any, depth: int, summary: Summary, head: list[tuple[Any, Any]] | None = None) -> list[str]:
+    """The top of the tree; ``head``: the root's first entries, when ``root`` holds only its keys (a root
+    still held as columns: flat, so no entry has children of its own)."""
     label = container_text(root, summary.totals()) if has_children(root) else value_text(root)
     lines: list[str] = [f"  (root) {printable(label)}"]
-    stack: list[tuple[int, list[tuple[Any, Any]], int]] = [(1, _child_list(root), 0)]  # level, entries, next
+    entries = _child_list(root) if head is None else head
+    unlisted = 0 if head is None else len(root) - len(head)
+    stack: list[tuple[int, list[tuple[Any, Any]], int]] = [(1, entries, 0)]  # level, entries, next
     while stack and len(lines) <= TREE_LINES:
         level, entries, at = stack.pop()
         if at == len(entries):
@@ -140,7 +155,7 @@ def _tree_lines(root: Any, depth: int, summary: Summary) -> list[str]:
         lines.append(f"{'  ' * (level + 1)}{printable(key_text(key))}  {printable(value_text(value))}")
         if level < depth and has_children(value):
             stack.append((level + 1, _child_list(value), 0))
-    hidden = sum(len(entries) - at for _, entries, at in stack)
+    hidden = sum(len(entries) - at for _, entries, at in stack) + unlisted
     if hidden:
         lines.append(f"  … {hidden} more entries (ckpt-tui FILE to browse, --depth, or --json)")
     return lines

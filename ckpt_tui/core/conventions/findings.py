@@ -155,7 +155,7 @@ def _outermost(modules: list[tuple[KeyPath, Opaque]]) -> list[tuple[KeyPath, Opa
 def flat_findings(columns: FlatColumns) -> list[Finding]:
     """:func:`compute_findings` for a root its reader gave as columns, without a walk: below such a root
     there is no global, no module, optimizer or scheduler, no GPU tensor, and no layout past its storage."""
-    findings = _structure_findings(columns.root, [], [], [])
+    findings = _structure_findings(columns.key_dict(), [], [], [])  # (keys and value types are all it reads)
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 

@@ -19,7 +19,7 @@ import math
 import operator
 import pickle
 import reprlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Protocol
 
@@ -423,32 +423,159 @@ def is_global_ref(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, Opaque)
 
 
-@dataclass(eq=False)
+TensorMaker = Callable[[int, int], list["Tensor"]]
+"""Makes the tensors of rows ``start`` to ``stop`` of a flat root still held as columns."""
+
+
 class FlatColumns:
     """A flat state_dict as its reader built and checked it, one column per field (row ``i``: the
-    ``i``-th value of ``root``): totals and findings come from the columns, without a walk.
+    ``i``-th entry of the root): totals, findings and ``info``'s rows come from the columns, without a walk.
 
     Its reader promises what a safetensors header guarantees once validated: str keys; plain tensors
     (nothing hidden), each over its own storage of exactly its size, laid out densely from offset 0,
     on ``cpu``, with every storage's record present; and :func:`check_tree` would pass. Trees are never
     changed in place (edits make new ones), so the columns hold while ``root`` is the checkpoint's root.
+
+    Made with its root (a ``.pth`` reader's), or :meth:`pending`: then the root (50,000 tensor objects)
+    is made only when something asks for it, once; a row asked for before (:meth:`head`) is the same object
+    in it.
     """
 
-    root: dict[str, Tensor]
-    dtypes: list[str]
-    numels: list[int]
+    def __init__(self, root: dict[str, Tensor] | None, dtypes: list[str], numels: list[int]) -> None:
+        self._root = root
+        self.dtypes = dtypes
+        self.numels = numels
+        self._names: list[str] | None = None
+        self._shapes: list[tuple[int, ...]] | None = None
+        self._strides: list[tuple[int, ...]] | None = None
+        self._storage_keys: list[str] | None = None
+        self._sources: list[Any] | None = None
+        self._make: TensorMaker | None = None
+        self._made: dict[int, Tensor] = {}
+        self._values: list[Tensor] | None = None
+        self._listed: list[tuple[KeyPath, Tensor]] | None = None
+        self._keyed: dict[str, Tensor] | None = None
+
+    @classmethod
+    def pending(
+        cls,
+        names: list[str],
+        dtypes: list[str],
+        numels: list[int],
+        shapes: list[tuple[int, ...]],
+        strides: list[tuple[int, ...]],
+        storage_keys: list[str],
+        sources: list[Any],
+        make: TensorMaker,
+    ) -> FlatColumns:
+        """Columns whose root is made by ``make`` when first asked for (each column one value per row)."""
+        columns = cls(None, dtypes, numels)
+        columns._names, columns._shapes, columns._strides = names, shapes, strides
+        columns._storage_keys, columns._sources, columns._make = storage_keys, sources, make
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.dtypes)
+
+    @property
+    def made(self) -> bool:
+        """Whether the root's tensor objects exist (else only the columns do)."""
+        return self._root is not None
+
+    @property
+    def root(self) -> dict[str, Tensor]:
+        """The root, made now if it was pending (every row's tensor; those made before kept)."""
+        if self._root is None:
+            assert self._make is not None and self._names is not None
+            tensors = self._make(0, len(self))
+            for row, tensor in self._made.items():
+                tensors[row] = tensor
+            self._root = dict(zip(self._names, tensors, strict=True))
+            self._made = {}
+        return self._root
+
+    @property
+    def names(self) -> list[str]:
+        """The keys, in the root's order."""
+        if self._names is None:
+            self._names = list(self.root)
+        return self._names
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        if self._shapes is None:
+            self._shapes = list(map(_SHAPE, self.root.values()))
+        return self._shapes
+
+    @property
+    def strides(self) -> list[tuple[int, ...]]:
+        if self._strides is None:
+            self._strides = list(map(_STRIDE, self.root.values()))
+        return self._strides
+
+    @property
+    def storage_keys(self) -> list[str]:
+        """Each row's storage record key."""
+        if self._storage_keys is None:
+            self._storage_keys = list(map(_STORAGE_KEY, self.root.values()))
+        return self._storage_keys
+
+    @property
+    def sources(self) -> list[Any]:
+        """Each row's record source (one object for the rows of one file)."""
+        if self._sources is None:
+            self._sources = list(map(_STORAGE_SOURCE, self.root.values()))
+        return self._sources
+
+    def head(self, count: int) -> list[tuple[str, Tensor]]:
+        """The first ``count`` entries, without making the others while the root is pending."""
+        if self._root is not None:
+            return list(itertools.islice(self._root.items(), count))
+        rows = range(min(count, len(self)))
+        return [(self.names[row], self.tensor_at(row)) for row in rows]
+
+    def tensor_at(self, row: int) -> Tensor:
+        """Row ``row``'s tensor: the root's own object (made alone while the root is pending, and then
+        the same object in the root once it is made)."""
+        if self._root is not None:
+            if self._values is None:
+                self._values = list(self._root.values())
+            return self._values[row]
+        made = self._made.get(row)
+        if made is None:
+            assert self._make is not None
+            made = self._made[row] = self._make(row, row + 1)[0]
+        return made
+
+    def key_dict(self) -> dict[str, Tensor]:
+        """The root for checks that look only at its keys and at each value's type (findings, fixes, the
+        scheduler test): the root once made; while it is pending, its keys each mapped to one stand-in
+        plain tensor (every value of such a root is a plain tensor), made in one C pass."""
+        if self._root is not None:
+            return self._root
+        if self._keyed is None:
+            self._keyed = dict.fromkeys(self.names, KEY_STAND_IN)
+        return self._keyed
 
     def listed(self) -> list[tuple[KeyPath, Tensor]]:
         """Each tensor with its path, as a walk of ``root`` lists them (made once: ``check`` and the summary
         both ask; callers get a copy of the list)."""
-        made = self.__dict__.get("_listed")
-        if made is None:
-            made = self.__dict__["_listed"] = list(zip(zip(self.root), self.root.values(), strict=True))
-        return list(made)
+        if self._listed is None:
+            self._listed = list(zip(zip(self.root), self.root.values(), strict=True))
+        return list(self._listed)
 
     def describes(self, root: Any) -> bool:
         """Whether these are the columns of ``root`` (a tree made from it by an edit is another object)."""
-        return root is self.root and len(root) == len(self.dtypes)
+        return self._root is not None and root is self._root and len(root) == len(self.dtypes)
+
+
+KEY_STAND_IN = Tensor(None, 0, (), (), "float32")
+"""The one value of every key in :meth:`FlatColumns.key_dict` (never a row of ``info``, never read)."""
+
+_SHAPE = operator.attrgetter("shape")
+_STRIDE = operator.attrgetter("stride")
+_STORAGE_KEY = operator.attrgetter("storage.key")
+_STORAGE_SOURCE = operator.attrgetter("storage.source")
 
 
 @dataclass
@@ -488,7 +615,43 @@ class Checkpoint:
     def flat_columns(self) -> FlatColumns | None:
         """The columns of the root as it is now, or None (no columns, or the root was replaced)."""
         columns = self.columns
-        return columns if columns is not None and columns.describes(self.root) else None
+        if columns is None:
+            return None
+        if self.root_pending():
+            return columns
+        return columns if columns.describes(self.root) else None
+
+    def root_pending(self) -> bool:
+        """Whether the root is still only its columns (no tensor object made yet)."""
+        return self.__dict__.get("_root") is PENDING_ROOT and self.columns is not None and not self.columns.made
+
+    def key_root(self) -> Any:
+        """The root for checks that look only at keys and value types: :meth:`FlatColumns.key_dict` while
+        the root is pending, else the root."""
+        if self.root_pending():
+            assert self.columns is not None
+            return self.columns.key_dict()
+        return self.root
+
+
+PENDING_ROOT: Any = object()
+"""The ``root`` a reader gives a :class:`Checkpoint` whose root is its columns, made when first read."""
+
+
+def _get_root(checkpoint: Checkpoint) -> Any:
+    root = checkpoint.__dict__["_root"]
+    if root is PENDING_ROOT:
+        assert checkpoint.columns is not None
+        root = checkpoint.__dict__["_root"] = checkpoint.columns.root
+    return root
+
+
+def _set_root(checkpoint: Checkpoint, root: Any) -> None:
+    checkpoint.__dict__["_root"] = root
+
+
+# the dataclass's __init__ (and dataclasses.replace) set ``root`` through this property
+Checkpoint.root = property(_get_root, _set_root, doc="The tree (made from the columns when pending).")
 
 
 # ---- what a node holds --------------------------------------------------------------------

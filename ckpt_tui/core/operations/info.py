@@ -13,6 +13,7 @@ import math
 import operator
 import os
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -64,7 +65,7 @@ class Summary:
     """Totals over every tensor in a checkpoint, and its findings."""
 
     checkpoint: Checkpoint
-    tensors: list[tuple[KeyPath, Tensor]] = field(repr=False)
+    tensors: Sequence[tuple[KeyPath, Tensor]] = field(repr=False)
     parameter_count: int
     tensor_bytes: int
     devices: Counter[str]
@@ -175,10 +176,9 @@ class Summary:
         columns = self.checkpoint.flat_columns() if self.from_columns else None
         if columns is None:
             return None
-        if not columns.root:
+        if not len(columns):
             return b"[]"
-        values = list(columns.root.values())
-        keys = list(map(_LAYOUT, values))
+        keys = list(zip(columns.shapes, columns.strides, columns.dtypes, strict=True))
         layouts: dict[tuple[Any, ...], str] = {}
         for layout in set(keys):
             shape, stride, dtype = layout
@@ -186,10 +186,10 @@ class Summary:
                 f'],"shape":{_ints(shape)},"dtype":{_text(dtype)},"device":"cpu",'
                 f'"nbytes":{math.prod(shape) * itemsize(dtype)},"stride":{_ints(stride)},"storage_offset":0,"storage":'
             )
-        names = list(map(_text, columns.root))  # (str keys: what the columns promise)
-        storages = self._storage_ids(list(map(_STORAGE, values)))
-        texts = names if _same(storages, columns.root) else ["null" if s is None else _text(s) for s in storages]
-        pieces = [_ROW_END] * (4 * len(values))
+        names = list(map(_text, columns.names))  # (str keys: what the columns promise)
+        storages = self._column_storage_ids(columns)
+        texts = names if storages == columns.names else list(map(_text, storages))
+        pieces = [_ROW_END] * (4 * len(keys))
         pieces[0::4] = names
         pieces[1::4] = map(layouts.__getitem__, keys)
         pieces[2::4] = texts
@@ -213,14 +213,15 @@ class Summary:
             for path, t in self.tensors
         ]
 
-    def _storage_ids(self, storages: list[Storage]) -> list[str | None] | map[str | None]:
-        """:meth:`storage_id` of each storage; for storages of one source (a flat file), its prefix once."""
-        sources = list(map(_SOURCE, storages))
-        if not sources or not all(map(operator.is_, sources, itertools.repeat(sources[0]))):
-            return map(self.storage_id, storages)
-        prefix = self._prefix(sources[0])
-        keys = list(map(_KEY, storages))
-        return list(map(prefix.__add__, keys)) if prefix else keys
+    def _column_storage_ids(self, columns: FlatColumns) -> list[str]:
+        """:meth:`storage_id` of each row's storage, from the columns: each distinct source's prefix once."""
+        sources = columns.sources
+        keys = columns.storage_keys
+        if sources and all(map(operator.is_, sources, itertools.repeat(sources[0]))):
+            prefix = self._prefix(sources[0])
+            return list(map(prefix.__add__, keys)) if prefix else keys
+        prefixes = {id(source): self._prefix(source) for source in {id(s): s for s in sources}.values()}
+        return list(map(operator.add, map(prefixes.__getitem__, map(id, sources)), keys))
 
     def _flat_rows(self) -> list[dict[str, Any]]:
         """:meth:`_walked_rows` of a root given as columns, each field one pass over a column.
@@ -230,12 +231,11 @@ class Summary:
         """
         columns = self.checkpoint.flat_columns()
         assert columns is not None
-        values = columns.root.values()
         sizes = {dtype: itemsize(dtype) for dtype in set(columns.dtypes)}
         nbytes = map(operator.mul, columns.numels, map(sizes.__getitem__, columns.dtypes))
-        storages = self._storage_ids(list(map(_STORAGE, values)))
-        shapes = map(list, map(_SHAPE, values))
-        strides = map(list, map(_STRIDE, values))
+        storages = self._column_storage_ids(columns)
+        shapes = map(list, columns.shapes)
+        strides = map(list, columns.strides)
         return [
             {
                 "path": [key],
@@ -250,7 +250,7 @@ class Summary:
                 "aliases": 0,
             }
             for key, shape, dtype, size, stride, storage in zip(
-                columns.root, shapes, columns.dtypes, nbytes, strides, storages, strict=True
+                columns.names, shapes, columns.dtypes, nbytes, strides, storages, strict=True
             )
         ]
 
@@ -263,7 +263,8 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
     passes, not 50,000 function calls per total.
     """
     columns = checkpoint.flat_columns() if references is None else None
-    if columns is not None and not (is_optimizer(columns.root) or is_scheduler(columns.root)):
+    keyed = columns.key_dict() if columns is not None else None
+    if columns is not None and not (is_optimizer(keyed) or is_scheduler(keyed)):
         summary = _flat_summary(checkpoint, columns)  # (tensors named like a scheduler's state: audited as one)
     else:
         summary = _walked_summary(checkpoint, references if references is not None else list(walk(checkpoint.root)))
@@ -279,7 +280,8 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
     for code in checkpoint.runs_code:
         summary.findings.append(Finding("load-runs-code", code, "warning"))
     # every fix checked before it is shown: none may lower a match the keys have
-    summary.findings = vet_findings(checkpoint.root, summary.findings)
+    # (a root still held as columns: its keys, which are all a fix's check reads of a flat state_dict)
+    summary.findings = vet_findings(checkpoint.key_root(), summary.findings)
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 
@@ -307,8 +309,7 @@ def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summ
 def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
     """Totals and findings of a root its reader gave as columns (see :class:`FlatColumns`): what
     :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
-    root = columns.root
-    tensors = columns.listed()
+    tensors = ColumnRows(columns)
     by_dtype = Counter({dtype: n * itemsize(dtype) for dtype, n in _sums_by(columns.dtypes, columns.numels).items()})
     devices = Counter({"cpu": len(tensors)}) if tensors else Counter()
     dtypes = Counter(columns.dtypes)
@@ -317,11 +318,34 @@ def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
     summary.from_columns = True
     summary.model = ModelCounts(path=(), parameters=0, buffers=0) if tensors else ModelCounts()
     if tensors:
-        marks = _buffer_marks(list(root), columns.dtypes)
+        marks = _buffer_marks(columns.names, columns.dtypes)
         summary.model.buffers = sum(itertools.compress(columns.numels, marks))
         summary.model.parameters = parameters - summary.model.buffers
     summary.findings = flat_findings(columns)
     return summary
+
+
+class ColumnRows(Sequence[tuple[KeyPath, Tensor]]):
+    """``Summary.tensors`` of a root given as columns: counted from the columns; its tensors (the root's
+    own objects) made only when a row is asked for (``info`` never asks)."""
+
+    def __init__(self, columns: FlatColumns) -> None:
+        self._columns = columns
+        self._rows: list[tuple[KeyPath, Tensor]] | None = None
+
+    def _listed(self) -> list[tuple[KeyPath, Tensor]]:
+        if self._rows is None:
+            self._rows = self._columns.listed()
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._listed()[index]
+
+    def __iter__(self) -> Iterator[tuple[KeyPath, Tensor]]:
+        return iter(self._listed())
 
 
 def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
@@ -331,7 +355,6 @@ def listed_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
 
 _DTYPE = operator.attrgetter("dtype")
 _STORAGE = operator.attrgetter("storage")
-_LAYOUT = operator.attrgetter("shape", "stride", "dtype")
 _LAST_ROW_END = ',"parameter":false,"aliases":0}'
 _ROW_END = _LAST_ROW_END + ',{"path":['
 """What follows a flat row's storage in ``info --json``, and opens the next row (:meth:`Summary.rows_json`)."""
@@ -346,15 +369,7 @@ def _ints(values: tuple[int, ...]) -> str:
     return "[" + ",".join(map(str, values)) + "]"
 
 
-def _same(first: Any, second: Any) -> bool:
-    """Whether two columns of names are equal (a flat file's storages are named as its keys)."""
-    return isinstance(first, list) and first == list(second)
-
-
-_SOURCE = operator.attrgetter("source")
-_KEY = operator.attrgetter("key")
 _SHAPE = operator.attrgetter("shape")
-_STRIDE = operator.attrgetter("stride")
 _SHAPE_AND_DTYPE = operator.attrgetter("shape", "dtype")
 
 

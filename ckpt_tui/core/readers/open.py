@@ -95,7 +95,8 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
     places.remember_opened()
     checked, _opened.checked = getattr(_opened, "checked", None), None
-    if checked is not checkpoint.root:  # a tree is checked once (each walk of 50,000 tensors costs)
+    # a tree is checked once (each walk of 50,000 tensors costs); columns were checked as they were made
+    if checkpoint.flat_columns() is None and checked is not checkpoint.root:
         check_depth(checkpoint.root, text)
     return checkpoint
 
@@ -355,7 +356,7 @@ def _open_file(path: str) -> Checkpoint:
             return read_hf_dcp(folder, names, open_shard)
     _check_opened(checkpoint, path)  # before anything else walks it
     opened = with_ranks(path, checkpoint, _open_plain_file)
-    if opened is checkpoint:
+    if opened is checkpoint and checkpoint.flat_columns() is None:
         _opened.checked = checkpoint.root
     return opened
 

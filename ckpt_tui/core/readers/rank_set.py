@@ -384,7 +384,7 @@ def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Ten
 
 def with_ranks(path: str, checkpoint: Checkpoint, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     """A file holding sharded values opens with its sibling rank files when they are all there."""
-    found = sharded_values(checkpoint.root, path)
+    found = sharded_values(checkpoint.key_root(), path)  # (a root still held as columns: its keys)
     if not found:
         return checkpoint
     siblings = sibling_ranks(path, max(s.world for s in found.values()))

@@ -29,7 +29,15 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, RecordSource, Storage, Tensor, layout_fits
+from ckpt_tui.core.model.tree import (
+    PENDING_ROOT,
+    Checkpoint,
+    FlatColumns,
+    RecordSource,
+    Storage,
+    Tensor,
+    layout_fits,
+)
 from ckpt_tui.core.runtime import process
 
 _LAZY: Any = object()
@@ -408,11 +416,12 @@ def _plain_metadata(metadata: Any) -> bool:
 
 def _plain_tensors(
     header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords, problems: list[str]
-) -> tuple[dict[str, Tensor], FlatColumns | None] | None:
+) -> tuple[Any, FlatColumns | None] | None:
     """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
-    (type sets and min/max over every field at once), and their columns (None when a layout would fail
-    :func:`~ckpt_tui.core.model.tree.check_tree`, which then says why); None when any entry does not pass,
-    so that the entry-by-entry path raises the first error, worded as always."""
+    (type sets and min/max over every field at once), as columns whose tensors are made when first asked
+    for (the root: ``PENDING_ROOT``); or, when a layout would fail :func:`~ckpt_tui.core.model.tree.check_tree`
+    (which then says why), the tree made now and no columns. None when any entry does not pass, so that
+    the entry-by-entry path raises the first error, worded as always."""
     tensor_names = [name for name in names if name != "__metadata__"] if "__metadata__" in header else names
     # the fields: each entry an object of the three fields, of the right types
     fields = _bulk_fields(list(map(header.__getitem__, tensor_names)))
@@ -439,16 +448,29 @@ def _plain_tensors(
     # every entry passed: the parsed JSON is freed before the tensors are made (the peak of a big header)
     del fields, shapes, chosen, keys
     header.clear()
-    storages = map(Storage, tensor_names, dtypes, itertools.repeat("cpu"), numels, itertools.repeat(records))
-    tensors = map(Tensor, storages, itertools.repeat(0), shape_keys, strides, dtypes)
-    root = dict(zip(tensor_names, tensors, strict=True))
-    fits = all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values())
     # (only now: a None above sends the header entry by entry, which says it itself)
     if overflowing:
         problems.append(
             _overflow_problem([n for n, s in zip(tensor_names, shape_keys, strict=True) if s in overflowing])
         )
-    return root, FlatColumns(root, dtypes, numels) if fits else None
+
+    def make(start: int, stop: int) -> list[Tensor]:
+        """The tensors of rows ``start`` to ``stop`` (one Storage and one Tensor each)."""
+        row_dtypes = dtypes[start:stop]
+        storages = map(Storage, tensor_names[start:stop], row_dtypes, _CPU, numels[start:stop], _repeat(records))
+        return list(map(Tensor, storages, _ZERO, shape_keys[start:stop], strides[start:stop], row_dtypes))
+
+    if not all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values()):
+        # no columns: the tree is made now and check_tree says why it is refused
+        return dict(zip(tensor_names, make(0, len(tensor_names)), strict=True)), None
+    sources = [records] * len(tensor_names)
+    columns = FlatColumns.pending(tensor_names, dtypes, numels, shape_keys, strides, tensor_names, sources, make)
+    return PENDING_ROOT, columns
+
+
+_CPU = itertools.repeat("cpu")
+_ZERO = itertools.repeat(0)
+_repeat = itertools.repeat
 
 
 def _file_order(header: dict[str, Any]) -> list[list[int]]:

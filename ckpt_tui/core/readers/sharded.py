@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import operator
 from collections.abc import Callable
@@ -10,7 +12,7 @@ from typing import Any
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
-from ckpt_tui.core.model.tree import Checkpoint, FlatColumns, Tensor
+from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
 
 _DTYPE = operator.attrgetter("dtype")
 _NUMEL = operator.attrgetter("storage.numel")
@@ -59,14 +61,11 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     # the shards
     shards = _open_shards(path, list(dict.fromkeys(weight_map.values())), open_shard)
     # one state_dict: each key from the shard the index maps it to
-    root: dict[str, Any] = {}
-    for key, shard in weight_map.items():
-        tensors = shards[shard].root
-        value = tensors.get(key) if isinstance(tensors, dict) else None
-        if not isinstance(value, Tensor):
-            raise ReadError(f"{path}: {key!r} is mapped to {shard}, which does not hold it")
-        root[key] = value
-    columns = _columns(root, list(shards.values()))
+    columns = _assembled(weight_map, shards)
+    root: Any = PENDING_ROOT
+    if columns is None:  # (a shard without columns, or a key its shard lacks: the walk says which)
+        root = _assembled_root(path, weight_map, shards)
+        columns = _columns(root, list(shards.values()))
     total = sum(c.file_bytes for c in shards.values())
     index_metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
     metadata: dict[str, Any] = {}  # the shards' own metadata carries over, as transformers merges them
@@ -89,6 +88,80 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
         index_metadata=dict(index_metadata),
         columns=columns,
     )
+
+
+def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> dict[str, Any]:
+    """The state_dict of the set, key by key, each tensor its shard's own (a ReadError for a key the index
+    maps to a shard that does not hold it)."""
+    root: dict[str, Any] = {}
+    for key, shard in weight_map.items():
+        tensors = shards[shard].root
+        value = tensors.get(key) if isinstance(tensors, dict) else None
+        if not isinstance(value, Tensor):
+            raise ReadError(f"{path}: {key!r} is mapped to {shard}, which does not hold it")
+        root[key] = value
+    return root
+
+
+def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> FlatColumns | None:
+    """The set's columns, gathered from its shards' columns in the index's order, without a tensor object:
+    each key found in the shard the index maps it to by one lookup of (shard, key) among every shard's
+    rows. None when a shard has no columns, the map is empty, or a key is not in its shard."""
+    shard_columns = [shard.flat_columns() for shard in shards.values()]
+    if not weight_map or any(columns is None for columns in shard_columns):
+        return None
+    parts = [columns for columns in shard_columns if columns is not None]
+    rows: dict[tuple[str, str], int] = {}
+    starts = [0]
+    for name, columns in zip(shards, parts, strict=True):
+        places = range(starts[-1], starts[-1] + len(columns))
+        rows.update(zip(zip(itertools.repeat(name), columns.names), places, strict=True))
+        starts.append(starts[-1] + len(columns))
+    positions = list(map(rows.get, zip(weight_map.values(), weight_map.keys(), strict=True)))
+    if None in positions:
+        return None
+    at: list[int] = positions  # type: ignore[assignment]  # (no None: checked above)
+
+    def gathered(column: Callable[[FlatColumns], list[Any]]) -> list[Any]:
+        whole = list(itertools.chain.from_iterable(map(column, parts)))
+        return list(map(whole.__getitem__, at))
+
+    def make(start: int, stop: int) -> list[Tensor]:
+        """Rows ``start`` to ``stop``: each its shard's own tensor object (a few rows made alone)."""
+        wanted = at[start:stop]
+        if len(wanted) <= SMALL_PICK:
+            return [_shard_tensor(parts, starts, row) for row in wanted]
+        every = list(itertools.chain.from_iterable(columns.root.values() for columns in parts))
+        return list(map(every.__getitem__, wanted))
+
+    return FlatColumns.pending(
+        list(weight_map),
+        gathered(_DTYPES),
+        gathered(_NUMELS),
+        gathered(_SHAPES),
+        gathered(_STRIDES),
+        gathered(_STORAGE_KEYS),
+        gathered(_SOURCES),
+        make,
+    )
+
+
+SMALL_PICK = 64
+"""Up to this many rows of a set are made from their shards one by one (the top of ``info``'s tree)."""
+
+
+def _shard_tensor(parts: list[FlatColumns], starts: list[int], row: int) -> Tensor:
+    """Row ``row`` of the shards' rows laid end to end: its shard's own tensor."""
+    shard = bisect.bisect_right(starts, row) - 1
+    return parts[shard].tensor_at(row - starts[shard])
+
+
+_DTYPES = operator.attrgetter("dtypes")
+_NUMELS = operator.attrgetter("numels")
+_SHAPES = operator.attrgetter("shapes")
+_STRIDES = operator.attrgetter("strides")
+_STORAGE_KEYS = operator.attrgetter("storage_keys")
+_SOURCES = operator.attrgetter("sources")
 
 
 def _parsed(raw: bytes) -> Any:
