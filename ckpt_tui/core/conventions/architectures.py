@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
+JOIN_FROM = 256
+"""From this many keys, :func:`fitting` rules anchors out by one search of the joined keys per anchor."""
 FIT_SHARE = 0.8
 """A layout fits keys when it explains at least this share of them (a few keys of the user's own beside it)."""
 
@@ -42,9 +44,10 @@ class Layout:
     body: str
     """The attribute the body sits under (``model.``), or ``""`` (a base model, or a family without one)."""
 
-    def fit(self, keys: Sequence[str]) -> int:
-        """How many keys the layout explains; 0 when one of its anchors has no key."""
-        if not all(any(map(anchor.match, keys)) for anchor in self.anchors):
+    def fit(self, keys: Sequence[str], joined: str | None = None) -> int:
+        """How many keys the layout explains; 0 when one of its anchors has no key. ``joined``: the keys
+        as :func:`joined_keys` gives them, to rule anchors out by their literal start in one search."""
+        if not all(_some_key_matches(anchor, keys, joined) for anchor in self.anchors):
             return 0
         return sum(1 for _ in filter(None, map(self.pattern.match, keys)))
 
@@ -252,16 +255,91 @@ def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
     if not listed:
         return []
     heads = _first_components(listed)
+    joined = joined_keys(listed) if len(listed) > JOIN_FROM else None
     found = []
     for index, plan in enumerate(_planned()):
         # a first look in a set: each anchor's first component must be some key's (before any compiling)
         if not all(_first(anchor) in heads.union([None]) for anchor in plan.anchors):
             continue
         layout = _layout(index)
-        count = layout.fit(listed)
+        count = layout.fit(listed, joined)
         if count and count >= FIT_SHARE * len(listed):
             found.append((layout, count))
     return sorted(found, key=lambda item: -item[1])
+
+
+def joined_keys(keys: Sequence[str]) -> str | None:
+    """Every key after a newline, in one text; None when a key is not a str or holds a newline (then the
+    text's lines would not be the keys)."""
+    try:
+        joined = "\n" + "\n".join(keys)
+    except TypeError:
+        return None
+    return joined if joined.count("\n") == len(keys) else None
+
+
+def _some_key_matches(anchor: re.Pattern[str], keys: Sequence[str], joined: str | None) -> bool:
+    """``any(map(anchor.match, keys))``; with the keys ``joined`` (:func:`joined_keys`), a key the
+    anchor's literal start begins, or a match of the anchor at a line's start, is searched for first:
+    none, and no key matches (a match of a key is a match of any text that starts with it, for a pattern
+    that looks at nothing after what it matches); a found line is a key, checked on its own."""
+    if joined is None:
+        return any(map(anchor.match, keys))
+    if "\n" + _literal_start(anchor.pattern) not in joined:
+        return False
+    if not LOOKS_AHEAD.search(anchor.pattern):
+        found = _line_start(anchor.pattern).search(joined)
+        if found is None:
+            return False
+        end = joined.find("\n", found.start() + 1)
+        if anchor.match(joined[found.start() + 1 : end if end >= 0 else len(joined)]):
+            return True
+    return any(map(anchor.match, keys))
+
+
+LOOKS_AHEAD = re.compile(r"\$|\\[bBZ]|\(\?[=!<]")
+"""What in a pattern looks past its match (an end, a word boundary, a lookaround): such an anchor is
+matched key by key."""
+
+
+@cache
+def _line_start(pattern: str) -> re.Pattern[str]:
+    return re.compile("\n(?:" + pattern + ")")
+
+
+@cache
+def _literal_start(pattern: str) -> str:
+    """The text every match of ``pattern`` starts with: its leading letters, digits, ``_`` and escaped dots,
+    up to the first other construct (a group, a class, a quantifier's operand left out); ``""`` for a
+    pattern with an alternative at its top level."""
+    depth = 0
+    escaped = False
+    for char in pattern:  # a top-level | makes the start of either branch possible
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            return ""
+    out: list[str] = []
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char.isalnum() or char == "_":
+            literal, step = char, 1
+        elif pattern.startswith("\\.", at):
+            literal, step = ".", 2
+        else:
+            break
+        if pattern[at + step : at + step + 1] in ("?", "*", "+", "{"):
+            break  # (a character that may be left out or repeated ends the literal before it)
+        out.append(literal)
+        at += step
+    return "".join(out)
 
 
 def _first_components(keys: list[str]) -> set[str]:

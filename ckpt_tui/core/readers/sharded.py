@@ -7,7 +7,7 @@ import itertools
 import json
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
@@ -105,22 +105,17 @@ def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Che
 
 def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> FlatColumns | None:
     """The set's columns, gathered from its shards' columns in the index's order, without a tensor object:
-    each key found in the shard the index maps it to by one lookup of (shard, key) among every shard's
-    rows. None when a shard has no columns, the map is empty, or a key is not in its shard."""
+    each key found in the shard the index maps it to (:func:`_positions`). None when a shard has no
+    columns, the map is empty, or a key is not in its shard."""
     shard_columns = [shard.flat_columns() for shard in shards.values()]
     if not weight_map or any(columns is None for columns in shard_columns):
         return None
     parts = [columns for columns in shard_columns if columns is not None]
-    rows: dict[tuple[str, str], int] = {}
-    starts = [0]
-    for name, columns in zip(shards, parts, strict=True):
-        places = range(starts[-1], starts[-1] + len(columns))
-        rows.update(zip(zip(itertools.repeat(name), columns.names), places, strict=True))
-        starts.append(starts[-1] + len(columns))
-    positions = list(map(rows.get, zip(weight_map.values(), weight_map.keys(), strict=True)))
-    if None in positions:
+    positions = _positions(weight_map, list(shards), parts)
+    if positions is None:
         return None
-    at: list[int] = positions  # type: ignore[assignment]  # (no None: checked above)
+    starts = list(itertools.accumulate(map(len, parts), initial=0))
+    at = positions
 
     def gathered(column: Callable[[FlatColumns], list[Any]]) -> list[Any]:
         whole = list(itertools.chain.from_iterable(map(column, parts)))
@@ -144,6 +139,31 @@ def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> Fla
         gathered(_SOURCES),
         make,
     )
+
+
+def _positions(weight_map: dict[str, str], names: list[str], parts: list[FlatColumns]) -> list[int] | None:
+    """Each mapped key's row among the shards' rows laid end to end (shard ``names[i]``'s rows are
+    ``parts[i]``'s), or None when a key is not in the shard the index maps it to."""
+    count = sum(map(len, parts))
+    rows = dict(zip(itertools.chain.from_iterable(c.names for c in parts), range(count), strict=True))
+    if len(rows) == count:
+        # no key in two shards (the usual set): each key's row by the key, then the row's shard compared
+        # with the index's claim, a column against a column
+        found = list(map(rows.get, weight_map))
+        if None in found:
+            return None
+        positions = cast(list[int], found)
+        owners = list(itertools.chain.from_iterable(map(itertools.repeat, names, map(len, parts))))
+        return positions if list(map(owners.__getitem__, positions)) == list(weight_map.values()) else None
+    # a key in two shards: each found by (shard, key)
+    pairs: dict[tuple[str, str], int] = {}
+    start = 0
+    for name, columns in zip(names, parts, strict=True):
+        places = range(start, start + len(columns))
+        pairs.update(zip(zip(itertools.repeat(name), columns.names), places, strict=True))
+        start += len(columns)
+    paired = list(map(pairs.get, zip(weight_map.values(), weight_map.keys(), strict=True)))
+    return None if None in paired else cast(list[int], paired)
 
 
 SMALL_PICK = 64
