@@ -135,6 +135,20 @@ def test_tied_weights_stay_one_storage(tmp_path):
     )
 
 
+@pytest.mark.parametrize("tied_first", [True, False])
+def test_keys_tied_in_one_file_and_not_in_another_are_refused_in_either_order(tmp_path, capsys, tied_first):
+    # averaged as one tensor, the tied pair would get the mean of the first file's tie: not each key's mean
+    shared = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    tied = {"a": shared, "b": shared}
+    untied = {"a": torch.tensor([3.0, 4.0, 5.0, 6.0]), "b": torch.tensor([11.0, 12.0, 13.0, 14.0])}
+    paths = save_all(tmp_path, [tied, untied] if tied_first else [untied, tied])
+    out = tmp_path / "x.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "b and a are one tensor (tied weights)" in err, err
+    assert not out.exists()
+
+
 def test_mismatched_keys_are_refused_naming_them(tmp_path, capsys):
     states = model_states(2)
     del states[1]["2.bias"]

@@ -309,6 +309,35 @@ def _check_same_tensors(trees: list[dict[KeyPath, Any]], names: list[str]) -> No
         if kinds:
             shown = ", ".join(f"{key_text(p)} {first[p].dtype} vs {tree[p].dtype}" for p in kinds[:4])
             raise AverageRefused(f"{name}: floating-point in one file and not in the other: {shown}")
+    _check_same_ties(trees, names)
+
+
+def _check_same_ties(trees: list[dict[KeyPath, Any]], names: list[str]) -> None:
+    """Refuse files that tie different keys: tied weights are averaged as one tensor, which is the mean of each
+    key only where every file ties them (else the output would depend on the files' order)."""
+    order = {p: n for n, (p, v) in enumerate(trees[0].items()) if isinstance(v, Tensor) and _averageable(v)}
+    first = _ties(trees[0], order)
+    for tree, name in zip(trees[1:], names[1:], strict=True):
+        other = _ties(tree, order)
+        for path, tied_to in first.items():
+            if other[path] != tied_to:
+                one, two = (names[0], name) if tied_to != path else (name, names[0])
+                group = tied_to if tied_to != path else other[path]
+                raise AverageRefused(
+                    f"{key_text(path)} and {key_text(group)} are one tensor (tied weights) in {one} but two in {two}:"
+                    " their average differs key by key; save the files with the same keys tied"
+                )
+
+
+def _ties(tree: dict[KeyPath, Any], order: dict[KeyPath, int]) -> dict[KeyPath, KeyPath]:
+    """Each averaged key's first key (in the first file's order) that is the same view of the same storage."""
+    first_of: dict[tuple[Any, ...], KeyPath] = {}
+    ties = {}
+    for path in sorted(order, key=order.__getitem__):
+        tensor = tree[path]
+        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride)
+        ties[path] = first_of.setdefault(view, path)
+    return ties
 
 
 def _check_same_keys(tensors: set[KeyPath], tree: dict[KeyPath, Any], name: str) -> None:
