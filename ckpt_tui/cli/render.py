@@ -364,7 +364,24 @@ def print_info_json(summary: Summary) -> None:
     if not out or not out.isascii():  # said the slow way, as print_json says it
         print_json(summary.to_json(), floatless=True)
         return
-    sys.stdout.write(out.decode("ascii") + "\n")
+    write_ascii(out)
+
+
+def write_ascii(out: bytes) -> None:
+    """ASCII bytes and a newline to stdout: to its byte buffer as they are where its encoding writes ASCII as
+    ASCII (no 10 MB decode and encode again), else through the text layer (a test's StringIO, UTF-16)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        plain = "[]".encode(encoding) == b"[]"
+    except LookupError:
+        plain = False
+    if buffer is None or not plain:
+        sys.stdout.write(out.decode("ascii") + "\n")
+        return
+    sys.stdout.flush()  # (what was written as text goes first)
+    buffer.write(out)
+    buffer.write(b"\n")
 
 
 def transferred_cost() -> Any:
