@@ -273,3 +273,25 @@ def test_rows_shown_before_the_root_is_made_are_its_own_objects(tmp_path: Path) 
         assert not checkpoint.root_pending() and checkpoint.flat_columns() is columns
         assert all(root[name] is tensor for name, tensor in head)
         assert checkpoint.root is root and columns.listed() == list(zip(zip(root), root.values(), strict=True))
+
+
+def test_threads_asking_at_once_get_one_root(tmp_path: Path) -> None:
+    """The browser's UI thread and its workers may ask for a pending root together: one root is made."""
+    import threading
+
+    path = write_safetensors({f"k{i}": torch.ones(1) for i in range(3000)}, tmp_path / "m.safetensors")
+    checkpoint = open_checkpoint(path)
+    assert checkpoint.root_pending()
+    start = threading.Barrier(4)
+    roots: list[Any] = []
+
+    def ask() -> None:
+        start.wait()
+        roots.append(checkpoint.root)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(roots) == 4 and all(root is roots[0] for root in roots)

@@ -19,6 +19,7 @@ import math
 import operator
 import pickle
 import reprlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Protocol
@@ -453,6 +454,7 @@ class FlatColumns:
         self._make: TensorMaker | None = None
         self._made: dict[int, Tensor] = {}
         self._values: list[Tensor] | None = None
+        self._lock = threading.Lock()
         self._listed: list[tuple[KeyPath, Tensor]] | None = None
         self._keyed: dict[str, Tensor] | None = None
 
@@ -486,12 +488,15 @@ class FlatColumns:
     def root(self) -> dict[str, Tensor]:
         """The root, made now if it was pending (every row's tensor; those made before kept)."""
         if self._root is None:
-            assert self._make is not None and self._names is not None
-            tensors = self._make(0, len(self))
-            for row, tensor in self._made.items():
-                tensors[row] = tensor
-            self._root = dict(zip(self._names, tensors, strict=True))
-            self._made = {}
+            # one root, whichever thread asks first (the browser's workers and its UI thread both read it)
+            with self._lock:
+                if self._root is None:
+                    assert self._make is not None and self._names is not None
+                    tensors = self._make(0, len(self))
+                    for row, tensor in self._made.items():
+                        tensors[row] = tensor
+                    self._root = dict(zip(self._names, tensors, strict=True))
+                    self._made = {}
         return self._root
 
     @property
@@ -541,11 +546,14 @@ class FlatColumns:
             if self._values is None:
                 self._values = list(self._root.values())
             return self._values[row]
-        made = self._made.get(row)
-        if made is None:
-            assert self._make is not None
-            made = self._made[row] = self._make(row, row + 1)[0]
-        return made
+        with self._lock:
+            if self._root is not None:
+                return self.tensor_at(row)
+            made = self._made.get(row)
+            if made is None:
+                assert self._make is not None
+                made = self._made[row] = self._make(row, row + 1)[0]
+            return made
 
     def key_dict(self) -> dict[str, Tensor]:
         """The root for checks that look only at its keys and at each value's type (findings, fixes, the
