@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from ckpt_tui.cli import main
+from ckpt_tui.core.operations.average import parse_weights
 
 
 def model_states(count: int, dtype: torch.dtype = torch.float32) -> list[OrderedDict[str, torch.Tensor]]:
@@ -177,12 +178,19 @@ def test_mismatched_shapes_are_refused_naming_them(tmp_path, capsys):
         ("1,x", "numbers separated by commas"),
         ("1,-1", "non-zero sum"),
         ("nan,1", "finite"),
+        ("1e308,-1e308", "non-zero sum"),
+        ("0,0", "non-zero sum"),
     ],
 )
 def test_bad_weights_are_refused(tmp_path, capsys, weights, words):
     paths = save_all(tmp_path, model_states(2))
     assert main(["average", *paths, "-o", str(tmp_path / "x.pth"), "--weights", weights]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1e308,1e308", [0.5, 0.5]), ("1e-320,3e-320", [0.25, 0.75])])
+def test_huge_and_tiny_weights_are_normalised_without_overflow(text, expected):
+    assert parse_weights(text, 2) == pytest.approx(expected)
 
 
 def test_existing_output_is_refused_without_force_and_replaced_with_it(tmp_path, capsys):

@@ -112,10 +112,16 @@ def parse_weights(text: str | None, files: int) -> list[float]:
         raise AverageRefused(f"--weights takes numbers separated by commas, got {text!r}") from None
     if len(weights) != files:
         raise AverageRefused(f"--weights has {len(weights)} numbers for {files} files")
-    total = math.fsum(weights)
-    if not all(math.isfinite(w) for w in weights) or total == 0 or not math.isfinite(total):
-        raise AverageRefused(f"--weights must be finite numbers with a non-zero sum, got {text!r}")
-    return [w / total for w in weights]
+    refused = AverageRefused(f"--weights must be finite numbers with a non-zero sum, got {text!r}")
+    if not all(math.isfinite(w) for w in weights):
+        raise refused
+    # divided by the largest first, so that huge weights (1e308,1e308) sum without overflow
+    largest = max(abs(w) for w in weights)
+    scaled = [w / largest for w in weights] if largest else weights
+    total = math.fsum(scaled)
+    if total == 0:
+        raise refused
+    return [w / total for w in scaled]
 
 
 class AveragedRecords(AssembledRecords):
