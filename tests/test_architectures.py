@@ -30,6 +30,7 @@ def test_joined_search_finds_the_layouts_the_key_by_key_match_finds(
     joined = fitting(keys)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(architectures, "JOIN_FROM", 10**9)
+        patch.setattr(architectures, "_last_fitting", (None, []))  # (asked again, not answered from memory)
         assert joined == fitting(keys)
 
 
@@ -39,6 +40,7 @@ def test_many_keys_fit_the_layouts_they_fit_key_by_key(first: str) -> None:
     found = fitting(keys)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(architectures, "JOIN_FROM", 10**9)
+        patch.setattr(architectures, "_last_fitting", (None, []))  # (asked again, not answered from memory)
         assert found == fitting(keys)
     llama = [layout.name for layout, _ in found if layout.name.startswith("Llama")]
     assert llama == (["Llama-style model (Llama, Mistral, Qwen2, Gemma)"] if "embed" in first else [])
@@ -50,3 +52,9 @@ def test_many_keys_fit_the_layouts_they_fit_key_by_key(first: str) -> None:
 )
 def test_the_literal_start_of_an_anchor(pattern: str, start: str) -> None:
     assert architectures._literal_start(pattern) == start
+
+
+def test_asked_twice_the_same_answer_is_given_again() -> None:
+    keys = ["model.embed_tokens.weight"] + [f"model.layers.{i}.w.weight" for i in range(300)]
+    first = fitting(keys)
+    assert fitting(list(keys)) == first and fitting(keys[:-1]) == architectures._fitting(keys[:-1])

@@ -251,9 +251,23 @@ def layouts() -> tuple[Layout, ...]:
 def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
     """The layouts these keys fit (each explains :data:`FIT_SHARE` of them at least), best first, with
     how many keys each explains."""
-    listed = [k for k in keys if k != "_metadata"]
+    global _last_fitting
+    listed = list(filter("_metadata".__ne__, keys))
     if not listed:
         return []
+    last = _last_fitting
+    if last[0] == listed:  # the findings and the check of their fixes ask of the same keys
+        return list(last[1])
+    found = _fitting(listed)
+    _last_fitting = (listed, found)
+    return list(found)
+
+
+_last_fitting: tuple[list[str] | None, list[tuple[Layout, int]]] = (None, [])
+"""The keys :func:`fitting` was last asked about, and its answer."""
+
+
+def _fitting(listed: list[str]) -> list[tuple[Layout, int]]:
     heads = _first_components(listed)
     joined = joined_keys(listed) if len(listed) > JOIN_FROM else None
     found = []

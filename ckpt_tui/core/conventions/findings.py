@@ -257,7 +257,7 @@ def _prefix_findings(root: Any, inner: KeyPath | None = None) -> list[Finding]:
         if is_averaged_model(keys):
             findings.append(_averaged_finding(path, len(items)))
             continue
-        compiled[path] = sum(1 for key in keys if COMPILED_INFIX in key)
+        compiled[path] = sum(map(operator.contains, keys, itertools.repeat(COMPILED_INFIX)))  # (C speed)
         prefix = common_prefix(keys, lightning)
         if not prefix:
             continue

@@ -241,8 +241,10 @@ AVERAGED_COUNTER = "n_averaged"
 
 def is_averaged_model(keys: Sequence[str]) -> bool:
     """An ``AveragedModel`` state_dict (SWA or EMA weights): ``n_averaged``, every other key under ``module.``."""
+    if AVERAGED_COUNTER not in keys:  # (first: one search, where the rest is a pass per key)
+        return False
     rest = [k for k in keys if k not in (AVERAGED_COUNTER, "_metadata")]
-    return AVERAGED_COUNTER in keys and bool(rest) and all(k.startswith("module.") and k != "module." for k in rest)
+    return bool(rest) and all(k.startswith("module.") and k != "module." for k in rest)
 
 
 def is_ema_name(name: str) -> bool:

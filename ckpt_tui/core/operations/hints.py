@@ -6,6 +6,7 @@ the compare report judges its suggestion with :func:`judge_fix`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -108,7 +109,7 @@ def _vetted(root: Any, finding: Finding, own: OwnWeights | None, own_path: KeyPa
     assert finding.fix is not None
     path = finding.path or ()
     try:
-        before = [k for k, _ in tensor_items(get(root, path)) or []]
+        before = list(map(operator.itemgetter(0), tensor_items(get(root, path)) or []))
     except (KeyError, IndexError, TypeError):
         return finding
     if not before:

@@ -56,7 +56,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     # the index
     index = _read_index(path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    if not isinstance(weight_map, dict) or not all(map(isinstance, weight_map.values(), itertools.repeat(str))):
         raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
     # the shards
     shards = _open_shards(path, list(dict.fromkeys(weight_map.values())), open_shard)
