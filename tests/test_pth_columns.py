@@ -213,3 +213,20 @@ def test_tensors_sharing_a_long_size_tuple_are_refused_once(monkeypatch: pytest.
     with pytest.raises(ValueError, match="more elements than int64 can count"):
         unpickle.check_unchecked(tensors)
     assert long_products == [8000]
+
+
+def test_records_of_the_wrong_size_are_named_in_the_pickles_order(tmp_path: Path) -> None:
+    """Records are looked up in one pass once the pickle is read: the first short one (in the pickle's
+    order) is named, the others counted, and torch.load refuses the file as said."""
+    torch.save({f"w{i}": torch.zeros(4) for i in range(5)}, tmp_path / "ok.pth")
+    with zipfile.ZipFile(tmp_path / "ok.pth") as src, zipfile.ZipFile(tmp_path / "short.pth", "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info.filename, data[:8] if info.filename.endswith(("data/3", "data/1")) else data)
+    checkpoint = open_checkpoint(tmp_path / "short.pth")
+    assert checkpoint.loader_problems == [
+        "record ok/data/1 holds 8 bytes where its storage needs 16 (and 1 more): "
+        "torch.load refuses records of the wrong size"
+    ]
+    with pytest.raises(RuntimeError):
+        torch.load(tmp_path / "short.pth", weights_only=True)

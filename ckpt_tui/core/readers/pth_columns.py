@@ -40,7 +40,7 @@ def state_dict_columns(root: Any) -> FlatColumns | None:
     if set(map(type, root)) != {str} or set(map(type, tensors)) != {Tensor} or not _plain(tensors):
         return None
     storages = list(map(_STORAGE, tensors))
-    if not over_whole_storages(tensors) or not _one_each(tensors, storages):
+    if not over_whole_storages(tensors) or not _one_each(storages):
         return None
     if set(map(operator.attrgetter("location"), storages)) != {"cpu"}:
         return None
@@ -77,6 +77,6 @@ def _plain(tensors: list[Tensor]) -> bool:
     return all(map(operator.eq, map(_PLAIN_FIELDS, tensors), itertools.repeat(_PLAIN)))
 
 
-def _one_each(tensors: list[Tensor], storages: list[Storage]) -> bool:
-    """Every tensor object listed once, each over a storage of its own."""
-    return len(set(map(id, tensors))) == len(tensors) and len(set(map(id, storages))) == len(storages)
+def _one_each(storages: list[Storage]) -> bool:
+    """Every tensor over a storage of its own (then no tensor object is listed twice either)."""
+    return len(set(map(id, storages))) == len(storages)
