@@ -9,12 +9,15 @@ result needs none: the screen was given the tree it reports on, and its worker e
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+from textual.worker import get_current_worker
 
+from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.operations.info import Summary
@@ -41,8 +44,15 @@ class Progress(Message, bubble=False):
         return isinstance(message, Progress) and (message.task, message.request) == (self.task, self.request)
 
 
+REDRAW_EVERY = 0.25
+"""Seconds between two progress redraws of a screen's bar: each redraw costs the UI thread a frame, and 50
+of them were most of what a 2-second read of 50,000 tensors cost it (a bar moving 4 times a second reads
+as moving)."""
+
+
 class ProgressPoster(ProgressThrottle):
-    """A worker's progress callback: core's throttled :class:`ProgressStep`, posted as :class:`Progress`."""
+    """A worker's progress callback: core's throttled :class:`ProgressStep`, posted as :class:`Progress`;
+    ``every``: at least that many seconds apart (the browser's bars pass :data:`REDRAW_EVERY`)."""
 
     def __init__(
         self,
@@ -50,8 +60,35 @@ class ProgressPoster(ProgressThrottle):
         task: str,
         request: int = 0,
         cancelled: Callable[[], bool] | None = None,
+        every: float = 0.0,
     ) -> None:
         super().__init__(lambda step: post(Progress(step.task, step.fraction, step.request)), task, request, cancelled)
+        self.every = every
+        self.posted_at = -every
+
+    def fraction(self, fraction: float, done: int = 0, total: int = 0) -> None:
+        """Report ``fraction`` when it is a step past the last one reported and ``every`` seconds after it."""
+        if self.every and time.monotonic() - self.posted_at < self.every:
+            return
+        last = self.last
+        super().fraction(fraction, done, total)
+        if self.last != last:
+            self.posted_at = time.monotonic()
+
+
+def worker_progress(post: Callable[[Message], object], task: str) -> Callable[[int, int], None]:
+    """The current worker's progress callback ``(done, total)``: posts :class:`Progress` for ``task`` (a step
+    and :data:`REDRAW_EVERY` apart), and raises ``Cancelled`` once the worker is cancelled (escape), so that
+    the work stops at its next step even where core takes no cancel check."""
+    worker = get_current_worker()
+    poster = ProgressPoster(post, task, cancelled=lambda: worker.is_cancelled, every=REDRAW_EVERY)
+
+    def progress(done: int, total: int) -> None:
+        if worker.is_cancelled:
+            raise Cancelled(f"{task} cancelled")
+        poster(done, total)
+
+    return progress
 
 
 @dataclass
@@ -92,6 +129,8 @@ class SearchFound(Message, bubble=False):
     version: int
     query: str
     matches: list[KeyPath]
+    listings: dict[int, Any] = field(default_factory=dict)
+    """The big dicts on the way to the first match, listed with their keys' places (``tree_view.Listing``)."""
 
 
 @dataclass
@@ -157,3 +196,5 @@ class LayersReady(Message, bubble=False):
     """The rows of each family (the same key with other layer numbers), by its name, in file order."""
     family_of: dict[int, str] = field(default_factory=dict)
     """Each row's family name, by ``id`` of the row."""
+    texts: dict[int, Any] = field(default_factory=dict)
+    """The cell texts of the rows listed first (``layers.CellTexts``), by ``id`` of the row."""

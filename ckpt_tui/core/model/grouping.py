@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,12 @@ class Group:
         self.nbytes += nbytes
 
 
-def group_keys(items: list[tuple[str, Any]]) -> Group:
+def group_keys(items: Iterable[tuple[str, Any]]) -> Group:
     """Build the module tree of a state_dict's items (``a.b.weight`` → group a › b, leaf ``a.b.weight``).
 
     Each tensor's element and byte counts are taken once (per shape and dtype), then added to every
-    group above it: 50,000 keys cost one pass.
+    group above it: 50,000 keys cost one pass (``items`` is taken once, in order: a caller may pass a
+    generator that reports how far the pass has got).
     """
     root = Group("", "")
     sizes: dict[tuple[Any, ...], tuple[int, int]] = {}

@@ -19,13 +19,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, Tree
+from textual.worker import get_current_worker
 
 from ckpt_tui.core.conventions.state_dicts import common_prefix, inner_state_dict, tensor_items
 from ckpt_tui.core.edits import group_edits
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.edits.tree_edits import Change
-from ckpt_tui.core.errors import CkptError, EditError, NothingChanges
+from ckpt_tui.core.errors import Cancelled, CkptError, EditError, NothingChanges
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
@@ -36,7 +37,7 @@ from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import GroupingReady, PreviewReady, SearchFound, SummaryReady
+from ckpt_tui.tui.messages import GroupingReady, PreviewReady, Progress, SearchFound, SummaryReady, worker_progress
 from ckpt_tui.tui.screens.check_all import CheckAllScreen, CheckOutcome
 from ckpt_tui.tui.screens.compare import CompareScreen
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
@@ -73,6 +74,8 @@ READONLY_KEYS = {
 """The edit keys (hidden while read-only), by key name, to their actions."""
 
 Edit = Callable[[Any], tuple[Any, Change]]
+JOBS = {"grouping": "grouping keys", "search": "searching", "preview": "computing the edit"}
+"""The browser's long work, by worker group, as the status line says it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,9 @@ class BrowserScreen(Screen[None]):
         self.edit_views: dict[int, tuple[ViewState, Relocate]] = {}
         """By the session position an edit made: the view before it and how it moves the cursor (undo/redo)."""
         self.note = ""
+        self.job: str | None = None
+        """The browser's long work now running (a worker group: ``grouping``, ``search``, ``preview``)."""
+        self.job_text = ""
 
     @property
     def ckpt_app(self) -> BrowserHost:
@@ -276,6 +282,39 @@ class BrowserScreen(Screen[None]):
             search.display = False
             self.tree_view.focus()
             event.stop()
+        elif event.key == "escape" and self.job is not None:
+            event.stop()
+            self.cancel_job()
+
+    # ---- the browser's own long work (v, search, an edit's preview): status line, percentage, escape ------
+
+    def start_job(self, task: str, doing: str | None = None) -> None:
+        """Say on the status line that ``task`` is running in its worker (escape cancels it)."""
+        self.job = task
+        self.job_text = doing or JOBS[task]
+        self.update_status(f"{self.job_text}… · escape cancels")
+
+    def job_done(self, task: str) -> bool:
+        """Whether a result of ``task`` is still wanted (its job was not cancelled or replaced); ends the job."""
+        if self.job != task:
+            return False
+        self.job = None
+        return True
+
+    def cancel_job(self) -> None:
+        """Stop the running job's worker (escape): nothing it finds is shown."""
+        task = self.job
+        if task is None:
+            return
+        self.job = None
+        self.workers.cancel_group(self, task)
+        self.update_status(f"{self.job_text}: cancelled, nothing changed")
+
+    @on(Progress)
+    def _job_progress(self, message: Progress) -> None:
+        if message.task == self.job:
+            # the status line alone is redrawn: one widget, a few times a second
+            self.update_status(f"{self.job_text}… {message.fraction:.0%} · escape cancels")
 
     # ---- availability ----------------------------------------------------------------------
 
@@ -351,16 +390,23 @@ class BrowserScreen(Screen[None]):
         if all(self.tree_view.knows_groups(value) for value in _dicts_at(session.root, open_dicts)):
             self._show_grouped(True)
             return
-        self.update_status("grouping keys by module path…")
+        self.start_job("grouping")
         self._count_groups(session.version, session.root, sorted(set(open_dicts), key=len))
 
     @work(thread=True, exclusive=True, group="grouping", description="module groups")
     def _count_groups(self, version: int, root: Any, paths: list[KeyPath]) -> None:
-        """The module groups of the open state_dicts, off the UI thread; reports by message only."""
-        self.post_message(GroupingReady(version, groupings_along(root, paths)))
+        """The module groups of the open state_dicts, off the UI thread, with progress (escape cancels);
+        reports by message only."""
+        try:
+            found = groupings_along(root, paths, worker_progress(self.post_message, "grouping"))
+        except Cancelled:
+            return
+        self.post_message(GroupingReady(version, found))
 
     @on(GroupingReady)
     def _grouping_ready(self, message: GroupingReady) -> None:
+        if not self.job_done("grouping"):
+            return
         if self.session is None or message.version != self.session.version:
             self.update_status("the checkpoint changed while its keys were grouped: press v again")
             return
@@ -386,25 +432,34 @@ class BrowserScreen(Screen[None]):
         self.tree_view.focus()
         if not query or self.session is None:
             return
-        self.update_status(f"searching for {query!r}…")
+        self.start_job("search", f"searching for {query!r}")
         self._search(self.session.version, self.session.root, query)
 
     @work(thread=True, exclusive=True, group="search", description="search")
     def _search(self, version: int, root: Any, query: str) -> None:
-        """Every key path containing ``query``, off the UI thread; reports by message only."""
+        """Every key path containing ``query``, off the UI thread (escape cancels), and the places of the keys
+        of the big dicts on the way to the first match (a jump looks its key up there); reports by message only."""
+        worker = get_current_worker()
         matches: list[KeyPath] = []
-        for path, _ in iter_nodes(root):
+        for step, (path, _) in enumerate(iter_nodes(root)):
+            if step % 2000 == 0 and worker.is_cancelled:
+                return
             if path and query in to_slash(path).lower():
                 matches.append(path)
                 if len(matches) >= MAX_MATCHES:
                     break
-        self.post_message(SearchFound(version, query, matches))
+        listings = listings_along(root, [matches[0][:depth] for depth in range(len(matches[0]))]) if matches else {}
+        if not worker.is_cancelled:
+            self.post_message(SearchFound(version, query, matches, listings))
 
     @on(SearchFound)
     def _search_found(self, message: SearchFound) -> None:
+        if not self.job_done("search"):
+            return
         if self.session is None or message.version != self.session.version:
             self.update_status("the checkpoint changed while searching: search again")
             return
+        self.tree_view.remember_listings(message.listings)
         self.matches = message.matches
         self.match_index = 0
         if not self.matches:
@@ -448,7 +503,7 @@ class BrowserScreen(Screen[None]):
         session = self.session
         if session is None:
             return
-        self.update_status("computing the edit…")
+        self.start_job("preview")
         # the open lines, where the new tree's module groups (when grouped) and big dicts will be shown
         view = self.tree_view.view_state()
         shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
@@ -469,12 +524,21 @@ class BrowserScreen(Screen[None]):
             self.post_message(PreviewReady(version, None, None, str(exc), proposal, {}))
             return
         paths = sorted(shown, key=len)
-        groupings = groupings_along(new_root, paths) if grouped else {}
+        try:
+            # the new tree's groups: the long part of an edit of a grouped 50,000-key state_dict (a percentage)
+            groupings = (
+                groupings_along(new_root, paths, worker_progress(self.post_message, "preview")) if grouped else {}
+            )
+        except Cancelled:
+            return
         listings = listings_along(new_root, paths)
-        self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings, listings))
+        if not get_current_worker().is_cancelled:
+            self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings, listings))
 
     @on(PreviewReady)
     def _preview_ready(self, message: PreviewReady) -> None:
+        if not self.job_done("preview"):
+            return
         session = self.session
         if session is None or message.version != session.version:
             self.update_status("the checkpoint changed while the edit was computed: try it again")
@@ -513,9 +577,8 @@ class BrowserScreen(Screen[None]):
         """Redraw with the open lines and the cursor carried over (or put on ``cursor``), recount, and follow
         the cursor."""
         view = ViewState(cursor or relocate(view.cursor), {relocate(row) for row in view.expanded})
+        # no refresh of the bindings: which keys apply does not change with an edit (a refresh rebuilds the footer)
         self.redraw(view)
-        self.refresh_bindings()
-        self.ckpt_app.refresh_bindings()
         self.update_status(note)
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
         self.recount()
@@ -896,8 +959,10 @@ class BrowserScreen(Screen[None]):
             self.update_status(outcome.error)
             return
         self.check = outcome.report
-        self.tree_view.markers = check_markers(self.session.root, outcome.report)
-        self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
+        markers = check_markers(self.session.root, outcome.report)
+        if markers != self.tree_view.markers:  # a clean file's lines stay as they are: no redraw of the tree
+            self.tree_view.markers = markers
+            self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
         if self.summary is not None:
             known = self.verdicts.get(self.session.checkpoint.path)
             self.query_one(SummaryHeader).show(self.summary, known, self.check)

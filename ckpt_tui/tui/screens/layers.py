@@ -11,14 +11,17 @@ bytes by part with the "drop optimizer" figure (``z`` stages that edit, undoable
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, ProgressBar, Static
+from textual.widgets.data_table import RowKey
 from textual.worker import get_current_worker
 
 from ckpt_tui.core.errors import Cancelled, CkptError
@@ -28,7 +31,7 @@ from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.core.values.text_plots import shorten
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
 from ckpt_tui.tui.fitting import SHORT_DTYPES, Column, fit_columns
-from ckpt_tui.tui.messages import Failed, LayersReady, Progress, ProgressPoster
+from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, LayersReady, Progress, ProgressPoster
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
 
@@ -69,6 +72,11 @@ TABLE_LIMIT = 1000
 """Rows put in the table at most (the first of the sorted, filtered list): a DataTable of 50,000 rows takes
 seconds to fill, and sorting or filtering brings any tensor to the top."""
 PLOT_HEIGHT = 5
+CELL_COLUMNS = TABLE_COLUMNS[2:]
+"""The columns whose text is the row's own (not its mark, not its path): worked out once per row shown."""
+
+CellTexts = tuple[tuple[str, ...], tuple[str, ...]]
+"""A row's texts in :data:`CELL_COLUMNS`, whole and compact."""
 
 
 def number(value: float | None, digits: int = 6) -> str:
@@ -90,6 +98,11 @@ def cell_text(row: TensorRow, column: str, compact: bool = False) -> str:
     return "-" if value is None else str(value)
 
 
+def row_texts(row: TensorRow) -> CellTexts:
+    """A row's cells but its mark and path, whole and compact (the worker makes those of the first rows shown)."""
+    return tuple(cell_text(row, c) for c in CELL_COLUMNS), tuple(cell_text(row, c, True) for c in CELL_COLUMNS)
+
+
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
     """A key path that fits ``width``: shortened in the middle, its last components kept."""
     return shorten(printable(to_slash(path)) or "(root)", width)
@@ -104,6 +117,12 @@ class LayersTable(DataTable[Any]):
         Binding("g", "scroll_top", "Top", show=False),
         Binding("G", "scroll_bottom", "Bottom", show=False),
     ]
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        # every column is given its width (refill): measuring each cell of 1,000 new rows again (most of the
+        # time the first fill took the UI thread) would only confirm it
+        fixed = all(not column.auto_width for column in self.columns.values())
+        super()._update_dimensions(() if fixed else new_rows)
 
 
 class LayersScreen(Screen[tuple[str, Any] | None]):
@@ -122,6 +141,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.parts: Parts | None = None
         self.families: dict[str, list[TensorRow]] = {}
         self.family_of: dict[int, str] = {}
+        self.texts: dict[int, CellTexts] = {}
+        """Each row's cell texts, by ``id`` of the row, made when the row is first listed."""
         self.shown: list[TensorRow] = []
         self.sort: str | None = None
         self.reverse = False
@@ -151,7 +172,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         from ckpt_tui.core.values.tensor_table import tensor_paths, tensor_rows
 
         worker = get_current_worker()
-        progress = ProgressPoster(self.post_message, "layers", cancelled=lambda: worker.is_cancelled)
+        progress = ProgressPoster(
+            self.post_message, "layers", cancelled=lambda: worker.is_cancelled, every=REDRAW_EVERY
+        )
         try:
             rows = list(tensor_rows(tensor_paths(root), byteorder, lambda: worker.is_cancelled, progress))
             parts = split_parts(root)
@@ -167,7 +190,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         members: dict[str, list[TensorRow]] = {}
         for row in rows:
             members.setdefault(family_of[id(row)], []).append(row)
-        self.post_message(LayersReady(rows, marks(rows), parts, members, family_of))
+        # the cells of the rows listed first, written here rather than on the UI thread
+        texts = {id(row): row_texts(row) for row in rows[:TABLE_LIMIT]}
+        self.post_message(LayersReady(rows, marks(rows), parts, members, family_of, texts))
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:
@@ -178,6 +203,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     def _ready(self, message: LayersReady) -> None:
         self.rows, self.marks, self.parts = message.rows, message.marks, message.parts
         self.families, self.family_of = message.families, message.family_of
+        self.texts = dict(message.texts)
         self.ready = True
         self.query_one("#layers-progress").display = False
         self.refill()
@@ -209,19 +235,21 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.shown = rows
         listed = rows[:TABLE_LIMIT]
         labels = {column: self._label(column) for column in TABLE_COLUMNS}
+        texts = [self._texts(row) for row in listed]
+        columns = {column: self._column(column, labels[column], listed, texts) for column in TABLE_COLUMNS}
         shown, path_width, compact = fit_columns(
-            [self._column(column, labels[column], listed) for column in TABLE_COLUMNS],
-            self._priority(),
-            "path",
-            self._room(),
-            PATH_MIN,
+            list(columns.values()), self._priority(), "path", self._room(), PATH_MIN
         )
         table.clear(columns=True)
         for column in shown:
-            width = path_width if column == "path" else None
+            found = columns[column]
+            # each column's width given: the table need not measure 1,000 rows' cells to find it
+            width = path_width if column == "path" else found.compact if compact else found.width
             label = Text(labels[column], justify="left" if column in TEXT_COLUMNS else "right")
             table.add_column(label, key=column, width=width)
-        table.add_rows([self._cells(row, shown, path_width, compact) for row in listed])
+        table.add_rows(
+            [self._cells(row, cells, shown, path_width, compact) for row, cells in zip(listed, texts, strict=True)]
+        )
         if focused is not None and focused in listed:
             table.move_cursor(row=rows.index(focused), animate=False)
         self.show_title()
@@ -242,16 +270,24 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         table = self.query_one(LayersTable)
         return (self.size.width or self.app.size.width) - table.styles.scrollbar_size_vertical
 
-    def _column(self, column: str, label: str, rows: list[TensorRow]) -> Column:
-        """How wide the column's cells are, whole and compact."""
+    def _texts(self, row: TensorRow) -> CellTexts:
+        """The row's cell texts (made now if the worker did not)."""
+        found = self.texts.get(id(row))
+        if found is None:
+            found = self.texts[id(row)] = row_texts(row)
+        return found
+
+    def _column(self, column: str, label: str, rows: list[TensorRow], texts: list[CellTexts]) -> Column:
+        """How wide the column's cells are, whole and compact (``texts``: the rows' cell texts)."""
         if column == "mark":
-            texts = [self._mark(row) for row in rows]
-            return Column(column, max(map(len, [label, *texts])), max(map(len, [label, *texts])))
+            marks = [self._mark(row) for row in rows]
+            return Column(column, max(map(cell_len, [label, *marks])), max(map(cell_len, [label, *marks])))
         if column == "path":
-            widths = [len(printable(to_slash(row.path)) or "(root)") for row in rows]
-            return Column(column, max([len(label), *widths]), max([len(label), *widths]))
-        whole = max([len(label), *(len(cell_text(row, column)) for row in rows)])
-        compact = max([len(label), *(len(cell_text(row, column, True)) for row in rows)])
+            widths = [cell_len(printable(to_slash(row.path)) or "(root)") for row in rows]
+            return Column(column, max([cell_len(label), *widths]), max([cell_len(label), *widths]))
+        at = CELL_COLUMNS.index(column)
+        whole = max([cell_len(label), *(cell_len(whole[at]) for whole, _ in texts)])
+        compact = max([cell_len(label), *(cell_len(short[at]) for _, short in texts)])
         return Column(column, whole, compact)
 
     def _mark(self, row: TensorRow) -> str:
@@ -261,7 +297,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         natural = self.sort in ("path", "dtype", "mark")
         return natural != self.reverse
 
-    def _cells(self, row: TensorRow, columns: list[str], path_width: int, compact: bool) -> list[Text]:
+    def _cells(
+        self, row: TensorRow, texts: CellTexts, columns: list[str], path_width: int, compact: bool
+    ) -> list[Text]:
         cells = []
         for column in columns:
             if column == "mark":
@@ -270,7 +308,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             elif column == "path":
                 cells.append(Text(short_path(row.path, path_width)))
             else:
-                text = cell_text(row, column, compact)
+                text = texts[compact][CELL_COLUMNS.index(column)]
                 cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
         return cells
 

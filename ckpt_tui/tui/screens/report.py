@@ -28,7 +28,7 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import LIST_BINDINGS, REPORT_BINDINGS, key_rows
-from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, ReportReady
+from ckpt_tui.tui.messages import Failed, Progress, ReportReady, worker_progress
 from ckpt_tui.tui.screens.help import HelpScreen
 from ckpt_tui.tui.text import data
 
@@ -101,14 +101,7 @@ def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
     def cancelled() -> bool:
         return worker.is_cancelled
 
-    poster = ProgressPoster(post, task, cancelled=cancelled)
-
-    def progress(done: int, total: int) -> None:
-        # escape stops the work at its next step, even where core takes no cancel check
-        if cancelled():
-            raise Cancelled(f"{task} cancelled")
-        poster(done, total)
-
+    progress = worker_progress(post, task)
     try:
         report = job(progress, cancelled)
     except Cancelled:  # escape closed the screen: nothing to report

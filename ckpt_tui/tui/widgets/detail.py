@@ -25,11 +25,12 @@ from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.describe import Totals, count, counted, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
-from ckpt_tui.core.model.tree import Opaque, Tensor, children, has_children, type_label
+from ckpt_tui.core.model.tree import Opaque, Tensor, has_children, type_label
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.tui.messages import Failed, Progress, ProgressPoster, StatsReady
+from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, Progress, ProgressPoster, StatsReady
 from ckpt_tui.tui.plots import histogram, lines_text
 from ckpt_tui.tui.text import broken, data, path_text
+from ckpt_tui.tui.widgets.tree_view import child_count
 
 if TYPE_CHECKING:  # numpy is imported only when stats are first computed
     from ckpt_tui.core.values.stats import TensorStats
@@ -120,7 +121,7 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType
     elif not has_children(value):
         table.add_row("value", data(scalar_text(value, 400)))
     else:
-        kids = sum(1 for _ in children(value))
+        kids = child_count(value)  # a dict's length, not a step per child
         table.add_row("children", str(kids))
         if totals is not None and totals.tensors:
             add_below(table, totals.tensors, totals.parameters, totals.nbytes)
@@ -260,7 +261,8 @@ class DetailPanel(VerticalScroll):
         from ckpt_tui.core.values.stats import tensor_stats  # numpy: imported when first needed
 
         worker = get_current_worker()
-        progress = ProgressPoster(self.post_message, "stats", request, lambda: worker.is_cancelled).fraction
+        poster = ProgressPoster(self.post_message, "stats", request, lambda: worker.is_cancelled, REDRAW_EVERY)
+        progress = poster.fraction
         try:
             stats = tensor_stats(tensor, byteorder, cancelled=lambda: worker.is_cancelled, progress=progress)
         except CkptError as exc:

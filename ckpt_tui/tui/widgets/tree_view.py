@@ -8,7 +8,9 @@ Every string from the file is escaped and passed as ``Text``, never as markup.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from rich.style import Style
@@ -43,6 +45,7 @@ PAGE = 200
 JUMP = 100  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
+GROUP_STEP = 2000  # keys grouped between two progress reports (and two looks at a cancel)
 GROUPINGS_KEPT = 16  # state_dicts whose module groups are kept across redraws (undo, redo)
 LISTINGS_KEPT = 16  # containers of more than a page whose listings are kept across redraws (undo, redo, C)
 TOTALS_BUDGET = 5000  # nodes one label's totals may walk; past it the label shows the child count only
@@ -168,6 +171,9 @@ class TotalsCache:
         if hit is not None and hit[0] is value:
             return hit[1]
         result: Totals | None = Totals()
+        if child_count(value) >= self.budget:  # past the budget before the walk is under way: no walk at all
+            self._found[id(value)] = (value, None)
+            return None
         for steps, (_, node) in enumerate(iter_nodes(value)):
             if steps >= self.budget:
                 result = None
@@ -409,8 +415,14 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         return made
 
     def remember_listings(self, found: dict[int, Listing]) -> None:
-        """Keep listings made elsewhere (an edit's worker lists the open containers of the tree it made)."""
+        """Keep listings made elsewhere (an edit's worker lists the open containers of the tree it made; a
+        search's lists the dicts on the way to its match, to look a key up in)."""
         for key, entry in found.items():
+            kept = self._listings.get(key)
+            if kept is not None and kept.value is entry.value:
+                # the lines shown keep their listing; it takes the places of its keys if it has none yet
+                kept.by_key = kept.by_key or entry.by_key
+                continue
             if len(self._listings) >= LISTINGS_KEPT:
                 self._listings.pop(next(iter(self._listings)))
             self._listings[key] = entry
@@ -615,23 +627,48 @@ def shared_head(entries: list[Any]) -> int:
     return head if head < min(map(len, keys)) else 0
 
 
-def module_groups(value: dict[Any, Any]) -> Group | None:
-    """The module groups of a state_dict, or None when it is not one or too small to group."""
+def module_groups(value: dict[Any, Any], progress: Callable[[int], object] | None = None) -> Group | None:
+    """The module groups of a state_dict, or None when it is not one or too small to group; ``progress`` is
+    called with the keys grouped so far, every :data:`GROUP_STEP` (it may raise ``Cancelled`` to stop)."""
     items = tensor_items(value)
-    return group_keys(items) if items is not None and len(items) >= GROUP_MIN_KEYS else None
+    if items is None or len(items) < GROUP_MIN_KEYS:
+        return None
+    return group_keys(items if progress is None else _reporting(items, progress))
 
 
-def groupings_along(root: Any, paths: list[KeyPath]) -> dict[int, tuple[Any, Group | None]]:
-    """The module groups of the dicts at ``paths`` in ``root`` (where they still are), by ``id``; for a worker."""
-    found: dict[int, tuple[Any, Group | None]] = {}
+def _reporting(items: list[tuple[str, Any]], progress: Callable[[int], object]) -> Iterator[tuple[str, Any]]:
+    """``items``, one by one, telling ``progress`` how many went by every :data:`GROUP_STEP`."""
+    for done in range(0, len(items), GROUP_STEP):
+        progress(done)
+        yield from items[done : done + GROUP_STEP]
+    progress(len(items))
+
+
+def groupings_along(
+    root: Any, paths: list[KeyPath], progress: Callable[[int, int], object] | None = None
+) -> dict[int, tuple[Any, Group | None]]:
+    """The module groups of the dicts at ``paths`` in ``root`` (where they still are), by ``id``; for a worker,
+    which ``progress`` tells how many keys of them all are grouped (``(done, total)``; it may raise ``Cancelled``)."""
+    dicts: dict[int, dict[Any, Any]] = {}
     for path in paths[:GROUPINGS_KEPT]:
         try:
             value = get(root, path)
         except (KeyError, IndexError, TypeError, AttributeError):
             continue
-        if isinstance(value, dict) and id(value) not in found:
-            found[id(value)] = (value, module_groups(value))
+        if isinstance(value, dict):
+            dicts.setdefault(id(value), value)
+    total, done = sum(map(len, dicts.values())), 0
+    found: dict[int, tuple[Any, Group | None]] = {}
+    for key, value in dicts.items():
+        report = None if progress is None else partial(_shifted, progress, done, total)
+        found[key] = (value, module_groups(value, report))
+        done += len(value)
     return found
+
+
+def _shifted(progress: Callable[[int, int], object], before: int, total: int, done: int) -> None:
+    """One dict's keys grouped so far, told as a share of all the dicts' (``before``: their keys ahead of it)."""
+    progress(before + done, total)
 
 
 def child_count(value: Any) -> int:
@@ -677,6 +714,8 @@ def _entry_towards(data: NodeData, row: RowId) -> int | None:
     assert data.entries is not None
     path, _ = row
     if len(path) > len(data.path) and path[: len(data.path)] == data.path:
+        if data.by_key is None and data.listing is not None:
+            data.by_key = data.listing.by_key  # found by a worker (a search's), if any
         if data.by_key is None:
             data.by_key = _places(data.entries)
             if data.listing is not None:
