@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -404,6 +405,17 @@ class TensorReader:
                     raise ReadError("tensor data ends early (file truncated?)")
                 return data
 
+            if buffers and isinstance(source, places.LocalFile):
+                # a chunk read to be summarised is mapped, not copied: the page cache's pages are the values
+                # (2 GB read through a map costs 0.05 s of CPU, through reads 0.4 s, on the thread that reads)
+                fd = source.fd()
+
+                def mapped(element: int, count: int) -> memoryview:
+                    start, size = checked(element, count)
+                    return _mapped_range(fd, start, size)
+
+                yield mapped
+                return
             if not buffers or not hasattr(os, "preadv"):
                 yield from_file
                 return
@@ -422,6 +434,19 @@ class TensorReader:
             yield into_ring
         finally:
             source.close()
+
+
+def _mapped_range(fd: int, start: int, size: int) -> memoryview:
+    """``size`` bytes of the file at ``start`` through a map of their own, unmapped when the last array over
+    them is dropped (nothing to release by hand); refused when the file is shorter than that."""
+    if size == 0:
+        return memoryview(b"")
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    try:
+        whole = mmap.mmap(fd, start + size - base, access=mmap.ACCESS_READ, offset=base)
+    except (OSError, ValueError):  # (mmap refuses a range past the file's end)
+        raise ReadError("tensor data ends early (file truncated?)") from None
+    return memoryview(whole)[start - base :]
 
 
 _thread_buffers = threading.local()

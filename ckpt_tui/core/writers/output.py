@@ -13,6 +13,7 @@ import os
 import threading
 import zlib
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -24,6 +25,9 @@ FLUSH_AT = 1 << 20
 EDGE = 4096
 COPY_CHUNK = 64 << 20
 WRITEBACK_EVERY = 32 << 20
+PARALLEL_CRC = 1 << 20
+"""A streamed chunk at least this large has its CRC taken on a helper thread while it is written (both
+release the GIL): one after the other, writing and checksumming 1 GB was 0.65 s of the writer's 2.5 s."""
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -57,6 +61,33 @@ class WriteLog:
 
     segments: list[Segment] = field(default_factory=list)
     copies: list[Copy] = field(default_factory=list)
+
+
+_crc_lock = threading.Lock()
+_crc_executor: ThreadPoolExecutor | None = None
+
+
+def _written_crc(file: BinaryIO, chunk: bytes | memoryview, running: int) -> int:
+    """Write ``chunk`` and return the CRC running on through it; a large one's CRC is taken meanwhile on the
+    helper thread (done before this returns, so the caller may reuse the chunk's memory)."""
+    if memoryview(chunk).nbytes < PARALLEL_CRC:
+        file.write(chunk)
+        return zlib.crc32(chunk, running)
+    pending = _crc_pool().submit(zlib.crc32, chunk, running)
+    try:
+        file.write(chunk)
+    finally:  # (a failed write: the helper is done with the chunk before it is freed or reused)
+        crc = pending.result()
+    return crc
+
+
+def _crc_pool() -> ThreadPoolExecutor:
+    """The CRC helper thread (started on first use)."""
+    global _crc_executor
+    with _crc_lock:
+        if _crc_executor is None:
+            _crc_executor = ThreadPoolExecutor(1, thread_name_prefix="ckpt-tui-crc")
+        return _crc_executor
 
 
 class Writeback:
@@ -176,8 +207,7 @@ class Output:
         start, running, written = self.position, 0, 0
         head, tail = b"", b""
         for chunk in chunks:
-            self.file.write(chunk)
-            running = zlib.crc32(chunk, running)
+            running = _written_crc(self.file, chunk, running)
             if len(head) < EDGE:
                 head += bytes(chunk[: EDGE - len(head)])
             tail = (tail + bytes(chunk[-EDGE:]))[-EDGE:]
