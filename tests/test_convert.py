@@ -186,7 +186,10 @@ def test_tied_weights_stay_shared_in_pth(tmp_path: Path, capsys) -> None:
 def test_tied_weights_in_safetensors_recorded_as_alias(tmp_path: Path, capsys) -> None:
     weight = torch.randn(5, 3)
     torch.save({"embed.weight": weight, "lm_head.weight": weight}, tmp_path / "t.pth")
-    assert convert(capsys, tmp_path / "t.pth", "-o", tmp_path / "o.safetensors")[0] == 0
+    code, out, _ = convert(capsys, tmp_path / "t.pth", "-o", tmp_path / "o.safetensors")
+    # the success line says which names torch.load of the output will not return
+    assert code == 0 and "tied weights stored once (lm_head.weight = embed.weight" in out
+    assert list(torch.load(tmp_path / "o.safetensors")) == ["embed.weight"]
     with safe_open(tmp_path / "o.safetensors", "pt") as handle:
         assert list(handle.keys()) == ["embed.weight"]
         assert handle.metadata() == {"format": "pt", "lm_head.weight": "embed.weight"}

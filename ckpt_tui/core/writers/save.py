@@ -49,6 +49,14 @@ class WriteResult:
             f"wrote {self.path} ({self.format}, {counted(self.tensors, 'tensor')}, {counted(self.records, 'record')}, "
             f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
+        if self.aliases and self.format == "safetensors":
+            # save_model's convention: torch.load and load_file return the first name only, so strict loads miss them
+            tied = ", ".join(f"{alias} = {name}" for alias, name in list(self.aliases.items())[:4])
+            extra = f" and {len(self.aliases) - 4} more" if len(self.aliases) > 4 else ""
+            line += (
+                f"; tied weights stored once ({tied}{extra}, in __metadata__): torch.load and load_file return the"
+                " first name only; safetensors' load_model, or tying them after loading, restores the others"
+            )
         if self.not_allowed:
             more = len(self.not_allowed) - 4
             shown = ", ".join(self.not_allowed[:4]) + (f" and {more} more" if more > 0 else "")
