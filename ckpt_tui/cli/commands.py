@@ -154,17 +154,23 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
 def _print_unreadable_verdict(
     path: str | list[str], exc: ReadError, as_json: bool, scan: FileScan | None = None
 ) -> None:
-    """A file ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the scan alone
-    (``scan``: already made, else made here)."""
-    if not isinstance(path, str) or not os.path.isfile(path):
+    """A file or folder ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the
+    scan alone (``scan``: already made, else made here); ``--json`` always prints its object (``weights_only``
+    null where even the scan fails)."""
+    if not isinstance(path, str) or not os.path.exists(path):
         return
-    from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
+    from ckpt_tui.core.weights_only.verdict import Verdict, scan_file, verdict_from_scan
 
+    judged: Verdict | None
     try:
         judged = verdict_from_scan(scan or scan_file(path), None)
     except Exception:  # a hostile file: the read error alone is reported
-        return
-    if judged.loads is None:
+        judged = None
+    if judged is None or judged.loads is None:
+        # nothing for weights_only to say (a DCP folder, say): the error line says it all, but JSON stays whole
+        if as_json:
+            weights_only = judged.to_json() if judged is not None else None
+            print_json({"path": path, "readable": False, "error": str(exc), "weights_only": weights_only})
         return
     # the scan may find nothing wrong, but a file the reader refuses is never "loads"
     judged.doubt(f"ckpt-tui's reader refuses it ({exc})")

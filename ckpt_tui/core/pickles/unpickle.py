@@ -887,10 +887,16 @@ def _unsafe_note(unpickler: SafeUnpickler, stream: BinaryIO, start: int | None) 
             with process.gc_paused():
                 for module, name in named_globals(stream):
                     unpickler.find_class(module, name)
-    names = sorted(unpickler.unsafe_names)
-    if not names:
+    return unsafe_note(unpickler.unsafe_names)
+
+
+def unsafe_note(names: set[str]) -> str:
+    """``; and it is UNSAFE: it names the unsafe global ...`` for a refused file whose pickles name
+    ``names`` (which a loader without weights_only would run), or "" when there are none."""
+    shown_names = sorted(names)
+    if not shown_names:
         return ""
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    shown = ", ".join(shown_names[:5]) + (f" and {len(shown_names) - 5} more" if len(shown_names) > 5 else "")
     return (
         f"; and it is UNSAFE: it names the unsafe global {shown}"
         " (NOT executed here; torch.load(weights_only=False) would run it)"

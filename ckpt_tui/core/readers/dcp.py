@@ -2,9 +2,13 @@
 
 ``.metadata`` is a pickle of ``Metadata``: per flattened key, a tensor's global shape, dtype and chunks
 (or a non-tensor item), where each chunk and item lies (``storage_data``: file, offset, length) and the
-nested path of each key (``planner_data``). Each item in a ``.distcp`` file is a ``torch.save`` archive.
-The tree is rebuilt the way ``dcp_to_torch_save`` rebuilds it (``set_element``); tensor values are read
-from the chunks on demand, non-tensor items with the safe unpickler. Nothing is ever unpickled by torch.
+nested path of each key (``planner_data``). Each item in a ``.distcp`` file is what ``torch.save``
+writes, read as ``torch.load(BytesIO(item))`` reads it (:func:`read_embedded`: a zip archive or a legacy
+stream). The tree is rebuilt the way ``dcp_to_torch_save`` rebuilds it (``set_element``); tensor values
+are read from the chunks on demand, non-tensor items with the safe unpickler. Nothing is ever unpickled
+by torch. ``dcp.load`` reads ``.metadata`` with ``pickle.load`` and non-tensor items with
+``torch.load(weights_only=False)``: every global they name that is not plain data is code it runs, so a
+folder refused here still names them (``and it is UNSAFE: ...``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
-from ckpt_tui.core.pickles.unpickle import load_pickle
+from ckpt_tui.core.pickles.unpickle import load_pickle, unsafe_note
 from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
 from ckpt_tui.core.readers.embedded_zip import read_embedded
 
@@ -118,13 +122,23 @@ class DcpItems:
 
 
 def read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None = None) -> Checkpoint:
-    """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand."""
+    """Rebuild the nested state_dict of a DCP checkpoint; tensors read their chunks on demand. A folder
+    refused after some pickle named an unsafe global says so in its error (dcp.load runs it first)."""
+    unsafe: set[str] = set()
+    try:
+        return _read_dcp(folder, open_file, unsafe)
+    except ReadError as exc:
+        message = str(exc)
+        raise ReadError(message if "it is UNSAFE" in message else message + unsafe_note(unsafe)) from None
+
+
+def _metadata(folder: str, unsafe: set[str]) -> tuple[dict[str, Any], dict[Any, Any], str, int]:
+    """The ``Metadata`` object's fields, its ``state_dict_metadata``, how to name it, and its size in bytes."""
     meta_path = inside(folder, METADATA, f"{folder}: DCP metadata")
     what = f"{meta_path}: DCP metadata"
     meta_bytes = places.size_of(meta_path)
     if meta_bytes > MAX_METADATA_BYTES:
         raise ReadError(f"{what}: {meta_bytes} bytes, more than any real DCP metadata ({MAX_METADATA_BYTES >> 20} MB)")
-    unsafe: set[str] = set()
     with places.open_stream(meta_path) as file:
         metadata = load_pickle(file, None, what, unsafe, known_classes=DCP_CLASSES)
     if not _is(metadata, "Metadata"):
@@ -133,6 +147,28 @@ def read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None = None) 
     entries = state.get("state_dict_metadata")
     if not isinstance(entries, dict):
         raise ReadError(f"{what}: no state_dict_metadata")
+    return state, entries, what, meta_bytes
+
+
+def tensor_items(folder: str) -> list[tuple[str, str, int, int]]:
+    """Each tensor chunk of a DCP folder (what ``dcp.load`` reads with ``torch.load(weights_only=True)``):
+    a label, its file, offset and length, as ``.metadata`` places it."""
+    state, entries, what, _ = _metadata(folder, set())
+    items = DcpItems(folder, state.get("storage_data"), what)
+    found = []
+    for fqn, entry in entries.items():
+        if not isinstance(fqn, str) or not _is(entry, "TensorStorageMetadata"):
+            continue
+        chunks = _state(entry, what).get("chunks")
+        for chunk in chunks if isinstance(chunks, list) else []:
+            offsets = _ints(_state(chunk, what).get("offsets"), what)
+            name, start, length = items.find(fqn, offsets)
+            found.append((f"{fqn!r} (chunk at {list(offsets)}, {name})", places.join(folder, name), start, length))
+    return found
+
+
+def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe: set[str]) -> Checkpoint:
+    state, entries, what, meta_bytes = _metadata(folder, unsafe)
     planner = state.get("planner_data")
     paths: dict[Any, Any] = planner if isinstance(planner, dict) else {}
     items = DcpItems(folder, state.get("storage_data"), what)

@@ -1,20 +1,26 @@
-"""A ``torch.save`` archive stored inside a byte range of a bigger file (DCP ``.distcp`` items).
+"""A ``torch.save`` stream stored inside a byte range of a bigger file (DCP ``.distcp`` items).
 
-The archive is read with the same central-directory reader and safe unpickler as a whole file;
-its member offsets are shifted to absolute file offsets and every read is bounded by the range.
+DCP's loader reads each item with ``torch.load(BytesIO(item))``, which takes a zip archive or, failing
+the zip magic, a pre-0.4 tar archive or the legacy format's pickles (a plain pickle is unpickled, then
+refused). A zip is read with the same central-directory reader and safe unpickler as a whole file, its
+member offsets shifted to absolute file offsets; a legacy stream with the legacy reader, its storages
+found at absolute offsets. Every read is bounded by the range, and every pickle torch.load would
+unpickle is read (safely), so its unsafe globals are named even when the item is refused.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import tarfile
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
-from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle, storage_from_pid
+from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle, storage_from_pid, unsafe_note
+from ckpt_tui.core.readers.legacy import MAGIC_NUMBER, read_legacy_stream
 from ckpt_tui.core.readers.torch_zip import ZipRecords
 from ckpt_tui.core.readers.zip_archive import STORED, ZipDirectory, data_offset, read_central_directory, read_member
 
@@ -42,6 +48,15 @@ class FileRange(io.RawIOBase):
 
     def tell(self) -> int:
         return self.position
+
+    def fileno(self) -> int:
+        """The underlying file's descriptor (the unpickler sizes its memory cap by that file)."""
+        return self.file.fileno()
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
     def read(self, size: int | None = -1) -> bytes:
         left = self.length - self.position
@@ -90,37 +105,95 @@ class EmbeddedRecords(ZipRecords):
 def read_embedded(
     path: str, start: int, length: int, what: str, unsafe: set[str], known_classes: frozenset[str] = frozenset()
 ) -> Any:
-    """The object a ``torch.save`` archive at ``path[start:start+length]`` holds, read safely.
+    """The object ``torch.load(BytesIO(path[start:start+length]))`` gives, read safely (no code runs).
 
-    Its tensors' storages point at absolute offsets of ``path``, and never past the range.
+    Its tensors' storages point at absolute offsets of ``path``, and never past the range. The unsafe
+    globals of every pickle torch.load would unpickle are added to ``unsafe``, and named in the error of
+    an item that is refused.
     """
     end = start + length
     with places.open_stream(path) as file:
-        if length < 22 or end > places.size_of(path):
+        if end > places.size_of(path):
             raise ReadError(f"{what}: byte range {start}+{length} is outside the file")
         view = FileRange(file, start, length)
-        if view.read(4) != b"PK\x03\x04":
-            raise ReadError(f"{what}: not a torch.save archive (the only DCP item format read here)")
+        if view.read(4) == b"PK\x03\x04":
+            return _read_zip_item(file, view, path, start, length, what, unsafe, known_classes)
+        view.seek(0)
+        found: set[str] = set()
         try:
-            relative = read_central_directory(view, length)  # type: ignore[arg-type]
+            return _read_legacy_item(view, path, start, end, what, found)
         except ReadError as exc:
-            raise ReadError(f"{what}: {exc}") from None
-        entries = relative.shifted(start)
-        if entries.collisions:
-            raise ReadError(f"{what}: zip member names collide under torch's comparison: {entries.collision_text()}")
-        data_names = [n for n in entries if n == "data.pkl" or n.endswith("/data.pkl")]
-        if not data_names:
-            raise ReadError(f"{what}: no data.pkl in the item's archive")
-        data_name = min(data_names, key=lambda n: n.count("/"))
-        prefix = data_name[: -len("data.pkl")]
-        try:
-            offsets = {n: data_offset(file, e) for n, e in entries.items() if n.startswith(prefix + "data/")}
-            data = read_member(file, entries.listed_as(data_name), end)
-            order = entries.get(prefix + "byteorder")
-            if order is not None and read_member(file, order, end, limit=16).strip() not in (b"", b"little"):
-                raise ReadError("big-endian item (not supported here)")
-        except ReadError as exc:
-            raise ReadError(f"{what}: {exc}") from None
+            message = str(exc)
+            raise ReadError(message if "it is UNSAFE" in message else message + unsafe_note(found)) from None
+        finally:
+            unsafe |= found
+
+
+def _read_legacy_item(view: FileRange, path: str, start: int, end: int, what: str, unsafe: set[str]) -> Any:
+    """torch.load's other readings of bytes without the zip magic: a tar archive (refused here), then the
+    legacy stream's pickles; a pickle that is not the magic number is unpickled by torch, then refused."""
+    if _is_tar(view):
+        raise ReadError(
+            f"{what}: a pre-0.4 tar archive item, which torch.load reads (running its pickles); not read here"
+        )
+    view.seek(0)
+    first = load_pickle(view, None, what, unsafe)  # type: ignore[arg-type]
+    if type(first) is not int or first != MAGIC_NUMBER:
+        raise ReadError(
+            f"{what}: a plain pickle, not a torch.save stream (torch.load unpickles it, then fails: no magic number)"
+        )
+    root, problems = read_legacy_stream(path, view, start, end, unsafe, f"{what}: legacy stream")  # type: ignore[arg-type]
+    if problems:
+        raise ReadError(f"{what}: {problems[0]}")
+    return root
+
+
+def _is_tar(view: FileRange) -> bool:
+    """Whether ``tarfile.open(mode="r:")`` opens the item, as torch's legacy loader tries first."""
+    view.seek(0)
+    try:
+        with tarfile.open(fileobj=view, mode="r:", format=tarfile.PAX_FORMAT):
+            return True
+    except tarfile.TarError:
+        return False
+    except Exception:  # torch fails reading it as tar the same way: no other reading applies
+        return True
+
+
+def _read_zip_item(
+    file: BinaryIO,
+    view: FileRange,
+    path: str,
+    start: int,
+    length: int,
+    what: str,
+    unsafe: set[str],
+    known_classes: frozenset[str],
+) -> Any:
+    """A ``torch.save`` zip archive in the item's range."""
+    end = start + length
+    if length < 22:
+        raise ReadError(f"{what}: byte range {start}+{length} is too short for a zip archive")
+    try:
+        relative = read_central_directory(view, length)  # type: ignore[arg-type]
+    except ReadError as exc:
+        raise ReadError(f"{what}: {exc}") from None
+    entries = relative.shifted(start)
+    if entries.collisions:
+        raise ReadError(f"{what}: zip member names collide under torch's comparison: {entries.collision_text()}")
+    data_names = [n for n in entries if n == "data.pkl" or n.endswith("/data.pkl")]
+    if not data_names:
+        raise ReadError(f"{what}: no data.pkl in the item's archive")
+    data_name = min(data_names, key=lambda n: n.count("/"))
+    prefix = data_name[: -len("data.pkl")]
+    try:
+        offsets = {n: data_offset(file, e) for n, e in entries.items() if n.startswith(prefix + "data/")}
+        data = read_member(file, entries.listed_as(data_name), end)
+        order = entries.get(prefix + "byteorder")
+        if order is not None and read_member(file, order, end, limit=16).strip() not in (b"", b"little"):
+            raise ReadError("big-endian item (not supported here)")
+    except ReadError as exc:
+        raise ReadError(f"{what}: {exc}") from None
     records = EmbeddedRecords(path, entries, prefix + "data/", end, offsets)
     cache: dict[str, Storage | StorageView] = {}
 

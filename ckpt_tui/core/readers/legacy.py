@@ -61,15 +61,25 @@ def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
 
 
 def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -> Checkpoint:
-    what = f"{path}: legacy checkpoint"
+    root, problems = read_legacy_stream(path, file, 0, file_bytes, unsafe, f"{path}: legacy checkpoint")
+    # torch writes and reads a legacy storage's bytes little-endian whatever the saving host was
+    # (THPStorage_writeFileRaw/readFileRaw swap on a big-endian host only): _legacy_load never reads
+    # sys_info's little_endian, so neither does this reader
+    return Checkpoint(
+        path, "legacy", root, file_bytes, byteorder="little", unsafe_globals=unsafe, loader_problems=problems
+    )
+
+
+def read_legacy_stream(
+    path: str, file: BinaryIO, base: int, end: int, unsafe: set[str], what: str
+) -> tuple[Any, list[str]]:
+    """The object of a legacy stream whose magic-number pickle ``file`` has just read, and what torch.load
+    would refuse in it (in words). ``file`` reads ``path`` from ``base`` (a DCP item's byte range, or 0),
+    which ends at ``end``: the storages' offsets are absolute offsets of ``path``."""
     protocol = load_pickle(file, None, what, unsafe)
     if type(protocol) is not int or protocol != PROTOCOL_VERSION:
         raise ReadError(f"{what}: unsupported protocol version")
     load_pickle(file, None, what, unsafe)  # sys_info: scanned, never used
-    # torch writes and reads a legacy storage's bytes little-endian whatever the saving host was
-    # (THPStorage_writeFileRaw/readFileRaw swap on a big-endian host only): _legacy_load never reads
-    # sys_info's little_endian, so neither does this reader
-    byteorder = "little"
     # torch's deserialized_objects is keyed by the key object: int 0 and str "0" are two storages, each
     # filled from its own place in the key list; their bytes are found apart
     records, int_records = LegacyRecords(path), LegacyRecords(path)
@@ -77,7 +87,7 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
     def maker(source: LegacyRecords) -> Make:
         def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
             storage = Storage(key, dtype, location, numel, source, type_name)
-            if storage.nbytes > file_bytes:
+            if storage.nbytes > end - base:
                 raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
             return storage
 
@@ -89,10 +99,8 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
     if not isinstance(keys, list) or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
     problems = ids.problems()
-    problems += _scan(file, file.tell(), keys, ids.cache, file_bytes, path)
-    return Checkpoint(
-        path, "legacy", root, file_bytes, byteorder=byteorder, unsafe_globals=unsafe, loader_problems=problems
-    )
+    problems += _scan(file, base + file.tell(), keys, ids.cache, end, path)
+    return root, problems
 
 
 def _scan(

@@ -25,6 +25,8 @@ from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
+from ckpt_tui.core.readers.dcp import tensor_items
+from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version
 from ckpt_tui.core.readers.zip_archive import (
@@ -200,11 +202,17 @@ def scan_file(path: str, zip_entries: ZipDirectory | None = None) -> FileScan:
         return _scan_legacy(path, file, head, size)
 
 
+DCP_READS = "a torch.distributed.checkpoint folder: dcp.load reads it, without weights_only"
+DCP_NOTE = (
+    "dcp.load reads .metadata with pickle.load and each non-tensor item with torch.load(weights_only=False) "
+    "(their unsafe globals are code it runs: see the problems), each tensor item with "
+    "torch.load(weights_only=True), failing on one it refuses"
+)
+
+
 def _scan_directory(path: str) -> FileScan:
     if places.is_file(places.join(path, ".metadata")):
-        scan = FileScan("dcp", applies=False)
-        scan.reason = "a torch.distributed.checkpoint folder: dcp.load reads it, without weights_only"
-        return scan
+        return _scan_dcp(path)
     indexes = sorted(n for n in places.list_dir(path) if n.endswith(".index.json"))
     if len(indexes) == 1:
         return _scan_sharded(places.join(path, indexes[0]))
@@ -214,6 +222,66 @@ def _scan_directory(path: str) -> FileScan:
         reason="a folder: torch.load reads one file (check each file for its verdict; Accelerate's load_state "
         "allowlists numpy arrays itself)",
     )
+
+
+def _scan_dcp(folder: str) -> FileScan:
+    """``dcp.load`` of a DCP folder: weights_only has no say over its metadata and non-tensor items (the
+    reader names their unsafe globals), but each tensor item is a ``torch.load(weights_only=True)``: one it
+    refuses, or cannot tell, makes the answer "refuses" or "cannot tell" (``dcp.load`` fails on it)."""
+    quiet = FileScan("dcp", applies=False, reason=DCP_READS)
+    try:
+        items = tensor_items(folder)
+    except (ReadError, OSError):
+        return quiet  # the reader says why (its one-line error)
+    chunks = FileScan("dcp")
+    for label, path, start, length in items:
+        try:
+            part = scan_item(path, start, length)
+        except (ReadError, OSError) as exc:
+            part = FileScan("dcp")
+            part.fail(f"cannot be read ({exc})")
+        chunks.merge(part, f"dcp.load reads tensor item {label} with torch.load(weights_only=True)")
+    if chunks.reason is None and chunks.unknown is None and not chunks.refused and not chunks.hidden:
+        return quiet
+    return chunks
+
+
+MAX_ITEM_PICKLES = 256 << 20
+"""The first bytes of a legacy-format DCP item scanned for its pickles."""
+
+
+def scan_item(path: str, start: int, length: int) -> FileScan:
+    """``torch.load(BytesIO(item), weights_only=True)`` of ``path[start:start+length]``, emulated: a zip
+    archive (found by its magic, as torch does), else a tar archive (refused), else the legacy pickles."""
+    end = start + length
+    with places.open_stream(path) as file:
+        if end > places.size_of(path):
+            raise ReadError(f"byte range {start}+{length} is outside {path}")
+        view = FileRange(file, start, length)
+        if view.read(4) == b"PK\x03\x04":
+            scan = FileScan("zip")
+            try:
+                entries = read_central_directory(view, length).shifted(start)  # type: ignore[arg-type]
+            except ReadError as exc:
+                scan.fail(f"torch's zip reader fails: {exc}")
+                return scan
+            return _scan_zip(path, file, entries, end)
+        scan = FileScan("legacy")
+        if _is_tar(view):  # type: ignore[arg-type]
+            scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
+            return scan
+        if length == 0:
+            scan.fail("an empty item")
+            return scan
+        view.seek(0)
+        data = view.read(min(length, MAX_ITEM_PICKLES))
+
+        def count_at(position: int) -> int:
+            view.seek(position)
+            return int(struct.unpack("<q", view.read(8).ljust(8, b"\0"))[0])
+
+        _scan_legacy_pickles(data, scan, count_at, length)
+        return scan
 
 
 def _scan_sharded(index_path: str) -> FileScan:
@@ -925,6 +993,8 @@ def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoin
         result.devices = sorted(scan.devices)
         tags = ", ".join(result.devices[:5])
         result.notes.append(f"storages tagged {tags}: without that device torch.load needs map_location='cpu'")
+    if scan.route == "dcp":
+        result.notes.append(DCP_NOTE)
     if scan.setitem_on_other:
         result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
     if scan.deflated:
