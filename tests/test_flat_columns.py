@@ -209,7 +209,7 @@ def shard_outcome(index: Path) -> str:
 
 
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=timedelta(seconds=20),
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -224,6 +224,7 @@ def shard_outcome(index: Path) -> str:
         st.tuples(st.sampled_from(["a", "b.c", "d", "model.e", "é", "f", "g"]), st.integers(0, 3)), max_size=3
     ),
     faithful=st.booleans(),
+    broken=st.sampled_from(["none", "hole", "overlap", "tail", "metadata"]),
 )
 def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     tmp_path: Path,
@@ -231,10 +232,12 @@ def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     held: list[list[str]],
     claims: list[tuple[str, int]],
     faithful: bool,
+    broken: str,
 ) -> None:
     """The set's columns (gathered from its shards' columns) and the key-by-key assembly agree on any
     index: keys in the wrong shard, in no shard, a shard named that does not exist, keys no entry names,
-    an empty map; the same error, or the same info and the same tensors."""
+    an empty map, and a first shard whose header the library refuses (a hole, an overlap, bytes after
+    the data, metadata not of strings); the same error, or the same info and the same tensors."""
     from safetensors.torch import save_file
 
     from ckpt_tui.core.readers import sharded
@@ -242,6 +245,16 @@ def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     files = [f"model-{i + 1:05d}-of-00003.safetensors" for i in range(len(held))]
     for i, (file, names) in enumerate(zip(files, held, strict=True)):
         save_file({n: torch.full((i + 1, len(n)), float(i)) for n in names}, str(tmp_path / file))
+    if held[0] and broken != "none":  # the first shard written by hand, broken one way
+        header: dict[str, Any] = {"__metadata__": {"n": 1}} if broken == "metadata" else {}
+        begin = 0
+        for n in held[0]:
+            header[n] = f32_entry(begin, 2)
+            begin += 8 if broken != "hole" else 12
+        if broken == "overlap" and len(held[0]) > 1:
+            header[held[0][-1]] = f32_entry(begin - 12, 2)
+        data = bytes(begin + (4 if broken == "tail" else 0))
+        (tmp_path / files[0]).write_bytes(safetensors_bytes(header, data))
     # the true map (when ``faithful``), then the claims: keys moved, added, or sent to a missing file
     weight_map = {n: file for file, names in zip(files, held, strict=True) for n in names} if faithful else {}
     weight_map.update({key: [*files, "missing.safetensors"][min(shard, len(files))] for key, shard in claims})
