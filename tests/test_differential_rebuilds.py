@@ -6,6 +6,8 @@ and by ckpt-tui: torch's own answer where the emulation models it, "cannot tell"
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -62,6 +64,101 @@ def sparse_coo(size: tuple[int, ...]) -> Call:
     values = part((0, *size[2:]))
     return Call(G(UTILS, "_rebuild_sparse_tensor"), (layout, (part((2, 0)), values, size, False)))
 
+
+STORAGES = {"int64": ("LongStorage", 8), "int32": ("IntStorage", 4), "int16": ("ShortStorage", 2)}
+STORAGES |= {"uint8": ("ByteStorage", 1), "bool": ("BoolStorage", 1), "float32": ("FloatStorage", 4)}
+
+
+def part(shape: tuple[int, ...], dtype: str = "int64") -> Call:
+    """A tensor of this shape over the file's one 24-byte record, every stride 0 (so any shape fits it)."""
+    cls, itemsize = STORAGES[dtype]
+    storage = Pid(("storage", G("torch", cls), "0", "cpu", 24 // itemsize))
+    return Call(G(UTILS, "_rebuild_tensor_v2"), (storage, 0, shape, (0,) * len(shape), False, OD))
+
+
+def meta_part(shape: tuple[int, ...]) -> Call:
+    return Call(G(UTILS, "_rebuild_meta_tensor_no_storage"), (G("torch", "int64"), shape, (0,) * len(shape), False))
+
+
+def compressed(layout: str, parts: tuple[object, ...], size: object) -> Call:
+    """``_rebuild_sparse_tensor(layout, (compressed_indices, plain_indices, values, size))``."""
+    layout_ref = Call(G("torch.serialization", "_get_layout"), (f"torch.sparse_{layout}",))
+    return Call(G(UTILS, "_rebuild_sparse_tensor"), (layout_ref, (*parts, size)))
+
+
+def compressed_cases() -> tuple[dict[str, object], dict[str, object]]:
+    """Generated CSR/CSC/BSR/BSC rebuilds: (the emulated ones, the ones whose parts torch converts from data)."""
+    emulated: dict[str, object] = {}
+    converted: dict[str, object] = {}
+    for layout in ("csr", "csc", "bsr", "bsc"):
+        emulated |= _layout_cases(layout)
+        converted |= _converted_cases(layout)
+    return emulated, converted
+
+
+def _layout_cases(layout: str) -> dict[str, object]:
+    """One layout's valid and malformed rebuilds, each named by what it varies."""
+    cases: dict[str, object] = {}
+    block = (2, 2) if layout.startswith("b") else ()
+    # the compressed dimension: rows for CSR/BSR, columns for CSC/BSC, in blocks for BSR/BSC
+    cdim = 3 if layout in ("csr", "csc") else 2
+
+    def case(name: str, size: object, c: object = None, p: object = None, v: object = None) -> None:
+        parts = (part((cdim + 1,)) if c is None else c, part((0,)) if p is None else p)
+        cases[f"{layout} {name}"] = compressed(layout, (*parts, part((0, *block)) if v is None else v), size)
+
+    case("valid (4, 6)", (4, 6))
+    case("valid, size a list", [4, 6])
+    case("compressed indices of rank 0", (4, 6), c=part(()))
+    case("compressed indices of rank 2", (4, 6), c=part((1, cdim + 1)))
+    case("plain indices of rank 2", (4, 6), p=part((1, 0)))
+    case("values of rank 4", (4, 6), v=part((0, 2, 2, 2)))
+    case("values of rank 0", (4, 6), v=part(()))
+    case("nnz 2 vs values 3", (4, 6), p=part((2,)), v=part((3, *block)))
+    case("compressed indices too long", (4, 6), c=part((9,)))
+    case("blocks (3, 3) in (4, 6)", (4, 6), v=part((0, 3, 3)))
+    case("size of 1 dim", (4,))
+    case("size of 0 dims", ())
+    case("size of 5 dims", (1, 1, 1, 4, 6))
+    case("batch of 2", (2, 4, 6), c=part((2, cdim + 1)), p=part((2, 0)), v=part((2, 0, *block)))
+    case("batch of 2, parts of 3", (2, 4, 6), c=part((3, cdim + 1)), p=part((3, 0)), v=part((3, 0, *block)))
+    case("dense dim 5", (4, 6, 5), v=part((0, *block, 5)))
+    for dims in [(-4, 6), (4, -6), (0, -6), (0, -(2**62)), (0, -(2**62) - 1), (-1,), (-1, 0), (0, -(2**63))]:
+        case(f"size {dims}", dims)
+    for dims in [(2**62, 1), (2**62, 2), (2**62, 2, 0), (2**32, 2**32, 0), (2**63 - 1, 1), (2**63, 0)]:
+        case(f"size {dims}", dims)
+    for dims in [(2**40, 2**30), (3, 2**62), (2**64, 0), (0, 2**64)]:
+        case(f"size {dims}", dims)
+    case("size (4.0, 6)", (4.0, 6))
+    case("size (True, 6)", (True, 6))
+    case("size '46'", "46")
+    for dtype in ("int32", "int16", "uint8", "bool", "float32"):
+        case(f"{dtype} indices", (4, 6), c=part((cdim + 1,), dtype), p=part((0,), dtype))
+    case("int32 and int64 indices", (4, 6), c=part((cdim + 1,), "int32"))
+    for what, value in (("None", None), ("'ab'", "ab"), ("{}", {})):
+        for index, role in enumerate(("compressed indices", "plain indices", "values")):
+            parts: list[object] = [part((cdim + 1,)), part((0,)), part((0, *block))]
+            parts[index] = value
+            cases[f"{layout} {role} {what}"] = compressed(layout, tuple(parts), (4, 6))
+    case("values on meta", (4, 6), v=meta_part((0, *block)))
+    case("compressed indices on meta", (4, 6), c=meta_part((cdim + 1,)))
+    case("every part on meta", (4, 6), c=meta_part((cdim + 1,)), p=meta_part((0,)), v=meta_part((0, *block)))
+    return cases
+
+
+def _converted_cases(layout: str) -> dict[str, object]:
+    """Parts that are data, not tensors: torch makes tensors of them (``torch.tensor(data)``), not emulated."""
+    block = (2, 2) if layout.startswith("b") else ()
+    cdim = 3 if layout in ("csr", "csc") else 2
+    return {
+        f"{layout} values [1.0]": compressed(layout, (part((cdim + 1,)), part((0,)), [1.0]), (4, 6)),
+        f"{layout} values 3": compressed(layout, (part((cdim + 1,)), part((0,)), 3), (4, 6)),
+        f"{layout} plain indices []": compressed(layout, (part((cdim + 1,)), [], part((0, *block))), (4, 6)),
+    }
+
+
+COMPRESSED, CONVERTED = compressed_cases()
+COUNTS = [(2**62, 1), (2**62, 2), (2**62, 2, 0), (2**63 - 1,), (2**32, 2**31), (2**31, 2**32, 0), (0, 2**62, 2)]
 
 F16, I64 = G("torch", "float16"), G("torch", "int64")
 
@@ -126,6 +223,11 @@ EMULATED: dict[str, object] = {
     "sparse COO of size (2**62, 3)": sparse_coo((2**62, 3)),
     "sparse COO of size (2**40, 2**30, 0)": sparse_coo((2**40, 2**30, 0)),
     "sparse COO of size (2**62, 2, 0)": sparse_coo((2**62, 2, 0)),
+    # the element count of a dense or meta tensor: torch refuses one past int64 (zero strides fit any storage)
+    **{f"dense of size {dims}": part(dims, "float32") for dims in COUNTS},
+    **{f"meta of size {dims}": meta_part(dims) for dims in COUNTS},
+    # compressed sparse layouts: only the size, the parts' devices and their data are checked by torch
+    **COMPRESSED,
     # nested tensors with parts that are not tensors
     "nested of lists": Call(G(UTILS, "_rebuild_nested_tensor"), ([1.0], [[1]], [[1]], [0])),
 }
@@ -149,6 +251,11 @@ NOT_EMULATED: dict[str, object] = {
     "TypedStorage([[1.0]])": typed_storage((1,), [[1.0]]),
     "UntypedStorage(12) under a tensor": typed_storage((3,), 12, cls="UntypedStorage"),
     "UntypedStorage([1, 2, 3]) under a tensor": typed_storage((3,), [1, 2, 3], cls="UntypedStorage"),
+    # a sparse part torch makes a tensor of (torch.tensor(data)): not emulated
+    **CONVERTED,
+    "COO values [1.0]": Call(
+        G(UTILS, "_rebuild_sparse_tensor"), (sparse_coo((3, 4)).args[0], (part((2, 0)), [1.0], (3, 4)))
+    ),
 }
 """Cases whose answer depends on what is not modelled (the machine's devices, autograd's leaves)."""
 
@@ -228,3 +335,49 @@ def test_nested_tensors_out_of_their_buffer_are_refused_by_torch(outcomes: dict[
 def test_no_rebuild_case_is_called_loads_where_torch_refuses(outcomes: dict[str, Outcome]) -> None:
     bad = [f"{name}: {describe(o)}" for name, o in outcomes.items() if o.bad or o.broken]
     assert not bad, "\n".join(bad)
+
+
+def test_compressed_sparse_cases_hold_both_answers_in_every_layout(outcomes: dict[str, Outcome]) -> None:
+    """The generated CSR/CSC/BSR/BSC files are what they claim: torch loads some of each layout, refuses others."""
+    for layout in ("csr", "csc", "bsr", "bsc"):
+        answers = {outcomes[name].torch_true == "loads" for name in COMPRESSED if name.startswith(layout + " ")}
+        assert answers == {True, False}, layout
+    for name in ("csr valid (4, 6)", "bsc nnz 2 vs values 3", "bsr blocks (3, 3) in (4, 6)", "csc size (0, -6)"):
+        assert outcomes[name].torch_true == "loads", describe(outcomes[name])
+    for name in (f"csr size {(2**62, 2)}", "bsr values on meta", "csc values 'ab'"):
+        assert outcomes[name].torch_true.startswith("refuses"), describe(outcomes[name])
+
+
+@pytest.mark.parametrize("name", ["bsr nnz 2 vs values 3", "bsc batch of 2, parts of 3"])
+@pytest.mark.parametrize("command", ["check", "info", "stats"])
+def test_the_cli_shows_compressed_sparse_files_in_one_piece(
+    outcomes: dict[str, Outcome], name: str, command: str
+) -> None:
+    """check, info and the tree of a loadable (if malformed) compressed tensor: an answer, never a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt_tui", command, outcomes[name].path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.stdout.strip() or done.stderr.strip()
+
+
+@pytest.mark.parametrize("name", ["csr valid (4, 6)", "bsr nnz 2 vs values 3", "csc values of rank 4"])
+async def test_the_browser_shows_compressed_sparse_files(outcomes: dict[str, Outcome], name: str) -> None:
+    """The tree of a loadable (if malformed) compressed tensor: its node, focused, with no crash."""
+    from ckpt_tui.tui.app import CkptApp
+    from ckpt_tui.tui.widgets.tree_view import CheckpointTree
+
+    app = CkptApp(outcomes[name].path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("slash", "a", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        node = app.query_one(CheckpointTree).cursor_node
+        assert node is not None and str(node.label).startswith("a"), node

@@ -695,8 +695,10 @@ def _check_geometry_values(offset: int, size: Sequence[int], stride: Sequence[in
         or (stride and not -_INT64 <= min(stride) <= max(stride) < _INT64)
     ):
         raise Refusal("a tensor's offset, size or stride does not fit int64")
-    if _count_overflows(size):
-        raise Refusal("a tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)")
+    # torch's safe_compute_numel (refresh_numel after set_): the unsigned 64-bit product overflows (even before
+    # a 0), or the count passes int64 (zero strides let such a tensor fit a one-element storage)
+    if _count_overflows(size) or math.prod(size) >= _INT64:
+        raise Refusal("a tensor's element count does not fit int64 (torch: integer multiplication overflow)")
     # torch's storage size sum stops at a size 0 before it looks at any stride; a negative stride of a size
     # above 1 overflows it (unsigned), one of size 1 adds nothing
     if 0 not in size and any(n > 1 and s < 0 for n, s in zip(size, stride, strict=True)):
@@ -1043,22 +1045,35 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
     name = layout.type_name if isinstance(layout, WLeaf) else ""
     parts = tuple(_iterate(data, "sparse tensor data"))
     if name == "torch.sparse_coo" and len(parts) in (3, 4):
-        values = parts[1]
-    elif name in ("torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc") and len(parts) == 4:
-        values = parts[2]
+        _check_coo(*parts)
+    elif name in _COMPRESSED and len(parts) == 4:
+        _check_compressed(*parts)
     else:
         raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
-    if not isinstance(values, WTensor):
-        raise Refusal("a sparse tensor whose values are not a tensor")
-    if name == "torch.sparse_coo":
-        _check_coo(*parts)
+    values = parts[1] if name == "torch.sparse_coo" else parts[2]
+    assert isinstance(values, WTensor)
     return WTensor(values.dtype, plain=False)
 
 
-def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = None) -> None:
+_COMPRESSED = frozenset({"torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc"})
+
+_NO_TENSOR_DATA = (type(None), str, bytes, dict, set, frozenset)
+"""Parts torch's tensor constructor cannot make a tensor of ("Could not infer dtype", "invalid data type")."""
+
+
+def _sparse_part(value: Any, what: str) -> WTensor:
+    """A part of a sparse tensor: torch's constructor makes a tensor of any data (``torch.tensor(value)``);
+    a tensor is taken as it is, what it cannot convert is refused, other data (numbers, lists) not emulated."""
+    if isinstance(value, WTensor):
+        return value
+    if isinstance(value, _NO_TENSOR_DATA):
+        raise Refusal(f"a sparse tensor's {what} are a {_type_name(value)}, not a tensor")
+    raise CannotTell(f"a sparse tensor's {what} are a {_type_name(value)}: torch makes a tensor of it (not emulated)")
+
+
+def _check_coo(indices: Any, values: Any, size: Any, is_coalesced: Any = None) -> None:
     """``torch.sparse_coo_tensor(indices, values, size, check_invariants=False)``: the shape checks it still makes."""
-    if not isinstance(indices, WTensor):
-        raise Refusal(f"a sparse tensor's indices are a {_type_name(indices)}, not a tensor")
+    indices, values = _sparse_part(indices, "indices"), _sparse_part(values, "values")
     if is_coalesced is not None and type(is_coalesced) is not bool:
         raise Refusal("a sparse tensor's is_coalesced is not a bool")
     dims = _ints(size, "a sparse tensor's size")
@@ -1080,6 +1095,44 @@ def _check_coo(indices: Any, values: WTensor, size: Any, is_coalesced: Any = Non
         raise Refusal("a sparse tensor's values do not have the dense sizes of its size")
 
 
+_SYMINT_MIN = -(1 << 62)
+"""The least int a ``SymInt`` holds: torch refuses a size below it ("cannot be represented as a SymInt")."""
+
+
+def _check_compressed(compressed: Any, plain: Any, values: Any, size: Any) -> None:
+    """``torch.sparse_compressed_tensor(..., check_invariants=False)``, as ``_rebuild_sparse_tensor`` calls it.
+
+    Without invariant checks (torch.load's default) torch's ``_sparse_compressed_tensor_unsafe`` checks no
+    ranks, nnz, block sizes, batch dims or index dtypes: only the size (ints that fit int64, each a SymInt),
+    the parts' devices (``set_member_tensors``) and the element count (``safe_compute_numel``, which
+    multiplies the sizes as unsigned 64-bit ints: a negative size is a huge one)."""
+    parts = (
+        _sparse_part(compressed, "compressed indices"),
+        _sparse_part(plain, "plain indices"),
+        _sparse_part(values, "values"),
+    )
+    dims = _ints(size, "a sparse tensor's size")
+    if any(not -_INT64 <= n < _INT64 for n in dims):
+        raise Refusal("a sparse tensor's size does not fit int64")
+    if dims and min(dims) < _SYMINT_MIN:
+        raise Refusal(f"a sparse tensor's size {min(dims)} cannot be a SymInt (torch refuses it)")
+    unsigned = [n % _U64 for n in dims]
+    if _count_overflows(unsigned) or math.prod(unsigned) >= _INT64:
+        raise Refusal("a sparse tensor's element count does not fit int64 (torch: integer multiplication overflow)")
+    _parts_on_one_device(parts)
+
+
+def _parts_on_one_device(parts: Sequence[WTensor]) -> None:
+    """``set_member_tensors``: every part on the values' device. Meta stays meta under any ``map_location``;
+    other devices may be moved by one, and parts of unknown place are not emulated."""
+    places = {part.location for part in parts}
+    if len(places) == 1 and None not in places:
+        return
+    if "meta" in places:
+        raise Refusal("a sparse tensor's parts are on different devices (one on meta)")
+    raise CannotTell("a sparse tensor's parts are on devices not known here, or different: torch may refuse it")
+
+
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     dtype_ref, size, stride, requires_grad = args
     dtype = _dtype(dtype_ref)
@@ -1088,12 +1141,9 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
         raise Refusal("a meta tensor's size and stride differ in length")
     if sizes and min(sizes) < 0:
         raise Refusal("a meta tensor has a negative size")
-    if _count_overflows(sizes):
-        raise Refusal(
-            "a meta tensor's element count passes 2**64 before its 0 (torch: integer multiplication overflow)"
-        )
-    if _count_overflows(sizes, _INT64):
-        raise CannotTell("a meta tensor's element count passes int64 before its 0: torch's bound is not emulated here")
+    # torch's safe_compute_numel: the unsigned 64-bit product overflows (even before a 0), or the count passes int64
+    if _count_overflows(sizes) or math.prod(sizes) >= _INT64:
+        raise Refusal("a meta tensor's element count does not fit int64 (torch: integer multiplication overflow)")
     _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad, shape=sizes, location="meta")
 
