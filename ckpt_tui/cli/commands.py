@@ -17,7 +17,7 @@ from ckpt_tui.core.errors import ReadError
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
     from ckpt_tui.core.readers.zip_archive import ZipDirectory
-    from ckpt_tui.core.weights_only.verdict import FileScan
+    from ckpt_tui.core.weights_only.verdict import FileScan, Verdict
 
 
 def open_for_command(path: str | list[str]) -> Checkpoint:
@@ -155,32 +155,34 @@ def _print_unreadable_verdict(
     path: str | list[str], exc: ReadError, as_json: bool, scan: FileScan | None = None
 ) -> None:
     """A file or folder ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the
-    scan alone (``scan``: already made, else made here); ``--json`` always prints its object (``weights_only``
-    null where even the scan fails)."""
-    if not isinstance(path, str) or not os.path.exists(path):
-        return
-    from ckpt_tui.core.weights_only.verdict import Verdict, scan_file, verdict_from_scan
-
-    judged: Verdict | None
-    try:
-        judged = verdict_from_scan(scan or scan_file(path), None)
-    except Exception:  # a hostile file: the read error alone is reported
-        judged = None
-    if judged is None or judged.loads is None:
-        # nothing for weights_only to say (a DCP folder, say): the error line says it all, but JSON stays whole
-        if as_json:
-            weights_only = judged.to_json() if judged is not None else None
-            print_json({"path": path, "readable": False, "error": str(exc), "weights_only": weights_only})
-        return
-    # the scan may find nothing wrong, but a file the reader refuses is never "loads"
-    judged.doubt(f"ckpt-tui's reader refuses it ({exc})")
+    scan alone (``scan``: already made, else made here); ``--json`` always prints its document."""
+    judged = _verdict_alone(path, scan)
+    if judged is not None:
+        # the scan may find nothing wrong, but a file the reader refuses is never "loads"
+        judged.doubt(f"ckpt-tui's reader refuses it ({exc})")
     if as_json:
-        print_json({"path": path, "readable": False, "error": str(exc), "weights_only": judged.to_json()})
+        # a script parsing stdout gets JSON for every refusal, with or without a verdict
+        verdict = judged.to_json() if judged is not None else None
+        print_json({"path": path, "readable": False, "error": str(exc), "weights_only": verdict})
+        return
+    if judged is None:
         return
     from ckpt_tui.cli.render import verdict_lines
 
-    lines = verdict_lines(judged, path, readable=False)
-    print("\n".join(lines))
+    print("\n".join(verdict_lines(judged, path if isinstance(path, str) else path[0], readable=False)))
+
+
+def _verdict_alone(path: str | list[str], scan: FileScan | None) -> Verdict | None:
+    """The verdict from the scan alone, where one applies (None: several paths, a missing path, or no answer)."""
+    if not isinstance(path, str) or not os.path.exists(path):
+        return None
+    from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
+
+    try:
+        judged = verdict_from_scan(scan or scan_file(path), None)
+    except Exception:  # a hostile file: the read error alone is reported
+        return None
+    return judged if judged.loads is not None else None
 
 
 def _compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
