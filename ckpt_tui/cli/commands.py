@@ -157,7 +157,8 @@ def _print_unreadable_verdict(
     """A file or folder ckpt-tui's reader refuses still gets torch.load(weights_only=True)'s verdict, from the
     scan alone (``scan``: already made, else made here); ``--json`` always prints its document."""
     judged = _verdict_alone(path, scan)
-    if judged is not None:
+    answers = judged is not None and judged.loads is not None
+    if judged is not None and answers:
         # the scan may find nothing wrong, but a file the reader refuses is never "loads"
         judged.doubt(f"ckpt-tui's reader refuses it ({exc})")
     if as_json:
@@ -165,7 +166,7 @@ def _print_unreadable_verdict(
         verdict = judged.to_json() if judged is not None else None
         print_json({"path": path, "readable": False, "error": str(exc), "weights_only": verdict})
         return
-    if judged is None:
+    if judged is None or not answers:
         return
     from ckpt_tui.cli.render import verdict_lines
 
@@ -173,7 +174,7 @@ def _print_unreadable_verdict(
 
 
 def _verdict_alone(path: str | list[str], scan: FileScan | None) -> Verdict | None:
-    """The verdict from the scan alone, where one applies (None: several paths, a missing path, or no answer)."""
+    """The verdict from the scan alone (None: several paths, a missing path, or a scan that fails)."""
     if not isinstance(path, str) or not os.path.exists(path):
         return None
     from ckpt_tui.core.weights_only.verdict import scan_file, verdict_from_scan
@@ -182,7 +183,7 @@ def _verdict_alone(path: str | list[str], scan: FileScan | None) -> Verdict | No
         judged = verdict_from_scan(scan or scan_file(path), None)
     except Exception:  # a hostile file: the read error alone is reported
         return None
-    return judged if judged.loads is not None else None
+    return judged
 
 
 def _compare(path: str | list[str], against: str | None, model: str | None, at: str | None, as_json: bool) -> int:
