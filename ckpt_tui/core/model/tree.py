@@ -609,7 +609,8 @@ class Checkpoint:
     clean, as ckpt-tui cannot tell what that code does."""
     hostile: list[str] = field(default_factory=list)
     """What no saver writes and readers disagree on (zip members whose names collide under torch's
-    comparison), in words: also in ``loader_problems``; ``convert`` refuses such a file."""
+    comparison: also in ``loader_problems``; a key in two shards of a set), in words; ``convert`` refuses
+    such a file."""
     index_metadata: dict[str, Any] = field(default_factory=dict)
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
     columns: FlatColumns | None = field(default=None, repr=False)

@@ -23,7 +23,15 @@ from ckpt_tui.core.weights_only.verdict import ScanBeside, Verdict, verdict
 if TYPE_CHECKING:  # numpy-backed: imported when values are read (a clean file's scan runs in a child)
     from ckpt_tui.core.values.stats import TensorStats
 
-PROBLEM_KINDS = ("unsafe-global", "missing-record", "bad-tensor", "loader-refuses", "load-runs-code", *RESUME_WARNINGS)
+PROBLEM_KINDS = (
+    "unsafe-global",
+    "missing-record",
+    "bad-tensor",
+    "loader-refuses",
+    "readers-disagree",
+    "load-runs-code",
+    *RESUME_WARNINGS,
+)
 
 
 @dataclass

@@ -279,6 +279,10 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
         summary.findings.append(Finding("unsafe-global", message, "warning", global_name=name))
     for problem in checkpoint.loader_problems:
         summary.findings.append(Finding("loader-refuses", problem, "warning"))
+    for problem in checkpoint.hostile:
+        # what the loader itself reads, but readers disagree on (a key in two shards): said here once
+        if problem not in checkpoint.loader_problems:
+            summary.findings.append(Finding("readers-disagree", problem, "warning"))
     for code in checkpoint.runs_code:
         summary.findings.append(Finding("load-runs-code", code, "warning"))
     # every fix checked before it is shown: none may lower a match the keys have

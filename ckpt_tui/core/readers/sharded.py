@@ -75,6 +75,8 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     note = f"{len(shards)} shards: " + ", ".join(shards)
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
+    # a key in a shard the index does not name for it: the real loaders take it too, so what is shown is in doubt
+    overlaps = _overlaps(weight_map, shards)
     notes = [note] + [f"shard {name}: {n}" for name, c in shards.items() for n in c.notes]
     return Checkpoint(
         path,
@@ -87,7 +89,64 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
         loader_problems=problems,
         index_metadata=dict(index_metadata),
         columns=columns,
+        hostile=overlaps,
     )
+
+
+KEYS_SHOWN = 3
+LOADERS = "transformers' from_pretrained and accelerate's load_checkpoint_in_model"
+
+
+def _keys(count: int) -> str:
+    return "1 key" if count == 1 else f"{count} keys"
+
+
+def _shard_keys(shard: Checkpoint) -> list[Any]:
+    """The keys a shard holds (what a loader that reads it whole gets)."""
+    columns = shard.flat_columns()
+    if columns is not None:
+        return list(columns.names)
+    return list(shard.root) if isinstance(shard.root, dict) else []
+
+
+def _overlaps(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> list[str]:
+    """Keys held by a shard the index does not name for them, in words (none for a set ``save_pretrained``
+    wrote). transformers and accelerate read every shard the index names, whole, in name order
+    (``sorted(set(weight_map.values()))``), each over the last: the last shard holding a key gives its value,
+    whatever the weight_map says; ckpt-tui shows the weight_map's copy."""
+    holders: dict[Any, list[str]] = {}
+    for name in sorted(shards):
+        for key in _shard_keys(shards[name]):
+            if weight_map.get(key) != name:
+                holders.setdefault(key, [])
+    if not holders:
+        return []
+    for name in sorted(shards):
+        for key in _shard_keys(shards[name]):
+            if key in holders:
+                holders[key].append(name)
+    twice = [key for key in holders if key in weight_map]
+    unlisted = [key for key in holders if key not in weight_map]
+    problems = []
+    if twice:
+        shown = "; ".join(
+            f"{key!r} in {' and '.join(holders[key])}, the weight_map naming {weight_map[key]} (shown here), "
+            f"the loaders ending with {holders[key][-1]}'s copy"
+            for key in twice[:KEYS_SHOWN]
+        )
+        more = f" (+{len(twice) - KEYS_SHOWN} more)" if len(twice) > KEYS_SHOWN else ""
+        problems.append(
+            f"{_keys(len(twice))} held by more than one shard: {shown}{more}. The value loaded depends on shard "
+            f"order: {LOADERS} load every shard whole, in name order, the last one winning"
+        )
+    if unlisted:
+        shown = "; ".join(f"{key!r} in {' and '.join(holders[key])}" for key in unlisted[:KEYS_SHOWN])
+        more = f" (+{len(unlisted) - KEYS_SHOWN} more)" if len(unlisted) > KEYS_SHOWN else ""
+        problems.append(
+            f"{_keys(len(unlisted))} in a shard but not in the weight_map (not shown here): {shown}{more}; "
+            f"{LOADERS} load them, as they load every shard whole"
+        )
+    return problems
 
 
 def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> dict[str, Any]:
