@@ -254,7 +254,8 @@ def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tupl
     va, vb = va.astype(np.float64, copy=False), vb.astype(np.float64, copy=False)
     delta = va - vb
     wa, wd = va * repeats, delta * repeats
-    return float(np.dot(wa, va)), float(np.dot(vb * repeats, vb)), float(np.dot(wd, delta)), float(np.dot(wa, vb))
+    # (in segments, as everywhere: one np.dot over a whole chunk runs on OpenBLAS's own threads)
+    return segmented_dot(wa, va), segmented_dot(vb * repeats, vb), segmented_dot(wd, delta), segmented_dot(wa, vb)
 
 
 # ---- a series of files -----------------------------------------------------------------------
