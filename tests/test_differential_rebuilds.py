@@ -226,6 +226,22 @@ EMULATED: dict[str, object] = {
     # the element count of a dense or meta tensor: torch refuses one past int64 (zero strides fit any storage)
     **{f"dense of size {dims}": part(dims, "float32") for dims in COUNTS},
     **{f"meta of size {dims}": meta_part(dims) for dims in COUNTS},
+    # a size or stride past int64 where a 0 makes the count 0: torch cannot unpack it into int64
+    "meta of size (0, 2**63)": meta_part((0, 2**63)),
+    "meta of size (0, 2**64)": meta_part((0, 2**64)),
+    "meta of size (0, 1) and stride (1, 2**63)": Call(
+        G(UTILS, "_rebuild_meta_tensor_no_storage"), (G("torch", "int64"), (0, 1), (1, 2**63), False)
+    ),
+    "meta of size (0, 1) and stride (1, -(2**63) - 1)": Call(
+        G(UTILS, "_rebuild_meta_tensor_no_storage"), (G("torch", "int64"), (0, 1), (1, -(2**63) - 1), False)
+    ),
+    "meta of size (0, 1) and stride (1, -(2**62) - 1)": Call(
+        G(UTILS, "_rebuild_meta_tensor_no_storage"), (G("torch", "int64"), (0, 1), (1, -(2**62) - 1), False)
+    ),
+    **{f"dense of size (0, 1) and stride (1, {s})": v2((0, 1), (1, s)) for s in (-(2**62), -(2**62) - 1, -(2**63))},
+    "dense of size (1, 1) and stride (1, -(2**62) - 1)": v2((1, 1), (1, -(2**62) - 1)),
+    "sparse COO of size (0, 2**63)": sparse_coo((0, 2**63)),
+    "sparse COO of size (0, 2**64)": sparse_coo((0, 2**64)),
     # compressed sparse layouts: only the size, the parts' devices and their data are checked by torch
     **COMPRESSED,
     # nested tensors with parts that are not tensors

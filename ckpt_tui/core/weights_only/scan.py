@@ -695,6 +695,9 @@ def _check_geometry_values(offset: int, size: Sequence[int], stride: Sequence[in
         or (stride and not -_INT64 <= min(stride) <= max(stride) < _INT64)
     ):
         raise Refusal("a tensor's offset, size or stride does not fit int64")
+    # set_ takes its strides as SymInts, which hold no int below -2**62 (even where a size 0 makes it unused)
+    if stride and min(stride) < _SYMINT_MIN:
+        raise Refusal(f"a tensor's stride {min(stride)} cannot be a SymInt (torch refuses it)")
     # torch's safe_compute_numel (refresh_numel after set_): the unsigned 64-bit product overflows (even before
     # a 0), or the count passes int64 (zero strides let such a tensor fit a one-element storage)
     if _count_overflows(size) or math.prod(size) >= _INT64:
@@ -707,6 +710,8 @@ def _check_geometry_values(offset: int, size: Sequence[int], stride: Sequence[in
 
 _INT64 = 1 << 63
 _U64 = 1 << 64
+_SYMINT_MIN = -(1 << 62)
+"""The least int a ``SymInt`` holds: torch refuses a size or stride below it ("cannot be represented as a SymInt")."""
 
 
 def _count_overflows(size: Sequence[int], limit: int = _U64) -> bool:
@@ -1079,6 +1084,8 @@ def _check_coo(indices: Any, values: Any, size: Any, is_coalesced: Any = None) -
     dims = _ints(size, "a sparse tensor's size")
     if dims and min(dims) < 0:
         raise Refusal("a sparse tensor has a negative size")
+    if dims and max(dims) >= _INT64:
+        raise Refusal("a sparse tensor's size does not fit int64")
     # torch's safe_compute_numel: the unsigned 64-bit product overflows (even before a 0), or the count passes int64
     if _count_overflows(dims) or math.prod(dims) >= _INT64:
         raise Refusal("a sparse tensor's element count does not fit int64 (torch: integer multiplication overflow)")
@@ -1093,10 +1100,6 @@ def _check_coo(indices: Any, values: Any, size: Any, is_coalesced: Any = None) -
         raise Refusal(f"a sparse tensor's size has {len(dims)} dims, its parts {sparse_dim} + {len(dense)}")
     if tuple(dims[sparse_dim:]) != dense:
         raise Refusal("a sparse tensor's values do not have the dense sizes of its size")
-
-
-_SYMINT_MIN = -(1 << 62)
-"""The least int a ``SymInt`` holds: torch refuses a size below it ("cannot be represented as a SymInt")."""
 
 
 def _check_compressed(compressed: Any, plain: Any, values: Any, size: Any) -> None:
@@ -1137,7 +1140,11 @@ def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     dtype_ref, size, stride, requires_grad = args
     dtype = _dtype(dtype_ref)
     sizes = _ints(size, "a meta tensor's size")
-    if len(sizes) != len(_ints(stride, "a meta tensor's stride")):
+    strides = _ints(stride, "a meta tensor's stride")
+    # torch.empty_strided unpacks both into int64 first
+    if any(not -_INT64 <= n < _INT64 for n in sizes + strides):
+        raise Refusal("a meta tensor's size or stride does not fit int64")
+    if len(sizes) != len(strides):
         raise Refusal("a meta tensor's size and stride differ in length")
     if sizes and min(sizes) < 0:
         raise Refusal("a meta tensor has a negative size")
