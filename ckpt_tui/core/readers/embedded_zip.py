@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import tarfile
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
@@ -150,6 +149,9 @@ def _read_legacy_item(view: FileRange, path: str, start: int, end: int, what: st
 
 def _is_tar(view: FileRange) -> bool:
     """Whether ``tarfile.open(mode="r:")`` opens the item, as torch's legacy loader tries first."""
+    # tarfile (and shutil, lzma, bz2 under it) only for an item that is not a zip: info stays light
+    import tarfile
+
     view.seek(0)
     try:
         with tarfile.open(fileobj=view, mode="r:", format=tarfile.PAX_FORMAT):
