@@ -17,7 +17,7 @@ from rich.cells import cell_len
 
 from ckpt_tui.tui import messages
 from ckpt_tui.tui.app import CkptApp
-from ckpt_tui.tui.screens.layers import CELL_COLUMNS, LayersScreen, LayersTable, cell_text
+from ckpt_tui.tui.screens.layers import CELL_COLUMNS, ROWS_PAGE, LayersScreen, LayersTable, cell_text
 from ckpt_tui.tui.widgets import tree_view
 
 SIZE = (120, 36)
@@ -167,7 +167,13 @@ async def test_layers_table_shows_the_cells_its_worker_wrote_in_columns_as_wide_
         screen = app.screen
         assert isinstance(screen, LayersScreen)
         table = screen.query_one(LayersTable)
-        assert table.row_count == 1000 and len(screen.texts) == 1000  # the first rows' cells, made by the worker
+        assert len(screen.texts) == 1000  # the first rows' cells, made by the worker
+        assert table.row_count == ROWS_PAGE  # a page of them in the table; the others as the cursor goes
+        await settle(pilot, "pagedown", "pagedown", "pagedown", "pagedown")
+        assert ROWS_PAGE < table.row_count < 1000
+        await settle(pilot, "G")
+        assert table.row_count == 1000 and table.cursor_row == 999
+        await settle(pilot, "g")
         columns = [str(column.key.value) for column in table.ordered_columns]
         for index in (0, 1, 517, 999):
             row = screen.shown[index]
@@ -199,14 +205,14 @@ async def test_check_all_on_a_clean_file_keeps_the_lines_shown(big_file: Path) -
         assert list(browser(app).tree_view.root.children[:50]) == lines  # not rebuilt: nothing to mark
 
 
-def test_progress_redraws_are_a_quarter_second_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_redraws_are_spaced_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [100.0]
     monkeypatch.setattr(messages.time, "monotonic", lambda: clock[0])
     posted: list[messages.Progress] = []
     poster = messages.ProgressPoster(posted.append, "layers", every=messages.REDRAW_EVERY)  # type: ignore[arg-type]
     for done in range(1, 1001):
-        clock[0] += 0.001  # a second in all: 4 redraws, not 50
+        clock[0] += 0.001  # a second in all: 3 redraws, not 50
         poster(done, 1000)
     fractions = [p.fraction for p in posted]  # here a fraction is the second it was reached at
-    assert len(fractions) == 4 and fractions[0] == 0.02
-    assert all(later - earlier >= 0.249 for earlier, later in pairwise(fractions))
+    assert len(fractions) == 3 and fractions[0] == 0.02
+    assert all(later - earlier >= messages.REDRAW_EVERY - 0.001 for earlier, later in pairwise(fractions))

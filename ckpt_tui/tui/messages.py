@@ -44,10 +44,10 @@ class Progress(Message, bubble=False):
         return isinstance(message, Progress) and (message.task, message.request) == (self.task, self.request)
 
 
-REDRAW_EVERY = 0.25
+REDRAW_EVERY = 0.4
 """Seconds between two progress redraws of a screen's bar: each redraw costs the UI thread a frame, and 50
-of them were most of what a 2-second read of 50,000 tensors cost it (a bar moving 4 times a second reads
-as moving)."""
+of them were most of what a 2-second read of 50,000 tensors cost it (a bar moving 2.5 times a second still
+reads as moving)."""
 
 
 class ProgressPoster(ProgressThrottle):

@@ -11,8 +11,8 @@ bytes by part with the "drop optimizer" figure (``z`` stages that edit, undoable
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -75,8 +75,18 @@ PLOT_HEIGHT = 5
 CELL_COLUMNS = TABLE_COLUMNS[2:]
 """The columns whose text is the row's own (not its mark, not its path): worked out once per row shown."""
 
-CellTexts = tuple[tuple[str, ...], tuple[str, ...]]
-"""A row's texts in :data:`CELL_COLUMNS`, whole and compact."""
+ROWS_PAGE = 100
+"""Rows added to the table at a time: the first fill builds a few screens of them, the rest follow the cursor."""
+
+
+class CellTexts(NamedTuple):
+    """A row's texts in :data:`CELL_COLUMNS`, whole and compact, its key path's, and their widths."""
+
+    whole: tuple[str, ...]
+    compact: tuple[str, ...]
+    path: str
+    widths: tuple[int, ...]
+    """The cells of ``whole`` then ``compact``, then the path, each in terminal cells."""
 
 
 def number(value: float | None, digits: int = 6) -> str:
@@ -100,7 +110,10 @@ def cell_text(row: TensorRow, column: str, compact: bool = False) -> str:
 
 def row_texts(row: TensorRow) -> CellTexts:
     """A row's cells but its mark and path, whole and compact (the worker makes those of the first rows shown)."""
-    return tuple(cell_text(row, c) for c in CELL_COLUMNS), tuple(cell_text(row, c, True) for c in CELL_COLUMNS)
+    whole = tuple(cell_text(row, c) for c in CELL_COLUMNS)
+    compact = tuple(cell_text(row, c, True) for c in CELL_COLUMNS)
+    path = printable(to_slash(row.path)) or "(root)"
+    return CellTexts(whole, compact, path, tuple(map(cell_len, (*whole, *compact, path))))
 
 
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
@@ -123,6 +136,32 @@ class LayersTable(DataTable[Any]):
         # time the first fill took the UI thread) would only confirm it
         fixed = all(not column.auto_width for column in self.columns.values())
         super()._update_dimensions(() if fixed else new_rows)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.waiting: list[Any] = []
+        """The rows to show, added a page at a time (``fill``)."""
+        self.cells_of: Callable[[Any], list[Text]] = lambda row: []
+
+    def fill(self, rows: list[Any], cells: Callable[[Any], list[Text]]) -> None:
+        """Show ``rows`` (after clearing those shown), each made into cells by ``cells`` as it is added: a page
+        now, the others as the cursor gets near them."""
+        self.clear()
+        self.waiting, self.cells_of = rows, cells
+        self.reach(0)
+
+    def reach(self, index: int) -> None:
+        """Add the rows up to ``index`` and a page past it (those not added yet)."""
+        added = self.row_count
+        if index < added - ROWS_PAGE // 2:  # well inside the rows added
+            return
+        end = min(len(self.waiting), max(index + 1 + ROWS_PAGE // 2, added + ROWS_PAGE))
+        if end > added:
+            self.add_rows([self.cells_of(row) for row in self.waiting[added:end]])
+
+    def action_scroll_bottom(self) -> None:
+        self.reach(len(self.waiting) - 1)
+        super().action_scroll_bottom()
 
 
 class LayersScreen(Screen[tuple[str, Any] | None]):
@@ -247,10 +286,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             width = path_width if column == "path" else found.compact if compact else found.width
             label = Text(labels[column], justify="left" if column in TEXT_COLUMNS else "right")
             table.add_column(label, key=column, width=width)
-        table.add_rows(
-            [self._cells(row, cells, shown, path_width, compact) for row, cells in zip(listed, texts, strict=True)]
-        )
+        table.fill(listed, lambda row: self._cells(row, self._texts(row), shown, path_width, compact))
         if focused is not None and focused in listed:
+            table.reach(rows.index(focused))
             table.move_cursor(row=rows.index(focused), animate=False)
         self.show_title()
         self.show_plot()
@@ -283,11 +321,11 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             marks = [self._mark(row) for row in rows]
             return Column(column, max(map(cell_len, [label, *marks])), max(map(cell_len, [label, *marks])))
         if column == "path":
-            widths = [cell_len(printable(to_slash(row.path)) or "(root)") for row in rows]
-            return Column(column, max([cell_len(label), *widths]), max([cell_len(label), *widths]))
+            widest = max([cell_len(label), *(cells.widths[-1] for cells in texts)])
+            return Column(column, widest, widest)
         at = CELL_COLUMNS.index(column)
-        whole = max([cell_len(label), *(cell_len(whole[at]) for whole, _ in texts)])
-        compact = max([cell_len(label), *(cell_len(short[at]) for _, short in texts)])
+        whole = max([cell_len(label), *(cells.widths[at] for cells in texts)])
+        compact = max([cell_len(label), *(cells.widths[len(CELL_COLUMNS) + at] for cells in texts)])
         return Column(column, whole, compact)
 
     def _mark(self, row: TensorRow) -> str:
@@ -306,9 +344,9 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
                 mark = self._mark(row)
                 cells.append(Text(mark, style="bold" if mark.startswith("!!") else ""))
             elif column == "path":
-                cells.append(Text(short_path(row.path, path_width)))
+                cells.append(Text(shorten(texts.path, path_width)))
             else:
-                text = texts[compact][CELL_COLUMNS.index(column)]
+                text = (texts.compact if compact else texts.whole)[CELL_COLUMNS.index(column)]
                 cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
         return cells
 
@@ -343,6 +381,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.query_one(LayersTable).reach(event.cursor_row)
         self.show_title()
         self.show_plot()
 
