@@ -397,3 +397,21 @@ async def test_the_browser_shows_compressed_sparse_files(outcomes: dict[str, Out
         await pilot.pause()
         node = app.query_one(CheckpointTree).cursor_node
         assert node is not None and str(node.label).startswith("a"), node
+
+
+def test_compressed_parts_on_cpu_and_cuda_are_cannot_tell(tmp_path: Path) -> None:
+    """Indices on cpu, values on cuda:0 (records of their own): one device under a map_location, two without."""
+    values = Call(
+        G(UTILS, "_rebuild_tensor_v2"),
+        (Pid(("storage", G("torch", "LongStorage"), "1", "cuda:0", 3)), 0, (0,), (1,), False, OD),
+    )
+    (tmp_path / "mixed").mkdir()
+    path = zip_file(
+        tmp_path / "mixed" / "mixed.pth",
+        compressed("csr", (part((4,)), part((0,)), values), (3, 6)),
+        [(b"archive/data/1", b"\0" * 24)],
+    )
+    (outcome,) = judge([path])
+    assert outcome.torch_true == "loads", describe(outcome)  # under map_location="cpu"
+    assert outcome.ours == "cannot tell" and not outcome.clean, describe(outcome)
+    assert "devices" in outcome.reason, describe(outcome)
