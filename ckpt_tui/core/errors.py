@@ -14,6 +14,11 @@ class ReadError(CkptError):
     """The input cannot be read as a checkpoint."""
 
 
+class UnwrittenRecord(ReadError):
+    """A zip record torch's reader "reads" without writing a byte of it (a directory to miniz, or compressed
+    size 0): ``torch.load`` hands back the buffer it allocated, uninitialised, never the record's bytes."""
+
+
 class EditError(CkptError):
     """An edit does not apply to this checkpoint (nothing to change, or a collision)."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.conventions.findings import where
 from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import ReadError, UnwrittenRecord
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
@@ -231,6 +231,10 @@ class _ExactReads:
 
         try:
             return tensor_stats(tensor, self.byteorder, self.cancelled)
+        except UnwrittenRecord as exc:
+            # torch.load gives it uninitialised memory: its values differ at each load, none are in the file
+            self.tally.problems.append(Problem("unread-tensor", f"{to_python(path)}: {exc}", path))
+            return None
         except ReadError as exc:
             self.tally.problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
             return None

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import ReadError, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import RecordSource, Storage
@@ -38,6 +38,8 @@ from ckpt_tui.core.readers.zip_archive import (
     multidisk_member,
     open_refusal,
     read_member,
+    unwritten,
+    unwritten_text,
 )
 
 MIN_VERSION, MAX_VERSION = 1, 10
@@ -67,11 +69,21 @@ class ZipRecords(RecordSource):
         return self.folder + key
 
     def entry(self, storage: Storage) -> ZipEntry:
-        """The central-directory entry of a storage's record."""
+        """The central-directory entry of a storage's record, whose bytes are read for its values: every
+        reader of a record's bytes (locate, inflate, the writers' spans) comes here first."""
         entry = self.entries.get(self.name(storage.key))
         if entry is None:
             raise ReadError(f"storage record {self.name(storage.key)} is missing from the archive")
+        if unwritten(entry):
+            # torch.load's values are whatever the buffer held, never these bytes: no one may show them as values
+            raise UnwrittenRecord(unwritten_text(entry))
         return entry
+
+    def unwritten(self, keys: list[str]) -> list[str]:
+        """The member names of the records of these keys that torch's reader leaves unwritten
+        (:func:`~ckpt_tui.core.readers.zip_archive.unwritten`): their tensors load as uninitialised memory."""
+        found = [self.entries.get(self.folder + key) for key in keys]
+        return [entry.name for entry in found if entry is not None and unwritten(entry)]
 
     def has(self, storage: Storage) -> bool:
         """Whether the archive holds the storage's record."""
@@ -145,6 +157,7 @@ class ZipRecords(RecordSource):
             and (offset := offsets.get(entry.name)) is not None
             and entry.compress == STORED
             and offset + entry.size <= end
+            and not unwritten(entry)
             else None
             for entry in found
         ]
@@ -311,6 +324,7 @@ class ZipLayout:
         refusal = open_refusal(entries, file_bytes)
         if refusal is not None:
             self.problems.append(f"{refusal}: torch.load refuses the whole archive")
+        self.problems += unwritten_small_records(entries, self.prefix)
         if self.prefix + "data.pkl" not in entries:
             self.prefix = self._other_data_pkl(path)
         self.data_pkl = self.prefix + "data.pkl"
@@ -326,6 +340,29 @@ class ZipLayout:
     def member(self, name: str) -> ZipEntry | None:
         """A member of the archive folder by its name inside it."""
         return self.entries.get(self.prefix + name)
+
+
+SMALL_RECORDS = (".data/version", "byteorder", ".data/serialization_id", ".format_version", ".storage_alignment")
+"""The small records torch reads whole when present (``version`` where ``.data/version`` is not)."""
+
+
+def unwritten_small_records(entries: ZipDirectory, prefix: str) -> list[str]:
+    """Problems for the small records torch reads that its reader leaves unwritten (data.pkl and storage
+    records are said where they are read); in a TorchScript archive, every member (torch.jit.load reads
+    its code, pickles and constants)."""
+    if not any(map(unwritten, entries.members)):
+        return []
+    if entries.listed(prefix + "constants.pkl"):
+        # (data.pkl refuses the read, storage records are said per tensor)
+        skipped = (prefix + "data.pkl", prefix + "data/")
+        found = [entry for entry in entries.members if unwritten(entry) and not entry.name.startswith(skipped)]
+    else:
+        names = [*SMALL_RECORDS, "version" if prefix + ".data/version" not in entries else ".data/version"]
+        found = [entry for entry in map(entries.get, [prefix + name for name in names]) if entry and unwritten(entry)]
+    if not found:
+        return []
+    more = f" (and {len(found) - 1} more members)" if len(found) > 1 else ""
+    return [f"{unwritten_text(found[0])}{more}"]
 
 
 MAX_LISTED_NAME = 511
@@ -375,6 +412,9 @@ def member_pickle(file: BinaryIO, layout: ZipLayout, name: str, file_bytes: int)
         raise ReadError(f"{layout.prefix}{name} is missing")
     if entry.flags & UNSUPPORTED_FLAGS:
         layout.problems.append(f"{entry.name} is marked encrypted or patch data: torch's zip reader cannot read it")
+    elif unwritten(entry):
+        # torch unpickles whatever that buffer held: the pickle in the file is not what it loads
+        raise UnwrittenRecord(unwritten_text(entry))
     data = layout.entries.read_kept(file, entry, file_bytes)
     if not crc_matches(entry, data):
         layout.notes.append(f"{entry.name} fails its CRC check (torch does not check CRCs; the file may be damaged)")
@@ -398,6 +438,7 @@ def load_with_records(
     judged as ``torch.jit.load`` judges it (records of any size, any device string as location).
     """
     wrong_sizes: list[str] = []
+    unwritten_records: list[ZipEntry] = []
     folder, entries, file_bytes = records.folder + key_prefix, records.entries, records.file_bytes
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
@@ -415,6 +456,8 @@ def load_with_records(
             raise ReadError(f"{what}: storage {key_prefix + key} declares {declared} bytes, more than the whole file")
         if entry is not None and entry.size != declared and not script:
             wrong_sizes.append(f"{entry.name} holds {entry.size} bytes where its storage needs {declared}")
+        elif entry is not None and unwritten(entry):
+            unwritten_records.append(entry)
         return Storage(key_prefix + key, dtype, location, numel, records, type_name)
 
     ids = PersistentIds(ZIP_FIELDS, make, script)
@@ -423,6 +466,9 @@ def load_with_records(
     if wrong_sizes:
         more = f" (and {len(wrong_sizes) - 1} more)" if len(wrong_sizes) > 1 else ""
         problems.append(f"record {wrong_sizes[0]}{more}: torch.load refuses records of the wrong size")
+    if unwritten_records:
+        more = f" (and {len(unwritten_records) - 1} more records)" if len(unwritten_records) > 1 else ""
+        problems.append(f"{unwritten_text(unwritten_records[0])}{more}: its tensors' values are not in the file")
     return root, problems
 
 

@@ -356,6 +356,28 @@ def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
     return entries
 
 
+def unwritten(entry: ZipEntry) -> bool:
+    """Whether torch's zip reader "reads" this member without writing a byte of it into the buffer it
+    allocated for the member's size: miniz's ``mz_zip_reader_extract_to_mem_no_alloc`` returns success at
+    once for a directory (a name ending ``/`` or the DOS directory attribute, ``mz_zip_reader_is_file_a_directory``)
+    and for a compressed size of 0, before it looks at the method, the flags or the local header. torch then
+    uses that buffer as it is: uninitialised memory, different at each load (an empty member is fine)."""
+    return entry.size > 0 and (entry.directory or not entry.compressed_size)
+
+
+def unwritten_text(entry: ZipEntry) -> str:
+    """Why :func:`unwritten` holds of a member, in a user's words."""
+    if entry.directory:
+        why = "trailing '/'" if entry.name.endswith("/") else "DOS directory attribute"
+        what = f"a directory to torch's zip reader ({why})"
+    else:
+        what = "compressed to 0 bytes"
+    return (
+        f"zip member {entry.name!r} is {what}: torch.load writes none of its {entry.size} bytes and uses "
+        "uninitialised memory instead, different at each load"
+    )
+
+
 def multidisk_member(entries: Mapping[str, ZipEntry]) -> str | None:
     """A member starting on a disk other than the first (or the one miniz takes for it): torch's zip
     reader refuses the whole archive as multidisk when it opens it."""

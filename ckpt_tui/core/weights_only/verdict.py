@@ -28,7 +28,7 @@ from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, 
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
-from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version
+from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version, unwritten_small_records
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
     STORED,
@@ -38,6 +38,8 @@ from ckpt_tui.core.readers.zip_archive import (
     multidisk_member,
     open_refusal,
     read_central_directory,
+    unwritten,
+    unwritten_text,
 )
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only import tables
@@ -378,6 +380,9 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     if archive is None or not _loads_as_checkpoint(file, entries, archive, size, scan):
         return scan
     _check_small_records(file, entries, archive, size, scan)
+    # torch reads uninitialised memory for such a record: what it makes of it cannot be told
+    for doubt in unwritten_small_records(entries, archive):
+        scan.doubt(doubt)
     records = archive + "data/"
     scan.deflated = any(m.compress == DEFLATED and m.name.startswith(records) for m in entries.members)
     candidates = entries.candidates(archive + "data.pkl")
@@ -488,6 +493,10 @@ def _scan_data_pkl(
         how = "marked encrypted or patch data" if entry.flags & UNSUPPORTED_FLAGS else f"compressed ({entry.compress})"
         scan.fail(f"{entry.name} is {how}: torch's zip reader cannot read it")
         return
+    if unwritten(entry):
+        # torch unpickles whatever the buffer held (it fails, mostly): the file's pickle is never read
+        scan.doubt(f"torch.load unpickles uninitialised memory: {unwritten_text(entry)}")
+        return
     try:
         # the bytes the tree reader read, when it read this member (never a second read of the file)
         data = entries.read_kept(file, entry, size, limit=MAX_PICKLE)
@@ -519,9 +528,14 @@ def _scan_data_pkl(
     what = "data.pkl" if entry is entries.get(archive + "data.pkl") else f"{entry.name} (a colliding data.pkl)"
     scan.absorb(scan_pickle(data, storage), what)
     keys = [key if type(key) is str else f"{key}" for key in [*loaded, *empty]]
-    unreadable = ZipRecords(path, entries, folder, size).unreadable(keys)
+    records = ZipRecords(path, entries, folder, size)
+    unreadable = records.unreadable(keys)
     if unreadable is not None:
         scan.fail(unreadable)  # torch reads each record as its storage is loaded
+    unwritten_records = records.unwritten(keys)
+    if unwritten_records:
+        # torch.load "loads" it, but with values of uninitialised memory: never a clean "loads"
+        scan.doubt(f"torch.load gives tensors uninitialised memory: {unwritten_text(entries[unwritten_records[0]])}")
 
 
 def _parses_as_int(raw: bytes) -> bool:

@@ -16,7 +16,7 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import RecordSource, Storage, ZipMembers
-from ckpt_tui.core.readers.zip_archive import LOCAL, STORED
+from ckpt_tui.core.readers.zip_archive import LOCAL, STORED, unwritten
 
 WINDOW = 1 << 20
 """Cache-sized: the bytes read are sliced, CRC-checked and copied out while they are still in the cache."""
@@ -142,7 +142,8 @@ class SourceReader:
         for index in range(first, min(first + limit, len(storages))):
             storage = storages[index]
             entry = entries.get(folder + storage.key) if storage.source is source else None
-            if entry is None or entry.compress != STORED or entry.size >= SMALL:
+            # (a record torch leaves unwritten goes on its own, to the reader's refusal)
+            if entry is None or entry.compress != STORED or entry.size >= SMALL or unwritten(entry):
                 break
             header_at, size = entry.header_offset, entry.size
             if not (start <= header_at and header_at + LOCAL.size <= end):
