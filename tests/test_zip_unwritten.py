@@ -218,3 +218,45 @@ def test_commands_never_present_the_record_bytes_as_loaded(tmp_path: Path, capsy
     shown = capsys.readouterr().out
     # the tensor's row says why it has no values; none of the record's are shown
     assert "uninitialised memory" in shown and "512.5" not in shown
+
+
+def flag_central(path: Path, name: bytes) -> None:
+    """Set the DOS directory attribute on every central-directory entry named ``name`` in ``path`` (the
+    archives a DCP ``.distcp`` file holds one after another included)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:
+        length = struct.unpack_from("<H", data, at + 28)[0]
+        if bytes(data[at + 46 : at + 46 + length]) == name:
+            struct.pack_into("<I", data, at + 38, struct.unpack_from("<I", data, at + 38)[0] | 0x10)
+        at = data.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(data))
+
+
+DCP_LOAD = """
+import sys, warnings, torch
+import torch.distributed.checkpoint as dcp
+warnings.simplefilter("ignore")
+state = {"w": torch.zeros(32, 32)}
+dcp.load(state, checkpoint_id=sys.argv[1])
+print(bool(torch.equal(state["w"], torch.arange(1.0, 1025.0).reshape(32, 32))))
+"""
+
+
+def test_dcp_items_torch_leaves_unwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A DCP chunk whose record is flagged a directory loads uninitialised memory in dcp.load: check reports
+    the tensor unread (exit 1); a byte item whose data.pkl is flagged (dcp.load unpickles uninitialised
+    memory, weights_only=False) is refused in one line (exit 2)."""
+    from builders import write_dcp
+
+    chunk = write_dcp({"w": VALUES.reshape(32, 32)}, tmp_path / "chunk")
+    flag_central(next(chunk.glob("*.distcp")), b"archive/data/0")
+    done = subprocess.run([sys.executable, "-c", DCP_LOAD, str(chunk)], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "False", done.stderr[-500:]  # dcp.load's values are not the file's
+    assert main(["check", str(chunk)]) == 1
+    assert "[unread-tensor]" in capsys.readouterr().out
+    item = write_dcp({"lr": 0.1}, tmp_path / "item")
+    flag_central(next(item.glob("*.distcp")), b"archive/data.pkl")
+    assert main(["check", str(item)]) == 2
+    err = capsys.readouterr().err
+    assert "uninitialised memory" in err and len(err.strip().splitlines()) == 1

@@ -20,8 +20,16 @@ from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle, storage_from_pid, unsafe_note
 from ckpt_tui.core.readers.legacy import MAGIC_NUMBER, read_legacy_stream
-from ckpt_tui.core.readers.torch_zip import ZipRecords
-from ckpt_tui.core.readers.zip_archive import STORED, ZipDirectory, data_offset, read_central_directory, read_member
+from ckpt_tui.core.readers.torch_zip import ZipRecords, unwritten_small_records
+from ckpt_tui.core.readers.zip_archive import (
+    STORED,
+    ZipDirectory,
+    data_offset,
+    read_central_directory,
+    read_member,
+    unwritten,
+    unwritten_text,
+)
 
 
 class FileRange(io.RawIOBase):
@@ -188,6 +196,11 @@ def _read_zip_item(
         raise ReadError(f"{what}: no data.pkl in the item's archive")
     data_name = min(data_names, key=lambda n: n.count("/"))
     prefix = data_name[: -len("data.pkl")]
+    # torch.load (weights_only=False, in dcp.load) would unpickle or parse uninitialised memory
+    data_entry = entries.listed_as(data_name)
+    unread = [unwritten_text(data_entry)] if unwritten(data_entry) else unwritten_small_records(entries, prefix)
+    if unread:
+        raise ReadError(f"{what}: {unread[0]}")
     try:
         offsets = {n: data_offset(file, e) for n, e in entries.items() if n.startswith(prefix + "data/")}
         data = read_member(file, entries.listed_as(data_name), end)
