@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ckpt_tui.cli.parser import build_parser, explain, mistyped_command, with_command
-from ckpt_tui.core.errors import CkptError, EditError, NoSuchKey
+from ckpt_tui.core.errors import BadArgument, CkptError, EditError, NoSuchKey
 
 
 def run() -> NoReturn:
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         remove_on_signals()  # SIGTERM/SIGHUP remove the temporary file of a write under way (any thread's)
     try:
         return _run(args)
-    except NoSuchKey as exc:  # a path the user gave is not in the file: a bad argument
+    except (NoSuchKey, BadArgument) as exc:  # a path not in the file, a malformed option: a bad argument
         _error(exc)
         return 2
     except EditError as exc:

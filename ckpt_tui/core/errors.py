@@ -32,6 +32,11 @@ class NoSuchKey(EditError):
     """A key path given by the user is not in the file (a bad argument: the CLI exits 2)."""
 
 
+class BadArgument(EditError):
+    """An edit's argument is malformed, whatever the file (a rename rule without OLD=, a device torch cannot
+    parse, an empty prefix): a bad argument, the CLI exits 2."""
+
+
 class WriteError(CkptError):
     """A write was refused or failed; nothing was left behind."""
 

@@ -22,7 +22,7 @@ from typing import Any
 from ckpt_tui.core.conventions.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, is_optimizer, is_scheduler, tensor_items
-from ckpt_tui.core.errors import EditError, NothingChanges
+from ckpt_tui.core.errors import BadArgument, EditError, NothingChanges
 from ckpt_tui.core.model.describe import count, counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
@@ -216,7 +216,7 @@ def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None, lightning:
         if not prefix:
             raise EditError(no_wrapper_message(root, where))
     if not prefix:
-        raise EditError("the prefix is empty")
+        raise BadArgument("the prefix is empty")
     rebuilt, target, change = _rename_keys(root, where, KeyRenamer(strip=prefix), f"strip {prefix!r}")
     _strip_metadata(rebuilt.version_of(target), prefix)
     return rebuilt.root, change
@@ -237,7 +237,7 @@ def _strip_metadata(state: Any, prefix: str) -> None:
 def add_prefix(root: Any, prefix: str, path: KeyPath | None = None) -> Result:
     """Put ``prefix`` in front of every key (and every ``_metadata`` entry)."""
     if not prefix:
-        raise EditError("the prefix is empty")
+        raise BadArgument("the prefix is empty")
     where = default_target(root) if path is None else path
     rebuilt, target, change = _rename_keys(root, where, KeyRenamer(add=prefix), f"add {prefix!r}")
     state = rebuilt.version_of(target)
@@ -299,9 +299,9 @@ class RenameRule:
         """``OLD=NEW`` (split at the first ``=``); NEW may be empty for a component to remove."""
         old, sep, new = spec.partition("=")
         if not sep or not old:
-            raise EditError(f"a rename rule takes OLD=NEW, got {spec!r}")
+            raise BadArgument(f"a rename rule takes OLD=NEW, got {spec!r}")
         if anywhere and (old.startswith(".") or old.endswith(".") or new.startswith(".") or new.endswith(".")):
-            raise EditError(f"--rename-infix takes dotted components without outer dots, got {spec!r}")
+            raise BadArgument(f"--rename-infix takes dotted components without outer dots, got {spec!r}")
         return cls(old, new, anywhere)
 
 
@@ -344,7 +344,7 @@ class RuleIndex:
 def rename_keys_by_rules(root: Any, rules: Sequence[RenameRule], path: KeyPath | None = None) -> Result:
     """Apply rename rules in order (each to the result of the previous) to every key; count each rule's moves."""
     if not rules:
-        raise EditError("no rename rules")
+        raise BadArgument("no rename rules")
     where = default_target(root) if path is None else path
     moved = [0] * len(rules)
     index = RuleIndex(rules)
@@ -600,7 +600,7 @@ def parse_device_map(spec: str) -> Callable[[str], str]:
     """``cpu``, ``cuda:0``, or ``cuda:1=cuda:0,cuda:2=cpu`` as a function of the saved location."""
     spec = spec.strip()
     if not spec:
-        raise EditError("empty device mapping")
+        raise BadArgument("empty device mapping")
     if "=" not in spec:
         _check_device(spec)
         return lambda location: spec
@@ -616,8 +616,19 @@ def parse_device_map(spec: str) -> Callable[[str], str]:
 
 def _check_device(text: str) -> None:
     kind, _, index = text.partition(":")
-    if kind not in {"cpu", "cuda", "mps", "xpu", "meta", "hpu", "npu", "xla"} or (index and not index.isdigit()):
-        raise EditError(f"not a device: {text!r} (expected cpu, cuda:N, ...)")
+    if kind not in {"cpu", "cuda", "mps", "xpu", "meta", "hpu", "npu", "xla"} or (index and not _device_index(index)):
+        raise BadArgument(f"not a device: {text!r} (expected cpu, cuda:N with N from 0 to {MAX_DEVICE_INDEX}, ...)")
+
+
+MAX_DEVICE_INDEX = 127
+"""torch keeps a device index in 8 bits: ``torch.device("cuda:128")`` is ``cuda:-128``, and a longer number does not
+parse, so a location tag past 127 loads on another device or not at all."""
+
+
+def _device_index(text: str) -> bool:
+    """An index ``torch.device`` parses as itself: ASCII digits, no leading zero, at most 127."""
+    digits = text.isascii() and text.isdigit() and (text == "0" or not text.startswith("0"))
+    return digits and int(text) <= MAX_DEVICE_INDEX
 
 
 def remap_devices(root: Any, spec: str) -> Result:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
-from ckpt_tui.core.errors import EditError, NoSuchKey, NothingChanges, ReadError, WriteError
+from ckpt_tui.core.errors import BadArgument, EditError, NoSuchKey, NothingChanges, ReadError, WriteError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
@@ -273,7 +273,7 @@ class _Edits:
         for spec in self.options.rename:
             old, sep, new = spec.rpartition("=")
             if not sep or not old or not new:
-                raise EditError(f"--rename takes OLD=NEW, got {spec!r}")
+                raise BadArgument(f"--rename takes OLD=NEW, got {spec!r}")
             self.run(edits.rename, self.root, resolve_path(self.root, old), new)
 
     def strip_prefix(self, lightning: bool) -> None:
