@@ -4,8 +4,9 @@ Every read stays inside the tensor's storage record (a deflated zip record is in
 first, within the archive's inflate cap): the lowest and the highest element a view
 touches are both checked against the record before anything is mapped, and strided views are
 built by numpy over a buffer cut to the record, which checks the same bounds again. Contiguous
-tensors are read with positioned reads; strided views go through an mmap whose pages are released
-after each chunk.
+tensors are read with positioned reads, or, for a pass that asks for reused buffers (statistics,
+diff --stats, average), through a map of each chunk (no copy out of the page cache); strided views go
+through an mmap whose pages are released after each chunk.
 
 A view that repeats elements (a stride of 0, as ``expand`` makes, or overlapping strides) is read
 as its storage: :meth:`TensorReader.distinct_chunks` gives each stored element once with the number
