@@ -29,6 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from ckpt_tui.cli import main
+from ckpt_tui.core.edits.tree_edits import parse_device_map
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers.open import open_checkpoint
 
@@ -340,3 +341,34 @@ def test_device_tags_left_out_of_a_safetensors_file_are_said(tmp_path: Path, cap
     out = capsys.readouterr().out
     assert "left out (safetensors holds tensor values only): the device tag cuda:0 of 'a.weight', 'b.weight'" in out
     assert load_file(tmp_path / "out.safetensors")["b.weight"].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--map-location", "cuda:99999999999999999999"],
+        ["--map-location", "cuda:128"],
+        ["--map-location", "cuda:01"],
+        ["--map-location", "cuda:-1"],
+        ["--map-location", "cpu=cpu=cpu"],
+        ["--rename", "="],
+        ["--rename-infix", "="],
+    ],
+)
+def test_a_malformed_edit_argument_is_a_bad_argument(tmp_path: Path, capsys, option: list[str]) -> None:
+    # exit 2 (bad argument), never 1 ("the edit does not apply"), and no output, whatever the file
+    torch.save({"w": torch.arange(4.0)}, tmp_path / "ok.pth")
+    try:
+        code, _, err = convert(capsys, tmp_path / "ok.pth", "-o", tmp_path / "x.pth", *option)
+    except SystemExit as exc:  # refused by the option parser itself
+        code, err = exc.code, capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert not (tmp_path / "x.pth").exists()
+
+
+@pytest.mark.parametrize("index", [0, 1, 127])
+def test_a_device_index_torch_parses_is_written_as_given(index: int) -> None:
+    # torch keeps an index in 8 bits: 127 is the last that loads as itself
+    assert str(torch.device(f"cuda:{index}")) == f"cuda:{index}"
+    assert str(torch.device("cuda:128")) != "cuda:128"
+    assert parse_device_map(f"cuda:{index}")("cpu") == f"cuda:{index}"
