@@ -114,6 +114,11 @@ def _overlaps(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> list
     wrote). transformers and accelerate read every shard the index names, whole, in name order
     (``sorted(set(weight_map.values()))``), each over the last: the last shard holding a key gives its value,
     whatever the weight_map says; ckpt-tui shows the weight_map's copy."""
+    # a set save_pretrained wrote: each shard's keys all mapped to it (one C pass per shard, no loop per key)
+    if not any(
+        any(map(operator.ne, map(weight_map.get, _shard_keys(c)), itertools.repeat(n))) for n, c in shards.items()
+    ):
+        return []
     holders: dict[Any, list[str]] = {}
     for name in sorted(shards):
         for key in _shard_keys(shards[name]):
