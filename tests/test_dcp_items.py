@@ -59,20 +59,26 @@ def _saved(value: Any, legacy: bool = False) -> bytes:
 W = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 0.5
 
 
-def _folder(tmp_path: Path, lr_item: bytes | None = None, w_item: bytes | None = None) -> Path:
-    """``dcp.save({"w": W, "extra": {"lr": 0.1}})`` with its items replaced: one ``.distcp`` file holding the
-    given bytes, ``.metadata`` rewritten to place them (as FileSystemWriter would)."""
+def _folder(
+    tmp_path: Path, lr_item: bytes | None = None, w_item: bytes | None = None, v_item: bytes | None = None
+) -> Path:
+    """``dcp.save({"w": W, "extra": {"lr": 0.1}})`` (and ``"v": W`` with ``v_item``) with its items replaced:
+    one ``.distcp`` file holding the given bytes, ``.metadata`` rewritten to place them (as
+    FileSystemWriter would)."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.filesystem import _StorageInfo
 
-    folder = write_dcp({"w": W, "extra": {"lr": 0.1}}, tmp_path / "ckpt")
+    state: dict[str, Any] = {"w": W, "extra": {"lr": 0.1}}
+    if v_item is not None:
+        state["v"] = W.clone()
+    folder = write_dcp(state, tmp_path / "ckpt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         metadata = FileSystemReader(str(folder)).read_metadata()
-    blobs = {
-        "extra.lr": lr_item if lr_item is not None else _saved(0.1),
-        "w": w_item if w_item is not None else _saved(W),
-    }
+    lr_item = lr_item if lr_item is not None else _saved(0.1)
+    blobs = {"extra.lr": lr_item, "w": w_item if w_item is not None else _saved(W)}
+    if v_item is not None:
+        blobs["v"] = v_item
     for name in os.listdir(folder):
         if name.endswith(".distcp"):
             (folder / name).unlink()
@@ -175,32 +181,42 @@ def test_a_legacy_item_whose_magic_number_pickle_is_a_payload_is_unsafe(
     assert canary.exists()
 
 
-def test_a_tensor_item_with_a_hidden_payload_is_refused_as_dcp_load_refuses_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A tensor item is read with weights_only=True: a call hidden by POP before the tensor makes dcp.load
-    fail (nothing runs), so the folder is not clean, though the tensor reads."""
+def _hidden_payload(canary: Path) -> bytes:
+    """``torch.save(W)`` whose data.pkl calls ``os.system`` and drops the result (POP) before the tensor."""
     import zipfile
 
-    canary = tmp_path / "CANARY"
-    plain = _saved(W)
     command = f"touch {canary}".encode()
     gadget = b"cposix\nsystem\nX" + len(command).to_bytes(4, "little") + command + b"\x85R0"
     rewritten = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(plain)) as source, zipfile.ZipFile(rewritten, "w") as target:
+    with zipfile.ZipFile(io.BytesIO(_saved(W))) as source, zipfile.ZipFile(rewritten, "w") as target:
         for info in source.infolist():
             data = source.read(info)
             if info.filename.endswith("/data.pkl"):
                 data = data[:2] + gadget + data[2:]  # after PROTO
             target.writestr(info.filename, data)
-    folder = _folder(tmp_path, w_item=rewritten.getvalue())
+    return rewritten.getvalue()
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["alone", "beside-a-clean-item-of-its-shape"])
+def test_a_tensor_item_with_a_hidden_payload_is_refused_as_dcp_load_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], second: bool
+) -> None:
+    """A tensor item is read with weights_only=True: a call hidden by POP before the tensor makes dcp.load
+    fail (nothing runs), so the folder is not clean, though the tensor reads. Items of one shape are judged
+    once: the payload's item is still judged on its own bytes."""
+    canary = tmp_path / "CANARY"
+    folder = (
+        _folder(tmp_path, v_item=_hidden_payload(canary))
+        if second
+        else _folder(tmp_path, w_item=_hidden_payload(canary))
+    )
     real = _real_load(folder, tmp_path)
     assert not real["ok"] and "weights_only" in real["error"].lower()
     assert not canary.exists()
     assert main(["check", "--json", str(folder)]) == 1
     report = json.loads(capsys.readouterr().out)
     verdict = report["weights_only"]
-    assert verdict["answer"] == "refuses" and "tensor item 'w'" in verdict["reason"]
+    assert verdict["answer"] == "refuses" and ("tensor item 'v'" if second else "tensor item 'w'") in verdict["reason"]
     assert main(["check", str(folder)]) == 1
     assert "weights_only: torch.load REFUSES it" in capsys.readouterr().out
     assert not canary.exists()

@@ -10,6 +10,8 @@ blocker is data. Nothing here imports torch, numpy or anything the file names.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 import struct
@@ -31,6 +33,7 @@ from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_
 from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version, unwritten_small_records
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
+    LOCAL,
     STORED,
     UNSUPPORTED_FLAGS,
     ZipDirectory,
@@ -236,9 +239,16 @@ def _scan_dcp(folder: str) -> FileScan:
     except (ReadError, OSError):
         return quiet  # the reader says why (its one-line error)
     chunks = FileScan("dcp")
+    # items that differ in their records' bytes alone get one answer (most chunks of a model share a shape)
+    judged: dict[bytes, FileScan] = {}
     for label, path, start, length in items:
         try:
-            part = scan_item(path, start, length)
+            signature = _item_signature(path, start, length)
+            part = judged.get(signature) if signature is not None else None
+            if part is None:
+                part = scan_item(path, start, length)
+            if signature is not None:
+                judged[signature] = part
         except (ReadError, OSError) as exc:
             part = FileScan("dcp")
             part.fail(f"cannot be read ({exc})")
@@ -246,6 +256,47 @@ def _scan_dcp(folder: str) -> FileScan:
     if chunks.reason is None and chunks.unknown is None and not chunks.refused and not chunks.hidden:
         return quiet
     return chunks
+
+
+MAX_SIGNED_MEMBER = 1 << 20
+"""A zip item member (not a record) longer than this is not signed: the item is scanned on its own."""
+LOCAL_CRC = slice(14, 18)
+UNSIGNED_CONTENT = ("/data/", "/.data/serialization_id")
+"""Members whose bytes no verdict reads: storage records, and the id every torch.save writes anew."""
+
+
+def _item_signature(path: str, start: int, length: int) -> bytes | None:
+    """What :func:`scan_item` reads of a zip item, hashed: every member's central-directory fields and
+    local header but the CRC (torch does not check CRCs), and every member's bytes but the records' and
+    the serialization id's. Two items with one signature get one verdict. None for an item that is not a
+    plain zip (legacy, colliding names, several disks): it is scanned on its own."""
+    with places.open_stream(path) as file:
+        view = FileRange(file, start, length)
+        if view.read(4) != b"PK\x03\x04":
+            return None
+        try:
+            entries = read_central_directory(view, length)  # type: ignore[arg-type]
+        except ReadError:
+            return None
+        if entries.collisions or entries.disagreement:
+            return None
+        digest = hashlib.sha256(repr((length, entries.this_disk)).encode())
+        for entry in entries.members:
+            fields_but_crc = dataclasses.replace(entry, crc=0)
+            digest.update(repr(fields_but_crc).encode())
+            view.seek(entry.header_offset)
+            header = bytearray(view.read(LOCAL.size))
+            if len(header) < LOCAL.size:
+                return None
+            header[LOCAL_CRC] = b"\0\0\0\0"
+            name_length, extra_length = LOCAL.unpack(header)[-2:]
+            digest.update(bytes(header) + view.read(name_length + extra_length))
+            if any(part in entry.name for part in UNSIGNED_CONTENT) and not entry.name.endswith("/data.pkl"):
+                continue
+            if entry.compressed_size > MAX_SIGNED_MEMBER:
+                return None
+            digest.update(b"\0content" + view.read(entry.compressed_size))
+        return digest.digest()
 
 
 MAX_ITEM_PICKLES = 256 << 20
