@@ -228,3 +228,21 @@ def test_a_clean_dcp_folder_stays_clean(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["check", "--json", str(folder)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["weights_only"]["answer"] is None
+
+
+def test_a_metadata_pickle_that_is_only_a_payload_is_unreadable_and_unsafe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dcp.load`` reads ``.metadata`` with ``pickle.load``: a payload there runs before anything fails."""
+    canary = tmp_path / "CANARY"
+    folder = _folder(tmp_path)
+    (folder / ".metadata").write_bytes(pickle.dumps(Payload(canary), protocol=2))
+    assert main(["check", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "not a DCP Metadata object" in err and "it is UNSAFE" in err and "posix.system" in err
+    assert main(["check", "--json", str(folder)]) == 2
+    assert "it is UNSAFE" in json.loads(capsys.readouterr().out)["error"]
+    assert not canary.exists()
+    real = _real_load(folder, tmp_path)
+    assert not real["ok"]
+    assert canary.exists()
