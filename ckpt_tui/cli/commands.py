@@ -16,6 +16,7 @@ from ckpt_tui.core.errors import ReadError
 
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
+    from ckpt_tui.core.readers.read_once import PickleBytes
     from ckpt_tui.core.readers.zip_archive import ZipDirectory
     from ckpt_tui.core.weights_only.verdict import FileScan, Verdict
 
@@ -83,17 +84,17 @@ def check(args: argparse.Namespace) -> int:
 
 def _check(path: str | list[str], as_json: bool) -> int:
     from ckpt_tui.core.operations.check import check_checkpoint
-    from ckpt_tui.core.readers.zip_checkpoint import when_pickle_read
+    from ckpt_tui.core.readers.read_once import when_pickle_read
     from ckpt_tui.core.weights_only.verdict import ScanBeside
 
-    # the verdict on the second core, over the bytes the tree is read from: a zip's pickle is read once, and
-    # judged in a child started as soon as it is read; other files once read
+    # the verdict on the second core, over the bytes the tree is read from: a zip's or legacy file's pickle is
+    # read once, and judged in a child started as soon as it is read; other files once read
     beside = ScanBeside()
     given = path if isinstance(path, str) and os.path.isfile(path) else None
 
-    def pickle_read(read: str, entries: ZipDirectory) -> None:
+    def pickle_read(read: str, what_was_read: ZipDirectory | PickleBytes) -> None:
         if read == given:  # (not a file inside a folder the given file opens)
-            beside.start(read, entries)
+            beside.start(read, what_was_read)
 
     try:
         with when_pickle_read(pickle_read):

@@ -619,7 +619,8 @@ class Checkpoint:
     """The framework layout a distributed reader recognised ("DeepSpeed ZeRO-2, 2 ranks, bf16"), else None."""
     archive: Any = field(default=None, repr=False)
     """What its reader read of the file to build the tree (a zip's records: its central directory and the
-    pickle's bytes, read once), for the weights_only verdict to judge those same bytes; None elsewhere."""
+    pickle's bytes, read once; a legacy file's or plain pickle's ``PickleBytes``), for the weights_only
+    verdict to judge those same bytes; None elsewhere."""
 
     def flat_columns(self) -> FlatColumns | None:
         """The columns of the root as it is now, or None (no columns, or the root was replaced)."""

@@ -9,6 +9,7 @@ number pickle and then push the expected number.
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -19,6 +20,7 @@ from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
+from ckpt_tui.core.readers.read_once import CHUNK, PickleBytes, ReadOnce, pickle_read
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -50,18 +52,33 @@ class LegacyRecords(RecordSource):
 
 
 def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
-    """Read a legacy torch file, or a plain pickle, without touching tensor data."""
+    """Read a legacy torch file, or a plain pickle, without touching tensor data.
+
+    Its pickles are read from the file once (:class:`ReadOnce`) and kept as the checkpoint's ``archive``
+    (:class:`PickleBytes`, with the element counts read after them): the weights_only verdict judges
+    those very bytes. Whether the file is taken or refused, :func:`pickle_read` hands them on."""
     unsafe: set[str] = set()
-    with places.open_stream(path) as file:
-        first = load_pickle(file, None, f"{path}: pickle", unsafe)
-        if type(first) is not int or first != MAGIC_NUMBER:
-            note = "a plain pickle, not a torch checkpoint (torch.load refuses it: no magic number)"
-            return Checkpoint(path, "pickle", first, file_bytes, notes=[note], unsafe_globals=unsafe)
-        return _read_legacy(path, file, file_bytes, unsafe)
+    with places.open_stream(path) as raw:
+        once = ReadOnce(raw, file_bytes)
+        read = PickleBytes(path, file_bytes, once.kept)  # (grows as the pickles are read)
+        file = io.BufferedReader(once, buffer_size=CHUNK)
+        try:
+            first = load_pickle(file, None, f"{path}: pickle", unsafe)
+            if type(first) is not int or first != MAGIC_NUMBER:
+                note = "a plain pickle, not a torch checkpoint (torch.load refuses it: no magic number)"
+                checkpoint = Checkpoint(path, "pickle", first, file_bytes, notes=[note], unsafe_globals=unsafe)
+            else:
+                checkpoint = _read_legacy(path, file, file_bytes, unsafe, read)
+        finally:
+            read.data = bytes(once.kept)
+            pickle_read(path, read)
+    checkpoint.archive = read
+    return checkpoint
 
 
-def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -> Checkpoint:
-    root, problems = read_legacy_stream(path, file, 0, file_bytes, unsafe, f"{path}: legacy checkpoint")
+def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str], read: PickleBytes) -> Checkpoint:
+    what = f"{path}: legacy checkpoint"
+    root, problems = read_legacy_stream(path, file, 0, file_bytes, unsafe, what, read)
     # torch writes and reads a legacy storage's bytes little-endian whatever the saving host was
     # (THPStorage_writeFileRaw/readFileRaw swap on a big-endian host only): _legacy_load never reads
     # sys_info's little_endian, so neither does this reader
@@ -71,11 +88,12 @@ def _read_legacy(path: str, file: BinaryIO, file_bytes: int, unsafe: set[str]) -
 
 
 def read_legacy_stream(
-    path: str, file: BinaryIO, base: int, end: int, unsafe: set[str], what: str
+    path: str, file: BinaryIO, base: int, end: int, unsafe: set[str], what: str, read: PickleBytes | None = None
 ) -> tuple[Any, list[str]]:
     """The object of a legacy stream whose magic-number pickle ``file`` has just read, and what torch.load
     would refuse in it (in words). ``file`` reads ``path`` from ``base`` (a DCP item's byte range, or 0),
-    which ends at ``end``: the storages' offsets are absolute offsets of ``path``."""
+    which ends at ``end``: the storages' offsets are absolute offsets of ``path``. ``read``: what was read of
+    the file from its start, where the element counts are found (and those read after it kept)."""
     protocol = load_pickle(file, None, what, unsafe)
     if type(protocol) is not int or protocol != PROTOCOL_VERSION:
         raise ReadError(f"{what}: unsupported protocol version")
@@ -99,12 +117,12 @@ def read_legacy_stream(
     if not isinstance(keys, list) or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
     problems = ids.problems()
-    problems += _scan(file, base + file.tell(), keys, ids.cache, end, path)
+    problems += _scan(read, base + file.tell(), keys, ids.cache, end, path)
     return root, problems
 
 
 def _scan(
-    file: BinaryIO,
+    read: PickleBytes | None,
     start: int,
     keys: list[str | int],
     storages: dict[Any, Storage | StorageView],
@@ -118,7 +136,7 @@ def _scan(
     try:
         # where each count should be, as the pickle's sizes say: a remote file fetches them together
         source.prefetch(list(_expected_counts(position, keys, storages)))
-        _find_records(source, position, keys, storages, file_bytes, problems)
+        _find_records(read, source, position, keys, storages, file_bytes, problems)
     finally:
         source.close()
     return problems  # a key listed twice is read twice, the second kept (as torch does); unlisted ones are missing
@@ -137,6 +155,7 @@ def _expected_counts(
 
 
 def _find_records(
+    read: PickleBytes | None,
     source: places.ByteSource,
     position: int,
     keys: list[str | int],
@@ -152,7 +171,8 @@ def _find_records(
         if isinstance(storage, StorageView):
             problems.append(f"storage key {key!r} names a legacy view: how torch.load fills it is not modelled here")
             break
-        head = source.read_at(position, COUNT.size)
+        # (from what the reader read, or kept for the verdict)
+        head = read.read_at(source, position, COUNT.size) if read is not None else source.read_at(position, COUNT.size)
         if len(head) < COUNT.size:
             problems.append(f"storage {key!r} is missing: the file ends first (truncated?)")
             break

@@ -3,15 +3,14 @@ told apart by its ``constants.pkl``)."""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.readers.pth_columns import state_dict_columns
+from ckpt_tui.core.readers.read_once import pickle_read
 from ckpt_tui.core.readers.torch_zip import (
     ZipLayout,
     ZipRecords,
@@ -20,22 +19,7 @@ from ckpt_tui.core.readers.torch_zip import (
     member_pickle,
     zip_byteorder,
 )
-from ckpt_tui.core.readers.zip_archive import ZipDirectory, read_central_directory
-
-PickleRead = Callable[[str, ZipDirectory], None]
-_pickle_read: contextvars.ContextVar[PickleRead | None] = contextvars.ContextVar("pickle_read", default=None)
-
-
-@contextlib.contextmanager
-def when_pickle_read(callback: PickleRead) -> Iterator[None]:
-    """Call ``callback(path, entries)`` as soon as a zip checkpoint's data.pkl has been read, before its tree
-    is built: ``entries`` keeps the bytes read (:meth:`ZipDirectory.read_kept`), so work started then (the
-    weights_only scan in a forked child) judges the bytes the tree is built from, while the tree is built."""
-    token = _pickle_read.set(callback)
-    try:
-        yield
-    finally:
-        _pickle_read.reset(token)
+from ckpt_tui.core.readers.zip_archive import read_central_directory
 
 
 def read_zip(
@@ -63,9 +47,7 @@ def read_zip(
     except ReadError as exc:
         message = str(exc)
         raise ReadError(message if message.startswith(path) else f"{path}: {message}") from None
-    callback = _pickle_read.get()
-    if callback is not None:
-        callback(path, layout.entries)
+    pickle_read(path, layout.entries)
     records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
     unsafe: set[str] = set()
     root, problems = load_with_records(

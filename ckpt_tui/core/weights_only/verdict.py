@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import re
 import struct
@@ -29,6 +30,7 @@ from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
+from ckpt_tui.core.readers.read_once import PickleBytes
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version, unwritten_small_records
 from ckpt_tui.core.readers.zip_archive import (
@@ -151,36 +153,48 @@ class FileScan(Findings):
 class ScanBeside:
     """:func:`scan_file` of a file, in a forked child (:mod:`.forked`) while the caller goes on.
 
-    Started with the zip entries its reader read (:meth:`start` as the reader's pickle-read callback, or
-    :meth:`of` an opened checkpoint), the child judges the very bytes the tree is built from.
+    Started with what its reader read (:meth:`start` as the reader's pickle-read callback, or :meth:`of` an
+    opened checkpoint): a zip's entries, which keep its pickle, or a legacy file's :class:`PickleBytes`, the
+    child judges the very bytes the tree is built from.
     """
 
     def __init__(self) -> None:
         self.path: str | None = None
         self.child: forked.Forked | None = None
+        self.read: ZipDirectory | PickleBytes | None = None
+        """What the reader read, kept where no child could be started: :meth:`result` scans it here."""
 
-    def start(self, path: str, entries: ZipDirectory | None = None) -> None:
-        """Scan ``path`` in a child (``entries``: its central directory, with the members its reader read);
-        only the first call starts one."""
+    def start(self, path: str, read: ZipDirectory | PickleBytes | None = None) -> None:
+        """Scan ``path`` in a child (``read``: what its reader read of it, see :func:`scan_file`); only the
+        first call starts one."""
         if self.path is None:
             self.path = path
-            self.child = forked.fork(lambda: scan_file(path, entries).to_wire())
+            self.child = forked.fork(lambda: _scan_read(path, read).to_wire())
+            if self.child is None:
+                self.read = read
 
     @classmethod
     def of(cls, checkpoint: Checkpoint) -> ScanBeside:
         """The scan of an opened checkpoint's file, over the bytes its reader read."""
         beside = cls()
-        beside.start(checkpoint.path, _central_directory(checkpoint))
+        beside.start(checkpoint.path, _central_directory(checkpoint) or _pickles_read(checkpoint))
         return beside
 
     def result(self, path: str | None = None) -> FileScan | None:
-        """The child's scan; None when no child ran or it failed, or it scanned another path than ``path``
-        (a file opened as its whole folder): the caller then scans, raising what it raised."""
+        """The child's scan (where no child could be started: the scan of what the reader read, made here);
+        None when nothing was read and no child ran, or it failed, or it scanned another path than ``path`` (a
+        file opened as its whole folder): the caller then scans, raising what it raised."""
         wire = self.child.result() if self.child is not None else None
-        self.child = None
-        if wire is None or self.path is None:
+        read, self.child, self.read = self.read, None, None
+        if self.path is None or (path is not None and places.absolute(path) != places.absolute(self.path)):
             return None
-        if path is not None and places.absolute(path) != places.absolute(self.path):
+        if read is not None:
+            # no child could be started: the bytes read are scanned here (any failure: the caller scans)
+            try:
+                return _scan_read(self.path, read)
+            except Exception:
+                return None
+        if wire is None:
             return None
         try:
             return FileScan.from_wire(wire)
@@ -188,15 +202,25 @@ class ScanBeside:
             return None
 
 
-def scan_file(path: str, zip_entries: ZipDirectory | None = None) -> FileScan:
+def _scan_read(path: str, read: ZipDirectory | PickleBytes | None) -> FileScan:
+    if isinstance(read, PickleBytes):
+        return scan_file(path, pickles=read)
+    return scan_file(path, read)
+
+
+def scan_file(path: str, zip_entries: ZipDirectory | None = None, pickles: PickleBytes | None = None) -> FileScan:
     """Follow ``torch.load(path)`` (weights_only=True, no map_location) without running anything.
 
-    ``zip_entries``: the file's central directory when the caller has already read it.
+    ``zip_entries``: the file's central directory when the caller has already read it. ``pickles``: the
+    start of a legacy file or plain pickle as its reader read it (scanned as it is; the file is read only
+    past it, where the reader stopped before torch.load would).
     """
     if places.is_dir(path):
         return _scan_directory(path)
     if path.endswith(".index.json"):
         return _scan_sharded(path)
+    if pickles is not None and places.absolute(pickles.path) == places.absolute(path):
+        return _scan_read_pickles(path, pickles)
     size = places.size_of(path)
     with places.open_stream(path) as file:
         head = file.read(512)
@@ -683,6 +707,26 @@ def _is_tar(file: BinaryIO) -> bool:
 
 
 def _scan_legacy(path: str, file: BinaryIO, head: bytes, size: int) -> FileScan:
+    early = _scan_legacy_head(file, head, size)
+    if early is not None:
+        return early
+    source = places.source_of(path)
+    length = REMOTE_PREFIX
+    while True:
+        with places.prefix(path, length) as data:
+            scan = FileScan("legacy")
+            _scan_legacy_pickles(data, scan, _counts(data, source), size)
+            read = len(data)
+        # a remote file is scanned from its first bytes: a pickle cut by their end is read again, longer
+        if read >= size or "(truncated?)" not in (scan.reason or ""):
+            source.close()
+            return scan
+        length *= 4
+
+
+def _scan_legacy_head(file: BinaryIO, head: bytes, size: int) -> FileScan | None:
+    """What torch.load makes of a file that is not a zip before it unpickles it: a safetensors file under
+    another name, the legacy tar format, an empty file; None when it goes on to unpickle it."""
     scan = FileScan("legacy")
     if looks_like_safetensors(head, size):
         scan.route = "safetensors"
@@ -698,18 +742,7 @@ def _scan_legacy(path: str, file: BinaryIO, head: bytes, size: int) -> FileScan:
     if size == 0:
         scan.fail("an empty file")
         return scan
-    source = places.source_of(path)
-    length = REMOTE_PREFIX
-    while True:
-        with places.prefix(path, length) as data:
-            scan = FileScan("legacy")
-            _scan_legacy_pickles(data, scan, _counts(data, source), size)
-            read = len(data)
-        # a remote file is scanned from its first bytes: a pickle cut by their end is read again, longer
-        if read >= size or "(truncated?)" not in (scan.reason or ""):
-            source.close()
-            return scan
-        length *= 4
+    return None
 
 
 def _counts(data: Any, source: places.ByteSource) -> Callable[[int], int]:
@@ -721,6 +754,39 @@ def _counts(data: Any, source: places.ByteSource) -> Callable[[int], int]:
         return int(struct.unpack("<q", source.read_at(position, 8))[0])
 
     return count_at
+
+
+def _scan_read_pickles(path: str, pickles: PickleBytes) -> FileScan:
+    """:func:`_scan_legacy` of the bytes a legacy reader read (its file's size as it read them): the element
+    counts it read are judged as read too; the file is read again only past what it read, should torch.load
+    read further than the reader did (a reader that stopped at a bad pickle)."""
+    size, data = pickles.file_bytes, pickles.data
+    head = bytes(data[:512])
+    if path.endswith(".safetensors"):
+        return _scan_safetensors_name(head, size)
+    with io.BytesIO(data) as file:
+        early = _scan_legacy_head(file, head, size)
+    if early is not None:
+        return early
+    source = places.source_of(path)
+    try:
+        while True:
+            scan = FileScan("legacy")
+            _scan_legacy_pickles(data, scan, lambda at: _count_read(pickles, source, at), size)
+            if len(data) >= size or "(truncated?)" not in (scan.reason or ""):
+                return scan
+            # the pickles run past what the reader read: read on (never again what it read)
+            more = source.read_at(len(data), max(len(data), REMOTE_PREFIX))
+            if not more:
+                return scan
+            data = bytes(data) + more
+    finally:
+        source.close()
+
+
+def _count_read(pickles: PickleBytes, source: places.ByteSource, position: int) -> int:
+    """An element count as the reader read it (else read now)."""
+    return int(struct.unpack("<q", pickles.read_at(source, position, 8))[0])
 
 
 def _scan_legacy_pickles(data: Any, scan: FileScan, count_at: Callable[[int], int], size: int) -> None:
@@ -975,7 +1041,7 @@ def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict
         scan = _scan_files(checkpoint.files, scan)
     if scan is None:
         try:
-            scan = scan_file(checkpoint.path, _central_directory(checkpoint))
+            scan = scan_file(checkpoint.path, _central_directory(checkpoint), _pickles_read(checkpoint))
         except Exception as exc:  # a hostile file must give a verdict, never a traceback
             scan = FileScan(checkpoint.format)
             scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
@@ -996,6 +1062,14 @@ def _central_directory(checkpoint: Checkpoint) -> ZipDirectory | None:
         if members is not None and places.absolute(members.path) == places.absolute(checkpoint.path):
             return members.entries
         break
+    return None
+
+
+def _pickles_read(checkpoint: Checkpoint) -> PickleBytes | None:
+    """The start of a legacy file or plain pickle as its reader read it, if any."""
+    read = checkpoint.archive
+    if checkpoint.format in ("legacy", "pickle") and isinstance(read, PickleBytes):
+        return read
     return None
 
 
