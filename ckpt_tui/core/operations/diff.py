@@ -17,7 +17,7 @@ from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
-from ckpt_tui.core.values.tensor_values import as_loaded, decode, paired_chunks
+from ckpt_tui.core.values.tensor_values import COMPLEX_DTYPES, as_loaded, decode, decode_complex, paired_chunks
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -446,7 +446,9 @@ def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
     """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too)."""
     starts = a.bounds[:-1]
     with np.errstate(all="ignore"):
-        va, vb = decode(a.values, dtype), decode(b.values, dtype)
+        # (complex: both parts, so |a-b| is the modulus of the difference, not of the magnitudes)
+        decoding = decode_complex if dtype in COMPLEX_DTYPES else decode
+        va, vb = decoding(a.values, dtype), decoding(b.values, dtype)
         delta = np.abs(va - vb)
         wide = np.abs(vb)
         usable = np.isfinite(np.add.reduceat(delta, starts)) & np.isfinite(np.add.reduceat(wide, starts))
@@ -461,13 +463,17 @@ def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[f
     max_abs, close, nan_mismatch, same = 0.0, True, False, True
     # a neg or conj view bit: the values torch loads are compared (the same bytes may load as other values)
     views = bool(x.metadata or y.metadata)
-    for raw_a, raw_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
+    for stored_a, stored_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
+        raw_a, raw_b = stored_a, stored_b
         if views:
             raw_a, raw_b = as_loaded(raw_a, x.dtype, x.metadata), as_loaded(raw_b, y.dtype, y.metadata)
         if same and (order_a == order_b or views) and raw_a.tobytes() == raw_b.tobytes():
             continue
         same = False
-        if views:
+        if x.dtype in COMPLEX_DTYPES:
+            # both parts: |a-b| and |b| are complex moduli, as torch.allclose takes them
+            va, vb = decode_complex(stored_a, x.dtype, x.metadata), decode_complex(stored_b, y.dtype, y.metadata)
+        elif views:
             va, vb = decode(raw_a, x.dtype), decode(raw_b, y.dtype)
         else:
             va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)

@@ -9,9 +9,10 @@ a time, both sides together, into float64 sums of a², b², (a−b)² and a·b, 
 
 NaN and Inf: the sums run over the positions where both a and b are finite; ``nonfinite`` counts
 the positions left out (a layer where every position is NaN has norms 0 and no change). Values are
-decoded as :func:`~ckpt_tui.core.values.tensor_values.decode` reads them (complex tensors: their magnitudes),
-so two files of different float dtypes compare by value. Keys on one side only, shape changes and
-unreadable tensors are rows with no numbers and a ``note`` saying why.
+decoded as :func:`~ckpt_tui.core.values.tensor_values.decode` reads them, so two files of different float
+dtypes compare by value; complex tensors keep both parts (:func:`~ckpt_tui.core.values.tensor_values.decode_complex`)
+and are summed as pairs of reals, so the cosine is Re⟨a,b⟩/(‖a‖‖b‖) and a sign or phase change shows.
+Keys on one side only, shape changes and unreadable tensors are rows with no numbers and a ``note`` saying why.
 
 For a series (three or more files in order), each layer's L2 norm in each file is
 :func:`~ckpt_tui.core.values.stats.tensor_stats`' norm (over finite values); a file without the layer has
@@ -42,7 +43,15 @@ from ckpt_tui.core.values.stats import (
     wide_pairs,
     worker_pool,
 )
-from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, decode, decode_compact, paired_chunks, same_layout
+from ckpt_tui.core.values.tensor_values import (
+    CHUNK_ELEMENTS,
+    COMPLEX_DTYPES,
+    decode,
+    decode_compact,
+    decode_complex,
+    paired_chunks,
+    same_layout,
+)
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -188,6 +197,8 @@ def _chunk_sums(
     raw_a: np.ndarray, raw_b: np.ndarray, repeats: int | np.ndarray, x: Tensor, y: Tensor
 ) -> tuple[tuple[float, float, float, float], int]:
     """Σa², Σb², Σ(a−b)², Σab of one chunk over the positions finite on both sides, and how many were not."""
+    if x.dtype in COMPLEX_DTYPES or y.dtype in COMPLEX_DTYPES:
+        return _complex_chunk_sums(raw_a, raw_b, repeats, x, y)
     with np.errstate(all="ignore"):  # (numpy's error state is per thread)
         va, vb = decode_compact(raw_a, x.dtype, x.metadata), decode_compact(raw_b, y.dtype, y.metadata)
         sums = _sums(va, vb, repeats)
@@ -199,6 +210,25 @@ def _chunk_sums(
             return _sums(va[finite], vb[finite], repeats), int(finite.size - np.count_nonzero(finite)) * repeats
         # each stored element with its own count
         return _sums(va[finite], vb[finite], repeats[finite]), int(repeats[~finite].sum())
+
+
+def _complex_chunk_sums(
+    raw_a: np.ndarray, raw_b: np.ndarray, repeats: int | np.ndarray, x: Tensor, y: Tensor
+) -> tuple[tuple[float, float, float, float], int]:
+    """:func:`_chunk_sums` of complex elements seen as pairs of reals (the R^2n view): Σ|a|², Σ|b|², Σ|a−b|² and
+    Re⟨a,b⟩ = Σ(re_a·re_b + im_a·im_b), over the elements finite in both parts on both sides."""
+    with np.errstate(all="ignore"):
+        va, vb = decode_complex(raw_a, x.dtype, x.metadata), decode_complex(raw_b, y.dtype, y.metadata)
+        finite = np.isfinite(va) & np.isfinite(vb)
+        skipped = finite.size - int(np.count_nonzero(finite))
+        if skipped:
+            va, vb = va[finite], vb[finite]
+        # each element's real and imaginary part side by side, each counted as often as the element
+        reals_a, reals_b = va.view(np.float64), vb.view(np.float64)
+        if isinstance(repeats, int):
+            return _sums(reals_a, reals_b, repeats), skipped * repeats
+        counts = np.repeat(repeats[finite] if skipped else repeats, 2)
+        return _sums(reals_a, reals_b, counts), int(repeats[~finite].sum())
 
 
 def _change(path: KeyPath, aa: float, bb: float, dd: float, ab: float, nonfinite: int) -> LayerChange:
@@ -219,6 +249,9 @@ def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict
     the pairs whose values are all finite, by pair (their ``path`` set by the caller). Views of one length
     are summed together with stacked dot products, bit for bit as ``np.dot`` sums each pair."""
     found: dict[int, LayerChange] = {}
+    if dtype_a in COMPLEX_DTYPES or dtype_b in COMPLEX_DTYPES:
+        # left to the pair-by-pair path, which keeps both parts of a complex element
+        return found
     with np.errstate(all="ignore"):
         va, vb = decode(a.values, dtype_a), decode(b.values, dtype_b)
         lengths = np.diff(a.bounds)

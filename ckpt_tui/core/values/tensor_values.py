@@ -156,6 +156,28 @@ def as_loaded(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None) -
     return native
 
 
+COMPLEX_DTYPES = frozenset({"complex32", "complex64", "complex128"})
+
+
+def decode_complex(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
+    """Raw elements to complex128 with both parts, as torch loads them (neg/conj view bits applied), for
+    comparing values: :func:`decode` gives a complex element's magnitude, which hides a sign or phase change.
+    A real dtype is widened to complex with imaginary part 0."""
+    if dtype not in COMPLEX_DTYPES:
+        return decode(raw, dtype, metadata).astype(np.complex128)
+    if dtype == "complex32":
+        # a big-endian file swaps each float16 part on its own: made native part by part (real in the low half)
+        if raw.dtype.byteorder == ">":
+            raw = np.ascontiguousarray(raw).view(">f2").astype("<f2").view("<u4")
+        if metadata:
+            raw = as_loaded(raw, dtype, metadata)
+        # (real, imaginary) float16 pairs widened into a complex128's two float64 parts
+        return np.ascontiguousarray(raw).view("<f2").astype(np.float64).view(np.complex128)
+    if metadata:
+        raw = as_loaded(raw, dtype, metadata)
+    return raw.astype(np.complex128)
+
+
 def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
     """The values :func:`decode` gives, held in float32 where float32 holds them exactly (float32, float16,
     bfloat16), else float64: half the memory traffic for the common dtypes."""
