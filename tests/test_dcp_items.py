@@ -114,6 +114,7 @@ def test_a_legacy_format_non_tensor_item_with_a_payload_is_unsafe_as_dcp_load_ru
     assert main(["check", str(folder)]) == 1
     out = capsys.readouterr().out
     assert "unsafe-global" in out and "posix.system" in out
+    assert "dcp.load RUNS code from it: posix.system" in out
     assert not canary.exists()
     assert main(["check", "--json", str(folder)]) == 1
     report = json.loads(capsys.readouterr().out)

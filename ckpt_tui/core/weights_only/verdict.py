@@ -1080,7 +1080,13 @@ HELPER_MODULES = ("builtins.", "collections.", "_codecs.", "copyreg.")
 def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
     """Combine a file scan with the tree: kinds, paths, the allowlisting line, the version range."""
     if not scan.applies:
-        return Verdict(None, scan.route, _versions(scan), reason=scan.reason or _NOT_APPLICABLE.get(scan.route))
+        reason = scan.reason or _NOT_APPLICABLE.get(scan.route)
+        if scan.route == "dcp" and checkpoint is not None and checkpoint.unsafe_globals:
+            # its loader has no weights_only: every unsafe global the reader met is code dcp.load runs
+            names = sorted(checkpoint.unsafe_globals)
+            shown = ", ".join(names[:4]) + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
+            reason = f"{reason}; dcp.load RUNS code from it: {shown}"
+        return Verdict(None, scan.route, _versions(scan), reason=reason)
     blockers = _blockers(scan, checkpoint)
     reason = _refusal(scan, checkpoint)
     loads = not blockers and reason is None
