@@ -186,3 +186,21 @@ def test_diff_stats_of_a_complex_tensor_against_a_real_one_takes_the_real_one_as
     # i·x against x: orthogonal in the R^2n view, and ‖a−b‖/‖a‖ = √2
     assert row["cosine"] == 0.0
     assert row["relative_change"] == pytest.approx(2**0.5, rel=1e-12)
+
+
+def test_diff_of_rank_files_measures_a_complex_difference_by_its_modulus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _random(torch.Generator().manual_seed(11), 8, torch.complex64)
+    # the last rank: the same bytes as rank 0 with torch's conj bit set (loads conjugated; was "agree bit for bit")
+    ranks = [a, a.clone(), -a, a.conj().resolve_conj(), a.conj()]
+    paths = []
+    for rank, value in enumerate(ranks):
+        paths.append(str(tmp_path / f"rank{rank}.pt"))
+        torch.save({"w": value}, paths[-1])
+    assert main(["diff", *paths, "--json"]) == 1
+    (difference,) = json.loads(capsys.readouterr().out)["differences"]
+    first = a.to(torch.complex128)
+    expected = [float((first - value.resolve_conj().to(torch.complex128)).abs().max()) for value in ranks]
+    assert difference["max_abs_diff_from_first"] == pytest.approx(expected, rel=1e-12)
+    assert min(expected[2:]) > 0

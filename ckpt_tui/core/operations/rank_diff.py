@@ -20,8 +20,10 @@ from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.tensor_values import (
     CHUNK_ELEMENTS,
+    COMPLEX_DTYPES,
     TensorReader,
     decode,
+    decode_complex,
     paired_chunks,
     repeated_view_error,
     repeats_far_more,
@@ -91,6 +93,8 @@ def _digest(tensor: Tensor, byteorder: str, first: Tensor) -> str:
     Such a view is compared only with views laid out as the first rank's (the same digest means the same values).
     """
     digest = hashlib.blake2b(digest_size=16)
+    # a neg or conj view bit makes the same bytes load as other values: ranks differing in it do not agree
+    digest.update(repr(sorted(tensor.metadata.items(), key=str)).encode() if tensor.metadata else b"")
     reader = TensorReader(tensor, byteorder)
     if repeats_far_more(tensor) or repeats_far_more(first):
         if not same_layout(tensor, first):
@@ -107,9 +111,11 @@ def _digest(tensor: Tensor, byteorder: str, first: Tensor) -> str:
 def _max_abs(a: Tensor, b: Tensor, order_a: str, order_b: str) -> float:
     largest = 0.0
     chunks = ((raw_a, raw_b) for raw_a, raw_b, _ in paired_chunks(a, b, order_a, order_b))
+    # complex: both parts, so the modulus of the difference (decode's magnitudes hide a sign or phase change)
+    decoding = decode_complex if a.dtype in COMPLEX_DTYPES else decode
     with np.errstate(all="ignore"):
         for raw_a, raw_b in chunks:
-            delta = np.abs(decode(raw_a, a.dtype, a.metadata) - decode(raw_b, b.dtype, b.metadata))
+            delta = np.abs(decoding(raw_a, a.dtype, a.metadata) - decoding(raw_b, b.dtype, b.metadata))
             finite = delta[np.isfinite(delta)]
             if finite.size:
                 largest = max(largest, float(finite.max()))
