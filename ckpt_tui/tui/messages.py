@@ -52,7 +52,8 @@ reads as moving)."""
 
 class ProgressPoster(ProgressThrottle):
     """A worker's progress callback: core's throttled :class:`ProgressStep`, posted as :class:`Progress`;
-    ``every``: at least that many seconds apart (the browser's bars pass :data:`REDRAW_EVERY`)."""
+    ``every``: at least that many seconds apart, the first that long after the poster is made (the browser's
+    bars pass :data:`REDRAW_EVERY`: the stats of a small tensor, done sooner, flash no bar in the panel)."""
 
     def __init__(
         self,
@@ -64,7 +65,7 @@ class ProgressPoster(ProgressThrottle):
     ) -> None:
         super().__init__(lambda step: post(Progress(step.task, step.fraction, step.request)), task, request, cancelled)
         self.every = every
-        self.posted_at = -every
+        self.posted_at = time.monotonic()
 
     def fraction(self, fraction: float, done: int = 0, total: int = 0) -> None:
         """Report ``fraction`` when it is a step past the last one reported and ``every`` seconds after it."""
