@@ -93,6 +93,22 @@ PICKLED: dict[str, object] = {
 
 VERSIONS = [b"+3", b"-3", b" 3", b"3abc", b"", b"0x3", b"+ 3", b"11", b"10"]
 ALIGNMENTS = [b" 64\n", b"+-3", b"1_0", b"0x40", b""]
+LARGE_RECORDS = [
+    (b"version", b"3" + b" " * 5000),
+    (b"version", b" " * 5000 + b"3"),
+    (b"version", b"3" * 5000),
+    (b".format_version", b"9" * 5000),
+    (b".format_version", b""),
+    (b".format_version", b"x"),
+    (b".storage_alignment", b" " * 3000 + b"64" + b"\n" * 3000),
+    (b".storage_alignment", b"9" * 4300),
+    (b".storage_alignment", b"9" * 4301),
+    (b"byteorder", b"little" * 1000),
+    (b"byteorder", b"little\n"),
+    (b".data/serialization_id", b"1" * 6000),
+    (b".data/serialization_id", b"1" * 6000 + b"\xff"),
+]
+"""Small records of any size and content: torch reads each whole (``.format_version`` only compared with b"1")."""
 
 
 def zip_file(path: Path, value: object, extra: list[tuple[bytes, bytes]] | None = None, version: bytes = b"3") -> Path:
@@ -114,6 +130,12 @@ def _files(folder: Path) -> dict[str, Path]:
     for number, alignment in enumerate(ALIGNMENTS):
         extra = [(b"archive/.storage_alignment", alignment)]
         files[f".storage_alignment {alignment!r}"] = zip_file(folder / f"a{number}.pth", 1, extra)
+    for number, (record, value) in enumerate(LARGE_RECORDS):
+        label = f"{record.decode()} record of {len(value)} bytes {value[:8]!r}…{value[-2:]!r}"
+        if record == b"version":
+            files[label] = zip_file(folder / f"r{number}.pth", 1, version=value)
+        else:
+            files[label] = zip_file(folder / f"r{number}.pth", 1, [(b"archive/" + record, value)])
     names = {
         "a member outside the archive's folder": b"other/x",
         "a member name that is not UTF-8": b"archive/data/\xff\xfe",

@@ -476,12 +476,28 @@ def zip_byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
     entry = layout.member("byteorder")
     if entry is None:
         return "little"
-    raw = layout.entries.read_kept(file, entry, file_bytes, limit=64)
+    # torch compares the whole record with b"little" and b"big": a longer one is refused, unread here
+    raw = layout.entries.read_kept(file, entry, file_bytes, limit=64) if entry.size <= 64 else b""
     if raw in (b"little", b"big"):
         return raw.decode()
     text = raw.decode("ascii", "replace").strip()
-    layout.problems.append(f"its byteorder record is {raw[:16]!r}, which torch.load refuses (only 'little' or 'big')")
+    shown = repr(raw[:16]) if entry.size <= 64 else f"{entry.size} bytes long"
+    layout.problems.append(f"its byteorder record is {shown}, which torch.load refuses (only 'little' or 'big')")
     return text if text in ("little", "big") else "little"
+
+
+SMALL_RECORD_KEPT = 4096
+"""The usual small records are read once and kept (what is shown and what is judged are the same bytes)."""
+SMALL_RECORD_HELD = 64 << 20
+"""torch reads its small records whole, whatever their size (``getRecord``): a larger one is read here too
+(not kept), up to this many bytes."""
+
+
+def read_small_record(file: BinaryIO, entries: ZipDirectory, entry: ZipEntry, file_bytes: int) -> bytes:
+    """A record torch reads whole (version, alignment...): kept when small, read up to :data:`SMALL_RECORD_HELD`."""
+    if entry.size <= SMALL_RECORD_KEPT:
+        return entries.read_kept(file, entry, file_bytes, limit=SMALL_RECORD_KEPT)
+    return read_member(file, entry, file_bytes, limit=SMALL_RECORD_HELD)
 
 
 def record_version(raw: bytes) -> int | None:
@@ -493,6 +509,9 @@ def record_version(raw: bytes) -> int | None:
     end = next((i for i, c in enumerate(text) if c not in "0123456789"), len(text))
     if not end:
         return None
+    if end > 20:
+        # past any unsigned 64-bit number: std::stoull throws out_of_range (never parsed here)
+        return 1 << 64
     return -int(text[:end]) if sign == "-" else int(text[:end])
 
 
@@ -502,7 +521,7 @@ def check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
     if entry is None:
         layout.problems.append("it has no version record, which torch.load requires")
         return
-    raw = layout.entries.read_kept(file, entry, file_bytes, limit=64)
+    raw = read_small_record(file, layout.entries, entry, file_bytes)
     version = record_version(raw)
     if version is None:
         layout.problems.append(f"its version record {raw[:16]!r} is not a number, which torch.load refuses")

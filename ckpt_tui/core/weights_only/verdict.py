@@ -32,7 +32,14 @@ from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.read_once import PickleBytes
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
-from ckpt_tui.core.readers.torch_zip import ZipRecords, listed_name, record_version, unwritten_small_records
+from ckpt_tui.core.readers.torch_zip import (
+    SMALL_RECORD_HELD,
+    ZipRecords,
+    listed_name,
+    read_small_record,
+    record_version,
+    unwritten_small_records,
+)
 from ckpt_tui.core.readers.zip_archive import (
     DEFLATED,
     LOCAL,
@@ -452,9 +459,13 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
         scan.fail(f"torch's zip reader fails: {exc}")
         return scan
     archive = _archive_folder(entries, size, scan)
-    if archive is None or not _loads_as_checkpoint(file, entries, archive, size, scan):
+    try:
+        if archive is None or not _loads_as_checkpoint(file, entries, archive, size, scan):
+            return scan
+        _check_small_records(file, entries, archive, size, scan)
+    except _Unheld as exc:
+        scan.doubt(str(exc))
         return scan
-    _check_small_records(file, entries, archive, size, scan)
     # torch reads uninitialised memory for such a record: what it makes of it cannot be told
     for doubt in unwritten_small_records(entries, archive):
         scan.doubt(doubt)
@@ -501,7 +512,8 @@ def _loads_as_checkpoint(file: BinaryIO, entries: ZipDirectory, archive: str, si
     if version is None:
         version = _small_record(file, entries, archive + "version", size)
     if version is None or record_version(version) not in ZIP_VERSIONS:
-        scan.fail(f"the archive's version record is missing or unsupported ({version!r})")
+        shown = version if version is None else version[:32]
+        scan.fail(f"the archive's version record is missing or unsupported ({shown!r})")
         return False
     listed = _record_list(entries, archive)
     if isinstance(listed, str):
@@ -516,9 +528,12 @@ def _loads_as_checkpoint(file: BinaryIO, entries: ZipDirectory, archive: str, si
 
 def _check_small_records(file: BinaryIO, entries: ZipDirectory, archive: str, size: int, scan: FileScan) -> None:
     """The small records torch reads before data.pkl: byteorder, serialization id, format version, alignment."""
-    byteorder = _small_record(file, entries, archive + "byteorder", size)
-    if byteorder is not None and byteorder not in (b"little", b"big"):
-        scan.fail(f"unknown byteorder record {byteorder!r}")
+    order = entries.get(archive + "byteorder")
+    # torch compares the whole record with b"little" and b"big": a longer one is refused, whatever it holds
+    byteorder = _small_record(file, entries, archive + "byteorder", size) if order and order.size <= 6 else None
+    if order is not None and byteorder not in (b"little", b"big"):
+        shown = repr(byteorder) if byteorder not in (None, b"?") else f"of {order.size} bytes"
+        scan.fail(f"unknown byteorder record {shown}")
     # torch's reader reads .data/serialization_id when it opens the archive; torch.load reads .format_version
     for name in (".data/serialization_id", ".format_version"):
         if _small_record(file, entries, archive + name, size) == b"?":
@@ -529,7 +544,7 @@ def _check_small_records(file: BinaryIO, entries: ZipDirectory, archive: str, si
         scan.fail("the .data/serialization_id record is not UTF-8: torch.load fails after unpickling (both modes)")
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
     if alignment is not None and not _parses_as_int(alignment):
-        scan.fail(f"the .storage_alignment record is not a number ({alignment!r})")
+        scan.fail(f"the .storage_alignment record is not a number ({alignment[:32]!r})")
 
 
 def _is_utf8(data: bytes | None) -> bool:
@@ -622,15 +637,23 @@ def _parses_as_int(raw: bytes) -> bool:
     return True
 
 
+class _Unheld(Exception):
+    """A small record too large to read here: the verdict cannot tell what torch makes of it."""
+
+
 def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -> bytes | None:
-    """A record torch reads whole (``getRecord``); b"?" where its zip reader cannot read it."""
+    """A record torch reads whole (``getRecord``), whatever its size; b"?" where its zip reader cannot read it."""
     entry = entries.get(name)
     if entry is None:
         return None
     if entry.flags & UNSUPPORTED_FLAGS or entry.compress not in (STORED, DEFLATED):
         return b"?"
+    if entry.size > SMALL_RECORD_HELD:
+        raise _Unheld(
+            f"the {name} record holds {entry.size} bytes, more than ckpt-tui reads to tell what torch makes of it"
+        )
     try:
-        return entries.read_kept(file, entry, size, limit=4096)
+        return read_small_record(file, entries, entry, size)
     except ReadError:
         return b"?"
 
