@@ -204,3 +204,50 @@ def test_check_passes_a_script_archive_exactly_when_torch_jit_load_reads_it(tmp_
     path = scripted_with(tmp_path, "case.pt", **options)
     report = check_checkpoint(open_checkpoint(path))
     assert report.ok == jit_loads(path), [p.message for p in report.problems]
+
+
+RENAMED_CODE = {
+    "code/ as CODE/": (b"plain/code/", b"plain/CODE/"),
+    "__torch__/ as __TORCH__/": (b"plain/code/__torch__/", b"plain/code/__TORCH__/"),
+    "the module's file in mixed case": (
+        b"code/__torch__/test_torchscript_load_code.py",
+        b"Code/__Torch__/TEST_torchscript_load_code.PY",
+    ),
+    "__torch__/ as __torcx__/ (torch finds no code)": (b"plain/code/__torch__/", b"plain/code/__torcx__/"),
+}
+"""Same-length renames of the code files (archive folder ``plain/``), in local headers and central directory alike."""
+
+
+def jit_load_in_child(path: Path) -> bool:
+    """Whether the real ``torch.jit.load`` reads ``path``, in a child process (its code runs there)."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-c", "import sys, torch; torch.jit.load(sys.argv[1])", str(path)]
+    return subprocess.run(run, capture_output=True, timeout=300, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("case", list(RENAMED_CODE))
+def test_code_files_are_found_as_torch_jit_load_finds_them(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch asks its zip reader for code/<qualifier>.py by name: miniz compares names with ASCII letters lowered
+    victim = tmp_path / "victim.txt"
+    victim.write_text("hello world\n")
+    old, new = RENAMED_CODE[case]
+    data = writing_archive(tmp_path, victim).read_bytes()
+    assert data.count(old) >= 2
+    path = tmp_path / "renamed.pt"
+    path.write_bytes(data.replace(old, new))
+    loads = jit_load_in_child(path)
+    ran = victim.read_text() == "AAAAAAworld\n"
+    assert ran == loads and loads == ("torcx" not in case), "the canary: torch.jit.load runs the file's code"
+    victim.write_text("hello world\n")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert victim.read_text() == "hello world\n"
+    if ran:
+        assert "load-runs-code" in out and ".WithState" in out
+        assert "torch.jit.load fails" not in out
+    else:
+        assert "torch.jit.load fails" in out

@@ -24,7 +24,7 @@ import os
 import pickle
 import reprlib
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
@@ -755,7 +755,7 @@ class SafeUnpickler(pickle.Unpickler):
         self,
         file: BinaryIO,
         persistent_load: PersistentLoad | None,
-        known_classes: frozenset[str] = frozenset(),
+        known_classes: Container[str] = frozenset(),
         extra_globals: Mapping[str, Any] | None = None,
         protocol: int = 0,
     ) -> None:
@@ -822,7 +822,7 @@ def load_pickle(
     what: str,
     unsafe: set[str] | None = None,
     *,
-    known_classes: frozenset[str] = frozenset(),
+    known_classes: Container[str] = frozenset(),
     extra_globals: Mapping[str, Any] | None = None,
 ) -> Any:
     """Unpickle ``data`` safely; any failure becomes a one-line :class:`ReadError`.

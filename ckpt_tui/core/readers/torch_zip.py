@@ -16,7 +16,7 @@ import itertools
 import mmap
 import operator
 import threading
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError, UnwrittenRecord
@@ -428,7 +428,7 @@ def load_with_records(
     what: str,
     unsafe: set[str],
     *,
-    known_classes: frozenset[str] = frozenset(),
+    known_classes: Container[str] = frozenset(),
     extra_globals: Mapping[str, Any] | None = None,
     script: bool = False,
 ) -> tuple[Any, list[str]]:

@@ -14,6 +14,7 @@ found, shown and extracted like any module's.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, iter_nodes, opaque_class
 from ckpt_tui.core.readers.torch_zip import ZipLayout, ZipRecords, load_with_records, member_pickle
-from ckpt_tui.core.readers.zip_archive import inflate_cap, read_member
+from ckpt_tui.core.readers.zip_archive import ZipDirectory, fold, inflate_cap, read_member
 
 _CLASS = re.compile(r"^class[ \t]+(\w+)[ \t]*(?:\([ \t]*([\w.]*)[ \t]*\))?[ \t]*:", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\\\n]*)"')
@@ -97,7 +98,7 @@ def read_torchscript(path: str, file: BinaryIO, file_bytes: int, layout: ZipLayo
     """Read a TorchScript archive: its module, constants and every other pickle, as data."""
     budget = _Budget(file_bytes)
     classes, code_setstate = _script_classes(file, layout, file_bytes, budget)
-    known = frozenset(classes)
+    known = classes
     unsafe: set[str] = set()
     problems = list(layout.problems)
 
@@ -149,25 +150,60 @@ class _Budget:
             raise ReadError(f"members up to {name} inflate to more than this file's size can justify (a zip bomb?)")
 
 
+class ScriptClasses:
+    """The classes ``torch.jit.load`` compiles from the archive's code, found as its importer finds them.
+
+    A global ``Q.C`` is class ``C`` of the code file torch's reader returns for ``code/Q.py`` (dots of ``Q``
+    as folders): ``findSourceInArchiveFromQualifier`` (``import_source.cpp``) asks for that name, and
+    miniz's lookup compares names with ASCII letters lowered, so ``CODE/__torch__.py`` defines ``__torch__.M``
+    (:meth:`ZipDirectory.locate`, the lookup every record goes through).
+    """
+
+    def __init__(self, entries: ZipDirectory, code: str, files: dict[int, dict[str, ScriptClass]]) -> None:
+        self._entries = entries
+        self._code = code
+        self._files = files
+        """Each code file's top-level classes by their own name, by the file's index in the zip."""
+
+    def get(self, name: str) -> ScriptClass | None:
+        """The class torch compiles for the global ``name``, or None (torch finds no such class)."""
+        qualifier, _, short = name.rpartition(".")
+        entry = self._entries.locate(self._code + qualifier.replace(".", "/") + ".py") if qualifier else None
+        found = None if entry is None else self._files.get(entry.index, {}).get(short)
+        return None if found is None else dataclasses.replace(found, name=name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def setting_state(self) -> list[str]:
+        """Every class of every code file torch could read that defines ``__setstate__``."""
+        return sorted(c.name for found in self._files.values() for c in found.values() if c.sets_state)
+
+
 def _script_classes(
     file: BinaryIO, layout: ZipLayout, file_bytes: int, budget: _Budget
-) -> tuple[dict[str, ScriptClass], list[str]]:
-    """Every class the archive's ``code/`` defines, by qualified name (``__torch__.models.Net``), and the
-    code files that name ``__setstate__`` outside any class found here."""
-    classes: dict[str, ScriptClass] = {}
+) -> tuple[ScriptClasses, list[str]]:
+    """Every class the archive's ``code/`` defines, as torch's importer finds them, and the code files that
+    name ``__setstate__`` outside any class found here. A code file is any member torch's lookup could
+    return for some ``code/….py`` name: its name, ASCII letters lowered, starts with ``code/`` and ends
+    with ``.py``."""
+    files: dict[int, dict[str, ScriptClass]] = {}
     loose: list[str] = []
     code = layout.prefix + "code/"
-    for name, entry in layout.entries.items():
-        if not (name.startswith(code) and name.endswith(".py")):
+    folded = fold(code.encode("utf-8", "surrogateescape"))
+    for entry in layout.entries.members:
+        name = fold(entry.raw)
+        if not (name.startswith(folded) and name.endswith(b".py")) or entry.directory:
             continue
-        budget.spend(entry.size, name)
+        budget.spend(entry.size, entry.name)
         text = read_member(file, entry, file_bytes).decode("utf-8", "replace")
-        module = name[len(code) : -len(".py")].replace("/", ".")
+        # the archive's own spelling, for messages; lookups go by the name torch asks for (ScriptClasses.get)
+        module = entry.name[len(code) : -len(".py")].replace("/", ".")
         found = _parse_classes(module, text)
-        classes.update((c.name, c) for c in found)
+        files[entry.index] = {c.name.rsplit(".", 1)[1]: c for c in found}
         if _SETSTATE.search(text) and not any(c.sets_state for c in found):
-            loose.append(name)
-    return classes, loose
+            loose.append(entry.name)
+    return ScriptClasses(layout.entries, code, files), loose
 
 
 def _parse_classes(module: str, text: str) -> list[ScriptClass]:
@@ -195,14 +231,21 @@ def _names(body: str, attribute: str) -> list[str]:
 
 
 def _other_pickles(layout: ZipLayout) -> list[str]:
-    """Pickle members torch.jit.load may read besides data.pkl and constants.pkl, by name in the archive."""
+    """Pickle members torch.jit.load may read besides data.pkl and constants.pkl, by name in the archive
+    (names compared as torch's lookup compares them: ASCII letters lowered)."""
     names = [n[len(layout.prefix) :] for n in layout.entries if n.startswith(layout.prefix)]
-    skip = ("data.pkl", "constants.pkl")
-    # extra/ holds the user's _extra_files: handed back as bytes, never unpickled by torch
-    return [n for n in names if n.endswith(PICKLE_SUFFIXES) and n not in skip and not n.startswith("extra/")]
+    skip = (b"data.pkl", b"constants.pkl")
+    suffixes = tuple(s.encode() for s in PICKLE_SUFFIXES)
+
+    def other(name: str) -> bool:
+        folded = fold(name.encode("utf-8", "surrogateescape"))
+        # extra/ holds the user's _extra_files: handed back as bytes, never unpickled by torch
+        return folded.endswith(suffixes) and folded not in skip and not folded.startswith(b"extra/")
+
+    return [n for n in names if other(n)]
 
 
-def _jit_load_refusals(module: Any, constants: Any, classes: dict[str, ScriptClass]) -> list[str]:
+def _jit_load_refusals(module: Any, constants: Any, classes: ScriptClasses) -> list[str]:
     """Why ``torch.jit.load`` fails before it has a module: its C++ importer (``import.cpp``,
     ``ScriptModuleDeserializer::deserialize``) takes ``constants.pkl`` as a tuple (``toTuple``) and the root
     of ``data.pkl`` as an object (``toObject``) of a class compiled from the archive's code."""
@@ -221,11 +264,11 @@ def _kind(value: Any) -> str:
     return f"{value.global_name} object" if isinstance(value, Opaque) else type(value).__name__
 
 
-def _load_time_code(classes: dict[str, ScriptClass], loose: list[str]) -> list[str]:
+def _load_time_code(classes: ScriptClasses, loose: list[str]) -> list[str]:
     """What ``torch.jit.load`` runs from the file while loading: the ``__setstate__`` its unpickler calls on
     each object of a class that defines one. That code is the file's own (it can open and write files
     through ``torch.from_file(..., shared=True)``), so it is never clean, whatever it looks like."""
-    names = sorted(c.name for c in classes.values() if c.sets_state) + loose
+    names = classes.setting_state() + loose
     if not names:
         return []
     more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
@@ -235,16 +278,16 @@ def _load_time_code(classes: dict[str, ScriptClass], loose: list[str]) -> list[s
     ]
 
 
-def _shape_modules(root: Any, classes: dict[str, ScriptClass]) -> None:
+def _shape_modules(root: Any, classes: ScriptClasses) -> None:
     """Give every scripted module object the state of a pickled ``nn.Module``."""
     objects = [v for _, v in iter_nodes(root) if isinstance(v, Opaque) and v.global_name in classes]
     for obj in {id(o): o for o in objects}.values():
-        script = classes[obj.global_name]
-        if script.is_module and isinstance(obj.state, dict) and "_parameters" not in obj.state:
+        script = classes.get(obj.global_name)
+        if script is not None and script.is_module and isinstance(obj.state, dict) and "_parameters" not in obj.state:
             obj.state = _module_state(obj.state, script, classes)
 
 
-def _module_state(attributes: dict[Any, Any], script: ScriptClass, classes: dict[str, ScriptClass]) -> dict[Any, Any]:
+def _module_state(attributes: dict[Any, Any], script: ScriptClass, classes: ScriptClasses) -> dict[Any, Any]:
     def is_submodule(value: Any) -> bool:
         found = classes.get(value.global_name) if isinstance(value, Opaque) else None
         return found is not None and found.is_module
