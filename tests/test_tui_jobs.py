@@ -121,6 +121,7 @@ async def test_escape_cancels_a_search_and_the_cursor_stays(big_file: Path, monk
         browser(app).query_one("#search").value = "layers.432.sub7"
         await pilot.press("enter")
         await until(pilot, gate.reached.is_set)
+        await until(pilot, lambda: "escape cancels" in status(app))  # offered once the search takes a moment
         assert "searching for 'layers.432.sub7'… · escape cancels" in status(app)
         await pilot.press("escape")
         gate.opened.set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar, cast
 
 from rich.text import Text
@@ -37,7 +38,15 @@ from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import GroupingReady, PreviewReady, Progress, SearchFound, SummaryReady, worker_progress
+from ckpt_tui.tui.messages import (
+    REDRAW_EVERY,
+    GroupingReady,
+    PreviewReady,
+    Progress,
+    SearchFound,
+    SummaryReady,
+    worker_progress,
+)
 from ckpt_tui.tui.screens.check_all import CheckAllScreen, CheckOutcome
 from ckpt_tui.tui.screens.compare import CompareScreen
 from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
@@ -108,6 +117,7 @@ class BrowserScreen(Screen[None]):
         self.job: str | None = None
         """The browser's long work now running (a worker group: ``grouping``, ``search``, ``preview``)."""
         self.job_text = ""
+        self.job_serial = 0
 
     @property
     def ckpt_app(self) -> BrowserHost:
@@ -292,7 +302,15 @@ class BrowserScreen(Screen[None]):
         """Say on the status line that ``task`` is running in its worker (escape cancels it)."""
         self.job = task
         self.job_text = doing or JOBS[task]
-        self.update_status(f"{self.job_text}… · escape cancels")
+        self.job_serial += 1
+        self.update_status(f"{self.job_text}…")
+        # the way out is offered once the work takes a moment: a quick one leaves the line as long as it was (a
+        # longer line may wrap, and each wrap lays the whole screen out again)
+        self.set_timer(REDRAW_EVERY, partial(self._offer_cancel, task, self.job_serial))
+
+    def _offer_cancel(self, task: str, serial: int) -> None:
+        if self.job == task and self.job_serial == serial and "escape cancels" not in self.note:
+            self.update_status(f"{self.job_text}… · escape cancels")
 
     def job_done(self, task: str) -> bool:
         """Whether a result of ``task`` is still wanted (its job was not cancelled or replaced); ends the job."""
