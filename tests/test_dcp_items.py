@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import struct
 import subprocess
 import sys
 import warnings
@@ -121,6 +122,62 @@ def test_a_legacy_format_non_tensor_item_with_a_payload_is_unsafe_as_dcp_load_ru
     assert [p["global"] for p in report["problems"] if p["kind"] == "unsafe-global"] == ["posix.system"]
     assert not canary.exists()
     # the real loader runs it
+    _real_load(folder, tmp_path)
+    assert canary.exists()
+
+
+def _with_bad_id(item: bytes) -> bytes:
+    """The item with its .data/serialization_id's first byte made 0xff (not UTF-8), same length."""
+    import zipfile
+
+    data = bytearray(item)
+    with zipfile.ZipFile(io.BytesIO(item)) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("/.data/serialization_id"))
+    name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + name_length + extra_length] = 0xFF
+    return bytes(data)
+
+
+def test_a_tensor_item_like_another_but_for_an_id_torch_cannot_decode_is_judged_on_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # items of one layout share a verdict; a serialization id that is not UTF-8 makes torch.load fail
+    bad = _with_bad_id(_saved(W))
+    with pytest.raises(UnicodeDecodeError):
+        torch.load(io.BytesIO(bad), weights_only=True)
+    folder = _folder(tmp_path, w_item=_saved(W), v_item=bad)
+    main(["check", "--json", str(folder)])
+    report = json.loads(capsys.readouterr().out)
+    assert "not UTF-8" in json.dumps(report["weights_only"]), report["weights_only"]
+
+
+def _tar_polyglot(canary: Path) -> bytes:
+    """A valid tar archive whose first member's name is a pickle of ``os.system("touch CANARY")``."""
+    import tarfile
+
+    name = f"cposix\nsystem\n(S'touch {canary}'\ntR."
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        member = tarfile.TarInfo(name)
+        tar.addfile(member, io.BytesIO(b""))
+    return buffer.getvalue()
+
+
+def test_a_tar_item_is_unpickled_as_torch_load_unpickles_a_bytesio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch.load never tries a BytesIO as tar: it unpickles the tar's first bytes, running this payload
+    canary = tmp_path / "CANARY"
+    item = _tar_polyglot(canary)
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(item)) as tar:
+        assert tar.getnames()
+    folder = _folder(tmp_path, lr_item=item)
+    assert main(["check", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "it is UNSAFE" in err and "posix.system" in err and len(err.strip().splitlines()) == 1
+    assert not canary.exists()
     _real_load(folder, tmp_path)
     assert canary.exists()
 

@@ -137,12 +137,8 @@ def read_embedded(
 
 
 def _read_legacy_item(view: FileRange, path: str, start: int, end: int, what: str, unsafe: set[str]) -> Any:
-    """torch.load's other readings of bytes without the zip magic: a tar archive (refused here), then the
-    legacy stream's pickles; a pickle that is not the magic number is unpickled by torch, then refused."""
-    if _is_tar(view):
-        raise ReadError(
-            f"{what}: a pre-0.4 tar archive item, which torch.load reads (running its pickles); not read here"
-        )
+    """torch.load's reading of bytes without the zip magic: the legacy stream's pickles (an item is a BytesIO,
+    which torch never tries as a tar archive); a pickle that is not the magic number is unpickled, then refused."""
     view.seek(0)
     first = load_pickle(view, None, what, unsafe)  # type: ignore[arg-type]
     if type(first) is not int or first != MAGIC_NUMBER:
@@ -153,21 +149,6 @@ def _read_legacy_item(view: FileRange, path: str, start: int, end: int, what: st
     if problems:
         raise ReadError(f"{what}: {problems[0]}")
     return root
-
-
-def _is_tar(view: FileRange) -> bool:
-    """Whether ``tarfile.open(mode="r:")`` opens the item, as torch's legacy loader tries first."""
-    # tarfile (and shutil, lzma, bz2 under it) only for an item that is not a zip: info stays light
-    import tarfile
-
-    view.seek(0)
-    try:
-        with tarfile.open(fileobj=view, mode="r:", format=tarfile.PAX_FORMAT):
-            return True
-    except tarfile.TarError:
-        return False
-    except Exception:  # torch fails reading it as tar the same way: no other reading applies
-        return True
 
 
 def _read_zip_item(

@@ -292,8 +292,10 @@ def _scan_dcp(folder: str) -> FileScan:
 MAX_SIGNED_MEMBER = 1 << 20
 """A zip item member (not a record) longer than this is not signed: the item is scanned on its own."""
 LOCAL_CRC = slice(14, 18)
-UNSIGNED_CONTENT = ("/data/", "/.data/serialization_id")
-"""Members whose bytes no verdict reads: storage records, and the id every torch.save writes anew."""
+UNSIGNED_CONTENT = "/data/"
+"""Members whose bytes no verdict reads: storage records (their fields and local headers are signed)."""
+SERIALIZATION_ID = "/.data/serialization_id"
+"""The id every torch.save writes anew: the verdict reads only whether torch can decode it."""
 
 
 def _item_signature(path: str, start: int, length: int) -> bytes | None:
@@ -322,7 +324,15 @@ def _item_signature(path: str, start: int, length: int) -> bytes | None:
             header[LOCAL_CRC] = b"\0\0\0\0"
             name_length, extra_length = LOCAL.unpack(header)[-2:]
             digest.update(bytes(header) + view.read(name_length + extra_length))
-            if any(part in entry.name for part in UNSIGNED_CONTENT) and not entry.name.endswith("/data.pkl"):
+            if entry.name.endswith(SERIALIZATION_ID):
+                # what _check_small_records reads of it, not its bytes (they differ in every item)
+                try:
+                    record = _small_record(view, entries, entry.name, length)  # type: ignore[arg-type]
+                except _Unheld:
+                    return None
+                digest.update(b"\0id" + repr((record is None, record == b"?", _is_utf8(record))).encode())
+                continue
+            if UNSIGNED_CONTENT in entry.name and not entry.name.endswith("/data.pkl"):
                 continue
             if entry.compressed_size > MAX_SIGNED_MEMBER:
                 return None
@@ -336,7 +346,7 @@ MAX_ITEM_PICKLES = 256 << 20
 
 def scan_item(path: str, start: int, length: int) -> FileScan:
     """``torch.load(BytesIO(item), weights_only=True)`` of ``path[start:start+length]``, emulated: a zip
-    archive (found by its magic, as torch does), else a tar archive (refused), else the legacy pickles."""
+    archive (found by its magic, as torch does), else the legacy pickles (torch never tries a BytesIO as tar)."""
     end = start + length
     with places.open_stream(path) as file:
         if end > places.size_of(path):
@@ -351,9 +361,6 @@ def scan_item(path: str, start: int, length: int) -> FileScan:
                 return scan
             return _scan_zip(path, file, entries, end)
         scan = FileScan("legacy")
-        if _is_tar(view):  # type: ignore[arg-type]
-            scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
-            return scan
         if length == 0:
             scan.fail("an empty item")
             return scan
@@ -719,12 +726,16 @@ def _zip_storage(
 
 
 def _is_tar(file: BinaryIO) -> bool:
+    """Whether torch.load's first try, ``tarfile.open(mode="r:")`` of a real file, ends the load: it opens
+    (the legacy tar format), or raises anything but ``TarError``, which torch lets through."""
     file.seek(0)
     try:
-        with tarfile.open(fileobj=file, mode="r:"):
+        with tarfile.open(fileobj=file, mode="r:", format=tarfile.PAX_FORMAT):
             return True
-    except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError):
+    except tarfile.TarError:
         return False
+    except Exception:
+        return True
     finally:
         file.seek(0)
 
@@ -760,7 +771,7 @@ def _scan_legacy_head(file: BinaryIO, head: bytes, size: int) -> FileScan | None
         return scan
     if _is_tar(file):
         scan.route = "tar"
-        scan.fail("the legacy .tar format: torch.load(weights_only=True) refuses it")
+        scan.fail("the legacy .tar format (torch's first try, as tar, opens it or fails on it): torch.load refuses it")
         return scan
     if size == 0:
         scan.fail("an empty file")
