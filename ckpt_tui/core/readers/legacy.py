@@ -70,7 +70,8 @@ def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
             else:
                 checkpoint = _read_legacy(path, file, file_bytes, unsafe, read)
         finally:
-            read.data = bytes(once.kept)
+            # kept as it is, not copied: a plain pickle is kept whole, and a copy would double it
+            read.data = once.kept
             pickle_read(path, read)
     checkpoint.archive = read
     return checkpoint
