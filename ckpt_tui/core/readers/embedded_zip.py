@@ -123,13 +123,14 @@ def read_embedded(
         if end > places.size_of(path):
             raise ReadError(f"{what}: byte range {start}+{length} is outside the file")
         view = FileRange(file, start, length)
-        if view.read(4) == b"PK\x03\x04":
-            return _read_zip_item(file, view, path, start, length, what, unsafe, known_classes)
-        view.seek(0)
         found: set[str] = set()
         try:
+            if view.read(4) == b"PK\x03\x04":
+                return _read_zip_item(file, view, path, start, length, what, found, known_classes)
+            view.seek(0)
             return _read_legacy_item(view, path, start, end, what, found)
         except ReadError as exc:
+            # a refused item names the unsafe globals of the pickles read before it failed, zip or legacy
             message = str(exc)
             raise ReadError(message if "it is UNSAFE" in message else message + unsafe_note(found)) from None
         finally:
