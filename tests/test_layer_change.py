@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -235,3 +236,39 @@ def test_big_layers_summed_on_worker_threads_give_the_same_figures_bit_for_bit(t
     assert math.isclose(row["relative_change"], relative, rel_tol=1e-9)
     assert math.isclose(row["cosine"], cosine, rel_tol=1e-9)
     assert math.isclose(row["norm_a"], norm_a, rel_tol=1e-12) and math.isclose(row["norm_b"], norm_b, rel_tol=1e-12)
+
+
+def adversarial_pair(kind: str, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two float32 vectors whose sums are hard to take accurately."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(size)
+    if kind == "mixed magnitudes":  # 1e-30 to 1e30: every product of float32s is still exact in float64
+        a *= 10.0 ** rng.uniform(-30, 30, size)
+        b = rng.standard_normal(size) * 10.0 ** rng.uniform(-30, 30, size)
+    elif kind == "near-equal":  # a fine-tuning step: the difference is ~1e-6 of the values
+        b = a * (1 + 1e-6 * rng.standard_normal(size))
+    elif kind == "cancelling":  # a·b sums to almost nothing, and b is nearly -a on every other element
+        b = a * np.where(np.arange(size) % 2 == 0, 1.0, -1.0) * (1 + 1e-3 * rng.standard_normal(size))
+    else:
+        b = rng.standard_normal(size)
+    return torch.from_numpy(a.astype(np.float32)), torch.from_numpy(b.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "mixed magnitudes", "near-equal", "cancelling"])
+def test_a_big_layers_sums_are_within_3e_15_of_the_exact_sums(tmp_path, capsys, kind):
+    from ckpt_tui.core.operations import layer_change
+
+    # a whole chunk summed on a worker thread, then a shorter one ending in a part of a block
+    a, b = adversarial_pair(kind, layer_change.CHUNK_ELEMENTS + 3 * 65536 + 1234)
+    torch.save({"w": a}, tmp_path / "a.pth")
+    torch.save({"w": b}, tmp_path / "b.pth")
+    row = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"][0]
+    # every product of float32 values, and their difference, is exact in float64: fsum gives the exact sums
+    wide_a, wide_b = a.double().numpy(), b.double().numpy()
+    delta = wide_a - wide_b
+    aa, bb = math.fsum((wide_a * wide_a).tolist()), math.fsum((wide_b * wide_b).tolist())
+    dd, ab = math.fsum((delta * delta).tolist()), math.fsum((wide_a * wide_b).tolist())
+    assert row["norm_a"] == pytest.approx(math.sqrt(aa), rel=3e-15)
+    assert row["norm_b"] == pytest.approx(math.sqrt(bb), rel=3e-15)
+    assert row["relative_change"] == pytest.approx(math.sqrt(dd / aa), rel=3e-15)
+    assert row["cosine"] == pytest.approx(ab / math.sqrt(aa * bb), abs=3e-15)

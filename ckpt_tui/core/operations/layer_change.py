@@ -38,9 +38,9 @@ from ckpt_tui.core.values.stats import (
     DOT_SEGMENT,
     STATS_THREADS,
     in_chunk_order,
+    pair_sums,
     segmented_dot,
     tensor_stats,
-    wide_pairs,
     worker_pool,
 )
 from ckpt_tui.core.values.tensor_values import (
@@ -277,12 +277,7 @@ def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:
     """Σa², Σb², Σ(a−b)², Σab in float64, each element counted ``repeats`` times (not finite with a NaN or Inf)."""
     if isinstance(repeats, int):
-        # block by block in cache (float32 values widened there): one pass over memory, not six
-        aa = bb = dd = ab = 0.0
-        for x, y in wide_pairs(va, vb):
-            aa, bb, ab = aa + segmented_dot(x, x), bb + segmented_dot(y, y), ab + segmented_dot(x, y)
-            x -= y
-            dd += segmented_dot(x, x)
+        aa, bb, dd, ab = pair_sums(va, vb)
         return aa * repeats, bb * repeats, dd * repeats, ab * repeats
     va, vb = va.astype(np.float64, copy=False), vb.astype(np.float64, copy=False)
     delta = va - vb
