@@ -30,6 +30,7 @@ from ckpt_tui.core.readers.open import open_checkpoint
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
 KEY_PARTS += ["num_batches_tracked", "state_dict", "loops", "last_epoch", "base_lrs", "_metadata", "é"]
+KEY_PARTS += ["lora_A", "base_model", "embed_tokens", "layers"]
 
 
 def tensor_of(dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
@@ -67,6 +68,13 @@ def test_columns_say_what_the_walk_says(
         ["state_dict", "loops"],  # keys a Lightning checkpoint has, as tensors
         ["running_mean"],
         ["only"],
+        ["model.layers.0._orig_mod.w", "model.layers.1._orig_mod.w"],  # compiled submodules under a prefix
+        ["module.a._orig_mod.w", "module.b.w"],
+        ["base_model.model.a.lora_A.weight", "base_model.model.a.base_layer.weight"],  # a PEFT state_dict
+        ["base_model.model.a.lora_A.weight", "base_model.model.a.lora_B.weight"],
+        ["model.embed_tokens.weight", "model.layers.0.mlp.w", "model.norm.weight"],  # a layout that fits
+        ["a.b", "a.b.c", "a.bc"],  # a key that is another's start
+        ["n_averaged", "module.x", "module.y"],  # an AveragedModel's
     ],
 )
 def test_named_like_wrappers_and_buffers(tmp_path: Path, names: list[str]) -> None:

@@ -72,7 +72,6 @@ def render_info(summary: Summary, depth: int = 2) -> str:
 def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
     when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
-    from ckpt_tui.core.edits.tree_edits import strips_cleanly
     from ckpt_tui.core.operations.convert import ConvertOptions, apply_options, fixed_output_path
     from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
@@ -85,7 +84,8 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
             options = ConvertOptions.from_pairs(fix.pairs())
             if finding.path and not options.extract:
                 _aim_key_edit(checkpoint.key_root(), finding.path, options)
-            apply_options(checkpoint.root, options)
+            # (a root still held as columns: its keys, which are all a key edit's dry run reads of it)
+            apply_options(checkpoint.key_root(), options)
         except (CkptError, KeyError, IndexError):
             return None
         extra = options.argv()
@@ -98,20 +98,27 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
         if fix.option in ("--strip-prefix", "--add-prefix") and finding.path is not None:
             _aim_key_edit(checkpoint.key_root(), finding.path, options)
         # (a root still held as columns: its keys are what a prefix's strip reads)
-        certain = (
-            fix.option == "--strip-prefix"
-            and finding.path == ()
-            and strips_cleanly(checkpoint.key_root(), fix.argument)
-        )
+        certain = fix.option == "--strip-prefix" and finding.path == () and _strips_cleanly(checkpoint, fix.argument)
         try:
             if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
-                apply_options(checkpoint.root, options)
+                apply_options(checkpoint.key_root(), options)
         except (CkptError, KeyError, IndexError):
             return None
         extra = options.argv()
     output = fixed_output_path(checkpoint.path)
     argv = ["ckpt-tui", "convert", path_arg(checkpoint.path), *option("--output", path_arg(output)), *extra]
     return join_command(argv)
+
+
+def _strips_cleanly(checkpoint: Checkpoint, prefix: str) -> bool:
+    """:func:`~ckpt_tui.core.edits.tree_edits.strips_cleanly` of the root; of a root still held as columns,
+    told by its names (such a root is a state_dict of plain tensors, str keys: what the strip reads)."""
+    from ckpt_tui.core.edits.tree_edits import KeyRenamer, strips_cleanly
+
+    if not checkpoint.root_pending():
+        return strips_cleanly(checkpoint.root, prefix)
+    assert checkpoint.columns is not None
+    return bool(prefix) and prefix != "auto" and KeyRenamer(strip=prefix).renames_every(checkpoint.columns.names)
 
 
 def _aim_key_edit(root: Any, path: Any, options: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ckpt_tui.core.conventions.architectures import Layout, fitting
 from ckpt_tui.core.conventions.layouts import (
+    ADAPTER_MARK,
     AVERAGED_COUNTER,
     LIGHTNING_MODEL,
     holds_lightning_weights,
@@ -154,8 +155,16 @@ def _outermost(modules: list[tuple[KeyPath, Opaque]]) -> list[tuple[KeyPath, Opa
 
 def flat_findings(columns: FlatColumns) -> list[Finding]:
     """:func:`compute_findings` for a root its reader gave as columns, without a walk: below such a root
-    there is no global, no module, optimizer or scheduler, no GPU tensor, and no layout past its storage."""
-    findings = _structure_findings(columns.key_dict(), [], [], [])  # (keys and value types are all it reads)
+    there is no global, no module, optimizer or scheduler, no GPU tensor, and no layout past its storage.
+
+    Such a root is one state_dict (str keys, every value a plain tensor): not a Lightning checkpoint, no
+    inner state_dict, so its findings are those of its keys alone, read from the names column (no dict of
+    the keys, no count of the values' types)."""
+    if not len(columns):
+        return []  # (an empty dict is no state_dict: nothing to find)
+    findings, compiled = _state_dict_findings((), columns.names, False, None)
+    if compiled:
+        findings = _with_compiled_submodules(findings, (), compiled)
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
@@ -251,52 +260,70 @@ def _prefix_findings(root: Any, inner: KeyPath | None = None) -> list[Finding]:
     findings: list[Finding] = []
     compiled: dict[KeyPath, int] = {}
     for path, value in state_dicts(root):
-        items = tensor_items(value) or []
-        keys = list(map(operator.itemgetter(0), items))
-        lightning = holds_lightning_weights(root, path)
-        if is_averaged_model(keys):
-            findings.append(_averaged_finding(path, len(items)))
-            continue
-        compiled[path] = sum(map(operator.contains, keys, itertools.repeat(COMPILED_INFIX)))  # (C speed)
-        prefix = common_prefix(keys, lightning)
-        if not prefix:
-            continue
-        start = f"all {len(items)} keys under {where(path)} start with {printable(repr(prefix))}"
-        wrappers = [p + "." for p in prefix.split(".") if p + "." in PREFIX_ORIGINS]
-        peft = peft_layout(keys)
-        if peft is not None and peft.prefix:
-            message = f"all {len(items)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
-            message += peft.describe()
-            if peft.adapter_only:  # nothing to load into the base model alone: no fix
-                findings.append(Finding("peft", message, "info", path=path, prefix=peft.prefix))
-                continue
-            fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
-            findings.append(Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix))
-            continue
-        fits = [] if lightning else fitting(keys)
-        if fits:
-            # the keys as they are fit a model layout core knows (a Hugging Face body under model.,
-            # transformer., bert.; CLIP's text_model.): the prefix is part of the model, not a wrapper
-            findings.append(_layout_finding(path, prefix, start, fits[0][0]))
-            continue
-        if prefix.startswith(LIGHTNING_MODEL) and not lightning:
-            # 'model.' without Lightning's own keys beside it is no evidence of Lightning
-            findings.append(_model_prefix_finding(path, prefix, start))
-            continue
-        message = f"{start}: " + printable(prefix_origin(prefix))
-        severity = "warning" if wrappers else "info"
-        if lightning and "." not in prefix.rstrip("."):
-            # Lightning's own keys beside them: the one first component is the LightningModule's attribute
-            # holding the model (.model, .net, .backbone), stripped as Lightning's model. is
-            message = f"{start}: the LightningModule's .{printable(prefix.rstrip('.'))}, the model it holds"
-            # the model weights' own fix; another copy of them (a DeepSpeed rank's module) only if needed
-            severity = "warning" if path == (inner or ()) else severity
-        fix = Fix("--strip-prefix", prefix)
-        findings.append(Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix))
+        keys = list(map(operator.itemgetter(0), tensor_items(value) or []))
+        found, compiled[path] = _state_dict_findings(path, keys, holds_lightning_weights(root, path), inner)
+        findings += found
     for path, count in compiled.items():
         if count:
             findings = _with_compiled_submodules(findings, path, count)
     return findings
+
+
+def _state_dict_findings(
+    path: KeyPath, keys: list[str], lightning: bool, inner: KeyPath | None
+) -> tuple[list[Finding], int]:
+    """The prefix finding of the state_dict at ``path`` with these ``keys`` (at most one), and how many of
+    its keys hold ``_orig_mod`` inside them (``lightning``: a LightningModule's; ``inner``: where the model
+    weights of the tree are)."""
+    if is_averaged_model(keys):
+        return [_averaged_finding(path, len(keys))], 0
+    joined = _joined(keys)
+    # (one search of the joined keys first: a count over 50,000 keys only where some key holds it)
+    compiled = (
+        sum(map(operator.contains, keys, itertools.repeat(COMPILED_INFIX)))
+        if joined is None or COMPILED_INFIX in joined
+        else 0
+    )
+    prefix = common_prefix(keys, lightning)
+    if not prefix:
+        return [], compiled
+    start = f"all {len(keys)} keys under {where(path)} start with {printable(repr(prefix))}"
+    wrappers = [p + "." for p in prefix.split(".") if p + "." in PREFIX_ORIGINS]
+    peft = peft_layout(keys) if joined is None or ADAPTER_MARK in joined else None
+    if peft is not None and peft.prefix:
+        message = f"all {len(keys)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
+        message += peft.describe()
+        if peft.adapter_only:  # nothing to load into the base model alone: no fix
+            return [Finding("peft", message, "info", path=path, prefix=peft.prefix)], compiled
+        fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
+        return [Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix)], compiled
+    fits = [] if lightning else fitting(keys)
+    if fits:
+        # the keys as they are fit a model layout core knows (a Hugging Face body under model.,
+        # transformer., bert.; CLIP's text_model.): the prefix is part of the model, not a wrapper
+        return [_layout_finding(path, prefix, start, fits[0][0])], compiled
+    if prefix.startswith(LIGHTNING_MODEL) and not lightning:
+        # 'model.' without Lightning's own keys beside it is no evidence of Lightning
+        return [_model_prefix_finding(path, prefix, start)], compiled
+    message = f"{start}: " + printable(prefix_origin(prefix))
+    severity = "warning" if wrappers else "info"
+    if lightning and "." not in prefix.rstrip("."):
+        # Lightning's own keys beside them: the one first component is the LightningModule's attribute
+        # holding the model (.model, .net, .backbone), stripped as Lightning's model. is
+        message = f"{start}: the LightningModule's .{printable(prefix.rstrip('.'))}, the model it holds"
+        # the model weights' own fix; another copy of them (a DeepSpeed rank's module) only if needed
+        severity = "warning" if path == (inner or ()) else severity
+    fix = Fix("--strip-prefix", prefix)
+    return [Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix)], compiled
+
+
+def _joined(keys: list[str]) -> str | None:
+    """The keys in one text, for searches that rule a text out of every key at once (None where a key is
+    not a str: then each key is looked at)."""
+    try:
+        return "\n".join(keys)
+    except TypeError:
+        return None
 
 
 COMPILED_INFIX = "._orig_mod."

@@ -125,8 +125,10 @@ class HeaderRanges(Protocol):
     path: str
     data_start: int
     """Where the data (the ranges' 0) starts in ``path``."""
-    ranges: dict[str, list[int]]
-    """Each storage key's ``[begin, end]`` in the data."""
+    @property
+    def ranges(self) -> dict[str, list[int]]:
+        """Each storage key's ``[begin, end]`` in the data."""
+        ...
 
     def missing(self, storages: list[Storage]) -> list[Storage]:
         """The storages without a range."""

@@ -92,12 +92,17 @@ def judge_fix(
     return check
 
 
-def vet_findings(root: Any, findings: list[Finding]) -> list[Finding]:
+def vet_findings(root: Any, findings: list[Finding], flat_keys: list[str] | None = None) -> list[Finding]:
     """The findings with each key-changing fix checked (:func:`judge_fix`): one that would lower a match is
-    kept without that edit, saying why."""
+    kept without that edit, saying why. ``flat_keys``: the keys of a root that is one state_dict of plain
+    tensors with str keys (a reader's columns): its findings all stand at the root, and are judged on these
+    keys without a look at the root's values."""
     judged = [f for f in findings if f.fix is not None and any(o in KEY_OPTIONS for o, _ in f.fix.pairs())]
     if not judged:
         return findings
+    if flat_keys is not None and all(not f.path for f in judged):
+        # the root is its own weights (no inner state_dict): each fix judged on its keys, no other weights beside
+        return [_vetted(root, f, None, (), flat_keys) if f in judged else f for f in findings]
     own_path = inner_state_dict(root)
     own_path = () if own_path is None else own_path
     elsewhere = any((f.path or ()) != own_path for f in judged)
@@ -105,16 +110,21 @@ def vet_findings(root: Any, findings: list[Finding]) -> list[Finding]:
     return [_vetted(root, f, own, own_path) if f in judged else f for f in findings]
 
 
-def _vetted(root: Any, finding: Finding, own: OwnWeights | None, own_path: KeyPath) -> Finding:
+def _vetted(
+    root: Any, finding: Finding, own: OwnWeights | None, own_path: KeyPath, flat_keys: list[str] | None = None
+) -> Finding:
     assert finding.fix is not None
     path = finding.path or ()
-    try:
-        before = list(map(operator.itemgetter(0), tensor_items(get(root, path)) or []))
-    except (KeyError, IndexError, TypeError):
-        return finding
+    if flat_keys is not None:
+        before, lightning = flat_keys, False  # (a flat root is no Lightning checkpoint)
+    else:
+        try:
+            before = list(map(operator.itemgetter(0), tensor_items(get(root, path)) or []))
+        except (KeyError, IndexError, TypeError):
+            return finding
+        lightning = holds_lightning_weights(root, path)
     if not before:
         return finding
-    lightning = holds_lightning_weights(root, path)
     theirs = own if path != own_path else None
     fix = finding.fix
     check = judge_fix(before, lambda: _keys_after(root, path, fix, before), lightning, theirs)

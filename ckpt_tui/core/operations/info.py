@@ -287,7 +287,8 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
         summary.findings.append(Finding("load-runs-code", code, "warning"))
     # every fix checked before it is shown: none may lower a match the keys have
     # (a root still held as columns: its keys, which are all a fix's check reads of a flat state_dict)
-    summary.findings = vet_findings(checkpoint.key_root(), summary.findings)
+    flat_keys = columns.names if columns is not None else None
+    summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys)
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 
@@ -316,16 +317,20 @@ def _flat_summary(checkpoint: Checkpoint, columns: FlatColumns) -> Summary:
     """Totals and findings of a root its reader gave as columns (see :class:`FlatColumns`): what
     :func:`_walked_summary` finds for it, each total one pass over a column, each tensor its own storage."""
     tensors = ColumnRows(columns)
-    by_dtype = Counter({dtype: n * itemsize(dtype) for dtype, n in _sums_by(columns.dtypes, columns.numels).items()})
+    elements = _sums_by(columns.dtypes, columns.numels)
+    by_dtype = Counter({dtype: n * itemsize(dtype) for dtype, n in elements.items()})
     devices = Counter({"cpu": len(tensors)}) if tensors else Counter()
-    dtypes = Counter(columns.dtypes)
-    parameters = sum(columns.numels)
+    dtypes = _counted_by(columns.dtypes)
+    parameters = sum(elements.values())
     summary = Summary(checkpoint, tensors, parameters, sum(by_dtype.values()), devices, dtypes, by_dtype)
     summary.from_columns = True
     summary.model = ModelCounts(path=(), parameters=0, buffers=0) if tensors else ModelCounts()
     if tensors:
-        marks = _buffer_marks(columns.names, columns.dtypes)
-        summary.model.buffers = sum(itertools.compress(columns.numels, marks))
+        if _any_buffer_name(columns.names):
+            marks = _buffer_marks(columns.names, columns.dtypes)
+            summary.model.buffers = sum(itertools.compress(columns.numels, marks))
+        else:  # (no key named as a buffer: the buffers are the tensors of the dtypes no parameter has)
+            summary.model.buffers = sum(n for dtype, n in elements.items() if dtype not in PARAMETER_DTYPES)
         summary.model.parameters = parameters - summary.model.buffers
     summary.findings = flat_findings(columns)
     return summary
@@ -411,8 +416,17 @@ def _storage_bytes(storages: list[tuple[Storage, KeyPath]]) -> int:
     return sum(n * itemsize(dtype) for dtype, n in _sums_by(dtypes, numels).items())
 
 
+def _counted_by(keys: list[str]) -> Counter[str]:
+    """``Counter(keys)``, with one look at a column of one value (a file of one dtype)."""
+    if keys and len(set(keys)) == 1:
+        return Counter({keys[0]: len(keys)})
+    return Counter(keys)
+
+
 def _sums_by(keys: list[str], counts: list[int]) -> dict[str, int]:
     """``counts`` summed per key, the keys in order of first appearance (one pass per distinct key)."""
+    if keys and len(set(keys)) == 1:
+        return {keys[0]: sum(counts)}
     return {
         key: sum(itertools.compress(counts, map(operator.eq, keys, itertools.repeat(key))))
         for key in dict.fromkeys(keys)

@@ -118,10 +118,23 @@ class SafetensorsRecords(RecordSource):
     def __init__(self, path: str, data_start: int) -> None:
         self.path = path
         self.data_start = data_start
-        self.ranges: dict[str, list[int]] = {}
-        """Each tensor's ``[begin, end]`` in the data, as the header gives it."""
-        self.file_order: list[list[int]] = []
-        """The same pairs in the header's order, when the header was read in bulk (else empty)."""
+        self._ranges: dict[str, list[int]] | None = {}
+        self._columns: tuple[list[str], list[list[int]]] = ([], [])
+
+    @property
+    def ranges(self) -> dict[str, list[int]]:
+        """Each tensor's ``[begin, end]`` in the data, as the header gives it (of a header read in bulk,
+        made from its columns when first asked for: ``info`` never asks)."""
+        ranges = self._ranges
+        if ranges is None:
+            # (two threads asking at once make equal dicts: either one will do)
+            ranges = self._ranges = dict(zip(*self._columns, strict=True))
+        return ranges
+
+    def set_columns(self, names: list[str], offsets: list[list[int]]) -> None:
+        """The ranges as columns: each name's checked ``[begin, end]`` pair."""
+        self._columns = (names, offsets)
+        self._ranges = None
 
     def has(self, storage: Storage) -> bool:
         """Every storage named in the header has its range."""
@@ -288,17 +301,23 @@ def _int(text: str) -> int:
 
 
 def _counts_agree(raw: bytes, header: dict[str, Any]) -> bool:
-    """Whether no key can have been given twice: without escapes, each field name and ``__metadata__``
-    appear in the text exactly as often as the parsed header holds them, and so does every string of
-    a plain header (parsing without a hook is several times faster on 50,000 tensors)."""
+    """Whether no key can have been given twice: without escapes every ``"`` opens or closes a string, and
+    the text holds exactly the strings the parsed header holds (parsing without a hook is several times
+    faster on 50,000 tensors)."""
     tensors = len(header) - ("__metadata__" in header)
-    if raw.count(b'"__metadata__"') != ("__metadata__" in header):
-        return False
-    if not all(raw.count(b'"' + name.encode() + b'"') == tensors for name in FIELDS):
-        return False
     metadata = header.get("__metadata__")
     strings = len(header) + 4 * tensors + (2 * len(metadata) if isinstance(metadata, dict) else 0)
-    return raw.count(b'"') == 2 * strings  # keys, dtypes and metadata: a key given twice adds its own
+    if raw.count(b'"') != 2 * strings:  # keys, dtypes and metadata: a key given twice adds its own
+        return False
+    if _plain_metadata(metadata):
+        # the count assumes each entry holds four strings and the metadata two per item: an entry that
+        # holds fewer is not a tensor entry (the file is refused for it, repeated keys or not), so only
+        # metadata values that are not strings could hide a repeated key's strings; none here
+        return True
+    # (each field name and __metadata__ as often as the parsed header holds them)
+    if raw.count(b'"__metadata__"') != ("__metadata__" in header):
+        return False
+    return all(raw.count(b'"' + name.encode() + b'"') == tensors for name in FIELDS)
 
 
 def read_safetensors(path: str, file_bytes: int) -> Checkpoint:
@@ -352,12 +371,13 @@ def _checkpoint(path: str, file_bytes: int, parsed: _Header) -> Checkpoint | Non
         return None
     if read is None:
         root, deepest = _each_tensor(path, parsed, names, data_bytes, records, problems, deepest)
-        columns = None
+        columns, tiled = None, False
     else:
-        root, columns = read
+        root, columns, tiled = read
     if deepest > MAX_DEPTH:
         problems.append(f"its header nests deeper than {MAX_DEPTH} levels, which the safetensors library refuses")
-    problems += _tiling_problems(records.ranges, data_bytes, records.file_order, list(records.ranges.values()))
+    if not tiled:
+        problems += _tiling_problems(records.ranges, data_bytes, list(records.ranges.values()))
     return Checkpoint(
         path,
         "safetensors",
@@ -416,37 +436,38 @@ def _plain_metadata(metadata: Any) -> bool:
 
 def _plain_tensors(
     header: dict[str, Any], names: list[str], data_bytes: int, records: SafetensorsRecords, problems: list[str]
-) -> tuple[Any, FlatColumns | None] | None:
+) -> tuple[Any, FlatColumns | None, bool] | None:
     """The tensors of a header whose entries all pass the checks of :func:`_tensor`, checked in bulk
     (type sets and min/max over every field at once), as columns whose tensors are made when first asked
     for (the root: ``PENDING_ROOT``); or, when a layout would fail :func:`~ckpt_tui.core.model.tree.check_tree`
-    (which then says why), the tree made now and no columns. None when any entry does not pass, so that
-    the entry-by-entry path raises the first error, worded as always."""
+    (which then says why), the tree made now and no columns. Last, whether the ranges were seen to tile
+    the data (else :func:`_tiling_problems` looks). None when any entry does not pass, so that the
+    entry-by-entry path raises the first error, worded as always."""
     tensor_names = [name for name in names if name != "__metadata__"] if "__metadata__" in header else names
     # the fields: each entry an object of the three fields, of the right types
     fields = _bulk_fields(list(map(header.__getitem__, tensor_names)))
     if fields is None:
         return None
     codes, shapes, offsets, begins, ends = fields
-    # the shapes: sizes in range, one shape and stride object per distinct shape
+    # the shapes: sizes in range; one shape, stride and count object per distinct shape, looked up per row
     keys = list(map(tuple, shapes))  # ints only (checked above): equal shapes are the same shape
     distinct = set(keys)
     sizes_seen = set(itertools.chain.from_iterable(distinct))
     if sizes_seen and (min(sizes_seen) < 0 or max(sizes_seen) >= U64):
         return None
-    layouts = {shape: (shape, _strides(shape), math.prod(shape)) for shape in distinct}
-    chosen = list(map(layouts.__getitem__, keys))
-    shape_keys, strides, numels = (list(map(operator.itemgetter(i), chosen)) for i in range(3))
+    shape_keys = _per_row(keys, {shape: shape for shape in distinct})
+    strides = _per_row(keys, {shape: _strides(shape) for shape in distinct})
+    numels = _per_row(keys, {shape: math.prod(shape) for shape in distinct})
     # the byte ranges: in the data, each as long as its tensor's bytes
     if not _ranges_fit(codes, numels, begins, ends, data_bytes):
         return None
     # the tensors
-    dtypes = list(map(SAFETENSORS_DTYPES.__getitem__, codes))
-    records.ranges.update(zip(tensor_names, offsets, strict=True))  # each a checked [begin, end] pair
-    records.file_order = _file_order(header)
+    dtypes = _per_row(codes, {code: SAFETENSORS_DTYPES[code] for code in set(codes)})
+    records.set_columns(tensor_names, offsets)  # each a checked [begin, end] pair
+    tiled = _tiles(begins, ends, data_bytes) or _tiles_in_file_order(header, data_bytes)
     overflowing = {shape for shape in distinct if _overflows(shape)}
     # every entry passed: the parsed JSON is freed before the tensors are made (the peak of a big header)
-    del fields, shapes, chosen, keys
+    del fields, shapes, keys
     header.clear()
     # (only now: a None above sends the header entry by entry, which says it itself)
     if overflowing:
@@ -460,12 +481,12 @@ def _plain_tensors(
         storages = map(Storage, tensor_names[start:stop], row_dtypes, _CPU, numels[start:stop], _repeat(records))
         return list(map(Tensor, storages, _ZERO, shape_keys[start:stop], strides[start:stop], row_dtypes))
 
-    if not all(layout_fits(0, shape, stride) for shape, stride, _ in layouts.values()):
+    if not all(layout_fits(0, shape, _strides(shape)) for shape in distinct):
         # no columns: the tree is made now and check_tree says why it is refused
-        return dict(zip(tensor_names, make(0, len(tensor_names)), strict=True)), None
+        return dict(zip(tensor_names, make(0, len(tensor_names)), strict=True)), None, tiled
     sources = [records] * len(tensor_names)
     columns = FlatColumns.pending(tensor_names, dtypes, numels, shape_keys, strides, tensor_names, sources, make)
-    return PENDING_ROOT, columns
+    return PENDING_ROOT, columns, tiled
 
 
 _CPU = itertools.repeat("cpu")
@@ -473,11 +494,32 @@ _ZERO = itertools.repeat(0)
 _repeat = itertools.repeat
 
 
-def _file_order(header: dict[str, Any]) -> list[list[int]]:
-    """The tensors' ``[begin, end]`` pairs in the order the header lists them (a writer's data order,
-    which tiles the data without a sort); called once every entry passed."""
-    header.pop("__metadata__", None)  # (read already; the header is cleared next)
-    return list(map(operator.itemgetter("data_offsets"), header.values()))
+def _per_row(keys: list[Any], values: dict[Any, Any]) -> list[Any]:
+    """Each row's value, by its key, ``values`` holding every key's and no other (one look per row; a
+    column of one key is its one value repeated)."""
+    if len(values) == 1:
+        return [*values.values()] * len(keys)
+    return list(map(values.__getitem__, keys))
+
+
+def _tiles(begins: list[int], ends: list[int], data_bytes: int) -> bool:
+    """Whether each range starts where the one before it stops, from 0 to ``data_bytes`` (two list
+    comparisons at C speed)."""
+    return bool(begins) and begins[0] == 0 and ends[-1] == data_bytes and begins[1:] == ends[:-1]
+
+
+def _tiles_in_file_order(header: dict[str, Any], data_bytes: int) -> bool:
+    """:func:`_tiles` of the ranges in the order the header lists them (a writer's data order, which tiles
+    the data without a sort); called once every entry passed."""
+    pairs = list(itertools.chain.from_iterable(map(operator.itemgetter("data_offsets"), _entries(header))))
+    return _tiles(pairs[0::2], pairs[1::2], data_bytes)
+
+
+def _entries(header: dict[str, Any]) -> Any:
+    """The header's tensor entries, in its order."""
+    if "__metadata__" not in header:
+        return header.values()
+    return (entry for name, entry in header.items() if name != "__metadata__")
 
 
 def _bulk_fields(entries: list[Any]) -> tuple[list[str], list[Any], list[Any], list[int], list[int]] | None:
@@ -509,8 +551,11 @@ def _ranges_fit(codes: list[str], numels: list[int], begins: list[int], ends: li
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
     if ends and max(ends) > data_bytes:
         return False
-    lengths = map(operator.sub, ends, begins)
-    return all(map(operator.eq, lengths, map(operator.mul, numels, map(sizes.__getitem__, codes))))
+    lengths = list(map(operator.sub, ends, begins))
+    distinct = set(codes)
+    if len(distinct) == 1:  # (one dtype: each row's byte count is its element count times one size)
+        return lengths == list(map(sizes[codes[0]].__mul__, numels))
+    return lengths == list(map(operator.mul, numels, map(sizes.__getitem__, codes)))
 
 
 def _overflows(shape: tuple[int, ...]) -> bool:

@@ -61,7 +61,8 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     # the shards
     shards = _open_shards(path, list(dict.fromkeys(weight_map.values())), open_shard)
     # one state_dict: each key from the shard the index maps it to
-    columns = _assembled(weight_map, shards)
+    mapped_to_holder = _keys_mapped_to_their_shard(weight_map, shards)
+    columns = _assembled(weight_map, shards, mapped_to_holder)
     root: Any = PENDING_ROOT
     if columns is None:  # (a shard without columns, or a key its shard lacks: the walk says which)
         root = _assembled_root(path, weight_map, shards)
@@ -76,7 +77,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
     # a key in a shard the index does not name for it: the real loaders take it too, so what is shown is in doubt
-    overlaps = _overlaps(weight_map, shards)
+    overlaps = [] if mapped_to_holder else _overlaps(weight_map, shards)
     notes = [note] + [f"shard {name}: {n}" for name, c in shards.items() for n in c.notes]
     return Checkpoint(
         path,
@@ -114,10 +115,7 @@ def _overlaps(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> list
     wrote). transformers and accelerate read every shard the index names, whole, in name order
     (``sorted(set(weight_map.values()))``), each over the last: the last shard holding a key gives its value,
     whatever the weight_map says; ckpt-tui shows the weight_map's copy."""
-    # a set save_pretrained wrote: each shard's keys all mapped to it (one C pass per shard, no loop per key)
-    if not any(
-        any(map(operator.ne, map(weight_map.get, _shard_keys(c)), itertools.repeat(n))) for n, c in shards.items()
-    ):
+    if _keys_mapped_to_their_shard(weight_map, shards):
         return []
     holders: dict[Any, list[str]] = {}
     for name in sorted(shards):
@@ -154,6 +152,14 @@ def _overlaps(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> list
     return problems
 
 
+def _keys_mapped_to_their_shard(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> bool:
+    """Whether every shard's keys are all mapped to it, as in a set ``save_pretrained`` wrote (one C pass per
+    shard, no loop per key)."""
+    return not any(
+        any(map(operator.ne, map(weight_map.get, _shard_keys(c)), itertools.repeat(n))) for n, c in shards.items()
+    )
+
+
 def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> dict[str, Any]:
     """The state_dict of the set, key by key, each tensor its shard's own (a ReadError for a key the index
     maps to a shard that does not hold it)."""
@@ -167,19 +173,21 @@ def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Che
     return root
 
 
-def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> FlatColumns | None:
+def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint], mapped_to_holder: bool) -> FlatColumns | None:
     """The set's columns, gathered from its shards' columns in the index's order, without a tensor object:
-    each key found in the shard the index maps it to (:func:`_positions`). None when a shard has no
-    columns, the map is empty, or a key is not in its shard."""
+    each key found in the shard the index maps it to (:func:`_positions`; ``mapped_to_holder``: what
+    :func:`_keys_mapped_to_their_shard` says). None when a shard has no columns, the map is empty, or a
+    key is not in its shard."""
     shard_columns = [shard.flat_columns() for shard in shards.values()]
     if not weight_map or any(columns is None for columns in shard_columns):
         return None
     parts = [columns for columns in shard_columns if columns is not None]
-    positions = _positions(weight_map, list(shards), parts)
+    positions = _positions(weight_map, list(shards), parts, mapped_to_holder)
     if positions is None:
         return None
     starts = list(itertools.accumulate(map(len, parts), initial=0))
     at = positions
+    keys = list(weight_map)
 
     def gathered(column: Callable[[FlatColumns], list[Any]]) -> list[Any]:
         whole = list(itertools.chain.from_iterable(map(column, parts)))
@@ -193,21 +201,27 @@ def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> Fla
         every = list(itertools.chain.from_iterable(columns.root.values() for columns in parts))
         return list(map(every.__getitem__, wanted))
 
+    # each key's row is one that holds that key: where every shard's record keys are its keys
+    # (safetensors), the set's record keys are its keys
+    named = all(columns.storage_keys is columns.names for columns in parts)
     return FlatColumns.pending(
-        list(weight_map),
+        keys,
         gathered(_DTYPES),
         gathered(_NUMELS),
         gathered(_SHAPES),
         gathered(_STRIDES),
-        gathered(_STORAGE_KEYS),
+        keys if named else gathered(_STORAGE_KEYS),
         gathered(_SOURCES),
         make,
     )
 
 
-def _positions(weight_map: dict[str, str], names: list[str], parts: list[FlatColumns]) -> list[int] | None:
+def _positions(
+    weight_map: dict[str, str], names: list[str], parts: list[FlatColumns], mapped_to_holder: bool = False
+) -> list[int] | None:
     """Each mapped key's row among the shards' rows laid end to end (shard ``names[i]``'s rows are
-    ``parts[i]``'s), or None when a key is not in the shard the index maps it to."""
+    ``parts[i]``'s), or None when a key is not in the shard the index maps it to. ``mapped_to_holder``:
+    every shard's keys are known to be mapped to it."""
     count = sum(map(len, parts))
     rows = dict(zip(itertools.chain.from_iterable(c.names for c in parts), range(count), strict=True))
     if len(rows) == count:
@@ -217,6 +231,8 @@ def _positions(weight_map: dict[str, str], names: list[str], parts: list[FlatCol
         if None in found:
             return None
         positions = cast(list[int], found)
+        if mapped_to_holder:  # each key found, in the one shard holding it, which the index names for it
+            return positions
         owners = list(itertools.chain.from_iterable(map(itertools.repeat, names, map(len, parts))))
         return positions if list(map(owners.__getitem__, positions)) == list(weight_map.values()) else None
     # a key in two shards: each found by (shard, key)
