@@ -130,7 +130,12 @@ def test_keys_file_reference(tmp_path: Path) -> None:
 
 def test_fold_keys() -> None:
     keys = [f"layers.{i}.attn.q.weight" for i in range(32)] + ["layers.40.attn.q.weight", "head.weight"]
-    assert fold_keys(keys) == ["layers.{0...31,40}.attn.q.weight", "head.weight"]
+    assert fold_keys(keys) == ["layers.{0..31,40}.attn.q.weight", "head.weight"]
+
+
+def test_fold_keys_lists_short_runs_as_a_shell_brace_list() -> None:
+    keys = [f"features.{i}.weight" for i in (0, 1, 3, 4, 6, 7, 8, 10, 11, 12, 13)]
+    assert fold_keys(keys) == ["features.{0,1,3,4,6,7,8,10..13}.weight"]
 
 
 def test_reference_from_module_pickle(tmp_path: Path) -> None:

@@ -909,7 +909,7 @@ def apply_suggestion(root: Any, at: KeyPath, suggestion: Suggestion) -> tuple[An
 
 
 def fold_keys(keys: Iterable[str]) -> list[str]:
-    """Fold keys that differ only in one index: ``layers.{0...31}.attn.q.weight``."""
+    """Fold keys that differ only in one index: ``layers.{0..31}.attn.q.weight``, ``features.{0,1,3,4}.weight``."""
     return [text for text, _ in fold_keys_with_first(keys)]
 
 
@@ -942,13 +942,22 @@ _INDEX = re.compile(r"(?:^|\.)([0-9]{1,9})(?=\.|\Z)")
 
 
 def _ranges(numbers: list[int]) -> str:
+    """``0..31,40`` or ``0,1,3,4``: the numbers as a shell brace list, a run as ``a..b`` only where it saves width."""
     spans: list[str] = []
     start = previous = numbers[0]
     for number in [*numbers[1:], None]:
         if number is not None and number == previous + 1:
             previous = number
             continue
-        spans.append(f"{start}...{previous}" if previous > start else str(start))
+        # a run of 3 or fewer reads plainer listed (0,1,2 is one character longer than 0..2)
+        if previous - start >= _SHORTEST_RANGE - 1:
+            spans.append(f"{start}..{previous}")
+        else:
+            spans.extend(str(n) for n in range(start, previous + 1))
         if number is not None:
             start = previous = number
     return ",".join(spans)
+
+
+_SHORTEST_RANGE = 4
+"""The fewest consecutive numbers written as a range (``0..3``, the notation shells use)."""

@@ -10,7 +10,7 @@ markup sees raw file text):
 - ``notes``: layouts recognised (wrappers, PEFT, EMA, tied heads) and what ``strict=False`` would
   silently skip, in words;
 - ``sections``: titled lists of :class:`Row`. A row's ``path`` is the key path it stands for in the
-  compared file, where the browser jumps (a folded row, ``layers.{0...31}.q.weight``, jumps to its
+  compared file, where the browser jumps (a folded row, ``layers.{0..31}.q.weight``, jumps to its
   first key); ``None`` for keys that are not in the file. Diff rows carry ``key``, the ``/`` path of
   a leaf of A, to resolve instead;
 - ``fixes``: the suggested fix first, then alternatives (EMA weights), each with its summary, detail
