@@ -129,6 +129,25 @@ def test_help_imports_neither_torch_nor_textual() -> None:
     assert "ckpt-tui FILE" in result.stdout
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+def test_help_wraps_its_command_list_to_the_terminal_between_words(
+    columns: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt_tui.cli.parser import COMMAND_LINES, COMMANDS
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= columns
+    # every word of the hand-written list is whole on some line: wrapped between words, never inside one
+    words = set(out.split())
+    for form, meaning in COMMAND_LINES:
+        assert set(form.split()) <= words and set(meaning.split()) <= words
+    assert "ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order:" in out
+    assert {line.split()[1] for line in out.splitlines() if line.startswith("  ckpt-tui ")} >= set(COMMANDS) - {"open"}
+
+
 def test_core_never_imports_textual() -> None:
     code = (
         "import sys, pkgutil, importlib, ckpt_tui.core\n"

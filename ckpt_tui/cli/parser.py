@@ -15,30 +15,71 @@ from ckpt_tui import __version__
 from ckpt_tui.core.errors import EditError
 
 COMMANDS = ("info", "check", "stats", "convert", "diff", "average", "demo", "open")
-EPILOG = """\
-commands:
-  ckpt-tui FILE [--readonly]    open FILE in the browser (no FILE: the demo; no terminal: print its info)
-  ckpt-tui info FILE [--json]   summary: format, tensors, dtypes, devices, findings (with the fix), tree
-  ckpt-tui check FILE [--json]  read every tensor: NaN/Inf, unsafe globals, missing records
-  ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]
-                                does it fit the model? missing/unexpected/mismatched keys, and the fix
-  ckpt-tui stats FILE [--at PATH] [--json | --csv] [--sort COLUMN]
-                                per tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN/Inf counts
-  ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]
-                                keys on one side only, shape/dtype changes, value differences
-  ckpt-tui diff A B [C ...] --stats [--json]
-                                per layer: relative change, cosine, norms (3+ files: norms across the series)
-  ckpt-tui average A B [C ...] -o OUT [--weights W1,W2,...] [--at PATH]
-                                weighted mean of the floating-point tensors (model soup, SWA), streamed
-  ckpt-tui convert FILE -o OUT  fix and save; edits apply in this order: --extract, --drop, --drop-keys,
-                                --rename, --strip-prefix, --rename-prefix/--rename-infix/--rename-map,
-                                --add-prefix, --map-location, --dtype
-                                --sanitize rewrites what torch.load(weights_only=True) refuses
-  ckpt-tui demo                 write a DDP-style training checkpoint and open it
+DESCRIPTION = "Open, check and fix PyTorch checkpoints without loading them or running their pickle."
 
-exit codes: 0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different /
-            an edit does not apply, 2 unreadable input, bad arguments or refused write
-"""
+COMMAND_LINES = (
+    ("ckpt-tui FILE [--readonly]", "open FILE in the browser (no FILE: the demo; no terminal: print its info)"),
+    ("ckpt-tui info FILE [--json]", "summary: format, tensors, dtypes, devices, findings (with the fix), tree"),
+    ("ckpt-tui check FILE [--json]", "read every tensor: NaN/Inf, unsafe globals, missing records"),
+    (
+        "ckpt-tui check FILE --against REF | --model PKG.MOD:FACTORY [--at PATH] [--json]",
+        "does it fit the model? missing/unexpected/mismatched keys, and the fix",
+    ),
+    (
+        "ckpt-tui stats FILE [--at PATH] [--json | --csv] [--sort COLUMN]",
+        "per tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN/Inf counts",
+    ),
+    (
+        "ckpt-tui diff A B [--at-a PATH] [--at-b PATH] [--strip-prefix[-a|-b] P] [--json]",
+        "keys on one side only, shape/dtype changes, value differences",
+    ),
+    (
+        "ckpt-tui diff A B [C ...] --stats [--json]",
+        "per layer: relative change, cosine, norms (3+ files: norms across the series)",
+    ),
+    (
+        "ckpt-tui average A B [C ...] -o OUT [--weights W1,W2,...] [--at PATH]",
+        "weighted mean of the floating-point tensors (model soup, SWA), streamed",
+    ),
+    (
+        "ckpt-tui convert FILE -o OUT",
+        "fix and save; edits apply in this order: --extract, --drop, --drop-keys, --rename, --strip-prefix, "
+        "--rename-prefix/--rename-infix/--rename-map, --add-prefix, --map-location, --dtype; "
+        "--sanitize rewrites what torch.load(weights_only=True) refuses",
+    ),
+    ("ckpt-tui demo", "write a DDP-style training checkpoint and open it"),
+)
+"""What ``--help`` lists after the options: each command's form and what it does (wrapped when printed)."""
+
+EXIT_CODES = (
+    "0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different / an edit does "
+    "not apply, 2 unreadable input, bad arguments or refused write"
+)
+
+
+def epilog(width: int) -> str:
+    """The commands and exit codes after ``--help``'s options, wrapped to ``width`` columns between words."""
+    import textwrap
+
+    # the meanings start in one column when the terminal leaves them room, else under their form
+    column = 32 if width >= 72 else 6
+    lines = ["commands:"]
+    for form, meaning in COMMAND_LINES:
+        wrap = textwrap.TextWrapper(
+            width=width, break_long_words=False, break_on_hyphens=False, subsequent_indent=" " * column
+        )
+        if len(form) + 2 < column - 1:
+            lines += wrap.wrap(f"  {form}".ljust(column) + meaning)
+            continue
+        lines += textwrap.wrap(
+            form, width, initial_indent="  ", subsequent_indent="      ", break_long_words=False, break_on_hyphens=False
+        )
+        lines += wrap.wrap(" " * column + meaning)
+    lines.append("")
+    lines += textwrap.wrap(
+        "exit codes: " + EXIT_CODES, width, subsequent_indent=" " * 12, break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(lines) + "\n"
 
 
 USAGE = {
@@ -60,6 +101,16 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {explain(self, message)}\n")
+
+    def format_help(self) -> str:
+        if self.epilog is not None:
+            import textwrap
+
+            # the raw parts wrapped as argparse wraps its own text: at the terminal's width, between words
+            width = _terminal_width() - 2
+            self.epilog = epilog(width)
+            self.description = textwrap.fill(DESCRIPTION, width)
+        return super().format_help()
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse makes a formatter for every argument added (to check its metavar), and each one imports
@@ -145,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (no heavy imports)."""
     parser = Parser(
         prog="ckpt-tui",
-        description="Open, check and fix PyTorch checkpoints without loading them or running their pickle.",
-        epilog=EPILOG,
+        description=DESCRIPTION,
+        epilog=epilog(78),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
