@@ -1,4 +1,4 @@
-"""The browser at 80x24: tree lines keep shape and dtype, help is one line a key, the status line wraps,
+"""The browser at 80x24: tree lines keep shape and dtype, help wraps, the status line wraps,
 report lists use the rows they have, one notification at a time, keys with nothing to do say so."""
 
 from __future__ import annotations
@@ -120,19 +120,22 @@ async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_mid
         assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
 
 
-async def test_help_is_one_line_a_key_at_80x24(ddp_file: Path) -> None:
+async def test_help_wraps_a_long_description_under_itself_at_80x24_and_says_what_tab_does(ddp_file: Path) -> None:
     app = CkptApp(str(ddp_file))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "question_mark")
         assert isinstance(app.screen, HelpScreen)
+        await settle(pilot, "end")
         shown = screen_text(app)
-        down = next(line for line in shown.splitlines() if "j / ↓" in line)
-        assert "Down · Move the cursor down one line" in down
-        rows = len(app.screen.rows)
-        groups = len({row.group for row in app.screen.rows})
-        text = str(app.screen.query_one("#help-text").render())
-        assert len(text.strip().splitlines()) <= rows + 2 * groups
+        assert "…" not in shown
+        lines = shown.splitlines()
+        check = next(i for i, line in enumerate(lines) if "Check all · Read every tensor" in line)
+        # the rest of the description on the next line, in the description's column
+        column = lines[check].index("Check all")
+        assert lines[check + 1][column:].startswith("records (escape cancels)")
+        assert "Focus Next" not in shown and "Focus Previous" not in shown and "Copy selected text" not in shown
+        assert "Next panel (from the tree: the side panel" in shown
 
 
 async def test_the_status_line_wraps_a_long_message_rather_than_cutting_it(ddp_file: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import ClassVar
 
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -14,27 +17,44 @@ from textual.widgets import Static
 from ckpt_tui.tui.bindings import SCROLL_BINDINGS, KeyRow
 
 KEY_WIDTH = 14
-"""The keys' column (wider keys take two spaces more than they need, on their line only)."""
+"""The keys' column (a wider key widens it, for its group only)."""
+
+TAB_ROW = "Next panel (from the tree: the side panel, where ↓ PgDn scroll the stats); shift+tab goes back"
+"""What tab does, said once in place of the framework's "Focus Next" and "Focus Previous"."""
+
+_FRAMEWORK_NOISE = {"screen.copy_text", "app.focus_previous"}
+"""Framework keys help leaves out: copying selected text (y copies a path), shift+tab (said on tab's line)."""
 
 
-def help_text(rows: list[KeyRow], readonly: bool = False) -> Text:
-    """One line a key under the group headings: keys, what it does, then more words (cut at the edge
-    of a narrow screen); edit keys are marked when the browser is read-only."""
-    text = Text()
-    current = ""
-    for row in rows:
-        if row.group != current:
-            text.append(("\n" if current else "") + f"{row.group}\n", style="bold underline")
-            current = row.group
-        text.append(f"  {row.key_text:<{max(KEY_WIDTH, len(row.key_text) + 2)}}", style="bold")
-        text.append(row.description)
-        if readonly and row.group == "edit":
-            text.append("  (off: read-only)", style="italic")
-        elif not row.enabled:
-            text.append("  (not now)", style="italic")
-        if row.tooltip and row.tooltip != row.description:
-            text.append(f" · {row.tooltip}", style="italic")
-        text.append("\n")
+def help_text(rows: list[KeyRow], readonly: bool = False) -> Group:
+    """The keys under their group headings: keys, then what it does, wrapped under itself on a narrow
+    screen (never cut); edit keys are marked when the browser is read-only."""
+    parts: list[RenderableType] = []
+    for group, grouped in groupby(rows, key=lambda row: row.group):
+        if parts:
+            parts.append(Text())
+        parts.append(Text(group, style="bold underline"))
+        grid = Table.grid()
+        grid.add_column(min_width=KEY_WIDTH + 2, no_wrap=True, style="bold")
+        grid.add_column(ratio=1, overflow="fold")
+        for row in grouped:
+            if row.action in _FRAMEWORK_NOISE:
+                continue
+            grid.add_row(f"  {row.key_text}  ", _description(row, readonly))
+        parts.append(grid)
+    return Group(*parts)
+
+
+def _description(row: KeyRow, readonly: bool) -> Text:
+    if row.action == "app.focus_next":
+        return Text(TAB_ROW)
+    text = Text(row.description)
+    if readonly and row.group == "edit":
+        text.append("  (off: read-only)", style="italic")
+    elif not row.enabled:
+        text.append("  (not now)", style="italic")
+    if row.tooltip and row.tooltip != row.description:
+        text.append(f" · {row.tooltip}", style="italic")
     return text
 
 
