@@ -252,7 +252,7 @@ def fitting(keys: Sequence[str]) -> list[tuple[Layout, int]]:
     """The layouts these keys fit (each explains :data:`FIT_SHARE` of them at least), best first, with
     how many keys each explains."""
     global _last_fitting
-    listed = list(filter("_metadata".__ne__, keys))
+    listed = [key for key in keys if key != "_metadata"] if "_metadata" in keys else list(keys)
     if not listed:
         return []
     last = _last_fitting

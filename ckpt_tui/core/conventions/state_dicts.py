@@ -171,8 +171,10 @@ def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
         key_list = [k for k in key_list if k != "_metadata"]
     if len(key_list) < 2:
         return None
-    shared = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
-    shortest = min(map(len, key_list))
+    shared, low = _shared_start(key_list)  # every component below is read from it (one pass over 50,000 keys)
+    # every key starts with the shared start; one no longer than a component of it is that very text, which
+    # sorts first: the smallest key's length tells where some key ends
+    shortest = len(low)
     taken: list[str] = []
     prefix = ""
     while True:
@@ -191,11 +193,11 @@ def common_prefix(keys: Iterable[str], lightning: bool = False) -> str | None:
     return prefix or None
 
 
-def _shared_start(texts: list[str]) -> str:
-    """The longest string every text starts with (that of the smallest and the largest)."""
+def _shared_start(texts: list[str]) -> tuple[str, str]:
+    """The longest string every text starts with (that of the smallest and the largest), and the smallest."""
     low, high = min(texts), max(texts)
     end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
-    return low[:end]
+    return low[:end], low
 
 
 def prefix_origin(prefix: str) -> str:

@@ -125,6 +125,7 @@ class HeaderRanges(Protocol):
     path: str
     data_start: int
     """Where the data (the ranges' 0) starts in ``path``."""
+
     @property
     def ranges(self) -> dict[str, list[int]]:
         """Each storage key's ``[begin, end]`` in the data."""

@@ -178,7 +178,8 @@ class Summary:
             return None
         if not len(columns):
             return b"[]"
-        keys = list(zip(columns.shapes, columns.strides, columns.dtypes, strict=True))
+        rows = len(columns)
+        keys = zip(columns.shapes, columns.strides, columns.dtypes, strict=True)
         layouts: dict[tuple[Any, ...], str] = {}
         for layout in set(keys):
             shape, stride, dtype = layout
@@ -189,9 +190,12 @@ class Summary:
         names = list(map(_text, columns.names))  # (str keys: what the columns promise)
         storages = self._column_storage_ids(columns)
         texts = names if storages == columns.names else list(map(_text, storages))
-        pieces = [_ROW_END] * (4 * len(keys))
+        pieces = [_ROW_END] * (4 * rows)
         pieces[0::4] = names
-        pieces[1::4] = map(layouts.__getitem__, keys)
+        if len(layouts) == 1:  # (one layout: its text in every row)
+            pieces[1::4] = [*layouts.values()] * rows
+        else:
+            pieces[1::4] = map(layouts.__getitem__, zip(columns.shapes, columns.strides, columns.dtypes, strict=True))
         pieces[2::4] = texts
         # the array's opening and end on its first and last piece: one join, one encode (10 MB on 50,000 rows)
         pieces[0] = '[{"path":[' + pieces[0]

@@ -355,7 +355,8 @@ def _open_file(path: str) -> Checkpoint:
         if names is not None and len(names) > 1:
             return read_hf_dcp(folder, names, open_shard)
     _check_opened(checkpoint, path)  # before anything else walks it
-    opened = with_ranks(path, checkpoint, _open_plain_file)
+    # (a root still held as columns is plain tensors: no ShardedTensor or DTensor to find rank files for)
+    opened = checkpoint if checkpoint.root_pending() else with_ranks(path, checkpoint, _open_plain_file)
     if opened is checkpoint and checkpoint.flat_columns() is None:
         _opened.checked = checkpoint.root
     return opened
