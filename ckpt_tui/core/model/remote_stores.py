@@ -10,14 +10,18 @@ libraries: each is imported when its first URL is opened. :func:`register` insta
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import os
 import posixpath
+import re
+import socket
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -28,21 +32,58 @@ from ckpt_tui.core.model.remote import TAIL, NotFound, RemoteFile, Stat, Transpo
 TIMEOUT = float(os.environ.get("CKPT_TUI_TIMEOUT", "30"))
 RETRIES = 5
 REDIRECTS = 5
+MIN_RATE = 16 << 10
+"""Bytes per second an answer's body must average once TIMEOUT's grace is spent: a server that trickles
+bytes cannot hold a read (a per-read socket timeout alone lets one byte every few seconds go on forever)."""
+CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
 def _timeout_error(name: str) -> ReadError:
     return ReadError(f"{name}: the server did not answer within {TIMEOUT:g} s (timed out; CKPT_TUI_TIMEOUT sets it)")
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A ranged answer: its status and headers (lower-case names), and for a 206 the range it names and
+    its body, read in full."""
+
+    status: int
+    headers: dict[str, str]
+    span: tuple[int, int, int] | None = None
+    """first byte, last byte and the file's size, from Content-Range"""
+    body: bytes = b""
+
+
+class _Cutoff:
+    """Shuts a connection's socket once its time is up, waking a read that a trickling server holds."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self.fired = False
+        self._sock = sock
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class HttpTransport:
     """Ranged GETs over ``http.client``: one kept-alive connection per thread, redirects followed once
-    and the final URL reused, ``If-Match`` on every range so a file that changes mid-read is refused."""
+    and the final URL reused. Every range is checked against the file's version: ``If-Match`` with a
+    strong ETag, else ``If-Unmodified-Since`` with Last-Modified, and the size in every Content-Range."""
 
     def __init__(self, url: str, name: str, headers: dict[str, str] | None = None, access_hint: str = "") -> None:
         self.url = url
         self.name = name
         self.headers = dict(headers or {})
         self.access_hint = access_hint
+        self.size: int | None = None
         self._local = threading.local()
 
     def _connection(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
@@ -61,32 +102,51 @@ class HttpTransport:
             cached[1].close()
         self._local.connection = None
 
-    def request(self, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        """One GET of the file with ``headers``: status, headers (lower-case names), body. Retries on
-        429 and 5xx with backoff (honouring Retry-After), and once on a dropped kept-alive connection."""
+    def request(self, headers: dict[str, str], most: int) -> Answer:
+        """One GET of the file with ``headers``, for a range of at most ``most`` bytes: a 206's body is read
+        in full, checked against its Content-Range and Content-Length; other answers' bodies are not read.
+        Retries on 429 and 5xx with backoff (honouring Retry-After), and once on a dropped kept-alive
+        connection. A server slower than :data:`MIN_RATE` after :data:`TIMEOUT` is refused."""
         url, moved, wait = self.url, 0, 1.0
         for attempt in range(RETRIES + 1):
             parts = urllib.parse.urlsplit(url)
             target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
             sent = {**(self.headers if parts.netloc == urllib.parse.urlsplit(self.url).netloc else {}), **headers}
+            cutoff: _Cutoff | None = None
             try:
                 connection = self._connection(parts)
+                if connection.sock is None:
+                    connection.connect()
+                # kept: http.client lets go of it once an answer says the connection closes after it
+                sock = connection.sock
+                cutoff = _Cutoff(sock, TIMEOUT)
                 connection.request("GET", target, headers=sent)
                 response = connection.getresponse()
-                body = response.read()
+                cutoff.cancel()
+                if cutoff.fired:
+                    # cut off mid-headers: what http.client parsed up to the cut is not an answer
+                    raise TimeoutError
+                answer = self._answer(response, sock, most)
             except TimeoutError:
                 self._drop()
                 raise _timeout_error(self.name) from None
             except (http.client.HTTPException, ConnectionError) as exc:
                 self._drop()
+                if cutoff is not None and cutoff.fired:
+                    raise _timeout_error(self.name) from None
                 if attempt < RETRIES:
                     continue
                 raise ReadError(f"{self.name}: the connection failed ({exc or type(exc).__name__})") from None
             except OSError as exc:
                 self._drop()
                 raise ReadError(f"{self.name}: cannot connect ({exc.strerror or exc})") from None
-            status = response.status
-            found = {k.lower(): v for k, v in response.getheaders()}
+            except ReadError:
+                self._drop()
+                raise
+            finally:
+                if cutoff is not None:
+                    cutoff.cancel()
+            status, found = answer.status, answer.headers
             if status in (301, 302, 303, 307, 308) and "location" in found and moved < REDIRECTS:
                 url = urllib.parse.urljoin(url, found["location"])
                 self.url, moved = url, moved + 1  # the redirect is reused for every later range
@@ -96,8 +156,69 @@ class HttpTransport:
                 time.sleep(float(retry) if retry.replace(".", "", 1).isdigit() else wait)
                 wait = min(wait * 2, 30.0)
                 continue
-            return status, found, body
+            return answer
         raise ReadError(f"{self.name}: the server kept refusing (HTTP {status}) after {RETRIES} retries")
+
+    def _answer(self, response: http.client.HTTPResponse, sock: socket.socket, most: int) -> Answer:
+        found = {k.lower(): v for k, v in response.getheaders()}
+        if response.status != 206:
+            # its body is never used: the connection goes rather than read what the server chose to send
+            self._drop()
+            return Answer(response.status, found)
+        coding = found.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            raise ReadError(
+                f"{self.name}: the server compressed its answer (Content-Encoding: {coding}) though asked not to; "
+                f"download it first (curl -LO {self.url}) and open the local copy"
+            )
+        named = CONTENT_RANGE.fullmatch(found.get("content-range", "").strip())
+        if named is None:
+            raise ReadError(f"{self.name}: the server's ranged answer names no range ({found.get('content-range')})")
+        first, last, size = (int(part) for part in named.groups())
+        length = last - first + 1
+        if length <= 0 or length > most or last >= size:
+            raise ReadError(f"{self.name}: the server sent another range than asked ({found['content-range']})")
+        declared = found.get("content-length", "").strip()
+        if declared and declared != str(length):
+            raise ReadError(
+                f"{self.name}: the server's Content-Length ({declared[:20]}) disagrees with its Content-Range "
+                f"({found['content-range']})"
+            )
+        body = self._body(response, sock, length)
+        if response.length == 0:
+            response.close()  # read to its end: the kept-alive connection is ready for the next range
+        else:
+            self._drop()  # more follows than the range named (or no length): the connection cannot be reused
+        return Answer(206, found, (first, last, size), body)
+
+    def _body(self, response: http.client.HTTPResponse, sock: socket.socket, length: int) -> bytes:
+        """Exactly ``length`` bytes of the body, or a one-line refusal: ended early, or too slow."""
+        deadline = time.monotonic() + TIMEOUT + length / MIN_RATE
+        parts, got = [], 0
+        while got < length:
+            left = deadline - time.monotonic()
+            too_slow = ReadError(
+                f"{self.name}: the server sent {got} of {length} bytes too slowly (under {MIN_RATE >> 10} kB/s "
+                f"after {TIMEOUT:g} s; CKPT_TUI_TIMEOUT sets the wait)"
+            )
+            if left <= 0:
+                raise too_slow
+            sock.settimeout(min(TIMEOUT, left))
+            try:
+                chunk = response.read1(min(length - got, 1 << 20))
+            except TimeoutError:
+                if left < TIMEOUT:
+                    raise too_slow from None
+                raise
+            if not chunk:
+                raise ReadError(f"{self.name}: the server's answer ended after {got} of {length} bytes")
+            parts.append(chunk)
+            got += len(chunk)
+        sock.settimeout(TIMEOUT)
+        return b"".join(parts)
+
+    def _other_range(self, answer: Answer) -> ReadError:
+        return ReadError(f"{self.name}: the server sent another range than asked ({answer.headers['content-range']})")
 
     def _refuse(self, status: int) -> ReadError:
         if status == 404:
@@ -105,9 +226,9 @@ class HttpTransport:
         if status in (401, 403):
             hint = f"; {self.access_hint}" if self.access_hint else ""
             return ReadError(f"{self.name}: no access (HTTP {status}){hint}")
-        if status == 412:
+        if status in (412, 409):
             return ReadError(
-                f"{self.name}: the file changed while being read (its ETag no longer matches); open it again"
+                f"{self.name}: the file changed while being read (its version no longer matches); open it again"
             )
         if status == 416:
             return ReadError(f"{self.name}: the server refused the range (HTTP 416): the file changed or is empty")
@@ -120,35 +241,57 @@ class HttpTransport:
         )
 
     def stat(self) -> Stat:
-        """A GET of the file's last :data:`TAIL` bytes: its size, ETag and tail in one request."""
-        status, headers, body = self.request({"Range": f"bytes=-{TAIL}", "Accept-Encoding": "identity"})
-        if status == 200:
-            raise self._no_ranges(f", {len(body)} bytes")
-        if status != 206:
-            raise self._refuse(status)
-        total = headers.get("content-range", "").rpartition("/")[2]
-        if not total.isdigit():
-            raise ReadError(f"{self.name}: the server's ranged answer has no file size (Content-Range)")
-        size = int(total)
-        identity = headers.get("etag", "") or headers.get("last-modified", "")
-        return Stat(size, identity, (size - len(body), body))
+        """A GET of the file's last :data:`TAIL` bytes: its size, version and tail in one request."""
+        answer = self.request({"Range": f"bytes=-{TAIL}", "Accept-Encoding": "identity"}, TAIL)
+        if answer.status == 200:
+            declared = answer.headers.get("content-length", "")
+            raise self._no_ranges(f", {declared} bytes" if declared.isdigit() else "")
+        if answer.status != 206 or answer.span is None:
+            raise self._refuse(answer.status)
+        first, last, size = answer.span
+        if last != size - 1:
+            raise self._other_range(answer)
+        identity = version(answer.headers)
+        if not identity and first > 0:
+            # without a version every later range could come from another file: ranges cannot be trusted
+            raise ReadError(
+                f"{self.name}: the server names no version of the file (no strong ETag, no Last-Modified), so a "
+                f"change between its ranged reads could not be seen; download it first (curl -LO {self.url}) "
+                "and open the local copy"
+            )
+        self.size = size
+        return Stat(size, identity, (first, answer.body))
 
     def fetch(self, offset: int, length: int, identity: str) -> bytes:
-        """One ranged GET, refused if the file's ETag changed."""
+        """One ranged GET, refused if the file's version or size changed."""
         headers = {"Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
+        # the size is known when this transport's own request found the version (not the Hub's HEAD)
+        own = self.size is not None
         if identity.startswith('"'):
             headers["If-Match"] = identity
-        status, found, body = self.request(headers)
-        if status == 200:
+        elif identity and own:
+            headers["If-Unmodified-Since"] = identity
+        answer = self.request(headers, length)
+        if answer.status == 200:
             raise self._no_ranges("")
-        if status != 206:
-            raise self._refuse(status)
-        now = found.get("etag", "") or found.get("last-modified", "")
-        if identity and now and now != identity:
+        if answer.status != 206 or answer.span is None:
+            raise self._refuse(answer.status)
+        now = version(answer.headers)
+        changed = now != identity if own else bool(identity and now and now != identity)
+        if changed or (own and answer.span[2] != self.size):
             raise self._refuse(412)
-        if not found.get("content-range", "").startswith(f"bytes {offset}-"):
-            raise ReadError(f"{self.name}: the server sent another range than asked ({found.get('content-range')})")
-        return body
+        if answer.span[0] != offset:
+            raise self._other_range(answer)
+        return answer.body
+
+
+def version(headers: dict[str, str]) -> str:
+    """The file's version as a server names it: a strong ETag, else Last-Modified, else "" (a weak ETag
+    says two files are alike, not byte-identical, so it cannot vouch for ranges: RFC 9110 13.1.5)."""
+    etag = headers.get("etag", "").strip()
+    if etag.startswith('"'):
+        return etag
+    return headers.get("last-modified", "").strip()
 
 
 class _Sources:

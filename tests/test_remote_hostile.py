@@ -1,0 +1,256 @@
+"""A hostile web server on 127.0.0.1: every way it can lie about a ranged read is one clear line (exit 2),
+never a hang, a traceback, memory the server chooses, or bytes mixed from two versions of a file."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.model import byte_source, remote, remote_stores
+
+LAST_MODIFIED = "Tue, 01 Sep 2026 10:00:00 GMT"
+
+
+def saved(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+# two versions of one file, of one size: uint8 0..199, then int8 -3..3 (over 64 kB: read in several ranges)
+VERSION_A = saved({"w": (torch.arange(100_000) % 200).to(torch.uint8)})
+VERSION_B = saved({"w": (torch.arange(100_000) % 7 - 3).to(torch.int8)})
+assert len(VERSION_A) == len(VERSION_B) > remote.TAIL
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A client hanging up on a lie is what the tests want: no traceback for it on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
+class Hostile:
+    """A server whose answers ``answer(handler, start, end, count)`` writes (``count``: requests so far)."""
+
+    def __init__(self, answer: Callable[[BaseHTTPRequestHandler, int, int, int], None]) -> None:
+        self.count = 0
+        hostile = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hostile.count += 1
+                start, end = asked(self.headers.get("Range", ""), len(VERSION_A))
+                # the client hanging up on a trickle is what it should do
+                with contextlib.suppress(OSError):
+                    answer(self, start, end, hostile.count)
+
+        self._httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/ckpt.pth"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+def asked(header: str, size: int) -> tuple[int, int]:
+    """The first and last byte a Range header asks for (a suffix range counted from the end)."""
+    suffix = re.fullmatch(r"bytes=-(\d+)", header)
+    if suffix:
+        return max(0, size - int(suffix.group(1))), size - 1
+    found = re.fullmatch(r"bytes=(\d+)-(\d+)", header)
+    assert found, header
+    return int(found.group(1)), min(int(found.group(2)), size - 1)
+
+
+def partial(
+    handler: BaseHTTPRequestHandler,
+    data: bytes,
+    start: int,
+    end: int,
+    *,
+    headers: dict[str, str] | None = None,
+    length: int | None = None,
+    body: bytes | None = None,
+) -> None:
+    """A 206 for ``data[start:end+1]``, its headers overridable, its body replaceable."""
+    sent = data[start : end + 1] if body is None else body
+    handler.send_response(206)
+    fields = {"Content-Range": f"bytes {start}-{end}/{len(data)}", "Content-Length": str(len(sent))}
+    fields |= {"ETag": '"v1"'} | (headers or {})
+    if length is not None:
+        fields["Content-Length"] = str(length)
+    for name, value in fields.items():
+        if value:
+            handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(sent)
+
+
+@pytest.fixture(autouse=True)
+def fresh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No remote file known, an empty header cache, and a 1 s grace so a trickle is caught quickly."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(remote, "TRANSFER", remote.Transfer())
+    monkeypatch.setattr(remote_stores, "TIMEOUT", 1.0)
+    monkeypatch.setattr(remote_stores, "MIN_RATE", 1 << 20)
+    byte_source._opened_stores.clear()
+    yield
+    byte_source._opened_stores.clear()
+
+
+def refused(answer: Callable[[BaseHTTPRequestHandler, int, int, int], None], capsys: pytest.CaptureFixture[str]) -> str:
+    """``check URL`` against the server: exit 2, one line on stderr (returned), within a bounded time."""
+    server = Hostile(answer)
+    try:
+        started = time.monotonic()
+        assert main(["check", server.url]) == 2
+        # a hang guard, not a timing: the server alone would hold the read for minutes
+        assert time.monotonic() - started < 60
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_server_that_trickles_its_body_is_refused_once_too_slow(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
+        handler.send_header("Content-Length", str(end - start + 1))
+        handler.send_header("ETag", '"v1"')
+        handler.end_headers()
+        for byte in VERSION_A[start : end + 1]:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            time.sleep(0.2)  # every read answers well within the socket timeout
+
+    assert "too slowly" in refused(answer, capsys)
+
+
+def test_a_server_that_trickles_its_headers_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.wfile.write(b"HTTP/1.1 206 Partial Content\r\n")
+        for index in range(1000):
+            handler.wfile.write(f"X-Pad-{index}: 1\r\n".encode())
+            handler.wfile.flush()
+            time.sleep(0.2)
+
+    assert "did not answer within" in refused(answer, capsys)
+
+
+@pytest.mark.parametrize("length", [10**15, 1407 + (300 << 20)])
+def test_a_content_length_the_range_does_not_name_is_refused(length: int, capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        partial(handler, VERSION_A, start, end, length=length)
+
+    assert "Content-Length" in refused(answer, capsys)
+
+
+def test_a_body_longer_than_its_range_is_never_read_past_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # no Content-Length: the body runs on to the connection's close; the range's bytes alone are taken
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.close_connection = True
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
+        handler.send_header("ETag", '"v1"')
+        handler.end_headers()
+        handler.wfile.write(VERSION_A[start : end + 1] + b"\0" * (1 << 20))
+
+    server = Hostile(answer)
+    try:
+        assert main(["check", server.url]) == 0
+    finally:
+        server.stop()
+    assert "1 tensor read: OK" in capsys.readouterr().out
+
+
+def test_a_compressed_answer_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        partial(handler, VERSION_A, start, end, headers={"Content-Encoding": "gzip"})
+
+    assert "Content-Encoding: gzip" in refused(answer, capsys)
+
+
+@pytest.mark.parametrize("etag", ["", 'W/"stable"'])
+def test_a_file_with_no_version_to_check_ranges_against_is_refused(
+    etag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # version A first, B after: without a strong ETag or Last-Modified nothing can tell them apart
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        partial(handler, VERSION_A if count == 1 else VERSION_B, start, end, headers={"ETag": etag})
+
+    assert "names no version of the file" in refused(answer, capsys)
+
+
+@pytest.mark.parametrize("etag", ["", 'W/"stable"'])
+def test_a_small_file_read_in_one_answer_needs_no_version(etag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    small = saved({"w": torch.arange(10)})
+
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        start = max(0, len(small) - (end - start + 1)) if count == 1 else start
+        partial(handler, small, start, min(end, len(small) - 1), headers={"ETag": etag})
+
+    server = Hostile(answer)
+    try:
+        assert main(["check", server.url]) == 0
+    finally:
+        server.stop()
+    assert server.count == 1
+
+
+def test_a_file_whose_last_modified_changes_between_ranges_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        data, stamp = (VERSION_A, LAST_MODIFIED) if count == 1 else (VERSION_B, "Wed, 02 Sep 2026 10:00:00 GMT")
+        partial(handler, data, start, end, headers={"ETag": "", "Last-Modified": stamp})
+
+    assert "changed while being read" in refused(answer, capsys)
+
+
+def test_a_file_whose_size_changes_between_ranges_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    longer = VERSION_B + b"\0" * 100
+
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        data = VERSION_A if count == 1 else longer
+        partial(handler, data, start, end, headers={"ETag": "", "Last-Modified": LAST_MODIFIED})
+
+    assert "changed while being read" in refused(answer, capsys)
+
+
+def test_a_server_that_hangs_up_mid_body_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
+        handler.send_header("Content-Length", str(end - start + 1))
+        handler.send_header("ETag", '"v1"')
+        handler.end_headers()
+        handler.wfile.write(VERSION_A[start : start + 10])
+        handler.wfile.flush()
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+    line = refused(answer, capsys)
+    assert "connection failed" in line or "ended after" in line
