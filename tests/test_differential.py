@@ -43,6 +43,11 @@ def test_the_slice_holds_files_torch_loads_refuses_and_runs(report: Report) -> N
     assert counts["code ran (weights_only=False)"] >= 3, counts
 
 
+def test_the_slice_holds_members_torch_reads_unwritten(report: Report) -> None:
+    # each is "bad" (above) if ckpt-tui calls it loading or clean: torch.load returns uninitialised memory
+    assert sum(o.unwritten for o in report.outcomes) >= 3, report.counts()
+
+
 def test_generated_files_are_the_same_for_the_same_seed() -> None:
     assert [case(SEED, i).data for i in range(20)] == [case(SEED, i).data for i in range(20)]
 

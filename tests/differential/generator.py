@@ -507,6 +507,7 @@ def _zip_case(rng: Dice) -> Case:
     if rng.random() < 0.5:
         members.append((f"{archive}/.data/serialization_id".encode(), b"1234567890"))
     kinds = ["zip", *kinds]
+    unwritten: dict[bytes, str] = {}
     roll = rng.roll()
     if roll < 0.05:
         members.append((f"{archive}/data/\xff\xfe".encode("latin1"), b"\x00" * 4))
@@ -521,13 +522,20 @@ def _zip_case(rng: Dice) -> Case:
         key = rng.choice(list(st.records))
         members = [(n, d[:-1] if n.endswith(f"/data/{key}".encode()) and d else d) for n, d in members]
         kinds.append("zip short record")
+    elif roll < 0.2:
+        # miniz "extracts" a directory (DOS bit 0x10) or a member of compressed size 0 without writing a
+        # byte: torch.load then returns the buffer it allocated, never the bytes on disk
+        name, data = rng.choice(members)
+        how = rng.choice(["directory bit", "compressed size 0"])
+        unwritten[name] = how
+        kinds.append(f"zip unwritten {how}{'' if data else ' (empty)'}")
     flags = {name: rng.choices([0, 0x800, 0x8, 0x1], [85, 10, 3, 2])[0] for name, _ in members}
     if rng.odd(0.05):
         name = rng.choice(members)[0]
         flags[name] = rng.choice([0x1, 0x20, 0x40, 0x2])
         kinds.append("zip member flag")
     deflate = rng.random() < 0.1
-    return Case("ckpt.pth", zip_bytes(members, flags, deflate, bad_crc=rng.odd(0.02)), kinds)
+    return Case("ckpt.pth", zip_bytes(members, flags, deflate, bad_crc=rng.odd(0.02), unwritten=unwritten), kinds)
 
 
 def zip_bytes(
@@ -535,8 +543,11 @@ def zip_bytes(
     flags: dict[bytes, int] | None = None,
     deflate: bool = False,
     bad_crc: bool = False,
+    unwritten: dict[bytes, str] | None = None,
 ) -> bytes:
-    """A zip of ``members`` (names as bytes), each with its general-purpose ``flags``; stored or deflated."""
+    """A zip of ``members`` (names as bytes), each with its general-purpose ``flags``; stored or deflated.
+    A member named in ``unwritten`` gets the DOS directory bit, or a compressed size of 0, in the central
+    directory (what miniz reads)."""
     out = bytearray()
     central = bytearray()
     for name, data in members:
@@ -552,9 +563,12 @@ def zip_bytes(
         sizes = (crc, len(body), len(data), len(name))
         header = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, flag, method, 0, 0, *sizes, 0)
         out += header + name + body
+        how = (unwritten or {}).get(name)
+        external = 0x10 if how == "directory bit" else 0
+        central_size = 0 if how == "compressed size 0" else len(body)
         central += struct.pack(
-            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, flag, method, 0, 0, crc, len(body), len(data), len(name),
-            0, 0, 0, 0, 0, offset,
+            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, flag, method, 0, 0, crc, central_size, len(data), len(name),
+            0, 0, 0, 0, external, offset,
         )  # fmt: skip
         central += name
     start = len(out)

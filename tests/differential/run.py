@@ -42,8 +42,14 @@ class Outcome:
 
     @property
     def bad(self) -> bool:
-        """ckpt-tui calls it loading or clean while torch refuses it or runs code from it."""
-        return (self.ours == "loads" or self.clean) and (self.torch_true != "loads" or self.ran)
+        """ckpt-tui calls it loading or clean while torch refuses it, runs code from it, or loads what is
+        not on disk (a member it reads unwritten: its allocated buffer, uninitialised)."""
+        return (self.ours == "loads" or self.clean) and (self.torch_true != "loads" or self.ran or self.unwritten)
+
+    @property
+    def unwritten(self) -> bool:
+        """A member torch reads, with bytes on disk, is one miniz extracts without writing them."""
+        return any(kind.startswith("zip unwritten") and not kind.endswith("(empty)") for kind in self.kinds)
 
     @property
     def strict(self) -> bool:

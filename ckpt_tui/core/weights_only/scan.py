@@ -934,6 +934,12 @@ def _same_device(tensor: WTensor, location: str | None, what: str) -> None:
         raise CannotTell(f"BUILD calls set_() with {what} where the devices are not known here: torch may refuse it")
     if mine != location:
         raise Refusal(f"BUILD calls set_() with {what} on {location} on a tensor on {mine} (the devices must match)")
+    if mine == "meta" and what == "a storage":
+        # a map_location moves the storage (meta to cpu) but not the storage-less meta tensor: set_ then refuses
+        raise CannotTell(
+            "BUILD calls set_() with a meta storage on a meta tensor: torch.load loads it, but with a "
+            "map_location (e.g. 'cpu') it refuses it"
+        )
 
 
 def _parameter_setstate(tensor: WTensor, state: Any) -> None:
