@@ -225,3 +225,37 @@ def test_tensors_of_many_chunks_averaged_on_worker_threads_are_bit_equal_in_orde
     weights = [1, 2, 4][:files]
     assert main(["average", *paths, "-o", str(out), "--weights", ",".join(map(str, weights))]) == 0
     assert_bit_equal(load_file(out), expected(states, weights))
+
+
+SPECIALS = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-45, 3.0, -2.5, 6e4, -1e-5]
+BITS = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+@pytest.mark.parametrize("weights", ["1,1", "2,-1", "0.3,0.7"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_signed_zeros_nans_and_infinities_average_to_the_same_bytes_widened_by_numpy_or_decoded(
+    tmp_path, monkeypatch, dtype, weights
+):
+    from ckpt_tui.core.operations import average
+
+    # every pair of special values, and NaNs with payloads of their own
+    a = torch.tensor([x for x in SPECIALS for _ in SPECIALS], dtype=dtype)
+    b = torch.tensor([y for _ in SPECIALS for y in SPECIALS], dtype=dtype)
+    if dtype == torch.float32:
+        a.view(torch.int32)[4] = 0x7FC12345
+        b.view(torch.int32)[len(SPECIALS) * 4 + 2] = -0x3ED4321  # a negative quiet NaN (0xFC12BCDF)
+    elif dtype == torch.float16:
+        a.view(torch.int16)[4] = 0x7E01
+    paths = save_all(tmp_path, [{"w": a}, {"w": b}])
+    widened = tmp_path / "widened.pth"
+    assert main(["average", *paths, "-o", str(widened), "--weights", weights]) == 0
+    monkeypatch.setattr(average, "_widened_by_numpy", lambda tensor, raw: False)  # every value through decode
+    decoded = tmp_path / "decoded.pth"
+    assert main(["average", *paths, "-o", str(decoded), "--weights", weights]) == 0
+    got = torch.load(widened, weights_only=True)["w"]
+    assert torch.equal(got.view(BITS[dtype]), torch.load(decoded, weights_only=True)["w"].view(BITS[dtype]))
+    # and torch's float64 arithmetic, value for value (a NaN where torch has one)
+    want = expected([{"w": a}, {"w": b}], [float(w) for w in weights.split(",")])["w"]
+    assert torch.equal(got.isnan(), want.isnan())
+    same = ~want.isnan()
+    assert torch.equal(got[same].view(BITS[dtype]), want[same].view(BITS[dtype]))
