@@ -290,7 +290,7 @@ class ZipLayout:
         self.prefix = folder + slash
         if not slash:
             self.problems.append(f"its first member {first!r} is not in a folder, which torch.load refuses")
-        inside_all = not slash or all(map(operator.methodcaller("startswith", self.prefix), entries))
+        inside_all = not slash or all_start_with(list(entries), self.prefix)
         outside = [] if inside_all else [name for name in entries if not name.startswith(self.prefix)]
         if outside:
             self.problems.append(
@@ -346,11 +346,20 @@ SMALL_RECORDS = (".data/version", "byteorder", ".data/serialization_id", ".forma
 """The small records torch reads whole when present (``version`` where ``.data/version`` is not)."""
 
 
+def any_unwritten(entries: ZipDirectory) -> bool:
+    """Whether :func:`unwritten` holds of any member (whole-list passes over the columns first: no member
+    a directory, none compressed to 0 bytes, and it holds of none)."""
+    columns = entries.member_columns()
+    if not columns.any_directory and 0 not in columns.compressed_sizes:
+        return False
+    return any(map(unwritten, entries.members))
+
+
 def unwritten_small_records(entries: ZipDirectory, prefix: str) -> list[str]:
     """Problems for the small records torch reads that its reader leaves unwritten (data.pkl and storage
     records are said where they are read); in a TorchScript archive, every member (torch.jit.load reads
     its code, pickles and constants)."""
-    if not any(map(unwritten, entries.members)):
+    if not any_unwritten(entries):
         return []
     if entries.listed(prefix + "constants.pkl"):
         # (data.pkl refuses the read, storage records are said per tensor)
@@ -376,6 +385,8 @@ def listed_name(raw: bytes) -> bytes:
 
 def _undecodable_name(entries: ZipDirectory, prefix: bytes) -> str | None:
     """The first member whose name past ``prefix`` torch cannot decode as it lists the records, or None."""
+    if not entries.collisions and _ascii_names(list(entries), prefix):
+        return None
     raws = [entry.raw for entry in entries.members]
     # the usual archive at C speed: every name in the folder, no NUL, none cut at 511 bytes, and the names
     # joined by NULs (a NUL ends any character cut short) decode, so each name past the folder decodes
@@ -390,6 +401,27 @@ def _undecodable_name(entries: ZipDirectory, prefix: bytes) -> str | None:
         return None
     cut = len(prefix)
     return next((e.name for e in entries.members if _not_utf8(listed_name(e.raw)[cut:])), None)
+
+
+def _ascii_names(names: list[str], prefix: bytes) -> bool:
+    """Whether ``names``, one per member, are ASCII (so each is its raw bytes, one byte per character),
+    all in the folder ``prefix``, none holding a NUL or cut at 511 bytes: then every one decodes."""
+    joined = "\0".join(names)
+    return (
+        joined.isascii()
+        and joined.count("\0") == len(names) - 1
+        and all_start_with(names, prefix.decode("latin-1"))
+        and max(map(len, names), default=0) <= MAX_LISTED_NAME
+    )
+
+
+def all_start_with(names: list[str], prefix: str) -> bool:
+    """Whether every name starts with ``prefix``: where no name holds a NUL, by counting the prefix after
+    each NUL of the names joined by NULs (a search at C speed, no call per name)."""
+    joined = "\0" + "\0".join(names)
+    if "\0" not in prefix and joined.count("\0") == len(names):
+        return joined.count("\0" + prefix) == len(names)
+    return all(map(operator.methodcaller("startswith", prefix), names))
 
 
 def _utf8(raw: bytes) -> bool:

@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 
@@ -84,6 +84,14 @@ class ZipDirectory(dict[str, ZipEntry]):
     """How the zip's structure reads differently to other zip readers than to torch's (two end records)."""
     resolved: bool = True
     """False where collisions were left unresolved (:data:`MAX_COLLIDING`): ``found`` then holds the first."""
+    columns: MemberColumns | None = None
+    """:attr:`members`' fields as read (None: :meth:`member_columns` gathers them from the members)."""
+
+    def member_columns(self) -> MemberColumns:
+        """Every member's fields as lists, in :attr:`members`' order."""
+        if self.columns is None:
+            self.columns = MemberColumns.of(self.members)
+        return self.columns
 
     def locate(self, name: str) -> ZipEntry | None:
         """The member ``torch``'s reader returns for ``name`` (None: torch says "file not found")."""
@@ -322,31 +330,88 @@ def _zip64_end(file: BinaryIO, eocd_at: int, file_bytes: int) -> tuple[int, int,
 
 
 def _entries(directory: bytes, count: int, file_bytes: int) -> ZipDirectory:
-    entries = ZipDirectory()
     members: list[ZipEntry] = []
+    rows: list[tuple[Any, ...]] = []
+    zip64 = folders = False
     pos = 0
     unpack, fixed, length = _CENTRAL_READ.unpack_from, _CENTRAL_READ.size, len(directory)
     for index in range(count):  # once per member (70,000 on big state_dicts): locals and plain slices only
         if pos + fixed > length:
             raise ReadError("zip central directory is cut short or corrupt")
-        (signature, flags, compress, crc, csize, size, name_len, extra_len, comment_len, disk, external, offset) = (
-            unpack(directory, pos)
-        )
+        row = unpack(directory, pos)
+        (signature, flags, compress, crc, csize, size, name_len, extra_len, comment_len, disk, external, offset) = row
         if signature != b"PK\x01\x02":
             raise ReadError("zip central directory is cut short or corrupt")
         start = pos + fixed
         if csize == 0xFFFFFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
             extra = directory[start + name_len : start + name_len + extra_len]
             size, csize, offset = _zip64_extra(extra, size, csize, offset)
+            zip64 = True
         raw = directory[start : start + name_len]
         # torch compares bytes and names records in UTF-8, whatever the flag 0x800 says: decoded losslessly
         name = raw.decode("utf-8", "surrogateescape")
         if offset >= file_bytes:
             raise ReadError(f"zip member {name!r} starts past the end of the file")
         folder = name.endswith("/") or bool(external & DOS_DIRECTORY)
+        if folder:
+            folders = True
         members.append(ZipEntry(name, offset, compress, csize, size, crc, flags, folder, disk, raw, index))
+        rows.append(row)
         pos = start + name_len + extra_len + comment_len
+    # (a zip64 member's sizes and offset are in its extra field, not in its row: gathered from the members)
+    return _directory(members, None if zip64 else _row_columns(rows, folders))
+
+
+@dataclass(slots=True)
+class MemberColumns:
+    """Every member's numeric fields as lists in central-directory order, for the checks made over all
+    members in whole-list passes (the lists of one central directory's rows cost less to gather than a
+    pass over the members' objects each)."""
+
+    offsets: list[int]
+    compress: list[int]
+    compressed_sizes: list[int]
+    sizes: list[int]
+    flags: list[int]
+    disks: list[int]
+    any_directory: bool
+    """Whether any member is a directory to miniz (:attr:`ZipEntry.directory`)."""
+
+    @classmethod
+    def of(cls, members: list[ZipEntry]) -> MemberColumns:
+        """The columns of any members."""
+
+        def column(field: str) -> list[int]:
+            return list(map(operator.attrgetter(field), members))
+
+        return cls(
+            column("header_offset"),
+            column("compress"),
+            column("compressed_size"),
+            column("size"),
+            column("flags"),
+            column("disk"),
+            any(map(_DIRECTORY, members)),
+        )
+
+
+_DIRECTORY = operator.attrgetter("directory")
+
+
+def _row_columns(rows: list[tuple[Any, ...]], folders: bool) -> MemberColumns:
+    """The columns of the members read from these central-directory rows (none of them zip64), ``folders``
+    telling whether any is a directory."""
+    if not rows:
+        return MemberColumns([], [], [], [], [], [], folders)
+    (_, flags, compress, _, csizes, sizes, _, _, _, disks, _, offsets) = map(list, zip(*rows, strict=True))
+    return MemberColumns(offsets, compress, csizes, sizes, flags, disks, folders)
+
+
+def _directory(members: list[ZipEntry], columns: MemberColumns | None = None) -> ZipDirectory:
+    """The directory of these members: each name mapped to the member torch's lookup finds for it."""
+    entries = ZipDirectory()
     entries.members = members
+    entries.columns = columns
     entries.found, entries.collisions, entries.resolved = _resolve(members)
     if not entries.collisions:  # (names decode one to one: each is its own member)
         dict.update(entries, zip(map(_NAME, members), members, strict=True))
@@ -383,6 +448,8 @@ def multidisk_member(entries: Mapping[str, ZipEntry]) -> str | None:
     reader refuses the whole archive as multidisk when it opens it."""
     every = entries.members if isinstance(entries, ZipDirectory) else list(entries.values())
     allowed = (entries.this_disk if isinstance(entries, ZipDirectory) else 0, 1)
+    if isinstance(entries, ZipDirectory) and set(entries.member_columns().disks) <= set(allowed):
+        return None
     return next((entry.name for entry in every if entry.disk not in allowed), None)
 
 
@@ -393,7 +460,7 @@ LOCAL_DIR_MASKED = 0x2000
 def open_refusal(entries: ZipDirectory, file_bytes: int) -> str | None:
     """Why torch's zip reader refuses the archive as it opens it, whatever members are read: the checks
     ``mz_zip_reader_read_central_dir`` makes of every member (twins and unread members included)."""
-    if _plainly_stored(entries.members, file_bytes):
+    if _plainly_stored(entries.member_columns(), file_bytes):
         return None
     for entry in entries.members:
         if entry.compressed_size < 0xFFFFFFFF and entry.size < 0xFFFFFFFF:
@@ -407,25 +474,17 @@ def open_refusal(entries: ZipDirectory, file_bytes: int) -> str | None:
     return None
 
 
-def _plainly_stored(members: list[ZipEntry], file_bytes: int) -> bool:
+def _plainly_stored(columns: MemberColumns, file_bytes: int) -> bool:
     """Whether every member is what torch.save writes (stored, equal sizes under 4 GiB, inside the file, no
     masked header), checked in whole-list passes: then :func:`open_refusal` finds nothing, member by member."""
-    sizes = list(map(_SIZE, members))
+    sizes = columns.sizes
     return (
-        not any(map(_COMPRESS, members))  # STORED is 0
-        and sizes == list(map(_COMPRESSED_SIZE, members))
+        not any(columns.compress)  # STORED is 0
+        and sizes == columns.compressed_sizes
         and max(sizes, default=0) < 0xFFFFFFFF
-        and max(map(operator.add, map(_OFFSET, members), sizes), default=0) + LOCAL.size <= file_bytes
-        and not any(map(LOCAL_DIR_MASKED.__and__, map(_FLAGS, members)))
+        and max(map(operator.add, columns.offsets, sizes), default=0) + LOCAL.size <= file_bytes
+        and not any(map(LOCAL_DIR_MASKED.__and__, columns.flags))
     )
-
-
-_SIZE, _COMPRESSED_SIZE = operator.attrgetter("size"), operator.attrgetter("compressed_size")
-_COMPRESS, _OFFSET, _FLAGS = (
-    operator.attrgetter("compress"),
-    operator.attrgetter("header_offset"),
-    operator.attrgetter("flags"),
-)
 
 
 def _zip64_extra(extra: bytes, size: int, csize: int, offset: int) -> tuple[int, int, int]:
