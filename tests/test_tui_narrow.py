@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from builders_tui import browser, cursor_path, detail, fixed, loaded, screen_text, settle, status
+from textual.widgets import OptionList
 from torch import nn
 
 from ckpt_tui.tui.app import CkptApp
@@ -167,6 +168,36 @@ async def test_a_report_list_uses_the_rows_the_summary_leaves(ddp_file: Path, tm
         # the summary with the fix's whole command is shown, not scrolled away
         assert app.screen.query_one(".dialog-body").max_scroll_y == 0
         assert "--strip-prefix module." in app.screen.summary.plain
+
+
+async def test_a_report_note_wraps_at_80_columns_rather_than_being_cut(ddp_file: Path, tmp_path: Path) -> None:
+    torch.save(SmallResNet(classes=100).state_dict(), tmp_path / "reference.pth")
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "c")
+        app.screen.query_one("Input").value = str(tmp_path / "reference.pth")
+        await settle(pilot, "enter")
+        assert isinstance(app.screen, ReportScreen)
+        listed = app.screen.query_one("#report-list", OptionList)
+        prompts = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
+        note = next(prompt for prompt in prompts if prompt.startswith("these differ in size"))
+        # the note about the resized head, whole, over lines that fit the list
+        assert "\n" in note and "…" not in note
+        assert "then keeps the model's fresh init for fc.weight, fc.bias" in " ".join(note.split())
+        assert max(len(line) for line in note.splitlines()) <= listed.content_region.width
+
+
+async def test_the_findings_list_wraps_each_finding_at_80_columns(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "f")
+        listed = app.screen.query_one("#findings-list", OptionList)
+        prompts = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
+        assert any("saved from DataParallel/DDP" in " ".join(prompt.split()) for prompt in prompts)
+        for prompt in prompts:
+            assert "…" not in prompt and max(len(line) for line in prompt.splitlines()) <= listed.content_region.width
 
 
 async def test_a_notification_replaces_the_one_before(ddp_file: Path) -> None:

@@ -14,7 +14,7 @@ from textual.widgets.option_list import Option
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
-from ckpt_tui.tui.screens.report import ReportList
+from ckpt_tui.tui.screens.report import ReportList, row_width, wrapped
 from ckpt_tui.tui.widgets.summary import finding_text
 
 
@@ -33,7 +33,9 @@ class FindingsScreen(ModalScreen[KeyPath | None]):
     def compose(self) -> ComposeResult:
         warnings = sum(1 for f in self.findings if f.severity == "warning")
         title = f"{counted(len(self.findings), 'finding')} ({counted(warnings, 'warning')}, marked !)"
-        options = [Option(finding_text(f, self.readonly), id=f"finding-{i}") for i, f in enumerate(self.findings)]
+        width = row_width(self.app.size.width)
+        texts = [wrapped(finding_text(finding, self.readonly), width) for finding in self.findings]
+        options = [Option(text, id=f"finding-{i}") for i, text in enumerate(texts)]
         with Vertical(classes="dialog report"):
             yield Static(title, classes="dialog-title", markup=False)
             yield ReportList(*options, id="findings-list")

@@ -93,6 +93,17 @@ def row_width(app_width: int) -> int:
     return min(app_width, 140) - 6
 
 
+def wrapped(text: Text, width: int) -> Text:
+    """``text`` broken between words into lines of at most ``width`` characters, each after the first indented
+    by two spaces: a report row that says something (a note, a finding) is read whole, never cut with "…"."""
+    from rich.console import Console
+
+    if text.cell_len <= width and "\n" not in text.plain:
+        return text
+    lines = text.wrap(Console(width=width), max(20, width - 2))
+    return Text("\n  ").join(lines)
+
+
 def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
     """Run ``job`` in the current worker and post its outcome: :class:`ReportReady`, :class:`Failed` with the
     one-line reason, or nothing once the worker is cancelled (the screen that started it is closed)."""
@@ -234,7 +245,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
             options.append(Option(Text(f"{heading} ({count})", style="bold underline"), disabled=True))
             self.targets.append(None)
             for target, text in rows:
-                options.append(Option(text, id=f"row-{len(self.targets)}"))
+                # a row that goes nowhere is prose (a note): wrapped; a key row is fitted to one line by core
+                shown = text if target is not None else wrapped(text, row_width(self.app.size.width))
+                options.append(Option(shown, id=f"row-{len(self.targets)}"))
                 self.targets.append(target)
             options.append(None)
         self.query_one("#report-progress").display = False
