@@ -478,3 +478,64 @@ def test_every_fixture_folder_checks_the_same_from_the_hub(hub: RangeServer) -> 
         local = outcome(str(file), str(fixtures))
         far = outcome(f"hf://fixtures/all/{relative}", "hf://fixtures/all")
         assert far == local, relative
+
+
+# ---- names a file hands us, asked of a web server -----------------------------------------------------
+
+
+def test_a_dcp_folder_over_https_checks_as_the_local_one(served: RangeServer) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "torch_distributed"
+    folder = sorted({p.parent for p in fixtures.rglob(".metadata")})[0]
+    far = root_of(served) / "dcp"
+    far.mkdir()
+    for file in folder.iterdir():
+        (far / file.name).write_bytes(file.read_bytes())
+    # the verdict was asked of the folder's URL, which a web server answers 404: "torch.load REFUSES it"
+    local = outcome(str(folder / ".metadata"), str(folder))
+    assert local["weights_only"]["loads"] is None
+    assert outcome(f"{served.url}/dcp/.metadata", f"{served.url}/dcp") == local
+
+
+def shards_named(folder: Path, names: list[str]) -> Path:
+    """An index of one tensor per shard, the shards named ``names`` (written where the names lead)."""
+    weight_map = {}
+    for number, name in enumerate(names):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write_safetensors({f"t{number}": torch.full((2,), float(number))}, folder / name)
+        weight_map[f"t{number}"] = name
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return index
+
+
+def test_a_shard_name_is_asked_for_percent_encoded(served: RangeServer) -> None:
+    folder = root_of(served) / "repo"
+    folder.mkdir()
+    shards_named(folder, ["model 1.safetensors", "sub/50%.safetensors", "q?x=1.safetensors"])
+    checkpoint = open_checkpoint(f"{served.url}/repo/model.safetensors.index.json")
+    assert sorted(checkpoint.root) == ["t0", "t1", "t2"]
+    # the server logs each path decoded: unencoded, '?' would start a query and '%.' would not decode
+    asked = {path for _, path, _ in served.served.requests}
+    assert {"/repo/model 1.safetensors", "/repo/sub/50%.safetensors", "/repo/q?x=1.safetensors"} <= asked
+
+
+@pytest.mark.parametrize(
+    "name", ["%2e%2e/secret/evil.safetensors", "..%2Fsecret/evil.safetensors", "..\\secret.safetensors"]
+)
+def test_a_shard_name_that_a_server_would_resolve_out_of_the_folder_is_refused(
+    served: RangeServer, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckpt_tui.cli import main
+
+    root = root_of(served)
+    (root / "repo").mkdir()
+    (root / "secret").mkdir()
+    write_safetensors({"b": torch.full((2,), 666.0)}, root / "secret" / "evil.safetensors")
+    index = shards_named(root / "repo", ["a.safetensors"])
+    mapping = json.loads(index.read_text())
+    mapping["weight_map"]["b"] = name
+    index.write_text(json.dumps(mapping))
+    # the test server decodes %XX and resolves '..', as nginx does: the name must never reach it so
+    assert main(["check", f"{served.url}/repo/model.safetensors.index.json"]) == 2
+    assert "leads out of" in capsys.readouterr().err
+    assert not any("secret" in path or "%2e" in path.lower() for _, path, _ in served.served.requests)

@@ -18,6 +18,8 @@ with ``O_NONBLOCK`` and refuses what ``fstat`` says is not a regular file.
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 from typing import Literal
 
 from ckpt_tui.core.errors import ReadError
@@ -39,13 +41,26 @@ def inside(folder: str, name: object, what: str, kind: Literal["file", "folder"]
         raise ReadError(f"{what} {name!r} is an absolute path, not a file of {folder}")
     if os.path.normpath(name).split(os.sep)[0] == os.pardir:
         raise ReadError(f"{what} {name!r} leads out of {folder}")
-    path = places.join(folder, name)
     if places.is_remote(folder):
-        found = places.is_dir(path) if kind == "folder" else places.is_file(path)
-        if not found:
-            raise ReadError(f"{what} {name!r} is missing from {folder}")
-        return path
-    return _local(folder, name, path, what, kind)
+        return _remote(folder, name, what, kind)
+    return _local(folder, name, places.join(folder, name), what, kind)
+
+
+WEB = ("http://", "https://")
+
+
+def _remote(folder: str, name: str, what: str, kind: str) -> str:
+    """``folder/name`` in a remote store. A server may decode ``%2e%2e`` and resolve it, or take ``\\`` for
+    ``/``: a name whose segments, so read, climb out is refused; a URL gets the name percent-encoded, as
+    huggingface_hub does (so ``%2e%2e`` is asked for as that literal name, which no loader resolves either)."""
+    for seen in (name, urllib.parse.unquote(name)):
+        if ".." in re.split(r"[/\\]", seen):
+            raise ReadError(f"{what} {name!r} leads out of {folder}")
+    path = places.join(folder, urllib.parse.quote(name, safe="/") if folder.startswith(WEB) else name)
+    found = places.is_dir(path) if kind == "folder" else places.is_file(path)
+    if not found:
+        raise ReadError(f"{what} {name!r} is missing from {folder}")
+    return path
 
 
 def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:

@@ -332,6 +332,14 @@ class HttpStore:
         self.sources = _Sources()
 
     def source(self, url: str) -> RemoteFile:
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            # never echoed in an error, nor kept in the header cache's file
+            shown = urllib.parse.urlunsplit(parts._replace(netloc=f"***@{parts.hostname}"))
+            raise ReadError(
+                f"{shown}: a URL with a user name or password is not used (it would be echoed and cached); "
+                "download the file first (curl -u USER -O URL) and open the local copy"
+            )
         return self.sources.get(url, lambda: HttpTransport(url, url))
 
     def is_file(self, url: str) -> bool:

@@ -685,9 +685,10 @@ def _location(value: Any, scan: FileScan) -> str:
 
 
 def _nbytes(numel: Any, dtype: str) -> int:
-    if type(numel) is not int or numel < 0:
+    # torch multiplies it by the element size: a bool is the int it stands for
+    if type(numel) not in (int, bool) or numel < 0:
         raise Refusal("a storage's size is not a non-negative int")
-    return numel * DTYPES[dtype][0]
+    return int(numel) * DTYPES[dtype][0]
 
 
 def _zip_storage(
@@ -1075,10 +1076,14 @@ def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict
         scan = _scan_files(checkpoint.files, scan)
     if scan is None:
         try:
-            scan = scan_file(checkpoint.path, _central_directory(checkpoint), _pickles_read(checkpoint))
+            if checkpoint.format == "dcp":
+                # its path is the folder, which a web server cannot answer for (only for the files in it)
+                scan = _scan_dcp(checkpoint.path)
+            else:
+                scan = scan_file(checkpoint.path, _central_directory(checkpoint), _pickles_read(checkpoint))
         except Exception as exc:  # a hostile file must give a verdict, never a traceback
             scan = FileScan(checkpoint.format)
-            scan.fail(f"cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
+            scan.doubt(f"it cannot be read as torch.load reads it ({type(exc).__name__}: {exc})")
     return verdict_from_scan(scan, checkpoint)
 
 
