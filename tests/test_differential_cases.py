@@ -15,7 +15,7 @@ OD = Call(G("collections", "OrderedDict"), ())
 RECORD = b"\0" * 24  # six float32 values
 
 
-def pid(numel: int = 6, location: str = "cpu") -> Pid:
+def pid(numel: int | bool = 6, location: str = "cpu") -> Pid:
     return Pid(("storage", G("torch", "FloatStorage"), "0", location, numel))
 
 
@@ -48,6 +48,10 @@ def legacy(cls: str, *args: object, via: str = "reduce") -> Call:
 
 
 PICKLED: dict[str, object] = {
+    "a storage of True elements": Call(G("torch._utils", "_rebuild_tensor_v2"), (pid(True), 0, (1,), (1,), False, OD)),
+    "a storage of True elements, as the size too": Call(
+        G("torch._utils", "_rebuild_tensor_v2"), (pid(True), 0, (True,), (1,), False, OD)
+    ),
     "empty stride, fits": v2((2, 3), ()),
     "empty stride as a list, fits": v2((2, 3), []),
     "empty stride, past the storage": v2((3, 3), ()),
@@ -93,7 +97,11 @@ PICKLED: dict[str, object] = {
 }
 """Each value is pickled (protocol 2) as ``{"a": value}`` into a zip checkpoint whose one record holds 24 bytes."""
 
-VERSIONS = [b"+3", b"-3", b" 3", b"3abc", b"", b"0x3", b"+ 3", b"11", b"10"]
+VERSIONS = [
+    *(b"+3", b"-3", b" 3", b"3abc", b"", b"0x3", b"+ 3", b"11", b"10"),
+    # std::stoull negates modulo 2**64: the first is 3; the others are past 2**64 (out_of_range)
+    *(b"-18446744073709551613", b"-18446744073709551616", b"18446744073709551619"),
+]
 ALIGNMENTS = [b" 64\n", b"+-3", b"1_0", b"0x40", b""]
 LARGE_RECORDS = [
     (b"version", b"3" + b" " * 5000),

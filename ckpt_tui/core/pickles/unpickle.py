@@ -952,6 +952,8 @@ def storage_from_pid(
     storage_type, key, location, numel = pid[1], pid[2], pid[3], pid[4]
     if type(storage_type) is not StorageType:
         raise pickle.UnpicklingError(f"unknown storage type {reprlib.repr(storage_type)}")
+    if type(numel) is bool:
+        numel = int(numel)  # torch multiplies it by the element size: True is 1
     if type(key) is not str or type(location) is not str or type(numel) is not int or not 0 <= numel < INT64_LIMIT:
         raise pickle.UnpicklingError("malformed storage persistent id")
     slot = key if slot is None else slot

@@ -534,7 +534,7 @@ def read_small_record(file: BinaryIO, entries: ZipDirectory, entry: ZipEntry, fi
 
 def record_version(raw: bytes) -> int | None:
     """A version record read as torch's reader reads it (``std::stoull``): leading whitespace, an optional
-    sign, then the leading digits; a minus sign gives 0 or a number past any version (it wraps around)."""
+    sign, then the leading digits; a minus sign negates modulo 2**64 (``-18446744073709551613`` is 3)."""
     text = raw.decode("latin-1").lstrip(" \t\n\r\v\f")
     sign = text[:1] if text[:1] in ("+", "-") else ""
     text = text[len(sign) :]
@@ -544,7 +544,10 @@ def record_version(raw: bytes) -> int | None:
     if end > 20:
         # past any unsigned 64-bit number: std::stoull throws out_of_range (never parsed here)
         return 1 << 64
-    return -int(text[:end]) if sign == "-" else int(text[:end])
+    number = int(text[:end])
+    if number >= 1 << 64:
+        return 1 << 64  # out_of_range
+    return -number % (1 << 64) if sign == "-" else number
 
 
 def check_version(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> None:
