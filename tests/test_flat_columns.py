@@ -26,6 +26,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers import safetensors_file
 from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.runtime import forked
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8, torch.bool]
 KEY_PARTS = ["module", "_orig_mod", "model", "layer", "bn", "0", "weight", "bias", "running_mean", "running_var"]
@@ -232,7 +233,8 @@ def shard_outcome(index: Path) -> str:
         st.tuples(st.sampled_from(["a", "b.c", "d", "model.e", "é", "f", "g"]), st.integers(0, 3)), max_size=3
     ),
     faithful=st.booleans(),
-    broken=st.sampled_from(["none", "hole", "overlap", "tail", "metadata"]),
+    broken=st.sampled_from(["none", "hole", "overlap", "tail", "metadata", "garbage"]),
+    at=st.integers(0, 2),
 )
 def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     tmp_path: Path,
@@ -241,11 +243,13 @@ def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     claims: list[tuple[str, int]],
     faithful: bool,
     broken: str,
+    at: int,
 ) -> None:
     """The set's columns (gathered from its shards' columns) and the key-by-key assembly agree on any
     index: keys in the wrong shard, in no shard, a shard named that does not exist, keys no entry names,
-    an empty map, and a first shard whose header the library refuses (a hole, an overlap, bytes after
-    the data, metadata not of strings); the same error, or the same info and the same tensors."""
+    an empty map, and a shard whose header the library refuses (a hole, an overlap, bytes after the
+    data, metadata not of strings) or that is no checkpoint at all; the same error, or the same info and
+    the same tensors. Shards read by a forked child (the later half) say what shards read here say."""
     from safetensors.torch import save_file
 
     from ckpt_tui.core.readers import sharded
@@ -253,16 +257,19 @@ def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
     files = [f"model-{i + 1:05d}-of-00003.safetensors" for i in range(len(held))]
     for i, (file, names) in enumerate(zip(files, held, strict=True)):
         save_file({n: torch.full((i + 1, len(n)), float(i)) for n in names}, str(tmp_path / file))
-    if held[0] and broken != "none":  # the first shard written by hand, broken one way
+    at = min(at, len(held) - 1)
+    if broken == "garbage":
+        (tmp_path / files[at]).write_bytes(b"not a checkpoint at all")
+    elif held[at] and broken != "none":  # a shard written by hand, broken one way
         header: dict[str, Any] = {"__metadata__": {"n": 1}} if broken == "metadata" else {}
         begin = 0
-        for n in held[0]:
+        for n in held[at]:
             header[n] = f32_entry(begin, 2)
             begin += 8 if broken != "hole" else 12
-        if broken == "overlap" and len(held[0]) > 1:
-            header[held[0][-1]] = f32_entry(begin - 12, 2)
+        if broken == "overlap" and len(held[at]) > 1:
+            header[held[at][-1]] = f32_entry(begin - 12, 2)
         data = bytes(begin + (4 if broken == "tail" else 0))
-        (tmp_path / files[0]).write_bytes(safetensors_bytes(header, data))
+        (tmp_path / files[at]).write_bytes(safetensors_bytes(header, data))
     # the true map (when ``faithful``), then the claims: keys moved, added, or sent to a missing file
     weight_map = {n: file for file, names in zip(files, held, strict=True) for n in names} if faithful else {}
     weight_map.update({key: [*files, "missing.safetensors"][min(shard, len(files))] for key, shard in claims})
@@ -273,6 +280,43 @@ def test_a_shard_set_says_what_its_walk_says_whatever_the_index_claims(
         patch.setattr(sharded, "_assembled", lambda *args: None)
         walked = shard_outcome(index)
     assert gathered == walked
+    with monkeypatch.context() as patch:  # no child: every shard read here, in turn
+        patch.setattr(forked, "fork", lambda *args: None)
+        alone = shard_outcome(index)
+    assert gathered == alone
+
+
+def test_a_child_reads_the_later_shards_of_a_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set of four shards: the last two come back from the forked child as columns, and info says what
+    it says with every shard read here."""
+    from safetensors.torch import save_file
+
+    from ckpt_tui.core.readers import sharded
+
+    weight_map = {}
+    for shard in range(4):
+        file = f"model-{shard + 1:05d}-of-00004.safetensors"
+        part = {f"model.layers.{shard}.w{i}": torch.full((2, i + 1), float(i)) for i in range(5)}
+        save_file(part, str(tmp_path / file))
+        weight_map.update(dict.fromkeys(part, file))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    handed: list[str] = []
+    made = sharded.from_wire
+
+    def spied(wire: dict[str, Any]) -> Any:
+        handed.append(Path(wire["path"]).name)
+        return made(wire)
+
+    monkeypatch.setattr(sharded, "from_wire", spied)
+    probe = forked.fork(lambda: 0)
+    if probe is None:
+        pytest.skip("no second core or no fork here")
+    assert probe.result() == 0
+    both = shard_outcome(index)
+    assert handed == ["model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"]
+    monkeypatch.setattr(forked, "fork", lambda *args: None)
+    assert shard_outcome(index) == both
 
 
 def test_rows_shown_before_the_root_is_made_are_its_own_objects(tmp_path: Path) -> None:

@@ -31,12 +31,18 @@ CODES = ["F32", "F16", "BF16", "I64", "U8", "BOOL", "F8_E4M3", "F4", "X", 7, Non
 SIZES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1, "BOOL": 1, "F8_E4M3": 1}
 
 
-def read(path: Path) -> str:
-    """Everything the reader gives for a file, as text (or its error)."""
+def read(path: Path, wired: bool = False) -> str:
+    """Everything the reader gives for a file, as text (or its error); ``wired``: as a forked reader hands
+    it back (through orjson's bytes, then made again), where it can."""
     try:
         checkpoint = safetensors_file.read_safetensors(str(path), path.stat().st_size)
     except ReadError as exc:
         return f"error: {exc}"
+    wire = safetensors_file.to_wire(checkpoint) if wired else None
+    if wire is not None:
+        import orjson
+
+        checkpoint = safetensors_file.from_wire(orjson.loads(orjson.dumps(wire)))
     records = None
     tensors = []
     for name, tensor in checkpoint.root.items():
@@ -142,6 +148,26 @@ def test_the_bulk_path_and_the_walk_agree_on_generated_headers(
     path = tmp_path / "h.safetensors"
     path.write_bytes(safetensors_bytes(header, bytes(max(data_bytes, 0))))
     assert read(path) == walked(path, monkeypatch)
+    assert read(path, wired=True) == read(path)  # handed back by a forked reader: the same
+
+
+def test_a_file_handed_back_by_a_child_is_the_file_read_here(tmp_path: Path) -> None:
+    """:func:`to_wire` and :func:`from_wire` (a shard read by a forked child): the same tensors, ranges,
+    problems, metadata, summary and rows, the root still pending until asked for."""
+    from ckpt_tui.cli.render import render_info
+
+    state = {f"m.l{i}.w": torch.zeros(i % 3 + 1, 2, dtype=[torch.float32, torch.bfloat16][i % 2]) for i in range(30)}
+    path = write_safetensors(state, tmp_path / "m.safetensors", metadata={"format": "pt", "x": "é"})
+    assert read(path, wired=True) == read(path)
+    here = open_checkpoint(path)
+    wire = safetensors_file.to_wire(here)
+    assert wire is not None
+    there = safetensors_file.from_wire(json.loads(json.dumps(wire)))
+    assert there.root_pending()
+    assert render_info(summarize(there), 3) == render_info(summarize(here), 3)
+    assert summarize(there).rows_json() == summarize(here).rows_json()
+    assert there.root_pending()
+    assert there.columns is not None and there.columns.sources[0].ranges == here.columns.sources[0].ranges
 
 
 def test_many_tensors_in_shuffled_data_order_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,7 +119,9 @@ class SafetensorsRecords(RecordSource):
         self.path = path
         self.data_start = data_start
         self._ranges: dict[str, list[int]] | None = {}
-        self._columns: tuple[list[str], list[list[int]]] = ([], [])
+        self._names: list[str] = []
+        self._offsets: list[list[int]] | None = []
+        self._pairs: list[int] = []
 
     @property
     def ranges(self) -> dict[str, list[int]]:
@@ -128,13 +130,29 @@ class SafetensorsRecords(RecordSource):
         ranges = self._ranges
         if ranges is None:
             # (two threads asking at once make equal dicts: either one will do)
-            ranges = self._ranges = dict(zip(*self._columns, strict=True))
+            ranges = self._ranges = dict(zip(self._names, self.offsets(), strict=True))
         return ranges
 
-    def set_columns(self, names: list[str], offsets: list[list[int]]) -> None:
-        """The ranges as columns: each name's checked ``[begin, end]`` pair."""
-        self._columns = (names, offsets)
+    def set_columns(self, names: list[str], offsets: list[list[int]] | None, pairs: list[int] | None = None) -> None:
+        """The ranges as columns: each name's checked ``[begin, end]`` pair (or, with ``offsets`` None,
+        ``pairs``: every begin and end in one list, the pairs made when first asked for)."""
+        self._names, self._offsets, self._pairs = names, offsets, pairs or []
         self._ranges = None
+
+    def pairs(self) -> list[int]:
+        """Every row's begin and end, in one list."""
+        if self._ranges is None and self._offsets is None:
+            return self._pairs
+        return list(itertools.chain.from_iterable(self.offsets()))
+
+    def offsets(self) -> list[list[int]]:
+        """Each row's ``[begin, end]``, in the order of :meth:`set_columns` (or of the range dict)."""
+        if self._ranges is not None:
+            return list(self._ranges.values())
+        if self._offsets is None:
+            pairs = self._pairs
+            self._offsets = list(map(list, zip(pairs[0::2], pairs[1::2], strict=True)))
+        return self._offsets
 
     def has(self, storage: Storage) -> bool:
         """Every storage named in the header has its range."""
@@ -474,19 +492,105 @@ def _plain_tensors(
         problems.append(
             _overflow_problem([n for n, s in zip(tensor_names, shape_keys, strict=True) if s in overflowing])
         )
-
-    def make(start: int, stop: int) -> list[Tensor]:
-        """The tensors of rows ``start`` to ``stop`` (one Storage and one Tensor each)."""
-        row_dtypes = dtypes[start:stop]
-        storages = map(Storage, tensor_names[start:stop], row_dtypes, _CPU, numels[start:stop], _repeat(records))
-        return list(map(Tensor, storages, _ZERO, shape_keys[start:stop], strides[start:stop], row_dtypes))
-
+    columns = _pending_columns(records, tensor_names, dtypes, numels, shape_keys, strides)
     if not all(layout_fits(0, shape, _strides(shape)) for shape in distinct):
         # no columns: the tree is made now and check_tree says why it is refused
-        return dict(zip(tensor_names, make(0, len(tensor_names)), strict=True)), None, tiled
-    sources = [records] * len(tensor_names)
-    columns = FlatColumns.pending(tensor_names, dtypes, numels, shape_keys, strides, tensor_names, sources, make)
+        return columns.root, None, tiled
     return PENDING_ROOT, columns, tiled
+
+
+def _pending_columns(
+    records: SafetensorsRecords,
+    names: list[str],
+    dtypes: list[str],
+    numels: list[int],
+    shapes: list[tuple[int, ...]],
+    strides: list[tuple[int, ...]],
+) -> FlatColumns:
+    """The columns of a header's checked tensors, each tensor (one Storage and one Tensor) made when asked for."""
+
+    def make(start: int, stop: int) -> list[Tensor]:
+        """The tensors of rows ``start`` to ``stop``."""
+        row_dtypes = dtypes[start:stop]
+        storages = map(Storage, names[start:stop], row_dtypes, _CPU, numels[start:stop], _repeat(records))
+        return list(map(Tensor, storages, _ZERO, shapes[start:stop], strides[start:stop], row_dtypes))
+
+    return FlatColumns.pending(names, dtypes, numels, shapes, strides, names, [records] * len(names), make)
+
+
+def to_wire(checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """A ``.safetensors`` file read as columns still pending, as a JSON value (each distinct dtype and shape
+    once, each row's by its place; the ranges as one list of ints) that :func:`from_wire` makes the same
+    checkpoint of: how a forked child hands a file it read back. None for anything else (read again)."""
+    columns = checkpoint.columns
+    if (
+        checkpoint.format != "safetensors"
+        or columns is None
+        or not checkpoint.root_pending()
+        or not len(columns)
+        or checkpoint.unsafe_globals
+        or checkpoint.runs_code
+        or checkpoint.hostile
+        or checkpoint.files
+        or checkpoint.layout is not None
+        or checkpoint.archive is not None
+        or checkpoint.index_metadata
+        or checkpoint.byteorder != "little"
+    ):
+        return None
+    records = columns.sources[0]
+    if not isinstance(records, SafetensorsRecords) or records.path != checkpoint.path:
+        return None
+    dtypes, shapes = list(dict.fromkeys(columns.dtypes)), list(dict.fromkeys(columns.shapes))
+    return {
+        "path": checkpoint.path,
+        "file_bytes": checkpoint.file_bytes,
+        "metadata": checkpoint.metadata,
+        "notes": checkpoint.notes,
+        "problems": checkpoint.loader_problems,
+        "data_start": records.data_start,
+        "names": columns.names,
+        "dtypes": dtypes,
+        "dtype_rows": _places(columns.dtypes, dtypes),
+        "shapes": shapes,
+        "shape_rows": _places(columns.shapes, shapes),
+        "ranges": records.pairs(),
+    }
+
+
+def _places(column: list[Any], distinct: list[Any]) -> list[int]:
+    """Each row's place in ``distinct``."""
+    if len(distinct) == 1:
+        return [0] * len(column)
+    return list(map({value: place for place, value in enumerate(distinct)}.__getitem__, column))
+
+
+def from_wire(wire: dict[str, Any]) -> Checkpoint:
+    """The checkpoint :func:`to_wire` describes (its columns pending, as the reader leaves them)."""
+    path, names = wire["path"], wire["names"]
+    shapes = list(map(tuple, wire["shapes"]))
+    shape_rows, dtype_rows = wire["shape_rows"], wire["dtype_rows"]
+    pairs = wire["ranges"]
+    records = SafetensorsRecords(path, wire["data_start"])
+    records.set_columns(names, None, pairs)
+    columns = _pending_columns(
+        records,
+        names,
+        _per_row(dtype_rows, dict(enumerate(wire["dtypes"]))),
+        _per_row(shape_rows, dict(enumerate(map(math.prod, shapes)))),
+        _per_row(shape_rows, dict(enumerate(shapes))),
+        _per_row(shape_rows, dict(enumerate(map(_strides, shapes)))),
+    )
+    return Checkpoint(
+        path,
+        "safetensors",
+        PENDING_ROOT,
+        wire["file_bytes"],
+        metadata=wire["metadata"],
+        notes=wire["notes"],
+        loader_problems=wire["problems"],
+        columns=columns,
+    )
 
 
 _CPU = itertools.repeat("cpu")

@@ -13,6 +13,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
+from ckpt_tui.core.readers.safetensors_file import from_wire, to_wire
 
 _DTYPE = operator.attrgetter("dtype")
 _NUMEL = operator.attrgetter("storage.numel")
@@ -44,7 +45,45 @@ def _open_shards(path: str, names: list[str], open_shard: Callable[[str], Checkp
 
         with ThreadPoolExecutor(min(8, len(names))) as pool:
             return dict(zip(names, pool.map(opened, names), strict=True))
-    return {shard: opened(shard) for shard in names}
+    return _opened_on_two_cores(names, opened)
+
+
+def _opened_on_two_cores(names: list[str], opened: Callable[[str], Checkpoint]) -> dict[str, Checkpoint]:
+    """Each shard opened, the later half read by a forked child (:mod:`~ckpt_tui.core.runtime.forked`) while
+    this process reads the first: a ``.safetensors`` shard comes back as its columns (:func:`to_wire`), what
+    the child could not read or hand back is read here, so every error is raised here, in shard order, as
+    it would be without the child. Where no child can be made, each shard is read here in turn."""
+    import orjson
+
+    from ckpt_tui.core.runtime import forked  # (its import takes signal along: a set of local shards only)
+
+    theirs = names[(len(names) + 1) // 2 :]
+    # (only .safetensors shards come back as columns: a child reading others would only delay this reader)
+    child = None
+    if theirs and all(shard.endswith(SAFETENSORS_SUFFIX) for shard in theirs):
+        child = forked.fork(lambda: [_wire(opened, shard) for shard in theirs], orjson.dumps, orjson.loads)
+    if child is None:
+        return {shard: opened(shard) for shard in names}
+    try:
+        mine = {shard: opened(shard) for shard in names[: len(names) - len(theirs)]}
+    finally:
+        answer = child.result()  # (the child is waited for even when a shard here fails)
+    wires = answer if isinstance(answer, list) and len(answer) == len(theirs) else [None] * len(theirs)
+    for shard, wire in zip(theirs, wires, strict=True):
+        mine[shard] = from_wire(wire) if wire is not None else opened(shard)
+    return mine
+
+
+SAFETENSORS_SUFFIX = ".safetensors"
+
+
+def _wire(opened: Callable[[str], Checkpoint], shard: str) -> dict[str, Any] | None:
+    """A shard as :func:`to_wire` hands it back from a child; None when it is not one (or not readable:
+    then it is read again, and refused, by the parent)."""
+    try:
+        return to_wire(opened(shard))
+    except Exception:  # (said by the parent when it reads the shard itself)
+        return None
 
 
 def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoint:

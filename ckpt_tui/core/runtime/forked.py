@@ -34,9 +34,10 @@ def usable_cores() -> int:
 class Forked:
     """A function running in a child process; :meth:`result` waits for its JSON value."""
 
-    def __init__(self, pid: int, fd: int) -> None:
+    def __init__(self, pid: int, fd: int, loads: Callable[[bytes], Any] = json.loads) -> None:
         self.pid = pid
         self.fd = fd
+        self.loads = loads
 
     def result(self) -> Any | None:
         """The function's value, or None when the child failed (it raised, was killed, wrote garbage)."""
@@ -50,8 +51,8 @@ class Forked:
         if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             return None
         try:
-            return json.loads(b"".join(chunks))
-        except ValueError:
+            return self.loads(b"".join(chunks))
+        except ValueError:  # (orjson's JSONDecodeError is a ValueError too)
             return None
 
 
@@ -67,8 +68,13 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def fork(work: Callable[[], Any]) -> Forked | None:
-    """Start ``work()`` (returning a JSON value) in a forked child; None where no fork is made."""
+def fork(
+    work: Callable[[], Any],
+    dumps: Callable[[Any], bytes] = lambda value: json.dumps(value).encode(),
+    loads: Callable[[bytes], Any] = json.loads,
+) -> Forked | None:
+    """Start ``work()`` (returning a JSON value) in a forked child; None where no fork is made. ``dumps`` and
+    ``loads``: the JSON encoder and decoder (orjson's, for big answers)."""
     if not hasattr(os, "fork") or threading.active_count() > 1 or usable_cores() < 2:
         return None
     try:
@@ -90,7 +96,7 @@ def fork(work: Callable[[], Any]) -> Forked | None:
             for name in SIGNALS:  # not the CLI's handlers (they remove the parent's temporary files)
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
-            data = json.dumps(work()).encode()
+            data = dumps(work())
             view = memoryview(data)
             while view:
                 view = view[os.write(write, view) :]
@@ -98,4 +104,4 @@ def fork(work: Callable[[], Any]) -> Forked | None:
         finally:
             os._exit(code)
     os.close(write)
-    return Forked(pid, read)
+    return Forked(pid, read, loads)
