@@ -71,7 +71,7 @@ FIXTURE_FORMATS = [
     ("deepspeed/zero3_fp32/global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt", "deepspeed"),
     ("deepspeed/zero3_fp32/global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt", "deepspeed"),
     ("deepspeed/zero3_fp32/latest", "! PATH: a text file, not a checkpoint"),
-    ("frameworks", "folder"),
+    ("frameworks", "! PATH: a folder of 9 separate checkpoints, not one save: open one (ckpt"),
     ("frameworks/accelerate_deepspeed", "deepspeed"),
     ("frameworks/accelerate_deepspeed/latest", "! PATH: a text file, not a checkpoint"),
     ("frameworks/accelerate_deepspeed/pytorch_model", "deepspeed"),

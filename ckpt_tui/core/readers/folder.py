@@ -8,6 +8,7 @@ opens as one dict with a key per file (its name without the extension, unless tw
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
@@ -15,9 +16,21 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint
+from ckpt_tui.core.readers.rank_set import rank_folder
+from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_FILES = 1000
+SAVED_TOGETHER = re.compile(
+    r"(model|pytorch_model|optimizer|scheduler|sampler|dl_state_dict|scaler|random_states|custom_checkpoint)"
+    r"(_\d+)?\.[a-z]+"
+)
+"""The names of the files one save writes side by side (Accelerate's ``save_state``: the model, optimizer,
+scheduler, sampler, scaler, RNG states and custom objects, numbered when there are several)."""
+RANK_WORDS = re.compile(r"rank|shard|part|worker|proc|gpu", re.IGNORECASE)
+"""What names a file as one process's part of a save (``rank0.pt``, ``model_rank1.pt``, ``shard_2.pt``)."""
+PREFERRED = re.compile(r"best|last|latest|final", re.IGNORECASE)
+TEXT_FILE = "a text file, not a checkpoint"
 
 
 def checkpoint_files(folder: str) -> list[str]:
@@ -32,6 +45,29 @@ def checkpoint_files(folder: str) -> list[str]:
     return names
 
 
+def saved_together(folder: str, names: list[str]) -> bool:
+    """Whether a folder's checkpoint files are one save: one file, the files of one ``save_state``, or rank
+    files of one run (beside others, such as a consolidated copy); not ``epoch_1.pth``, ``best.pth``..."""
+    if len(names) < 2 or all(SAVED_TOGETHER.fullmatch(name) for name in names):
+        return True
+    ranked = [name for name in names if RANK_WORDS.search(name)]
+    return rank_folder(folder, ranked) is not None
+
+
+def separate_files(folder: str, names: list[str]) -> ReadError:
+    """The one-line refusal of a folder of separate checkpoints, naming the one to open."""
+    example = join_command(["ckpt-tui", path_arg(places.join(folder, _pick(names)))])
+    return ReadError(f"{folder}: a folder of {len(names)} separate checkpoints, not one save: open one ({example})")
+
+
+def _pick(names: list[str]) -> str:
+    """The file a user most likely means: the best (or last) one, else the last in natural order."""
+    preferred = [name for name in names if PREFERRED.search(os.path.splitext(name)[0])]
+    if preferred:
+        return preferred[0]
+    return max(names, key=lambda name: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)])
+
+
 def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     """Open each named file of ``folder`` (``open_file`` reads one file) as one checkpoint."""
     if len(names) > MAX_FILES:
@@ -39,13 +75,26 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     stems = [os.path.splitext(name)[0] for name in names]
     labels = stems if len(set(stems)) == len(stems) else names
     members: dict[str, Checkpoint] = {}
+    stray: list[str] = []
     for label, name in zip(labels, names, strict=True):
-        members[label] = open_file(inside(folder, name, f"{folder}:"))
+        try:
+            members[label] = open_file(inside(folder, name, f"{folder}:"))
+        except ReadError as exc:
+            # a text file among the save's files (notes, a README named .pth) is no part of it: left out, said
+            if not str(exc).endswith(TEXT_FILE):
+                raise
+            stray.append(name)
+    if stray:
+        if not members:
+            raise ReadError(f"{folder}: no checkpoint among its files ({', '.join(stray)}: {TEXT_FILE})")
+        kept = [(label, name) for label, name in zip(labels, names, strict=True) if name not in stray]
+        labels, names = [label for label, _ in kept], [name for _, name in kept]
     root = {label: member.root for label, member in members.items()}
     described = ", ".join(
         f"{name} ({format_name(members[label].format)})" for label, name in zip(labels, names, strict=True)
     )
     notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]
+    notes += [f"{name}: {TEXT_FILE}, left out" for name in stray]
     notes += [f"{name}: {note}" for label, name in zip(labels, names, strict=True) for note in members[label].notes]
     problems = [
         f"{name}: {problem}"

@@ -28,7 +28,7 @@ from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
-from ckpt_tui.core.readers.folder import checkpoint_files, read_folder
+from ckpt_tui.core.readers.folder import checkpoint_files, read_folder, saved_together, separate_files
 from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
@@ -244,6 +244,8 @@ def _read_rank_folder(target: Target) -> Checkpoint:
 
 
 def _read_folder(target: Target) -> Checkpoint:
+    if not saved_together(target.path, target.files):
+        raise separate_files(target.path, target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
 

@@ -1,0 +1,91 @@
+"""A folder of separate checkpoints (epoch_1.pth, epoch_2.pth, best.pth) is no one checkpoint: info, check,
+convert and the browser say so in one line and name a file to open; the folders that are one save
+(Accelerate's save_state, rank files) still open whole, a stray text file among rank files left out."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from builders_tui import screen_text, settle
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.screens.dialogs import ErrorScreen
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """A training run's checkpoints folder: three epochs, the best one, and a notes file."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    torch.manual_seed(0)
+    for name in ("epoch_1.pth", "epoch_2.pth", "epoch_10.pth", "best.pth"):
+        torch.save({"epoch": 1, "model": torch.nn.Linear(2, 2).state_dict()}, folder / name)
+    (folder / "notes.txt").write_text("lr 1e-3\n")
+    return folder
+
+
+@pytest.mark.parametrize("command", [["info"], ["check"], ["convert", "-o", "out.pth"]])
+def test_a_folder_of_separate_checkpoints_is_one_line_naming_the_best(
+    runs: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [command[0], str(runs), *[str(runs.parent / a) if a.endswith(".pth") else a for a in command[1:]]]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"ckpt-tui: {runs}: a folder of 4 separate checkpoints, not one save: open one (ckpt-tui {runs}/best.pth)\n"
+    )
+    assert not (runs.parent / "out.pth").exists()
+
+
+def test_without_a_best_the_last_epoch_is_named(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "best.pth").unlink()
+    assert main(["info", str(runs)]) == 2
+    assert f"open one (ckpt-tui {runs}/epoch_10.pth)" in capsys.readouterr().err
+
+
+def test_a_stray_text_file_among_them_is_not_the_error(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "notackpt.pth").write_text("not a checkpoint\n")
+    assert main(["info", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "separate checkpoints" in err and "notackpt" not in err
+
+
+async def test_the_browser_says_it_and_quits_cleanly(runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(runs.parent)
+    app = CkptApp("checkpoints")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, ErrorScreen)
+        shown = " ".join(screen_text(app).replace("█", " ").split())
+        assert "checkpoints: a folder of 4 separate checkpoints, not one save: open one (ckpt-tui" in shown
+        assert "checkpoints/best.pth)" in shown
+        await pilot.press("q")
+        await pilot.pause()
+
+
+def test_one_save_still_opens_whole() -> None:
+    assert open_checkpoint(FIXTURES / "accelerate" / "save_state").format == "folder"
+    ddp = open_checkpoint(FIXTURES / "torch_distributed" / "ddp")
+    assert sorted(ddp.root) == ["rank0", "rank1", "rank2"]
+    # rank files beside a consolidated copy are still the run's save
+    assert open_checkpoint(FIXTURES / "torch_distributed" / "dtensor").format == "folder"
+
+
+def test_a_stray_text_file_in_a_rank_folder_is_left_out_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ddp"
+    shutil.copytree(FIXTURES / "torch_distributed" / "ddp", folder)
+    (folder / "notes.pth").write_text("run notes\n")
+    checkpoint = open_checkpoint(folder)
+    assert sorted(checkpoint.root) == ["rank0", "rank1", "rank2"]
+    assert "notes.pth: a text file, not a checkpoint, left out" in checkpoint.notes
+    assert main(["info", str(folder)]) == 0
+    assert "notes.pth: a text file, not a checkpoint, left out" in capsys.readouterr().out
