@@ -367,11 +367,21 @@ def demo(args: argparse.Namespace) -> int:
     readonly: bool = getattr(args, "readonly", False)
     from ckpt_tui.core.operations.demo import write_demo
 
-    path = write_demo()
+    written = write_demo()
     if print_only or not (sys.stdout.isatty() and sys.stdin.isatty()):
-        print(f"demo checkpoint written to {path}", file=sys.stderr)
-        return _info(str(path), False, 2)
-    return _open(str(path), readonly)
+        print(
+            f"demo checkpoint written to {written.checkpoint}, the bare model's state_dict to {written.reference} "
+            f"(ckpt-tui check {written.checkpoint} --against {written.reference} prints the fix)",
+            file=sys.stderr,
+        )
+        return _info(str(written.checkpoint), False, 2)
+    from ckpt_tui.tui.app import CkptApp
+
+    app = CkptApp(str(written.checkpoint), readonly=readonly, welcome=written.welcome())
+    # c offers the reference at once: the README's walkthrough is c, enter
+    app.remember("compare", str(written.reference))
+    app.run()
+    return 0
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -43,8 +43,12 @@ class CkptApp(App[None]):
     TITLE = "ckpt-tui"
     BINDINGS: ClassVar[list[BindingType]] = APP_BINDINGS
 
-    def __init__(self, path: str | list[str], readonly: bool = False, display_name: str | None = None) -> None:
+    def __init__(
+        self, path: str | list[str], readonly: bool = False, display_name: str | None = None, welcome: str = ""
+    ) -> None:
         super().__init__()
+        self.welcome = welcome
+        """The status line's first note (the demo says where its files are)."""
         self.opened = path  # one path, or several rank files opened as one checkpoint
         self.path = path if isinstance(path, str) else path[0]
         self.readonly = readonly
@@ -92,7 +96,7 @@ class CkptApp(App[None]):
     @on(CheckpointOpened)
     def _opened(self, message: CheckpointOpened) -> None:
         self.session = Session(message.checkpoint)
-        note = ""
+        note = "" if message.reopened else self.welcome
         if message.reopened:
             note = f"reopened {self.display_name} after saving over it (undo starts here)"
         self.browser.show_session(note, self._reopen_view)

@@ -1,27 +1,43 @@
-"""The built-in demo: a small DDP-style training checkpoint, written with torch."""
+"""The built-in demo: a small DDP-style training checkpoint, and the bare model's state_dict beside it,
+written with torch into a fresh private folder."""
 
 from __future__ import annotations
 
-import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-
-def demo_path() -> Path:
-    """Where the demo checkpoint lives (a per-user temporary folder)."""
-    folder = Path(tempfile.gettempdir()) / f"ckpt-tui-demo-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    return folder / "demo_ddp_checkpoint.pth"
+DEMO_NAME = "demo_ddp_checkpoint.pth"
+REFERENCE_NAME = "reference_model.pth"
 
 
-def write_demo(path: Path | None = None) -> Path:
-    """Write a training checkpoint as DDP saves it: ``module.``-prefixed weights, Adam, a scheduler."""
+@dataclass(frozen=True)
+class Demo:
+    """The demo's files: the training checkpoint and the reference (the model it should load into)."""
+
+    checkpoint: Path
+    reference: Path
+
+    def welcome(self) -> str:
+        """What the first screen says about them (the README's walkthrough follows it)."""
+        return f"demo: {self.reference.name} beside it is the bare model: c, enter compares them"
+
+
+def demo_folder() -> Path:
+    """A fresh folder only this user can read (mkdtemp): no other user's files, no earlier run's saves."""
+    return Path(tempfile.mkdtemp(prefix="ckpt-tui-demo-"))
+
+
+def write_demo(folder: Path | None = None) -> Demo:
+    """Write a training checkpoint as DDP saves it (``module.``-prefixed weights, Adam, a scheduler, the
+    run's argparse arguments) and the bare model's own ``state_dict()`` beside it."""
     import argparse
 
     import torch
     from torch import nn
 
-    target = path or demo_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = folder or demo_folder()
+    target.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1),
@@ -49,7 +65,17 @@ def write_demo(path: Path | None = None) -> Path:
         "scheduler": scheduler.state_dict(),
         "args": argparse.Namespace(lr=1e-3, batch_size=128, arch="tinynet"),
     }
-    tmp = target.with_suffix(".tmp")
-    torch.save(checkpoint, tmp)
-    tmp.replace(target)
-    return target
+    demo = Demo(target / DEMO_NAME, target / REFERENCE_NAME)
+    _save(checkpoint, demo.checkpoint)
+    # the model as inference code builds it: a fresh instance's keys and shapes, no wrapper
+    _save(model.state_dict(), demo.reference)
+    return demo
+
+
+def _save(value: object, path: Path) -> None:
+    """``torch.save`` through a temporary name, so a half-written demo file never exists."""
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(value, tmp)
+    tmp.replace(path)
