@@ -152,6 +152,7 @@ def test_code_is_refused_with_its_path_then_dropped(tmp_path: Path) -> None:
     source = REFUSED["functools.partial"](tmp_path)
     code, _, stderr = run_cli("convert", str(source), "-o", str(tmp_path / "out.pth"), "--sanitize")
     assert code == 1 and "builtins.max" in stderr and 'ckpt["fn"]' in stderr
+    assert "(leave them out with --drop fn, or trust the file)" in stderr  # the option, ready to paste
     assert not (tmp_path / "out.pth").exists()
     code, stdout, stderr = run_cli(
         "convert", str(source), "-o", str(tmp_path / "out.pth"), "--sanitize", "--drop", "fn"

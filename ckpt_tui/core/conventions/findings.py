@@ -301,10 +301,19 @@ def _state_dict_findings(
     if fits:
         # the keys as they are fit a model layout core knows (a Hugging Face body under model.,
         # transformer., bert.; CLIP's text_model.): the prefix is part of the model, not a wrapper
-        return [_layout_finding(path, prefix, start, fits[0][0])], compiled
+        return [_layout_finding(path, prefix, start, fits[0][0], keys)], compiled
     if prefix.startswith(LIGHTNING_MODEL) and not lightning:
         # 'model.' without Lightning's own keys beside it is no evidence of Lightning
         return [_model_prefix_finding(path, prefix, start)], compiled
+    if not wrappers and not lightning and prefix.rstrip(".").lower() in COMMON_MODULE_NAMES:
+        # one top-level name models give their submodules (features, encoder, backbone): more often the
+        # model's own submodule than a wrapper, so a note with nothing to press; a compare with the model
+        # tells, and proposes the strip when it is needed
+        message = (
+            f"{start}: the model's submodule .{printable(prefix.rstrip('.'))}, or a wrapper named so "
+            "(a compare with the model tells)"
+        )
+        return [Finding("prefix", message, "info", path=path, prefix=prefix)], compiled
     message = f"{start}: " + printable(prefix_origin(prefix))
     severity = "warning" if wrappers else "info"
     if lightning and "." not in prefix.rstrip("."):
@@ -324,6 +333,33 @@ def _joined(keys: list[str]) -> str | None:
         return "\n".join(keys)
     except TypeError:
         return None
+
+
+COMMON_MODULE_NAMES = frozenset(
+    {
+        "features",
+        "encoder",
+        "decoder",
+        "backbone",
+        "body",
+        "trunk",
+        "stem",
+        "neck",
+        "head",
+        "heads",
+        "classifier",
+        "layers",
+        "blocks",
+        "embeddings",
+        "conv",
+        "fc",
+    }
+)
+"""Names models give their top-level submodules: keys all under one of them are no evidence of a wrapper."""
+
+
+LM_HEADS = ("LMHead", "ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining")
+"""The Hugging Face model names whose head is tied to the input embedding by default."""
 
 
 COMPILED_INFIX = "._orig_mod."
@@ -365,11 +401,17 @@ def _model_prefix_finding(path: KeyPath, prefix: str, start: str) -> Finding:
     return Finding("prefix", message, "info", path=path, prefix=prefix, fix=Fix("--strip-prefix", prefix))
 
 
-def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout) -> Finding:
+def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout, keys: list[str]) -> Finding:
     """Keys that fit a model layout as they are: the prefix is that model's (its body, or a part), no fix
-    (stripping it would lose the fit with that layout)."""
+    (stripping it would lose the fit with that layout). Said for from_pretrained, its loader: a model with
+    an LM head saved tied (no ``lm_head.`` key) needs more from load_state_dict."""
     body = f" whose body is its .{prefix.rstrip('.')}" if layout.body == prefix and "body" not in layout.name else ""
-    message = f"{start}: the layout of a Hugging Face {layout.name}{body}: it loads as it is"
+    message = f"{start}: the layout of a Hugging Face {layout.name}{body}: it loads as it is with from_pretrained"
+    if any(head in layout.name for head in LM_HEADS) and not any(key.startswith("lm_head.") for key in keys):
+        message += (
+            "; load_state_dict needs strict=False and then model.tie_weights() (the LM head is tied to the "
+            "input embedding, saved once)"
+        )
     return Finding("hf-body", message, path=path, prefix=prefix)
 
 

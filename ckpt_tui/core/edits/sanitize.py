@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import pathlib
+import shlex
 import struct
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -36,7 +37,7 @@ from typing import Any
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
 from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
-from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python
+from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.made_bytes import MemorySource
 from ckpt_tui.core.model.tree import LAYOUTS, Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 from ckpt_tui.core.readers.distributed_globals import framework_of
@@ -101,14 +102,20 @@ def sanitize(root: Any, drop: Iterable[KeyPath] = ()) -> tuple[Any, SanitizeChan
     if rewriter.refused:
         listed = "; ".join(f"{name} at {_where(path)}" for path, name in rewriter.refused[:5])
         more = f" and {len(rewriter.refused) - 5} more" if len(rewriter.refused) > 5 else ""
+        drops = " ".join(dict.fromkeys(_drop_option(path) for path, _ in rewriter.refused[:5]))
         raise EditError(
-            f"cannot sanitize: code, not data: {listed}{more} (leave them out with --drop PATH, or trust the file)"
+            f"cannot sanitize: code, not data: {listed}{more} (leave them out with {drops}, or trust the file)"
         )
     count = sum(n for n, _ in rewriter.kinds.values())
     change = SanitizeChange("sanitize for torch.load(weights_only=True)", count, kinds=rewriter.kinds)
     if rewriter.dropped:
         change.kinds["dropped (--drop)"] = (len(rewriter.dropped), {_where(p) for p in rewriter.dropped})
     return new_root, change
+
+
+def _drop_option(path: KeyPath) -> str:
+    """The ``--drop`` that leaves the value at ``path`` out (``--drop PATH`` for code at the root)."""
+    return f"--drop {shlex.quote(to_slash(path))}" if path else "--drop PATH"
 
 
 def _where(path: KeyPath) -> str:

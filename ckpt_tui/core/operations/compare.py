@@ -36,6 +36,9 @@ KNOWN_PREFIXES = tuple(PREFIX_ORIGINS)
 MAX_CANDIDATES = 4
 LEFTOVER_DROP_LIMIT = 100
 EMA_GLOB_LIMIT = 20
+SWAPPED_HEAD_KEYS = 8
+PART_SHARE = 0.5
+"""A fix that adds a prefix must make at least this share of the reference's keys fit: fewer is a part."""
 KEYS_FILE_LIMIT = 64 * 1024 * 1024
 
 
@@ -99,6 +102,11 @@ class Suggestion:
     resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     """Keys the fix drops because their size differs from the reference's (key, file's shape, reference's
     shape): the model keeps its fresh init for them, loaded with ``strict=False``."""
+    swapped: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]] = field(default_factory=list)
+    """A renamed and resized head the fix drops (the file's key, its shape, the reference's key it stands
+    for, that key's shape): the model keeps its initial head, loaded with ``strict=False``."""
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    """The shapes of the keys left missing (the reference's) or unexpected (the file's) after it."""
     keys_after: list[str] | None = field(default=None, repr=False)
     """The keys of the state_dict the fix leaves (set when it is verified on the tree)."""
 
@@ -175,6 +183,11 @@ class Suggestion:
             "message": self.describe(),
             "resized": [{"key": k, "checkpoint": list(a), "reference": list(b)} for k, a, b in self.resized],
         }
+        if self.swapped:
+            out["swapped_head"] = [
+                {"key": k, "checkpoint": list(a), "reference_key": r, "reference": list(b)}
+                for k, a, r, b in self.swapped
+            ]
         if self.label:
             out["label"] = self.label
         if self.rule_counts:
@@ -207,6 +220,13 @@ class CompareReport:
     """The compared value is a pickled nn.Module: its state_dict was compared, but the file holds the module."""
     keys: list[str] = field(default_factory=list, repr=False)
     """The compared state_dict's keys."""
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    """The shapes of the missing keys (the reference's, when it has them) and of the unexpected (the file's)."""
+
+    def reference_keys(self) -> frozenset[str]:
+        """The reference's keys, as far as the report knows them: those found, missing, or filled in on load."""
+        unexpected = set(self.unexpected)
+        return frozenset([k for k in self.keys if k not in unexpected] + self.missing + self.filled_on_load)
 
     @property
     def ok(self) -> bool:
@@ -450,6 +470,7 @@ def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
     suggestion.matched, suggestion.total = result.matched, result.total
     suggestion.missing, suggestion.unexpected = result.missing, result.unexpected
     suggestion.shape_mismatches = len(result.shape_mismatches)
+    suggestion.shapes = result.shapes
     return True
 
 
@@ -505,7 +526,15 @@ def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata:
             if expected.dtype is not None and value.dtype != expected.dtype:
                 dtypes.append((key, value.dtype, expected.dtype))
     keys = [k for k in have if k != "_metadata"]
-    return CompareReport(missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled, keys=keys)
+    known: dict[str, tuple[int, ...]] = {}
+    for key in missing:
+        shape = reference[key].shape
+        if shape is not None:
+            known[key] = shape
+    known.update({k: have[k].shape for k in unexpected if isinstance(have[k], Tensor)})
+    return CompareReport(
+        missing, unexpected, shapes, dtypes, matched, len(reference), filled_on_load=filled, keys=keys, shapes=known
+    )
 
 
 # ---- the search ---------------------------------------------------------------------------
@@ -531,6 +560,7 @@ class _Chain:
     add: str | None
     drops: list[str] = field(default_factory=list)
     resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    swapped: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]] = field(default_factory=list)
 
     def renamed(self) -> list[tuple[str, str, Any]]:
         """(key before renames, key after, value) for every kept key."""
@@ -616,8 +646,15 @@ def _score(suggestion: Suggestion) -> tuple[Any, ...]:
 
 
 def _helps(suggestion: Suggestion, baseline: CompareReport) -> bool:
-    if suggestion.full or suggestion.matched > baseline.matched or baseline.whole_module:
+    """Whether a fix is one: it makes more keys fit (present with the reference's shape) than as they are,
+    and an added prefix places a real share of the model, not a few keys into a corner of it."""
+    if suggestion.full or baseline.whole_module:
         return True
+    fitting = suggestion.matched - suggestion.shape_mismatches
+    if fitting > baseline.matched - len(baseline.shape_mismatches):
+        # two keys named into a 16-key model by an added prefix is a guess that a part is the whole: the
+        # report says what the keys are (a part of the reference), and offers no fix
+        return not (any(step.kind == "add" for step in suggestion.steps) and fitting < PART_SHARE * suggestion.total)
     head_only = not baseline.missing and not baseline.unexpected and baseline.shape_mismatches
     return bool(head_only) and suggestion.shape_mismatches == 0
 
@@ -635,6 +672,8 @@ def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
         chain.variant.label,
         chain.rule_counts(),
         resized=list(chain.resized),
+        swapped=list(chain.swapped),
+        shapes=result.shapes,
     )
 
 
@@ -757,7 +796,11 @@ def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_C
             if _score(trial) > _score(current):
                 out.append(renamed)
                 chain, current = renamed, trial
-    if not current.missing and current.unexpected and len(current.unexpected) <= LEFTOVER_DROP_LIMIT:
+    swapped = _swapped_head(chain, current, reference) if current.missing and current.unexpected else []
+    if swapped:
+        drops = [old for old, _, _, _ in swapped]
+        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops, swapped=swapped))
+    elif not current.missing and current.unexpected and len(current.unexpected) <= LEFTOVER_DROP_LIMIT:
         leftover = set(current.unexpected)
         drops = [old for old, new, _ in chain.renamed() if new in leftover]
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
@@ -768,6 +811,33 @@ def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_C
         resized = [(old, *wrong[new]) for old, new in pairs]
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, [old for old, _ in pairs], resized))
     return out
+
+
+def _swapped_head(
+    chain: _Chain, current: Suggestion, reference: Reference
+) -> list[tuple[str, tuple[int, ...], str, tuple[int, ...]]]:
+    """The keys left over as one module of the file that is one module of the reference under another name
+    and of another size (``fc.*`` [10, 32] unexpected, ``head.*`` [5, 32] missing: a renamed and resized
+    head), paired; empty when the leftovers are anything else."""
+    if len(current.missing) != len(current.unexpected) or len(current.missing) > SWAPPED_HEAD_KEYS:
+        return []
+    theirs = {key.rpartition(".")[0] for key in current.unexpected}
+    ours = {key.rpartition(".")[0] for key in current.missing}
+    if len(theirs) != 1 or len(ours) != 1:
+        return []
+    leftover = set(current.unexpected)
+    values = {new: (old, value) for old, new, value in chain.renamed() if new in leftover}
+    wanted = {key.rpartition(".")[2]: key for key in current.missing}
+    pairs = []
+    for new in current.unexpected:
+        old, value = values[new]
+        target = wanted.get(new.rpartition(".")[2])
+        shape = reference[target].shape if target is not None else None
+        if target is None or not isinstance(value, Tensor) or shape is None or len(shape) != len(value.shape):
+            return []
+        pairs.append((old, value.shape, target, shape))
+    # the same shapes are a rename alone, which the rename rules find: this is for a head of another size
+    return pairs if any(a != b for _, a, _, b in pairs) else []
 
 
 def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Chain | None:

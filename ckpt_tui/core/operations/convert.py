@@ -377,7 +377,36 @@ def convert_to_shards(
     if checkpoint.byteorder != "little":
         raise WriteError("big-endian checkpoints cannot be written as safetensors")
     root, changes, notes = apply_options(checkpoint.root, options)
-    return changes, notes, save_hf_shards(root, output, limit)
+    # as save_pretrained does: the model's config beside the shards, so from_pretrained reads the folder
+    configs = model_configs(path)
+    if not configs:
+        notes.append(
+            "no Hugging Face config.json beside the source: from_pretrained on the output needs the model's "
+            "config.json copied in (save_pretrained writes it beside the shards)"
+        )
+    return changes, notes, save_hf_shards(root, output, limit, configs)
+
+
+HF_CONFIGS = ("config.json", "generation_config.json")
+"""The files ``save_pretrained`` writes beside a model's weights, which ``from_pretrained`` reads."""
+
+
+def model_configs(source: str | list[str]) -> list[str]:
+    """The Hugging Face config files in the source's folder (the folder itself, or the file's), when its
+    ``config.json`` is one (a JSON object naming ``model_type`` or ``architectures``): never another
+    project's config.json."""
+    if not isinstance(source, str) or "://" in source:
+        return []
+    folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
+    config = os.path.join(folder, HF_CONFIGS[0])
+    try:
+        with open(config, encoding="utf-8") as file:
+            parsed = json.loads(file.read(1 << 20))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(parsed, dict) or not ({"model_type", "architectures"} & set(parsed)):
+        return []
+    return [os.path.join(folder, name) for name in HF_CONFIGS if os.path.isfile(os.path.join(folder, name))]
 
 
 def fixed_output_path(source: str, directory: str | None = None, tag: str = "fixed") -> str:

@@ -45,6 +45,8 @@ class DiffReport:
     value_changes: list[TensorDiff] = field(default_factory=list)
     other_changes: list[tuple[str, str, str]] = field(default_factory=list)
     identical_tensors: int = 0
+    identical_keys: list[str] = field(default_factory=list)
+    """The keys of the tensors bit-for-bit equal (a frozen layer is the answer to "did my freeze work?")."""
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     values_not_compared: str | None = None
     """Why the values of tensors alike in key, shape and dtype were not read (past the download budget)."""
@@ -70,6 +72,7 @@ class DiffReport:
         return {
             "identical": self.identical,
             "identical_tensors": self.identical_tensors,
+            "identical_keys": self.identical_keys,
             "only_in_a": self.only_a,
             "only_in_b": self.only_b,
             "shape_changes": [{"key": k, "a": list(a), "b": list(b)} for k, a, b in self.shape_changes],
@@ -415,6 +418,7 @@ def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
 def _record(path: KeyPath, result: _Compared, report: DiffReport, role: str) -> None:
     if result is None:
         report.identical_tensors += 1
+        report.identical_keys.append(key_text(path))
     elif isinstance(result, str):
         report.unreadable.append((key_text(path), result))
     else:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ckpt_tui.core.conventions.architectures import FIT_SHARE, fitting
-from ckpt_tui.core.conventions.findings import Finding, Fix, where
+from ckpt_tui.core.conventions.findings import COMMON_MODULE_NAMES, Finding, Fix, where
 from ckpt_tui.core.conventions.layouts import holds_lightning_weights
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import get
+from ckpt_tui.core.runtime.safe_text import printable
 
 KEY_OPTIONS = frozenset({"--strip-prefix", "--add-prefix", "--drop-keys", "--rename-infix", "--rename-prefix"})
 """The options of a fix that change the keys of a state_dict (an extract alone keeps them as they are)."""
@@ -92,11 +93,25 @@ def judge_fix(
     return check
 
 
-def vet_findings(root: Any, findings: list[Finding], flat_keys: list[str] | None = None) -> list[Finding]:
+@dataclass(frozen=True)
+class ComparedModel:
+    """The model the keys were last compared with (its file's name and its keys): the evidence a prefix
+    finding takes over any guess from the keys alone."""
+
+    name: str
+    keys: frozenset[str]
+
+
+def vet_findings(
+    root: Any, findings: list[Finding], flat_keys: list[str] | None = None, compared: ComparedModel | None = None
+) -> list[Finding]:
     """The findings with each key-changing fix checked (:func:`judge_fix`): one that would lower a match is
     kept without that edit, saying why. ``flat_keys``: the keys of a root that is one state_dict of plain
     tensors with str keys (a reader's columns): its findings all stand at the root, and are judged on these
-    keys without a look at the root's values."""
+    keys without a look at the root's values. ``compared``: the model the user compared with, which decides
+    whether a shared prefix is a wrapper or one of its submodules."""
+    if compared is not None:
+        findings = [_against(root, f, compared, flat_keys) if f.kind == "prefix" and f.prefix else f for f in findings]
     judged = [f for f in findings if f.fix is not None and any(o in KEY_OPTIONS for o, _ in f.fix.pairs())]
     if not judged:
         return findings
@@ -108,6 +123,39 @@ def vet_findings(root: Any, findings: list[Finding], flat_keys: list[str] | None
     elsewhere = any((f.path or ()) != own_path for f in judged)
     own = _own_weights(root, own_path, findings) if elsewhere else None
     return [_vetted(root, f, own, own_path) if f in judged else f for f in findings]
+
+
+def _against(root: Any, finding: Finding, compared: ComparedModel, flat_keys: list[str] | None = None) -> Finding:
+    """A shared prefix judged by the model compared with: its own submodule (its keys have the prefix, or
+    stripping would fit it worse) is no wrapper; a strip that makes the keys fit it is offered."""
+    assert finding.prefix is not None
+    prefix = finding.prefix
+    try:
+        keys = flat_keys if flat_keys is not None else [k for k, _ in tensor_items(get(root, finding.path or ())) or []]
+    except (KeyError, IndexError, TypeError):
+        return finding
+    if not keys:
+        return finding
+    before = sum(1 for k in keys if k in compared.keys)
+    after = sum(1 for k in keys if k.startswith(prefix) and k[len(prefix) :] in compared.keys)
+    start = finding.message.split(": ", 1)[0]
+    name = printable(compared.name)
+    if after > before and after >= FIT_SHARE * len(keys):
+        if finding.fix is not None or prefix.rstrip(".").lower() not in COMMON_MODULE_NAMES:
+            # a strip offered already (here, or by the finding about the weights it points to)
+            return finding
+        message = f"{start}: a wrapper: without it {after} keys fit {name}, the model compared with"
+        return replace(finding, message=message, severity="warning", fix=Fix("--strip-prefix", prefix))
+    if before == 0 and not any(k.startswith(prefix) for k in compared.keys):
+        return finding
+    if any(k.startswith(prefix) for k in compared.keys):
+        told = f"the model in {name} has them so ({before} keys fit as they are): its submodule, not a wrapper"
+    else:
+        told = (
+            f"not a wrapper: stripping it would lose the fit with {name} ({before} keys fit as they are, "
+            f"{after} after it)"
+        )
+    return replace(finding, message=f"{start}: {told}", severity="info", fix=None)
 
 
 def _vetted(

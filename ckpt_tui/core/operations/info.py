@@ -44,7 +44,7 @@ from ckpt_tui.core.model.tree import (
     view_key,
     walk,
 )
-from ckpt_tui.core.operations.hints import vet_findings
+from ckpt_tui.core.operations.hints import ComparedModel, vet_findings
 from ckpt_tui.core.runtime.safe_text import printable
 
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
@@ -261,8 +261,11 @@ class Summary:
         ]
 
 
-def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None) -> Summary:
-    """Walk the tree once and total it up (``references``: that walk, when the caller made it).
+def summarize(
+    checkpoint: Checkpoint, references: list[Reference] | None = None, compared: ComparedModel | None = None
+) -> Summary:
+    """Walk the tree once and total it up (``references``: that walk, when the caller made it; ``compared``:
+    the model the user last compared with, the evidence for its prefix findings).
 
     Every pass below is over whole lists at C speed (``map``, ``Counter``, comprehensions), with
     Python per distinct shape or storage source: a state_dict of 50,000 tensors is summed up in a few
@@ -292,7 +295,7 @@ def summarize(checkpoint: Checkpoint, references: list[Reference] | None = None)
     # every fix checked before it is shown: none may lower a match the keys have
     # (a root still held as columns: its keys, which are all a fix's check reads of a flat state_dict)
     flat_keys = columns.names if columns is not None else None
-    summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys)
+    summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 

@@ -213,14 +213,55 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
             f"these differ in size (e.g. a new classifier head) and are dropped, since strict=False does not "
             f"skip a size mismatch: load_state_dict(strict=False) then keeps the model's fresh init for {kept}"
         )
+    swapped = {k for k, _, _, _ in suggestion.swapped}
+    if suggestion.swapped:
+        details.append(_swapped_line(suggestion))
+        dropped = [k for k in dropped if k not in swapped]
     if dropped:
         names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
         details.append(f"drops {_keys(len(dropped))} the model does not have: {names}")
+    named = mismatched | {r for _, _, r, _ in suggestion.swapped}
+    if not set(suggestion.missing) | set(suggestion.unexpected) <= named:
+        details.append(_left_line(suggestion))
     if suggestion.missing and not set(suggestion.missing) <= mismatched:
         tied = len(set(report.tied) & set(suggestion.missing))
         details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it")
     argv = suggestion.argv(path)
     return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
+
+
+LEFT_LIMIT = 4
+"""How many keys left over after a fix are named, each kind (missing, unexpected)."""
+
+
+def _shaped(keys: list[str], shapes: dict[str, tuple[int, ...]]) -> str:
+    """A few keys with their shapes, ``and N more``."""
+    named = [f"{k} {list(shapes[k])}" if k in shapes else k for k in keys[:LEFT_LIMIT]]
+    more = f" and {len(keys) - LEFT_LIMIT} more" if len(keys) > LEFT_LIMIT else ""
+    return printable(", ".join(named) + more)
+
+
+def _left_line(suggestion: Suggestion) -> str:
+    """The keys the fix leaves unplaced, named: what the user still has to decide about."""
+    parts = []
+    if suggestion.missing:
+        parts.append(f"{len(suggestion.missing)} missing: {_shaped(suggestion.missing, suggestion.shapes)}")
+    if suggestion.unexpected:
+        parts.append(f"{len(suggestion.unexpected)} unexpected: {_shaped(suggestion.unexpected, suggestion.shapes)}")
+    return "left after it: " + "; ".join(parts)
+
+
+def _swapped_line(suggestion: Suggestion) -> str:
+    """A renamed and resized head, as one fact: the file's module, the reference's, and what the fix does."""
+    olds = [_renamed(suggestion, k) for k, _, _, _ in suggestion.swapped]
+    theirs = ", ".join(f"{k} {list(a)}" for k, (_, a, _, _) in zip(olds, suggestion.swapped, strict=True))
+    ours = ", ".join(f"{r} {list(b)}" for _, _, r, b in suggestion.swapped)
+    old_module = olds[0].rpartition(".")[0] + ".*"
+    new_module = suggestion.swapped[0][2].rpartition(".")[0] + ".*"
+    return printable(
+        f"{theirs} unexpected; {ours} missing: a renamed and resized head? the fix drops {old_module}, and "
+        f"load_state_dict(strict=False) keeps the model's initial {new_module}"
+    )
 
 
 def _renamed(suggestion: Suggestion, key: str) -> str:
@@ -276,6 +317,15 @@ def describe_diff(
             "other values",
             [row(k, f": {x} → {y}", k) for k, x, y in report.other_changes],
             len(report.other_changes),
+        ),
+        # what did not move, named, when something else did (a frozen layer): a list of every key is no
+        # news when nothing differs
+        Section(
+            "identical (bit-for-bit)",
+            []
+            if report.identical
+            else [row(t, jump=first) for t, first in fold_keys_with_first(report.identical_keys)],
+            0 if report.identical else len(report.identical_keys),
         ),
         Section(
             "unreadable",
@@ -448,7 +498,10 @@ def _extremes(measured: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
         (layer for layer in measured if layer.role in ("buffer", "counter") and layer.relative_change != 0),
         key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
     )[:BUFFERS_SHOWN]
-    return parameters[::-1][:EXTREMES], parameters[:EXTREMES], others
+    most = parameters[::-1][:EXTREMES]
+    # with few layers the least moved would repeat the most moved: each layer is listed once
+    least = [layer for layer in parameters[:EXTREMES] if not any(layer is m for m in most)]
+    return most, least, others
 
 
 def _layer_notes(report: LayerChangeReport) -> list[str]:
@@ -493,7 +546,11 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     table += [
         Row(
             printable(clip_middle(key, name))
-            + "".join(" " + number(v) for v in (layer.relative_change, layer.cosine, layer.norm_a, layer.norm_b)),
+            + " "
+            + change_text(layer).rjust(9)
+            + " "
+            + cosine_text(layer.cosine).rjust(9)
+            + "".join(" " + number(v) for v in (layer.norm_a, layer.norm_b)),
             key=key,
         )
         for layer, key in zip(measured, keys, strict=True)
@@ -503,7 +560,7 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
     """A bar per layer, in module order, the largest relative change a full bar."""
-    from ckpt_tui.core.values.text_plots import bar, clip_middle, number
+    from ckpt_tui.core.values.text_plots import bar, clip_middle
 
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
@@ -513,7 +570,7 @@ def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) ->
             + " "
             + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
             + " "
-            + number(layer.relative_change),
+            + change_text(layer).rjust(plot_value),
             key=key,
         )
         for layer, key in zip(measured, keys, strict=True)
@@ -525,8 +582,33 @@ def _change(layer: Any) -> float:
 
 
 def _extreme(layer: Any, width: int) -> Row:
-    cosine = "-" if layer.cosine is None else f"{layer.cosine:.6f}"
-    return Row(_fitted(layer.key, f": {layer.relative_change:.3g} (cosine {cosine})", width), key=layer.key)
+    return Row(
+        _fitted(layer.key, f": {layer.relative_change:.3g} (cosine {cosine_text(layer.cosine)})", width), key=layer.key
+    )
+
+
+def change_text(layer: Any) -> str:
+    """A layer's relative change: ``from 0`` for one that moved away from all zeros (no ratio to give, but it
+    moved), ``-`` only when nothing can be said."""
+    if layer.relative_change is not None:
+        return f"{layer.relative_change:.3g}"
+    if layer.norm_a == 0 and layer.norm_b:
+        return "from 0"
+    return "-"
+
+
+def cosine_text(cosine: float | None) -> str:
+    """A cosine with the digits that show how far from 1 it is (``0.99965``, not ``1``): one digit past the
+    first that differs from 1; ``1-3.5e-12`` when eight decimals would still round to 1; ``1`` only when
+    it is."""
+    if cosine is None:
+        return "-"
+    if cosine == 1.0:
+        return "1"
+    for places in range(3, 8):
+        if abs(float(f"{cosine:.{places}f}")) != 1.0:
+            return f"{cosine:.{places + 1}f}"
+    return f"1-{1.0 - cosine:.1e}" if cosine > 0 else f"-1+{cosine + 1.0:.1e}"
 
 
 def _moved_norm(layer: Any, width: int) -> Row:

@@ -16,7 +16,8 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +78,24 @@ class ShardedResult:
     folder: str
     shards: list[WriteResult]
     total_size: int
+    copied: list[str] = field(default_factory=list)
+    """The model's config files copied beside the shards (``config.json``, ``generation_config.json``)."""
 
     def line(self) -> str:
         """One line for the user."""
         index = f" and {INDEX_NAME}" if len(self.shards) > 1 else ""
-        return f"wrote {self.folder}: {len(self.shards)} safetensors shards{index}, {self.total_size} bytes of tensors"
+        copied = f", {', '.join(self.copied)} copied from the source" if self.copied else ""
+        return (
+            f"wrote {self.folder}: {len(self.shards)} safetensors shards{index}, {self.total_size} bytes of "
+            f"tensors{copied}"
+        )
 
 
-def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) -> ShardedResult:
-    """Write a flat state_dict as HF safetensors shards plus the index, atomically as a folder."""
+def save_hf_shards(
+    root: Any, folder: str | os.PathLike[str], max_bytes: int, configs: Sequence[str] = ()
+) -> ShardedResult:
+    """Write a flat state_dict as HF safetensors shards plus the index, atomically as a folder, with the
+    model's config files (``configs``, paths) copied beside them as ``save_pretrained`` writes them."""
     if not isinstance(root, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in root.items()):
         raise WriteError("sharded safetensors hold one flat dict of tensors; use --extract (or --drop) first")
     target = check_folder_target(folder)
@@ -114,6 +124,8 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
                 file.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
                 file.flush()
                 os.fsync(file.fileno())
+        for config in configs:
+            shutil.copyfile(config, temp / os.path.basename(config))
         os.chmod(temp, 0o755 & ~_umask())
         _rename_into_place(temp, target)
     except BaseException:
@@ -122,7 +134,7 @@ def save_hf_shards(root: Any, folder: str | os.PathLike[str], max_bytes: int) ->
         raise
     for result, name in zip(results, names, strict=True):
         result.path = str(target / name)
-    return ShardedResult(str(target), results, total)
+    return ShardedResult(str(target), results, total, [os.path.basename(config) for config in configs])
 
 
 def _rename_into_place(temp: Path, target: Path) -> None:

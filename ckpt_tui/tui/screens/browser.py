@@ -8,6 +8,7 @@ arguments and post typed messages back; a result for an older session version is
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -32,6 +33,7 @@ from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
 from ckpt_tui.core.operations.check import CheckReport
+from ckpt_tui.core.operations.hints import ComparedModel
 from ckpt_tui.core.operations.info import Summary, summarize
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
@@ -108,6 +110,8 @@ class BrowserScreen(Screen[None]):
         self.summary: Summary | None = None
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.check: CheckReport | None = None  # the last full check (C) of the current tree
+        # the model last compared with (c): the header's prefix findings take its keys as evidence
+        self.compared: ComparedModel | None = None
         self.storage_users: dict[int, int] = {}
         self.matches: list[KeyPath] = []
         self.match_index = 0
@@ -187,12 +191,19 @@ class BrowserScreen(Screen[None]):
         if session is not None:
             edited = dataclasses.replace(session.checkpoint, root=session.root)
             known = self.verdicts.get(session.checkpoint.path)
-            self._summarize(session.version, edited, session.checkpoint, known)
+            self._summarize(session.version, edited, session.checkpoint, known, self.compared)
 
     @work(thread=True, exclusive=True, group="summary", description="summary")
-    def _summarize(self, version: int, edited: Checkpoint, on_disk: Checkpoint, known: Verdict | None) -> None:
+    def _summarize(
+        self,
+        version: int,
+        edited: Checkpoint,
+        on_disk: Checkpoint,
+        known: Verdict | None,
+        compared: ComparedModel | None = None,
+    ) -> None:
         """Totals and findings off the UI thread, and the file's weights_only verdict once; reports by message only."""
-        summary = summarize(edited)
+        summary = summarize(edited, compared=compared)
         summary.distinct_elements()  # the header's element count, worked out here rather than on the UI thread
         self.post_message(SummaryReady(version, summary, known or verdict(on_disk), storage_users(summary)))
 
@@ -868,7 +879,15 @@ class BrowserScreen(Screen[None]):
         assert self.session is not None
         self.ckpt_app.remember("compare", reference)
         screen = CompareScreen(self.ckpt_app, self.session.root, target, reference, self.display_name)
-        self.app.push_screen(screen, self._report_closed)
+        self.app.push_screen(screen, lambda result: self._compare_closed(screen, result))
+
+    def _compare_closed(self, screen: CompareScreen, result: ReportResult | None) -> None:
+        """A compare of a whole state_dict (not a group's keys) makes its model the header's evidence."""
+        report = screen.report
+        if report is not None and not screen.target.is_group:
+            self.compared = ComparedModel(os.path.basename(screen.reference), report.reference_keys())
+            self.recount()
+        self._report_closed(result)
 
     def _report_closed(self, result: ReportResult | None) -> None:
         """A report screen's result: go to a key, stage the fix, or measure each layer."""

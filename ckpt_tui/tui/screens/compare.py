@@ -90,6 +90,13 @@ class CompareScreen(ReportScreen):
         from ckpt_tui.core.operations.reports import describe_compare
 
         target = self.target
+        if target.prefix is not None:
+            # a group is a part: said first, so no one reads its verdict as the file's
+            count = len(report.keys)
+            self.title_text = (
+                f"Compared only {target.describe()} ({count} key{'' if count == 1 else 's'}) with "
+                f"{os.path.basename(self.reference)}; g then c compares the whole file"
+            )
         value = get(self.root, target.path) if target.prefix is None else None
         module = isinstance(value, Opaque) and value.is_module
         return describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)

@@ -1,0 +1,213 @@
+"""What the compare report and the header's prefix findings say when a careful engineer would check them:
+a group compared alone says so and gets no fix that reaches a corner of the model; the keys a fix leaves
+over are named (a renamed and resized head paired); a prefix that is one of the model's submodules is no
+wrapper to strip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders_tui import browser, cursor_data, header, loaded, settle
+from torch import nn
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.operations.compare import compare, load_reference
+from ckpt_tui.core.operations.hints import ComparedModel
+from ckpt_tui.core.operations.info import summarize
+from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.tui.app import CkptApp
+from ckpt_tui.tui.screens.compare import CompareScreen
+
+SIZE = (80, 24)
+
+
+def features() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 32), nn.BatchNorm1d(32))
+
+
+class NetOld(nn.Module):
+    """The model as trained: a 10-class head named ``fc``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = features()
+        self.fc = nn.Linear(32, 10)
+
+
+class Net(nn.Module):
+    """The model now: the same features, a 5-class head renamed ``head``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = features()
+        self.head = nn.Linear(32, 5)
+
+
+@pytest.fixture
+def story(tmp_path: Path) -> Path:
+    """``best_model.pth`` (DataParallel's state_dict of NetOld, with AdamW and a scheduler) and
+    ``net_current.pth`` (Net's state_dict)."""
+    torch.manual_seed(0)
+    wrapped = nn.DataParallel(NetOld())
+    optimizer = torch.optim.AdamW(wrapped.parameters())
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 10)
+    checkpoint = {"epoch": 3, "model": wrapped.state_dict(), "optimizer": optimizer.state_dict()}
+    checkpoint["scheduler"] = scheduler.state_dict()
+    torch.save(checkpoint, tmp_path / "best_model.pth")
+    torch.save(Net().state_dict(), tmp_path / "net_current.pth")
+    return tmp_path
+
+
+def check(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str]:
+    code = main(["check", *map(str, args)])
+    return code, capsys.readouterr().out
+
+
+# ---- the first report names what the fix leaves ---------------------------------------------------------
+
+
+def test_a_renamed_and_resized_head_is_paired_and_dropped_in_the_first_fix(
+    story: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = check(capsys, story / "best_model.pth", "--against", story / "net_current.pth")
+    assert code == 1
+    assert "after the fix 14/16" in out
+    assert "fc.weight [10, 32], fc.bias [10] unexpected; head.weight [5, 32], head.bias [5] missing" in out
+    assert "a renamed and resized head? the fix drops fc.*" in out
+    command = next(line.strip() for line in out.splitlines() if line.strip().startswith("ckpt-tui convert"))
+    assert "--drop module.fc.weight --drop module.fc.bias --strip-prefix module." in command
+    # the printed command does what the report says: every key but the new head loads with strict=False
+    fixed = story / "best_model.fixed.pth"
+    assert main(command.split()[1:]) == 0
+    state = torch.load(fixed)
+    model = Net()
+    result = model.load_state_dict(state, strict=False)
+    assert sorted(result.missing_keys) == ["head.bias", "head.weight"] and not result.unexpected_keys
+
+
+def test_the_keys_left_after_the_fix_are_named_with_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(0)
+    old = nn.DataParallel(NetOld()).state_dict()
+    torch.save(old, tmp_path / "ddp.pth")
+    reference = Net().state_dict()
+    reference["extra.weight"] = torch.zeros(3, 3)
+    torch.save(reference, tmp_path / "bigger.pth")
+    code, out = check(capsys, tmp_path / "ddp.pth", "--against", tmp_path / "bigger.pth")
+    assert code == 1
+    left = next(line for line in out.splitlines() if "left after it" in line)
+    assert "3 missing: head.weight [5, 32], head.bias [5], extra.weight [3, 3]" in left
+    assert "2 unexpected: fc.weight [10, 32], fc.bias [10]" in left
+
+
+def test_json_lists_the_swapped_head(story: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check", str(story / "best_model.pth"), "--against", str(story / "net_current.pth"), "--json"])
+    swapped = json.loads(capsys.readouterr().out)["suggestion"]["swapped_head"]
+    assert swapped[0] == {
+        "key": "module.fc.weight",
+        "checkpoint": [10, 32],
+        "reference_key": "head.weight",
+        "reference": [5, 32],
+    }
+
+
+# ---- a part is no fix ------------------------------------------------------------------------------------
+
+
+def test_two_head_keys_get_no_suggested_fix_into_a_16_key_model(story: Path) -> None:
+    reference = load_reference(str(story / "net_current.pth"), None)
+    # the group 'head.' as the browser compares it: its keys without the prefix, of another size
+    resized = {"weight": torch.zeros(10, 32), "bias": torch.zeros(10)}
+    torch.save(resized, story / "resized.pth")
+    report = compare(open_checkpoint(story / "resized.pth").root, reference)
+    assert report.suggestion is None  # never "add 'features.0.'": 2 keys that fit nothing there
+    # of the right size: 'head.' added would place 2 of 16 keys, a part of the model, not a fix
+    right = {"weight": torch.zeros(5, 32), "bias": torch.zeros(5)}
+    torch.save(right, story / "right.pth")
+    assert compare(open_checkpoint(story / "right.pth").root, reference).suggestion is None
+
+
+def test_check_against_agrees_that_a_part_has_no_fix(story: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save({"weight": torch.zeros(10, 32), "bias": torch.zeros(10)}, story / "part.pth")
+    code, out = check(capsys, story / "part.pth", "--against", story / "net_current.pth")
+    assert code == 1 and "suggested fix" not in out and "features.0." not in out
+
+
+async def test_c_on_a_group_says_first_that_it_compared_only_the_group(story: Path) -> None:
+    app = CkptApp(str(story / "best_model.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model",), None))
+        await settle(pilot, "v")
+        browser(app).tree_view.reveal((("model",), "module.fc."))
+        await settle(pilot)
+        assert cursor_data(app).group is not None
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(story / "net_current.pth")
+        await settle(pilot, "enter")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        title = screen.title_text
+        assert title.startswith("Compared only the group 'module.fc.'")
+        assert "(2 keys) with net_current.pth; g then c compares the whole file" in title
+        assert screen.report.suggestion is None
+
+
+# ---- a prefix that is the model's own submodule is no wrapper ------------------------------------------
+
+
+def headless(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    state = {k: v for k, v in NetOld().state_dict().items() if not k.startswith("fc.")}
+    torch.save(state, tmp_path / "headless.pth")
+    return tmp_path / "headless.pth"
+
+
+def test_without_a_reference_a_common_module_name_is_a_note_with_no_fix(tmp_path: Path) -> None:
+    summary = summarize(open_checkpoint(headless(tmp_path)))
+    found = next(f for f in summary.findings if f.kind == "prefix")
+    assert found.severity == "info" and found.fix is None
+    assert "the model's submodule .features, or a wrapper named so" in found.message
+
+
+def test_with_the_model_compared_the_prefix_is_its_submodule(tmp_path: Path) -> None:
+    keys = frozenset(Net().state_dict())
+    summary = summarize(open_checkpoint(headless(tmp_path)), compared=ComparedModel("net_current.pth", keys))
+    found = next(f for f in summary.findings if f.kind == "prefix")
+    assert found.severity == "info" and found.fix is None
+    assert "the model in net_current.pth has them so (14 keys fit as they are): its submodule" in found.message
+
+
+def test_with_a_model_that_lacks_the_prefix_the_strip_is_offered(tmp_path: Path) -> None:
+    keys = frozenset(k.removeprefix("features.") for k in Net().state_dict())
+    summary = summarize(open_checkpoint(headless(tmp_path)), compared=ComparedModel("bare.pth", keys))
+    found = next(f for f in summary.findings if f.kind == "prefix")
+    assert found.severity == "warning" and found.fix is not None and found.fix.argument == "features."
+
+
+def test_the_ddp_module_prefix_stays_a_warning_with_its_strip_after_a_compare(story: Path) -> None:
+    keys = frozenset(Net().state_dict())
+    checkpoint = open_checkpoint(story / "best_model.pth")
+    alone = summarize(checkpoint).findings
+    assert summarize(checkpoint, compared=ComparedModel("net_current.pth", keys)).findings == alone
+    found = next(f for f in alone if f.kind == "inner-state-dict")
+    assert found.severity == "warning" and found.fix is not None
+    assert found.fix.pairs() == [("--extract", "model"), ("--strip-prefix", "module.")]
+
+
+async def test_after_a_compare_the_header_offers_no_strip_of_a_submodule(tmp_path: Path) -> None:
+    path = headless(tmp_path)
+    torch.save(Net().state_dict(), tmp_path / "net_current.pth")
+    app = CkptApp(str(path))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        assert "p strips it" not in header(app)
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(tmp_path / "net_current.pth")
+        await settle(pilot, "enter", "escape")
+        await loaded(pilot)
+        shown = " ".join(header(app).split())
+        assert "p strips it" not in shown and "its submodule, not a wrapper" in shown

@@ -1,0 +1,85 @@
+"""``diff`` names what did not move (the answer to "did my freeze work?"), and ``diff --stats`` says a layer
+moved from zero, gives cosines with the digits that show a change, and lists each layer once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.operations.reports import cosine_text
+
+
+def fine_tune(tmp_path: Path) -> tuple[Path, Path]:
+    """``base.pth`` and ``ft.pth``: 20 SGD steps with the first Linear frozen; the BatchNorm biases start at 0."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 32), nn.Linear(32, 10))
+    torch.save(model.state_dict(), tmp_path / "base.pth")
+    for parameter in model[0].parameters():
+        parameter.requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        loss = model(torch.randn(8, 8, generator=generator)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), tmp_path / "ft.pth")
+    return tmp_path / "base.pth", tmp_path / "ft.pth"
+
+
+def test_diff_names_the_identical_tensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, tuned = fine_tune(tmp_path)
+    assert main(["diff", str(base), str(tuned)]) == 1
+    out = capsys.readouterr().out
+    assert "2 tensors identical" in out.splitlines()[0]
+    listed = out.split("identical (bit-for-bit) (2):\n", 1)[1].splitlines()
+    assert listed[:2] == ["  0.weight", "  0.bias"]
+    assert main(["diff", str(base), str(tuned), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["identical_keys"] == ["0.weight", "0.bias"]
+
+
+def test_many_identical_tensors_are_a_few_and_n_more(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = {f"frozen.{i}.{name}": torch.ones(2) * i for i in range(20) for name in ("weight", "scale")}
+    torch.save(state, tmp_path / "a.pth")
+    torch.save({**state, "frozen.0.weight": torch.zeros(2) + 5}, tmp_path / "b.pth")
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth")]) == 1
+    out = capsys.readouterr().out
+    # folded by index, then cut: what is identical is named without a screenful of keys
+    assert "identical (bit-for-bit) (39):" in out and "frozen.{1...19}.weight" in out
+
+
+def test_identical_files_list_no_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, _ = fine_tune(tmp_path)
+    assert main(["diff", str(base), str(base)]) == 0
+    assert "identical (bit-for-bit)" not in capsys.readouterr().out
+
+
+def test_stats_says_from_0_and_cosines_show_the_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, tuned = fine_tune(tmp_path)
+    assert main(["diff", str(base), str(tuned), "--stats"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("per layer (", 1)[1].split("relative change by layer", 1)[0]
+    bias = next(line for line in table.splitlines() if line.split()[0] == "1.bias")
+    assert bias.split()[1:3] == ["from", "0"]  # BatchNorm's bias starts at 0 and moved
+    frozen = next(line for line in table.splitlines() if line.split()[0] == "0.weight")
+    assert frozen.split()[1:3] == ["0", "1"]
+    moved = next(line for line in table.splitlines() if line.split()[0] == "3.weight")
+    assert moved.split()[2] != "1" and float(moved.split()[2]) < 1
+    most = out.split("moved most (", 1)[1].split("\n", 1)[1].split("moved least", 1)[0]
+    least = out.split("moved least (", 1)[1].split("\n", 1)[1].split("buffers and counters", 1)[0]
+    most_keys = {line.split(":")[0].strip() for line in most.splitlines()}
+    least_keys = {line.split(":")[0].strip() for line in least.splitlines()}
+    assert most_keys and least_keys and not most_keys & least_keys
+
+
+@pytest.mark.parametrize(
+    ("cosine", "shown"),
+    [(1.0, "1"), (0.999647, "0.99965"), (0.964498, "0.9645"), (0.5, "0.5000"), (1 - 3.5e-12, "1-3.5e-12"), (None, "-")],
+)
+def test_a_cosine_has_the_digits_that_show_it_is_not_1(cosine: float | None, shown: str) -> None:
+    assert cosine_text(cosine) == shown
