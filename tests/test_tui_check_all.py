@@ -112,3 +112,19 @@ async def test_check_all_marks_a_sparse_tensor_whose_indices_point_outside_it(tm
         assert "!! bad indices" in next(line for line in text.splitlines() if "bad " in line)
         assert "1 sparse with indices outside it" in header(app)
         assert "1 marked" in status(app) and "nothing wrong" not in status(app)
+
+
+async def test_check_all_of_a_file_replaced_since_it_was_opened_says_so(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "ok.pth"
+    torch.save({"w": torch.ones(3)}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        os.replace(with_bad_values(tmp_path / "other.pth"), path)
+        await settle(pilot, "C")
+        await settle(pilot)
+        # never the new file's NaN marks under the old file's tree
+        assert "!!" not in screen_text(app)
+        assert "changed on disk since it was opened" in status(app) + screen_text(app)

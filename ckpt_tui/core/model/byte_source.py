@@ -324,6 +324,20 @@ def fetched_of(path: str) -> int:
     return 0
 
 
+def version_of(path: str) -> str | None:
+    """A local file's version: device, inode, size and modification time (a file replaced by ``mv``
+    or rewritten in place gets another); None for a folder, a URL (ranges check their own) or no file."""
+    if is_remote(path):
+        return None
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
 def is_file(path: str) -> bool:
     """``os.path.isfile`` for paths and URLs."""
     if is_remote(path):

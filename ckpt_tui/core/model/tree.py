@@ -624,6 +624,16 @@ class Checkpoint:
     """What its reader read of the file to build the tree (a zip's records: its central directory and the
     pickle's bytes, read once; a legacy file's or plain pickle's ``PickleBytes``), for the weights_only
     verdict to judge those same bytes; None elsewhere."""
+    opened_version: str | None = field(default=None, repr=False)
+    """The file's version (``byte_source.version_of``) when it was opened; None for a folder or a URL."""
+
+    def changed_on_disk(self) -> bool:
+        """Whether the file is another one now than the one its tree was read from (replaced or rewritten)."""
+        if self.opened_version is None:
+            return False
+        from ckpt_tui.core.model.byte_source import version_of
+
+        return version_of(self.path) != self.opened_version
 
     def flat_columns(self) -> FlatColumns | None:
         """The columns of the root as it is now, or None (no columns, or the root was replaced)."""

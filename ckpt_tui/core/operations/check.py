@@ -92,6 +92,9 @@ def check_checkpoint(
     answered by it) are read the exact way, in file order, so counts and errors are as always.
     ``beside``: the weights_only scan of the file, started in a child process before it was read.
     """
+    if checkpoint.changed_on_disk():
+        # its tree and verdict are the file as it was read: values from another file would mix two
+        raise ReadError(f"{checkpoint.path}: the file changed on disk since it was opened; open it again")
     # listing: each tensor once, and the distinct views under them
     columns = checkpoint.flat_columns()  # a flat file's tensors, listed without a walk
     references = None if columns is not None else list(walk(checkpoint.root))

@@ -83,6 +83,8 @@ _opened = threading.local()
 
 def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     _opened.checked = None
+    # taken before the read: a file replaced while it is read is another version when values are read
+    version = places.version_of(text)
     try:
         checkpoint = read()
     except ReadError:
@@ -94,6 +96,8 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     except OSError as exc:
         raise ReadError(f"{text}: {exc.strerror or exc}") from None
     places.remember_opened()
+    if checkpoint.path == text:
+        checkpoint.opened_version = version
     checked, _opened.checked = getattr(_opened, "checked", None), None
     # a tree is checked once (each walk of 50,000 tensors costs); columns were checked as they were made
     if checkpoint.flat_columns() is None and checked is not checkpoint.root:
