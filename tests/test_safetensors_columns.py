@@ -80,6 +80,7 @@ def entries(draw: st.DrawFn, begin: int) -> tuple[Any, int]:
             ["no"] * 40
             + ["length", "overlap", "hole", "past end", "float", "bool", "negative", "huge", "missing", "extra"]
             + ["order", "list offsets", "three offsets", "shape not a list", "entry not an object"]
+            + ["negative offsets", "huge offsets", "float offset", "bool offset"]
         )
     )
     if broken == "length":
@@ -112,6 +113,16 @@ def entries(draw: st.DrawFn, begin: int) -> tuple[Any, int]:
         offsets.append(0)
     elif broken == "shape not a list":
         entry["shape"] = "ab" if shape else {}
+    elif broken == "negative offsets":  # the same length, before the data
+        offsets[0] -= 1 << 20
+        offsets[1] -= 1 << 20
+    elif broken == "huge offsets":  # the same length, past 64 bits
+        offsets[0] += 1 << 64
+        offsets[1] += 1 << 64
+    elif broken == "float offset":
+        offsets[1] = float(offsets[1])
+    elif broken == "bool offset":
+        offsets[0] = begin == 0
     elif broken == "entry not an object":
         return [entry], begin + length
     return entry, begin + max(length, 0)

@@ -226,8 +226,9 @@ class Summary:
         if sources and all(map(operator.is_, sources, itertools.repeat(sources[0]))):
             prefix = self._prefix(sources[0])
             return list(map(prefix.__add__, keys)) if prefix else keys
-        prefixes = {id(source): self._prefix(source) for source in {id(s): s for s in sources}.values()}
-        return list(map(operator.add, map(prefixes.__getitem__, map(id, sources)), keys))
+        ids = list(map(id, sources))
+        prefixes = {place: self._prefix(source) for place, source in dict(zip(ids, sources, strict=True)).items()}
+        return list(map(operator.add, map(prefixes.__getitem__, ids), keys))
 
     def _flat_rows(self) -> list[dict[str, Any]]:
         """:meth:`_walked_rows` of a root given as columns, each field one pass over a column.

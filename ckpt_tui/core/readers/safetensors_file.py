@@ -628,7 +628,8 @@ def _entries(header: dict[str, Any]) -> Any:
 
 def _bulk_fields(entries: list[Any]) -> tuple[list[str], list[Any], list[Any], list[int], list[int]] | None:
     """Every entry's dtype codes, shapes, offsets, begins and ends, when every entry is an object of the
-    three fields with a known dtype, a list shape and a ``[begin, end]`` pair of integers in range; else None."""
+    three fields with a known dtype, a list shape of ints and a ``[begin, end]`` pair of ints, no begin negative
+    (each end is checked with the sizes, :func:`_ranges_fit`); else None."""
     if set(map(type, entries)) - {dict} or set(map(len, entries)) - {len(FIELDS)}:
         return None
     try:
@@ -643,15 +644,17 @@ def _bulk_fields(entries: list[Any]) -> tuple[list[str], list[Any], list[Any], l
     # every pair's two ints in one list: begins and ends are its even and odd places
     pairs = list(itertools.chain.from_iterable(offsets))
     kinds = {*map(type, itertools.chain.from_iterable(shapes)), *map(type, pairs)}
-    # begin <= end is checked with the sizes
-    if kinds - {int} or (pairs and (min(pairs) < 0 or max(pairs) >= U64)):
+    begins = pairs[0::2]
+    # each end is checked with the sizes (at most the data's size, at least its begin): here, the begins
+    if kinds - {int} or (begins and min(begins) < 0):
         return None
-    return codes, shapes, offsets, pairs[0::2], pairs[1::2]
+    return codes, shapes, offsets, begins, pairs[1::2]
 
 
 def _ranges_fit(codes: list[str], numels: list[int], begins: list[int], ends: list[int], data_bytes: int) -> bool:
     """Whether each ``[begin, end)`` lies in the data and holds exactly its tensor's bytes (a length equal
-    to a byte count, never negative, puts each begin at or before its end)."""
+    to a byte count, never negative, puts each begin at or before its end; the begins are not negative:
+    so every offset lies within 64 bits, as the entry-by-entry path requires)."""
     sizes = {code: itemsize(dtype) for code, dtype in SAFETENSORS_DTYPES.items()}
     if ends and max(ends) > data_bytes:
         return False

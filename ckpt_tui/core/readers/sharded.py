@@ -142,10 +142,10 @@ def _keys(count: int) -> str:
 
 
 def _shard_keys(shard: Checkpoint) -> list[Any]:
-    """The keys a shard holds (what a loader that reads it whole gets)."""
+    """The keys a shard holds (what a loader that reads it whole gets; the columns' own list: read only)."""
     columns = shard.flat_columns()
     if columns is not None:
-        return list(columns.names)
+        return columns.names
     return list(shard.root) if isinstance(shard.root, dict) else []
 
 
