@@ -130,6 +130,13 @@ def test_two_head_keys_get_no_suggested_fix_into_a_16_key_model(story: Path) -> 
     assert compare(open_checkpoint(story / "right.pth").root, reference).suggestion is None
 
 
+def test_a_part_of_the_model_is_said_as_a_note(story: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save({"weight": torch.zeros(5, 32), "bias": torch.zeros(5)}, story / "head.pth")
+    code, out = check(capsys, story / "head.pth", "--against", story / "net_current.pth")
+    assert code == 1 and "suggested fix" not in out
+    assert "note: with 'head.' added, 2 keys are the reference's head.* (2 of its 16 keys): a part of the model" in out
+
+
 def test_check_against_agrees_that_a_part_has_no_fix(story: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save({"weight": torch.zeros(10, 32), "bias": torch.zeros(10)}, story / "part.pth")
     code, out = check(capsys, story / "part.pth", "--against", story / "net_current.pth")

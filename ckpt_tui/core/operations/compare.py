@@ -606,12 +606,19 @@ def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> 
     """The best fix (live weights first), then alternatives (the EMA weights); and the layouts seen."""
     ref_set = set(reference)
     best_by_label: dict[str, tuple[tuple[Any, ...], Suggestion, _Variant]] = {}
+    part: Suggestion | None = None
     for variant in _variants(value):
         chain = _best_prefix_chain(variant, reference, ref_set)
         if chain is None:
             continue
         for candidate in _improved(chain, reference, ref_set):
             suggestion = _evaluate(candidate, reference)
+            if (
+                suggestion.steps
+                and _is_part(suggestion, baseline)
+                and (part is None or _score(suggestion) > _score(part))
+            ):
+                part = suggestion
             if not suggestion.steps or not _helps(suggestion, baseline):
                 continue
             score = _score(suggestion)
@@ -621,7 +628,7 @@ def suggest_fixes(value: Any, reference: Reference, baseline: CompareReport) -> 
     ranked = sorted(best_by_label.values(), key=lambda entry: (entry[0][0], entry[1].label == "", entry[0]))
     ranked.reverse()
     found = [suggestion for _, suggestion, _ in ranked]
-    notes: list[str] = []
+    notes: list[str] = [_part_note(part)] if part is not None and not found else []
     for _, suggestion, variant in ranked:
         for note in variant.notes:
             if note not in notes:
@@ -642,6 +649,27 @@ def _score(suggestion: Suggestion) -> tuple[Any, ...]:
         -suggestion.shape_mismatches,
         -len(suggestion.unexpected),
         -len(suggestion.steps),
+    )
+
+
+def _is_part(suggestion: Suggestion, baseline: CompareReport) -> bool:
+    """A fix that places the keys, with an added prefix, into a small part of the reference: what the keys
+    are, said as a note, never offered as the fix."""
+    fitting = suggestion.matched - suggestion.shape_mismatches
+    return (
+        fitting > baseline.matched - len(baseline.shape_mismatches)
+        and any(step.kind == "add" for step in suggestion.steps)
+        and fitting < PART_SHARE * suggestion.total
+    )
+
+
+def _part_note(part: Suggestion) -> str:
+    """The keys as a part of the reference, in words."""
+    added = next(str(step.arg) for step in part.steps if step.kind == "add")
+    fitting = part.matched - part.shape_mismatches
+    return (
+        f"with {added!r} added, {fitting} keys are the reference's {added}* ({fitting} of its {part.total} keys): "
+        "a part of the model, not a fix for the whole of it"
     )
 
 
@@ -776,7 +804,7 @@ def _best_prefix_chain(variant: _Variant, reference: Reference, ref_set: set[str
         return best[1]
     ref_prefix = common_prefix(reference)
     for _, _, strip in scored[:3]:
-        stripped = [k[len(strip) :] if strip and k.startswith(strip) else k for k in keys]
+        stripped = {(k[len(strip) :] if strip and k.startswith(strip) else k): _signature(v) for k, v in variant.items}
         for add in _add_candidates(stripped, reference, ref_prefix):
             trial = _Chain(variant, strip, variant.rules, add)
             count = matched(trial)
@@ -877,16 +905,17 @@ def _strip_candidates(keys: list[str], ref_set: set[str]) -> list[str]:
     return [p for p, _ in strip.most_common(MAX_CANDIDATES)]
 
 
-def _add_candidates(keys: list[str], reference: Reference, ref_prefix: str | None) -> list[str]:
-    """Prefixes worth adding: the reference's common prefix, and any that turns keys into reference keys."""
+def _add_candidates(keys: dict[str, tuple[int, ...] | None], reference: Reference, ref_prefix: str | None) -> list[str]:
+    """Prefixes worth adding: the reference's common prefix, and any that turns keys into reference keys of
+    their shape (``weight`` [5, 32] is counted for ``head.``, never for ``features.0.`` of another size)."""
     add: Counter[str] = Counter()
     if ref_prefix:
         add[ref_prefix] += len(reference)
-    key_set = set(keys)
-    for ref in list(reference)[:2000]:
+    for ref, expected in list(reference.items())[:2000]:
         parts = ref.split(".")
         for cut in range(1, min(4, len(parts))):
-            if ".".join(parts[cut:]) in key_set:
+            rest = ".".join(parts[cut:])
+            if rest in keys and (expected.shape is None or keys[rest] is None or keys[rest] == expected.shape):
                 add[".".join(parts[:cut]) + "."] += 1
     return [p for p, _ in add.most_common(MAX_CANDIDATES)]
 
