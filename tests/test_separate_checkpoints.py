@@ -89,3 +89,34 @@ def test_a_stray_text_file_in_a_rank_folder_is_left_out_and_named(
     assert "notes.pth: a text file, not a checkpoint, left out" in checkpoint.notes
     assert main(["info", str(folder)]) == 0
     assert "notes.pth: a text file, not a checkpoint, left out" in capsys.readouterr().out
+
+
+def test_a_hugging_face_trainer_checkpoint_folder_is_one_save(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=8)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            ids = torch.arange(8) % 32
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), max_steps=1, save_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True
+    )
+    transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=Tokens()).train()
+    checkpoint = open_checkpoint(tmp_path / "out" / "checkpoint-1")
+    assert {"model", "optimizer", "scheduler", "rng_state", "training_args"} <= set(checkpoint.root)
+
+
+def test_shards_without_an_index_are_one_save(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    save_file({"a": torch.ones(2)}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.ones(2)}, str(folder / "model-00002-of-00002.safetensors"))
+    assert open_checkpoint(folder).format == "folder"

@@ -22,11 +22,14 @@ from ckpt_tui.core.runtime.shell import join_command, path_arg
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_FILES = 1000
 SAVED_TOGETHER = re.compile(
-    r"(model|pytorch_model|optimizer|scheduler|sampler|dl_state_dict|scaler|random_states|custom_checkpoint)"
-    r"(_\d+)?\.[a-z]+"
+    r"(model|pytorch_model|adapter_model|optimizer|scheduler|sampler|dl_state_dict|scaler|random_states"
+    r"|custom_checkpoint|rng_state|training_args)(_\d+)?\.[a-z]+"
+    r"|.*\d+-of-\d+\.[a-z]+"
 )
-"""The names of the files one save writes side by side (Accelerate's ``save_state``: the model, optimizer,
-scheduler, sampler, scaler, RNG states and custom objects, numbered when there are several)."""
+"""The names of the files one save writes side by side, numbered when there are several: Accelerate's
+``save_state`` (the model, optimizer, scheduler, sampler, scaler, RNG states, custom objects), a Hugging Face
+Trainer's ``checkpoint-N`` folder (``rng_state.pth``, ``training_args.bin`` beside them), shards named
+``-00001-of-00003``."""
 RANK_WORDS = re.compile(r"rank|shard|part|worker|proc|gpu", re.IGNORECASE)
 """What names a file as one process's part of a save (``rank0.pt``, ``model_rank1.pt``, ``shard_2.pt``)."""
 PREFERRED = re.compile(r"best|last|latest|final", re.IGNORECASE)
