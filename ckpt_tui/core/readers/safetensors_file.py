@@ -15,6 +15,7 @@ cannot be located is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -518,26 +519,23 @@ def _pending_columns(
     return FlatColumns.pending(names, dtypes, numels, shapes, strides, names, [records] * len(names), make)
 
 
+WIRED = frozenset({"path", "format", "root", "file_bytes", "metadata", "notes", "loader_problems", "columns"})
+"""The fields of a checkpoint :func:`to_wire` hands back (``opened_version`` too: a shard has none)."""
+
+
 def to_wire(checkpoint: Checkpoint) -> dict[str, Any] | None:
     """A ``.safetensors`` file read as columns still pending, as a JSON value (each distinct dtype and shape
     once, each row's by its place; the ranges as one list of ints) that :func:`from_wire` makes the same
     checkpoint of: how a forked child hands a file it read back. None for anything else (read again)."""
     columns = checkpoint.columns
-    if (
-        checkpoint.format != "safetensors"
-        or columns is None
-        or not checkpoint.root_pending()
-        or not len(columns)
-        or checkpoint.unsafe_globals
-        or checkpoint.runs_code
-        or checkpoint.hostile
-        or checkpoint.files
-        or checkpoint.layout is not None
-        or checkpoint.archive is not None
-        or checkpoint.index_metadata
-        or checkpoint.byteorder != "little"
-    ):
+    if checkpoint.format != "safetensors" or columns is None or not checkpoint.root_pending() or not len(columns):
         return None
+    # every other field as a new Checkpoint has it (a field added later is never dropped on the way back)
+    for each in dataclasses.fields(checkpoint):
+        if each.name not in WIRED:
+            default = each.default_factory() if each.default_factory is not dataclasses.MISSING else each.default
+            if getattr(checkpoint, each.name) != default:
+                return None
     records = columns.sources[0]
     if not isinstance(records, SafetensorsRecords) or records.path != checkpoint.path:
         return None
