@@ -218,3 +218,19 @@ async def test_after_a_compare_the_header_offers_no_strip_of_a_submodule(tmp_pat
         await loaded(pilot)
         shown = " ".join(header(app).split())
         assert "p strips it" not in shown and "its submodule, not a wrapper" in shown
+
+
+async def test_the_browser_report_pairs_the_resized_head_in_the_fix_details(story: Path) -> None:
+    app = CkptApp(str(story / "best_model.pth"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(story / "net_current.pth")
+        await settle(pilot, "enter")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        details = next(rows for title, rows in screen.sections if title.startswith("suggested fix, in detail"))
+        said = " ".join(text.plain for _, text in details)
+        assert "fc.weight [10, 32], fc.bias [10] unexpected; head.weight [5, 32], head.bias [5] missing" in said
+        await settle(pilot, "f", "y")
+        assert sorted(app.session.root) == sorted(k for k in Net().state_dict() if not k.startswith("head."))
