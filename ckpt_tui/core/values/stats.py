@@ -252,12 +252,11 @@ def _ones(size: int) -> np.ndarray:
 _ones_block: np.ndarray | None = None
 
 
-def _scratch(slot: str = "scratch") -> np.ndarray:
-    """This thread's float64 buffer for one block (``slot``: a second one beside it)."""
-    buffer: np.ndarray | None = getattr(_local, slot, None)
+def _scratch() -> np.ndarray:
+    """This thread's float64 buffer for one block."""
+    buffer: np.ndarray | None = getattr(_local, "scratch", None)
     if buffer is None:
-        buffer = np.empty(BLOCK_ELEMENTS, np.float64)
-        setattr(_local, slot, buffer)
+        buffer = _local.scratch = np.empty(BLOCK_ELEMENTS, np.float64)
     return buffer
 
 
