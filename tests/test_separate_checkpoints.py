@@ -54,7 +54,7 @@ def test_a_stray_text_file_among_them_is_not_the_error(runs: Path, capsys: pytes
     (runs / "notackpt.pth").write_text("not a checkpoint\n")
     assert main(["info", str(runs)]) == 2
     err = capsys.readouterr().err
-    assert "separate checkpoints" in err and "notackpt" not in err
+    assert "a folder of 4 separate checkpoints" in err and "notackpt" not in err
 
 
 async def test_the_browser_says_it_and_quits_cleanly(runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:

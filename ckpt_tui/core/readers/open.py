@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import BinaryIO, Literal, NoReturn
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
@@ -249,7 +249,10 @@ def _read_rank_folder(target: Target) -> Checkpoint:
 
 def _read_folder(target: Target) -> Checkpoint:
     if not saved_together(target.path, target.files):
-        raise separate_files(target.path, target.files)
+        # (a text file named .pth among them is no checkpoint: not counted, never named as the one to open)
+        local = "://" not in target.path and len(target.files) <= MAX_PEEKED
+        real = [n for n in target.files if not (local and _text_file(places.join(target.path, n)))]
+        raise separate_files(target.path, real or target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
 
@@ -497,6 +500,22 @@ def _first_pickle_loads(file: BinaryIO, path: str, unsafe: set[str]) -> bool:
     except ReadError:
         return False
     return True
+
+
+MAX_PEEKED = 200
+"""A folder of separate checkpoints has its files' first bytes read (to leave text files out of the count)
+up to this many files."""
+
+
+def _text_file(path: str) -> bool:
+    """Whether a local file begins as text (its first 512 bytes), not as a checkpoint."""
+    try:
+        # (through places: a FIFO or a device among them is refused, never waited on)
+        with places.open_stream(path) as file:
+            head = file.read(TAR_BLOCK)
+    except (OSError, CkptError):
+        return False
+    return bool(head) and _looks_like_text(head)
 
 
 def _looks_like_text(head: bytes) -> bool:
