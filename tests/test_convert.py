@@ -351,6 +351,11 @@ def test_device_tags_left_out_of_a_safetensors_file_are_said(tmp_path: Path, cap
         ["--map-location", "cuda:01"],
         ["--map-location", "cuda:-1"],
         ["--map-location", "cpu=cpu=cpu"],
+        # location tags torch.load cannot restore: written, the file would load nowhere
+        ["--map-location", "cpu:0"],
+        ["--map-location", "meta:0"],
+        ["--map-location", "xla:0"],
+        ["--map-location", "cuda:0=cpu:1"],
         ["--rename", "="],
         ["--rename-infix", "="],
     ],
@@ -372,3 +377,12 @@ def test_a_device_index_torch_parses_is_written_as_given(index: int) -> None:
     assert str(torch.device(f"cuda:{index}")) == f"cuda:{index}"
     assert str(torch.device("cuda:128")) != "cuda:128"
     assert parse_device_map(f"cuda:{index}")("cpu") == f"cuda:{index}"
+
+
+@pytest.mark.parametrize("target", ["cpu", "meta", "cuda", "cuda:3", "xpu:1", "hpu", "mtia:0", "mps"])
+def test_every_location_a_map_may_write_is_one_torch_load_restores(target: str) -> None:
+    # the reader's own rule for the tags torch.load restores, run on what a map writes
+    from ckpt_tui.core.pickles.persistent_ids import location_refused
+
+    assert parse_device_map(f"cpu={target}")("cpu") == target
+    assert not location_refused(target)

@@ -39,6 +39,7 @@ from ckpt_tui.core.model.tree import (
     module_children,
     non_persistent_buffers,
 )
+from ckpt_tui.core.pickles.persistent_ids import MAX_DEVICE_INDEX, location_refused
 
 CASTABLE = frozenset({"float64", "float32", "float16", "bfloat16"})
 CAST_NAMES = {
@@ -607,27 +608,33 @@ def parse_device_map(spec: str) -> Callable[[str], str]:
     if not spec:
         raise BadArgument("empty device mapping")
     if "=" not in spec:
-        _check_device(spec)
+        _check_device(spec, target=True)
         return lambda location: spec
     mapping: dict[str, str] = {}
     for part in spec.split(","):
         source, _, target = part.partition("=")
         source, target = source.strip(), target.strip()
         _check_device(source)
-        _check_device(target)
+        _check_device(target, target=True)
         mapping[source] = target
     return lambda location: mapping.get(location, location)
 
 
-def _check_device(text: str) -> None:
+DEVICE_KINDS = frozenset({"cpu", "cuda", "mps", "xpu", "meta", "hpu", "mtia", "npu", "xla"})
+PLUGIN_DEVICES = ("npu",)
+"""Devices torch.load restores only through their plugin (torch_npu names its backend ``npu``)."""
+
+
+def _check_device(text: str, *, target: bool = False) -> None:
+    """A device of a mapping; a target must be a location tag torch.load restores (``cpu:0`` is none)."""
     kind, _, index = text.partition(":")
-    if kind not in {"cpu", "cuda", "mps", "xpu", "meta", "hpu", "npu", "xla"} or (index and not _device_index(index)):
+    if kind not in DEVICE_KINDS or (index and not _device_index(index)):
         raise BadArgument(f"not a device: {text!r} (expected cpu, cuda:N with N from 0 to {MAX_DEVICE_INDEX}, ...)")
-
-
-MAX_DEVICE_INDEX = 127
-"""torch keeps a device index in 8 bits: ``torch.device("cuda:128")`` is ``cuda:-128``, and a longer number does not
-parse, so a location tag past 127 loads on another device or not at all."""
+    if target and kind not in PLUGIN_DEVICES and location_refused(text):
+        raise BadArgument(
+            f"torch.load cannot restore the location {text!r}: it restores cpu, meta, mps, and cuda, xpu, hpu or "
+            "mtia alone or with :N"
+        )
 
 
 def _device_index(text: str) -> bool:
