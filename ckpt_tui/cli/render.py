@@ -178,9 +178,11 @@ def render_check(report: CheckReport) -> str:
     head = f"{printable(ckpt.path)}: {counted(report.checked, 'tensor')} read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
+    beside = [printable(report.beside)] if report.beside else []
     if report.ok:
-        return "\n".join([head + ": OK, no NaN/Inf, no unsafe globals", *weights_only_lines(report, ckpt.path)])
-    lines = [head + f": {counted(len(report.problems), 'problem')}"]
+        lines = [head + ": OK, no NaN/Inf, no unsafe globals", *beside]
+        return "\n".join(lines + weights_only_lines(report, ckpt.path))
+    lines = [head + f": {counted(len(report.problems), 'problem')}", *beside]
     lines += [f"  ! [{printable(p.kind)}] {printable(p.message)}" for p in report.problems]
     lines += weights_only_lines(report, ckpt.path)
     return "\n".join(lines)

@@ -590,6 +590,21 @@ _STORAGE_SOURCE = operator.attrgetter("storage.source")
 
 
 @dataclass
+class FileBeside:
+    """A file in a checkpoint's folder that its reader did not read, read on its own for what it holds of code."""
+
+    name: str
+    """Its path inside the folder (``optimizer.pt``, ``sub/evil.pth``, ``pytorch_model_fsdp_0/`` for a DCP folder)."""
+    what: str
+    """What it holds, in words (its format; ``unreadable`` when it could not be read)."""
+    unsafe_globals: list[str] = field(default_factory=list)
+    runs_code: list[str] = field(default_factory=list)
+    """Code its loader runs (a TorchScript ``__setstate__``, a DCP item's unsafe globals), in words."""
+    unreadable: str | None = None
+    """Why it could not be read (then nothing can be said of its code: never clean)."""
+
+
+@dataclass
 class Checkpoint:
     """An opened checkpoint: its tree, its format and where its records live."""
 
@@ -625,6 +640,12 @@ class Checkpoint:
     pickle's bytes, read once; a legacy file's or plain pickle's ``PickleBytes``), for the weights_only
     verdict to judge those same bytes; None elsewhere."""
     opened_version: str | None = field(default=None, repr=False)
+    read_files: list[str] = field(default_factory=list, repr=False)
+    """Files its reader read besides ``path`` and ``files`` (an index's shards, a DCP folder's ``.metadata`` and
+    data files); empty where its tensors' records name them."""
+    beside: list[FileBeside] | None = field(default=None, repr=False)
+    """For a folder opened as a whole: every other file in it and its immediate subfolders that a loader could
+    unpickle (found by content), each read for code; None when the checkpoint was not opened as a folder."""
     """The file's version (``byte_source.version_of``) when it was opened; None for a folder or a URL."""
 
     def changed_on_disk(self) -> bool:

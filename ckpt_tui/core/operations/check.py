@@ -18,7 +18,7 @@ from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.weights_only.verdict import ScanBeside, Verdict, verdict
+from ckpt_tui.core.weights_only.verdict import ScanBeside, Verdict, beside_code, beside_line, verdict
 
 if TYPE_CHECKING:  # numpy-backed: imported when values are read (a clean file's scan runs in a child)
     from ckpt_tui.core.values.stats import TensorStats
@@ -32,6 +32,8 @@ PROBLEM_KINDS = (
     "load-runs-code",
     *RESUME_WARNINGS,
 )
+BESIDE_CODE, BESIDE_UNREADABLE = "code-beside", "cannot-tell-beside"
+"""A folder's other file that holds code a loader runs, or that cannot be read (so its code cannot be told)."""
 
 
 @dataclass
@@ -61,6 +63,8 @@ class CheckReport:
     skipped: int
     weights_only: Verdict | None = None
     """Whether ``torch.load(FILE)`` (weights_only=True, the default) loads the file."""
+    beside: str | None = None
+    """For a folder: the line on its other files, read for code (:func:`beside_line`); None otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +81,7 @@ class CheckReport:
             "tensors_skipped": self.skipped,
             "problems": [p.to_json() for p in self.problems],
             "weights_only": self.weights_only.to_json() if self.weights_only is not None else None,
+            "also_in_folder": _beside_json(self.summary.checkpoint),
         }
 
 
@@ -128,7 +133,37 @@ def check_checkpoint(
     judged = verdict(checkpoint, beside)
     if _verdict_is_a_problem(judged, checkpoint):
         problems.append(weights_only_problem(judged))
-    return CheckReport(summary, problems, tally.checked, tally.skipped, judged)
+    # a folder's other files: never clean while one holds code, or cannot be read
+    problems += _beside_problems(checkpoint)
+    return CheckReport(summary, problems, tally.checked, tally.skipped, judged, beside_line(checkpoint.beside or []))
+
+
+def _beside_problems(checkpoint: Checkpoint) -> list[Problem]:
+    """A problem for each other file of the folder that holds code a loader runs, or cannot be read."""
+    problems = []
+    for file in checkpoint.beside or []:
+        code = beside_code(file)
+        if file.unreadable is not None:
+            message = f"{file.name} (also in the folder): cannot tell whether a load runs its code: {file.unreadable}"
+            problems.append(Problem(BESIDE_UNREADABLE, printable(message), None, {"file": file.name}))
+        elif code:
+            names = ", ".join(code[:5]) + (" …" if len(code) > 5 else "")
+            message = (
+                f"{file.name} (also in the folder, {file.what}): a load of it runs code: {names} "
+                "(torch.load(weights_only=False), pickle.load or dcp.load would import and run it)"
+            )
+            problems.append(Problem(BESIDE_CODE, printable(message), None, {"file": file.name, "globals": code}))
+    return problems
+
+
+def _beside_json(checkpoint: Checkpoint) -> list[dict[str, Any]] | None:
+    """The folder's other files read for code, as JSON (None: not a folder)."""
+    if checkpoint.beside is None:
+        return None
+    return [
+        {"path": f.name, "holds": f.what, "code": beside_code(f), "cannot_tell": f.unreadable}
+        for f in checkpoint.beside
+    ]
 
 
 def _scan_finite(

@@ -196,6 +196,7 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
     checkpoint = Checkpoint(
         folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe, layout=f"DCP, {ranks} ranks"
     )
+    checkpoint.read_files = [places.join(folder, ".metadata"), *(places.join(folder, name) for name in files)]
     meta = places.join(folder, LIGHTNING_META)
     if open_file is not None and named_entry(meta):
         return with_lightning_meta(checkpoint, open_file(inside(folder, LIGHTNING_META, f"{folder}:")), ranks)
@@ -216,6 +217,7 @@ def with_lightning_meta(checkpoint: Checkpoint, meta: Checkpoint, ranks: int) ->
     if optimizers:
         joined["optimizer_states"] = [joined.pop(f"optimizer_{n}", None) for n in range(len(optimizers))]
     checkpoint.root = joined
+    checkpoint.read_files.append(meta.path)
     checkpoint.file_bytes += meta.file_bytes
     checkpoint.unsafe_globals |= meta.unsafe_globals
     checkpoint.loader_problems += [f"{LIGHTNING_META}: {p}" for p in meta.loader_problems]

@@ -8,14 +8,16 @@ opens as one dict with a key per file (its name without the extension, unless tw
 from __future__ import annotations
 
 import os
+import pickletools
 import re
+import stat
 from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.formats import format_name
-from ckpt_tui.core.model.tree import Checkpoint
+from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
 from ckpt_tui.core.readers.rank_set import rank_folder
 from ckpt_tui.core.runtime.shell import join_command, path_arg
 
@@ -115,3 +117,132 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
         # each file is read by its own loader: the verdict is each file's
         files=[places.join(folder, name) for name in names],
     )
+
+
+# ---- every other file of a folder, read for code -------------------------------------------------------
+
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+PICKLE_PROTO = 0x80
+PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
+DATA_FORMATS = frozenset({"safetensors", "sharded"})
+"""A pickle of protocol 2 or more starts with PROTO (so do the legacy format's magic number and torch.save's
+pickles); a protocol 0/1 pickle starts with another opcode and is told from text by its control bytes."""
+MAX_BESIDE = 1000
+
+
+def hf_weights(folder: str, names: set[str]) -> str | None:
+    """The weights file ``from_pretrained(folder)`` loads among ``names`` (regular files of the folder), if any."""
+    return next((name for name in HF_WEIGHTS if name in names and _regular(places.join(folder, name))), None)
+
+
+def files_read(checkpoint: Checkpoint) -> set[str]:
+    """The files a checkpoint's reader read: its path, its files, what its reader recorded, its records' files."""
+    paths = {checkpoint.path, *checkpoint.files, *checkpoint.read_files}
+    if not checkpoint.read_files and not checkpoint.files:
+        # a reader that records nothing more: its tensors name the files their records lie in
+        for _, tensor in iter_tensors(checkpoint.root):
+            source = tensor.storage.source if tensor.storage is not None else None
+            path = getattr(source, "path", None)
+            if isinstance(path, str):
+                paths.add(path)
+    return {_real(path) for path in paths}
+
+
+def account_for_folder(
+    folder: str,
+    checkpoint: Checkpoint,
+    open_file: Callable[[str], Checkpoint],
+    open_dcp: Callable[[str], Checkpoint],
+) -> list[FileBeside]:
+    """Every regular file of ``folder`` and of its immediate subfolders that ``checkpoint``'s reader did not read
+    and a loader could unpickle (by content: zip, pickle, legacy, tar; a subfolder with ``.metadata`` is DCP),
+    read for what it holds of code. Data (safetensors, JSON, text) is left out."""
+    read = files_read(checkpoint)
+    found: list[FileBeside] = []
+    entries = sorted(places.list_dir(folder))
+    for name in entries:
+        path = places.join(folder, name)
+        if _real(path) in read or (name == ".metadata" and checkpoint.format == "dcp"):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            found += _subfolder(folder, name, read, open_file, open_dcp)
+        else:
+            found += _file(name, path, open_file)
+        if len(found) > MAX_BESIDE:
+            return [*found[:MAX_BESIDE], FileBeside("…", "unreadable", unreadable="too many files to read")]
+    return found
+
+
+def _subfolder(
+    folder: str,
+    name: str,
+    read: set[str],
+    open_file: Callable[[str], Checkpoint],
+    open_dcp: Callable[[str], Checkpoint],
+) -> list[FileBeside]:
+    """An immediate subfolder: a DCP folder (``.metadata``) as ``dcp.load`` reads it, else each of its files."""
+    sub = places.join(folder, name)
+    found: list[FileBeside] = []
+    inner: set[str] = set()
+    if _regular(places.join(sub, ".metadata")):
+        try:
+            dcp = open_dcp(sub)
+        except Exception as exc:  # a hostile folder must give an answer, never a traceback
+            found.append(FileBeside(f"{name}/", "unreadable", unreadable=_why(exc)))
+        else:
+            # dcp.load runs its metadata pickle and its non-tensor items' pickles without weights_only
+            found.append(FileBeside(f"{name}/", "DCP folder", sorted(dcp.unsafe_globals), list(dcp.runs_code)))
+            inner = files_read(dcp)
+        inner.add(_real(places.join(sub, ".metadata")))
+    try:
+        names = sorted(os.listdir(sub))
+    except OSError as exc:
+        return [*found, FileBeside(f"{name}/", "unreadable", unreadable=_why(exc))]
+    for child in names:
+        path = places.join(sub, child)
+        if _real(path) in read or _real(path) in inner or (os.path.isdir(path) and not os.path.islink(path)):
+            continue
+        found += _file(f"{name}/{child}", path, open_file)
+    return found
+
+
+def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[FileBeside]:
+    """One file: nothing if it holds no pickle a loader could run; else what its reader finds of code."""
+    try:
+        if not _regular(path):
+            return [FileBeside(name, "unreadable", unreadable="not a regular file (a FIFO, a device or a broken link)")]
+        with places.open_stream(path) as stream:
+            head = stream.read(8)
+    except OSError as exc:
+        return [FileBeside(name, "unreadable", unreadable=_why(exc))]
+    if not head:
+        return []
+    # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data
+    sure = head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO
+    if not sure and head[0] not in PICKLE_OPCODES:
+        return []
+    try:
+        opened = open_file(path)
+    except Exception as exc:
+        # (a file starting with another opcode byte that no reader reads is text or data: torch.load fails on it)
+        return [FileBeside(name, "unreadable", unreadable=_why(exc))] if sure else []
+    if opened.format in DATA_FORMATS:
+        return []
+    return [FileBeside(name, format_name(opened.format), sorted(opened.unsafe_globals), list(opened.runs_code))]
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _real(path: str) -> str:
+    return path if places.is_remote(path) else os.path.realpath(path)
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ReadError) else f"{type(exc).__name__}: {exc}"

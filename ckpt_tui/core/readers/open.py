@@ -28,7 +28,15 @@ from ckpt_tui.core.pickles.unpickle import load_pickle
 from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
 from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
-from ckpt_tui.core.readers.folder import checkpoint_files, read_folder, saved_together, separate_files
+from ckpt_tui.core.readers.folder import (
+    HF_WEIGHTS,
+    account_for_folder,
+    checkpoint_files,
+    hf_weights,
+    read_folder,
+    saved_together,
+    separate_files,
+)
 from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
 from ckpt_tui.core.readers.legacy import read_pickle_file
 from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
@@ -229,6 +237,9 @@ def _read_hf_dcp(target: Target) -> Checkpoint:
 
 
 def _read_index_folder(target: Target) -> Checkpoint:
+    whole = _hf_whole_file(target)
+    if whole is not None:
+        return whole
     if len(target.indexes) > 1:
         raise ReadError(f"{target.path}: several index files ({', '.join(target.indexes)}); open one of them")
     return read_sharded(places.join(target.path, target.indexes[0]), open_shard)
@@ -247,8 +258,32 @@ def _read_rank_folder(target: Target) -> Checkpoint:
     return merged
 
 
+def _hf_whole_file(target: Target) -> Checkpoint | None:
+    """The whole weights file ``from_pretrained(folder)`` takes before any index of the folder (transformers'
+    order: model.safetensors, its index, pytorch_model.bin, its index), with a note on the files it passes over."""
+    names = set(places.list_dir(target.path))
+    chosen = hf_weights(target.path, names)
+    if chosen is None or chosen.endswith(INDEX_SUFFIX):
+        return None
+    passed = [name for name in HF_WEIGHTS if name in names and name != chosen]
+    passed += [name for name in target.indexes if name not in HF_WEIGHTS]
+    checkpoint = _open_plain_file(places.join(target.path, chosen))
+    if passed:
+        checkpoint.notes.insert(
+            0,
+            f"from_pretrained({target.path}) loads {chosen}; {', '.join(passed)} beside it (and the shards they name) "
+            "are not what a loader takes",
+        )
+    return checkpoint
+
+
 def _read_folder(target: Target) -> Checkpoint:
     if not saved_together(target.path, target.files):
+        # a folder transformers' Trainer wrote (the model beside optimizer.pt, rng_state.pth, training_args.bin):
+        # its model is what from_pretrained takes; the other files are read for code
+        whole = _hf_whole_file(target)
+        if whole is not None:
+            return whole
         # (a text file named .pth among them is no checkpoint: not counted, never named as the one to open)
         local = "://" not in target.path and len(target.files) <= MAX_PEEKED
         real = [n for n in target.files if not (local and _text_file(places.join(target.path, n)))]
@@ -343,6 +378,11 @@ def _open_directory(path: str) -> Checkpoint:
     if checkpoint is None:
         raise ReadError(
             f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
+        )
+    if not places.is_remote(path):
+        # every other file a loader could unpickle is read for code: a folder is clean only when all of it is
+        checkpoint.beside = account_for_folder(
+            path, checkpoint, _open_plain_file, lambda folder: read_dcp(folder, _open_plain_file)
         )
     return checkpoint
 

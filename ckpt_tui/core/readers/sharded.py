@@ -130,6 +130,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
         index_metadata=dict(index_metadata),
         columns=columns,
         hostile=overlaps,
+        read_files=[shard.path for shard in shards.values()],
     )
 
 

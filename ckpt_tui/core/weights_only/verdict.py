@@ -27,7 +27,7 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
+from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.read_once import PickleBytes
@@ -439,6 +439,54 @@ def _accelerate_loads(path: str, part: FileScan) -> bool:
         and needed <= ACCELERATE_SAFE_GLOBALS
         and not (part.reason or part.unknown)
     )
+
+
+TRAINING_ARGS = "training_args.bin"
+TRAINING_ARGS_CLASSES = frozenset(
+    {
+        "transformers.training_args.TrainingArguments",
+        "transformers.training_args.OptimizerNames",
+        "transformers.trainer_utils.SchedulerType",
+        "transformers.trainer_utils.IntervalStrategy",
+        "transformers.trainer_utils.SaveStrategy",
+        "transformers.trainer_utils.HubStrategy",
+        "transformers.trainer_utils.FSDPOption",
+        "transformers.debug_utils.DebugOption",
+        "transformers.trainer_pt_utils.AcceleratorConfig",
+        "accelerate.state.PartialState",
+        "accelerate.utils.dataclasses.DistributedType",
+    }
+)
+"""The classes of the ``training_args.bin`` transformers' Trainer writes beside each checkpoint (``torch.save(args)``):
+no loader reads it (resuming reads the model, optimizer.pt, scheduler.pt and rng_state.pth), so these exact names
+there are the Trainer's own record, not code a load runs; any other global in it is."""
+
+
+def beside_code(file: FileBeside) -> list[str]:
+    """The code a loader would run from a file beside a checkpoint: its unsafe globals that are not plain data
+    (numpy arrays, which Accelerate and transformers allowlist for RNG states, are data) and code its loader runs."""
+    data = ACCELERATE_SAFE_GLOBALS
+    names = [name for name in file.unsafe_globals if name not in data and classify(name, set())[0] == "code"]
+    if file.name.rsplit("/", 1)[-1] == TRAINING_ARGS and set(names) <= TRAINING_ARGS_CLASSES:
+        names = []
+    return names + file.runs_code
+
+
+def beside_line(files: list[FileBeside]) -> str | None:
+    """One line on a folder's other files read for code: ``also in the folder: optimizer.pt, rng_state.pth: read for
+    code: none``, or what each holds; None when there were none."""
+    if not files:
+        return None
+    found = []
+    for file in files:
+        code = beside_code(file)
+        if file.unreadable is not None:
+            found.append(f"{file.name} cannot tell ({file.unreadable})")
+        elif code:
+            shown = ", ".join(code[:3]) + (f" (+{len(code) - 3} more)" if len(code) > 3 else "")
+            found.append(f"{file.name} holds code ({shown})")
+    names = ", ".join(file.name for file in files[:8]) + (f" (+{len(files) - 8} more)" if len(files) > 8 else "")
+    return f"also in the folder: {names}: read for code: {'; '.join(found) if found else 'none'}"
 
 
 def _scan_safetensors_name(head: bytes, size: int) -> FileScan:

@@ -1,0 +1,147 @@
+"""``check FOLDER`` accounts for every file in the folder (and its immediate subfolders) that a loader could unpickle,
+found by content: one the checkpoint's reader did not read is read for code, and code or doubt is a problem.
+
+Payloads are ``__reduce__`` -> ``os.system('touch CANARY')``; the canary must never appear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from test_accelerate_folder import FOLDER as ACCELERATE_FOLDER
+from test_distributed import run
+
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+
+
+class Payload:
+    """Runs a shell command when unpickled (torch.load(weights_only=False), pickle.load)."""
+
+    def __init__(self, canary: Path) -> None:
+        self.canary = canary
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.canary}",))
+
+
+def _payload(path: Path, canary: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"w": torch.ones(2), "x": Payload(canary)}, path)
+
+
+def _kinds(report: Any) -> list[tuple[str, str]]:
+    return [(p.kind, p.detail.get("file", "")) for p in report.problems]
+
+
+@pytest.mark.parametrize("name", ["model_best.pth.tar", "EVIL.PTH", "evil", "optimizer.pt.1", "sub/evil.pth"])
+def test_a_payload_under_any_name_beside_a_clean_model_is_a_problem_naming_it(
+    tmp_path: Path, capsys: Any, name: str
+) -> None:
+    folder, canary = tmp_path / "run", tmp_path / "CANARY"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    _payload(folder / name, canary)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert f"[code-beside] {name} (also in the folder" in out and "posix.system" in out
+    assert f"also in the folder: {name}: read for code: {name} holds code (posix.system)" in out
+    # the real loader refuses it with weights_only=True (weights_only=False would run it)
+    with pytest.raises(Exception, match="Weights only load failed"):
+        torch.load(folder / name, weights_only=True)
+    assert not canary.exists()
+
+
+def test_a_clean_file_beside_is_read_and_named_and_the_folder_stays_clean(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    torch.save({"step": torch.tensor(3)}, folder / "extra_state")
+    (folder / "notes.txt").write_text("trained for 3 epochs\n")
+    (folder / "config.json").write_text("{}")
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert "also in the folder: extra_state: read for code: none" in out
+
+
+def test_a_file_beside_that_cannot_be_read_is_never_clean(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    (folder / "broken.bak").write_bytes(b"PK\x03\x04 not a zip at all")
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert "[cannot-tell-beside] broken.bak (also in the folder)" in out
+
+
+def _shards(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"a": torch.ones(2)}, folder / "model-00001-of-00002.safetensors")
+    save_file({"b": torch.ones(2)}, folder / "model-00002-of-00002.safetensors")
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    index = {"metadata": {"total_size": 16}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def test_a_sharded_folder_reads_its_other_files_for_code(tmp_path: Path, capsys: Any) -> None:
+    folder, canary = tmp_path / "checkpoint-500", tmp_path / "CANARY"
+    _shards(folder)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0 and "also in the folder" not in out, out  # a plain shard folder: as before
+    before = open_checkpoint(folder)
+    assert before.format == "sharded" and before.beside == []
+    _payload(folder / "optimizer.pt", canary)
+    _payload(folder / "rng_state.pth", canary)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert "also in the folder: optimizer.pt, rng_state.pth: read for code: optimizer.pt holds code" in out
+    assert not canary.exists()
+
+
+def test_a_dcp_subfolder_is_read_as_dcp_load_reads_it(tmp_path: Path, capsys: Any) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    folder, canary = tmp_path / "state", tmp_path / "CANARY"
+    shutil.copytree(ACCELERATE_FOLDER, folder)
+    assert check_checkpoint(open_checkpoint(folder)).ok
+    dcp.save({"w": torch.ones(2)}, checkpoint_id=str(folder / "optimizer_0"))
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert "also in the folder: optimizer_0/: read for code: none" in out
+    # what Accelerate's FSDP load_state hands to dcp.load: an item that runs code when loaded
+    dcp.save({"w": torch.ones(2), "x": Payload(canary)}, checkpoint_id=str(folder / "pytorch_model_fsdp_0"))
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert "[code-beside] pytorch_model_fsdp_0/ (also in the folder, DCP folder)" in out
+    assert not canary.exists()
+
+
+def test_a_folder_with_an_index_and_a_whole_file_reads_the_file_from_pretrained_takes(
+    tmp_path: Path, capsys: Any
+) -> None:
+    folder = tmp_path / "both"
+    _shards(folder)
+    save_file({"a": torch.full((2,), float("nan")), "b": torch.full((2,), 1e30)}, folder / "model.safetensors")
+    checkpoint = open_checkpoint(folder)
+    assert checkpoint.format == "safetensors" and checkpoint.path.endswith("model.safetensors")
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1 and "[nan]" in out
+    code, out, _ = run(capsys, "info", str(folder))
+    assert "loads model.safetensors; model.safetensors.index.json beside it" in out.replace("\n", " ")
+
+
+def test_a_payload_bin_beside_an_index_is_read_for_code(tmp_path: Path, capsys: Any) -> None:
+    folder, canary = tmp_path / "both_bin", tmp_path / "CANARY"
+    _shards(folder)
+    torch.save({"a": torch.ones(2), "b": torch.ones(2), "x": Payload(canary)}, folder / "pytorch_model.bin")
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert "[code-beside] pytorch_model.bin" in out
+    assert not canary.exists()
