@@ -115,3 +115,11 @@ def test_a_saved_state_dict_is_read_from_the_rows(tmp_path: Path) -> None:
     torch.save({f"w{i}": torch.ones(2) for i in range(30)}, path)
     directory = read_central_directory(io.BytesIO(path.read_bytes()), path.stat().st_size)
     assert directory.columns is not None and directory.columns == MemberColumns.of(directory.members)
+
+
+def test_the_pickle_opcodes_told_from_the_pickle_module_are_pickletools_opcodes() -> None:
+    import pickletools
+
+    from ckpt_tui.core.readers.open import PICKLE_OPCODES
+
+    assert frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes) == PICKLE_OPCODES

@@ -8,7 +8,6 @@ run what the reader refused to build.
 from __future__ import annotations
 
 import io
-import pickletools
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -27,6 +26,8 @@ def named_globals(data: bytes | BinaryIO) -> Iterator[tuple[str, str]]:
     Stops at the pickle's end, at the first opcode that cannot be decoded, or after :data:`MAX_OPCODES`.
     A ``STACK_GLOBAL`` is matched with the two values pushed just before it (memo fetches included).
     """
+    import pickletools  # (only for a pickle the reader refused: not imported to read a file)
+
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     pushed: list[Any] = []
     memo: dict[Any, Any] = {}

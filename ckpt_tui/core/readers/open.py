@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import codecs
 import os
-import pickletools
+import pickle
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,14 +46,17 @@ from ckpt_tui.core.readers.safetensors_file import (
     looks_like_safetensors,
     read_safetensors,
 )
-from ckpt_tui.core.readers.sharded import read_sharded
 from ckpt_tui.core.readers.zip_checkpoint import read_zip
 
 INDEX_SUFFIX = ".index.json"
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 TORCH_ZIP_START = b"PK\x03\x04"
 TAR_BLOCK = 512
-PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
+PICKLE_OPCODES = frozenset(
+    code[0] for name, code in vars(pickle).items() if name.isupper() and type(code) is bytes and len(code) == 1
+)
+"""The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
+lists the same, but costs an import to read a file)."""
 
 
 PathArg = str | os.PathLike[str]
@@ -242,6 +245,8 @@ def _read_index_folder(target: Target) -> Checkpoint:
         return whole
     if len(target.indexes) > 1:
         raise ReadError(f"{target.path}: several index files ({', '.join(target.indexes)}); open one of them")
+    from ckpt_tui.core.readers.sharded import read_sharded  # (index files only: not imported to read a file)
+
     return read_sharded(places.join(target.path, target.indexes[0]), open_shard)
 
 
@@ -318,6 +323,8 @@ def _is_index(target: Target) -> bool:
 def _read_index(target: Target) -> Checkpoint:
     if not target.allow_index:
         raise ReadError(f"{target.path}: an index file where a shard was expected")
+    from ckpt_tui.core.readers.sharded import read_sharded
+
     return read_sharded(target.path, open_shard)
 
 
