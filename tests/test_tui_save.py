@@ -47,7 +47,9 @@ async def test_save_as_writes_what_torch_loads_back(train_file: Path) -> None:
         await settle(pilot, "j", "j", "x", "y", "p", "y", "m", "enter", "y", "ctrl+s")
         assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed.pth")
         await settle(pilot, "enter")
-        assert "no unsaved edits" in status(app) and "wrote" in status(app)
+        # the status line leads with the verdict of what was written, in one line
+        assert app.session.unsaved == 0
+        assert status(app).strip() == "loads with torch.load(weights_only=True) · saved best_model.fixed.pth, verified"
     saved = torch.load(train_file.parent / "best_model.fixed.pth", weights_only=True)
     expected = fixed_state_dict(prefix="")
     assert list(saved) == list(expected)
@@ -238,7 +240,7 @@ async def test_after_saving_a_cast_the_detail_panel_says_where_the_cast_values_a
         await settle(pilot, "enter", "y")
         assert app.session.root["w"].dtype == "float16"
         await save_as(pilot, tmp_path / "half.pth")
-        assert "no unsaved edits" in status(app)
+        assert app.session.unsaved == 0 and "saved half.pth" in status(app)
         await settle(pilot, "j", "enter")  # enter: the stats at once (without it, once the cursor rests)
         assert "the cast values were saved to" in detail(app) and "half.pth" in detail(app)
         assert "exist once" not in detail(app)

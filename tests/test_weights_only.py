@@ -255,7 +255,7 @@ def test_check_text_says_how_to_load_or_sanitize(tmp_path: Path, capsys: pytest.
     path = REFUSED["numpy array"](tmp_path)
     assert main(["check", str(path)]) == 1
     text = capsys.readouterr().out
-    assert "weights_only: torch.load REFUSES it (torch 2.6-2.14)" in text
+    assert "weights_only: torch.load REFUSES it (as torch 2.6-2.14 judge it)" in text
     assert 'numpy.ndarray at ckpt["mean"]' in text
     assert "    import numpy, torch\n    torch.serialization.add_safe_globals([" in text
     assert f"ckpt-tui convert {path} --output {tmp_path / 'ckpt.sanitized.pth'} --sanitize" in text
@@ -266,7 +266,7 @@ def test_clean_file_says_it_loads(tmp_path: Path, capsys: pytest.CaptureFixture[
 
     path = ACCEPTED["plain state_dict with _metadata"](tmp_path)
     assert main(["check", str(path)]) == 0
-    assert "weights_only: torch.load loads it (torch 2.6-2.14)" in capsys.readouterr().out
+    assert "weights_only: torch.load loads it (as torch 2.6-2.14 judge it)" in capsys.readouterr().out
 
 
 def test_a_gpu_tagged_file_loads_only_where_that_device_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -278,17 +278,19 @@ def test_a_gpu_tagged_file_loads_only_where_that_device_is(tmp_path: Path, capsy
     path = save_cuda_tagged({"w": torch.ones(2)}, tmp_path / "gpu.pth", device="cuda:3")
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "weights_only: torch.load loads it on a machine with cuda:3 (torch 2.6-2.14)" in out
+    assert "weights_only: torch.load loads it on a machine with cuda:3 (as torch 2.6-2.14 judge it)" in out
     assert "without that device torch.load needs map_location='cpu'" in out
 
 
 def test_browser_header_shows_the_verdict(tmp_path: Path) -> None:
     from ckpt_tui.core.operations.info import summarize
-    from ckpt_tui.tui.widgets.summary import summary_text
+    from ckpt_tui.tui.widgets.summary import Judged, summary_text
 
     checkpoint = open_checkpoint(REFUSED["pickled nn.Module"](tmp_path))
-    text = summary_text(summarize(checkpoint), weights_only=verdict(checkpoint)).plain
-    assert "! weights_only: torch.load REFUSES it (torch 2.6-2.14): ghost_models.GhostNet" in text
+    text = summary_text(summarize(checkpoint), weights_only=Judged(verdict(checkpoint))).plain
+    # code, where it is; no key to delete a whole pickled model with
+    assert "! weights_only: torch.load REFUSES it: CODE: ghost_models.GhostNet at the root; " in text
+    assert "deletes it" not in text
 
 
 def test_strings_from_the_file_are_escaped_in_the_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

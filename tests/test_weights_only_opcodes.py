@@ -297,7 +297,7 @@ def test_unreadable_file_text_shows_the_verdict_and_the_error(
     path, _, _ = judged["OrderedDict BUILD with an attribute"]
     assert main(["check", str(path)]) == 2
     captured = capsys.readouterr()
-    assert "weights_only: CANNOT TELL whether torch.load loads it (torch 2.6-2.14)" in captured.out
+    assert "weights_only: CANNOT TELL whether torch.load loads it (as torch 2.6-2.14 judge it)" in captured.out
     assert "ckpt-tui's reader refuses it" in captured.out
     assert captured.err.startswith("ckpt-tui: ") and "_metadata" in captured.err
 

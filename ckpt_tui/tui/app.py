@@ -21,19 +21,24 @@ from textual.screen import Screen
 
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model.describe import counted, size
 from ckpt_tui.core.model.tree import iter_tensors
 from ckpt_tui.core.operations.convert import fixed_output_path
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import CheckpointOpened, Failed, Progress, ProgressPoster, SaveFinished
 from ckpt_tui.tui.screens.browser import BrowserScreen
-from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen
+from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen, outlook_words
 from ckpt_tui.tui.screens.layers import LayersScreen
 from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.widgets.tree_view import ViewState
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.writers.save import WriteResult
 
 
 class CkptApp(App[None]):
@@ -209,7 +214,9 @@ class CkptApp(App[None]):
                 lambda yes: self._start_save(target, force=True) if yes else None,
             )
 
-        self.push_screen(SaveScreen(self._remembered.get("save", self.default_save_path()), PathSuggester()), chosen)
+        outlook = self.browser.judge_for_save()
+        path = self._remembered.get("save", self.default_save_path())
+        self.push_screen(SaveScreen(path, PathSuggester(), outlook), chosen)
 
     def _start_save(self, target: str, force: bool) -> None:
         """Open the progress dialog and write in a worker."""
@@ -266,7 +273,8 @@ class CkptApp(App[None]):
         except CkptError as exc:
             self.post_message(SaveFinished(version, target, None, str(exc), False))
             return
-        self.post_message(SaveFinished(version, target, result.line(), "", replaces_source))
+        width = max(self.size.width - 2, 40)  # the status line's padding
+        self.post_message(SaveFinished(version, target, saved_words(result), "", replaces_source, result.short(width)))
 
     @on(Progress)
     def _save_progress(self, message: Progress) -> None:
@@ -284,12 +292,12 @@ class CkptApp(App[None]):
             self.notify(printable(error), title="Not saved", severity="error", timeout=10, markup=False)
             self.browser.update_status(f"not saved: {error}")
             return
-        # the notification says where; the status line keeps the whole line (what was verified)
-        self.notify(printable(message.line.split(";")[0]), title="Saved", timeout=10, markup=False)
+        # the status line leads with the weights_only verdict in one line; the notification has it all
+        self.notify(printable(browser_words(message.line)), title="Saved", timeout=15, markup=False)
         if self.session is not None and self.session.version == message.version:
             self.session.mark_saved()
             self.last_saved = message.target
-        self.browser.update_status(message.line)
+        self.browser.update_status(message.short, lead=True)
         if message.replaced_source:
             self._reopen()
 
@@ -327,6 +335,16 @@ class CkptApp(App[None]):
 
 
 CLI_OPTIONS_AS_KEYS = {"--extract": "x (extract)", "--drop": "d (delete)"}
+
+
+def saved_words(result: WriteResult) -> str:
+    """A save's notification: what torch.load(weights_only=True) makes of the file first, then what was written
+    (a ``.safetensors``: the writer's whole line, with what the format left out)."""
+    if result.weights_only is None:
+        return result.line()
+    lead = outlook_words(result.path, Outlook(result.weights_only))
+    tensors = counted(result.tensors, "tensor")
+    return f"{lead}; wrote {result.path} ({tensors}, {size(result.nbytes)}), read back and verified"
 
 
 def browser_words(error: str) -> str:

@@ -23,6 +23,7 @@ from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.runtime.progress import ProgressThrottle
 from ckpt_tui.core.weights_only.verdict import Verdict
+from ckpt_tui.core.writers.judge import Outlook
 
 if TYPE_CHECKING:  # numpy-backed: imported by the workers when first needed
     from ckpt_tui.core.conventions.parts import Parts
@@ -124,6 +125,14 @@ class SummaryReady(Message, bubble=False):
 
 
 @dataclass
+class StagedJudged(Message, bubble=False):
+    """What ``torch.load(weights_only=True)`` makes of the tree of session ``version`` once saved as ``.pth``."""
+
+    version: int
+    outlook: Outlook
+
+
+@dataclass
 class SearchFound(Message, bubble=False):
     """The key paths of session ``version`` that contain ``query`` (at most ``MAX_MATCHES``)."""
 
@@ -184,6 +193,8 @@ class SaveFinished(Message, bubble=False):
     line: str | None
     error: str
     replaced_source: bool
+    short: str = ""
+    """The result in one line, its weights_only verdict first (the status line's)."""
 
 
 @dataclass

@@ -109,12 +109,13 @@ def walked_findings(
     tensors, each shown tensor at its first reference with its path, and the tensors per device."""
     findings: list[Finding] = []
     unsafe: dict[str, tuple[KeyPath, int]] = {}
+    data: dict[str, KeyPath] = {}
     modules: list[tuple[KeyPath, Opaque]] = []
     optimizers: list[KeyPath] = []
     schedulers: list[KeyPath] = []
     for path, value, shown, first in containers:
         if isinstance(value, Opaque) or is_global_ref(value):
-            _note_global(value, path, unsafe)
+            _note_global(value, path, unsafe, data)
             if first and shown and isinstance(value, Opaque) and value.is_module:
                 modules.append((path, value))
         if not (first and shown):
@@ -124,6 +125,8 @@ def walked_findings(
         elif is_scheduler(value):
             schedulers.append(path)
     findings += [_unsafe_finding(name, path, count) for name, (path, count) in unsafe.items()]
+    refused = _refused_data_finding(data) if data and not unsafe else None
+    findings += [refused] if refused is not None else []
     laid_out = tensors + _sparse_parts(tensors)
     findings += [Finding("bad-tensor", f"{where(p)}: {why}", "warning", path=p) for p, why in tensor_problems(laid_out)]
     findings += _device_findings(devices)
@@ -168,8 +171,9 @@ def flat_findings(columns: FlatColumns) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
-def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]]) -> None:
+def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]], data: dict[str, KeyPath]) -> None:
     if value.safe:
+        data.setdefault(value.global_name, path)
         return
     name = value.global_name
     first, count = unsafe.get(name, (path, 0))
@@ -188,6 +192,30 @@ def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
         "torch.load(weights_only=False) would import and run it"
     )
     return Finding("unsafe-global", message, "warning", path=path, global_name=name)
+
+
+def _refused_data_finding(data: dict[str, KeyPath]) -> Finding | None:
+    """torch.load(weights_only=True) refuses the file over plain data (globals the reader knows as data, ``data``,
+    that torch's weights-only allowlist lacks), if it does: the full verdict is ``check``'s."""
+    # the allowlist and the verdict's paths, imported only for a tree that holds such data (a state_dict does not)
+    from ckpt_tui.core.weights_only.tables import ALLOWED, IMPORTED_ALLOWED
+    from ckpt_tui.core.weights_only.verdict import outer_path
+
+    refused = {name: path for name, path in data.items() if name not in ALLOWED and name not in IMPORTED_ALLOWED}
+    if not refused:
+        return None
+    places: dict[str, list[KeyPath]] = {}
+    for name, path in refused.items():
+        # numpy's arrays, scalars and dtypes each name a few globals: said as one word, where the value is
+        shown = places.setdefault("numpy" if name.startswith("numpy.") else printable(name), [])
+        outer = outer_path(path)
+        if outer not in shown:
+            shown.append(outer)
+    parts = [f"{name} at {', '.join(where(path) for path in paths[:2])}" for name, paths in places.items()]
+    more = f" (+{len(parts) - 3} more)" if len(parts) > 3 else ""
+    message = f"torch.load(weights_only=True) refuses it over data, not code: {'; '.join(parts[:3])}{more}"
+    first = next(iter(refused.values()))
+    return Finding("weights-only-data", message, "warning", path=outer_path(first), fix=Fix("--sanitize", ""))
 
 
 def tensor_problem(tensor: Tensor) -> str | None:

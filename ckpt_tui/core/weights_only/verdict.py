@@ -18,7 +18,7 @@ import re
 import struct
 import sys
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, BinaryIO
 
@@ -683,6 +683,21 @@ def _scan_data_pkl(
         scan.doubt(f"torch.load gives tensors uninitialised memory: {unwritten_text(entries[unwritten_records[0]])}")
 
 
+def scan_written(data_pkl: bytes, record_sizes: Mapping[str, int]) -> FileScan:
+    """``torch.load``'s zip route over a data.pkl a writer is about to write, whose records (``data/<key>``) will
+    hold ``record_sizes`` bytes: the same persistent_load and unpickling as a file's data.pkl gets. The zip
+    around it (version, record list, alignment) is the writer's own, and checked by it."""
+    scan = FileScan("zip")
+    loaded: dict[Any, WStorage] = {}
+    empty: list[Any] = []
+
+    def storage(pid: tuple[Any, ...]) -> WStorage:
+        return _zip_storage(pid, record_sizes.get, loaded, scan, empty)
+
+    scan.absorb(scan_pickle(data_pkl, storage), "data.pkl")
+    return scan
+
+
 def _parses_as_int(raw: bytes) -> bool:
     """Whether ``int(raw)`` succeeds, as torch.load parses ``.storage_alignment`` (signs, spaces, ``_``)."""
     try:
@@ -1091,28 +1106,42 @@ class Verdict:
             line += f" [{len(others)} of {len(self.files)} files: {', '.join(shown[:4])}{more}]"
         return line
 
+    @property
+    def judged_by(self) -> str:
+        """``as torch 2.6-2.14 judge it``: the torch versions whose rules give this answer."""
+        return f"as torch {self.torch} {'judge' if '-' in self.torch else 'judges'} it"
+
     def _headline(self) -> str:
         if self.loads is None:
             return f"weights_only: not applicable ({self.reason or self.route})"
         if self.answer == CANNOT_TELL:
-            return f"weights_only: CANNOT TELL whether torch.load loads it (torch {self.torch}): {self.unknown}"
+            return f"weights_only: CANNOT TELL whether torch.load loads it ({self.judged_by}): {self.unknown}"
+        if self.loads and self.route in NO_PICKLE:
+            return f"weights_only: n/a: {NO_PICKLE[self.route]}"
         if self.loads and self.devices:
             where = ", ".join(self.devices[:3]) + (" …" if len(self.devices) > 3 else "")
-            return f"weights_only: torch.load loads it on a machine with {where} (torch {self.torch})"
+            return f"weights_only: torch.load loads it on a machine with {where} ({self.judged_by})"
         if self.loads:
-            return f"weights_only: torch.load loads it (torch {self.torch})"
+            return f"weights_only: torch.load loads it ({self.judged_by})"
         if self.route == "torchscript" and not self.blockers and self.unknown is not None:
             # torch.jit.load fails on it or runs its code: never advised
             return (
-                f"weights_only: TorchScript: torch.load refuses it ({self.torch}); "
+                f"weights_only: TorchScript: torch.load refuses it ({self.judged_by}); "
                 "torch.jit.load is not advised (see the problems)"
             )
         if self.route == "torchscript" and not self.blockers:
-            return f"weights_only: TorchScript: load it with torch.jit.load (torch.load refuses it, {self.torch})"
+            return f"weights_only: TorchScript: load it with torch.jit.load (torch.load refuses it, {self.judged_by})"
         if self.blockers:
             names = ", ".join(b.name for b in self.blockers[:4]) + (" …" if len(self.blockers) > 4 else "")
-            return f"weights_only: torch.load REFUSES it (torch {self.torch}): {names}"
-        return f"weights_only: torch.load REFUSES it (torch {self.torch}): {self.reason}"
+            return f"weights_only: torch.load REFUSES it ({self.judged_by}): {names}"
+        return f"weights_only: torch.load REFUSES it ({self.judged_by}): {self.reason}"
+
+
+NO_PICKLE = {
+    "safetensors": "safetensors has no pickle (torch.load 2.13+ hands a *.safetensors path to safetensors' load_file)",
+    "sharded": "safetensors shards hold no pickle, and torch.load reads one file (from_pretrained reads the set)",
+}
+"""Routes where a "loads" answer is not weights_only's to give: said as not applicable, and why."""
 
 
 def verdict(checkpoint: Checkpoint, beside: ScanBeside | None = None) -> Verdict:

@@ -16,6 +16,8 @@ from typing import Any
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.weights_only.verdict import REFUSES, Verdict
+from ckpt_tui.core.writers.judge import JudgeBeside
 from ckpt_tui.core.writers.pth import emit, write_pth
 from ckpt_tui.core.writers.target import check_room, check_target, temporary_beside
 from ckpt_tui.core.writers.verify import verify_pth, verify_safetensors
@@ -39,8 +41,8 @@ class WriteResult:
     storages: list[Storage] = field(default_factory=list, repr=False)
     left_out: list[str] = field(default_factory=list)
     """What the source held that the format cannot hold (safetensors: hooks, Python state), said in the line."""
-    not_allowed: list[str] = field(default_factory=list)
-    """Globals of a written ``.pth`` that torch's weights-only allowlist lacks (numpy arrays...), said in the line."""
+    weights_only: Verdict | None = None
+    """What ``torch.load(weights_only=True)`` makes of a written ``.pth`` (:mod:`.judge`); None for safetensors."""
 
     def line(self) -> str:
         """One line for the user."""
@@ -57,14 +59,43 @@ class WriteResult:
                 f"; tied weights stored once ({tied}{extra}, in __metadata__): torch.load and load_file return the"
                 " first name only; safetensors' load_model, or tying them after loading, restores the others"
             )
-        if self.not_allowed:
-            more = len(self.not_allowed) - 4
-            shown = ", ".join(self.not_allowed[:4]) + (f" and {more} more" if more > 0 else "")
-            line += (
-                f"; torch.load(weights_only=True) refuses it: it holds {shown} (data, not on torch's "
-                "allowlist): --sanitize rewrites them as plain data, `check` names what to allow instead"
-            )
+        judged = self.weights_only
+        if judged is not None and judged.loads is False:
+            line += "; " + refusal_line(judged)
         return line
+
+    def short(self, width: int = 78) -> str:
+        """One line of at most ``width`` characters, the weights_only verdict first: ``saved NAME, verified:
+        loads with torch.load(weights_only=True)`` (a long name is shortened in the middle; :meth:`line` has
+        the details)."""
+        judged = self.weights_only
+        if judged is None:
+            lead = "safetensors, no pickle: nothing for weights_only to refuse"
+        elif judged.loads:
+            lead = "loads with torch.load(weights_only=True)"
+        elif judged.answer == REFUSES:
+            lead = "torch.load(weights_only=True) REFUSES it"
+        else:
+            lead = "CANNOT TELL if torch.load(weights_only=True) loads it"
+        line = f"{lead} · saved {{}}, verified"
+        room = max(width - len(line) + 2, 9)
+        name = os.path.basename(self.path)
+        if len(name) > room:
+            name = name[: (room - 1) // 2] + "…" + name[len(name) - (room - 1 - (room - 1) // 2) :]
+        return line.format(name)
+
+
+def refusal_line(judged: Verdict) -> str:
+    """Why ``torch.load(weights_only=True)`` will not load what was written, and the way out."""
+    names = [blocker.name for blocker in judged.blockers]
+    if names and judged.reason is None and all(blocker.kind == "data" for blocker in judged.blockers):
+        more = len(names) - 4
+        shown = ", ".join(names[:4]) + (f" and {more} more" if more > 0 else "")
+        return (
+            f"torch.load(weights_only=True) refuses it: it holds {shown} (data, not on torch's "
+            "allowlist): --sanitize rewrites them as plain data, `check` names what to allow instead"
+        )
+    return judged.headline()
 
 
 def output_format(target: str | os.PathLike[str], fmt: str | None) -> str:
@@ -108,6 +139,8 @@ def save(
         plan = SafetensorsPlan(root, byteorder, metadata)
     emitted = emit(root) if plan is None else None
     checked = check_target(target, force, inputs)
+    # the verdict on the data.pkl, in a child where one can run, while the records are written
+    judging = JudgeBeside(emitted, root) if emitted is not None else None
     if plan is not None:
         check_room(checked, sum(plan.sizes))
     try:
@@ -129,12 +162,12 @@ def save(
                     left_out=plan.left_out,
                 )
             else:
-                assert emitted is not None
+                assert emitted is not None and judging is not None
                 pth = write_pth(emitted, file, checked.path.stem, byteorder, progress, cancelled)
                 temp.start_sync()
-                verified, not_allowed = verify_pth(temp_path, pth)
+                verified = verify_pth(temp_path, pth)
                 result = WriteResult("", fmt, pth.tensors, len(pth.storages), pth.nbytes, {}, verified, pth.storages)
-                result.not_allowed = not_allowed
+                result.weights_only = judging.verdict()
             if check is not None:
                 result.verified += ", " + check(temp_path)
             temp.commit()

@@ -34,7 +34,6 @@ from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import SafeUnpickler
 from ckpt_tui.core.runtime.process import gc_paused
-from ckpt_tui.core.weights_only.tables import ALLOWED, IMPORTED_ALLOWED
 from ckpt_tui.core.writers.output import EDGE, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import REBUILD_FUNCTIONS, resolved_type, storage_class
 from ckpt_tui.core.writers.pth import PthWrite
@@ -136,11 +135,11 @@ def refuse_unsafe(names: set[str], where: str) -> None:
 # ---- .pth ---------------------------------------------------------------------------------
 
 
-def verify_pth(path: Path, meant: PthWrite) -> tuple[str, list[str]]:
+def verify_pth(path: Path, meant: PthWrite) -> str:
     """Check a written ``.pth`` against what was meant; raise :class:`WriteError` if anything differs.
 
-    Returns what was checked, in words, and the globals it holds that torch's weights-only allowlist
-    lacks (data, such as numpy arrays: ``torch.load(weights_only=True)`` refuses the file over them).
+    Returns what was checked, in words (what ``torch.load(weights_only=True)`` makes of it is
+    :mod:`.judge`'s to say).
     """
     full = check_log(path, meant.log, meant.nbytes)
     scan = scan_pickle(meant.data_pkl)  # the bytes on disk are these (checked above)
@@ -148,8 +147,7 @@ def verify_pth(path: Path, meant: PthWrite) -> tuple[str, list[str]]:
     _check_storages(scan, meant.storages)
     _check_alignment(meant)
     what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
-    what += ", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges"
-    return what, sorted(name for name in scan.stubs if name not in ALLOWED and name not in IMPORTED_ALLOWED)
+    return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
 
 
 def _check_storages(scan: GlobalScan, meant: list[Storage]) -> None:

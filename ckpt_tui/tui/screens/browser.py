@@ -34,9 +34,11 @@ from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.hints import ComparedModel
-from ckpt_tui.core.operations.info import Summary, summarize
+from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.operations.staged import staged_summary
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
+from ckpt_tui.core.writers.judge import Outlook, judge_tree
 from ckpt_tui.tui import targets
 from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
 from ckpt_tui.tui.host import BrowserHost
@@ -46,12 +48,13 @@ from ckpt_tui.tui.messages import (
     PreviewReady,
     Progress,
     SearchFound,
+    StagedJudged,
     SummaryReady,
     worker_progress,
 )
 from ckpt_tui.tui.screens.check_all import CheckAllScreen, CheckOutcome
 from ckpt_tui.tui.screens.compare import CompareScreen
-from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen
+from ckpt_tui.tui.screens.dialogs import PreviewScreen, PromptScreen, SaveScreen
 from ckpt_tui.tui.screens.diff import DiffScreen
 from ckpt_tui.tui.screens.findings import FindingsScreen
 from ckpt_tui.tui.screens.help import HelpScreen
@@ -62,7 +65,7 @@ from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
-from ckpt_tui.tui.widgets.summary import SummaryHeader, check_findings
+from ckpt_tui.tui.widgets.summary import Judged, SummaryHeader, check_findings, listed_findings, verdict_finding
 from ckpt_tui.tui.widgets.tree_view import (
     CheckpointTree,
     NodeData,
@@ -109,6 +112,8 @@ class BrowserScreen(Screen[None]):
         self.display_name = display_name
         self.summary: Summary | None = None
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
+        self.outlooks: dict[int, Outlook] = {}
+        """By session version: what torch.load(weights_only=True) makes of that tree once saved as ``.pth``."""
         self.check: CheckReport | None = None  # the last full check (C) of the current tree
         # the model last compared with (c): the header's prefix findings take its keys as evidence
         self.compared: ComparedModel | None = None
@@ -118,6 +123,7 @@ class BrowserScreen(Screen[None]):
         self.edit_views: dict[int, tuple[ViewState, Relocate]] = {}
         """By the session position an edit made: the view before it and how it moves the cursor (undo/redo)."""
         self.note = ""
+        self.note_leads = False
         self.job: str | None = None
         """The browser's long work now running (a worker group: ``grouping``, ``search``, ``preview``)."""
         self.job_text = ""
@@ -189,23 +195,31 @@ class BrowserScreen(Screen[None]):
         """Recompute the header's totals and findings for the current tree."""
         session = self.session
         if session is not None:
-            edited = dataclasses.replace(session.checkpoint, root=session.root)
             known = self.verdicts.get(session.checkpoint.path)
-            self._summarize(session.version, edited, session.checkpoint, known, self.compared)
+            judge = session.edited and session.version not in self.outlooks
+            self._summarize(
+                session.version, session.root, session.checkpoint, session.edited, known, judge, self.compared
+            )
 
     @work(thread=True, exclusive=True, group="summary", description="summary")
     def _summarize(
         self,
         version: int,
-        edited: Checkpoint,
+        root: Any,
         on_disk: Checkpoint,
+        edited: bool,
         known: Verdict | None,
+        judge: bool,
         compared: ComparedModel | None = None,
     ) -> None:
-        """Totals and findings off the UI thread, and the file's weights_only verdict once; reports by message only."""
-        summary = summarize(edited, compared=compared)
+        """Totals and findings off the UI thread, the file's weights_only verdict once, then (``judge``) what
+        torch.load(weights_only=True) makes of the edited tree once saved; reports by message only."""
+        summary = staged_summary(on_disk, root, edited, compared)
         summary.distinct_elements()  # the header's element count, worked out here rather than on the UI thread
         self.post_message(SummaryReady(version, summary, known or verdict(on_disk), storage_users(summary)))
+        if judge and not get_current_worker().is_cancelled:
+            # after the totals: on 50,000 keys writing and judging the pickle takes seconds
+            self.post_message(StagedJudged(version, judge_tree(root)))
 
     @on(SummaryReady)
     def _summary_ready(self, message: SummaryReady) -> None:
@@ -214,9 +228,46 @@ class BrowserScreen(Screen[None]):
         self.summary = message.summary
         if message.weights_only is not None:
             self.verdicts[self.session.checkpoint.path] = message.weights_only
-        self.query_one(SummaryHeader).show(message.summary, message.weights_only, self.check)
+        self.show_header()
         self.storage_users = message.storage_users or {}
         self.follow_cursor()
+
+    def judged(self) -> Judged:
+        """The weights_only verdicts known for the current tree: the file's, and what saving it gives."""
+        session = self.session
+        if session is None:
+            return Judged()
+        on_disk = self.verdicts.get(session.checkpoint.path)
+        return Judged(on_disk, session.edited, self.outlooks.get(session.version))
+
+    def show_header(self) -> None:
+        """The header for the current summary, verdicts and check."""
+        if self.summary is not None:
+            self.query_one(SummaryHeader).show(self.summary, self.judged(), self.check)
+
+    def judge_for_save(self) -> Outlook | None:
+        """What saving the current tree as ``.pth`` gives, if known; else judged in a worker (``StagedJudged``)."""
+        session = self.session
+        if session is None:
+            return None
+        known = self.outlooks.get(session.version)
+        if known is None:
+            self._judge(session.version, session.root)
+        return known
+
+    @work(thread=True, exclusive=True, group="judge", description="judge")
+    def _judge(self, version: int, root: Any) -> None:
+        self.post_message(StagedJudged(version, judge_tree(root)))
+
+    @on(StagedJudged)
+    def _staged_judged(self, message: StagedJudged) -> None:
+        if self.session is None or message.version != self.session.version:
+            return
+        self.outlooks[message.version] = message.outlook
+        if self.session.edited:
+            self.show_header()
+        if isinstance(self.app.screen, SaveScreen):
+            self.app.screen.show_outlook(message.outlook)
 
     # ---- the cursor, the detail panel and the status line ------------------------------------
 
@@ -269,10 +320,15 @@ class BrowserScreen(Screen[None]):
             return summary.totals()
         return self.tree_view.totals.get(value)
 
-    def update_status(self, note: str | None = None) -> None:
-        """Focused path, unsaved edits (in words, not only colour), then the last note (kept until a key)."""
+    def update_status(self, note: str | None = None, lead: bool = False) -> None:
+        """Focused path, unsaved edits (in words, not only colour), then the last note (kept until a key); a
+        ``lead`` note (a save's verdict) is the whole line until a key."""
         if note is not None:
             self.note = note
+            self.note_leads = lead
+        if self.note and self.note_leads:
+            self.query_one("#status", Static).update(Text(printable(self.note)))
+            return
         parts: list[str] = []
         target = self.focused_target()
         if target is not None:
@@ -386,7 +442,13 @@ class BrowserScreen(Screen[None]):
         if self.summary is None:
             self.warn("still counting: the findings follow in a moment", "Findings")
             return
-        findings = [*self.summary.shown_findings, *(check_findings(self.check) if self.check is not None else [])]
+        judged = self.judged()
+        refusal = verdict_finding(judged, self.summary.checkpoint.path, self.ckpt_app.readonly)
+        findings = [
+            *([refusal] if refusal is not None else []),
+            *listed_findings(self.summary, judged.on_disk is not None),
+            *(check_findings(self.check) if self.check is not None else []),
+        ]
         if not findings:
             self.notify("no findings: nothing unusual about this file", markup=False)
             return
@@ -1000,9 +1062,7 @@ class BrowserScreen(Screen[None]):
         if markers != self.tree_view.markers:  # a clean file's lines stay as they are: no redraw of the tree
             self.tree_view.markers = markers
             self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
-        if self.summary is not None:
-            known = self.verdicts.get(self.session.checkpoint.path)
-            self.query_one(SummaryHeader).show(self.summary, known, self.check)
+        self.show_header()
         marked = len(self.tree_view.markers)
         self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
 

@@ -18,7 +18,10 @@ from textual.suggester import Suggester
 from textual.widgets import Button, Input, ProgressBar, Static
 
 from ckpt_tui.core.edits.tree_edits import Change
+from ckpt_tui.core.operations.staged import blocker_words, code_blockers, sanitizable, sanitize_command
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
+from ckpt_tui.core.weights_only.verdict import CANNOT_TELL
+from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.text import data
 
 
@@ -128,24 +131,46 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-def format_line(path: str) -> str:
-    """Which format a path will be written in, in words."""
+def format_line(path: str, outlook: Outlook | None = None) -> str:
+    """Which format a path will be written in, and, for ``.pth``, what ``torch.load(weights_only=True)`` will
+    make of it (``outlook``: the writer's own verdict of the tree; None while it is judged)."""
     if path.endswith(".safetensors"):
         return "format: .safetensors (one flat dict of tensors; tied weights recorded as aliases)"
-    return "format: .pth (torch zip, loads with torch.load(weights_only=True)); end the name in .safetensors for that"
+    other = " (end the name in .safetensors to write safetensors)"
+    return f"format: .pth (torch zip): {outlook_words(path, outlook)}{other}"
+
+
+def outlook_words(path: str, outlook: Outlook | None) -> str:
+    """What torch.load(weights_only=True) will make of the file written at ``path``, and the way out."""
+    if outlook is None:
+        return "judging whether torch.load(weights_only=True) will load it…"
+    verdict = outlook.verdict
+    if verdict is None:
+        return f"ckpt-tui will not write it: {printable(outlook.refusal or '')}"
+    if outlook.refusal is not None and code_blockers(verdict):
+        return f"ckpt-tui will not write it, torch.load would REFUSE it: {blocker_words(verdict)} (d on it deletes it)"
+    if verdict.loads:
+        where = f" on a machine with {', '.join(verdict.devices[:3])}" if verdict.devices else ""
+        return f"loads with torch.load(weights_only=True){where}"
+    if verdict.answer == CANNOT_TELL:
+        return f"CANNOT TELL whether torch.load(weights_only=True) will load it: {printable(verdict.unknown or '')}"
+    way_out = f"; `{sanitize_command(path)}` makes it load" if sanitizable(verdict) else ""
+    return f"torch.load(weights_only=True) will REFUSE it: {blocker_words(verdict)}{way_out}"
 
 
 class SaveScreen(PromptScreen):
     """Save as: a path prefilled (next to the input, or the last one saved); the format follows its suffix."""
 
-    def __init__(self, path: str, suggester: Suggester | None = None) -> None:
+    def __init__(self, path: str, suggester: Suggester | None = None, outlook: Outlook | None = None) -> None:
         super().__init__("Save as", path, "", suggester)
+        self.outlook = outlook
+        """What torch.load(weights_only=True) makes of the tree once written as ``.pth`` (None: being judged)."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield _title("Save as")
             yield Input(printable(self.value), id="save-path", suggester=self.suggester)
-            yield Static(format_line(self.value), id="save-format", markup=False)
+            yield Static(format_line(self.value, self.outlook), id="save-format", markup=False)
             yield Static(
                 "enter saves · escape cancels · → or tab completes a file name · "
                 "an existing file is replaced only after a confirmation",
@@ -154,7 +179,13 @@ class SaveScreen(PromptScreen):
             )
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.query_one("#save-format", Static).update(format_line(event.value.strip()))
+        self.query_one("#save-format", Static).update(format_line(event.value.strip(), self.outlook))
+
+    def show_outlook(self, outlook: Outlook) -> None:
+        """The verdict of what will be written, once judged."""
+        self.outlook = outlook
+        typed = self.query_one("#save-path", Input).value.strip()
+        self.query_one("#save-format", Static).update(format_line(typed, outlook))
 
 
 class ProgressScreen(ModalScreen[None]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import Static
@@ -15,8 +16,10 @@ from ckpt_tui.core.model.describe import size
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
+from ckpt_tui.core.operations.staged import blocker_words, code_blockers, sanitizable, sanitize_command
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.weights_only.verdict import Verdict
+from ckpt_tui.core.weights_only.verdict import CANNOT_TELL, Verdict
+from ckpt_tui.core.writers.judge import Outlook
 
 MAX_FINDINGS = 3
 READ_PROBLEMS = {
@@ -25,6 +28,7 @@ READ_PROBLEMS = {
     "unreadable": "unreadable",
     "sparse-indices": "sparse with indices outside it",
 }
+DELETE_KEY = "d on it deletes it"
 FIX_KEYS = {
     "--strip-prefix": "p strips it",
     "--extract": "x on it extracts it",
@@ -45,20 +49,108 @@ def finding_text(finding: Finding, readonly: bool = False) -> Text:
     return text
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What the header knows of ``torch.load(weights_only=True)``: the verdict of the file on disk, and once the
+    tree is edited, of what saving it writes (None while that is being judged)."""
+
+    on_disk: Verdict | None = None
+    edited: bool = False
+    staged: Outlook | None = None
+
+
+HINTS = ("full", "short", "none")
+"""How a refusal's way out is said: the whole command (the ``f`` list), its gist (the header), or not at all (a
+header too narrow for it)."""
+
+
+def _hint(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) -> str:
+    """The way out of a refusal, in the browser's keys: delete the code, or sanitize the data with the CLI."""
+    code = code_blockers(verdict)
+    if hint == "none":
+        return ""
+    if code:
+        # code at the root (a whole pickled model) is not a key to delete
+        deletable = all(blocker.paths and all(blocker.paths) for blocker in code)
+        return f" ({DELETE_KEY})" if deletable and not readonly else ""
+    if not sanitizable(verdict):
+        return ""
+    if edited:
+        return " (save, then `ckpt-tui convert SAVED -o OUT --sanitize` makes it load)"
+    if hint == "short":
+        return " (`ckpt-tui convert --sanitize` makes it load; f shows the command)"
+    return f" (`{sanitize_command(path)}` makes it load)"
+
+
+def _refused_words(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) -> str:
+    """``torch.load REFUSES it: CODE: posix.system at ckpt["payload"] (d on it deletes it)``, or why not "loads"."""
+    if verdict.answer == CANNOT_TELL:
+        return f"CANNOT TELL whether torch.load loads it: {printable(verdict.unknown or '')}"
+    return f"torch.load REFUSES it: {blocker_words(verdict)}{_hint(verdict, path, readonly, edited, hint)}"
+
+
+def verdict_line(judged: Judged, path: str, readonly: bool = False, hint: str = "short") -> tuple[str, bool] | None:
+    """The header's weights_only line and whether it warns (None: nothing to say): about the tree as staged
+    once it is edited and judged, else about the file on disk, said so when the tree is edited; ``hint``: how
+    the way out is said (:data:`HINTS`)."""
+    disk = judged.on_disk
+    staged = judged.staged
+    if judged.edited and staged is not None:
+        if staged.verdict is None:
+            return f"what you save: ckpt-tui will not write it: {printable(staged.refusal or '')}", True
+        verdict = staged.verdict
+        if staged.refusal is not None and code_blockers(verdict):
+            words = f"{blocker_words(verdict)}{_hint(verdict, path, readonly, True, hint)}"
+            return f"weights_only, what you save: torch.load REFUSES it, and ckpt-tui will not write it: {words}", True
+        if verdict.loads:
+            line = "weights_only: what you save loads with torch.load"
+            if verdict.devices:
+                line += f" on a machine with {', '.join(verdict.devices[:3])}"
+            if disk is not None and disk.loads is False and disk.blockers:
+                line += (
+                    f" (your edits remove what the file on disk is refused over: {blocker_words(disk, where=False)})"
+                )
+            elif disk is not None and disk.loads is False:
+                line += " (the file on disk is not: your edits and the writer remove what torch refuses)"
+            return line, False
+        return f"weights_only, what you save: {_refused_words(verdict, path, readonly, True, hint)}", True
+    if disk is None or disk.loads is None:
+        return None
+    # torch.jit.load reads a TorchScript archive that torch.load(weights_only=True) refuses
+    refused = disk.loads is False and disk.route != "torchscript"
+    if disk.blockers or disk.answer == CANNOT_TELL:
+        words = _refused_words(disk, path, readonly, judged.edited, hint)
+    else:
+        words = disk.headline().removeprefix("weights_only: ")
+    where = "weights_only, the file on disk" if judged.edited else "weights_only"
+    return f"{where}: {words}", refused
+
+
+def verdict_finding(judged: Judged, path: str, readonly: bool = False) -> Finding | None:
+    """The header's weights_only line as a finding for the ``f`` list, where it warns (at its first blocker)."""
+    line = verdict_line(judged, path, readonly, "full")
+    if line is None or not line[1]:
+        return None
+    verdict = judged.staged.verdict if judged.edited and judged.staged is not None else judged.on_disk
+    at = next((b.paths[0] for b in verdict.blockers if b.paths), None) if verdict is not None else None
+    return Finding("weights-only", line[0], "warning", at)
+
+
 def summary_text(
     summary: Summary,
     nan_tensors: int = 0,
     limit: int = MAX_FINDINGS,
-    weights_only: Verdict | None = None,
+    weights_only: Judged | None = None,
     check: CheckReport | None = None,
     readonly: bool = False,
     verdict_note: bool = True,
     more: bool = True,
+    hint: str = "short",
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
 
     ``verdict_note``: say the verdict also when torch.load loads the file (a refusal is always said); ``more``: say
-    how many findings are not shown."""
+    how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`)."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
@@ -81,20 +173,29 @@ def summary_text(
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
     if check is not None:
         text.append_text(check_text(check))
-    known = weights_only is not None and weights_only.loads is not None
-    # torch.jit.load reads a TorchScript archive that torch.load(weights_only=True) refuses
-    refused = known and weights_only is not None and weights_only.loads is False and weights_only.route != "torchscript"
-    if weights_only is not None and known and (refused or verdict_note):
+    line = verdict_line(weights_only, ckpt.path, readonly, hint) if weights_only is not None else None
+    # a line that says the edits removed a refusal is always said: the file's refusal was said before
+    if line is not None and (line[1] or verdict_note or "your edits remove" in line[0]):
+        words, refused = line
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
-        text.append(printable(weights_only.headline()), style="" if refused else "italic")
-    shown = summary.shown_findings[:limit]
+        text.append(words, style="" if refused else "italic")
+    findings = listed_findings(summary, line is not None)
+    shown = findings[:limit]
     for finding in shown:
         text.append("\n")
         text.append_text(finding_text(finding, readonly))
-    hidden = len(summary.shown_findings) - len(shown)
+    hidden = len(findings) - len(shown)
     if hidden > 0 and more:
         text.append(f"\n  … {hidden} more finding{'s' if hidden != 1 else ''}: f lists them all", style="italic")
     return text
+
+
+def listed_findings(summary: Summary, verdict_said: bool) -> list[Finding]:
+    """The summary's findings as the browser lists them: where the weights_only line is said, the reader's own
+    note that torch refuses plain data in the tree is that line's to say."""
+    if not verdict_said:
+        return summary.shown_findings
+    return [finding for finding in summary.shown_findings if finding.kind != "weights-only-data"]
 
 
 def read_problem_counts(report: CheckReport) -> Counter[str]:
@@ -135,18 +236,20 @@ def fitted_summary(
     summary: Summary,
     lines: int,
     measure: Callable[[Text], int],
-    weights_only: Verdict | None = None,
+    weights_only: Judged | None = None,
     check: CheckReport | None = None,
     readonly: bool = False,
 ) -> Text:
     """The summary in at most ``lines`` lines as ``measure`` counts them: a narrow screen first leaves out the
     note that torch.load loads the file, then findings (the last line says how many more ``f`` lists), and
-    rather than the first finding, that line."""
+    rather than the first finding, that line; before each finding goes, the way out of a refusal does (``f``
+    lists it in full)."""
     tries = [(True, MAX_FINDINGS, True), *((False, limit, True) for limit in range(MAX_FINDINGS, 0, -1))]
     for note, limit, more in [*tries, (False, 1, False), (False, 0, True)]:
-        text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more)
-        if measure(text) <= lines:
-            return text
+        for hint in ("short", "none"):
+            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint)
+            if measure(text) <= lines:
+                return text
     return text
 
 
@@ -156,12 +259,12 @@ class SummaryHeader(Static):
     def __init__(self, text: str = "", **kwargs: object) -> None:
         super().__init__(Text(text), **kwargs)  # type: ignore[arg-type]
         self.summary: Summary | None = None
-        self.shown: tuple[Verdict | None, CheckReport | None] = (None, None)
+        self.shown: tuple[Judged | None, CheckReport | None] = (None, None)
         self.readonly = False
         """Findings name no edit key (the browser was opened with --readonly)."""
 
-    def show(self, summary: Summary, weights_only: Verdict | None = None, check: CheckReport | None = None) -> None:
-        """Render a summary, with the weights_only verdict of the file on disk and a full check's result when known."""
+    def show(self, summary: Summary, weights_only: Judged | None = None, check: CheckReport | None = None) -> None:
+        """Render a summary, with the weights_only verdicts known and a full check's result when known."""
         self.summary = summary
         self.shown = (weights_only, check)
         self.update(self._fitted(summary, weights_only, check))
@@ -170,7 +273,7 @@ class SummaryHeader(Static):
         # or an update that lands mid-layout can leave it one line high
         self.call_after_refresh(self.refresh, layout=True)
 
-    def _fitted(self, summary: Summary, weights_only: Verdict | None, check: CheckReport | None) -> Text:
+    def _fitted(self, summary: Summary, weights_only: Judged | None, check: CheckReport | None) -> Text:
         """The summary in the lines the header has (its max-height, less its border) at its width: what does not
         fit is left out in an order (``fitted_summary``), not cut wherever the height ends."""
         width = (self.content_region.width or self.app.size.width - 2) if self.is_mounted else 78
