@@ -395,3 +395,24 @@ def test_a_zero_size_shape_whose_count_overflows_first_is_refused(tmp_path: Path
     with pytest.raises(RuntimeError, match="overflow"):
         torch.load(path, weights_only=True)
     assert "integer multiplication overflow" in (scan_file(str(path)).reason or "")
+
+
+def test_the_numpy_allowlisting_line_names_numpy_as_the_file_does_and_warns_nothing(tmp_path: Path) -> None:
+    """numpy 2 writes numpy._core: the line names that, not numpy.core (numpy 2's DeprecationWarning)."""
+    import warnings
+
+    import numpy
+
+    path = tmp_path / "arrays.pth"
+    torch.save({"w": torch.ones(2), "stats": numpy.array([1.0]), "best": numpy.float64(0.5)}, path)
+    judged = verdict(open_checkpoint(str(path)))
+    assert judged.safe_globals is not None and "numpy.core." not in judged.safe_globals
+    before = torch.serialization.get_safe_globals()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            exec(judged.safe_globals, {"torch": torch, "numpy": numpy})  # our own generated line
+        assert list(torch.load(path, weights_only=True)) == ["w", "stats", "best"]
+    finally:
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(before)

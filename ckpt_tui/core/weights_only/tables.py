@@ -314,7 +314,8 @@ def data_global(name: str) -> DataGlobal | None:
         return DataGlobal(name, "numpy")
     for core in _NUMPY_CORE:
         if name in (f"{core}._reconstruct", f"{core}.scalar"):
-            return DataGlobal(f"numpy.core.multiarray.{name.rsplit('.', 1)[1]}", "numpy", by_name=True)
+            # as the file names it: numpy 2 wrote numpy._core (numpy.core warns there), numpy 1 numpy.core
+            return DataGlobal(name, "numpy", by_name=True)
     if name.startswith(("pathlib._local.", "pathlib.")) and name.rsplit(".", 1)[1] in _PATH_CLASSES:
         # by name: Python 3.13 moved the classes to pathlib._local, files keep the name they were saved with
         return DataGlobal("pathlib." + name.rsplit(".", 1)[1], "pathlib", by_name=True)
