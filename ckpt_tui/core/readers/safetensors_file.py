@@ -641,12 +641,34 @@ def _bulk_fields(entries: list[Any]) -> tuple[list[str], list[Any], list[Any], l
         return None
     # every pair's two ints in one list: begins and ends are its even and odd places
     pairs = list(itertools.chain.from_iterable(offsets))
-    kinds = {*map(type, itertools.chain.from_iterable(shapes)), *map(type, pairs)}
+    if not _all_ints(shapes, offsets, pairs):
+        return None
     begins = pairs[0::2]
     # each end is checked with the sizes (at most the data's size, at least its begin): here, the begins
-    if kinds - {int} or (begins and min(begins) < 0):
+    if begins and min(begins) < 0:
         return None
     return codes, shapes, offsets, begins, pairs[1::2]
+
+
+_INT_LISTS = b"0123456789,[]"
+"""What orjson writes for lists of lists of ints (no sign: a negative size or offset is refused anyway)."""
+
+
+def _all_ints(shapes: list[list[Any]], offsets: list[list[Any]], pairs: list[Any]) -> bool:
+    """Whether every size of every shape and every offset is an ``int`` (not a bool, float or anything
+    else). With orjson, both columns written as one JSON text and looked at once: only digits, commas and
+    the brackets of these very lists (a float has a point or an exponent, a bool is a word, a list inside
+    adds brackets); without it, or for what orjson does not write (ints past 64 bits), by type."""
+    fast = _orjson()
+    if fast is not None:
+        try:
+            # (an int subclass, such as json's -0 here, is not written as an int: looked at by type)
+            text = fast.dumps((shapes, offsets), option=fast.OPT_PASSTHROUGH_SUBCLASS)
+        except TypeError:  # (orjson's JSONEncodeError: an int past 64 bits, or a subclass)
+            text = b""
+        if text:
+            return not text.translate(None, _INT_LISTS) and text.count(b"[") == 1 + 2 + len(shapes) + len(offsets)
+    return not {*map(type, itertools.chain.from_iterable(shapes)), *map(type, pairs)} - {int}
 
 
 def _ranges_fit(codes: list[str], numels: list[int], begins: list[int], ends: list[int], data_bytes: int) -> bool:
@@ -657,9 +679,11 @@ def _ranges_fit(codes: list[str], numels: list[int], begins: list[int], ends: li
     if ends and max(ends) > data_bytes:
         return False
     lengths = list(map(operator.sub, ends, begins))
-    distinct = set(codes)
-    if len(distinct) == 1:  # (one dtype: each row's byte count is its element count times one size)
-        return lengths == list(map(sizes[codes[0]].__mul__, numels))
+    if len(set(codes)) == 1:  # (one dtype: each row's byte count is its element count times one size)
+        size = sizes[codes[0]]
+        if numels and numels.count(numels[0]) == len(numels):  # (and one count: one byte count for all)
+            return lengths.count(numels[0] * size) == len(lengths)
+        return lengths == list(map(size.__mul__, numels))
     return lengths == list(map(operator.mul, numels, map(sizes.__getitem__, codes)))
 
 
