@@ -136,8 +136,7 @@ def format_line(path: str, outlook: Outlook | None = None) -> str:
     make of it (``outlook``: the writer's own verdict of the tree; None while it is judged)."""
     if path.endswith(".safetensors"):
         return "format: .safetensors (one flat dict of tensors; tied weights recorded as aliases)"
-    other = " (end the name in .safetensors to write safetensors)"
-    return f"format: .pth (torch zip): {outlook_words(path, outlook)}{other}"
+    return f"format: .pth (torch zip; a name ending .safetensors writes safetensors): {outlook_words(path, outlook)}"
 
 
 def outlook_words(path: str, outlook: Outlook | None) -> str:
