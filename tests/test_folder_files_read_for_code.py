@@ -37,10 +37,6 @@ def _payload(path: Path, canary: Path) -> None:
     torch.save({"w": torch.ones(2), "x": Payload(canary)}, path)
 
 
-def _kinds(report: Any) -> list[tuple[str, str]]:
-    return [(p.kind, p.detail.get("file", "")) for p in report.problems]
-
-
 @pytest.mark.parametrize("name", ["model_best.pth.tar", "EVIL.PTH", "evil", "optimizer.pt.1", "sub/evil.pth"])
 def test_a_payload_under_any_name_beside_a_clean_model_is_a_problem_naming_it(
     tmp_path: Path, capsys: Any, name: str
@@ -144,4 +140,69 @@ def test_a_payload_bin_beside_an_index_is_read_for_code(tmp_path: Path, capsys: 
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1
     assert "[code-beside] pytorch_model.bin" in out
+    assert not canary.exists()
+
+
+@pytest.fixture(scope="module")
+def trainer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint-N folder written by transformers' Trainer (tiny GPT-2, two steps on CPU)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=8)
+
+    class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            ids = torch.arange(8) % 32
+            return {"input_ids": ids, "labels": ids}
+
+    out = tmp_path_factory.mktemp("trainer")
+    args = transformers.TrainingArguments(
+        str(out), max_steps=2, save_steps=2, per_device_train_batch_size=2, report_to=[], use_cpu=True
+    )
+    transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=Tokens()).train()
+    return out / "checkpoint-2"
+
+
+def test_a_clean_trainer_checkpoint_checks_clean(trainer_checkpoint: Path, capsys: Any) -> None:
+    code, out, _ = run(capsys, "check", str(trainer_checkpoint))
+    assert code == 0, out
+    assert "also in the folder: training_args.bin: read for code: none (training_args.bin holds the Trainer's" in out
+    # rng_state.pth holds numpy arrays: data the Trainer's own load allowlists
+    assert "rng_state.pth refused" not in out
+
+
+def test_a_trainer_checkpoint_with_a_sharded_model_checks_clean_and_reads_the_rest(
+    trainer_checkpoint: Path, tmp_path: Path, capsys: Any
+) -> None:
+    import transformers
+
+    folder, canary = tmp_path / "checkpoint-2", tmp_path / "CANARY"
+    shutil.copytree(trainer_checkpoint, folder)
+    model = transformers.GPT2LMHeadModel.from_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    model.save_pretrained(folder, max_shard_size="3KB")
+    assert (folder / "model.safetensors.index.json").exists()
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert (
+        "also in the folder: optimizer.pt, rng_state.pth, scheduler.pt, training_args.bin: read for code: none" in out
+    )
+    _payload(folder / "rng_state.pth", canary)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1 and "[code-beside] rng_state.pth" in out
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "training_args.bin"])
+def test_a_payload_in_a_trainer_checkpoint_is_a_problem(
+    trainer_checkpoint: Path, tmp_path: Path, capsys: Any, name: str
+) -> None:
+    folder, canary = tmp_path / "checkpoint-2", tmp_path / "CANARY"
+    shutil.copytree(trainer_checkpoint, folder)
+    _payload(folder / name, canary)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1 and "posix.system" in out
     assert not canary.exists()

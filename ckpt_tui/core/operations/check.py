@@ -18,7 +18,15 @@ from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.weights_only.verdict import ScanBeside, Verdict, beside_code, beside_line, verdict
+from ckpt_tui.core.weights_only.verdict import (
+    BESIDE_CODE,
+    BESIDE_UNREADABLE,
+    ScanBeside,
+    Verdict,
+    beside_code,
+    beside_line,
+    verdict,
+)
 
 if TYPE_CHECKING:  # numpy-backed: imported when values are read (a clean file's scan runs in a child)
     from ckpt_tui.core.values.stats import TensorStats
@@ -30,10 +38,10 @@ PROBLEM_KINDS = (
     "loader-refuses",
     "readers-disagree",
     "load-runs-code",
+    BESIDE_CODE,
+    BESIDE_UNREADABLE,
     *RESUME_WARNINGS,
 )
-BESIDE_CODE, BESIDE_UNREADABLE = "code-beside", "cannot-tell-beside"
-"""A folder's other file that holds code a loader runs, or that cannot be read (so its code cannot be told)."""
 
 
 @dataclass
@@ -133,27 +141,7 @@ def check_checkpoint(
     judged = verdict(checkpoint, beside)
     if _verdict_is_a_problem(judged, checkpoint):
         problems.append(weights_only_problem(judged))
-    # a folder's other files: never clean while one holds code, or cannot be read
-    problems += _beside_problems(checkpoint)
     return CheckReport(summary, problems, tally.checked, tally.skipped, judged, beside_line(checkpoint.beside or []))
-
-
-def _beside_problems(checkpoint: Checkpoint) -> list[Problem]:
-    """A problem for each other file of the folder that holds code a loader runs, or cannot be read."""
-    problems = []
-    for file in checkpoint.beside or []:
-        code = beside_code(file)
-        if file.unreadable is not None:
-            message = f"{file.name} (also in the folder): cannot tell whether a load runs its code: {file.unreadable}"
-            problems.append(Problem(BESIDE_UNREADABLE, printable(message), None, {"file": file.name}))
-        elif code:
-            names = ", ".join(code[:5]) + (" …" if len(code) > 5 else "")
-            message = (
-                f"{file.name} (also in the folder, {file.what}): a load of it runs code: {names} "
-                "(torch.load(weights_only=False), pickle.load or dcp.load would import and run it)"
-            )
-            problems.append(Problem(BESIDE_CODE, printable(message), None, {"file": file.name, "globals": code}))
-    return problems
 
 
 def _beside_json(checkpoint: Checkpoint) -> list[dict[str, Any]] | None:

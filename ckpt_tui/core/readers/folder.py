@@ -89,6 +89,16 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
             if not str(exc).endswith(TEXT_FILE):
                 raise
             stray.append(name)
+    trainer_record = [
+        name
+        for label, name in zip(labels, names, strict=True)
+        if label in members and len(members) > 1 and trainer_arguments(name, members[label].unsafe_globals)
+    ]
+    for label, name in zip(labels, names, strict=True):
+        if name in trainer_record:
+            # no loader reads it: left out of the save's tree, it is read for code with the folder's other files
+            del members[label]
+    stray += trainer_record
     if stray:
         if not members:
             raise ReadError(f"{folder}: no checkpoint among its files ({', '.join(stray)}: {TEXT_FILE})")
@@ -99,7 +109,8 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
         f"{name} ({format_name(members[label].format)})" for label, name in zip(labels, names, strict=True)
     )
     notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]
-    notes += [f"{name}: {TEXT_FILE}, left out" for name in stray]
+    notes += [f"{name}: {TEXT_FILE}, left out" for name in stray if name not in trainer_record]
+    notes += [f"{name}: {TRAINING_ARGS_NOTE}" for name in trainer_record]
     notes += [f"{name}: {note}" for label, name in zip(labels, names, strict=True) for note in members[label].notes]
     problems = [
         f"{name}: {problem}"
@@ -120,6 +131,34 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
 
 
 # ---- every other file of a folder, read for code -------------------------------------------------------
+
+TRAINING_ARGS = "training_args.bin"
+TRAINING_ARGS_CLASSES = frozenset(
+    {
+        "transformers.training_args.TrainingArguments",
+        "transformers.training_args.OptimizerNames",
+        "transformers.trainer_utils.SchedulerType",
+        "transformers.trainer_utils.IntervalStrategy",
+        "transformers.trainer_utils.SaveStrategy",
+        "transformers.trainer_utils.HubStrategy",
+        "transformers.trainer_utils.FSDPOption",
+        "transformers.debug_utils.DebugOption",
+        "transformers.trainer_pt_utils.AcceleratorConfig",
+        "accelerate.state.PartialState",
+        "accelerate.utils.dataclasses.DistributedType",
+    }
+)
+"""The classes of the ``training_args.bin`` transformers' Trainer writes beside each checkpoint (``torch.save(args)``):
+no loader reads it (resuming reads the model, optimizer.pt, scheduler.pt and rng_state.pth), so these exact names
+there are the Trainer's own record of its arguments, not code a load runs; any other global in it is."""
+TRAINING_ARGS_HOLDS = "the Trainer's TrainingArguments: transformers' classes, read by no loader"
+TRAINING_ARGS_NOTE = f"{TRAINING_ARGS_HOLDS}: left out"
+
+
+def trainer_arguments(name: str, unsafe_globals: set[str] | list[str]) -> bool:
+    """Whether a file is the Trainer's ``training_args.bin`` naming no global but its arguments' classes."""
+    return name.rsplit("/", 1)[-1] == TRAINING_ARGS and set(unsafe_globals) <= TRAINING_ARGS_CLASSES
+
 
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 """What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""

@@ -30,6 +30,7 @@ from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
+from ckpt_tui.core.readers.folder import TRAINING_ARGS_HOLDS, trainer_arguments
 from ckpt_tui.core.readers.read_once import PickleBytes
 from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
 from ckpt_tui.core.readers.torch_zip import (
@@ -421,17 +422,20 @@ def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
     return combined
 
 
-ACCELERATE_RNG_STATES = re.compile(r"random_states_\d+\.pkl\Z")
+ACCELERATE_RNG_STATES = re.compile(r"random_states_\d+\.pkl\Z|rng_state(_\d+)?\.pth\Z")
+"""Accelerate's ``random_states_N.pkl`` and transformers' Trainer's ``rng_state.pth`` (``rng_state_N.pth`` per process):
+their loaders (Accelerate's ``load_state``, the Trainer's ``_load_rng_state``) load them with numpy allowlisted."""
 ACCELERATE_SAFE_GLOBALS = frozenset(
     {"numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.ndarray"}
     | {"_codecs.encode", "numpy.dtype", "numpy.dtypes.UInt32DType"}
 )
-"""``accelerate.utils.other.TORCH_SAFE_GLOBALS``: what Accelerate's ``load`` allowlists for its RNG states."""
+"""``accelerate.utils.other.TORCH_SAFE_GLOBALS``: what Accelerate's ``load`` allowlists for its RNG states
+(transformers' ``trainer_pt_utils.safe_globals`` allowlists the same numpy names; torch allows ``_codecs.encode``)."""
 
 
 def _accelerate_loads(path: str, part: FileScan) -> bool:
-    """Accelerate's ``random_states_N.pkl``, which ``load_state`` reads with numpy allowlisted, needing nothing more
-    (not torch.load's own verdict: the folder's loader is Accelerate's)."""
+    """Accelerate's ``random_states_N.pkl`` or the Trainer's ``rng_state.pth``, which their loaders read with numpy
+    allowlisted, needing nothing more (not torch.load's own verdict: the folder's loader is theirs)."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     needed = set(part.refused) | set(part.hidden)
     return (
@@ -441,33 +445,12 @@ def _accelerate_loads(path: str, part: FileScan) -> bool:
     )
 
 
-TRAINING_ARGS = "training_args.bin"
-TRAINING_ARGS_CLASSES = frozenset(
-    {
-        "transformers.training_args.TrainingArguments",
-        "transformers.training_args.OptimizerNames",
-        "transformers.trainer_utils.SchedulerType",
-        "transformers.trainer_utils.IntervalStrategy",
-        "transformers.trainer_utils.SaveStrategy",
-        "transformers.trainer_utils.HubStrategy",
-        "transformers.trainer_utils.FSDPOption",
-        "transformers.debug_utils.DebugOption",
-        "transformers.trainer_pt_utils.AcceleratorConfig",
-        "accelerate.state.PartialState",
-        "accelerate.utils.dataclasses.DistributedType",
-    }
-)
-"""The classes of the ``training_args.bin`` transformers' Trainer writes beside each checkpoint (``torch.save(args)``):
-no loader reads it (resuming reads the model, optimizer.pt, scheduler.pt and rng_state.pth), so these exact names
-there are the Trainer's own record, not code a load runs; any other global in it is."""
-
-
 def beside_code(file: FileBeside) -> list[str]:
     """The code a loader would run from a file beside a checkpoint: its unsafe globals that are not plain data
     (numpy arrays, which Accelerate and transformers allowlist for RNG states, are data) and code its loader runs."""
     data = ACCELERATE_SAFE_GLOBALS
     names = [name for name in file.unsafe_globals if name not in data and classify(name, set())[0] == "code"]
-    if file.name.rsplit("/", 1)[-1] == TRAINING_ARGS and set(names) <= TRAINING_ARGS_CLASSES:
+    if trainer_arguments(file.name, names):
         names = []
     return names + file.runs_code
 
@@ -486,7 +469,39 @@ def beside_line(files: list[FileBeside]) -> str | None:
             shown = ", ".join(code[:3]) + (f" (+{len(code) - 3} more)" if len(code) > 3 else "")
             found.append(f"{file.name} holds code ({shown})")
     names = ", ".join(file.name for file in files[:8]) + (f" (+{len(files) - 8} more)" if len(files) > 8 else "")
-    return f"also in the folder: {names}: read for code: {'; '.join(found) if found else 'none'}"
+    told = [
+        f" ({file.name} holds {TRAINING_ARGS_HOLDS})"
+        for file in files
+        if trainer_arguments(file.name, file.unsafe_globals) and file.unsafe_globals
+    ]
+    return f"also in the folder: {names}: read for code: {'; '.join(found) if found else 'none'}" + "".join(told)
+
+
+BESIDE_LINE, BESIDE_CODE, BESIDE_UNREADABLE = "also-in-folder", "code-beside", "cannot-tell-beside"
+"""The kinds of what a folder's other files give: the line naming them, one holding code a load runs, one that
+cannot be read (so whether a load runs its code cannot be told)."""
+
+
+def beside_findings(files: list[FileBeside]) -> list[tuple[str, str]]:
+    """``(kind, message)`` for each of a folder's other files that holds code or cannot be read, then the line
+    naming every file read for code (none when there were none)."""
+    found = []
+    for file in files:
+        code = beside_code(file)
+        if file.unreadable is not None:
+            message = f"{file.name} (also in the folder): cannot tell whether a load runs its code: {file.unreadable}"
+            found.append((BESIDE_UNREADABLE, message))
+        elif code:
+            names = ", ".join(code[:5]) + (" …" if len(code) > 5 else "")
+            found.append(
+                (
+                    BESIDE_CODE,
+                    f"{file.name} (also in the folder, {file.what}): a load of it runs code: {names} "
+                    "(torch.load(weights_only=False), pickle.load or dcp.load would import and run it)",
+                )
+            )
+    line = beside_line(files)
+    return found + ([(BESIDE_LINE, line)] if line else [])
 
 
 def _scan_safetensors_name(head: bytes, size: int) -> FileScan:
