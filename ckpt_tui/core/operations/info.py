@@ -46,7 +46,6 @@ from ckpt_tui.core.model.tree import (
 )
 from ckpt_tui.core.operations.hints import ComparedModel, vet_findings
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.weights_only.verdict import BESIDE_LINE, beside_findings
 
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
 
@@ -298,8 +297,11 @@ def summarize(
     for code in checkpoint.runs_code:
         summary.findings.append(Finding("load-runs-code", code, "warning"))
     # a folder's other files, read for code: code or doubt there is a warning; the line naming them is said once
-    for kind, message in beside_findings(checkpoint.beside or []):
-        summary.findings.append(Finding(kind, printable(message), "info" if kind == BESIDE_LINE else "warning"))
+    if checkpoint.beside:
+        from ckpt_tui.core.weights_only.verdict import BESIDE_LINE, beside_findings
+
+        for kind, message in beside_findings(checkpoint.beside):
+            summary.findings.append(Finding(kind, printable(message), "info" if kind == BESIDE_LINE else "warning"))
     # every fix checked before it is shown: none may lower a match the keys have
     # (a root still held as columns: its keys, which are all a fix's check reads of a flat state_dict)
     flat_keys = columns.names if columns is not None else None

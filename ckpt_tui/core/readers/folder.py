@@ -8,7 +8,7 @@ opens as one dict with a key per file (its name without the extension, unless tw
 from __future__ import annotations
 
 import os
-import pickletools
+import pickle
 import re
 import stat
 from collections.abc import Callable
@@ -164,7 +164,11 @@ HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_mode
 """What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 PICKLE_PROTO = 0x80
-PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
+PICKLE_OPCODES = frozenset(
+    code[0] for name, code in vars(pickle).items() if name.isupper() and type(code) is bytes and len(code) == 1
+)
+"""The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
+lists the same, but costs an import to read a file)."""
 DATA_FORMATS = frozenset({"safetensors", "sharded"})
 """A pickle of protocol 2 or more starts with PROTO (so do the legacy format's magic number and torch.save's
 pickles); a protocol 0/1 pickle starts with another opcode and is told from text by its control bytes."""

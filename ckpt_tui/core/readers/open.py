@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import pickle
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
 from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
 from ckpt_tui.core.readers.folder import (
     HF_WEIGHTS,
+    PICKLE_OPCODES,
     account_for_folder,
     checkpoint_files,
     hf_weights,
@@ -52,12 +52,6 @@ INDEX_SUFFIX = ".index.json"
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 TORCH_ZIP_START = b"PK\x03\x04"
 TAR_BLOCK = 512
-PICKLE_OPCODES = frozenset(
-    code[0] for name, code in vars(pickle).items() if name.isupper() and type(code) is bytes and len(code) == 1
-)
-"""The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
-lists the same, but costs an import to read a file)."""
-
 
 PathArg = str | os.PathLike[str]
 
