@@ -179,7 +179,8 @@ async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one
     from ckpt_tui.tui.widgets import tree_view
 
     stripped = recording(monkeypatch, tree_edits, "strip_prefix")
-    summed = recording(monkeypatch, browser_module, "summarize")
+    summed = recording(monkeypatch, browser_module, "staged_summary")
+    judged = recording(monkeypatch, browser_module, "judge_tree")  # what saving the edited tree would give
     viewed = recording(monkeypatch, info, "view_key")  # per tensor: the header's element count
     listed = recording(monkeypatch, tree_view, "child_pairs")  # per key: the lines' entries
     app = CkptApp(str(big_file))
@@ -195,6 +196,7 @@ async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one
         assert "redone" in status(app)
         assert summed and not any(summed)  # the first count, then one after each of y, u, ctrl+r
         assert len(summed) == 4
+        assert judged == [False, False]  # the edited trees (y, ctrl+r), each in the summary's worker
         assert not any(viewed)
         assert listed == [False]  # the stripped tree's keys, listed by the edit's worker; undo, redo reuse listings
         assert "5000 tensors" in header(app)
