@@ -275,6 +275,19 @@ def test_keys_file_with_invalid_utf8_is_one_line(tmp_path: Path, capsys: pytest.
         assert err.startswith("ckpt-tui: ") and err.count("\n") == 1 and "Traceback" not in err, (name, err)
 
 
+def test_diff_lists_the_keys_of_one_list_in_one_notation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(training_checkpoint(), tmp_path / "train.pth")
+    torch.save({"epoch": 3}, tmp_path / "bare.pth")
+    assert main(["diff", str(tmp_path / "train.pth"), str(tmp_path / "bare.pth")]) == 1
+    out = capsys.readouterr().out
+    listed = out.split("only in A", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    # optimizer state has int keys, which only the Python form names: then every key of the list has it
+    assert '  ckpt["model"]["module.conv.weight"]' in listed and '  ckpt["optimizer"]["state"][0]["step"]' in listed
+    assert all(line.startswith('  ckpt["') for line in listed if not line.startswith("  … and")), listed
+    assert main(["diff", str(tmp_path / "train.pth"), str(tmp_path / "bare.pth"), "--json"]) == 1
+    assert "model/module.conv.weight" in json.loads(capsys.readouterr().out)["only_in_a"]  # the JSON keys as they were
+
+
 def test_diff_subtrees_with_prefixes_per_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save(training_checkpoint(), tmp_path / "train.pth")
     fixed = {k.removeprefix("module."): v for k, v in training_checkpoint()["model"].items()}

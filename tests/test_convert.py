@@ -89,6 +89,22 @@ def test_training_checkpoint_extract_strip_drop(tmp_path: Path, capsys) -> None:
     assert slim["args"].lr == 1e-3
 
 
+def test_a_path_is_taken_in_the_python_form_messages_show_as_well_as_with_slashes(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "train.pth"
+    ckpt = training_checkpoint()
+    torch.save(ckpt, source)
+    dropped = 'ckpt["optimizer"]["state"][0]'
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "a.pth", "--extract", "ckpt['model']")
+    assert code == 0
+    assert_same(torch.load(tmp_path / "a.pth", weights_only=True), ckpt["model"])
+    code, _, _ = convert(capsys, source, "-o", tmp_path / "b.pth", "--drop", dropped, "--drop", "ckpt.scheduler")
+    assert code == 0
+    written = torch.load(tmp_path / "b.pth", weights_only=False)
+    assert 0 not in written["optimizer"]["state"] and 1 in written["optimizer"]["state"] and "scheduler" not in written
+    code, _, err = convert(capsys, source, "-o", tmp_path / "c.pth", "--drop", 'ckpt["model"]["nope"]')
+    assert code == 2 and "no key 'nope' at ckpt[\"model\"]" in err and not (tmp_path / "c.pth").exists()
+
+
 def test_lightning_extract_and_strip(tmp_path: Path, capsys) -> None:
     torch.save(lightning_checkpoint(), tmp_path / "l.ckpt")
     code, _, _ = convert(

@@ -127,7 +127,11 @@ class ConvertOutcome:
 
 def resolve_path(root: Any, text: str) -> KeyPath:
     """A ``/``-separated path resolved against the tree. Keys may themselves hold ``/`` (the longest
-    name that is a key wins), and a key may start or end with one; empty parts are separators."""
+    name that is a key wins), and a key may start or end with one; empty parts are separators. The Python
+    form every message shows (``ckpt["model"]["fc.weight"]``, ``ckpt["state"][0]``) is read as well."""
+    keys = python_keys(text)
+    if keys is not None:
+        return _resolve_keys(root, keys)
     parts = text.split("/")
     path: list[Any] = []
     value = root
@@ -146,6 +150,53 @@ def resolve_path(root: Any, text: str) -> KeyPath:
                 continue
             raise NoSuchKey(no_key_message(value, parts[index], tuple(path)))
     return tuple(path)
+
+
+def python_keys(text: str) -> list[str | int] | None:
+    """The keys of a path written as Python from ``ckpt`` (``ckpt["model"][0].name``), None when ``text`` is
+    not one (a ``/`` path). Read as a literal, never evaluated."""
+    if not text.startswith(("ckpt[", "ckpt.")):
+        return None
+    import ast
+
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    keys: list[str | int] = []
+    while not isinstance(node, ast.Name):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                return None
+            keys.append(key)
+            node = node.value
+        elif isinstance(node, ast.Attribute):
+            keys.append(node.attr)
+            node = node.value
+        else:
+            return None
+    return keys[::-1] if node.id == "ckpt" else None
+
+
+def _resolve_keys(root: Any, keys: list[str | int]) -> KeyPath:
+    path: list[Any] = []
+    value = root
+    for key in keys:
+        found = _match_key(value, key) if isinstance(key, str) else _match_index(value, key)
+        if found is None:
+            raise NoSuchKey(no_key_message(value, str(key), tuple(path)))
+        path.append(found)
+        value = child(value, found)
+    return tuple(path)
+
+
+def _match_index(value: Any, index: int) -> Any:
+    if isinstance(value, dict) and index in value:
+        return index
+    if isinstance(value, (list, tuple)) and 0 <= index < len(value):
+        return index
+    return _match_key(value, str(index))
 
 
 KEYS_SHOWN = 10

@@ -295,13 +295,14 @@ def describe_diff(
         counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
     else:
         counts = f"({printable(a)} vs {printable(b)}); " + _diff_counts(report)
+    only_a, only_b = one_notation(report.only_a), one_notation(report.only_b)
     sections = [
         Section(
             "only in A",
-            [row(t, jump=first) for t, first in fold_keys_with_first(report.only_a)],
+            [row(t, jump=only_a[first]) for t, first in fold_keys_with_first(list(only_a))],
             len(report.only_a),
         ),
-        Section("only in B", [row(t) for t, _ in fold_keys_with_first(report.only_b)], len(report.only_b)),
+        Section("only in B", [row(t) for t, _ in fold_keys_with_first(list(only_b))], len(report.only_b)),
         Section(
             "shape changes",
             [row(k, f": {list(x)} → {list(y)}", k) for k, x, y in report.shape_changes],
@@ -356,6 +357,16 @@ def describe_diff(
         sections=sections,
         realign=report.alignment,
     )
+
+
+def one_notation(keys: list[str]) -> dict[str, str]:
+    """The keys of one list as shown (each mapped to the key it stands for), in one notation: the ``/`` form
+    (``model/fc.weight``) when every key has one, else each as Python (``ckpt["model"]["fc.weight"]``)."""
+    # a key is given as Python only where the / form cannot name it (an int key, a / inside a key); a plain
+    # key that itself starts with ckpt[ is taken for one such, and shown as it is
+    if not any(key.startswith("ckpt[") for key in keys):
+        return {key: key for key in keys}
+    return {(key if key.startswith("ckpt[") else to_python(tuple(key.split("/")))): key for key in keys}
 
 
 def _by_role(report: DiffReport) -> dict[str, list[Any]]:
