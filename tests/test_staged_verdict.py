@@ -97,3 +97,18 @@ def test_check_of_safetensors_gives_no_torch_load_verdict(tmp_path: Path, capsys
     main(["check", str(tmp_path / "m.safetensors")])
     out = capsys.readouterr().out
     assert "torch.load loads it" not in out and "weights_only: n/a: safetensors has no pickle" in out
+
+
+def test_a_verdict_that_cannot_be_made_never_fails_the_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tui.core.runtime import forked
+    from ckpt_tui.core.writers import judge
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("judging failed")
+
+    monkeypatch.setattr(forked, "fork", lambda work: None)  # judged in this process
+    monkeypatch.setattr(judge, "scan_written", broken)
+    torch.save(trees()["state_dict"], tmp_path / "in.pth")
+    result = save(open_checkpoint(str(tmp_path / "in.pth")).root, tmp_path / "out.pth")
+    assert result.weights_only is not None and result.weights_only.answer == "cannot_tell"
+    assert result.short().startswith("CANNOT TELL") and torch_loads(tmp_path / "out.pth")

@@ -47,16 +47,22 @@ class JudgeBeside:
         self.child = forked.fork(lambda: scan_written(emitted.data_pkl, sizes).to_wire())
 
     def verdict(self) -> Verdict:
-        """The verdict (the child's scan, or one made here)."""
+        """The verdict (the child's scan, or one made here); "cannot tell" where judging fails (the file written
+        is no less what was meant: its verification is :mod:`.verify`'s)."""
         wire = self.child.result() if self.child is not None else None
         self.child = None
         try:
             scan = FileScan.from_wire(wire) if wire is not None else None
         except (KeyError, TypeError, ValueError, AttributeError):
             scan = None
-        if scan is None:
-            return judge_emitted(self.emitted, self.root)
-        return verdict_from_scan(scan, _written(self.root))
+        try:
+            if scan is None:
+                return judge_emitted(self.emitted, self.root)
+            return verdict_from_scan(scan, _written(self.root))
+        except Exception as exc:  # never a failed save over its verdict
+            failed = FileScan("zip")
+            failed.doubt(f"the written data.pkl could not be judged ({type(exc).__name__})")
+            return verdict_from_scan(failed, None)
 
 
 def _written(root: Any) -> Checkpoint:
