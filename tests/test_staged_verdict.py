@@ -112,3 +112,17 @@ def test_a_verdict_that_cannot_be_made_never_fails_the_save(tmp_path: Path, monk
     result = save(open_checkpoint(str(tmp_path / "in.pth")).root, tmp_path / "out.pth")
     assert result.weights_only is not None and result.weights_only.answer == "cannot_tell"
     assert result.short().startswith("CANNOT TELL") and torch_loads(tmp_path / "out.pth")
+
+
+def test_check_of_safetensors_shards_gives_no_torch_load_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from huggingface_hub import save_torch_state_dict
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    save_torch_state_dict({f"l{i}.weight": torch.ones(64, 64) for i in range(4)}, folder, max_shard_size="40KB")
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    main(["check", str(folder)])
+    out = capsys.readouterr().out
+    assert "torch.load loads it" not in out and "weights_only: n/a: safetensors shards hold no pickle" in out
