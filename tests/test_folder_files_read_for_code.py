@@ -140,7 +140,21 @@ def test_a_payload_bin_beside_an_index_is_read_for_code(tmp_path: Path, capsys: 
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1
     assert "[code-beside] pytorch_model.bin" in out
+    assert "loads model.safetensors.index.json; pytorch_model.bin beside it" in out
     assert not canary.exists()
+
+
+def test_two_indexes_are_read_as_from_pretrained_picks_and_the_other_is_named(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "two"
+    _shards(folder)
+    torch.save({"a": torch.ones(2), "b": torch.ones(2)}, folder / "pytorch_model-00001-of-00001.bin")
+    weight_map = {"a": "pytorch_model-00001-of-00001.bin", "b": "pytorch_model-00001-of-00001.bin"}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert out.startswith(f"{folder / 'model.safetensors.index.json'}: 2 tensors read: OK")
+    assert "pytorch_model.bin.index.json beside it" in out
+    assert "also in the folder: pytorch_model-00001-of-00001.bin: read for code: none" in out
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def render_check(report: CheckReport) -> str:
     head = f"{printable(ckpt.path)}: {counted(report.checked, 'tensor')} read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
-    beside = [printable(report.beside)] if report.beside else []
+    beside = [printable(line) for line in report.folder_lines]
     if report.ok:
         lines = [head + ": OK, no NaN/Inf, no unsafe globals", *beside]
         return "\n".join(lines + weights_only_lines(report, ckpt.path))

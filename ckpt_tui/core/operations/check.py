@@ -15,6 +15,7 @@ from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
+from ckpt_tui.core.readers.folder import LOADER_TAKES
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
@@ -71,8 +72,9 @@ class CheckReport:
     skipped: int
     weights_only: Verdict | None = None
     """Whether ``torch.load(FILE)`` (weights_only=True, the default) loads the file."""
-    beside: str | None = None
-    """For a folder: the line on its other files, read for code (:func:`beside_line`); None otherwise."""
+    folder_lines: list[str] = field(default_factory=list)
+    """For a folder: which weights file a loader takes from it, and the line on its other files, read for code
+    (:func:`beside_line`); empty otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -141,7 +143,15 @@ def check_checkpoint(
     judged = verdict(checkpoint, beside)
     if _verdict_is_a_problem(judged, checkpoint):
         problems.append(weights_only_problem(judged))
-    return CheckReport(summary, problems, tally.checked, tally.skipped, judged, beside_line(checkpoint.beside or []))
+    return CheckReport(summary, problems, tally.checked, tally.skipped, judged, _folder_lines(checkpoint))
+
+
+def _folder_lines(checkpoint: Checkpoint) -> list[str]:
+    """Which weights file of the folder a loader takes (where others lie beside it), and its other files read for
+    code."""
+    lines = [note for note in checkpoint.notes if note.startswith(LOADER_TAKES)]
+    line = beside_line(checkpoint.beside or [])
+    return lines + ([line] if line else [])
 
 
 def _beside_json(checkpoint: Checkpoint) -> list[dict[str, Any]] | None:

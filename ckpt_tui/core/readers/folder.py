@@ -175,6 +175,19 @@ pickles); a protocol 0/1 pickle starts with another opcode and is told from text
 MAX_BESIDE = 1000
 
 
+LOADER_TAKES = "from_pretrained("
+"""How the note on the weights file a folder is read as starts: ``from_pretrained(FOLDER) loads model.safetensors``."""
+
+
+def loader_takes(folder: str, chosen: str, passed: list[str]) -> str:
+    """The note on a folder read as ``from_pretrained`` reads it: the file it loads, and the weights files it passes
+    over."""
+    return (
+        f"{LOADER_TAKES}{folder}) loads {chosen}; {', '.join(passed)} beside it (and the shards an index names) "
+        "are not what a loader takes"
+    )
+
+
 def hf_weights(folder: str, names: set[str]) -> str | None:
     """The weights file ``from_pretrained(folder)`` loads among ``names`` (regular files of the folder), if any."""
     return next((name for name in HF_WEIGHTS if name in names and _regular(places.join(folder, name))), None)

@@ -33,6 +33,7 @@ from ckpt_tui.core.readers.folder import (
     account_for_folder,
     checkpoint_files,
     hf_weights,
+    loader_takes,
     read_folder,
     saved_together,
     separate_files,
@@ -234,14 +235,15 @@ def _read_hf_dcp(target: Target) -> Checkpoint:
 
 
 def _read_index_folder(target: Target) -> Checkpoint:
-    whole = _hf_whole_file(target)
-    if whole is not None:
-        return whole
-    if len(target.indexes) > 1:
+    chosen, passed = _hf_choice(target)
+    if chosen is not None and not chosen.endswith(INDEX_SUFFIX):
+        return _noted(_open_plain_file(places.join(target.path, chosen)), target.path, chosen, passed)
+    if chosen is None and len(target.indexes) > 1:
         raise ReadError(f"{target.path}: several index files ({', '.join(target.indexes)}); open one of them")
     from ckpt_tui.core.readers.sharded import read_sharded  # (index files only: not imported to read a file)
 
-    return read_sharded(places.join(target.path, target.indexes[0]), open_shard)
+    index = chosen or target.indexes[0]
+    return _noted(read_sharded(places.join(target.path, index), open_shard), target.path, index, passed)
 
 
 def _holds_rank_files(target: Target) -> bool:
@@ -257,23 +259,30 @@ def _read_rank_folder(target: Target) -> Checkpoint:
     return merged
 
 
-def _hf_whole_file(target: Target) -> Checkpoint | None:
-    """The whole weights file ``from_pretrained(folder)`` takes before any index of the folder (transformers'
-    order: model.safetensors, its index, pytorch_model.bin, its index), with a note on the files it passes over."""
+def _hf_choice(target: Target) -> tuple[str | None, list[str]]:
+    """The weights file (or index) ``from_pretrained(folder)`` takes (transformers' order: model.safetensors, its
+    index, pytorch_model.bin, its index), and the other weights files and indexes beside it that it passes over."""
     names = set(places.list_dir(target.path))
     chosen = hf_weights(target.path, names)
+    if chosen is None:
+        return None, []
+    passed = [name for name in HF_WEIGHTS if name in names and name != chosen]
+    return chosen, passed + [name for name in target.indexes if name not in HF_WEIGHTS]
+
+
+def _noted(checkpoint: Checkpoint, folder: str, chosen: str, passed: list[str]) -> Checkpoint:
+    """A folder's checkpoint read from ``chosen``, saying which weights files beside it a loader passes over."""
+    if passed:
+        checkpoint.notes.insert(0, loader_takes(folder, chosen, passed))
+    return checkpoint
+
+
+def _hf_whole_file(target: Target) -> Checkpoint | None:
+    """The whole weights file ``from_pretrained(folder)`` takes, when it takes one (not an index)."""
+    chosen, passed = _hf_choice(target)
     if chosen is None or chosen.endswith(INDEX_SUFFIX):
         return None
-    passed = [name for name in HF_WEIGHTS if name in names and name != chosen]
-    passed += [name for name in target.indexes if name not in HF_WEIGHTS]
-    checkpoint = _open_plain_file(places.join(target.path, chosen))
-    if passed:
-        checkpoint.notes.insert(
-            0,
-            f"from_pretrained({target.path}) loads {chosen}; {', '.join(passed)} beside it (and the shards they name) "
-            "are not what a loader takes",
-        )
-    return checkpoint
+    return _noted(_open_plain_file(places.join(target.path, chosen)), target.path, chosen, passed)
 
 
 def _read_folder(target: Target) -> Checkpoint:
