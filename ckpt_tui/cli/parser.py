@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
         description="Edits apply in this order: extract, drop, drop-keys, rename, strip prefix, rename rules "
         "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
-        "Key paths use / between levels (--extract model, --drop optimizer). auto edits with nothing to do "
+        "Key paths use / between levels (--extract model, --drop optimizer), or the Python form messages print "
+        "(--drop 'ckpt[\"payload\"]'). auto edits with nothing to do "
         "are a no-op with a note, so one command runs over a batch of files.",
     )
     convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
