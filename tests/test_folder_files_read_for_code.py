@@ -220,3 +220,17 @@ def test_a_payload_in_a_trainer_checkpoint_is_a_problem(
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1 and "posix.system" in out
     assert not canary.exists()
+
+
+def test_a_linked_subfolder_is_read_and_a_fifo_is_never_waited_on(tmp_path: Path, capsys: Any) -> None:
+    folder, canary = tmp_path / "run", tmp_path / "CANARY"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    _payload(tmp_path / "elsewhere" / "evil.pth", canary)
+    (folder / "linked").symlink_to(tmp_path / "elsewhere")
+    os.mkfifo(folder / "pipe")
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1
+    assert "[code-beside] linked/evil.pth" in out
+    assert "[cannot-tell-beside] pipe (also in the folder)" in out
+    assert not canary.exists()

@@ -222,7 +222,8 @@ def account_for_folder(
         path = places.join(folder, name)
         if _real(path) in read or (name == ".metadata" and checkpoint.format == "dcp"):
             continue
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.isdir(path):
+            # (a link to a folder too: loaders follow links; only one level is read, so a loop ends there)
             found += _subfolder(folder, name, read, open_file, open_dcp)
         else:
             found += _file(name, path, open_file)
@@ -258,7 +259,7 @@ def _subfolder(
         return [*found, FileBeside(f"{name}/", "unreadable", unreadable=_why(exc))]
     for child in names:
         path = places.join(sub, child)
-        if _real(path) in read or _real(path) in inner or (os.path.isdir(path) and not os.path.islink(path)):
+        if _real(path) in read or _real(path) in inner or os.path.isdir(path):
             continue
         found += _file(f"{name}/{child}", path, open_file)
     return found
