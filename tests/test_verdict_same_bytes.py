@@ -92,9 +92,14 @@ def test_check_judges_what_it_read_when_the_file_changes_right_after(
         return data
 
     monkeypatch.setattr(zip_archive, "read_member", then_swapped)
-    assert main(["check", str(path)]) == 0
-    assert "weights_only: torch.load loads it" in capsys.readouterr().out
+    # the verdict is of the pickle read, never of the swapped file
+    assert verdict(open_checkpoint(str(path))).loads is True
     assert SWAPPED in path.read_bytes()
+    # and check reads no value from the file it became: refused in one line (its tree is another file's)
+    path.write_bytes(path.read_bytes().replace(SWAPPED, GLOBAL))
+    assert main(["check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "changed on disk since it was opened" in err and "loads it" not in out
 
 
 def test_a_file_the_reader_refuses_after_its_pickle_gets_the_verdict_on_that_pickle(
@@ -203,10 +208,15 @@ def test_check_judges_the_legacy_pickles_it_read_when_the_file_changes_right_aft
         path.write_bytes(path.read_bytes().replace(GLOBAL, SWAPPED))  # the file changes as soon as it was read
 
     monkeypatch.setattr(read_once.ReadOnce, "_fill", then_swapped)
-    assert main(["check", str(path)]) == 0
-    assert "weights_only: torch.load loads it" in capsys.readouterr().out
+    # the verdict is of the pickles read, never of the swapped file
+    assert verdict(open_checkpoint(str(path))).loads is True
     assert SWAPPED in path.read_bytes()
     assert filled[0] == len(path.read_bytes())  # (the whole file was read at once)
+    # and check reads no value from the file it became: refused in one line (its tree is another file's)
+    path.write_bytes(path.read_bytes().replace(SWAPPED, GLOBAL))
+    assert main(["check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "changed on disk since it was opened" in err and "loads it" not in out
 
 
 def test_a_legacy_file_the_reader_refuses_gets_the_verdict_on_the_pickles_it_read(
