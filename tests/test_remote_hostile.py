@@ -108,6 +108,15 @@ def partial(
     handler.wfile.write(sent)
 
 
+def honest_headers(handler: BaseHTTPRequestHandler, start: int, end: int) -> None:
+    """The headers of a true 206 for ``VERSION_A[start:end+1]`` (the body is the test's to send)."""
+    handler.send_response(206)
+    handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
+    handler.send_header("Content-Length", str(end - start + 1))
+    handler.send_header("ETag", '"v1"')
+    handler.end_headers()
+
+
 @pytest.fixture(autouse=True)
 def fresh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No remote file known, an empty header cache, and a 1 s grace so a trickle is caught quickly."""
@@ -139,11 +148,7 @@ def refused(answer: Callable[[BaseHTTPRequestHandler, int, int, int], None], cap
 
 def test_a_server_that_trickles_its_body_is_refused_once_too_slow(capsys: pytest.CaptureFixture[str]) -> None:
     def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
-        handler.send_response(206)
-        handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
-        handler.send_header("Content-Length", str(end - start + 1))
-        handler.send_header("ETag", '"v1"')
-        handler.end_headers()
+        honest_headers(handler, start, end)
         for byte in VERSION_A[start : end + 1]:
             handler.wfile.write(bytes([byte]))
             handler.wfile.flush()
@@ -243,11 +248,7 @@ def test_a_file_whose_size_changes_between_ranges_is_refused(capsys: pytest.Capt
 
 def test_a_server_that_hangs_up_mid_body_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
-        handler.send_response(206)
-        handler.send_header("Content-Range", f"bytes {start}-{end}/{len(VERSION_A)}")
-        handler.send_header("Content-Length", str(end - start + 1))
-        handler.send_header("ETag", '"v1"')
-        handler.end_headers()
+        honest_headers(handler, start, end)
         handler.wfile.write(VERSION_A[start : start + 10])
         handler.wfile.flush()
         handler.connection.shutdown(socket.SHUT_RDWR)

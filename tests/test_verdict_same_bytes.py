@@ -92,14 +92,7 @@ def test_check_judges_what_it_read_when_the_file_changes_right_after(
         return data
 
     monkeypatch.setattr(zip_archive, "read_member", then_swapped)
-    # the verdict is of the pickle read, never of the swapped file
-    assert verdict(open_checkpoint(str(path))).loads is True
-    assert SWAPPED in path.read_bytes()
-    # and check reads no value from the file it became: refused in one line (its tree is another file's)
-    path.write_bytes(path.read_bytes().replace(SWAPPED, GLOBAL))
-    assert main(["check", str(path)]) == 2
-    out, err = capsys.readouterr()
-    assert "changed on disk since it was opened" in err and "loads it" not in out
+    _judged_as_read_and_check_refuses(path, capsys)
 
 
 def test_a_file_the_reader_refuses_after_its_pickle_gets_the_verdict_on_that_pickle(
@@ -208,15 +201,8 @@ def test_check_judges_the_legacy_pickles_it_read_when_the_file_changes_right_aft
         path.write_bytes(path.read_bytes().replace(GLOBAL, SWAPPED))  # the file changes as soon as it was read
 
     monkeypatch.setattr(read_once.ReadOnce, "_fill", then_swapped)
-    # the verdict is of the pickles read, never of the swapped file
-    assert verdict(open_checkpoint(str(path))).loads is True
-    assert SWAPPED in path.read_bytes()
+    _judged_as_read_and_check_refuses(path, capsys)
     assert filled[0] == len(path.read_bytes())  # (the whole file was read at once)
-    # and check reads no value from the file it became: refused in one line (its tree is another file's)
-    path.write_bytes(path.read_bytes().replace(SWAPPED, GLOBAL))
-    assert main(["check", str(path)]) == 2
-    out, err = capsys.readouterr()
-    assert "changed on disk since it was opened" in err and "loads it" not in out
 
 
 def test_a_legacy_file_the_reader_refuses_gets_the_verdict_on_the_pickles_it_read(
@@ -267,3 +253,18 @@ def test_read_once_answers_a_second_look_from_memory() -> None:
     assert stream.read(50_000) == raw[10:50_010] and first == raw[:100_000]
     assert stream.read() == raw[50_010:]
     assert sum(asked) == len(raw) and bytes(once.kept) == raw
+
+
+def _judged_as_read_and_check_refuses(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``path`` changes as soon as its pickle is read: the verdict (in check's child as soon as the pickle is
+    read, or here without fork) is of the bytes read, and check reads no value from the file it became."""
+    beside = ScanBeside()
+    with read_once.when_pickle_read(beside.start):
+        checkpoint = open_checkpoint(str(path))
+    assert verdict(checkpoint, beside).loads is True
+    assert SWAPPED in path.read_bytes()
+    path.write_bytes(path.read_bytes().replace(SWAPPED, GLOBAL))
+    # refused in one line: its tree would be another file's than its values
+    assert main(["check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "changed on disk since it was opened" in err and "loads it" not in out
