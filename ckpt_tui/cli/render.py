@@ -22,7 +22,7 @@ from ckpt_tui.core.model.keypath import key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.runtime.progress import ProgressStep, ProgressThrottle
-from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.safe_text import printable, printable_name
 
 if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
     from ckpt_tui.core.operations.check import CheckReport
@@ -159,7 +159,7 @@ def _tree_lines(root: Any, depth: int, summary: Summary, head: list[tuple[Any, A
             continue
         stack.append((level, entries, at + 1))
         key, value = entries[at]
-        lines.append(f"{'  ' * (level + 1)}{printable(key_text(key))}  {printable(value_text(value))}")
+        lines.append(f"{'  ' * (level + 1)}{printable_name(key_text(key))}  {printable(value_text(value))}")
         if level < depth and has_children(value):
             stack.append((level + 1, _child_list(value), 0))
     hidden = sum(len(entries) - at for _, entries, at in stack) + unlisted
@@ -267,7 +267,7 @@ def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str
 
 def _stats_cells(row: Any, marks: dict[int, str]) -> list[str]:
     """One row of the ``stats`` table as text."""
-    cells = [printable(to_slash(row.path) or "(root)"), shape_text(row.shape), printable(row.dtype)]
+    cells = [printable_name(to_slash(row.path)) or "(root)", shape_text(row.shape), printable(row.dtype)]
     stats = row.stats
     if stats is None:
         return [*cells, *(["-"] * 9), f"({row.reason})"]
@@ -298,7 +298,7 @@ def print_stats_csv(rows: list[Any]) -> None:
         for column in COLUMNS:
             value = row.value(column)
             if column == "path":
-                value = printable(to_slash(value))
+                value = printable_name(to_slash(value))
             elif column == "shape":
                 value = "x".join(str(d) for d in value)
             cells.append("" if value is None else repr(value) if isinstance(value, float) else value)

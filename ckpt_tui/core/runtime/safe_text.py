@@ -4,7 +4,9 @@ Every key, value, global name, location tag or metadata string read from a check
 :func:`printable` before the CLI prints it or the TUI shows it. Control characters (ESC, BEL, C1
 controls that start OSC/CSI sequences), bidirectional overrides and other invisible format
 characters, line separators and lone surrogates are shown escaped (``\\x1b``, ``\\u202e``), so a file
-can neither drive the terminal nor hide text behind them.
+can neither drive the terminal nor hide text behind them. Names (keys, paths) go through
+:func:`printable_name`, which escapes the backslash itself as well (``\\\\``), so a key holding the text
+``\\x1b`` never looks like one holding ESC.
 """
 
 from __future__ import annotations
@@ -39,20 +41,35 @@ def printable(text: str) -> str:
     return out
 
 
-_ESCAPE = re.compile(r"\\x([0-9a-f]{2})|\\u([0-9a-f]{4})|\\U([0-9a-f]{8})")
+def printable_name(text: str) -> str:
+    """A name as shown: :func:`printable`, with every backslash of the name doubled first.
+
+    Two different names never print the same (the text ``\\x1b`` is shown ``\\\\x1b``, the ESC character
+    ``\\x1b``), and
+    :func:`from_printable` reads either back. A line that embeds the result may go through
+    :func:`printable` again: it changes nothing there.
+    """
+    if "\\" in text:
+        text = text.replace("\\", "\\\\")
+    return printable(text)
+
+
+_ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})|\\u([0-9a-f]{4})|\\U([0-9a-f]{8})")
 
 
 def _unescape(match: re.Match[str]) -> str:
+    if match.group(0) == "\\\\":
+        return "\\"
     char = chr(int(next(group for group in match.groups() if group), 16))
     return char if unicodedata.category(char) in _UNSAFE_CATEGORIES else match.group(0)
 
 
 def from_printable(text: str) -> str:
-    """The inverse of :func:`printable` for text typed back: ``\\x1b`` becomes ESC again.
+    """The inverse of :func:`printable_name` for text typed back: ``\\x1b`` becomes ESC again, ``\\\\`` one
+    backslash.
 
-    Only the escapes ``printable`` writes are decoded (a character it would escape), so ``\\x41``
-    stays as typed; ``from_printable(printable(s)) == s`` for any ``s`` without a backslash-escape
-    look-alike of its own.
+    Only the escapes ``printable_name`` writes are decoded (a character it would escape, a doubled
+    backslash), so ``\\x41`` stays as typed; ``from_printable(printable_name(s)) == s`` for any ``s``.
     """
     if "\\" not in text:
         return text

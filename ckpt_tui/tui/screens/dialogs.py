@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, ProgressBar, Static
 
 from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.operations.staged import blocker_words, code_blockers, sanitizable, sanitize_command
-from ckpt_tui.core.runtime.safe_text import from_printable, printable
+from ckpt_tui.core.runtime.safe_text import from_printable, printable, printable_name
 from ckpt_tui.core.weights_only.verdict import CANNOT_TELL
 from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.text import data
@@ -101,9 +101,9 @@ class PromptScreen(ModalScreen[str | None]):
 
     def answer(self, typed: str) -> str | None:
         """What was typed, as the file would hold it (the given value itself when unedited); None if empty."""
-        if typed == printable(self.value):
+        if typed == printable_name(self.value):
             return self.value or None
-        shown = printable(self.value)
+        shown = printable_name(self.value)
         if self.value.endswith(os.sep) and typed.startswith(shown) and typed[len(shown) :].startswith((os.sep, "~")):
             typed = typed[len(shown) :]  # a whole path typed after the folder given: the path typed
         text = typed if self.exact else typed.strip()
@@ -114,7 +114,8 @@ class PromptScreen(ModalScreen[str | None]):
             yield _title(self.title_text)
             # a folder is where a file name is typed next, not a value to replace
             folder = self.value.endswith(os.sep)
-            yield Input(printable(self.value), id="prompt-input", suggester=self.suggester, select_on_focus=not folder)
+            shown = printable_name(self.value)
+            yield Input(shown, id="prompt-input", suggester=self.suggester, select_on_focus=not folder)
             if self.hint:
                 hint = self.hint + (" · → or tab completes a file name" if self.suggester else "")
                 yield Static(data(hint), classes="dialog-hint", markup=False)
@@ -168,7 +169,7 @@ class SaveScreen(PromptScreen):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield _title("Save as")
-            yield Input(printable(self.value), id="save-path", suggester=self.suggester)
+            yield Input(printable_name(self.value), id="save-path", suggester=self.suggester)
             yield Static(format_line(self.value, self.outlook), id="save-format", markup=False)
             yield Static(
                 "enter saves · escape cancels · → or tab completes a file name · "

@@ -35,7 +35,7 @@ from ckpt_tui.core.model.tree import (
     iter_nodes,
     type_label,
 )
-from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.safe_text import printable, printable_name
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, styled
 
@@ -210,7 +210,7 @@ def value_parts(
     key: str, value: Any, totals: TotalsCache | None = None, styles: dict[str, str] = COLOR_STYLES
 ) -> list[Part]:
     """A full tree line: key, type, and a short description (totals below containers when ``totals`` is given)."""
-    parts: list[Part] = [Part(printable(key), styles["key"], key=True), Part(" ")]
+    parts: list[Part] = [Part(printable_name(key), styles["key"], key=True), Part(" ")]
     unsafe = (isinstance(value, Opaque) or is_global_ref(value)) and not value.safe
     if isinstance(value, Tensor):
         # a narrow line drops the word "Tensor" but keeps a sparse or quantized layout: the shape does not say it
@@ -241,7 +241,7 @@ def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles:
 def group_parts(group: Group, styles: dict[str, str] = COLOR_STYLES) -> list[Part]:
     """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
     return [
-        Part(printable(group.name), styles["group"], key=True),
+        Part(printable_name(group.name), styles["group"], key=True),
         Part("  module"),
         Part(f" · {counted(group.tensors, 'tensor')}", drop=DROP_COUNTS),
         Part(f" · {elements_text(group.parameters)}", drop=DROP_DEVICE),
