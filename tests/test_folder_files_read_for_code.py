@@ -234,3 +234,73 @@ def test_a_linked_subfolder_is_read_and_a_fifo_is_never_waited_on(tmp_path: Path
     assert "[code-beside] linked/evil.pth" in out
     assert "[cannot-tell-beside] pipe (also in the folder)" in out
     assert not canary.exists()
+
+
+# ---- what the reader cannot read is data only when torch.load fails on it before it could run anything ----
+
+
+def _model_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    return folder
+
+
+def test_a_protocol_0_pickle_the_reader_cannot_parse_is_cannot_tell(tmp_path: Path, capsys: Any) -> None:
+    folder, made = _model_folder(tmp_path), tmp_path / "made"
+    # no PROTO, no STOP: pickle runs os.mkdir, then fails at the end of the input
+    (folder / "state.bak").write_bytes(f"cos\nmkdir\n(S'{made}'\ntR".encode())
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1, out
+    assert "[cannot-tell-beside] state.bak (also in the folder)" in out
+    assert not made.exists()
+    with pytest.raises(EOFError):
+        torch.load(folder / "state.bak", weights_only=False)
+    assert made.is_dir()  # the real loader ran it
+
+
+def test_a_tar_archive_beside_is_cannot_tell(tmp_path: Path, capsys: Any) -> None:
+    import io
+    import pickle
+    import tarfile
+
+    folder, made = _model_folder(tmp_path), tmp_path / "made"
+    data = pickle.dumps(_MakeDir(str(made)), protocol=2)
+    with tarfile.open(folder / "old", "w:", format=tarfile.PAX_FORMAT) as tar:
+        for member in ("sys_info", "pickle", "storages", "tensors"):
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 1, out
+    assert "[cannot-tell-beside] old (also in the folder)" in out and "tar archive" in out
+    assert not made.exists()
+    with pytest.raises(TypeError):  # torch's pre-0.4 tar reader unpickles the members: it ran the payload
+        torch.load(folder / "old", weights_only=False)
+    assert made.is_dir()
+
+
+class _MakeDir:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.path,))
+
+
+def test_text_files_torch_load_fails_on_at_once_stay_data(tmp_path: Path, capsys: Any) -> None:
+    folder = _model_folder(tmp_path)
+    texts = {
+        "notes.txt": "trained for 3 epochs\n",
+        "log.csv": "epoch,loss\n1,0.3\n",
+        "hparams.yaml": "lr: 0.1\nbatch: 3\n",
+        "vocab.txt": "[PAD]\n[UNK]\nthe\n",
+        "train.py": "import torch\n",
+    }
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+        with pytest.raises(Exception):  # noqa: B017 (each fails its own way, before anything runs)
+            torch.load(folder / name, weights_only=False)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert "also in the folder" not in out

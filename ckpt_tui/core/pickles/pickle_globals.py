@@ -58,3 +58,38 @@ def named_globals(data: bytes | BinaryIO) -> Iterator[tuple[str, str]]:
         elif name not in _QUIET:
             pushed.append(None)
         del pushed[:-2]
+
+
+CALLING_OPCODES = frozenset(
+    {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD", "EXT1", "EXT2", "EXT4"}
+)
+"""The opcodes with which an unpickler imports or calls something (a name it resolves, a class it builds)."""
+
+
+def fails_before_calling(data: bytes, complete: bool) -> bool:
+    """Whether ``pickle.load`` on bytes starting with ``data`` surely fails before it imports or calls anything.
+
+    True only when an opcode of ``data`` cannot be decoded (an unknown byte, an operand the unpickler cannot read)
+    before any of :data:`CALLING_OPCODES` is read whole, and before a STOP; ``complete``: ``data`` is the whole
+    input, else running out of it is doubt. Operands are decoded as ``pickletools`` decodes them, which accepts at
+    least what the unpickler does (it may also fail sooner, on its stack: that only leaves more doubt here).
+    """
+    import pickletools  # (only for a file the readers could not read)
+
+    opcodes = {opcode.code: opcode for opcode in pickletools.opcodes}
+    stream = io.BytesIO(data)
+    while True:
+        code = stream.read(1)
+        if not code:
+            return complete  # (pickle fails at the end of its input)
+        opcode = opcodes.get(code.decode("latin-1"))
+        if opcode is None:
+            return True
+        try:
+            if opcode.arg is not None:
+                opcode.arg.reader(stream)
+        except Exception:
+            # an operand cut short by the end of what was read proves nothing about the rest of the file
+            return complete or stream.tell() < len(data)
+        if opcode.name in CALLING_OPCODES or opcode.name == "STOP":
+            return False

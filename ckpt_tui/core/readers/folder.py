@@ -18,6 +18,7 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
+from ckpt_tui.core.pickles.pickle_globals import fails_before_calling
 from ckpt_tui.core.readers.rank_set import rank_folder
 from ckpt_tui.core.runtime.shell import join_command, path_arg
 
@@ -170,9 +171,11 @@ PICKLE_OPCODES = frozenset(
 """The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
 lists the same, but costs an import to read a file)."""
 DATA_FORMATS = frozenset({"safetensors", "sharded"})
-"""A pickle of protocol 2 or more starts with PROTO (so do the legacy format's magic number and torch.save's
-pickles); a protocol 0/1 pickle starts with another opcode and is told from text by its control bytes."""
+"""What a file beside a checkpoint may be read as and still be data: torch.load runs nothing from it. A file no
+reader reads is data only when torch.load surely fails on it first (see :func:`_loader_fails_at_once`)."""
 MAX_BESIDE = 1000
+SCANNED_BYTES = 1 << 20
+"""How much of a file no reader reads is decoded to prove the unpickler fails on it before calling anything."""
 
 
 LOADER_TAKES = "from_pretrained("
@@ -276,18 +279,36 @@ def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[
         return [FileBeside(name, "unreadable", unreadable=_why(exc))]
     if not head:
         return []
-    # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data
-    sure = head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO
-    if not sure and head[0] not in PICKLE_OPCODES:
-        return []
     try:
         opened = open_file(path)
     except Exception as exc:
-        # (a file starting with another opcode byte that no reader reads is text or data: torch.load fails on it)
-        return [FileBeside(name, "unreadable", unreadable=_why(exc))] if sure else []
+        # what no reader reads is data only when torch.load surely fails on it before running anything
+        if _loader_fails_at_once(path, head):
+            return []
+        return [FileBeside(name, "unreadable", unreadable=_why(exc))]
     if opened.format in DATA_FORMATS:
         return []
     return [FileBeside(name, format_name(opened.format), sorted(opened.unsafe_globals), list(opened.runs_code))]
+
+
+def _loader_fails_at_once(path: str, head: bytes) -> bool:
+    """Whether ``torch.load(weights_only=False)`` surely fails on a file before it imports or calls anything: not a
+    zip, not a tar (torch's first try, whose members it unpickles), and a pickle that breaks before any call."""
+    import tarfile
+
+    # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data
+    if head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO:
+        return False
+    try:
+        with places.open_stream(path) as stream, tarfile.open(fileobj=stream, mode="r:", format=tarfile.PAX_FORMAT):
+            return False
+    except tarfile.TarError:
+        pass
+    except Exception:  # (torch fails the same way reading it as tar, and tells nothing more)
+        return False
+    with places.open_stream(path) as stream:
+        data = stream.read(SCANNED_BYTES + 1)
+    return fails_before_calling(data[:SCANNED_BYTES], complete=len(data) <= SCANNED_BYTES)
 
 
 def _regular(path: str) -> bool:
