@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -29,29 +28,14 @@ from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 from ckpt_tui.core.pickles.unpickle import load_pickle, unsafe_note
 from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
 from ckpt_tui.core.readers.embedded_zip import read_embedded
+from ckpt_tui.core.readers.probes import METADATA
 
-METADATA = ".metadata"
 MAX_METADATA_BYTES = 512 << 20
 MAX_PATH_DEPTH = 100
 RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
 LIGHTNING_META = "meta.pt"
 """What Lightning's FSDP strategy saves beside a sharded (DCP) checkpoint: everything but the weights."""
 OPTIMIZER_KEY = re.compile(r"optimizer_[0-9]+")
-
-
-def is_dcp_folder(folder: str) -> bool:
-    """A folder with DCP's ``.metadata`` (any entry but a folder: :func:`read_dcp` refuses one that is
-    not a regular file of the folder)."""
-    return named_entry(places.join(folder, METADATA))
-
-
-def dcp_folder_of(path: str) -> str | None:
-    """The DCP folder a ``.metadata`` or ``.distcp`` file belongs to (None for other files)."""
-    folder = places.parent(path)
-    name = os.path.basename(path)
-    if (name == METADATA or name.endswith(".distcp")) and is_dcp_folder(folder):
-        return folder
-    return None
 
 
 def _state(value: Any, what: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -18,56 +17,13 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
+from ckpt_tui.core.readers.probes import MODEL_STATES, OPTIM_STATES, deepspeed_files
 
-LATEST = "latest"
 FP32_KEY = "fp32_weights"
 FLOATING = ("float64", "float32", "float16", "bfloat16")
 
-STAGE0_MODEL = re.compile(r"mp_rank_\d+_model_states\.pt")
-"""With ZeRO disabled, each model-parallel rank saves one file: module, optimizer and the rest together."""
 
 OpenFile = Any  # Callable[[str], Checkpoint]: the plain reader of one torch file
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
-def _files(folder: str, suffix: str) -> list[str]:
-    # every entry but a folder: one that is not a regular file of the folder is refused when opened
-    names = [n for n in places.list_dir(folder) if n.endswith(suffix) and named_entry(places.join(folder, n))]
-    return sorted(names, key=_natural)
-
-
-def deepspeed_folder(path: str) -> str | None:
-    """The ZeRO tag folder (``global_stepN``) that ``path`` is, holds (``latest``) or lies in; else None."""
-    folder = path if places.is_dir(path) else places.parent(path)
-    if places.is_dir(path):
-        tag = _latest_tag(path)
-        if tag is not None:
-            folder = inside(path, tag, f"{places.join(path, LATEST)}: tag folder", kind="folder")
-    elif not path.endswith(("_model_states.pt", "_optim_states.pt")):
-        return None
-    models = _files(folder, "_model_states.pt")
-    if models and (_files(folder, "_optim_states.pt") or all(STAGE0_MODEL.fullmatch(n) for n in models)):
-        return folder
-    return None
-
-
-def _latest_tag(folder: str) -> str | None:
-    """The tag ``latest`` names, when it names something (checked by the caller); ``latest`` itself is
-    read only as a regular file of the folder."""
-    where = places.join(folder, LATEST)
-    if not named_entry(where):  # none, or a folder named latest (no tag file)
-        return None
-    with places.open_stream(inside(folder, LATEST, f"{folder}:")) as file:
-        text = file.read(4096)
-    tag = text.decode("utf-8", errors="replace").strip()
-    if len(text) == 4096 or not tag:
-        return None
-    if places.is_remote(folder) or os.path.isabs(tag) or os.path.lexists(os.path.join(folder, tag)):
-        return tag  # a tag that is there, or that leads elsewhere (refused by the caller)
-    return None
 
 
 def _dict(value: Any, what: str) -> dict[Any, Any]:
@@ -115,8 +71,8 @@ class Partition:
 
 def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     """Open a ZeRO tag folder: module states, optimizer states, and the fp32 weights zero_to_fp32 would write."""
-    model_names = _files(folder, "_model_states.pt")
-    optim_names = _files(folder, "_optim_states.pt")
+    model_names = deepspeed_files(folder, MODEL_STATES)
+    optim_names = deepspeed_files(folder, OPTIM_STATES)
     models = [open_file(inside(folder, n, f"{folder}:")) for n in model_names]
     if not optim_names:
         return _read_stage0(folder, model_names, models)

@@ -8,7 +8,6 @@ opens as one dict with a key per file (its name without the extension, unless tw
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import stat
 from collections.abc import Callable
@@ -165,11 +164,6 @@ HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_mode
 """What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 PICKLE_PROTO = 0x80
-PICKLE_OPCODES = frozenset(
-    code[0] for name, code in vars(pickle).items() if name.isupper() and type(code) is bytes and len(code) == 1
-)
-"""The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
-lists the same, but costs an import to read a file)."""
 DATA_FORMATS = frozenset({"safetensors", "sharded"})
 """What a file beside a checkpoint may be read as and still be data: torch.load runs nothing from it. A file no
 reader reads is data only when torch.load surely fails on it first (see :func:`_loader_fails_at_once`)."""

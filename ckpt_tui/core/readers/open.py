@@ -17,37 +17,19 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import BinaryIO, Literal, NoReturn
+from typing import TYPE_CHECKING, BinaryIO, Literal, NoReturn
 
 from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
-from ckpt_tui.core.pickles.unpickle import load_pickle
-from ckpt_tui.core.readers.dcp import dcp_folder_of, read_dcp
-from ckpt_tui.core.readers.deepspeed import deepspeed_folder, read_deepspeed
-from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
-from ckpt_tui.core.readers.folder import (
-    HF_WEIGHTS,
-    PICKLE_OPCODES,
-    account_for_folder,
-    checkpoint_files,
-    hf_weights,
-    loader_takes,
-    read_folder,
-    saved_together,
-    separate_files,
-)
-from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
-from ckpt_tui.core.readers.legacy import read_pickle_file
-from ckpt_tui.core.readers.rank_set import holds_sharded, merge_ranks, rank_folder, with_ranks
-from ckpt_tui.core.readers.safetensors_file import (
-    NotSafetensors,
-    length_problem,
-    looks_like_safetensors,
-    read_safetensors,
-)
-from ckpt_tui.core.readers.zip_checkpoint import read_zip
+from ckpt_tui.core.readers.probes import PICKLE_OPCODES, dcp_folder_of, deepspeed_folder, looks_like_safetensors
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.readers.safetensors_file import NotSafetensors
+
+# Each reader is imported by the row that reads its format (the probes need none): opening one file
+# imports its own reader only.
 
 INDEX_SUFFIX = ".index.json"
 ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
@@ -69,6 +51,8 @@ def open_checkpoint(path: PathArg | Sequence[PathArg]) -> Checkpoint:
         if not paths:
             raise ReadError("no checkpoint given")
         if len(paths) > 1:
+            from ckpt_tui.core.readers.rank_set import merge_ranks
+
             return _guarded(" ".join(paths), lambda: merge_ranks(paths, [_open_member(p) for p in paths]))
         path = paths[0]
     text = os.fspath(path)  # type: ignore[arg-type]
@@ -182,16 +166,22 @@ class Target:
     @cached_property
     def hf_dcp(self) -> list[str] | None:
         """The per-rank safetensors files of torch's HuggingFaceStorageWriter in a folder without an index."""
+        from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder
+
         return None if self.indexes else hf_dcp_folder(self.path)
 
     @cached_property
     def files(self) -> list[str]:
         """A folder's checkpoint files."""
+        from ckpt_tui.core.readers.folder import checkpoint_files
+
         return checkpoint_files(self.path)
 
     @cached_property
     def ranks(self) -> list[str] | None:
         """A folder's files when they are one set of rank files."""
+        from ckpt_tui.core.readers.rank_set import rank_folder
+
         return rank_folder(self.path, self.files)
 
     def member(self, file: str) -> Checkpoint:
@@ -220,16 +210,22 @@ class Detection:
 
 
 def _read_dcp(target: Target) -> Checkpoint:
+    from ckpt_tui.core.readers.dcp import read_dcp
+
     assert target.dcp_folder is not None
     return read_dcp(target.dcp_folder, _open_plain_file)
 
 
 def _read_deepspeed(target: Target) -> Checkpoint:
+    from ckpt_tui.core.readers.deepspeed import read_deepspeed
+
     assert target.zero_folder is not None
     return read_deepspeed(target.zero_folder, _open_plain_file)
 
 
 def _read_hf_dcp(target: Target) -> Checkpoint:
+    from ckpt_tui.core.readers.hf_dcp import read_hf_dcp
+
     assert target.hf_dcp is not None
     return read_hf_dcp(target.path, target.hf_dcp, open_shard)
 
@@ -247,12 +243,16 @@ def _read_index_folder(target: Target) -> Checkpoint:
 
 
 def _holds_rank_files(target: Target) -> bool:
+    from ckpt_tui.core.readers.rank_set import holds_sharded
+
     return target.ranks is not None and holds_sharded(target.member(target.ranks[0]))
 
 
 def _read_rank_folder(target: Target) -> Checkpoint:
     # the merged tree is checked as a whole when it is returned (as a rank file's siblings are): the
     # ranks' ShardedTensor/DTensor internals are read only through their checked fields
+    from ckpt_tui.core.readers.rank_set import merge_ranks
+
     assert target.ranks is not None
     merged = merge_ranks(target.ranks, [target.member(p) for p in target.ranks])
     merged.path = target.path
@@ -262,6 +262,8 @@ def _read_rank_folder(target: Target) -> Checkpoint:
 def _hf_choice(target: Target) -> tuple[str | None, list[str]]:
     """The weights file (or index) ``from_pretrained(folder)`` takes (transformers' order: model.safetensors, its
     index, pytorch_model.bin, its index), and the other weights files and indexes beside it that it passes over."""
+    from ckpt_tui.core.readers.folder import HF_WEIGHTS, hf_weights
+
     names = set(places.list_dir(target.path))
     chosen = hf_weights(target.path, names)
     if chosen is None:
@@ -273,6 +275,8 @@ def _hf_choice(target: Target) -> tuple[str | None, list[str]]:
 def _noted(checkpoint: Checkpoint, folder: str, chosen: str, passed: list[str]) -> Checkpoint:
     """A folder's checkpoint read from ``chosen``, saying which weights files beside it a loader passes over."""
     if passed:
+        from ckpt_tui.core.readers.folder import loader_takes
+
         checkpoint.notes.insert(0, loader_takes(folder, chosen, passed))
     return checkpoint
 
@@ -286,6 +290,8 @@ def _hf_whole_file(target: Target) -> Checkpoint | None:
 
 
 def _read_folder(target: Target) -> Checkpoint:
+    from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files
+
     if not saved_together(target.path, target.files):
         # a folder transformers' Trainer wrote (the model beside optimizer.pt, rng_state.pth, training_args.bin):
         # its model is what from_pretrained takes; the other files are read for code
@@ -300,6 +306,8 @@ def _read_folder(target: Target) -> Checkpoint:
 
 
 def _read_safetensors(target: Target) -> Checkpoint | None:
+    from ckpt_tui.core.readers.safetensors_file import NotSafetensors, read_safetensors
+
     try:
         return _with_other_readings(read_safetensors(target.path, target.size), target.head, target.size)
     except NotSafetensors as exc:
@@ -309,7 +317,15 @@ def _read_safetensors(target: Target) -> Checkpoint | None:
 
 
 def _read_zip(target: Target) -> Checkpoint:
-    return read_zip(target.path, target.size, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
+    return _zip_reading(target.path, target.size)
+
+
+def _zip_reading(path: str, file_bytes: int) -> Checkpoint:
+    """A zip torch wrote (a checkpoint, or a TorchScript archive), with torch.distributed's classes known."""
+    from ckpt_tui.core.readers.distributed_globals import DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS
+    from ckpt_tui.core.readers.zip_checkpoint import read_zip
+
+    return read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
 
 
 def _refuse_tar(target: Target) -> Checkpoint:
@@ -332,6 +348,8 @@ def _read_index(target: Target) -> Checkpoint:
 
 
 def _read_pickle(target: Target) -> Checkpoint:
+    from ckpt_tui.core.readers.legacy import read_pickle_file
+
     try:
         return read_pickle_file(target.path, target.size)
     except ReadError as exc:
@@ -374,6 +392,8 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
     if target.framing_error is not None:
         raise target.framing_error from None
     if path.endswith(".safetensors") or head[8:9] == b"{":
+        from ckpt_tui.core.readers.safetensors_file import length_problem
+
         raise ReadError(f"{path}: safetensors {length_problem(head, target.size)}") from None
     if _looks_like_text(head):
         raise ReadError(f"{path}: a text file, not a checkpoint") from None
@@ -390,6 +410,9 @@ def _open_directory(path: str) -> Checkpoint:
             f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
         )
     if not places.is_remote(path):
+        from ckpt_tui.core.readers.dcp import read_dcp
+        from ckpt_tui.core.readers.folder import account_for_folder
+
         # every other file a loader could unpickle is read for code: a folder is clean only when all of it is
         checkpoint.beside = account_for_folder(
             path, checkpoint, _open_plain_file, lambda folder: read_dcp(folder, _open_plain_file)
@@ -408,17 +431,34 @@ def _open_file(path: str) -> Checkpoint:
     if whole is not None:  # one file of a DCP or DeepSpeed folder opens the whole folder
         return whole
     checkpoint = _read_file(target)
-    if sharding_info(checkpoint) is not None:  # one rank's file of an HF-DCP folder opens the whole folder
-        folder = places.parent(path)
-        names = hf_dcp_folder(folder)
-        if names is not None and len(names) > 1:
-            return read_hf_dcp(folder, names, open_shard)
+    whole_set = _hf_dcp_set(checkpoint, path)
+    if whole_set is not None:
+        return whole_set
     _check_opened(checkpoint, path)  # before anything else walks it
-    # (a root still held as columns is plain tensors: no ShardedTensor or DTensor to find rank files for)
-    opened = checkpoint if checkpoint.root_pending() else with_ranks(path, checkpoint, _open_plain_file)
-    if opened is checkpoint and checkpoint.flat_columns() is None:
+    if checkpoint.flat_columns() is not None:
+        # (columns are plain tensors: no ShardedTensor or DTensor to find rank files for)
+        return checkpoint
+    from ckpt_tui.core.readers.rank_set import with_ranks
+
+    opened = with_ranks(path, checkpoint, _open_plain_file)
+    if opened is checkpoint:
         _opened.checked = checkpoint.root
     return opened
+
+
+def _hf_dcp_set(checkpoint: Checkpoint, path: str) -> Checkpoint | None:
+    """The whole HF-DCP folder when ``checkpoint`` is one rank's file of it (a safetensors file that says so)."""
+    if checkpoint.format != "safetensors":
+        return None
+    from ckpt_tui.core.readers.hf_dcp import hf_dcp_folder, read_hf_dcp, sharding_info
+
+    if sharding_info(checkpoint) is None:
+        return None
+    folder = places.parent(path)
+    names = hf_dcp_folder(folder)
+    if names is not None and len(names) > 1:
+        return read_hf_dcp(folder, names, open_shard)
+    return None
 
 
 def _open_member(path: str) -> Checkpoint:
@@ -523,7 +563,7 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
     other: str | None = None
     if head.startswith(TORCH_ZIP_START):
         try:
-            zipped = read_zip(path, file_bytes, DISTRIBUTED_CLASSES, DISTRIBUTED_GLOBALS)
+            zipped = _zip_reading(path, file_bytes)
         except ReadError:
             zipped = None
         if zipped is not None:
@@ -545,6 +585,8 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
 
 def _first_pickle_loads(file: BinaryIO, path: str, unsafe: set[str]) -> bool:
     """Whether the file starts with a whole pickle (its unsafe globals are added to ``unsafe``)."""
+    from ckpt_tui.core.pickles.unpickle import load_pickle
+
     try:
         load_pickle(file, lambda pid: pid, f"{path}: pickle", unsafe)
     except ReadError:

@@ -21,7 +21,6 @@ import json
 import math
 import operator
 import re
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from ckpt_tui.core.model.tree import (
     Tensor,
     layout_fits,
 )
+from ckpt_tui.core.readers.probes import MAX_HEADER, header_length
 from ckpt_tui.core.runtime import process
 
 _LAZY: Any = object()
@@ -60,7 +60,6 @@ def _orjson() -> Any:
     return orjson
 
 
-MAX_HEADER = 100_000_000
 PEAK_PER_TENSOR = 900
 """Bytes at the peak of reading one header entry with ``json`` (its parsed entry; about 770 measured),
 besides the header's text held twice (bytes and str)."""
@@ -69,7 +68,6 @@ ORJSON_PEAK_PER_TENSOR = 2400
 crashes the process (no MemoryError) when an allocation fails under an address-space limit."""
 MAX_DEPTH = 127
 """serde_json's recursion limit: a 128th nested array or object fails."""
-JSON_WHITESPACE = b" \t\n\r"
 U64 = 1 << 64
 
 SAFETENSORS_DTYPES = {
@@ -174,31 +172,12 @@ class SafetensorsRecords(RecordSource):
         return self
 
 
-def header_length(head: bytes, file_bytes: int) -> int | None:
-    """The declared header length when it fits the file and the library's cap, else None."""
-    if len(head) < 8:
-        return None
-    (length,) = struct.unpack_from("<Q", head)
-    if length < 2 or length > min(MAX_HEADER, file_bytes - 8):
-        return None
-    return length
-
-
 def length_problem(head: bytes, file_bytes: int) -> str:
     """Why a declared header length is refused, in words: past the library's limit, or past the file."""
     length = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
     if length > MAX_HEADER:
         return f"header length {length:,} is over the safetensors library's limit of {MAX_HEADER:,} bytes"
     return f"header length {length} does not fit a {file_bytes}-byte file"
-
-
-def looks_like_safetensors(head: bytes, file_bytes: int) -> bool:
-    """A length that fits, then a JSON object (after JSON whitespace): worth parsing as safetensors."""
-    length = header_length(head, file_bytes)
-    if length is None:
-        return False
-    start = head[8 : 8 + length].lstrip(JSON_WHITESPACE)
-    return start[:1] == b"{" or (not start and length > len(head) - 8)
 
 
 FIELDS = ("dtype", "shape", "data_offsets")

@@ -31,8 +31,9 @@ from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.folder import TRAINING_ARGS_HOLDS, trainer_arguments
+from ckpt_tui.core.readers.probes import looks_like_safetensors
 from ckpt_tui.core.readers.read_once import PickleBytes
-from ckpt_tui.core.readers.safetensors_file import library_refusals, looks_like_safetensors
+from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.readers.torch_zip import (
     SMALL_RECORD_HELD,
     ZipRecords,
