@@ -42,8 +42,7 @@ def test_a_payload_under_any_name_beside_a_clean_model_is_a_problem_naming_it(
     tmp_path: Path, capsys: Any, name: str
 ) -> None:
     folder, canary = tmp_path / "run", tmp_path / "CANARY"
-    folder.mkdir()
-    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    _shards(folder)
     _payload(folder / name, canary)
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1
@@ -55,10 +54,24 @@ def test_a_payload_under_any_name_beside_a_clean_model_is_a_problem_naming_it(
     assert not canary.exists()
 
 
-def test_a_clean_file_beside_is_read_and_named_and_the_folder_stays_clean(tmp_path: Path, capsys: Any) -> None:
-    folder = tmp_path / "run"
+@pytest.mark.parametrize("name", ["model_best.pth.tar", "EVIL.PTH", "evil", "optimizer.pt.1"])
+def test_a_payload_under_any_name_beside_a_model_file_is_a_second_checkpoint(
+    tmp_path: Path, capsys: Any, name: str
+) -> None:
+    folder, canary = tmp_path / "run", tmp_path / "CANARY"
     folder.mkdir()
     torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    _payload(folder / name, canary)
+    code, _, err = run(capsys, "check", str(folder))
+    # a checkpoint by content, as model.pth is: two separate checkpoints, never the folder called clean
+    assert code == 2
+    assert f"{folder}: a folder of 2 separate checkpoints, not one save: open one" in err
+    assert not canary.exists()
+
+
+def test_a_clean_file_beside_is_read_and_named_and_the_folder_stays_clean(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "run"
+    _shards(folder)
     torch.save({"step": torch.tensor(3)}, folder / "extra_state")
     (folder / "notes.txt").write_text("trained for 3 epochs\n")
     (folder / "config.json").write_text("{}")
@@ -69,8 +82,7 @@ def test_a_clean_file_beside_is_read_and_named_and_the_folder_stays_clean(tmp_pa
 
 def test_a_file_beside_that_cannot_be_read_is_never_clean(tmp_path: Path, capsys: Any) -> None:
     folder = tmp_path / "run"
-    folder.mkdir()
-    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    _shards(folder)
     (folder / "broken.bak").write_bytes(b"PK\x03\x04 not a zip at all")
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1

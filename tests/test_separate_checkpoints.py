@@ -122,3 +122,46 @@ def test_shards_without_an_index_are_one_save(tmp_path: Path) -> None:
     save_file({"a": torch.ones(2)}, str(folder / "model-00001-of-00002.safetensors"))
     save_file({"b": torch.ones(2)}, str(folder / "model-00002-of-00002.safetensors"))
     assert open_checkpoint(folder).format == "folder"
+
+
+# ---- checkpoint files are found by content, not by name ---------------------------------------------
+
+
+def _imagenet_folder(tmp_path: Path, names: tuple[str, ...]) -> Path:
+    """What PyTorch's ImageNet example leaves: ``checkpoint.pth.tar`` and ``model_best.pth.tar``."""
+    folder = tmp_path / "imagenet"
+    folder.mkdir()
+    for index, name in enumerate(names):
+        torch.save({"epoch": index, "state_dict": {"fc.weight": torch.full((2, 2), float(index))}}, folder / name)
+    return folder
+
+
+def test_a_folder_of_pth_tar_files_is_separate_checkpoints_naming_the_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _imagenet_folder(tmp_path, ("checkpoint.pth.tar", "model_best.pth.tar"))
+    assert main(["check", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"ckpt-tui: {folder}: a folder of 2 separate checkpoints, not one save: "
+        f"open one (ckpt-tui {folder}/model_best.pth.tar)\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["model_best.pth.tar", "weights", "model.PTH", "ckpt.safetensors.bak"])
+def test_a_folder_of_one_checkpoint_under_any_name_opens_it(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "one"
+    folder.mkdir()
+    if "safetensors" in name:
+        from safetensors.torch import save_file
+
+        save_file({"fc.weight": torch.ones(2, 2)}, folder / name)
+    else:
+        torch.save({"fc.weight": torch.ones(2, 2)}, folder / name)
+    (folder / "notes").write_text("lr 1e-3\n")
+    assert main(["info", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "fc.weight" in out and name in out
+    # (torch.load unpickles a safetensors file not named *.safetensors, and fails)
+    assert main(["check", str(folder)]) == (1 if "safetensors" in name else 0)

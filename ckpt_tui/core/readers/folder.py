@@ -23,6 +23,7 @@ from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_FILES = 1000
+SNIFFED_BYTES = 512
 SAVED_TOGETHER = re.compile(
     r"(model|pytorch_model|adapter_model|optimizer|scheduler|sampler|dl_state_dict|scaler|random_states"
     r"|custom_checkpoint|rng_state|training_args)(_\d+)?\.[a-z]+"
@@ -39,15 +40,39 @@ TEXT_FILE = "a text file, not a checkpoint"
 
 
 def checkpoint_files(folder: str) -> list[str]:
-    """The names of the folder's entries (not folders) saved as checkpoints, in name order: one that is
-    not a regular file of the folder (a FIFO, a link out) is refused when opened, never passed over."""
+    """The names of the folder's entries (not folders) saved as checkpoints, in name order: named so, or, in a
+    local folder, under any name (``model_best.pth.tar``) by content. One that is not a regular file of the
+    folder (a FIFO, a link out) but is named as a checkpoint is refused when opened, never passed over."""
     names = []
+    peeked = 0
+    local = not places.is_remote(folder)
     for name in sorted(places.list_dir(folder)):
-        if name.startswith(".") or not name.endswith(CHECKPOINT_SUFFIXES):
+        if name.startswith("."):
             continue
-        if named_entry(places.join(folder, name)):
-            names.append(name)
+        path = places.join(folder, name)
+        if name.endswith(CHECKPOINT_SUFFIXES):
+            if named_entry(path):
+                names.append(name)
+        elif local and peeked < MAX_FILES and _regular(path):
+            # torch.load reads any name: a file saved as a checkpoint is one, whatever it is called
+            peeked += 1
+            if _saved_as_checkpoint(path):
+                names.append(name)
     return names
+
+
+def _saved_as_checkpoint(path: str) -> bool:
+    """Whether a local file begins as what torch.save or safetensors writes: a zip, a pickle's PROTO, a
+    safetensors header."""
+    from ckpt_tui.core.readers.safetensors_file import looks_like_safetensors
+
+    try:
+        with places.open_stream(path) as stream:
+            head = stream.read(SNIFFED_BYTES)
+        size = os.path.getsize(path)
+    except (OSError, ReadError):
+        return False
+    return bool(head) and (head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO or looks_like_safetensors(head, size))
 
 
 def saved_together(folder: str, names: list[str]) -> bool:
