@@ -18,6 +18,7 @@ from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
 from ckpt_tui.core.pickles.pickle_globals import fails_before_calling
+from ckpt_tui.core.readers.probes import looks_like_safetensors
 from ckpt_tui.core.readers.rank_set import rank_folder
 from ckpt_tui.core.runtime.shell import join_command, path_arg
 
@@ -64,8 +65,6 @@ def checkpoint_files(folder: str) -> list[str]:
 def _saved_as_checkpoint(path: str) -> bool:
     """Whether a local file begins as what torch.save or safetensors writes: a zip, a pickle's PROTO, a
     safetensors header."""
-    from ckpt_tui.core.readers.safetensors_file import looks_like_safetensors
-
     try:
         with places.open_stream(path) as stream:
             head = stream.read(SNIFFED_BYTES)
