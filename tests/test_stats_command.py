@@ -96,8 +96,10 @@ def kinds() -> OrderedDict[str, torch.Tensor]:
 
 
 def rows_by_key(path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, dict[str, Any]]:
-    assert main(["stats", str(path), "--json", *args]) == 0
+    code = main(["stats", str(path), "--json", *args])
     data = json.loads(capsys.readouterr().out)
+    # NaN or Inf in any tensor is a problem found: exit 1, as README's exit codes say
+    assert code == (1 if any(row["nan"] or row["inf"] for row in data["tensors"]) else 0)
     return {"/".join(str(k) for k in row["path"]): row for row in data["tensors"]}
 
 
@@ -127,7 +129,7 @@ def test_json_contract_has_every_field_and_info_paths(tmp_path: Path, capsys: py
     assert list(data) == ["tensors"]
     assert [row["path"] for row in data["tensors"]] == [t["path"] for t in info["tensors"]]
     for row in data["tensors"]:
-        assert list(row) == [*COLUMNS, "reason"]
+        assert list(row) == [*COLUMNS, "reason", "posinf", "neginf"]
         assert isinstance(row["zeros"], float) and 0.0 <= row["zeros"] <= 1.0
 
 
@@ -247,9 +249,9 @@ def test_sort_numbers_largest_first_names_a_to_z_and_none_last(tmp_path: Path) -
 
 def test_csv_has_the_json_columns_and_a_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save(kinds(), tmp_path / "k.pth")
-    assert main(["stats", str(tmp_path / "k.pth"), "--csv", "--sort", "norm"]) == 0
+    assert main(["stats", str(tmp_path / "k.pth"), "--csv", "--sort", "norm"]) == 1  # "special" holds NaN
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert list(table[0]) == [*COLUMNS, "reason"]
+    assert list(table[0]) == [*COLUMNS, "reason", "posinf", "neginf"]
     assert table[0]["path"] == "f64"  # the largest norm first
     special = next(row for row in table if row["path"] == "special")
     assert special["nan"] == "1" and special["inf"] == "2" and special["shape"] == "7x5"
@@ -266,7 +268,7 @@ def test_text_table_fits_80_columns_and_marks_nan_norm_and_dead(
     layers["layers.4.weight"][0, 0] = float("nan")
     torch.save(layers, tmp_path / "l.pth")
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["stats", str(tmp_path / "l.pth")]) == 0
+    assert main(["stats", str(tmp_path / "l.pth")]) == 1  # a NaN: a problem found
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80
     lines = out.splitlines()

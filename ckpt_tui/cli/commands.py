@@ -116,8 +116,16 @@ def _check(path: str | list[str], as_json: bool) -> int:
     return 0 if report.ok else 1
 
 
+NONFINITE_NOTE = (
+    "NaN/Inf found: min, max, mean, std, norm and absmax are of the finite values;\n"
+    "ckpt-tui check says where the first NaN and the first Inf of each tensor are"
+)
+"""Under a ``stats`` table that holds NaN or Inf."""
+
+
 def stats(args: argparse.Namespace) -> int:
-    """``stats``: every tensor's statistics as a table, JSON or CSV (exit 0; 2 unreadable or a bad --at)."""
+    """``stats``: every tensor's statistics as a table, JSON or CSV (exit 0; 1 when a tensor holds NaN or Inf;
+    2 unreadable or a bad --at)."""
     output = "json" if args.json else "csv" if args.csv else "text"
     return _stats(args.file, args.at, output, args.sort)
 
@@ -135,6 +143,8 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
         rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
     if sort:
         rows = sort_rows(rows, sort)
+    # NaN or Inf is a problem found (exit 1, as check says it), whichever form the table takes
+    found = 1 if any(row.nonfinite for row in rows) else 0
     if output == "json":
         print_json({"tensors": [row.to_json() for row in rows]})
     elif output == "csv":
@@ -149,7 +159,9 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
             print("no tensors" + (f" under {at}" if at else ""))
             return 0
         print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
-    return 0
+        if found:
+            print(NONFINITE_NOTE)
+    return found
 
 
 def _print_unreadable_verdict(

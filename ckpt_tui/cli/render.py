@@ -292,7 +292,7 @@ def print_stats_csv(rows: list[Any]) -> None:
     from ckpt_tui.core.values.tensor_table import COLUMNS
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow([*COLUMNS, "reason"])
+    writer.writerow([*COLUMNS, "reason", "posinf", "neginf"])
     for row in rows:
         cells: list[Any] = []
         for column in COLUMNS:
@@ -302,7 +302,8 @@ def print_stats_csv(rows: list[Any]) -> None:
             elif column == "shape":
                 value = "x".join(str(d) for d in value)
             cells.append("" if value is None else repr(value) if isinstance(value, float) else value)
-        writer.writerow([*cells, row.reason or ""])
+        signs = ("", "") if row.stats is None else (row.stats.posinf, row.stats.neginf)
+        writer.writerow([*cells, row.reason or "", *signs])
 
 
 class ProgressLine:

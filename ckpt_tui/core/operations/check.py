@@ -258,8 +258,15 @@ class _ExactReads:
         if stats.count and stats.zeros == stats.count and is_moment(path):
             self.tally.zero_moments.append(path)
         if stats.nan or stats.inf:
-            counts = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
-            message = f"{to_python(path)}: {stats.nan} NaN, {stats.inf} Inf of {stats.count} values"
+            from ckpt_tui.core.values.nonfinite import describe_nonfinite, locate_nonfinite
+
+            # a second, row-major read of this tensor alone: where the first NaN and Inf are
+            where = locate_nonfinite(self.scanned[index], self.byteorder, self.cancelled)
+            counts: dict[str, Any] = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
+            counts |= {"posinf": stats.posinf, "neginf": stats.neginf}
+            if where is not None:
+                counts |= {"first_nan": _listed(where.first_nan), "first_inf": _listed(where.first_inf)}
+            message = f"{to_python(path)}: {describe_nonfinite(stats, where)}"
             self.tally.problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
 
     def _stats(self, path: KeyPath, tensor: Tensor) -> TensorStats | None:
@@ -274,6 +281,11 @@ class _ExactReads:
         except ReadError as exc:
             self.tally.problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
             return None
+
+
+def _listed(index: tuple[int, ...] | None) -> list[int] | None:
+    """An index as JSON holds it."""
+    return None if index is None else list(index)
 
 
 def _may_name_moments(paths: list[KeyPath]) -> bool:

@@ -81,6 +81,8 @@ class TensorRow:
         out["path"] = to_json(self.path)
         out["shape"] = list(self.shape)
         out["reason"] = self.reason
+        out["posinf"] = None if self.stats is None else self.stats.posinf
+        out["neginf"] = None if self.stats is None else self.stats.neginf
         return out
 
 

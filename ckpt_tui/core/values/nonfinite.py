@@ -1,0 +1,90 @@
+"""Where a tensor's NaN and Inf are: the first position of each, and the sign of its infinities.
+
+Read only for a tensor already found to hold one (``check``, ``stats``, the browser's side panel), so the
+cost of a second, row-major read is paid where the answer is wanted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.values.stats import TensorStats
+from ckpt_tui.core.values.tensor_values import TensorReader, decode, repeats_far_more
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """The first NaN and the first Inf of a tensor, as indices into its shape (None: it holds none)."""
+
+    first_nan: tuple[int, ...] | None
+    first_inf: tuple[int, ...] | None
+
+
+def locate_nonfinite(
+    tensor: Tensor, byteorder: str = "little", cancelled: Callable[[], bool] | None = None
+) -> NonFinite | None:
+    """The first NaN and first Inf in row-major order (None: unreadable, cancelled, or a repeating view whose
+    element-by-element read would cost far more than its storage)."""
+    if repeats_far_more(tensor):
+        return None
+    try:
+        reader = TensorReader(tensor, byteorder)
+        nan_at = inf_at = None
+        done = 0
+        for raw in reader.chunks():
+            if cancelled is not None and cancelled():
+                return None
+            nan_here, inf_here = _chunk_firsts(raw, tensor)
+            if nan_at is None and nan_here is not None:
+                nan_at = done + nan_here
+            if inf_at is None and inf_here is not None:
+                inf_at = done + inf_here
+            if nan_at is not None and inf_at is not None:
+                break
+            done += raw.size
+    except ReadError:
+        return None
+    shape = tensor.shape
+    return NonFinite(_index(nan_at, shape), _index(inf_at, shape))
+
+
+def _chunk_firsts(raw: np.ndarray, tensor: Tensor) -> tuple[int | None, int | None]:
+    """The first NaN's and first Inf's offsets in one chunk (a complex value: of its magnitude, as the
+    statistics count it)."""
+    with np.errstate(all="ignore"):
+        values = decode(raw, tensor.dtype, tensor.metadata)
+    return _first(np.isnan(values)), _first(np.isinf(values))
+
+
+def _first(mask: np.ndarray) -> int | None:
+    """The offset of the first True (None: none)."""
+    return int(mask.argmax()) if mask.any() else None
+
+
+def _index(flat: int | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A row-major offset as an index into ``shape``."""
+    if flat is None:
+        return None
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+
+
+def describe_nonfinite(stats: TensorStats, where: NonFinite | None) -> str:
+    """'1 NaN, 2 Inf (1 +Inf, 1 -Inf) of 64 values; first NaN at [0, 3], first Inf at [2, 1]': the one
+    sentence ``check`` and ``stats`` give for a tensor that holds NaN or Inf."""
+    if stats.posinf and stats.neginf:
+        infinities = f"{stats.inf} Inf ({stats.posinf} +Inf, {stats.neginf} -Inf)"
+    elif stats.inf:
+        infinities = f"{stats.inf} {'+' if stats.posinf else '-'}Inf"
+    else:
+        infinities = "0 Inf"
+    text = f"{stats.nan} NaN, {infinities} of {stats.count} values"
+    if where is None:
+        return text
+    found = (("NaN", where.first_nan), ("Inf", where.first_inf))
+    places = [f"first {name} at {list(at)}" for name, at in found if at is not None]
+    return text + ("; " + ", ".join(places) if places else "")
