@@ -7,6 +7,7 @@ act on exactly that: never on the parent of a group. After an edit renames or mo
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,11 +46,37 @@ class Target:
         return where(self.path)
 
 
+KNOWN_DICTS = 16
+"""How many dicts :func:`is_state_dict` remembers (the current tree's and those of the last edits)."""
+_known: dict[int, tuple[Any, bool]] = {}
+_known_lock = threading.Lock()
+
+
+def is_state_dict(value: Any) -> bool:
+    """Whether ``value`` is a dict that key edits act on (a state_dict), remembered per dict object.
+
+    Trees are never changed in place (an edit builds a new one), so the answer holds while the dict lives;
+    the summary's worker asks first of a big root, so that ``p`` does not look at 50,000 values on the UI
+    thread.
+    """
+    if not isinstance(value, dict):
+        return False
+    known = _known.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    answer = tensor_items(value) is not None
+    with _known_lock:  # the summary's worker and the UI thread both ask
+        if len(_known) >= KNOWN_DICTS:
+            _known.pop(next(iter(_known)))
+        # the dict is held with its answer: its id is not reused while it is here
+        _known[id(value)] = (value, answer)
+    return answer
+
+
 def state_dict_at(root: Any, path: KeyPath) -> KeyPath:
     """The state_dict a key edit applies to: the one at ``path``, the one holding it, or the detected one."""
     for depth in range(len(path), -1, -1):
-        value = get(root, path[:depth])
-        if isinstance(value, dict) and tensor_items(value) is not None:
+        if is_state_dict(get(root, path[:depth])):
             return path[:depth]
     return edits.default_target(root)
 

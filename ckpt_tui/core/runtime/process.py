@@ -62,6 +62,14 @@ def collect_less_often() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def settle_young() -> None:
+    """Collect the young generations now, from the worker thread that has just built a big result that stays
+    alive (an edited tree, a summary of 50,000 tensors): its survivors reach the oldest generation, which
+    no young collection traverses again. Otherwise a later young collection, triggered by whichever thread
+    allocates next (often the TUI's event loop), walks them all at once. The TUI's workers call it."""
+    gc.collect(1)
+
+
 def freeze_gc() -> None:
     """Move every object alive now out of the GC's reach (a loaded tree is never cyclic garbage).
 

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, Tree
+from textual.widgets import Input, Static, Tree
 from textual.worker import get_current_worker
 
 from ckpt_tui.core.conventions.state_dicts import common_prefix, inner_state_dict, tensor_items
@@ -36,6 +36,7 @@ from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.hints import ComparedModel
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.operations.staged import staged_summary
+from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.core.writers.judge import Outlook, judge_tree
@@ -65,6 +66,7 @@ from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
+from ckpt_tui.tui.widgets.footer import KeysFooter
 from ckpt_tui.tui.widgets.summary import Judged, SummaryHeader, check_findings, listed_findings, verdict_finding
 from ckpt_tui.tui.widgets.tree_view import (
     CheckpointTree,
@@ -158,7 +160,7 @@ class BrowserScreen(Screen[None]):
             yield DetailPanel(id="detail")
         yield Input(placeholder="search key paths (enter: go, escape: close)", id="search")
         yield Static(id="status", markup=False)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#search").display = False
@@ -216,6 +218,8 @@ class BrowserScreen(Screen[None]):
         torch.load(weights_only=True) makes of the edited tree once saved; reports by message only."""
         summary = staged_summary(on_disk, root, edited, compared)
         summary.distinct_elements()  # the header's element count, worked out here rather than on the UI thread
+        targets.is_state_dict(root)  # what p and P ask first, answered here rather than on the UI thread
+        process.settle_young()
         self.post_message(SummaryReady(version, summary, known or verdict(on_disk), storage_users(summary)))
         if judge and not get_current_worker().is_cancelled:
             # after the totals: on 50,000 keys writing and judging the pickle takes seconds
@@ -492,6 +496,7 @@ class BrowserScreen(Screen[None]):
             found = groupings_along(root, paths, worker_progress(self.post_message, "grouping"))
         except Cancelled:
             return
+        process.settle_young()
         self.post_message(GroupingReady(version, found))
 
     @on(GroupingReady)
@@ -623,6 +628,8 @@ class BrowserScreen(Screen[None]):
         except Cancelled:
             return
         listings = listings_along(new_root, paths)
+        # the new tree stays alive (undo keeps it): aged here, not walked by a collection on the UI thread
+        process.settle_young()
         if not get_current_worker().is_cancelled:
             self.post_message(PreviewReady(version, new_root, change, "", proposal, groupings, listings))
 
@@ -671,7 +678,7 @@ class BrowserScreen(Screen[None]):
         # no refresh of the bindings: which keys apply does not change with an edit (a refresh rebuilds the footer)
         self.redraw(view)
         self.update_status(note)
-        self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
+        self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…", hold=True)
         self.recount()
 
     def redraw(self, view: ViewState) -> None:

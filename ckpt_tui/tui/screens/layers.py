@@ -20,7 +20,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, ProgressBar, Static
+from textual.widgets import DataTable, Input, ProgressBar, Static
 from textual.widgets.data_table import RowKey
 from textual.worker import get_current_worker
 
@@ -34,6 +34,7 @@ from ckpt_tui.tui.fitting import SHORT_DTYPES, Column, fit_columns
 from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, LayersReady, Progress, ProgressPoster
 from ckpt_tui.tui.plots import bar, column_chart, histogram, lines_text
 from ckpt_tui.tui.screens.help import HelpScreen
+from ckpt_tui.tui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:  # numpy-backed: imported by the worker
     from ckpt_tui.core.conventions.parts import Parts
@@ -195,7 +196,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         yield LayersTable(id="layers-table", cursor_type="row")
         yield Static(id="layers-plot", markup=False)
         yield Input(placeholder="filter key paths (enter or escape: back to the table)", id="layers-filter")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#layers-filter").display = False

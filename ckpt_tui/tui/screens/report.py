@@ -26,6 +26,7 @@ from textual.worker import get_current_worker
 
 from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.runtime import process
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.bindings import LIST_BINDINGS, REPORT_BINDINGS, key_rows
 from ckpt_tui.tui.messages import Failed, Progress, ReportReady, worker_progress
@@ -124,6 +125,8 @@ def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
         post(Failed(task, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")))
         return
     if not cancelled():
+        # a report over 50,000 tensors stays alive while shown: aged here, not on the UI thread
+        process.settle_young()
         post(ReportReady(task, report))
 
 

@@ -290,8 +290,11 @@ class SummaryHeader(Static):
         if self.summary is not None:
             self.update(self._fitted(self.summary, *self.shown))
 
-    def show_text(self, text: str) -> None:
-        """A line in place of the summary (escaped: it may name the file)."""
+    def show_text(self, text: str, hold: bool = False) -> None:
+        """A line in place of the summary (escaped: it may name the file); ``hold``: in the lines the summary
+        took (a recount after an edit), so that the tree below stays where it is until the new summary comes."""
+        lines = self.content_size.height if hold and self.summary is not None and self.is_mounted else 1
         self.summary = None
-        self.update(Text(printable(text), style="italic"))
+        # a header that shrinks and grows back moves the tree twice: each move lays out and repaints the screen
+        self.update(Text(printable(text) + "\n" * max(lines - 1, 0), style="italic"))
         self.set_class(False, "-complete")
