@@ -42,7 +42,10 @@ def short_repr(value: Any) -> str:
 
 
 def size(nbytes: int) -> str:
-    """Bytes as ``97.5 MB`` (decimal units, as file managers show)."""
+    """Bytes as ``97.5 MB`` (decimal units, as file managers show); under a kilobyte ``36 B``."""
+    # (humanize writes "36 Bytes" and "1 Byte": a unit unlike every other size shown beside it)
+    if 0 <= nbytes < 1000:
+        return f"{nbytes} B"
     return humanize.naturalsize(nbytes, format="%.1f")
 
 
