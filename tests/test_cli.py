@@ -177,16 +177,22 @@ def test_info_does_not_import_torch(tmp_path: Path) -> None:
 def test_info_of_a_pth_imports_only_what_it_needs(tmp_path: Path) -> None:
     torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
     unneeded = ["numpy", "orjson", "textual", "concurrent.futures", "signal", "shutil", "pickletools"]
+    # text output needs no json; argparse's help no textwrap; local paths no pathlib or urllib
+    unneeded += ["json", "textwrap", "pathlib", "urllib.parse"]
     # a file imports its own reader only (the detection table's probes need none)
     readers = ["sharded", "safetensors_file", "dcp", "deepspeed", "folder", "hf_dcp", "rank_set", "legacy"]
     unneeded += [f"ckpt_tui.core.readers.{name}" for name in [*readers, "embedded_zip", "torchscript"]]
+    # the fix line needs convert's options, not its pipeline (no dry run for a prefix every key has)
+    unneeded += ["ckpt_tui.core.operations.convert", "ckpt_tui.core.edits.tree_edits", "ckpt_tui.core.model.rebuild"]
     code = (
-        "import sys; from ckpt_tui.cli import main\n"
+        # (what the interpreter imported before, e.g. an editable install's finder, is not info's doing)
+        "import sys; before = set(sys.modules); from ckpt_tui.cli import main\n"
         f"assert main(['info', {str(tmp_path / 'ddp.pth')!r}]) == 0\n"
-        f"print(sorted(name for name in {unneeded!r} if name in sys.modules))"
+        f"print(sorted(name for name in {unneeded!r} if name in sys.modules and name not in before))"
     )
     result = run("-c", code)
     assert result.returncode == 0, result.stderr
+    assert "fix: ckpt-tui convert" in result.stdout  # (a finding with its fix was printed)
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ckpt_tui.cli.parser import build_parser, explain, mistyped_command, with_command
+from ckpt_tui.cli.parser import COMMANDS, build_parser, explain, mistyped_command, with_command
 from ckpt_tui.core.errors import BadArgument, CkptError, EditError, NoSuchKey
 
 
@@ -40,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(mistyped)
         return 2
     args_list = with_command(given)
-    parser = build_parser()
+    # (a command's own arguments only: what parsing its line reads)
+    parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
     args, extras = parser.parse_known_args(args_list)
     if extras:  # said by the command's own parser: it knows the options that were meant
         command = _subparser(parser, args.command)

@@ -9,6 +9,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ckpt_tui import __version__
@@ -192,34 +193,29 @@ def mistyped_command(args_list: list[str]) -> str | None:
     return f"{word}: no such command or file; did you mean: {meant}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (no heavy imports)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (no heavy imports); ``command``: the one command whose arguments are added.
+
+    Parsing a command's line reads that command's subparser only: a command starts without building the
+    others (the list of commands, each one's help and every message are the same; ``--help`` builds all).
+    """
     parser = Parser(
         prog="ckpt-tui",
         description=DESCRIPTION,
-        epilog=epilog(78),
+        epilog="",  # (written when help is printed, wrapped to the terminal: Parser.format_help)
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ckpt-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    info = sub.add_parser("info", help="print a summary of a checkpoint")
-    info.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
-    info.add_argument("--json", action="store_true", help="print one JSON object")
-    info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
-    check = sub.add_parser(
+    sub.add_parser("info", help="print a summary of a checkpoint")
+    sub.add_parser(
         "check",
         help="read every tensor and report NaN/Inf and unsafe content, or compare with a model",
         description="Without --against/--model: read every tensor (NaN/Inf, unsafe globals, broken records). "
         "With them: compare keys and shapes with a reference and suggest the fix. --model imports and runs "
         "YOUR code (package.module:callable returning an nn.Module or a state_dict); nothing else ever does.",
     )
-    check.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
-    check.add_argument("--json", action="store_true", help="print one JSON object")
-    reference = check.add_mutually_exclusive_group()
-    reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
-    reference.add_argument("--model", metavar="IMPORT:CALLABLE", help="build the reference by calling your code")
-    check.add_argument("--at", metavar="PATH", help="compare this subtree of FILE (default: the whole file)")
-    stats = sub.add_parser(
+    sub.add_parser(
         "stats",
         help="read every tensor: min, max, mean, std, L2 norm, max |x|, zeros, NaN and Inf, one row each",
         description="Statistics of the finite values of every tensor (NaN and Inf counted apart), in float64, "
@@ -227,6 +223,49 @@ def build_parser() -> argparse.ArgumentParser:
         "every other column largest first. Tensors whose values are not read (sparse, quantized, meta, a "
         "missing record) get a row with no statistics and a reason.",
     )
+    sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
+    sub.add_parser(
+        "average",
+        help="average checkpoints (model soup, SWA): streamed, atomic and verified",
+        description="Writes the first file with every floating-point tensor replaced by the weighted mean of that "
+        "tensor in every file (float64, rounded once to the first file's dtype). Weights are divided by their "
+        "sum. Integer, bool and other tensors, and every non-tensor value, come from the first file.",
+    )
+    sub.add_parser(
+        "convert",
+        help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
+        description="Edits apply in this order: extract, drop, drop-keys, rename, strip prefix, rename rules "
+        "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
+        "Key paths use / between levels (--extract model, --drop optimizer), or the Python form messages print "
+        "(--drop 'ckpt[\"payload\"]'). auto edits with nothing to do "
+        "are a no-op with a note, so one command runs over a batch of files.",
+    )
+    sub.add_parser("demo", help="write the demo checkpoint and open it")
+    sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
+    for name, subparser in sub.choices.items():
+        if command is None or name == command:
+            ARGUMENTS[name](subparser)
+    return parser
+
+
+def _info_arguments(info: argparse.ArgumentParser) -> None:
+    info.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--depth", type=int, default=2, help="levels of the tree to print (default 2)")
+    _max_download(info)
+
+
+def _check_arguments(check: argparse.ArgumentParser) -> None:
+    check.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    reference = check.add_mutually_exclusive_group()
+    reference.add_argument("--against", metavar="REF", help="another checkpoint, or a text file of keys [shapes]")
+    reference.add_argument("--model", metavar="IMPORT:CALLABLE", help="build the reference by calling your code")
+    check.add_argument("--at", metavar="PATH", help="compare this subtree of FILE (default: the whole file)")
+    _max_download(check)
+
+
+def _stats_arguments(stats: argparse.ArgumentParser) -> None:
     stats.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     stats.add_argument("--at", metavar="PATH", help="only this subtree (e.g. model)")
     stats_format = stats.add_mutually_exclusive_group()
@@ -235,7 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--sort", metavar="COLUMN", type=_stats_column, help="sort by a column (" + ", ".join(_COLUMNS) + ")"
     )
-    diff_ = sub.add_parser("diff", help="compare two checkpoints key by key and value by value")
+    _max_download(stats)
+
+
+def _diff_arguments(diff_: argparse.ArgumentParser) -> None:
     diff_.add_argument("a")
     diff_.add_argument("b")
     # default=[]: argparse calls a "*" positional without a default required, and names it when B is missing
@@ -253,28 +295,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="per layer: relative change |a-b|/|a|, cosine, norms, with a plot (3+ files: norms across them)",
     )
     diff_.add_argument("--json", action="store_true", help="print one JSON object")
-    average = sub.add_parser(
-        "average",
-        help="average checkpoints (model soup, SWA): streamed, atomic and verified",
-        description="Writes the first file with every floating-point tensor replaced by the weighted mean of that "
-        "tensor in every file (float64, rounded once to the first file's dtype). Weights are divided by their "
-        "sum. Integer, bool and other tensors, and every non-tensor value, come from the first file.",
-    )
+    _max_download(diff_)
+
+
+def _average_arguments(average: argparse.ArgumentParser) -> None:
     average.add_argument("files", nargs="+", metavar="FILE", help="two or more checkpoints with the same keys")
     average.add_argument("-o", "--output", required=True, help="the file to write")
     average.add_argument("--weights", metavar="W1,W2,...", help="one number per file (default: equal)")
     average.add_argument("--at", metavar="PATH", help="average and write only this subtree (e.g. state_dict)")
     average.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     average.add_argument("--force", action="store_true", help="replace an existing output")
-    convert = sub.add_parser(
-        "convert",
-        help="edit and save a checkpoint (.pth or .safetensors), streaming, atomic and verified",
-        description="Edits apply in this order: extract, drop, drop-keys, rename, strip prefix, rename rules "
-        "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
-        "Key paths use / between levels (--extract model, --drop optimizer), or the Python form messages print "
-        "(--drop 'ckpt[\"payload\"]'). auto edits with nothing to do "
-        "are a no-op with a note, so one command runs over a batch of files.",
-    )
+
+
+def _convert_arguments(convert: argparse.ArgumentParser) -> None:
     convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
     convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
@@ -329,20 +362,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("--force", action="store_true", help="replace an existing output (even the input)")
     convert.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
-    demo = sub.add_parser("demo", help="write the demo checkpoint and open it")
+    _max_download(convert)
+
+
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--print", dest="print_only", action="store_true", help="print its info instead of opening it")
     demo.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
-    open_ = sub.add_parser("open", help="open a checkpoint in the browser (the default command)")
+
+
+def _open_arguments(open_: argparse.ArgumentParser) -> None:
     open_.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
     open_.add_argument("--readonly", action="store_true", help="browse only: no edits, no saving")
-    for remote_reading in (info, check, stats, diff_, convert, open_):
-        remote_reading.add_argument(
-            "--max-download",
-            metavar="SIZE",
-            type=_size,
-            help="most bytes fetched from a remote store (hf://, s3://, https://...) for values (default 1G)",
-        )
-    return parser
+    _max_download(open_)
+
+
+def _max_download(remote_reading: argparse.ArgumentParser) -> None:
+    remote_reading.add_argument(
+        "--max-download",
+        metavar="SIZE",
+        type=_size,
+        help="most bytes fetched from a remote store (hf://, s3://, https://...) for values (default 1G)",
+    )
+
+
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "info": _info_arguments,
+    "check": _check_arguments,
+    "stats": _stats_arguments,
+    "diff": _diff_arguments,
+    "average": _average_arguments,
+    "convert": _convert_arguments,
+    "demo": _demo_arguments,
+    "open": _open_arguments,
+}
+"""Each command's arguments, added to its subparser (in :data:`COMMANDS`' order)."""
 
 
 _COLUMNS = ("path", "shape", "dtype", "numel", "min", "max", "mean", "std", "norm", "absmax", "zeros", "nan", "inf")

@@ -9,23 +9,22 @@ terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.run
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.describe import container_text, counted, size, value_text
 from ckpt_tui.core.model.describe import shape as shape_text
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
-from ckpt_tui.core.operations.info import Summary
-from ckpt_tui.core.runtime.progress import ProgressStep, ProgressThrottle
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
 
-if TYPE_CHECKING:  # numpy-backed modules: imported by the commands that need them
+if TYPE_CHECKING:  # numpy-backed modules, and those a command imports when it has something to say
+    from ckpt_tui.core.conventions.findings import Finding
     from ckpt_tui.core.operations.check import CheckReport
+    from ckpt_tui.core.operations.info import Summary
+    from ckpt_tui.core.runtime.progress import ProgressStep
     from ckpt_tui.core.weights_only.verdict import Verdict
 
 TREE_LINES = 40
@@ -75,7 +74,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
 def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
     when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
-    from ckpt_tui.core.operations.convert import ConvertOptions, apply_options, fixed_output_path
+    from ckpt_tui.core.operations.convert_options import ConvertOptions, fixed_output_path
     from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
     fix = finding.fix
@@ -88,7 +87,7 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
             if finding.path and not options.extract:
                 _aim_key_edit(checkpoint.key_root(), finding.path, options)
             # (a root still held as columns: its keys, which are all a key edit's dry run reads of it)
-            apply_options(checkpoint.key_root(), options)
+            _dry_run(checkpoint, options)
         except (CkptError, KeyError, IndexError):
             return None
         extra = options.argv()
@@ -104,7 +103,7 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
         certain = fix.option == "--strip-prefix" and finding.path == () and _strips_cleanly(checkpoint, fix.argument)
         try:
             if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
-                apply_options(checkpoint.key_root(), options)
+                _dry_run(checkpoint, options)
         except (CkptError, KeyError, IndexError):
             return None
         extra = options.argv()
@@ -113,10 +112,17 @@ def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     return join_command(argv)
 
 
+def _dry_run(checkpoint: Checkpoint, options: Any) -> None:
+    """``convert``'s edits applied to the keys (nothing written): raises where the fix would not apply."""
+    from ckpt_tui.core.operations.convert import apply_options
+
+    apply_options(checkpoint.key_root(), options)
+
+
 def _strips_cleanly(checkpoint: Checkpoint, prefix: str) -> bool:
     """:func:`~ckpt_tui.core.edits.tree_edits.strips_cleanly` of the root; of a root still held as columns,
     told by its names (such a root is a state_dict of plain tensors, str keys: what the strip reads)."""
-    from ckpt_tui.core.edits.tree_edits import KeyRenamer, strips_cleanly
+    from ckpt_tui.core.edits.key_renamer import KeyRenamer, strips_cleanly
 
     if not checkpoint.root_pending():
         return strips_cleanly(checkpoint.root, prefix)
@@ -127,7 +133,7 @@ def _strips_cleanly(checkpoint: Checkpoint, prefix: str) -> bool:
 def _aim_key_edit(root: Any, path: Any, options: Any) -> None:
     """A prefix fix of the state_dict at ``path``: a pickled module is extracted first, another dict
     is named with ``--at``."""
-    from ckpt_tui.core.operations.convert import path_text
+    from ckpt_tui.core.operations.convert_options import path_text
 
     value = get(root, path)
     if isinstance(value, Opaque) and value.is_module:
@@ -221,7 +227,7 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
         lines.append(f"    {printable(judged.safe_globals)}")
     sanitizable = readable and all(b.kind == "data" for b in judged.blockers)
     if judged.loads is False and judged.blockers and sanitizable:
-        from ckpt_tui.core.operations.convert import fixed_output_path
+        from ckpt_tui.core.operations.convert_options import fixed_output_path
         from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
         output = fixed_output_path(path, tag="sanitized")
@@ -318,6 +324,8 @@ class ProgressLine:
     def __init__(self, task: str = "stats") -> None:
         import time
 
+        from ckpt_tui.core.runtime.progress import ProgressThrottle
+
         self.clock = time.monotonic
         self.start = self.clock()
         self.shown = False
@@ -405,6 +413,8 @@ def transferred_cost() -> Any:
 
 
 def _json(data: Any) -> bytes:
+    import json
+
     return json.dumps(data, default=str, separators=(",", ":")).encode("ascii")
 
 

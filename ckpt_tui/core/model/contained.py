@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from typing import Literal
 
 from ckpt_tui.core.errors import ReadError
@@ -53,6 +52,8 @@ def _remote(folder: str, name: str, what: str, kind: str) -> str:
     """``folder/name`` in a remote store. A server may decode ``%2e%2e`` and resolve it, or take ``\\`` for
     ``/``: a name whose segments, so read, climb out is refused; a URL gets the name percent-encoded, as
     huggingface_hub does (so ``%2e%2e`` is asked for as that literal name, which no loader resolves either)."""
+    import urllib.parse  # (remote names only: a local path needs none of it)
+
     for seen in (name, urllib.parse.unquote(name)):
         if ".." in re.split(r"[/\\]", seen):
             raise ReadError(f"{what} {name!r} leads out of {folder}")

@@ -15,7 +15,6 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
@@ -173,6 +172,10 @@ class Summary:
         ``json.dumps`` writes for it), without a dict or a format per row: one text per distinct layout,
         then every row's pieces (name, layout, storage, row end) laid into one list and joined once;
         None for walked rows. A test holds its parse equal to :meth:`_flat_rows`."""
+        # A JSON string as ``json.dumps`` writes it (ASCII, escapes as the standard encoder's); the C function
+        # itself, mapped over 50,000 names without a Python call each (imported here: text output needs no json)
+        from json.encoder import encode_basestring_ascii as _text
+
         columns = self.checkpoint.flat_columns() if self.from_columns else None
         if columns is None:
             return None
@@ -386,11 +389,6 @@ _STORAGE = operator.attrgetter("storage")
 _LAST_ROW_END = ',"parameter":false,"aliases":0}'
 _ROW_END = _LAST_ROW_END + ',{"path":['
 """What follows a flat row's storage in ``info --json``, and opens the next row (:meth:`Summary.rows_json`)."""
-
-
-_text = encode_basestring_ascii
-"""A JSON string as ``json.dumps`` writes it (ASCII, escapes as the standard encoder's); the C function
-itself, mapped over 50,000 names without a Python call each."""
 
 
 def _ints(values: tuple[int, ...]) -> str:
