@@ -33,6 +33,9 @@ class Piece:
     where: str
     load: Callable[[], Tensor]
     """The stored tensor (its shape equals ``sizes``), resolved on first read."""
+    narrows: bool = False
+    """The stored tensor may be larger than the box in any dimension: its first ``sizes`` are read (what
+    ``dcp.load`` does, ``narrow_tensor_by_index``); else its shape must equal ``sizes``."""
     _tensor: Tensor | None = field(default=None, repr=False)
 
     @property
@@ -44,12 +47,18 @@ class Piece:
         """The stored tensor, loaded once and checked against the box."""
         if self._tensor is None:
             stored = self.load()
-            if stored.shape != self.sizes:
+            if not self.fits(stored.shape):
                 raise ReadError(f"{self.where}: holds shape {list(stored.shape)}, the metadata says {list(self.sizes)}")
             if stored.storage is None or stored.storage.source is None:
                 raise ReadError(f"{self.where}: the stored piece has no data")
             self._tensor = stored
         return self._tensor
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a stored tensor of ``shape`` gives this box (equal, or narrowed when :attr:`narrows`)."""
+        if not self.narrows:
+            return shape == self.sizes
+        return len(shape) == len(self.sizes) and all(n >= size for n, size in zip(shape, self.sizes, strict=True))
 
 
 @dataclass(slots=True)
@@ -58,10 +67,15 @@ class Layout:
 
     grid: tuple[int, ...]
     pieces: list[Piece]
+    overwrite: bool = False
+    """Pieces may overlap, each copied over those before it (``dcp.load``'s ``copy_`` in its read order); else
+    they must cover the grid exactly once."""
+    casts: frozenset[tuple[str, str]] = frozenset()
+    """(stored dtype, tensor dtype) pairs a piece is converted between, as its loader converts them."""
 
 
-def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
-    """Every piece inside the grid, and their sizes adding up to the whole (cheap checks at open)."""
+def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece], exact: bool = True) -> None:
+    """Every piece inside the grid, and (``exact``) their sizes adding up to the whole (cheap checks at open)."""
     for piece in pieces:
         if len(piece.offsets) != len(grid) or len(piece.sizes) != len(grid):
             raise ReadError(f"{name}: a piece has {len(piece.offsets)} dimensions, the tensor {len(grid)}")
@@ -71,7 +85,7 @@ def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
                     f"{name}: piece at {list(piece.offsets)} size {list(piece.sizes)} is outside {list(grid)}"
                 )
     covered = sum(p.numel for p in pieces)
-    if covered != math.prod(grid):
+    if exact and covered != math.prod(grid):
         raise ReadError(f"{name}: its pieces hold {covered} elements, the tensor has {math.prod(grid)}")
 
 
@@ -88,10 +102,18 @@ class AssembledRecords(RecordSource):
         self.layouts: dict[str, Layout] = {}
         self._lock = threading.Lock()
 
-    def add(self, storage_key: str, grid: tuple[int, ...], pieces: list[Piece]) -> None:
-        """Register the pieces of one logical storage (checked for bounds and total size)."""
-        check_cover(storage_key, grid, pieces)
-        self.layouts[storage_key] = Layout(grid, pieces)
+    def add(
+        self,
+        storage_key: str,
+        grid: tuple[int, ...],
+        pieces: list[Piece],
+        overwrite: bool = False,
+        casts: frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
+        """Register the pieces of one logical storage (checked for bounds, and for total size unless they may
+        overlap: see :class:`Layout`)."""
+        check_cover(storage_key, grid, pieces, exact=not overwrite)
+        self.layouts[storage_key] = Layout(grid, pieces, overwrite, WIDENINGS | casts)
 
     def has(self, storage: Storage) -> bool:
         """Whether the storage's pieces are known."""
@@ -116,14 +138,14 @@ class AssembledRecords(RecordSource):
         with self._lock:
             pieces = [(p, p.tensor()) for p in layout.pieces]
         for piece, stored in pieces:
-            if stored.dtype != storage.dtype and (stored.dtype, storage.dtype) not in WIDENINGS:
+            if stored.dtype != storage.dtype and (stored.dtype, storage.dtype) not in layout.casts:
                 raise ReadError(f"{piece.where}: stored as {stored.dtype}, the tensor is {storage.dtype}")
             _check_extent(piece, stored)
         for start, offsets, sizes in _slabs(layout.grid, chunk):
             stop = start + math.prod(sizes)
             if stop <= begin or start >= end:
                 continue
-            slab = _fill(offsets, sizes, pieces, raw_type, storage.key).reshape(-1)
+            slab = _fill(offsets, sizes, pieces, raw_type, storage, layout.overwrite).reshape(-1)
             yield slab[max(begin, start) - start : min(end, stop) - start]
 
     def check_view(self, tensor: Tensor) -> None:
@@ -205,7 +227,8 @@ def _fill(
     sizes: tuple[int, ...],
     pieces: list[tuple[Piece, Tensor]],
     raw_type: np.dtype,
-    name: str,
+    storage: Storage,
+    overwrite: bool,
 ) -> np.ndarray:
     import numpy as np
 
@@ -219,23 +242,40 @@ def _fill(
         block = _read_box(stored, tuple(lo - p for lo, p in zip(low, piece.offsets, strict=True)), high, low)
         target = tuple(slice(lo - o, hi - o) for lo, hi, o in zip(low, high, offsets, strict=True))
         shape = tuple(h - lo for lo, h in zip(low, high, strict=True))
-        out[target] = _widen(block, stored.dtype, raw_type).reshape(shape)
-        hits[target] += 1
+        out[target] = _convert(block, stored.dtype, storage.dtype, raw_type).reshape(shape)
+        if overwrite:
+            hits[target] = 1  # (the later piece's values replace the earlier's, as copy_ does)
+        else:
+            hits[target] += 1
     if not np.all(hits == 1):
-        raise ReadError(f"{name}: its pieces overlap or leave a gap (box {box_text(offsets, sizes)})")
+        if overwrite:
+            raise ReadError(
+                f"{storage.key}: its pieces leave a gap (box {box_text(offsets, sizes)}): its loader leaves those "
+                "elements as torch.empty made them, values no reader can tell"
+            )
+        raise ReadError(f"{storage.key}: its pieces overlap or leave a gap (box {box_text(offsets, sizes)})")
     return out
 
 
-WIDENINGS = {("bfloat16", "float32"), ("float16", "float32")}
+WIDENINGS = frozenset({("bfloat16", "float32"), ("float16", "float32")})
 """Exact conversions a piece may need (DeepSpeed's zero_to_fp32 turns bf16/fp16 buffers into fp32)."""
+COPY_CASTS = frozenset(
+    {("float32", "float64"), ("float64", "float32"), ("float16", "float64"), ("bfloat16", "float64")}
+)
+"""Conversions ``Tensor.copy_`` makes that numpy makes bit for bit alike (IEEE round to nearest even, overflow to
+inf): what ``dcp.load`` does with a chunk stored in another float dtype than its tensor's."""
+_FLOATS = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
 
 
-def _widen(block: np.ndarray, stored: str, raw_type: np.dtype) -> np.ndarray:
-    if stored not in ("bfloat16", "float16") or raw_type.itemsize != 4:
+def _convert(block: np.ndarray, stored: str, target: str, raw_type: np.dtype) -> np.ndarray:
+    """A piece's raw bytes as elements of the tensor's dtype (``raw_type``: its raw form)."""
+    if stored == target:
         return block.view(raw_type)
     if stored == "bfloat16":
-        return (block.view("<u2").astype("<u4") << 16).view(raw_type)
-    return block.view("<f2").astype("<f4").view(raw_type)
+        widened = (block.view("<u2").astype("<u4") << 16).view("<f4")
+    else:
+        widened = block.view(_FLOATS[stored])
+    return widened.astype(_FLOATS[target]).view(raw_type)
 
 
 def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low: tuple[int, ...]) -> np.ndarray:

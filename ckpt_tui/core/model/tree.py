@@ -629,6 +629,10 @@ class Checkpoint:
     """What no saver writes and readers disagree on (zip members whose names collide under torch's
     comparison: also in ``loader_problems``; a key in two shards of a set), in words; ``convert`` refuses
     such a file."""
+    odd_layout: list[str] = field(default_factory=list)
+    """What a distributed checkpoint's metadata lays out that no saver writes but its loader still loads (a DCP
+    chunk whose item is larger than the chunk, which ``dcp.load`` narrows; chunks that overlap, the one copied
+    last winning; an item cast to its tensor's dtype), in words: the tree shows what the loader loads."""
     index_metadata: dict[str, Any] = field(default_factory=dict)
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
     columns: FlatColumns | None = field(default=None, repr=False)

@@ -38,6 +38,7 @@ PROBLEM_KINDS = (
     "bad-tensor",
     "loader-refuses",
     "readers-disagree",
+    "odd-layout",
     "load-runs-code",
     BESIDE_CODE,
     BESIDE_UNREADABLE,

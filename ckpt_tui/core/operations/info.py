@@ -297,6 +297,9 @@ def summarize(
         # what the loader itself reads, but readers disagree on (a key in two shards): said here once
         if problem not in checkpoint.loader_problems:
             summary.findings.append(Finding("readers-disagree", problem, "warning"))
+    for odd in checkpoint.odd_layout:
+        # what its loader loads, shown as it loads it; no saver writes it
+        summary.findings.append(Finding("odd-layout", odd, "warning"))
     for code in checkpoint.runs_code:
         summary.findings.append(Finding("load-runs-code", code, "warning"))
     # a folder's other files, read for code: code or doubt there is a warning; the line naming them is said once

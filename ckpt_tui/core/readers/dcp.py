@@ -13,6 +13,7 @@ folder refused here still names them (``and it is UNSAFE: ...``).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -21,7 +22,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.assembled import AssembledRecords, Piece
+from ckpt_tui.core.model.assembled import COPY_CASTS, WIDENINGS, AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
@@ -32,6 +33,8 @@ from ckpt_tui.core.readers.probes import METADATA
 
 MAX_METADATA_BYTES = 512 << 20
 MAX_PATH_DEPTH = 100
+MAX_PAIRED = 256
+"""Chunks of one tensor compared pairwise for overlaps (real saves have one per rank)."""
 RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
 LIGHTNING_META = "meta.pt"
 """What Lightning's FSDP strategy saves beside a sharded (DCP) checkpoint: everything but the weights."""
@@ -158,11 +161,12 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
     items = DcpItems(folder, state.get("storage_data"), what)
     source = AssembledRecords(folder)
     root: dict[Any, Any] = {}
+    odd: list[str] = []
     for fqn, entry in entries.items():
         if not isinstance(fqn, str):
             raise ReadError(f"{what}: a key that is not a string")
         if _is(entry, "TensorStorageMetadata"):
-            value: Any = _tensor(fqn, _state(entry, what), items, source, what)
+            value: Any = _tensor(fqn, _state(entry, what), items, source, what, odd)
         elif _is(entry, "BytesStorageMetadata"):
             name, offset, length = items.find(fqn, None)
             where = f"{places.join(folder, name)}: item {fqn!r}"
@@ -178,7 +182,7 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
     note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
     ranks = len({m.group(1) for n in files if (m := RANK_FILE.fullmatch(n))}) or len(files)
     checkpoint = Checkpoint(
-        folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe, layout=f"DCP, {ranks} ranks"
+        folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe, layout=f"DCP, {ranks} ranks", odd_layout=odd
     )
     checkpoint.read_files = [places.join(folder, ".metadata"), *(places.join(folder, name) for name in files)]
     meta = places.join(folder, LIGHTNING_META)
@@ -247,26 +251,130 @@ def set_element(root: dict[Any, Any], path: tuple[str | int, ...], value: Any, w
         raise ReadError(f"{what}: keys {path!r} clash with another entry")
 
 
-def _tensor(fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledRecords, what: str) -> Tensor:
+def _tensor(
+    fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledRecords, what: str, odd: list[str]
+) -> Tensor:
+    """One tensor, read as ``dcp.load`` reads it: the chunks it copies, in its order, each item narrowed to the
+    part of its chunk inside the tensor and cast to the tensor's dtype; what no saver writes is said in ``odd``."""
     size = _ints(entry.get("size"), what)
     dtype = _dtype(entry.get("properties"), what)
-    chunks = entry.get("chunks")
+    chunks = _chunks(fqn, entry.get("chunks"), len(size), what)
+    pieces = []
+    reads = torch_reads(size, chunks)
+    for index, lengths in reads:
+        offsets, sizes = chunks[index]
+        name, start, length = items.find(fqn, offsets)
+        path = places.join(items.folder, name)
+        piece = Piece(offsets, lengths, f"{name} @ {start}", _chunk_loader(path, start, length, fqn), narrows=True)
+        pieces.append(piece)
+        odd += _odd_item(fqn, piece, sizes, size, dtype)
+    odd += _odd_cover(fqn, size, chunks, reads)
+    numel = math.prod(size)
+    storage = Storage(fqn, dtype, "cpu", numel, source)
+    source.add(fqn, size, pieces, overwrite=True, casts=COPY_CASTS)
+    stride = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+    return Tensor(storage, 0, size, stride, dtype)
+
+
+Box = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def _chunks(fqn: str, chunks: Any, ndim: int, what: str) -> list[Box]:
+    """A tensor's chunk list: (offsets, sizes) of each, as many dimensions as the tensor (else torch fails)."""
     if not isinstance(chunks, list):
         raise ReadError(f"{what}: {fqn!r} has no chunk list")
-    pieces = []
+    boxes = []
     for chunk in chunks:
         if not _is(chunk, "ChunkStorageMetadata"):
             raise ReadError(f"{what}: {fqn!r} has a malformed chunk")
         fields = _state(chunk, what)
         offsets, sizes = _ints(fields.get("offsets"), what), _ints(fields.get("sizes"), what)
-        name, start, length = items.find(fqn, offsets)
-        path = places.join(items.folder, name)
-        pieces.append(Piece(offsets, sizes, f"{name} @ {start}", _chunk_loader(path, start, length, fqn)))
-    numel = math.prod(size)
-    storage = Storage(fqn, dtype, "cpu", numel, source)
-    source.add(fqn, size, pieces)
-    stride = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
-    return Tensor(storage, 0, size, stride, dtype)
+        if len(offsets) != ndim or len(sizes) != ndim:
+            raise ReadError(f"{fqn}: a piece has {len(offsets)} dimensions, the tensor {ndim}")
+        boxes.append((offsets, sizes))
+    return boxes
+
+
+def torch_reads(size: tuple[int, ...], chunks: list[Box]) -> list[tuple[int, tuple[int, ...]]]:
+    """The chunks ``dcp.load`` copies into a whole tensor of ``size``, in the order it copies them (a later one
+    over an earlier where they overlap), each with the lengths it reads: its part inside the tensor.
+
+    torch's ``create_read_items_for_chunk_list`` with one local chunk, the whole tensor: chunks sorted by where
+    they start along the sweep dimension (the one reaching farthest), those starting inside the tensor kept,
+    then taken by where they end (then by index); a chunk outside the tensor, or empty, is not read.
+    """
+    ndim = len(size)
+    sweep = 0
+    if ndim > 1:
+        farthest = 0
+        for dim in range(ndim):
+            reach = max(offsets[dim] + sizes[dim] for offsets, sizes in [((0,) * ndim, size), *chunks])
+            if reach > farthest:
+                farthest, sweep = reach, dim
+    if ndim == 0:
+        bounds, end = [(0, 1)] * len(chunks), 1
+    else:
+        bounds, end = [(o[sweep], o[sweep] + n[sweep]) for o, n in chunks], size[sweep]
+    active: list[tuple[int, int]] = []
+    for index in sorted(range(len(chunks)), key=lambda i: bounds[i][0]):
+        if bounds[index][0] >= end:
+            break
+        bisect.insort(active, (bounds[index][1], index))
+    reads = []
+    for _, index in active:
+        offsets, sizes = chunks[index]
+        if any(o >= total or o + n <= 0 or n == 0 for o, n, total in zip(offsets, sizes, size, strict=True)):
+            continue
+        reads.append((index, tuple(min(o + n, total) - o for o, n, total in zip(offsets, sizes, size, strict=True))))
+    return reads
+
+
+def _odd_item(fqn: str, piece: Piece, sizes: tuple[int, ...], size: tuple[int, ...], dtype: str) -> list[str]:
+    """What is odd about one chunk as dcp.load reads it: cut at the tensor's edge, its item narrowed or cast."""
+    chunk = f"{fqn}: the chunk at {list(piece.offsets)}"
+    odd = []
+    if piece.sizes != sizes:
+        odd.append(
+            f"{chunk} ({list(sizes)}) reaches past the tensor ({list(size)}); torch reads its first {list(piece.sizes)}"
+        )
+    try:
+        stored = piece.tensor()
+    except ReadError:
+        return odd  # (said when its values are read, as torch fails there)
+    if stored.shape != sizes:
+        shapes = f"its item is {list(stored.shape)}, the chunk {list(sizes)}"
+        odd.append(f"{chunk}: {shapes}; torch narrows it to {list(piece.sizes)}")
+    if stored.dtype != dtype:
+        known = (stored.dtype, dtype) in WIDENINGS | COPY_CASTS
+        odd.append(
+            f"{chunk}: its item is {stored.dtype}, the tensor {dtype}; torch casts it (copy_)"
+            + ("" if known else ", which ckpt-tui does not emulate")
+        )
+    return odd
+
+
+def _odd_cover(
+    fqn: str, size: tuple[int, ...], chunks: list[Box], reads: list[tuple[int, tuple[int, ...]]]
+) -> list[str]:
+    """Chunks that overlap (the one copied last wins) or that surely leave part of the tensor uncovered."""
+    odd = []
+    rank = {index: order for order, (index, _) in enumerate(reads)}
+    for a, b in itertools.combinations(range(min(len(chunks), MAX_PAIRED)), 2):
+        (x, x_sizes), (y, y_sizes) = chunks[a], chunks[b]
+        if all(i < j + m and j < i + n for i, n, j, m in zip(x, x_sizes, y, y_sizes, strict=True)):
+            if x == y:
+                # (torch finds a chunk's item by its offsets: both read the same one)
+                odd.append(f"{fqn}: two chunks at {list(x)}; torch reads one stored item for both")
+                break
+            last = max((a, b), key=lambda index: rank.get(index, -1))
+            odd.append(
+                f"{fqn}: chunks {box_text(x, x_sizes)} and {box_text(y, y_sizes)} overlap; "
+                f"torch copies the one at {list(chunks[last][0])} last"
+            )
+            break
+    if sum(math.prod(lengths) for _, lengths in reads) < math.prod(size):
+        odd.append(f"{fqn}: its chunks leave part of it uncovered; torch leaves that as torch.empty made it")
+    return odd
 
 
 def _chunk_loader(path: str, start: int, length: int, fqn: str) -> Any:
