@@ -34,11 +34,11 @@ from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
+from ckpt_tui.core.values.pair_sums import NO_SUMS, PairSums, pair_sums, wide_sums
 from ckpt_tui.core.values.stats import (
     DOT_SEGMENT,
     STATS_THREADS,
     in_chunk_order,
-    pair_sums,
     segmented_dot,
     tensor_stats,
     worker_pool,
@@ -177,44 +177,44 @@ def _measure(
     the next ones are read, and their sums added here in chunk order (the same figures, bit for bit)."""
     pool = worker_pool() if x.numel > CHUNK_ELEMENTS and same_layout(x, y) else None
     reuse = STATS_THREADS + 1 if pool is not None else 0
-    totals = [0.0, 0.0, 0.0, 0.0]
+    totals = NO_SUMS
     nonfinite = 0
 
-    def settle(found: tuple[tuple[float, float, float, float], int]) -> None:
-        nonlocal nonfinite
+    def settle(found: tuple[PairSums, int]) -> None:
+        nonlocal totals, nonfinite
         sums, skipped = found
-        for k in range(4):
-            totals[k] += sums[k]
+        totals = totals.plus(sums)
         nonfinite += skipped
 
     # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then; stride 0 costs its storage
     chunks = ((raw_a, raw_b, repeats, x, y) for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse))
     in_chunk_order(chunks, _chunk_sums, settle, pool, cancelled, "cancelled")
-    return _change(path, totals[0], totals[1], totals[2], totals[3], nonfinite)
+    return _change(path, totals, nonfinite)
 
 
 def _chunk_sums(
     raw_a: np.ndarray, raw_b: np.ndarray, repeats: int | np.ndarray, x: Tensor, y: Tensor
-) -> tuple[tuple[float, float, float, float], int]:
-    """Σa², Σb², Σ(a−b)², Σab of one chunk over the positions finite on both sides, and how many were not."""
+) -> tuple[PairSums, int]:
+    """The sums of one chunk over the positions finite on both sides, and how many were not."""
     if x.dtype in COMPLEX_DTYPES or y.dtype in COMPLEX_DTYPES:
         return _complex_chunk_sums(raw_a, raw_b, repeats, x, y)
     with np.errstate(all="ignore"):  # (numpy's error state is per thread)
         va, vb = decode_compact(raw_a, x.dtype, x.metadata), decode_compact(raw_b, y.dtype, y.metadata)
         sums = _sums(va, vb, repeats)
-        if all(math.isfinite(v) for v in sums):
+        if all(math.isfinite(v) for v in sums[:6]):
             return sums, 0
-        # a NaN or Inf somewhere: only positions finite on both sides
+        # a NaN or Inf somewhere: only positions finite on both sides, summed wide (as the chunk always was)
         finite = np.isfinite(va) & np.isfinite(vb)
         if isinstance(repeats, int):
-            return _sums(va[finite], vb[finite], repeats), int(finite.size - np.count_nonzero(finite)) * repeats
+            skipped = int(finite.size - np.count_nonzero(finite)) * repeats
+            return _sums(va[finite], vb[finite], repeats, wide=True), skipped
         # each stored element with its own count
         return _sums(va[finite], vb[finite], repeats[finite]), int(repeats[~finite].sum())
 
 
 def _complex_chunk_sums(
     raw_a: np.ndarray, raw_b: np.ndarray, repeats: int | np.ndarray, x: Tensor, y: Tensor
-) -> tuple[tuple[float, float, float, float], int]:
+) -> tuple[PairSums, int]:
     """:func:`_chunk_sums` of complex elements seen as pairs of reals (the R^2n view): Σ|a|², Σ|b|², Σ|a−b|² and
     Re⟨a,b⟩ = Σ(re_a·re_b + im_a·im_b), over the elements finite in both parts on both sides."""
     with np.errstate(all="ignore"):
@@ -231,17 +231,35 @@ def _complex_chunk_sums(
         return _sums(reals_a, reals_b, counts), int(repeats[~finite].sum())
 
 
-def _change(path: KeyPath, aa: float, bb: float, dd: float, ab: float, nonfinite: int) -> LayerChange:
-    """The row of a layer from its sums Σa², Σb², Σ(a−b)², Σab."""
-    norm_a, norm_b = math.sqrt(aa), math.sqrt(bb)
+def _change(path: KeyPath, sums: PairSums, nonfinite: int) -> LayerChange:
+    """The row of a layer from its sums."""
+    norm_a, norm_b = math.sqrt(sums.aa), math.sqrt(sums.bb)
     if norm_a > 0:
-        relative: float | None = math.sqrt(dd) / norm_a
+        relative: float | None = math.sqrt(sums.dd) / norm_a
     else:
-        relative = 0.0 if dd == 0 else None
-    cosine = ab / (norm_a * norm_b) if norm_a > 0 and norm_b > 0 else None
-    if cosine is not None:
+        relative = 0.0 if sums.dd == 0 else None
+    cosine = None
+    if norm_a > 0 and norm_b > 0:
+        cosine = _narrow_cosine(sums, norm_a, norm_b) if sums.narrow else sums.ab / (norm_a * norm_b)
         cosine = max(-1.0, min(1.0, cosine))
     return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
+
+
+def _narrow_cosine(sums: PairSums, norm_a: float, norm_b: float) -> float:
+    """The cosine from sums with float32 blocks among them (relative error up to NARROW_BOUND each).
+
+    Near 1, 1 − cos = (Σ(a−b)² − (‖a‖−‖b‖)²) / (2‖a‖‖b‖), with ‖a‖−‖b‖ = Σ(a−b)(a+b) / (‖a‖+‖b‖): every term is
+    known to a few bounds of itself, so 1 − cos keeps its digits where Σab/(‖a‖‖b‖) would lose them to the
+    bound (a fine-tune's cosine is 1 − 1e-7); near −1 the same with a+b. Elsewhere Σab/(‖a‖‖b‖), within a few
+    bounds, absolute.
+    """
+    product = norm_a * norm_b
+    gap = sums.ds / (norm_a + norm_b)
+    if sums.dd <= product:
+        return 1.0 - (sums.dd - gap * gap) / (2.0 * product)
+    if sums.ss <= product:
+        return (sums.ss - gap * gap) / (2.0 * product) - 1.0
+    return sums.ab / product
 
 
 def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict[int, LayerChange]:
@@ -265,7 +283,7 @@ def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict
                 views.tolist(), finite.tolist(), *(s.tolist() for s in sums), strict=True
             ):
                 if ok:
-                    found[int(a.answered[view])] = _change((), 0.0 + aa, 0.0 + bb, 0.0 + dd, 0.0 + ab, 0)
+                    found[int(a.answered[view])] = _change((), wide_sums(0.0 + aa, 0.0 + bb, 0.0 + dd, 0.0 + ab), 0)
     return found
 
 
@@ -274,16 +292,17 @@ def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.matmul(u[:, None, :], v[:, :, None]).ravel()
 
 
-def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1) -> tuple[float, float, float, float]:
-    """Σa², Σb², Σ(a−b)², Σab in float64, each element counted ``repeats`` times (not finite with a NaN or Inf)."""
+def _sums(va: np.ndarray, vb: np.ndarray, repeats: int | np.ndarray = 1, wide: bool = False) -> PairSums:
+    """The sums of a pair, each element counted ``repeats`` times (not finite with a NaN or Inf); ``wide``:
+    in float64 whatever the dtypes."""
     if isinstance(repeats, int):
-        aa, bb, dd, ab = pair_sums(va, vb)
-        return aa * repeats, bb * repeats, dd * repeats, ab * repeats
+        return pair_sums(va, vb, wide).scaled(repeats)
     va, vb = va.astype(np.float64, copy=False), vb.astype(np.float64, copy=False)
     delta = va - vb
     wa, wd = va * repeats, delta * repeats
     # (in segments, as everywhere: one np.dot over a whole chunk runs on OpenBLAS's own threads)
-    return segmented_dot(wa, va), segmented_dot(vb * repeats, vb), segmented_dot(wd, delta), segmented_dot(wa, vb)
+    aa, bb = segmented_dot(wa, va), segmented_dot(vb * repeats, vb)
+    return wide_sums(aa, bb, segmented_dot(wd, delta), segmented_dot(wa, vb))
 
 
 # ---- a series of files -----------------------------------------------------------------------

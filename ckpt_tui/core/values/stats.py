@@ -260,67 +260,6 @@ def _scratch() -> np.ndarray:
     return buffer
 
 
-SEGMENTS = BLOCK_ELEMENTS // DOT_SEGMENT
-"""Dot-product segments in a block (BLOCK_ELEMENTS is a multiple of DOT_SEGMENT)."""
-
-
-class _PairBlock:
-    """One thread's float64 copies of a block of two vectors, with views that take each segment's dot products
-    (all of a block's x·x and y·y in one BLAS-backed call)."""
-
-    def __init__(self) -> None:
-        self.wide = np.empty((2, BLOCK_ELEMENTS), np.float64)
-        # each DOT_SEGMENT of x and of y as a row and as a column: a stacked matmul of (1, S) by (S, 1) pieces
-        # is one single-threaded BLAS dot per segment, as segmented_dot takes them
-        self.rows = self.wide.reshape(2, SEGMENTS, 1, DOT_SEGMENT)
-        self.columns = self.wide.reshape(2, SEGMENTS, DOT_SEGMENT, 1)
-
-
-def _pair_block() -> _PairBlock:
-    """This thread's :class:`_PairBlock` (made on first use)."""
-    block: _PairBlock | None = getattr(_local, "pair_block", None)
-    if block is None:
-        block = _local.pair_block = _PairBlock()
-    return block
-
-
-def pair_sums(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
-    """Σa², Σb², Σ(a−b)², Σab of two equal-length vectors, in float64 (not finite when a value is NaN or Inf).
-
-    Block by block in cache (float32 values widened there): one pass over memory, not six. A whole block costs
-    six numpy calls (two widenings, three stacked dot products, one subtraction), so two threads summing at
-    once rarely wait for each other's Python; the sums are :func:`segmented_dot`'s, block by block, bit for bit.
-    """
-    sweep = _pair_block()
-    x, y = sweep.wide
-    full = a.size // BLOCK_ELEMENTS
-    # each segment's four dot products (x·x, y·y, d·d, x·y) of each whole block, added up once the blocks are done
-    dots = np.empty((full, 4, SEGMENTS, 1, 1), np.float64)
-    for index in range(full):
-        begin = index * BLOCK_ELEMENTS
-        np.copyto(x, a[begin : begin + BLOCK_ELEMENTS])
-        np.copyto(y, b[begin : begin + BLOCK_ELEMENTS])
-        found = dots[index]
-        np.matmul(sweep.rows, sweep.columns, out=found[:2])
-        np.matmul(sweep.rows[0], sweep.columns[1], out=found[3])
-        np.subtract(x, y, out=x)
-        np.matmul(sweep.rows[0], sweep.columns[0], out=found[2])
-    aa = bb = dd = ab = 0.0
-    # (+ 0.0: as segmented_dot adds the empty rest of a whole block)
-    for block_aa, block_bb, block_dd, block_ab in dots.reshape(full, 4, SEGMENTS).sum(axis=2).tolist():
-        aa, bb, dd, ab = aa + (block_aa + 0.0), bb + (block_bb + 0.0), dd + (block_dd + 0.0), ab + (block_ab + 0.0)
-    rest = a.size - full * BLOCK_ELEMENTS
-    if rest:
-        begin = full * BLOCK_ELEMENTS
-        x, y = x[:rest], y[:rest]
-        np.copyto(x, a[begin:])
-        np.copyto(y, b[begin:])
-        aa, bb, ab = aa + segmented_dot(x, x), bb + segmented_dot(y, y), ab + segmented_dot(x, y)
-        x -= y
-        dd += segmented_dot(x, x)
-    return aa, bb, dd, ab
-
-
 def _quiet_chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read: int, step: int) -> _Part:
     """:func:`_chunk_part` on a worker thread (numpy's error state is per thread)."""
     with np.errstate(all="ignore"):  # extreme values overflow to inf in the sums: reported, not warned
