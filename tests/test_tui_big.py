@@ -172,7 +172,7 @@ async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one
 ) -> None:
     """The first p works out the edit off the UI thread; y, u and ctrl+r redraw one page of lines from
     listings made off the UI thread (or kept) and leave the header's totals (a walk of every tensor) to the
-    summary's worker."""
+    summary's worker, which counts and judges each tree once."""
     from ckpt_tui.core.edits import tree_edits
     from ckpt_tui.core.operations import info
     from ckpt_tui.tui.screens import browser as browser_module
@@ -194,9 +194,9 @@ async def test_p_computes_the_strip_in_a_worker_and_apply_undo_redo_count_in_one
         assert lines_shown(app) <= PAGE + 1
         await settle(pilot, "u", "ctrl+r")
         assert "redone" in status(app)
-        assert summed and not any(summed)  # the first count, then one after each of y, u, ctrl+r
-        assert len(summed) == 4
-        assert judged == [False, False]  # the edited trees (y, ctrl+r), each in the summary's worker
+        assert summed and not any(summed)  # the first count, then one after y: u and ctrl+r come back to trees counted
+        assert len(summed) == 2
+        assert judged == [False]  # the edited tree (y), in the summary's worker; ctrl+r comes back to it
         assert not any(viewed)
         assert listed == [False]  # the stripped tree's keys, listed by the edit's worker; undo, redo reuse listings
         assert "5000 tensors" in header(app)

@@ -50,3 +50,31 @@ async def test_a_collision_is_flagged_and_never_loads(tmp_path: Path) -> None:
         shown = header(app)
         assert "CANNOT TELL" in shown and "weights_only: torch.load loads it" not in shown
         assert "collide" in shown
+
+
+async def test_undo_and_redo_show_the_verdict_known_of_that_tree_without_judging_it_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Each tree is judged once: an undo or redo comes back to a tree already counted and judged."""
+    from ckpt_tui.tui.screens import browser as browser_module
+
+    path = tmp_path / "ns.pth"
+    torch.save({"w": torch.ones(2), "args": argparse.Namespace(lr=0.1)}, path)
+    judged: list[object] = []
+    counted: list[object] = []
+    judge, summarize = browser_module.judge_tree, browser_module.staged_summary
+    monkeypatch.setattr(browser_module, "judge_tree", lambda root: judged.append(root) or judge(root))
+    monkeypatch.setattr(browser_module, "staged_summary", lambda *a: counted.append(a[1]) or summarize(*a))
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "d", "y")  # the Namespace deleted: what is saved loads
+        edited = header(app)
+        assert "what you save loads" in edited and len(judged) == 1 and len(counted) == 2
+        await settle(pilot, "u")
+        assert "torch.load REFUSES it" in header(app) and "what you save" not in header(app)
+        await settle(pilot, "ctrl+r")
+        assert header(app) == edited
+        assert len(judged) == 1 and len(counted) == 2  # neither counted nor judged again
+        await settle(pilot, "u", "ctrl+r", "u")
+        assert "torch.load REFUSES it" in header(app) and len(judged) == 1 and len(counted) == 2

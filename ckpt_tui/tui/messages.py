@@ -122,6 +122,8 @@ class SummaryReady(Message, bubble=False):
     """Whether torch.load(weights_only=True) loads the file on disk (computed once per file)."""
     storage_users: dict[int, int] | None = None
     """How many listed tensors view each storage, by ``id`` of the storage (counted in the worker)."""
+    counted_with: tuple[bool, Any] | None = None
+    """Whether the tree was edited, and the model compared with (the findings' evidence), as counted."""
 
 
 @dataclass

@@ -104,6 +104,18 @@ class Proposal:
     """Where the cursor goes instead of where ``relocate`` puts it (a deleted line's neighbour)."""
 
 
+@dataclasses.dataclass
+class Known:
+    """What the browser worked out about one tree of the session. A tree never changes (an edit builds a new one)
+    and undo and redo come back to the same tree object, so what was counted and judged of it still holds."""
+
+    root: Any
+    summary: SummaryReady | None = None
+    counted_with: tuple[bool, ComparedModel | None] | None = None
+    """Whether the tree was edited, and the model compared with, when ``summary`` was counted."""
+    outlook: Outlook | None = None
+
+
 class BrowserScreen(Screen[None]):
     """Browse the checkpoint, look at values, and stage edits."""
 
@@ -116,6 +128,8 @@ class BrowserScreen(Screen[None]):
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.outlooks: dict[int, Outlook] = {}
         """By session version: what torch.load(weights_only=True) makes of that tree once saved as ``.pth``."""
+        self.known: dict[int, Known] = {}
+        """By ``id`` of a tree's root (held there, so the id stays its own): its summary and verdict once known."""
         self.check: CheckReport | None = None  # the last full check (C) of the current tree
         # the model last compared with (c): the header's prefix findings take its keys as evidence
         self.compared: ComparedModel | None = None
@@ -184,6 +198,7 @@ class BrowserScreen(Screen[None]):
             return
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
         self.edit_views = {}
+        self.known = {}
         self.tree_view.show(session.root, self.display_name, view)
         self.tree_view.focus()
         self.refresh_bindings()
@@ -194,14 +209,36 @@ class BrowserScreen(Screen[None]):
     # ---- the summary -----------------------------------------------------------------------
 
     def recount(self) -> None:
-        """Recompute the header's totals and findings for the current tree."""
+        """Recompute the header's totals and findings for the current tree (taken as they are where this tree
+        was counted and judged before: an undo or a redo comes back to a tree the browser has seen)."""
         session = self.session
-        if session is not None:
-            known = self.verdicts.get(session.checkpoint.path)
-            judge = session.edited and session.version not in self.outlooks
-            self._summarize(
-                session.version, session.root, session.checkpoint, session.edited, known, judge, self.compared
-            )
+        if session is None:
+            return
+        known = self.known_of(session)
+        if known.outlook is not None:
+            self.outlooks.setdefault(session.version, known.outlook)
+        judge = session.edited and session.version not in self.outlooks
+        counted = known.summary
+        if counted is not None and known.counted_with == (session.edited, self.compared):
+            self._show_summary(counted)
+            if judge:
+                self._judge(session.version, session.root)
+            return
+        on_disk = self.verdicts.get(session.checkpoint.path)
+        self._summarize(
+            session.version, session.root, session.checkpoint, session.edited, on_disk, judge, self.compared
+        )
+
+    def known_of(self, session: Session) -> Known:
+        """What is known of the session's current tree; what is known of trees no longer in its history goes."""
+        root = session.root
+        found = self.known.get(id(root))
+        if found is not None and found.root is root:
+            return found
+        alive = {id(tree) for tree, _ in session.versions}
+        self.known = {key: known for key, known in self.known.items() if key in alive}
+        found = self.known[id(root)] = Known(root)
+        return found
 
     @work(thread=True, exclusive=True, group="summary", description="summary")
     def _summarize(
@@ -220,7 +257,8 @@ class BrowserScreen(Screen[None]):
         summary.distinct_elements()  # the header's element count, worked out here rather than on the UI thread
         targets.is_state_dict(root)  # what p and P ask first, answered here rather than on the UI thread
         process.settle_young()
-        self.post_message(SummaryReady(version, summary, known or verdict(on_disk), storage_users(summary)))
+        users = storage_users(summary)
+        self.post_message(SummaryReady(version, summary, known or verdict(on_disk), users, (edited, compared)))
         if judge and not get_current_worker().is_cancelled:
             # after the totals: on 50,000 keys writing and judging the pickle takes seconds
             self.post_message(StagedJudged(version, judge_tree(root)))
@@ -229,6 +267,12 @@ class BrowserScreen(Screen[None]):
     def _summary_ready(self, message: SummaryReady) -> None:
         if self.session is None or message.version != self.session.version:
             return
+        known = self.known_of(self.session)
+        known.summary, known.counted_with = message, message.counted_with
+        self._show_summary(message)
+
+    def _show_summary(self, message: SummaryReady) -> None:
+        assert self.session is not None
         self.summary = message.summary
         if message.weights_only is not None:
             self.verdicts[self.session.checkpoint.path] = message.weights_only
@@ -268,6 +312,7 @@ class BrowserScreen(Screen[None]):
         if self.session is None or message.version != self.session.version:
             return
         self.outlooks[message.version] = message.outlook
+        self.known_of(self.session).outlook = message.outlook
         if self.session.edited:
             self.show_header()
         if isinstance(self.app.screen, SaveScreen):
