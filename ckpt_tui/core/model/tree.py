@@ -460,6 +460,7 @@ class FlatColumns:
         self._lock = threading.Lock()
         self._listed: list[tuple[KeyPath, Tensor]] | None = None
         self._keyed: dict[str, Tensor] | None = None
+        self._shell: dict[str, Any] | None = None
 
     @classmethod
     def pending(
@@ -472,11 +473,17 @@ class FlatColumns:
         storage_keys: list[str],
         sources: list[Any],
         make: TensorMaker,
+        shell: dict[str, Any] | None = None,
     ) -> FlatColumns:
-        """Columns whose root is made by ``make`` when first asked for (each column one value per row)."""
+        """Columns whose root is made by ``make`` when first asked for (each column one value per row).
+
+        ``shell``: the root's own container as its reader made it (a pickle's ``OrderedDict`` and its
+        ``_metadata``), its keys ``names`` in order, given its tensors as values when the root is made;
+        None: the root is a plain dict."""
         columns = cls(None, dtypes, numels)
         columns._names, columns._shapes, columns._strides = names, shapes, strides
         columns._storage_keys, columns._sources, columns._make = storage_keys, sources, make
+        columns._shell = shell
         return columns
 
     def __len__(self) -> int:
@@ -498,7 +505,11 @@ class FlatColumns:
                     tensors = self._make(0, len(self))
                     for row, tensor in self._made.items():
                         tensors[row] = tensor
-                    self._root = dict(zip(self._names, tensors, strict=True))
+                    if self._shell is None:
+                        self._root = dict(zip(self._names, tensors, strict=True))
+                    else:  # (its keys are the names, in order: their values replaced in place)
+                        self._shell.update(zip(self._names, tensors, strict=True))
+                        self._root = self._shell
                     self._made = {}
         return self._root
 
@@ -565,7 +576,9 @@ class FlatColumns:
         if self._root is not None:
             return self._root
         if self._keyed is None:
-            self._keyed = dict.fromkeys(self.names, KEY_STAND_IN)
+            shell = self._shell
+            # of the root's own type and attributes (an OrderedDict's _metadata): what is shown and edited
+            self._keyed = dict.fromkeys(self.names, KEY_STAND_IN) if shell is None else _keyed_like(shell, self.names)
         return self._keyed
 
     def listed(self) -> list[tuple[KeyPath, Tensor]]:
@@ -582,6 +595,15 @@ class FlatColumns:
 
 KEY_STAND_IN = Tensor(None, 0, (), (), "float32")
 """The one value of every key in :meth:`FlatColumns.key_dict` (never a row of ``info``, never read)."""
+
+
+def _keyed_like(shell: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A new container of ``shell``'s type and attributes, each of ``names`` mapped to :data:`KEY_STAND_IN`."""
+    keyed: dict[str, Any] = type(shell).fromkeys(names, KEY_STAND_IN)
+    if type(shell) is not dict:
+        keyed.__dict__.update(shell.__dict__)
+    return keyed
+
 
 _SHAPE = operator.attrgetter("shape")
 _STRIDE = operator.attrgetter("stride")

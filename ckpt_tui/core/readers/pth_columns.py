@@ -13,9 +13,15 @@ import collections
 import itertools
 import math
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import INT64_LIMIT, FlatColumns, LoadedOrderedDict, Storage, Tensor, over_whole_storages
+from ckpt_tui.core.pickles.plain_rows import PlainStateDict, read_plain_state_dict
+from ckpt_tui.core.readers.zip_archive import ZipEntry
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.readers.torch_zip import ZipRecords
 
 _PLAIN_FIELDS = operator.attrgetter(
     "hooks", "metadata", "parameter_state", "python_type", "python_state", "requires_grad", "parameter", "kind"
@@ -80,3 +86,62 @@ def _plain(tensors: list[Tensor]) -> bool:
 def _one_each(storages: list[Storage]) -> bool:
     """Every tensor over a storage of its own (then no tensor object is listed twice either)."""
     return len(set(map(id, storages))) == len(storages)
+
+
+def plain_columns(data: bytes, records: ZipRecords) -> FlatColumns | None:
+    """The columns of a zip checkpoint's ``data.pkl`` that is a plain state_dict, its root pending (no
+    Storage or Tensor made until asked for): where the full reader (``load_with_records``) would find every
+    persistent id and rebuild as torch.save writes them, every record present, of its storage's size and
+    written, no loader problem, and :func:`state_dict_columns` would give these columns. None otherwise: the
+    caller reads the pickle the full way, which says what it says."""
+    plain = read_plain_state_dict(data)
+    if plain is None or not _plain_metadata(plain.root) or not _records_hold(records, plain):
+        return None
+
+    def make(start: int, stop: int) -> list[Tensor]:
+        """The tensors of rows ``start`` to ``stop``, as the full reader makes them."""
+        dtypes = plain.dtypes[start:stop]
+        storages = map(
+            Storage,
+            plain.keys[start:stop],
+            dtypes,
+            plain.locations[start:stop],
+            plain.numels[start:stop],
+            itertools.repeat(records),
+            plain.type_names[start:stop],
+        )
+        offsets, shapes, strides = plain.offsets[start:stop], plain.shapes[start:stop], plain.strides[start:stop]
+        return list(map(Tensor, storages, offsets, shapes, strides, dtypes))
+
+    # (an OrderedDict the pickle made: its order is its dict's, see plain_rows)
+    names, count = list(dict.keys(plain.root)), len(plain.keys)
+    return FlatColumns.pending(
+        names, plain.dtypes, plain.numels, plain.shapes, plain.strides, plain.keys, [records] * count, make, plain.root
+    )
+
+
+_SIZE = operator.attrgetter("size")
+_COMPRESSED_SIZE = operator.attrgetter("compressed_size")
+_DIRECTORY = operator.attrgetter("directory")
+
+
+def _records_hold(records: ZipRecords, plain: PlainStateDict) -> bool:
+    """Whether every storage's record is the member of exactly its name (no NUL in it), holds exactly the
+    storage's bytes (within the file), and is written (:func:`~ckpt_tui.core.readers.zip_archive.unwritten`):
+    then the full reader's ``make`` raises nothing and notes nothing."""
+    names = list(map((records.folder).__add__, plain.keys))
+    if "\0" in "".join(names):
+        return False
+    found: list[ZipEntry | None] = list(map(dict.get, itertools.repeat(records.entries), names))
+    if not all(found):  # (by truth: an entry is never compared with None, by its dataclass __eq__)
+        return False
+    entries: list[ZipEntry] = found  # type: ignore[assignment]
+    sizes = {dtype: itemsize(dtype) for dtype in set(plain.dtypes)}
+    declared = list(map(operator.mul, plain.numels, map(sizes.__getitem__, plain.dtypes)))
+    return (
+        max(declared) <= records.file_bytes
+        and list(map(_SIZE, entries)) == declared
+        and not any(map(_DIRECTORY, entries))
+        # (a record torch writes nothing of: not empty, compressed to 0 bytes)
+        and not any(itertools.compress(declared, map(operator.not_, map(_COMPRESSED_SIZE, entries))))
+    )

@@ -8,8 +8,8 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.tree import Checkpoint
-from ckpt_tui.core.readers.pth_columns import state_dict_columns
+from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint
+from ckpt_tui.core.readers.pth_columns import plain_columns, state_dict_columns
 from ckpt_tui.core.readers.read_once import pickle_read
 from ckpt_tui.core.readers.torch_zip import (
     ZipLayout,
@@ -50,16 +50,22 @@ def read_zip(
     pickle_read(path, layout.entries)
     records = ZipRecords(path, layout.entries, layout.prefix + "data/", file_bytes)
     unsafe: set[str] = set()
-    root, problems = load_with_records(
-        data,
-        records,
-        "",
-        f"{path}: {layout.data_pkl}",
-        unsafe,
-        known_classes=known_classes,
-        extra_globals=extra_globals,
-    )
-    columns = state_dict_columns(root) if not records.lacking else None  # (a missing record: the walk says so)
+    # torch.save(model.state_dict()): its columns straight from the pickle, no tensor object made
+    columns = plain_columns(data, records)
+    if columns is not None:
+        root: Any = PENDING_ROOT
+        problems: list[str] = []
+    else:
+        root, problems = load_with_records(
+            data,
+            records,
+            "",
+            f"{path}: {layout.data_pkl}",
+            unsafe,
+            known_classes=known_classes,
+            extra_globals=extra_globals,
+        )
+        columns = state_dict_columns(root) if not records.lacking else None  # (a missing record: the walk says so)
     return Checkpoint(
         path,
         "zip",
