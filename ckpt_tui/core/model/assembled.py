@@ -275,7 +275,10 @@ def _convert(block: np.ndarray, stored: str, target: str, raw_type: np.dtype) ->
         widened = (block.view("<u2").astype("<u4") << 16).view("<f4")
     else:
         widened = block.view(_FLOATS[stored])
-    return widened.astype(_FLOATS[target]).view(raw_type)
+    import numpy as np
+
+    with np.errstate(over="ignore"):  # (a float64 past float32's range becomes inf, as copy_ makes it)
+        return widened.astype(_FLOATS[target]).view(raw_type)
 
 
 def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low: tuple[int, ...]) -> np.ndarray:

@@ -118,7 +118,8 @@ def check_checkpoint(
     scanned_tensors, first_of_view, positions = _views(listed)
     # the CLI's check of a walked tree scans in a child while the tree is summed up (nothing to report
     # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages
-    in_child = progress is None and cancelled is None and columns is None
+    # (a DCP folder's items are read here: what is odd about them is found as they are read)
+    in_child = progress is None and cancelled is None and columns is None and checkpoint.format != "dcp"
     beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
     # the findings that are problems
     summary = summarize(checkpoint, references)
@@ -135,6 +136,9 @@ def check_checkpoint(
     tally = _Tally(problems)
     exact = _ExactReads(listed, scanned_tensors, checkpoint.byteorder, cancelled, tally)
     exact.tally_views(positions, finite, progress)
+    # what reading the items of a distributed checkpoint found odd, beyond its metadata
+    said = {p.message for p in problems}
+    problems += [Problem("odd-layout", odd) for odd in dict.fromkeys(checkpoint.odd_layout) if odd not in said]
     if tally.zero_moments:
         problems.append(Problem("zero-moments", zero_moment_message(tally.zero_moments), tally.zero_moments[0]))
     problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)

@@ -14,6 +14,7 @@ folder refused here still names them (``and it is UNSAFE: ...``).
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -255,7 +256,9 @@ def _tensor(
     fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledRecords, what: str, odd: list[str]
 ) -> Tensor:
     """One tensor, read as ``dcp.load`` reads it: the chunks it copies, in its order, each item narrowed to the
-    part of its chunk inside the tensor and cast to the tensor's dtype; what no saver writes is said in ``odd``."""
+    part of its chunk inside the tensor and cast to the tensor's dtype; what no saver writes is said in ``odd``,
+    what the metadata shows now, what an item shows once it is read (reading every item costs as much as the
+    values' own reading: ``check`` reads them all, here, and reports what they add)."""
     size = _ints(entry.get("size"), what)
     dtype = _dtype(entry.get("properties"), what)
     chunks = _chunks(fqn, entry.get("chunks"), len(size), what)
@@ -265,9 +268,14 @@ def _tensor(
         offsets, sizes = chunks[index]
         name, start, length = items.find(fqn, offsets)
         path = places.join(items.folder, name)
-        piece = Piece(offsets, lengths, f"{name} @ {start}", _chunk_loader(path, start, length, fqn), narrows=True)
-        pieces.append(piece)
-        odd += _odd_item(fqn, piece, sizes, size, dtype)
+        if lengths != sizes:
+            odd.append(
+                f"{fqn}: the chunk at {list(offsets)} ({list(sizes)}) reaches past the tensor ({list(size)}); "
+                f"torch reads its first {list(lengths)}"
+            )
+        notice = functools.partial(_odd_item, f"{fqn}: the chunk at {list(offsets)}", sizes, lengths, dtype)
+        load = _chunk_loader(path, start, length, fqn, odd, notice)
+        pieces.append(Piece(offsets, lengths, f"{name} @ {start}", load, narrows=True))
     odd += _odd_cover(fqn, size, chunks, reads)
     numel = math.prod(size)
     storage = Storage(fqn, dtype, "cpu", numel, source)
@@ -329,21 +337,12 @@ def torch_reads(size: tuple[int, ...], chunks: list[Box]) -> list[tuple[int, tup
     return reads
 
 
-def _odd_item(fqn: str, piece: Piece, sizes: tuple[int, ...], size: tuple[int, ...], dtype: str) -> list[str]:
-    """What is odd about one chunk as dcp.load reads it: cut at the tensor's edge, its item narrowed or cast."""
-    chunk = f"{fqn}: the chunk at {list(piece.offsets)}"
+def _odd_item(chunk: str, sizes: tuple[int, ...], lengths: tuple[int, ...], dtype: str, stored: Tensor) -> list[str]:
+    """What is odd about one chunk's item as dcp.load reads it: larger than the chunk (narrowed), cast."""
     odd = []
-    if piece.sizes != sizes:
-        odd.append(
-            f"{chunk} ({list(sizes)}) reaches past the tensor ({list(size)}); torch reads its first {list(piece.sizes)}"
-        )
-    try:
-        stored = piece.tensor()
-    except ReadError:
-        return odd  # (said when its values are read, as torch fails there)
     if stored.shape != sizes:
         shapes = f"its item is {list(stored.shape)}, the chunk {list(sizes)}"
-        odd.append(f"{chunk}: {shapes}; torch narrows it to {list(piece.sizes)}")
+        odd.append(f"{chunk}: {shapes}; torch narrows it to {list(lengths)}")
     if stored.dtype != dtype:
         known = (stored.dtype, dtype) in WIDENINGS | COPY_CASTS
         odd.append(
@@ -377,12 +376,18 @@ def _odd_cover(
     return odd
 
 
-def _chunk_loader(path: str, start: int, length: int, fqn: str) -> Any:
+def _chunk_loader(
+    path: str, start: int, length: int, fqn: str, odd: list[str], notice: Callable[[Tensor], list[str]]
+) -> Callable[[], Tensor]:
+    """How a chunk's item is read (once, when values are first read); what ``notice`` finds odd in it goes to
+    ``odd``."""
+
     def load() -> Tensor:
         where = f"{path}: chunk of {fqn!r} at {start}"
         stored = read_embedded(path, start, length, where, set())
         if not isinstance(stored, Tensor):
             raise ReadError(f"{where}: the item is not a tensor")
+        odd.extend(notice(stored))
         return stored
 
     return load
