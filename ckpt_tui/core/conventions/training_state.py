@@ -395,19 +395,28 @@ def zero_moment_message(paths: list[KeyPath]) -> str:
     )
 
 
-ROLES = ("parameter", "buffer", "counter", "optimizer state")
+ROLES = ("parameter", "buffer", "counter", "optimizer state", "other")
 """What a tensor of a checkpoint is (:func:`tensor_role`), in the order reports list them: the model's
 weights first."""
 
 
-def tensor_role(path: KeyPath, tensor: Tensor) -> str:
+def tensor_role(path: KeyPath, tensor: Tensor, model_at: KeyPath | None = None) -> str:
     """What a tensor of a checkpoint is, for ranking how far it moved: a ``counter`` (an integer or bool
     tensor: it moves by steps, not by training), a ``buffer`` (BatchNorm's running statistics follow the
-    data, not the gradient), ``optimizer state``, or a ``parameter``."""
+    data, not the gradient), ``optimizer state``, a ``parameter``, or, when the model's weights are under
+    ``model_at`` (:func:`~ckpt_tui.core.conventions.state_dicts.inner_state_dict`), ``other`` for a tensor
+    outside them that is not optimizer state (a callback's best score, a loop's counter)."""
+    if model_at and tuple(path[: len(model_at)]) != tuple(model_at) and not _optimizer_path(path):
+        return "other"
     if tensor.dtype not in PARAMETER_DTYPES:
         return "counter"
-    if is_moment(path) or "state" in path[:-2]:
+    if _optimizer_path(path):
         return "optimizer state"
     if path and keypath.key_text(path[-1]).rsplit(".", 1)[-1] in BUFFER_NAMES:
         return "buffer"
     return "parameter"
+
+
+def _optimizer_path(path: KeyPath) -> bool:
+    """A moment buffer, or a value under an optimizer's ``state``."""
+    return is_moment(path) or "state" in path[:-2]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role
 from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import CkptError, EditError
@@ -304,7 +305,8 @@ def diff(
 
     ``values_refused``: why values may not be read (a remote file past the download budget); keys,
     shapes and dtypes are still compared, and the report says why values were not."""
-    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
+    root_a = normalized(a, strip_prefix)
+    left, right = compared_leaves(root_a), compared_leaves(normalized(b, strip_prefix))
     report = DiffReport(
         only_a=[key_text(k) for k in left if k not in right],
         only_b=[key_text(k) for k in right if k not in left],
@@ -316,7 +318,8 @@ def diff(
         compared = []
     # key by key; the values of the pairs alike in shape and dtype read in batches
     values = _Values(a.byteorder, b.byteorder, compared)
-    _diff_common([(path, left[path], right[path]) for path in common], values, report, progress)
+    common_pairs = [(path, left[path], right[path]) for path in common]
+    _diff_common(common_pairs, values, report, progress, inner_state_dict(root_a))
     if report.only_a and report.only_b:
         report.alignment = alignment(a.root, b.root)
     return report
@@ -327,16 +330,17 @@ def _diff_common(
     values: _Values,
     report: DiffReport,
     progress: Callable[[int, int], None] | None,
+    model_at: KeyPath | None = None,
 ) -> None:
     """Record how each key both sides hold differs: tensors by metadata then values, anything else by its
-    fingerprint."""
+    fingerprint (``model_at``: where the model's weights are, for each tensor's role)."""
     prints_a, prints_b = Fingerprints(), Fingerprints()
     for index, (path, x, y) in enumerate(common):
         if progress is not None:
             progress(index, len(common))
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
-                _record(path, values.next(x, y), report, tensor_role(path, x))
+                _record(path, values.next(x, y), report, tensor_role(path, x, model_at))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role as role
 from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.keypath import KeyPath, to_json
@@ -118,7 +119,11 @@ def layer_change(
     cancelled: CancelCheck | None = None,
 ) -> LayerChangeReport:
     """Per-layer change from A to B, streamed (the trees as ``diff`` takes them)."""
-    left, right = compared_leaves(normalized(a, strip_prefix)), compared_leaves(normalized(b, strip_prefix))
+    root_a = normalized(a, strip_prefix)
+    left, right = compared_leaves(root_a), compared_leaves(normalized(b, strip_prefix))
+    # a training checkpoint's model weights under a key: tensors beside them (a callback's best score) are
+    # listed apart from the model's layers
+    model_at = inner_state_dict(root_a)
     report = LayerChangeReport()
     tensors_a = [(p, v) for p, v in left.items() if isinstance(v, Tensor)]
     paired = [(x, y) for p, x in tensors_a if isinstance(y := right.get(p), Tensor)]
@@ -140,10 +145,10 @@ def layer_change(
             found = _compare(path, x, y, a.byteorder, b.byteorder, cancelled)
         else:
             found.path = path
-        found.role = role(path, x)
+        found.role = role(path, x, model_at)
         report.layers.append(found)
     report.layers += [
-        LayerChange(p, note="only in B", role=role(p, v))
+        LayerChange(p, note="only in B", role=role(p, v, model_at))
         for p, v in right.items()
         if isinstance(v, Tensor) and p not in left
     ]

@@ -406,7 +406,9 @@ def _plural(number: int, what: str) -> str:
 
 
 def _role_name(role: str, number: int) -> str:
-    """``3 parameters``, ``1 buffer``, ``18 optimizer state``."""
+    """``3 parameters``, ``1 buffer``, ``18 optimizer state``, ``2 other tensors``."""
+    if role == "other":
+        return "other tensor" if number == 1 else "other tensors"
     return role if role == "optimizer state" or number == 1 else role + "s"
 
 
@@ -415,6 +417,7 @@ VALUE_SECTIONS = {
     "buffer": "value changes: buffers",
     "counter": "value changes: counters",
     "optimizer state": "value changes: optimizer state",
+    "other": "value changes: other tensors, outside the model's weights",
 }
 
 
@@ -458,8 +461,17 @@ WIDTH = 78
 """Characters of a row (the text form indents rows by 2: 80 columns in all)."""
 EXTREMES = 5
 BUFFERS_SHOWN = 3
-ROLE_ORDER = ("parameter", "buffer", "counter", "optimizer state")
+ROLE_ORDER = ("parameter", "buffer", "counter", "optimizer state", "other")
 """The order of the per-layer rows: the model's weights first, each role in module order."""
+MODEL_ROLES = frozenset({"parameter", "buffer", "counter"})
+"""The roles of the model's own tensors: the per-layer table and plot; optimizer state and other tensors
+(a callback's best score) are listed apart, so that they neither crowd out nor rescale the model's rows."""
+APART = "optimizer state and other tensors"
+"""The heading of the per-layer rows that are not the model's."""
+NONFINITE_NAMED = 3
+"""Keys named in the note on NaN/Inf left out of the sums."""
+NAMED_WIDTH = 40
+"""Characters of a key named in a note (shortened in the middle)."""
 
 
 def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
@@ -468,10 +480,13 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     state, each in module order), the layers that moved most and least. Rows are at most ``width``
     characters (at least 60); keys are shortened in the middle."""
     # a training checkpoint may hold its optimizer before its model: the weights come first all the same
-    measured = sorted(report.measured, key=lambda layer: _role_rank(layer.role))
-    changes = [layer.relative_change for layer in measured if layer.relative_change is not None]
+    every = sorted(report.measured, key=lambda layer: _role_rank(layer.role))
+    changes = [layer.relative_change for layer in every if layer.relative_change is not None]
     width = max(60, width)
-    top = max(changes, default=0.0)
+    # the model's layers in the table and plot, the rest apart (all of them when none is the model's)
+    measured = [layer for layer in every if layer.role in MODEL_ROLES] or every
+    apart = [layer for layer in every if not any(layer is m for m in measured)]
+    top = max((layer.relative_change for layer in measured if layer.relative_change is not None), default=0.0)
     keys = [layer.key for layer in measured]  # each layer's key as text, made once
     most, least, others = _extremes(measured)
     sections = [
@@ -484,6 +499,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
         Section("moved most", [_extreme(layer, width) for layer in most], len(most)),
         Section("moved least", [_extreme(layer, width) for layer in least], len(least)),
         Section("buffers and counters moved most", [_moved_norm(layer, width) for layer in others], len(others)),
+        *([Section(APART, _layer_table(apart, [x.key for x in apart], width), len(apart))] if apart else []),
         Section(
             "not compared",
             [Row(_fitted(layer.key, f": {layer.note}", width), key=layer.key) for layer in report.layers if layer.note],
@@ -521,9 +537,13 @@ def _layer_notes(report: LayerChangeReport) -> list[str]:
     if report.alignment is not None:
         how = join_command(report.alignment.options())
         notes.append(printable(report.alignment.describe()) + f": compare that way with {how}")
-    nonfinite = sum(layer.nonfinite for layer in report.measured)
-    if nonfinite:
-        notes.append(f"{nonfinite} positions hold NaN or Inf on either side: left out of the sums")
+    holding = [layer for layer in report.measured if layer.nonfinite]
+    if holding:
+        nonfinite = sum(layer.nonfinite for layer in holding)
+        named = ", ".join(_fitted(layer.key, "", NAMED_WIDTH) for layer in holding[:NONFINITE_NAMED])
+        more = f" and {len(holding) - NONFINITE_NAMED} more" if len(holding) > NONFINITE_NAMED else ""
+        holds = "position holds" if nonfinite == 1 else "positions hold"
+        notes.append(f"{nonfinite} {holds} NaN or Inf on either side, left out of the sums: in {named}{more}")
     return notes
 
 
@@ -532,7 +552,12 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     buffers, counters or optimizer state were measured too)."""
     measured = report.measured
     unchanged = sum(1 for c in changes if c == 0)
-    counts = f"{len(measured)} layers compared, {unchanged} unchanged"
+    model = sum(1 for layer in measured if layer.role in MODEL_ROLES)
+    if 0 < model < len(measured):
+        counts = f"{model} layers of the model and {_plural(len(measured) - model, 'other tensor')} compared"
+        counts += f", {unchanged} unchanged"
+    else:
+        counts = f"{len(measured)} layers compared, {unchanged} unchanged"
     # a step counter moves by whole steps and Adam's moments by far more than the weights: the median
     # that says how far training moved the model is the parameters'
     weights = [x.relative_change for x in measured if x.role == "parameter" and x.relative_change is not None]
