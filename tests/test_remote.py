@@ -539,3 +539,38 @@ def test_a_shard_name_that_a_server_would_resolve_out_of_the_folder_is_refused(
     assert main(["check", f"{served.url}/repo/model.safetensors.index.json"]) == 2
     assert "leads out of" in capsys.readouterr().err
     assert not any("secret" in path or "%2e" in path.lower() for _, path, _ in served.served.requests)
+
+
+# ---- a remote folder's other files are not read: the report says so ---------------------------------------------
+
+
+def _payload_beside(folder: Path) -> None:
+    """What a local check of the folder would report: a file beside the checkpoint whose load runs code."""
+    torch.save({"x": OrderedDict(a=torch.ones(1)), "code": zipfile.ZipFile}, folder / "optimizer.pt")
+
+
+def test_a_remote_set_says_its_folder_s_other_files_were_not_read(served: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    fixtures = Path(__file__).parent / "fixtures" / "torch_distributed"
+    dcp = root_of(served) / "dcp"
+    dcp.mkdir()
+    for file in sorted({p.parent for p in fixtures.rglob(".metadata")})[0].iterdir():
+        (dcp / file.name).write_bytes(file.read_bytes())
+    (root_of(served) / "sharded").mkdir()
+    index = write_sharded_safetensors(dict(many_keys(4)), root_of(served) / "sharded")
+    for folder in (dcp, index.parent):
+        _payload_beside(folder)
+        assert main(["check", str(folder)]) == 1  # locally, the file beside is read
+        capsys.readouterr()
+    unread = "files beside a remote checkpoint were not read"
+    for url in (f"{served.url}/dcp/.metadata", f"{served.url}/sharded/{index.name}"):
+        assert main(["check", url]) == 0
+        out = capsys.readouterr().out
+        assert unread in out and "read for code" not in out, out
+        assert main(["info", url]) == 0
+        assert f"note        {unread}" in capsys.readouterr().out
+    # one remote file is no set: nothing to say
+    write_safetensors(dict(many_keys(2)), root_of(served) / "one.safetensors")
+    assert main(["check", f"{served.url}/one.safetensors"]) == 0
+    assert unread not in capsys.readouterr().out

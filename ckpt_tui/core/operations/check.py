@@ -16,6 +16,7 @@ from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.folder import LOADER_TAKES
+from ckpt_tui.core.readers.probes import REMOTE_BESIDE
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
@@ -154,7 +155,7 @@ def check_checkpoint(
 def _folder_lines(checkpoint: Checkpoint) -> list[str]:
     """Which weights file of the folder a loader takes (where others lie beside it), and its other files read for
     code."""
-    lines = [note for note in checkpoint.notes if note.startswith(LOADER_TAKES)]
+    lines = [note for note in checkpoint.notes if note.startswith(LOADER_TAKES) or note == REMOTE_BESIDE]
     line = beside_line(checkpoint.beside or [])
     return lines + ([line] if line else [])
 

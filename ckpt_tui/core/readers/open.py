@@ -23,7 +23,14 @@ from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
-from ckpt_tui.core.readers.probes import PICKLE_OPCODES, dcp_folder_of, deepspeed_folder, looks_like_safetensors
+from ckpt_tui.core.readers.probes import (
+    PICKLE_OPCODES,
+    REMOTE_BESIDE,
+    SETS,
+    dcp_folder_of,
+    deepspeed_folder,
+    looks_like_safetensors,
+)
 
 if TYPE_CHECKING:
     from ckpt_tui.core.readers.safetensors_file import NotSafetensors
@@ -104,13 +111,27 @@ def check_depth(root: object, path: str) -> None:
 
 
 def _open(path: str) -> Checkpoint:
-    if places.is_remote(path) and places.is_file(path):
-        return _open_file(path)  # (a store's folder is a listing: asked only when the URL is no file)
+    if places.is_remote(path):
+        return _open_remote(path)
     if not places.exists(path):
         raise ReadError(f"{path}: no such file or directory")
     if places.is_dir(path):
         return _open_directory(path)
     return _open_file(path)
+
+
+def _open_remote(path: str) -> Checkpoint:
+    """A URL: a file, or a store's folder (a listing: asked only when the URL is no file). The other files of a
+    remote folder are not read for code, and a set's report says so."""
+    if places.is_file(path):
+        checkpoint = _open_file(path)
+    elif not places.exists(path):
+        raise ReadError(f"{path}: no such file or directory")
+    else:
+        checkpoint = _open_directory(path) if places.is_dir(path) else _open_file(path)
+    if checkpoint.format in SETS and REMOTE_BESIDE not in checkpoint.notes:
+        checkpoint.notes.append(REMOTE_BESIDE)
+    return checkpoint
 
 
 # ---- the detection table -------------------------------------------------------------------------

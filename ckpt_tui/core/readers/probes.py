@@ -121,3 +121,13 @@ PICKLE_OPCODES = frozenset(
 )
 """The first bytes of every pickle opcode: the pickle module's one-byte opcode constants (``pickletools.opcodes``
 lists the same, but costs an import to read a file)."""
+
+
+SETS = frozenset({"sharded", "dcp", "dcp-hf", "deepspeed", "folder", "ranks"})
+"""The formats read from several files of a folder."""
+REMOTE_BESIDE = (
+    "files beside a remote checkpoint were not read: only those its reader reads were checked for code "
+    "(download the folder and check it to read every file a loader could unpickle)"
+)
+"""The note on a set of files read from a URL: its folder's other files, which a local check reads for code, are
+not listed or read there."""
