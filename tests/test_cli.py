@@ -184,6 +184,7 @@ def test_info_of_a_pth_imports_only_what_it_needs(tmp_path: Path) -> None:
     unneeded += [f"ckpt_tui.core.readers.{name}" for name in [*readers, "embedded_zip", "torchscript"]]
     # the fix line needs convert's options, not its pipeline (no dry run for a prefix every key has)
     unneeded += ["ckpt_tui.core.operations.convert", "ckpt_tui.core.edits.tree_edits", "ckpt_tui.core.model.rebuild"]
+    unneeded += ["ckpt_tui.core.conventions.training_state"]  # (no optimizer or scheduler in it)
     code = (
         # (what the interpreter imported before, e.g. an editable install's finder, is not info's doing)
         "import sys; before = set(sys.modules); from ckpt_tui.cli import main\n"

@@ -27,7 +27,6 @@ from ckpt_tui.core.conventions.state_dicts import (
     module_groups,
     tensor_items,
 )
-from ckpt_tui.core.conventions.training_state import training_findings
 from ckpt_tui.core.model.describe import Totals, count, counted
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
 from ckpt_tui.core.model.keypath import KeyPath, to_json
@@ -493,6 +492,8 @@ def _training_findings(root: Any, references: list[Any], model: ModelCounts, byt
     schedulers = [(p, v) for p, v in dicts if is_scheduler(v)]
     if not optimizers and not schedulers:
         return []
+    from ckpt_tui.core.conventions.training_state import training_findings  # (a training checkpoint's own)
+
     shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
     return training_findings(root, optimizers, schedulers, shapes, byteorder)
 
