@@ -259,3 +259,28 @@ def test_signed_zeros_nans_and_infinities_average_to_the_same_bytes_widened_by_n
     assert torch.equal(got.isnan(), want.isnan())
     same = ~want.isnan()
     assert torch.equal(got[same].view(BITS[dtype]), want[same].view(BITS[dtype]))
+
+
+def test_plain_mean_of_two_fp32_files_at_float32s_limits_is_the_float64_mean_rounded_once(tmp_path, monkeypatch):
+    from ckpt_tui.core.operations import average
+    from ckpt_tui.core.values.stats import BLOCK_ELEMENTS
+
+    # blocks of ordinary values (averaged in float32), of sums past float32's range, of subnormal halves and of
+    # signed zeros: each the bytes of the float64 mean rounded once
+    torch.manual_seed(0)
+    a, b = torch.randn(5 * BLOCK_ELEMENTS), torch.randn(5 * BLOCK_ELEMENTS)
+    a[BLOCK_ELEMENTS : 2 * BLOCK_ELEMENTS] = 3.3e38
+    b[BLOCK_ELEMENTS : 2 * BLOCK_ELEMENTS] = 3.2e38
+    a[2 * BLOCK_ELEMENTS : 3 * BLOCK_ELEMENTS] *= 1e-38
+    b[2 * BLOCK_ELEMENTS : 3 * BLOCK_ELEMENTS] = 1e-45
+    a[3 * BLOCK_ELEMENTS : 4 * BLOCK_ELEMENTS], b[3 * BLOCK_ELEMENTS : 4 * BLOCK_ELEMENTS] = -0.0, -0.0
+    halved = []
+    halved_sum = average._halved_sum
+    monkeypatch.setattr(average, "_halved_sum", lambda x, y, out: halved.append(halved_sum(x, y, out)) or halved[-1])
+    paths = save_all(tmp_path, [{"w": a}, {"w": b}])
+    assert main(["average", *paths, "-o", str(tmp_path / "soup.pth"), "--weights", "3,3"]) == 0
+    got = torch.load(tmp_path / "soup.pth", weights_only=True)["w"]
+    want = expected([{"w": a}, {"w": b}], [1, 1])["w"]
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert got[BLOCK_ELEMENTS:].isfinite().all() and got[3 * BLOCK_ELEMENTS].item() == 0.0
+    assert halved == [True, False, False, True, True]
