@@ -340,3 +340,48 @@ def test_a_pickle_that_does_not_start_as_a_state_dict_is_not_read_as_rows() -> N
     buffer = io.BytesIO()
     torch.save(collections.OrderedDict(a=torch.ones(2)), buffer)
     assert plain_rows.looks_plain(zipfile.ZipFile(buffer).read("archive/data.pkl"))
+
+
+def one_tensor_pickle(shape: tuple[int, ...], stride: tuple[int, ...], storage: bytes = b"") -> bytes:
+    """torch.save's pickle of ``{"a": tensor}``, with this size and stride (and the id's tuple used as the
+    storage itself when ``storage`` says so: ``raw``)."""
+    e = Emitter()
+    e.out += b"}"
+    e.put()
+    e.text("a")
+    e.put()
+    e.out += b"ctorch._utils\n_rebuild_tensor_v2\n"
+    e.put()
+    e.out += b"(("
+    e.text("storage")
+    e.out += b"ctorch\nFloatStorage\n"
+    e.text("0")
+    e.text("cpu")
+    e.int(0)
+    e.out += b"t"
+    pid = e.put()
+    e.out += b"Q" if storage != b"raw" else b"0h" + bytes([pid])  # (POP the storage, GET the id's tuple)
+    e.int(0)
+    e.tuple(list(shape))
+    e.tuple(list(stride))
+    e.out += b"\x89ccollections\nOrderedDict\n)RtRs."
+    return bytes(e.out)
+
+
+@pytest.mark.parametrize(
+    ("shape", "stride", "storage"),
+    [
+        ((0, 2**40, 2**40), (2**80, 2**40, 1), b""),  # row-major, but its first stride past int64
+        ((0, 2), (2, 1), b""),
+        ((0, 2), (2, 1), b"raw"),  # the memoized id tuple, not the storage, as the tensor's storage
+    ],
+    ids=["strides past int64", "plain", "the id's tuple as storage"],
+)
+def test_hand_made_pickles_read_the_same_from_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], stride: tuple[int, ...], storage: bytes
+) -> None:
+    data = one_tensor_pickle(shape, stride, storage)
+    path = zipped(data, {"0": 0}, tmp_path / "m.pth", random.Random(0))
+    fast, full, taken = both_ways(path, monkeypatch)
+    assert fast == full
+    assert taken == (shape == (0, 2) and not storage)

@@ -1110,7 +1110,7 @@ def over_whole_storages(tensors: list[Tensor]) -> bool:
     if not tensors or set(map(type, storages)) != {Storage} or set(map(_KIND, tensors)) != {"dense"}:
         return False
     shapes = list(map(_SHAPE, tensors))
-    row_major = {shape: contiguous_strides(shape) for shape in set(shapes)}
+    row_major = _RowMajor()
     if any(map(_OFFSET, tensors)) or list(map(_STRIDE, tensors)) != list(map(row_major.__getitem__, shapes)):
         return False
     dtypes, stored = list(map(_DTYPE, tensors)), list(map(_DTYPE, storages))
@@ -1122,6 +1122,14 @@ def over_whole_storages(tensors: list[Tensor]) -> bool:
     tensor_bytes = map(operator.mul, numels, map(itemsize, dtypes))
     storage_bytes = map(operator.mul, map(_NUMEL, storages), map(itemsize, stored))
     return all(map(operator.eq, tensor_bytes, storage_bytes))
+
+
+class _RowMajor(dict[tuple[int, ...], tuple[int, ...]]):
+    """Each shape's row-major strides, worked out when first asked for: each row's shape hashed once."""
+
+    def __missing__(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        strides = self[shape] = contiguous_strides(shape)
+        return strides
 
 
 _STORAGE = operator.attrgetter("storage")

@@ -197,11 +197,12 @@ def _columns(root: Any, rows: list[Token], ids: list[Token]) -> PlainStateDict |
     shapes, strides = list(map(_SHAPE, rows)), list(map(_STRIDE, rows))
     if set(map(type, shapes)) != {tuple} or set(map(type, strides)) != {tuple}:
         return None
-    sizes = list(itertools.chain.from_iterable(shapes))
+    sizes, steps = list(itertools.chain.from_iterable(shapes)), list(itertools.chain.from_iterable(strides))
     # (types first: a bool or a float compares equal to an int)
-    if not set(map(type, sizes)) | set(map(type, itertools.chain.from_iterable(strides))) <= _INT:
+    if not set(map(type, sizes)) | set(map(type, steps)) <= _INT:
         return None
-    if sizes and not 0 <= min(sizes) <= max(sizes) < INT64_LIMIT:
+    # (row-major strides are positive, but past int64 where a size is 0: shape (0, 2**40, 2**40))
+    if sizes and not (min(sizes) >= 0 and max(sizes) < INT64_LIMIT and max(steps, default=0) < INT64_LIMIT):
         return None
     if _row_major_counts(shapes, strides) != numels:  # (None too: a count past int64, or not row-major)
         return None
@@ -211,15 +212,21 @@ def _columns(root: Any, rows: list[Token], ids: list[Token]) -> PlainStateDict |
 
 def _row_major_counts(shapes: list[tuple[int, ...]], strides: list[tuple[int, ...]]) -> list[int] | None:
     """Each tensor's element count where each is row-major (its strides those of ``set_`` without strides)
-    and every count fits in int64; else None. Each distinct shape judged once, each shape hashed twice."""
-    distinct = list(dict.fromkeys(shapes))
-    if not _counts_fit(distinct):
+    and every count fits in int64; else None. Each distinct shape judged once, each shape hashed once."""
+    rows = list(map(_ShapeFacts().__getitem__, shapes))
+    counts = list(map(_COUNT, rows))
+    if None in counts or list(map(_STRIDES, rows)) != strides:
         return None
-    facts = {shape: (math.prod(shape), contiguous_strides(shape)) for shape in distinct}
-    rows = list(map(facts.__getitem__, shapes))
-    if list(map(_STRIDES, rows)) != strides:
-        return None
-    return list(map(_COUNT, rows))
+    return counts
+
+
+class _ShapeFacts(dict[tuple[int, ...], tuple[int | None, tuple[int, ...]]]):
+    """A shape's element count (None past int64) and row-major strides, worked out when first asked for."""
+
+    def __missing__(self, shape: tuple[int, ...]) -> tuple[int | None, tuple[int, ...]]:
+        # (the count's product only where it fits: a shape of thousands of huge sizes is no huge product)
+        facts = self[shape] = (math.prod(shape), contiguous_strides(shape)) if _counts_fit([shape]) else (None, ())
+        return facts
 
 
 _COUNT, _STRIDES = operator.itemgetter(0), operator.itemgetter(1)

@@ -138,6 +138,8 @@ class ZipDirectory(dict[str, ZipEntry]):
         Python compares the list's strings, each name cut at a NUL as the C string it passes through."""
         if dict.__contains__(self, name):
             return True
+        if "\0" not in "".join(self):  # (no name holds a NUL, as torch.save writes them: one search of them all)
+            return False
         return any(entry.name.split("\0", 1)[0] == name for entry in self.members if "\0" in entry.name)
 
     def shifted(self, by: int) -> ZipDirectory:
