@@ -25,7 +25,7 @@ from ckpt_tui.core.conventions.state_dicts import inner_state_dict, is_optimizer
 from ckpt_tui.core.edits.key_renamer import KeyRenamer
 from ckpt_tui.core.edits.key_renamer import strips_cleanly as strips_cleanly  # where the edits' callers find it
 from ckpt_tui.core.errors import BadArgument, EditError, NothingChanges
-from ckpt_tui.core.model.describe import count, counted
+from ckpt_tui.core.model.describe import count, counted, plural
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
@@ -71,8 +71,9 @@ class Change:
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        """Human lines: the title with its count, the notes, then the examples."""
-        out = [f"{self.title}: {self.count} changed"]
+        """Human lines: the title with its count, the notes, then the examples. One change with no example
+        (an extract, a delete of one key) is its title alone: '1 changed' would say nothing."""
+        out = [self.title if self.count == 1 and not self.examples else f"{self.title}: {self.count} changed"]
         out += [f"  {note}" for note in self.notes]
         out += [f"  {old} → {new}" for old, new in self.examples]
         if self.examples and self.count > len(self.examples):
@@ -537,12 +538,13 @@ def _dropped(path: KeyPath, value: Any) -> str:
     where = to_python(path)
     if is_optimizer(value):
         elements = sum(tensor.numel for _, tensor in iter_tensors(value))
-        return f"the optimizer state at {where} ({count(elements)} elements)"
+        return f"the optimizer state at {where} ({count(elements)} {plural(elements, 'element')})"
     if is_scheduler(value):
         return f"the LR scheduler state at {where}"
     tensors = [tensor for _, tensor in iter_tensors(value)]
     if tensors:
-        return f"{where} ({counted(len(tensors), 'tensor')}, {count(sum(t.numel for t in tensors))} elements)"
+        elements = sum(t.numel for t in tensors)
+        return f"{where} ({counted(len(tensors), 'tensor')}, {count(elements)} {plural(elements, 'element')})"
     if isinstance(value, (bool, int, float, str)) and len(repr(value)) <= 40:
         return f"{key_text(path[-1])} = {value!r}"
     return where

@@ -58,7 +58,12 @@ def count(number: int) -> str:
 
 def counted(number: int, noun: str) -> str:
     """``1 tensor``, ``2 tensors``: a count and its noun, plural unless the count is one."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    return f"{number} {plural(number, noun)}"
+
+
+def plural(number: int, noun: str) -> str:
+    """``noun`` for one, ``nouns`` for any other count (a count written another way goes before it)."""
+    return noun if number == 1 else noun + "s"
 
 
 def shape(dims: tuple[int, ...]) -> str:

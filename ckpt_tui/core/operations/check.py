@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ckpt_tui.core.conventions.findings import where
 from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
 from ckpt_tui.core.errors import ReadError, UnwrittenRecord
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
@@ -430,7 +431,8 @@ def weights_only_problem(judged: Verdict) -> Problem:
         message = f"torch.load(weights_only=True): cannot tell whether it loads: {judged.unknown}"
     elif judged.blockers:
         names = ", ".join(b.name for b in judged.blockers[:5]) + (" …" if len(judged.blockers) > 5 else "")
-        message = f"torch.load(weights_only=True) refuses it: {len(judged.blockers)} globals not allowed ({names})"
+        refused = counted(len(judged.blockers), "global")
+        message = f"torch.load(weights_only=True) refuses it: {refused} not allowed ({names})"
     else:
         message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
     return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})

@@ -69,8 +69,7 @@ class PreviewScreen(ConfirmScreen):
 
     def __init__(self, change: Change) -> None:
         lines = change.lines()
-        # "1 changed" of an edit of one whole subtree (extract) counts nothing a user thinks of: its title says it
-        head = lines[0] if change.examples or change.count != 1 else change.title
+        head = lines[0]
         # each line escaped on its own: the line breaks between them are ours, not the file's
         super().__init__(f"Apply: {head}?", Text("\n").join(data(line) for line in lines[1:]))
         self.change = change

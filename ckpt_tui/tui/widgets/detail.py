@@ -23,7 +23,7 @@ from textual.worker import get_current_worker
 
 from ckpt_tui.core.conventions.findings import tensor_problem
 from ckpt_tui.core.errors import CkptError
-from ckpt_tui.core.model.describe import Totals, count, counted, scalar_text, shape, size
+from ckpt_tui.core.model.describe import Totals, count, counted, plural, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, Tensor, has_children, type_label
@@ -182,10 +182,9 @@ def storage_text(tensor: Tensor) -> Text:
 def add_below(table: Table, tensors: int, elements: int, nbytes: int) -> None:
     """What every tensor below a node adds up to, one short line each (they fit the panel at 80 columns)."""
     # the short count, as the header gives it: the exact one of a 7B model would wrap the panel at 80 columns
-    table.add_row(
-        "below",
-        "\n".join([f"{tensors:,} tensor{'' if tensors == 1 else 's'}", f"{count(elements)} elements", size(nbytes)]),
-    )
+    lines = [f"{tensors:,} {plural(tensors, 'tensor')}", f"{count(elements)} {plural(elements, 'element')}"]
+    lines.append(size(nbytes))
+    table.add_row("below", "\n".join(lines))
 
 
 def group_meta(group: Group) -> Table:
