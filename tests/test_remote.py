@@ -158,12 +158,30 @@ def test_values_past_the_budget_are_refused_in_one_line_saying_how_much(served: 
     assert served.served.bytes_sent == sent  # refused before any byte was asked for
 
 
-def test_a_server_without_ranges_is_refused_with_an_offer_to_download(tmp_path: Path) -> None:
-    (tmp_path / "m.pth").write_bytes(b"x" * 100)
+def test_a_server_without_ranges_is_refused_past_the_budget_with_an_offer_to_download(tmp_path: Path) -> None:
+    torch.save({"w": torch.randn(1000)}, tmp_path / "m.pth")
+    remote.TRANSFER.limit = 1000
     with RangeServer(str(tmp_path), ranges=False) as server, pytest.raises(ReadError) as caught:
         open_checkpoint(f"{server.url}/m.pth")
     message = str(caught.value)
     assert "does not support ranged reads" in message and "curl -LO" in message and "\n" not in message
+    assert "past --max-download 1.0 kB" in message
+
+
+def test_a_server_without_ranges_gives_the_whole_file_within_the_budget(tmp_path: Path) -> None:
+    torch.save({"w": torch.arange(1000.0)}, tmp_path / "m.pth")
+    with RangeServer(str(tmp_path), ranges=False) as server:
+        checkpoint = open_checkpoint(f"{server.url}/m.pth")
+        assert tensor_stats(checkpoint.root["w"], checkpoint.byteorder).max == 999.0
+        assert len(server.served.ranged()) == 1
+
+
+def test_an_empty_file_on_a_range_server_is_said_to_be_empty_not_changed(served: RangeServer) -> None:
+    (root_of(served) / "empty.pth").write_bytes(b"")
+    with pytest.raises(ReadError, match="empty file") as caught:
+        open_checkpoint(f"{served.url}/empty.pth")
+    assert "changed" not in str(caught.value)
+    assert served.served.ranged() == [("GET", "/empty.pth", "bytes=-65536")]  # its 416 names its length: 0
 
 
 def test_a_missing_remote_file_is_one_line(served: RangeServer) -> None:

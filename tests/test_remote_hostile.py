@@ -255,3 +255,99 @@ def test_a_server_that_hangs_up_mid_body_is_one_line(capsys: pytest.CaptureFixtu
 
     line = refused(answer, capsys)
     assert "connection failed" in line or "ended after" in line
+
+
+# ---- a 416, and a whole file sent for a range ----------------------------------------------------------------
+
+
+def unsatisfiable(handler: BaseHTTPRequestHandler, length: int | None) -> None:
+    """A 416, naming the file's length as RFC 9110 asks (``bytes */LENGTH``) or not at all."""
+    handler.send_response(416)
+    if length is not None:
+        handler.send_header("Content-Range", f"bytes */{length}")
+    handler.send_header("Content-Length", "0")
+    handler.end_headers()
+
+
+def test_a_416_that_names_no_length_is_one_line_that_does_not_blame_the_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = refused(lambda handler, start, end, count: unsatisfiable(handler, None), capsys)
+    assert "refused the range bytes=-65536 (HTTP 416)" in line and "changed" not in line and "empty" not in line
+
+
+def test_a_416_to_a_range_inside_the_file_is_a_refusal_not_a_change(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        if count == 1:
+            partial(handler, VERSION_A, start, end)
+        else:
+            unsatisfiable(handler, len(VERSION_A))
+
+    line = refused(answer, capsys)
+    assert f"of its {len(VERSION_A)}-byte file (HTTP 416)" in line and "changed" not in line
+
+
+@pytest.mark.parametrize("step", ["after the first range", "in the range asked again"])
+def test_a_416_naming_another_length_is_a_file_that_changed(step: str, capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        if step == "after the first range":
+            partial(handler, VERSION_A, start, end) if count == 1 else unsatisfiable(handler, len(VERSION_A) - 1)
+        elif count == 1:
+            unsatisfiable(handler, 1000)  # as Werkzeug answers a suffix longer than the file
+        else:
+            partial(handler, VERSION_A, 0, 999)  # ... but the file is another length now
+
+    assert "changed while being read" in refused(answer, capsys)
+
+
+def whole(handler: BaseHTTPRequestHandler, body: bytes, headers: dict[str, str]) -> None:
+    """A 200 to a ranged GET: the server ignores ranges."""
+    handler.send_response(200)
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def test_a_whole_file_whose_length_is_past_the_budget_is_refused_before_its_body(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(10**15))
+        handler.end_headers()
+        time.sleep(3)  # no body: one read of it would wait here
+
+    started = time.monotonic()
+    line = refused(answer, capsys)
+    assert "(1000.0 TB) is past --max-download 1.0 GB" in line
+    assert time.monotonic() - started < 3
+
+
+def test_a_whole_file_with_no_length_is_refused_once_past_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        whole(handler, VERSION_A * 4, {"Connection": "close"})
+
+    server = Hostile(answer)
+    try:
+        assert main(["check", "--max-download", "50k", server.url]) == 2
+    finally:
+        server.stop()
+    line = capsys.readouterr().err.strip()
+    assert "the whole file is past --max-download 50.0 kB" in line and "\n" not in line
+
+
+def test_a_whole_file_compressed_or_trickled_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def gzipped(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        whole(handler, VERSION_A, {"Content-Length": str(len(VERSION_A)), "Content-Encoding": "gzip"})
+
+    assert "Content-Encoding: gzip" in refused(gzipped, capsys)
+
+    def trickled(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        whole(handler, VERSION_A[:10], {"Content-Length": str(len(VERSION_A))})
+        for byte in VERSION_A[10:40]:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            time.sleep(0.2)
+
+    assert "too slowly" in refused(trickled, capsys)

@@ -24,6 +24,12 @@ from typing import Literal
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 
+DCP_METADATA = ".metadata"
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
+FOLDER_ENTRIES = (DCP_METADATA, *HF_WEIGHTS)
+"""What a loader opens in a folder, in the order ckpt-tui's detection looks (``dcp.load``'s ``.metadata``, then
+``from_pretrained``'s files): all a folder that cannot be listed (a web server's) is asked for."""
 HUB_SNAPSHOTS = "snapshots"
 HUB_BLOBS = "blobs"
 

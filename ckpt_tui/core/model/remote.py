@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.byte_source import human, write_all
@@ -36,6 +36,16 @@ DEFAULT_MAX_DOWNLOAD = 10**9
 
 class NotFound(ReadError):
     """The store has no such file."""
+
+
+class NoRanges(ReadError):
+    """A server that ignores ranges sent a file too large to keep whole (past the budget): ``url`` and ``length``
+    (None when the server named none) let a reader of a set (an index and its shards) say it of the set."""
+
+    def __init__(self, message: str, url: str, length: int | None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.length = length
 
 
 @dataclass
@@ -69,6 +79,26 @@ class Transfer:
 TRANSFER = Transfer()
 
 
+def claim(count: int) -> bool:
+    """Count ``count`` bytes of an answer already on its way (a whole file a server sent), or say False,
+    counting nothing, when they would pass the budget."""
+    with TRANSFER._lock:
+        if TRANSFER.fetched + count > TRANSFER.limit:
+            return False
+        TRANSFER.fetched += count
+        return True
+
+
+def past_budget(what: str) -> str:
+    """``WHAT is past --max-download 1.0 GB (2.1 kB fetched so far)``."""
+    return f"{what} is past --max-download {human(TRANSFER.limit)} ({human(TRANSFER.fetched)} fetched so far)"
+
+
+def budget_left() -> int:
+    """Bytes the budget still allows."""
+    return max(0, TRANSFER.limit - TRANSFER.fetched)
+
+
 def parse_size(text: str) -> int:
     """``1G``, ``500MB``, ``2GiB``, ``123`` as bytes (k/M/G/T powers of 1000; KiB/MiB/GiB/TiB of 1024)."""
     found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
@@ -97,6 +127,12 @@ class Stat:
     size: int
     identity: str
     seed: tuple[int, bytes] | None = None
+    whole: IO[bytes] | None = None
+    """The whole file, when the store sent it in one answer (a server that ignores ranges): a private
+    temporary file (in memory while small), already counted against the budget; every read is served
+    from it, so every byte comes from that one answer."""
+    asked: int = 1
+    """Requests the answer took (a refused range asked again)."""
 
 
 class Transport(Protocol):
@@ -137,6 +173,14 @@ class RemoteFile:
                     TRANSFER.reserve(self.name, 0)
                     self.requests_here += 1
                     stat = self._transport.stat()
+                    self.requests_here += stat.asked - 1
+                    with TRANSFER._lock:
+                        TRANSFER.requests += stat.asked - 1
+                    if stat.whole is not None:
+                        # the transport counted it against the budget as it came; nothing else is asked for
+                        self.fetched_here += stat.size
+                        self._stat = stat
+                        return stat
                     if stat.seed is not None:
                         self._count(len(stat.seed[1]))
                         self._keep(*stat.seed)
@@ -200,6 +244,11 @@ class RemoteFile:
         end = min(size, offset + max(0, length))
         if offset >= end:
             return b""
+        whole = self._info().whole
+        if whole is not None:
+            with self._lock:
+                whole.seek(offset)
+                return whole.read(end - offset)
         if end - offset >= BIG and self._cached(offset) is None:
             return self._fetch_parallel(offset, end - offset)
         pieces: list[bytes] = []
@@ -256,6 +305,8 @@ class RemoteFile:
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch the small ranges not kept yet, in parallel, and keep them."""
         size = self.size
+        if self._info().whole is not None:
+            return
         with self._lock:
             wanted = sorted({(o, min(size, o + n)) for o, n in ranges if n > 0 and o < size})
             missing: list[tuple[int, int]] = []

@@ -17,17 +17,21 @@ import os
 import posixpath
 import re
 import socket
+import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import IO, Any
 
 from ckpt_tui.core.errors import ReadError
-from ckpt_tui.core.model import byte_source
+from ckpt_tui.core.model import byte_source, remote
+from ckpt_tui.core.model.byte_source import human
+from ckpt_tui.core.model.contained import DCP_METADATA, FOLDER_ENTRIES
 from ckpt_tui.core.model.header_cache import HeaderCache
-from ckpt_tui.core.model.remote import TAIL, NotFound, RemoteFile, Stat, Transport
+from ckpt_tui.core.model.remote import TAIL, NoRanges, NotFound, RemoteFile, Stat, Transport
+from ckpt_tui.core.runtime.shell import quote_arg
 
 TIMEOUT = float(os.environ.get("CKPT_TUI_TIMEOUT", "30"))
 RETRIES = 5
@@ -36,10 +40,40 @@ MIN_RATE = 16 << 10
 """Bytes per second an answer's body must average once TIMEOUT's grace is spent: a server that trickles
 bytes cannot hold a read (a per-read socket timeout alone lets one byte every few seconds go on forever)."""
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+UNSATISFIED = re.compile(r"bytes \*/(\d+)")
+"""A 416's Content-Range: the file's length (RFC 9110 14.4)."""
+IN_MEMORY = 16 << 20
+"""A whole file a server sent (it ignores ranges) is kept in memory up to this size, in a private temporary file
+past it."""
 
 
 def _timeout_error(name: str) -> ReadError:
     return ReadError(f"{name}: the server did not answer within {TIMEOUT:g} s (timed out; CKPT_TUI_TIMEOUT sets it)")
+
+
+def download_first(urls: list[str]) -> str:
+    """The command that downloads ``urls`` into the current folder, each under its own name."""
+    if len(urls) == 1:
+        return f"curl -LO {quote_arg(urls[0])}"
+    return "curl -L --remote-name-all " + " ".join(map(quote_arg, urls))
+
+
+SIMPLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def download_set(folder: str, names: list[str]) -> str:
+    """The command that downloads the files ``names`` of the web folder ``folder`` into the current folder, each
+    under its own name (``curl -O`` names a file by its URL's last segment, still percent-encoded: other
+    names are given with ``-o``)."""
+    urls = [byte_source.join(folder, urllib.parse.quote(name, safe="/")) for name in names]
+    if all(SIMPLE_NAME.fullmatch(name) for name in names):
+        return download_first(urls)
+    pairs = (f"-o {quote_arg(name)} {quote_arg(url)}" for name, url in zip(names, urls, strict=True))
+    return "curl -L --create-dirs " + " ".join(pairs)
+
+
+class HtmlPage(ReadError):
+    """The URL answered with an HTML page (a folder's listing, a site's page): not a file to read."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +86,8 @@ class Answer:
     span: tuple[int, int, int] | None = None
     """first byte, last byte and the file's size, from Content-Range"""
     body: bytes = b""
+    whole: IO[bytes] | None = None
+    """a 200's body, the whole file, when the request took one (:meth:`HttpTransport.stat`)"""
 
 
 class _Cutoff:
@@ -102,9 +138,10 @@ class HttpTransport:
             cached[1].close()
         self._local.connection = None
 
-    def request(self, headers: dict[str, str], most: int) -> Answer:
+    def request(self, headers: dict[str, str], most: int, whole: bool = False) -> Answer:
         """One GET of the file with ``headers``, for a range of at most ``most`` bytes: a 206's body is read
-        in full, checked against its Content-Range and Content-Length; other answers' bodies are not read.
+        in full, checked against its Content-Range and Content-Length; with ``whole``, a 200's body too (the
+        whole file, within the budget: :meth:`_whole`); other answers' bodies are not read.
         Retries on 429 and 5xx with backoff (honouring Retry-After), and once on a dropped kept-alive
         connection. A server slower than :data:`MIN_RATE` after :data:`TIMEOUT` is refused."""
         url, moved, wait = self.url, 0, 1.0
@@ -126,7 +163,7 @@ class HttpTransport:
                 if cutoff.fired:
                     # cut off mid-headers: what http.client parsed up to the cut is not an answer
                     raise TimeoutError
-                answer = self._answer(response, sock, most)
+                answer = self._answer(response, sock, most, whole)
             except TimeoutError:
                 self._drop()
                 raise _timeout_error(self.name) from None
@@ -159,18 +196,15 @@ class HttpTransport:
             return answer
         raise ReadError(f"{self.name}: the server kept refusing (HTTP {status}) after {RETRIES} retries")
 
-    def _answer(self, response: http.client.HTTPResponse, sock: socket.socket, most: int) -> Answer:
+    def _answer(self, response: http.client.HTTPResponse, sock: socket.socket, most: int, whole: bool) -> Answer:
         found = {k.lower(): v for k, v in response.getheaders()}
+        if response.status == 200 and whole and not is_page(found):
+            return self._whole(response, sock, found)
         if response.status != 206:
             # its body is never used: the connection goes rather than read what the server chose to send
             self._drop()
             return Answer(response.status, found)
-        coding = found.get("content-encoding", "identity").strip().lower()
-        if coding not in ("", "identity"):
-            raise ReadError(
-                f"{self.name}: the server compressed its answer (Content-Encoding: {coding}) though asked not to; "
-                f"download it first (curl -LO {self.url}) and open the local copy"
-            )
+        self._plain(found)
         named = CONTENT_RANGE.fullmatch(found.get("content-range", "").strip())
         if named is None:
             raise ReadError(f"{self.name}: the server's ranged answer names no range ({found.get('content-range')})")
@@ -191,31 +225,79 @@ class HttpTransport:
             self._drop()  # more follows than the range named (or no length): the connection cannot be reused
         return Answer(206, found, (first, last, size), body)
 
+    def _plain(self, found: dict[str, str]) -> None:
+        """Refuse a compressed body: its bytes are not the file's."""
+        coding = found.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            raise ReadError(
+                f"{self.name}: the server compressed its answer (Content-Encoding: {coding}) though asked not to; "
+                f"download it first ({download_first([self.url])}) and open the local copy"
+            )
+
+    def _whole(self, response: http.client.HTTPResponse, sock: socket.socket, found: dict[str, str]) -> Answer:
+        """A 200 to a ranged GET (the server ignores ranges): the whole file, kept when it fits the budget
+        (counted as it comes), else refused before a byte of it is read (or, with no length, once past it)."""
+        self._plain(found)
+        declared = found.get("content-length", "").strip()
+        length = int(declared) if declared.isdigit() else None
+        if length is not None and not remote.claim(length):
+            self._drop()
+            raise self._too_large(length)
+        kept = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY)  # noqa: SIM115 - the caller's to keep
+        try:
+            for chunk in self._chunks(response, sock, length):
+                if length is None and not remote.claim(len(chunk)):
+                    raise self._too_large(None)
+                kept.write(chunk)
+        except BaseException:
+            kept.close()
+            raise
+        # (one answer per file: the connection goes rather than trust what may follow the body)
+        self._drop()
+        return Answer(200, found, whole=kept)
+
+    def _too_large(self, length: int | None) -> NoRanges:
+        whole = f"the whole file ({human(length)})" if length is not None else "the whole file"
+        return NoRanges(
+            f"{self.name}: the server does not support ranged reads, and {remote.past_budget(whole)}; download it "
+            f"first ({download_first([self.url])}) and open the local copy, or raise --max-download",
+            self.name,
+            length,
+        )
+
     def _body(self, response: http.client.HTTPResponse, sock: socket.socket, length: int) -> bytes:
         """Exactly ``length`` bytes of the body, or a one-line refusal: ended early, or too slow."""
-        deadline = time.monotonic() + TIMEOUT + length / MIN_RATE
-        parts, got = [], 0
-        while got < length:
+        return b"".join(self._chunks(response, sock, length))
+
+    def _chunks(self, response: http.client.HTTPResponse, sock: socket.socket, length: int | None) -> Iterator[bytes]:
+        """The body in chunks: exactly ``length`` bytes (with no length, up to its end), or a one-line refusal:
+        ended early, or too slow (past :data:`TIMEOUT`, under :data:`MIN_RATE` on average)."""
+        started, got = time.monotonic(), 0
+        while length is None or got < length:
+            # with no length known, the rate is held to the bytes come so far
+            deadline = started + TIMEOUT + (length if length is not None else got) / MIN_RATE
             left = deadline - time.monotonic()
+            of = f"{got} of {length}" if length is not None else f"{got}"
             too_slow = ReadError(
-                f"{self.name}: the server sent {got} of {length} bytes too slowly (under {MIN_RATE >> 10} kB/s "
+                f"{self.name}: the server sent {of} bytes too slowly (under {MIN_RATE >> 10} kB/s "
                 f"after {TIMEOUT:g} s; CKPT_TUI_TIMEOUT sets the wait)"
             )
             if left <= 0:
                 raise too_slow
             sock.settimeout(min(TIMEOUT, left))
             try:
-                chunk = response.read1(min(length - got, 1 << 20))
+                chunk = response.read1(min(length - got, 1 << 20) if length is not None else 1 << 20)
             except TimeoutError:
                 if left < TIMEOUT:
                     raise too_slow from None
                 raise
             if not chunk:
+                if length is None:
+                    break
                 raise ReadError(f"{self.name}: the server's answer ended after {got} of {length} bytes")
-            parts.append(chunk)
             got += len(chunk)
+            yield chunk
         sock.settimeout(TIMEOUT)
-        return b"".join(parts)
 
     def _other_range(self, answer: Answer) -> ReadError:
         return ReadError(f"{self.name}: the server sent another range than asked ({answer.headers['content-range']})")
@@ -230,24 +312,75 @@ class HttpTransport:
             return ReadError(
                 f"{self.name}: the file changed while being read (its version no longer matches); open it again"
             )
-        if status == 416:
-            return ReadError(f"{self.name}: the server refused the range (HTTP 416): the file changed or is empty")
         return ReadError(f"{self.name}: the server answered HTTP {status}")
 
-    def _no_ranges(self, size: str) -> ReadError:
+    def _no_ranges(self) -> ReadError:
         return ReadError(
-            f"{self.name}: the server does not support ranged reads (it sent the whole file{size}); "
-            f"download it first (curl -LO {self.url}) and open the local copy"
+            f"{self.name}: the server stopped answering ranged reads (it sent the whole file); "
+            f"download it first ({download_first([self.url])}) and open the local copy"
+        )
+
+    def _unsatisfiable(self, asked: str, answer: Answer) -> ReadError:
+        """A 416 to a range that the size known says the file holds: the file shrank, or the server refuses it."""
+        named = UNSATISFIED.fullmatch(answer.headers.get("content-range", "").strip())
+        if named is not None and self.size is not None and int(named.group(1)) != self.size:
+            return self._refuse(412)
+        of = f" of its {self.size}-byte file" if self.size is not None else ""
+        return ReadError(
+            f"{self.name}: the server refused the range {asked}{of} (HTTP 416); "
+            f"download it first ({download_first([self.url])}) and open the local copy"
         )
 
     def stat(self) -> Stat:
-        """A GET of the file's last :data:`TAIL` bytes: its size, version and tail in one request."""
-        answer = self.request({"Range": f"bytes=-{TAIL}", "Accept-Encoding": "identity"}, TAIL)
-        if answer.status == 200:
-            declared = answer.headers.get("content-length", "")
-            raise self._no_ranges(f", {declared} bytes" if declared.isdigit() else "")
+        """A GET of the file's last :data:`TAIL` bytes: its size, version and tail in one request (or, from a
+        server that ignores ranges, the whole file within the budget)."""
+        answer = self.request({"Range": f"bytes=-{TAIL}", "Accept-Encoding": "identity"}, TAIL, whole=True)
+        if answer.status in (200, 206) and is_page(answer.headers):
+            raise self._page()
+        asked = 1
+        if answer.status == 416:
+            answer, asked = self._after_suffix_refused(answer), 2
+        if answer.status == 416:
+            raise self._unsatisfiable(f"bytes=-{TAIL}", answer)
+        if answer.whole is not None:
+            self.size = answer.whole.seek(0, os.SEEK_END)
+            return Stat(self.size, version(answer.headers), whole=answer.whole, asked=asked)
         if answer.status != 206 or answer.span is None:
             raise self._refuse(answer.status)
+        return replace(self._tail_stat(answer), asked=asked)
+
+    def _after_suffix_refused(self, refused: Answer) -> Answer:
+        """The answer to one explicit range after a 416 to the suffix range: Werkzeug (Flask's
+        ``send_file``) refuses ``bytes=-N`` longer than the file, naming its length (``bytes */LENGTH``), where
+        RFC 9110 14.1.3 has the whole file sent; the explicit range is taken from that length."""
+        named = UNSATISFIED.fullmatch(refused.headers.get("content-range", "").strip())
+        if named is None:
+            return refused
+        length = int(named.group(1))
+        if length == 0:
+            # an empty file: nothing to range over (opening it says so)
+            return Answer(200, refused.headers, whole=tempfile.SpooledTemporaryFile())
+        asked = f"bytes={max(0, length - TAIL)}-{length - 1}"
+        answer = self.request({"Range": asked, "Accept-Encoding": "identity"}, TAIL, whole=True)
+        if answer.status == 416:
+            raise self._unsatisfiable(asked, answer)
+        before, now = version(refused.headers), version(answer.headers)
+        if (answer.span is not None and answer.span[2] != length) or (before and now and before != now):
+            raise self._refuse(412)
+        if answer.whole is not None and answer.whole.seek(0, os.SEEK_END) != length:
+            raise self._refuse(412)
+        return answer
+
+    def _page(self) -> HtmlPage:
+        base = self.name.rstrip("/")
+        return HtmlPage(
+            f"{self.name} is an HTML page, not a checkpoint (nor a folder holding {', '.join(FOLDER_ENTRIES)}): "
+            f"for a DCP folder open {base}/{DCP_METADATA}"
+        )
+
+    def _tail_stat(self, answer: Answer) -> Stat:
+        """Size, version and tail from a 206 to the stat's range."""
+        assert answer.span is not None
         first, last, size = answer.span
         if last != size - 1:
             raise self._other_range(answer)
@@ -256,8 +389,8 @@ class HttpTransport:
             # without a version every later range could come from another file: ranges cannot be trusted
             raise ReadError(
                 f"{self.name}: the server names no version of the file (no strong ETag, no Last-Modified), so a "
-                f"change between its ranged reads could not be seen; download it first (curl -LO {self.url}) "
-                "and open the local copy"
+                f"change between its ranged reads could not be seen; download it first "
+                f"({download_first([self.url])}) and open the local copy"
             )
         self.size = size
         return Stat(size, identity, (first, answer.body))
@@ -273,7 +406,9 @@ class HttpTransport:
             headers["If-Unmodified-Since"] = identity
         answer = self.request(headers, length)
         if answer.status == 200:
-            raise self._no_ranges("")
+            raise self._no_ranges()
+        if answer.status == 416:
+            raise self._unsatisfiable(headers["Range"], answer)
         if answer.status != 206 or answer.span is None:
             raise self._refuse(answer.status)
         now = version(answer.headers)
@@ -283,6 +418,11 @@ class HttpTransport:
         if answer.span[0] != offset:
             raise self._other_range(answer)
         return answer.body
+
+
+def is_page(headers: dict[str, str]) -> bool:
+    """Whether an answer is an HTML page (no checkpoint is served as one)."""
+    return headers.get("content-type", "").split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml")
 
 
 def version(headers: dict[str, str]) -> str:
@@ -325,11 +465,14 @@ class _Sources:
 
 
 class HttpStore:
-    """``https://`` and ``http://`` URLs: files only (a plain web server lists no folders), so an index
-    opens its shards beside it."""
+    """``https://`` and ``http://`` URLs. A web server lists no folders: an index opens its shards beside it,
+    and a folder's URL (ending in ``/``, or answered with an HTML page) is asked for the files a loader opens
+    in a folder (:data:`~.contained.FOLDER_ENTRIES`), the first found its one entry."""
 
     def __init__(self) -> None:
         self.sources = _Sources()
+        self._pages: dict[str, HtmlPage] = {}
+        self._entries: dict[str, list[str]] = {}
 
     def source(self, url: str) -> RemoteFile:
         parts = urllib.parse.urlsplit(url)
@@ -343,15 +486,36 @@ class HttpStore:
         return self.sources.get(url, lambda: HttpTransport(url, url))
 
     def is_file(self, url: str) -> bool:
+        if url in self._pages:
+            return False
         try:
             return self.source(url).size >= 0
         except NotFound:
             return False
+        except HtmlPage as page:
+            self._pages[url] = page
+            return False
 
     def is_dir(self, url: str) -> bool:
-        return False
+        """Whether the URL is a folder holding a file a loader opens: asked only of a URL ending in ``/`` or
+        answered with an HTML page (one that holds none is said to be a page, not a checkpoint)."""
+        page = self._pages.get(url)
+        if page is None and not url.endswith("/"):
+            return False
+        if not self._entries_of(url) and page is not None:
+            raise page
+        return bool(self._entries_of(url))
+
+    def _entries_of(self, url: str) -> list[str]:
+        """The first of :data:`FOLDER_ENTRIES` the folder holds (one ranged GET each until found), as a list."""
+        if url not in self._entries:
+            found = next((name for name in FOLDER_ENTRIES if self.is_file(byte_source.join(url, name))), None)
+            self._entries[url] = [found] if found is not None else []
+        return self._entries[url]
 
     def list_dir(self, url: str) -> list[str]:
+        if self.is_dir(url):
+            return list(self._entries_of(url))
         raise ReadError(f"{url}: a web server lists no folders; name a file (an index.json opens its shards)")
 
     def remember(self) -> None:

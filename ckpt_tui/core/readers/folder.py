@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.contained import HF_WEIGHTS, inside, named_entry
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
 from ckpt_tui.core.pickles.pickle_globals import fails_before_calling
@@ -184,8 +184,6 @@ def trainer_arguments(name: str, unsafe_globals: set[str] | list[str]) -> bool:
     return name.rsplit("/", 1)[-1] == TRAINING_ARGS and set(unsafe_globals) <= TRAINING_ARGS_CLASSES
 
 
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-"""What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 PICKLE_PROTO = 0x80
 DATA_FORMATS = frozenset({"safetensors", "sharded"})

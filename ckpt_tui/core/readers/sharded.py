@@ -7,13 +7,17 @@ import itertools
 import json
 import operator
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.byte_source import human
 from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
 from ckpt_tui.core.readers.safetensors_file import from_wire, to_wire
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.model.remote import NoRanges
 
 _DTYPE = operator.attrgetter("dtype")
 _NUMEL = operator.attrgetter("storage.numel")
@@ -39,13 +43,40 @@ def _open_shards(path: str, names: list[str], open_shard: Callable[[str], Checkp
     def opened(shard: str) -> Checkpoint:
         return open_shard(inside(folder, shard, f"{path}: shard"))
 
-    # remote shards are read together: each costs round trips, not bytes
-    if places.is_remote(folder) and len(names) > 1:
-        from concurrent.futures import ThreadPoolExecutor  # (its import takes logging along: remote only)
+    if places.is_remote(folder):
+        from ckpt_tui.core.model.remote import NoRanges  # (remote only)
 
-        with ThreadPoolExecutor(min(8, len(names))) as pool:
-            return dict(zip(names, pool.map(opened, names), strict=True))
+        try:
+            return _opened_together(names, opened)
+        except NoRanges as exc:
+            raise _download_the_set(path, names, exc) from None
     return _opened_on_two_cores(names, opened)
+
+
+def _opened_together(names: list[str], opened: Callable[[str], Checkpoint]) -> dict[str, Checkpoint]:
+    """Remote shards, read together: each costs round trips, not bytes."""
+    if len(names) == 1:
+        return {names[0]: opened(names[0])}
+    from concurrent.futures import ThreadPoolExecutor  # (its import takes logging along: remote only)
+
+    with ThreadPoolExecutor(min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(opened, names), strict=True))
+
+
+def _download_the_set(path: str, names: list[str], refused: NoRanges) -> ReadError:
+    """A shard too large to take whole from a server without ranges: the index is of no use downloaded alone,
+    so the command names the index and every shard."""
+    from ckpt_tui.core.model.remote import past_budget
+    from ckpt_tui.core.model.remote_stores import download_set
+
+    folder, index = places.parent(path), path.rsplit("/", 1)[-1]
+    shard = refused.url.rsplit("/", 1)[-1]
+    whole = f"shard {shard} ({human(refused.length)})" if refused.length is not None else f"shard {shard}"
+    return ReadError(
+        f"{path}: the server does not support ranged reads, and {past_budget(whole)}; download the index and its "
+        f"{len(names)} shards first ({download_set(folder, [index, *names])}) and open the local index, or raise "
+        "--max-download"
+    )
 
 
 def _opened_on_two_cores(names: list[str], opened: Callable[[str], Checkpoint]) -> dict[str, Checkpoint]:
@@ -98,7 +129,8 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     if not isinstance(weight_map, dict) or not all(map(isinstance, weight_map.values(), itertools.repeat(str))):
         raise ReadError(f"{path}: JSON without a weight_map: not a sharded checkpoint index")
     # the shards
-    shards = _open_shards(path, list(dict.fromkeys(weight_map.values())), open_shard)
+    # in file order, as transformers reads them (``sorted(set(weight_map.values()))``)
+    shards = _open_shards(path, sorted(set(weight_map.values())), open_shard)
     # one state_dict: each key from the shard the index maps it to
     mapped_to_holder = _keys_mapped_to_their_shard(weight_map, shards)
     columns = _assembled(weight_map, shards, mapped_to_holder)
