@@ -64,8 +64,9 @@ async def test_the_browser_says_it_and_quits_cleanly(runs: Path, monkeypatch: py
         await settle(pilot)
         assert isinstance(app.screen, ErrorScreen)
         shown = " ".join(screen_text(app).replace("█", " ").split())
-        assert "checkpoints: a folder of 4 separate checkpoints, not one save: open one (ckpt-tui" in shown
-        assert "checkpoints/best.pth)" in shown
+        assert "checkpoints: a folder of 4 separate checkpoints, not one save: open one (the command below)" in shown
+        # the command on its own line, whole, and y copies it
+        assert "ckpt-tui checkpoints/best.pth" in screen_text(app)
         await pilot.press("q")
         await pilot.pause()
 

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model.byte_source import is_remote
 from ckpt_tui.core.model.describe import container_text, counted, size, value_text
 from ckpt_tui.core.model.describe import shape as shape_text
 from ckpt_tui.core.model.formats import format_name
@@ -42,7 +43,7 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     ckpt = summary.checkpoint
     lines = [
         printable(ckpt.path),
-        f"  format      {printable(format_name(ckpt.format))}, {size(ckpt.file_bytes)} on disk",
+        f"  format      {printable(format_name(ckpt.format))}, {size(ckpt.file_bytes)} {_where(ckpt.path)}",
         *([f"  layout      {printable(ckpt.layout)}"] if ckpt.layout else []),
         f"  tensors     {summary.tensors_text(noun=False)}   tensor data {size(summary.tensor_bytes)}",
         f"  elements    {summary.counts_text()}",
@@ -69,6 +70,11 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     lines.append("tree")
     lines += _tree_lines(ckpt.key_root(), depth, summary, _pending_head(ckpt))
     return "\n".join(lines)
+
+
+def _where(path: str) -> str:
+    """Where the file's bytes lie: on disk, or on the server for a URL."""
+    return "on the server" if is_remote(path) else "on disk"
 
 
 def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:

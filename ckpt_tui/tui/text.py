@@ -8,6 +8,9 @@ through here before a widget sees it: control characters are shown escaped (``\\
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from rich.text import Text
 
 from ckpt_tui.core.model.keypath import KeyPath, to_python
@@ -59,3 +62,34 @@ def joined(*parts: tuple[str, str] | str) -> Text:
         else:
             out.append(part)
     return out
+
+
+COMMAND = re.compile(r"\((?P<command>(?:curl|wget|ckpt-tui|pip install) [^()]*)\)")
+"""A shell command an error message gives in parentheses (``download it first (curl -LO URL)``)."""
+
+
+def command_in(message: str) -> tuple[str, str | None]:
+    """An error message with the first command it gives taken out (said to be below), and that command."""
+    found = COMMAND.search(message)
+    if found is None:
+        return message, None
+    return message[: found.start()] + "(the command below)" + message[found.end() :], found.group("command")
+
+
+def continued(command: str, width: int = 68) -> str:
+    """A shell command in lines of at most ``width`` (an argument longer stands alone), each but the last ended
+    with `` \\``: the lines, copied from the terminal as they are, are still the one command."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    quoted = [shlex.quote(word) for word in words]
+    if " ".join(quoted) != command:
+        return command  # (quoted otherwise than shlex would: shown as it is)
+    lines: list[str] = []
+    for word in quoted:
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return " \\\n".join(lines)

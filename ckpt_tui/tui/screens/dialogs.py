@@ -22,7 +22,7 @@ from ckpt_tui.core.operations.staged import blocker_words, code_blockers, saniti
 from ckpt_tui.core.runtime.safe_text import from_printable, printable, printable_name
 from ckpt_tui.core.weights_only.verdict import CANNOT_TELL
 from ckpt_tui.core.writers.judge import Outlook
-from ckpt_tui.tui.text import data
+from ckpt_tui.tui.text import command_in, continued, data
 
 
 def _title(text: str | Text) -> Static:
@@ -213,16 +213,32 @@ class ProgressScreen(ModalScreen[None]):
 
 
 class ErrorScreen(Screen[None]):
-    """The file could not be read: say why, and let the user quit."""
+    """The file could not be read: say why, and let the user quit. A command the message gives (download the
+    file first) stands on its own line, wrapped only at its spaces, and ``y`` copies it whole."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q,escape,enter", "app.quit", "Quit")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q,escape,enter", "app.quit", "Quit"),
+        Binding("y", "copy", "Copy the command", id="error.copy", tooltip="Copy the command (or the message)"),
+    ]
 
     def __init__(self, message: str) -> None:
         super().__init__()
         self.message = message
+        self.body, self.command = command_in(message)
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog loud"):
+        with Vertical(classes="dialog loud error"):
             yield _title("Cannot open this checkpoint")
-            yield Static(data(self.message), id="error-message", classes="dialog-body", markup=False)
-            yield Static("q quits", classes="dialog-hint", markup=False)
+            yield Static(data(self.body), id="error-message", classes="dialog-body", markup=False)
+            if self.command is not None:
+                shown = continued(printable(self.command))
+                yield Static(Text(shown), id="error-command", classes="dialog-command", markup=False)
+            copies = "the command" if self.command is not None else "the message"
+            yield Static(f"y copies {copies} · q quits", classes="dialog-hint", markup=False)
+
+    def action_copy(self) -> None:
+        text = self.command or self.message
+        self.app.copy_to_clipboard(text)
+        # (the toast names it, not shows it: too narrow for a URL, it would break one mid-word)
+        what = "the command" if self.command is not None else "the message"
+        self.notify(f"{what}, {len(text)} characters, on one line", title="Copied", markup=False)

@@ -175,7 +175,8 @@ def summary_text(
         text.append_text(check_text(check))
     line = verdict_line(weights_only, ckpt.path, readonly, hint) if weights_only is not None else None
     # a line that says the edits removed a refusal is always said: the file's refusal was said before
-    if line is not None and (line[1] or verdict_note or "your edits remove" in line[0]):
+    said = line is not None and (line[1] or verdict_note or "your edits remove" in line[0])
+    if line is not None and said:
         words, refused = line
         text.append("\n! " if refused else "\n· ", style="bold red" if refused else "")
         text.append(words, style="" if refused else "italic")
@@ -186,8 +187,15 @@ def summary_text(
         text.append_text(finding_text(finding, readonly))
     hidden = len(findings) - len(shown)
     if hidden > 0 and more:
-        text.append(f"\n  … {hidden} more finding{'s' if hidden != 1 else ''}: f lists them all", style="italic")
+        text.append(f"\n  … {more_findings(hidden, bool(shown) or said)}", style="italic")
     return text
+
+
+def more_findings(hidden: int, some_shown: bool) -> str:
+    """The line for findings the header has no room for: "more" only below findings (or the verdict) it shows."""
+    if some_shown:
+        return f"{hidden} more finding{'s' if hidden != 1 else ''}: f lists them all"
+    return "1 finding: f lists it" if hidden == 1 else f"{hidden} findings: f lists them"
 
 
 def listed_findings(summary: Summary, verdict_said: bool) -> list[Finding]:
