@@ -197,6 +197,20 @@ def test_info_of_a_pth_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_info_of_a_clean_pth_imports_no_fix_checks(tmp_path: Path) -> None:
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    unneeded = ["ckpt_tui.core.operations.hints", "ckpt_tui.core.operations.convert_options"]
+    code = (
+        "import sys; from ckpt_tui.cli import main\n"
+        f"assert main(['info', {str(tmp_path / 'plain.pth')!r}]) == 0\n"
+        f"print(sorted(name for name in {unneeded!r} if name in sys.modules))"
+    )
+    result = run("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert "findings" not in result.stdout  # (nothing to say: no fix to check)
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:
     torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
     result = run("-m", "ckpt_tui", "info", "--json", str(tmp_path / "ddp.pth"))

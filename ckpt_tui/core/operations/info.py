@@ -15,7 +15,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
 from ckpt_tui.core.conventions.state_dicts import (
@@ -42,8 +42,10 @@ from ckpt_tui.core.model.tree import (
     view_key,
     walk,
 )
-from ckpt_tui.core.operations.hints import ComparedModel, vet_findings
 from ckpt_tui.core.runtime.safe_text import printable
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.operations.hints import ComparedModel
 
 BUFFER_SUFFIXES = tuple("." + name for name in sorted(BUFFER_NAMES))
 
@@ -309,8 +311,11 @@ def summarize(
             summary.findings.append(Finding(kind, printable(message), "info" if kind == BESIDE_LINE else "warning"))
     # every fix checked before it is shown: none may lower a match the keys have
     # (a root still held as columns: its keys, which are all a fix's check reads of a flat state_dict)
-    flat_keys = columns.names if columns is not None else None
-    summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
+    if summary.findings or compared is not None:  # (nothing to check, nothing imported)
+        from ckpt_tui.core.operations.hints import vet_findings
+
+        flat_keys = columns.names if columns is not None else None
+        summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
     summary.findings.sort(key=lambda f: f.severity != "warning")
     return summary
 
