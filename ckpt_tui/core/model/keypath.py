@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import types
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +58,21 @@ def key_text(key: Key) -> str:
     return _named(key) or str(key)
 
 
-def to_json(path: KeyPath) -> list[str | int]:
-    """JSON form: a list of keys from the root (ints for list indices)."""
-    return [key if isinstance(key, (str, int)) and not isinstance(key, bool) else key_text(key) for key in path]
+def to_json(path: KeyPath) -> list[Any]:
+    """JSON form: a list of keys from the root: a str key as a string, an int (a list index or an int key) as
+    a number; ``None``, a bool and a float key as JSON's null, true/false and number; a module's attribute as
+    its name; any other key (bytes, a tuple) as ``{"repr": "b'x'"}``. Two keys of one dict never share a form
+    (``None`` and ``'None'`` are ``null`` and ``"None"``)."""
+    return [_json_key(key) for key in path]
+
+
+def _json_key(key: Key) -> Any:
+    if isinstance(key, (str, int, float)) or key is None:
+        # (bool is an int: JSON's true and false keep it apart from 1 and 0)
+        return key if not isinstance(key, float) or math.isfinite(key) else {"repr": repr(key)}
+    if isinstance(key, Attr):
+        return key.name
+    return {"repr": _named(key) or repr(key)}
 
 
 def glob_escape(text: str) -> str:

@@ -84,9 +84,10 @@ def resolve_path(root: Any, text: str) -> KeyPath:
     return tuple(path)
 
 
-def python_keys(text: str) -> list[str | int] | None:
-    """The keys of a path written as Python from ``ckpt`` (``ckpt["model"][0].name``), None when ``text`` is
-    not one (a ``/`` path). Read as a literal, never evaluated."""
+def python_keys(text: str) -> list[Any] | None:
+    """The keys of a path written as Python from ``ckpt`` (``ckpt["model"][0].name``, ``ckpt[None]``,
+    ``ckpt[(1, 2)]``), None when ``text`` is not one (a ``/`` path). Each key is read as a literal, never
+    evaluated."""
     if not text.startswith(("ckpt[", "ckpt.")):
         return None
     import ast
@@ -95,13 +96,13 @@ def python_keys(text: str) -> list[str | int] | None:
         node = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError):
         return None
-    keys: list[str | int] = []
+    keys: list[Any] = []
     while not isinstance(node, ast.Name):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            key = node.slice.value
-            if not isinstance(key, (str, int)) or isinstance(key, bool):
+        if isinstance(node, ast.Subscript):
+            try:
+                keys.append(ast.literal_eval(node.slice))
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 return None
-            keys.append(key)
             node = node.value
         elif isinstance(node, ast.Attribute):
             keys.append(node.attr)
@@ -111,16 +112,41 @@ def python_keys(text: str) -> list[str | int] | None:
     return keys[::-1] if node.id == "ckpt" else None
 
 
-def _resolve_keys(root: Any, keys: list[str | int]) -> KeyPath:
+def _resolve_keys(root: Any, keys: list[Any]) -> KeyPath:
     path: list[Any] = []
     value = root
     for key in keys:
-        found = _match_key(value, key) if isinstance(key, str) else _match_index(value, key)
-        if found is None:
-            raise NoSuchKey(no_key_message(value, str(key), tuple(path)))
+        if isinstance(key, str):
+            found = _match_key(value, key)
+        elif isinstance(key, int) and not isinstance(key, bool):
+            found = _match_index(value, key)
+        else:
+            found = _match_literal(value, key)
+        # (a None key found is the key None: only the sentinel says no key matched)
+        if found is _NO_KEY or (found is None and key is not None):
+            raise NoSuchKey(no_key_message(value, repr(key) if not isinstance(key, str) else key, tuple(path)))
         path.append(found)
         value = child(value, found)
     return tuple(path)
+
+
+_NO_KEY = object()
+"""What :func:`_match_literal` gives when no key matches (``None`` is a key it can find)."""
+
+
+def _match_literal(value: Any, key: Any) -> Any:
+    """A dict's key equal to ``key`` and of its type (``None``, ``True``, ``0.5``, ``b'x'``, ``(1, 2)``): ``True``
+    does not name the key ``1``."""
+    if not isinstance(value, (dict, Opaque)):
+        return _NO_KEY
+    return next((k for k, _ in children(value) if type(k) is type(key) and _same(k, key)), _NO_KEY)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a key object whose comparison fails is not the key asked for
+        return False
 
 
 def _match_index(value: Any, index: int) -> Any:
