@@ -109,7 +109,7 @@ def walked_findings(
     tensors, each shown tensor at its first reference with its path, and the tensors per device."""
     findings: list[Finding] = []
     unsafe: dict[str, tuple[KeyPath, int]] = {}
-    data: dict[str, KeyPath] = {}
+    data: dict[str, list[KeyPath]] = {}
     modules: list[tuple[KeyPath, Opaque]] = []
     optimizers: list[KeyPath] = []
     schedulers: list[KeyPath] = []
@@ -171,9 +171,14 @@ def flat_findings(columns: FlatColumns) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
-def _note_global(value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]], data: dict[str, KeyPath]) -> None:
+def _note_global(
+    value: Any, path: KeyPath, unsafe: dict[str, tuple[KeyPath, int]], data: dict[str, list[KeyPath]]
+) -> None:
     if value.safe:
-        data.setdefault(value.global_name, path)
+        # every place a data global is used, as check lists them (a few per name are all a message names)
+        places = data.setdefault(value.global_name, [])
+        if len(places) < DATA_PLACES:
+            places.append(path)
         return
     name = value.global_name
     first, count = unsafe.get(name, (path, 0))
@@ -185,6 +190,12 @@ def where(path: KeyPath) -> str:
     return printable(to_python(path)) if path else "the root"
 
 
+def _places(paths: list[KeyPath]) -> str:
+    """``ckpt["a"], ckpt["b"], ckpt["c"] (+2 more)``."""
+    more = f" (+{len(paths) - PLACES_SHOWN} more)" if len(paths) > PLACES_SHOWN else ""
+    return ", ".join(where(path) for path in paths[:PLACES_SHOWN]) + more
+
+
 def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
     times = f" ({count} uses)" if count > 1 else ""
     message = (
@@ -194,27 +205,34 @@ def _unsafe_finding(name: str, path: KeyPath, count: int) -> Finding:
     return Finding("unsafe-global", message, "warning", path=path, global_name=name)
 
 
-def _refused_data_finding(data: dict[str, KeyPath]) -> Finding | None:
+DATA_PLACES = 8
+"""Places kept per data global (a numpy array in each of 10,000 entries is not listed 10,000 times)."""
+PLACES_SHOWN = 3
+"""Places a refusal over data names per kind, then ``(+N more)``."""
+
+
+def _refused_data_finding(data: dict[str, list[KeyPath]]) -> Finding | None:
     """torch.load(weights_only=True) refuses the file over plain data (globals the reader knows as data, ``data``,
     that torch's weights-only allowlist lacks), if it does: the full verdict is ``check``'s."""
     # the allowlist and the verdict's paths, imported only for a tree that holds such data (a state_dict does not)
     from ckpt_tui.core.weights_only.tables import ALLOWED, IMPORTED_ALLOWED
     from ckpt_tui.core.weights_only.verdict import outer_path
 
-    refused = {name: path for name, path in data.items() if name not in ALLOWED and name not in IMPORTED_ALLOWED}
+    refused = {name: paths for name, paths in data.items() if name not in ALLOWED and name not in IMPORTED_ALLOWED}
     if not refused:
         return None
     places: dict[str, list[KeyPath]] = {}
-    for name, path in refused.items():
+    for name, paths in refused.items():
         # numpy's arrays, scalars and dtypes each name a few globals: said as one word, where the value is
         shown = places.setdefault("numpy" if name.startswith("numpy.") else printable(name), [])
-        outer = outer_path(path)
-        if outer not in shown:
-            shown.append(outer)
-    parts = [f"{name} at {', '.join(where(path) for path in paths[:2])}" for name, paths in places.items()]
+        for path in paths:
+            outer = outer_path(path)
+            if outer not in shown:
+                shown.append(outer)
+    parts = [f"{name} at {_places(paths)}" for name, paths in places.items()]
     more = f" (+{len(parts) - 3} more)" if len(parts) > 3 else ""
     message = f"torch.load(weights_only=True) refuses it over data, not code: {'; '.join(parts[:3])}{more}"
-    first = next(iter(refused.values()))
+    first = next(iter(refused.values()))[0]
     return Finding("weights-only-data", message, "warning", path=outer_path(first), fix=Fix("--sanitize", ""))
 
 
