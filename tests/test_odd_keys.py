@@ -54,7 +54,7 @@ def test_the_python_form_names_the_one_key_for_an_edit(tmp_path: Path, python: s
     assert list(torch.load(flags, weights_only=True)["flags"]) == ["True"]
 
 
-def test_info_names_every_place_of_refused_data_as_check_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_names_every_place_of_refused_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     np = pytest.importorskip("numpy")
     state = {"w": torch.ones(2), "mean": np.zeros(3, np.float32), "rng": ("MT", np.arange(4, dtype=np.uint32))}
     torch.save(state, tmp_path / "n.pth")
