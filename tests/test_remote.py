@@ -592,3 +592,28 @@ def test_a_remote_set_says_its_folder_s_other_files_were_not_read(served: RangeS
     write_safetensors(dict(many_keys(2)), root_of(served) / "one.safetensors")
     assert main(["check", f"{served.url}/one.safetensors"]) == 0
     assert unread not in capsys.readouterr().out
+
+
+def test_an_hf_folder_s_other_files_are_read_for_code_as_a_local_folder_s(hub: RangeServer, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    for name in ("clean", "run"):
+        repo = root_of(hub) / "org" / name
+        repo.mkdir(parents=True)
+        write_sharded_safetensors(dict(many_keys(4)), repo)
+        (repo / "README.md").write_text("# a model\n")
+        (repo / "config.json").write_text('{"hidden_size": 8}')
+        (repo / "trainer_state.json").write_text('{"global_step": 3}')
+    _payload_beside(repo)
+    assert main(["check", "hf://org/clean"]) == 0
+    out = capsys.readouterr().out
+    assert "files beside a remote checkpoint were not read" not in out and "[code-beside]" not in out, out
+    assert main(["check", str(repo)]) == 1
+    local = capsys.readouterr().out
+    assert main(["check", "hf://org/run"]) == 1
+    far = capsys.readouterr().out
+    assert "[code-beside] optimizer.pt (also in the folder" in far and "zipfile.ZipFile" in far
+    said = [line for line in far.replace("hf://org/run", "FOLDER").splitlines()[1:] if not line.startswith("fetched")]
+    assert said == [
+        line for line in local.replace(str(repo), "FOLDER").splitlines()[1:] if not line.startswith("fetched")
+    ]

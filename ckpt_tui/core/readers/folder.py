@@ -12,7 +12,7 @@ import re
 import stat
 from collections.abc import Callable
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import HF_WEIGHTS, inside, named_entry
 from ckpt_tui.core.model.formats import format_name
@@ -24,6 +24,8 @@ from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_FILES = 1000
+DCP_DATA = ".distcp"
+"""A DCP folder's data files: items placed by its ``.metadata``, never a checkpoint of their own."""
 SNIFFED_BYTES = 512
 SAVED_TOGETHER = re.compile(
     r"(model|pytorch_model|adapter_model|optimizer|scheduler|sampler|dl_state_dict|scaler|random_states"
@@ -54,7 +56,7 @@ def checkpoint_files(folder: str) -> list[str]:
         if name.endswith(CHECKPOINT_SUFFIXES):
             if named_entry(path):
                 names.append(name)
-        elif local and peeked < MAX_FILES and _regular(path):
+        elif local and peeked < MAX_FILES and not name.endswith(DCP_DATA) and _regular(path):
             # torch.load reads any name: a file saved as a checkpoint is one, whatever it is called
             peeked += 1
             if _saved_as_checkpoint(path):
@@ -190,6 +192,7 @@ DATA_FORMATS = frozenset({"safetensors", "sharded"})
 """What a file beside a checkpoint may be read as and still be data: torch.load runs nothing from it. A file no
 reader reads is data only when torch.load surely fails on it first (see :func:`_loader_fails_at_once`)."""
 MAX_BESIDE = 1000
+HEAD_BYTES = 4096
 SCANNED_BYTES = 1 << 20
 """How much of a file no reader reads is decoded to prove the unpickler fails on it before calling anything."""
 
@@ -241,7 +244,7 @@ def account_for_folder(
         path = places.join(folder, name)
         if _real(path) in read or (name == ".metadata" and checkpoint.format == "dcp"):
             continue
-        if os.path.isdir(path):
+        if places.is_dir(path):
             # (a link to a folder too: loaders follow links; only one level is read, so a loop ends there)
             found += _subfolder(folder, name, read, open_file, open_dcp)
         else:
@@ -273,12 +276,12 @@ def _subfolder(
             inner = files_read(dcp)
         inner.add(_real(places.join(sub, ".metadata")))
     try:
-        names = sorted(os.listdir(sub))
-    except OSError as exc:
+        names = sorted(places.list_dir(sub))
+    except (OSError, CkptError) as exc:
         return [*found, FileBeside(f"{name}/", "unreadable", unreadable=_why(exc))]
     for child in names:
         path = places.join(sub, child)
-        if _real(path) in read or _real(path) in inner or os.path.isdir(path):
+        if _real(path) in read or _real(path) in inner or places.is_dir(path):
             continue
         found += _file(f"{name}/{child}", path, open_file)
     return found
@@ -290,17 +293,15 @@ def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[
         if not _regular(path):
             return [FileBeside(name, "unreadable", unreadable="not a regular file (a FIFO, a device or a broken link)")]
         with places.open_stream(path) as stream:
-            head = stream.read(8)
-    except OSError as exc:
+            head = stream.read(HEAD_BYTES)
+        # data: torch.load surely fails on it before running anything (what no reader reads is data only so)
+        if not head or _loader_fails_at_once(path, head):
+            return []
+    except (OSError, CkptError) as exc:
         return [FileBeside(name, "unreadable", unreadable=_why(exc))]
-    if not head:
-        return []
     try:
         opened = open_file(path)
     except Exception as exc:
-        # what no reader reads is data only when torch.load surely fails on it before running anything
-        if _loader_fails_at_once(path, head):
-            return []
         return [FileBeside(name, "unreadable", unreadable=_why(exc))]
     if opened.format in DATA_FORMATS:
         return []
@@ -309,25 +310,32 @@ def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[
 
 def _loader_fails_at_once(path: str, head: bytes) -> bool:
     """Whether ``torch.load(weights_only=False)`` surely fails on a file before it imports or calls anything: not a
-    zip, not a tar (torch's first try, whose members it unpickles), and a pickle that breaks before any call."""
+    zip, not a tar (torch's first try, whose members it unpickles), and a pickle that breaks before any call.
+    ``head``: the file's first :data:`HEAD_BYTES` (the rest is read only when they do not tell)."""
+    import io
     import tarfile
 
     # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data
     if head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO:
         return False
     try:
-        with places.open_stream(path) as stream, tarfile.open(fileobj=stream, mode="r:", format=tarfile.PAX_FORMAT):
+        # (tarfile decides from the first header block, as torch's tar reading does)
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r:", format=tarfile.PAX_FORMAT):
             return False
     except tarfile.TarError:
         pass
     except Exception:  # (torch fails the same way reading it as tar, and tells nothing more)
         return False
+    if fails_before_calling(head, complete=len(head) < HEAD_BYTES):
+        return True  # (most text and data break within their first bytes)
     with places.open_stream(path) as stream:
         data = stream.read(SCANNED_BYTES + 1)
     return fails_before_calling(data[:SCANNED_BYTES], complete=len(data) <= SCANNED_BYTES)
 
 
 def _regular(path: str) -> bool:
+    if places.is_remote(path):
+        return places.is_file(path)
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):

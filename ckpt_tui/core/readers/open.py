@@ -121,15 +121,16 @@ def _open(path: str) -> Checkpoint:
 
 
 def _open_remote(path: str) -> Checkpoint:
-    """A URL: a file, or a store's folder (a listing: asked only when the URL is no file). The other files of a
-    remote folder are not read for code, and a set's report says so."""
+    """A URL: a file, or a store's folder (a listing: asked only when the URL is no file). A folder's other files
+    are read for code as a local folder's are (the Hub's and S3's listings); where none were (a file's URL, a store
+    that lists nothing), a set's report says so."""
     if places.is_file(path):
         checkpoint = _open_file(path)
     elif not places.exists(path):
         raise ReadError(f"{path}: no such file or directory")
     else:
         checkpoint = _open_directory(path) if places.is_dir(path) else _open_file(path)
-    if checkpoint.format in SETS and REMOTE_BESIDE not in checkpoint.notes:
+    if checkpoint.format in SETS and checkpoint.beside is None and REMOTE_BESIDE not in checkpoint.notes:
         checkpoint.notes.append(REMOTE_BESIDE)
     return checkpoint
 
@@ -430,14 +431,18 @@ def _open_directory(path: str) -> Checkpoint:
         raise ReadError(
             f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
         )
-    if not places.is_remote(path):
-        from ckpt_tui.core.readers.dcp import read_dcp
-        from ckpt_tui.core.readers.folder import account_for_folder
+    from ckpt_tui.core.readers.dcp import read_dcp
+    from ckpt_tui.core.readers.folder import account_for_folder
 
+    try:
         # every other file a loader could unpickle is read for code: a folder is clean only when all of it is
         checkpoint.beside = account_for_folder(
             path, checkpoint, _open_plain_file, lambda folder: read_dcp(folder, _open_plain_file)
         )
+    except CkptError:
+        if not places.is_remote(path):
+            raise
+        # (a store that cannot list the folder: the report says its other files were not read)
     return checkpoint
 
 
