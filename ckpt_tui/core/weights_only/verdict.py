@@ -1154,7 +1154,10 @@ class Verdict:
 
 
 NO_PICKLE = {
-    "safetensors": "safetensors has no pickle (torch.load 2.13+ hands a *.safetensors path to safetensors' load_file)",
+    "safetensors": (
+        "safetensors has no pickle (torch.load 2.13+ hands a *.safetensors path to safetensors' load_file,"
+        " which needs the safetensors package)"
+    ),
     "sharded": "safetensors shards hold no pickle, and torch.load reads one file (from_pretrained reads the set)",
 }
 """Routes where a "loads" answer is not weights_only's to give: said as not applicable, and why."""
@@ -1264,8 +1267,6 @@ def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoin
     if flagged:
         # torch.save never writes what the reader flags: doubt, never "loads"
         result.doubt(f"ckpt-tui's reader flags it: {flagged[0]}")
-    if loads and scan.route == "safetensors":
-        result.notes.append("torch.load hands *.safetensors paths to safetensors.torch.load_file (needs the package)")
     if scan.devices:
         result.devices = sorted(scan.devices)
         tags = ", ".join(result.devices[:5])
