@@ -322,8 +322,8 @@ def test_a_big_float32_layers_figures_are_within_the_narrow_bound_of_the_exact_o
     assert row["norm_a"] == pytest.approx(norm_a, rel=3 * NARROW_BOUND)
     assert row["norm_b"] == pytest.approx(norm_b, rel=3 * NARROW_BOUND)
     assert row["relative_change"] == pytest.approx(math.sqrt(dd / aa), rel=3 * NARROW_BOUND, abs=0)
-    # the cosine within 10 bounds absolute, and near ±1 within 10 bounds of how far it is from ±1 (and a few
-    # float64 roundings of the figures)
+    # the cosine within 10 bounds absolute, and near 1 within 10 bounds times ‖a−b‖²/(‖a‖‖b‖) (‖a+b‖² near -1),
+    # which is about twice 1 - cos for a change spread across the values (and a few float64 roundings)
     product = norm_a * norm_b
     cosine_bound = 10 * NARROW_BOUND * min(1.0, dd / product, ss / product) + 1e-15
     assert abs(row["cosine"] - ab / product) <= cosine_bound
