@@ -55,9 +55,9 @@ def _move_chunk(metadata: Any, size: tuple[int, ...], offsets: tuple[int, ...], 
     metadata.storage_data[MetadataIndex(KEY, offsets, 1)] = info
 
 
-def _replace_item(folder: Path, metadata: Any, item: torch.Tensor) -> None:
-    """KEY's second chunk's item replaced by ``torch.save(item)``, appended to its file."""
-    _, info = _entry(metadata, (6, 0))
+def _replace_item(folder: Path, metadata: Any, item: torch.Tensor, offsets: tuple[int, ...] = (6, 0)) -> None:
+    """The item of KEY's chunk at ``offsets`` (the second) replaced by ``torch.save(item)``, appended to its file."""
+    _, info = _entry(metadata, offsets)
     buffer = io.BytesIO()
     torch.save(item, buffer)
     path = folder / info.relative_path
@@ -101,6 +101,23 @@ CASES: dict[str, tuple[Callable[[Path, Any], None], str]] = {
         "the chunk at [6, 0]: its item is bfloat16, the tensor float32; torch casts it (copy_)",
     ),
 }
+
+
+def _overlap_across_files(folder: Path, metadata: Any) -> None:
+    """Rows 0:12 in ``__0_0.distcp`` (read first), rows 6:10 in ``__1_0.distcp``: the second chunk ends first, so
+    torch plans it first, but it reads file by file: the second chunk's rows are copied last."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    chunks = metadata.state_dict_metadata[KEY].chunks
+    chunks[0] = ChunkStorageMetadata(offsets=torch.Size([0, 0]), sizes=torch.Size([12, 8]))
+    chunks[1] = ChunkStorageMetadata(offsets=torch.Size([6, 0]), sizes=torch.Size([4, 8]))
+    _replace_item(folder, metadata, torch.arange(96.0).reshape(12, 8), offsets=(0, 0))
+
+
+CASES["overlapping chunks read file by file"] = (
+    _overlap_across_files,
+    "chunks [0:12, 0:8] and [6:10, 0:8] overlap; torch copies the one at [6, 0] last",
+)
 REFUSED = {
     "item smaller than its chunk": lambda f, m: _replace_item(f, m, ROWS[:5].clone()),
     "item of another rank": lambda f, m: _replace_item(f, m, ROWS[:6].reshape(6, 8, 1).clone()),

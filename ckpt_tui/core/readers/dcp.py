@@ -163,13 +163,16 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
     source = AssembledRecords(folder)
     root: dict[Any, Any] = {}
     odd: list[str] = []
+    # each file in the order dcp.load first reads from it (it reads file by file, in that order)
+    files_met: dict[str, int] = {}
     for fqn, entry in entries.items():
         if not isinstance(fqn, str):
             raise ReadError(f"{what}: a key that is not a string")
         if _is(entry, "TensorStorageMetadata"):
-            value: Any = _tensor(fqn, _state(entry, what), items, source, what, odd)
+            value: Any = _tensor(fqn, _state(entry, what), items, source, what, odd, files_met)
         elif _is(entry, "BytesStorageMetadata"):
             name, offset, length = items.find(fqn, None)
+            files_met.setdefault(name, len(files_met))
             where = f"{places.join(folder, name)}: item {fqn!r}"
             value = read_embedded(places.join(folder, name), offset, length, where, unsafe, DISTRIBUTED_CLASSES)
         else:
@@ -253,7 +256,13 @@ def set_element(root: dict[Any, Any], path: tuple[str | int, ...], value: Any, w
 
 
 def _tensor(
-    fqn: str, entry: dict[str, Any], items: DcpItems, source: AssembledRecords, what: str, odd: list[str]
+    fqn: str,
+    entry: dict[str, Any],
+    items: DcpItems,
+    source: AssembledRecords,
+    what: str,
+    odd: list[str],
+    files_met: dict[str, int],
 ) -> Tensor:
     """One tensor, read as ``dcp.load`` reads it: the chunks it copies, in its order, each item narrowed to the
     part of its chunk inside the tensor and cast to the tensor's dtype; what no saver writes is said in ``odd``,
@@ -263,10 +272,16 @@ def _tensor(
     dtype = _dtype(entry.get("properties"), what)
     chunks = _chunks(fqn, entry.get("chunks"), len(size), what)
     pieces = []
+    # its reads in plan order, then as FileSystemReader.read_data copies them: file by file, each file in the order
+    # the whole plan first reads from it (so far: a file first met later is met in a later key)
     reads = torch_reads(size, chunks)
-    for index, lengths in reads:
+    placed = [items.find(fqn, chunks[index][0]) for index, _ in reads]
+    for name, _, _ in placed:
+        files_met.setdefault(name, len(files_met))
+    copied = sorted(range(len(reads)), key=lambda k: files_met[placed[k][0]])
+    reads = [reads[k] for k in copied]
+    for (index, lengths), (name, start, length) in zip(reads, [placed[k] for k in copied], strict=True):
         offsets, sizes = chunks[index]
-        name, start, length = items.find(fqn, offsets)
         path = places.join(items.folder, name)
         if lengths != sizes:
             odd.append(
