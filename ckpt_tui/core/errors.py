@@ -14,6 +14,14 @@ class ReadError(CkptError):
     """The input cannot be read as a checkpoint."""
 
 
+class FileChanged(ReadError):
+    """A file was replaced or rewritten after it was opened: its values would not be the ones its tree and
+    verdict describe, so they are never read (open it again)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path}: the file changed on disk since it was opened; open it again")
+
+
 class UnwrittenRecord(ReadError):
     """A zip record torch's reader "reads" without writing a byte of it (a directory to miniz, or compressed
     size 0): ``torch.load`` hands back the buffer it allocated, uninitialised, never the record's bytes."""

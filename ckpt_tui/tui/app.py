@@ -30,7 +30,7 @@ from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.messages import CheckpointOpened, Failed, Progress, ProgressPoster, SaveFinished
+from ckpt_tui.tui.messages import CheckpointOpened, Failed, FileChangedOnDisk, Progress, ProgressPoster, SaveFinished
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen, outlook_words
 from ckpt_tui.tui.screens.layers import LayersScreen
@@ -117,6 +117,10 @@ class CkptApp(App[None]):
         if message.task == "reopen":
             error = f"saved, but reading the saved file back failed: {error}"
         self.push_screen(ErrorScreen(error))
+
+    @on(FileChangedOnDisk)
+    def _file_changed(self, message: FileChangedOnDisk) -> None:
+        self.browser.mark_stale(message.error)
 
     # ---- what the browser needs from the app ---------------------------------------------------
 

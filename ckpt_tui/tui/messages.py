@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from ckpt_tui.core.errors import Cancelled
+from ckpt_tui.core.errors import Cancelled, CkptError, FileChanged
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.operations.info import Summary
@@ -102,6 +102,25 @@ class Failed(Message, bubble=False):
     task: str
     error: str
     version: int = 0
+    stale: bool = False
+    """The file changed on disk since it was opened (its values are refused): the tree is no longer the file's."""
+
+    @classmethod
+    def of(cls, task: str, error: CkptError, version: int = 0) -> Failed:
+        """The message for a worker's error (``stale`` when the file changed on disk)."""
+        return cls(task, str(error), version, isinstance(error, FileChanged))
+
+    def mark(self, widget: Any) -> None:
+        """Tell the app, when the file changed on disk, so that it marks the tree as no longer the file's."""
+        if self.stale:
+            widget.app.post_message(FileChangedOnDisk(self.error))
+
+
+@dataclass
+class FileChangedOnDisk(Message, bubble=False):
+    """A worker found the file changed on disk since it was opened: the app marks the tree stale."""
+
+    error: str
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, where
 from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
-from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.errors import CkptError, FileChanged
 from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Tensor
@@ -183,6 +183,8 @@ def _step_value(value: Any, byteorder: str) -> float | None:
     try:
         reader = TensorReader(value, byteorder)
         read = decode(reader.first(1), value.dtype, value.metadata)
+    except FileChanged:
+        raise
     except CkptError:
         return None
     number = float(read[0]) if read.size else math.nan

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import RecordSource, Storage, Tensor
@@ -294,16 +294,33 @@ def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low
     count = math.prod(shape)
     probe = Tensor(storage, element, shape, stored.stride, stored.dtype)
     path = storage.source.path
+    version = storage.source.version
     if probe.is_contiguous():
-        source = byte_source.source_of(path)
         try:
-            data = source.read_at(data_start + element * size, count * size)
-        finally:
-            source.close()
-        if len(data) != count * size:
-            raise ReadError(f"{path}: piece data ends early (file truncated?)")
+            data = byte_source.read_checked(path, version, data_start + element * size, count * size)
+        except ReadError as exc:
+            if isinstance(exc, FileChanged):
+                raise
+            raise ReadError(f"{path}: piece data ends early (file truncated?)") from None
         return np.frombuffer(data, np.uint8)
-    mapped = byte_source.MappedFile(path)
+    if not count:
+        return np.empty(0, np.uint8)
+    # the box's bytes from its lowest to its highest element (both inside the record: _check_extent)
+    steps = list(zip(shape, stored.stride, strict=True))
+    lowest = element + sum((n - 1) * s for n, s in steps if s < 0)
+    highest = element + sum((n - 1) * s for n, s in steps if s > 0)
+    if (highest - lowest + 1) * size <= byte_source.READ_WHOLE:
+        # read, not mapped: a file cut short meanwhile is a short read, not a SIGBUS
+        span = byte_source.read_checked(path, version, data_start + lowest * size, (highest - lowest + 1) * size)
+        base = np.frombuffer(span, np.uint8)
+        view = np.lib.stride_tricks.as_strided(
+            base[(element - lowest) * size :],
+            shape=(*shape, size),
+            strides=(*(s * size for s in stored.stride), 1),
+            writeable=False,
+        )
+        return np.ascontiguousarray(view).reshape(-1)
+    mapped = byte_source.MappedFile(path, version)
     try:
         base = np.frombuffer(mapped.buffer(0, byte_source.size_of(path)), np.uint8)
         view = np.lib.stride_tricks.as_strided(
@@ -314,6 +331,7 @@ def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low
         )
         block = np.ascontiguousarray(view).reshape(-1)
         del view, base
+        mapped.confirm()
         return block
     finally:
         mapped.close()

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import FileChanged, ReadError
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 
@@ -78,6 +78,11 @@ class ByteSource(Protocol):
         it), or None where there is none (a remote file: read it through :meth:`read_at`)."""
         ...
 
+    def confirm(self) -> None:
+        """Raise :class:`FileChanged` when the file is no longer the version it was opened as (after the last
+        read of a pass: bytes read while it changed are never used); a remote file checks each range itself."""
+        ...
+
     def close(self) -> None:
         """Release what the source holds open."""
         ...
@@ -112,12 +117,17 @@ class Store(Protocol):
 
 
 class LocalFile:
-    """A file on this machine: positioned reads on one descriptor, opened on first use."""
+    """A file on this machine: positioned reads on one descriptor, opened on first use.
 
-    __slots__ = ("_fd", "_lock", "name")
+    With a ``version`` (:func:`version_of` as the file was opened), the descriptor is checked against it as it
+    opens and again by :meth:`confirm`: a file replaced or rewritten since is :class:`FileChanged`, never read.
+    """
 
-    def __init__(self, path: str) -> None:
+    __slots__ = ("_fd", "_lock", "name", "version")
+
+    def __init__(self, path: str, version: str | None = None) -> None:
         self.name = path
+        self.version = version
         self._fd: int | None = None
         self._lock = threading.Lock()
 
@@ -144,12 +154,24 @@ class LocalFile:
         return 0
 
     def fd(self) -> int:
-        """The read-only descriptor (opened once)."""
+        """The read-only descriptor (opened once; checked against the version)."""
         if self._fd is None:
             with self._lock:
                 if self._fd is None:
-                    self._fd = open_local_fd(self.name)
+                    fd = open_local_fd(self.name)
+                    try:
+                        check_unchanged(fd, self.name, self.version)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    self._fd = fd
         return self._fd
+
+    def confirm(self) -> None:
+        """Raise :class:`FileChanged` when the file read is no longer the version it was opened as: called
+        after the last read of a pass, so that bytes read while it was rewritten are never used."""
+        if self._fd is not None:
+            check_unchanged(self._fd, self.name, self.version)
 
     def read_at(self, offset: int, length: int) -> bytes:
         """One ``os.pread``."""
@@ -184,6 +206,17 @@ class LocalFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def check_unchanged(fd: int, path: str, version: str | None) -> None:
+    """Raise :class:`FileChanged` when the file open on ``fd`` is not ``version`` (None: nothing to check).
+
+    One ``fstat``: another file moved over the path has another inode, one rewritten in place another size
+    or modification time. (A rewrite of the same size within the filesystem clock's tick of the open looks
+    the same: the one change this cannot see.)
+    """
+    if version is not None and _version(os.fstat(fd)) != version:
+        raise FileChanged(path)
 
 
 def open_local_fd(path: str) -> int:
@@ -283,11 +316,12 @@ def remember_opened() -> None:
         store.remember()
 
 
-def source_of(path: str) -> ByteSource:
-    """The byte source of a local path or a URL."""
+def source_of(path: str, version: str | None = None) -> ByteSource:
+    """The byte source of a local path or a URL; ``version``: what a local file must still be (see
+    :class:`LocalFile`; a remote source checks its own)."""
     if is_remote(path):
         return store_of(path).source(path)
-    return LocalFile(path)
+    return LocalFile(path, version)
 
 
 def open_stream(path: str) -> BinaryIO:
@@ -335,7 +369,40 @@ def version_of(path: str) -> str | None:
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
+    return _version(info)
+
+
+def _version(info: os.stat_result) -> str:
     return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+_opening = threading.local()
+"""``versions``: path -> version of each local file an open in this thread has asked about, taken at first ask."""
+
+
+@contextmanager
+def opening(path: str, version: str | None) -> Iterator[None]:
+    """While a checkpoint opens: the versions its record sources hold (:func:`version_at_open`) are those
+    the files had as the open began (``path``'s: ``version``, taken before it was read)."""
+    outer = getattr(_opening, "versions", None)
+    versions = {} if outer is None else outer
+    versions.setdefault(path, version)
+    _opening.versions = versions
+    try:
+        yield
+    finally:
+        _opening.versions = outer
+
+
+def version_at_open(path: str) -> str | None:
+    """The version a record source of ``path`` holds: the file's as the open under way began reading it (its
+    first ask), or now outside an open. Its values are read only while the file is still that version."""
+    versions: dict[str, str | None] | None = getattr(_opening, "versions", None)
+    if versions is None:
+        return version_of(path)
+    if path not in versions:
+        versions[path] = version_of(path)
+    return versions[path]
 
 
 def is_file(path: str) -> bool:
@@ -385,33 +452,33 @@ def join(folder: str, name: str) -> str:
     return os.path.join(folder, name)
 
 
-def read_into(path: str, offset: int, buffer: memoryview | bytearray) -> int:
-    """Fill ``buffer`` from ``offset`` of the file at ``path``; the count read (less only at its end)."""
+def read_into(path: str, offset: int, buffer: memoryview | bytearray, version: str | None = None) -> int:
+    """Fill ``buffer`` from ``offset`` of the file at ``path``; the count read (less only at its end).
+    ``version``: what a local file must be, before and after the read (:class:`FileChanged`)."""
     if is_remote(path):
         return store_of(path).source(path).readinto_at(offset, buffer)
-    with open(path, "rb", buffering=0) as file:
-        return os.preadv(file.fileno(), [buffer], offset)
+    with LocalFile(path, version) as file:
+        count = file.readinto_at(offset, buffer)
+        file.confirm()
+        return count
 
 
-@contextmanager
-def mapped(path: str, offset: int, length: int) -> Iterator[memoryview]:
-    """``length`` bytes at ``offset`` as a buffer, valid inside the ``with``: a local file's pages are
-    mapped (read as touched, unmapped after), a remote file's range is fetched. Short at the file's end."""
-    if is_remote(path):
-        yield memoryview(store_of(path).source(path).read_at(offset, length))
-        return
-    base = offset - offset % mmap.ALLOCATIONGRANULARITY
-    with open(path, "rb", buffering=0) as file:
-        size = os.fstat(file.fileno()).st_size
-        if offset >= size or length <= 0:
-            yield memoryview(b"")
-            return
-        with mmap.mmap(file.fileno(), min(size, offset + length) - base, access=mmap.ACCESS_READ, offset=base) as whole:
-            view = memoryview(whole)[offset - base :]
-            try:
-                yield view
-            finally:
-                view.release()
+READ_WHOLE = 256 << 20
+"""A strided view whose bytes span at most this is read into memory to be gathered (else mapped)."""
+
+
+def read_checked(path: str, version: str | None, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset``, all of them (a short file is a ReadError), of the file as it was opened
+    (``version``: checked before and after the read, :class:`FileChanged`)."""
+    source = source_of(path, version)
+    try:
+        data = source.read_at(offset, length)
+        source.confirm()
+    finally:
+        source.close()
+    if len(data) != length:
+        raise ReadError("tensor data ends early (file truncated?)")
+    return data
 
 
 @contextmanager
@@ -429,18 +496,31 @@ class MappedFile:
     """A whole file as a buffer: a local file is mapped (:meth:`release_pages` drops what was read), a
     remote file fetches the ranges asked for with :meth:`buffer`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, version: str | None = None) -> None:
         self.path = path
+        self.version = version
         self._file: BinaryIO | None = None
         self._map: mmap.mmap | None = None
         if is_remote(path):
             return
         self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         try:
+            check_unchanged(self._file.fileno(), path, version)
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
             self._file.close()
             raise ReadError(f"cannot map the file ({exc})") from None
+        except BaseException:
+            self._file.close()
+            raise
+
+    def confirm(self) -> None:
+        """Raise :class:`FileChanged` when the mapped file is no longer the version it was opened as (its
+        size shrunk under the map, or rewritten): checked after each chunk read through the map, and before
+        the next chunk is touched, which narrows, but cannot close, the window in which a file cut short
+        under the map kills the process (SIGBUS)."""
+        if self._file is not None:
+            check_unchanged(self._file.fileno(), self.path, self.version)
 
     def buffer(self, start: int, length: int) -> memoryview:
         """``length`` bytes at ``start``; refused past the file's end."""

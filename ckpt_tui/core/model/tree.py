@@ -69,6 +69,11 @@ class RecordSource(Protocol):
         """Absolute byte offset of the storage's data in ``path``, and the bytes available there."""
         ...
 
+    version: str | None = None
+    """``path``'s version (``byte_source.version_of``) as it was opened: its values are read only while the file
+    is still that version (``FileChanged`` otherwise); None where nothing is checked (bytes in memory, a URL,
+    whose ranges check their own)."""
+
     # What a source can say beyond locate, each with a default for a source that cannot: consumers ask
     # these, never the source's type (a record source subclasses this protocol to inherit the defaults).
 
@@ -100,6 +105,7 @@ class ZipMembers(Protocol):
     """A record source whose storages are the stored members of a zip archive (``folder + key``)."""
 
     path: str
+    version: str | None
     folder: str
     file_bytes: int
     """Where the archive ends in ``path`` (a record must end before it)."""
@@ -123,6 +129,7 @@ class HeaderRanges(Protocol):
     """A record source whose storages are ranges of one file's data, by key, as its header gives them."""
 
     path: str
+    version: str | None
     data_start: int
     """Where the data (the ranges' 0) starts in ``path``."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.conventions.findings import where
 from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
-from ckpt_tui.core.errors import ReadError, UnwrittenRecord
+from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
@@ -281,6 +281,8 @@ class _ExactReads:
 
         try:
             return tensor_stats(tensor, self.byteorder, self.cancelled)
+        except FileChanged:
+            raise
         except UnwrittenRecord as exc:
             # torch.load gives it uninitialised memory: its values differ at each load, none are in the file
             self.tally.problems.append(Problem("unread-tensor", f"{to_python(path)}: {exc}", path))
@@ -317,6 +319,8 @@ def _sparse_problems(
     for path, tensor in reversed(sparse.values()):
         try:
             found = sparse_problem(tensor, byteorder, cancelled)
+        except FileChanged:
+            raise
         except ReadError as exc:
             problems.append(Problem("unreadable", f"{to_python(path)} (its indices): {exc}", path))
             continue
@@ -337,6 +341,8 @@ def _quantizer_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) ->
     for path, tensor in reversed(quantized.values()):
         try:
             scales = _scales(tensor.quantizer[1], byteorder)  # type: ignore[index]
+        except FileChanged:
+            raise
         except (ReadError, ValueError, TypeError) as exc:
             problems.append(Problem("unreadable", f"{to_python(path)} (its quantizer's scales): {exc}", path))
             continue
@@ -421,6 +427,8 @@ def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
 
     try:
         return not TensorReader(tensor, byteorder).first(64).any()
+    except FileChanged:
+        raise
     except ReadError:
         return True
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role as role
-from ckpt_tui.core.errors import Cancelled, CkptError
+from ckpt_tui.core.errors import Cancelled, CkptError, FileChanged
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
@@ -169,7 +169,7 @@ def _compare(
     try:
         with np.errstate(all="ignore"):
             return _measure(path, x, y, order_a, order_b, cancelled)
-    except Cancelled:
+    except (Cancelled, FileChanged):
         raise
     except CkptError as exc:
         return LayerChange(path, note=f"unreadable: {exc}")
@@ -353,7 +353,7 @@ def norm_series(
 def _norm(tensor: Tensor, byteorder: str, cancelled: CancelCheck | None) -> float | None:
     try:
         return tensor_stats(tensor, byteorder, cancelled).norm
-    except Cancelled:
+    except (Cancelled, FileChanged):
         raise
     except CkptError:
         return None

@@ -35,6 +35,7 @@ class LegacyRecords(RecordSource):
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.version = places.version_at_open(path)
         self.offsets: dict[str, tuple[int, int]] = {}
 
     def has(self, storage: Storage) -> bool:

@@ -83,7 +83,10 @@ def _guarded(text: str, read: Callable[[], Checkpoint]) -> Checkpoint:
     # taken before the read: a file replaced while it is read is another version when values are read
     version = places.version_of(text)
     try:
-        checkpoint = read()
+        # every record source made while it opens holds the version its file had as it began (a shard's: as
+        # it was first read), which each read of values checks
+        with places.opening(text, version):
+            checkpoint = read()
     except ReadError:
         raise
     except PermissionError:

@@ -114,8 +114,9 @@ class SafetensorsRecords(RecordSource):
     in_place = True
     """Its storages' bytes lie as they are in one range of ``path`` (a writer copies them)."""
 
-    def __init__(self, path: str, data_start: int) -> None:
+    def __init__(self, path: str, data_start: int, version: str | None = None) -> None:
         self.path = path
+        self.version = version if version is not None else places.version_at_open(path)
         self.data_start = data_start
         self._ranges: dict[str, list[int]] | None = {}
         self._names: list[str] = []
@@ -526,6 +527,7 @@ def to_wire(checkpoint: Checkpoint) -> dict[str, Any] | None:
         "notes": checkpoint.notes,
         "problems": checkpoint.loader_problems,
         "data_start": records.data_start,
+        "version": records.version,
         "names": columns.names,
         "dtypes": dtypes,
         "dtype_rows": _places(columns.dtypes, dtypes),
@@ -548,7 +550,8 @@ def from_wire(wire: dict[str, Any]) -> Checkpoint:
     shapes = list(map(tuple, wire["shapes"]))
     shape_rows, dtype_rows = wire["shape_rows"], wire["dtype_rows"]
     pairs = wire["ranges"]
-    records = SafetensorsRecords(path, wire["data_start"])
+    # the version the child saw as it read the header: the file must still be that one when values are read
+    records = SafetensorsRecords(path, wire["data_start"], wire["version"])
     records.set_columns(names, None, pairs)
     columns = _pending_columns(
         records,

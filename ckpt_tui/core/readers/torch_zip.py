@@ -13,13 +13,12 @@ TorchScript archive (``torch.load`` hands it to ``torch.jit.load``): see :mod:`.
 from __future__ import annotations
 
 import itertools
-import mmap
 import operator
 import threading
 from collections.abc import Container, Mapping
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.errors import ReadError, UnwrittenRecord
+from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import RecordSource, Storage
@@ -54,6 +53,7 @@ class ZipRecords(RecordSource):
 
     def __init__(self, path: str, entries: ZipDirectory, folder: str, file_bytes: int) -> None:
         self.path = path
+        self.version = places.version_at_open(path)
         self.entries = entries
         self.folder = folder
         self.file_bytes = file_bytes
@@ -104,7 +104,15 @@ class ZipRecords(RecordSource):
         if entry.size < storage.nbytes:
             raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
         with places.open_stream(self.path) as file:
-            return read_member(file, entry, self.file_bytes)
+            self._check(file)
+            data = read_member(file, entry, self.file_bytes)
+            self._check(file)
+            return data
+
+    def _check(self, file: BinaryIO) -> None:
+        """Refuse a file changed since it was opened (``FileChanged``): its records are not the tree's."""
+        if self.version is not None:
+            places.check_unchanged(file.fileno(), self.path, self.version)
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Offset of the record's bytes in the file (from its local header), and its size."""
@@ -115,7 +123,13 @@ class ZipRecords(RecordSource):
         if offset is None:
             with self._lock:
                 if self._file is None:
-                    self._file = places.open_stream(self.path)
+                    file = places.open_stream(self.path)
+                    try:
+                        self._check(file)
+                    except FileChanged:
+                        file.close()
+                        raise
+                    self._file = file
                 offset = self._offsets[entry.name] = data_offset(self._file, entry)
         if offset + entry.size > self.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
@@ -167,8 +181,9 @@ class ZipRecords(RecordSource):
         a read each. Headers that do not parse here are left for :meth:`locate`, which reports them as
         always. Done once.
 
-        The file is mapped and only the headers' bytes are gathered, with numpy (50,000 small records:
-        no Python per header, and no copy of the data between them)."""
+        The headers are read in windows (one read for headers close together) and their bytes gathered with
+        numpy (50,000 small records: no Python per header). Read, not mapped: a file cut short meanwhile is
+        a short read (the header is then looked for alone, or refused), never a SIGBUS."""
         if self._offsets_sought:
             return
         self._offsets_sought = True
@@ -178,14 +193,15 @@ class ZipRecords(RecordSource):
         if not wanted:
             return
         heads = [self.entries.listed_as(name).header_offset for name in wanted]
-        source = places.source_of(self.path)
+        source = places.source_of(self.path, self.version)
         try:
-            fd = source.local_fd()
-            if fd is None:  # nothing to map: the headers are fetched together
+            if source.local_fd() is None:  # a remote file: the headers are fetched together
                 found = _fetched_offsets(source, wanted, heads)
             else:
-                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
-                    found = _data_offsets(mapped, wanted, heads)
+                found = _windowed_offsets(source, wanted, heads)
+                source.confirm()
+        except FileChanged:
+            raise
         except (OSError, ValueError, ReadError):
             return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it
         finally:
@@ -246,15 +262,39 @@ _FLAGS = operator.attrgetter("flags")
 _LOCAL_SIGNATURE = (0x50, 0x4B, 0x03, 0x04)
 
 
-def _data_offsets(mapped: mmap.mmap, names: list[str], heads: list[int]) -> dict[str, int]:
-    """Where each record's data starts, from its local header at ``heads`` in the mapped file: a header
-    cut short by the file's end, or not signed, is left out."""
+HEADER_WINDOW = 16 << 20
+"""Local headers are read in windows of at most this many bytes (and a gap of :data:`HEADER_GAP` between two
+headers starts a new one)."""
+HEADER_GAP = 1 << 16
+
+
+def _windowed_offsets(source: places.ByteSource, names: list[str], heads: list[int]) -> dict[str, int]:
+    """:func:`_data_offsets` of headers read in windows: headers close together (within one aligned
+    :data:`HEADER_WINDOW`, less than :data:`HEADER_GAP` apart) come with one read."""
+    import numpy as np
+
+    at = np.array(heads, np.int64)
+    order = np.argsort(at, kind="stable")
+    at = at[order]
+    breaks = np.flatnonzero((np.diff(at) > HEADER_GAP) | (np.diff(at // HEADER_WINDOW) != 0)) + 1
+    chosen = [names[i] for i in order.tolist()]
+    found: dict[str, int] = {}
+    for first, stop in zip([0, *breaks.tolist()], [*breaks.tolist(), len(at)], strict=True):
+        begin = int(at[first])
+        data = source.read_at(begin, int(at[stop - 1]) + LOCAL.size - begin)
+        found.update(_data_offsets(data, begin, chosen[first:stop], at[first:stop].tolist()))
+    return found
+
+
+def _data_offsets(window: bytes, begin: int, names: list[str], heads: list[int]) -> dict[str, int]:
+    """Where each record's data starts, from its local header at ``heads`` (in the file; ``window`` holds its
+    bytes from ``begin``): a header cut short by the file's end, or not signed, is left out."""
     import numpy as np
 
     places = np.array(heads, np.int64)
-    whole = places + LOCAL.size <= len(mapped)
-    data = np.frombuffer(mapped, np.uint8)
-    fields = data[places[whole][:, None] + np.arange(LOCAL.size)].astype(np.int64)  # a copy: the map may close
+    whole = places - begin + LOCAL.size <= len(window)
+    data = np.frombuffer(window, np.uint8)
+    fields = data[places[whole][:, None] - begin + np.arange(LOCAL.size)].astype(np.int64)
     del data
     signed = (fields[:, :4] == _LOCAL_SIGNATURE).all(axis=1)
     name_len = fields[:, 26] | fields[:, 27] << 8

@@ -72,6 +72,7 @@ class ViewPlan:
         plan = plan_views(tensors)
         count = len(tensors)
         self.paths = plan.paths
+        self.versions = plan.versions
         self.path = np.full(count, -1, np.int64)  # -1: not answered here
         self.start = np.zeros(count, np.int64)
         self.size = np.zeros(count, np.int64)
@@ -97,9 +98,9 @@ class ViewPlan:
             if cancelled is not None and cancelled():
                 raise Cancelled("cancelled")
             window = order[first:end].tolist()
-            path = self.paths[paths[window[0]]]
+            file = paths[window[0]]
             dtypes = [self.tensors[i].dtype for i in index[window].tolist()]
-            _read_window(path, window, starts, sizes, dtypes, byteorder, pieces)
+            _read_window((self.paths[file], self.versions[file]), window, starts, sizes, dtypes, byteorder, pieces)
         by_dtype: dict[str, list[int]] = {}
         for position, piece in enumerate(pieces):
             if piece is not None:
@@ -115,7 +116,7 @@ def view_rows(values: np.ndarray, bounds: np.ndarray, views: np.ndarray, length:
 
 
 def _read_window(
-    path: str,
+    file: tuple[str, str | None],
     window: list[int],
     starts: np.ndarray,
     sizes: np.ndarray,
@@ -123,11 +124,12 @@ def _read_window(
     byteorder: str,
     pieces: list[np.ndarray | None],
 ) -> None:
-    """Read one window (a fresh buffer: its views are kept until joined) and cut its views from it."""
+    """Read one window of a file (path, version as opened; a fresh buffer: its views are kept until joined)
+    and cut its views from it."""
     begin = int(starts[window[0]])
     size = int((starts[window] + sizes[window]).max()) - begin
     data = bytearray(size)
-    got = places.read_into(path, begin, data)
+    got = places.read_into(file[0], begin, data, file[1])
     typed: dict[tuple[str, int], np.ndarray] = {}
     cuts = zip(window, (starts[window] - begin).tolist(), sizes[window].tolist(), dtypes, strict=True)
     for position, start, nbytes, dtype in cuts:

@@ -9,8 +9,12 @@ open, a read and a dozen numpy calls, which on 50,000 small tensors is most of t
 - small views are read in windows (one positioned read for a run of records laid out one after
   another) and checked with one ``isfinite`` over the window per dtype: a view is clean when no
   non-finite element position falls in its byte range (the plan and the windows are numpy arrays);
-- large views are checked through maps of :data:`MAP_CHUNK` bytes (no copy out of the page cache),
-  unmapped after each, on a small thread pool (numpy's checks release the GIL).
+- large views are read :data:`READ_CHUNK` bytes at a time into a reused, cache-sized buffer per thread
+  (as cheap as a map of the page cache, and a file cut short while read is a short read, never the
+  SIGBUS a map dies of), on a small thread pool (numpy's checks release the GIL).
+
+Every read checks that the file is still the version it was opened as (``byte_source.check_unchanged``):
+a file replaced or rewritten since is ``FileChanged``, never scanned.
 
 Only the common case is answered here: a view that is row-major inside a stored (not compressed)
 record of a safetensors or zip file, of a float or integer dtype. Everything else, and any view
@@ -21,7 +25,6 @@ which gives the counts, and raises the same errors, as always.
 
 from __future__ import annotations
 
-import mmap
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +42,8 @@ WINDOW = view_spans.WINDOW
 """Bytes read at once for a run of small views."""
 LARGE = 4 << 20
 """Views larger than this are read on their own, in chunks, by the pool."""
-MAP_CHUNK = 32 << 20
+READ_CHUNK = 1 << 20
+"""Bytes of a large view read at once: the buffer stays in the core's cache while it is checked."""
 WORKERS = 2
 
 FLOAT_CODES = {"float64": "f8", "float32": "f4", "float16": "f2", "bfloat16": "u2"}
@@ -52,6 +56,7 @@ class _Span:
     """Where one view's bytes are: file, absolute start, byte count, and its dtype name."""
 
     path: str
+    version: str | None
     start: int
     size: int
     dtype: str
@@ -84,7 +89,13 @@ def all_finite(
         futures = [
             pool.submit(
                 _large_finite,
-                _Span(plan.paths[paths[i]], int(starts[i]), int(stops[i] - starts[i]), DTYPE_NAMES[dtypes[i]]),
+                _Span(
+                    plan.paths[paths[i]],
+                    plan.versions[paths[i]],
+                    int(starts[i]),
+                    int(stops[i] - starts[i]),
+                    DTYPE_NAMES[dtypes[i]],
+                ),
                 byteorder,
                 cancelled,
             )
@@ -93,8 +104,15 @@ def all_finite(
 
         def window(bounds: tuple[int, int]) -> np.ndarray:
             chosen = order[bounds[0] : bounds[1]]
-            path = plan.paths[paths[chosen[0]]]
-            return _window_finite(path, starts[chosen], stops[chosen], dtypes[chosen], byteorder, cancelled)
+            file = paths[chosen[0]]
+            return _window_finite(
+                (plan.paths[file], plan.versions[file]),
+                starts[chosen],
+                stops[chosen],
+                dtypes[chosen],
+                byteorder,
+                cancelled,
+            )
 
         runs = windows(paths[order], starts[order], stops[order], WINDOW)
         for bounds, clean in zip(runs, pool.map(window, runs), strict=True):
@@ -124,15 +142,15 @@ def _buffer(size: int) -> memoryview:
     return memoryview(held)[:size]
 
 
-def _read_into(path: str, start: int, size: int) -> memoryview:
-    """``size`` bytes at ``start`` (fewer if the file ends first)."""
+def _read_into(file: tuple[str, str | None], start: int, size: int) -> memoryview:
+    """``size`` bytes at ``start`` of a file (path, version) (fewer if the file ends first)."""
     buffer = _buffer(size)
-    got = places.read_into(path, start, buffer)
+    got = places.read_into(file[0], start, buffer, file[1])
     return buffer[:got]
 
 
 def _window_finite(
-    path: str,
+    file: tuple[str, str | None],
     starts: np.ndarray,
     stops: np.ndarray,
     dtypes: np.ndarray,
@@ -144,7 +162,7 @@ def _window_finite(
     if cancelled is not None and cancelled():
         raise Cancelled("check cancelled")
     begin = int(starts[0])
-    data = _read_into(path, begin, int(stops.max()) - begin)
+    data = _read_into(file, begin, int(stops.max()) - begin)
     starts, stops = starts - begin, stops - begin
     clean = stops <= len(data)  # a short read: those views go the exact way (which reports it)
     for code in np.unique(dtypes).tolist():
@@ -196,35 +214,29 @@ def _nonfinite(values: np.ndarray, dtype: str) -> np.ndarray:
 def _large_finite(span: _Span, byteorder: str, cancelled: Callable[[], bool] | None) -> bool | None:
     """True when the whole view was read and is finite; None on a short file or a non-finite value.
 
-    Floats are checked through a map of one chunk at a time (no copy out of the page cache), unmapped
-    after each chunk so that memory stays bounded whatever the view's size; other dtypes are read.
+    Read :data:`READ_CHUNK` at a time into this thread's buffer, on one descriptor checked against the
+    version as it opens and after the last read (a file rewritten meanwhile is ``FileChanged``).
     """
     size = ITEMSIZES[span.dtype]
     end = span.start + span.size
-    if places.size_of(span.path) < end:
-        return None
-    at = span.start
-    while at < end:
-        if cancelled is not None and cancelled():
-            raise Cancelled("check cancelled")
-        base = at - at % mmap.ALLOCATIONGRANULARITY
-        stop = min(end, base + MAP_CHUNK)
-        stop -= (stop - at) % size  # whole elements (the view's end is a whole element too)
-        if span.dtype not in FLOAT_CODES:
-            if places.read_into(span.path, at, _buffer(stop - at)) != stop - at:
+    step = READ_CHUNK - READ_CHUNK % size
+    source = places.source_of(span.path, span.version)
+    try:
+        at = span.start
+        while at < end:
+            if cancelled is not None and cancelled():
+                raise Cancelled("check cancelled")
+            want = min(step, end - at)
+            buffer = _buffer(want)
+            if source.readinto_at(at, buffer) != want:
                 return None
-        elif not _mapped_finite(span.path, at, stop, span.dtype, byteorder):
-            return None
-        at = stop
+            if span.dtype in FLOAT_CODES and not _chunk_finite(buffer, span.dtype, byteorder):
+                return None
+            at += want
+        source.confirm()
+    finally:
+        source.close()
     return True
-
-
-def _mapped_finite(path: str, at: int, stop: int, dtype: str, byteorder: str) -> bool:
-    """Whether the elements from ``at`` to ``stop`` are finite, read through a map of just them."""
-    with places.mapped(path, at, stop - at) as view:
-        if len(view) != stop - at:
-            return False
-        return _chunk_finite(view, dtype, byteorder)
 
 
 def _chunk_finite(buffer: memoryview, dtype: str, byteorder: str) -> bool:

@@ -4,9 +4,15 @@ Every read stays inside the tensor's storage record (a deflated zip record is in
 first, within the archive's inflate cap): the lowest and the highest element a view
 touches are both checked against the record before anything is mapped, and strided views are
 built by numpy over a buffer cut to the record, which checks the same bounds again. Contiguous
-tensors are read with positioned reads, or, for a pass that asks for reused buffers (statistics,
-diff --stats, average), through a map of each chunk (no copy out of the page cache); strided views go
-through an mmap whose pages are released after each chunk.
+tensors are read with positioned reads (for a pass that asks for reused buffers, statistics, diff --stats,
+average, into a ring of them); a strided view's span is read into memory (up to :data:`READ_WHOLE`), a
+larger one goes through an mmap whose pages are released after each chunk.
+
+Every read is of the file as it was opened: the descriptor is checked against the record source's
+version as it opens and after the last read of a pass (``byte_source.check_unchanged``), so a file replaced
+or rewritten since is ``FileChanged``, never values from another file than the tree. Nothing is read through
+a map but the strided views past :data:`READ_WHOLE`: a file cut short while read is a short read (one line),
+not the SIGBUS that kills a process reading a map past the file's new end.
 
 A view that repeats elements (a stride of 0, as ``expand`` makes, or overlapping strides) is read
 as its storage: :meth:`TensorReader.distinct_chunks` gives each stored element once with the number
@@ -17,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -37,6 +42,7 @@ MAX_ELEMENTS = 1 << 63
 MULTIPLICITY_SPAN = 1 << 24
 """Overlapping views over at most this many stored elements are counted exactly, element by element."""
 DIRECT_REPEATS = 4
+READ_WHOLE = places.READ_WHOLE
 """Overlapping views reading each stored element at most this many times (on average) are read directly."""
 
 _NUMPY_TYPES = {
@@ -236,6 +242,8 @@ class TensorReader:
             raise ReadError(f"tensor claims {self.numel} elements, more than any real tensor holds")
         self.span = element_span(tensor.offset, tensor.shape, tensor.stride)
         self.path = storage.source.path
+        self.version = getattr(storage.source, "version", None)
+        """The file's version as it was opened: read only while it is still that (``FileChanged``)."""
         self.memory: bytes | None = None
         made = made_records(storage.source)
         # bytes made, not read from a record: pieces of several files (read now), a cast or rewritten
@@ -418,58 +426,38 @@ class TensorReader:
 
             yield from_memory
             return
-        source = places.source_of(self.path)
+        source = places.source_of(self.path, self.version)
         try:
 
             def from_file(element: int, count: int) -> bytes:
                 start, size = checked(element, count)
                 data = source.read_at(start, size)
                 if len(data) != size:
+                    source.confirm()  # (cut short since it was opened: said as such)
                     raise ReadError("tensor data ends early (file truncated?)")
                 return data
 
-            if buffers and isinstance(source, places.LocalFile):
-                # a chunk read to be summarised is mapped, not copied: the page cache's pages are the values
-                # (2 GB read through a map costs 0.05 s of CPU, through reads 0.4 s, on the thread that reads)
-                fd = source.fd()
-
-                def mapped(element: int, count: int) -> memoryview:
-                    start, size = checked(element, count)
-                    return _mapped_range(fd, start, size)
-
-                yield mapped
-                return
             if not buffers or not hasattr(os, "preadv"):
                 yield from_file
-                return
-            ring = _ring(buffer_bytes, buffers, self.ring)
-            turn = iter(range(1 << 62))
+            else:
+                ring = _ring(buffer_bytes, buffers, self.ring)
+                turn = iter(range(1 << 62))
 
-            def into_ring(element: int, count: int) -> memoryview:
-                start, size = checked(element, count)
-                buffer = ring[next(turn) % buffers]
-                if size > len(buffer):
-                    return memoryview(from_file(element, count))
-                if source.readinto_at(start, buffer[:size]) != size:
-                    raise ReadError("tensor data ends early (file truncated?)")
-                return buffer[:size]
+                def into_ring(element: int, count: int) -> memoryview:
+                    start, size = checked(element, count)
+                    buffer = ring[next(turn) % buffers]
+                    if size > len(buffer):
+                        return memoryview(from_file(element, count))
+                    if source.readinto_at(start, buffer[:size]) != size:
+                        source.confirm()
+                        raise ReadError("tensor data ends early (file truncated?)")
+                    return buffer[:size]
 
-            yield into_ring
+                yield into_ring
+            # after the pass's last read: a file rewritten while it was read is refused, not summed up
+            source.confirm()
         finally:
             source.close()
-
-
-def _mapped_range(fd: int, start: int, size: int) -> memoryview:
-    """``size`` bytes of the file at ``start`` through a map of their own, unmapped when the last array over
-    them is dropped (nothing to release by hand); refused when the file is shorter than that."""
-    if size == 0:
-        return memoryview(b"")
-    base = start - start % mmap.ALLOCATIONGRANULARITY
-    try:
-        whole = mmap.mmap(fd, start + size - base, access=mmap.ACCESS_READ, offset=base)
-    except (OSError, ValueError):  # (mmap refuses a range past the file's end)
-        raise ReadError("tensor data ends early (file truncated?)") from None
-    return memoryview(whole)[start - base :]
 
 
 _thread_buffers = threading.local()
@@ -515,7 +503,8 @@ def _is_row_major(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 
 class _RecordView:
-    """An mmap of the file with a buffer cut to one storage record: numpy views over it cannot leave it."""
+    """A buffer cut to one storage record: numpy views over it cannot leave it. The record's bytes up to the
+    view's last one are read into memory (at most :data:`READ_WHOLE`), a longer record is mapped."""
 
     def __init__(self, reader: TensorReader) -> None:
         self.reader = reader
@@ -524,7 +513,13 @@ class _RecordView:
         if reader.memory is not None:
             self._buffer = memoryview(reader.memory)[: reader.record_bytes]
             return
-        self._map = places.MappedFile(reader.path)
+        assert reader.span is not None
+        needed = min(reader.record_bytes, (reader.span[1] + 1) * reader.size)
+        if needed <= READ_WHOLE:
+            # read, not mapped: a file cut short meanwhile is a short read, not a SIGBUS
+            self._buffer = memoryview(places.read_checked(reader.path, reader.version, reader.record_start, needed))
+            return
+        self._map = places.MappedFile(reader.path, reader.version)
         try:
             self._buffer = self._map.buffer(reader.record_start, reader.record_bytes)
         except ReadError:
@@ -550,9 +545,11 @@ class _RecordView:
         return view
 
     def release_pages(self) -> None:
-        """Drop the mapped pages read so far (they are file-backed: reading them again is free)."""
+        """Drop the mapped pages read so far (they are file-backed: reading them again is free); refuse a
+        file changed since it was opened (checked after each chunk read through the map)."""
         if self._map is not None:
             self._map.release_pages()
+            self._map.confirm()
 
     def __enter__(self) -> _RecordView:
         return self

@@ -47,8 +47,8 @@ DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 @dataclass
 class PlannedViews:
-    """The views planned, as parallel lists: tensor index, file (index into ``paths``), absolute start,
-    byte count, dtype (index into :data:`DTYPE_NAMES`)."""
+    """The views planned, as parallel lists: tensor index, file (index into ``paths`` and ``versions``),
+    absolute start, byte count, dtype (index into :data:`DTYPE_NAMES`)."""
 
     index: list[int] = field(default_factory=list)
     path: list[int] = field(default_factory=list)
@@ -56,6 +56,8 @@ class PlannedViews:
     size: list[int] = field(default_factory=list)
     dtype: list[int] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    versions: list[str | None] = field(default_factory=list)
+    """Each file's version as it was opened (what its reads check: ``byte_source.check_unchanged``)."""
 
 
 _FIELDS = operator.attrgetter("storage", "dtype", "kind", "offset", "shape", "stride")
@@ -102,7 +104,7 @@ def plan_views(tensors: Sequence[Tensor]) -> PlannedViews:
             continue
         path_id = paths.get(id(source))
         if path_id is None:
-            path_id = paths[id(source)] = _path_index(plan, source.path)
+            path_id = paths[id(source)] = _path_index(plan, source.path, source.version)
         add_index(index)
         add_path(path_id)
         add_start(where[0] + offset * size)
@@ -137,6 +139,7 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
             nbytes,
             list(map(DTYPE_CODES.__getitem__, dtypes)),
             [source.path],
+            [source.version],
         )
     index = list(itertools.compress(range(len(tensors)), chosen))
     return PlannedViews(
@@ -146,6 +149,7 @@ def _plan_in_bulk(tensors: Sequence[Tensor]) -> PlannedViews | None:
         list(itertools.compress(nbytes, chosen)),
         list(map(DTYPE_CODES.__getitem__, itertools.compress(dtypes, chosen))),
         [source.path],
+        [source.version],
     )
 
 
@@ -173,11 +177,14 @@ def _record_places(source: RecordSource | None, keys: list[str]) -> tuple[list[i
     return list(map(operator.itemgetter(0), places)), list(map(operator.itemgetter(1), places))  # type: ignore[arg-type]
 
 
-def _path_index(plan: PlannedViews, path: str) -> int:
-    """The index of a file in ``plan.paths`` (two sources of one file share it)."""
-    if path not in plan.paths:
+def _path_index(plan: PlannedViews, path: str, version: str | None) -> int:
+    """The index of a file in ``plan.paths`` (two sources of one file, opened as one version, share it)."""
+    files = list(zip(plan.paths, plan.versions, strict=True))
+    if (path, version) not in files:
         plan.paths.append(path)
-    return plan.paths.index(path)
+        plan.versions.append(version)
+        return len(plan.paths) - 1
+    return files.index((path, version))
 
 
 def _row_major_numel(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:

@@ -61,6 +61,8 @@ class WriteLog:
 
     segments: list[Segment] = field(default_factory=list)
     copies: list[Copy] = field(default_factory=list)
+    versions: dict[str, str | None] = field(default_factory=dict)
+    """Each source file copied from: its version as opened (what the verification's reads of it check)."""
 
 
 _crc_lock = threading.Lock()
@@ -245,6 +247,8 @@ class Output:
         self.position += size
         self._pending_at = self.position
         self.log.copies.append(Copy(start, size, crc, source_path, source_offset))
+        # the verification reads the source again: as the version copied (a changed one is FileChanged, not a CRC)
+        self.log.versions.setdefault(source_path, getattr(source, "version", None))
 
     def advance(self, count: int) -> None:
         """Count progress (and start writeback every so often); stop here if cancelled."""

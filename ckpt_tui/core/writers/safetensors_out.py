@@ -276,6 +276,7 @@ class SafetensorsPlan:
         stops = list(map(operator.itemgetter(1), ranges))
         # where a run starts: the first range, and each that does not start where the one before it stops
         cuts = [0, *itertools.compress(range(1, len(starts)), map(operator.ne, starts[1:], stops[:-1])), len(starts)]
+        reader.learn(source)
         small = _Gathered(reader, out, source.path)
         for first, end in itertools.pairwise(cuts):
             begin, size = source.data_start + starts[first], stops[end - 1] - starts[first]

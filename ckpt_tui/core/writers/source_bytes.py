@@ -15,7 +15,7 @@ from ckpt_tui.core.errors import ReadError, WriteError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.byte_source import ByteSource
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import RecordSource, Storage, ZipMembers
+from ckpt_tui.core.model.tree import HeaderRanges, RecordSource, Storage, ZipMembers
 from ckpt_tui.core.readers.zip_archive import LOCAL, STORED, unwritten
 
 WINDOW = 1 << 20
@@ -48,17 +48,37 @@ class SourceSpan:
 
 
 class SourceReader:
-    """Open source files and one read window per file; close it when done."""
+    """Open source files and one read window per file; close it when done.
 
-    def __init__(self) -> None:
+    Each file is read as the version its checkpoint was opened as (learnt from its record source, or given):
+    checked as it opens and, when the ``with`` ends without an error, after the last read (a changed source
+    is ``FileChanged``, raised before the caller renames anything into place).
+    """
+
+    def __init__(self, versions: dict[str, str | None] | None = None) -> None:
         self._sources: dict[str, ByteSource] = {}
         self._windows: dict[str, tuple[int, memoryview]] = {}
+        self.versions: dict[str, str | None] = dict(versions or {})
+        """Each source file's version as it was opened (what its reads check)."""
 
     def __enter__(self) -> SourceReader:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, error: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if error is None:
+                self.confirm()
+        finally:
+            self.close()
+
+    def learn(self, source: RecordSource | ZipMembers | HeaderRanges) -> None:
+        """Read ``source.path`` as the version its records were opened from (before it is first read)."""
+        self.versions.setdefault(source.path, source.version)
+
+    def confirm(self) -> None:
+        """Raise ``FileChanged`` when a file read is no longer the version it was opened as."""
+        for source in self._sources.values():
+            source.confirm()
 
     def close(self) -> None:
         """Close every file opened."""
@@ -71,7 +91,7 @@ class SourceReader:
         """The byte source of ``path`` (opened once)."""
         source = self._sources.get(path)
         if source is None:
-            source = places.source_of(path)
+            source = places.source_of(path, self.versions.get(path))
             try:
                 source.read_at(0, 0)  # opened now: a file that cannot be read is said here
             except OSError as exc:
@@ -135,6 +155,7 @@ class SourceReader:
         record is exactly the storage's bytes. Local headers are parsed from the window: a run costs a read.
         """
         found: list[tuple[memoryview, int]] = []
+        self.learn(source)
         entries, folder, path, file_bytes = source.entries, source.folder, source.path, source.file_bytes
         start, data = self._windows.get(path) or (0, memoryview(b""))
         end = start + len(data)
@@ -173,6 +194,7 @@ class SourceReader:
         source = storage.source
         if source is None:
             raise WriteError(f"storage {storage.key} has no data in this file")
+        self.learn(source)
         members = source.zip_members()
         if members is not None:
             return self._zip_span(members, storage)

@@ -237,7 +237,7 @@ def check_log(path: Path, log: WriteLog, size: int) -> bool:
         raise _refused(f"the written file has {os.path.getsize(name)} bytes, {size} were meant")
     full = size <= FULL_VERIFY_BYTES
     small = sum(s.size for s in log.segments) <= FULL_VERIFY_BYTES
-    with SourceReader() as disk, SourceReader() as sources:
+    with SourceReader() as disk, SourceReader(log.versions) as sources:
         for segment in log.segments:
             if full or small or segment.size <= 2 * EDGE:
                 if crc_at(disk, name, segment.offset, segment.size) != segment.crc:

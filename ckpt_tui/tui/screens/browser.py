@@ -81,6 +81,8 @@ EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Bin
 """The browser's edit keys' actions, as the bindings group them (hidden while read-only)."""
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
+STALE_LINE = "CHANGED ON DISK since opened: tree is stale, values refused; open it again"
+"""The header's first line once a read of values found the file changed on disk (fits 80 columns)."""
 READONLY_KEYS = {
     name: binding.action
     for binding in [*BROWSER_BINDINGS, *APP_BINDINGS]
@@ -368,6 +370,12 @@ class BrowserScreen(Screen[None]):
         if summary is not None and summary.checkpoint.root is value:
             return summary.totals()
         return self.tree_view.totals.get(value)
+
+    def mark_stale(self, error: str) -> None:
+        """The file changed on disk since it was opened: the header says the tree is the file as it was (its
+        values are refused), and the status line why."""
+        self.query_one(SummaryHeader).mark_stale(STALE_LINE)
+        self.update_status(error, lead=True)
 
     def update_status(self, note: str | None = None, lead: bool = False) -> None:
         """Focused path, unsaved edits (in words, not only colour), then the last note (kept until a key); a

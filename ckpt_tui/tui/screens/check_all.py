@@ -72,6 +72,7 @@ class CheckAllScreen(ModalScreen[CheckOutcome]):
     @on(Failed)
     def _failed(self, message: Failed) -> None:
         if message.task == self.TASK:
+            message.mark(self)
             self.dismiss(CheckOutcome(self.version, None, message.error))
 
     def action_cancel(self) -> None:

@@ -221,7 +221,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         except Cancelled:  # escape closed the screen: nothing to report
             return
         except CkptError as exc:
-            self.post_message(Failed("layers", str(exc)))
+            self.post_message(Failed.of("layers", exc))
             return
         if worker.is_cancelled:
             return
@@ -253,6 +253,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
     def _failed(self, message: Failed) -> None:
         if message.task != "layers":
             return
+        message.mark(self)
         self.query_one("#layers-progress").display = False
         self.query_one("#layers-title", Static).update(Text(f"layers: {printable(message.error)} (escape: back)"))
 

@@ -119,7 +119,7 @@ def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
     except Cancelled:  # escape closed the screen: nothing to report
         return
     except CkptError as exc:
-        post(Failed(task, str(exc)))
+        post(Failed.of(task, exc))
         return
     except OSError as exc:
         post(Failed(task, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")))
@@ -200,6 +200,7 @@ class ReportScreen(ModalScreen[ReportResult | None]):
     def _failed(self, message: Failed) -> None:
         if message.task != self.TASK:
             return
+        message.mark(self)
         self.notify(printable(message.error), title=f"Cannot {self.TASK}", severity="error", markup=False)
         self.dismiss(None)
 

@@ -307,7 +307,7 @@ class DetailPanel(VerticalScroll):
         try:
             stats = tensor_stats(tensor, byteorder, cancelled=lambda: worker.is_cancelled, progress=progress)
         except CkptError as exc:
-            self.post_message(Failed("stats", str(exc), request))
+            self.post_message(Failed.of("stats", exc, request))
             return
         if not worker.is_cancelled:
             self.post_message(StatsReady(request, stats))
@@ -342,6 +342,7 @@ class DetailPanel(VerticalScroll):
     @on(Failed)
     def _stats_failed(self, message: Failed) -> None:
         if message.task == "stats" and message.version == self.request:
+            message.mark(self)
             self._note(f"no stats: {self._saved_elsewhere() or message.error}")
 
     def _saved_elsewhere(self) -> str | None:

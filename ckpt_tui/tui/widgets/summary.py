@@ -270,6 +270,19 @@ class SummaryHeader(Static):
         self.shown: tuple[Judged | None, CheckReport | None] = (None, None)
         self.readonly = False
         """Findings name no edit key (the browser was opened with --readonly)."""
+        self.stale: str | None = None
+        """Said first when the file changed on disk since it was opened (the tree is the file as it was)."""
+
+    def mark_stale(self, line: str) -> None:
+        """Say ``line`` first, above the summary, from now on."""
+        self.stale = line
+        if self.summary is not None:
+            self.update(self._fitted(self.summary, *self.shown))
+        else:
+            self.update(self._stale_text())
+
+    def _stale_text(self) -> Text:
+        return Text(printable(self.stale or ""), style="bold reverse")
 
     def show(self, summary: Summary, weights_only: Judged | None = None, check: CheckReport | None = None) -> None:
         """Render a summary, with the weights_only verdicts known and a full check's result when known."""
@@ -292,7 +305,11 @@ class SummaryHeader(Static):
         def measure(text: Text) -> int:
             return len(text.wrap(console, max(width, 20)))
 
-        return fitted_summary(summary, lines - 1, measure, weights_only, check, self.readonly)
+        if self.stale is None:
+            return fitted_summary(summary, lines - 1, measure, weights_only, check, self.readonly)
+        stale = self._stale_text()
+        rest = fitted_summary(summary, lines - 1 - measure(stale), measure, weights_only, check, self.readonly)
+        return Text.assemble(stale, "\n", rest)
 
     def on_resize(self) -> None:
         if self.summary is not None:
