@@ -140,7 +140,14 @@ def _pair_sums(a: np.ndarray, b: np.ndarray, wide: bool) -> PairSums:
     full = a.size // BLOCK_ELEMENTS
     narrow = not wide and full > 0 and a.dtype == np.float32 and b.dtype == np.float32
     if narrow:
-        sums, accepted = _narrow_blocks(a, b, full)
+        sums, accepted = _narrow_blocks(a, b, 1)
+        # a run whose first block cannot be summed narrow (squares too small or too large for float32, norms far
+        # apart: optimizer moments, a zero-initialised layer) is most likely alike throughout: summed wide at once
+        if accepted[0] and full > 1:
+            rest_sums, rest_accepted = _narrow_blocks(a[BLOCK_ELEMENTS:], b[BLOCK_ELEMENTS:], full - 1)
+            sums, accepted = np.concatenate([sums, rest_sums]), np.concatenate([accepted, rest_accepted])
+        elif not accepted[0]:
+            sums, accepted = np.empty((full, 6)), np.zeros(full, bool)
     else:
         sums, accepted = np.empty((full, 6)), np.zeros(full, bool)
     if not accepted.all():
