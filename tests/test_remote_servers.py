@@ -178,6 +178,18 @@ def test_a_file_past_the_budget_from_a_server_without_ranges_is_refused_in_one_l
     assert f"curl -LO {stdlib.url}/m.pth" in line and "changed" not in line
 
 
+def test_check_and_stats_of_a_file_sent_whole_are_not_counted_against_the_budget_twice(
+    stdlib: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.save({"w": torch.randn(75_000)}, stdlib.root / "m.pth")  # 300 kB, within 400k once, not twice
+    for command in ("check", "stats"):
+        assert main([command, "--max-download", "400k", f"{stdlib.url}/m.pth"]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.splitlines()[-1].startswith("fetched 301.")
+        forget()  # (and a fresh count: a new process)
+        monkeypatch.setattr(remote, "TRANSFER", remote.Transfer())
+    assert [asked for asked, _ in stdlib.gets("/m.pth")] == ["bytes=-65536"] * 2
+
+
 def test_an_index_over_a_server_without_ranges_reads_each_shard_whole_once(stdlib: Server, tmp_path: Path) -> None:
     state = dict(tiny_state_dict())
     index = write_sharded_safetensors(state, stdlib.root, shards=3)
@@ -200,19 +212,52 @@ def test_an_index_whose_shard_is_past_the_budget_names_the_index_and_every_shard
     line = one_error_line(capsys)
     assert "download the index and its 3 shards first" in line and "past --max-download 20.0 kB" in line
     # the command it gives, run as given (curl's part done here), leaves a folder that opens
-    command = shlex.split(line.split(" first (", 1)[1].split(") and open", 1)[0])
+    assert len(run_download(line, tmp_path / "dl")) == 4
+    assert sorted(open_checkpoint(str(tmp_path / "dl" / index.name)).root) == sorted(state)
+
+
+def run_download(line: str, into: Path) -> list[str]:
+    """The ``curl -L --remote-name-all URL...`` an error line gives, done here (curl may be missing): each URL
+    saved under its last segment in ``into``; the names saved."""
+    command = shlex.split(line.split(" first (", 1)[1].split(") and ", 1)[0])
     assert command[:3] == ["curl", "-L", "--remote-name-all"]
-    (tmp_path / "dl").mkdir()
+    into.mkdir()
     for each in command[3:]:
         with urllib.request.urlopen(each) as answer:
-            (tmp_path / "dl" / each.rsplit("/", 1)[1]).write_bytes(answer.read())
-    assert sorted(open_checkpoint(str(tmp_path / "dl" / index.name)).root) == sorted(state)
+            (into / each.rsplit("/", 1)[1]).write_bytes(answer.read())
+    return [each.rsplit("/", 1)[1] for each in command[3:]]
+
+
+def test_a_dcp_folder_whose_file_is_past_the_budget_names_every_file_to_download(
+    stdlib: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    local = copy_dcp(stdlib.root / "dcp")
+    assert main(["info", "--max-download", "50k", f"{stdlib.url}/dcp/"]) == 2
+    line = one_error_line(capsys)
+    assert "download .metadata and its 2 storage files into one folder first" in line
+    saved = run_download(line, tmp_path / "dl")
+    assert sorted(saved) == sorted(p.name for p in local.iterdir())
+    assert outcome(str(tmp_path / "dl"), str(tmp_path / "dl")) == outcome(str(local), str(local))
+
+
+def test_a_set_naming_a_file_out_of_its_folder_gets_no_download_command(
+    stdlib: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (stdlib.root / "repo").mkdir()
+    torch.save({"w": torch.randn(25_000)}, stdlib.root / "repo" / "a.bin")
+    weight_map = {"w": "a.bin", "x": "b/../../evil.bin"}
+    (stdlib.root / "repo" / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert main(["info", "--max-download", "10k", f"{stdlib.url}/repo/pytorch_model.bin.index.json"]) == 2
+    line = one_error_line(capsys)
+    # no command that would write ../../evil.bin: a.bin's own refusal, or the name's
+    assert "evil" not in line or "leads out of" in line
+    assert "--remote-name-all" not in line and "-o " not in line
 
 
 @pytest.mark.parametrize("tail", ["/", ""])
 def test_a_dcp_folder_s_url_opens_the_folder_from_its_listing_page(stdlib: Server, tail: str) -> None:
     local = copy_dcp(stdlib.root / "dcp")
-    expected = outcome(str(local / ".metadata"), str(local))
+    expected = outcome(str(local), str(local))
     assert outcome(f"{stdlib.url}/dcp{tail}", f"{stdlib.url}/dcp{tail}".rstrip("/")) == expected
 
 
@@ -307,7 +352,7 @@ def test_an_index_and_a_dcp_folder_s_url_open_over_werkzeug(werkzeug: Server) ->
     assert sorted(open_checkpoint(f"{werkzeug.url}/{index.name}").root) == sorted(state)
     local = copy_dcp(werkzeug.root / "dcp")
     # Werkzeug answers a folder 404: a URL ending in / is asked for the folder's .metadata all the same
-    expected = outcome(str(local / ".metadata"), str(local))
+    expected = outcome(str(local), str(local))
     assert outcome(f"{werkzeug.url}/dcp/", f"{werkzeug.url}/dcp") == expected
 
 

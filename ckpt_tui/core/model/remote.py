@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.byte_source import human, write_all
 
 MIN_AHEAD = 64 << 10
@@ -109,6 +110,15 @@ def parse_size(text: str) -> int:
     return int(float(number) * base ** " KMGT".index(unit.upper() or " "))
 
 
+def held_whole(path: str) -> bool:
+    """Whether the remote file at ``path`` came whole in its first answer (a server that ignores ranges): its
+    values cost no more requests, nor any more of the budget."""
+    if not path or not byte_source.is_remote(path):
+        return False
+    source = byte_source.store_of(path).source(path)
+    return isinstance(source, RemoteFile) and source.kept_whole()
+
+
 def ensure_budget(name: str, need: int, what: str) -> None:
     """Refuse up front, in one line saying how much, work that would fetch more than the budget left."""
     left = TRANSFER.limit - TRANSFER.fetched
@@ -189,6 +199,10 @@ class RemoteFile:
                     self.remembered = sum(map(len, self._chunks)) - (len(stat.seed[1]) if stat.seed else 0)
                     self._stat = stat
         return self._stat
+
+    def kept_whole(self) -> bool:
+        """Whether the store sent the whole file in its first answer (every read is served from it)."""
+        return self._stat is not None and self._stat.whole is not None
 
     def stat_known(self) -> bool:
         """Whether the store has told this file's size (it exists)."""

@@ -61,15 +61,34 @@ def download_first(urls: list[str]) -> str:
 SIMPLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
-def download_set(folder: str, names: list[str]) -> str:
+def download_set(folder: str, names: list[str]) -> str | None:
     """The command that downloads the files ``names`` of the web folder ``folder`` into the current folder, each
     under its own name (``curl -O`` names a file by its URL's last segment, still percent-encoded: other
-    names are given with ``-o``)."""
+    names are given with ``-o``); None when a name (from the file: hostile) would lead out of it."""
+    for name in names:
+        for seen in (name, urllib.parse.unquote(name)):
+            if not seen or seen.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", seen) or "\x00" in seen:
+                return None
     urls = [byte_source.join(folder, urllib.parse.quote(name, safe="/")) for name in names]
     if all(SIMPLE_NAME.fullmatch(name) for name in names):
         return download_first(urls)
     pairs = (f"-o {quote_arg(name)} {quote_arg(url)}" for name, url in zip(names, urls, strict=True))
     return "curl -L --create-dirs " + " ".join(pairs)
+
+
+def set_refused(where: str, refused: NoRanges, files: str, folder: str, names: list[str], then: str) -> ReadError:
+    """A file of a set (an index's shards, a DCP folder's files) too large to take whole from a server without
+    ranges: one file alone opens nothing, so the command names every file of the set (``names`` in ``folder``);
+    ``files`` says them in words, ``then`` what to open after."""
+    name = refused.url.rsplit("/", 1)[-1]
+    whole = f"{name} ({human(refused.length)})" if refused.length is not None else name
+    command = download_set(folder, names)
+    if command is None:
+        return refused  # (a name that leads out: its reader refuses it once asked; no command offers to write it)
+    return ReadError(
+        f"{where}: the server does not support ranged reads, and {remote.past_budget(whole)}; download {files} "
+        f"first ({command}) and {then}, or raise --max-download"
+    )
 
 
 class HtmlPage(ReadError):

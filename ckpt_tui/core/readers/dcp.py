@@ -19,7 +19,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
@@ -31,6 +31,9 @@ from ckpt_tui.core.pickles.unpickle import load_pickle, unsafe_note
 from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
 from ckpt_tui.core.readers.embedded_zip import read_embedded
 from ckpt_tui.core.readers.probes import METADATA
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.model.remote import NoRanges
 
 MAX_METADATA_BYTES = 512 << 20
 MAX_PATH_DEPTH = 100
@@ -76,6 +79,18 @@ class DcpItems:
         self.places: dict[tuple[str, tuple[int, ...] | None], tuple[str, int, int]] = {}
         if not isinstance(storage_data, dict):
             raise ReadError(f"{what}: storage_data is missing (not written by FileSystemWriter)")
+        if places.is_remote(folder):
+            from ckpt_tui.core.model.remote import NoRanges  # (remote only)
+
+            try:
+                self._place_all(storage_data)
+            except NoRanges as exc:
+                raise self._download_the_folder(storage_data, exc) from None
+        else:
+            self._place_all(storage_data)
+
+    def _place_all(self, storage_data: dict[Any, Any]) -> None:
+        what = self.what
         for index, info in storage_data.items():
             key = _state(index, what)
             fqn, offset = key.get("fqn"), key.get("offset")
@@ -83,6 +98,21 @@ class DcpItems:
                 raise ReadError(f"{what}: a storage_data key without a name")
             chunk = None if offset is None else _ints(offset, what)
             self.places[(fqn, chunk)] = self._place(_state(info, what), fqn)
+
+    def _download_the_folder(self, storage_data: dict[Any, Any], refused: NoRanges) -> ReadError:
+        """A storage file too large to take whole from a server without ranges: .metadata and every file it names
+        to download into one folder (a name that leads out gives no command: its placing refuses it)."""
+        from ckpt_tui.core.model.remote_stores import set_refused
+
+        names = sorted({self._place_name(info) for info in storage_data.values()})
+        files = f"{METADATA} and its {len(names)} storage files into one folder"
+        return set_refused(self.folder, refused, files, self.folder, [METADATA, *names], "open that folder")
+
+    def _place_name(self, info: Any) -> str:
+        name = _state(info, self.what).get("relative_path")
+        if not isinstance(name, str):
+            raise ReadError(f"{self.what}: an item is stored in {name!r}, not a file of this folder")
+        return name
 
     def _place(self, info: dict[str, Any], fqn: str) -> tuple[str, int, int]:
         name, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.byte_source import human
 from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
 from ckpt_tui.core.readers.safetensors_file import from_wire, to_wire
@@ -64,19 +63,12 @@ def _opened_together(names: list[str], opened: Callable[[str], Checkpoint]) -> d
 
 
 def _download_the_set(path: str, names: list[str], refused: NoRanges) -> ReadError:
-    """A shard too large to take whole from a server without ranges: the index is of no use downloaded alone,
-    so the command names the index and every shard."""
-    from ckpt_tui.core.model.remote import past_budget
-    from ckpt_tui.core.model.remote_stores import download_set
+    """A shard too large to take whole from a server without ranges: the index and every shard to download."""
+    from ckpt_tui.core.model.remote_stores import set_refused
 
-    folder, index = places.parent(path), path.rsplit("/", 1)[-1]
-    shard = refused.url.rsplit("/", 1)[-1]
-    whole = f"shard {shard} ({human(refused.length)})" if refused.length is not None else f"shard {shard}"
-    return ReadError(
-        f"{path}: the server does not support ranged reads, and {past_budget(whole)}; download the index and its "
-        f"{len(names)} shards first ({download_set(folder, [index, *names])}) and open the local index, or raise "
-        "--max-download"
-    )
+    index = path.rsplit("/", 1)[-1]
+    files = f"the index and its {len(names)} shards"
+    return set_refused(path, refused, files, places.parent(path), [index, *names], "open the local index")
 
 
 def _opened_on_two_cores(names: list[str], opened: Callable[[str], Checkpoint]) -> dict[str, Checkpoint]:
