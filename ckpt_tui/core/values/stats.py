@@ -23,6 +23,10 @@ from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader, decode, decode_compact
 
+STATS_CHUNK = CHUNK_ELEMENTS // 4
+"""Elements summarised at once: read (not mapped) into a reused buffer that stays in the core's cache while
+its several passes run (2 GB summarised in chunks four times this size cost 20% more CPU in the copy)."""
+
 _T = TypeVar("_T")
 
 HISTOGRAM_BINS = 24
@@ -81,7 +85,7 @@ def tensor_stats(
     byteorder: str = "little",
     cancelled: Callable[[], bool] | None = None,
     progress: Callable[[float], None] | None = None,
-    chunk: int = CHUNK_ELEMENTS,
+    chunk: int = STATS_CHUNK,
 ) -> TensorStats:
     """One pass over a tensor's values: min/max/mean/std of finite values, NaN/Inf/zero counts."""
     with np.errstate(all="ignore"):  # extreme values overflow to inf in the sums: reported, not warned
