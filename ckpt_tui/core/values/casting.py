@@ -44,21 +44,38 @@ class CastSource(RecordSource):
 
 
 def converted(raw: np.ndarray, dtype: str, target: str, raw_type: np.dtype) -> np.ndarray:
-    """Raw elements of ``dtype`` as raw elements of ``target`` (``raw_type``), as torch's cast rounds them."""
+    """Raw elements of ``dtype`` as raw elements of ``target`` (``raw_type``), as torch's cast rounds them, NaNs
+    included (as its vectorised CPU cast gives them: ``tests/test_cast_bits.py``)."""
     import numpy as np
 
     from ckpt_tui.core.values.tensor_values import decode
 
+    if dtype == "bfloat16" and target == "float32":
+        # exact: the bits widened, a NaN's sign and payload kept as they are (a float64 step would quiet it)
+        return np.left_shift(raw, 16, dtype=np.uint32).view(np.float32).astype(raw_type)
     with np.errstate(over="ignore", invalid="ignore"):  # out of range: ±inf, as torch's cast gives, unwarned
         values = decode(raw, dtype)
-        return (to_bfloat16(values) if target == "bfloat16" else values).astype(raw_type)
+        if target == "bfloat16":
+            # torch's float16 -> bfloat16 goes through c10's scalar rounding (NaN: 0x7FC0), the others its vector one
+            return to_bfloat16(values, 0x7FC0 if dtype == "float16" else 0xFFFF).astype(raw_type)
+        if target != "float16":
+            return values.astype(raw_type)
+        half = values.astype(np.float16)
+        nan = np.isnan(values)
+        if nan.any():
+            # torch casts a NaN through float32 (the CPU's conversions: quieted, sign and payload's top bits kept);
+            # numpy's float64 -> float16 neither quiets it nor goes through float32
+            half[nan] = values[nan].astype(np.float32).astype(np.float16)
+            half.view(np.uint16)[nan] |= 0x0200
+    return half.astype(raw_type)
 
 
-def to_bfloat16(values: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even float → bfloat16 bits (NaN stays NaN)."""
+def to_bfloat16(values: np.ndarray, nan: int = 0xFFFF) -> np.ndarray:
+    """Round-to-nearest-even float → bfloat16 bits; every NaN becomes ``nan`` (sign and payload dropped): 0xFFFF
+    as torch's vectorised CPU cast of float32 and float64 writes it, 0x7FC0 as its scalar rounding does."""
     import numpy as np
 
     bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    rounded[np.isnan(values)] = 0x7FC0
+    rounded[np.isnan(values)] = nan
     return rounded
