@@ -21,11 +21,10 @@ import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader, decode, decode_compact
+from ckpt_tui.core.values.tensor_values import RING_CHUNK, TensorReader, decode, decode_compact
 
-STATS_CHUNK = CHUNK_ELEMENTS // 4
-"""Elements summarised at once: read (not mapped) into a reused buffer that stays in the core's cache while
-its several passes run (2 GB summarised in chunks four times this size cost 20% more CPU in the copy)."""
+STATS_CHUNK = RING_CHUNK
+"""Elements summarised at once (see :data:`~ckpt_tui.core.values.tensor_values.RING_CHUNK`)."""
 
 _T = TypeVar("_T")
 

@@ -36,6 +36,9 @@ from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Tensor
 
 CHUNK_ELEMENTS = 1 << 21
+RING_CHUNK = CHUNK_ELEMENTS // 4
+"""Elements statistics read at once into reused buffers: a buffer that stays in cache while the chunk's several
+passes run (read, not mapped: 2 GB summarised in chunks four times this size cost 20% more CPU in the copy)."""
 MAX_DIMS = 32
 MAX_ELEMENTS = 1 << 63
 """torch counts elements in an int64: a tensor claiming more is refused by torch.load too."""
