@@ -116,6 +116,10 @@ class Known:
     counted_with: tuple[bool, ComparedModel | None] | None = None
     """Whether the tree was edited, and the model compared with, when ``summary`` was counted."""
     outlook: Outlook | None = None
+    check: CheckReport | None = None
+    """What reading every tensor (C) of this tree found, once read."""
+    markers: dict[int, str] = dataclasses.field(default_factory=dict)
+    """The tree's ``!!`` marks from ``check``, by ``id`` of each tensor."""
 
 
 class BrowserScreen(Screen[None]):
@@ -132,7 +136,9 @@ class BrowserScreen(Screen[None]):
         """By session version: what torch.load(weights_only=True) makes of that tree once saved as ``.pth``."""
         self.known: dict[int, Known] = {}
         """By ``id`` of a tree's root (held there, so the id stays its own): its summary and verdict once known."""
-        self.check: CheckReport | None = None  # the last full check (C) of the current tree
+        self.check: CheckReport | None = None  # the full check (C) of the current tree, once read
+        # whether any tree of this file was read with C: an edited tree not read yet is then said to need it
+        self.checked_once = False
         # the model last compared with (c): the header's prefix findings take its keys as evidence
         self.compared: ComparedModel | None = None
         self.storage_users: dict[int, int] = {}
@@ -201,6 +207,9 @@ class BrowserScreen(Screen[None]):
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…")
         self.edit_views = {}
         self.known = {}
+        # a (re)read file is a new tree: an earlier check's result and marks are not about it
+        self.check, self.checked_once = None, False
+        self.tree_view.markers = {}
         self.tree_view.show(session.root, self.display_name, view)
         self.tree_view.focus()
         self.refresh_bindings()
@@ -728,11 +737,24 @@ class BrowserScreen(Screen[None]):
         """Redraw with the open lines and the cursor carried over (or put on ``cursor``), recount, and follow
         the cursor."""
         view = ViewState(cursor or relocate(view.cursor), {relocate(row) for row in view.expanded})
+        note = self.take_check(note)
         # no refresh of the bindings: which keys apply does not change with an edit (a refresh rebuilds the footer)
         self.redraw(view)
         self.update_status(note)
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…", hold=True)
         self.recount()
+
+    def take_check(self, note: str) -> str:
+        """Make the check result and ``!!`` marks those of the current tree (its own, or none), and say in
+        ``note`` when a tree of this file was read but this one was not."""
+        assert self.session is not None
+        # only the tree that was read is described by the result: never an older tree's numbers
+        known = self.known_of(self.session)
+        self.check = known.check
+        self.tree_view.markers = known.markers
+        if self.check is None and self.checked_once:
+            return f"{note}; C again to read the edited tree" if note else "C again to read the edited tree"
+        return note
 
     def redraw(self, view: ViewState) -> None:
         """Show the session's current tree with ``view``; the panel and status follow the new cursor."""
@@ -1118,7 +1140,10 @@ class BrowserScreen(Screen[None]):
             self.update_status(outcome.error)
             return
         self.check = outcome.report
+        self.checked_once = True
         markers = check_markers(self.session.root, outcome.report)
+        known = self.known_of(self.session)
+        known.check, known.markers = outcome.report, markers
         if markers != self.tree_view.markers:  # a clean file's lines stay as they are: no redraw of the tree
             self.tree_view.markers = markers
             self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())

@@ -1,0 +1,87 @@
+"""After an edit, undo, redo or a save, the header, the ``!!`` marks and the findings describe the tree on
+screen: a tree not read by ``C`` never shows an older tree's result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from builders_tui import browser, cursor_path, header, loaded, screen_text, settle, status
+
+from ckpt_tui.tui.app import CkptApp
+
+
+def with_bad_values(path: Path) -> Path:
+    state = {
+        "fine": torch.arange(4.0),
+        "has_nan": torch.tensor([1.0, float("nan"), 2.0]),
+        "has_inf": torch.tensor([float("inf"), 0.0]),
+    }
+    torch.save(state, path)
+    return path
+
+
+async def test_delete_after_check_drops_the_old_result_and_undo_redo_bring_each_trees_own(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        assert "1 with NaN, 1 with Inf" in header(app)
+        await settle(pilot, "G")
+        assert cursor_path(app) == ("has_inf",)
+        await settle(pilot, "d", "y")
+        await settle(pilot)
+        assert all(node.data.path != ("has_inf",) for node in browser(app).tree_view.root.children)
+        assert "every tensor read" not in header(app) and "with Inf" not in header(app)
+        assert "!!" not in screen_text(app)
+        assert "C again to read the edited tree" in status(app)
+        assert browser(app).check is None
+        await settle(pilot, "u")
+        await settle(pilot)
+        # the file as read again: the result read of it is true of it
+        assert "1 with NaN, 1 with Inf" in header(app)
+        assert "!! NaN" in screen_text(app) and "!! Inf" in screen_text(app)
+        await settle(pilot, "ctrl+r")
+        await settle(pilot)
+        assert "with Inf" not in header(app) and "!!" not in screen_text(app)
+        assert "C again to read the edited tree" in status(app)
+        # read the edited tree: its own result, kept for it
+        await settle(pilot, "C")
+        await settle(pilot)
+        assert "1 with NaN" in header(app) and "Inf" not in header(app)
+        await settle(pilot, "u")
+        await settle(pilot, "ctrl+r")
+        await settle(pilot)
+        assert "1 with NaN" in header(app) and "!! NaN" in screen_text(app)
+
+
+async def test_findings_after_an_edit_leave_out_the_old_check(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        await settle(pilot, "G", "d", "y")
+        await settle(pilot)
+        await settle(pilot, "f")
+        await settle(pilot)
+        # nothing left to list: the check's findings were of the tree before the delete
+        assert app.screen is browser(app)
+        assert "NaN" not in header(app)
+
+
+async def test_cast_after_check_says_to_read_again(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        await settle(pilot, "G", "t")
+        await settle(pilot)
+        for key in "float16":
+            await pilot.press(key)
+        await settle(pilot, "enter", "y")
+        await settle(pilot)
+        assert "with Inf" not in header(app) and "!!" not in screen_text(app)
+        assert "C again to read the edited tree" in status(app)
