@@ -16,6 +16,7 @@ from ckpt_tui.cli import main
 from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.operations.layer_change import layer_change
 from ckpt_tui.core.readers.open import open_checkpoint
+from ckpt_tui.core.values.pair_sums import NARROW_BOUND
 from ckpt_tui.core.values.stats import tensor_stats
 from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS
 
@@ -52,10 +53,12 @@ def test_figures_of_mapped_chunks_equal_torch_in_float64(tmp_path: Path) -> None
     a, b = (open_checkpoint(str(p)) for p in (first, second))
     row = next(r for r in layer_change(a, b).layers if r.key == "big")
     x, y = load_file(first)["big"].double(), load_file(second)["big"].double()
-    assert row.norm_a == pytest.approx(float(x.norm()), rel=1e-12)
-    assert row.norm_b == pytest.approx(float(y.norm()), rel=1e-12)
-    assert row.relative_change == pytest.approx(float((x - y).norm() / x.norm()), rel=1e-12)
-    assert row.cosine == pytest.approx(float(x @ y / (x.norm() * y.norm())), abs=1e-12)
+    # float32 layers are summed in float32 segments: within the documented bound of the exact figures
+    bound = 3 * NARROW_BOUND
+    assert row.norm_a == pytest.approx(float(x.norm()), rel=bound)
+    assert row.norm_b == pytest.approx(float(y.norm()), rel=bound)
+    assert row.relative_change == pytest.approx(float((x - y).norm() / x.norm()), rel=bound)
+    assert row.cosine == pytest.approx(float(x @ y / (x.norm() * y.norm())), abs=bound)
 
 
 def test_an_averaged_big_tensor_is_written_with_crcs_that_check(tmp_path: Path) -> None:
