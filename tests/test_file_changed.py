@@ -222,3 +222,20 @@ def test_no_value_reader_maps_the_file() -> None:
     mapping = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "mmap.mmap(" in p.read_text())
     assert mapping == ["model/byte_source.py"], mapping
     assert shutil.which("truncate")
+
+
+def test_a_rewrite_that_puts_the_old_modification_time_back_is_still_seen(tmp_path: Path) -> None:
+    """os.utime sets the modification time, never the change time: the version holds both."""
+    import os
+
+    from ckpt_tui.core.model import byte_source
+
+    path = tmp_path / "t.pth"
+    torch.save({"w": torch.zeros(64)}, path)
+    before = byte_source.version_of(str(path))
+    info = os.stat(path)
+    data = bytearray(path.read_bytes())
+    path.write_bytes(bytes(data))  # the same bytes, rewritten in place
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == info.st_mtime_ns and os.stat(path).st_size == info.st_size
+    assert byte_source.version_of(str(path)) != before

@@ -359,8 +359,8 @@ def fetched_of(path: str) -> int:
 
 
 def version_of(path: str) -> str | None:
-    """A local file's version: device, inode, size and modification time (a file replaced by ``mv``
-    or rewritten in place gets another); None for a folder, a URL (ranges check their own) or no file."""
+    """A local file's version: device, inode, size, modification and change time (a file replaced by ``mv``
+    or rewritten in place gets another, even with its old modification time put back); None for a folder, a URL (ranges check their own) or no file."""
     if is_remote(path):
         return None
     try:
@@ -373,7 +373,9 @@ def version_of(path: str) -> str | None:
 
 
 def _version(info: os.stat_result) -> str:
-    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+    # the change time too: a rewrite that puts the old modification time back (os.utime) still moves it,
+    # and no call sets it
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
 
 
 _opening = threading.local()
