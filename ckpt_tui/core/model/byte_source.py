@@ -359,8 +359,9 @@ def fetched_of(path: str) -> int:
 
 
 def version_of(path: str) -> str | None:
-    """A local file's version: device, inode, size, modification and change time (a file replaced by ``mv``
-    or rewritten in place gets another, even with its old modification time put back); None for a folder, a URL (ranges check their own) or no file."""
+    """A local file's version: device, inode, size, modification and change time (a file replaced by
+    ``mv`` or rewritten in place gets another, even with its old modification time put back); None for a
+    folder, a URL (ranges check their own) or no file."""
     if is_remote(path):
         return None
     try:
