@@ -363,6 +363,13 @@ def convert(
         metadata=checkpoint.metadata,
         check=check,
     )
+    if options.dtype:
+        from ckpt_tui.core.values.casting import cast_losses
+
+        # what a narrower dtype could not hold (fp16 past ±65504, below 6e-8) is said, never written silently
+        lost = cast_losses(root)
+        if lost is not None:
+            notes.append(lost)
     return ConvertOutcome(changes, result, notes)
 
 

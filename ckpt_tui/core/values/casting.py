@@ -7,6 +7,7 @@ numpy is imported when the bytes are made: an edit that casts imports none of it
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ckpt_tui.core.errors import EditError
@@ -14,6 +15,15 @@ from ckpt_tui.core.model.tree import RecordSource, Storage, Tensor
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+@dataclass
+class CastTally:
+    """What a cast did to values its target cannot hold: finite values past its range made ±Inf, and nonzero
+    values below its smallest subnormal made 0 (counted as the bytes are made, for the save's report)."""
+
+    overflowed: int = 0
+    flushed: int = 0
 
 
 class CastSource(RecordSource):
@@ -25,6 +35,7 @@ class CastSource(RecordSource):
     def __init__(self, base: Storage) -> None:
         self.base = base
         self.path = ""
+        self.tally = CastTally()
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Cast bytes exist only in the saved file."""
@@ -40,7 +51,27 @@ class CastSource(RecordSource):
         byteorder = "big" if raw_type.byteorder == ">" else "little"
         base = Tensor(self.base, tensor.offset, tensor.shape, tensor.stride, self.base.dtype)
         for raw in TensorReader(base, byteorder, saving=True).chunks(chunk):
-            yield converted(raw, base.dtype, tensor.dtype, raw_type)
+            made = converted(raw, base.dtype, tensor.dtype, raw_type)
+            if tensor.dtype in NARROWER:
+                _count_lost(raw, base.dtype, made, tensor.dtype, self.tally)
+            yield made
+
+
+NARROWER = frozenset({"float16", "bfloat16", "float32"})
+"""Cast targets that may not hold a value of a wider source: their losses are counted."""
+
+
+def _count_lost(raw: np.ndarray, dtype: str, made: np.ndarray, target: str, tally: CastTally) -> None:
+    """Add to ``tally`` the finite values ``made`` turned ±Inf and the nonzero ones it turned 0."""
+    import numpy as np
+
+    from ckpt_tui.core.values.tensor_values import decode
+
+    with np.errstate(all="ignore"):
+        before = decode(raw, dtype)
+        after = decode(made.astype(made.dtype.newbyteorder("="), copy=False), target)
+        tally.overflowed += int(np.count_nonzero(np.isinf(after) & np.isfinite(before)))
+        tally.flushed += int(np.count_nonzero((after == 0) & (before != 0) & ~np.isnan(before)))
 
 
 def converted(raw: np.ndarray, dtype: str, target: str, raw_type: np.dtype) -> np.ndarray:
@@ -68,6 +99,38 @@ def converted(raw: np.ndarray, dtype: str, target: str, raw_type: np.dtype) -> n
             half[nan] = values[nan].astype(np.float32).astype(np.float16)
             half.view(np.uint16)[nan] |= 0x0200
     return half.astype(raw_type)
+
+
+def cast_losses(root: object) -> str | None:
+    """The save's note on what the tree's casts could not hold (None: nothing lost), naming a few tensors:
+    read from the tallies the written bytes left."""
+    from ckpt_tui.core.model.describe import counted
+    from ckpt_tui.core.model.keypath import to_python
+    from ckpt_tui.core.model.tree import iter_tensors
+
+    overflowed = flushed = 0
+    where: list[str] = []
+    targets: dict[str, None] = {}
+    seen: set[int] = set()
+    for path, tensor in iter_tensors(root):
+        source = tensor.storage.source if tensor.storage is not None else None
+        if not isinstance(source, CastSource) or id(source) in seen:
+            continue
+        seen.add(id(source))
+        if source.tally.overflowed or source.tally.flushed:
+            overflowed, flushed = overflowed + source.tally.overflowed, flushed + source.tally.flushed
+            where.append(to_python(path))
+            targets.setdefault(tensor.dtype)
+    if not where:
+        return None
+    lost = []
+    if overflowed:
+        lost.append(f"{counted(overflowed, 'finite value')} past its range became ±Inf")
+    if flushed:
+        lost.append(f"{counted(flushed, 'nonzero value')} below its smallest became 0")
+    named = ", ".join(where[:3]) + (f" (+{len(where) - 3} more)" if len(where) > 3 else "")
+    to = " and ".join(targets)
+    return f"the cast to {to} lost values: {'; '.join(lost)} (in {named}); check the output before using it"
 
 
 def to_bfloat16(values: np.ndarray, nan: int = 0xFFFF) -> np.ndarray:
