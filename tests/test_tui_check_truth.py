@@ -3,11 +3,17 @@ screen: a tree not read by ``C`` never shows an older tree's result."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from builders_tui import browser, cursor_path, header, loaded, screen_text, settle, status
 
+from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.tui.app import CkptApp
 
 
@@ -85,3 +91,64 @@ async def test_cast_after_check_says_to_read_again(tmp_path: Path) -> None:
         await settle(pilot)
         assert "with Inf" not in header(app) and "!!" not in screen_text(app)
         assert "C again to read the edited tree" in status(app)
+
+
+async def test_an_edit_stops_the_judge_of_the_tree_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge still running when the next edit lands stops, and its answer is never shown for the newer tree."""
+    from ckpt_tui.tui.screens import browser as browser_module
+
+    path = tmp_path / "many.pth"
+    torch.save({f"layer{i}.weight": torch.ones(1) for i in range(3000)}, path)
+    judge = browser_module.judge_tree
+    held = threading.Event()
+    stopped: list[str] = []
+
+    def held_judge(root: Any, cancelled: Callable[[], bool]) -> Any:
+        # the first edit's judge waits (as a slow judge of 50,000 keys would) until the next edit cancels it
+        if not held.is_set():
+            held.set()
+            for _ in range(1000):
+                if cancelled():
+                    break
+                time.sleep(0.01)
+            try:
+                return judge(root, cancelled)
+            except Cancelled:
+                stopped.append("cancelled")
+                raise
+        return judge(root, cancelled)
+
+    monkeypatch.setattr(browser_module, "judge_tree", held_judge)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        screen = browser(app)
+        await settle(pilot, "G")
+        await edit_without_waiting(pilot, "d")
+        first = app.session.version
+        for _ in range(500):  # the first edit's judge has started (and is held)
+            if held.is_set():
+                break
+            await pilot.pause(0.01)
+        await edit_without_waiting(pilot, "d")
+        await settle(pilot)
+        assert stopped == ["cancelled"]
+        assert app.session.version != first and app.session.version in screen.outlooks
+        assert first not in screen.outlooks
+
+
+async def edit_without_waiting(pilot: Any, key: str) -> None:
+    """Press an edit's key and confirm its preview, without waiting for the browser's other workers."""
+    from ckpt_tui.tui.screens.dialogs import PreviewScreen
+
+    version = pilot.app.session.version
+    await pilot.press(key)
+    for _ in range(500):
+        if isinstance(pilot.app.screen, PreviewScreen):
+            break
+        await pilot.pause(0.01)
+    await pilot.press("y")
+    for _ in range(500):
+        if pilot.app.session.version != version:
+            break
+        await pilot.pause(0.01)

@@ -63,7 +63,7 @@ async def test_undo_and_redo_show_the_verdict_known_of_that_tree_without_judging
     judged: list[object] = []
     counted: list[object] = []
     judge, summarize = browser_module.judge_tree, browser_module.staged_summary
-    monkeypatch.setattr(browser_module, "judge_tree", lambda root: judged.append(root) or judge(root))
+    monkeypatch.setattr(browser_module, "judge_tree", lambda root, stop=None: judged.append(root) or judge(root, stop))
     monkeypatch.setattr(browser_module, "staged_summary", lambda *a: counted.append(a[1]) or summarize(*a))
     app = CkptApp(str(path))
     async with app.run_test(size=(120, 30)) as pilot:

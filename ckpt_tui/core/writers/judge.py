@@ -8,10 +8,11 @@ emits it, and that pickle goes through the emulation a file's data.pkl gets
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.errors import Cancelled, WriteError
 from ckpt_tui.core.model.tree import Checkpoint
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.weights_only.verdict import FileScan, Verdict, scan_written, verdict_from_scan
@@ -71,16 +72,34 @@ def _written(root: Any) -> Checkpoint:
     return Checkpoint("", "zip", root, 0)
 
 
-def judge_tree(root: Any) -> Outlook:
-    """What ``torch.load(weights_only=True)`` makes of ``root`` saved as ``.pth``, before it is saved."""
+def judge_tree(root: Any, cancelled: Callable[[], bool] | None = None) -> Outlook:
+    """What ``torch.load(weights_only=True)`` makes of ``root`` saved as ``.pth``, before it is saved.
+
+    ``cancelled`` is asked every batch of entries written and between the steps: True raises
+    :class:`~ckpt_tui.core.errors.Cancelled` (a newer tree is to be judged instead)."""
+    stop = cancelled or _never
     try:
-        return Outlook(judge_emitted(emit(root), root))
+        emitted = emit(root, stop)
     except WriteError as exc:
         refusal = str(exc)
+    else:
+        _stop_if(stop)
+        return Outlook(judge_emitted(emitted, root))
     # the writer refuses it (code, or a framework's object): judge the pickle it would be, written as it is
-    writer = PickleWriter(judging=True)
+    writer = PickleWriter(judging=True, cancelled=stop)
     try:
         data = writer.dump(root)
     except WriteError:
         return Outlook(None, refusal)
+    _stop_if(stop)
     return Outlook(judge_emitted(Emitted(data, writer.storages, writer.tensors), root), refusal)
+
+
+def _never() -> bool:
+    return False
+
+
+def _stop_if(cancelled: Callable[[], bool]) -> None:
+    """Raise :class:`~ckpt_tui.core.errors.Cancelled` before the scan where the judge is no longer wanted."""
+    if cancelled():
+        raise Cancelled("cancelled: the staged tree was not judged")

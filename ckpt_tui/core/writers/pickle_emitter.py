@@ -21,7 +21,7 @@ from pickle import encode_long
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import tensor_problem
-from ckpt_tui.core.errors import WriteError
+from ckpt_tui.core.errors import Cancelled, WriteError
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, Key, to_python
 from ckpt_tui.core.model.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
@@ -164,10 +164,17 @@ class PickleWriter:
     storages are numbered 0, 1, ... in first-use order, as torch numbers them, and listed in :attr:`storages`.
     """
 
-    def __init__(self, storage_key: Callable[[Storage], str] | None = None, judging: bool = False) -> None:
+    def __init__(
+        self,
+        storage_key: Callable[[Storage], str] | None = None,
+        judging: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         self.out = bytearray(b"\x80\x02")
         self.judging = judging
         """Write unsafe globals as they are, for the weights_only verdict alone (such a pickle is never saved)."""
+        self.cancelled = cancelled
+        """Asked once a batch of list items or dict entries: True stops the pickle with :class:`Cancelled`."""
         self.storage_key = storage_key or self._number
         self.storages: list[Storage] = []
         """The storages numbered, in first-use order (without a ``storage_key``)."""
@@ -206,6 +213,11 @@ class PickleWriter:
         return bytes(self.out)
 
     # ---- primitives -------------------------------------------------------------------
+
+    def _stop_if_cancelled(self) -> None:
+        """Raise :class:`Cancelled` where the caller no longer wants the pickle (a newer tree to judge)."""
+        if self.cancelled is not None and self.cancelled():
+            raise Cancelled("cancelled: the pickle was not finished")
 
     def _new_index(self) -> int:
         index = self.next_index
@@ -366,6 +378,7 @@ class PickleWriter:
         index = 0
         try:
             for start in range(0, len(obj), BATCH):
+                self._stop_if_cancelled()
                 self.out += b"("
                 for index in range(start, min(start + BATCH, len(obj))):
                     self.save(obj[index])
@@ -386,6 +399,7 @@ class PickleWriter:
         out, memo, save, save_tensor, usual = self.out, self.memo, self.save, self.save_tensor, self._save_usual_entries
         try:
             for start in range(0, len(items), BATCH):
+                self._stop_if_cancelled()
                 out += b"("
                 index, stop = start, min(start + BATCH, len(items))
                 while index < stop:

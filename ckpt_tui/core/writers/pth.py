@@ -50,9 +50,10 @@ class Emitted:
     tensors: int
 
 
-def emit(root: Any) -> Emitted:
-    """data.pkl for ``root``; a :class:`WriteError` naming the place of anything that cannot be written."""
-    writer = PickleWriter()
+def emit(root: Any, cancelled: Callable[[], bool] | None = None) -> Emitted:
+    """data.pkl for ``root``; a :class:`WriteError` naming the place of anything that cannot be written
+    (:class:`~ckpt_tui.core.errors.Cancelled` once ``cancelled`` says so, asked every batch of entries)."""
+    writer = PickleWriter(cancelled=cancelled)
     data = writer.dump(root)
     return Emitted(data, writer.storages, writer.tensors)
 

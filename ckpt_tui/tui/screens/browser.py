@@ -225,6 +225,9 @@ class BrowserScreen(Screen[None]):
         session = self.session
         if session is None:
             return
+        # what runs for the tree shown before is not wanted: its summary and judge stop at their next batch
+        self.workers.cancel_group(self, "summary")
+        self.workers.cancel_group(self, "judge")
         known = self.known_of(session)
         if known.outlook is not None:
             self.outlooks.setdefault(session.version, known.outlook)
@@ -270,9 +273,9 @@ class BrowserScreen(Screen[None]):
         process.settle_young()
         users = storage_users(summary)
         self.post_message(SummaryReady(version, summary, known or verdict(on_disk), users, (edited, compared)))
-        if judge and not get_current_worker().is_cancelled:
+        if judge:
             # after the totals: on 50,000 keys writing and judging the pickle takes seconds
-            self.post_message(StagedJudged(version, judge_tree(root)))
+            self._judge_now(version, root)
 
     @on(SummaryReady)
     def _summary_ready(self, message: SummaryReady) -> None:
@@ -316,7 +319,18 @@ class BrowserScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="judge", description="judge")
     def _judge(self, version: int, root: Any) -> None:
-        self.post_message(StagedJudged(version, judge_tree(root)))
+        self._judge_now(version, root)
+
+    def _judge_now(self, version: int, root: Any) -> None:
+        """Judge ``root`` in this worker and report it for ``version``; nothing once the worker is cancelled
+        (a newer tree is shown: its judge runs instead)."""
+        worker = get_current_worker()
+        try:
+            outlook = judge_tree(root, lambda: worker.is_cancelled)
+        except Cancelled:
+            return
+        if not worker.is_cancelled:
+            self.post_message(StagedJudged(version, outlook))
 
     @on(StagedJudged)
     def _staged_judged(self, message: StagedJudged) -> None:
