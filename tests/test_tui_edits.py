@@ -427,4 +427,4 @@ async def test_extract_on_a_plain_value_says_so_and_the_preview_of_an_extract_co
         browser(app).tree_view.reveal((("model",), None))
         await settle(pilot, "x")
         assert isinstance(app.screen, PreviewScreen)
-        assert app.screen.question.startswith('Apply: extract ckpt["model"] (9 tensors)?')
+        assert app.screen.question.startswith('Apply? extract ckpt["model"] (9 tensors)')

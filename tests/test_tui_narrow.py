@@ -537,7 +537,8 @@ async def test_the_fix_preview_at_80x24_says_what_the_extract_drops_and_shows_it
         await settle(pilot, "enter", "f")
         assert isinstance(app.screen, PreviewScreen)
         # two keys dropped (the head) and 30 renamed; the extract is no "change" of its own
-        assert app.screen.question.endswith("shape mismatches: 32 changed?")
+        assert app.screen.question.startswith("Apply? ")
+        assert app.screen.question.endswith("shape mismatches: 32 changed")
         detail = str(app.screen.query_one(".dialog-body").render())
         assert "drops epoch = 3, the optimizer state" in " ".join(detail.split())
         yes = app.screen.query_one("#yes").region

@@ -70,8 +70,9 @@ class PreviewScreen(ConfirmScreen):
     def __init__(self, change: Change) -> None:
         lines = change.lines()
         head = lines[0]
+        # the question first, then the facts: "Apply: …: 16 changed?" read as doubt about the count
         # each line escaped on its own: the line breaks between them are ours, not the file's
-        super().__init__(f"Apply: {head}?", Text("\n").join(data(line) for line in lines[1:]))
+        super().__init__(f"Apply? {head}", Text("\n").join(data(line) for line in lines[1:]))
         self.change = change
 
 
