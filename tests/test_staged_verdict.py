@@ -126,3 +126,13 @@ def test_check_of_safetensors_shards_gives_no_torch_load_verdict(
     main(["check", str(folder)])
     out = capsys.readouterr().out
     assert "torch.load loads it" not in out and "weights_only: n/a: safetensors shards hold no pickle" in out
+
+
+def test_the_saved_line_keeps_the_typed_name_whole_and_shortens_the_verdict_words(tmp_path: Path) -> None:
+    torch.save(trees()["state_dict"], tmp_path / "in.pth")
+    name = "fsdp_model.consolidated.fixed.pth"
+    result = save(open_checkpoint(str(tmp_path / "in.pth")).root, tmp_path / name)
+    assert result.short(100) == f"loads with torch.load(weights_only=True) · saved {name}, verified"
+    assert result.short(78) == f"loads (weights_only) · saved {name}, verified"
+    # only a name that does not fit beside the short words is cut, in its middle
+    assert result.short(40).endswith("· saved fsdp….pth, verified")

@@ -66,22 +66,25 @@ class WriteResult:
 
     def short(self, width: int = 78) -> str:
         """One line of at most ``width`` characters, the weights_only verdict first: ``saved NAME, verified:
-        loads with torch.load(weights_only=True)`` (a long name is shortened in the middle; :meth:`line` has
-        the details)."""
+        loads with torch.load(weights_only=True)`` (for a long name the verdict's words shorten first, then
+        the name in the middle; :meth:`line` has the details)."""
         judged = self.weights_only
         if judged is None:
-            lead = "safetensors, no pickle: nothing for weights_only to refuse"
+            leads = ("safetensors, no pickle: nothing for weights_only to refuse", "safetensors")
         elif judged.loads:
-            lead = "loads with torch.load(weights_only=True)"
+            leads = ("loads with torch.load(weights_only=True)", "loads (weights_only)")
         elif judged.answer == REFUSES:
-            lead = "torch.load(weights_only=True) REFUSES it"
+            leads = ("torch.load(weights_only=True) REFUSES it", "weights_only REFUSES it")
         else:
-            lead = "CANNOT TELL if torch.load(weights_only=True) loads it"
-        line = f"{lead} · saved {{}}, verified"
-        room = max(width - len(line) + 2, 9)
+            leads = ("CANNOT TELL if torch.load(weights_only=True) loads it", "weights_only: CANNOT TELL")
         name = os.path.basename(self.path)
-        if len(name) > room:
-            name = name[: (room - 1) // 2] + "…" + name[len(name) - (room - 1 - (room - 1) // 2) :]
+        # the name is what the user typed: shorten the verdict's words first, the name only when still too long
+        for lead in leads:
+            line = f"{lead} · saved {{}}, verified"
+            room = max(width - len(line) + 2, 9)
+            if len(name) <= room:
+                return line.format(name)
+        name = name[: (room - 1) // 2] + "…" + name[len(name) - (room - 1 - (room - 1) // 2) :]
         return line.format(name)
 
 
