@@ -80,6 +80,12 @@ class CkptApp(App[None]):
     def on_mount(self) -> None:
         self._open(self.path, False)
 
+    def push_screen(self, screen: Any, *args: Any, **kwargs: Any) -> Any:
+        """Push ``screen``; a toast still shown is cleared first, so it never sits over the dialog or help that
+        opens (what it said stays in the status line)."""
+        self.clear_notifications()
+        return super().push_screen(screen, *args, **kwargs)
+
     def _on_notify(self, event: Notify) -> None:
         """A new notification replaces the one shown: they stacked three deep over dialogs."""
         self.clear_notifications()
