@@ -812,7 +812,24 @@ class BrowserScreen(Screen[None]):
             hint = " (v groups by module; x on a group keeps it as the root)" if shared else ""
             self.nothing_to_do(f"nothing to strip: {error}{hint}")
 
-        self._strip(at, "auto", nothing_to_strip)
+        # the header's "p strips it" names a prefix (a Lightning module's net.): p strips that one, so the hint
+        # and the key never disagree; otherwise the wrapper prefix p finds on its own
+        self._strip(at, self._named_strip(at) or "auto", nothing_to_strip)
+
+    def _named_strip(self, at: KeyPath) -> str | None:
+        """The prefix a shown finding's fix strips from the keys of the dict at ``at`` (None: no finding does)."""
+        summary = self.summary
+        if summary is None:
+            return None
+        for finding in summary.shown_findings:
+            pairs = finding.fix.pairs() if finding.fix else []
+            where = () if finding.path is None else tuple(finding.path)
+            if where != tuple(at) or any(option == "--extract" for option, _ in pairs):
+                continue
+            strips = [argument for option, argument in pairs if option == "--strip-prefix" and argument != "auto"]
+            if strips:
+                return strips[0]
+        return None
 
     def _strip(self, at: KeyPath, prefix: str, failed: Callable[[str], Any] | None = None) -> None:
         assert self.session is not None
