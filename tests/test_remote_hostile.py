@@ -351,3 +351,45 @@ def test_a_whole_file_compressed_or_trickled_is_refused(capsys: pytest.CaptureFi
             time.sleep(0.2)
 
     assert "too slowly" in refused(trickled, capsys)
+
+
+@pytest.mark.parametrize("scheme", ["ftp", "gopher", "file"])
+def test_a_redirect_to_another_scheme_is_refused_and_nothing_is_sent_there(
+    scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.send_response(302)
+        handler.send_header("Location", f"{scheme}://127.0.0.1:{port}/m.pth")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    try:
+        line = refused(answer, capsys)
+        assert "only http:// and https:// are followed" in line
+        # nothing connected to the other scheme's port
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_a_whole_file_that_ends_as_its_connection_closes_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """No Content-Length, Connection: close: the body is what comes until the server hangs up (as curl reads it)."""
+
+    def answer(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.close_connection = True
+        whole(handler, VERSION_A, {"Connection": "close"})
+
+    server = Hostile(answer)
+    try:
+        assert main(["info", "--json", server.url]) == 0
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and '"uint8"' in out

@@ -128,6 +128,15 @@ class _Cutoff:
         self._timer.cancel()
 
 
+def _check_scheme(name: str, url: str) -> None:
+    """Only http and https are spoken: a redirect to ``ftp://`` or ``gopher://`` would otherwise get a plain
+    HTTP request sent to that host and port."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        shown = url if len(url) <= 120 else url[:117] + "..."
+        raise ReadError(f"{name}: the server redirects to {shown!r}: only http:// and https:// are followed")
+
+
 class HttpTransport:
     """Ranged GETs over ``http.client``: one kept-alive connection per thread, redirects followed once
     and the final URL reused. Every range is checked against the file's version: ``If-Match`` with a
@@ -142,6 +151,7 @@ class HttpTransport:
         self._local = threading.local()
 
     def _connection(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+        _check_scheme(self.name, urllib.parse.urlunsplit(parts))
         key = (parts.scheme, parts.netloc)
         cached = getattr(self._local, "connection", None)
         if cached is not None and cached[0] == key:
@@ -205,6 +215,7 @@ class HttpTransport:
             status, found = answer.status, answer.headers
             if status in (301, 302, 303, 307, 308) and "location" in found and moved < REDIRECTS:
                 url = urllib.parse.urljoin(url, found["location"])
+                _check_scheme(self.name, url)
                 self.url, moved = url, moved + 1  # the redirect is reused for every later range
                 continue
             if (status == 429 or status >= 500) and attempt < RETRIES:
@@ -303,7 +314,10 @@ class HttpTransport:
             )
             if left <= 0:
                 raise too_slow
-            sock.settimeout(min(TIMEOUT, left))
+            # a body that ends as its connection closes (no length, Connection: close) leaves no socket to set:
+            # what is left of it is in the response's buffer
+            with contextlib.suppress(OSError):
+                sock.settimeout(min(TIMEOUT, left))
             try:
                 chunk = response.read1(min(length - got, 1 << 20) if length is not None else 1 << 20)
             except TimeoutError:
@@ -316,7 +330,8 @@ class HttpTransport:
                 raise ReadError(f"{self.name}: the server's answer ended after {got} of {length} bytes")
             got += len(chunk)
             yield chunk
-        sock.settimeout(TIMEOUT)
+        with contextlib.suppress(OSError):
+            sock.settimeout(TIMEOUT)
 
     def _other_range(self, answer: Answer) -> ReadError:
         return ReadError(f"{self.name}: the server sent another range than asked ({answer.headers['content-range']})")
