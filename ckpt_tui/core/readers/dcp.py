@@ -387,7 +387,10 @@ def _odd_item(chunk: str, sizes: tuple[int, ...], lengths: tuple[int, ...], dtyp
     odd = []
     if stored.shape != sizes:
         shapes = f"its item is {list(stored.shape)}, the chunk {list(sizes)}"
-        odd.append(f"{chunk}: {shapes}; torch narrows it to {list(lengths)}")
+        # torch narrows an item along each dimension; one of another rank it cannot (its copy_ raises)
+        narrows = len(stored.shape) == len(sizes) and all(s >= n for s, n in zip(stored.shape, lengths, strict=True))
+        effect = f"torch narrows it to {list(lengths)}" if narrows else "torch.load refuses it (sizes mismatch)"
+        odd.append(f"{chunk}: {shapes}; {effect}")
     if stored.dtype != dtype:
         known = (stored.dtype, dtype) in WIDENINGS | COPY_CASTS
         odd.append(
