@@ -423,7 +423,7 @@ def detail_lines(app: CkptApp) -> list[str]:
     [
         (("epoch",), ["type int", "value 7"]),
         (("history",), ["type list", "children 3"]),
-        (("model",), ["children 4", "below 4 tensors", "536k elements", "2.1 MB", "_metadata 4 (kept on save)"]),
+        (("model",), ["children 4", "below 4 tensors", "536k elements", "2.1 MB", "_metadata 4 (kept by .pth only)"]),
         (("optimizer", "state"), ["children 4", "below 12 tensors", "1.07M elements", "4.3 MB"]),
         (("model", "0.weight"), ["shape [1024, 512]", "elements 524,288", "bytes 2.1 MB", "storage record 0"]),
         (("quantized",), ["dtype qint8", "stored as (quantized)", "scale 0.1", "zero_point 10"]),

@@ -132,7 +132,7 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType
             table.add_row("tensors", Text("too many nodes below to count here (see the header)", style="italic"))
         metadata = getattr(value, "_metadata", None)
         if isinstance(metadata, dict):
-            table.add_row("_metadata", f"{len(metadata)} (kept on save)")
+            table.add_row("_metadata", f"{len(metadata)} (kept by .pth only)")
     return table
 
 
