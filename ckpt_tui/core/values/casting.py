@@ -114,11 +114,13 @@ def cast_losses(root: object) -> str | None:
     seen: set[int] = set()
     for path, tensor in iter_tensors(root):
         source = tensor.storage.source if tensor.storage is not None else None
-        if not isinstance(source, CastSource) or id(source) in seen:
+        # (a cast's bytes keep a tally; no other source has one: no source is asked its type)
+        tally = getattr(source, "tally", None)
+        if not isinstance(tally, CastTally) or id(tally) in seen:
             continue
-        seen.add(id(source))
-        if source.tally.overflowed or source.tally.flushed:
-            overflowed, flushed = overflowed + source.tally.overflowed, flushed + source.tally.flushed
+        seen.add(id(tally))
+        if tally.overflowed or tally.flushed:
+            overflowed, flushed = overflowed + tally.overflowed, flushed + tally.flushed
             where.append(to_python(path))
             targets.setdefault(tensor.dtype)
     if not where:
