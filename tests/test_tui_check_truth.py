@@ -12,19 +12,10 @@ from typing import Any
 import pytest
 import torch
 from builders_tui import browser, cursor_path, header, loaded, screen_text, settle, status
+from test_tui_check_all import with_bad_values
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.tui.app import CkptApp
-
-
-def with_bad_values(path: Path) -> Path:
-    state = {
-        "fine": torch.arange(4.0),
-        "has_nan": torch.tensor([1.0, float("nan"), 2.0]),
-        "has_inf": torch.tensor([float("inf"), 0.0]),
-    }
-    torch.save(state, path)
-    return path
 
 
 async def test_delete_after_check_drops_the_old_result_and_undo_redo_bring_each_trees_own(tmp_path: Path) -> None:
