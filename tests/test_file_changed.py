@@ -31,7 +31,7 @@ CHANGED = "changed on disk since it was opened; open it again"
 # truncated), or with a hook that cuts it short in the middle of a read (HOOK)
 CHILD = textwrap.dedent(
     """
-    import os, sys
+    import contextlib, os, sys
     from ckpt_tui.core.readers import open as opening
     from ckpt_tui.cli import main
 
@@ -78,6 +78,25 @@ CHILD = textwrap.dedent(
                         cut()
 
             values.TensorReader._contiguous = cut_after_first
+            shared = values.TensorReader.shared_reads
+
+            # (reads that workers share: the file is cut after the first big one)
+            @contextlib.contextmanager
+            def cut_after_first_shared(self):
+                with shared(self) as read:
+                    if read is None:
+                        yield None
+                        return
+
+                    def reading(element, count, buffer):
+                        got = read(element, count, buffer)
+                        if count > 100_000:
+                            cut()
+                        return got
+
+                    yield reading
+
+            values.TensorReader.shared_reads = cut_after_first_shared
         elif hook == "strided":  # a strided view's chunks
             release = values._RecordView.release_pages
 

@@ -3,6 +3,7 @@ files gives each layer's norm in each; the text fits 80 columns."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -240,6 +241,33 @@ def test_big_layers_summed_on_worker_threads_give_the_same_figures_bit_for_bit(t
     # (float32 values: summed narrow, within NARROW_BOUND)
     assert math.isclose(row["norm_a"], norm_a, rel_tol=3 * NARROW_BOUND)
     assert math.isclose(row["norm_b"], norm_b, rel_tol=3 * NARROW_BOUND)
+
+
+def test_chunks_read_on_the_workers_give_the_figures_of_chunks_read_here(tmp_path, capsys, monkeypatch):
+    from ckpt_tui.core.operations import layer_change
+    from ckpt_tui.core.values.tensor_values import TensorReader
+
+    torch.manual_seed(4)
+    size = 5 * layer_change.CHUNK_ELEMENTS // 2
+    storage = torch.randn(size + 11)
+    # a view at an offset in its storage, a float16 side against a float32 one, a bfloat16 pair
+    a = {"offset": storage[11:], "half": torch.randn(size), "bf16": torch.randn(size).bfloat16()}
+    b = {"offset": storage[11:] * 0.5 + 0.1, "half": a["half"].half(), "bf16": (a["bf16"] * 1.01).bfloat16()}
+    torch.save(a, tmp_path / "a.pth")
+    torch.save(b, tmp_path / "b.pth")
+    on_workers = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
+
+    @contextlib.contextmanager
+    def not_shared(self):
+        yield None
+
+    monkeypatch.setattr(TensorReader, "shared_reads", not_shared)  # read here, summed on the workers
+    assert stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth")) == on_workers
+    for row in on_workers["layers"]:
+        key = row["path"][0]
+        relative, cosine, _, _ = torch_change(a[key], b[key])
+        assert math.isclose(row["relative_change"], relative, rel_tol=1e-4)
+        assert math.isclose(row["cosine"], cosine, rel_tol=1e-4)
 
 
 def adversarial_pair(kind: str, size: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,11 +47,14 @@ from ckpt_tui.core.values.stats import (
 from ckpt_tui.core.values.tensor_values import (
     CHUNK_ELEMENTS,
     COMPLEX_DTYPES,
+    SharedRead,
+    TensorReader,
     decode,
     decode_compact,
     decode_complex,
     paired_chunks,
     same_layout,
+    thread_buffer,
 )
 
 Progress = Callable[[int, int], None]
@@ -181,7 +184,6 @@ def _measure(
     """The sums of one pair, chunk by chunk: a big tensor's chunks are summed on the statistics threads while
     the next ones are read, and their sums added here in chunk order (the same figures, bit for bit)."""
     pool = worker_pool() if x.numel > CHUNK_ELEMENTS and same_layout(x, y) else None
-    reuse = STATS_THREADS + 1 if pool is not None else 0
     totals = NO_SUMS
     nonfinite = 0
 
@@ -191,10 +193,39 @@ def _measure(
         totals = totals.plus(sums)
         nonfinite += skipped
 
+    if pool is not None:
+        reader_x, reader_y = TensorReader(x, order_a), TensorReader(y, order_b, ring="ring_b")
+        with reader_x.shared_reads() as read_x, reader_y.shared_reads() as read_y:
+            if read_x is not None and read_y is not None:
+                # each chunk read and summed on a worker (both cores copy and sum), the sums added here in order
+                work = _shared_chunk(read_x, read_y, reader_x, reader_y)
+                spans = ((begin, min(CHUNK_ELEMENTS, x.numel - begin)) for begin in range(0, x.numel, CHUNK_ELEMENTS))
+                in_chunk_order(spans, work, settle, pool, cancelled, "cancelled")
+                return _change(path, totals, nonfinite)
+    reuse = STATS_THREADS + 1 if pool is not None else 0
     # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then; stride 0 costs its storage
     chunks = ((raw_a, raw_b, repeats, x, y) for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse))
     in_chunk_order(chunks, _chunk_sums, settle, pool, cancelled, "cancelled")
     return _change(path, totals, nonfinite)
+
+
+def _shared_chunk(
+    read_x: SharedRead, read_y: SharedRead, reader_x: TensorReader, reader_y: TensorReader
+) -> Callable[[int, int], tuple[PairSums, int]]:
+    """The work of one chunk of a pair read on the worker that sums it: ``(begin, count)`` to its sums."""
+    x, y = reader_x.tensor, reader_y.tensor
+    first_x, first_y = x.offset, y.offset
+
+    def work(begin: int, count: int) -> tuple[PairSums, int]:
+        buffer_x, buffer_y = (
+            thread_buffer(CHUNK_ELEMENTS * reader_x.size, "pair_x"),
+            thread_buffer(CHUNK_ELEMENTS * reader_y.size, "pair_y"),
+        )
+        raw_a = np.frombuffer(read_x(first_x + begin, count, buffer_x), reader_x.raw_type)
+        raw_b = np.frombuffer(read_y(first_y + begin, count, buffer_y), reader_y.raw_type)
+        return _chunk_sums(raw_a, raw_b, 1, x, y)
+
+    return work
 
 
 def _chunk_sums(

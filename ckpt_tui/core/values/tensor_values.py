@@ -219,6 +219,10 @@ def element_span(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -
     return low, high
 
 
+SharedRead = Callable[[int, int, memoryview], memoryview]
+"""Reads ``count`` elements from element ``element`` of a record into a buffer (:meth:`TensorReader.shared_reads`)."""
+
+
 class TensorReader:
     """Reads one tensor's elements from its storage record, in bounded chunks, never outside the record."""
 
@@ -397,6 +401,36 @@ class TensorReader:
 
     # ---- positioned reads -----------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def shared_reads(self) -> Iterator[SharedRead | None]:
+        """For a dense row-major view in a file on this machine: a function that reads ``count`` elements from
+        element ``element`` of the record into a buffer, which any thread may call (positioned reads on one
+        descriptor), checked against the record as every read is. None for every other view (read it with
+        :meth:`distinct_chunks`). The file's version is confirmed after the last read, as for every pass."""
+        if self.made is not None or self.memory is not None or not self.in_order:
+            yield None
+            return
+        source = places.source_of(self.path, self.version)
+        try:
+            if source.local_fd() is None:
+                yield None
+                return
+            size, start, record = self.size, self.record_start, self.record_bytes
+
+            def read(element: int, count: int, buffer: memoryview) -> memoryview:
+                nbytes = count * size
+                if element < 0 or count < 0 or (element + count) * size > record or nbytes > len(buffer):
+                    raise ReadError("read outside the tensor's storage record refused")
+                if source.readinto_at(start + element * size, buffer[:nbytes]) != nbytes:
+                    source.confirm()  # (cut short since it was opened: said as such)
+                    raise ReadError("tensor data ends early (file truncated?)")
+                return buffer[:nbytes]
+
+            yield read
+            source.confirm()
+        finally:
+            source.close()
+
     def _contiguous(self, first: int, count: int, chunk: int, reuse: int = 0) -> Iterator[np.ndarray]:
         """``count`` elements stored one after another from element ``first`` (checked against the record).
 
@@ -464,6 +498,12 @@ class TensorReader:
 
 
 _thread_buffers = threading.local()
+
+
+def thread_buffer(nbytes: int, slot: str) -> memoryview:
+    """This thread's reused buffer of at least ``nbytes`` (``slot``: which of its buffers), kept from read to
+    read so that its pages are touched once."""
+    return _ring(nbytes, 1, slot)[0]
 
 
 def _ring(buffer_bytes: int, buffers: int, slot: str = "ring") -> list[memoryview]:
