@@ -358,3 +358,19 @@ def test_every_command_the_parser_knows_has_one_handler() -> None:
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     assert set(COMMANDS) == set(HANDLERS) == set(subparsers.choices or {})
+
+
+def test_numpys_blas_runs_on_the_calling_thread_unless_the_user_chose_a_count(tmp_path: Path) -> None:
+    # (a BLAS thread pool beside the stats workers only spins, taking a core from them)
+    torch.save({"w": torch.randn(4, 4)}, tmp_path / "w.pth")
+    code = (
+        "import os, sys; from ckpt_tui.cli import main\n"
+        f"assert main(['check', {str(tmp_path / 'w.pth')!r}]) == 0\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    chosen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert chosen.stdout.strip().splitlines()[-1] == "1", chosen.stderr
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert kept.stdout.strip().splitlines()[-1] == "3", kept.stderr

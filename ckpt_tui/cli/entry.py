@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ckpt_tui.core.runtime import process
 
     process.collect_less_often()  # the tree read stays alive until exit: no GC pass after pass over it
+    process.single_threaded_blas()
     if args.command not in READ_ONLY:
         from ckpt_tui.core.writers.temp_files import remove_on_signals
 

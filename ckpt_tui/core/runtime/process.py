@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -47,6 +49,24 @@ def gc_paused() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_was_enabled:
                 gc.enable()
+
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS",)
+"""numpy's wheels use OpenBLAS (torch's own threads, OMP_NUM_THREADS, are left alone)."""
+
+
+def single_threaded_blas() -> None:
+    """Keep numpy's BLAS on the calling thread for the rest of the process (the entry point's choice).
+
+    Dot products here are taken in segments on our own worker threads; a BLAS pool beside them only
+    spins after each call, waiting for work that never comes (a tenth of a second of a core on a 2 GB
+    ``check``, taken from the workers on a small machine). Only before numpy is imported, and only where
+    the user has not chosen a count.
+    """
+    if "numpy" in sys.modules:
+        return
+    for name in BLAS_THREADS:
+        os.environ.setdefault(name, "1")
 
 
 GC_THRESHOLDS = (50_000, 20, 1000)
