@@ -336,3 +336,26 @@ def test_a_keys_file_or_rename_map_is_read_in_one_place_and_refused_in_one_line(
     torch.save(fixed_state_dict(prefix=""), tmp_path / "m.pth")
     assert main(["convert", str(tmp_path / "m.pth"), "-o", str(tmp_path / "o.pth"), "--rename-map", str(path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+async def test_info_and_the_header_say_the_values_are_unread_in_the_same_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from builders_tui import header
+
+    from ckpt_tui.tui.bindings import BROWSER_BINDINGS
+    from ckpt_tui.tui.widgets.summary import CHECK_KEY
+
+    path = tmp_path / "nan.pth"
+    torch.save({"w": torch.tensor([1.0, float("nan")])}, path)
+    assert main(["info", str(path)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  values "))
+    words = line.split(None, 1)[1]
+    assert words == "not read yet: ckpt-tui check reads every tensor (NaN/Inf, broken records)"
+    # the browser says it with its own key for check, and that key is the binding's
+    assert any(getattr(b, "action", None) == "check_all" and b.key == CHECK_KEY for b in BROWSER_BINDINGS)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        said = " ".join(header(app).split())
+        assert "values " + words.replace("ckpt-tui check", CHECK_KEY) in said

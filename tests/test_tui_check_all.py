@@ -128,3 +128,24 @@ async def test_check_all_of_a_file_replaced_since_it_was_opened_says_so(tmp_path
         # never the new file's NaN marks under the old file's tree
         assert "!!" not in screen_text(app)
         assert "changed on disk since it was opened" in status(app) + screen_text(app)
+
+
+async def test_the_header_says_the_values_are_not_read_until_c_reads_them(tmp_path: Path) -> None:
+    app = CkptApp(str(with_bad_values(tmp_path / "bad.pth")))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        # on open nothing has read a value: a file with NaN must not read as clean
+        unread = " ".join(header(app).split())
+        assert "· values not read yet: C reads every tensor (NaN/Inf, broken records)" in unread
+        shown = browser(app).query_one("#summary")
+        assert shown.region.height <= 7 and "!!" not in screen_text(app)
+        await settle(pilot, "C")
+        await settle(pilot)
+        read = " ".join(header(app).split())
+        assert "not read yet" not in read and "every tensor read (3): 1 with NaN, 1 with Inf" in read
+        # an edited tree is a tree C has not read: the line comes back, and C reads it
+        browser(app).tree_view.reveal((("fine",), None))
+        await settle(pilot, "d")
+        await settle(pilot, "y")
+        await settle(pilot)
+        assert "values not read yet: C reads" in " ".join(header(app).split())

@@ -50,9 +50,9 @@ def render_info(summary: Summary, depth: int = 2) -> str:
         "  dtypes      " + _counted(summary.dtypes, summary.bytes_by_dtype),
         "  devices     " + (", ".join(f"{printable(str(d))} {n}" for d, n in summary.devices.most_common()) or "-"),
     ]
-    if summary.tensors:
-        # info reads no value: a file full of NaN lists like a clean one, so say where the values are read
-        lines.append("  values      not read (ckpt-tui check reads them: NaN/Inf, broken records)")
+    unread = summary.unread_values("ckpt-tui check")
+    if unread is not None:
+        lines.append(f"  values      {unread}")
     lines += [f"  note        {printable(note)}" for note in ckpt.notes]
     if ckpt.metadata:
         shown = list(ckpt.metadata.items())[:6]

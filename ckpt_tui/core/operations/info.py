@@ -123,6 +123,14 @@ class Summary:
             self._distinct_elements = sum({view_key(t): t.numel for _, t in self.tensors}.values())
         return self._distinct_elements
 
+    def unread_values(self, reader: str) -> str | None:
+        """What a listing leaves unknown: the values (a file full of NaN lists like a clean one), said after the
+        word "values" by both faces with ``reader``, the face's way to read them (``ckpt-tui check``, the
+        browser's ``C``); None where the tree holds no tensor."""
+        if not self.tensors:
+            return None
+        return f"not read yet: {reader} reads every tensor (NaN/Inf, broken records)"
+
     def counts_text(self) -> str:
         """The element counts in words: ``276 params (model) + 17 in buffers + 552 optimizer state``.
 

@@ -29,6 +29,8 @@ READ_PROBLEMS = {
     "sparse-indices": "sparse with indices outside it",
 }
 DELETE_KEY = "d on it deletes it"
+CHECK_KEY = "C"
+"""The browser's key that reads every tensor (the CLI's ``ckpt-tui check``)."""
 FIX_KEYS = {
     "--strip-prefix": "p strips it",
     "--extract": "x on it extracts it",
@@ -146,11 +148,13 @@ def summary_text(
     verdict_note: bool = True,
     more: bool = True,
     hint: str = "short",
+    values: bool = True,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
 
     ``verdict_note``: say the verdict also when torch.load loads the file (a refusal is always said); ``more``: say
-    how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`)."""
+    how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`); ``values``: say
+    that the values are not read yet, until a full check (``check``) has read them."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
@@ -173,6 +177,11 @@ def summary_text(
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
     if check is not None:
         text.append_text(check_text(check))
+    elif values:
+        # nothing has read the values yet: without this line a file full of NaN reads as clean (C replaces it)
+        unread = summary.unread_values(CHECK_KEY)
+        if unread is not None:
+            text.append(f"\n· values {unread}", style="italic")
     line = verdict_line(weights_only, ckpt.path, readonly, hint) if weights_only is not None else None
     # a line that says the edits removed a refusal is always said: the file's refusal was said before
     said = line is not None and (line[1] or verdict_note or "your edits remove" in line[0])
@@ -249,13 +258,16 @@ def fitted_summary(
     readonly: bool = False,
 ) -> Text:
     """The summary in at most ``lines`` lines as ``measure`` counts them: a narrow screen first leaves out the
-    note that torch.load loads the file, then findings (the last line says how many more ``f`` lists), and
-    rather than the first finding, that line; before each finding goes, the way out of a refusal does (``f``
-    lists it in full)."""
-    tries = [(True, MAX_FINDINGS, True), *((False, limit, True) for limit in range(MAX_FINDINGS, 0, -1))]
-    for note, limit, more in [*tries, (False, 1, False), (False, 0, True)]:
+    note that torch.load loads the file, then findings down to the first (the last line says how many more ``f``
+    lists), then the line that the values are not read yet, and rather than the first finding, the line of how
+    many; before each finding goes, the way out of a refusal does (``f`` lists it in full)."""
+    tries = [(True, True, MAX_FINDINGS, True), *((False, True, limit, True) for limit in range(MAX_FINDINGS, 0, -1))]
+    # the line that the values are not read goes before the first finding does: a header with a warning in it
+    # does not read as clean
+    last = [(False, False, 1, True), (False, False, 1, False), (False, False, 0, True)]
+    for note, values, limit, more in [*tries, *last]:
         for hint in ("short", "none"):
-            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint)
+            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint, values)
             if measure(text) <= lines:
                 return text
     return text
