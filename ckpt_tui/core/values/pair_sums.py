@@ -6,18 +6,19 @@ Two paths, chosen block by block:
 - **wide** (float64 inputs, and any block the narrow path cannot vouch for): the values widened to
   float64 and four BLAS dot products per segment of :data:`~ckpt_tui.core.values.stats.DOT_SEGMENT`
   values (a·a, b·b, a·b, d·d): relative error about 1e-16 times a segment's length.
-- **narrow** (both sides float32, as float32, float16 and bfloat16 are read): d = a − b and s = a + b in
-  float32, then three float32 dot products per segment of :data:`NARROW_SEGMENT` values (d·d, d·s,
-  s·s), whose segment results are added in float64. a² = (s² + d² + 2ds)/4, b² = (s² + d² − 2ds)/4,
-  ab = (s² − d²)/4. The worst-case relative error of a segment sum of S squares in float32 is
-  ``S·2^-24``; with d and s themselves rounded once, a narrow block's Σd², Σs² are within
-  :data:`NARROW_BOUND` of the exact sums of its values, and Σa², Σb², Σab within NARROW_BOUND of
-  Σa² + Σb². A block is taken narrow only where that is also within a small multiple of each of Σa² and
-  Σb² (neither is more than 4 times the other), every segment sum is finite (a square past float32's
-  range, a NaN or an Inf sends the block wide, where NaN/Inf are found as before), and Σd², Σs² are
-  each 0 (seen to be exact zeros) or at least ``2^-100`` per value, so that float32 underflow (a square
-  below 2^-149 lost) costs less than 2^-49 of the sum. Measured on gaussian data the errors are about
-  1e-8, far inside the bound.
+- **narrow** (both sides float32, as float32, float16 and bfloat16 are read): d = a − b in float32, then
+  four float32 dot products per segment of :data:`NARROW_SEGMENT` values (d·d, a·a, b·b, a·d), whose
+  segment results are added in float64; ab = a² − ad, (a−b)(a+b) = 2ad − d², (a+b)² = 2a² + 2b² − d².
+  The worst-case relative error of a segment sum of S products in float32 is ``S·2^-24``; with d rounded
+  once, a narrow block's Σd², Σa², Σb² are each within :data:`NARROW_BOUND` of the exact sum of its values,
+  Σad within NARROW_BOUND of √(Σa²·Σd²), so Σab within 2.5 bounds of Σa² + Σb² and Σ(a−b)(a+b) within
+  a bound of 2√(Σa²Σd²) + Σd² (what the cosine near 1 needs: ‖a‖ − ‖b‖ to a share of ‖a−b‖). A block is
+  taken narrow only where Σa², Σb² are within 4 times each other, Σ(a+b)² is at least half of Σa² + Σb²
+  (not near a cosine of −1: then it is within 8 bounds of itself), every segment sum is finite (a square
+  or product past float32's range, a NaN or an Inf sends the block wide, where NaN/Inf are found as
+  before), and Σd², Σa², Σb² are each 0 (seen to be exact zeros) or at least ``2^-100`` per value, so that
+  float32 underflow (a product below 2^-149 lost) costs less than 2^-49 of the sum. Measured on gaussian
+  data the errors are about 1e-8, far inside the bound.
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ NARROW_SMALLEST = 2.0**-100
 """A narrow block's Σd² and Σs² must be 0 or at least this per value (float32 underflow below 2^-149 per
 value then costs under 2^-49 of the sum)."""
 NARROW_RATIO = 4.0
-"""Neither Σa² nor Σb² of a narrow block may be more than this many times the other (their error is bounded
+"""Neither Σa² nor Σb² of a narrow block may be more than this many times the other (the error of Σab is bounded
 by a share of their total)."""
+NARROW_SUM_SHARE = 2.0
+"""A narrow block's Σ(a+b)² must be at least 1/NARROW_SUM_SHARE of Σa² + Σb² (a cosine not near −1): taken as
+2Σa² + 2Σb² − Σ(a−b)², its error is then within 8 bounds of itself."""
 _SEGMENTS = BLOCK_ELEMENTS // NARROW_SEGMENT
 _WIDE_SEGMENTS = BLOCK_ELEMENTS // DOT_SEGMENT
 
@@ -103,14 +107,6 @@ class _WideBlock:
         self.columns = self.wide.reshape(2, _WIDE_SEGMENTS, DOT_SEGMENT, 1)
 
 
-class _NarrowBlock:
-    """One thread's float32 d = x − y and s = x + y of a block, as rows of NARROW_SEGMENT values."""
-
-    def __init__(self) -> None:
-        self.both = np.empty((2, BLOCK_ELEMENTS), np.float32)
-        self.rows = self.both.reshape(2, _SEGMENTS, NARROW_SEGMENT)
-
-
 def _wide_block() -> _WideBlock:
     block: _WideBlock | None = getattr(_local, "wide", None)
     if block is None:
@@ -118,10 +114,11 @@ def _wide_block() -> _WideBlock:
     return block
 
 
-def _narrow_block() -> _NarrowBlock:
-    block: _NarrowBlock | None = getattr(_local, "narrow", None)
+def _narrow_block() -> np.ndarray:
+    """This thread's float32 d = x − y of a block."""
+    block: np.ndarray | None = getattr(_local, "narrow", None)
     if block is None:
-        block = _local.narrow = _NarrowBlock()
+        block = _local.narrow = np.empty(BLOCK_ELEMENTS, np.float32)
     return block
 
 
@@ -165,38 +162,42 @@ def _pair_sums(a: np.ndarray, b: np.ndarray, wide: bool) -> PairSums:
 def _narrow_blocks(a: np.ndarray, b: np.ndarray, full: int) -> tuple[np.ndarray, np.ndarray]:
     """Each whole block's six sums taken narrow (float64 rows of aa, bb, dd, ss, ab, ds), and which blocks the
     narrow sums hold for (the others are to be taken wide)."""
-    sweep = _narrow_block()
-    d, s = sweep.both
-    d_rows, s_rows = sweep.rows
-    # each segment's float32 d·d, d·s, s·s of each whole block
-    dots = np.empty((full, 3, _SEGMENTS), np.float32)
+    d = _narrow_block()
+    d_rows = d.reshape(_SEGMENTS, NARROW_SEGMENT)
+    # each segment's float32 d·d, a·a, b·b and a·d of each whole block: one subtraction and four dot products
+    dots = np.empty((full, 4, _SEGMENTS), np.float32)
     zeros_hidden = np.zeros(full, bool)
     for index in range(full):
         begin = index * BLOCK_ELEMENTS
         x, y = a[begin : begin + BLOCK_ELEMENTS], b[begin : begin + BLOCK_ELEMENTS]
+        x_rows, y_rows = x.reshape(_SEGMENTS, NARROW_SEGMENT), y.reshape(_SEGMENTS, NARROW_SEGMENT)
         np.subtract(x, y, out=d)
-        np.add(x, y, out=s)
         found = dots[index]
         np.vecdot(d_rows, d_rows, out=found[0])
-        np.vecdot(d_rows, s_rows, out=found[1])
-        np.vecdot(s_rows, s_rows, out=found[2])
+        np.vecdot(x_rows, x_rows, out=found[1])
+        np.vecdot(y_rows, y_rows, out=found[2])
+        np.vecdot(x_rows, d_rows, out=found[3])
         # a float32 sum of squares of 0 can hide values whose squares underflow: it holds when they are zeros
-        if not found[::2].any(axis=1).all():
-            zeros_hidden[index] = (not found[0].any() and bool(d.any())) or (not found[2].any() and bool(s.any()))
-    dd, ds, ss = dots.sum(axis=2, dtype=np.float64).T
-    aa, bb = (ss + dd + 2.0 * ds) / 4.0, (ss + dd - 2.0 * ds) / 4.0
+        if not found[:3].any(axis=1).all():
+            zeros_hidden[index] = any(not found[k].any() and bool(v.any()) for k, v in enumerate((d, x, y)))
+    dd, aa, bb, ad = dots.sum(axis=2, dtype=np.float64).T
     smallest = NARROW_SMALLEST * BLOCK_ELEMENTS
+    # Σ(a+b)² from the others is within a few bounds of itself only while a + b is not small beside a and b
+    ss = 2.0 * (aa + bb) - dd
     accepted = (
         np.isfinite(dd)
-        & np.isfinite(ds)
-        & np.isfinite(ss)
+        & np.isfinite(aa)
+        & np.isfinite(bb)
+        & np.isfinite(ad)
         & ~zeros_hidden
         & ((dd == 0) | (dd >= smallest))
-        & ((ss == 0) | (ss >= smallest))
+        & ((aa == 0) | (aa >= smallest))
+        & ((bb == 0) | (bb >= smallest))
         & (aa * NARROW_RATIO >= bb)
         & (bb * NARROW_RATIO >= aa)
+        & (ss * NARROW_SUM_SHARE >= aa + bb)
     )
-    return np.stack([aa, bb, dd, ss, (ss - dd) / 4.0, ds], axis=1), accepted
+    return np.stack([aa, bb, dd, ss, aa - ad, 2.0 * ad - dd], axis=1), accepted
 
 
 def _wide_blocks(a: np.ndarray, b: np.ndarray, blocks: np.ndarray) -> np.ndarray:
