@@ -34,6 +34,7 @@ import numpy as np
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.assembled import AssembledRecords
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
 from ckpt_tui.core.operations.convert import select
@@ -111,7 +112,7 @@ def parse_weights(text: str | None, files: int) -> list[float]:
     except ValueError:
         raise AverageRefused(f"--weights takes numbers separated by commas, got {text!r}") from None
     if len(weights) != files:
-        raise AverageRefused(f"--weights has {len(weights)} numbers for {files} files")
+        raise AverageRefused(f"--weights has {counted(len(weights), 'number')} for {files} files")
     refused = AverageRefused(f"--weights must be finite numbers with a non-zero sum, got {text!r}")
     if not all(math.isfinite(w) for w in weights):
         raise refused
