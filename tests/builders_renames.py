@@ -222,3 +222,26 @@ def hf_state_dict_without_tied(model: nn.Module) -> OrderedDict[str, torch.Tenso
 def seeded(make: Any) -> Any:
     torch.manual_seed(0)
     return make()
+
+
+# ---- an index shifted by a removed layer -------------------------------------------------------------------
+
+
+class NetLinLayer(nn.Module):
+    """lpips' 1x1 projection: ``model`` is ``Sequential(Dropout, Conv2d)`` with dropout, ``Sequential(Conv2d)``
+    without, so every weight moves from ``model.1`` to ``model.0``."""
+
+    def __init__(self, channels: int, use_dropout: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Dropout()] if use_dropout else []
+        layers.append(nn.Conv2d(channels, 1, 1, bias=False))
+        self.model = nn.Sequential(*layers)
+
+
+class LinLayers(nn.Module):
+    """lpips' five ``linN`` heads (alexnet's channels, two of one width: a listing by name cannot pair them)."""
+
+    def __init__(self, use_dropout: bool = True, channels: tuple[int, ...] = (64, 192, 384, 256, 256)) -> None:
+        super().__init__()
+        for index, width in enumerate(channels):
+            setattr(self, f"lin{index}", NetLinLayer(width, use_dropout))

@@ -13,6 +13,7 @@ import pytest
 import torch
 from builders_renames import (
     EmaTrainer,
+    LinLayers,
     NewViT,
     OldViT,
     StemNet,
@@ -212,6 +213,37 @@ def test_head_of_another_size_names_shapes_and_strict_false(tmp_path: Path, caps
     code, after = check_json(capsys, tmp_path / "seven.fixed.pth", "--against", reference)
     assert code == 1 and sorted(after["missing"]) == ["head.bias", "head.weight"]
     assert not after["unexpected"] and not after["shape_mismatches"]
+
+
+def test_an_index_shifted_in_every_module_is_fixed_by_one_infix_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lpips' weights (``linN.model.1.weight``, saved with dropout) into the layers built without it: one
+    rule moves all five, where a prefix per module fixed only the three a listing by name could pair."""
+    source = save(seeded(LinLayers).state_dict(), tmp_path / "alex.pth")
+    reference = save(LinLayers(use_dropout=False).state_dict(), tmp_path / "nodrop.pth")
+    code, report = check_json(capsys, source, "--against", reference)
+    assert code == 1
+    suggestion = report["suggestion"]
+    assert suggestion["full_match"] and suggestion["matched"] == 5
+    assert suggestion["rules"] == ["rename component 'model.1' → 'model.0' anywhere in a key: 5 keys"]
+    assert suggestion["argv"][-2:] == ["--rename-infix", "model.1=model.0"]
+    fixed = paste_and_check(Shell(tmp_path), suggestion, reference, capsys)
+    model = LinLayers(use_dropout=False)
+    model.load_state_dict(torch.load(fixed, weights_only=True), strict=True)
+    assert torch.equal(model.lin4.model[0].weight, seeded(LinLayers).lin4.model[1].weight)
+
+
+def test_one_rule_that_places_every_key_beats_several_that_place_some() -> None:
+    keys = [f"lin{i}.model.1.weight" for i in range(5)]
+    goals = [f"lin{i}.model.0.weight" for i in range(5)]
+    # three pairs, as a listing by name leaves them: the other two have no partner but fit the same rule
+    assert infer_rules(keys, list(zip(keys[:3], goals[:3], strict=True)), set(goals)) == [
+        RenameRule("model.1", "model.0", anywhere=True)
+    ]
+    # an index anchored on its module's name: other modules' indices stay as they are
+    moved = RenameRule("model.1", "model.0", anywhere=True)
+    assert moved.apply("features.1.model.1.weight") == "features.1.model.0.weight"
 
 
 # ---- rules --------------------------------------------------------------------------------

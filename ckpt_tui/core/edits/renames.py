@@ -16,7 +16,11 @@ components still differ and proposes rules that would fix it, from the most gene
 renamed anywhere: ``attn`` → ``attention``) to the most specific (one module's prefix). The rule
 that brings the most keys closest to their partner, without moving a key away from its partner,
 without putting a key on a reference key of another shape, without touching keys that already match
-and without making two keys collide, is kept. Rounds stop when every pair matches or no rule helps.
+and without making two keys collide, is kept (a key the pairing left alone that a rule puts on a reference
+key nothing else aims at counts as fixed too). An index that differs (``model.1`` → ``model.0``) is
+proposed as one rule anchored on the named component before it, for every module at once. Rounds stop
+when every pair matches or no rule helps. Then the answer is measured by the keys it places on reference
+keys: rules whose removal places no fewer are dropped, and one rule that places as many replaces the list.
 Ties go to the rule met first, so the rules do not change from run to run.
 """
 
@@ -34,6 +38,7 @@ MAX_KEYS = 5000
 LCS_CELLS = 250_000
 MAX_RULES = 64
 CANDIDATES_PER_ROUND = 12
+SINGLE_CANDIDATES = 48
 DONE = 1_000_000
 
 Signature = tuple[int, ...] | None
@@ -186,36 +191,96 @@ def infer_rules(
     """Rules that, applied in order to every key, take the paired keys to their partners (at least
     half of them: shape alignment can pair a few keys wrongly); None when no short list of rules does
     (names that share no structure would need one rule per key). With ``shapes``, no rule puts a key
-    on a reference key of another shape."""
+    on a reference key of another shape. Of two rule lists, the one that places more keys on reference
+    keys wins, then the shorter: one rule that fixes every key beats three that fix some."""
     goals = dict(pairs)
     for key in keys:
         if key in reference and key not in goals:
             goals[key] = key
-    current = {key: key for key in keys}
-    rules: list[RenameRule] = []
-    first = sum(1 for k, goal in goals.items() if k != goal)
-    while True:
-        pending = [(current[k], goal) for k, goal in goals.items() if current[k] != goal]
-        if not pending:
-            return rules
-        if len(rules) == MAX_RULES:
-            return None
-        counts: Counter[RenameRule] = Counter()
-        for old, new in pending:
-            counts.update(list(dict.fromkeys(candidates(old, new))))  # each once, in a fixed order (not a set's)
+    search = _Search(keys, goals, reference, shapes)
+    rules = search.greedy()
+    if rules is None:
+        return None
+    rules = search.pruned(rules)
+    single = search.best_single()
+    if single is not None and len(rules) > 1 and search.placed([single]) >= search.placed(rules):
+        return [single]
+    return rules
+
+
+class _Search:
+    """The greedy search for rename rules, and the measure that compares its answers."""
+
+    def __init__(self, keys: Sequence[str], goals: dict[str, str], reference: set[str], shapes: Shapes | None) -> None:
+        self.keys, self.goals, self.reference, self.shapes = list(keys), goals, reference, shapes
+        # reference keys no pair aims at: a key the alignment left unpaired (two of one shape in a listing by
+        # name) that a rule puts there is fixed too
+        self.free = reference - set(goals.values()) - set(keys)
+        self.first: Counter[RenameRule] = Counter()
+
+    def greedy(self) -> list[RenameRule] | None:
+        """Rules picked one round at a time, each the one that brings keys closest to their partners."""
+        goals = self.goals
+        current = {key: key for key in self.keys}
+        rules: list[RenameRule] = []
+        first = sum(1 for k, goal in goals.items() if k != goal)
+        while True:
+            pending = [(current[k], goal) for k, goal in goals.items() if current[k] != goal]
+            if not pending:
+                return rules
+            if len(rules) == MAX_RULES:
+                return None
+            counts: Counter[RenameRule] = Counter()
+            for old, new in pending:
+                counts.update(list(dict.fromkeys(candidates(old, new))))  # each once, in a fixed order (not a set's)
+            if not rules:
+                self.first = counts
+            best: RenameRule | None = None
+            best_gain = 0
+            for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
+                gain = _gain(rule, current, goals, self.shapes, self.free)
+                if gain > best_gain:
+                    best, best_gain = rule, gain
+            if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
+                return rules if rules and len(pending) * 2 <= first else None
+            moved = sum(1 for name in current.values() if best.apply(name) != name)
+            if len(pending) > (MAX_RULES - len(rules)) * moved:
+                return None  # even rules as good as the best one could not finish
+            rules.append(best)
+            current = {k: best.apply(name) for k, name in current.items()}
+
+    def placed(self, rules: Sequence[RenameRule]) -> int:
+        """How many keys the rules leave on a reference key (of their shape); -1 when two keys become one."""
+        names = []
+        for key in self.keys:
+            name = key
+            for rule in rules:
+                name = rule.apply(name)
+            if self.shapes is not None and name != key and self.shapes.clash(key, name):
+                return -1
+            names.append(name)
+        if len(set(names)) != len(names):
+            return -1
+        return sum(1 for name in names if name in self.reference)
+
+    def pruned(self, rules: list[RenameRule]) -> list[RenameRule]:
+        """The rules without those whose removal places no fewer keys (a later general rule did their work)."""
+        placed = self.placed(rules)
+        for index in range(len(rules) - 1, -1, -1):
+            shorter = rules[:index] + rules[index + 1 :]
+            if len(rules) > 1 and self.placed(shorter) >= placed:
+                rules = shorter
+        return rules
+
+    def best_single(self) -> RenameRule | None:
+        """The one rule, of the first round's most frequent candidates, that places the most keys."""
         best: RenameRule | None = None
-        best_gain = 0
-        for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
-            gain = _gain(rule, current, goals, shapes)
-            if gain > best_gain:
-                best, best_gain = rule, gain
-        if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
-            return rules if rules and len(pending) * 2 <= first else None
-        moved = sum(1 for name in current.values() if best.apply(name) != name)
-        if len(pending) > (MAX_RULES - len(rules)) * moved:
-            return None  # even rules as good as the best one could not finish
-        rules.append(best)
-        current = {k: best.apply(name) for k, name in current.items()}
+        best_placed = 0
+        for rule, _ in self.first.most_common(SINGLE_CANDIDATES):
+            placed = self.placed([rule])
+            if placed > best_placed:
+                best, best_placed = rule, placed
+        return best
 
 
 def candidates(old: str, new: str) -> list[RenameRule]:
@@ -232,6 +297,11 @@ def candidates(old: str, new: str) -> list[RenameRule]:
             out.append(RenameRule(a[i1], b[j1], anywhere=True))
     if i1 > 0 and i2 == i1 and not a[i1 - 1].isdigit():
         out.append(RenameRule(a[i1 - 1], ".".join([a[i1 - 1], *b[j1:j2]]), anywhere=True))
+    anchor = next((k for k in range(i1 - 1, -1, -1) if not a[k].isdigit()), None)
+    if anchor is not None and i2 > i1 and j2 > j1 and all(part.isdigit() for part in a[i1:i2]):
+        # an index that differs (Sequential's ``model.1`` → ``model.0`` once a Dropout is gone) in every
+        # module at once: one rule, anchored on the named component before it so other indices stay
+        out.append(RenameRule(".".join(a[anchor:i2]), ".".join([*a[anchor:i1], *b[j1:j2]]), anywhere=True))
     if i1 == 0 and i2 > 1 and j2 > 1:
         out.append(RenameRule(a[0] + ".", b[0] + "."))
     for _, _, x2, _, y2 in ops[:3]:
@@ -264,9 +334,12 @@ def _progress(name: str, goal: str) -> int:
     return same
 
 
-def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str], shapes: Shapes | None) -> int:
-    """How much closer the rule brings keys to their partners; 0 if it moves any key away from its
-    partner, puts one on a reference key of another shape, or makes two keys one."""
+def _gain(
+    rule: RenameRule, current: dict[str, str], goals: dict[str, str], shapes: Shapes | None, free: set[str]
+) -> int:
+    """How much closer the rule brings keys to their partners (a key with no partner put on a reference key
+    nothing else aims at counts as one reaching its partner); 0 if it moves any key away from its partner,
+    puts one on a reference key of another shape, or makes two keys one."""
     gain = 0
     renamed: list[str] = []
     for key, name in current.items():
@@ -282,6 +355,8 @@ def _gain(rule: RenameRule, current: dict[str, str], goals: dict[str, str], shap
             if delta < 0:
                 return 0
             gain += delta
+        elif new in free:
+            gain += DONE
     if gain and len(set(renamed)) != len(renamed):
         return 0
     return gain
