@@ -284,3 +284,50 @@ def test_plain_mean_of_two_fp32_files_at_float32s_limits_is_the_float64_mean_rou
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert got[BLOCK_ELEMENTS:].isfinite().all() and got[3 * BLOCK_ELEMENTS].item() == 0.0
     assert halved == [True, False, False, True, True]
+
+
+@pytest.mark.parametrize("weights", ["1,1", "1,3"])
+def test_chunks_read_on_the_workers_average_to_the_bytes_of_chunks_read_here(tmp_path, monkeypatch, weights):
+    import contextlib
+
+    from ckpt_tui.core.operations import average
+    from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS, TensorReader
+
+    size = 5 * CHUNK_ELEMENTS // 2 + 7  # several chunks, the last one short, pieces not a whole READ_PIECE
+    states = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        storage = torch.randn(size + 11)
+        states.append(
+            {
+                "offset": storage[11:],  # a view at an offset in its storage
+                "bf16": torch.randn(CHUNK_ELEMENTS + 3).bfloat16(),  # decoded, not widened by numpy
+                "mixed": torch.randn(average.READ_PIECE + 5).to(torch.float32 if seed == 0 else torch.float16),
+                "expanded": torch.randn(1000).expand(17_000, 1000),  # 68 MB as a view of 4 kB: averaged as 4 kB
+                "transposed": torch.randn(300, 500).t(),  # not row-major: read here in either case
+            }
+        )
+    paths = save_all(tmp_path, states)
+    on_workers = tmp_path / "workers.pth"
+    read_there = []
+    shared_path = average.AveragedRecords._read_on_workers
+    monkeypatch.setattr(
+        average.AveragedRecords,
+        "_read_on_workers",
+        lambda self, storage, *args: read_there.append(storage.numel) or shared_path(self, storage, *args),
+    )
+    assert main(["average", *paths, "-o", str(on_workers), "--weights", weights]) == 0
+    assert sorted(read_there) == sorted([size, CHUNK_ELEMENTS + 3, average.READ_PIECE + 5, 1000])
+
+    @contextlib.contextmanager
+    def not_shared(self):
+        yield None
+
+    monkeypatch.setattr(TensorReader, "shared_reads", not_shared)  # read here, averaged on the workers
+    here = tmp_path / "here.pth"
+    assert main(["average", *paths, "-o", str(here), "--weights", weights]) == 0
+    got, want = torch.load(on_workers, weights_only=True), torch.load(here, weights_only=True)
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16}
+    for key, value in want.items():
+        assert torch.equal(got[key].view(bits[value.dtype]), value.view(bits[value.dtype])), key
+    assert_bit_equal(got, expected(states, [float(w) for w in weights.split(",")]))

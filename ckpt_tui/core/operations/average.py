@@ -21,11 +21,13 @@ bounded chunk at a time, as they stream a distributed checkpoint's (memory: one 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,12 +44,14 @@ from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, worker_pool
 from ckpt_tui.core.values.tensor_values import (
+    SharedRead,
     TensorReader,
     decode,
     element_span,
     repeats_far_more,
     same_layout,
     stored_span,
+    thread_buffer,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +59,9 @@ if TYPE_CHECKING:
 
 THREADED_INPUTS = 2
 """Up to this many files, chunks are averaged on the statistics threads (each holds a chunk of every file)."""
+READ_PIECE = 1 << 18
+"""Elements of each file read and averaged at once on a statistics thread (1 MB of float32: two inputs and the
+average stay in the core's cache between the read and the sums)."""
 AVERAGED_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 LIST_LIMIT = 8
 
@@ -133,6 +140,8 @@ class AveragedRecords(AssembledRecords):
         self.weights = weights
         self.byteorders = byteorders
         self.inputs: dict[str, list[Tensor]] = {}
+        self._spare = threading.local()
+        """Each reading thread's output buffers free for its next tensor (a ring per tensor read at once)."""
 
     def add_average(self, storage_key: str, tensors: list[Tensor]) -> None:
         """Register the tensors (one per file, same shape) whose mean is the storage ``storage_key``."""
@@ -151,48 +160,109 @@ class AveragedRecords(AssembledRecords):
         return [f"mean of {len(self.weights)} files"] if storage.key in self.inputs else []
 
     def elements(self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
-        """Raw elements ``begin:end`` of the average (only whole tensors are read: begin 0, end numel)."""
+        """Raw elements ``begin:end`` of the average (only whole tensors are read: begin 0, end numel).
+
+        A chunk's array is valid until the chunk after the next is asked for (the averages of two files reuse
+        a ring of output buffers)."""
         tensors = self.inputs[storage.key]
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
         # chunks in flight on the statistics threads hold every input's buffers: for two files (soups of
         # many files are averaged here, the memory of one chunk per file)
         pool = worker_pool() if len(tensors) <= THREADED_INPUTS else None
+        if pool is not None:
+            readers = [TensorReader(t, order) for t, order in zip(tensors, self.byteorders, strict=True)]
+            with contextlib.ExitStack() as reads:
+                shared = [reads.enter_context(reader.shared_reads()) for reader in readers]
+                usable = [read for read in shared if read is not None]
+                if len(usable) == len(readers):
+                    yield from self._read_on_workers(storage, readers, usable, chunk, raw_type, pool)
+                    return
         # each input read into its own ring of reused buffers (no fresh pages for every chunk): a chunk's
         # buffers are read into again once its average is done
         reuse = STATS_THREADS + 1 if pool is not None else 1
-        readers = [
+        chunks = [
             TensorReader(t, order, ring=f"average-{index}").chunks(chunk, reuse)
             for index, (t, order) in enumerate(zip(tensors, self.byteorders, strict=True))
         ]
         if pool is None:  # (or read on a statistics thread: averaged here)
-            for parts in zip(*readers, strict=True):
+            for parts in zip(*chunks, strict=True):
                 yield self._averaged(parts, tensors, storage.dtype, raw_type)
             return
-        pending: deque[Future[np.ndarray]] = deque()
+        # each chunk averaged on a statistics thread while the next is read and an earlier one is written:
+        # a chunk is handed over before the oldest is written, so both threads average while the writer
+        # writes (handed over after it, one thread idled through every write); at most STATS_THREADS chunks
+        # are averaged while one is written, so reading chunk k reuses the buffers of chunk k - 3, written
+        dtype, submit = storage.dtype, pool.submit
+        yield from _in_order(
+            submit(self._averaged, parts, tensors, dtype, raw_type) for parts in zip(*chunks, strict=True)
+        )
+
+    def _read_on_workers(
+        self,
+        storage: Storage,
+        readers: list[TensorReader],
+        shared: list[SharedRead],
+        chunk: int,
+        raw_type: np.dtype,
+        pool: ThreadPoolExecutor,
+    ) -> Iterator[np.ndarray]:
+        """The chunks of an average of files on this machine, each read by the statistics thread that averages
+        it (positioned reads: both threads copy and average, and the writer only writes), in order."""
+        tensors = [reader.tensor for reader in readers]
+        numel, dtype = storage.numel, storage.dtype
+        ring = self._take_ring(min(chunk, numel) * raw_type.itemsize)
+
+        def work(number: int, start: int) -> np.ndarray:
+            count = min(chunk, numel - start)
+            out = np.frombuffer(ring[number % len(ring)], raw_type, count)
+            # read and averaged a cache-sized piece at a time: the values are averaged while still in the cache
+            for begin in range(0, count, READ_PIECE):
+                size = min(READ_PIECE, count - begin)
+                parts = []
+                for index, (reader, read) in enumerate(zip(readers, shared, strict=True)):
+                    buffer = thread_buffer(READ_PIECE * reader.size, f"average-in-{index}")
+                    at = reader.tensor.offset + start + begin
+                    parts.append(np.frombuffer(read(at, size, buffer), reader.raw_type))
+                self._averaged(tuple(parts), tensors, dtype, raw_type, out[begin : begin + size])
+            return out
+
+        spans = enumerate(range(0, numel, chunk))
         try:
-            # each chunk averaged on a statistics thread while the next is read and an earlier one is written:
-            # a chunk is handed over before the oldest is written, so both threads average while the writer
-            # writes (handed over after it, one thread idled through every write); at most STATS_THREADS chunks
-            # are averaged while one is written, so reading chunk k reuses the buffers of chunk k - 3, written
-            for parts in zip(*readers, strict=True):
-                pending.append(pool.submit(self._averaged, parts, tensors, storage.dtype, raw_type))
-                while len(pending) > STATS_THREADS:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:  # stopped early (a failed write): no worker left running
-            for waiting in pending:
-                waiting.cancel()
-            futures_wait(pending)
+            yield from _in_order(pool.submit(work, number, start) for number, start in spans)
+        finally:
+            self._give_back(ring)
+
+    def _take_ring(self, nbytes: int) -> list[bytearray]:
+        """Output buffers of ``nbytes`` for one tensor's chunks, kept from tensor to tensor (no fresh pages for
+        every chunk): chunk k's is written by the time chunk k + 4 is handed over (at most STATS_THREADS are
+        averaged while one is written, and the one before it may still be held)."""
+        spare: list[list[bytearray]] = getattr(self._spare, "rings", [])
+        ring = spare.pop() if spare else []
+        if not ring or len(ring[0]) < nbytes:
+            ring = [bytearray(nbytes) for _ in range(STATS_THREADS + 2)]
+        return ring
+
+    def _give_back(self, ring: list[bytearray]) -> None:
+        # kept for this thread: the last chunk, still held by its reader once the tensor is read, is never
+        # another thread's output meanwhile
+        if not hasattr(self._spare, "rings"):
+            self._spare.rings = []
+        self._spare.rings.append(ring)
 
     def _averaged(
-        self, parts: tuple[np.ndarray, ...], tensors: list[Tensor], dtype: str, raw_type: np.dtype
+        self,
+        parts: tuple[np.ndarray, ...],
+        tensors: list[Tensor],
+        dtype: str,
+        raw_type: np.dtype,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """One chunk of the average, as raw elements of ``raw_type``."""
+        """One chunk of the average, as raw elements of ``raw_type`` (into ``out`` if given, else a new array)."""
         # a float written as it is rounded (native order): cast straight into the output, no copy between
         cast_in_place = dtype in NATIVE_FLOATS and raw_type.isnative
-        out = np.empty(parts[0].size, dtype=raw_type)
+        if out is None:
+            out = np.empty(parts[0].size, dtype=raw_type)
         if cast_in_place and all(_widened_by_numpy(t, raw) for t, raw in zip(tensors, parts, strict=True)):
             return self._averaged_natively(parts, out)
         sums = np.empty(min(out.size, BLOCK_ELEMENTS), dtype=np.float64)
@@ -235,6 +305,24 @@ class AveragedRecords(AssembledRecords):
             total += 0.0
             np.copyto(out[begin:end], total, casting="same_kind")  # rounded as astype rounds
         return out
+
+
+def _in_order(work: Iterator[Future[np.ndarray]]) -> Iterator[np.ndarray]:
+    """The results of chunks handed to the statistics threads, in order; at most :data:`STATS_THREADS` are
+    waiting while one is used (a chunk is handed over before the oldest is used, so both threads work
+    meanwhile). Stopped early (a failed write), no worker is left running."""
+    pending: deque[Future[np.ndarray]] = deque()
+    try:
+        for future in work:
+            pending.append(future)
+            while len(pending) > STATS_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for waiting in pending:
+            waiting.cancel()
+        futures_wait(pending)
 
 
 def _halved_sum(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
