@@ -374,3 +374,23 @@ def test_numpys_blas_runs_on_the_calling_thread_unless_the_user_chose_a_count(tm
     env["OPENBLAS_NUM_THREADS"] = "3"
     kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert kept.stdout.strip().splitlines()[-1] == "3", kept.stderr
+
+
+def test_info_on_a_terminal_wraps_its_sentences_to_its_width_and_leaves_commands_whole(tmp_path: Path) -> None:
+    from ckpt_tui.cli.render import render_info
+    from ckpt_tui.core.operations.info import summarize
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    torch.save({"model": ddp_state_dict(), "epoch": 3}, tmp_path / "a-long-name-for-a-ddp-checkpoint.pth")
+    summary = summarize(open_checkpoint(str(tmp_path / "a-long-name-for-a-ddp-checkpoint.pth")))
+    piped, shown = render_info(summary).splitlines(), render_info(summary, width=80).splitlines()
+    command = next(line for line in piped if "ckpt-tui convert" in line)
+    assert command in shown and len(command) > 80  # one line to copy, as the terminal folds it
+    # the sentences: the values line and the findings (the path and the tree are names, left as they are)
+    sentences = shown[shown.index(next(x for x in shown if x.startswith("  values"))) : shown.index("tree")]
+    assert all(len(line) <= 80 for line in sentences if line != command)
+    assert len(sentences) > len(
+        piped[piped.index(next(x for x in piped if x.startswith("  values"))) : piped.index("tree")]
+    )
+    # the same words, only the line breaks differ
+    assert " ".join(" ".join(piped).split()) == " ".join(" ".join(shown).split())

@@ -59,6 +59,16 @@ def _past_budget(*checkpoints: Checkpoint) -> str | None:
     return None
 
 
+def terminal_width() -> int | None:
+    """The terminal's width when the output goes to one (``COLUMNS`` first, as the help asks it), else None:
+    text sent to a pipe or a file keeps each item on one line, for grep and scripts."""
+    if not sys.stdout.isatty():
+        return None
+    from ckpt_tui.cli.parser import terminal_columns
+
+    return terminal_columns()
+
+
 def info(args: argparse.Namespace) -> int:
     """``info``: the summary, as text or JSON."""
     return _info(args.file, args.json, args.depth)
@@ -73,7 +83,7 @@ def _info(path: str | list[str], as_json: bool, depth: int) -> int:
     else:
         from ckpt_tui.cli.render import render_info
 
-        print(render_info(summary, depth))
+        print(render_info(summary, depth, terminal_width()))
     return 0
 
 

@@ -108,7 +108,7 @@ class Parser(argparse.ArgumentParser):
             import textwrap
 
             # the raw parts wrapped as argparse wraps its own text: at the terminal's width, between words
-            width = _terminal_width() - 2
+            width = terminal_columns() - 2
             self.epilog = epilog(width)
             self.description = textwrap.fill(DESCRIPTION, width)
         return super().format_help()
@@ -116,10 +116,10 @@ class Parser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse makes a formatter for every argument added (to check its metavar), and each one imports
         # shutil for the terminal's width: the same width, found without shutil's import (a command's start)
-        return self.formatter_class(prog=self.prog, width=_terminal_width() - 2)  # type: ignore[call-arg]
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)  # type: ignore[call-arg]
 
 
-def _terminal_width() -> int:
+def terminal_columns() -> int:
     """``shutil.get_terminal_size().columns``, as argparse asks it: ``COLUMNS``, else the terminal, else 80."""
     try:
         columns = int(os.environ["COLUMNS"])

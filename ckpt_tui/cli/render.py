@@ -38,8 +38,11 @@ FIX_OPTIONS = {
 }
 
 
-def render_info(summary: Summary, depth: int = 2) -> str:
-    """The ``info`` text: header, totals, findings (with the command that fixes each), top of the tree."""
+def render_info(summary: Summary, depth: int = 2, width: int | None = None) -> str:
+    """The ``info`` text: header, totals, findings (with the command that fixes each), top of the tree.
+
+    ``width``: the terminal's, when the text goes to one: sentences longer than it are wrapped between words
+    under their own start (commands never: a command copied from the screen must stay one line)."""
     ckpt = summary.checkpoint
     lines = [
         printable(ckpt.path),
@@ -52,8 +55,9 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     ]
     unread = summary.unread_values("ckpt-tui check")
     if unread is not None:
-        lines.append(f"  values      {unread}")
-    lines += [f"  note        {printable(note)}" for note in ckpt.notes]
+        lines += wrapped(f"  values      {unread}", width, 14)
+    for note in ckpt.notes:
+        lines += wrapped(f"  note        {printable(note)}", width, 14)
     if ckpt.metadata:
         shown = list(ckpt.metadata.items())[:6]
         lines.append("  metadata    " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
@@ -63,13 +67,31 @@ def render_info(summary: Summary, depth: int = 2) -> str:
     if summary.shown_findings:
         lines.append("findings")
         for finding in summary.shown_findings:
-            lines.append(f"  {'!' if finding.severity == 'warning' else '·'} {printable(finding.message)}")
+            mark = "!" if finding.severity == "warning" else "·"
+            lines += wrapped(f"  {mark} {printable(finding.message)}", width, 4)
             command = fix_command(ckpt, finding)
             if command is not None:
                 lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
     lines.append("tree")
     lines += _tree_lines(ckpt.key_root(), depth, summary, _pending_head(ckpt))
     return "\n".join(lines)
+
+
+def wrapped(line: str, width: int | None, indent: int) -> list[str]:
+    """A sentence as lines of at most ``width`` (between words; a word longer than a line is left whole), the
+    later ones starting at column ``indent``; as it is without a width or when it fits."""
+    if width is None or len(line) <= width:
+        return [line]
+    import textwrap
+
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [line]
 
 
 def _where(path: str) -> str:
