@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from builders import ddp_state_dict
+from builders import TinyNet, ddp_state_dict
+from rich.text import Text
 
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers.open import open_checkpoint
-from ckpt_tui.tui.widgets.summary import summary_text
+from ckpt_tui.tui.widgets.summary import fitted_summary, summary_text
 
 
 def test_findings_with_no_room_are_counted_without_more_when_none_is_shown(tmp_path: Path) -> None:
@@ -20,3 +21,22 @@ def test_findings_with_no_room_are_counted_without_more_when_none_is_shown(tmp_p
     assert summary_text(summary, limit=0).plain.splitlines()[-1] == "  … 1 finding: f lists it"
     shown = summary_text(summary, limit=1).plain
     assert "start with 'module.'" in shown and "…" not in shown
+
+
+def test_the_unread_values_line_gives_way_to_a_warning(tmp_path: Path) -> None:
+    torch.save(ddp_state_dict(), tmp_path / "m.pth")
+    warned = summarize(open_checkpoint(str(tmp_path / "m.pth")))
+    torch.save({"model": TinyNet().state_dict()}, tmp_path / "n.pth")
+    noted = summarize(open_checkpoint(str(tmp_path / "n.pth")))
+    assert [f.severity for f in warned.shown_findings] == ["warning"]
+    assert [f.severity for f in noted.shown_findings] == ["info"]
+
+    def lines(text: Text) -> int:
+        return len(text.plain.splitlines())
+
+    unread = "values not read yet: C reads every tensor"
+    for summary in (warned, noted):
+        assert unread in fitted_summary(summary, 4, lines).plain  # room for both
+    # one line short: a warning stays and the values line goes
+    assert unread not in fitted_summary(warned, 3, lines).plain
+    assert "start with 'module.'" in fitted_summary(warned, 3, lines).plain

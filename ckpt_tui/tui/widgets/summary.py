@@ -258,14 +258,18 @@ def fitted_summary(
     readonly: bool = False,
 ) -> Text:
     """The summary in at most ``lines`` lines as ``measure`` counts them: a narrow screen first leaves out the
-    note that torch.load loads the file, then findings down to the first (the last line says how many more ``f``
-    lists), then the line that the values are not read yet, and rather than the first finding, the line of how
-    many; before each finding goes, the way out of a refusal does (``f`` lists it in full)."""
-    tries = [(True, True, MAX_FINDINGS, True), *((False, True, limit, True) for limit in range(MAX_FINDINGS, 0, -1))]
-    # the line that the values are not read goes before the first finding does: a header with a warning in it
-    # does not read as clean
-    last = [(False, False, 1, True), (False, False, 1, False), (False, False, 0, True)]
-    for note, values, limit, more in [*tries, *last]:
+    note that torch.load loads the file, then findings that are notes (the last line says how many more ``f``
+    lists), then the line that the values are not read yet, then warnings down to the first, and rather than the
+    first finding, the line of how many; before each finding goes, the way out of a refusal does (``f`` lists
+    it in full)."""
+    # the line that the values are not read is a note: it stays before notes among the findings, and gives way
+    # before a warning does (a header with a warning in it does not read as clean)
+    said = weights_only is not None and verdict_line(weights_only, summary.checkpoint.path, readonly) is not None
+    warnings = sum(f.severity == "warning" for f in listed_findings(summary, said)[:MAX_FINDINGS])
+    tries = [(True, True, MAX_FINDINGS, True)]
+    tries += [(False, True, limit, True) for limit in range(MAX_FINDINGS, warnings - 1, -1)]
+    tries += [(False, False, limit, True) for limit in range(max(warnings, 1), 0, -1)]
+    for note, values, limit, more in [*tries, (False, False, 1, False), (False, False, 0, True)]:
         for hint in ("short", "none"):
             text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint, values)
             if measure(text) <= lines:
