@@ -234,3 +234,103 @@ async def test_the_browser_report_pairs_the_resized_head_in_the_fix_details(stor
         assert "fc.weight [10, 32], fc.bias [10] unexpected; head.weight [5, 32], head.bias [5] missing" in said
         await settle(pilot, "f", "y")
         assert sorted(app.session.root) == sorted(k for k in Net().state_dict() if not k.startswith("head."))
+
+
+# ---- keys of another size: a head to drop, or another model -------------------------------------------
+
+
+class Lins(nn.Module):
+    """lpips' five 1x1 projections; alexnet and vgg differ in every channel count but the first."""
+
+    def __init__(self, channels: tuple[int, ...]) -> None:
+        super().__init__()
+        for index, width in enumerate(channels):
+            setattr(self, f"lin{index}", nn.Sequential(nn.Dropout(), nn.Conv2d(width, 1, 1, bias=False)))
+
+
+ALEX, VGG = (64, 192, 384, 256, 256), (64, 128, 256, 512, 512)
+
+
+def test_most_keys_of_another_size_is_another_model_with_no_drop_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.save(Lins(ALEX).state_dict(), tmp_path / "alex.pth")
+    torch.save(Lins(VGG).state_dict(), tmp_path / "vgg.pth")
+    code, out = check(capsys, tmp_path / "alex.pth", "--against", tmp_path / "vgg.pth")
+    assert code == 1
+    assert "4 of 5 keys differ in shape, most of the model, not a head" in out
+    assert "probably another model or variant" in out
+    assert "suggested fix" not in out and "--drop" not in out and "classifier head" not in out
+    assert out.count("lin1.1.weight: [1, 192, 1, 1] vs [1, 128, 1, 1]") == 1
+    code = main(["check", str(tmp_path / "alex.pth"), "--against", str(tmp_path / "vgg.pth"), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and "suggestion" not in report
+
+
+class Widened(nn.Module):
+    """A body whose second layer is wider in one variant: a minority of keys, in the middle of the model."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.stem = nn.Linear(4, 8)
+        self.mid = nn.Linear(8, hidden)
+        self.post = nn.Linear(hidden, 8)
+        self.blocks = nn.Sequential(*(nn.Linear(8, 8) for _ in range(4)))
+        self.fc = nn.Linear(8, 3)
+
+
+def test_a_minority_of_another_size_in_the_middle_is_no_head_to_drop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.save(Widened(16).state_dict(), tmp_path / "wide.pth")
+    torch.save(Widened(8).state_dict(), tmp_path / "narrow.pth")
+    code, out = check(capsys, tmp_path / "wide.pth", "--against", tmp_path / "narrow.pth")
+    assert code == 1
+    assert "3 of 16 keys differ in shape, not only at the end of the model, as a head is" in out
+    assert "suggested fix" not in out and "--drop" not in out
+
+
+class AuxNet(nn.Module):
+    """inception's layout: an auxiliary classifier in the middle of the model, the main one at its end."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.early = nn.Linear(4, 8)
+        self.aux = nn.Linear(8, classes)
+        self.late = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8))
+        self.fc = nn.Linear(8, classes)
+
+
+def test_heads_of_one_new_class_count_are_dropped_wherever_they_stand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.save(AuxNet(10).state_dict(), tmp_path / "ten.pth")
+    torch.save(AuxNet(3).state_dict(), tmp_path / "three.pth")
+    code, out = check(capsys, tmp_path / "ten.pth", "--against", tmp_path / "three.pth")
+    assert code == 1 and "differ in shape" not in out
+    command = out.splitlines()[-1].strip()
+    assert command.endswith("--drop aux.weight --drop aux.bias --drop fc.weight --drop fc.bias")
+    # listed once: under the shape mismatches, which the fix then refers to
+    assert out.count("aux.weight: [10, 8] vs [3, 8]") == 1
+    assert "the shape mismatches above differ in size" in out
+    assert main(command.split()[1:]) == 0
+    model = AuxNet(3)
+    result = model.load_state_dict(torch.load(tmp_path / "ten.fixed.pth", weights_only=True), strict=False)
+    assert sorted(result.missing_keys) == ["aux.bias", "aux.weight", "fc.bias", "fc.weight"]
+    assert not result.unexpected_keys
+
+
+async def test_the_browser_says_another_model_and_offers_no_fix(tmp_path: Path) -> None:
+    torch.save(Lins(ALEX).state_dict(), tmp_path / "alex.pth")
+    torch.save(Lins(VGG).state_dict(), tmp_path / "vgg.pth")
+    app = CkptApp(str(tmp_path / "alex.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "c")
+        app.screen.query_one("Input").value = str(tmp_path / "vgg.pth")
+        await settle(pilot, "enter")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen) and screen.report is not None
+        assert screen.report.suggestion is None and not screen.fixable
+        said = " ".join(screen.summary.plain.split())
+        assert "4 of 5 keys differ in shape, most of the model, not a head" in said and "--drop" not in said

@@ -132,8 +132,10 @@ def test_a_key_holding_nul_gets_a_comment_not_a_command(tmp_path: Path, capsys: 
 def test_drop_suggestion_with_hostile_keys_runs_one_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    state = {"base.weight": torch.ones(3, 2), f"{name}.weight": torch.ones(7, 3)}
-    reference = {"base.weight": torch.ones(3, 2), f"{name}.weight": torch.ones(5, 3)}
+    # a head of another size: the last key, and a minority of them (most keys of another size is another model)
+    body = {"base.weight": torch.ones(3, 2), "base.bias": torch.ones(3), "mid.weight": torch.ones(3, 3)}
+    state = {**body, f"{name}.weight": torch.ones(7, 3)}
+    reference = {**body, f"{name}.weight": torch.ones(5, 3)}
     torch.save(state, tmp_path / "ckpt.pth")
     torch.save(reference, tmp_path / "ref.pth")
     main(["check", str(tmp_path / "ckpt.pth"), "--against", str(tmp_path / "ref.pth")])
@@ -144,7 +146,7 @@ def test_drop_suggestion_with_hostile_keys_runs_one_command(
     (invocation,) = shell.invocations()
     assert f"{name}.weight" in invocation or f"--drop={name}.weight" in invocation
     assert not (tmp_path / "PWNED").exists()
-    assert list(torch.load(tmp_path / "ckpt.fixed.pth")) == ["base.weight"]
+    assert list(torch.load(tmp_path / "ckpt.fixed.pth")) == list(body)
 
 
 @pytest.mark.parametrize("name", ["$(touch PWNED)", "a;b", "it's", "-x", "\x1b[2J"])

@@ -107,6 +107,8 @@ class Suggestion:
     for, that key's shape): the model keeps its initial head, loaded with ``strict=False``."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     """The shapes of the keys left missing (the reference's) or unexpected (the file's) after it."""
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list, repr=False)
+    """The shape mismatches left after it (key as the model names it, file's shape, reference's)."""
     keys_after: list[str] | None = field(default=None, repr=False)
     """The keys of the state_dict the fix leaves (set when it is verified on the tree)."""
 
@@ -417,6 +419,11 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
         peft = layouts.peft_layout([k for k, _ in items])
         if not found and peft is not None and peft.adapter_only:  # no base weights to fit: say what it is
             report.notes.append(peft.describe())
+        best = report.suggestion
+        left = (best.mismatched, best.matched) if best is not None else (report.shape_mismatches, report.matched)
+        other = another_model(*left, list(reference))
+        if other is not None:
+            report.notes.append(other)
     report.notes += _tied_notes(report, items, reference)
     return report
 
@@ -470,6 +477,7 @@ def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
     suggestion.matched, suggestion.total = result.matched, result.total
     suggestion.missing, suggestion.unexpected = result.missing, result.unexpected
     suggestion.shape_mismatches = len(result.shape_mismatches)
+    suggestion.mismatched = result.shape_mismatches
     suggestion.shapes = result.shapes
     return True
 
@@ -702,6 +710,7 @@ def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
         resized=list(chain.resized),
         swapped=list(chain.swapped),
         shapes=result.shapes,
+        mismatched=result.shape_mismatches,
     )
 
 
@@ -832,13 +841,49 @@ def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_C
         leftover = set(current.unexpected)
         drops = [old for old, new, _ in chain.renamed() if new in leftover]
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops))
-    elif not current.missing and not current.unexpected and current.shape_mismatches:
-        result = _compare_items([(new, v) for _, new, v in chain.renamed()], reference)
-        wrong = {k: (a, b) for k, a, b in result.shape_mismatches}
+    elif (
+        not current.missing
+        and not current.unexpected
+        and current.shape_mismatches
+        and another_model(current.mismatched, current.matched, list(reference)) is None
+    ):
+        wrong = {k: (a, b) for k, a, b in current.mismatched}
         pairs = [(old, new) for old, new, _ in chain.renamed() if new in wrong]
         resized = [(old, *wrong[new]) for old, new in pairs]
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, [old for old, _ in pairs], resized))
     return out
+
+
+def another_model(
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]], matched: int, order: list[str]
+) -> str | None:
+    """Why keys of another size are no head to drop, in words; None when they are one (or there are none).
+
+    A head is a minority of the keys, at the end of the model (the last keys in the reference's order), or
+    one class count changed wherever its layers stand (inception's auxiliary head beside its last one):
+    dropping it keeps the model's fresh init for a layer that is retrained anyway. Most of the model of
+    another size, or layers in its middle, is another model or variant: dropping them throws its weights away.
+    """
+    if not mismatched:
+        return None
+    count = len(mismatched)
+    keys = {key for key, _, _ in mismatched}
+    if 2 * count < matched and (set(order[-count:]) == keys or _one_class_count(mismatched)):
+        return None
+    where = (
+        "most of the model, not a head" if 2 * count >= matched else "not only at the end of the model, as a head is"
+    )
+    return (
+        f"{count} of {matched} keys differ in shape, {where}: the reference is probably another model or variant "
+        "than the checkpoint's; no fix drops them (that would throw their weights away and keep the model's "
+        "initial values)"
+    )
+
+
+def _one_class_count(mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> bool:
+    """Every mismatch is one first dimension changed from one size to one other (a classifier's class count)."""
+    changes = {(a[0], b[0]) for _, a, b in mismatched if a and b and a[1:] == b[1:] and len(a) == len(b)}
+    return len(changes) == 1 and all(a and b and a[1:] == b[1:] and len(a) == len(b) for _, a, b in mismatched)
 
 
 def _swapped_head(

@@ -202,15 +202,21 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
     dropped = [str(s.arg) for s in suggestion.steps if s.kind == "drop" and s.arg not in resized]
     mismatched = {k for k, _, _ in report.shape_mismatches} | {_renamed(suggestion, k) for k in resized}
     if suggestion.resized:
+        # the mismatches the report lists already (same names, same shapes) are not listed again
+        listed = set(report.shape_mismatches)
+        unlisted = [(k, a, b) for k, a, b in suggestion.resized if (_renamed(suggestion, k), a, b) not in listed]
         details += [
-            printable(f"{_renamed(suggestion, k)}: {list(a)} vs {list(b)}")
-            for k, a, b in suggestion.resized[:LIST_LIMIT]
+            printable(f"{_renamed(suggestion, k)}: {list(a)} vs {list(b)}") for k, a, b in unlisted[:LIST_LIMIT]
         ]
-        if len(suggestion.resized) > LIST_LIMIT:
-            details.append(f"… {len(suggestion.resized) - LIST_LIMIT} more")
+        if len(unlisted) > LIST_LIMIT:
+            details.append(f"… {len(unlisted) - LIST_LIMIT} more")
         kept = ", ".join(printable(_renamed(suggestion, k)) for k, _, _ in suggestion.resized[:LIST_LIMIT])
+        above = (
+            "the shape mismatch above differs" if len(suggestion.resized) == 1 else "the shape mismatches above differ"
+        )
+        these = "these differ" if unlisted else above
         details.append(
-            f"these differ in size (e.g. a new classifier head) and are dropped, since strict=False does not "
+            f"{these} in size (e.g. a new classifier head) and are dropped, since strict=False does not "
             f"skip a size mismatch: load_state_dict(strict=False) then keeps the model's fresh init for {kept}"
         )
     swapped = {k for k, _, _, _ in suggestion.swapped}
