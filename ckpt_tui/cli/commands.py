@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.cli.render import ProgressLine, print_info_json, print_json, print_stats_csv
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.describe import counted
 
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
@@ -379,7 +380,7 @@ def _open(path: str | list[str], readonly: bool) -> int:
     from ckpt_tui.tui.app import CkptApp
 
     if isinstance(path, list):  # rank files: open_checkpoint takes the list
-        name = f"{len(path)} files: " + ", ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in path)
+        name = f"{counted(len(path), 'file')}: " + ", ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in path)
         CkptApp(path, readonly=readonly, display_name=name).run()
         return 0
     CkptApp(path, readonly=readonly).run()

@@ -119,7 +119,7 @@ def parse_weights(text: str | None, files: int) -> list[float]:
     except ValueError:
         raise AverageRefused(f"--weights takes numbers separated by commas, got {text!r}") from None
     if len(weights) != files:
-        raise AverageRefused(f"--weights has {counted(len(weights), 'number')} for {files} files")
+        raise AverageRefused(f"--weights has {counted(len(weights), 'number')} for {counted(files, 'file')}")
     refused = AverageRefused(f"--weights must be finite numbers with a non-zero sum, got {text!r}")
     if not all(math.isfinite(w) for w in weights):
         raise refused

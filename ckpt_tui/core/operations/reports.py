@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_python
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.core.runtime.shell import join_command, path_arg
@@ -686,7 +687,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
             )
         )
     listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
-    counts = f"{len(series.layers)} layers across {len(files)} files (L2 norm of each layer in each file)"
+    counts = f"{len(series.layers)} layers across {counted(len(files), 'file')} (L2 norm of each layer in each file)"
     sections = [
         Section("files, in order", listed, len(files)),
         Section("norm by layer (sparkline: smallest ▁ to largest █ of the layer, · absent)", rows, len(series.layers)),

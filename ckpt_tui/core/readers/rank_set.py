@@ -21,6 +21,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 
 DTENSOR = "torch.distributed.tensor.DTensor"
@@ -367,7 +368,7 @@ def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Ten
     if any(r.shape != first.shape or r.dtype != first.dtype or r.kind != first.kind for r in ranks):
         raise ReadError(f"{where}: ranks disagree on its shape or dtype")
     if len(ranks) != first.world:
-        raise ReadError(f"{where}: sharded over {first.world} ranks, {len(ranks)} files given")
+        raise ReadError(f"{where}: sharded over {first.world} ranks, {counted(len(ranks), 'file')} given")
     pieces: dict[tuple[tuple[int, ...], tuple[int, ...]], Piece] = {}
     for sharded in ranks:
         for shard in sharded.shards:

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
@@ -1119,7 +1120,7 @@ class Verdict:
             words = {REFUSES: "refused", CANNOT_TELL: "cannot tell"}
             shown = [f"{path.rstrip('/').rsplit('/', 1)[-1]} {words.get(a, a)}" for path, a in others.items()]
             more = f" (+{len(shown) - 4} more)" if len(shown) > 4 else ""
-            line += f" [{len(others)} of {len(self.files)} files: {', '.join(shown[:4])}{more}]"
+            line += f" [{len(others)} of {counted(len(self.files), 'file')}: {', '.join(shown[:4])}{more}]"
         return line
 
     @property
