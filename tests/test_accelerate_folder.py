@@ -76,4 +76,5 @@ def test_a_folder_with_a_broken_file_names_it(tmp_path: Path) -> None:
 def test_a_folder_without_checkpoint_files_is_one_line(tmp_path: Path, capsys: Any) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     code, _, err = run(capsys, "info", str(tmp_path))
-    assert code == 2 and err.count("\n") == 1 and "not a checkpoint" in err
+    assert code == 2 and err.count("\n") == 1
+    assert err.endswith(": no checkpoint in this folder: 1 text file (notes.txt)\n")

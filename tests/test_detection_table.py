@@ -33,7 +33,7 @@ FIXTURE_FORMATS = [
     ("accelerate/save_state/random_states_0.pkl", "zip"),
     ("accelerate/save_state/scheduler.bin", "zip"),
     ("accelerate/save_state.expected.pt", "zip"),
-    ("deepspeed", "! PATH: is a directory, not a checkpoint (no .metadata, *.index.json or "),
+    ("deepspeed", "! PATH: no checkpoint in this folder: 5 folders (zero1_fp32/, zero2_bf16"),
     ("deepspeed/zero1_fp32", "deepspeed"),
     ("deepspeed/zero1_fp32/expected_fp32.pt", "zip"),
     ("deepspeed/zero1_fp32/global_step2", "deepspeed"),

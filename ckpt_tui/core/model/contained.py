@@ -26,8 +26,23 @@ from ckpt_tui.core.model import byte_source as places
 
 DCP_METADATA = ".metadata"
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-"""What ``from_pretrained(folder)`` takes, first found first (transformers' ``modeling_utils``)."""
-FOLDER_ENTRIES = (DCP_METADATA, *HF_WEIGHTS)
+"""What ``from_pretrained(folder)`` takes, first found first (transformers' ``_get_resolved_checkpoint_files``)."""
+DIFFUSERS_WEIGHTS = (
+    "diffusion_pytorch_model.safetensors.index.json",
+    "diffusion_pytorch_model.safetensors",
+    "diffusion_pytorch_model.bin",
+)
+"""What diffusers' ``ModelMixin.from_pretrained(folder)`` takes: its index first (``_fetch_index_file``), then the
+safetensors file, then the pickle (``allow_pickle`` when ``use_safetensors`` is not given)."""
+PEFT_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+"""What ``PeftModel.from_pretrained(folder)`` takes (peft's ``load_peft_weights``)."""
+WEIGHTS_LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("from_pretrained", HF_WEIGHTS),
+    ("diffusers' from_pretrained", DIFFUSERS_WEIGHTS),
+    ("PeftModel.from_pretrained", PEFT_WEIGHTS),
+)
+"""Each loader that takes one weights file (or index) from a folder by name, with the names it tries in order."""
+FOLDER_ENTRIES = (DCP_METADATA, *(name for _, names in WEIGHTS_LOADERS for name in names))
 """What a loader opens in a folder, in the order ckpt-tui's detection looks (``dcp.load``'s ``.metadata``, then
 ``from_pretrained``'s files): all a folder that cannot be listed (a web server's) is asked for."""
 HUB_SNAPSHOTS = "snapshots"

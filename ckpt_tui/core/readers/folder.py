@@ -10,15 +10,17 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.contained import HF_WEIGHTS, inside, named_entry
+from ckpt_tui.core.model.contained import DCP_METADATA, WEIGHTS_LOADERS, inside, named_entry
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
 from ckpt_tui.core.pickles.pickle_globals import fails_before_calling
-from ckpt_tui.core.readers.probes import looks_like_safetensors
+from ckpt_tui.core.readers.probes import looks_like_safetensors, looks_like_text
 from ckpt_tui.core.readers.rank_set import rank_folder
 from ckpt_tui.core.runtime.shell import join_command, path_arg
 
@@ -65,15 +67,48 @@ def checkpoint_files(folder: str) -> list[str]:
 
 
 def _saved_as_checkpoint(path: str) -> bool:
-    """Whether a local file begins as what torch.save or safetensors writes: a zip, a pickle's PROTO, a
-    safetensors header."""
+    """Whether a local file begins as what torch.save or safetensors writes: a zip holding a ``data.pkl``, a
+    pickle's PROTO, a safetensors header."""
     try:
         with places.open_stream(path) as stream:
             head = stream.read(SNIFFED_BYTES)
         size = os.path.getsize(path)
     except (OSError, ReadError):
         return False
-    return bool(head) and (head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO or looks_like_safetensors(head, size))
+    if head[:4] in ZIP_MAGIC:
+        return not _not_torch_zip(path, size)
+    return bool(head) and (head[0] == PICKLE_PROTO or looks_like_safetensors(head, size))
+
+
+def _not_torch_zip(path: str, size: int) -> bool:
+    # (the zip reader is imported for a zip found by content only)
+    from ckpt_tui.core.readers.zip_checkpoint import not_torch_zip
+
+    return not_torch_zip(path, size)
+
+
+MAX_PEEKED = 200
+"""A folder's files have their first bytes read (to leave text files and other zips out of a count) up to this
+many files."""
+NOT_TORCH_ZIP = "zip archive"
+TEXT = "text file"
+
+
+def _no_checkpoint_kind(path: str) -> str | None:
+    """What a local file named as a checkpoint is when it surely is none: a text file, or a zip archive with no
+    ``data.pkl`` (a wheel); None for anything else (a checkpoint, or doubt: it is opened and refused there)."""
+    try:
+        # (through places: a FIFO or a device among them is refused, never waited on)
+        with places.open_stream(path) as stream:
+            head = stream.read(SNIFFED_BYTES)
+        size = os.path.getsize(path)
+    except (OSError, CkptError):
+        return None
+    if not head:
+        return None
+    if head[:4] in ZIP_MAGIC:
+        return NOT_TORCH_ZIP if _not_torch_zip(path, size) else None
+    return TEXT if looks_like_text(head) else None
 
 
 def saved_together(folder: str, names: list[str]) -> bool:
@@ -86,9 +121,69 @@ def saved_together(folder: str, names: list[str]) -> bool:
 
 
 def separate_files(folder: str, names: list[str]) -> ReadError:
-    """The one-line refusal of a folder of separate checkpoints, naming the one to open."""
+    """The one-line refusal of a folder of separate checkpoints, naming the one to open; a text file or a zip
+    that is no torch checkpoint (named .pth, .bin) is not counted, and never named as the one to open; with none
+    left, the refusal says what the folder holds."""
+    if not places.is_remote(folder) and len(names) <= MAX_PEEKED:
+        names = [name for name in names if _no_checkpoint_kind(places.join(folder, name)) is None]
+        if not names:
+            return no_checkpoint(folder)
     example = join_command(["ckpt-tui", path_arg(places.join(folder, _pick(names)))])
-    return ReadError(f"{folder}: a folder of {len(names)} separate checkpoints, not one save: open one ({example})")
+    return ReadError(
+        f"{folder}: a folder of {counted(len(names), 'separate checkpoint')}, not one save: open one ({example})"
+    )
+
+
+def no_checkpoint(folder: str) -> ReadError:
+    """The one-line refusal of a folder holding no checkpoint, saying what it holds instead (hidden entries left
+    out, but for a ``.metadata`` that is no regular file)."""
+    try:
+        listed = places.list_dir(folder)
+    except (OSError, CkptError):
+        listed = []
+    names = sorted(name for name in listed if not name.startswith(".") or name == DCP_METADATA)
+    return ReadError(f"{folder}: no checkpoint in this folder: {_holdings(folder, names)}")
+
+
+SPECIAL = "special"
+OTHER = "other"
+FOLDER = "folder"
+HOLDINGS = {
+    NOT_TORCH_ZIP: ("zip archive that is not a torch checkpoint", "zip archives that are not torch checkpoints"),
+    TEXT: ("text file", "text files"),
+    OTHER: ("other file", "other files"),
+    SPECIAL: ("entry that is not a regular file", "entries that are not regular files"),
+    FOLDER: ("folder", "folders"),
+}
+"""What a folder with no checkpoint holds, in the order it is said: each kind's words for one and for several."""
+
+
+def _holdings(folder: str, names: list[str]) -> str:
+    """What a folder with no checkpoint holds: each kind of entry counted, a few named (a zip's suffixes)."""
+    if not names:
+        return "it is empty"
+    kinds: dict[str, list[str]] = {}
+    local = not places.is_remote(folder)
+    for number, name in enumerate(names):
+        path = places.join(folder, name)
+        if places.is_dir(path):
+            kind, name = FOLDER, name + "/"
+        elif local and not _regular(path):
+            kind = SPECIAL
+        elif local and number < MAX_PEEKED:
+            kind = _no_checkpoint_kind(path) or OTHER
+        else:
+            kind = OTHER
+        kinds.setdefault(kind, []).append(name)
+    parts = []
+    for kind, (one, several) in HOLDINGS.items():
+        found = kinds.get(kind, [])
+        if found:
+            # a zip's suffix says what it is (.whl, .zip); other entries are named
+            shown = sorted({os.path.splitext(n)[1] or n for n in found}) if kind == NOT_TORCH_ZIP else found
+            more = f", … {len(shown) - 3} more" if len(shown) > 3 else ""
+            parts.append(f"{len(found)} {one if len(found) == 1 else several} ({', '.join(shown[:3])}{more})")
+    return ", ".join(parts)
 
 
 def _pick(names: list[str]) -> str:
@@ -134,7 +229,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     described = ", ".join(
         f"{name} ({format_name(members[label].format)})" for label, name in zip(labels, names, strict=True)
     )
-    notes = [f"{len(names)} files saved together (each read by its own loader): {described}"]
+    notes = [f"{counted(len(names), 'file')} saved together (each read by its own loader): {described}"]
     notes += [f"{name}: {TEXT_FILE}, left out" for name in stray if name not in trainer_record]
     notes += [f"{name}: {TRAINING_ARGS_NOTE}" for name in trainer_record]
     notes += [f"{name}: {note}" for label, name in zip(labels, names, strict=True) for note in members[label].notes]
@@ -197,22 +292,60 @@ SCANNED_BYTES = 1 << 20
 """How much of a file no reader reads is decoded to prove the unpickler fails on it before calling anything."""
 
 
-LOADER_TAKES = "from_pretrained("
+INDEX_SUFFIX = ".index.json"
+LOADER_TAKES = tuple(f"{loader}(" for loader, _ in WEIGHTS_LOADERS)
 """How the note on the weights file a folder is read as starts: ``from_pretrained(FOLDER) loads model.safetensors``."""
+MAX_OTHERS = 8
+"""The other files of a folder named in its note, at most."""
 
 
-def loader_takes(folder: str, chosen: str, passed: list[str]) -> str:
-    """The note on a folder read as ``from_pretrained`` reads it: the file it loads, and the weights files it passes
-    over."""
-    return (
-        f"{LOADER_TAKES}{folder}) loads {chosen}; {', '.join(passed)} beside it (and the shards an index names) "
-        "are not what a loader takes"
-    )
+@dataclass(frozen=True)
+class WeightsChoice:
+    """The weights file (or index) a loader takes from a folder by its name, and the names it tries."""
+
+    loader: str
+    order: tuple[str, ...]
+    chosen: str
+    passed: tuple[str, ...]
+    """The weights files and index files beside it that the loader passes over."""
+
+    def holds_only_weights(self, names: list[str]) -> bool:
+        """Whether ``names`` (a folder's checkpoint files) are this loader's weights files alone: a folder
+        ``save_pretrained`` wrote (``training_args.bin``, the Trainer's record beside ``save_model``'s output, is
+        read for code with the other files)."""
+        return all(name in self.order or name == TRAINING_ARGS for name in names)
+
+    def note(self, folder: str, others: list[str]) -> str:
+        """One line: the file the loader takes and why, what it passes over, and the folder's other files."""
+        text = f"{self.loader}({folder}) loads {self.chosen} (it looks for {', '.join(self.order)}, in that order)"
+        if self.passed:
+            verb = "is" if len(self.passed) == 1 else "are"
+            shards = " (nor the shards an index names)" if any(n.endswith(INDEX_SUFFIX) for n in self.passed) else ""
+            text += f"; {', '.join(self.passed)} beside it {verb} not what it loads{shards}"
+        if others:
+            more = len(others) - MAX_OTHERS
+            text += f"; other files: {', '.join(others[:MAX_OTHERS])}" + (f" and {more} more" if more > 0 else "")
+        return text
 
 
-def hf_weights(folder: str, names: set[str]) -> str | None:
-    """The weights file ``from_pretrained(folder)`` loads among ``names`` (regular files of the folder), if any."""
-    return next((name for name in HF_WEIGHTS if name in names and _regular(places.join(folder, name))), None)
+def weights_choice(folder: str, names: Collection[str]) -> WeightsChoice | None:
+    """The weights file a loader takes from ``folder`` by name (``names``: its listing), the first loader of
+    :data:`WEIGHTS_LOADERS` that finds one (a regular file) taking it; None when none does."""
+    for loader, order in WEIGHTS_LOADERS:
+        chosen = next((name for name in order if name in names and _regular(places.join(folder, name))), None)
+        if chosen is not None:
+            passed = [name for name in order if name in names and name != chosen]
+            passed += sorted(name for name in names if name.endswith(INDEX_SUFFIX) and name not in order)
+            return WeightsChoice(loader, order, chosen, tuple(passed))
+    return None
+
+
+def other_files(names: Collection[str], choice: WeightsChoice, checkpoint: Checkpoint) -> list[str]:
+    """A folder's entries (``names``) that are neither what the loader takes or passes over nor read with it (an
+    index's shards): its config, tokenizer, README..."""
+    read = {name.rsplit("/", 1)[-1] for name in (*checkpoint.files, *checkpoint.read_files)}
+    taken = {choice.chosen, *choice.passed, *read}
+    return sorted(name for name in names if not name.startswith(".") and name not in taken)
 
 
 def files_read(checkpoint: Checkpoint) -> set[str]:
@@ -315,8 +448,12 @@ def _loader_fails_at_once(path: str, head: bytes) -> bool:
     import io
     import tarfile
 
-    # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data
-    if head[:4] in ZIP_MAGIC or head[0] == PICKLE_PROTO:
+    # a zip or a PROTO is what torch.save and pickle write: one that cannot be read is doubt, never data; a zip
+    # whose listing holds no data.pkl (a wheel) is data: torch.load fails finding its records, pickle.load at
+    # its first byte (PERSID with no persistent_load)
+    if head[:4] in ZIP_MAGIC:
+        return _not_torch_zip(path, places.size_of(path))
+    if head[0] == PICKLE_PROTO:
         return False
     try:
         # (tarfile decides from the first header block, as torch's tar reading does)

@@ -11,7 +11,6 @@ reading in ``loader_problems``.
 
 from __future__ import annotations
 
-import codecs
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -30,9 +29,11 @@ from ckpt_tui.core.readers.probes import (
     dcp_folder_of,
     deepspeed_folder,
     looks_like_safetensors,
+    looks_like_text,
 )
 
 if TYPE_CHECKING:
+    from ckpt_tui.core.readers.folder import WeightsChoice
     from ckpt_tui.core.readers.safetensors_file import NotSafetensors
 
 # Each reader is imported by the row that reads its format (the probes need none): opening one file
@@ -184,9 +185,14 @@ class Target:
         return deepspeed_folder(self.path)
 
     @cached_property
+    def listing(self) -> list[str]:
+        """A folder's entries, by name."""
+        return sorted(places.list_dir(self.path))
+
+    @cached_property
     def indexes(self) -> list[str]:
         """The index files (``*.index.json``) in a folder."""
-        return sorted(n for n in places.list_dir(self.path) if n.endswith(INDEX_SUFFIX))
+        return [n for n in self.listing if n.endswith(INDEX_SUFFIX)]
 
     @cached_property
     def hf_dcp(self) -> list[str] | None:
@@ -256,15 +262,16 @@ def _read_hf_dcp(target: Target) -> Checkpoint:
 
 
 def _read_index_folder(target: Target) -> Checkpoint:
-    chosen, passed = _hf_choice(target)
-    if chosen is not None and not chosen.endswith(INDEX_SUFFIX):
-        return _noted(_open_plain_file(places.join(target.path, chosen)), target.path, chosen, passed)
-    if chosen is None and len(target.indexes) > 1:
+    choice = _weights_choice(target)
+    if choice is not None and not choice.chosen.endswith(INDEX_SUFFIX):
+        return _chosen_file(target, choice)
+    if choice is None and len(target.indexes) > 1:
         raise ReadError(f"{target.path}: several index files ({', '.join(target.indexes)}); open one of them")
     from ckpt_tui.core.readers.sharded import read_sharded  # (index files only: not imported to read a file)
 
-    index = chosen or target.indexes[0]
-    return _noted(read_sharded(places.join(target.path, index), open_shard), target.path, index, passed)
+    index = target.indexes[0] if choice is None else choice.chosen
+    checkpoint = read_sharded(places.join(target.path, index), open_shard)
+    return checkpoint if choice is None else _noted(checkpoint, target, choice)
 
 
 def _holds_rank_files(target: Target) -> bool:
@@ -284,49 +291,44 @@ def _read_rank_folder(target: Target) -> Checkpoint:
     return merged
 
 
-def _hf_choice(target: Target) -> tuple[str | None, list[str]]:
-    """The weights file (or index) ``from_pretrained(folder)`` takes (transformers' order: model.safetensors, its
-    index, pytorch_model.bin, its index), and the other weights files and indexes beside it that it passes over."""
-    from ckpt_tui.core.readers.folder import HF_WEIGHTS, hf_weights
+def _weights_choice(target: Target) -> WeightsChoice | None:
+    """The weights file (or index) a loader takes from the folder by name (transformers' ``from_pretrained``:
+    model.safetensors, its index, pytorch_model.bin, its index; then diffusers' and PEFT's names)."""
+    from ckpt_tui.core.readers.folder import weights_choice
 
-    names = set(places.list_dir(target.path))
-    chosen = hf_weights(target.path, names)
-    if chosen is None:
-        return None, []
-    passed = [name for name in HF_WEIGHTS if name in names and name != chosen]
-    return chosen, passed + [name for name in target.indexes if name not in HF_WEIGHTS]
+    return weights_choice(target.path, target.listing)
 
 
-def _noted(checkpoint: Checkpoint, folder: str, chosen: str, passed: list[str]) -> Checkpoint:
-    """A folder's checkpoint read from ``chosen``, saying which weights files beside it a loader passes over."""
-    if passed:
-        from ckpt_tui.core.readers.folder import loader_takes
+def _chosen_file(target: Target, choice: WeightsChoice) -> Checkpoint:
+    """The one weights file a loader takes from the folder, read as that file, with the note saying so."""
+    from ckpt_tui.core.model.contained import inside
 
-        checkpoint.notes.insert(0, loader_takes(folder, chosen, passed))
+    path = inside(target.path, choice.chosen, f"{target.path}:")
+    return _noted(_open_plain_file(path), target, choice)
+
+
+def _noted(checkpoint: Checkpoint, target: Target, choice: WeightsChoice) -> Checkpoint:
+    """A folder's checkpoint read from the file a loader takes: which file and why, what else the folder holds."""
+    from ckpt_tui.core.readers.folder import other_files
+
+    checkpoint.notes.insert(0, choice.note(target.path, other_files(target.listing, choice, checkpoint)))
     return checkpoint
-
-
-def _hf_whole_file(target: Target) -> Checkpoint | None:
-    """The whole weights file ``from_pretrained(folder)`` takes, when it takes one (not an index)."""
-    chosen, passed = _hf_choice(target)
-    if chosen is None or chosen.endswith(INDEX_SUFFIX):
-        return None
-    return _noted(_open_plain_file(places.join(target.path, chosen)), target.path, chosen, passed)
 
 
 def _read_folder(target: Target) -> Checkpoint:
     from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files
 
+    choice = _weights_choice(target)
+    # a folder save_pretrained wrote (model.safetensors or pytorch_model.bin beside config.json) is that one file,
+    # as from_pretrained reads it, never a save of one file nested under its name
+    if choice is not None and choice.holds_only_weights(target.files):
+        return _chosen_file(target, choice)
     if not saved_together(target.path, target.files):
-        # a folder transformers' Trainer wrote (the model beside optimizer.pt, rng_state.pth, training_args.bin):
-        # its model is what from_pretrained takes; the other files are read for code
-        whole = _hf_whole_file(target)
-        if whole is not None:
-            return whole
-        # (a text file named .pth among them is no checkpoint: not counted, never named as the one to open)
-        local = "://" not in target.path and len(target.files) <= MAX_PEEKED
-        real = [n for n in target.files if not (local and _text_file(places.join(target.path, n)))]
-        raise separate_files(target.path, real or target.files)
+        # files that are no one save (a .bin beside rust_model.ot, a model file beside stray copies): the model
+        # file is what a loader takes; the other files are read for code
+        if choice is not None:
+            return _chosen_file(target, choice)
+        raise separate_files(target.path, target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
 
@@ -420,7 +422,7 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
         from ckpt_tui.core.readers.safetensors_file import length_problem
 
         raise ReadError(f"{path}: safetensors {length_problem(head, target.size)}") from None
-    if _looks_like_text(head):
+    if looks_like_text(head):
         raise ReadError(f"{path}: a text file, not a checkpoint") from None
     raise otherwise from None
 
@@ -431,9 +433,9 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
 def _open_directory(path: str) -> Checkpoint:
     checkpoint = detect(Target(path, folder=True), ("place", "folder"))
     if checkpoint is None:
-        raise ReadError(
-            f"{path}: is a directory, not a checkpoint (no .metadata, *{INDEX_SUFFIX} or checkpoint files inside)"
-        )
+        from ckpt_tui.core.readers.folder import no_checkpoint
+
+        raise no_checkpoint(path)
     from ckpt_tui.core.readers.dcp import read_dcp
     from ckpt_tui.core.readers.folder import account_for_folder
 
@@ -621,28 +623,3 @@ def _first_pickle_loads(file: BinaryIO, path: str, unsafe: set[str]) -> bool:
     except ReadError:
         return False
     return True
-
-
-MAX_PEEKED = 200
-"""A folder of separate checkpoints has its files' first bytes read (to leave text files out of the count)
-up to this many files."""
-
-
-def _text_file(path: str) -> bool:
-    """Whether a local file begins as text (its first 512 bytes), not as a checkpoint."""
-    try:
-        # (through places: a FIFO or a device among them is refused, never waited on)
-        with places.open_stream(path) as file:
-            head = file.read(TAR_BLOCK)
-    except (OSError, CkptError):
-        return False
-    return bool(head) and _looks_like_text(head)
-
-
-def _looks_like_text(head: bytes) -> bool:
-    """UTF-8 (a character cut at the end of ``head`` allowed) without control bytes other than whitespace."""
-    try:
-        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return False
-    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in text)

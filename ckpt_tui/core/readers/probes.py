@@ -8,6 +8,7 @@ Each reader is imported by the row that reads its format, so opening one file im
 
 from __future__ import annotations
 
+import codecs
 import os
 import pickle
 import re
@@ -114,6 +115,15 @@ def looks_like_safetensors(head: bytes, file_bytes: int) -> bool:
         return False
     start = head[8 : 8 + length].lstrip(JSON_WHITESPACE)
     return start[:1] == b"{" or (not start and length > len(head) - 8)
+
+
+def looks_like_text(head: bytes) -> bool:
+    """UTF-8 (a character cut at the end of ``head`` allowed) without control bytes other than whitespace."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in text)
 
 
 PICKLE_OPCODES = frozenset(

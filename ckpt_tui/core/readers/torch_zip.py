@@ -316,6 +316,11 @@ def _fetched_offsets(source: places.ByteSource, names: list[str], heads: list[in
     return found
 
 
+class NotTorchZip(ReadError):
+    """A zip archive that holds no ``data.pkl`` (a wheel, a zip of images): ``torch.load`` fails on it before it
+    unpickles anything, so it is no checkpoint."""
+
+
 class ZipLayout:
     """Where the archive's members are, and what of its layout torch.load would refuse."""
 
@@ -325,7 +330,7 @@ class ZipLayout:
         self.notes: list[str] = []
         first = next(iter(entries), None)
         if first is None:
-            raise ReadError(f"{path}: an empty zip archive, not a torch checkpoint")
+            raise NotTorchZip(f"{path}: an empty zip archive, not a torch checkpoint")
         folder, slash, _ = first.partition("/")
         self.prefix = folder + slash
         if not slash:
@@ -372,7 +377,7 @@ class ZipLayout:
     def _other_data_pkl(self, path: str) -> str:
         candidates = [n for n in self.entries if n == "data.pkl" or n.endswith("/data.pkl")]
         if not candidates:
-            raise ReadError(f"{path}: a zip archive, but not a torch checkpoint (no data.pkl inside)")
+            raise NotTorchZip(f"{path}: a zip archive, but not a torch checkpoint (no data.pkl inside)")
         chosen = min(candidates, key=lambda n: n.count("/"))
         self.problems.append(f"torch.load looks for {self.prefix}data.pkl, which is missing; shown: {chosen}")
         return chosen[: -len("data.pkl")]

@@ -12,6 +12,7 @@ from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint
 from ckpt_tui.core.readers.pth_columns import plain_columns, state_dict_columns
 from ckpt_tui.core.readers.read_once import pickle_read
 from ckpt_tui.core.readers.torch_zip import (
+    NotTorchZip,
     ZipLayout,
     ZipRecords,
     check_version,
@@ -79,3 +80,16 @@ def read_zip(
         columns=columns,
         archive=records,
     )
+
+
+def not_torch_zip(path: str, file_bytes: int) -> bool:
+    """Whether a zip archive surely is no torch checkpoint: its listing reads and holds no ``data.pkl`` (a wheel,
+    a zip of images). One that cannot be read is doubt: it is opened, and refused in one line there."""
+    try:
+        with places.open_stream(path) as file:
+            ZipLayout(path, read_central_directory(file, file_bytes), file_bytes)
+    except NotTorchZip:
+        return True
+    except (OSError, ReadError):
+        return False
+    return False
