@@ -3,10 +3,11 @@
 says identical and check --against fits; info names the file taken, why, and the folder's other files. A folder
 that holds no checkpoint (wheels, text) says what it holds instead.
 
-The folders are written by transformers itself (a tiny BERT: 2 layers, hidden 32) and a real PEFT adapter."""
+The folders are written by transformers itself (a tiny BERT: 2 layers, hidden 32), PEFT and diffusers."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -117,18 +118,49 @@ def test_info_names_the_file_taken_why_and_the_other_files(folders: dict[str, Pa
     assert f"from_pretrained({folders['sharded']}) loads model.safetensors.index.json ({ORDER}" in out
 
 
+def _loads_as(folder: Path, reference: Path, capsys: Any) -> None:
+    """from_pretrained(folder) gives the weights of ``reference``, and ckpt-tui reads the folder as those too."""
+    loaded_weights = transformers.BertModel.from_pretrained(folder).state_dict()
+    expected = transformers.BertModel.from_pretrained(reference).state_dict()
+    assert all(torch.equal(loaded_weights[k], expected[k]) for k in expected)
+    code, out, _ = run(capsys, "diff", str(folder), str(reference))
+    assert code == 0 and out.startswith("identical: 39 tensors"), out
+
+
 def test_a_folder_with_both_files_takes_model_safetensors_and_names_the_other(
     folders: dict[str, Path], tmp_path: Path, capsys: Any
 ) -> None:
     folder = tmp_path / "both"
     shutil.copytree(folders["one"], folder)
-    shutil.copy(folders["bin"] / "pytorch_model.bin", folder)
+    # another model's weights as pytorch_model.bin: from_pretrained takes model.safetensors all the same
+    other = _bert()
+    torch.nn.init.ones_(other.pooler.dense.weight)
+    torch.save(other.state_dict(), folder / "pytorch_model.bin")
+    _loads_as(folder, folders["one"], capsys)
     assert open_checkpoint(str(folder)).path == str(folder / "model.safetensors")
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 0, out
     assert "loads model.safetensors (" in out and "; pytorch_model.bin beside it is not what it loads;" in out
     # pytorch_model.bin is still read for code, as every file beside a checkpoint is
     assert "also in the folder: pytorch_model.bin: read for code: none" in out
+
+
+def test_the_file_config_json_names_is_taken_first(folders: dict[str, Path], tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "named"
+    shutil.copytree(folders["one"], folder)
+    (folder / "model.safetensors").rename(folder / "custom.safetensors")
+    # another model's weights under the usual name: config.json's transformers_weights wins over it
+    other = _bert()
+    torch.nn.init.ones_(other.pooler.dense.weight)
+    other.save_pretrained(tmp_path / "other")
+    shutil.copy(tmp_path / "other" / "model.safetensors", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "transformers_weights": "custom.safetensors"}))
+    _loads_as(folder, folders["one"], capsys)
+    code, out, _ = run(capsys, "info", str(folder))
+    assert code == 0
+    assert f"from_pretrained({folder}) loads custom.safetensors (config.json names it in transformers_weights);" in out
+    assert "model.safetensors beside it is not what it loads" in out
 
 
 def test_save_model_s_folder_with_training_args_opens_as_its_model(
@@ -260,3 +292,36 @@ def test_a_folder_of_text_files_named_pth_says_what_it_holds(tmp_path: Path, cap
     code, _, err = run(capsys, "info", str(tmp_path))
     assert code == 2
     assert err == f"ckpt-tui: {tmp_path}: no checkpoint in this folder: 3 text files (README.md, a.pth, b.pth)\n"
+
+
+def test_a_diffusers_folder_opens_as_from_pretrained_picks_its_file(tmp_path: Path, capsys: Any) -> None:
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+        norm_num_groups=4,
+    )
+    unet.save_pretrained(tmp_path / "one")
+    unet.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "diffusion_pytorch_model.safetensors.index.json").exists()
+    one = open_checkpoint(str(tmp_path / "one"))
+    assert one.path == str(tmp_path / "one" / "diffusion_pytorch_model.safetensors")
+    assert sorted(one.root) == sorted(unet.state_dict())
+    code, out, _ = run(capsys, "diff", str(tmp_path / "one"), str(tmp_path / "sharded"))
+    assert code == 0 and out.startswith("identical:"), out
+    code, out, _ = run(capsys, "info", str(tmp_path / "one"))
+    assert f"diffusers' from_pretrained({tmp_path / 'one'}) loads diffusion_pytorch_model.safetensors (" in out
+    # beside its index, diffusers takes the index: another model's whole file there is passed over
+    torch.nn.init.ones_(unet.conv_out.weight)
+    unet.save_pretrained(tmp_path / "other")
+    shutil.copy(tmp_path / "other" / "diffusion_pytorch_model.safetensors", tmp_path / "sharded")
+    loaded_weights = diffusers.UNet2DModel.from_pretrained(tmp_path / "sharded").state_dict()
+    assert not torch.equal(loaded_weights["conv_out.weight"], unet.state_dict()["conv_out.weight"])
+    code, out, _ = run(capsys, "diff", str(tmp_path / "sharded"), str(tmp_path / "one"))
+    assert code == 0 and out.startswith("identical:"), out

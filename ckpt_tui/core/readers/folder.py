@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.contained import DCP_METADATA, WEIGHTS_LOADERS, inside, named_entry
+from ckpt_tui.core.model.contained import DCP_METADATA, HF_WEIGHTS, WEIGHTS_LOADERS, inside, named_entry
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
@@ -301,23 +301,25 @@ MAX_OTHERS = 8
 
 @dataclass(frozen=True)
 class WeightsChoice:
-    """The weights file (or index) a loader takes from a folder by its name, and the names it tries."""
+    """The weights file (or index) a loader takes from a folder by its name, and why."""
 
     loader: str
-    order: tuple[str, ...]
+    names: tuple[str, ...]
+    """The weights names this loader takes from a folder."""
     chosen: str
     passed: tuple[str, ...]
     """The weights files and index files beside it that the loader passes over."""
+    why: str
 
     def holds_only_weights(self, names: list[str]) -> bool:
         """Whether ``names`` (a folder's checkpoint files) are this loader's weights files alone: a folder
         ``save_pretrained`` wrote (``training_args.bin``, the Trainer's record beside ``save_model``'s output, is
         read for code with the other files)."""
-        return all(name in self.order or name == TRAINING_ARGS for name in names)
+        return all(name in self.names or name == TRAINING_ARGS for name in names)
 
     def note(self, folder: str, others: list[str]) -> str:
         """One line: the file the loader takes and why, what it passes over, and the folder's other files."""
-        text = f"{self.loader}({folder}) loads {self.chosen} (it looks for {', '.join(self.order)}, in that order)"
+        text = f"{self.loader}({folder}) loads {self.chosen} ({self.why})"
         if self.passed:
             verb = "is" if len(self.passed) == 1 else "are"
             shards = " (nor the shards an index names)" if any(n.endswith(INDEX_SUFFIX) for n in self.passed) else ""
@@ -329,15 +331,48 @@ class WeightsChoice:
 
 
 def weights_choice(folder: str, names: Collection[str]) -> WeightsChoice | None:
-    """The weights file a loader takes from ``folder`` by name (``names``: its listing), the first loader of
-    :data:`WEIGHTS_LOADERS` that finds one (a regular file) taking it; None when none does."""
+    """The weights file a loader takes from ``folder`` by name (``names``: its listing): the file its config.json
+    names, else the first of its names found (a regular file) by the first loader of :data:`WEIGHTS_LOADERS`
+    that finds one; None when none does."""
+    named = _named_by_config(folder, names)
+    if named is not None:
+        why = f"{HF_CONFIG} names it in {EXPLICIT_WEIGHTS}"
+        return _choice(WEIGHTS_LOADERS[0][0], (named, *HF_WEIGHTS), named, names, why)
     for loader, order in WEIGHTS_LOADERS:
         chosen = next((name for name in order if name in names and _regular(places.join(folder, name))), None)
         if chosen is not None:
-            passed = [name for name in order if name in names and name != chosen]
-            passed += sorted(name for name in names if name.endswith(INDEX_SUFFIX) and name not in order)
-            return WeightsChoice(loader, order, chosen, tuple(passed))
+            return _choice(loader, order, chosen, names, f"it looks for {', '.join(order)}, in that order")
     return None
+
+
+def _choice(loader: str, order: tuple[str, ...], chosen: str, names: Collection[str], why: str) -> WeightsChoice:
+    """``chosen`` taken, with the loader's other weights files and every other index of the folder passed over."""
+    passed = [name for name in order if name in names and name != chosen]
+    passed += sorted(name for name in names if name.endswith(INDEX_SUFFIX) and name not in order)
+    return WeightsChoice(loader, order, chosen, tuple(passed), why)
+
+
+HF_CONFIG = "config.json"
+EXPLICIT_WEIGHTS = "transformers_weights"
+MAX_CONFIG = 1 << 20
+
+
+def _named_by_config(folder: str, names: Collection[str]) -> str | None:
+    """The weights file a model's config.json names in ``transformers_weights``, which ``from_pretrained`` loads
+    before any other (a safetensors file or index of the folder, as transformers accepts; None otherwise)."""
+    if HF_CONFIG not in names:
+        return None
+    import json  # (a folder's config only)
+
+    try:
+        with places.open_stream(inside(folder, HF_CONFIG, f"{folder}:")) as stream:
+            config = json.loads(stream.read(MAX_CONFIG))
+    except (OSError, CkptError, ValueError):
+        return None
+    named = config.get(EXPLICIT_WEIGHTS) if isinstance(config, dict) else None
+    if not isinstance(named, str) or not named.endswith((".safetensors", ".safetensors.index.json")):
+        return None
+    return named if named in names and _regular(places.join(folder, named)) else None
 
 
 def other_files(names: Collection[str], choice: WeightsChoice, checkpoint: Checkpoint) -> list[str]:
