@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import torch
 from builders_tui import loaded, screen_text
+from range_server import RangeServer
 from test_distributed import run
+from test_remote import hub, root_of  # noqa: F401  (the local Hub fixture)
 from test_remote_servers import Server, stdlib  # noqa: F401  (the served-folder fixture)
 
 from ckpt_tui.core.readers.open import open_checkpoint
@@ -217,6 +219,13 @@ def test_a_one_file_folder_s_url_opens_as_its_file(folders: dict[str, Path], std
     remote = open_checkpoint(f"{stdlib.url}/bert/")
     assert remote.format == "safetensors"
     assert sorted(remote.root) == sorted(open_checkpoint(str(folders["sharded"])).root)
+
+
+def test_a_one_file_hub_repo_opens_as_its_file(folders: dict[str, Path], hub: RangeServer, capsys: Any) -> None:  # noqa: F811
+    shutil.copytree(folders["one"], root_of(hub) / "org" / "bert")
+    assert open_checkpoint("hf://org/bert").format == "safetensors"
+    code, out, _ = run(capsys, "diff", "hf://org/bert", str(folders["sharded"]))
+    assert code == 0 and out.startswith("identical: 39 tensors"), out
 
 
 # ---- a folder that holds no checkpoint ---------------------------------------------------------------
