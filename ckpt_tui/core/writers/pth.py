@@ -70,7 +70,8 @@ def write_pth(
     archive = archive_name(stem)
     result = PthWrite(archive, emitted.data_pkl, emitted.storages, emitted.tensors)
     total = sum(s.nbytes for s in emitted.storages) if progress is not None else 0
-    with Output(file, total, progress, cancelled) as out:
+    # (the record bytes, summed only once a large record is streamed: 50,000 small ones never need it)
+    with Output(file, total, progress, cancelled, lambda: sum(s.nbytes for s in emitted.storages)) as out:
         _write_members(ZipWriter(out), emitted, archive, byteorder, result)
     result.log = out.log
     result.nbytes = out.position
