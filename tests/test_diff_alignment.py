@@ -59,7 +59,7 @@ def test_no_note_when_the_keys_already_match(tmp_path, capsys):
 
 def test_diff_stats_says_how_to_compare_the_model_weights(tmp_path, capsys):
     bare, run = files(tmp_path)
-    assert main(["diff", bare, run, "--stats"]) == 0
+    assert main(["diff", bare, run, "--stats"]) == 1
     assert "compare that way with --at-b model_state_dict --strip-prefix-b module." in capsys.readouterr().out
 
 

@@ -62,7 +62,7 @@ def test_identical_files_list_no_keys(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_stats_says_from_0_and_cosines_show_the_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base, tuned = fine_tune(tmp_path)
-    assert main(["diff", str(base), str(tuned), "--stats"]) == 0
+    assert main(["diff", str(base), str(tuned), "--stats"]) == 1
     out = capsys.readouterr().out
     table = out.split("per layer (", 1)[1].split("relative change by layer", 1)[0]
     bias = next(line for line in table.splitlines() if line.split()[0] == "1.bias")

@@ -37,8 +37,15 @@ def fine_tuned(tmp_path: Path) -> tuple[str, str, dict[str, torch.Tensor], dict[
 
 
 def stats_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    assert main(["diff", *args, "--stats", "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    code = main(["diff", *args, "--stats", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    # the exit code is diff's: 0 only when no row moved, was left unmeasured or held NaN/Inf
+    if "series" in report:  # three or more files: each layer with one norm in all of them
+        still = all(None not in r["norms"] and len(set(r["norms"])) == 1 for r in report["series"])
+    else:
+        still = all(r["note"] is None and r["relative_change"] == 0 and not r["nonfinite"] for r in report["layers"])
+    assert code == (0 if still else 1)
+    return report
 
 
 def torch_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float, float]:
@@ -105,14 +112,14 @@ def test_shape_changes_and_keys_on_one_side_are_rows_that_say_why(tmp_path, caps
     assert layers["old"]["note"] == "only in A" and layers["new"]["note"] == "only in B"
     body = layers["body.weight"]
     assert body["relative_change"] == 1.0 and body["cosine"] is None and body["norm_b"] == 0.0
-    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 0
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 1
     text = capsys.readouterr().out
     assert "not compared (3):" in text and "head.weight: shape [4, 8] in A, [10, 8] in B" in text
 
 
 def test_text_has_a_table_bars_in_module_order_and_the_extremes_within_80_columns(tmp_path, capsys):
     a, b, before, _ = fine_tuned(tmp_path)
-    assert main(["diff", a, b, "--stats"]) == 0
+    assert main(["diff", a, b, "--stats"]) == 1
     text = capsys.readouterr().out
     assert all(len(line) <= 80 for line in text.splitlines())
     assert text.startswith("per-layer change: 4 layers compared, 2 unchanged")
@@ -149,7 +156,7 @@ def test_a_series_of_files_gives_each_layers_norm_in_each_file(tmp_path, capsys)
             [torch.linalg.vector_norm(s[key].double()).item() for s in states], rel=1e-12
         )
     assert series["late"] == [None, None, pytest.approx(math.sqrt(3)), None]
-    assert main(["diff", *paths, "--stats"]) == 0
+    assert main(["diff", *paths, "--stats"]) == 1
     text = capsys.readouterr().out
     assert all(len(line) <= 80 for line in text.splitlines())
     row_a = next(line for line in text.splitlines() if line.strip().startswith("a "))
@@ -211,7 +218,7 @@ def test_moved_most_ranks_parameters_and_lists_buffers_and_counters_apart(tmp_pa
     roles = {row["path"][0]: row["role"] for row in layers}
     assert roles["1.running_mean"] == "buffer" and roles["1.num_batches_tracked"] == "counter"
     assert roles["0.weight"] == roles["3.bias"] == "parameter"
-    assert main(["diff", str(tmp_path / "e1.pth"), str(tmp_path / "e2.pth"), "--stats"]) == 0
+    assert main(["diff", str(tmp_path / "e1.pth"), str(tmp_path / "e2.pth"), "--stats"]) == 1
     text = capsys.readouterr().out
     # (4 parameters: each is listed once, under moved most; moved least would only repeat them)
     ranked = text.split("moved most")[1].split("buffers and counters moved most")[0]
@@ -382,3 +389,21 @@ def test_a_frozen_float32_layer_has_cosine_1_and_change_0(tmp_path, capsys):
     torch.save({"w": a.clone()}, tmp_path / "b.pth")
     row = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"][0]
     assert row["relative_change"] == 0.0 and row["cosine"] == 1.0 and row["norm_a"] == row["norm_b"]
+
+
+def test_stats_exits_as_diff_does_0_identical_1_different(tmp_path, capsys):
+    """Scripts read the exit code: --stats says 1 for files that differ, as plain diff does, and 0 for equal ones."""
+    a, b, _, _ = fine_tuned(tmp_path)
+    assert main(["diff", a, b]) == 1
+    assert main(["diff", a, b, "--stats"]) == 1
+    assert main(["diff", a, b, "--stats", "--json"]) == 1
+    assert main(["diff", a, a]) == 0
+    assert main(["diff", a, a, "--stats"]) == 0
+    assert main(["diff", a, a, a, "--stats"]) == 0
+    assert main(["diff", a, a, b, "--stats"]) == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["diff", "--help"])
+    assert done.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "exits as diff does: 0 when no layer moved, 1 when a layer or key differs" in said

@@ -47,14 +47,14 @@ def two_epochs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_the_model_layers_come_alone_and_the_rest_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first, second = two_epochs(tmp_path)
-    assert main(["diff", str(first), str(second), "--stats", "--json"]) == 0
+    assert main(["diff", str(first), str(second), "--stats", "--json"]) == 1
     layers = json.loads(capsys.readouterr().out)["layers"]
     roles = {"/".join(map(str, layer["path"])): layer["role"] for layer in layers}
     model = {key for key, role in roles.items() if key.startswith("state_dict/")}
     assert model and all(roles[key] in ("parameter", "buffer", "counter") for key in model)
     others = {key: role for key, role in roles.items() if key not in model}
     assert others and set(others.values()) <= {"optimizer state", "other"}
-    assert main(["diff", str(first), str(second), "--stats"]) == 0
+    assert main(["diff", str(first), str(second), "--stats"]) == 1
     text = capsys.readouterr().out
     table = text.split("per layer (", 1)[1].split("relative change by layer", 1)[0]
     assert "state_dict/net.0.weight" in table and "exp_avg" not in table and "callbacks" not in table
@@ -67,6 +67,6 @@ def test_nan_or_inf_left_out_is_named(tmp_path: Path, capsys: pytest.CaptureFixt
     b = {"w": torch.ones(4) * 2, "score": torch.tensor(float("inf"))}
     torch.save(a, tmp_path / "a.pth")
     torch.save(b, tmp_path / "b.pth")
-    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 0
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 1
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
     assert notes == ["note: 1 position holds NaN or Inf on either side, left out of the sums: in score"]

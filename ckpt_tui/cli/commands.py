@@ -285,7 +285,8 @@ def _rank_diff(paths: list[str], as_json: bool) -> int:
 
 
 def _diff_stats(args: argparse.Namespace) -> int:
-    """``diff A B --stats``: how far each layer moved (exit 0); with more files, norms across the series."""
+    """``diff A B --stats``: how far each layer moved; with more files, norms across the series. Exit 0 when
+    nothing moved, 1 when a layer or key differs (as ``diff`` exits)."""
     from ckpt_tui.core.operations.convert import select
     from ckpt_tui.core.operations.layer_change import layer_change, norm_series
     from ckpt_tui.core.operations.reports import describe_layer_change, describe_norm_series, render_text
@@ -300,7 +301,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
             print_json(series.to_json(paths))
         else:
             print(render_text(describe_norm_series(series, paths), limit=sys.maxsize))
-        return 0
+        return 0 if series.unchanged else 1
     a, b = _two_sides(args)
     report = layer_change(a, b, args.strip_prefix)
     if args.json:
@@ -308,7 +309,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
     else:
         described = describe_layer_change(report, _side(args.a, args.at_a), _side(args.b, args.at_b))
         print(render_text(described, limit=sys.maxsize))
-    return 0
+    return 0 if report.unchanged else 1
 
 
 def average(args: argparse.Namespace) -> int:

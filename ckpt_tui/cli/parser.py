@@ -53,8 +53,8 @@ COMMAND_LINES = (
 """What ``--help`` lists after the options: each command's form and what it does (wrapped when printed)."""
 
 EXIT_CODES = (
-    "0 ok (check: fits / clean; diff: identical), 1 problems found / does not fit / different / an edit does "
-    "not apply, 2 unreadable input, bad arguments or refused write"
+    "0 ok (check: fits / clean; diff, diff --stats: identical), 1 problems found / does not fit / different / "
+    "an edit does not apply, 2 unreadable input, bad arguments or refused write"
 )
 
 
@@ -292,7 +292,8 @@ def _diff_arguments(diff_: argparse.ArgumentParser) -> None:
     diff_.add_argument(
         "--stats",
         action="store_true",
-        help="per layer: relative change |a-b|/|a|, cosine, norms, with a plot (3+ files: norms across them)",
+        help="per layer: relative change |a-b|/|a|, cosine, norms, with a plot (3+ files: norms across them); "
+        "exits as diff does: 0 when no layer moved, 1 when a layer or key differs",
     )
     diff_.add_argument("--json", action="store_true", help="print one JSON object")
     _max_download(diff_)

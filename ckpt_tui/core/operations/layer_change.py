@@ -109,6 +109,13 @@ class LayerChangeReport:
         """The rows that have numbers."""
         return [layer for layer in self.layers if layer.note is None]
 
+    @property
+    def unchanged(self) -> bool:
+        """Every layer of either side measured, none moved (``diff``'s exit 0): no key on one side only, no
+        shape or dtype change, no unreadable layer, every ``‖a−b‖`` zero; a layer with NaN or Inf left out of
+        its sums is not shown equal, so it counts as changed."""
+        return all(layer.note is None and layer.relative_change == 0 and not layer.nonfinite for layer in self.layers)
+
     def to_json(self) -> dict[str, Any]:
         """``{"layers": [{"path", "relative_change", "cosine", "norm_a", "norm_b", ...}]}``."""
         return {"layers": [layer.to_json() for layer in self.layers]}
@@ -349,6 +356,12 @@ class NormSeries:
     """Each layer's norm in each file of a series, layers in the first file's order (then new ones)."""
 
     layers: list[tuple[KeyPath, list[float | None]]] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        """Every layer in every file, of one norm in all of them (equal norms do not make equal values:
+        ``diff`` of the files says that)."""
+        return all(None not in norms and len(set(norms)) == 1 for _, norms in self.layers)
 
     def to_json(self, files: Sequence[str]) -> dict[str, Any]:
         """``{"series": [{"path", "norms": [...]}], "files": [...]}``."""
