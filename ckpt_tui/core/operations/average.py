@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 
 THREADED_INPUTS = 2
 """Up to this many files, chunks are averaged on the statistics threads (each holds a chunk of every file)."""
-READ_PIECE = 1 << 18
-"""Elements of each file read and averaged at once on a statistics thread (1 MB of float32: two inputs and the
-average stay in the core's cache between the read and the sums)."""
+READ_PIECE = 1 << 17
+"""Elements of each file read and averaged at once on a statistics thread (512 kB of float32: two inputs and
+the average stay in the core's cache between the read and the sums)."""
 AVERAGED_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
 LIST_LIMIT = 8
 
@@ -289,12 +289,14 @@ class AveragedRecords(AssembledRecords):
         The sum starts from the first product rather than from 0 + it, and 0 is added at the end: the two
         orders give the same values and NaNs, and the same +0 where every product is a zero (0 + -0 is +0).
         """
-        scratch = np.empty((2, min(out.size, BLOCK_ELEMENTS)), dtype=np.float64)
+        scratch: np.ndarray | None = None  # (made at the first block the float32 sum cannot average)
         halved = self.weights == [0.5, 0.5] and out.dtype == np.float32 and all(p.dtype == np.float32 for p in parts)
         for begin in range(0, out.size, BLOCK_ELEMENTS):
             end = min(begin + BLOCK_ELEMENTS, out.size)
             if halved and _halved_sum(parts[0][begin:end], parts[1][begin:end], out[begin:end]):
                 continue
+            if scratch is None:
+                scratch = np.empty((2, min(out.size, BLOCK_ELEMENTS)), dtype=np.float64)
             total, values = scratch[0, : end - begin], scratch[1, : end - begin]
             np.copyto(total, parts[0][begin:end])
             total *= self.weights[0]
