@@ -14,7 +14,7 @@ from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
-from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
+from ckpt_tui.core.operations.info import Summary, hidden_tensors, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.folder import LOADER_TAKES
 from ckpt_tui.core.readers.probes import REMOTE_BESIDE
@@ -116,7 +116,10 @@ def check_checkpoint(
     # listing: each tensor once, and the distinct views under them
     columns = checkpoint.flat_columns()  # a flat file's tensors, listed without a walk
     references = None if columns is not None else list(walk(checkpoint.root))
-    listed = columns.listed() if columns is not None else listed_tensors(references or [])
+    # (what no shown path reaches is read too: torch.load builds it, a NaN in it is in the loaded file)
+    listed = (
+        columns.listed() if columns is not None else listed_tensors(references or []) + hidden_tensors(references or [])
+    )
     scanned_tensors, first_of_view, positions = _views(listed)
     # the CLI's check of a walked tree scans in a child while the tree is summed up (nothing to report
     # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages

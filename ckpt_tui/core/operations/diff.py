@@ -15,7 +15,7 @@ from ckpt_tui.core.edits import tree_edits as edits
 from ckpt_tui.core.errors import CkptError, EditError, FileChanged
 from ckpt_tui.core.model.describe import counted, short_repr
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children, hidden_parts, walk
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.tensor_values import COMPLEX_DTYPES, as_loaded, decode, decode_complex, paired_chunks
@@ -242,6 +242,9 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
             where = (*path, key)
             if type(kid) is Tensor or _is_leaf(kid) or id(kid) in expanded:
                 out[where] = kid
+                if type(kid) is Tensor and id(kid) not in expanded:
+                    expanded.add(id(kid))
+                    out.update(_attached_tensors(kid, where))
                 continue
             expanded.add(id(kid))
             stack.append((where, children(kid)))
@@ -249,6 +252,16 @@ def leaves(root: Any) -> dict[KeyPath, Any]:
         else:
             stack.pop()
     return out
+
+
+def _attached_tensors(tensor: Tensor, path: KeyPath) -> Iterator[tuple[KeyPath, Tensor]]:
+    """The tensors a tensor carries (its attributes, a Parameter's state, hooks), which torch.load builds with
+    it: compared as leaves of their own, so two files whose tensors differ only there are not identical."""
+    if next(hidden_parts(tensor), None) is None:
+        return
+    for where, value, shown, first in walk(tensor, path):
+        if first and not shown and type(value) is Tensor:
+            yield where, value
 
 
 def key_paths(root: Any) -> dict[str, KeyPath]:
