@@ -42,7 +42,10 @@ DIRECT_ALIGN = 4096
 """File offsets, lengths and memory of writes past the page cache are multiples of this (a page: any block size
 of a local file system; a file system wanting more refuses the write, which is then made through the cache)."""
 STAGE = 8 << 20
-"""Bytes gathered in an aligned buffer per write past the page cache (two buffers: one written while the next fills)."""
+"""Bytes gathered in an aligned buffer per write past the page cache."""
+STAGES = 3
+"""Aligned buffers: two written and checksummed while the next fills (the disk and the CRC thread, shared with
+other work, may each lag a buffer behind)."""
 
 Progress = Callable[[int, int], None]
 CancelCheck = Callable[[], bool]
@@ -94,19 +97,6 @@ def _written_crc(file: BinaryIO, chunk: bytes | memoryview, running: int) -> int
     try:
         file.write(chunk)
     finally:  # (a failed write: the helper is done with the chunk before it is freed or reused)
-        crc = pending.result()
-    return crc
-
-
-def _staged_crc(direct: DirectStream, chunk: bytes | memoryview, running: int) -> int:
-    """:func:`_written_crc` for a direct stream: the chunk staged (or written) while its CRC is taken."""
-    if memoryview(chunk).nbytes < PARALLEL_CRC:
-        direct.add(chunk)
-        return zlib.crc32(chunk, running)
-    pending = _crc_pool().submit(zlib.crc32, chunk, running)
-    try:
-        direct.add(chunk)
-    finally:
         crc = pending.result()
     return crc
 
@@ -216,11 +206,12 @@ class DirectStream:
 
     Writing a gigabyte through the page cache costs the writing thread half a second of copying into cache
     pages (and the kernel as much again to write them out and free them); written directly, the disk reads
-    the bytes from our memory. The bytes are gathered in two aligned buffers, one written by the writer
-    thread while the next fills; the unaligned head and tail (less than a page each, sharing pages with the
-    zip headers around them) go through the page cache. Nothing changes what is written, nor the fsync that
-    puts it on disk; a file system that refuses a direct write has it, and every write after it, made through
-    the cache.
+    the bytes from our memory. The bytes are gathered in aligned buffers, each written by the writer thread
+    and checksummed by the CRC thread (in order, the CRC running on from buffer to buffer) while the next
+    fills: the thread that stages the chunks waits only for a buffer to come free. The unaligned head and
+    tail (less than a page each, sharing pages with the zip headers around them) go through the page cache.
+    Nothing changes what is written, nor the fsync that puts it on disk; a file system that refuses a direct
+    write has it, and every write after it, made through the cache.
     """
 
     def __init__(self, fd: int, start: int, size: int, buffers: list[mmap.mmap]) -> None:
@@ -235,7 +226,10 @@ class DirectStream:
         self.current = 0
         self.filled = 0
         self.staged_at = self.first
-        self.writes: list[Future[None] | None] = [None, None]
+        self.busy: list[list[Future[None]]] = [[] for _ in buffers]
+        """Each buffer's write and CRC under way (done before it is filled again)."""
+        self.crc = 0
+        """The CRC of the bytes staged so far (updated on the CRC thread, in order)."""
         self.direct = False
         self.tail = bytearray()
 
@@ -245,34 +239,46 @@ class DirectStream:
         if self.at < self.first:  # the head, through the cache (before any write past it)
             count = min(len(data), self.first - self.at)
             _pwrite_all(self.fd, data[:count], self.at)
+            self.crc = zlib.crc32(data[:count], self.crc)
             self.at += count
             data = data[count:]
         if data and self.at == self.first < self.last and self.filled == 0 and self.staged_at == self.first:
             self.direct = _set_direct(self.fd, True)  # (once, as the first whole page comes)
         while data and self.at < self.last:
             count = min(len(data), self.last - self.at, STAGE - self.filled)
-            buffer = self.buffers[self.current]
-            _copy_into(buffer, self.filled, data[:count])
+            _copy_into(self.buffers[self.current], self.filled, data[:count])
             self.filled += count
             self.at += count
             data = data[count:]
             if self.filled == STAGE or self.at == self.last:
-                self._write_stage()
+                self._hand_over()
         if data:
             self.tail += data
             self.at += len(data)
 
-    def _write_stage(self) -> None:
-        """Hand the filled buffer to the writer thread and go on in the other (once its last write is done)."""
+    def _hand_over(self) -> None:
+        """The filled buffer to the writer and CRC threads; go on in the next one, once it is free."""
         view = memoryview(self.buffers[self.current])[: self.filled]
-        self.writes[self.current] = _writer_pool().submit(self._write, view, self.staged_at)
+        self.busy[self.current] = [
+            _writer_pool().submit(self._write, view, self.staged_at),
+            _crc_pool().submit(self._checksum, view),
+        ]
         self.staged_at += self.filled
-        self.current ^= 1
+        self.current = (self.current + 1) % len(self.buffers)
         self.filled = 0
-        waiting = self.writes[self.current]
-        if waiting is not None:
-            self.writes[self.current] = None
-            waiting.result()
+        self._free(self.current)
+
+    def _free(self, index: int) -> None:
+        """Wait for a buffer's write and CRC (both, then the first failure raised)."""
+        pending, self.busy[index] = self.busy[index], []
+        failures = [task.exception() for task in pending]
+        failure = next((exc for exc in failures if exc is not None), None)
+        if failure is not None:
+            raise failure
+
+    def _checksum(self, view: memoryview) -> None:
+        # (one CRC thread: the buffers' checksums run in the order they were handed over)
+        self.crc = zlib.crc32(view, self.crc)
 
     def _write(self, view: memoryview, offset: int) -> None:
         try:
@@ -284,19 +290,23 @@ class DirectStream:
             self.direct = _set_direct(self.fd, False)
             _pwrite_all(self.fd, view, offset)
 
-    def close(self) -> None:
-        """Wait for the writes past the cache, then write the tail through it."""
+    def close(self) -> int:
+        """Wait for the writes past the cache, then write the tail through it; the CRC of the whole range."""
         self.wait()
         if self.direct:
             self.direct = _set_direct(self.fd, False)
         if self.tail:
             _pwrite_all(self.fd, memoryview(self.tail), self.last)
+        return zlib.crc32(self.tail, self.crc)
 
     def wait(self) -> None:
-        """Wait for both buffers' writes (the first failure raised, once both are done)."""
-        pending, self.writes = self.writes, [None, None]
-        done = [write.exception() for write in pending if write is not None]
-        failure = next((exc for exc in done if exc is not None), None)
+        """Wait for every buffer's write and CRC (the first failure raised, once all are done)."""
+        failure: BaseException | None = None
+        for index in range(len(self.buffers)):
+            try:
+                self._free(index)
+            except BaseException as exc:  # (every buffer waited for before raising)
+                failure = failure or exc
         if failure is not None:
             raise failure
 
@@ -397,7 +407,7 @@ class Output:
                 if direct is None:
                     running = _written_crc(self.file, chunk, running)
                 else:
-                    running = _staged_crc(direct, chunk, running)
+                    direct.add(chunk)
                 if len(head) < EDGE:
                     head += bytes(chunk[: EDGE - len(head)])
                 tail = (tail + bytes(chunk[-EDGE:]))[-EDGE:]
@@ -406,7 +416,7 @@ class Output:
                     raise OSError(f"wrote {written} bytes, {size} were expected")
                 self.advance(len(chunk))
             if direct is not None:
-                direct.close()
+                running = direct.close()
                 self.file.seek(start + written)
         except BaseException:
             if direct is not None:  # (no write left running on a buffer the next record reuses)
@@ -431,7 +441,7 @@ class Output:
             return None
         self.file.flush()  # (what the file object holds, written before the positioned writes)
         if not self._stage:
-            self._stage = [mmap.mmap(-1, STAGE) for _ in range(2)]  # page-aligned memory, kept for every record
+            self._stage = [mmap.mmap(-1, STAGE) for _ in range(STAGES)]  # page-aligned memory, kept for every record
         self._direct = True
         return DirectStream(self.file.fileno(), self.position, size, self._stage)
 
