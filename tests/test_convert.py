@@ -146,9 +146,9 @@ def test_rename_collision_refused(tmp_path: Path, capsys) -> None:
 
 def test_an_edit_with_nothing_to_do_is_a_note_exit_0_and_the_file_written_as_it_is(tmp_path: Path, capsys) -> None:
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
-    for edit in (["--strip-prefix", "module."], ["--map-location", "cpu"], ["--dtype", "fp32"]):
+    for edit in (["--strip-prefix", "auto"], ["--map-location", "cpu"], ["--dtype", "fp32"]):
         code, out, err = convert(capsys, tmp_path / "plain.pth", "-o", tmp_path / "x.pth", *edit, "--force")
-        assert code == 0 and not err and "note: nothing changes: " in out, edit
+        assert code == 0 and not err and ("note: nothing changes: " in out or "nothing stripped" in out), edit
         assert "no edits: the checkpoint is written as it is" in out, edit
         assert set(torch.load(tmp_path / "x.pth")) == set(tiny_state_dict()), edit
     # a no-op beside an edit that changes something: the note, and the file with that change
@@ -402,3 +402,35 @@ def test_every_location_a_map_may_write_is_one_torch_load_restores(target: str) 
 
     assert parse_device_map(f"cpu={target}")("cpu") == target
     assert not location_refused(target)
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (["--strip-prefix", "foo."], "--strip-prefix 'foo.': no key of the root starts with 'foo.'; nothing written"),
+        (["--strip-prefix", "moduel."], "starts with 'moduel.' (did you mean 'module.'?); nothing written"),
+        (["--strip-prefix", "module"], "stripping 'module' leaves keys that start with '.' (did you mean 'module.'?)"),
+        (["--rename-prefix", "foo.=bar."], "--rename-prefix 'foo.=bar.': no key of the root starts with 'foo.'"),
+        (["--rename-infix", "hed=head"], "no key of the root has the component 'hed' (did you mean 'head'?)"),
+        (["--drop-keys", "*.nothere"], "--drop-keys '*.nothere': no key of the root matches '*.nothere'"),
+    ],
+)
+def test_a_key_edit_named_by_hand_that_matches_nothing_is_refused_in_one_line(
+    tmp_path: Path, capsys, edit: list[str], said: str
+) -> None:
+    """A typo'd prefix used to write an unchanged copy and exit 0; --drop of a missing key already said so, exit 2."""
+    torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
+    code, out, err = convert(capsys, tmp_path / "ddp.pth", "-o", tmp_path / "x.pth", *edit)
+    assert code == 2 and said in err and err.count("\n") == 1 and not out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp.pth"]
+
+
+def test_each_rename_rule_named_by_hand_must_move_a_key(tmp_path: Path, capsys) -> None:
+    torch.save(ddp_state_dict(), tmp_path / "ddp.pth")
+    argv = ["--rename-prefix", "module.=net.", "--rename-prefix", "modul.=x."]
+    code, _, err = convert(capsys, tmp_path / "ddp.pth", "-o", tmp_path / "x.pth", *argv)
+    # the second rule sees the keys the first made: nothing of it is left, and it is named
+    assert code == 2 and "--rename-prefix 'modul.=x.': no key of the root starts with 'modul.'" in err
+    assert not (tmp_path / "x.pth").exists()
+    code, _, _ = convert(capsys, tmp_path / "ddp.pth", "-o", tmp_path / "x.pth", "--rename-prefix", "module.=net.")
+    assert code == 0 and all(k.startswith("net.") for k in torch.load(tmp_path / "x.pth", weights_only=True))

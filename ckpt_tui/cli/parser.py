@@ -238,7 +238,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "(--rename-prefix/--rename-infix in the order given, then --rename-map), add prefix, map devices, cast. "
         "Key paths use / between levels (--extract model, --drop optimizer), or the Python form messages print "
         "(--drop 'ckpt[\"payload\"]'). auto edits with nothing to do "
-        "are a no-op with a note, so one command runs over a batch of files.",
+        "are a no-op with a note, so one command runs over a batch of files; so are --map-location and --dtype "
+        "when the tensors already are so. A key edit named by hand (--strip-prefix P, --rename, --rename-prefix, "
+        "--rename-infix, --rename-map, --drop-keys) that matches no key is a typo: refused in one line, exit 2, "
+        "nothing written.",
     )
     sub.add_parser("demo", help="write the demo checkpoint and open it")
     sub.add_parser("open", help="open a checkpoint in the browser (the default command)")

@@ -184,6 +184,12 @@ def strip_prefix(root: Any, prefix: str, path: KeyPath | None = None, lightning:
             raise EditError(no_wrapper_message(root, where))
     if not prefix:
         raise BadArgument("the prefix is empty")
+    if not prefix.endswith("."):
+        # 'module' for 'module.': every key it strips would start with '.', a name no model has
+        target = _target_dict(root, where)
+        cut = [k[len(prefix) :] for k in target if isinstance(k, str) and k.startswith(prefix) and k != prefix]
+        if cut and all(rest.startswith(".") for rest in cut):
+            raise BadArgument(f"stripping {prefix!r} leaves keys that start with '.' (did you mean {prefix + '.'!r}?)")
     rebuilt, target, change = _rename_keys(root, where, KeyRenamer(strip=prefix), f"strip {prefix!r}")
     _strip_metadata(rebuilt.version_of(target), prefix)
     return rebuilt.root, change

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.edits import unmatched
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
 from ckpt_tui.core.errors import BadArgument, EditError, NoSuchKey, NothingChanges, ReadError, WriteError
 from ckpt_tui.core.model import byte_source
@@ -245,6 +246,24 @@ class _Edits:
         self.root = root
         self.changes.append(change)
 
+    def named(
+        self, message: Callable[[list[str], str], str], edit: Callable[..., tuple[Any, Change]], *args: Any
+    ) -> None:
+        """An edit of keys the user named: one that changes nothing is a mistake (a typo), refused in one line
+        that ``message`` words from the edited dict's keys and its name; nothing is written."""
+        try:
+            root, change = edit(*args)
+        except NothingChanges:
+            root, change = self.root, Change("", 0)
+        if change.count == 0:
+            where = self.at()
+            where = edits.default_target(self.root) if where is None else where
+            target = get(self.root, where)
+            keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+            raise NoSuchKey(message(keys, to_python(where) if where else "the root"))
+        self.root = root
+        self.changes.append(change)
+
     def at(self) -> KeyPath | None:
         """The dict ``--at`` names in the tree as it is now (None: the detected state_dict)."""
         return resolve_path(self.root, self.options.at) if self.options.at is not None else None
@@ -270,7 +289,15 @@ class _Edits:
         for path in [] if options.sanitize else options.drop:
             self.run(edits.delete, self.root, resolve_path(self.root, path))
         if options.drop_keys:
-            self.run(edits.drop_keys, self.root, options.drop_keys, self.at())
+            globs = ", ".join(map(repr, options.drop_keys))
+            try:
+                self.run(edits.drop_keys, self.root, options.drop_keys, self.at())
+            except NoSuchKey:
+                raise
+            except EditError as exc:
+                if "matches" not in str(exc):
+                    raise
+                raise NoSuchKey(f"--drop-keys {globs}: {exc}; nothing written") from None
 
     def rename(self) -> None:
         """``--rename OLD=NEW``, one path each."""
@@ -278,7 +305,13 @@ class _Edits:
             old, sep, new = spec.rpartition("=")
             if not sep or not old or not new:
                 raise BadArgument(f"--rename takes OLD=NEW, got {spec!r}")
-            self.run(edits.rename, self.root, resolve_path(self.root, old), new)
+            self.named(
+                lambda keys, where, spec=spec: f"--rename {spec!r}: the key already has that name; nothing written",
+                edits.rename,
+                self.root,
+                resolve_path(self.root, old),
+                new,
+            )
 
     def strip_prefix(self, lightning: bool) -> None:
         """``--strip-prefix`` (auto with no wrapper prefix: a note)."""
@@ -293,14 +326,39 @@ class _Edits:
                     "--strip-prefix auto: " + edits.no_wrapper_message(self.root, where) + "; nothing stripped"
                 )
         elif strip:
-            self.run(edits.strip_prefix, self.root, strip, self.at())
+            self.named(
+                lambda keys, where: unmatched.no_prefix("--strip-prefix", strip, keys, where),
+                edits.strip_prefix,
+                self.root,
+                strip,
+                self.at(),
+            )
 
     def rename_rules_and_add_prefix(self) -> None:
         """``--rename-prefix``/``--rename-infix`` in their order, then ``--rename-map``; then ``--add-prefix``."""
         options = self.options
         rules = [*options.rename_rules, *(read_rename_map(options.rename_map) if options.rename_map else [])]
+        if options.rename_rules:
+            # each rule typed on the command line must move a key; a map's rules may cover other files' keys
+            where = self.at()
+            where = edits.default_target(self.root) if where is None else where
+            target = get(self.root, where)
+            keys = [k for k in target if isinstance(k, str)] if isinstance(target, dict) else []
+            idle = unmatched.idle_rule(options.rename_rules, keys)
+            if idle is not None:
+                raise NoSuchKey(unmatched.no_rule_match(idle[0], idle[1], to_python(where) if where else "the root"))
         if rules:
-            self.run(edits.rename_keys_by_rules, self.root, rules, self.at())
+            source = options.rename_map
+            self.named(
+                lambda keys, where: (
+                    f"--rename-map {source!r}: no key of {where} starts with any of its "
+                    f"{len(rules)} prefixes; nothing written"
+                ),
+                edits.rename_keys_by_rules,
+                self.root,
+                rules,
+                self.at(),
+            )
         if options.add_prefix:
             self.run(edits.add_prefix, self.root, options.add_prefix, self.at())
 
