@@ -305,8 +305,13 @@ class _Edits:
             old, sep, new = spec.rpartition("=")
             if not sep or not old or not new:
                 raise BadArgument(f"--rename takes OLD=NEW, got {spec!r}")
+            same = f"--rename {spec!r}: the key already has that name; nothing written"
+
+            def said(keys: list[str], where: str, same: str = same) -> str:
+                return same
+
             self.named(
-                lambda keys, where, spec=spec: f"--rename {spec!r}: the key already has that name; nothing written",
+                said,
                 edits.rename,
                 self.root,
                 resolve_path(self.root, old),
