@@ -13,7 +13,7 @@ from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Storage, Tensor
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.pickle_emitter import PickleWriter
-from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan, bad_crc
+from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, SourceSpan, bad_crc, compressed
 from ckpt_tui.core.writers.tensor_data import tensor_bytes
 from ckpt_tui.core.writers.zip_writer import WrittenEntry, ZipWriter
 
@@ -111,7 +111,8 @@ def _write_members(zip_file: ZipWriter, emitted: Emitted, archive: str, byteorde
 def _write_record(zip_file: ZipWriter, reader: SourceReader, name: str, storage: Storage, byteorder: str) -> None:
     """One storage as one record: converted, copied through memory (small) or by the kernel (large)."""
     size = storage.numel * DTYPES[storage.dtype][0]
-    if made_records(storage.source) is not None:  # made while written: a cast, bytes in memory, pieces of files
+    # made while written: a cast, bytes in memory, pieces of files; a deflated record, inflated
+    if made_records(storage.source) is not None or compressed(storage):
         whole = Tensor(storage, 0, (storage.numel,), (1,), storage.dtype)
         zip_file.add_stream(name, size, tensor_bytes(whole, byteorder))
         return

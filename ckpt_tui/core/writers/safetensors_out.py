@@ -29,7 +29,7 @@ from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import HeaderRanges, Tensor, over_whole_storages
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.writers.output import Output, WriteLog
-from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, in_one_file
+from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, compressed, in_one_file
 from ckpt_tui.core.writers.tensor_data import NEGATABLE, tensor_bytes, view_bits
 
 # the library's Dtype enum, in declaration order: it sorts tensors by this, descending
@@ -311,7 +311,7 @@ class SafetensorsPlan:
         copies = copyable.get(key)
         if copies is None:
             copies = copyable[key] = in_one_file(storage.source) and tensor.is_contiguous()
-        if not copies:
+        if not copies or compressed(storage):
             return item
         if item.size == 0:
             return item  # an empty tensor reads no byte, wherever its offset points (torch.load accepts it)

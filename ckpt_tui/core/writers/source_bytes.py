@@ -35,6 +35,13 @@ def in_one_file(source: RecordSource | None) -> bool:
     return source is not None and source.in_place
 
 
+def compressed(storage: Storage) -> bool:
+    """Whether a storage's record is deflated in its zip (a re-zipped checkpoint): its bytes are inflated as
+    torch.load inflates them and written from memory, never copied as they lie."""
+    check = getattr(storage.source, "is_compressed", None)
+    return check is not None and bool(check(storage))
+
+
 class SourceSpan:
     """Where a storage's bytes are: file, absolute offset, bytes available there, and a CRC if one is known."""
 
