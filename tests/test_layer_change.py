@@ -407,3 +407,15 @@ def test_stats_exits_as_diff_does_0_identical_1_different(tmp_path, capsys):
     assert done.value.code == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "exits as diff does: 0 when no layer moved, 1 when a layer or key differs" in said
+
+
+def test_bit_identical_layers_have_cosine_exactly_1_in_the_json_and_the_text(tmp_path, capsys):
+    # Σab/(√Σa²·√Σb²) of two equal vectors of ones rounds to 1 − 2.2e-16: √2·√2 is 2 + 4.4e-16
+    weights = {"w64": torch.ones(2, dtype=torch.float64), "w32": torch.ones(2), "big": torch.randn(3 * BLOCK_ELEMENTS)}
+    torch.save(weights, tmp_path / "a.pth")
+    torch.save({key: value.clone() for key, value in weights.items()}, tmp_path / "b.pth")
+    rows = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]
+    assert [(row["relative_change"], row["cosine"]) for row in rows] == [(0.0, 1.0)] * 3
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 0
+    out = capsys.readouterr().out
+    assert "3 unchanged" in out and "1-" not in out

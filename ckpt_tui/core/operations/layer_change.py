@@ -282,7 +282,11 @@ def _change(path: KeyPath, sums: PairSums, nonfinite: int) -> LayerChange:
     else:
         relative = 0.0 if sums.dd == 0 else None
     cosine = None
-    if norm_a > 0 and norm_b > 0:
+    if norm_a > 0 and norm_b > 0 and sums.dd == 0:
+        # equal values (a − b is exactly 0 everywhere): Σab/(√Σa²·√Σb²) can still round to 1 − 1.1e-16, and the
+        # table counting this layer unchanged must not show it as moved
+        cosine = 1.0
+    elif norm_a > 0 and norm_b > 0:
         cosine = _narrow_cosine(sums, norm_a, norm_b) if sums.narrow else sums.ab / (norm_a * norm_b)
         cosine = max(-1.0, min(1.0, cosine))
     return LayerChange(path, relative, cosine, norm_a, norm_b, nonfinite)
