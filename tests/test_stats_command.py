@@ -277,6 +277,43 @@ def test_text_table_fits_80_columns_and_marks_nan_norm_and_dead(
     assert any("layers.3.weight" in line and "dead" in line for line in lines)
     assert any("layers.4.weight" in line and "!! NaN" in line for line in lines)
     assert not any("layers.0.weight" in line and ("!!" in line or "dead" in line) for line in lines)
+    # a NaN: the nan and inf columns stay; a legend says what each mark shown means
+    assert "nan" in out.split("layers.0.weight")[0] and "no NaN/Inf" not in out
+    legend = lines[lines.index("mark:") :]
+    assert [line.split()[:2] for line in legend[1:4]] == [["!!", "NaN"], ["!!", "norm"], ["dead", "all"]]
+
+
+def test_a_training_checkpoints_stats_fit_80_columns_with_fewer_digits_and_no_empty_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Flatten())
+    model(torch.randn(4, 3, 6, 6))  # running statistics and a counter
+    state = model.state_dict()
+    state["1.bias"].uniform_()  # no tensor marked
+    state["2.scale"] = torch.tensor([-8.19842e-05, -1.23456e-05])  # numbers whose 6 digits take 11-12 columns
+    torch.save({"model_state_dict": state}, tmp_path / "run.pth")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["stats", str(tmp_path / "run.pth")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80
+    # a tensor's names, then its numbers: two lines each, none wrapped, then one line for NaN/Inf
+    assert len(lines) == 2 + 2 * len(state) + 1 and lines[-1] == f"no NaN/Inf in the {len(state)} tensors read"
+    assert lines[0] == "path  shape  dtype" and lines[1].split() == [
+        "min",
+        "max",
+        "mean",
+        "std",
+        "norm",
+        "absmax",
+        "zeros",
+    ]
+    assert "-8.198e-05" in lines[lines.index("model_state_dict/2.scale  [2]  float32") + 1]
+    # a wide terminal keeps every digit on one line a tensor
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["stats", str(tmp_path / "run.pth")]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide) == 1 + len(state) + 1 and "-8.19842e-05" in wide[-2]
 
 
 def test_wide_terminal_shows_one_line_per_tensor(
@@ -286,8 +323,11 @@ def test_wide_terminal_shows_one_line_per_tensor(
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["stats", str(tmp_path / "t.pth")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 + len(tiny_state_dict())
+    # the table, then one line for the NaN/Inf columns left out (no tensor has any); no empty mark column
+    assert len(lines) == 1 + len(tiny_state_dict()) + 1
     assert "norm" in lines[0] and "conv.weight" in lines[1]
+    assert lines[-1] == f"no NaN/Inf in the {len(tiny_state_dict())} tensors read"
+    assert lines[0].split()[-1] == "zeros" and "nan" not in lines[0] and "mark" not in lines[0]
 
 
 def test_families_replace_numbers_and_join_nested_keys() -> None:

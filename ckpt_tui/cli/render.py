@@ -10,6 +10,7 @@ terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.run
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError
@@ -265,11 +266,23 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
 
 
 STATS_NUMBERS = ("min", "max", "mean", "std", "norm", "absmax")
+STATS_HEADER = ("path", "shape", "dtype", *STATS_NUMBERS, "zeros", "nan", "inf", "mark")
+NAME_COLUMNS = frozenset({"path", "shape", "dtype", "mark"})
+"""Left-aligned; on the first line of a tensor when its numbers take a line of their own."""
+STATS_DIGITS = (6, 4, 3)
+"""Significant digits of the numbers: the most that lets a tensor's numbers fit the terminal's width."""
+MARK_LEGEND = {
+    "!! NaN": "!! NaN   holds NaN (and maybe Inf)",
+    "!! Inf": "!! Inf   holds Inf",
+    "!! norm": "!! norm  norm far from the median of the same key in the other layers",
+    "dead": "dead     all zero where the same key in the other layers is not",
+}
+"""What each mark of the ``mark`` column says, a line each under the table for the marks it holds."""
 
 
-def stats_number(value: float | None) -> str:
-    """A statistic with 6 significant digits (``-`` for none)."""
-    return "-" if value is None else f"{value:.6g}"
+def stats_number(value: float | None, digits: int = 6) -> str:
+    """A statistic with ``digits`` significant digits (``-`` for none)."""
+    return "-" if value is None else f"{value:.{digits}g}"
 
 
 def zeros_text(fraction: float | None) -> str:
@@ -278,39 +291,74 @@ def zeros_text(fraction: float | None) -> str:
 
 
 def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str:
-    """The ``stats`` text: one aligned line per tensor when that fits ``width``, else two (names, then numbers).
+    """The ``stats`` text: one aligned line per tensor when that fits ``width``, else two (names, then numbers,
+    with as few digits as make them fit).
 
     ``rows`` are :class:`~ckpt_tui.core.values.tensor_table.TensorRow`; ``marks`` the words of
-    :func:`~ckpt_tui.core.conventions.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last column.
-    Columns are aligned by one format string per table (50,000 rows are one pass each way).
+    :func:`~ckpt_tui.core.conventions.layer_marks.marks` (``!! NaN``, ``!! norm``, ``dead``), shown in the last
+    column, with a legend under the table. The ``nan`` and ``inf`` columns go when every count is 0 (one line
+    says so), the ``mark`` column when it is empty. Columns are aligned by one format string per table
+    (50,000 rows are one pass each way).
     """
-    header = ["path", "shape", "dtype", *STATS_NUMBERS, "zeros", "nan", "inf", "mark"]
-    table = [header, *(_stats_cells(row, marks) for row in rows)]
-    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
-    if sum(widths) + 2 * (len(widths) - 1) <= width:
-        left = {0, 1, 2, 12}
-        line = _row_format(widths, left)
-        return "\n".join(line.format(*cells).rstrip() for cells in table)
-    names = [0, 1, 2, 12]  # path, shape, dtype, mark on the first line; the numbers indented on the second
-    numbers = list(range(3, 12))
-    first = _row_format([0] * 4, {0, 1, 2, 3})
-    second = "  " + _row_format(_pick(widths, numbers), set())
+    shown = _stats_columns(rows, marks)
+    for digits in STATS_DIGITS:
+        table = [_pick_named(STATS_HEADER, shown), *(_pick_named(_stats_cells(r, marks, digits), shown) for r in rows)]
+        widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+        if sum(widths) + 2 * (len(widths) - 1) <= width:
+            line = _row_format(widths, {i for i, name in enumerate(shown) if name in NAME_COLUMNS})
+            return "\n".join([*(line.format(*cells).rstrip() for cells in table), *_stats_notes(rows, marks, shown)])
+        names = [i for i, name in enumerate(shown) if name in NAME_COLUMNS]
+        numbers = [i for i, name in enumerate(shown) if name not in NAME_COLUMNS]
+        second = "  " + _row_format(_pick(widths, numbers), set())
+        if len(second.format(*_pick(table[0], numbers))) <= width or digits == STATS_DIGITS[-1]:
+            break
+    first = _row_format([0] * len(names), set(range(len(names))))
     lines = []
     for cells in table:
         lines.append(first.format(*_pick(cells, names)).rstrip())
         lines.append(second.format(*_pick(cells, numbers)).rstrip())
-    return "\n".join(lines)
+    return "\n".join([*lines, *_stats_notes(rows, marks, shown)])
 
 
-def _stats_cells(row: Any, marks: dict[int, str]) -> list[str]:
-    """One row of the ``stats`` table as text."""
+def _stats_columns(rows: list[Any], marks: dict[int, str]) -> list[str]:
+    """The columns the table shows: every one but ``nan`` and ``inf`` when all their counts are 0, and ``mark``
+    when no row has a mark or a reason."""
+    counted = [row.stats for row in rows if row.stats is not None]
+    clean = all(stats.nan == 0 and stats.posinf + stats.neginf == 0 for stats in counted)
+    marked = bool(marks) or any(row.stats is None for row in rows)
+    return [
+        name for name in STATS_HEADER if not (clean and name in ("nan", "inf")) and not (name == "mark" and not marked)
+    ]
+
+
+def _stats_notes(rows: list[Any], marks: dict[int, str], shown: list[str]) -> list[str]:
+    """The lines under the table: that no tensor read holds NaN/Inf (when those columns went), and what the
+    marks shown mean."""
+    notes = []
+    read = sum(1 for row in rows if row.stats is not None)
+    if "nan" not in shown and read:
+        notes.append(f"no NaN/Inf in the {counted(read, 'tensor')} read")
+    found = set(marks.values())
+    legend = [line for mark, line in MARK_LEGEND.items() if mark in found]
+    if legend:
+        notes += ["mark:", *("  " + line for line in legend)]
+    return notes
+
+
+def _stats_cells(row: Any, marks: dict[int, str], digits: int = 6) -> list[str]:
+    """One row of the ``stats`` table as text, every column of :data:`STATS_HEADER`."""
     cells = [printable_name(to_slash(row.path)) or "(root)", shape_text(row.shape), printable(row.dtype)]
     stats = row.stats
     if stats is None:
         return [*cells, *(["-"] * 9), f"({row.reason})"]
-    cells += [stats_number(v) for v in (stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.absmax)]
+    cells += [stats_number(v, digits) for v in (stats.min, stats.max, stats.mean, stats.std, stats.norm, stats.absmax)]
     zeros = stats.zeros / stats.count if stats.count else 0.0
     return [*cells, zeros_text(zeros), str(stats.nan), str(stats.posinf + stats.neginf), marks.get(id(row), "")]
+
+
+def _pick_named(cells: Sequence[str], shown: list[str]) -> list[str]:
+    """The cells of the columns ``shown`` (``cells`` in :data:`STATS_HEADER` order)."""
+    return [cell for cell, name in zip(cells, STATS_HEADER, strict=True) if name in shown]
 
 
 def _row_format(widths: list[int], left: set[int]) -> str:
