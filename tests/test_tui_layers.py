@@ -198,3 +198,39 @@ async def test_a_long_table_lists_the_first_rows_and_sorting_or_filtering_reache
         assert table.row_count == 2 and "first 5 listed" not in title(app)
         await settle(pilot, "G", "enter")
         assert cursor_path(app) == ("model", "layers.5.bias")
+
+
+@pytest.fixture
+def trained(tmp_path: Path) -> Path:
+    """A training checkpoint as a tutorial saves it: a conv + BatchNorm model after SGD steps with momentum
+    (the BatchNorm's ``num_batches_tracked`` counts 20 steps), its optimizer's state beside it."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(20):
+        model(torch.randn(4, 3, 6, 6)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    path = tmp_path / "run.pth"
+    torch.save(
+        {"epoch": 1, "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}, path
+    )
+    return path
+
+
+async def test_the_norm_plot_of_every_tensor_leaves_out_integer_counters_and_optimizer_state(trained: Path) -> None:
+    app = CkptApp(str(trained))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_layers(pilot)
+        assert screen.focused_row() is not None and len(screen.rows) == 9 + 6  # model tensors, momentum buffers
+        norms = plot(app)
+        # the counter (norm 20) would flatten every layer's bar; momentum is how the optimizer moved
+        assert "L2 norm by layer: 8 tensors (integers and optimizer state left out), top " in norms
+        bars = norms.splitlines()[-3]
+        assert len(bars.split()) == 8
+        # the model alone: only its counter is left out
+        await settle(pilot, "slash", *"model", "enter")
+        assert "L2 norm by layer: 8 tensors (integers left out)" in plot(app)

@@ -3,6 +3,7 @@ report lists use the rows they have, one notification at a time, keys with nothi
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,10 @@ def test_a_short_key_keeps_its_end_and_leaves_out_the_start_its_siblings_share_f
     assert short_key(key, 40) == key
     assert short_key(key, 24, head=len("module.")) == "…layer1.0.conv1.weight"
     assert short_key(key, 20, head=len("module.")) == "…yer1.0.conv1.weight"
-    alone = short_key(key, 20)  # no siblings to tell it from: core's shortening, the start and whole last components
-    assert len(alone) <= 20 and alone.startswith("mod") and alone.endswith("0.conv1.weight") and "…" in alone
+    # no siblings to tell it from: core's shortening, components to their initials (the numbered ones kept)
+    assert short_key(key, 24) == "m.layer1.0.conv1.weight"
+    # and where that is not enough, its end, the numbers in it kept
+    assert short_key(key, 20) == "…yer1.0.conv1.weight"
 
 
 def test_fitting_drops_bytes_then_device_and_shortens_the_key_before_the_shape() -> None:
@@ -122,6 +125,29 @@ async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_mid
         assert "├─ …layer1.0.conv1.weight  [32, 32, 3, 3] fp32" in block or "├─ …yer1.0.conv1.weight" in block
         assert not any("module." in line for line in lines if "fp32" in line)
         assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
+
+
+async def test_bert_keys_in_the_flat_tree_at_80_columns_never_read_the_same_and_keep_their_layer_number(
+    tmp_path: Path,
+) -> None:
+    from rich.style import Style
+    from safetensors.torch import save_file
+    from test_key_shortening import bert_state_dict
+
+    weights = bert_state_dict()
+    save_file(weights, str(tmp_path / "bert.safetensors"))
+    app = CkptApp(str(tmp_path / "bert.safetensors"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        tree = await loaded(pilot)
+        nodes = [node for node in tree.root.children if node.data is not None]
+        shown = [tree.render_label(node, Style(), Style()).plain for node in nodes]
+        assert len(shown) == len(weights) and len(set(shown)) == len(shown)
+        assert any(len(key) + len("  [16] fp32") > tree.size.width for key in weights), "no key is shortened"
+        for node, line in zip(nodes, shown, strict=True):
+            key = str(node.data.path[-1])
+            # the layer number and the parameter's name stay; the shape and dtype too
+            assert re.findall(r"\d+", line.split("  [")[0]) == re.findall(r"\d+", key), line
+            assert line.split("  [")[0].endswith(key.rsplit(".", 1)[-1]) and line.endswith("fp32")
 
 
 async def test_help_wraps_a_long_description_under_itself_at_80x24_and_says_what_tab_does(ddp_file: Path) -> None:
@@ -345,7 +371,10 @@ async def test_the_layers_view_at_80x24_fits_without_scrolling_sideways_and_cuts
         columns = [str(key.value) for key in table.columns]
         assert columns[:3] == ["mark", "path", "norm"] and len(columns) < len(TABLE_COLUMNS)
         header, rows = table_lines(app)
-        assert all(LABELS.get(name, name) in header for name in columns)
+        assert all(LABELS.get(name, name) in header for name in columns if name != "path")
+        # the start every path shares heads the column, once; the rows leave it out
+        assert screen.under == "model_state_dict/module." and f"mark  {screen.under}" in header
+        assert not any(screen.under in line for line in rows)
         for line, row in zip(rows, screen.shown, strict=False):
             last = str(row.path[-1]).split(".")[-1]
             assert line.split()[0].endswith(last) or last in line, line  # the key's last component stays

@@ -2,7 +2,7 @@
 
 A line is a list of ``Part``s. When it is too wide, parts are dropped by level (the highest first:
 bytes, then the device, ...), then long forms give way to short ones (``float32`` → ``fp32``), then
-the key is shortened in the middle (its last components stay: they name the parameter), and only
+the key is shortened (its components to their initials, its numbers and last component kept), and only
 then is the line cut at its end; the parts marked ``end`` (a check's ``!! NaN``) are never cut.
 """
 
@@ -76,15 +76,16 @@ def width_of(parts: list[Part]) -> int:
 
 
 def short_key(text: str, width: int, head: int = 0) -> str:
-    """``text`` in ``width`` columns: a key whose siblings share its start (``module.``) keeps its end, as much
-    as fits (``…layer1.0.conv1.weight``, ``…ayer1.0.conv1.weight``); another is shortened in the middle by core's
-    one function (its start and its last components kept)."""
+    """``text`` in ``width`` columns, by core's one function (components to their initials from the left, the
+    numbers and the last component kept); a key whose siblings share its start (``module.``) gives that start
+    up first, as ``…`` (``…layer1.0.conv1.weight``, ``…l.0.conv1.weight``)."""
     if len(text) <= width:
         return text
     if 0 < head < len(text) and width > MIN_KEY:
-        # the shared start tells the siblings nothing apart; the end (layer number, parameter) does
-        rest = text[max(head, len(text) - width + len(ELLIPSIS)) :]
-        return ELLIPSIS + rest
+        # the shared start tells the siblings nothing apart; the rest (layer number, parameter) does
+        rest = shorten(text[head:], width - len(ELLIPSIS))
+        # one "…" for both the start and what the rest gave up: the rest's end, as much as fits
+        return ELLIPSIS + (text[len(text) - width + len(ELLIPSIS) :] if rest.startswith(ELLIPSIS) else rest)
     return shorten(text, width)
 
 

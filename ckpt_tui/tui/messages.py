@@ -231,3 +231,6 @@ class LayersReady(Message, bubble=False):
     """Each row's family name, by ``id`` of the row."""
     texts: dict[int, Any] = field(default_factory=dict)
     """The cell texts of the rows listed first (``layers.CellTexts``), by ``id`` of the row."""
+    off_norms: dict[int, str] = field(default_factory=dict)
+    """The rows left out of the norm-by-layer plot of every tensor, by ``id`` of the row: what each is
+    (``integer``, ``optimizer state``)."""

@@ -495,18 +495,19 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     apart = [layer for layer in every if not any(layer is m for m in measured)]
     top = max((layer.relative_change for layer in measured if layer.relative_change is not None), default=0.0)
     keys = [layer.key for layer in measured]  # each layer's key as text, made once
+    under = _under(keys)
     most, least, others = _extremes(measured)
     sections = [
-        Section("per layer", _layer_table(measured, keys, width), len(measured)),
+        Section(f"per layer{under}", _layer_table(measured, keys, width), len(measured)),
         Section(
-            f"relative change by layer, parameters first, module order (full bar {top:.3g})",
+            f"relative change by layer, parameters first, module order (full bar {top:.3g}){under}",
             _layer_plot(measured, keys, width, top),
             len(measured),
         ),
         Section("moved most", [_extreme(layer, width) for layer in most], len(most)),
         Section("moved least", [_extreme(layer, width) for layer in least], len(least)),
         Section("buffers and counters moved most", [_moved_norm(layer, width) for layer in others], len(others)),
-        *([Section(APART, _layer_table(apart, [x.key for x in apart], width), len(apart))] if apart else []),
+        *([_apart_section(apart, width)] if apart else []),
         Section(
             "not compared",
             [Row(_fitted(layer.key, f": {layer.note}", width), key=layer.key) for layer in report.layers if layer.note],
@@ -516,6 +517,21 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     counts = _layer_counts(report, changes)
     title = printable(f"Per-layer change from {a} to {b}")
     return Report(title, "per-layer change", True, counts, _layer_notes(report), sections, realign=report.alignment)
+
+
+def _apart_section(apart: list[Any], width: int) -> Section:
+    """The table of the layers that are not the model's (optimizer state and the like)."""
+    keys = [layer.key for layer in apart]
+    return Section(f"{APART}{_under(keys)}", _layer_table(apart, keys, width), len(apart))
+
+
+def _under(keys: list[str]) -> str:
+    """``, under model_state_dict/``: the start every key of a table shares, said once in its title (its rows
+    leave it out, so the room goes to what tells them apart)."""
+    from ckpt_tui.core.values.text_plots import shared_start
+
+    head = shared_start(keys)
+    return printable(f", under {head}") if head else ""
 
 
 def _role_rank(role: str) -> int:
@@ -579,16 +595,17 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
 
 def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     """Per layer: relative change, cosine and both norms, a row each (a header first)."""
-    from ckpt_tui.core.values.text_plots import clip_middle, number
+    from ckpt_tui.core.values.text_plots import clip_middle, number, shared_start
 
     if not measured:
         return []
 
     name = width - 4 * 10
+    cut = len(shared_start(keys))
     table = [Row(clip_middle("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
     table += [
         Row(
-            printable(clip_middle(key, name))
+            printable(clip_middle(key[cut:], name))
             + " "
             + change_text(layer).rjust(9)
             + " "
@@ -603,13 +620,14 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
     """A bar per layer, in module order, the largest relative change a full bar."""
-    from ckpt_tui.core.values.text_plots import bar, clip_middle
+    from ckpt_tui.core.values.text_plots import bar, clip_middle, shared_start
 
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
+    cut = len(shared_start(keys))
     return [
         Row(
-            printable(clip_middle(key, plot_name))
+            printable(clip_middle(key[cut:], plot_name))
             + " "
             + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
             + " "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -50,19 +51,46 @@ def _buckets(values: Sequence[float | None], width: int) -> list[float | None]:
     return out
 
 
-HEAD_KEPT = 4
-"""Characters of a shortened key's start kept before the ``…`` when its end leaves room."""
+PARTIAL_KEPT = 2
+"""A component cut in part keeps at least this many letters before its ``…`` (else just its first letter)."""
 _BOUNDARIES = "./[]\"'"
+_WORD = re.compile(r"[^./\[\]\"']+")
+_NAME = re.compile(r"[A-Za-z_][\w-]*|\d+")
+"""A component of a key path (``layer1``, ``0``, ``exp_avg``): other text is not shortened to initials."""
+HEAD_KEPT = 4
+"""Characters of other text's start kept before its ``…`` when its end leaves room."""
 
 
 def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, shortened in the middle: its start, ``…``, and its last
-    components, each whole (``model.enc…layers.3.attn.weight``, ``ckpt["opt…[0]["exp_avg"]``). Where not
-    even the last component fits, its end is kept."""
+    """``text`` in at most ``width`` characters, keeping what tells keys apart. A key path's components are cut
+    to their first letter from the left (``e.l.0.atten….output.LayerNorm.bias``), except those holding digits
+    (the layer's index) and the last one (the parameter); where even all of them cut is too long, ``…`` and the
+    end of that, from a component's start where one fits (``…0.a.o.L.bias``). Other text (a key holding a
+    repr, spaces, braces) keeps its start, ``…``, and its last components, each whole."""
     if len(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
+    words = [match.span() for match in _WORD.finditer(text)]
+    if not all(_NAME.fullmatch(text, start, end) for start, end in words):
+        return _middle(text, width)
+    # an ellipsis in the middle hides how many components went and which index they held (layer 0 and
+    # layer 1 read the same); initials keep every component's place, the numbers and the parameter whole
+    fitted = _initials(text, words, width)
+    if fitted is not None:
+        return fitted
+    short = _initials(text, words, 0) or text
+    room = width - 1
+    start = len(short) - room
+    cut = next((i for i in range(start, len(short)) if short[i - 1] in _BOUNDARIES), start)
+    # from a component's start, unless that leaves out a number (``…yer1.0.conv1.weight``)
+    if any(char.isdigit() for char in short[start:cut]):
+        cut = start
+    return "…" + short[cut:]
+
+
+def _middle(text: str, width: int) -> str:
+    """``text`` shortened in the middle: its start, ``…``, and its last components, each whole."""
     room = width - 1
     # the longest tail of whole components that leaves the start HEAD_KEPT characters, else any that fits:
     # the last components are what tells keys apart, the start says which part of the file
@@ -71,6 +99,50 @@ def shorten(text: str, width: int) -> str:
     cut = roomy[0] if roomy else cuts[0] if cuts else len(text) - room
     head = room - (len(text) - cut)
     return text[:head] + "…" + text[cut:]
+
+
+def shared_start(keys: Sequence[str]) -> str:
+    """The start every one of ``keys`` shares, up to a component's end (``model_state_dict/``,
+    ``ckpt["optimizer"]["state"]``): a table says it once above its rows instead of on each; ``""`` for fewer
+    than two keys, or when a key would be left empty."""
+    if len(keys) < 2:
+        return ""
+    first, last = min(keys), max(keys)
+    common = 0
+    while common < len(first) and first[common] == last[common]:
+        common += 1
+    shortest = min(map(len, keys))
+    # cut after a "." or "/", or before a "[": what is left of every key starts a component
+    for cut in range(min(common, shortest - 1), 0, -1):
+        if first[cut - 1] in "./" or first[cut] == "[":
+            return first[:cut]
+    return ""
+
+
+def _initials(text: str, words: list[tuple[int, int]], width: int) -> str | None:
+    """``text`` with its first wordy components cut to their first letter, as few as make it fit ``width``
+    (with ``width`` 0: all of them), or None when all of them are not enough. The last one cut keeps what
+    fits of its start, marked ``…``, when that is two letters or more (``e.l.0.atten….output.LayerNorm.bias``)."""
+    excess = len(text) - width
+    cut: list[tuple[int, int, str]] = []
+    for start, end in words[:-1]:
+        if end - start > 1 and not any(char.isdigit() for char in text[start:end]):
+            kept = end - start - 1 - excess  # the letters this one can keep, and the "…", once it is the last
+            if width and kept >= PARTIAL_KEPT:
+                cut.append((start + kept, end, "…"))
+                excess = 0
+                break
+            cut.append((start + 1, end, ""))
+            excess -= end - start - 1
+            if width and excess <= 0:
+                break
+    if width and excess > 0:
+        return None
+    pieces, position = [], 0
+    for start, end, mark in cut:
+        pieces.append(text[position:start] + mark)
+        position = end
+    return "".join(pieces) + text[position:]
 
 
 def clip_middle(text: str, width: int) -> str:

@@ -28,7 +28,7 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.describe import shape, size
 from ckpt_tui.core.model.keypath import KeyPath, to_slash
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.values.text_plots import shorten
+from ckpt_tui.core.values.text_plots import shared_start, shorten
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
 from ckpt_tui.tui.fitting import SHORT_DTYPES, Column, fit_columns
 from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, LayersReady, Progress, ProgressPoster
@@ -73,6 +73,10 @@ TABLE_LIMIT = 1000
 """Rows put in the table at most (the first of the sorted, filtered list): a DataTable of 50,000 rows takes
 seconds to fill, and sorting or filtering brings any tensor to the top."""
 PLOT_HEIGHT = 5
+EVERY_TENSOR = "every tensor shown"
+"""The norm plot's rows when the focused tensor has no family."""
+OFF_NORMS = {"integer": "integers", "optimizer state": "optimizer state"}
+"""What the norm plot of every tensor leaves out, in its title's words."""
 CELL_COLUMNS = TABLE_COLUMNS[2:]
 """The columns whose text is the row's own (not its mark, not its path): worked out once per row shown."""
 
@@ -115,6 +119,23 @@ def row_texts(row: TensorRow) -> CellTexts:
     compact = tuple(cell_text(row, c, True) for c in CELL_COLUMNS)
     path = printable(to_slash(row.path)) or "(root)"
     return CellTexts(whole, compact, path, tuple(map(cell_len, (*whole, *compact, path))))
+
+
+def off_norms(rows: list[TensorRow], parts: Parts) -> dict[int, str]:
+    """The rows a norm plot of every tensor leaves out, by ``id`` of the row: integer and bool tensors (a step
+    counter's norm is its count, in the thousands, and would flatten every layer's bar) and optimizer state
+    (its norms say how the optimizer moved, not what the layers hold)."""
+    from ckpt_tui.core.conventions.training_state import tensor_role
+
+    optimizer = [tuple(path) for path in parts.get("optimizer").paths]
+    found = {}
+    for row in rows:
+        role = tensor_role(row.path, row.tensor)
+        if role == "counter":
+            found[id(row)] = "integer"
+        elif role == "optimizer state" or any(tuple(row.path[: len(top)]) == top for top in optimizer):
+            found[id(row)] = "optimizer state"
+    return found
 
 
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
@@ -183,6 +204,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.family_of: dict[int, str] = {}
         self.texts: dict[int, CellTexts] = {}
         """Each row's cell texts, by ``id`` of the row, made when the row is first listed."""
+        self.off_norms: dict[int, str] = {}
+        """The rows the norm plot of every tensor leaves out (counters, optimizer state), by ``id`` of the row."""
+        self.under = ""
+        """The start every listed row's path shares: the path column's heading, left out of its rows."""
         self.shown: list[TensorRow] = []
         self.sort: str | None = None
         self.reverse = False
@@ -232,7 +257,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             members.setdefault(family_of[id(row)], []).append(row)
         # the cells of the rows listed first, written here rather than on the UI thread
         texts = {id(row): row_texts(row) for row in rows[:TABLE_LIMIT]}
-        self.post_message(LayersReady(rows, marks(rows), parts, members, family_of, texts))
+        self.post_message(LayersReady(rows, marks(rows), parts, members, family_of, texts, off_norms(rows, parts)))
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:
@@ -244,6 +269,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.rows, self.marks, self.parts = message.rows, message.marks, message.parts
         self.families, self.family_of = message.families, message.family_of
         self.texts = dict(message.texts)
+        self.off_norms = message.off_norms
         self.ready = True
         self.query_one("#layers-progress").display = False
         self.refill()
@@ -277,6 +303,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         listed = rows[:TABLE_LIMIT]
         labels = {column: self._label(column) for column in TABLE_COLUMNS}
         texts = [self._texts(row) for row in listed]
+        # the start every listed path shares heads the path column, said once: the rows' room goes to the rest
+        self.under = shared_start([cells.path for cells in texts])
+        if self.under:
+            labels["path"] = self.under + labels["path"][len("path") :]
         columns = {column: self._column(column, labels[column], listed, texts) for column in TABLE_COLUMNS}
         shown, path_width, compact = fit_columns(
             list(columns.values()), self._priority(), "path", self._room(), PATH_MIN
@@ -286,7 +316,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             found = columns[column]
             # each column's width given: the table need not measure 1,000 rows' cells to find it
             width = path_width if column == "path" else found.compact if compact else found.width
-            label = Text(labels[column], justify="left" if column in TEXT_COLUMNS else "right")
+            text = shorten(labels[column], width) if column == "path" else labels[column]
+            label = Text(text, justify="left" if column in TEXT_COLUMNS else "right")
             table.add_column(label, key=column, width=width)
         table.fill(listed, lambda row: self._cells(row, self._texts(row), shown, path_width, compact))
         if focused is not None and focused in listed:
@@ -323,7 +354,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             marks = [self._mark(row) for row in rows]
             return Column(column, max(map(cell_len, [label, *marks])), max(map(cell_len, [label, *marks])))
         if column == "path":
-            widest = max([cell_len(label), *(cells.widths[-1] for cells in texts)])
+            widest = max([cell_len(label), *(cells.widths[-1] - cell_len(self.under) for cells in texts)])
             return Column(column, widest, widest)
         at = CELL_COLUMNS.index(column)
         whole = max([cell_len(label), *(cells.widths[at] for cells in texts)])
@@ -346,7 +377,7 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
                 mark = self._mark(row)
                 cells.append(Text(mark, style="bold" if mark.startswith("!!") else ""))
             elif column == "path":
-                cells.append(Text(shorten(texts.path, path_width)))
+                cells.append(Text(shorten(texts.path[len(self.under) :], path_width)))
             else:
                 text = (texts.compact if compact else texts.whole)[CELL_COLUMNS.index(column)]
                 cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
@@ -421,11 +452,18 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             if len(members) > 1:
                 return name, members
         shown = set(map(id, self.shown))
-        return "every tensor shown", [r for r in self.rows if id(r) in shown]
+        return EVERY_TENSOR, [r for r in self.rows if id(r) in shown]
 
     def norm_plot(self, width: int) -> Text:
         """(a) L2 norm by layer, in file (module) order: jumps and dead layers show at once."""
         name, rows = self.family_rows()
+        left_out = ""
+        if name == EVERY_TENSOR:
+            kept = [row for row in rows if id(row) not in self.off_norms]
+            if kept and len(kept) < len(rows):
+                kinds = dict.fromkeys(self.off_norms[id(row)] for row in rows if id(row) in self.off_norms)
+                left_out = " and ".join(OFF_NORMS[kind] for kind in kinds) + " left out"
+                rows = kept
         focused = self.focused_row()
         norms = [row.stats.norm if row.stats is not None else None for row in rows]
         marks = []
@@ -433,8 +471,14 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
             mark = self.marks.get(id(row), "")
             marks.append("^" if row is focused else "x" if mark == "dead" else "!" if mark else " ")
         top = max((n for n in norms if n is not None), default=0.0)
-        counts = f" ({len(rows)} tensors), top {number(top)}"
-        title = Text(f"L2 norm by layer: {shorten(printable(name), width - 18 - len(counts))}{counts}", style="bold")
+        if left_out:
+            # the counts first: "every tensor shown" and the words of what is left out take a line's width
+            title = Text(f"L2 norm by layer: {len(rows)} tensors ({left_out}), top {number(top, 4)}", style="bold")
+        else:
+            counts = f" ({len(rows)} tensors), top {number(top)}"
+            title = Text(
+                f"L2 norm by layer: {shorten(printable(name), width - 18 - len(counts))}{counts}", style="bold"
+            )
         legend = Text("^ focused  ! marked  x dead (all zero) · p: next plot", style="italic")
         return Text("\n").join([title, lines_text(column_chart(norms, PLOT_HEIGHT, width, marks=marks)), legend])
 
