@@ -331,3 +331,46 @@ def test_chunks_read_on_the_workers_average_to_the_bytes_of_chunks_read_here(tmp
     for key, value in want.items():
         assert torch.equal(got[key].view(bits[value.dtype]), value.view(bits[value.dtype])), key
     assert_bit_equal(got, expected(states, [float(w) for w in weights.split(",")]))
+
+
+def sgd_runs(tmp_path: Path) -> list[str]:
+    """Two training checkpoints of one model after a few SGD+momentum steps on different data, saved the way
+    the PyTorch tutorial saves them (model_state_dict, optimizer_state_dict, epoch, loss)."""
+    paths = []
+    for run in range(2):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7), torch.nn.Linear(7, 3))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        torch.manual_seed(run + 1)
+        for _ in range(2):
+            loss = model(torch.randn(8, 5)).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        state = {"epoch": 2, "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}
+        state["loss"] = loss.item()
+        torch.save(state, tmp_path / f"run{run}.pth")
+        paths.append(str(tmp_path / f"run{run}.pth"))
+    return paths
+
+
+def test_a_whole_training_checkpoint_says_how_many_tensors_are_the_model_and_how_to_average_it_alone(tmp_path, capsys):
+    paths = sgd_runs(tmp_path)
+    assert main(["average", *paths, "-o", str(tmp_path / "soup.pth")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # 6 parameters and 2 BatchNorm statistics of the model; one momentum buffer per parameter
+    assert lines[0] == (
+        "averaged 14 floating-point tensors of 2 files (weights 0.5, 0.5): "
+        '8 model tensors (ckpt["model_state_dict"]) + 6 optimizer state'
+    )
+    assert lines[1] == "--at model_state_dict averages the model only"
+    # what is averaged by default is unchanged: the momentum buffers too
+    soup = torch.load(tmp_path / "soup.pth", weights_only=True)
+    runs = [torch.load(p, weights_only=True) for p in paths]
+    momentum = [r["optimizer_state_dict"]["state"][0]["momentum_buffer"] for r in runs]
+    want = ((momentum[0].double() + momentum[1].double()) / 2).float()
+    assert torch.equal(soup["optimizer_state_dict"]["state"][0]["momentum_buffer"], want)
+    # the hint, followed: the model alone, and the line says no more than the count
+    assert main(["average", *paths, "-o", str(tmp_path / "model.pth"), "--at", "model_state_dict"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "averaged 8 floating-point tensors of 2 files (weights 0.5, 0.5)"

@@ -34,13 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ckpt_tui.core.conventions.state_dicts import inner_state_dict
+from ckpt_tui.core.conventions.training_state import tensor_role
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.describe import counted
-from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.keypath import KeyPath, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
-from ckpt_tui.core.operations.convert import select
+from ckpt_tui.core.operations.convert import path_text, select
 from ckpt_tui.core.operations.diff import key_text, leaves
+from ckpt_tui.core.runtime.shell import join_command
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, worker_pool
 from ckpt_tui.core.values.tensor_values import (
@@ -83,11 +86,25 @@ class AveragePlan:
     """Non-tensor values that differ between the files (the first file's is kept), by key."""
     mixed_dtypes: list[str] = field(default_factory=list)
     """Tensors whose dtype differs between files (averaged, written in the first file's dtype)."""
+    model_at: KeyPath | None = None
+    """Where the model's weights are in a training checkpoint averaged whole (None: the tree is them)."""
+    roles: dict[str, int] = field(default_factory=dict)
+    """How many averaged tensors are the model's, optimizer state, or other (see :func:`tensor_role`)."""
 
     def lines(self) -> list[str]:
         """What the output says about the average (keys are escaped by the caller)."""
         shown = ", ".join(f"{w:.6g}" for w in self.weights)
         out = [f"averaged {self.averaged} floating-point tensors of {len(self.weights)} files (weights {shown})"]
+        model = self.roles.get("model", 0)
+        if model < self.averaged:
+            # a soup of Adam's moments or SGD's momentum is no model: what else went in is said, with the way
+            # to leave it out
+            where = f" ({to_python(self.model_at)})" if self.model_at else ""
+            parts = [f"{model} model tensors{where}"]
+            parts += [f"{self.roles[role]} {role}" for role in ("optimizer state", "other") if self.roles.get(role)]
+            out[0] += ": " + " + ".join(parts)
+            if self.model_at:
+                out.append(f"{join_command(['--at', path_text(self.model_at)])} averages the model only")
         if self.from_first:
             out.append(
                 f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first)
@@ -369,7 +386,9 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
     first = trees[0]
     _check_same_tensors(trees, [c.path for c in checkpoints])
     source = AveragedRecords(checkpoints[0].path, weights, [c.byteorder for c in checkpoints])
-    plan = AveragePlan(selected[0].root, weights)
+    # a training checkpoint averaged whole: its model's tensors are told from the optimizer's
+    model_at = inner_state_dict(selected[0].root) or None
+    plan = AveragePlan(selected[0].root, weights, model_at=model_at)
     path_of: dict[int, KeyPath] = {}
     for path, value in first.items():
         if isinstance(value, Tensor):
@@ -395,6 +414,9 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
                 _check_same_layout(path, inputs, [c.path for c in checkpoints])
             done[view] = make(tensor, inputs, source, f"avg{len(done)}")
             plan.averaged += 1
+            role = tensor_role(path, tensor, model_at)
+            role = "model" if role in ("parameter", "buffer", "counter") else role
+            plan.roles[role] = plan.roles.get(role, 0) + 1
         return done[view]
 
     from ckpt_tui.core.edits.tree_edits import map_tensors
