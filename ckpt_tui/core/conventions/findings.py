@@ -68,6 +68,13 @@ class Finding:
     restates: bool = False
     """It says again what another finding says (kept for ``info --json`` readers): the text faces show
     one finding per fact and leave it out."""
+    answers: bool = False
+    """It answers what the user just did (a compare with a model): listed with the warnings, before notes."""
+
+    @property
+    def first_listed(self) -> bool:
+        """Listed before notes: a warning, or the answer to what the user just did."""
+        return self.severity == "warning" or self.answers
 
     def to_json(self) -> dict[str, Any]:
         """The ``info --json`` form."""

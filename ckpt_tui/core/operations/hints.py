@@ -145,7 +145,7 @@ def _against(root: Any, finding: Finding, compared: ComparedModel, flat_keys: li
             # a strip offered already (here, or by the finding about the weights it points to)
             return finding
         message = f"{start}: a wrapper: without it {after} keys fit {name}, the model compared with"
-        return replace(finding, message=message, severity="warning", fix=Fix("--strip-prefix", prefix))
+        return replace(finding, message=message, severity="warning", fix=Fix("--strip-prefix", prefix), answers=True)
     if before == 0 and not any(k.startswith(prefix) for k in compared.keys):
         return finding
     if any(k.startswith(prefix) for k in compared.keys):
@@ -155,7 +155,7 @@ def _against(root: Any, finding: Finding, compared: ComparedModel, flat_keys: li
             f"not a wrapper: stripping it would lose the fit with {name} ({before} keys fit as they are, "
             f"{after} after it)"
         )
-    return replace(finding, message=f"{start}: {told}", severity="info", fix=None)
+    return replace(finding, message=f"{start}: {told}", severity="info", fix=None, answers=True)
 
 
 def _vetted(

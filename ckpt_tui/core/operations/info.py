@@ -324,7 +324,7 @@ def summarize(
 
         flat_keys = columns.names if columns is not None else None
         summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
-    summary.findings.sort(key=lambda f: f.severity != "warning")
+    summary.findings.sort(key=lambda f: not f.first_listed)
     return summary
 
 

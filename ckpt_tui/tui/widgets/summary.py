@@ -265,7 +265,8 @@ def fitted_summary(
     # the line that the values are not read is a note: it stays before notes among the findings, and gives way
     # before a warning does (a header with a warning in it does not read as clean)
     said = weights_only is not None and verdict_line(weights_only, summary.checkpoint.path, readonly) is not None
-    warnings = sum(f.severity == "warning" for f in listed_findings(summary, said)[:MAX_FINDINGS])
+    # (a finding that answers the compare the user just made stays as long as a warning does)
+    warnings = sum(f.first_listed for f in listed_findings(summary, said)[:MAX_FINDINGS])
     tries = [(True, True, MAX_FINDINGS, True)]
     tries += [(False, True, limit, True) for limit in range(MAX_FINDINGS, warnings - 1, -1)]
     tries += [(False, False, limit, True) for limit in range(max(warnings, 1), 0, -1)]
