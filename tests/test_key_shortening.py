@@ -106,3 +106,14 @@ def test_a_table_of_one_state_dict_says_its_start_once_in_its_title(tmp_path: Pa
     assert "per layer, under model_state_dict/ (" in out
     table = out.split("per layer, under model_state_dict/")[1].split("relative change by layer")[0]
     assert "\n  0.weight " in table and "model_state_dict/" not in table
+
+
+def test_where_the_initials_are_too_long_the_layer_number_outranks_the_parameters_whole_name() -> None:
+    key = "encoder.layer.0.attention.self.query.weight"
+    assert shorten(key, 15) == "…0.a.s.q.weight"
+    assert shorten(key, 11) == "…0.a.s.q.w"
+    # a key without a number keeps its parameter whole
+    assert shorten("embeddings.word_embeddings.weight", 9) == "…w.weight"
+    keys = list(bert_state_dict())
+    for width in (12, 13, 14):
+        assert repeated([shorten(key, width) for key in keys]) == {}, width

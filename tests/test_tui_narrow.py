@@ -127,8 +127,9 @@ async def test_a_tree_line_keeps_shape_and_dtype_and_shortens_the_key_in_the_mid
         assert tree.virtual_size.width <= tree.size.width, "a line is wider than the tree: it scrolls sideways"
 
 
-async def test_bert_keys_in_the_flat_tree_at_80_columns_never_read_the_same_and_keep_their_layer_number(
-    tmp_path: Path,
+@pytest.mark.parametrize("width", [80, 60])
+async def test_bert_keys_in_the_flat_tree_never_read_the_same_and_keep_their_layer_number(
+    tmp_path: Path, width: int
 ) -> None:
     from rich.style import Style
     from safetensors.torch import save_file
@@ -137,17 +138,20 @@ async def test_bert_keys_in_the_flat_tree_at_80_columns_never_read_the_same_and_
     weights = bert_state_dict()
     save_file(weights, str(tmp_path / "bert.safetensors"))
     app = CkptApp(str(tmp_path / "bert.safetensors"))
-    async with app.run_test(size=SIZE, notifications=True) as pilot:
+    async with app.run_test(size=(width, 24), notifications=True) as pilot:
         tree = await loaded(pilot)
         nodes = [node for node in tree.root.children if node.data is not None]
         shown = [tree.render_label(node, Style(), Style()).plain for node in nodes]
         assert len(shown) == len(weights) and len(set(shown)) == len(shown)
         assert any(len(key) + len("  [16] fp32") > tree.size.width for key in weights), "no key is shortened"
         for node, line in zip(nodes, shown, strict=True):
-            key = str(node.data.path[-1])
-            # the layer number and the parameter's name stay; the shape and dtype too
-            assert re.findall(r"\d+", line.split("  [")[0]) == re.findall(r"\d+", key), line
-            assert line.split("  [")[0].endswith(key.rsplit(".", 1)[-1]) and line.endswith("fp32")
+            key, shown_key = str(node.data.path[-1]), line.split("  [")[0]
+            # the layer number stays, the parameter's name (at 60 columns, where a 2-D weight's key has 11, its
+            # initial), the shape and the dtype
+            assert re.findall(r"\d+", shown_key) == re.findall(r"\d+", key), line
+            parameter = key.rsplit(".", 1)[-1]
+            initial = width < 80 and shown_key.endswith("." + parameter[0])
+            assert (shown_key.endswith(parameter) or initial) and line.endswith("fp32")
 
 
 async def test_help_wraps_a_long_description_under_itself_at_80x24_and_says_what_tab_does(ddp_file: Path) -> None:

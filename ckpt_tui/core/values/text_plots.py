@@ -56,6 +56,7 @@ PARTIAL_KEPT = 2
 _BOUNDARIES = "./[]\"'"
 _WORD = re.compile(r"[^./\[\]\"']+")
 _NAME = re.compile(r"[A-Za-z_][\w-]*|\d+")
+_NUMBER = re.compile(r"\d+")
 """A component of a key path (``layer1``, ``0``, ``exp_avg``): other text is not shortened to initials."""
 HEAD_KEPT = 4
 """Characters of other text's start kept before its ``…`` when its end leaves room."""
@@ -80,13 +81,29 @@ def shorten(text: str, width: int) -> str:
     if fitted is not None:
         return fitted
     short = _initials(text, words, 0) or text
+    end = _end(short, width)
+    start, stop = words[-1]
+    if _NUMBER.findall(end) != _NUMBER.findall(text) and stop - start > 1 and _NAME.fullmatch(text, start, stop):
+        # the layer's number tells rows apart more than the parameter's whole name: that goes to its initial
+        # too (``…0.a.s.q.w``), where it keeps the numbers in
+        initial = short[: len(short) - (len(text) - start) + 1] + text[stop:]
+        kept = _end(initial, width)
+        if _NUMBER.findall(kept) == _NUMBER.findall(text):
+            return kept
+    return end
+
+
+def _end(text: str, width: int) -> str:
+    """``…`` and the end of ``text`` in ``width`` characters, from a component's start where one fits and the
+    cut leaves no number out (``…yer1.0.conv1.weight``)."""
+    if len(text) <= width:
+        return text
     room = width - 1
-    start = len(short) - room
-    cut = next((i for i in range(start, len(short)) if short[i - 1] in _BOUNDARIES), start)
-    # from a component's start, unless that leaves out a number (``…yer1.0.conv1.weight``)
-    if any(char.isdigit() for char in short[start:cut]):
+    start = len(text) - room
+    cut = next((i for i in range(start, len(text)) if text[i - 1] in _BOUNDARIES), start)
+    if any(char.isdigit() for char in text[start:cut]):
         cut = start
-    return "…" + short[cut:]
+    return "…" + text[cut:]
 
 
 def _middle(text: str, width: int) -> str:
