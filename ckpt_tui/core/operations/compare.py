@@ -131,7 +131,8 @@ class Suggestion:
             else:
                 parts += [step.describe() for step in group]
         what = " and ".join(parts)
-        return f"after {what}: {self.matched}/{self.total} keys match, {self.shape_mismatches} shape mismatches"
+        mismatches = "shape mismatch" if self.shape_mismatches == 1 else "shape mismatches"
+        return f"after {what}: {self.matched}/{self.total} keys match, {self.shape_mismatches} {mismatches}"
 
     def rule_lines(self) -> list[str]:
         """Each rename rule with the keys it moves."""

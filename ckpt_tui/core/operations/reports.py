@@ -164,8 +164,8 @@ def _compare_counts(report: CompareReport) -> str:
     for number, what in (
         (len(report.missing), "missing"),
         (len(report.unexpected), "unexpected"),
-        (len(report.shape_mismatches), "shape mismatches"),
-        (len(report.dtype_mismatches), "dtype mismatches"),
+        (len(report.shape_mismatches), _mismatches(len(report.shape_mismatches), "shape")),
+        (len(report.dtype_mismatches), _mismatches(len(report.dtype_mismatches), "dtype")),
         (len(report.filled_on_load), "filled in on load"),
     ):
         if number:
@@ -173,6 +173,11 @@ def _compare_counts(report: CompareReport) -> str:
     if suggestion is not None and not report.ok:
         counts += f"; after the fix {suggestion.matched}/{suggestion.total}"
     return counts
+
+
+def _mismatches(number: int, what: str) -> str:
+    """``shape mismatch`` for one, ``shape mismatches`` for any other count."""
+    return f"{what} mismatch" if number == 1 else f"{what} mismatches"
 
 
 def _strict_false(missing: int, unexpected: int, shapes: int, tied: int = 0) -> str:
