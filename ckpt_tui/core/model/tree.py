@@ -413,6 +413,20 @@ class Opaque:
         return self.global_name.rsplit(".", 1)[-1]
 
 
+def view_bits(metadata: Any) -> tuple[bool, bool]:
+    """A tensor's (conj, neg) view bits as ``torch.load`` sets them from its pickled metadata: the one rule every
+    reader of tensor metadata uses. A ReadError for metadata torch refuses (not a dict).
+
+    ``_rebuild_tensor_v2`` applies metadata only when it is truthy, and ``set_tensor_metadata`` sets a bit for
+    each key present, whatever its value: ``{"neg": False}`` loads negated.
+    """
+    if not metadata:
+        return False, False
+    if not isinstance(metadata, dict):
+        raise ReadError(f"tensor metadata is of type {type(metadata).__name__}, not a dict: torch.load refuses it")
+    return "conj" in metadata, "neg" in metadata
+
+
 def contiguous_strides(shape: Any) -> tuple[int, ...]:
     """The row-major strides of ``shape`` (what ``tensor.set_(storage, offset, size, None)`` gives)."""
     strides = []

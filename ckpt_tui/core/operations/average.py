@@ -40,7 +40,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
+from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor, view_bits
 from ckpt_tui.core.operations.convert import path_text, select
 from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.runtime.shell import join_command
@@ -366,7 +366,7 @@ NATIVE_FLOATS = frozenset({"float64", "float32", "float16"})
 
 def _widened_by_numpy(tensor: Tensor, raw: np.ndarray) -> bool:
     """Whether numpy's float64 cast of these raw elements is :func:`decode`'s value (a float numpy holds, no neg)."""
-    neg = isinstance(tensor.metadata, dict) and bool(tensor.metadata.get("neg"))
+    neg = view_bits(tensor.metadata)[1]
     return tensor.dtype in NATIVE_FLOATS and raw.dtype.kind == "f" and not neg
 
 

@@ -33,7 +33,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.made_bytes import made_records
-from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor, view_bits
 
 CHUNK_ELEMENTS = 1 << 21
 RING_CHUNK = CHUNK_ELEMENTS // 4
@@ -117,8 +117,17 @@ def numpy_dtype(dtype: str, byteorder: str = "little") -> np.dtype:
     return np.dtype(("<" if byteorder == "little" else ">") + code)
 
 
+_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+
 def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
-    """Raw elements to float64 (complex: magnitudes; bf16 widened; fp8 through a table)."""
+    """Raw elements to float64 (complex: magnitudes; bf16 widened; fp8 through a table), the neg bit applied
+    as torch applies it."""
+    _, neg = view_bits(metadata)
+    if neg and dtype in _INTEGERS:
+        # torch negates in the tensor's own type: a uint8 250 loads as 6, an int8 -128 stays -128
+        with np.errstate(all="ignore"):
+            return np.negative(raw).astype(np.float64)
     if dtype == "bfloat16":
         values = (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     elif dtype in _FP8_TABLES:
@@ -134,7 +143,8 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
         values = (raw != 0).astype(np.float64)
     else:
         values = raw.astype(np.float64)
-    if isinstance(metadata, dict) and metadata.get("neg"):
+    # a bool has no negation in torch (every op on such a tensor fails): its stored values are shown
+    if neg and dtype != "bool":
         values = -values
     return values
 
@@ -148,8 +158,7 @@ def as_loaded(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None) -
     set loads as the negated or conjugated values, so its bits are compared after that (complex32: a pair
     of float16, real part in the low half)."""
     native = raw.astype(raw.dtype.newbyteorder("="), copy=False)
-    neg = isinstance(metadata, dict) and bool(metadata.get("neg"))
-    conj = isinstance(metadata, dict) and bool(metadata.get("conj"))
+    conj, neg = view_bits(metadata)
     if not (neg or conj):
         return native
     if dtype == "complex32":
@@ -178,13 +187,10 @@ def decode_complex(raw: np.ndarray, dtype: str, metadata: dict[str, object] | No
         # a big-endian file swaps each float16 part on its own: made native part by part (real in the low half)
         if raw.dtype.byteorder == ">":
             raw = np.ascontiguousarray(raw).view(">f2").astype("<f2").view("<u4")
-        if metadata:
-            raw = as_loaded(raw, dtype, metadata)
+        raw = as_loaded(raw, dtype, metadata)
         # (real, imaginary) float16 pairs widened into a complex128's two float64 parts
         return np.ascontiguousarray(raw).view("<f2").astype(np.float64).view(np.complex128)
-    if metadata:
-        raw = as_loaded(raw, dtype, metadata)
-    return raw.astype(np.complex128)
+    return as_loaded(raw, dtype, metadata).astype(np.complex128)
 
 
 def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = None) -> np.ndarray:
@@ -198,7 +204,7 @@ def decode_compact(raw: np.ndarray, dtype: str, metadata: dict[str, object] | No
         values = np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
     else:
         return decode(raw, dtype, metadata)
-    if metadata and metadata.get("neg"):
+    if view_bits(metadata)[1]:
         values = -values
     return values
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.model.tree import view_bits as loaded_bits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -20,13 +21,13 @@ VIEW_BITS = frozenset({"conj", "neg"})
 
 def view_bits(tensor: Tensor) -> tuple[bool, bool]:
     """A tensor's (conj, neg) bits; a ValueError for metadata that is anything else."""
-    metadata = {} if tensor.metadata is None else tensor.metadata
+    metadata = tensor.metadata or {}
     if not isinstance(metadata, dict):
         raise ValueError(f"tensor metadata is a {type(metadata).__name__}, not a dict of conjugation or negation bits")
     unknown = [key for key, value in metadata.items() if key not in VIEW_BITS or type(value) is not bool]
     if unknown:
         raise ValueError(f"tensor metadata {unknown[0]!r} is not a conjugation or negation bit")
-    return bool(metadata.get("conj")), bool(metadata.get("neg"))
+    return loaded_bits(metadata)
 
 
 def tensor_bytes(tensor: Tensor, byteorder: str = "little") -> Iterator[bytes | memoryview]:
