@@ -104,7 +104,8 @@ def test_metadata_that_is_not_a_dict_is_a_tensor_torch_refuses(tmp_path: Path, c
     source = with_metadata(tmp_path / "bad.pth", metadata, struct.pack("<4f", 1, 2, 3, 4), 4)
     with pytest.raises(Exception, match="expected dict"):
         torch_load(source)
-    _, out, err = run(capsys, "stats", source)
+    code, out, err = run(capsys, "stats", source)
+    assert code == 1
     assert "Traceback" not in out + err
     assert "tensor metadata is of type" in out and "torch.load refuses it" in out
     _, out, err = run(capsys, "diff", "--stats", source, source)

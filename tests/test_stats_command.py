@@ -98,8 +98,9 @@ def kinds() -> OrderedDict[str, torch.Tensor]:
 def rows_by_key(path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, dict[str, Any]]:
     code = main(["stats", str(path), "--json", *args])
     data = json.loads(capsys.readouterr().out)
-    # NaN or Inf in any tensor is a problem found: exit 1, as README's exit codes say
-    assert code == (1 if any(row["nan"] or row["inf"] for row in data["tensors"]) else 0)
+    # NaN or Inf in any tensor, or a tensor torch refuses (a missing record), is a problem found: exit 1, as check
+    refused = any(row["reason"] and row["reason"].startswith(("unreadable:", "record ")) for row in data["tensors"])
+    assert code == (1 if data["problems"] or refused or any(row["nan"] or row["inf"] for row in data["tensors"]) else 0)
     return {"/".join(str(k) for k in row["path"]): row for row in data["tensors"]}
 
 
@@ -126,7 +127,7 @@ def test_json_contract_has_every_field_and_info_paths(tmp_path: Path, capsys: py
     info = json.loads(capsys.readouterr().out)
     assert main(["stats", "--json", str(tmp_path / "train.pth")]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["tensors"]
+    assert list(data) == ["tensors", "problems"]
     assert [row["path"] for row in data["tensors"]] == [t["path"] for t in info["tensors"]]
     for row in data["tensors"]:
         assert list(row) == [*COLUMNS, "reason", "posinf", "neginf"]

@@ -157,10 +157,16 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
         rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
     if sort:
         rows = sort_rows(rows, sort)
-    # NaN or Inf is a problem found (exit 1, as check says it), whichever form the table takes
-    found = 1 if any(row.nonfinite for row in rows) else 0
+    # NaN or Inf is a problem found (exit 1, as check says it), whichever form the table takes; so are the
+    # NaN/Inf a row does not count (a sparse tensor's values, a quantized tensor's scales) and a tensor torch
+    # refuses, as check counts them
+    from ckpt_tui.core.operations.check import hidden_nonfinite
+    from ckpt_tui.core.runtime.safe_text import printable
+
+    hidden = hidden_nonfinite([(row.path, row.tensor) for row in rows], checkpoint.byteorder)
+    found = 1 if hidden or any(row.nonfinite or row.unreadable for row in rows) else 0
     if output == "json":
-        print_json({"tensors": [row.to_json() for row in rows]})
+        print_json({"tensors": [row.to_json() for row in rows], "problems": [p.to_json() for p in hidden]})
     elif output == "csv":
         print_stats_csv(rows)
     else:
@@ -173,8 +179,10 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
             print("no tensors" + (f" under {at}" if at else ""))
             return 0
         print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
-        if found:
+        if any(row.nonfinite for row in rows):
             print(NONFINITE_NOTE)
+        for problem in hidden:
+            print(f"! [{problem.kind}] {printable(problem.message)}")
     return found
 
 

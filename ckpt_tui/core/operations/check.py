@@ -268,10 +268,16 @@ class _ExactReads:
         if stats.count and stats.zeros == stats.count and is_moment(path):
             self.tally.zero_moments.append(path)
         if stats.nan or stats.inf:
-            from ckpt_tui.core.values.nonfinite import describe_nonfinite, locate_nonfinite
+            from ckpt_tui.core.values.nonfinite import describe_nonfinite, locate_nonfinite, sparse_nonfinite
 
-            # a second, row-major read of this tensor alone: where the first NaN and Inf are
-            where = locate_nonfinite(self.scanned[index], self.byteorder, self.cancelled)
+            listed = self.listed[index][1]
+            # a second, row-major read of this tensor alone: where the first NaN and Inf are (a sparse
+            # tensor's: positions in the tensor, from its indices, not in its stored values)
+            where = (
+                sparse_nonfinite(listed, self.byteorder)
+                if listed.sparse is not None
+                else locate_nonfinite(self.scanned[index], self.byteorder, self.cancelled)
+            )
             counts: dict[str, Any] = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
             counts |= {"posinf": stats.posinf, "neginf": stats.neginf}
             if where is not None:
@@ -293,6 +299,32 @@ class _ExactReads:
         except ReadError as exc:
             self.tally.problems.append(Problem("unreadable", f"{to_python(path)}: {exc}", path))
             return None
+
+
+def hidden_nonfinite(listed: list[tuple[KeyPath, Tensor]], byteorder: str = "little") -> list[Problem]:
+    """NaN and Inf that a tensor's statistics row does not count, as ``check`` reports them: a sparse tensor's
+    stored values (its first NaN/Inf as positions in the tensor) and a quantized tensor's scales."""
+    from ckpt_tui.core.values.nonfinite import describe_nonfinite, sparse_nonfinite
+    from ckpt_tui.core.values.stats import tensor_stats
+
+    problems = _quantizer_problems(listed, byteorder)
+    sparse = {id(t): (path, t) for path, t in reversed(listed) if t.sparse is not None and t.sparse_values}
+    for path, tensor in reversed(sparse.values()):
+        try:
+            stats = tensor_stats(cast(Tensor, tensor.sparse_values), byteorder)
+        except FileChanged:
+            raise
+        except ReadError as exc:
+            problems.append(Problem("unreadable", f"{to_python(path)} (its values): {exc}", path))
+            continue
+        if stats.nan or stats.inf:
+            where = sparse_nonfinite(tensor, byteorder)
+            counts: dict[str, Any] = {"nan": stats.nan, "inf": stats.inf, "count": stats.count}
+            if where is not None:
+                counts |= {"first_nan": _listed(where.first_nan), "first_inf": _listed(where.first_inf)}
+            message = f"{to_python(path)}: {describe_nonfinite(stats, where)}"
+            problems.append(Problem("nan" if stats.nan else "inf", message, path, counts))
+    return problems
 
 
 def _listed(index: tuple[int, ...] | None) -> list[int] | None:

@@ -53,6 +53,17 @@ def locate_nonfinite(
     return NonFinite(_index(nan_at, shape), _index(inf_at, shape))
 
 
+def sparse_nonfinite(tensor: Tensor, byteorder: str = "little") -> NonFinite | None:
+    """A sparse tensor's first NaN and first Inf as positions in the tensor (None: not told)."""
+    from ckpt_tui.core.values.sparse_checks import sparse_firsts
+
+    try:
+        found = sparse_firsts(tensor, byteorder)
+    except (ReadError, ValueError):
+        return None
+    return None if found is None else NonFinite(*found)
+
+
 def _chunk_firsts(raw: np.ndarray, tensor: Tensor) -> tuple[int | None, int | None]:
     """The first NaN's and first Inf's offsets in one chunk (a complex value: of its magnitude, as the
     statistics count it)."""

@@ -196,3 +196,67 @@ def _monotone(indices: Tensor, chunks: Chunks) -> tuple[int, int, bool]:
             return first, int(values[-1]), True
         previous = int(values[-1])
     return first or 0, previous if previous is not None else 0, False
+
+
+def sparse_firsts(
+    tensor: Tensor, byteorder: str = "little"
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None] | None:
+    """The first NaN's and first Inf's positions in a sparse COO, CSR or CSC tensor as torch gives them
+    (``t.to_dense().isnan().nonzero()[0]``: the lowest position in row-major order, whatever order its
+    stored values are in); None when they cannot be told (another layout, parts that do not fit).
+
+    Raises :class:`ReadError` when a part cannot be read."""
+    parts = tensor.sparse or ()
+    if tensor.kind not in ("sparse_coo", "sparse_csr", "sparse_csc"):
+        return None
+    values = tensor.sparse_values
+    if not isinstance(values, Tensor) or not values.shape:
+        return None
+    with np.errstate(all="ignore"):
+        chunks = [decode(c, values.dtype, values.metadata) for c in TensorReader(values, byteorder).chunks()]
+    found = np.concatenate(chunks) if chunks else np.zeros(0)
+    per_entry = int(np.prod(values.shape[1:], dtype=np.int64))
+    entry_at = _entry_positions(tensor.kind, parts, values.shape[0], byteorder)
+    if entry_at is None:
+        return None
+    return _lowest(np.isnan(found), entry_at, values.shape[1:], per_entry), _lowest(
+        np.isinf(found), entry_at, values.shape[1:], per_entry
+    )
+
+
+def _entry_positions(kind: str, parts: tuple[Any, ...], nnz: int, byteorder: str) -> np.ndarray | None:
+    """Each stored entry's position in the sparse dimensions: an (nnz, sparse_dim) int64 array."""
+
+    def whole(part: Any) -> np.ndarray | None:
+        if not isinstance(part, Tensor):
+            return None
+        chunks = [as_indices(c, part.dtype) for c in TensorReader(part, byteorder).chunks()]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+
+    if kind == "sparse_coo":
+        indices = whole(parts[0])
+        if indices is None or len(parts[0].shape) != 2 or parts[0].shape[1] != nnz:
+            return None
+        return indices.reshape(parts[0].shape).T
+    compressed, plain = whole(parts[0]), whole(parts[1])
+    if compressed is None or plain is None or plain.shape[0] != nnz or compressed.ndim != 1:
+        return None
+    # entry i lies in the row (CSR; column for CSC) whose compressed span holds i
+    along = np.searchsorted(compressed, np.arange(nnz), side="right") - 1
+    pairs = (along, plain) if kind == "sparse_csr" else (plain, along)
+    return np.stack(pairs, axis=1)
+
+
+def _lowest(
+    mask: np.ndarray, entry_at: np.ndarray, dense_shape: tuple[int, ...], per_entry: int
+) -> tuple[int, ...] | None:
+    """The row-major lowest position (sparse indices, then the dense part's) of the values ``mask`` marks."""
+    flat = np.flatnonzero(mask)
+    if not flat.size:
+        return None
+    entries, within = np.divmod(flat, max(per_entry, 1))
+    columns = [entry_at[entries, d] for d in range(entry_at.shape[1])]
+    columns += list(np.unravel_index(within, dense_shape)) if dense_shape else []
+    # lexsort sorts by its last key first: the position's first dimension leads
+    best = int(np.lexsort(columns[::-1])[0])
+    return tuple(int(column[best]) for column in columns)

@@ -29,6 +29,11 @@ ASCENDING = frozenset({"path", "dtype"})
 """Columns sorted A→Z; every other column sorts largest first (``--sort norm``: the biggest norms on top)."""
 
 
+UNREADABLE, MISSING_RECORD = "unreadable", "record"
+UNREADABLE_REASONS = (UNREADABLE + ":", MISSING_RECORD + " ")
+"""How a row's reason starts when its tensor is one torch.load refuses (the others: not read here)."""
+
+
 @dataclass
 class TensorRow:
     """One tensor of the table: where it is, what it is, and its statistics (None: not read, see reason)."""
@@ -75,6 +80,12 @@ class TensorRow:
         """Whether the tensor holds NaN or Inf."""
         return self.stats is not None and bool(self.stats.nan or self.stats.inf)
 
+    @property
+    def unreadable(self) -> bool:
+        """Whether its values cannot be read as torch would load them (a problem, as ``check`` counts it); a
+        sparse, quantized or meta tensor is not read here, and is not."""
+        return self.stats is None and self.reason is not None and self.reason.startswith(UNREADABLE_REASONS)
+
     def to_json(self) -> dict[str, Any]:
         """The ``stats --json`` object of this tensor (a contract: fields are only ever added)."""
         out: dict[str, Any] = {column: self.value(column) for column in COLUMNS}
@@ -99,7 +110,7 @@ def unreadable_reason(tensor: Tensor) -> str | None:
         return "no storage in the file (meta tensor)"
     source = tensor.storage.source
     if source is not None and hasattr(source, "has") and not source.has(tensor.storage):
-        return f"record {tensor.storage.key} is missing from the file"
+        return f"{MISSING_RECORD} {tensor.storage.key} is missing from the file"
     return None
 
 
@@ -207,7 +218,7 @@ def _read(
     except FileChanged:
         raise
     except ReadError as exc:
-        return f"unreadable: {exc}"
+        return f"{UNREADABLE}: {exc}"
 
 
 def sort_rows(rows: list[TensorRow], column: str) -> list[TensorRow]:
