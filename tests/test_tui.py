@@ -84,15 +84,36 @@ async def test_navigation_keys_move_expand_collapse_top_bottom(train_file: Path)
 
 async def test_enter_shows_the_focused_tensors_stats(tmp_path: Path) -> None:
     weights = torch.arange(12.0).reshape(3, 4)
-    weights[0, 1] = float("nan")
-    torch.save({"w": weights}, tmp_path / "nan.pth")
-    app = CkptApp(str(tmp_path / "nan.pth"))
+    torch.save({"w": weights}, tmp_path / "w.pth")
+    app = CkptApp(str(tmp_path / "w.pth"))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "enter")
         shown = detail(app)
         assert 'ckpt["w"]' in shown and "[3, 4]" in shown
-        assert "NaN       1  (!)" in shown and "max       11" in shown and "min       0" in shown
+        assert "NaN       0" in shown and "Inf       0" in shown and "max       11" in shown and "min       0" in shown
+
+
+@pytest.mark.parametrize("size", [SIZE, (80, 24)])
+async def test_the_panel_says_where_the_first_nan_and_inf_are_as_check_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: tuple[int, int]
+) -> None:
+    from ckpt_tui.cli import main
+
+    weights = torch.arange(12.0).reshape(3, 4)
+    weights[1, 2] = float("nan")
+    weights[2, 0], weights[2, 3] = float("-inf"), float("-inf")
+    torch.save({"w": weights}, tmp_path / "nan.pth")
+    assert main(["check", str(tmp_path / "nan.pth")]) == 1
+    said = next(line for line in capsys.readouterr().out.splitlines() if '[nan] ckpt["w"]' in line).split(": ", 1)[1]
+    assert said == "1 NaN, 2 -Inf of 12 values; first NaN at [1, 2], first Inf at [2, 0]"
+    app = CkptApp(str(tmp_path / "nan.pth"))
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "enter")
+        shown = " ".join(detail(app).split())
+        # check's sentence, its indices kept whole on the panel's narrow column
+        assert "NaN/Inf (!) 1 NaN, 2 -Inf of 12 values; first NaN at [1,2], first Inf at [2,0]" in shown
 
 
 async def test_stats_follow_the_cursor_without_enter(train_file: Path) -> None:

@@ -194,6 +194,8 @@ class StatsReady(Message, bubble=False):
 
     request: int
     stats: TensorStats
+    nonfinite: str | None = None
+    """Where a tensor with NaN or Inf holds them, in ``check``'s words (None: it holds none)."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ for any request but the newest is dropped, and a new request cancels the old wor
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import TYPE_CHECKING, Any
 
@@ -58,17 +59,27 @@ NAME_WIDTH = len("elements")
 """The names' column of the panel's tables."""
 
 
-def stats_table(stats: TensorStats) -> Table:
+def stats_table(stats: TensorStats, nonfinite: str | None = None) -> Table:
     """Min/max/mean/std, the L2 norm and the counts, as a two-column table (the first values: after the
-    histogram, :func:`first_values`)."""
+    histogram, :func:`first_values`); ``nonfinite``: where a tensor with NaN or Inf holds them, said in one row
+    in place of the two counts."""
     table = _grid()
     table.add_row("min", _number(stats.min))
     table.add_row("max", _number(stats.max))
     table.add_row("mean", _number(stats.mean))
     table.add_row("std", _number(stats.std))
     table.add_row("L2 norm", _number(stats.norm))
-    table.add_row("NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style="bold red" if stats.nan else ""))
-    table.add_row("Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style="bold red" if stats.inf else ""))
+    if nonfinite is not None:
+        # an index kept whole on the panel's narrow column: [3,5], never "[3," at a line's end
+        whole = re.sub(r"\[[^\]]*\]", lambda index: index.group().replace(", ", ","), nonfinite)
+        table.add_row("NaN/Inf", Text(f"(!) {whole}", style="bold red"))
+    else:
+        table.add_row(
+            "NaN", Text(f"{stats.nan}" + ("  (!)" if stats.nan else ""), style="bold red" if stats.nan else "")
+        )
+        table.add_row(
+            "Inf", Text(f"{stats.inf}" + ("  (!)" if stats.inf else ""), style="bold red" if stats.inf else "")
+        )
     table.add_row("zeros", f"{stats.zeros} of {stats.count}")
     return table
 
@@ -209,6 +220,7 @@ class DetailPanel(VerticalScroll):
         self._tensor: Tensor | None = None
         self._byteorder = "little"
         self._stats: TensorStats | None = None
+        self._nonfinite: str | None = None
         self._shown_meta: tuple[str, RenderableType] | None = None
 
     def compose(self) -> ComposeResult:
@@ -267,7 +279,7 @@ class DetailPanel(VerticalScroll):
 
     def _new_request(self, key: tuple[Any, ...] | None) -> None:
         self.request += 1
-        self._stats = None
+        self._stats, self._nonfinite = None, None
         self.shown = key
         self._tensor = None
         if self._timer is not None:
@@ -309,8 +321,15 @@ class DetailPanel(VerticalScroll):
         except CkptError as exc:
             self.post_message(Failed.of("stats", exc, request))
             return
+        nonfinite = None
+        if (stats.nan or stats.inf) and not worker.is_cancelled:
+            from ckpt_tui.core.values.nonfinite import describe_nonfinite, locate_nonfinite
+
+            # a second read of this tensor alone, for check's sentence: where its first NaN and Inf are
+            where = locate_nonfinite(tensor, byteorder, lambda: worker.is_cancelled)
+            nonfinite = describe_nonfinite(stats, where)
         if not worker.is_cancelled:
-            self.post_message(StatsReady(request, stats))
+            self.post_message(StatsReady(request, stats, nonfinite))
 
     @on(Progress)
     def _stats_progress(self, message: Progress) -> None:
@@ -325,6 +344,7 @@ class DetailPanel(VerticalScroll):
         if message.request != self.request:
             return
         self._stats = message.stats
+        self._nonfinite = message.nonfinite
         self.redraw_stats()
 
     def redraw_stats(self) -> None:
@@ -336,7 +356,7 @@ class DetailPanel(VerticalScroll):
         self.query_one("#detail-progress").display = False
         # no "stats" heading: the rows name themselves, and at 80x24 the line lets every one show unscrolled
         self.query_one("#detail-stats", Static).update(
-            RichGroup(stats_table(stats), Text(""), histogram_block(stats, log), first_values(stats))
+            RichGroup(stats_table(stats, self._nonfinite), Text(""), histogram_block(stats, log), first_values(stats))
         )
 
     @on(Failed)
