@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.byte_source import is_remote
-from ckpt_tui.core.model.describe import container_text, counted, size, value_text
+from ckpt_tui.core.model.describe import container_text, counted, opens, size, value_text
 from ckpt_tui.core.model.describe import shape as shape_text
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import key_text, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get, has_children
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
 
 if TYPE_CHECKING:  # numpy-backed modules, and those a command imports when it has something to say
@@ -186,7 +186,7 @@ def _pending_head(checkpoint: Checkpoint) -> list[tuple[Any, Any]] | None:
 def _tree_lines(root: Any, depth: int, summary: Summary, head: list[tuple[Any, Any]] | None = None) -> list[str]:
     """The top of the tree; ``head``: the root's first entries, when ``root`` holds only its keys (a root
     still held as columns: flat, so no entry has children of its own)."""
-    label = container_text(root, summary.totals()) if has_children(root) else value_text(root)
+    label = container_text(root, summary.totals()) if opens(root) else value_text(root)
     lines: list[str] = [f"  (root) {printable(label)}"]
     entries = _child_list(root) if head is None else head
     unlisted = 0 if head is None else len(root) - len(head)
@@ -198,7 +198,7 @@ def _tree_lines(root: Any, depth: int, summary: Summary, head: list[tuple[Any, A
         stack.append((level, entries, at + 1))
         key, value = entries[at]
         lines.append(f"{'  ' * (level + 1)}{printable_name(key_text(key))}  {printable(value_text(value))}")
-        if level < depth and has_children(value):
+        if level < depth and opens(value):
             stack.append((level + 1, _child_list(value), 0))
     hidden = sum(len(entries) - at for _, entries, at in stack) + unlisted
     if hidden:

@@ -39,29 +39,11 @@ from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.made_bytes import MemorySource
+from ckpt_tui.core.model.numpy_values import NUMPY_DTYPES, NotNumpy, array_state, scalar_of
 from ckpt_tui.core.model.tree import LAYOUTS, Device, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
 from ckpt_tui.core.readers.distributed_globals import framework_of
 from ckpt_tui.core.weights_only.verdict import outer_path, tables
 
-NUMPY_DTYPES = {
-    "b1": "bool",
-    "i1": "int8",
-    "u1": "uint8",
-    "i2": "int16",
-    "u2": "uint16",
-    "i4": "int32",
-    "u4": "uint32",
-    "i8": "int64",
-    "u8": "uint64",
-    "f2": "float16",
-    "f4": "float32",
-    "f8": "float64",
-    "c8": "complex64",
-    "c16": "complex128",
-}
-"""numpy dtype codes (``numpy.dtype(code)`` as pickled) -> torch dtype names."""
-_SCALAR_FORMATS = {"b1": "?", "i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I", "i8": "q", "u8": "Q"}
-_SCALAR_FORMATS |= {"f2": "e", "f4": "f", "f8": "d"}
 MODULE_VERSIONS = {
     f"torch.nn.modules.{kind}.{name}{dims}": 2
     for kind, name in (("batchnorm", "BatchNorm"), ("batchnorm", "LazyBatchNorm"), ("instancenorm", "InstanceNorm"))
@@ -459,14 +441,10 @@ class _Rewriter:
 
     def _numpy_array(self, value: Opaque, path: KeyPath) -> Any:
         """``_reconstruct(ndarray, (0,), b'b')`` + BUILD ``(version, shape, dtype, fortran, data)``."""
-        state = value.state
-        if not (isinstance(state, tuple) and len(state) == 5):
-            raise _Refused("a numpy array with a state numpy does not write")
-        _, shape, dtype, fortran, raw = state
-        raw = _raw_bytes(raw)
-        code, order = _numpy_code(dtype)
-        if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
-            raise _Refused("a numpy array with a malformed shape")
+        try:
+            shape, code, order, fortran, raw = array_state(value)
+        except NotNumpy as exc:
+            raise _Refused(str(exc)) from None
         import numpy as np
 
         if code[:1] in ("U", "S") and isinstance(raw, bytes):
@@ -495,41 +473,12 @@ class _Rewriter:
         return Tensor(storage, 0, shape, tuple(strides), torch_dtype)
 
     def _numpy_scalar(self, value: Opaque) -> Any:
-        raw = _raw_bytes(value.args[1]) if len(value.args) == 2 else None
-        if not isinstance(raw, bytes):
-            raise _Refused("a numpy scalar without its bytes")
-        code, order = _numpy_code(value.args[0])
-        endian = ">" if order == ">" else "<"
-        if code in _SCALAR_FORMATS and struct.calcsize(_SCALAR_FORMATS[code]) == len(raw):
-            self.note("numpy scalar → Python scalar", "numpy scalar")
-            return struct.unpack(endian + _SCALAR_FORMATS[code], raw)[0]
-        if code in ("c8", "c16") and len(raw) == int(code[1:]):
-            fmt = endian + ("ff" if code == "c8" else "dd")
-            real, imag = struct.unpack(fmt, raw)
-            self.note("numpy scalar → Python scalar", "numpy scalar")
-            return complex(real, imag)
-        raise _Refused(f"a numpy scalar of dtype {code!r}")
-
-
-def _raw_bytes(raw: Any) -> Any:
-    """Array data as bytes: protocol 2 pickles ``b""`` as ``builtins.bytes()``, and text data as latin-1."""
-    if isinstance(raw, Opaque) and raw.global_name == "builtins.bytes" and not raw.args and raw.state is None:
-        return b""
-    if isinstance(raw, str):
-        return raw.encode("latin1")
-    return raw
-
-
-def _numpy_code(dtype: Any) -> tuple[str, str]:
-    """The code (``f4``) and byte order (``<``, ``>``, ``|``) of a pickled ``numpy.dtype``."""
-    if not (isinstance(dtype, Opaque) and dtype.global_name == "numpy.dtype" and dtype.args):
-        raise _Refused("a numpy value without a dtype")
-    code = str(dtype.args[0])
-    state = dtype.state
-    order = state[1] if isinstance(state, tuple) and len(state) > 1 and isinstance(state[1], str) else "<"
-    if isinstance(state, tuple) and len(state) > 3 and state[3] is not None:
-        raise _Refused(f"a numpy structured dtype {code!r}")
-    return code, order
+        try:
+            found = scalar_of(value)
+        except NotNumpy as exc:
+            raise _Refused(str(exc)) from None
+        self.note("numpy scalar → Python scalar", "numpy scalar")
+        return found
 
 
 def _enum_like(value: Opaque) -> bool:

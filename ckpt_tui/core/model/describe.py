@@ -10,6 +10,7 @@ from typing import Any
 
 import humanize
 
+from ckpt_tui.core.model.numpy_values import numpy_value
 from ckpt_tui.core.model.tree import (
     Device,
     Opaque,
@@ -149,8 +150,12 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     elif isinstance(value, TorchSize):
         text = f"torch.Size({list(value)})"
     elif isinstance(value, Opaque):
-        args = ", ".join(scalar_text(a, 40) for a in value.args)
-        text = f"{value.global_name}({args})" + ("" if value.safe else "  [not executed]")
+        found = numpy_value(value)
+        if found is not None:
+            text = found.text()
+        else:
+            args = ", ".join(scalar_text(a, 40) for a in value.args)
+            text = f"{value.global_name}({args})" + ("" if value.safe else "  [not executed]")
     elif is_global_ref(value):
         text = type_label(value) + ("" if value.safe else "  [not executed]")
     elif isinstance(value, bytes):
@@ -160,6 +165,12 @@ def scalar_text(value: Any, limit: int = 60) -> str:
     else:
         text = short_repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def opens(value: Any) -> bool:
+    """Whether a value is shown with its children below it: a container or a recorded object, but not a numpy
+    array or scalar (its line says what it is: the pickled call that makes it is numpy's business)."""
+    return has_children(value) and numpy_value(value) is None
 
 
 def elements_text(number: int) -> str:
@@ -186,6 +197,9 @@ def value_text(value: Any, tree_totals: TreeTotals | None = None) -> str:
     """
     if isinstance(value, Tensor):
         return f"{type_label(value)} {tensor_text(value)}"
+    found = numpy_value(value)
+    if found is not None:
+        return found.text()
     if has_children(value):
         return container_text(value, tree_totals.of(value) if tree_totals is not None else totals(value))
     if isinstance(value, (dict, list, tuple, set, frozenset)) and not isinstance(value, TorchSize):

@@ -31,7 +31,8 @@ from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError, NothingChanges
 from ckpt_tui.core.model.describe import Totals
 from ckpt_tui.core.model.keypath import KeyPath, to_python, to_slash
-from ckpt_tui.core.model.tree import Checkpoint, Tensor, get, has_children, iter_nodes, iter_tensors
+from ckpt_tui.core.model.numpy_values import numpy_value
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, get, has_children, iter_nodes, iter_tensors
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.hints import ComparedModel
 from ckpt_tui.core.operations.info import Summary
@@ -613,9 +614,15 @@ class BrowserScreen(Screen[None]):
         of the big dicts on the way to the first match (a jump looks its key up there); reports by message only."""
         worker = get_current_worker()
         matches: list[KeyPath] = []
-        for step, (path, _) in enumerate(iter_nodes(root)):
+        said_whole: set[KeyPath] = set()
+        for step, (path, value) in enumerate(iter_nodes(root)):
             if step % 2000 == 0 and worker.is_cancelled:
                 return
+            # a numpy value's line says it whole: the pickled call below it has no lines to go to
+            if said_whole and any(path[:depth] in said_whole for depth in range(1, len(path))):
+                continue
+            if isinstance(value, Opaque) and numpy_value(value) is not None:
+                said_whole.add(path)
             if path and query in to_slash(path).lower():
                 matches.append(path)
                 if len(matches) >= MAX_MATCHES:

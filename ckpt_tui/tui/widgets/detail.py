@@ -27,6 +27,7 @@ from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.describe import Totals, count, counted, plural, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group
 from ckpt_tui.core.model.keypath import KeyPath
+from ckpt_tui.core.model.numpy_values import numpy_value
 from ckpt_tui.core.model.tree import Opaque, Tensor, has_children, type_label
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, Progress, ProgressPoster, StatsReady
@@ -120,13 +121,21 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType
     """The rows that say what one value is (every string from the file escaped); a tensor's storage rows
     come apart (:func:`storage_meta`), under its stats."""
     table = _grid()
-    table.add_row("type", data(type_label(value)))
+    found = numpy_value(value, PANEL_VALUES)
+    table.add_row("type", data(found.type_name if found is not None else type_label(value)))
     if isinstance(value, Tensor):
         table.add_row("shape", shape(value.shape))
         table.add_row("dtype", data(value.dtype))
         problem = tensor_problem(value)
         if problem:
             table.add_row("problem", data(problem, "bold red"))
+    elif found is not None:
+        table.add_row("dtype", data(found.dtype))
+        if found.shape is not None:
+            table.add_row("shape", shape(found.shape))
+        table.add_row("values" if found.shape else "value", data(found.values_text()))
+        # torch.load(weights_only=True) refuses it by this name (without add_safe_globals)
+        table.add_row("global", data(value.global_name))
     elif isinstance(value, Opaque):
         table.add_row("global", data(value.global_name))
         table.add_row("executed", Text("no: recorded only", style="bold" if not value.safe else ""))
@@ -147,6 +156,8 @@ def value_meta(value: Any, shared: int, totals: Totals | None) -> RenderableType
     return table
 
 
+PANEL_VALUES = 64
+"""The most values of a numpy array the panel shows (more: its dtype and shape only)."""
 CALL_LIMIT = 2000
 """The most characters of a recorded call's arguments the panel shows (wrapped)."""
 

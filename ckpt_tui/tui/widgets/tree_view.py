@@ -21,7 +21,7 @@ from textual.widgets._tree import TOGGLE_STYLE
 from textual.widgets.tree import TreeNode
 
 from ckpt_tui.core.conventions.state_dicts import tensor_items
-from ckpt_tui.core.model.describe import Totals, counted, elements_text, scalar_text, shape, size
+from ckpt_tui.core.model.describe import Totals, counted, elements_text, opens, scalar_text, shape, size
 from ckpt_tui.core.model.grouping import Group, group_keys
 from ckpt_tui.core.model.keypath import KeyPath, key_text
 from ckpt_tui.core.model.tree import (
@@ -217,7 +217,7 @@ def value_parts(
         kind = f" {value.kind}" if value.kind != "dense" else None
         parts.append(Part(" " + type_label(value), styles["type"], DROP_TYPE, short=kind, compact=True))
         parts += tensor_parts(value, styles)
-    elif has_children(value):
+    elif opens(value):
         kids = child_count(value)
         parts.append(Part(f" {printable(type_label(value))} ({kids})", styles["type"]))
         found = totals.get(value) if totals is not None else None
@@ -465,7 +465,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         marker = self.markers.get(id(value)) if isinstance(value, Tensor) else None
         if marker:
             parts.append(Part(f"  !! {marker}", "bold red", end=True))
-        return styled(parts), NodeData((*path, key), value, parts=parts), has_children(value)
+        return styled(parts), NodeData((*path, key), value, parts=parts), opens(value)
 
     # ---- fitting lines into the tree's width --------------------------------------------
 
