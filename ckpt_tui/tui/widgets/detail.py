@@ -70,6 +70,9 @@ def stats_table(stats: TensorStats, nonfinite: str | None = None) -> Table:
     table.add_row("mean", _number(stats.mean))
     table.add_row("std", _number(stats.std))
     table.add_row("L2 norm", _number(stats.norm))
+    if stats.nan or stats.inf:
+        # (as stats says under its table: a max that leaves out +Inf must not read as the tensor's max)
+        table.add_row("", Text("(these of the finite values)", style="italic"))
     if nonfinite is not None:
         # an index kept whole on the panel's narrow column: [3,5], never "[3," at a line's end
         whole = re.sub(r"\[[^\]]*\]", lambda index: index.group().replace(", ", ","), nonfinite)
