@@ -9,6 +9,7 @@ terminal; suggested commands are quoted for the shell by :mod:`ckpt_tui.core.run
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -489,9 +490,26 @@ def transferred_cost() -> Any:
 
 
 def _json(data: Any) -> bytes:
+    """Strict JSON (RFC 8259): a NaN or infinite float is written ``null``, as orjson writes it (the standard
+    encoder's bare ``NaN``/``Infinity`` tokens are refused by other languages' parsers); the fields beside
+    such a figure (``nan``, ``inf``, ``nonfinite``, ``note``) say why it is missing."""
     import json
 
-    return json.dumps(data, default=str, separators=(",", ":")).encode("ascii")
+    try:
+        return json.dumps(data, default=str, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except ValueError:
+        return json.dumps(_finite(data), default=str, separators=(",", ":")).encode("ascii")
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def _fast_json(data: Any) -> bytes:

@@ -22,7 +22,7 @@ None there.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,7 +213,64 @@ def _measure(
     # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then; stride 0 costs its storage
     chunks = ((raw_a, raw_b, repeats, x, y) for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse))
     in_chunk_order(chunks, _chunk_sums, settle, pool, cancelled, "cancelled")
+    if nonfinite >= x.numel > 0:
+        # no position finite on both sides: nothing was compared, which is no change of 0 (a frozen layer)
+        return LayerChange(path, nonfinite=nonfinite)
+    if _extreme(x, y, totals):
+        return _rescaled_change(path, x, y, order_a, order_b)
     return _change(path, totals, nonfinite)
+
+
+WIDE_FLOATS = frozenset({"float64", "complex128"})
+"""Dtypes whose squares can overflow or underflow the float64 sums (float32's cannot)."""
+TINY_SQUARES = 2.0**-900
+
+
+def _extreme(x: Tensor, y: Tensor, sums: PairSums) -> bool:
+    """Whether a float64 pair's sums of squares overflowed, or may have underflowed (values near 1e-154)."""
+    if x.dtype not in WIDE_FLOATS and y.dtype not in WIDE_FLOATS:
+        return False
+    squares = (sums.aa, sums.bb, sums.dd, sums.ab)
+    return not all(map(math.isfinite, squares)) or sums.aa < TINY_SQUARES or sums.bb < TINY_SQUARES
+
+
+def _rescaled_change(path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str) -> LayerChange:
+    """The row of a pair whose squares leave float64's range, from its values divided by a power of two
+    near their largest |x| (exact), as torch.linalg.vector_norm scales: two reads, both sides finite only."""
+
+    def finite_pairs() -> Iterator[tuple[np.ndarray, np.ndarray, int | np.ndarray, int]]:
+        for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, 0):
+            va, vb = decode_complex(raw_a, x.dtype, x.metadata), decode_complex(raw_b, y.dtype, y.metadata)
+            finite = np.isfinite(va) & np.isfinite(vb)
+            counts = repeats if isinstance(repeats, int) else repeats[finite]
+            skipped = (
+                int(finite.size - np.count_nonzero(finite)) * repeats
+                if isinstance(repeats, int)
+                else int(repeats[~finite].sum())
+            )
+            yield va[finite], vb[finite], counts, skipped
+
+    with np.errstate(all="ignore"):
+        top = max(
+            (
+                max(float(np.abs(va).max(initial=0)), float(np.abs(vb).max(initial=0)))
+                for va, vb, _, _ in finite_pairs()
+            ),
+            default=0.0,
+        )
+        if top == 0:
+            return _change(path, NO_SUMS, sum(skipped for *_, skipped in finite_pairs()))
+        scale = math.ldexp(1.0, math.frexp(top)[1] - 1)  # |x| / scale < 2; 2**1024 is past float64
+        totals, nonfinite = NO_SUMS, 0
+        for va, vb, counts, skipped in finite_pairs():
+            reals_a, reals_b = (va / scale).view(np.float64), (vb / scale).view(np.float64)
+            weights = counts if isinstance(counts, int) else np.repeat(counts, 2)
+            totals, nonfinite = totals.plus(_sums(reals_a, reals_b, weights, wide=True)), nonfinite + skipped
+    row = _change(path, totals, nonfinite)
+    # relative change and cosine do not depend on the scale; the norms do
+    row.norm_a = None if row.norm_a is None else row.norm_a * scale
+    row.norm_b = None if row.norm_b is None else row.norm_b * scale
+    return row
 
 
 def _shared_chunk(
@@ -317,6 +374,7 @@ def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict
     if dtype_a in COMPLEX_DTYPES or dtype_b in COMPLEX_DTYPES:
         # left to the pair-by-pair path, which keeps both parts of a complex element
         return found
+    wide = dtype_a in WIDE_FLOATS or dtype_b in WIDE_FLOATS
     with np.errstate(all="ignore"):
         va, vb = decode(a.values, dtype_a), decode(b.values, dtype_b)
         lengths = np.diff(a.bounds)
@@ -329,7 +387,8 @@ def _measure_batch(dtype_a: str, dtype_b: str, a: Gathered, b: Gathered) -> dict
             for view, ok, aa, bb, dd, ab in zip(
                 views.tolist(), finite.tolist(), *(s.tolist() for s in sums), strict=True
             ):
-                if ok:
+                # a float64 pair whose squares may have underflowed is left to the pair path, which rescales it
+                if ok and not (wide and (aa < TINY_SQUARES or bb < TINY_SQUARES)):
                     found[int(a.answered[view])] = _change((), wide_sums(0.0 + aa, 0.0 + bb, 0.0 + dd, 0.0 + ab), 0)
     return found
 

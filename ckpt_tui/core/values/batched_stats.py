@@ -19,7 +19,7 @@ import numpy as np
 
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values.batched_values import Gathered, ViewPlan, view_rows
-from ckpt_tui.core.values.stats import CANCELLATION_LIMIT, DOT_SEGMENT, HISTOGRAM_BINS, TensorStats
+from ckpt_tui.core.values.stats import CANCELLATION_LIMIT, DOT_SEGMENT, HISTOGRAM_BINS, SAFE_SQUARES, TensorStats
 from ckpt_tui.core.values.tensor_values import decode_compact
 
 FIRST = 16
@@ -71,6 +71,8 @@ def _views_stats(gathered: Gathered, dtype: str) -> list[TensorStats | None]:
     std = np.where(counts > 1, np.sqrt((0.0 + sums.m2) / np.maximum(counts - 1, 1)), 0.0)  # as stats.py takes them
     norm = np.sqrt(0.0 + sums.sumsq)
     absmax = np.maximum(np.abs(low), np.abs(high))
+    # squares that overflow or underflow float64 are left to the per-tensor pass, which rescales them
+    clean &= ((absmax >= SAFE_SQUARES[0]) & (absmax <= SAFE_SQUARES[1])) | (absmax == 0)
     columns = (counts, zeros, low, high, sums.mean, std, norm, absmax)
     rows = zip(
         clean.tolist(), *(column.tolist() for column in columns), histograms, _firsts(values, bounds), strict=True

@@ -138,7 +138,33 @@ def _tensor_stats(
         stats.mean = whole.mean
         stats.std = math.sqrt(whole.m2 / (stats.finite - 1)) if stats.finite > 1 else 0.0
         stats.histogram, stats.sampled = _histogram(samples, stats.min, stats.max)
+        if not SAFE_SQUARES[0] <= stats.absmax <= SAFE_SQUARES[1] and stats.absmax:
+            stats.mean, stats.std, stats.norm = _rescaled_moments(tensor, byteorder, stats.absmax, chunk)
+            if stats.min == stats.max:
+                # one value throughout: its mean is it, its spread 0 (not the rounding of a sum of them)
+                stats.mean, stats.std = stats.min, 0.0
     return stats
+
+
+SAFE_SQUARES = (2.0**-450, 2.0**450)
+"""Largest |x| whose squares the float64 sums hold without overflow or underflow, over any count of values
+(past it, the mean, std and norm are taken again from the values scaled by a power of two, as
+torch.linalg.vector_norm scales)."""
+
+
+def _rescaled_moments(tensor: Tensor, byteorder: str, absmax: float, chunk: int) -> tuple[float, float, float]:
+    """Mean, std and L2 norm of the finite values, read again divided by the power of two nearest ``absmax``
+    (exact: a power of two only moves the exponent), so no square overflows or underflows."""
+    scale = math.ldexp(1.0, math.frexp(absmax)[1] - 1)  # |x| / scale < 2; 2**1024 is past float64
+    whole = _Part()
+    with np.errstate(all="ignore"):
+        for raw, repeats in TensorReader(tensor, byteorder).distinct_chunks(chunk, 0):
+            values = decode(raw, tensor.dtype, tensor.metadata) / scale
+            counted = repeats if isinstance(repeats, np.ndarray) else np.full(values.size, repeats)
+            weights = counted.astype(np.float64)
+            whole.add(_weighted_part(values, weights, 1, max(1, values.size)))
+    std = math.sqrt(whole.m2 / (whole.finite - 1)) if whole.finite > 1 else 0.0
+    return whole.mean * scale, std * scale, math.sqrt(whole.sumsq) * scale
 
 
 @dataclass

@@ -1,0 +1,82 @@
+"""float64 values whose squares leave float64's range (past ~1e154, below ~1e-154): stats and diff --stats give
+the figures torch gives on values scaled into range, and every --json output is strict JSON (no NaN tokens)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+from ckpt_tui.cli.render import print_json
+
+
+def strict(text: str) -> object:
+    """JSON as a strict parser reads it (``NaN``/``Infinity`` refused)."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, object]:
+    code = main([str(arg) for arg in args])
+    return code, strict(capsys.readouterr().out)
+
+
+def scaled_norm(t: torch.Tensor) -> float:
+    """torch's L2 norm of values scaled into range (torch's own overflows to inf for 1e300)."""
+    top = t.abs().max().item()
+    return torch.linalg.vector_norm(t / top).item() * top
+
+
+@pytest.mark.parametrize("value", [1e300, 1e200, 1e-300, -3e-170])
+@pytest.mark.parametrize("numel", [4, 5000])
+def test_stats_of_float64_values_past_the_squares_range(tmp_path: Path, capsys, value: float, numel: int) -> None:
+    torch.manual_seed(0)
+    t = value * (1 + torch.rand(numel, dtype=torch.float64))
+    t[0] = value  # (so ties to torch's std are not the only case: a spread too)
+    torch.save({"w": t, "flat": torch.full((numel,), value, dtype=torch.float64)}, tmp_path / "x.pth")
+    code, data = run_json(capsys, "stats", "--json", tmp_path / "x.pth")
+    assert code == 0
+    rows = {row["path"][0]: row for row in data["tensors"]}  # type: ignore[index]
+    assert rows["flat"]["std"] == 0.0 and rows["flat"]["norm"] == pytest.approx(
+        abs(value) * math.sqrt(numel), rel=1e-12
+    )
+    assert rows["w"]["norm"] == pytest.approx(scaled_norm(t), rel=1e-12)
+    # torch.std overflows for these too: taken on the values scaled by |value|
+    assert rows["w"]["std"] == pytest.approx((t / abs(value)).std().item() * abs(value), rel=1e-9)
+    assert rows["w"]["mean"] == pytest.approx(t.mean().item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("value", [1e200, 1e-300])
+@pytest.mark.parametrize("numel", [4, 5000])
+def test_diff_stats_of_float64_values_past_the_squares_range(tmp_path: Path, capsys, value: float, numel: int) -> None:
+    a = torch.full((numel,), value, dtype=torch.float64)
+    torch.save({"w": a}, tmp_path / "a.pth")
+    torch.save({"w": a * 1.5}, tmp_path / "b.pth")
+    code, data = run_json(capsys, "diff", "--stats", "--json", tmp_path / "a.pth", tmp_path / "b.pth")
+    layer = data["layers"][0]  # type: ignore[index]
+    assert code == 1
+    assert layer["relative_change"] == pytest.approx(0.5, rel=1e-12) and layer["cosine"] == pytest.approx(1.0)
+    assert layer["norm_a"] == pytest.approx(scaled_norm(a), rel=1e-12)
+    assert layer["norm_b"] == pytest.approx(scaled_norm(a * 1.5), rel=1e-12)
+
+
+def test_an_all_nan_layer_has_no_relative_change(tmp_path: Path, capsys) -> None:
+    torch.save({"w": torch.full((8,), float("nan")), "v": torch.ones(3)}, tmp_path / "a.pth")
+    torch.save({"w": torch.ones(8), "v": torch.ones(3)}, tmp_path / "b.pth")
+    code, data = run_json(capsys, "diff", "--stats", "--json", tmp_path / "a.pth", tmp_path / "b.pth")
+    rows = {row["path"][0]: row for row in data["layers"]}  # type: ignore[index]
+    assert code == 1
+    assert rows["w"]["relative_change"] is None and rows["w"]["cosine"] is None and rows["w"]["nonfinite"] == 8
+    assert rows["v"]["relative_change"] == 0.0
+
+
+def test_json_never_holds_nan_tokens(capsys) -> None:
+    print_json({"x": float("nan"), "y": [float("inf"), 1.5, {"z": -float("inf")}]})
+    assert strict(capsys.readouterr().out) == {"x": None, "y": [None, 1.5, {"z": None}]}
