@@ -92,7 +92,7 @@ class RowUnpickler(pickle.Unpickler):
             return row
 
         self.persistent_load = persistent_load  # type: ignore[method-assign]
-        super().__init__(file, encoding="latin1")
+        super().__init__(file, encoding="utf-8")
         self._rebuild = _sealed(rebuild, "torch._utils._rebuild_tensor_v2")
 
     def find_class(self, module: str, name: str) -> Any:

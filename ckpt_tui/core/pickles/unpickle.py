@@ -761,7 +761,7 @@ class SafeUnpickler(pickle.Unpickler):
     ) -> None:
         if persistent_load is not None:  # called straight from C, once per tensor (read by __init__ below)
             self.persistent_load = persistent_load  # type: ignore[method-assign,assignment]
-        super().__init__(file, encoding="latin1")
+        super().__init__(file, encoding="utf-8")
         self._persistent = persistent_load
         self._opaque: dict[tuple[str, bool], type[Opaque]] = {}
         self._known_classes = known_classes
@@ -860,6 +860,9 @@ def load_pickle(
         problem = "refused: it asks for far more memory than its size justifies (a memo bomb?)"
     except EOFError:
         problem = "pickle ends early (truncated file?)"
+    except UnicodeDecodeError as exc:
+        # torch.load unpickles with encoding="utf-8" (errors strict): such a byte string fails its load too
+        problem = f"a pickled byte string is not UTF-8, so torch.load refuses the file too ({_reason(exc)})"
     except Exception as exc:  # any failure of a hostile or broken pickle is a read error
         problem = f"corrupt pickle ({type(exc).__name__}: {_reason(exc)})"
     finally:
