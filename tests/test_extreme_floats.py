@@ -80,3 +80,20 @@ def test_an_all_nan_layer_has_no_relative_change(tmp_path: Path, capsys) -> None
 def test_json_never_holds_nan_tokens(capsys) -> None:
     print_json({"x": float("nan"), "y": [float("inf"), 1.5, {"z": -float("inf")}]})
     assert strict(capsys.readouterr().out) == {"x": None, "y": [None, 1.5, {"z": None}]}
+
+
+def test_the_norm_series_says_which_files_hold_nan_or_inf(tmp_path: Path, capsys) -> None:
+    nan, inf = float("nan"), float("inf")
+    torch.save({"w": torch.ones(4), "v": torch.ones(3)}, tmp_path / "s1.pth")
+    torch.save({"w": torch.full((4,), nan), "v": torch.tensor([1.0, inf, 2.0])}, tmp_path / "s2.pth")
+    torch.save({"w": torch.ones(4) * 2, "v": torch.ones(3)}, tmp_path / "s3.pth")
+    files = [tmp_path / f"s{i}.pth" for i in (1, 2, 3)]
+    code, data = run_json(capsys, "diff", "--stats", "--json", *files)
+    rows = {row["path"][0]: row for row in data["series"]}  # type: ignore[index]
+    assert code == 1
+    assert rows["w"]["nonfinite"] == [0, 4, 0] and rows["w"]["norms"][1] is None
+    assert rows["v"]["nonfinite"] == [0, 1, 0] and rows["v"]["norms"][1] == pytest.approx(math.sqrt(5))
+    assert main(["diff", "--stats", *map(str, files)]) == 1
+    out = capsys.readouterr().out
+    assert "w in 2. (4 NaN/Inf), v in 2. (1 NaN/Inf)" in out
+    assert "▁!█" in out  # w: the NaN file marked, not drawn absent

@@ -419,17 +419,25 @@ class NormSeries:
     """Each layer's norm in each file of a series, layers in the first file's order (then new ones)."""
 
     layers: list[tuple[KeyPath, list[float | None]]] = field(default_factory=list)
+    """Each layer's norm of its finite values per file (None: absent, unreadable, or no finite value)."""
+    nonfinite: list[list[int]] = field(default_factory=list)
+    """Per layer (as ``layers``), how many NaN/Inf it holds in each file."""
 
     @property
     def unchanged(self) -> bool:
-        """Every layer in every file, of one norm in all of them (equal norms do not make equal values:
-        ``diff`` of the files says that)."""
-        return all(None not in norms and len(set(norms)) == 1 for _, norms in self.layers)
+        """Every layer in every file, of one norm in all of them, and no NaN/Inf (equal norms do not make equal
+        values: ``diff`` of the files says that)."""
+        return all(None not in norms and len(set(norms)) == 1 for _, norms in self.layers) and not any(
+            map(any, self.nonfinite)
+        )
 
     def to_json(self, files: Sequence[str]) -> dict[str, Any]:
-        """``{"series": [{"path", "norms": [...]}], "files": [...]}``."""
+        """``{"series": [{"path", "norms": [...], "nonfinite": [...]}], "files": [...]}``."""
         return {
-            "series": [{"path": to_json(path), "norms": norms} for path, norms in self.layers],
+            "series": [
+                {"path": to_json(path), "norms": norms, "nonfinite": counts}
+                for (path, norms), counts in zip(self.layers, self.nonfinite, strict=True)
+            ],
             "files": list(files),
         }
 
@@ -450,17 +458,25 @@ def norm_series(
         if progress is not None:
             progress(index, len(order))
         norms: list[float | None] = []
+        counts: list[int] = []
         for tree, checkpoint in zip(trees, checkpoints, strict=True):
             tensor = tree.get(path)
-            norms.append(_norm(tensor, checkpoint.byteorder, cancelled) if isinstance(tensor, Tensor) else None)
+            norm, nonfinite = (
+                _norm(tensor, checkpoint.byteorder, cancelled) if isinstance(tensor, Tensor) else (None, 0)
+            )
+            norms.append(norm)
+            counts.append(nonfinite)
         series.layers.append((path, norms))
+        series.nonfinite.append(counts)
     return series
 
 
-def _norm(tensor: Tensor, byteorder: str, cancelled: CancelCheck | None) -> float | None:
+def _norm(tensor: Tensor, byteorder: str, cancelled: CancelCheck | None) -> tuple[float | None, int]:
+    """The norm of a tensor's finite values, and how many NaN/Inf it holds."""
     try:
-        return tensor_stats(tensor, byteorder, cancelled).norm
+        stats = tensor_stats(tensor, byteorder, cancelled)
     except (Cancelled, FileChanged):
         raise
     except CkptError:
-        return None
+        return None, 0
+    return stats.norm, stats.nan + stats.inf

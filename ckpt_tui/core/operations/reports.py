@@ -691,8 +691,12 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     spark = WIDTH - name - 3 * 10 - 1
     head = clip_middle("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
     rows = [Row(head)]
-    for path, norms in series.layers:
+    held: list[str] = []
+    for (path, norms), nonfinite in zip(series.layers, series.nonfinite, strict=True):
         first, last = norms[0], norms[-1]
+        # a file where the layer holds NaN/Inf is marked (!), never drawn as absent or as an ordinary norm
+        drawn = [math.nan if bad else norm for norm, bad in zip(norms, nonfinite, strict=True)]
+        held += [f"{_key(path)} in {i + 1}. ({bad} NaN/Inf)" for i, bad in enumerate(nonfinite) if bad]
         ratio = last / first if first and last is not None else None
         change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(9)
         rows.append(
@@ -705,7 +709,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
                 + " "
                 + change_text
                 + " "
-                + sparkline(norms, spark),
+                + sparkline(drawn, spark),
                 key=_key(path),
             )
         )
@@ -713,9 +717,14 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     counts = f"{len(series.layers)} layers across {counted(len(files), 'file')} (L2 norm of each layer in each file)"
     sections = [
         Section("files, in order", listed, len(files)),
-        Section("norm by layer (sparkline: smallest ▁ to largest █ of the layer, · absent)", rows, len(series.layers)),
+        Section(
+            "norm by layer (sparkline: ▁ smallest to █ largest, · absent, ! NaN/Inf)",
+            rows,
+            len(series.layers),
+        ),
     ]
-    return Report(printable(f"Norms across {len(files)} checkpoints"), "norm series", True, counts, [], sections)
+    notes = [printable("NaN/Inf (norms are of the finite values): " + ", ".join(held))] if held else []
+    return Report(printable(f"Norms across {len(files)} checkpoints"), "norm series", True, counts, notes, sections)
 
 
 def _key(path: Any) -> str:

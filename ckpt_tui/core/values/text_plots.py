@@ -9,6 +9,7 @@ from collections.abc import Sequence
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 LEVELS = "▁▂▃▄▅▆▇█"
 MISSING = "·"
+NONFINITE = "!"
 
 
 def bar(fraction: float, width: int) -> str:
@@ -21,20 +22,21 @@ def bar(fraction: float, width: int) -> str:
 
 
 def sparkline(values: Sequence[float | None], width: int) -> str:
-    """One block per value (scaled from the smallest to the largest), ``·`` for a missing one.
+    """One block per value (scaled from the smallest to the largest), ``·`` for a missing one, ``!`` for a NaN
+    or infinite one.
 
     More values than ``width`` are averaged in ``width`` consecutive buckets.
     """
     if len(values) > width:
         values = _buckets(values, width)
     known = [v for v in values if v is not None and math.isfinite(v)]
-    if not known:
-        return MISSING * len(values)
-    low, high = min(known), max(known)
+    low, high = (min(known), max(known)) if known else (0.0, 0.0)
     out = []
     for value in values:
-        if value is None or not math.isfinite(value):
+        if value is None:
             out.append(MISSING)
+        elif not math.isfinite(value):
+            out.append(NONFINITE)
         elif high == low:
             out.append(LEVELS[len(LEVELS) // 2])
         else:
