@@ -250,6 +250,6 @@ def test_rows_of_each_scope_keep_the_loaders_order(scope: str) -> None:
     expected = {
         "place": [("dcp",), ("deepspeed",)],
         "folder": [("dcp-hf",), ("sharded",), ("ranks",), ("folder",)],
-        "file": [("safetensors",), ("zip", "torchscript"), (), ("sharded",), ("legacy", "pickle")],
+        "file": [("safetensors",), ("zip", "torchscript"), (), ("sharded",), (), ("legacy", "pickle")],
     }
     assert order == expected[scope]

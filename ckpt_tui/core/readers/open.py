@@ -11,6 +11,7 @@ reading in ``loader_problems``.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -118,10 +119,20 @@ def _open(path: str) -> Checkpoint:
     if places.is_remote(path):
         return _open_remote(path)
     if not places.exists(path):
-        raise ReadError(f"{path}: no such file or directory")
+        raise ReadError(f"{path}: {_missing(path)}")
     if places.is_dir(path):
         return _open_directory(path)
     return _open_file(path)
+
+
+def _missing(path: str) -> str:
+    """Why a local path that does not exist cannot be opened: no such file, or a symlink loop."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (too many levels of symbolic links)"
+    return "no such file or directory"
 
 
 def _open_remote(path: str) -> Checkpoint:
@@ -163,7 +174,8 @@ class Target:
         """A file's first 512 bytes (an empty file is refused here)."""
         with places.open_stream(self.path) as file:  # a FIFO, a device or stdin is refused here, never waited on
             head = file.read(TAR_BLOCK)
-        if self.size == 0:
+        # a /proc file says size 0 yet holds text: only a file with no bytes is empty
+        if self.size == 0 and not head:
             raise ReadError(f"{self.path}: empty file")
         return head
 
@@ -362,6 +374,19 @@ def _refuse_tar(target: Target) -> Checkpoint:
     )
 
 
+FOREIGN_MAGIC = ((b"\x93NUMPY", "a numpy array file (.npy)"), (b"GGUF", "a GGUF file (llama.cpp)"))
+"""Files that start like a pickle (``\x93``, ``G`` are opcodes) but are another program's format."""
+
+
+def _is_foreign(target: Target) -> bool:
+    return any(target.head.startswith(magic) for magic, _ in FOREIGN_MAGIC)
+
+
+def _refuse_foreign(target: Target) -> Checkpoint:
+    name = next(name for magic, name in FOREIGN_MAGIC if target.head.startswith(magic))
+    raise ReadError(f"{target.path}: {name}, not a torch checkpoint")
+
+
 def _is_index(target: Target) -> bool:
     return target.head.lstrip()[:1] == b"{" and target.framing_error is None
 
@@ -394,6 +419,7 @@ DETECTION: tuple[Detection, ...] = (
     Detection(("zip", "torchscript"), "file", lambda t: t.head[:4] in ZIP_STARTS, _read_zip),
     Detection((), "file", lambda t: is_tar(t.path, t.head), _refuse_tar),
     Detection(("sharded",), "file", _is_index, _read_index),
+    Detection((), "file", _is_foreign, _refuse_foreign),
     Detection(("legacy", "pickle"), "file", lambda t: t.head[0] in PICKLE_OPCODES, _read_pickle),
 )
 """How a path is read, first row first: the first whose probe holds and whose reader answers.

@@ -854,7 +854,7 @@ def _scan_legacy_head(file: BinaryIO, head: bytes, size: int) -> FileScan | None
         scan.route = "tar"
         scan.fail("the legacy .tar format (torch's first try, as tar, opens it or fails on it): torch.load refuses it")
         return scan
-    if size == 0:
+    if size == 0 and not head:
         scan.fail("an empty file")
         return scan
     return None
