@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,15 +272,57 @@ def key_paths(root: Any) -> dict[str, KeyPath]:
 
 def compared_leaves(root: Any) -> dict[KeyPath, Any]:
     """:func:`leaves`, with each sparse or quantized tensor split into its parts (indices, values,
-    size; integer values and quantizer), which are compared as ordinary values."""
+    size; integer values and quantizer), which are compared as ordinary values; a NaN key as a
+    :class:`NanKey`, so that it matches the same key of the other side."""
     out: dict[KeyPath, Any] = {}
+    nan_keys = _NanKeys()
     for path, value in leaves(root).items():
+        path = nan_keys.matchable(path)
         parts = value.parts() if isinstance(value, Tensor) else None
         if parts is None:
             out[path] = value
         else:
             out.update(((*path, Attr(name)), part) for name, part in parts)
     return out
+
+
+class NanKey(float):
+    """A float NaN dict key as diff matches it: NaN equals nothing, not even itself (torch's dict keeps two NaN
+    keys apart by identity), so two keys are the same key when they have the same bits and the same place
+    among the NaN keys of those bits in their dict's order. Shown as the float it is."""
+
+    bits: bytes
+    ordinal: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NanKey) and (self.bits, self.ordinal) == (other.bits, other.ordinal)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((NanKey, self.bits, self.ordinal))
+
+
+class _NanKeys:
+    """Paths with their NaN keys made :class:`NanKey` (each key object one ordinal, counted per dict and bits)."""
+
+    def __init__(self) -> None:
+        self.ordinals: dict[tuple[KeyPath, bytes], dict[int, int]] = {}
+
+    def matchable(self, path: KeyPath) -> KeyPath:
+        if all(type(key) is not float or key == key for key in path):
+            return path
+        out: list[Any] = []
+        for key in path:
+            if type(key) is float and key != key:
+                bits = struct.pack("<d", key)
+                seen = self.ordinals.setdefault((tuple(out), bits), {})
+                made = NanKey(key)
+                made.bits, made.ordinal = bits, seen.setdefault(id(key), len(seen))
+                key = made
+            out.append(key)
+        return tuple(out)
 
 
 def _is_leaf(value: Any) -> bool:
