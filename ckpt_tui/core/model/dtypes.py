@@ -30,6 +30,13 @@ DTYPES: dict[str, tuple[int, str | None]] = {
     "uint16": (2, None),
     "uint32": (4, None),
     "uint64": (8, None),
+    # read as bytes only (shape, size, verdict); their values are never decoded
+    "float4_e2m1fn_x2": (1, None),
+    "bits8": (1, None),
+    "bits16": (2, None),
+    "bits1x8": (1, None),
+    "bits2x4": (1, None),
+    "bits4x2": (1, None),
 }
 STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
 
