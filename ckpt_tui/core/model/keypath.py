@@ -61,18 +61,30 @@ def key_text(key: Key) -> str:
 def to_json(path: KeyPath) -> list[Any]:
     """JSON form: a list of keys from the root: a str key as a string, an int (a list index or an int key) as
     a number; ``None``, a bool and a float key as JSON's null, true/false and number; a module's attribute as
-    its name; any other key (bytes, a tuple) as ``{"repr": "b'x'"}``. Two keys of one dict never share a form
-    (``None`` and ``'None'`` are ``null`` and ``"None"``)."""
+    its name; any other key (bytes, a tuple, a str holding lone surrogates) as ``{"repr": "b'x'"}``. Two keys of
+    one dict never share a form (``None`` and ``'None'`` are ``null`` and ``"None"``)."""
     return [_json_key(key) for key in path]
 
 
 def _json_key(key: Key) -> Any:
+    if isinstance(key, str) and not _is_unicode(key):
+        # JSON's "\ud83d\ude00" decodes to the pair's one character: the repr keeps '\ud83d\ude00' apart from '😀'
+        return {"repr": repr(key)}
     if isinstance(key, (str, int, float)) or key is None:
         # (bool is an int: JSON's true and false keep it apart from 1 and 0)
         return key if not isinstance(key, float) or math.isfinite(key) else {"repr": repr(key)}
     if isinstance(key, Attr):
         return key.name
     return {"repr": _named(key) or repr(key)}
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (holds no lone surrogate, which UTF-8 cannot encode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def glob_escape(text: str) -> str:

@@ -190,6 +190,8 @@ class Summary:
             return None
         if not len(columns):
             return b"[]"
+        if not _all_unicode(columns.names):
+            return None  # (a key with lone surrogates is a {"repr": ...}: the walked way writes it)
         rows = len(columns)
         keys = zip(columns.shapes, columns.strides, columns.dtypes, strict=True)
         layouts: dict[tuple[Any, ...], str] = {}
@@ -269,9 +271,24 @@ class Summary:
                 "aliases": 0,
             }
             for key, shape, dtype, size, stride, storage in zip(
-                columns.names, shapes, columns.dtypes, nbytes, strides, storages, strict=True
+                columns.names if _all_unicode(columns.names) else [to_json((name,))[0] for name in columns.names],
+                shapes,
+                columns.dtypes,
+                nbytes,
+                strides,
+                storages,
+                strict=True,
             )
         ]
+
+
+def _all_unicode(names: Sequence[str]) -> bool:
+    """Whether no name holds a lone surrogate (one encode of them all)."""
+    try:
+        "".join(names).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def summarize(
