@@ -124,3 +124,18 @@ def test_bytes_that_are_not_utf8_are_refused_as_torch_refuses(
     err = capsys.readouterr().err
     assert "not UTF-8, so torch.load refuses the file" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["fast-path", "full-reader"])
+def test_keys_equal_after_decoding_collide_as_in_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], plain: bool
+) -> None:
+    items = [(_py2("é".encode(), "U"), _tensor(_u("0"), 2)), (_u("é"), _tensor(_u("1"), 3))]
+    path = _write(tmp_path / "twice.pth", items, {"0": _f32(NAN, 1), "1": _f32(7, 8, 9)}, plain)
+    loaded = torch.load(path, weights_only=True)
+    assert loaded["é"].tolist() == [7, 8, 9]  # the later one wins, as in any dict
+    assert _paths(capsys, path) == [["é"]]
+    assert main(["check", str(path)]) == 0
+    out = tmp_path / "out.pth"
+    assert main(["convert", str(path), "-o", str(out)]) == 0
+    assert torch.load(out, weights_only=True)["é"].tolist() == [7, 8, 9]
