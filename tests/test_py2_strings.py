@@ -139,3 +139,15 @@ def test_keys_equal_after_decoding_collide_as_in_torch(
     out = tmp_path / "out.pth"
     assert main(["convert", str(path), "-o", str(out)]) == 0
     assert torch.load(out, weights_only=True)["é"].tolist() == [7, 8, 9]
+
+
+def test_unsafe_global_named_by_py2_strs_is_named_as_torch_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "g.pkl"
+    # STACK_GLOBAL of py2 strs, then a corrupt opcode: the read fails, and the note names the global once, in UTF-8
+    path.write_bytes(b"\x80\x04" + _py2("méd".encode(), "U") + _py2(b"func", "U") + b"\x93)R0\xff")
+    assert main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unsafe global méd.func (NOT executed" in err
+    assert "Ã" not in err

@@ -15,9 +15,17 @@ MAX_OPCODES = 10_000_000
 _STRINGS = frozenset(
     {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
 )
+_PY2_STRINGS = frozenset({"SHORT_BINSTRING", "BINSTRING", "STRING"})
+"""Byte strings pickletools gives as latin-1 text, which torch.load's unpickler decodes as UTF-8."""
 _GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _QUIET = frozenset({"PROTO", "FRAME", "MARK"})
+
+
+def _py2_as_utf8(text: str) -> str:
+    """A py2 str as torch.load reads it (``encoding="utf-8"``); bytes that are not UTF-8 (a load that fails)
+    kept visible as escapes."""
+    return text.encode("latin-1").decode("utf-8", "backslashreplace")
 
 
 def named_globals(data: bytes | BinaryIO) -> Iterator[tuple[str, str]]:
@@ -48,7 +56,7 @@ def named_globals(data: bytes | BinaryIO) -> Iterator[tuple[str, str]]:
             if isinstance(module, str) and isinstance(attribute, str):
                 yield module, attribute
         if name in _STRINGS:
-            pushed.append(arg if isinstance(arg, str) else arg.decode("latin1") if isinstance(arg, bytes) else None)
+            pushed.append(_py2_as_utf8(arg) if name in _PY2_STRINGS and isinstance(arg, str) else arg)
         elif name in _GETS:
             pushed.append(memo.get(arg))
         elif name in _PUTS:
