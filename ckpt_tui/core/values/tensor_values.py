@@ -421,16 +421,12 @@ class TensorReader:
             if source.local_fd() is None:
                 yield None
                 return
-            size, start, record = self.size, self.record_start, self.record_bytes
 
             def read(element: int, count: int, buffer: memoryview) -> memoryview:
-                nbytes = count * size
-                if element < 0 or count < 0 or (element + count) * size > record or nbytes > len(buffer):
+                start, size = self._checked(element, count)
+                if size > len(buffer):
                     raise ReadError("read outside the tensor's storage record refused")
-                if source.readinto_at(start + element * size, buffer[:nbytes]) != nbytes:
-                    source.confirm()  # (cut short since it was opened: said as such)
-                    raise ReadError("tensor data ends early (file truncated?)")
-                return buffer[:nbytes]
+                return _read_into(source, start, buffer[:size])
 
             yield read
             source.confirm()
@@ -446,6 +442,13 @@ class TensorReader:
             for begin in range(first, first + count, chunk):
                 yield np.frombuffer(read(begin, min(chunk, first + count - begin)), self.raw_type)
 
+    def _checked(self, element: int, count: int) -> tuple[int, int]:
+        """Where ``count`` elements from element ``element`` of the record lie in the file, and their bytes;
+        refused when they reach outside the record."""
+        if element < 0 or count < 0 or (element + count) * self.size > self.record_bytes:
+            raise ReadError("read outside the tensor's storage record refused")
+        return self.record_start + element * self.size, count * self.size
+
     @contextlib.contextmanager
     def _reading(self, buffer_bytes: int = 0, buffers: int = 0) -> Iterator[Callable[[int, int], bytes | memoryview]]:
         """A function reading ``count`` elements from element ``element`` of the record, never outside it.
@@ -455,11 +458,7 @@ class TensorReader:
         bytes are then valid until the ring comes round, or until this thread reads with a ring again.
         """
 
-        def checked(element: int, count: int) -> tuple[int, int]:
-            if element < 0 or count < 0 or (element + count) * self.size > self.record_bytes:
-                raise ReadError("read outside the tensor's storage record refused")
-            return self.record_start + element * self.size, count * self.size
-
+        checked = self._checked
         if self.memory is not None:
             memory = self.memory
 
@@ -491,16 +490,22 @@ class TensorReader:
                     buffer = ring[next(turn) % buffers]
                     if size > len(buffer):
                         return memoryview(from_file(element, count))
-                    if source.readinto_at(start, buffer[:size]) != size:
-                        source.confirm()
-                        raise ReadError("tensor data ends early (file truncated?)")
-                    return buffer[:size]
+                    return _read_into(source, start, buffer[:size])
 
                 yield into_ring
             # after the pass's last read: a file rewritten while it was read is refused, not summed up
             source.confirm()
         finally:
             source.close()
+
+
+def _read_into(source: places.ByteSource, start: int, buffer: memoryview) -> memoryview:
+    """``buffer`` filled from ``start`` of the source: a short read is the file cut short since it was opened
+    (said as such by the source's confirm) or a truncated file, never a partly filled buffer."""
+    if source.readinto_at(start, buffer) != len(buffer):
+        source.confirm()
+        raise ReadError("tensor data ends early (file truncated?)")
+    return buffer
 
 
 _thread_buffers = threading.local()
