@@ -69,15 +69,24 @@ def checkpoint_files(folder: str) -> list[str]:
 def _saved_as_checkpoint(path: str) -> bool:
     """Whether a local file begins as what torch.save or safetensors writes: a zip holding a ``data.pkl``, a
     pickle's PROTO, a safetensors header."""
-    try:
-        with places.open_stream(path) as stream:
-            head = stream.read(SNIFFED_BYTES)
-        size = os.path.getsize(path)
-    except (OSError, ReadError):
+    sniffed = _sniffed(path)
+    if sniffed is None:
         return False
+    head, size = sniffed
     if head[:4] in ZIP_MAGIC:
         return not _not_torch_zip(path, size)
     return bool(head) and (head[0] == PICKLE_PROTO or looks_like_safetensors(head, size))
+
+
+def _sniffed(path: str) -> tuple[bytes, int] | None:
+    """A local file's first bytes and its size; None where it cannot be read."""
+    try:
+        # (through places: a FIFO or a device among them is refused, never waited on)
+        with places.open_stream(path) as stream:
+            head = stream.read(SNIFFED_BYTES)
+        return head, os.path.getsize(path)
+    except (OSError, CkptError):
+        return None
 
 
 def _not_torch_zip(path: str, size: int) -> bool:
@@ -97,13 +106,10 @@ TEXT = "text file"
 def _no_checkpoint_kind(path: str) -> str | None:
     """What a local file named as a checkpoint is when it surely is none: a text file, or a zip archive with no
     ``data.pkl`` (a wheel); None for anything else (a checkpoint, or doubt: it is opened and refused there)."""
-    try:
-        # (through places: a FIFO or a device among them is refused, never waited on)
-        with places.open_stream(path) as stream:
-            head = stream.read(SNIFFED_BYTES)
-        size = os.path.getsize(path)
-    except (OSError, CkptError):
+    sniffed = _sniffed(path)
+    if sniffed is None:
         return None
+    head, size = sniffed
     if not head:
         return None
     if head[:4] in ZIP_MAGIC:

@@ -83,8 +83,17 @@ class WriteLog:
     """Each source file copied from: its version as opened (what the verification's reads of it check)."""
 
 
-_crc_lock = threading.Lock()
-_crc_executor: ThreadPoolExecutor | None = None
+_helpers_lock = threading.Lock()
+_helpers: dict[str, ThreadPoolExecutor] = {}
+
+
+def _helper(name: str) -> ThreadPoolExecutor:
+    """The one helper thread named ``name`` (``crc``: checksums in order; ``direct``: direct writes), started on
+    first use and kept for the process."""
+    with _helpers_lock:
+        if name not in _helpers:
+            _helpers[name] = ThreadPoolExecutor(1, thread_name_prefix=f"ckpt-tui-{name}")
+        return _helpers[name]
 
 
 def _written_crc(file: BinaryIO, chunk: bytes | memoryview, running: int) -> int:
@@ -93,7 +102,7 @@ def _written_crc(file: BinaryIO, chunk: bytes | memoryview, running: int) -> int
     if memoryview(chunk).nbytes < PARALLEL_CRC:
         file.write(chunk)
         return zlib.crc32(chunk, running)
-    pending = _crc_pool().submit(zlib.crc32, chunk, running)
+    pending = _helper("crc").submit(zlib.crc32, chunk, running)
     try:
         file.write(chunk)
     finally:  # (a failed write: the helper is done with the chunk before it is freed or reused)
@@ -102,17 +111,6 @@ def _written_crc(file: BinaryIO, chunk: bytes | memoryview, running: int) -> int
 
 
 _HAS_DIRECT = hasattr(os, "O_DIRECT") and hasattr(os, "pwrite")
-_writer_lock = threading.Lock()
-_writer_executor: ThreadPoolExecutor | None = None
-
-
-def _writer_pool() -> ThreadPoolExecutor:
-    """The thread that makes the direct writes (started on first use)."""
-    global _writer_executor
-    with _writer_lock:
-        if _writer_executor is None:
-            _writer_executor = ThreadPoolExecutor(1, thread_name_prefix="ckpt-tui-direct")
-        return _writer_executor
 
 
 def _set_direct(fd: int, on: bool) -> bool:
@@ -146,15 +144,6 @@ def _copy_into(buffer: mmap.mmap, at: int, data: memoryview) -> None:
         memoryview(buffer)[at : at + len(data)] = data
     else:
         np.copyto(np.frombuffer(buffer, np.uint8, len(data), at), np.frombuffer(data, np.uint8))
-
-
-def _crc_pool() -> ThreadPoolExecutor:
-    """The CRC helper thread (started on first use)."""
-    global _crc_executor
-    with _crc_lock:
-        if _crc_executor is None:
-            _crc_executor = ThreadPoolExecutor(1, thread_name_prefix="ckpt-tui-crc")
-        return _crc_executor
 
 
 class Writeback:
@@ -260,8 +249,8 @@ class DirectStream:
         """The filled buffer to the writer and CRC threads; go on in the next one, once it is free."""
         view = memoryview(self.buffers[self.current])[: self.filled]
         self.busy[self.current] = [
-            _writer_pool().submit(self._write, view, self.staged_at),
-            _crc_pool().submit(self._checksum, view),
+            _helper("direct").submit(self._write, view, self.staged_at),
+            _helper("crc").submit(self._checksum, view),
         ]
         self.staged_at += self.filled
         self.current = (self.current + 1) % len(self.buffers)
