@@ -1,5 +1,5 @@
 """Tensors torch.load builds outside the key tree (a tensor's attributes, a Parameter's state, a dict's ``_metadata``,
-a tensor used as a dict key) are read by ``check`` and compared by ``diff`` (adv7 R7-7)."""
+a tensor used as a dict key) are read by ``check`` and ``stats`` and compared by ``diff`` (adv7 R7-7)."""
 
 from __future__ import annotations
 
@@ -54,8 +54,11 @@ def test_check_reads_a_nan_that_torch_loads_outside_the_key_tree(tmp_path: Path,
     torch.load(path, weights_only=True)  # (torch loads it, NaN and all)
     assert main(["check", str(path)]) == 1
     assert "1 NaN, 0 Inf of 2 values" in capsys.readouterr().out
+    assert main(["stats", str(path)]) == 1  # (a row of its own, marked)
+    assert "!! NaN" in capsys.readouterr().out
     torch.save(build(torch.tensor([1.0, 2.0])), path)
     assert main(["check", str(path)]) == 0
+    assert main(["stats", str(path)]) == 0
 
 
 @pytest.mark.parametrize("build", [attribute, parameter_attribute])

@@ -1002,6 +1002,17 @@ def _plain_tensor_run(
     return zip(paths, tensors, itertools.repeat(shown), itertools.repeat(True))
 
 
+def hidden_tensors(references: list[Reference]) -> list[tuple[KeyPath, Tensor]]:
+    """The tensors torch.load builds that no shown path reaches, each once at its first path: a tensor's
+    attributes, a Parameter's state, hooks, a dict's ``_metadata``, a tensor used as a dict key."""
+    shown = {id(r[1]) for r in references if r[2] and type(r[1]) is Tensor}
+    found: dict[int, tuple[KeyPath, Tensor]] = {}
+    for path, value, is_shown, _ in references:
+        if not is_shown and type(value) is Tensor and id(value) not in shown:
+            found.setdefault(id(value), (path, value))
+    return list(found.values())
+
+
 def iter_reachable(root: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, Any, bool]]:
     """Every object reachable from ``root``, shown or hidden, as ``(path, value, shown)``, each object once.
 

@@ -13,8 +13,8 @@ from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNIN
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, walk
-from ckpt_tui.core.operations.info import Summary, hidden_tensors, listed_tensors, summarize
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, hidden_tensors, walk
+from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.folder import LOADER_TAKES
 from ckpt_tui.core.readers.probes import REMOTE_BESIDE

@@ -16,7 +16,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_slash
-from ckpt_tui.core.model.tree import Tensor, walk
+from ckpt_tui.core.model.tree import Tensor, hidden_tensors, walk
 from ckpt_tui.core.values.batched_stats import planned_stats
 from ckpt_tui.core.values.batched_values import MIN_BATCHED, ViewPlan, batch_bounds, batchable
 from ckpt_tui.core.values.stats import TensorStats, tensor_stats
@@ -98,8 +98,11 @@ class TensorRow:
 
 
 def tensor_paths(root: Any, at: KeyPath = ()) -> list[tuple[KeyPath, Tensor]]:
-    """Every shown reference to a tensor below ``root`` (already the value at ``at``), in tree order."""
-    return [(path, value) for path, value, shown, _ in walk(root, at) if shown and isinstance(value, Tensor)]
+    """Every shown reference to a tensor below ``root`` (already the value at ``at``), in tree order, then the
+    tensors torch.load builds that no shown path reaches (:func:`~ckpt_tui.core.model.tree.hidden_tensors`)."""
+    references = list(walk(root, at))
+    shown = [(path, value) for path, value, is_shown, _ in references if is_shown and isinstance(value, Tensor)]
+    return shown + hidden_tensors(references)
 
 
 def unreadable_reason(tensor: Tensor) -> str | None:
