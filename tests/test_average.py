@@ -320,7 +320,7 @@ def test_chunks_read_on_the_workers_average_to_the_bytes_of_chunks_read_here(tmp
     assert sorted(read_there) == sorted([size, CHUNK_ELEMENTS + 3, average.READ_PIECE + 5, 1000])
 
     @contextlib.contextmanager
-    def not_shared(self):
+    def not_shared(self, mapped=False):
         yield None
 
     monkeypatch.setattr(TensorReader, "shared_reads", not_shared)  # read here, averaged on the workers

@@ -32,7 +32,7 @@ CHANGED = "changed on disk since it was opened; open it again"
 # truncated), or with a hook that cuts it short in the middle of a read (HOOK)
 CHILD = textwrap.dedent(
     """
-    import contextlib, os, sys
+    import contextlib, os, subprocess, sys, time
     from ckpt_tui.core.readers import open as opening
     from ckpt_tui.cli import main
 
@@ -60,14 +60,29 @@ CHILD = textwrap.dedent(
         return opened
 
     opening._guarded = guarded
+    if os.environ.get("NO_LEASE"):  # values read with positioned reads only, as where no lease can be had
+        import ckpt_tui.core.model.byte_source as places
+
+        places.take_lease = lambda fd: False
     if hook != "none":
         import ckpt_tui.core.values.tensor_values as values
         import ckpt_tui.core.values.finite_scan as scan
 
         def cut():
+            # by another process, as a writer would: under a read lease the truncate waits for the reader to let
+            # go (cut here it would wait for this very thread); on until it is seen waiting, or has cut the file
             if not os.path.exists(target + ".cut"):
                 open(target + ".cut", "w").close()
-                os.truncate(target, 4096)
+                code = "import os, sys; os.truncate(sys.argv[1], 4096)"
+                writer = subprocess.Popen([sys.executable, "-c", code, target])
+                for _ in range(2000):
+                    with open("/proc/locks") as locks:
+                        waiting = "BREAKING" in locks.read()
+                    if waiting:
+                        open(target + ".waited", "w").close()
+                    if waiting or writer.poll() is not None:
+                        break
+                    time.sleep(0.01)
 
         if hook == "chunk":  # contiguous reads: after the first chunk
             contiguous = values.TensorReader._contiguous
@@ -83,8 +98,8 @@ CHILD = textwrap.dedent(
 
             # (reads that workers share: the file is cut after the first big one)
             @contextlib.contextmanager
-            def cut_after_first_shared(self):
-                with shared(self) as read:
+            def cut_after_first_shared(self, *a, **k):
+                with shared(self, *a, **k) as read:
                     if read is None:
                         yield None
                         return
@@ -119,10 +134,14 @@ CHILD = textwrap.dedent(
 )
 
 
-def run(tmp_path: Path, target: Path, how: str, *args: str, hook: str = "none") -> subprocess.CompletedProcess[str]:
+def run(
+    tmp_path: Path, target: Path, how: str, *args: str, hook: str = "none", leases: bool = True
+) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    if not leases:
+        env["NO_LEASE"] = "1"
     command = [sys.executable, str(script), str(target), how, hook, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
@@ -197,20 +216,44 @@ def test_reading_a_mapped_file_that_another_process_cut_short_is_a_sigbus(tmp_pa
     assert result.returncode == -signal.SIGBUS
 
 
+def leases_here(tmp_path: Path) -> bool:
+    """Whether files in ``tmp_path`` can be held under a read lease (Linux, a local file system)."""
+    from ckpt_tui.core.model import byte_source
+
+    probe = tmp_path / "lease-probe"
+    probe.write_bytes(b"x")
+    leased = byte_source.lease(str(probe), byte_source.version_of(str(probe)))
+    if leased is None:
+        return False
+    leased.close()
+    return True
+
+
 @pytest.mark.parametrize(
-    ("command", "hook"),
-    [("stats", "chunk"), ("diff --stats", "chunk"), ("average", "chunk"), ("stats", "strided"), ("check", "scan")],
+    ("command", "hook", "leases"),
+    [
+        ("stats", "chunk", True),
+        ("diff --stats", "chunk", True),  # (read through maps under a lease: the writer waits)
+        ("diff --stats", "chunk", False),
+        ("average", "chunk", True),
+        ("stats", "strided", True),
+        ("check", "scan", True),
+    ],
 )
 def test_a_file_cut_short_while_its_values_are_read_is_one_line_never_a_crash(
-    tmp_path: Path, command: str, hook: str
+    tmp_path: Path, command: str, hook: str, leases: bool
 ) -> None:
     first, second = files(tmp_path, ".pth")
     if hook == "strided":
         save({"t": torch.randn(2000, 1500).t()}, first)  # two chunks of a strided view
     out = tmp_path / "out.pth"
-    result = run(tmp_path, first, "none", *COMMANDS[command](str(first), str(second), str(out)), hook=hook)
+    args = COMMANDS[command](str(first), str(second), str(out))
+    result = run(tmp_path, first, "none", *args, hook=hook, leases=leases)
     assert result.returncode >= 0, f"killed by signal {-result.returncode}"
     assert (tmp_path / "a.pth.cut").exists()  # the hook ran: the file was cut in the middle of the read
+    # the cut waited for the reader's lease exactly where values are read through maps
+    mapped = command == "diff --stats" and leases and leases_here(tmp_path)
+    assert (tmp_path / "a.pth.waited").exists() == mapped
     if hook == "strided":
         # the view's bytes were read whole before the cut: its figures are the file's as opened
         assert result.returncode == 0, result.stderr

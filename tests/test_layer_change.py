@@ -265,7 +265,7 @@ def test_chunks_read_on_the_workers_give_the_figures_of_chunks_read_here(tmp_pat
     on_workers = stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))
 
     @contextlib.contextmanager
-    def not_shared(self):
+    def not_shared(self, mapped=False):
         yield None
 
     monkeypatch.setattr(TensorReader, "shared_reads", not_shared)  # read here, summed on the workers

@@ -20,6 +20,7 @@ import errno
 import mmap
 import os
 import re
+import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -497,33 +498,40 @@ def prefix(path: str, length: int) -> Iterator[Any]:
 
 class MappedFile:
     """A whole file as a buffer: a local file is mapped (:meth:`release_pages` drops what was read), a
-    remote file fetches the ranges asked for with :meth:`buffer`."""
+    remote file fetches the ranges asked for with :meth:`buffer`.
+
+    A local file is held under a read lease where one can be had (:func:`take_lease`): no writer can cut it
+    short under the map then, and :meth:`confirm` sees a writer waiting. Without one, :meth:`confirm` narrows,
+    but cannot close, the window in which a file cut short under the map kills the process (SIGBUS)."""
 
     def __init__(self, path: str, version: str | None = None) -> None:
         self.path = path
         self.version = version
         self._file: BinaryIO | None = None
         self._map: mmap.mmap | None = None
+        self._leased = False
         if is_remote(path):
             return
         self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         try:
+            self._leased = take_lease(self._file.fileno())
             check_unchanged(self._file.fileno(), path, version)
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
-            self._file.close()
+            self._close_file()
             raise ReadError(f"cannot map the file ({exc})") from None
         except BaseException:
-            self._file.close()
+            self._close_file()
             raise
 
     def confirm(self) -> None:
         """Raise :class:`FileChanged` when the mapped file is no longer the version it was opened as (its
-        size shrunk under the map, or rewritten): checked after each chunk read through the map, and before
-        the next chunk is touched, which narrows, but cannot close, the window in which a file cut short
-        under the map kills the process (SIGBUS)."""
+        size shrunk under the map, or rewritten), or a writer waits for the lease: checked after each chunk
+        read through the map, and before the next chunk is touched."""
         if self._file is not None:
             check_unchanged(self._file.fileno(), self.path, self.version)
+            if self._leased and not lease_held(self._file.fileno()):
+                raise FileChanged(self.path)
 
     def buffer(self, start: int, length: int) -> memoryview:
         """``length`` bytes at ``start``; refused past the file's end."""
@@ -542,15 +550,157 @@ class MappedFile:
             self._map.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        """Unmap and close (buffers handed out must be released first)."""
+        """Unmap, let go of the lease and close (buffers handed out must be released first)."""
         if self._map is not None:
             # a view still referenced somewhere: the map is freed with it
             with contextlib.suppress(BufferError):
                 self._map.close()
             self._map = None
+        self._close_file()
+
+    def _close_file(self) -> None:
         if self._file is not None:
+            if self._leased:
+                drop_lease(self._file.fileno())
             self._file.close()
             self._file = None
+
+
+LEASED_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "jfs", "bcachefs"})
+"""File systems whose every writer runs on this machine, so that a lease keeps each of them out. Not network or
+FUSE file systems (a writer on another machine never sees the lease), nor overlay (a write to the layer below
+bypasses the overlay's inode)."""
+
+_filesystems: dict[int, str | None] = {}
+_filesystems_lock = threading.Lock()
+
+
+def filesystem_of(device: int) -> str | None:
+    """The type of the file system mounted from ``device`` (``st_dev``), from /proc/self/mountinfo; None where it
+    cannot be told."""
+    with _filesystems_lock:
+        if device in _filesystems:
+            return _filesystems[device]
+        wanted, found = f"{os.major(device)}:{os.minor(device)}", None
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+                for line in mounts:
+                    fields = line.split(" - ", 1)
+                    head = fields[0].split()
+                    if len(fields) == 2 and len(head) > 2 and head[2] == wanted:
+                        found = fields[1].split()[0] if fields[1].split() else None
+                        break
+        except OSError:
+            found = None
+        _filesystems[device] = found
+        return found
+
+
+def take_lease(fd: int) -> bool:
+    """Take a read lease on ``fd``, a read-only descriptor of a local file (Linux): whether it was taken (not where
+    the file system is not in :data:`LEASED_FILESYSTEMS`, the file is open for writing somewhere or belongs to
+    another user). While it is held, another process's open for writing, or a truncate, waits for the holder to
+    let go (at most /proc/sys/fs/lease-break-time, 45 s by default)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX)
+        return False
+    setlease, setsig = getattr(fcntl, "F_SETLEASE", None), getattr(fcntl, "F_SETSIG", None)
+    if setlease is None or setsig is None:
+        return False
+    try:
+        if filesystem_of(os.fstat(fd).st_dev) not in LEASED_FILESYSTEMS:
+            return False
+        # a break is signalled with SIGIO, whose default action ends the process; SIGURG's is to ignore it (a
+        # break is seen by asking for the lease: lease_held)
+        fcntl.fcntl(fd, setsig, signal.SIGURG)
+        fcntl.fcntl(fd, setlease, fcntl.F_RDLCK)
+    except OSError:
+        return False
+    return True
+
+
+def lease_held(fd: int) -> bool:
+    """Whether the lease taken on ``fd`` is still held and no writer waits for it."""
+    import fcntl
+
+    # a break under way already reads as the lease it is going to (F_UNLCK): seen before the writer goes on
+    return fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
+
+
+def drop_lease(fd: int) -> None:
+    """Let go of the lease on ``fd``: a writer waiting for it goes on."""
+    import fcntl
+
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+
+
+class LeasedFile:
+    """A local file held open under a read lease (:func:`take_lease`), whose bytes may then be read through maps.
+
+    A file cut short under a map kills its reader with SIGBUS. Under the lease no writer can cut it short: a writer
+    waits until the holder lets go. A writer waiting breaks the lease: :meth:`window` sees it before each map and
+    raises :class:`FileChanged`, and the holder lets go (:meth:`close`) once none of its maps is read any more.
+    """
+
+    __slots__ = ("_fd", "name", "size")
+
+    def __init__(self, fd: int, name: str, size: int) -> None:
+        self._fd: int | None = fd
+        self.name = name
+        self.size = size
+        """Bytes in the file (it cannot change while the lease is held)."""
+
+    def held(self) -> bool:
+        """Whether the lease is still held and no writer waits for it."""
+        return self._fd is not None and lease_held(self._fd)
+
+    def window(self, start: int, length: int) -> memoryview:
+        """``length`` bytes at ``start``, mapped (read-only; unmapped when the last view of it goes). Refused past
+        the file's end (a page past it is a SIGBUS even under the lease), and once a writer waits."""
+        if start < 0 or length < 0 or start + length > self.size:
+            raise ReadError("tensor data ends early (file truncated?)")
+        if not self.held():
+            raise FileChanged(self.name)
+        if length == 0:
+            return memoryview(b"")
+        assert self._fd is not None
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(self._fd, length + start - base, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=base)
+        return memoryview(mapped)[start - base : start - base + length]
+
+    def close(self) -> None:
+        """Let go of the lease and close the descriptor."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            drop_lease(fd)
+            os.close(fd)
+
+
+def lease(path: str, version: str | None) -> LeasedFile | None:
+    """The local file at ``path`` under a read lease, still ``version`` (else :class:`FileChanged`); None where no
+    lease can be had (:func:`take_lease`), or for a URL: read it with positioned reads instead."""
+    if version is None or is_remote(path):
+        return None
+    fd = open_local_fd(path)
+    try:
+        taken = take_lease(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not taken:
+        os.close(fd)
+        return None
+    leased = LeasedFile(fd, path, 0)
+    try:
+        # taken: nothing can change it now; it must still be the file that was opened
+        check_unchanged(fd, path, version)
+        leased.size = os.fstat(fd).st_size
+    except BaseException:
+        leased.close()
+        raise
+    return leased
 
 
 def human(count: int) -> str:

@@ -202,7 +202,7 @@ def _measure(
 
     if pool is not None:
         reader_x, reader_y = TensorReader(x, order_a), TensorReader(y, order_b, ring="ring_b")
-        with reader_x.shared_reads() as read_x, reader_y.shared_reads() as read_y:
+        with reader_x.shared_reads(mapped=True) as read_x, reader_y.shared_reads(mapped=True) as read_y:
             if read_x is not None and read_y is not None:
                 # each chunk read and summed on a worker (both cores copy and sum), the sums added here in order
                 work = _shared_chunk(read_x, read_y, reader_x, reader_y)

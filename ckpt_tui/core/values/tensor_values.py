@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.made_bytes import made_records
@@ -408,14 +408,36 @@ class TensorReader:
     # ---- positioned reads -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def shared_reads(self) -> Iterator[SharedRead | None]:
+    def shared_reads(self, mapped: bool = False) -> Iterator[SharedRead | None]:
         """For a dense row-major view in a file on this machine: a function that reads ``count`` elements from
         element ``element`` of the record into a buffer, which any thread may call (positioned reads on one
         descriptor), checked against the record as every read is. None for every other view (read it with
-        :meth:`distinct_chunks`). The file's version is confirmed after the last read, as for every pass."""
+        :meth:`distinct_chunks`). The file's version is confirmed after the last read, as for every pass.
+
+        ``mapped``: where the file can be leased (:func:`~ckpt_tui.core.model.byte_source.lease`), each read
+        hands back a window mapped under the lease instead (the buffer unused: no copy out of the page cache);
+        every window must be done with when the ``with`` ends, and each should be about as large as the
+        caller's buffer (a window's pages stay mapped while it is referenced)."""
         if self.made is not None or self.memory is not None or not self.in_order:
             yield None
             return
+        if mapped:
+            leased = places.lease(self.path, self.version)
+            if leased is not None:
+                try:
+
+                    def window(element: int, count: int, buffer: memoryview) -> memoryview:
+                        return leased.window(*self._checked(element, count))
+
+                    yield window
+                    # as a pass of positioned reads confirms the version: a writer that came while the values
+                    # were read (it waited) is a changed file, whose values are not the tree's much longer
+                    if not leased.held():
+                        raise FileChanged(self.path)
+                finally:
+                    # (after the last window is done with: a writer waiting for the lease goes on now)
+                    leased.close()
+                return
         source = places.source_of(self.path, self.version)
         try:
             if source.local_fd() is None:
