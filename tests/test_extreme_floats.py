@@ -54,7 +54,7 @@ def test_stats_of_float64_values_past_the_squares_range(tmp_path: Path, capsys, 
 
 
 @pytest.mark.parametrize("value", [1e200, 1e-300])
-@pytest.mark.parametrize("numel", [4, 5000])
+@pytest.mark.parametrize("numel", [4, 5000, 2_500_000])  # (the last in chunks, each read by the thread summing it)
 def test_diff_stats_of_float64_values_past_the_squares_range(tmp_path: Path, capsys, value: float, numel: int) -> None:
     a = torch.full((numel,), value, dtype=torch.float64)
     torch.save({"w": a}, tmp_path / "a.pth")
@@ -67,13 +67,14 @@ def test_diff_stats_of_float64_values_past_the_squares_range(tmp_path: Path, cap
     assert layer["norm_b"] == pytest.approx(scaled_norm(a * 1.5), rel=1e-12)
 
 
-def test_an_all_nan_layer_has_no_relative_change(tmp_path: Path, capsys) -> None:
-    torch.save({"w": torch.full((8,), float("nan")), "v": torch.ones(3)}, tmp_path / "a.pth")
-    torch.save({"w": torch.ones(8), "v": torch.ones(3)}, tmp_path / "b.pth")
+@pytest.mark.parametrize("numel", [8, 2_500_000])
+def test_an_all_nan_layer_has_no_relative_change(tmp_path: Path, capsys, numel: int) -> None:
+    torch.save({"w": torch.full((numel,), float("nan")), "v": torch.ones(3)}, tmp_path / "a.pth")
+    torch.save({"w": torch.ones(numel), "v": torch.ones(3)}, tmp_path / "b.pth")
     code, data = run_json(capsys, "diff", "--stats", "--json", tmp_path / "a.pth", tmp_path / "b.pth")
     rows = {row["path"][0]: row for row in data["layers"]}  # type: ignore[index]
     assert code == 1
-    assert rows["w"]["relative_change"] is None and rows["w"]["cosine"] is None and rows["w"]["nonfinite"] == 8
+    assert rows["w"]["relative_change"] is None and rows["w"]["cosine"] is None and rows["w"]["nonfinite"] == numel
     assert rows["v"]["relative_change"] == 0.0
 
 

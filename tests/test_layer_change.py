@@ -419,3 +419,43 @@ def test_bit_identical_layers_have_cosine_exactly_1_in_the_json_and_the_text(tmp
     assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 0
     out = capsys.readouterr().out
     assert "3 unchanged" in out and "1-" not in out
+
+
+def test_a_run_of_large_layers_streams_and_a_layer_that_fails_to_read_is_its_own_row(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    from ckpt_tui.core.errors import ReadError
+    from ckpt_tui.core.operations import layer_change
+
+    torch.manual_seed(5)
+    size = 5 * layer_change.CHUNK_ELEMENTS // 2
+    a = {name: torch.randn(size + k) for k, name in enumerate(("first", "broken", "last"))}
+    b = {name: value * 0.9 + 0.05 for name, value in a.items()}
+    torch.save(a, tmp_path / "a.pth")
+    torch.save(b, tmp_path / "b.pth")
+    shared_chunk = layer_change._shared_chunk
+
+    def failing(read_x, read_y, reader_x, reader_y):  # every chunk of "broken" but its first
+        work = shared_chunk(read_x, read_y, reader_x, reader_y)
+        if reader_x.numel != size + 1:
+            return work
+
+        def broken(begin: int, count: int):
+            if begin:
+                raise ReadError("tensor data ends early (file truncated?)")
+            return work(begin, count)
+
+        return broken
+
+    monkeypatch.setattr(layer_change, "_shared_chunk", failing)
+    rows = {
+        row["path"][0]: row for row in stats_json(capsys, str(tmp_path / "a.pth"), str(tmp_path / "b.pth"))["layers"]
+    }
+    assert rows["broken"]["note"] == "unreadable: tensor data ends early (file truncated?)"
+    assert rows["broken"]["relative_change"] is None
+    for key in ("first", "last"):
+        relative, cosine, norm_a, _ = torch_change(a[key], b[key])
+        assert rows[key]["note"] is None
+        assert math.isclose(rows[key]["relative_change"], relative, rel_tol=1e-4)
+        assert math.isclose(rows[key]["cosine"], cosine, rel_tol=1e-4)
+        assert math.isclose(rows[key]["norm_a"], norm_a, rel_tol=1e-5)

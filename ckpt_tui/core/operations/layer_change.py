@@ -21,6 +21,7 @@ None there.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +140,8 @@ def layer_change(
     paired = [(x, y) for p, x in tensors_a if isinstance(y := right.get(p), Tensor)]
     batches: PairBatches[LayerChange] = PairBatches(paired, (a.byteorder, b.byteorder))
     answered: dict[int, LayerChange] = {}
-    position = 0
+    streamed: dict[int, LayerChange] = {}
+    streamed_to = position = 0
     for index, (path, x) in enumerate(tensors_a):
         if progress is not None:
             progress(index, len(tensors_a))
@@ -149,7 +151,12 @@ def layer_change(
             continue
         if position >= batches.upcoming:
             answered.update(batches.read_until(position, _measure_batch, cancelled))
-        found = answered.pop(position, None)
+        if index >= streamed_to and _streams(x, y):
+            # this large pair and the large pairs right after it: their chunks in one stream on the workers
+            run = _large_run(tensors_a, right, index)
+            streamed.update(_measure_run(run, a.byteorder, b.byteorder, cancelled))
+            streamed_to = index + len(run)
+        found = answered.pop(position, None) or streamed.pop(index, None)
         position += 1
         if found is None:
             found = _compare(path, x, y, a.byteorder, b.byteorder, cancelled)
@@ -200,25 +207,147 @@ def _measure(
         totals = totals.plus(sums)
         nonfinite += skipped
 
-    if pool is not None:
-        reader_x, reader_y = TensorReader(x, order_a), TensorReader(y, order_b, ring="ring_b")
-        with reader_x.shared_reads(mapped=True) as read_x, reader_y.shared_reads(mapped=True) as read_y:
-            if read_x is not None and read_y is not None:
-                # each chunk read and summed on a worker (both cores copy and sum), the sums added here in order
-                work = _shared_chunk(read_x, read_y, reader_x, reader_y)
-                spans = ((begin, min(CHUNK_ELEMENTS, x.numel - begin)) for begin in range(0, x.numel, CHUNK_ELEMENTS))
-                in_chunk_order(spans, work, settle, pool, cancelled, "cancelled")
-                return _change(path, totals, nonfinite)
     reuse = STATS_THREADS + 1 if pool is not None else 0
     # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then; stride 0 costs its storage
     chunks = ((raw_a, raw_b, repeats, x, y) for raw_a, raw_b, repeats in paired_chunks(x, y, order_a, order_b, reuse))
     in_chunk_order(chunks, _chunk_sums, settle, pool, cancelled, "cancelled")
+    return _finished(path, x, y, order_a, order_b, totals, nonfinite)
+
+
+def _finished(
+    path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str, totals: PairSums, nonfinite: int
+) -> LayerChange:
+    """The row of a pair from the sums of all its chunks."""
     if nonfinite >= x.numel > 0:
         # no position finite on both sides: nothing was compared, which is no change of 0 (a frozen layer)
         return LayerChange(path, nonfinite=nonfinite)
     if _extreme(x, y, totals):
         return _rescaled_change(path, x, y, order_a, order_b)
     return _change(path, totals, nonfinite)
+
+
+def _large_run(
+    tensors_a: list[tuple[KeyPath, Tensor]], right: dict[KeyPath, Any], start: int
+) -> list[tuple[int, KeyPath, Tensor, Tensor]]:
+    """The large pairs from A's tensor ``start`` on, up to the first tensor that is not one (:func:`_streams`)."""
+    run = []
+    for index in range(start, len(tensors_a)):
+        path, x = tensors_a[index]
+        y = right.get(path)
+        if not isinstance(y, Tensor) or not _streams(x, y):
+            break
+        run.append((index, path, x, y))
+    return run
+
+
+def _streams(x: Tensor, y: Any) -> bool:
+    """Whether a pair is large enough to be read and summed on the statistics threads a chunk at a time, each
+    chunk read by the thread that sums it (:func:`_measure_run`)."""
+    return isinstance(y, Tensor) and x.numel > CHUNK_ELEMENTS and same_layout(x, y)
+
+
+_ChunkWork = Callable[[int, int], tuple[PairSums, int]]
+"""The sums of ``(begin, count)`` elements of a pair, and how many positions were not finite on both sides."""
+
+
+@dataclass
+class _Streamed:
+    """A pair of a run being measured: its readers' contexts, sums so far, and chunks still to settle."""
+
+    index: int
+    path: KeyPath
+    x: Tensor
+    y: Tensor
+    reads: contextlib.ExitStack
+    left: int
+    totals: PairSums = NO_SUMS
+    nonfinite: int = 0
+    failed: CkptError | None = None
+
+
+def _measure_run(
+    run: list[tuple[int, KeyPath, Tensor, Tensor]], order_a: str, order_b: str, cancelled: CancelCheck | None
+) -> dict[int, LayerChange]:
+    """The rows of consecutive large pairs, by index: every chunk of every pair read and summed on a statistics
+    thread (reads any thread may make: :meth:`TensorReader.shared_reads`), one pair's chunks following the last
+    one's without the threads waiting for each other between layers; the sums added here in chunk order (the
+    figures of :func:`_measure`, bit for bit). A pair whose values cannot be read so is left out (measured alone)."""
+    rows: dict[int, LayerChange] = {}
+
+    def chunks(
+        every: contextlib.ExitStack,
+    ) -> Iterator[tuple[Callable[..., tuple[PairSums, int]], _Streamed, int, int]]:
+        for index, path, x, y in run:
+            pair = _opened(index, path, x, y, order_a, order_b, every)
+            if pair is None:
+                continue
+            work, streamed = pair
+            for begin in range(0, x.numel, CHUNK_ELEMENTS):
+                yield work, streamed, begin, min(CHUNK_ELEMENTS, x.numel - begin)
+
+    def settle(found: tuple[_Streamed, tuple[PairSums, int] | CkptError]) -> None:
+        streamed, result = found
+        if isinstance(result, CkptError):
+            streamed.failed = streamed.failed or result
+        elif streamed.failed is None:
+            streamed.totals, streamed.nonfinite = streamed.totals.plus(result[0]), streamed.nonfinite + result[1]
+        streamed.left -= 1
+        if streamed.left == 0:
+            # every chunk summed: its reads end here (a writer waiting for a lease goes on)
+            streamed.reads.close()
+            rows[streamed.index] = _streamed_row(streamed, order_a, order_b)
+
+    with contextlib.ExitStack() as every, np.errstate(all="ignore"):
+        # each chunk's work reads its own values: a thread done before the oldest chunk takes another
+        in_chunk_order(chunks(every), _run_chunk, settle, worker_pool(), cancelled, "cancelled", 4 * STATS_THREADS)
+    return rows
+
+
+def _opened(
+    index: int, path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str, every: contextlib.ExitStack
+) -> tuple[Callable[[int, int], tuple[PairSums, int]], _Streamed] | None:
+    """A pair of a run with its reads open (closed when its last chunk is summed, or with ``every``), or None
+    when it cannot be read so."""
+    reads = every.enter_context(contextlib.ExitStack())
+    try:
+        reader_x, reader_y = TensorReader(x, order_a), TensorReader(y, order_b, ring="ring_b")
+        read_x = reads.enter_context(reader_x.shared_reads(mapped=True))
+        read_y = reads.enter_context(reader_y.shared_reads(mapped=True))
+    except FileChanged:
+        raise
+    except CkptError:
+        reads.close()
+        return None
+    if read_x is None or read_y is None:
+        reads.close()
+        return None
+    chunk_count = -(-x.numel // CHUNK_ELEMENTS)
+    return _shared_chunk(read_x, read_y, reader_x, reader_y), _Streamed(index, path, x, y, reads, chunk_count)
+
+
+def _run_chunk(
+    work: Callable[[int, int], tuple[PairSums, int]], streamed: _Streamed, begin: int, count: int
+) -> tuple[_Streamed, tuple[PairSums, int] | CkptError]:
+    """One chunk of a run's pair, on a statistics thread: its sums, or why it could not be read (that pair's row
+    says so; a changed file or a cancel ends the run)."""
+    try:
+        return streamed, work(begin, count)
+    except (Cancelled, FileChanged):
+        raise
+    except CkptError as exc:
+        return streamed, exc
+
+
+def _streamed_row(streamed: _Streamed, order_a: str, order_b: str) -> LayerChange:
+    """The row of a run's pair once every chunk is summed."""
+    if streamed.failed is not None:
+        return LayerChange(streamed.path, note=f"unreadable: {streamed.failed}")
+    try:
+        return _finished(streamed.path, streamed.x, streamed.y, order_a, order_b, streamed.totals, streamed.nonfinite)
+    except (Cancelled, FileChanged):
+        raise
+    except CkptError as exc:
+        return LayerChange(streamed.path, note=f"unreadable: {exc}")
 
 
 WIDE_FLOATS = frozenset({"float64", "complex128"})

@@ -236,10 +236,12 @@ def in_chunk_order(
     pool: ThreadPoolExecutor | None,
     cancelled: Callable[[], bool] | None,
     message: str,
+    ahead: int = STATS_THREADS,
 ) -> None:
     """``settle(work(*args))`` for each chunk's args, in chunk order: on ``pool`` while the next chunks are read (at
-    most :data:`STATS_THREADS` waiting besides the one being read), or here when it is None. The chunk iterator
-    may reuse the buffers of chunk k - STATS_THREADS - 1 for chunk k: that one is settled by then."""
+    most ``ahead`` waiting besides the one being read), or here when it is None. The chunk iterator may reuse the
+    buffers of chunk k - ahead - 1 for chunk k: that one is settled by then. (Chunks whose work reads its own
+    values may run further ahead: a thread done before the oldest chunk takes the next one instead of waiting.)"""
     pending: deque[Future[_T]] = deque()
     try:
         for args in chunks:
@@ -247,7 +249,7 @@ def in_chunk_order(
                 raise Cancelled(message)
             if pool is not None:
                 pending.append(pool.submit(work, *args))
-                while len(pending) > STATS_THREADS:
+                while len(pending) > ahead:
                     settle(pending.popleft().result())
             else:
                 settle(work(*args))
