@@ -236,6 +236,7 @@ def leases_here(tmp_path: Path) -> bool:
         ("diff --stats", "chunk", True),  # (read through maps under a lease: the writer waits)
         ("diff --stats", "chunk", False),
         ("average", "chunk", True),
+        ("average", "chunk", False),
         ("stats", "strided", True),
         ("check", "scan", True),
     ],
@@ -252,7 +253,7 @@ def test_a_file_cut_short_while_its_values_are_read_is_one_line_never_a_crash(
     assert result.returncode >= 0, f"killed by signal {-result.returncode}"
     assert (tmp_path / "a.pth.cut").exists()  # the hook ran: the file was cut in the middle of the read
     # the cut waited for the reader's lease exactly where values are read through maps
-    mapped = command == "diff --stats" and leases and leases_here(tmp_path)
+    mapped = command in ("diff --stats", "average") and leases and leases_here(tmp_path)
     assert (tmp_path / "a.pth.waited").exists() == mapped
     if hook == "strided":
         # the view's bytes were read whole before the cut: its figures are the file's as opened

@@ -636,6 +636,10 @@ def drop_lease(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
 
 
+MAP_WINDOW = 8 << 20
+"""Bytes a thread maps at least at once under a lease (the pages are mapped only where they are read)."""
+
+
 class LeasedFile:
     """A local file held open under a read lease (:func:`take_lease`), whose bytes may then be read through maps.
 
@@ -644,13 +648,15 @@ class LeasedFile:
     raises :class:`FileChanged`, and the holder lets go (:meth:`close`) once none of its maps is read any more.
     """
 
-    __slots__ = ("_fd", "name", "size")
+    __slots__ = ("_fd", "_windows", "name", "size")
 
     def __init__(self, fd: int, name: str, size: int) -> None:
         self._fd: int | None = fd
         self.name = name
         self.size = size
         """Bytes in the file (it cannot change while the lease is held)."""
+        self._windows: dict[int, tuple[int, memoryview]] = {}
+        """Each thread's last map (its start, its bytes): a read inside it maps nothing new."""
 
     def held(self) -> bool:
         """Whether the lease is still held and no writer waits for it."""
@@ -658,20 +664,31 @@ class LeasedFile:
 
     def window(self, start: int, length: int) -> memoryview:
         """``length`` bytes at ``start``, mapped (read-only; unmapped when the last view of it goes). Refused past
-        the file's end (a page past it is a SIGBUS even under the lease), and once a writer waits."""
+        the file's end (a page past it is a SIGBUS even under the lease), and once a writer waits.
+
+        Each thread maps :data:`MAP_WINDOW` bytes at least, and reads inside its last map take a slice of it: many
+        small reads in a row map once (a map costs about what copying 64 kB does)."""
         if start < 0 or length < 0 or start + length > self.size:
             raise ReadError("tensor data ends early (file truncated?)")
         if not self.held():
             raise FileChanged(self.name)
         if length == 0:
             return memoryview(b"")
+        thread = threading.get_ident()
+        last = self._windows.get(thread)
+        if last is not None and last[0] <= start and start + length <= last[0] + len(last[1]):
+            return last[1][start - last[0] : start - last[0] + length]
         assert self._fd is not None
         base = start - start % mmap.ALLOCATIONGRANULARITY
-        mapped = mmap.mmap(self._fd, length + start - base, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=base)
-        return memoryview(mapped)[start - base : start - base + length]
+        size = min(max(length + start - base, MAP_WINDOW), self.size - base)
+        mapped = memoryview(mmap.mmap(self._fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=base))
+        self._windows[thread] = (base, mapped)
+        return mapped[start - base : start - base + length]
 
     def close(self) -> None:
         """Let go of the lease and close the descriptor."""
+        # (each map goes with the last view of it)
+        self._windows.clear()
         fd, self._fd = self._fd, None
         if fd is not None:
             drop_lease(fd)

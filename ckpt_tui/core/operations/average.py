@@ -190,7 +190,7 @@ class AveragedRecords(AssembledRecords):
         if pool is not None:
             readers = [TensorReader(t, order) for t, order in zip(tensors, self.byteorders, strict=True)]
             with contextlib.ExitStack() as reads:
-                shared = [reads.enter_context(reader.shared_reads()) for reader in readers]
+                shared = [reads.enter_context(reader.shared_reads(mapped=True)) for reader in readers]
                 usable = [read for read in shared if read is not None]
                 if len(usable) == len(readers):
                     yield from self._read_on_workers(storage, readers, usable, chunk, raw_type, pool)

@@ -415,9 +415,9 @@ class TensorReader:
         :meth:`distinct_chunks`). The file's version is confirmed after the last read, as for every pass.
 
         ``mapped``: where the file can be leased (:func:`~ckpt_tui.core.model.byte_source.lease`), each read
-        hands back a window mapped under the lease instead (the buffer unused: no copy out of the page cache);
-        every window must be done with when the ``with`` ends, and each should be about as large as the
-        caller's buffer (a window's pages stay mapped while it is referenced)."""
+        hands back a window mapped under the lease instead (the buffer unused: no copy out of the page cache;
+        a thread's reads in a row share a map of at least :data:`~ckpt_tui.core.model.byte_source.MAP_WINDOW`
+        bytes); every window must be done with when the ``with`` ends."""
         if self.made is not None or self.memory is not None or not self.in_order:
             yield None
             return
