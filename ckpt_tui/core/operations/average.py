@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from ckpt_tui.core.writers.save import WriteResult
 
 THREADED_INPUTS = 2
-"""Up to this many files, chunks are averaged on the statistics threads (each holds a chunk of every file)."""
+"""Up to this many files, chunks read here are averaged on the statistics threads (each holds a chunk of every
+file); files the threads read themselves are averaged there whatever their number."""
 READ_PIECE = 1 << 17
 """Elements of each file read and averaged at once on a statistics thread (512 kB of float32: two inputs and
 the average stay in the core's cache between the read and the sums)."""
@@ -184,9 +185,10 @@ class AveragedRecords(AssembledRecords):
         tensors = self.inputs[storage.key]
         if begin != 0 or end != storage.numel:
             raise ReadError(f"{storage.key}: only a whole averaged tensor can be read")
-        # chunks in flight on the statistics threads hold every input's buffers: for two files (soups of
-        # many files are averaged here, the memory of one chunk per file)
-        pool = worker_pool() if len(tensors) <= THREADED_INPUTS else None
+        # read on the statistics threads a piece at a time (a thread holds a piece of every file, whatever their
+        # number); where that cannot be, chunks in flight there hold a chunk of every input: for two files (soups
+        # of many files are then averaged here, the memory of one chunk per file)
+        pool = worker_pool()
         if pool is not None:
             readers = [TensorReader(t, order) for t, order in zip(tensors, self.byteorders, strict=True)]
             with contextlib.ExitStack() as reads:
@@ -195,6 +197,7 @@ class AveragedRecords(AssembledRecords):
                 if len(usable) == len(readers):
                     yield from self._read_on_workers(storage, readers, usable, chunk, raw_type, pool)
                     return
+        pool = pool if len(tensors) <= THREADED_INPUTS else None
         # each input read into its own ring of reused buffers (no fresh pages for every chunk): a chunk's
         # buffers are read into again once its average is done
         reuse = STATS_THREADS + 1 if pool is not None else 1

@@ -225,6 +225,9 @@ def element_span(offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -
     return low, high
 
 
+MAPPED_AT_LEAST = 1 << 20
+"""Bytes of a view below which :meth:`TensorReader.shared_reads` copies its values even where maps are asked for."""
+
 SharedRead = Callable[[int, int, memoryview], memoryview]
 """Reads ``count`` elements from element ``element`` of a record into a buffer (:meth:`TensorReader.shared_reads`)."""
 
@@ -421,7 +424,8 @@ class TensorReader:
         if self.made is not None or self.memory is not None or not self.in_order:
             yield None
             return
-        if mapped:
+        # (a small view costs a lease and a map more than its copy)
+        if mapped and self.numel * self.size >= MAPPED_AT_LEAST:
             leased = places.lease(self.path, self.version)
             if leased is not None:
                 try:
