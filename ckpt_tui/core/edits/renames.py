@@ -9,7 +9,8 @@ safetensors header) has no module order: there only a shape, or a shape and last
 once on each side pairs (never ``key`` with ``query`` because both are ``[16, 16]`` weights). Partners
 of one shape are then chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
 tensor (a ``bias`` with a ``weight``, unless the names are synonyms such as ``gamma``/``weight``)
-is dropped.
+is dropped. Last, sibling modules that shapes cannot tell apart take the partners their names say
+(:func:`_named_siblings`: numbered ones in the order of their numbers, named ones by shared words).
 
 Rules: starting from the pairs, each round looks at the first place where each pair's dotted
 components still differ and proposes rules that would fix it, from the most general (a component
@@ -26,6 +27,7 @@ Ties go to the rule met first, so the rules do not change from run to run.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,7 +90,9 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
         # which of several same-shape tensors is which (key and query, layernorm_before and _after), so
         # only a shape and last component left once on each side pair (an LSTM's weight_ih with weight_ih)
         by_leaf = _unique_by_leaf(source, target)
-        return _same_kind(by_leaf + _unique_leftovers(source, target, by_leaf), dict(source))
+        return _named_siblings(
+            _same_kind(by_leaf + _unique_leftovers(source, target, by_leaf), dict(source)), dict(source)
+        )
     if a == b:
         pairs = [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
     elif len(a) * len(b) > LCS_CELLS:
@@ -97,7 +101,7 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
         pairs = []
         for start_a, start_b, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
             pairs += [(source[start_a + i][0], target[start_b + i][0]) for i in range(size)]
-    return _same_kind(pairs + _unique_leftovers(source, target, pairs), dict(source))
+    return _named_siblings(_same_kind(pairs + _unique_leftovers(source, target, pairs), dict(source)), dict(source))
 
 
 def _name_sorted(keys: Sequence[tuple[str, Signature]]) -> bool:
@@ -161,6 +165,91 @@ def _same_kind(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) -> li
                 if i not in chosen and queues:  # the first free partner, in the reference's order
                     chosen[i] = min(queues, key=lambda queue: place[queue[0]]).popleft()
     return [(key, chosen[i]) for i, (key, _) in enumerate(pairs) if i in chosen]
+
+
+def _named_siblings(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) -> list[tuple[str, str]]:
+    """The pairs with sibling modules that shapes cannot tell apart (a q, k and v projection; the layers of a
+    stack) given the partners their names say. Modules of one parent, each of whose tensors pairs with the same
+    kind and shape in modules of one parent on the other side, are interchangeable to the alignment, whose order
+    is then a guess: numbered siblings pair in the order of their numbers (``layers.1`` saved before ``layers.0``
+    still pairs with ``layers.1``; ``mlp.0, 2, 4`` with ``mlp.0, 1, 2``, what was removed between them shifting the
+    rest), named ones by the words their names share (``q_proj`` with ``query``, never with ``value``), in the
+    alignment's order where the names say nothing."""
+    modules: dict[str, dict[str, str]] = {}
+    for key, partner in pairs:
+        modules.setdefault(_module(key), {})[leaf(key)] = partner
+    groups: dict[tuple[str, str, tuple[tuple[str, str, Signature], ...]], list[tuple[str, str]]] = {}
+    for module, partners in modules.items():
+        targets = {_module(partner) for partner in partners.values()}
+        if len(targets) != 1 or not module:
+            continue
+        target = targets.pop()
+        kinds = tuple(
+            sorted((name, leaf(partner), shapes.get(f"{module}.{name}")) for name, partner in partners.items())
+        )
+        groups.setdefault((_parent(module), _parent(target), kinds), []).append((module, target))
+    moved: dict[str, str] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            moved.update(_sibling_partners(members))
+    if not moved:
+        return pairs
+    return [
+        (key, f"{moved[_module(key)]}.{leaf(partner)}" if _module(key) in moved else partner) for key, partner in pairs
+    ]
+
+
+def _sibling_partners(members: list[tuple[str, str]]) -> dict[str, str]:
+    """Each interchangeable sibling module's partner module where its name says another than the alignment gave."""
+    mine, theirs = [_last(module) for module, _ in members], [_last(target) for _, target in members]
+    if all(name.isdigit() for name in mine + theirs):
+        chosen = [t for _, t in sorted(zip(map(int, theirs), (target for _, target in members), strict=True))]
+        ordered = [m for _, m in sorted(zip(map(int, mine), (module for module, _ in members), strict=True))]
+        found = dict(zip(ordered, chosen, strict=True))
+    else:
+        found = _by_words(members)
+    return {module: target for module, target in found.items() if dict(members)[module] != target}
+
+
+def _by_words(members: list[tuple[str, str]]) -> dict[str, str]:
+    """Partners chosen by the words sibling names share (the alignment's partner where they tie), greedily in the
+    alignment's order: the best-scoring free partner of each module."""
+    targets = [target for _, target in members]
+    score = {(m, t): _words_shared(_last(m), _last(t)) for m, _ in members for t in targets}
+    if not any(score.values()):
+        return dict(members)
+    free, found = list(targets), {}
+    # the modules whose names speak most clearly first (a module whose words match no partner takes what is left)
+    for module, given in sorted(members, key=lambda pair: -max(score[pair[0], t] for t in targets)):
+        best = max(free, key=lambda t: (score[module, t], t == given))
+        found[module] = best
+        free.remove(best)
+    return found
+
+
+def _words_shared(mine: str, theirs: str) -> int:
+    """How much two module names say they are the same: 2 for each word of ``mine`` found in ``theirs``, 1 for one
+    that begins the other (``q`` and ``query``, ``attn`` and ``attention``)."""
+    words = re.findall(r"[a-z]+|[0-9]+", theirs.lower())
+    total = 0
+    for word in re.findall(r"[a-z]+|[0-9]+", mine.lower()):
+        if word in words:
+            total += 2
+        elif word.isalpha() and any(w.isalpha() and (w.startswith(word) or word.startswith(w)) for w in words):
+            total += 1
+    return total
+
+
+def _module(key: str) -> str:
+    return key.rsplit(".", 1)[0] if "." in key else ""
+
+
+def _parent(module: str) -> str:
+    return module.rsplit(".", 1)[0] if "." in module else ""
+
+
+def _last(module: str) -> str:
+    return module.rsplit(".", 1)[-1]
 
 
 def _same_leaf(name: str) -> tuple[str, ...]:

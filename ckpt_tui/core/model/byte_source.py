@@ -20,7 +20,6 @@ import errno
 import mmap
 import os
 import re
-import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -603,6 +602,7 @@ def take_lease(fd: int) -> bool:
     let go (at most /proc/sys/fs/lease-break-time, 45 s by default)."""
     try:
         import fcntl
+        import signal
     except ImportError:  # (not POSIX)
         return False
     setlease, setsig = getattr(fcntl, "F_SETLEASE", None), getattr(fcntl, "F_SETSIG", None)

@@ -24,7 +24,7 @@ from typing import Any
 from ckpt_tui.core.conventions import layouts
 from ckpt_tui.core.conventions.architectures import body_layout
 from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
-from ckpt_tui.core.edits.renames import Shapes, align, infer_rules
+from ckpt_tui.core.edits.renames import MAX_KEYS, Shapes, align, infer_rules
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
 from ckpt_tui.core.model.byte_source import read_small
@@ -514,13 +514,14 @@ def filled_on_load(key: str, metadata: Any) -> bool:
 
 
 def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata: Any = None) -> CompareReport:
-    """Keys and shapes against the reference; ``metadata`` is the compared dict's ``_metadata``."""
+    """Keys and shapes against the reference; ``metadata`` is the compared dict's ``_metadata`` attribute (a key of
+    that name is a key like any other: load_state_dict reports it unexpected)."""
     have = dict(items)
     missing = [k for k in reference if k not in have]
     filled: list[str] = []
     if missing and all(filled_on_load(k, metadata) for k in missing):  # only they stand between it and a fit
         filled, missing = missing, []
-    unexpected = [k for k in have if k not in reference and k != "_metadata"]
+    unexpected = [k for k in have if k not in reference]
     shapes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
     dtypes: list[tuple[str, str, str]] = []
     matched = 0
@@ -534,7 +535,7 @@ def _compare_items(items: list[tuple[str, Any]], reference: Reference, metadata:
                 shapes.append((key, value.shape, expected.shape))
             if expected.dtype is not None and value.dtype != expected.dtype:
                 dtypes.append((key, value.dtype, expected.dtype))
-    keys = [k for k in have if k != "_metadata"]
+    keys = list(have)
     known: dict[str, tuple[int, ...]] = {}
     for key in missing:
         shape = reference[key].shape
@@ -923,6 +924,13 @@ def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Ch
     signatures = {new: _signature(v) for _, new, v in renamed}
     source = [(new, signatures[new]) for new in names if new not in ref_set]
     target = [(k, e.shape) for k, e in reference.items() if k not in present]
+    # numbered modules of a parent with leftovers (a Sequential whose activations were removed: old mlp.2 is new
+    # mlp.1): those whose names match are aligned too, or their partners would be taken on their names alone
+    stacks = _stacks_left_over([key for key, _ in source] + [key for key, _ in target])
+    wider_source = [(new, signatures[new]) for new in names if new not in ref_set or _in_stack(new, stacks)]
+    wider_target = [(k, e.shape) for k, e in reference.items() if k not in present or _in_stack(k, stacks)]
+    if stacks and max(len(wider_source), len(wider_target)) <= MAX_KEYS:
+        source, target = wider_source, wider_target
     pairs = align(source, target)
     if not pairs:
         return None
@@ -931,6 +939,21 @@ def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Ch
     if not rules:
         return None
     return _Chain(chain.variant, chain.strip, [*chain.rules, *rules], None)
+
+
+def _stacks_left_over(keys: list[str]) -> set[str]:
+    """The parents of numbered modules among ``keys`` (``mlp`` of ``mlp.4.weight``)."""
+    stacks: set[str] = set()
+    for key in keys:
+        parts = key.split(".")
+        stacks.update(".".join(parts[:i]) for i in range(1, len(parts) - 1) if parts[i].isdigit())
+    return stacks
+
+
+def _in_stack(key: str, stacks: set[str]) -> bool:
+    """Whether ``key`` is in a numbered module of one of ``stacks``."""
+    parts = key.split(".")
+    return any(parts[i].isdigit() and ".".join(parts[:i]) in stacks for i in range(1, len(parts) - 1))
 
 
 def _signature(value: Any) -> tuple[int, ...] | None:
