@@ -74,10 +74,11 @@ CHILD = textwrap.dedent(
             if not os.path.exists(target + ".cut"):
                 open(target + ".cut", "w").close()
                 code = "import os, sys; os.truncate(sys.argv[1], 4096)"
+                node = f":{os.stat(target).st_ino} "  # (this file's lease only: other processes take theirs)
                 writer = subprocess.Popen([sys.executable, "-c", code, target])
                 for _ in range(2000):
                     with open("/proc/locks") as locks:
-                        waiting = "BREAKING" in locks.read()
+                        waiting = any("BREAKING" in line and node in line for line in locks)
                     if waiting:
                         open(target + ".waited", "w").close()
                     if waiting or writer.poll() is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +20,15 @@ from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children, hidden_parts, walk
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
-from ckpt_tui.core.values.tensor_values import COMPLEX_DTYPES, as_loaded, decode, decode_complex, paired_chunks
+from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, in_chunk_order, worker_pool
+from ckpt_tui.core.values.tensor_values import (
+    CHUNK_ELEMENTS,
+    COMPLEX_DTYPES,
+    as_loaded,
+    decode,
+    decode_complex,
+    paired_chunks,
+)
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -525,35 +534,86 @@ def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
 
 
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
-    """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ)."""
-    max_abs, close, nan_mismatch, same = 0.0, True, False, True
+    """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ). A big pair's
+    chunks are compared on the statistics threads while the next are read, and the answers joined in order."""
     # a neg or conj view bit: the values torch loads are compared (the same bytes may load as other values)
     views = bool(x.metadata or y.metadata)
-    for stored_a, stored_b, _ in paired_chunks(x, y, order_a, order_b):  # a repeated element counts once here
-        raw_a, raw_b = stored_a, stored_b
-        if views:
-            raw_a, raw_b = as_loaded(raw_a, x.dtype, x.metadata), as_loaded(raw_b, y.dtype, y.metadata)
-        if same and (order_a == order_b or views) and raw_a.tobytes() == raw_b.tobytes():
-            continue
-        same = False
-        if x.dtype in COMPLEX_DTYPES:
-            # both parts: |a-b| and |b| are complex moduli, as torch.allclose takes them
-            va, vb = decode_complex(stored_a, x.dtype, x.metadata), decode_complex(stored_b, y.dtype, y.metadata)
-        elif views:
-            va, vb = decode(raw_a, x.dtype), decode(raw_b, y.dtype)
-        else:
-            va, vb = decode(raw_a, x.dtype, x.metadata), decode(raw_b, y.dtype, y.metadata)
-        nan_a, nan_b = np.isnan(va), np.isnan(vb)
-        if (nan_a != nan_b).any():
-            nan_mismatch, close = True, False
-        both = ~(nan_a | nan_b)
-        delta = np.abs(va[both] - vb[both])
-        if delta.size:
-            finite = delta[np.isfinite(delta)]
-            if finite.size:
-                max_abs = max(max_abs, float(finite.max()))
-            if not np.all(delta <= ATOL + RTOL * np.abs(vb[both])):
-                close = False
-    if same:
+    # (bits compare only in one byte order; else values are compared even when equal, and nothing is "same")
+    bitwise = order_a == order_b or views
+    found = _ChunkComparison()
+    pool = worker_pool() if x.numel > CHUNK_ELEMENTS else None
+    # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then
+    reuse = STATS_THREADS + 1 if pool is not None else 0
+    pairs = ((a, b, x, y, views, bitwise) for a, b, _ in paired_chunks(x, y, order_a, order_b, reuse))
+    in_chunk_order(pairs, _chunk_compared, found.add, pool, None, "cancelled")  # a repeated element counts once
+    if found.same:
         return None
-    return max_abs, close, nan_mismatch
+    return found.max_abs, found.close, found.nan_mismatch
+
+
+@dataclass
+class _ChunkComparison:
+    """What the chunks of a pair compared so far say."""
+
+    max_abs: float = 0.0
+    close: bool = True
+    nan_mismatch: bool = False
+    same: bool = True
+
+    def add(self, chunk: tuple[float, bool, bool, bool]) -> None:
+        """Join one chunk's answer (in chunk order)."""
+        max_abs, close, nan_mismatch, same = chunk
+        self.max_abs, self.close = max(self.max_abs, max_abs), self.close and close
+        self.nan_mismatch, self.same = self.nan_mismatch or nan_mismatch, self.same and same
+
+
+def _chunk_compared(
+    stored_a: np.ndarray, stored_b: np.ndarray, x: Tensor, y: Tensor, views: bool, bitwise: bool
+) -> tuple[float, bool, bool, bool]:
+    """One chunk of a pair: (max |a-b| over positions finite in both and in their difference, allclose, NaN
+    positions differ, bit-identical), compared block by block while the values are in the cache."""
+    raw_a, raw_b = stored_a, stored_b
+    if views:
+        raw_a, raw_b = as_loaded(raw_a, x.dtype, x.metadata), as_loaded(raw_b, y.dtype, y.metadata)
+    if bitwise and _bits_equal(raw_a, raw_b):
+        return 0.0, True, False, True
+    max_abs, close, nan_mismatch = 0.0, True, False
+    with np.errstate(all="ignore"):  # (numpy's error state is per thread)
+        for begin in range(0, raw_a.size, BLOCK_ELEMENTS):
+            block = slice(begin, begin + BLOCK_ELEMENTS)
+            if x.dtype in COMPLEX_DTYPES:
+                # both parts: |a-b| and |b| are complex moduli, as torch.allclose takes them
+                va = decode_complex(stored_a[block], x.dtype, x.metadata)
+                vb = decode_complex(stored_b[block], y.dtype, y.metadata)
+            elif views:
+                va, vb = decode(raw_a[block], x.dtype), decode(raw_b[block], y.dtype)
+            else:
+                va, vb = decode(raw_a[block], x.dtype, x.metadata), decode(raw_b[block], y.dtype, y.metadata)
+            largest, near, nan_differ = _block_compared(va, vb, close)
+            max_abs, close, nan_mismatch = max(max_abs, largest), close and near, nan_mismatch or nan_differ
+    return max_abs, close, nan_mismatch, False
+
+
+def _bits_equal(raw_a: np.ndarray, raw_b: np.ndarray) -> bool:
+    """Whether two chunks hold the same bytes (no copy of either)."""
+    if raw_a.nbytes != raw_b.nbytes:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(raw_a).view(np.uint8), np.ascontiguousarray(raw_b).view(np.uint8)))
+
+
+def _block_compared(va: np.ndarray, vb: np.ndarray, still_close: bool) -> tuple[float, bool, bool]:
+    """(max |a-b| over positions finite in both and in their difference, allclose, NaN positions differ) of one
+    block of values; ``still_close``: whether allclose is still to be decided (else it is not taken again)."""
+    delta = np.abs(va - vb)
+    top = float(delta.max()) if delta.size else 0.0
+    if math.isfinite(top):
+        # no NaN and no Inf on either side, nor in a difference: every position counts
+        return top, not still_close or bool(np.all(delta <= ATOL + RTOL * np.abs(vb))), False
+    nan_a, nan_b = np.isnan(va), np.isnan(vb)
+    nan_mismatch = bool((nan_a != nan_b).any())
+    both = ~(nan_a | nan_b)
+    delta = np.abs(va[both] - vb[both])
+    finite = delta[np.isfinite(delta)]
+    largest = float(finite.max()) if finite.size else 0.0
+    close = not nan_mismatch and bool(np.all(delta <= ATOL + RTOL * np.abs(vb[both])))
+    return largest, close, nan_mismatch
