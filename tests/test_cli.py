@@ -197,6 +197,20 @@ def test_info_of_a_pth_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_diff_without_narrowing_options_imports_no_convert(tmp_path: Path) -> None:
+    torch.save({"w": torch.ones(3)}, tmp_path / "a.pth")
+    torch.save({"w": torch.zeros(3)}, tmp_path / "b.pth")
+    for stats in ([], ["--stats"]):
+        code = (
+            "import sys; from ckpt_tui.cli import main\n"
+            f"assert main(['diff', {str(tmp_path / 'a.pth')!r}, {str(tmp_path / 'b.pth')!r}, *{stats!r}]) == 1\n"
+            "print([m for m in ('ckpt_tui.core.operations.convert', 'ckpt_tui.core.writers.save') if m in sys.modules])"
+        )
+        result = run("-c", code)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_info_of_a_clean_pth_imports_no_fix_checks(tmp_path: Path) -> None:
     torch.save(tiny_state_dict(), tmp_path / "plain.pth")
     unneeded = ["ckpt_tui.core.operations.hints", "ckpt_tui.core.operations.convert_options"]

@@ -273,10 +273,18 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
     """A and B of ``diff``, each opened and narrowed by its ``--at-*`` and ``--strip-prefix-*``."""
+    a = _narrowed(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
+    return a, _narrowed(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+
+
+def _narrowed(checkpoint: Any, at: str | None, strip_prefix: str | None, side: str) -> Any:
+    """One side of ``diff`` narrowed by ``--at-SIDE`` and ``--strip-prefix-SIDE`` (convert's edits are imported
+    only when one is given)."""
+    if not at and not strip_prefix:
+        return checkpoint
     from ckpt_tui.core.operations.convert import select
 
-    a = select(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
-    return a, select(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+    return select(checkpoint, at, strip_prefix, side)
 
 
 def _rank_diff(paths: list[str], as_json: bool) -> int:
@@ -295,7 +303,6 @@ def _rank_diff(paths: list[str], as_json: bool) -> int:
 def _diff_stats(args: argparse.Namespace) -> int:
     """``diff A B --stats``: how far each layer moved; with more files, norms across the series. Exit 0 when
     nothing moved, 1 when a layer or key differs (as ``diff`` exits)."""
-    from ckpt_tui.core.operations.convert import select
     from ckpt_tui.core.operations.layer_change import layer_change, norm_series
     from ckpt_tui.core.operations.reports import describe_layer_change, describe_norm_series, render_text
 
@@ -303,7 +310,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
         if args.at_b or args.strip_prefix_b:
             raise ReadError("with more than two files, use --at-a and --strip-prefix-a (applied to every file)")
         paths = [args.a, args.b, *args.more]
-        sides = [select(open_for_command(p), args.at_a, args.strip_prefix_a, "a") for p in paths]
+        sides = [_narrowed(open_for_command(p), args.at_a, args.strip_prefix_a, "a") for p in paths]
         series = norm_series(sides, args.strip_prefix)
         if args.json:
             print_json(series.to_json(paths))
