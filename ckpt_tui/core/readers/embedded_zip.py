@@ -195,7 +195,7 @@ def _read_zip_item(
     cache: dict[str, Storage | StorageView] = {}
 
     def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
-        entry = entries.get(records.name(key))
+        entry = entries.record(records.folder, key)
         if entry is not None and entry.size < numel * DTYPES[dtype][0]:
             raise ReadError(f"{what}: storage {key} declares more bytes than its record holds")
         return Storage(key, dtype, location, numel, records, type_name)

@@ -39,6 +39,7 @@ from ckpt_tui.core.readers.zip_archive import (
     read_member,
     unwritten,
     unwritten_text,
+    utf8_text,
 )
 
 MIN_VERSION, MAX_VERSION = 1, 10
@@ -71,7 +72,7 @@ class ZipRecords(RecordSource):
     def entry(self, storage: Storage) -> ZipEntry:
         """The central-directory entry of a storage's record, whose bytes are read for its values: every
         reader of a record's bytes (locate, inflate, the writers' spans) comes here first."""
-        entry = self.entries.get(self.name(storage.key))
+        entry = self.entries.record(self.folder, storage.key)
         if entry is None:
             raise ReadError(f"storage record {self.name(storage.key)} is missing from the archive")
         if unwritten(entry):
@@ -82,17 +83,17 @@ class ZipRecords(RecordSource):
     def unwritten(self, keys: list[str]) -> list[str]:
         """The member names of the records of these keys that torch's reader leaves unwritten
         (:func:`~ckpt_tui.core.readers.zip_archive.unwritten`): their tensors load as uninitialised memory."""
-        found = [self.entries.get(self.folder + key) for key in keys]
+        found = [self.entries.record(self.folder, key) for key in keys]
         return [entry.name for entry in found if entry is not None and unwritten(entry)]
 
     def has(self, storage: Storage) -> bool:
         """Whether the archive holds the storage's record."""
-        return self.name(storage.key) in self.entries
+        return self.entries.record(self.folder, storage.key) is not None
 
     def missing(self, storages: list[Storage]) -> list[Storage]:
         """The storages whose record the archive lacks (:meth:`has` of each, in one pass)."""
         folder, entries = self.folder, self.entries
-        return [s for s in storages if folder + s.key not in entries]
+        return [s for s in storages if folder + s.key not in entries or not (s.key.isascii() or utf8_text(s.key))]
 
     def is_compressed(self, storage: Storage) -> bool:
         """Whether the storage's record is compressed (it cannot be read in place: see :meth:`inflate`)."""
@@ -163,7 +164,8 @@ class ZipRecords(RecordSource):
         checks each size against its storage. All at once: no read, no lookup of a header per record."""
         self.find_offsets()
         end, offsets = self.file_bytes, self._offsets
-        found = list(map(self.entries.get, map(self.folder.__add__, keys)))
+        record, folder = self.entries.record, self.folder
+        found = [record(folder, key) for key in keys]
         # offsets are kept by the name of the member torch's lookup finds (a key may differ from it in case)
         return [
             (offset, entry.size)
@@ -215,8 +217,9 @@ class ZipRecords(RecordSource):
         it reads (not empty, not a directory), a local header that is cut short or not signed, or data
         running past the end of the file. (A deflate stream is not inflated here.)"""
         self.find_offsets()
-        names = list(map(self.folder.__add__, keys))
-        entries = [entry for entry in map(self.entries.get, names) if entry is not None]  # missing: said elsewhere
+        record, folder = self.entries.record, self.folder
+        # (a missing record is said elsewhere)
+        entries = [entry for entry in (record(folder, key) for key in keys) if entry is not None]
         read = [entry for entry in entries if entry.compressed_size and not entry.directory]
         starts = list(map(self._offsets.get, map(_NAME, read)))
         if (
@@ -522,9 +525,9 @@ def load_with_records(
         # once per storage (50,000 times on big state_dicts): plain lookups only (the dict's own for a name
         # without a NUL: the member of exactly that name is torch's pick for it; else as torch looks it up)
         name = folder + key
-        entry = dict.get(entries, name) if "\0" not in name else None
+        entry = dict.get(entries, name) if "\0" not in name and key.isascii() else None
         if entry is None:
-            entry = entries.get(name)
+            entry = entries.record(folder, key)
         if entry is None:
             records.lacking.append(key_prefix + key)
         declared = numel * DTYPES[dtype][0]

@@ -101,6 +101,18 @@ class ZipDirectory(dict[str, ZipEntry]):
             return None  # torch cannot even pass such a name to its reader
         return self.found.get(fold(raw))
 
+    def record(self, folder: str, key: str) -> ZipEntry | None:
+        """The member torch's reader returns for a storage key a pickle names (None: torch finds none).
+
+        ``folder`` is the start of a member name as listed (a byte that is not UTF-8 kept as a surrogate);
+        ``key`` is a str of the pickle, which torch passes to its reader encoded as strict UTF-8: a key
+        holding a lone surrogate cannot be passed ("incompatible function arguments"), so it finds no
+        member, even where its surrogates would spell a listed name's bytes.
+        """
+        if not key.isascii() and not utf8_text(key):
+            return None
+        return self.get(folder + key)
+
     def listed_as(self, name: str) -> ZipEntry:
         """The member listed under exactly ``name`` (one of :meth:`keys`; torch's pick among twins), NUL and
         all: for names taken from the listing itself, never looked up as torch looks them up."""
@@ -184,6 +196,15 @@ class ZipDirectory(dict[str, ZipEntry]):
         more = f" (and {len(self.collisions) - 1} more collisions)" if len(self.collisions) > 1 else ""
         unknown = "" if self.resolved else " (too many members to tell which one torch reads)"
         return names + more + unknown
+
+
+def utf8_text(text: str) -> bool:
+    """Whether ``text`` encodes as strict UTF-8 (no lone surrogate), as pybind11 passes a str to C++."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def fold(raw: bytes) -> bytes:

@@ -670,7 +670,7 @@ def _scan_data_pkl(
     folder = archive + "data/"
 
     def record_size(key: str) -> int | None:
-        found = entries.get(folder + key)
+        found = entries.record(folder, key)
         return None if found is None else found.size
 
     def storage(pid: tuple[Any, ...]) -> WStorage:

@@ -169,7 +169,7 @@ class SourceReader:
         unpack_from, crc32, append = _LOCAL_PARTS.unpack_from, zlib.crc32, found.append
         for index in range(first, min(first + limit, len(storages))):
             storage = storages[index]
-            entry = entries.get(folder + storage.key) if storage.source is source else None
+            entry = entries.record(folder, storage.key) if storage.source is source else None
             # (a record torch leaves unwritten goes on its own, to the reader's refusal)
             if entry is None or entry.compress != STORED or entry.size >= SMALL or unwritten(entry):
                 break
