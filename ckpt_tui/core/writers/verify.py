@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.model.byte_source import ByteSource
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import SafeUnpickler
 from ckpt_tui.core.runtime.process import gc_paused
@@ -146,7 +147,8 @@ def verify_pth(path: Path, meant: PthWrite) -> str:
     refuse_unsafe(scan.unsafe_names, "data.pkl")
     _check_storages(scan, meant.storages)
     _check_alignment(meant)
-    what = f"data.pkl as meant, no unsafe globals, {len(meant.storages)} records in first-use order, 64-byte aligned"
+    records = counted(len(meant.storages), "record")
+    what = f"data.pkl as meant, no unsafe globals, {records} in first-use order, 64-byte aligned"
     return what + (", every byte's CRC" if full else ", CRCs of the metadata, record bytes at the edges")
 
 
