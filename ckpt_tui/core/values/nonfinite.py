@@ -6,6 +6,7 @@ cost of a second, row-major read is paid where the answer is wanted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,10 +29,11 @@ class NonFinite:
 def locate_nonfinite(
     tensor: Tensor, byteorder: str = "little", cancelled: Callable[[], bool] | None = None
 ) -> NonFinite | None:
-    """The first NaN and first Inf in row-major order (None: unreadable, cancelled, or a repeating view whose
-    element-by-element read would cost far more than its storage)."""
+    """The first NaN and first Inf in row-major order (None: unreadable, cancelled, or a view repeating its
+    elements other than along stride-0 dimensions, whose element-by-element read would cost far more than
+    its storage)."""
     if repeats_far_more(tensor):
-        return None
+        return _repeated_nonfinite(tensor, byteorder, cancelled)
     try:
         reader = TensorReader(tensor, byteorder)
         nan_at = inf_at = None
@@ -51,6 +53,32 @@ def locate_nonfinite(
         return None
     shape = tensor.shape
     return NonFinite(_index(nan_at, shape), _index(inf_at, shape))
+
+
+def _repeated_nonfinite(tensor: Tensor, byteorder: str, cancelled: Callable[[], bool] | None) -> NonFinite | None:
+    """A stride-0 (``expand``) view's firsts without expanding it: an index along a stride-0 dimension never
+    changes the element, so the row-major first is at index 0 there and, along the other dimensions, at the
+    first of the view without them (what ``torch.isnan(t).nonzero()[0]`` gives)."""
+    kept = [d for d, step in enumerate(tensor.stride) if step != 0]
+    compact = dataclasses.replace(
+        tensor, shape=tuple(tensor.shape[d] for d in kept), stride=tuple(tensor.stride[d] for d in kept)
+    )
+    if repeats_far_more(compact):
+        return None
+    found = locate_nonfinite(compact, byteorder, cancelled)
+    if found is None:
+        return None
+    return NonFinite(*(_widened(at, kept, len(tensor.shape)) for at in (found.first_nan, found.first_inf)))
+
+
+def _widened(at: tuple[int, ...] | None, kept: list[int], ndim: int) -> tuple[int, ...] | None:
+    """An index into the kept dimensions as an index into all ``ndim``, 0 along the others."""
+    if at is None:
+        return None
+    full = [0] * ndim
+    for dim, index in zip(kept, at, strict=True):
+        full[dim] = index
+    return tuple(full)
 
 
 def sparse_nonfinite(tensor: Tensor, byteorder: str = "little") -> NonFinite | None:
