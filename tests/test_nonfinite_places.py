@@ -60,7 +60,7 @@ def test_check_says_the_sign_and_place_in_one_line(tmp_path: Path) -> None:
     messages = [p.message for p in check_checkpoint(open_checkpoint(tmp_path / "f.pth")).problems]
     assert messages == [
         'ckpt["w"]: 1 NaN, 2 Inf (1 +Inf, 1 -Inf) of 4 values; first NaN at [0, 1], first Inf at [1, 0]',
-        'ckpt["b"]: 0 NaN, 1 -Inf of 1 values; first Inf at []',
+        'ckpt["b"]: 1 -Inf of 1 values; first Inf at []',
     ]
 
 

@@ -90,7 +90,7 @@ async def test_findings_list_what_check_all_found(tmp_path: Path) -> None:
         await settle(pilot, "f")
         assert isinstance(app.screen, FindingsScreen)
         shown = screen_text(app)
-        assert 'ckpt["both"]: 1 NaN, 1 +Inf' in shown and 'ckpt["neg_inf"]: 0 NaN, 1 -Inf' in shown
+        assert 'ckpt["both"]: 1 NaN, 1 +Inf' in shown and 'ckpt["neg_inf"]: 1 -Inf of' in shown
         rows = app.screen.query_one("#findings-list")
         rows.highlighted = next(i for i, f in enumerate(app.screen.findings) if f.path == ("neg_inf",))
         await settle(pilot, "enter")

@@ -115,15 +115,15 @@ def _index(flat: int | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
 def describe_nonfinite(stats: TensorStats, where: NonFinite | None) -> str:
     """'1 NaN, 2 Inf (1 +Inf, 1 -Inf) of 64 values; first NaN at [0, 3], first Inf at [2, 1]': the one
     sentence ``check`` and ``stats`` give for a tensor that holds NaN or Inf."""
+    # only what is there: "1 NaN of 4 values", "2 +Inf of 4 values", never "0 Inf"
+    found = [f"{stats.nan} NaN"] if stats.nan else []
     if stats.posinf and stats.neginf:
-        infinities = f"{stats.inf} Inf ({stats.posinf} +Inf, {stats.neginf} -Inf)"
+        found.append(f"{stats.inf} Inf ({stats.posinf} +Inf, {stats.neginf} -Inf)")
     elif stats.inf:
-        infinities = f"{stats.inf} {'+' if stats.posinf else '-'}Inf"
-    else:
-        infinities = "0 Inf"
-    text = f"{stats.nan} NaN, {infinities} of {stats.count} values"
+        found.append(f"{stats.inf} {'+' if stats.posinf else '-'}Inf")
+    text = f"{', '.join(found) or '0 NaN, 0 Inf'} of {stats.count} values"
     if where is None:
         return text
-    found = (("NaN", where.first_nan), ("Inf", where.first_inf))
-    places = [f"first {name} at {list(at)}" for name, at in found if at is not None]
+    firsts = (("NaN", where.first_nan), ("Inf", where.first_inf))
+    places = [f"first {name} at {list(at)}" for name, at in firsts if at is not None]
     return text + ("; " + ", ".join(places) if places else "")
