@@ -19,7 +19,7 @@ from ckpt_tui.core.model.byte_source import is_remote
 from ckpt_tui.core.model.describe import container_text, counted, opens, size, value_text
 from ckpt_tui.core.model.describe import shape as shape_text
 from ckpt_tui.core.model.formats import format_name
-from ckpt_tui.core.model.keypath import key_text, to_slash
+from ckpt_tui.core.model.keypath import json_text, key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
 
@@ -496,19 +496,26 @@ def _json(data: Any) -> bytes:
     import json
 
     try:
-        return json.dumps(data, default=str, separators=(",", ":"), allow_nan=False).encode("ascii")
+        out = json.dumps(data, default=str, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(data), default=str, separators=(",", ":")).encode("ascii")
+        out = None
+    # (a "\\ud..." escape is a character past U+FFFF, or a lone surrogate: only then is the text walked)
+    if out is None or "\\ud" in out:
+        out = json.dumps(_strict(data), default=str, separators=(",", ":"))
+    return out.encode("ascii")
 
 
-def _finite(data: Any) -> Any:
-    """``data`` with every NaN or infinite float replaced by None (dicts, lists and tuples walked)."""
+def _strict(data: Any) -> Any:
+    """``data`` as strict JSON holds it (dicts, lists and tuples walked): every NaN or infinite float None,
+    every lone surrogate in a text or a dict key written as its escape (:func:`json_text`, as paths are)."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None
+    if isinstance(data, str):
+        return json_text(data)
     if isinstance(data, dict):
-        return {key: _finite(value) for key, value in data.items()}
+        return {json_text(key) if isinstance(key, str) else key: _strict(value) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_finite(value) for value in data]
+        return [_strict(value) for value in data]
     return data
 
 

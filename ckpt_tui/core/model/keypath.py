@@ -67,7 +67,7 @@ def to_json(path: KeyPath) -> list[Any]:
 
 
 def _json_key(key: Key) -> Any:
-    if isinstance(key, str) and not _is_unicode(key):
+    if isinstance(key, str) and not is_unicode(key):
         # JSON's "\ud83d\ude00" decodes to the pair's one character: the repr keeps '\ud83d\ude00' apart from '😀'
         return {"repr": repr(key)}
     if isinstance(key, (str, int, float)) or key is None:
@@ -78,13 +78,20 @@ def _json_key(key: Key) -> Any:
     return {"repr": _named(key) or repr(key)}
 
 
-def _is_unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (holds no lone surrogate, which UTF-8 cannot encode)."""
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (holds no lone surrogate, which UTF-8 cannot encode, nor a pybind11
+    argument take, nor strict JSON hold)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
+
+
+def json_text(text: str) -> str:
+    """Prose for a JSON document: each lone surrogate written as its escape (``\\udcc3``, as a key's
+    ``repr`` shows it), since strict JSON parsers refuse a lone ``\\udcc3`` escape."""
+    return text if is_unicode(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def glob_escape(text: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.keypath import is_unicode
 from ckpt_tui.core.model.tree import RecordSource, Storage
 from ckpt_tui.core.pickles.persistent_ids import ZIP_FIELDS, PersistentIds
 from ckpt_tui.core.pickles.unpickle import load_pickle
@@ -39,7 +40,6 @@ from ckpt_tui.core.readers.zip_archive import (
     read_member,
     unwritten,
     unwritten_text,
-    utf8_text,
 )
 
 MIN_VERSION, MAX_VERSION = 1, 10
@@ -93,7 +93,7 @@ class ZipRecords(RecordSource):
     def missing(self, storages: list[Storage]) -> list[Storage]:
         """The storages whose record the archive lacks (:meth:`has` of each, in one pass)."""
         folder, entries = self.folder, self.entries
-        return [s for s in storages if folder + s.key not in entries or not (s.key.isascii() or utf8_text(s.key))]
+        return [s for s in storages if folder + s.key not in entries or not (s.key.isascii() or is_unicode(s.key))]
 
     def is_compressed(self, storage: Storage) -> bool:
         """Whether the storage's record is compressed (it cannot be read in place: see :meth:`inflate`)."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.keypath import is_unicode
 
 EOCD = struct.Struct("<4s4H2LH")
 ZIP64_LOCATOR = struct.Struct("<4sLQL")
@@ -109,7 +110,7 @@ class ZipDirectory(dict[str, ZipEntry]):
         holding a lone surrogate cannot be passed ("incompatible function arguments"), so it finds no
         member, even where its surrogates would spell a listed name's bytes.
         """
-        if not key.isascii() and not utf8_text(key):
+        if not key.isascii() and not is_unicode(key):
             return None
         return self.get(folder + key)
 
@@ -196,15 +197,6 @@ class ZipDirectory(dict[str, ZipEntry]):
         more = f" (and {len(self.collisions) - 1} more collisions)" if len(self.collisions) > 1 else ""
         unknown = "" if self.resolved else " (too many members to tell which one torch reads)"
         return names + more + unknown
-
-
-def utf8_text(text: str) -> bool:
-    """Whether ``text`` encodes as strict UTF-8 (no lone surrogate), as pybind11 passes a str to C++."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def fold(raw: bytes) -> bytes:
