@@ -37,6 +37,9 @@ DTYPES: dict[str, tuple[int, str | None]] = {
     "bits1x8": (1, None),
     "bits2x4": (1, None),
     "bits4x2": (1, None),
+    # torch's sub-byte integers (2.7+): a "shell" dtype of one byte per element (element_size 1), that
+    # torch.save cannot write but torch.load(weights_only=True) loads from a _rebuild_tensor_v3 naming it
+    **{f"{kind}{bits}": (1, None) for kind in ("int", "uint") for bits in range(1, 8)},
 }
 STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
 

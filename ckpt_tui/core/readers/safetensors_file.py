@@ -92,6 +92,8 @@ SAFETENSORS_DTYPES = {
     "C64": "complex64",
 }
 SUB_BYTE_DTYPES = ("F4", "F6_E2M3", "F6_E3M2")
+PACKED_FP4, PACKED_FP4_DTYPE = "F4", "float4_e2m1fn_x2"
+"""The sub-byte code the library loads (as torch's packed FP4 dtype; its values are not decoded here)."""
 TORCH_TO_SAFETENSORS = {torch_name: st for st, torch_name in SAFETENSORS_DTYPES.items()}
 
 
@@ -739,13 +741,20 @@ def _tensor(path: str, name: str, entry: Any, data_bytes: int, records: Safetens
     code = entry.get("dtype")
     shape = entry.get("shape")
     offsets = entry.get("data_offsets")
-    if code in SUB_BYTE_DTYPES:
-        raise ReadError(f"{where}: dtype {code} (sub-byte floats) cannot be read by ckpt-tui")
-    dtype = SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
+    if code in SUB_BYTE_DTYPES and code != PACKED_FP4:
+        raise ReadError(f"{where}: dtype {code} (6-bit floats) has no torch dtype: the safetensors library refuses it")
+    dtype = PACKED_FP4_DTYPE if code == PACKED_FP4 else SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
     if dtype is None:
         raise ReadError(f"{where}: unknown dtype {code!r}")
     if not isinstance(shape, list) or not all(type(n) is int and 0 <= n < U64 for n in shape):
         raise ReadError(f"{where}: shape is not a list of non-negative ints")
+    if code == PACKED_FP4:
+        # the library loads F4 as torch's float4_e2m1fn_x2, two values a byte along the last dimension
+        if not shape or shape[-1] % 2:
+            raise ReadError(
+                f"{where}: F4 shape {shape} does not end in whole bytes: the safetensors library refuses it"
+            )
+        shape = [*shape[:-1], shape[-1] // 2]
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int and 0 <= n < U64 for n in offsets)):
         raise ReadError(f"{where}: data_offsets is not a pair of non-negative ints")
     begin, end = offsets
