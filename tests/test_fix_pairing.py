@@ -162,3 +162,44 @@ def test_a_key_named_metadata_is_unexpected_as_load_state_dict_says(
     assert not report["ok"] and report["unexpected"] == ["_metadata"]
     with pytest.raises(RuntimeError, match="_metadata"):
         model.load_state_dict(torch.load(tmp_path / "keyed.pth", weights_only=True), strict=True)
+
+
+class TwoLayers(nn.Module):
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__()
+        setattr(self, first, nn.Linear(4, 4))
+        setattr(self, second, nn.Linear(4, 4))
+
+
+def suggestion_of(tmp_path: Path, saved: dict[str, torch.Tensor], model: nn.Module, capsys) -> dict[str, object]:
+    torch.save(saved, tmp_path / "old.pth")
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    main(["check", str(tmp_path / "old.pth"), "--against", str(tmp_path / "model.pth"), "--json"])
+    found: dict[str, object] = json.loads(capsys.readouterr().out)["suggestion"]
+    return found
+
+
+def test_modules_paired_by_order_alone_are_said_to_be_a_guess(tmp_path: Path, capsys) -> None:
+    saved = TwoLayers("fc1", "fc2").state_dict()
+    guessed = suggestion_of(tmp_path, saved, TwoLayers("proj_b", "proj_a"), capsys)
+    assert guessed["paired_by_order"] == [
+        {"module": "fc1", "reference_module": "proj_b"},
+        {"module": "fc2", "reference_module": "proj_a"},
+    ]
+    assert main(["check", str(tmp_path / "old.pth"), "--against", str(tmp_path / "model.pth")]) == 1
+    assert "paired by their order only: fc1.* → proj_b.*, fc2.* → proj_a.*" in capsys.readouterr().out
+    # names that say which is which: no guess
+    named = suggestion_of(tmp_path, TwoLayers("q_proj", "k_proj").state_dict(), TwoLayers("key", "query"), capsys)
+    assert "paired_by_order" not in named
+
+
+def test_shape_mismatches_the_fix_leaves_are_named_with_their_drop(tmp_path: Path, capsys) -> None:
+    old = nn.Sequential(OrderedDict(ln=nn.LayerNorm(8), wide=nn.Linear(8, 8)))
+    new = nn.Sequential(OrderedDict(norm=nn.LayerNorm(8), wide=nn.Linear(8, 16)))
+    # (under a key, as a training script saves it: before the fix no key matches, so none is listed as mismatched)
+    found = suggestion_of(tmp_path, {"model_state_dict": old.state_dict()}, new, capsys)  # type: ignore[dict-item]
+    assert {row["key"] for row in found["shape_mismatches_left"]} == {"wide.weight", "wide.bias"}  # type: ignore[union-attr]
+    main(["check", str(tmp_path / "old.pth"), "--against", str(tmp_path / "model.pth")])
+    text = capsys.readouterr().out
+    assert "shape mismatches left after it: wide.weight: [8, 8] vs [16, 8]" in text
+    assert "strict=False) still raises on them" in text and "--drop wide.weight --drop wide.bias" in text

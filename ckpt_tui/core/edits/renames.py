@@ -175,6 +175,19 @@ def _named_siblings(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) 
     still pairs with ``layers.1``; ``mlp.0, 2, 4`` with ``mlp.0, 1, 2``, what was removed between them shifting the
     rest), named ones by the words their names share (``q_proj`` with ``query``, never with ``value``), in the
     alignment's order where the names say nothing."""
+    moved: dict[str, str] = {}
+    for members in _interchangeable(pairs, shapes):
+        moved.update(_sibling_partners(members))
+    if not moved:
+        return pairs
+    return [
+        (key, f"{moved[_module(key)]}.{leaf(partner)}" if _module(key) in moved else partner) for key, partner in pairs
+    ]
+
+
+def _interchangeable(pairs: Sequence[tuple[str, str]], shapes: Mapping[str, Signature]) -> list[list[tuple[str, str]]]:
+    """Groups of two or more sibling modules, each ``(module, partner module)``, that shapes cannot tell apart:
+    modules of one parent whose tensors pair with the same kinds and shapes in modules of one parent."""
     modules: dict[str, dict[str, str]] = {}
     for key, partner in pairs:
         modules.setdefault(_module(key), {})[leaf(key)] = partner
@@ -188,15 +201,28 @@ def _named_siblings(pairs: list[tuple[str, str]], shapes: dict[str, Signature]) 
             sorted((name, leaf(partner), shapes.get(f"{module}.{name}")) for name, partner in partners.items())
         )
         groups.setdefault((_parent(module), _parent(target), kinds), []).append((module, target))
-    moved: dict[str, str] = {}
-    for members in groups.values():
-        if len(members) > 1:
-            moved.update(_sibling_partners(members))
-    if not moved:
-        return pairs
-    return [
-        (key, f"{moved[_module(key)]}.{leaf(partner)}" if _module(key) in moved else partner) for key, partner in pairs
-    ]
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def guessed_by_order(pairs: Sequence[tuple[str, str]], shapes: Mapping[str, Signature]) -> list[tuple[str, str]]:
+    """The module pairs (``fc1`` → ``proj_b``) among sibling modules that shapes cannot tell apart and whose names
+    do not say which is which (no number, no shared word decides between two of them): paired by their order,
+    a guess the user should check."""
+    guessed: list[tuple[str, str]] = []
+    for members in _interchangeable(pairs, shapes):
+        if all(_last(module).isdigit() and _last(target).isdigit() for module, target in members):
+            continue
+        doubtful = set()
+        for i, (first, first_target) in enumerate(members):
+            for second, second_target in members[i + 1 :]:
+                kept = _words_shared(_last(first), _last(first_target))
+                kept += _words_shared(_last(second), _last(second_target))
+                swapped = _words_shared(_last(first), _last(second_target))
+                swapped += _words_shared(_last(second), _last(first_target))
+                if swapped >= kept:
+                    doubtful |= {first, second}
+        guessed += [(module, target) for module, target in members if module in doubtful]
+    return guessed
 
 
 def _sibling_partners(members: list[tuple[str, str]]) -> dict[str, str]:

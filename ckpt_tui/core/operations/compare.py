@@ -24,7 +24,7 @@ from typing import Any
 from ckpt_tui.core.conventions import layouts
 from ckpt_tui.core.conventions.architectures import body_layout
 from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
-from ckpt_tui.core.edits.renames import MAX_KEYS, Shapes, align, infer_rules
+from ckpt_tui.core.edits.renames import MAX_KEYS, Shapes, align, guessed_by_order, infer_rules
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
 from ckpt_tui.core.model.byte_source import read_small
@@ -111,6 +111,9 @@ class Suggestion:
     """The shape mismatches left after it (key as the model names it, file's shape, reference's)."""
     keys_after: list[str] | None = field(default=None, repr=False)
     """The keys of the state_dict the fix leaves (set when it is verified on the tree)."""
+    guessed: list[tuple[str, str]] = field(default_factory=list)
+    """Modules the renames pair by their order alone (the file's module, the reference's): same shapes, names
+    that do not say which is which (:func:`~ckpt_tui.core.edits.renames.guessed_by_order`)."""
 
     @property
     def full(self) -> bool:
@@ -190,6 +193,12 @@ class Suggestion:
             out["swapped_head"] = [
                 {"key": k, "checkpoint": list(a), "reference_key": r, "reference": list(b)}
                 for k, a, r, b in self.swapped
+            ]
+        if self.guessed:
+            out["paired_by_order"] = [{"module": old, "reference_module": new} for old, new in self.guessed]
+        if self.mismatched:
+            out["shape_mismatches_left"] = [
+                {"key": k, "checkpoint": list(a), "reference": list(b)} for k, a, b in self.mismatched
             ]
         if self.label:
             out["label"] = self.label
@@ -576,7 +585,7 @@ class _Chain:
         """(key before renames, key after, value) for every kept key."""
         out = []
         for key, value in self._kept():
-            new = self._stripped(key)
+            new = self.stripped(key)
             for rule in self.rules:
                 new = rule.apply(new)
             out.append((key, (self.add or "") + new, value))
@@ -586,7 +595,7 @@ class _Chain:
         drops = set(self.drops)
         return [(k, v) for k, v in self.variant.items if k not in drops]
 
-    def _stripped(self, key: str) -> str:
+    def stripped(self, key: str) -> str:
         """``--strip-prefix``'s rule: keys that start with the prefix and go on after it."""
         strip = self.strip
         return key[len(strip) :] if strip and key.startswith(strip) and key != strip else key
@@ -595,7 +604,7 @@ class _Chain:
         """How many keys each rename rule moves, applied in order."""
         counts = [0] * len(self.rules)
         for key, _ in self._kept():
-            new = self._stripped(key)
+            new = self.stripped(key)
             for index, rule in enumerate(self.rules):
                 renamed = rule.apply(new)
                 counts[index] += renamed != new
@@ -700,6 +709,9 @@ def _helps(suggestion: Suggestion, baseline: CompareReport) -> bool:
 def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
     renamed = chain.renamed()
     result = _compare_items([(new, value) for _, new, value in renamed], reference)
+    # (the keys the rename rules move, as the rules see them: after the strip)
+    moved = [(chain.stripped(old), new) for old, new, _ in renamed if chain.rules and chain.stripped(old) != new]
+    shapes = {chain.stripped(old): _signature(value) for old, _, value in renamed}
     return Suggestion(
         chain.steps(),
         result.matched,
@@ -713,6 +725,7 @@ def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
         swapped=list(chain.swapped),
         shapes=result.shapes,
         mismatched=result.shape_mismatches,
+        guessed=guessed_by_order(moved, shapes) if moved else [],
     )
 
 

@@ -232,9 +232,14 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
     if dropped:
         names = ", ".join(printable(k) for k in dropped[:LIST_LIMIT])
         details.append(f"drops {_keys(len(dropped))} the model does not have: {names}")
+    if suggestion.guessed:
+        details.append(_guessed_line(suggestion.guessed))
     named = mismatched | {r for _, _, r, _ in suggestion.swapped}
     if not set(suggestion.missing) | set(suggestion.unexpected) <= named:
         details.append(_left_line(suggestion))
+    left = [(k, a, b) for k, a, b in suggestion.mismatched if k not in mismatched]
+    if left:
+        details.append(_mismatched_line(left))
     if suggestion.missing and not set(suggestion.missing) <= mismatched:
         tied = len(set(report.tied) & set(suggestion.missing))
         details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it")
@@ -261,6 +266,27 @@ def _left_line(suggestion: Suggestion) -> str:
     if suggestion.unexpected:
         parts.append(f"{len(suggestion.unexpected)} unexpected: {_shaped(suggestion.unexpected, suggestion.shapes)}")
     return "left after it: " + "; ".join(parts)
+
+
+def _guessed_line(guessed: list[tuple[str, str]]) -> str:
+    """Modules the fix pairs by their order alone: which is which is the user's to check."""
+    pairs = ", ".join(f"{old}.* → {new}.*" for old, new in guessed[:LEFT_LIMIT])
+    more = f" and {len(guessed) - LEFT_LIMIT} more" if len(guessed) > LEFT_LIMIT else ""
+    return printable(
+        f"paired by their order only: {pairs}{more} (the same shapes, and names that do not say which is which):"
+        " check that each gets its own weights before you trust the fix"
+    )
+
+
+def _mismatched_line(left: list[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> str:
+    """The shape mismatches the fix leaves, named: load_state_dict raises on them even with strict=False."""
+    named = ", ".join(f"{k}: {list(a)} vs {list(b)}" for k, a, b in left[:LEFT_LIMIT])
+    more = f" and {len(left) - LEFT_LIMIT} more" if len(left) > LEFT_LIMIT else ""
+    keys = " ".join(f"--drop {k}" for k, _, _ in left[:LEFT_LIMIT])
+    return printable(
+        f"shape mismatches left after it: {named}{more}; load_state_dict(strict=False) still raises on them:"
+        f" drop them too ({keys}) for the model to keep its fresh init there, or copy them in by hand"
+    )
 
 
 def _swapped_line(suggestion: Suggestion) -> str:
