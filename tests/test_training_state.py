@@ -165,8 +165,21 @@ def test_optimizer_covering_fewer_parameters_than_the_model_is_a_note(tmp_path, 
     )
     assert warnings(found) == []
     assert by_kind(found)["optimizer-coverage"] == [
-        'optimizer at ckpt["optimizer"] covers 2 of the model\'s 6 parameters (frozen ones, or several optimizers)'
+        'optimizer at ckpt["optimizer"] covers 2 of the model\'s 6 tensors (frozen parameters, buffers the file '
+        "cannot tell from parameters, or several optimizers)"
     ]
+
+
+def test_plain_sgd_keeps_no_state_and_is_not_said_never_stepped(tmp_path, capsys):
+    net = model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)  # (no momentum: no per-parameter state)
+    for _ in range(3):
+        net(torch.randn(4, 4)).sum().backward()
+        optimizer.step()
+    checkpoint = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 3}
+    kinds = by_kind(findings(tmp_path, capsys, checkpoint))
+    assert "no per-parameter state (none kept without momentum)" in kinds["optimizer"][0]
+    assert "never stepped" not in kinds["optimizer"][0] and "optimizer-fresh" not in kinds
 
 
 def test_sgd_with_momentum_is_described_without_steps(tmp_path, capsys):

@@ -202,7 +202,10 @@ def _lr_text(lrs: list[Any]) -> str:
 
 def _steps_text(fact: OptimizerFacts) -> str:
     if fact.steps is None:
-        return "no per-parameter step" if fact.with_state else "never stepped (no state)"
+        if fact.with_state:
+            return "no per-parameter step"
+        # plain SGD (no momentum) keeps no state however long it ran: its empty state says nothing of steps
+        return "never stepped (no state)" if fact.stateful else "no per-parameter state (none kept without momentum)"
     per_group = [s for s in fact.group_steps if s is not None]
     if all(s[0] == s[1] for s in per_group) and len({s[0] for s in per_group}) == 1:
         return f"step {_count(per_group[0][0])}"
@@ -261,8 +264,8 @@ def _optimizer_findings(
         findings.append(
             Finding(
                 "optimizer-coverage",
-                f"optimizer at {where(fact.path)} covers {fact.parameters} of the model's {model} parameters "
-                "(frozen ones, or several optimizers)",
+                f"optimizer at {where(fact.path)} covers {fact.parameters} of the model's {model} tensors "
+                "(frozen parameters, buffers the file cannot tell from parameters, or several optimizers)",
                 path=fact.path,
             )
         )
