@@ -28,6 +28,7 @@ from ckpt_tui.core.conventions.findings import Finding, where
 from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
 from ckpt_tui.core.errors import CkptError, FileChanged
 from ckpt_tui.core.model import keypath
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.runtime.safe_text import printable
@@ -222,7 +223,7 @@ def _optimizer_findings(
     groups = len(fact.group_lrs)
     line = (
         f"optimizer state at {where(fact.path)}: {fact.kind}, {groups} param group{'' if groups == 1 else 's'} "
-        f"(lr {_lr_text(fact.group_lrs)}), {fact.parameters} parameters, {_steps_text(fact)}"
+        f"(lr {_lr_text(fact.group_lrs)}), {counted(fact.parameters, 'parameter')}, {_steps_text(fact)}"
     )
     findings = [Finding("optimizer", line, path=fact.path)]
     progress = {k: v for k, v in counters.items() if v > 0}
@@ -244,8 +245,8 @@ def _optimizer_findings(
         findings.append(
             Finding(
                 "optimizer-size",
-                f"optimizer at {where(fact.path)} covers {fact.parameters} parameters, the model holds {model}: "
-                "it belongs to another model (optimizer.load_state_dict refuses it)",
+                f"optimizer at {where(fact.path)} covers {counted(fact.parameters, 'parameter')}, the model holds "
+                f"{model}: it belongs to another model (optimizer.load_state_dict refuses it)",
                 "warning",
                 path=fact.path,
             )
