@@ -584,7 +584,8 @@ def test_a_remote_set_says_its_folder_s_other_files_were_not_read(served: RangeS
         assert main(["check", str(folder)]) == 1  # locally, the file beside is read
         capsys.readouterr()
     unread = "files beside a remote checkpoint were not read"
-    for url in (f"{served.url}/dcp/.metadata", f"{served.url}/sharded/{index.name}"):
+    # (the folder's own URL too: a web server's folder lists only the files a loader opens)
+    for url in (f"{served.url}/dcp/.metadata", f"{served.url}/dcp/", f"{served.url}/sharded/{index.name}"):
         assert main(["check", url]) == 0
         out = capsys.readouterr().out
         assert unread in out and "read for code" not in out, out

@@ -91,6 +91,10 @@ class ByteSource(Protocol):
 class Store(Protocol):
     """What serves the files of one URL scheme: their sources, and the folders readers ask about."""
 
+    lists_folders: bool
+    """Whether :meth:`list_dir` gives every file of a folder (a web server's folder is only asked for the files a
+    loader opens: its other files are never known, so never read for code)."""
+
     def source(self, url: str) -> ByteSource:
         """The file at ``url`` (opened once, then shared: its counts and cache live on)."""
         ...

@@ -503,6 +503,8 @@ class HttpStore:
     and a folder's URL (ending in ``/``, or answered with an HTML page) is asked for the files a loader opens
     in a folder (:data:`~.contained.FOLDER_ENTRIES`), the first found its one entry."""
 
+    lists_folders = False  # (a web server lists no folders)
+
     def __init__(self) -> None:
         self.sources = _Sources()
         self._pages: dict[str, HtmlPage] = {}
@@ -562,6 +564,8 @@ class HttpStore:
 class HubStore:
     """``hf://ORG/REPO[@REV][/PATH]``: files resolved once through ``huggingface_hub`` (``HF_TOKEN``,
     ``HF_ENDPOINT``, revisions), then read with ranged GETs on the final (redirected) URL."""
+
+    lists_folders = True  # (the Hub's listing)
 
     def __init__(self) -> None:
         self.sources = _Sources()
@@ -715,6 +719,8 @@ _FSSPEC_PROTOCOLS["az"] = ("adlfs", "AZURE_STORAGE_CONNECTION_STRING, or AZURE_S
 class FsspecStore:
     """``s3://``, ``gs://``, ``az://`` through fsspec with caching off: explicit ranged reads
     (``_fetch_range`` of a file opened with ``cache_type="none"``, which checks the ETag on S3)."""
+
+    lists_folders = True  # (the bucket's listing)
 
     def __init__(self, protocol: str) -> None:
         self.protocol = protocol

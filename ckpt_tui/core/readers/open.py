@@ -465,6 +465,9 @@ def _open_directory(path: str) -> Checkpoint:
     from ckpt_tui.core.readers.dcp import read_dcp
     from ckpt_tui.core.readers.folder import account_for_folder
 
+    if places.is_remote(path) and not places.store_of(path).lists_folders:
+        # (a web server's folder: its other files are never listed, so the report says they were not read)
+        return checkpoint
     try:
         # every other file a loader could unpickle is read for code: a folder is clean only when all of it is
         checkpoint.beside = account_for_folder(
