@@ -265,10 +265,32 @@ def test_one_rank_file_alone_shows_its_shard_and_says_so(tmp_path: Path) -> None
     assert any("one rank of 2" in note for note in checkpoint.notes)
 
 
-def test_fsdp_local_state_dict_says_flat_parameters_cannot_be_unflattened() -> None:
+def test_fsdp_local_state_dict_joins_each_parameter_s_pieces_in_rank_order(tmp_path: Path) -> None:
+    # saved with use_orig_params=True: each rank holds its flat piece of every parameter under its name
     checkpoint = open_checkpoint(TORCH / "fsdp1_local" / "model_rank0.pt")
     assert checkpoint.root["_flat_param"].shape == (278,)
-    assert any("cannot be rebuilt" in note for note in checkpoint.notes)
+    assert any("joined in rank order" in note for note in checkpoint.notes)
+    assert main(["convert", str(TORCH / "fsdp1_local" / "model_rank0.pt"), "-o", str(tmp_path / "out.pth")]) == 0
+    written = torch.load(tmp_path / "out.pth", weights_only=True)
+    full = torch.load(TORCH / "fsdp1_sharded" / "expected_full.pt", weights_only=True)
+    for key, value in full.items():
+        # every element, in order (a parameter's shape is not saved; buffers are copies, as they were)
+        assert torch.equal(written[key].flatten(), value.flatten()), key
+
+
+def test_rank_files_holding_a_plain_key_in_other_shapes_are_refused(tmp_path: Path) -> None:
+    from ckpt_tui.core.model.assembled import AssembledRecords
+    from ckpt_tui.core.readers.rank_set import _rank_fragments
+
+    torch.save({"w": torch.ones(6), "b": torch.ones(3)}, tmp_path / "r0.pt")
+    torch.save({"w": torch.ones(4), "b": torch.ones(3)}, tmp_path / "r1.pt")  # 1-D pieces of w: joined
+    torch.save({"w": torch.ones(2, 2), "b": torch.ones(3)}, tmp_path / "r2.pt")  # a 2-D w: no piece of anything
+    paths = [str(tmp_path / name) for name in ("r0.pt", "r1.pt", "r2.pt")]
+    files = [open_checkpoint(path) for path in paths]
+    joined = _rank_fragments(paths[:2], files[:2], {}, AssembledRecords(paths[0]))
+    assert list(joined) == [("w",)] and joined[("w",)].shape == (10,)
+    with pytest.raises(ReadError, match="other shapes or types"):
+        _rank_fragments([paths[0], paths[2]], [files[0], files[2]], {}, AssembledRecords(paths[0]))
 
 
 def test_sharded_tensor_classes_are_not_reported_unsafe() -> None:

@@ -307,14 +307,23 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
     merged: dict[Path, Tensor] = {}
     for where in found[0]:
         merged[where] = _assemble(_text(where), [each[where] for each in found], source)
-    root = _map(checkpoints[0].root, lambda value, path: merged.get(path, value))
+    fragments = _rank_fragments(paths, checkpoints, merged, source)
+    root = _map(checkpoints[0].root, lambda value, path: merged.get(path, fragments.get(path, value)))
     kinds = sorted({s.kind for s in found[0].values()})
     notes = [
         f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; "
         f"other values from {os.path.basename(paths[0])}"
     ]
+    if fragments:
+        notes.append(
+            f"{counted(len(fragments), 'tensor')} saved as each rank's flat piece (FSDP LOCAL_STATE_DICT with "
+            "use_orig_params): joined in rank order into a flat vector of the parameter's elements; its shape is "
+            "not saved in these files"
+        )
     flat = any(str(path[-1]).endswith("_flat_param") for path in merged if path)
-    if flat:
+    if flat and fragments:
+        notes.append("FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter, the others joined")
+    elif flat:
         notes.append(
             "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
@@ -323,6 +332,49 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
     return Checkpoint(
         paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout, files=list(paths)
     )
+
+
+def _leaf_tensors(root: Any) -> dict[Path, Tensor]:
+    """Every tensor among a rank file's values, by its path (as :func:`_map` walks it)."""
+    found: dict[Path, Tensor] = {}
+
+    def keep(value: Any, path: Path) -> Any:
+        if isinstance(value, Tensor):
+            found[path] = value
+        return value
+
+    _map(root, keep)
+    return found
+
+
+def _rank_fragments(
+    paths: list[str], checkpoints: list[Checkpoint], merged: dict[Path, Tensor], source: AssembledRecords
+) -> dict[Path, Tensor]:
+    """The plain tensors that are not one copy per rank, joined: where ranks hold one key in other shapes, each
+    1-D (FSDP1's LOCAL_STATE_DICT with use_orig_params saves each parameter as every rank's flat piece of it), the
+    pieces in rank order; a key whose ranks disagree otherwise is refused, never shown as rank 0's."""
+    leaves = [_leaf_tensors(c.root) for c in checkpoints]
+    joined: dict[Path, Tensor] = {}
+    for path, first in leaves[0].items():
+        if path in merged:
+            continue
+        every = [each.get(path) for each in leaves]
+        if all(isinstance(t, Tensor) and t.shape == first.shape for t in every):
+            continue
+        tensors = [t for t in every if isinstance(t, Tensor) and len(t.shape) == 1 and t.dtype == first.dtype]
+        if len(tensors) != len(every):
+            raise ReadError(
+                f"{_text(path)}: the rank files hold it in other shapes or types (not ranks of one checkpoint)"
+            )
+        ranks, start = [], 0
+        for tensor, file in zip(tensors, paths, strict=True):
+            shard = LocalShard((start,), tensor.shape, tensor, os.path.basename(file))
+            ranks.append(Sharded("flat pieces", (0,), first.dtype, first.requires_grad, [shard], len(paths)))
+            start += tensor.shape[0]
+        for sharded in ranks:
+            sharded.shape = (start,)
+        joined[path] = _assemble(_text(path), ranks, source)
+    return joined
 
 
 def _weights_at(merged: dict[Path, Tensor]) -> str:
