@@ -63,7 +63,7 @@ async def test_deleting_the_namespace_and_numpy_turns_the_refusal_into_loads(odd
         await loaded(pilot)
         shown = " ".join(header(app).split())
         assert "! weights_only: torch.load REFUSES it: data, not code: argparse.Namespace, numpy" in shown
-        assert "--sanitize` makes it load" in shown
+        assert "(s rewrites it as plain data)" in shown
         await settle(pilot, "j", "j", "d", "y")  # args
         shown = " ".join(header(app).split())
         # numpy is still in the staged tree: the line is about what saving it writes
@@ -165,3 +165,56 @@ async def test_a_safetensors_file_gets_no_torch_load_verdict(tmp_path: Path) -> 
         shown = " ".join(header(app).split())
         assert "torch.load loads it" not in shown
         assert "n/a: safetensors has no pickle" in shown
+
+
+async def test_s_sanitizes_in_the_browser_as_convert_sanitize_does(tmp_path: Path) -> None:
+    """A Namespace, numpy arrays and scalars: s stages the CLI's --sanitize edit; the saved file loads, values as
+    the CLI writes them; u undoes it."""
+    path = tmp_path / "run.pth"
+    args = argparse.Namespace(lr=0.1, name="run")
+    saved = {"w": torch.ones(2), "args": args, "mean": np.array([1.5, 2.5], dtype=np.float32), "best": np.float64(0.25)}
+    torch.save(saved, path)
+    cli_out = tmp_path / "cli.pth"
+    assert main(["convert", str(path), "-o", str(cli_out), "--sanitize"]) == 0
+    app = CkptApp(str(path))
+    async with app.run_test(size=NARROW) as pilot:
+        await loaded(pilot)
+        shown = " ".join(header(app).split())
+        # the header names the key, not the shell
+        assert "torch.load REFUSES it: data, not code: argparse.Namespace, numpy (s rewrites it as plain data)" in shown
+        assert "convert" not in shown
+        assert "sanitize" in {binding.action for _, binding, *_ in app.screen.active_bindings.values()}
+        await settle(pilot, "s")
+        await settle(pilot, "y")
+        shown = " ".join(header(app).split())
+        assert "weights_only: what you save loads with torch.load" in shown
+        # nothing left to sanitize: the key leaves the footer and help, and a press says why
+        assert "sanitize" not in {binding.action for _, binding, *_ in app.screen.active_bindings.values()}
+        await settle(pilot, "s")
+        assert "nothing to sanitize" in status(app)
+        await settle(pilot, "u")
+        assert "REFUSES" in " ".join(header(app).split())
+        await settle(pilot, "ctrl+r", "ctrl+s", "enter")
+    out = tmp_path / "run.fixed.pth"
+    ours, cli = torch.load(out, weights_only=True), torch.load(cli_out, weights_only=True)
+    assert ours["args"] == cli["args"] == {"lr": 0.1, "name": "run"}
+    assert ours["best"] == cli["best"] == 0.25 and type(ours["best"]) is type(cli["best"])
+    assert ours["mean"].dtype == cli["mean"].dtype == torch.float32
+    assert torch.equal(ours["mean"], torch.tensor([1.5, 2.5])) and torch.equal(ours["mean"], cli["mean"])
+    assert torch.equal(ours["w"], torch.ones(2))
+
+
+async def test_s_is_not_offered_on_a_file_that_loads_or_read_only(odd_file: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "plain.pth"
+    torch.save({"w": torch.ones(2)}, plain)
+    app = CkptApp(str(plain))
+    async with app.run_test(size=NARROW) as pilot:
+        await loaded(pilot)
+        assert "sanitize" not in {binding.action for _, binding, *_ in app.screen.active_bindings.values()}
+        await settle(pilot, "s")
+        assert "nothing to sanitize" in status(app)
+    app = CkptApp(str(odd_file), readonly=True)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await loaded(pilot)
+        # read-only: the command line is the way out
+        assert "--sanitize` makes it load" in " ".join(header(app).split())

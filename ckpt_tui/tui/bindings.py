@@ -14,6 +14,8 @@ from textual.dom import DOMNode
 MOVE = Binding.Group("move")
 VIEW = Binding.Group("view")
 EDIT = Binding.Group("edit")
+EDIT_ALONE = Binding.Group("edit", compact=True)
+"""An edit key of its own in the footer: Textual merges neighbouring keys of one group into ``u s edit``."""
 FILE = Binding.Group("file")
 APP = Binding.Group("app")
 GROUP_ORDER = (MOVE, VIEW, EDIT, FILE, APP)
@@ -47,6 +49,15 @@ BROWSER_BINDINGS: list[BindingType] = [
     key("p", "strip_prefix", "Strip prefix", EDIT, "Strip the keys' common wrapper prefix (module., ...)", show=True),
     key("question_mark,f1", "help", "Help", APP, "Every key, with what it does", show=True),
     key("u", "undo", "Undo", EDIT, "Undo the last edit", show=True),
+    key(
+        "s",
+        "sanitize",
+        "Sanitize",
+        EDIT_ALONE,
+        "Rewrite the data torch.load(weights_only=True) refuses (Namespace, numpy...) as plain data, as convert"
+        " --sanitize does (shown where it applies)",
+        show=True,
+    ),
     key("ctrl+r", "redo", "Redo", EDIT, "Redo the last undone edit"),
     key("y", "copy_path", "Copy path", VIEW, "Copy the focused key path (or a group's prefix) to the clipboard"),
     key("v", "toggle_grouping", "Group by module", VIEW, "Show flat state_dicts as a tree of modules"),

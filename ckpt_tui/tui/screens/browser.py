@@ -26,6 +26,7 @@ from textual.worker import get_current_worker
 from ckpt_tui.core.conventions.state_dicts import common_prefix, inner_state_dict, tensor_items
 from ckpt_tui.core.edits import group_edits
 from ckpt_tui.core.edits import tree_edits as edits
+from ckpt_tui.core.edits.sanitize import sanitize
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.edits.tree_edits import Change
 from ckpt_tui.core.errors import Cancelled, CkptError, EditError, NothingChanges
@@ -42,7 +43,7 @@ from ckpt_tui.core.runtime.safe_text import from_printable, printable
 from ckpt_tui.core.weights_only.verdict import Verdict, verdict
 from ckpt_tui.core.writers.judge import Outlook, judge_tree
 from ckpt_tui.tui import targets
-from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, key_rows
+from ckpt_tui.tui.bindings import APP_BINDINGS, BROWSER_BINDINGS, EDIT, EDIT_ALONE, key_rows
 from ckpt_tui.tui.host import BrowserHost
 from ckpt_tui.tui.messages import (
     REDRAW_EVERY,
@@ -68,7 +69,14 @@ from ckpt_tui.tui.targets import Relocate, Target
 from ckpt_tui.tui.text import data, path_text, where
 from ckpt_tui.tui.widgets.detail import DetailPanel
 from ckpt_tui.tui.widgets.footer import KeysFooter
-from ckpt_tui.tui.widgets.summary import Judged, SummaryHeader, check_findings, listed_findings, verdict_finding
+from ckpt_tui.tui.widgets.summary import (
+    Judged,
+    SummaryHeader,
+    check_findings,
+    listed_findings,
+    sanitize_applies,
+    verdict_finding,
+)
 from ckpt_tui.tui.widgets.tree_view import (
     CheckpointTree,
     NodeData,
@@ -78,7 +86,7 @@ from ckpt_tui.tui.widgets.tree_view import (
     listings_along,
 )
 
-EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.group is EDIT)
+EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.group in (EDIT, EDIT_ALONE))
 """The browser's edit keys' actions, as the bindings group them (hidden while read-only)."""
 SESSION_ACTIONS = EDIT_ACTIONS | {"compare", "diff", "search", "next_match", "previous_match", "findings", "layers"}
 MAX_MATCHES = 100_000
@@ -138,6 +146,7 @@ class BrowserScreen(Screen[None]):
         self.known: dict[int, Known] = {}
         """By ``id`` of a tree's root (held there, so the id stays its own): its summary and verdict once known."""
         self.check: CheckReport | None = None  # the full check (C) of the current tree, once read
+        self.sanitize_applies = False  # whether the header says torch.load refuses data that s rewrites
         # whether any tree of this file was read with C: an edited tree not read yet is then said to need it
         self.checked_once = False
         # the model last compared with (c): the header's prefix findings take its keys as evidence
@@ -304,9 +313,14 @@ class BrowserScreen(Screen[None]):
         return Judged(on_disk, session.edited, self.outlooks.get(session.version))
 
     def show_header(self) -> None:
-        """The header for the current summary, verdicts and check."""
+        """The header for the current summary, verdicts and check (and the ``s`` key where it now applies)."""
         if self.summary is not None:
-            self.query_one(SummaryHeader).show(self.summary, self.judged(), self.check)
+            judged = self.judged()
+            self.query_one(SummaryHeader).show(self.summary, judged, self.check)
+            applies = sanitize_applies(judged)
+            if applies != self.sanitize_applies:
+                self.sanitize_applies = applies
+                self.refresh_bindings()
 
     def judge_for_save(self) -> Outlook | None:
         """What saving the current tree as ``.pth`` gives, if known; else judged in a worker (``StagedJudged``)."""
@@ -435,6 +449,10 @@ class BrowserScreen(Screen[None]):
                 else:
                     self.editable(action)
                 return
+        if event.key == "s" and not self.sanitize_applies and not isinstance(self.focused, Input):
+            event.stop()
+            self.nothing_to_do("nothing to sanitize: torch.load(weights_only=True) refuses no data in it")
+            return
         search = self.query_one("#search", Input)
         if event.key == "escape" and search.display:
             search.display = False
@@ -487,6 +505,8 @@ class BrowserScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in EDIT_ACTIONS and self.ckpt_app.readonly:
             return False  # hidden from the footer, help and the palette; a press still says why (on_key)
+        if action == "sanitize" and not self.sanitize_applies:
+            return False  # shown only where torch.load refuses data it rewrites; a press still says why (on_key)
         if action in SESSION_ACTIONS and self.session is None:
             return None
         return True
@@ -1003,6 +1023,12 @@ class BrowserScreen(Screen[None]):
             "float16 (fp16, half) · bfloat16 (bf16) · float32 (fp32)",
             cast_to,
         )
+
+    def action_sanitize(self) -> None:
+        if not self.editable("sanitize"):
+            return
+        # the edit convert --sanitize makes, on the whole tree: the cursor stays on the line it is on
+        self.propose(sanitize)
 
     def _tensors_below(self, target: Target, castable: bool = True) -> bool:
         """Whether ``target`` holds a tensor (``castable``: a floating-point one, that a cast acts on)."""

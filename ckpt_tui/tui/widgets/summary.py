@@ -29,6 +29,7 @@ READ_PROBLEMS = {
     "sparse-indices": "sparse with indices outside it",
 }
 DELETE_KEY = "d on it deletes it"
+SANITIZE_KEY = "s rewrites it as plain data"
 CHECK_KEY = "C"
 """The browser's key that reads every tensor (the CLI's ``ckpt-tui check``)."""
 FIX_KEYS = {
@@ -67,7 +68,8 @@ header too narrow for it)."""
 
 
 def _hint(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) -> str:
-    """The way out of a refusal, in the browser's keys: delete the code, or sanitize the data with the CLI."""
+    """The way out of a refusal, in the browser's keys: delete the code, or sanitize the data (``s``; the CLI
+    when read-only)."""
     code = code_blockers(verdict)
     if hint == "none":
         return ""
@@ -77,11 +79,22 @@ def _hint(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) 
         return f" ({DELETE_KEY})" if deletable and not readonly else ""
     if not sanitizable(verdict):
         return ""
+    if not readonly:
+        # the browser's own edit, the one convert --sanitize makes: no second file, no shell
+        if hint == "short" or edited:
+            return f" ({SANITIZE_KEY})"
+        return f" ({SANITIZE_KEY}; on the command line: {sanitize_command(path)})"
     if edited:
         return " (save, then `ckpt-tui convert SAVED -o OUT --sanitize` makes it load)"
     if hint == "short":
         return " (`ckpt-tui convert --sanitize` makes it load; f shows the command)"
     return f" (`{sanitize_command(path)}` makes it load)"
+
+
+def sanitize_applies(judged: Judged) -> bool:
+    """Whether the browser's sanitize edit makes the current tree load: every blocker torch.load refuses is data."""
+    verdict = judged.staged.verdict if judged.edited and judged.staged is not None else judged.on_disk
+    return verdict is not None and sanitizable(verdict)
 
 
 def _refused_words(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) -> str:
