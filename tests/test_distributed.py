@@ -265,6 +265,16 @@ def test_one_rank_file_alone_shows_its_shard_and_says_so(tmp_path: Path) -> None
     assert any("one rank of 2" in note for note in checkpoint.notes)
 
 
+@pytest.mark.parametrize("command", ["convert", "average"])
+def test_one_rank_file_alone_is_never_written_as_whole_tensors(tmp_path: Path, capsys: Any, command: str) -> None:
+    shutil.copy(TORCH / "fsdp1_sharded" / "model_rank0.pt", tmp_path / "model_rank0.pt")  # (no sibling beside)
+    rank = str(tmp_path / "model_rank0.pt")
+    args = [rank, "-o", str(tmp_path / "out.safetensors")]
+    assert main([command, *(args if command == "convert" else [rank, *args])]) == 2
+    assert "is one rank of 2" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_rank0.pt"]
+
+
 def test_fsdp_local_state_dict_joins_each_parameter_s_pieces_in_rank_order(tmp_path: Path) -> None:
     # saved with use_orig_params=True: each rank holds its flat piece of every parameter under its name
     checkpoint = open_checkpoint(TORCH / "fsdp1_local" / "model_rank0.pt")

@@ -245,3 +245,20 @@ async def test_after_saving_a_cast_the_detail_panel_says_where_the_cast_values_a
         assert "the cast values were saved to" in detail(app) and "half.pth" in detail(app)
         assert "exist once" not in detail(app)
     assert torch.load(tmp_path / "half.pth", weights_only=True)["w"].dtype == torch.float16
+
+
+async def test_one_rank_file_alone_is_never_saved_as_whole_tensors(tmp_path: Path) -> None:
+    import shutil
+
+    fixtures = Path(__file__).parent / "fixtures" / "torch_distributed" / "fsdp1_sharded"
+    shutil.copy(fixtures / "model_rank0.pt", tmp_path / "model_rank0.pt")  # (its sibling is not there)
+    app = CkptApp(str(tmp_path / "model_rank0.pt"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await save_as(pilot, tmp_path / "whole.safetensors")
+        for _ in range(200):
+            if "one rank of 2" in status(app):
+                break
+            await pilot.pause(0.02)
+        assert "one rank of 2" in status(app) and "name every rank's file together" in status(app)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_rank0.pt"]

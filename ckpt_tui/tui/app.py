@@ -266,6 +266,10 @@ class CkptApp(App[None]):
         from ckpt_tui.core.writers.save import save
 
         metadata = self.session.checkpoint.metadata if self.session is not None else {}
+        refused = self.session.checkpoint.unwritable() if self.session is not None else None
+        if refused:
+            self.post_message(SaveFinished(version, target, None, refused, False))
+            return
 
         progress = ProgressPoster(self.post_message, "save")
         try:

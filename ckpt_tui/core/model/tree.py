@@ -672,6 +672,9 @@ class Checkpoint:
     """What no saver writes and readers disagree on (zip members whose names collide under torch's
     comparison: also in ``loader_problems``; a key in two shards of a set), in words; ``convert`` refuses
     such a file."""
+    partial: str | None = None
+    """Why its values are pieces of whole tensors a writer would write as if whole (one rank's file of a sharded
+    save, opened alone), in words; None when they are whole."""
     odd_layout: list[str] = field(default_factory=list)
     """What a distributed checkpoint's metadata lays out that no saver writes but its loader still loads (a DCP
     chunk whose item is larger than the chunk, which ``dcp.load`` narrows; chunks that overlap, the one copied
@@ -694,6 +697,14 @@ class Checkpoint:
     """For a folder opened as a whole: every other file in it and its immediate subfolders that a loader could
     unpickle (found by content), each read for code; None when the checkpoint was not opened as a folder."""
     """The file's version (``byte_source.version_of``) when it was opened; None for a folder or a URL."""
+
+    def unwritable(self) -> str | None:
+        """Why no file may be written from it as it is, in one line (every writer asks: ``convert``, ``average``,
+        the browser's save), or None."""
+        if self.hostile:
+            # whatever is written, some reader would have read other bytes from the source
+            return f"refusing to convert a file readers disagree on: {self.hostile[0]}"
+        return self.partial
 
     def changed_on_disk(self) -> bool:
         """Whether the file is another one now than the one its tree was read from (replaced or rewritten)."""

@@ -553,6 +553,9 @@ def average(
         raise AverageRefused("average needs at least two files")
     parsed = parse_weights(weights, len(paths))
     checkpoints = [open_checkpoint(p) for p in paths]
+    refused = next((reason for c in checkpoints if (reason := c.unwritable())), None)
+    if refused:
+        raise AverageRefused(refused)
     if any(c.byteorder != "little" for c in checkpoints):
         raise AverageRefused("big-endian checkpoints cannot be averaged (convert them first)")
     plan = plan_average(checkpoints, parsed, at)

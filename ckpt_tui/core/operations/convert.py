@@ -402,9 +402,9 @@ def convert(
 ) -> ConvertOutcome:
     """Read, edit, and (unless dry) save with verification."""
     checkpoint = open_checkpoint(path)
-    if checkpoint.hostile and not dry_run and output is not None:
-        # whatever is written, some reader would have read other bytes from the source
-        raise WriteError(f"refusing to convert a file readers disagree on: {checkpoint.hostile[0]}")
+    refused = checkpoint.unwritable()
+    if refused and not dry_run and output is not None:
+        raise WriteError(refused)
     writes_modules = not (options.extract or options.sanitize or dry_run or output is None)
     if checkpoint.format == "torchscript" and writes_modules:  # --sanitize replaces the module objects
         raise WriteError(TORCHSCRIPT_WHOLE)

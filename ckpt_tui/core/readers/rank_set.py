@@ -266,6 +266,10 @@ def localize(checkpoint: Checkpoint) -> Checkpoint:
         f"one rank of {world}: its {len(found)} {'/'.join(kinds)} values show this rank's shard only; "
         f"open every rank's file together to see (and convert) whole tensors"
     )
+    checkpoint.partial = (
+        f"{os.path.basename(checkpoint.path)} is one rank of {world}: its {'/'.join(kinds)} values are this rank's "
+        f"shards, not whole tensors; name every rank's file together to write them whole"
+    )
     return checkpoint
 
 
