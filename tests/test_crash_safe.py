@@ -233,3 +233,21 @@ def test_sigterm_removes_the_temporary_file_of_a_save_in_a_worker_thread(big_ddp
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_remove_a_set_of_shards_being_written(big_ddp: Path, tmp_path: Path, signum: int) -> None:
+    target = tmp_path / "out"
+    command = convert_command(big_ddp, target, "--format", "safetensors", "--max-shard-size", "40MB")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    folder = wait_for_temporary(tmp_path, process, ".out.*.tmp")
+    assert folder is not None, "the write ended before it could be interrupted"
+    # a few shards finished in the temporary folder, most still to go
+    deadline = time.monotonic() + 60
+    while process.poll() is None and len(list(folder.glob("*.safetensors"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert process.poll() is None, "the write ended before it could be interrupted"
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == -signum and b"Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -23,6 +23,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.writers import temp_files
 from ckpt_tui.core.writers.save import WriteResult, save
 from ckpt_tui.core.writers.target import check_folder_target
 
@@ -107,6 +108,8 @@ def save_hf_shards(
         temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     except OSError as exc:
         raise WriteError(f"cannot write in {parent}: {exc.strerror or exc}") from None
+    # (SIGTERM and SIGHUP remove it with its finished shards, as they remove a single file's temporary)
+    temp_files.register(str(temp))
     try:
         results = [
             save({k: root[k] for k in keys}, temp / name, "safetensors") for keys, name in zip(plan, names, strict=True)
@@ -132,6 +135,8 @@ def save_hf_shards(
         with contextlib.suppress(OSError):
             shutil.rmtree(temp)
         raise
+    finally:
+        temp_files.unregister(str(temp))
     for result, name in zip(results, names, strict=True):
         result.path = str(target / name)
     return ShardedResult(str(target), results, total, [os.path.basename(config) for config in configs])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import threading
 from types import FrameType
@@ -26,7 +27,8 @@ _installed: set[int] = set()
 
 
 def register(path: str) -> None:
-    """A temporary file now exists and must not outlive an interrupted write."""
+    """A temporary file (or folder, as a set of shards is written) now exists and must not outlive an interrupted
+    write."""
     _in_progress[path] = None
 
 
@@ -44,7 +46,10 @@ def remove_all() -> None:
     """Remove every registered temporary file (safe to call from a signal handler)."""
     for path in list(_in_progress):
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
         _in_progress.pop(path, None)
 
 
