@@ -251,3 +251,20 @@ def test_sigterm_and_sighup_remove_a_set_of_shards_being_written(big_ddp: Path, 
     _, err = process.communicate(timeout=60)
     assert process.returncode == -signum and b"Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_appears_at_the_output_meanwhile_is_left_as_it_is(big_ddp: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.pth"
+    process = subprocess.Popen(
+        convert_command(big_ddp, target, "--dtype", "float16"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    wait_mid_write(tmp_path, process)
+    target.write_bytes(b"written by someone else meanwhile")  # (a second convert, a cp)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 2
+    assert err.decode().strip().splitlines() == [
+        f"ckpt-tui: {target} appeared while it was written (another write to it?): left as it is; run again with "
+        "--force to replace it"
+    ]
+    assert target.read_bytes() == b"written by someone else meanwhile"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pth"]

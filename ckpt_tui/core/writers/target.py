@@ -46,6 +46,8 @@ class Target:
     path: Path
     folder: Path
     mode: int | None
+    new: bool = False
+    """Nothing was at the path when it was checked: a file that appears there meanwhile is not replaced."""
 
 
 def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str, ...] = ()) -> Target:
@@ -57,7 +59,7 @@ def check_target(target: str | os.PathLike[str], force: bool, inputs: tuple[str,
     except FileNotFoundError:
         check_parent(folder)
         _refuse_system_paths(path)
-        return Target(path, folder, None)
+        return Target(path, folder, None, new=True)
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(link.st_mode):
@@ -245,7 +247,10 @@ class TempFile:
         """Wait for the data to be on disk, rename over the target (atomically) and make the rename durable."""
         self._wait_for_sync()
         self.close()
-        os.replace(self.path, self.target.path)
+        if self.target.new:
+            _put_new(Path(self.path), self.target.path)
+        else:
+            os.replace(self.path, self.target.path)
         temp_files.unregister(self.path)
         fsync_folder(self.target.folder)
 
@@ -266,6 +271,25 @@ class TempFile:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
             temp_files.unregister(self.path)
+
+
+def _put_new(temp: Path, target: Path) -> None:
+    """Put the finished file at a path that was free when the write began, never over a file that appeared there
+    since (a second write to the same path, a copy): a hard link fails where a name exists, a rename would not."""
+    try:
+        os.link(temp, target)
+    except FileExistsError:
+        raise WriteError(
+            f"{target} appeared while it was written (another write to it?): left as it is; run again with --force "
+            "to replace it"
+        ) from None
+    except OSError:
+        # (a file system without hard links: the name is checked just before the rename)
+        if os.path.lexists(target):
+            raise WriteError(f"{target} appeared while it was written (another write to it?): left as it is") from None
+        os.replace(temp, target)
+        return
+    os.unlink(temp)
 
 
 @contextlib.contextmanager
