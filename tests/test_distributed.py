@@ -414,3 +414,20 @@ def test_a_slightly_expanded_dcp_chunk_is_still_read(tmp_path: Path, capsys: pyt
     folder = _expanded_dcp(tmp_path / "dcp", 1000)
     assert main(["convert", str(folder), "-o", str(tmp_path / "out.pth")]) == 0
     assert torch.equal(torch.load(tmp_path / "out.pth", weights_only=True)["w"], torch.full((1000,), 2.0))
+
+
+def test_writing_over_a_file_of_an_opened_set_is_writing_over_the_input(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "dcp"
+    shutil.copytree(TORCH / "dcp_fsdp2", folder)
+    for member in (folder / "__0_0.distcp", folder / ".metadata"):
+        before = member.read_bytes()
+        assert main(["convert", str(folder), "--extract", "auto", "-o", str(member)]) == 2
+        assert capsys.readouterr().err.strip() == f"ckpt-tui: {member} is the input file; use --force to replace it"
+        assert member.read_bytes() == before
+    from ckpt_tui.core.edits.session import Session
+    from ckpt_tui.tui.app import CkptApp
+
+    # the browser asks its louder question too (no app run: the files it reads come from the checkpoint)
+    app = CkptApp(str(folder))
+    app.session = Session(open_checkpoint(folder))
+    assert app.replaces_source(str(folder / "__1_0.distcp")) and app.replaces_source(str(folder / ".metadata"))

@@ -174,6 +174,7 @@ class CkptApp(App[None]):
         """Every file this session reads tensor bytes from (the input, or its shards)."""
         files = {os.path.abspath(self.path)}
         if self.session is not None:
+            files |= {os.path.abspath(path) for path in self.session.checkpoint.input_files()}
             for _, tensor in iter_tensors(self.session.checkpoint.root):
                 source = getattr(tensor.storage, "source", None)
                 path = getattr(source, "path", "")
@@ -279,7 +280,7 @@ class CkptApp(App[None]):
                 fmt,
                 byteorder=byteorder,
                 force=force,
-                inputs=(source,),
+                inputs=(source, *self.source_files()),
                 metadata=metadata,
                 progress=progress,
                 cancelled=cancel.is_set,

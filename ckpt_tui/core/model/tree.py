@@ -698,6 +698,12 @@ class Checkpoint:
     unpickle (found by content), each read for code; None when the checkpoint was not opened as a folder."""
     """The file's version (``byte_source.version_of``) when it was opened; None for a folder or a URL."""
 
+    def input_files(self) -> list[str]:
+        """Every file this checkpoint was read from: its path, the files opened together as it (rank files), and
+        those its reader read besides (a DCP folder's data files, an index's shards): what a write must not
+        replace as if it were any other file."""
+        return list(dict.fromkeys([self.path, *self.files, *self.read_files]))
+
     def unwritable(self) -> str | None:
         """Why no file may be written from it as it is, in one line (every writer asks: ``convert``, ``average``,
         the browser's save), or None."""

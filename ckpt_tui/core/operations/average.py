@@ -566,7 +566,7 @@ def average(
         fmt,
         byteorder=first.byteorder,
         force=force,
-        inputs=tuple(c.path for c in checkpoints),
+        inputs=tuple(path for c in checkpoints for path in c.input_files()),
         metadata=first.metadata,
     )
     return plan, result

@@ -422,7 +422,7 @@ def convert(
         fmt,
         byteorder=checkpoint.byteorder,
         force=force,
-        inputs=(checkpoint.path,),
+        inputs=tuple(checkpoint.input_files()),
         metadata=checkpoint.metadata,
         check=check,
     )
