@@ -98,3 +98,8 @@ def test_the_norm_series_says_which_files_hold_nan_or_inf(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert "w in 2. (4 NaN/Inf), v in 2. (1 NaN/Inf)" in out
     assert "▁!█" in out  # w: the NaN file marked, not drawn absent
+    # the header's columns stand apart, aligned with the rows' numbers
+    head = next(line for line in out.splitlines() if line.split()[:1] == ["layer"])
+    assert head.split() == ["layer", "first", "last", "last/first", "across"]
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["v"])
+    assert row.index("×1") + 2 == head.index("last/first") + len("last/first")

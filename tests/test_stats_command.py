@@ -367,3 +367,19 @@ def test_no_progress_when_stderr_is_not_a_terminal(tmp_path: Path, capsys: pytes
     torch.save(tiny_state_dict(), tmp_path / "t.pth")
     assert main(["stats", str(tmp_path / "t.pth")]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_long_keys_two_line_rows_fit_80_columns_keeping_layer_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first line of a two-line row (path, shape, dtype) is shortened too: no line wraps at 80 columns."""
+    name = "encoder.layer.{}.attention.self.query_projection_long_name.weight"
+    state = {name.format(0): torch.ones(64, 64, 3, 3), name.format(1): torch.ones(4)}
+    torch.save({"model_state_dict": state}, tmp_path / "long.pth")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["stats", str(tmp_path / "long.pth")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80
+    rows = [line for line in lines if line.endswith("float32")]
+    assert len(rows) == 2 and rows[0] != rows[1]
+    assert ".0." in rows[0] and ".1." in rows[1] and all("[" in row for row in rows)

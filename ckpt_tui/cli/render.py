@@ -316,9 +316,20 @@ def render_stats(rows: list[Any], marks: dict[int, str], width: int = 80) -> str
     first = _row_format([0] * len(names), set(range(len(names))))
     lines = []
     for cells in table:
-        lines.append(first.format(*_pick(cells, names)).rstrip())
+        lines.append(_fit_names(first.format(*_pick(cells, names)).rstrip(), cells[0], width))
         lines.append(second.format(*_pick(cells, numbers)).rstrip())
     return "\n".join([*lines, *_stats_notes(rows, marks, shown)])
+
+
+def _fit_names(line: str, path: str, width: int) -> str:
+    """A two-line row's first line (path, shape, dtype) in ``width``: the path shortened the way every listing
+    shortens keys (layer numbers and the parameter kept), never below 20 characters."""
+    from ckpt_tui.core.values.text_plots import shorten
+
+    over = len(line) - width
+    if over <= 0 or not line.startswith(path):
+        return line
+    return shorten(path, max(len(path) - over, 20)) + line[len(path) :]
 
 
 def _stats_columns(rows: list[Any], marks: dict[int, str]) -> list[str]:

@@ -713,9 +713,11 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     sparkline of it across the files, in order."""
     from ckpt_tui.core.values.text_plots import clip_middle, number, sparkline
 
-    name = 30
-    spark = WIDTH - name - 3 * 10 - 1
-    head = clip_middle("layer", name) + "".join(h.rjust(10) for h in ("first", "last", "last/first")) + " across"
+    # the ratio column is one wider than its 10-character header, so "last/first" never runs into "last"
+    name = 29
+    spark = WIDTH - name - 3 * 10 - 2
+    head = clip_middle("layer", name) + "".join(h.rjust(w) for h, w in (("first", 10), ("last", 10), ("last/first", 11)))
+    head += " across"
     rows = [Row(head)]
     held: list[str] = []
     for (path, norms), nonfinite in zip(series.layers, series.nonfinite, strict=True):
@@ -724,7 +726,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
         drawn = [math.nan if bad else norm for norm, bad in zip(norms, nonfinite, strict=True)]
         held += [f"{_key(path)} in {i + 1}. ({bad} NaN/Inf)" for i, bad in enumerate(nonfinite) if bad]
         ratio = last / first if first and last is not None else None
-        change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(9)
+        change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(10)
         rows.append(
             Row(
                 printable(clip_middle(_key(path), name))
