@@ -716,8 +716,8 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     # the ratio column is one wider than its 10-character header, so "last/first" never runs into "last"
     name = 29
     spark = WIDTH - name - 3 * 10 - 2
-    head = clip_middle("layer", name) + "".join(h.rjust(w) for h, w in (("first", 10), ("last", 10), ("last/first", 11)))
-    head += " across"
+    columns = (("first", 10), ("last", 10), ("last/first", 11))
+    head = clip_middle("layer", name) + "".join(h.rjust(w) for h, w in columns) + " across"
     rows = [Row(head)]
     held: list[str] = []
     for (path, norms), nonfinite in zip(series.layers, series.nonfinite, strict=True):
