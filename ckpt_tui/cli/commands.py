@@ -394,12 +394,13 @@ def _open(path: str | list[str], readonly: bool) -> int:
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         return _info(path, False, 2)
     from ckpt_tui.tui.app import CkptApp
+    from ckpt_tui.tui.terminal import run as run_browser
 
     if isinstance(path, list):  # rank files: open_checkpoint takes the list
         name = f"{counted(len(path), 'file')}: " + ", ".join(p.rstrip("/").rsplit("/", 1)[-1] for p in path)
-        CkptApp(path, readonly=readonly, display_name=name).run()
+        run_browser(CkptApp(path, readonly=readonly, display_name=name))
         return 0
-    CkptApp(path, readonly=readonly).run()
+    run_browser(CkptApp(path, readonly=readonly))
     return 0
 
 
@@ -422,7 +423,9 @@ def demo(args: argparse.Namespace) -> int:
     app = CkptApp(str(written.checkpoint), readonly=readonly, welcome=written.welcome())
     # c offers the reference at once: the README's walkthrough is c, enter
     app.remember("compare", str(written.reference))
-    app.run()
+    from ckpt_tui.tui.terminal import run as run_browser
+
+    run_browser(app)
     return 0
 
 
