@@ -475,3 +475,25 @@ async def test_help_on_a_report_lists_its_keys_from_the_bindings(ddp_run: Path) 
         assert "Compare that way" in shown and "Per-layer change" in shown
         await settle(pilot, "escape")
         assert app.screen is screen
+
+
+async def test_pgdn_in_the_per_layer_report_moves_a_whole_page(tmp_path: Path) -> None:
+    """PgDn moves the view a page (not the 2 lines it took to reach the highlight), PgUp comes back."""
+    torch.manual_seed(0)
+    a = {f"{i}.weight": torch.randn(8, 8) for i in range(40)}
+    torch.save({"model_state_dict": a}, tmp_path / "r1.pth")
+    torch.save({"model_state_dict": {k: v + 0.1 * torch.randn(8, 8) for k, v in a.items()}}, tmp_path / "r2.pth")
+    app = CkptApp(str(tmp_path / "r1.pth"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", tmp_path / "r2.pth")
+        await settle(pilot, "s")
+        assert isinstance(app.screen, LayerChangeScreen)
+        listed = app.screen.query_one("#report-list")
+        page = listed.scrollable_content_region.height
+        assert page > 2 and listed.scroll_y == 0
+        await settle(pilot, "pagedown")
+        assert listed.scroll_y == page
+        assert listed.highlighted is not None and listed.highlighted >= page
+        await settle(pilot, "pageup")
+        assert listed.scroll_y == 0

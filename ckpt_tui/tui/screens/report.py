@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from rich.text import Text
 from textual import on, work
@@ -134,6 +134,14 @@ class ReportList(OptionList):
     """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
 
     BINDINGS: ClassVar[list[BindingType]] = LIST_BINDINGS
+
+    def _move_page(self, direction: Literal[-1, 1]) -> None:
+        """PgDn/PgUp move the view a page, and the highlight with it: OptionList's own moves the highlight
+        alone, and the view follows it only so far as to show it (2 lines at first, as people saw it)."""
+        before = self.scroll_y
+        super()._move_page(direction)
+        page = self.scrollable_content_region.height
+        self.scroll_to(y=max(0, min(before + direction * page, self.max_scroll_y)), animate=False, immediate=True)
 
 
 class ReportScreen(ModalScreen[ReportResult | None]):
