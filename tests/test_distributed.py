@@ -431,3 +431,20 @@ def test_writing_over_a_file_of_an_opened_set_is_writing_over_the_input(tmp_path
     app = CkptApp(str(folder))
     app.session = Session(open_checkpoint(folder))
     assert app.replaces_source(str(folder / "__1_0.distcp")) and app.replaces_source(str(folder / ".metadata"))
+
+
+def test_a_dcp_folder_that_also_holds_a_from_pretrained_save_is_refused_naming_both(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "two"
+    shutil.copytree(TORCH / "dcp_fsdp2", folder)
+    save_file({"other.weight": torch.ones(2, 2)}, folder / "model.safetensors")  # what from_pretrained(folder) takes
+    assert main(["info", str(folder)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"ckpt-tui: {folder} holds two saves")
+    assert "model.safetensors (read by from_pretrained)" in line
+    # each opens by its own file
+    assert main(["info", str(folder / ".metadata")]) == 0
+    assert main(["info", str(folder / "model.safetensors")]) == 0

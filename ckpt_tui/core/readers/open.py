@@ -456,12 +456,29 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
 # ---- folders and files ---------------------------------------------------------------------------
 
 
+def _refuse_second_save(folder: str) -> None:
+    """A DCP folder that also holds a weights file a ``from_pretrained`` takes holds two saves (``dcp.load`` reads
+    one, ``from_pretrained`` the other): refused in one line naming both, never opened as one of them silently."""
+    from ckpt_tui.core.model.contained import DCP_METADATA, WEIGHTS_LOADERS
+
+    for loader, names in WEIGHTS_LOADERS:
+        found = next((name for name in names if os.path.isfile(os.path.join(folder, name))), None)
+        if found is not None:
+            raise ReadError(
+                f"{folder} holds two saves: a torch.distributed.checkpoint ({DCP_METADATA}, read by dcp.load) and "
+                f"{found} (read by {loader}); open one by its file: {os.path.join(folder, DCP_METADATA)} or "
+                f"{os.path.join(folder, found)}"
+            )
+
+
 def _open_directory(path: str) -> Checkpoint:
     checkpoint = detect(Target(path, folder=True), ("place", "folder"))
     if checkpoint is None:
         from ckpt_tui.core.readers.folder import no_checkpoint
 
         raise no_checkpoint(path)
+    if checkpoint.format == "dcp" and not places.is_remote(path):
+        _refuse_second_save(path)
     from ckpt_tui.core.readers.dcp import read_dcp
     from ckpt_tui.core.readers.folder import account_for_folder
 
