@@ -37,6 +37,7 @@ from typing import Any
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
 from ckpt_tui.core.edits.tree_edits import Change, refuse_unreached_tensors
 from ckpt_tui.core.errors import EditError
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.made_bytes import MemorySource
 from ckpt_tui.core.model.numpy_values import NUMPY_DTYPES, NotNumpy, array_state, scalar_of
@@ -67,7 +68,7 @@ class SanitizeChange(Change):
 
     def lines(self) -> list[str]:
         """A line per kind of rewrite with its count and the class names replaced."""
-        out = [f"{self.title}: {self.count} objects rewritten"]
+        out = [f"{self.title}: {counted(self.count, 'object')} rewritten"]
         for kind, (count, names) in self.kinds.items():
             out.append(f"  {kind}: {count} ({', '.join(sorted(names))})")
         return out
