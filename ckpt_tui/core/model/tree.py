@@ -5,7 +5,9 @@ tuple, set) holding scalars, strings, bytes and the node types below. Nothing he
 imports torch; nothing here ever runs code from the file.
 
 Every node type a pickle can reach refuses pickle's BUILD (``__setstate__``): once a
-stand-in is validated, the file cannot change its shape, dtype, storage or attributes.
+stand-in is validated, the file cannot change its shape, dtype, storage or attributes. The one
+exception is torch's own: BUILD on a Parameter sets its requires_grad and hooks, or swaps in the
+storage, shape and dtype of another (validated) tensor, as ``Tensor.__setstate__`` does.
 Every walk over a tree visits each object once, so time and memory follow the file's size,
 never the number of paths through shared objects.
 """
@@ -253,6 +255,8 @@ _SPARSE_PARTS = {
     "sparse_coo": ("indices", "values", "size", "coalesced"),
     "compressed": ("compressed_indices", "plain_indices", "values", "size"),
 }
+_GRAD_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"})
+"""Dtypes a tensor requiring grad may have (torch allows more float kinds; those are refused here)."""
 _QUANTIZED_INTS = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
 _PER_TENSOR = ("qscheme", "scale", "zero_point")
 _PER_CHANNEL = ("qscheme", "scales", "zero_points", "axis")
@@ -284,7 +288,29 @@ class Tensor:
     """A sparse tensor's parts as pickled: ``(indices, values, size[, coalesced])`` (COO) or
     ``(compressed_indices, plain_indices, values, size)`` (CSR/CSC/BSR/BSC); ``kind`` names the layout."""
 
-    __setstate__ = refuse_state
+    def __setstate__(self, state: Any) -> None:
+        """BUILD on a ``Parameter`` as torch's weights_only loader runs it (``Tensor.__setstate__``): a
+        3-tuple (or list) ``(requires_grad, _, hooks)``, or a 5-tuple ``(data, _, hooks, requires_grad, _)`` whose
+        ``data`` replaces the tensor's; any other state, or BUILD on a plain tensor, is refused."""
+        if (
+            not self.parameter
+            or self.python_type is not None
+            or type(state) not in (tuple, list)
+            or len(state) not in (3, 5)
+        ):
+            refuse_state()
+        if len(state) == 5:
+            data = state[0]
+            if type(data) is not Tensor or data.kind != "dense" or self.kind != "dense" or data.quantizer:
+                refuse_state()
+            self.storage, self.offset, self.shape, self.stride = data.storage, data.offset, data.shape, data.stride
+            self.dtype = data.dtype
+            state = (state[3], state[4], state[2])
+        requires_grad, _, hooks = state
+        # torch's requires_grad setter takes a bool only, and True only on a float or complex tensor
+        if type(requires_grad) is not bool or (requires_grad and self.dtype not in _GRAD_DTYPES):
+            refuse_state()
+        self.requires_grad, self.hooks = requires_grad, hooks
 
     def __repr__(self) -> str:
         return f"Tensor({list(self.shape)}, {self.dtype}, {self.device})"
