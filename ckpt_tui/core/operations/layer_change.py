@@ -276,7 +276,7 @@ def _measure_run(
 
     def chunks(
         every: contextlib.ExitStack,
-    ) -> Iterator[tuple[Callable[..., tuple[PairSums, int]], _Streamed, int, int]]:
+    ) -> Iterator[tuple[_ChunkWork, _Streamed, int, int]]:
         for index, path, x, y in run:
             pair = _opened(index, path, x, y, order_a, order_b, every)
             if pair is None:
@@ -305,7 +305,7 @@ def _measure_run(
 
 def _opened(
     index: int, path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b: str, every: contextlib.ExitStack
-) -> tuple[Callable[[int, int], tuple[PairSums, int]], _Streamed] | None:
+) -> tuple[_ChunkWork, _Streamed] | None:
     """A pair of a run with its reads open (closed when its last chunk is summed, or with ``every``), or None
     when it cannot be read so."""
     reads = every.enter_context(contextlib.ExitStack())
@@ -326,7 +326,7 @@ def _opened(
 
 
 def _run_chunk(
-    work: Callable[[int, int], tuple[PairSums, int]], streamed: _Streamed, begin: int, count: int
+    work: _ChunkWork, streamed: _Streamed, begin: int, count: int
 ) -> tuple[_Streamed, tuple[PairSums, int] | CkptError]:
     """One chunk of a run's pair, on a statistics thread: its sums, or why it could not be read (that pair's row
     says so; a changed file or a cancel ends the run)."""
@@ -402,9 +402,7 @@ def _rescaled_change(path: KeyPath, x: Tensor, y: Tensor, order_a: str, order_b:
     return row
 
 
-def _shared_chunk(
-    read_x: SharedRead, read_y: SharedRead, reader_x: TensorReader, reader_y: TensorReader
-) -> Callable[[int, int], tuple[PairSums, int]]:
+def _shared_chunk(read_x: SharedRead, read_y: SharedRead, reader_x: TensorReader, reader_y: TensorReader) -> _ChunkWork:
     """The work of one chunk of a pair read on the worker that sums it: ``(begin, count)`` to its sums."""
     x, y = reader_x.tensor, reader_y.tensor
     first_x, first_y = x.offset, y.offset
