@@ -246,6 +246,8 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
         lines.append(f"  {blocker.kind:<4}  {printable(blocker.name)}{times} at {printable(blocker.where())}")
         if blocker.note:
             lines.append(f"        {printable(blocker.note)}")
+    if judged.needs_import and (judged.blockers or judged.reason):
+        lines.append(f"  and needs {printable(judged.import_words())}")
     if judged.blockers and judged.reason:
         lines.append(f"  and, whatever is allowlisted: {printable(judged.reason)}")
     if judged.blockers and judged.reason is None and judged.unknown:

@@ -709,6 +709,9 @@ class Checkpoint:
     """A shard index's ``metadata`` (``total_size``: numbers about the whole set): shown, never written."""
     columns: FlatColumns | None = field(default=None, repr=False)
     """The root as columns, when its reader had them (see :class:`FlatColumns`); else None."""
+    replaced: dict[KeyPath, Any] = field(default_factory=dict, repr=False)
+    """Values the tree shows as something else, as saved, by path: a rank's ShardedTensor or DTensor shown as the
+    whole tensor assembled from every rank (or as its local shard). The globals inside them sit at that path."""
     layout: str | None = None
     """The framework layout a distributed reader recognised ("DeepSpeed ZeRO-2, 2 ranks, bf16"), else None."""
     archive: Any = field(default=None, repr=False)

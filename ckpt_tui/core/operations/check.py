@@ -476,6 +476,9 @@ def weights_only_problem(judged: Verdict) -> Problem:
         names = ", ".join(b.name for b in judged.blockers[:5]) + (" …" if len(judged.blockers) > 5 else "")
         refused = counted(len(judged.blockers), "global")
         message = f"torch.load(weights_only=True) refuses it: {refused} not allowed ({names})"
+    elif judged.reason is None and judged.needs_import:
+        after = f"cannot tell whether it loads: {judged.unknown}" if judged.unknown else "it loads"
+        message = f"torch.load(weights_only=True) refuses it in a fresh process; with {judged.import_words()}, {after}"
     else:
         message = f"torch.load(weights_only=True) refuses it: {judged.reason}"
     return Problem("weights-only", printable(message), None, {"globals": [b.name for b in judged.blockers]})

@@ -70,6 +70,8 @@ def blocker_words(verdict: Verdict, where: bool = True) -> str:
         )
         more = " …" if len(names) > NAMES_SHOWN else ""
         return f"data, not code: {', '.join(names[:NAMES_SHOWN])}{more}"
+    if verdict.reason is None and verdict.needs_import:
+        return printable(f"it needs {verdict.import_words()}")
     return printable(verdict.reason or verdict.unknown or "")
 
 

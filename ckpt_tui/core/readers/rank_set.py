@@ -14,7 +14,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.errors import ReadError
@@ -50,6 +50,8 @@ class Sharded:
     requires_grad: bool
     shards: list[LocalShard]
     world: int
+    saved: Any = field(default=None, repr=False)
+    """The value as the file holds it (an opaque ShardedTensor or DTensor)."""
 
 
 def _fields(value: Any) -> dict[str, Any]:
@@ -203,6 +205,7 @@ def sharded_values(root: Any, file: str) -> dict[Path, Sharded]:
         if sharded is not None:
             for shard in sharded.shards:
                 shard.where = os.path.basename(file)
+            sharded.saved = value
             found[path] = sharded
     return found
 
@@ -260,6 +263,7 @@ def localize(checkpoint: Checkpoint) -> Checkpoint:
         return sharded.shards[0].tensor
 
     checkpoint.root = _map(checkpoint.root, local)
+    checkpoint.replaced = {path: sharded.saved for path, sharded in found.items()}
     kinds = sorted({s.kind for s in found.values()})
     world = max(s.world for s in found.values())
     checkpoint.notes.append(
@@ -333,9 +337,11 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
     layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}; weights: {_weights_at(merged)}"
-    return Checkpoint(
+    merged_checkpoint = Checkpoint(
         paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout, files=list(paths)
     )
+    merged_checkpoint.replaced = {path: sharded.saved for path, sharded in found[0].items()}
+    return merged_checkpoint
 
 
 def _leaf_tensors(root: Any) -> dict[Path, Tensor]:

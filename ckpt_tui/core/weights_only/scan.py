@@ -67,6 +67,9 @@ class Findings:
     """SETITEM(S) wrote into something other than a dict: refused since torch 2.10, accepted before."""
     version_names: set[str] = field(default_factory=set)
     """Allowlisted names that only some torch versions have (sub-byte ints, new float formats)."""
+    needs_import: Counter[str] = field(default_factory=Counter)
+    """Names torch allowlists once a module of its own is imported (DTensor's, see ``tables.NEEDS_IMPORT``) ->
+    how many objects were built from them: refused in a fresh process, scanned on as allowed."""
 
     def add_globals(self, other: Findings) -> None:
         """Add what ``other`` found about globals (refused, hidden, their usage, version-only names, SETITEM)."""
@@ -76,6 +79,11 @@ class Findings:
             self.usage.setdefault(name, set()).update(hows)
         self.setitem_on_other |= other.setitem_on_other
         self.version_names |= other.version_names
+        self.needs_import.update(other.needs_import)
+
+    def import_modules(self) -> list[str]:
+        """The modules to import before ``torch.load`` for the names in :attr:`needs_import`."""
+        return sorted({tables.NEEDS_IMPORT[name] for name in self.needs_import})
 
 
 @dataclass
@@ -369,10 +377,13 @@ class Machine(pickle.Unpickler):
         if full in tables.IMPORTED_ALLOWED:
             ref = self.refs[full] = Placeholder(full, self, allowed=True)
             return ref
+        if full in tables.NEEDS_IMPORT:
+            # refused in a fresh process, allowed once torch's own module is imported: the scan goes on as allowed
+            self.scan.needs_import[full] += 0
+            ref = self.refs[full] = Placeholder(full, self, allowed=True)
+            return ref
         if module in tables.BLOCKED_MODULES:
             self._fatal(f"GLOBAL {full} is from module {module}, which torch refuses even when allowlisted")
-        elif full in tables.NEEDS_IMPORT:
-            self._fatal(f"GLOBAL {full} loads only after `import {tables.NEEDS_IMPORT[full]}`")
         self.scan.refused[full] += 0
         ref = self.refs[full] = Placeholder(full, self)
         return ref
@@ -517,6 +528,9 @@ class Machine(pickle.Unpickler):
 
     def _use(self, name: str, how: str) -> None:
         if name in tables.IMPORTED_ALLOWED:
+            return
+        if name in tables.NEEDS_IMPORT:
+            self.scan.needs_import[name] += how != "build"
             return
         if how != "build":
             self.scan.refused[name] += 1
@@ -856,6 +870,9 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
         raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
+        if new_type.name in tables.WRAPPER_SUBCLASSES and result.type_name == new_type.name:
+            # a DTensor has no __setstate__ of its own: torch sets its state as on a Tensor
+            set_obj_state(result, state)
         return result.retyped(new_type.name)
     if isinstance(new_type, GlobalRef) and new_type.entry.name in ("torch.Tensor", "torch.nn.parameter.Parameter"):
         if not isinstance(result, WTensor):
@@ -1221,13 +1238,33 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> WTensor:
 
 def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> WTensor:
     """``Tensor._make_wrapper_subclass(cls, ...)``: ``cls`` must define ``__torch_dispatch__``, which no class
-    of torch's default allowlist does."""
+    of torch's default allowlist does; torch's own DTensor does (allowed once ``torch.distributed.tensor`` is
+    imported)."""
     cls = args[0] if len(args) == 8 else None
     if len(args) != 8:
         raise TypeError(f"takes 8 arguments, got {len(args)}")
+    if isinstance(cls, Placeholder) and cls.name in tables.WRAPPER_SUBCLASSES:
+        return _wrapper_of(cls.name, args[1:])
     if isinstance(cls, Placeholder):
         raise CannotTell(f"a wrapper subclass {cls.name} is rebuilt: torch runs its class (not emulated here)")
     raise Refusal(f"a wrapper subclass is rebuilt from {_type_name(cls)}, which does not define __torch_dispatch__")
+
+
+def _wrapper_of(type_name: str, args: tuple[Any, ...]) -> WTensor:
+    """A wrapper subclass of torch's own: ``(dtype, size, stride, storage_offset, layout, device, requires_grad)``
+    checked as ``_make_wrapper_subclass`` takes them (it allocates nothing: the values are the state's)."""
+    dtype_ref, size, stride, offset, layout, device, requires_grad = args
+    dtype = _dtype(dtype_ref)
+    sizes = _ints(size, "a wrapper subclass's size")
+    _ints(stride, "a wrapper subclass's stride")
+    if type(offset) is not int:
+        raise Refusal(f"a wrapper subclass's storage offset is a {_type_name(offset)}, not an int")
+    if not (type(layout) is WLeaf and layout.type_name in LAYOUTS):
+        raise CannotTell(f"a wrapper subclass's layout is a {_type_name(layout)}: torch may refuse it")
+    if not (type(device) is WLeaf and device.type_name == "torch.device"):
+        raise CannotTell(f"a wrapper subclass's device is a {_type_name(device)}: torch may refuse it")
+    _grad(requires_grad, dtype)
+    return WTensor(dtype, type_name, plain=False, requires_grad=requires_grad, shape=sizes)
 
 
 def _rebuild_nested_tensor(args: tuple[Any, ...]) -> WTensor:

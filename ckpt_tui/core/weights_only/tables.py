@@ -76,17 +76,38 @@ IMPORTED_ALLOWED = frozenset(
 )
 """Names ``import torch`` itself allowlists (through ``add_safe_globals``) in torch 2.13."""
 
-NEEDS_IMPORT = {
-    "torch._dynamo.decorators._DimRange": "torch.nested and torch._dynamo",
-    "torch.distributed.device_mesh.DeviceMesh": "torch.distributed.tensor",
-    "torch.distributed.tensor._dtensor_spec.DTensorSpec": "torch.distributed.tensor",
-    "torch.distributed.tensor._dtensor_spec.TensorMeta": "torch.distributed.tensor",
-    "torch.distributed.tensor.DTensor": "torch.distributed.tensor",
-    "torch.distributed.tensor.placement_types.Partial": "torch.distributed.tensor",
-    "torch.distributed.tensor.placement_types.Replicate": "torch.distributed.tensor",
-    "torch.distributed.tensor.placement_types.Shard": "torch.distributed.tensor",
+IMPORT_ALLOWS = {
+    # torch/distributed/tensor/__init__.py: add_safe_globals([DeviceMesh, _DTensorSpec, ...]) "for weights_only
+    # torch.load"; torch's refusal of the first four names below says "must be imported to load DTensors"
+    "torch.distributed.tensor": frozenset(
+        {
+            "torch.distributed.device_mesh.DeviceMesh",
+            "torch.distributed.tensor.DTensor",
+            "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+            "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+            "torch.distributed.tensor._dtensor_spec.TensorMeta",
+            "torch.distributed.tensor.placement_types.Partial",
+            "torch.distributed.tensor.placement_types.Replicate",
+            "torch.distributed.tensor.placement_types.Shard",
+            "torch.distributed.tensor.placement_types._StridedShard",
+        }
+    ),
+    # torch/_dynamo/__init__.py (torch's refusal says "torch.nested and torch._dynamo"; torch.nested comes with torch)
+    "torch._dynamo": frozenset({"torch._dynamo.decorators._DimRange"}),
 }
-"""Names torch refuses with "must be imported": they load once the user imports those modules."""
+"""Modules whose import allowlists more names (``add_safe_globals`` at import time, torch 2.13): a file that
+needs them is refused by ``torch.load`` in a fresh process and loads once the user imports the module."""
+
+NEEDS_IMPORT = {name: module for module, names in IMPORT_ALLOWS.items() for name in names}
+"""Each name :data:`IMPORT_ALLOWS` holds -> the module to import first."""
+
+IMPORT_WHAT = {"torch.distributed.tensor": "torch's DTensor classes", "torch._dynamo": "torch's _DimRange class"}
+"""What each module of :data:`IMPORT_ALLOWS` allowlists, in words."""
+
+WRAPPER_SUBCLASSES = frozenset({"torch.distributed.tensor.DTensor"})
+"""Tensor wrapper subclasses among :data:`NEEDS_IMPORT`: each defines ``__torch_dispatch__`` (so
+``_rebuild_wrapper_subclass`` makes one) and no ``__setstate__`` of its own (so ``_rebuild_from_type_v2``
+sets its state with ``_set_obj_state``, as on a plain Tensor)."""
 
 LEGACY_STORAGE_DTYPES = {
     "BFloat16Storage": "bfloat16",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import itertools
 import json
 import re
 import struct
@@ -30,6 +31,7 @@ from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.readers.dcp import tensor_items
+from ckpt_tui.core.readers.distributed_globals import PROCESS_GROUP_STATE
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.folder import TRAINING_ARGS_HOLDS, trainer_arguments
 from ckpt_tui.core.readers.probes import looks_like_safetensors
@@ -1070,6 +1072,10 @@ class Verdict:
     safe_globals: str | None = None
     """``torch.serialization.add_safe_globals([...])``, when every blocker is data and nothing else fails."""
     imports: list[str] = field(default_factory=list)
+    """The modules to import before ``torch.load``: for the ``add_safe_globals`` line, and :attr:`needs_import`."""
+    needs_import: list[str] = field(default_factory=list)
+    """torch's own modules whose import allowlists names the file uses (``torch.distributed.tensor`` for DTensors):
+    a fresh process refuses the file; after the import, the other fields' answer holds."""
     notes: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     """Device tags other than ``cpu`` on its storages: torch.load puts them there, so needs those devices."""
@@ -1085,7 +1091,7 @@ class Verdict:
             return None
         if self.loads:
             return LOADS
-        return REFUSES if self.blockers or self.reason is not None else CANNOT_TELL
+        return REFUSES if self.blockers or self.reason is not None or self.needs_import else CANNOT_TELL
 
     def doubt(self, what: str) -> None:
         """Turn "loads" into "cannot tell: WHAT" (a refusal stays a refusal: torch stops there either way)."""
@@ -1107,6 +1113,7 @@ class Verdict:
             "reason": self.reason,
             "add_safe_globals": self.safe_globals,
             "imports": self.imports,
+            "needs_import": self.needs_import,
             "notes": self.notes,
             "files": [{"path": path, "answer": answer} for path, answer in self.files.items()],
         }
@@ -1122,6 +1129,14 @@ class Verdict:
             more = f" (+{len(shown) - 4} more)" if len(shown) > 4 else ""
             line += f" [{len(others)} of {counted(len(self.files), 'file')}: {', '.join(shown[:4])}{more}]"
         return line
+
+    def import_words(self) -> str:
+        """``import torch.distributed.tensor`` first (that import allowlists its DTensor classes)``; "" if none."""
+        if not self.needs_import:
+            return ""
+        what = ", ".join(tables.IMPORT_WHAT.get(m, "its classes") for m in self.needs_import)
+        statement = "; ".join(f"import {m}" for m in self.needs_import)
+        return f"`{statement}` first ({'they allowlist' if len(self.needs_import) > 1 else 'it allowlists'} {what})"
 
     @property
     def judged_by(self) -> str:
@@ -1151,6 +1166,13 @@ class Verdict:
         if self.blockers:
             names = ", ".join(b.name for b in self.blockers[:4]) + (" …" if len(self.blockers) > 4 else "")
             return f"weights_only: torch.load REFUSES it ({self.judged_by}): {names}"
+        if self.reason is None and self.needs_import:
+            # torch's own classes, allowlisted by torch's own import: the one way forward is that import
+            after = f"CANNOT TELL whether it loads: {self.unknown}" if self.unknown else "it loads"
+            return (
+                f"weights_only: torch.load REFUSES it in a fresh process ({self.judged_by}); "
+                f"with {self.import_words()}, {after}"
+            )
         return f"weights_only: torch.load REFUSES it ({self.judged_by}): {self.reason}"
 
 
@@ -1225,10 +1247,13 @@ def verdict_from_scan(scan: FileScan, checkpoint: Checkpoint | None) -> Verdict:
         return Verdict(None, scan.route, _versions(scan), reason=reason)
     blockers = _blockers(scan, checkpoint)
     reason = _refusal(scan, checkpoint)
-    loads = not blockers and reason is None
+    needs_import = scan.import_modules()
+    loads = not blockers and reason is None and not needs_import
     result = Verdict(loads, scan.route, _versions(scan), blockers, reason, files=dict(scan.files))
+    result.needs_import = result.imports = needs_import
     if blockers and scan.reason is None and all(b.kind == "data" for b in blockers):
-        result.safe_globals, result.imports = safe_globals_line([b.name for b in blockers], scan)
+        result.safe_globals, imports = safe_globals_line([b.name for b in blockers], scan)
+        result.imports = sorted({*imports, *needs_import})
     _add_doubts_and_notes(result, scan, checkpoint, loads)
     return result
 
@@ -1238,7 +1263,7 @@ def _blockers(scan: FileScan, checkpoint: Checkpoint | None) -> list[Blocker]:
     names = dict(scan.refused)
     for name, count in scan.hidden.items():
         names[name] = names.get(name, 0) + count
-    where = _locate(checkpoint.root, set(names)) if names and checkpoint is not None else {}
+    where = _locate(checkpoint.root, set(names), checkpoint.replaced) if names and checkpoint is not None else {}
     blockers = []
     for name in sorted(names, key=lambda n: (not where.get(n), n.startswith(HELPER_MODULES), n)):
         paths, nodes = where.get(name, ([], 0))
@@ -1347,8 +1372,11 @@ def _versions(scan: FileScan) -> str:
 _INTERNAL = ("args[", "state", "callee")
 
 
-def _locate(root: Any, names: set[str]) -> dict[str, tuple[list[KeyPath], int]]:
-    """For each name: the paths of the values built from it (one walk), and how many values."""
+def _locate(
+    root: Any, names: set[str], replaced: Mapping[KeyPath, Any] | None = None
+) -> dict[str, tuple[list[KeyPath], int]]:
+    """For each name: the paths of the values built from it (one walk), and how many values; ``replaced``: values
+    the tree shows as something else (sharded tensors assembled), walked as saved at their paths."""
     found: dict[str, tuple[list[KeyPath], set[int]]] = {}
 
     def note(name: str, path: KeyPath, value: Any) -> None:
@@ -1360,11 +1388,15 @@ def _locate(root: Any, names: set[str]) -> dict[str, tuple[list[KeyPath], int]]:
             paths.append(shown)
         seen.add(id(value))
 
-    for path, value in iter_nodes(root):
+    walks = [iter_nodes(root), *(iter_nodes(value, path) for path, value in (replaced or {}).items())]
+    for path, value in itertools.chain.from_iterable(walks):
         if isinstance(value, Opaque):
             note(value.global_name, path, value)
             if value.how == "reconstructor":
                 note("copyreg._reconstructor", path, value)
+            if value.global_name == PROCESS_GROUP_STATE:
+                # the reader resolves getattr(ShardedTensor, "ProcessGroupState") to the class it names
+                note("builtins.getattr", path, value)
             if value.global_name == "numpy.dtype" and value.args:
                 note(numpy_dtype_class(value.args[0]), path, value)
         elif is_global_ref(value):
