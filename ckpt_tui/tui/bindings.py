@@ -91,7 +91,7 @@ LAYERS_BINDINGS: list[BindingType] = [
     key(
         "z", "drop_optimizer", "Drop optimizer", EDIT, "Stage deleting the optimizer state (a preview first; u undoes)"
     ),
-    key("question_mark,f1", "help", "Help", APP, "Every key, with what it does"),
+    key("question_mark,f1", "help", "Help", APP, "Every key, with what it does", show=True),
     key("escape,q", "close", "Back", APP, "Back to the tree (escape also cancels the reading)", show=True),
 ]
 

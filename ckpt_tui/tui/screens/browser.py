@@ -511,6 +511,14 @@ class BrowserScreen(Screen[None]):
             return None
         return True
 
+    def footer_first(self) -> tuple[str, ...]:
+        """The keys the footer keeps first after Save, Help and Quit: Undo while there is an edit to undo,
+        Sanitize where it applies (the header points at it), then the browser's everyday keys."""
+        first = ["undo"] if self.session is not None and self.session.can_undo else []
+        if self.sanitize_applies:
+            first.append("sanitize")
+        return (*first, "strip_prefix", "search", "layers", "undo")
+
     def editable(self, action: str) -> bool:
         """Whether an edit may start now; if not, say why (never silence)."""
         if self.ckpt_app.readonly:
@@ -779,7 +787,8 @@ class BrowserScreen(Screen[None]):
         the cursor."""
         view = ViewState(cursor or relocate(view.cursor), {relocate(row) for row in view.expanded})
         note = self.take_check(note)
-        # no refresh of the bindings: which keys apply does not change with an edit (a refresh rebuilds the footer)
+        # the footer is rebuilt only when what it shows changes: Undo moves up there after the first edit
+        self.refresh_bindings()
         self.redraw(view)
         self.update_status(note)
         self.query_one(SummaryHeader).show_text(f"{self.display_name}: counting…", hold=True)
