@@ -620,3 +620,38 @@ def test_an_hf_folder_s_other_files_are_read_for_code_as_a_local_folder_s(hub: R
     assert said == [
         line for line in local.replace(str(repo), "FOLDER").splitlines()[1:] if not line.startswith("fetched")
     ]
+
+
+def test_converting_a_remote_dcp_folder_past_the_budget_says_so_not_truncated(
+    served: RangeServer, capsys: Any, tmp_path: Path
+) -> None:
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckpt_tui.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (saved in one process, without a process group)
+        dcp.save(
+            {"model": {"w": torch.randn(500, 1000), "v": torch.randn(300, 1000)}},
+            checkpoint_id=str(root_of(served) / "dcp"),
+        )
+    out = tmp_path / "out.pth"
+    assert main(["convert", f"{served.url}/dcp/", "-o", str(out), "--max-download", "1M"]) == 2
+    # (the server thread may log a request cut short to stderr too)
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
+    assert len(error) == 1 and "past --max-download 1.0 MB" in error[0] and "raise it" in error[0], error
+    assert "truncated" not in error[0] and not out.exists()
+    forget()
+    remote.TRANSFER.limit = remote.DEFAULT_MAX_DOWNLOAD  # (the option is the process's: a new run)
+    assert main(["convert", f"{served.url}/dcp/", "-o", str(out)]) == 0
+    assert torch.equal(torch.load(out, weights_only=True)["model"]["v"], dcp_values(root_of(served) / "dcp")["v"])
+
+
+def dcp_values(folder: Path) -> dict[str, torch.Tensor]:
+    """The DCP's model values, as torch's own converter writes them."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(folder, folder.parent / "ref.pt")
+    return torch.load(folder.parent / "ref.pt", weights_only=True)["model"]

@@ -22,6 +22,11 @@ class FileChanged(ReadError):
         super().__init__(f"{path}: the file changed on disk since it was opened; open it again")
 
 
+class ShortRead(ReadError):
+    """A file ends before the bytes its metadata points at (truncated?), as opposed to a read refused or failed
+    (the --max-download budget, the network): only this one says "truncated"."""
+
+
 class UnwrittenRecord(ReadError):
     """A zip record torch's reader "reads" without writing a byte of it (a directory to miniz, or compressed
     size 0): ``torch.load`` hands back the buffer it allocated, uninitialised, never the record's bytes."""

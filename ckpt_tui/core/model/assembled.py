@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ckpt_tui.core.errors import FileChanged, ReadError
+from ckpt_tui.core.errors import ReadError, ShortRead
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import RecordSource, Storage, Tensor
@@ -298,10 +298,9 @@ def _read_box(stored: Tensor, start: tuple[int, ...], high: tuple[int, ...], low
     if probe.is_contiguous():
         try:
             data = byte_source.read_checked(path, version, data_start + element * size, count * size)
-        except ReadError as exc:
-            if isinstance(exc, FileChanged):
-                raise
-            raise ReadError(f"{path}: piece data ends early (file truncated?)") from None
+        except ShortRead:
+            # (a read refused past --max-download, or failed, says so itself)
+            raise ShortRead(f"{path}: piece data ends early (file truncated?)") from None
         return np.frombuffer(data, np.uint8)
     if not count:
         return np.empty(0, np.uint8)

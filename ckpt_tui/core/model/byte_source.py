@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from ckpt_tui.core.errors import FileChanged, ReadError
+from ckpt_tui.core.errors import FileChanged, ReadError, ShortRead
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 
@@ -484,7 +484,7 @@ def read_checked(path: str, version: str | None, offset: int, length: int) -> by
     finally:
         source.close()
     if len(data) != length:
-        raise ReadError("tensor data ends early (file truncated?)")
+        raise ShortRead("tensor data ends early (file truncated?)")
     return data
 
 
