@@ -314,7 +314,7 @@ def _rewrite_sharding(path: Path, change: Any) -> None:
         ),
         (
             lambda info: json.dumps({k: {"saved_offsets": [0] * len(v["saved_offsets"])} for k, v in info.items()}),
-            "its pieces hold",
+            "its pieces overlap (DCP_SHARDING_INFO saved_offsets [0] and [0])",
         ),
     ],
 )
@@ -327,6 +327,54 @@ def test_hf_dcp_with_bad_sharding_info_is_one_line_never_a_traceback(
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and message in err
     assert not (tmp_path / "x.pth").exists()
+
+
+def _consolidated(folder: Path, out: Path) -> dict[str, torch.Tensor]:
+    """What torch's own ``consolidate_safetensors_files`` makes of an HF-DCP folder."""
+    from torch.distributed.checkpoint._consolidate_hf_safetensors import consolidate_safetensors_files
+
+    names = sorted({key for file in folder.glob("*.safetensors") for key in load_file(file)})
+    out.mkdir()
+    consolidate_safetensors_files(str(folder), str(out), fqn_to_index_mapping=dict.fromkeys(names, 1))
+    return load_file(out / "model-00001-of-00001.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("offsets", "cause"),
+    [
+        ([0, 0], "its pieces shard-00001-model-00001-of-00002.safetensors [0:5, 0:8] and"),  # over rank 1's piece
+        ([3, 0], "overlap (DCP_SHARDING_INFO saved_offsets [0, 0] and [3, 0])"),
+        ([6, 0], "leave a gap: 8 of its 88 elements are in no file"),  # rows 5:6 in no file
+    ],
+)
+def test_hf_dcp_pieces_that_overlap_or_leave_a_gap_are_named_and_the_rest_is_read(
+    offsets: list[int], cause: str, tmp_path: Path, capsys: Any
+) -> None:
+    folder = copy_case("hf_dcp", tmp_path)
+
+    def move(info: dict[str, Any]) -> str:
+        info["embed.weight"]["saved_offsets"] = offsets
+        return json.dumps(info)
+
+    _rewrite_sharding(folder / "shard-00002-model-00001-of-00002.safetensors", move)
+    torch_made = _consolidated(folder, tmp_path / "consolidated")
+    code, out, err = run(capsys, "check", str(folder))
+    assert code == 1, err
+    finding = next(line for line in out.splitlines() if "[odd-layout]" in line)
+    assert "embed.weight" in finding and cause in finding and "shard-00002-model-00001-of-00002.safetensors" in finding
+    assert "--drop embed.weight" in finding
+    shapes = {
+        row["path"][0]: row["shape"] for row in json.loads(run(capsys, "info", "--json", str(folder))[1])["tensors"]
+    }
+    assert shapes["embed.weight"] == list(torch_made["embed.weight"].shape)  # the farthest corner, as torch takes it
+    # its values: one line saying why, never a guess; the other tensors convert equal to torch's
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "all.pth"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "embed.weight: its pieces" in err, err
+    out_file = tmp_path / "rest.pth"
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(out_file), "--drop", "embed.weight")
+    assert code == 0, err
+    rest = {key: value for key, value in torch_made.items() if key != "embed.weight"}
+    assert_same(torch.load(out_file, weights_only=True), rest)
 
 
 # ---- Lightning's DeepSpeed strategy (ZeRO-2) ----------------------------------------------------

@@ -72,6 +72,8 @@ class Layout:
     they must cover the grid exactly once."""
     casts: frozenset[tuple[str, str]] = frozenset()
     """(stored dtype, tensor dtype) pairs a piece is converted between, as its loader converts them."""
+    unreadable: str | None = None
+    """Why its values are not read (pieces whose values its loaders do not agree on), in words; None: read."""
 
 
 def check_cover(name: str, grid: tuple[int, ...], pieces: list[Piece], exact: bool = True) -> None:
@@ -109,11 +111,12 @@ class AssembledRecords(RecordSource):
         pieces: list[Piece],
         overwrite: bool = False,
         casts: frozenset[tuple[str, str]] = frozenset(),
+        unreadable: str | None = None,
     ) -> None:
         """Register the pieces of one logical storage (checked for bounds, and for total size unless they may
-        overlap: see :class:`Layout`)."""
-        check_cover(storage_key, grid, pieces, exact=not overwrite)
-        self.layouts[storage_key] = Layout(grid, pieces, overwrite, WIDENINGS | casts)
+        overlap: see :class:`Layout`); ``unreadable``: why its values are never read (its shape still shown)."""
+        check_cover(storage_key, grid, pieces, exact=not overwrite and unreadable is None)
+        self.layouts[storage_key] = Layout(grid, pieces, overwrite, WIDENINGS | casts, unreadable)
 
     def has(self, storage: Storage) -> bool:
         """Whether the storage's pieces are known."""
@@ -135,6 +138,8 @@ class AssembledRecords(RecordSource):
     def elements(self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
         """Raw elements ``begin:end`` of the logical storage in row-major order, a bounded slab at a time."""
         layout = self.layouts[storage.key]
+        if layout.unreadable is not None:
+            raise ReadError(layout.unreadable)
         with self._lock:
             pieces = [(p, p.tensor()) for p in layout.pieces]
         for piece, stored in pieces:

@@ -9,6 +9,7 @@ tensor is assembled from its pieces on demand (nothing read at open but the head
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -89,7 +90,8 @@ def read_hf_dcp(folder: str, names: list[str], open_file: Callable[[str], Checkp
                 raise ReadError(f"{path}: {key!r} has {len(start)} offsets for {len(tensor.shape)} dimensions")
             boxes.setdefault(key, []).append((start, tensor, name))
     source = AssembledRecords(folder)
-    root = {key: _assemble(key, pieces, source) for key, pieces in boxes.items()}
+    odd: list[str] = []
+    root = {key: _assemble(key, pieces, source, odd) for key, pieces in boxes.items()}
     ranks = sorted({m.group(1) for n in names if (m := RANK_NAME.fullmatch(n))})
     others = [n for n in safetensors_names(folder) if n not in names]
     notes = [
@@ -109,6 +111,7 @@ def read_hf_dcp(folder: str, names: list[str], open_file: Callable[[str], Checkp
         notes=notes,
         loader_problems=problems,
         layout=layout,
+        odd_layout=odd,
     )
 
 
@@ -128,22 +131,62 @@ def _offsets(info: str, path: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
+MAX_PAIRED = 256
+"""Pieces of one tensor compared pairwise for overlaps (real saves have one per rank)."""
+NOT_READ = "its values are not read; re-save the checkpoint (dcp.save), or leave it out (ckpt-tui convert --drop {key})"
+
+
+def _odd_cover(key: str, shape: tuple[int, ...], pieces: list[Piece]) -> tuple[str, str] | None:
+    """Why a tensor's pieces give no values its loaders agree on (two overlap, or some element has none): the
+    finding, naming the files and their ``saved_offsets``, and the shorter line its value reads give; None when
+    they tile it exactly."""
+    drop = f"--drop {key} leaves it out"
+    for a, b in itertools.combinations(pieces[:MAX_PAIRED], 2):
+        if all(i < j + m and j < i + n for i, n, j, m in zip(a.offsets, a.sizes, b.offsets, b.sizes, strict=True)):
+            # torch's readers copy the files in directory-listing order (consolidate: glob; dcp.load: fs.ls)
+            offsets = f"{SHARDING_KEY} {OFFSETS_KEY} {list(a.offsets)} and {list(b.offsets)}"
+            finding = (
+                f"{key}: its pieces {a.where} and {b.where} overlap ({offsets}): torch copies them in "
+                f"directory-listing order, so which values win depends on the file system; {NOT_READ.format(key=key)}"
+            )
+            return finding, f"{key}: its pieces overlap ({offsets}): not read, as torch's result depends on it; {drop}"
+    covered = sum(piece.numel for piece in pieces)
+    if covered < math.prod(shape):
+        where = ", ".join(f"{p.where} at {list(p.offsets)}" for p in pieces[:4]) + (" …" if len(pieces) > 4 else "")
+        missing = f"{math.prod(shape) - covered} of its {math.prod(shape)} elements are in no file"
+        finding = (
+            f"{key}: its pieces leave a gap: {missing} ({SHARDING_KEY} {OFFSETS_KEY}: {where}); torch's "
+            f"consolidate_safetensors_files writes zeros there and dcp.load leaves what the tensor held; "
+            f"{NOT_READ.format(key=key)}"
+        )
+        return finding, f"{key}: its pieces leave a gap ({missing}): not read, as torch's readers disagree; {drop}"
+    return None
+
+
 def _stored(tensor: Tensor) -> Callable[[], Tensor]:
     return lambda: tensor
 
 
-def _assemble(key: str, found: list[tuple[tuple[int, ...], Tensor, str]], source: AssembledRecords) -> Tensor:
-    """One logical tensor: its shape the farthest corner of its pieces (as torch's reader takes it)."""
+def _assemble(
+    key: str, found: list[tuple[tuple[int, ...], Tensor, str]], source: AssembledRecords, odd: list[str]
+) -> Tensor:
+    """One logical tensor: its shape the farthest corner of its pieces (as torch's reader takes it); pieces that
+    overlap or leave a gap make its values unreadable, said in ``odd`` (its shape is still shown)."""
     first = found[0][1]
     if any(t.dtype != first.dtype or len(t.shape) != len(first.shape) for _, t, _ in found):
         raise ReadError(f"{key}: its pieces disagree on dtype or dimensions")
     shape = tuple(max(o[d] + t.shape[d] for o, t, _ in found) for d in range(len(first.shape)))
-    pieces: dict[tuple[tuple[int, ...], tuple[int, ...]], Piece] = {}
-    for offsets, tensor, name in found:
-        box = (offsets, tensor.shape)
-        if box not in pieces and 0 not in tensor.shape:  # one rank's copy of a replicated piece
-            pieces[box] = Piece(offsets, tensor.shape, f"{name} {box_text(*box)}", _stored(tensor))
+    # (a replicated tensor is written by one rank only: DCP's planner dedups it, so two files holding one box
+    # overlap like any other two pieces)
+    pieces = [
+        Piece(offsets, tensor.shape, f"{name} {box_text(offsets, tensor.shape)}", _stored(tensor))
+        for offsets, tensor, name in found
+        if 0 not in tensor.shape
+    ]
     storage = Storage(key, first.dtype, "cpu", math.prod(shape), source)
-    source.add(key, shape, list(pieces.values()))
+    why = _odd_cover(key, shape, pieces)
+    if why is not None:
+        odd.append(why[0])
+    source.add(key, shape, pieces, unreadable=why[1] if why is not None else None)
     stride = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
     return Tensor(storage, 0, shape, stride, first.dtype)
