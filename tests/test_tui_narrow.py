@@ -194,9 +194,11 @@ async def test_a_report_list_uses_the_rows_the_summary_leaves(ddp_file: Path, tm
         await settle(pilot, "enter")
         assert isinstance(app.screen, ReportScreen)
         body = app.screen.query_one(".dialog-body").region
+        head = app.screen.query_one("#report-head").region
         rows = app.screen.query_one("#report-list").region
         hint = app.screen.query_one(".dialog-hint").region
-        assert rows.y == body.bottom and rows.bottom == hint.y  # no row left empty between them
+        # no row left empty between them: the summary, the head of the list's section, the list, the hint
+        assert head.y == body.bottom and rows.y == head.bottom and rows.bottom == hint.y
         assert rows.height >= 4
         # the summary with the fix's whole command is shown, not scrolled away
         assert app.screen.query_one(".dialog-body").max_scroll_y == 0

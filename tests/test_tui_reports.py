@@ -229,13 +229,13 @@ async def test_s_measures_the_model_weights_first_with_keys_shortened_to_fit(ddp
         screen = app.screen
         assert isinstance(screen, LayerChangeScreen) and screen.report is not None
         assert "median relative change of the parameters" in body(app)
-        keys = [key for key, _ in section(screen, "per layer")[1:]]
+        keys = [key for key, _ in section(screen, "per layer")]
         parameters = [key for key in keys[:8] if key.startswith("model_state_dict/module.")]
         assert len(parameters) == 8 and all("running" not in key and "num_batches" not in key for key in parameters)
         assert keys[8:11] == [f"model_state_dict/module.bn.{name}" for name in BUFFERS]
         # the optimizer's state is listed apart from the model's layers
         assert len(keys) == 11
-        apart = [key for key, _ in section(screen, "optimizer state and other tensors")[1:]]
+        apart = [key for key, _ in section(screen, "optimizer state and other tensors")]
         assert apart and all(key.startswith('ckpt["optimizer_state_dict"]') for key in apart)
         width = screen.query_one("#report-list").scrollable_content_region.width
         most = section(screen, "moved most")
@@ -497,3 +497,71 @@ async def test_pgdn_in_the_per_layer_report_moves_a_whole_page(tmp_path: Path) -
         assert listed.highlighted is not None and listed.highlighted >= page
         await settle(pilot, "pageup")
         assert listed.scroll_y == 0
+
+
+# ---- the head: a section's heading and a table's columns stay on screen as its rows scroll ---------------
+
+
+def head(app: CkptApp) -> str:
+    return app.screen.query_one("#report-head").content.plain
+
+
+def list_lines(app: CkptApp) -> str:
+    """The report list's lines now on screen."""
+    listed = app.screen.query_one("#report-list")
+    return "\n".join(strip.text for strip in listed.render_lines(listed.scrollable_content_region.reset_offset))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
+async def test_the_per_layer_columns_stay_above_the_rows_as_they_scroll(tmp_path: Path, size: tuple[int, int]) -> None:
+    torch.manual_seed(0)
+    a = {f"blocks.{i}.weight": torch.randn(8, 8) for i in range(60)}
+    torch.save({"model_state_dict": a}, tmp_path / "r1.pth")
+    torch.save({"model_state_dict": {k: v + 0.1 * torch.randn(8, 8) for k, v in a.items()}}, tmp_path / "r2.pth")
+    app = CkptApp(str(tmp_path / "r1.pth"))
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", tmp_path / "r2.pth")
+        await settle(pilot, "s")
+        assert isinstance(app.screen, LayerChangeScreen)
+        columns = ("layer", "‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")
+        # at the top: the heading and the columns once, above the first rows
+        assert head(app).startswith("per layer") and all(word in head(app).splitlines()[-1] for word in columns)
+        # the rows leave out the start they share (the heading says it: under model_state_dict/blocks.)
+        assert screen_text(app).count("‖a−b‖/‖a‖") == 1 and list_lines(app).startswith("0.weight ")
+        # a page down: the rows moved, the columns did not
+        await settle(pilot, "pagedown")
+        assert not list_lines(app).startswith("0.weight ") and "‖a−b‖/‖a‖" not in list_lines(app)
+        assert head(app).startswith("per layer") and "‖a−b‖/‖a‖" in head(app)
+        # down to the plot: its heading is the head, never shown twice
+        listed = app.screen.query_one("#report-list")
+        plot = next(i for i, option in enumerate(listed.options) if "relative change by layer" in option.prompt.plain)
+        listed.scroll_to(y=listed._index_to_line[plot] + 3, animate=False, immediate=True)
+        await settle(pilot)
+        assert head(app).startswith("relative change by layer") and "‖a−b‖/‖a‖" not in head(app)
+        assert screen_text(app).count("relative change by layer") == 1
+
+
+async def test_the_compare_report_keeps_the_section_of_its_rows_on_screen_at_80x24(tmp_path: Path) -> None:
+    import itertools
+
+    # 64 keys the model has and the checkpoint lacks (names without numbers: listed one a row, not folded)
+    names = ["".join(pair) for pair in itertools.product("abcdefgh", repeat=2)]
+    torch.save({f"{name}.weight": torch.zeros(2) for name in names}, tmp_path / "reference.pth")
+    torch.save({"stray.weight": torch.zeros(2)}, tmp_path / "model.pth")
+    app = CkptApp(str(tmp_path / "model.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "c", tmp_path / "reference.pth")
+        first = next(title for title, rows in app.screen.sections if rows)
+        assert head(app).startswith(first) and screen_text(app).count(f"{first} (") == 1
+        await settle(pilot, "pagedown", "pagedown")
+        listed = app.screen.query_one("#report-list")
+        assert listed.scroll_y > 0 and "aa.weight" not in list_lines(app)
+        assert head(app).startswith("missing (in the reference, not in the checkpoint) (64)")
+        # at the end the last section opens in the list; the head is the section of the rows at the top
+        await settle(pilot, "end")
+        assert "unexpected" in list_lines(app) and "hh.weight" in list_lines(app)
+        assert head(app).startswith("missing") and screen_text(app).count("missing (") == 1
+        await settle(pilot, "home")
+        assert listed.scroll_y == 0 and head(app).startswith(first)

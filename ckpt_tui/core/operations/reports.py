@@ -52,11 +52,13 @@ class Row:
 
 @dataclass(frozen=True)
 class Section:
-    """A titled list of rows; ``count`` is how many keys the rows stand for (folded rows hold several)."""
+    """A titled list of rows; ``count`` is how many keys the rows stand for (folded rows hold several);
+    ``columns``: a table's header line, above its rows (the browser keeps it on screen as they scroll)."""
 
     title: str
     rows: list[Row]
     count: int
+    columns: str = ""
 
 
 @dataclass(frozen=True)
@@ -529,7 +531,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     under = _under(keys)
     most, least, others = _extremes(measured)
     sections = [
-        Section(f"per layer{under}", _layer_table(measured, keys, width), len(measured)),
+        Section(f"per layer{under}", _layer_table(measured, keys, width), len(measured), _layer_columns(width)),
         Section(
             f"relative change by layer, parameters first, module order (full bar {top:.3g}){under}",
             _layer_plot(measured, keys, width, top),
@@ -553,7 +555,7 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
 def _apart_section(apart: list[Any], width: int) -> Section:
     """The table of the layers that are not the model's (optimizer state and the like)."""
     keys = [layer.key for layer in apart]
-    return Section(f"{APART}{_under(keys)}", _layer_table(apart, keys, width), len(apart))
+    return Section(f"{APART}{_under(keys)}", _layer_table(apart, keys, width), len(apart), _layer_columns(width))
 
 
 def _under(keys: list[str]) -> str:
@@ -624,17 +626,20 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     return counts
 
 
-def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
-    """Per layer: relative change, cosine and both norms, a row each (a header first)."""
-    from ckpt_tui.core.values.text_plots import clip_middle, number, shared_start
+def _layer_columns(width: int) -> str:
+    """The per-layer table's header line (its columns: :func:`_layer_table`)."""
+    from ckpt_tui.core.values.text_plots import clip_middle
 
-    if not measured:
-        return []
+    return clip_middle("layer", width - 4 * 10) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖"))
+
+
+def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
+    """Per layer: relative change, cosine and both norms, a row each (under :func:`_layer_columns`)."""
+    from ckpt_tui.core.values.text_plots import clip_middle, number, shared_start
 
     name = width - 4 * 10
     cut = len(shared_start(keys))
-    table = [Row(clip_middle("layer", name) + "".join(h.rjust(10) for h in ("‖a−b‖/‖a‖", "cosine", "‖a‖", "‖b‖")))]
-    table += [
+    return [
         Row(
             printable(clip_middle(key[cut:], name))
             + " "
@@ -646,7 +651,6 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
         )
         for layer, key in zip(measured, keys, strict=True)
     ]
-    return table
 
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
@@ -718,7 +722,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     spark = WIDTH - name - 3 * 10 - 2
     columns = (("first", 10), ("last", 10), ("last/first", 11))
     head = clip_middle("layer", name) + "".join(h.rjust(w) for h, w in columns) + " across"
-    rows = [Row(head)]
+    rows: list[Row] = []
     held: list[str] = []
     for (path, norms), nonfinite in zip(series.layers, series.nonfinite, strict=True):
         first, last = norms[0], norms[-1]
@@ -749,6 +753,7 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
             "norm by layer (sparkline: ▁ smallest to █ largest, · absent, ! NaN/Inf)",
             rows,
             len(series.layers),
+            head,
         ),
     ]
     notes = [printable("NaN/Inf (norms are of the finite values): " + ", ".join(held))] if held else []
@@ -781,6 +786,8 @@ def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
         if not section.rows:
             continue
         lines.append(f"{section.title} ({section.count}):")
+        if section.columns:
+            lines.append(f"  {section.columns}")
         lines += [f"  {row.text}" for row in section.rows[:limit]]
         if len(section.rows) > limit:
             lines.append(f"  … and {len(section.rows) - limit} more (--json lists all)")

@@ -161,6 +161,10 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         self.summary = Text(f"{working}… (escape cancels)")
         self.sections: list[Section] = []
         self.targets: list[Any] = []
+        self.heads: list[Text] = []
+        """Each listed section's head: its heading, then its columns (a table's) on a second line."""
+        self.option_heads: list[int] = []
+        """For each option of the list, the head shown while it is the top line (see :meth:`show`)."""
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -169,10 +173,13 @@ class ReportScreen(ModalScreen[ReportResult | None]):
             yield Static(data(self.title_text), classes="dialog-title", id="report-title", markup=False)
             yield Static(self.summary, classes="dialog-body", markup=False)
             yield ProgressBar(total=1.0, show_eta=False, id="report-progress")
+            yield Static(id="report-head", markup=False)
             yield ReportList(id="report-list")
             yield Static("escape: cancel", classes="dialog-hint", markup=False)
 
     def on_mount(self) -> None:
+        # the head follows the list: the heading (and a table's columns) of the section at its top
+        self.watch(self.query_one(ReportList), "scroll_y", self._list_scrolled, init=False)
         self.start()
 
     # ---- the worker ----------------------------------------------------------------------------
@@ -187,6 +194,8 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         self.query_one("#report-progress").display = True
         self.query_one(ReportList).clear_options()
         self.query_one(ReportList).display = True
+        self.heads, self.option_heads = [], []
+        self.query_one("#report-head").display = False
         self.query_one(".dialog-hint", Static).update("escape: cancel")
         self._run(self.job())
 
@@ -223,7 +232,8 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         # the summary keeps one line per fact: the explanations lead the list, under it
         leading = self.details(described)
         counts = [len(rows) for _, rows in leading] + [section.count for section in described.sections]
-        self.show(summary, [*leading, *sections], counts)
+        columns = [""] * len(leading) + [section.columns for section in described.sections]
+        self.show(summary, [*leading, *sections], counts, columns)
 
     # ---- the report ------------------------------------------------------------------------------
 
@@ -245,22 +255,39 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         """The keys that apply to the report shown, in words (after enter and escape)."""
         return []
 
-    def show(self, summary: Text, sections: list[Section], counts: list[int] | None = None) -> None:
+    def show(
+        self, summary: Text, sections: list[Section], counts: list[int] | None = None, columns: list[str] | None = None
+    ) -> None:
         """Show a report: its summary over the rows of every section that has some, each headed by how many
-        keys it stands for (``counts``, core's: a folded row stands for several; else its rows)."""
+        keys it stands for (``counts``, core's: a folded row stands for several; else its rows) and, for a
+        table, its ``columns``.
+
+        The head above the list is the heading of the section at the list's top, kept there as its rows
+        scroll (as a table keeps its header): the first section's heading is the head alone; a later one's
+        heading and columns open it in the list, and become the head once they scroll off the top."""
         self.summary, self.sections, self.targets = summary, sections, []
+        self.heads, self.option_heads = [], []
         options: list[Option | None] = []
         for index, (heading, rows) in enumerate(sections):
             if not rows:
                 continue
             count = counts[index] if counts is not None else len(rows)
-            options.append(Option(Text(f"{heading} ({count})", style="bold underline"), disabled=True))
-            self.targets.append(None)
+            # a long heading wraps (the head is as tall as the tallest one: a table's has its columns under it)
+            title = wrapped(Text(f"{heading} ({count})", style="bold underline"), row_width(self.app.size.width))
+            table = columns[index] if columns is not None else ""
+            head = Text("\n").join([title, Text(table, style="bold")]) if table else title
+            if self.heads:
+                # the heading's lines belong to the section above until they scroll off: never shown twice
+                options.append(Option(head, disabled=True))
+                self.targets.append(None)
+                self.option_heads.append(len(self.heads) - 1)
+            self.heads.append(head)
             for target, text in rows:
                 # a row that goes nowhere is prose (a note): wrapped; a key row is fitted to one line by core
                 shown = text if target is not None else wrapped(text, row_width(self.app.size.width))
                 options.append(Option(shown, id=f"row-{len(self.targets)}"))
                 self.targets.append(target)
+                self.option_heads.append(len(self.heads) - 1)
             options.append(None)
         self.query_one("#report-progress").display = False
         self.query_one("#report-title", Static).update(data(self.title_text))
@@ -270,11 +297,28 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         listed.add_options(options)
         # a report with nothing to list (identical files) shows no empty box under its verdict
         listed.display = bool(options)
+        self.query_one("#report-head").display = bool(options)
+        self._list_scrolled()
         listed.action_first()
         listed.focus()
         # the keys this report offers first: at 80 columns the line holds them all
         hint = " · ".join([*self.hints(), "enter: go to key", "escape: close"])
         self.query_one(".dialog-hint", Static).update(hint)
+
+    def _list_scrolled(self) -> None:
+        """Show the head of the section at the list's top line; as tall as the tallest head, so that the list
+        does not move as the head changes."""
+        if not self.heads:
+            return
+        listed = self.query_one(ReportList)
+        lines = listed._lines  # (option index, line in the option) per line of the list
+        top = int(listed.scroll_y)
+        option = lines[top][0] if 0 <= top < len(lines) else 0
+        head = self.heads[self.option_heads[option] if option < len(self.option_heads) else 0]
+        tallest = max(len(shown.plain.split("\n")) for shown in self.heads)
+        padded = head.copy()
+        padded.append("\n" * (tallest - len(head.plain.split("\n"))))
+        self.query_one("#report-head", Static).update(padded)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         index = int((event.option.id or "row-0").removeprefix("row-"))
