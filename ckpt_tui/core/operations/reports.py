@@ -24,7 +24,6 @@ key to apply ``fixes[0].suggestion``. Nothing here imports a UI.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -617,6 +616,9 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     # a step counter moves by whole steps and Adam's moments by far more than the weights: the median
     # that says how far training moved the model is the parameters'
     weights = [x.relative_change for x in measured if x.role == "parameter" and x.relative_change is not None]
+    # (imported here: statistics brings fractions, decimal and random, which no other report needs)
+    import statistics
+
     if weights and len(weights) < len(changes):
         counts += f", median relative change of the parameters {statistics.median(weights):.3g}"
     elif changes:
