@@ -8,7 +8,8 @@ Run from the repository root (2 gloo processes on 127.0.0.1 per case):
 
 ``.venv-fw`` is a venv that sees the shared one (a ``.pth`` file naming its site-packages) plus
 ``DS_BUILD_OPS=0 pip install deepspeed==0.19.8 lightning==2.6.6 accelerate==1.15.0 transformers==4.57.1
-torch==2.13.0`` (Accelerate's DeepSpeed plugin reads transformers' version).
+torch==2.13.0`` (Accelerate's DeepSpeed plugin reads transformers' version). The group ``deepspeed016``
+(``zero0_bf16_optim``) needs ``deepspeed==0.16.9`` in such a venv instead.
 
 Each case folder holds only what the framework wrote; its ground truth sits beside it as
 ``<case>.expected.pt`` (or ``<case>.expected/``):
@@ -25,6 +26,9 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
   saved per rank with ``torch.save`` (ShardedTensor values; with a device mesh, DTensor values). Truth:
   ``FULL_STATE_DICT`` model state and full ``FSDP.optim_state_dict`` of the same run.
 - ``zero0_bf16`` / ``zero0_fp16``: DeepSpeed with ZeRO disabled. Truth: ``engine.module.state_dict()``.
+- ``zero0_bf16_optim``: the same in bf16 with the optimizer named in the config, by DeepSpeed 0.16.9
+  (DeepSpeed's BF16_Optimizer: fp32 master copies partitioned over the ranks). Truth:
+  ``safe_get_full_fp32_param`` of each parameter.
 - ``lightning_fsdp``: Lightning's ``save_checkpoint`` with the FSDP strategy (``state_dict_type="sharded"``:
   a DCP folder plus ``meta.pt``). Truth: Lightning's own ``consolidate_checkpoint``.
 - ``lightning_deepspeed``: Lightning's DeepSpeed strategy (ZeRO-2), a DeepSpeed folder with Lightning's
@@ -222,6 +226,36 @@ def _zero0(rank: int, out: Path, name: str, dtype: str) -> None:
         torch.save(engine.module.state_dict(), out / f"{name}.expected.pt")
 
 
+def case_zero0_bf16_optim(rank: int, out: Path) -> None:
+    """DeepSpeed 0.16, ZeRO disabled, bf16, the optimizer named in the config: DeepSpeed's BF16_Optimizer, whose
+    fp32 master copies are partitioned over the ranks in ``bf16_zero_pp_rank_N_mp_rank_00_optim_states.pt``.
+    Truth: each parameter's fp32 master copy (``safe_get_full_fp32_param``) and the buffers as saved."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    model = NormNet()
+    config = {
+        "train_micro_batch_size_per_gpu": 6,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": True}},
+        "bf16": {"enabled": True},
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    for batch in _batches(rank):
+        loss = engine(batch).float().pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+    engine.save_checkpoint(str(out / "zero0_bf16_optim"))
+    # every rank takes part in gathering each master copy
+    truth = {name: safe_get_full_fp32_param(p).clone() for name, p in engine.module.named_parameters()}
+    buffers = {name: b.detach().clone() for name, b in engine.module.named_buffers()}
+    if rank == 0:
+        torch.save({"fp32": truth, "buffers": buffers}, out / "zero0_bf16_optim.expected.pt")
+
+
 def case_zero0_bf16(rank: int, out: Path) -> None:
     """DeepSpeed, ZeRO disabled, bf16."""
     _zero0(rank, out, "zero0_bf16", "bf16")
@@ -389,6 +423,7 @@ CASES: dict[str, Callable[[int, Path], None]] = {
     "fsdp1_mesh": case_fsdp1_mesh,
     "zero0_bf16": case_zero0_bf16,
     "zero0_fp16": case_zero0_fp16,
+    "zero0_bf16_optim": case_zero0_bf16_optim,
     "lightning_fsdp": case_lightning_fsdp,
     "lightning_deepspeed": case_lightning_deepspeed,
     "accelerate_deepspeed": case_accelerate_deepspeed,
@@ -396,9 +431,18 @@ CASES: dict[str, Callable[[int, Path], None]] = {
 GROUPS = {
     "torch": ["hf_dcp", "hf_dcp_consolidated", "hf_dcp_ints", "fsdp1_optim", "fsdp1_mesh"],
     "deepspeed": ["zero0_bf16", "zero0_fp16"],
+    # (DeepSpeed 0.19.8 keeps stage 0's bf16 optimizer state in the model states: this one was written with 0.16.9)
+    "deepspeed016": ["zero0_bf16_optim"],
     "lightning": ["lightning_fsdp", "lightning_deepspeed"],
 }
-SELF_INIT = {"zero0_bf16", "zero0_fp16", "lightning_fsdp", "lightning_deepspeed", "accelerate_deepspeed"}
+SELF_INIT = {
+    "zero0_bf16",
+    "zero0_fp16",
+    "zero0_bf16_optim",
+    "lightning_fsdp",
+    "lightning_deepspeed",
+    "accelerate_deepspeed",
+}
 
 
 def _hf_read(folder: Path) -> dict[str, torch.Tensor]:

@@ -218,6 +218,25 @@ def test_zero0_folder_opens_and_info_names_the_layout(case: str, dtype: str, cap
     assert check_checkpoint(checkpoint).ok
 
 
+@pytest.mark.parametrize("named", ["", "global_step2", "global_step2/mp_rank_00_model_states.pt"])
+def test_zero0_bf16_optimizer_folder_gives_the_fp32_master_weights(named: str, tmp_path: Path, capsys: Any) -> None:
+    # DeepSpeed 0.16 at stage 0 in bf16 with the optimizer named in its config: the BF16_Optimizer's fp32 master
+    # copies partitioned over the ranks in bf16_zero_pp_rank_N_*_optim_states.pt (zero_to_fp32 refuses them)
+    folder = copy_case("zero0_bf16_optim", tmp_path)
+    code, info, err = run(capsys, "info", str(folder / named))
+    assert code == 0, err
+    assert (
+        "layout      DeepSpeed ZeRO disabled (stage 0), bf16 optimizer, 2 ranks, bf16; weights: ckpt['fp32_weights']"
+        in info
+    )
+    out = tmp_path / "model.safetensors"
+    code, _, err = run(capsys, "convert", str(folder / named), "--extract", "auto", "-o", str(out))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "zero0_bf16_optim.expected.pt", weights_only=True)
+    assert_same(load_file(out), {**want["fp32"], **want["buffers"]})
+    assert check_checkpoint(open_checkpoint(folder)).ok
+
+
 # ---- Lightning's FSDP strategy, state_dict_type="sharded" --------------------------------------
 
 

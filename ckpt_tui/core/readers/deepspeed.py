@@ -80,9 +80,12 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     what = folder
     first = _dict(optims[0].root, what).get("optimizer_state_dict")
     first = _dict(first, f"{optim_names[0]}: optimizer_state_dict")
-    if "zero_stage" not in first:
+    # DeepSpeed's bf16 optimizer (ZeRO disabled, up to DeepSpeed 0.16) partitions its fp32 master copies as
+    # ZeRO-1 does, in files that name no stage
+    bf16_optimizer = "zero_stage" not in first and _is_bf16_optimizer(first)
+    if "zero_stage" not in first and not bf16_optimizer:
         raise ReadError(f"{optim_names[0]}: not a ZeRO checkpoint (no zero_stage)")
-    stage = _int(first["zero_stage"], f"{optim_names[0]}: zero_stage")
+    stage = 0 if bf16_optimizer else _int(first["zero_stage"], f"{optim_names[0]}: zero_stage")
     counts = first.get("partition_count")
     world = (
         max(_int(c, "partition_count") for c in counts) if isinstance(counts, list) else _int(counts, "partition_count")
@@ -108,21 +111,46 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     states = [_dict(m.root, n) for m, n in zip(models, model_names, strict=True)]
     paddings = first.get("param_alignment_paddings")
     weights = _fp32_weights(model, states, groups, stage, world, paddings, source)
+    if bf16_optimizer:
+        _untrained_weights(weights, model, source)
     root: dict[str, Any] = {
         FP32_KEY: weights,
         "model_states": {name: m.root for name, m in zip(model_names, models, strict=True)},
         "optimizer_states": {name: o.root for name, o in zip(optim_names, optims, strict=True)},
     }
     total = sum(c.file_bytes for c in [*models, *optims])
+    saved = "model_states and optimizer_states are the files as saved"
     notes = [
         f"DeepSpeed ZeRO stage {stage}, {world} ranks: {FP32_KEY} is what zero_to_fp32 writes "
-        f"(convert with --extract {FP32_KEY}); model_states and optimizer_states are the files as saved",
+        f"(convert with --extract {FP32_KEY}); {saved}",
     ]
+    if bf16_optimizer:
+        notes = [
+            f"DeepSpeed with ZeRO disabled (stage 0) and its bf16 optimizer, {world} ranks: {FP32_KEY} are the fp32 "
+            f"master weights rebuilt from the optimizer files (convert with --extract {FP32_KEY}; zero_to_fp32 "
+            f"refuses these files); {saved}"
+        ]
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
     # the layout names no surface's option or key: each face offers the extract its own way (its findings)
     where = f"weights: ckpt[{FP32_KEY!r}]"
-    layout = f"{_saved_by(model, folder)}DeepSpeed ZeRO-{stage}, {world} ranks, {_module_dtype(model)}; {where}"
+    zero = "ZeRO disabled (stage 0), bf16 optimizer" if bf16_optimizer else f"ZeRO-{stage}"
+    layout = f"{_saved_by(model, folder)}DeepSpeed {zero}, {world} ranks, {_module_dtype(model)}; {where}"
     return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+
+
+def _is_bf16_optimizer(state: dict[Any, Any]) -> bool:
+    """Whether an optimizer state is DeepSpeed's ``BF16_Optimizer``'s: flat fp32 partitions and their count, and
+    each parameter's place in them (``param_slice_mappings``), with no ZeRO stage."""
+    return all(key in state for key in ("single_partition_of_fp32_groups", "partition_count", "param_slice_mappings"))
+
+
+def _untrained_weights(weights: dict[str, Tensor], model: dict[Any, Any], source: AssembledRecords) -> None:
+    """The module's tensors the bf16 optimizer does not hold (frozen parameters), from the module as saved,
+    floating point ones widened to fp32 as the buffers are."""
+    module = _dict(model["module"], "module")
+    for name, value in module.items():
+        if isinstance(name, str) and name not in weights and isinstance(value, Tensor):
+            weights[name] = _whole(name, value, "float32" if value.dtype in FLOATING else value.dtype, source)
 
 
 def _saved_by(model: dict[Any, Any], folder: str) -> str:
