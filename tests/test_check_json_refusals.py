@@ -14,10 +14,10 @@ from ckpt_tui.cli import main
 
 
 def _lying_index(folder: Path) -> Path:
-    # the index maps 'b' to a shard that does not hold it: the reader refuses the set
+    # the index maps 'b' to a shard file that is not there: the reader refuses the set (as from_pretrained does)
     folder.mkdir()
     save_file({"a": torch.ones(2)}, folder / "model-1.safetensors")
-    weight_map = {"a": "model-1.safetensors", "b": "model-1.safetensors"}
+    weight_map = {"a": "model-1.safetensors", "b": "model-2.safetensors"}
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder
 

@@ -116,3 +116,71 @@ def test_a_set_whose_shards_hold_only_their_mapped_keys_is_not_flagged(
     assert _findings(capsys, tmp_path / "set") == []
     assert main(["check", str(tmp_path / "set")]) == 0
     capsys.readouterr()
+
+
+# ---- a weight_map that names the wrong shard, or a key no shard holds: as from_pretrained loads it ----------
+
+
+def _gpt2_set(folder: Path) -> dict[str, str]:
+    """A real ``save_pretrained`` set of several shards (a tiny GPT-2); its weight_map."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=12, n_positions=4)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder, max_shard_size="1KB")
+    weight_map: dict[str, str] = json.loads((folder / INDEX).read_text())["weight_map"]
+    assert len(set(weight_map.values())) >= 3
+    return weight_map
+
+
+def _from_pretrained(folder: Path) -> dict[str, torch.Tensor]:
+    """What transformers' own loader makes of the folder (no key missing or unexpected)."""
+    import transformers
+
+    model, info = transformers.GPT2LMHeadModel.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return model.state_dict()
+
+
+def _shown(folder: Path) -> dict[str, torch.Tensor]:
+    """Each tensor ckpt-tui shows for the set, with its values as read."""
+    from ckpt_tui.core.readers.open import open_checkpoint
+    from ckpt_tui.core.values.tensor_values import TensorReader
+
+    checkpoint = open_checkpoint(str(folder))
+    shown = {}
+    for key, tensor in checkpoint.root.items():
+        values = TensorReader(tensor, checkpoint.byteorder).first(tensor.numel)
+        shown[key] = torch.from_numpy(values.copy()).reshape(tensor.shape)
+    return shown
+
+
+@pytest.mark.parametrize("lie", ["wrong shard", "no shard holds it"])
+def test_a_weight_map_entry_no_shard_backs_is_read_as_from_pretrained_reads_it(
+    lie: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "gpt2"
+    weight_map = _gpt2_set(folder)
+    key = "transformer.h.0.ln_1.bias"
+    holder = weight_map[key]
+    other = next(name for name in sorted(set(weight_map.values())) if name != holder)
+    if lie == "wrong shard":
+        weight_map[key] = other
+    else:
+        weight_map["ghost.weight"] = other
+    (folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    loaded = _from_pretrained(folder)
+    shown = _shown(folder)
+    assert set(shown) <= set(loaded) and "ghost.weight" not in shown
+    for name, values in shown.items():
+        assert torch.equal(values, loaded[name]), name
+    assert main(["check", str(folder)]) == 1
+    finding = next(line for line in capsys.readouterr().out.splitlines() if "[readers-disagree]" in line)
+    if lie == "wrong shard":
+        assert f"{key!r} mapped to {other}, in {holder}; shown from that shard" in finding
+        assert f'set its weight_map entry in the index to "{key}": "{holder}"' in finding
+    else:
+        assert f"no shard holds (not shown here): 'ghost.weight' mapped to {other}" in finding
+        assert "remove it from the index's weight_map" in finding
+    # convert refuses a set readers disagree on, in that same line
+    assert main(["convert", str(folder), "-o", str(tmp_path / "out.safetensors")]) == 2
+    assert finding.split("] ", 1)[1] in capsys.readouterr().err

@@ -127,8 +127,9 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     mapped_to_holder = _keys_mapped_to_their_shard(weight_map, shards)
     columns = _assembled(weight_map, shards, mapped_to_holder)
     root: Any = PENDING_ROOT
+    unheld: list[str] = []
     if columns is None:  # (a shard without columns, or a key its shard lacks: the walk says which)
-        root = _assembled_root(path, weight_map, shards)
+        root, unheld = _assembled_root(weight_map, shards)
         columns = _columns(root, list(shards.values()))
     total = sum(c.file_bytes for c in shards.values())
     index_metadata = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
@@ -140,7 +141,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
     # a key in a shard the index does not name for it: the real loaders take it too, so what is shown is in doubt
-    overlaps = [] if mapped_to_holder else _overlaps(weight_map, shards)
+    overlaps = ([] if mapped_to_holder else _overlaps(weight_map, shards)) + _unheld_problem(unheld, weight_map)
     notes = [note] + [f"shard {name}: {n}" for name, c in shards.items() for n in c.notes]
     return Checkpoint(
         path,
@@ -192,9 +193,20 @@ def _overlaps(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> list
         for key in _shard_keys(shards[name]):
             if key in holders:
                 holders[key].append(name)
-    twice = [key for key in holders if key in weight_map]
+    twice = [key for key in holders if key in weight_map and weight_map[key] in holders[key]]
+    misplaced = [key for key in holders if key in weight_map and weight_map[key] not in holders[key]]
     unlisted = [key for key in holders if key not in weight_map]
     problems = []
+    if misplaced:
+        one = len(misplaced) == 1
+        places = [f"{key!r} mapped to {weight_map[key]}, in {' and '.join(holders[key])}" for key in misplaced]
+        fix = ", ".join(f'"{key}": "{holders[key][-1]}"' for key in misplaced[:KEYS_SHOWN])
+        problems.append(
+            f"{_keys(len(misplaced))} mapped to a shard that does not hold {'it' if one else 'them'}: "
+            f"{_first(places)}; shown from {'that shard' if one else 'those shards'}, as {LOADERS} "
+            f"load every shard whole (the last holder winning); to fix, set {'its' if one else 'their'} weight_map "
+            f"{'entry' if one else 'entries'} in the index to {fix}{' …' if len(misplaced) > KEYS_SHOWN else ''}"
+        )
     if twice:
         shown = "; ".join(
             f"{key!r} in {' and '.join(holders[key])}, the weight_map naming {weight_map[key]} (shown here), "
@@ -224,17 +236,50 @@ def _keys_mapped_to_their_shard(weight_map: dict[str, str], shards: dict[str, Ch
     )
 
 
-def _assembled_root(path: str, weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> dict[str, Any]:
-    """The state_dict of the set, key by key, each tensor its shard's own (a ReadError for a key the index
-    maps to a shard that does not hold it)."""
+def _assembled_root(weight_map: dict[str, str], shards: dict[str, Checkpoint]) -> tuple[dict[str, Any], list[str]]:
+    """The state_dict of the set, key by key, each tensor its shard's own, and the keys no shard holds.
+
+    A key the index maps to a shard that does not hold it is taken from the last shard (in name order) that
+    does, as the loaders take it (they load every shard whole; :func:`_overlaps` says so); a key no shard holds
+    is left out, as they leave it out.
+    """
     root: dict[str, Any] = {}
+    unheld: list[str] = []
     for key, shard in weight_map.items():
-        tensors = shards[shard].root
-        value = tensors.get(key) if isinstance(tensors, dict) else None
-        if not isinstance(value, Tensor):
-            raise ReadError(f"{path}: {key!r} is mapped to {shard}, which does not hold it")
+        value = _tensor_in(shards[shard], key)
+        if value is None:
+            held = [v for name in sorted(shards) if (v := _tensor_in(shards[name], key)) is not None]
+            if not held:
+                unheld.append(key)
+                continue
+            value = held[-1]
         root[key] = value
-    return root
+    return root, unheld
+
+
+def _tensor_in(shard: Checkpoint, key: str) -> Tensor | None:
+    tensors = shard.root
+    value = tensors.get(key) if isinstance(tensors, dict) else None
+    return value if isinstance(value, Tensor) else None
+
+
+def _unheld_problem(unheld: list[str], weight_map: dict[str, str]) -> list[str]:
+    """Keys the index maps that no shard holds, in words (none for a set ``save_pretrained`` wrote)."""
+    if not unheld:
+        return []
+    shown = [f"{key!r} mapped to {weight_map[key]}" for key in unheld]
+    it = "it" if len(unheld) == 1 else "them"
+    return [
+        f"{_keys(len(unheld))} in the weight_map that no shard holds (not shown here): {_first(shown)}; "
+        f"{LOADERS} load the set without {it}, as they load the shards' own keys; to fix, remove {it} from the "
+        "index's weight_map"
+    ]
+
+
+def _first(items: list[str]) -> str:
+    """The first :data:`KEYS_SHOWN` items joined by ``; ``, and how many more."""
+    more = len(items) - KEYS_SHOWN
+    return "; ".join(items[:KEYS_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _assembled(weight_map: dict[str, str], shards: dict[str, Checkpoint], mapped_to_holder: bool) -> FlatColumns | None:
