@@ -24,7 +24,7 @@ import numpy as np
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.values.tensor_values import numpy_dtype
+from ckpt_tui.core.values.tensor_values import numpy_dtype, read_order
 from ckpt_tui.core.values.view_spans import ITEMSIZES, plan_views, windows
 
 T = TypeVar("T")
@@ -91,6 +91,9 @@ class ViewPlan:
         each dtype's views in the order chosen; the others are in no ``answered``."""
         index = np.array(chosen, np.int64)
         index = index[self.path[index] >= 0]
+        if byteorder != "little":
+            # a view torch swaps otherwise than by its own dtype: the exact path reads it (or says why not)
+            index = index[[read_order(self.tensors[i], byteorder) == byteorder for i in index.tolist()]]
         paths, starts, sizes = self.path[index], self.start[index], self.size[index]
         order = np.lexsort((starts, paths))
         pieces: list[np.ndarray | None] = [None] * len(index)  # raw elements of each view, once read

@@ -36,6 +36,7 @@ from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values import view_spans
+from ckpt_tui.core.values.tensor_values import read_order
 from ckpt_tui.core.values.view_spans import DTYPE_NAMES, ITEMSIZES, plan_views, windows
 
 WINDOW = view_spans.WINDOW
@@ -80,6 +81,17 @@ def all_finite(
     stops = starts + np.array(plan.size, np.int64)
     dtypes = np.array(plan.dtype, np.int64)
     small = stops - starts <= LARGE
+    if byteorder != "little":
+        # a view torch swaps otherwise than by its own dtype: left to the exact pass (None)
+        swapped = np.array([read_order(tensors[i], byteorder) == byteorder for i in plan.index], np.bool_)
+        index, paths, starts, stops, dtypes, small = (
+            index[swapped],
+            paths[swapped],
+            starts[swapped],
+            stops[swapped],
+            dtypes[swapped],
+            small[swapped],
+        )
     order = np.flatnonzero(small)
     order = order[np.lexsort((starts[order], paths[order]))]  # by file, then by place in it
     large = np.flatnonzero(~small).tolist()

@@ -31,7 +31,7 @@ import numpy as np
 
 from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.dtypes import itemsize
+from ckpt_tui.core.model.dtypes import DTYPES, itemsize
 from ckpt_tui.core.model.made_bytes import made_records
 from ckpt_tui.core.model.tree import Tensor, view_bits
 
@@ -115,6 +115,31 @@ def numpy_dtype(dtype: str, byteorder: str = "little") -> np.dtype:
     if code is None:
         raise ReadError(f"cannot read values of dtype {dtype}")
     return np.dtype(("<" if byteorder == "little" else ">") + code)
+
+
+def read_order(tensor: Tensor, byteorder: str) -> str | None:
+    """The byte order a tensor's elements are in once torch.load has swapped a file of ``byteorder``.
+
+    torch swaps a big-endian file's storage in units of its storage type's element (half of a complex one),
+    once, as the storage is first loaded, then reads the tensor's dtype over those bytes
+    (``torch.serialization._load``, ``TypedStorage.byteswap``). So: the file's order where the units match;
+    little-endian where the storage's elements are single bytes (an ``UntypedStorage``, as torch.save writes
+    uint16..64, float8 and complex32 tensors; a ``ByteStorage``); None where no dtype reads the bytes as torch
+    leaves them (units of 2 under 4-byte values).
+    """
+    storage = tensor.storage
+    if byteorder == "little" or storage is None or storage.dtype not in DTYPES or tensor.dtype not in DTYPES:
+        return byteorder
+    unit = _swap_unit(storage.dtype)
+    if unit == _swap_unit(tensor.dtype):
+        return byteorder
+    return "little" if unit == 1 else None
+
+
+def _swap_unit(dtype: str) -> int:
+    """Bytes torch swaps as one in a storage of ``dtype`` (a complex number's two parts each on its own)."""
+    size = itemsize(dtype)
+    return max(size // 2, 1) if dtype in COMPLEX_DTYPES else size
 
 
 _INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
@@ -249,7 +274,13 @@ class TensorReader:
         if len(tensor.shape) != len(tensor.stride):
             raise ReadError("tensor size and stride do not match")
         self.tensor = tensor
-        self.raw_type = numpy_dtype(tensor.dtype, byteorder)
+        order = read_order(tensor, byteorder)
+        if order is None:
+            raise ReadError(
+                f"values of this {tensor.dtype} tensor cannot be read: its big-endian storage of {storage.dtype} "
+                "elements is byte-swapped by torch in units of another size"
+            )
+        self.raw_type = numpy_dtype(tensor.dtype, order)
         self.size = itemsize(tensor.dtype)
         if self.raw_type.itemsize != self.size:
             raise ReadError(f"cannot read values of dtype {tensor.dtype}")
