@@ -27,7 +27,7 @@ from ckpt_tui.core.edits.key_renamer import strips_cleanly as strips_cleanly  # 
 from ckpt_tui.core.errors import BadArgument, EditError, NothingChanges
 from ckpt_tui.core.model.describe import count, counted, plural
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
+from ckpt_tui.core.model.keypath import Attr, KeyPath, key_text, to_python
 from ckpt_tui.core.model.keypath import glob_escape as glob_escape  # where the edits' callers find it
 from ckpt_tui.core.model.rebuild import Items, Rebuilt, is_container, kids, rebuild
 from ckpt_tui.core.model.tree import (
@@ -373,7 +373,9 @@ def delete(root: Any, path: KeyPath) -> Result:
     parent, key = get(root, path[:-1]), path[-1]
     in_dict = isinstance(parent, dict) and key in parent
     in_list = isinstance(parent, list) and isinstance(key, int) and 0 <= key < len(parent)
-    if not (in_dict or in_list):
+    # an entry of a mapping object (a Counter, a defaultdict): its items, shown as its keys
+    in_items = isinstance(parent, Opaque) and not isinstance(key, Attr) and key in parent.items
+    if not (in_dict or in_list or in_items):
         raise EditError(f"cannot delete {_describe(path)}")
 
     def edit(items: Items) -> Items:

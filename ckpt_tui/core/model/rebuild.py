@@ -217,7 +217,9 @@ def _fill(new: Any, node: Any, version: Callable[[Any], Any], edit: ItemsEdit | 
         new.args = tuple(version(a) for a in node.args)
         new.kwargs = {k: version(v) for k, v in getattr(node, "kwargs", {}).items()}
         new.state = version(node.state)
-        new.items = {k: version(v) for k, v in node.items.items()}
+        items = [(k, version(v)) for k, v in node.items.items()]
+        # (the entries a mapping object holds: a Counter's, a defaultdict's)
+        new.items = dict(edit(items) if edit else items)
         new.list_items = [version(v) for v in node.list_items]
         if node.callee is not None:
             new.callee = version(node.callee)

@@ -655,6 +655,19 @@ _SAFE_OPAQUE = {
 }
 
 
+COUNTER = "collections.Counter"
+
+
+def _counter_init(self: Opaque, *args: Any, **kwargs: Any) -> None:
+    """REDUCE of ``collections.Counter`` with one dict, as ``Counter.__reduce__`` pickles every Counter: torch
+    builds the mapping (``Counter(d)`` copies ``d``'s items), so its entries are the object's items (shown as its
+    keys, ``ckpt["a"]``, and written back as ``Counter()`` and SETITEMS); any other arguments are kept as given."""
+    self.how = "reduce"
+    if len(args) == 1 and not kwargs and type(args[0]) is dict:
+        self.items = dict(args[0])
+        self.args = ()
+
+
 def _sealed(function: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
     """A stand-in function that refuses pickle's BUILD (which would set attributes on it for every later
     file), named ``global_name`` for display as the global it stands for (its first name)."""
@@ -794,6 +807,8 @@ class SafeUnpickler(pickle.Unpickler):
         if cls is None:
             safe = exact and (shown in _SAFE_OPAQUE or shown in self._known_classes)
             cls = self._opaque[shown, exact] = opaque_class(shown, safe=safe)
+            if exact and shown == COUNTER:
+                cls.__init__ = _counter_init  # type: ignore[method-assign]
         return cls
 
     def persistent_load(self, pid: Any) -> Any:
