@@ -227,6 +227,20 @@ def test_zero_fp32_weights_read_only_the_fp32_partitions() -> None:
     assert all("single_partition_of_fp32_groups" in place for place in places)
 
 
+@pytest.mark.parametrize("case", ["zero2_fp32", "zero3_fp32"])
+def test_zero_findings_every_rank_repeats_are_said_once_with_their_ranks(case: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "info", "--json", str(DEEPSPEED / case))
+    assert code == 0
+    messages = [f["message"] for f in json.loads(out)["findings"]]
+    optimizer = [m for m in messages if m.startswith("optimizer state at ")]
+    assert len(optimizer) == 1, messages
+    assert '["zero_pp_rank_*_mp_rank_00_optim_states.pt"]' in optimizer[0] and "(ranks 0, 1)" in optimizer[0]
+    assert not any("zero_pp_rank_0_" in m or "zero_pp_rank_1_" in m for m in messages), messages
+    assert any("holds 1 flat vector for" in m for m in messages)
+    code, out, _ = run(capsys, "info", str(DEEPSPEED / case))
+    assert out.count("optimizer state at") == 1
+
+
 def test_zero_folder_with_a_missing_rank_is_refused(tmp_path: Path) -> None:
     shutil.copytree(DEEPSPEED / "zero2_fp32", tmp_path / "z")
     next((tmp_path / "z" / "global_step2").glob("*rank_1_*optim_states.pt")).unlink()

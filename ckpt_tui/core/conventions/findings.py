@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -139,6 +140,56 @@ def walked_findings(
     findings += _device_findings(devices)
     findings += _structure_findings(root, _outermost(modules), optimizers, schedulers)
     return sorted(findings, key=lambda f: f.severity != "warning")
+
+
+RANK_NUMBER = re.compile(r"rank_?(\d+)")
+"""The rank a per-rank file's name gives (DeepSpeed's ``zero_pp_rank_1_mp_rank_00_optim_states.pt``, ``rank1.pt``)."""
+
+
+def merge_rank_repeats(findings: list[Finding]) -> list[Finding]:
+    """One finding for a fact every rank's file repeats (each rank's optimizer state under its own file's key): said
+    once, at the path with the rank in the file name as ``*``, with the ranks it holds for."""
+    groups: dict[tuple[Any, ...], list[tuple[Finding, int]]] = {}
+    for finding in findings:
+        rank_at = _rank_key(finding)
+        if rank_at is None:
+            continue
+        assert finding.path is not None
+        path, shown = finding.path, where(finding.path)
+        general = (*path[:rank_at], RANK_NUMBER.sub("rank_*", str(path[rank_at]), count=1), *path[rank_at + 1 :])
+        said = finding.message.replace(shown, "\0")
+        groups.setdefault((finding.kind, finding.severity, said, general), []).append((finding, rank_at))
+    merged: dict[int, Finding | None] = {}
+    for (_, _, said, general), members in groups.items():
+        if len(members) < 2:
+            continue
+        first, at = members[0]
+        ranks = sorted({_rank(f, at) for f, _ in members})
+        text = said.replace("\0", f"{where(general)} (ranks {', '.join(map(str, ranks))})")
+        merged[id(first)] = replace(first, message=text)
+        merged.update({id(f): None for f, _ in members[1:]})
+    out = [merged.get(id(f), f) for f in findings]
+    return [f for f in out if f is not None]
+
+
+def _rank(finding: Finding, at: int) -> int:
+    """The rank the key at ``at`` of a finding's path names (:func:`_rank_key` found one there)."""
+    assert finding.path is not None
+    found = RANK_NUMBER.search(str(finding.path[at]))
+    assert found is not None
+    return int(found.group(1))
+
+
+def _rank_key(finding: Finding) -> int | None:
+    """Where in its path a finding's message names a per-rank file (the last key giving a rank), or None."""
+    path = finding.path
+    if not path or where(path) not in finding.message:
+        return None
+    for index in range(len(path) - 1, -1, -1):
+        key = path[index]
+        if isinstance(key, str) and RANK_NUMBER.search(key):
+            return index
+    return None
 
 
 def _sparse_parts(tensors: list[tuple[KeyPath, Tensor]]) -> list[tuple[KeyPath, Tensor]]:

@@ -255,8 +255,8 @@ def _optimizer_findings(
         findings.append(
             Finding(
                 "optimizer-coverage",
-                f"optimizer at {where(fact.path)} holds {fact.parameters} flat vectors for the model's {model} "
-                "parameters (partitions, as DeepSpeed ZeRO saves them): not compared with the model's shapes",
+                f"optimizer at {where(fact.path)} holds {counted(fact.parameters, 'flat vector')} for the model's "
+                f"{model} parameters (partitions, as DeepSpeed ZeRO saves them): not compared with the model's shapes",
                 path=fact.path,
             )
         )

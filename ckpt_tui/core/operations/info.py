@@ -17,7 +17,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ckpt_tui.core.conventions.findings import Finding, device_counts, flat_findings, walked_findings, where
+from ckpt_tui.core.conventions.findings import (
+    Finding,
+    device_counts,
+    flat_findings,
+    merge_rank_repeats,
+    walked_findings,
+    where,
+)
 from ckpt_tui.core.conventions.state_dicts import (
     BUFFER_NAMES,
     PARAMETER_DTYPES,
@@ -341,6 +348,7 @@ def summarize(
 
         flat_keys = columns.names if columns is not None else None
         summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
+    summary.findings = merge_rank_repeats(summary.findings)
     summary.findings.sort(key=lambda f: not f.first_listed)
     return summary
 
