@@ -236,18 +236,54 @@ def test_a_payload_in_a_trainer_checkpoint_is_a_problem(
     assert not canary.exists()
 
 
-def test_a_linked_subfolder_is_read_and_a_fifo_is_never_waited_on(tmp_path: Path, capsys: Any) -> None:
+def test_a_linked_subfolder_inside_is_read_and_a_fifo_is_never_waited_on(tmp_path: Path, capsys: Any) -> None:
     folder, canary = tmp_path / "run", tmp_path / "CANARY"
     folder.mkdir()
     torch.save({"w": torch.ones(2)}, folder / "model.pth")
-    _payload(tmp_path / "elsewhere" / "evil.pth", canary)
-    (folder / "linked").symlink_to(tmp_path / "elsewhere")
+    _payload(folder / "kept" / "evil.pth", canary)
+    (folder / "linked").symlink_to("kept")
     os.mkfifo(folder / "pipe")
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 1
-    assert "[code-beside] linked/evil.pth" in out
+    assert "[code-beside] kept/evil.pth" in out
     assert "[cannot-tell-beside] pipe (also in the folder)" in out
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("target", ["..", "/dev", "/proc/self", "elsewhere"])
+def test_a_link_to_a_folder_out_of_the_folder_is_not_followed(tmp_path: Path, capsys: Any, target: str) -> None:
+    folder, canary = tmp_path / "run", tmp_path / "CANARY"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    (tmp_path / "train.py").write_text("import os\n")
+    _payload(tmp_path / "elsewhere" / "evil.pth", canary)
+    (folder / "up").symlink_to(tmp_path / target if target == "elsewhere" else target)
+    code, out, _ = run(capsys, "check", str(folder))
+    # (no loader of the save reads a folder out of it: named, never read, never a problem)
+    assert code == 0, out
+    assert ": OK, no NaN/Inf, no unsafe globals" in out and "[" not in out
+    assert "also in the folder: up/: read for code: up/ not read (a link out of the folder, to " in out
+    assert not canary.exists()
+
+
+def test_broken_links_and_links_to_devices_beside_a_model_are_named_never_a_problem(
+    tmp_path: Path, capsys: Any
+) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    (folder / "gone").symlink_to("/nonexistent/x")
+    (folder / "zero").symlink_to("/dev/zero")
+    (folder / "a").symlink_to("b")
+    (folder / "b").symlink_to("a")
+    for name in ("gone", "a"):
+        with pytest.raises(OSError):  # torch.load finds nothing there
+            torch.load(folder / name, weights_only=False)
+    code, out, _ = run(capsys, "check", str(folder))
+    assert code == 0, out
+    assert "gone not read (a broken link, to /nonexistent/x: nothing to load)" in out
+    assert "zero not read (a link out of the folder, to /dev/zero: not followed)" in out
+    assert "a not read (a broken link, to b: nothing to load)" in out
 
 
 # ---- what the reader cannot read is data only when torch.load fails on it before it could run anything ----

@@ -57,6 +57,53 @@ def test_a_stray_text_file_among_them_is_not_the_error(runs: Path, capsys: pytes
     assert "a folder of 4 separate checkpoints" in err and "notackpt" not in err
 
 
+def test_broken_links_fifos_and_devices_are_never_counted_nor_named(
+    runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    (runs / "best.pth").unlink()
+    (runs / "zzz_best.pth").symlink_to("/dev/zero")
+    (runs / "last.pth").symlink_to("/nonexistent/x.pth")
+    os.mkfifo(runs / "latest.pth")
+    assert main(["info", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"a folder of 3 separate checkpoints, not one save: open one (ckpt-tui {runs}/epoch_10.pth)" in err
+    # the file named is one ckpt-tui opens
+    assert main(["info", str(runs / "epoch_10.pth")]) == 0
+
+
+def test_one_checkpoint_beside_a_broken_link_and_a_device_opens_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "links"
+    folder.mkdir()
+    torch.save(torch.nn.Linear(2, 2).state_dict(), folder / "model.pth")
+    (folder / "dangling.pth").symlink_to("/nonexistent/x.pth")
+    (folder / "zero.pth").symlink_to("/dev/zero")
+    assert main(["check", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "dangling.pth not read (a broken link" in out and "zero.pth not read (a link out of the folder" in out
+    assert open_checkpoint(folder).files == [str(folder / "model.pth")]
+
+
+def test_a_link_out_of_the_folder_to_a_checkpoint_names_the_file_to_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "links"
+    folder.mkdir()
+    torch.save(torch.nn.Linear(2, 2).state_dict(), tmp_path / "real.pth")
+    (folder / "model.pth").symlink_to(tmp_path / "real.pth")
+    (folder / "zero.pth").symlink_to("/dev/zero")
+    assert main(["info", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"ckpt-tui: {folder}: 'model.pth' is a link out of {folder} (to {tmp_path}/real.pth); refused: "
+        f"open it there (ckpt-tui {tmp_path}/real.pth)\n"
+    )
+    assert main(["info", str(tmp_path / "real.pth")]) == 0
+
+
 async def test_the_browser_says_it_and_quits_cleanly(runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(runs.parent)
     app = CkptApp("checkpoints")

@@ -86,9 +86,10 @@ def _remote(folder: str, name: str, what: str, kind: str) -> str:
 
 
 def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:
+    out = link_out(folder, path)
+    if out is not None:
+        raise ReadError(f"{what} {name!r} is a link out of {folder} (to {out}); refused")
     real = os.path.realpath(path)
-    if not any(_within(real, root) for root in _allowed_roots(folder)):
-        raise ReadError(f"{what} {name!r} is a link out of {folder} (to {real}); refused")
     try:
         info = os.stat(real)
     except FileNotFoundError:
@@ -101,6 +102,12 @@ def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:
     elif not os.path.isfile(real):
         raise ReadError(f"{what} {name!r} is {places.file_kind(info.st_mode)}, not a regular file; refused")
     return path
+
+
+def link_out(folder: str, path: str) -> str | None:
+    """Where a local ``path`` of ``folder`` really leads when a link takes it out of the folder; None inside."""
+    real = os.path.realpath(path)
+    return None if any(_within(real, root) for root in _allowed_roots(folder)) else real
 
 
 def _allowed_roots(folder: str) -> list[str]:

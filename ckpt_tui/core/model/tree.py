@@ -671,6 +671,9 @@ class FileBeside:
     """Code its loader runs (a TorchScript ``__setstate__``, a DCP item's unsafe globals), in words."""
     unreadable: str | None = None
     """Why it could not be read (then nothing can be said of its code: never clean)."""
+    passed_over: str | None = None
+    """Why it was not read, being no part of the save: a link out of the folder to a folder or to what is no
+    regular file, a broken link (named in the folder's line, never a problem)."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.contained import DCP_METADATA, HF_WEIGHTS, WEIGHTS_LOADERS, inside, named_entry
+from ckpt_tui.core.model.contained import DCP_METADATA, HF_WEIGHTS, WEIGHTS_LOADERS, inside, link_out, named_entry
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
@@ -46,8 +46,9 @@ TEXT_FILE = "a text file, not a checkpoint"
 
 def checkpoint_files(folder: str) -> list[str]:
     """The names of the folder's entries (not folders) saved as checkpoints, in name order: named so, or, in a
-    local folder, under any name (``model_best.pth.tar``) by content. One that is not a regular file of the
-    folder (a FIFO, a link out) but is named as a checkpoint is refused when opened, never passed over."""
+    local folder, under any name (``model_best.pth.tar``) by content. One that is not a regular file (a FIFO, a
+    broken link, a device) but is named as a checkpoint is left out beside regular ones; alone, it is refused when
+    opened, never passed over."""
     names = []
     peeked = 0
     local = not places.is_remote(folder)
@@ -63,7 +64,12 @@ def checkpoint_files(folder: str) -> list[str]:
             peeked += 1
             if _saved_as_checkpoint(path):
                 names.append(name)
-    return names
+    if not local or all(_regular(places.join(folder, name)) for name in names):
+        return names
+    # a broken link, a FIFO or a device is no checkpoint: left out beside regular files, unless a loader of the save
+    # reads it by its name (Accelerate's scheduler.bin), or nothing else is one: then opening it refuses it in a line
+    kept = [n for n in names if _regular(places.join(folder, n)) or SAVED_TOGETHER.fullmatch(n)]
+    return kept or names
 
 
 def _saved_as_checkpoint(path: str) -> bool:
@@ -131,6 +137,8 @@ def separate_files(folder: str, names: list[str]) -> ReadError:
     that is no torch checkpoint (named .pth, .bin) is not counted, and never named as the one to open; with none
     left, the refusal says what the folder holds."""
     if not places.is_remote(folder) and len(names) <= MAX_PEEKED:
+        # (what is no regular file, a broken link or a device, ckpt-tui refuses: never counted, never named)
+        names = [name for name in names if _regular(places.join(folder, name))]
         names = [name for name in names if _no_checkpoint_kind(places.join(folder, name)) is None]
         if not names:
             return no_checkpoint(folder)
@@ -210,7 +218,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     stray: list[str] = []
     for label, name in zip(labels, names, strict=True):
         try:
-            members[label] = open_file(inside(folder, name, f"{folder}:"))
+            members[label] = open_file(_member(folder, name))
         except ReadError as exc:
             # a text file among the save's files (notes, a README named .pth) is no part of it: left out, said
             if not str(exc).endswith(TEXT_FILE):
@@ -255,6 +263,19 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
         # each file is read by its own loader: the verdict is each file's
         files=[places.join(folder, name) for name in names],
     )
+
+
+def _member(folder: str, name: str) -> str:
+    """A save's file, inside the folder; a link out of it to a checkpoint is refused with the command that opens
+    that file itself."""
+    try:
+        return inside(folder, name, f"{folder}:")
+    except ReadError as exc:
+        path = places.join(folder, name)
+        out = None if places.is_remote(folder) else link_out(folder, path)
+        if out is None or not _regular(path):
+            raise
+        raise ReadError(f"{exc}: open it there ({join_command(['ckpt-tui', path_arg(out)])})") from None
 
 
 # ---- every other file of a folder, read for code -------------------------------------------------------
@@ -418,8 +439,11 @@ def account_for_folder(
         path = places.join(folder, name)
         if _real(path) in read or (name == ".metadata" and checkpoint.format == "dcp"):
             continue
-        if places.is_dir(path):
-            # (a link to a folder too: loaders follow links; only one level is read, so a loop ends there)
+        passed = _passed_over(folder, name, path)
+        if passed is not None:
+            found.append(passed)
+        elif places.is_dir(path):
+            # (a link to a folder inside it too: only one level is read, so a loop ends there)
             found += _subfolder(folder, name, read, open_file, open_dcp)
         else:
             found += _file(name, path, open_file)
@@ -457,8 +481,24 @@ def _subfolder(
         path = places.join(sub, child)
         if _real(path) in read or _real(path) in inner or places.is_dir(path):
             continue
-        found += _file(f"{name}/{child}", path, open_file)
+        passed = _passed_over(folder, f"{name}/{child}", path)
+        found += [passed] if passed is not None else _file(f"{name}/{child}", path, open_file)
     return found
+
+
+def _passed_over(folder: str, name: str, path: str) -> FileBeside | None:
+    """An entry that is no part of the save, so never read: a broken link (torch.load finds nothing there), a link
+    out of ``folder`` to a folder or to what is no regular file (a device, /proc); None for any other entry. A link
+    out to a regular file is read like the folder's own files: a loader given its name follows it."""
+    if places.is_remote(path) or not os.path.islink(path):
+        return None
+    if not os.path.exists(path):
+        return FileBeside(name, "broken link", passed_over=f"a broken link, to {os.readlink(path)}: nothing to load")
+    out = link_out(folder, path)
+    if out is None or _regular(path):
+        return None
+    shown = f"{name}/" if os.path.isdir(path) else name
+    return FileBeside(shown, "link out", passed_over=f"a link out of the folder, to {out}: not followed")
 
 
 def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[FileBeside]:

@@ -467,7 +467,9 @@ def beside_line(files: list[FileBeside]) -> str | None:
     found = []
     for file in files:
         code = beside_code(file)
-        if file.unreadable is not None:
+        if file.passed_over is not None:
+            found.append(f"{file.name} not read ({file.passed_over})")
+        elif file.unreadable is not None:
             found.append(f"{file.name} cannot tell ({file.unreadable})")
         elif code:
             shown = ", ".join(code[:3]) + (f" (+{len(code) - 3} more)" if len(code) > 3 else "")
@@ -492,6 +494,9 @@ def beside_findings(files: list[FileBeside]) -> list[tuple[str, str]]:
     found = []
     for file in files:
         code = beside_code(file)
+        if file.passed_over is not None:
+            # (no part of the save: named in the line, never a problem)
+            continue
         if file.unreadable is not None:
             message = f"{file.name} (also in the folder): cannot tell whether a load runs its code: {file.unreadable}"
             found.append((BESIDE_UNREADABLE, message))
