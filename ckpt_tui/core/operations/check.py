@@ -21,6 +21,7 @@ from ckpt_tui.core.readers.probes import REMOTE_BESIDE
 from ckpt_tui.core.readers.safetensors_file import library_refusals
 from ckpt_tui.core.runtime import forked
 from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.weights_only.tables import IMPORTS_READ
 from ckpt_tui.core.weights_only.verdict import (
     BESIDE_CODE,
     BESIDE_UNREADABLE,
@@ -477,7 +478,9 @@ def weights_only_problem(judged: Verdict) -> Problem:
         refused = counted(len(judged.blockers), "global")
         message = f"torch.load(weights_only=True) refuses it: {refused} not allowed ({names})"
     elif judged.reason is None and judged.needs_import:
-        after = f"cannot tell whether it loads: {judged.unknown}" if judged.unknown else "it loads"
+        after = (
+            f"cannot tell whether it loads: {judged.unknown}" if judged.unknown else f"torch {IMPORTS_READ} loads it"
+        )
         message = f"torch.load(weights_only=True) refuses it in a fresh process; with {judged.import_words()}, {after}"
     else:
         message = f"torch.load(weights_only=True) refuses it: {judged.reason}"

@@ -101,6 +101,9 @@ needs them is refused by ``torch.load`` in a fresh process and loads once the us
 NEEDS_IMPORT = {name: module for module, names in IMPORT_ALLOWS.items() for name in names}
 """Each name :data:`IMPORT_ALLOWS` holds -> the module to import first."""
 
+IMPORTS_READ = "2.13"
+"""The torch release :data:`IMPORT_ALLOWS` was read from (ShardOrderEntry, _StridedShard are newer than 2.6)."""
+
 IMPORT_WHAT = {"torch.distributed.tensor": "torch's DTensor classes", "torch._dynamo": "torch's _DimRange class"}
 """What each module of :data:`IMPORT_ALLOWS` allowlists, in words."""
 

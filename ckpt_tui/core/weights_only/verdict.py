@@ -1033,6 +1033,9 @@ class Blocker:
     count: int
     paths: list[KeyPath]
     note: str = ""
+    assembled: bool = False
+    """It sits only inside values the tree shows assembled (a rank's ShardedTensor): what a save writes, the
+    plain tensors shown, holds none of it, so deleting those keys is no way out."""
 
     def to_json(self) -> dict[str, Any]:
         """``{"global", "kind", "paths", "count"}``."""
@@ -1173,7 +1176,12 @@ class Verdict:
             return f"weights_only: torch.load REFUSES it ({self.judged_by}): {names}"
         if self.reason is None and self.needs_import:
             # torch's own classes, allowlisted by torch's own import: the one way forward is that import
-            after = f"CANNOT TELL whether it loads: {self.unknown}" if self.unknown else "it loads"
+            # (what the import allowlists was read from torch 2.13: older releases lack some of the classes)
+            after = (
+                f"CANNOT TELL whether it loads: {self.unknown}"
+                if self.unknown
+                else f"torch {tables.IMPORTS_READ} loads it"
+            )
             return (
                 f"weights_only: torch.load REFUSES it in a fresh process ({self.judged_by}); "
                 f"with {self.import_words()}, {after}"
@@ -1269,13 +1277,19 @@ def _blockers(scan: FileScan, checkpoint: Checkpoint | None) -> list[Blocker]:
     for name, count in scan.hidden.items():
         names[name] = names.get(name, 0) + count
     where = _locate(checkpoint.root, set(names), checkpoint.replaced) if names and checkpoint is not None else {}
+    in_tree = where
+    if where and checkpoint is not None and checkpoint.replaced:
+        # found only inside values the tree shows assembled: what a save writes (plain tensors) holds none of it
+        in_tree = _locate(checkpoint.root, set(where))
     blockers = []
     for name in sorted(names, key=lambda n: (not where.get(n), n.startswith(HELPER_MODULES), n)):
         paths, nodes = where.get(name, ([], 0))
         kind, note = classify(name, scan.usage.get(name, set()))
         if name in scan.hidden:
             note = "not named in the file: numpy builds it, and torch's BUILD checks its type"
-        blockers.append(Blocker(name, kind, max(nodes, names[name], 1), paths, note))
+        blocker = Blocker(name, kind, max(nodes, names[name], 1), paths, note)
+        blocker.assembled = bool(paths) and name not in in_tree
+        blockers.append(blocker)
     return blockers
 
 

@@ -75,7 +75,7 @@ def _hint(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) 
         return ""
     if code:
         # code at the root (a whole pickled model) is not a key to delete
-        deletable = all(blocker.paths and all(blocker.paths) for blocker in code)
+        deletable = all(blocker.paths and all(blocker.paths) and not blocker.assembled for blocker in code)
         return f" ({DELETE_KEY})" if deletable and not readonly else ""
     if not sanitizable(verdict):
         return ""
