@@ -173,6 +173,8 @@ def _rebuild_tensor_v2(
         raise ValueError("tensor has more elements than int64 can count")
     if view is not None and dtype is not None:
         view.check_extent(offset, shape, strides, dtype)
+    if strides and min(strides) < 0:
+        strides = settled_strides(shape, strides)
     return Tensor(
         storage,
         offset,
@@ -256,7 +258,7 @@ def check_unchecked(tensors: list[Tensor]) -> None:
     sizes = list(itertools.chain.from_iterable(shapes))
     steps = list(itertools.chain.from_iterable(_distinct(map(_STRIDE, tensors))))
     offsets = list(map(_OFFSET, tensors))
-    if (
+    if not (
         set(map(type, offsets)) | set(map(type, sizes)) | set(map(type, steps)) <= _INT_ONLY
         and min(offsets) >= 0
         and max(offsets) < INT64_LIMIT
@@ -266,9 +268,27 @@ def check_unchecked(tensors: list[Tensor]) -> None:
         and max(steps, default=0) < INT64_LIMIT
         and _counts_fit(shapes)
     ):
-        return
-    for tensor in tensors:
-        _rebuild_tensor_v2(tensor.storage, tensor.offset, tensor.shape, tensor.stride)  # raises for the first bad one
+        for tensor in tensors:
+            _rebuild_tensor_v2(tensor.storage, tensor.offset, tensor.shape, tensor.stride)  # raises for the first
+    if min(steps, default=0) < 0:
+        for tensor in tensors:
+            if tensor.stride and min(tensor.stride) < 0:
+                tensor.stride = settled_strides(tensor.shape, tensor.stride)
+
+
+def settled_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides a tensor has once torch's ``set_`` made it (``TensorImpl::set_sizes_and_strides``): each
+    negative stride replaced, innermost first, by 1 for the last dimension, else by the next dimension's stride
+    times its size (at least 1). A tensor torch refuses (a negative stride on a dimension longer than 1, and no
+    size 0) keeps the strides pickled, which the layout checks then refuse as torch does."""
+    if 0 not in shape and any(size > 1 and step < 0 for size, step in zip(shape, strides, strict=True)):
+        return strides
+    settled = list(strides)
+    for index in reversed(range(len(settled))):
+        if settled[index] < 0:
+            last = index == len(settled) - 1
+            settled[index] = 1 if last else settled[index + 1] * max(shape[index + 1], 1)
+    return tuple(settled)
 
 
 def _distinct(values: Iterator[tuple[int, ...]]) -> list[tuple[int, ...]]:
