@@ -15,7 +15,7 @@ from ckpt_tui.core.operations.convert import select
 from ckpt_tui.core.operations.layer_change import layer_change
 from ckpt_tui.core.operations.reports import describe_layer_change
 from ckpt_tui.core.readers.open import open_checkpoint
-from ckpt_tui.core.values.text_plots import shared_start, shorten
+from ckpt_tui.core.values.text_plots import shared_start, shorten, shorten_all
 
 
 def bert_state_dict() -> dict[str, torch.Tensor]:
@@ -117,3 +117,43 @@ def test_where_the_initials_are_too_long_the_layer_number_outranks_the_parameter
     keys = list(bert_state_dict())
     for width in (12, 13, 14):
         assert repeated([shorten(key, width) for key in keys]) == {}, width
+
+
+# ---- one rule per listing: the keys of one list shortened alike ------------------------------------------
+
+TRANSFORMER = [
+    "backbone.0.weight",
+    *(
+        f"encoder.layers.{i}.{name}"
+        for i in range(3)
+        for name in ("self_attn.in_proj_weight", "self_attn.in_proj_bias", "linear1.weight", "norm1.bias")
+    ),
+    "encoder.norm.weight",
+    "head.weight",
+]
+
+
+def test_a_listing_cuts_a_path_to_its_initial_in_every_key_under_it_and_only_there() -> None:
+    shown = dict(zip(TRANSFORMER, shorten_all(TRANSFORMER, 34), strict=True))
+    assert all(len(text) <= 34 for text in shown.values())
+    # every key under encoder.layers reads e.l.N., the long ones and the short ones alike
+    assert shown["encoder.layers.0.self_attn.in_proj_weight"] == "e.l.0.self_attn.in_proj_weight"
+    assert shown["encoder.layers.2.norm1.bias"] == "e.l.2.norm1.bias"
+    assert shown["encoder.norm.weight"] == "e.norm.weight"
+    # keys under no cut path stay whole
+    assert shown["backbone.0.weight"] == "backbone.0.weight" and shown["head.weight"] == "head.weight"
+
+
+def test_a_listing_that_fits_is_left_whole_and_a_narrower_one_cuts_deeper_alike() -> None:
+    assert shorten_all(TRANSFORMER, 60) == TRANSFORMER
+    narrow = shorten_all(TRANSFORMER, 24)
+    assert all(len(text) <= 24 for text in narrow)
+    layers = [text for key, text in zip(TRANSFORMER, narrow, strict=True) if key.startswith("encoder.layers.")]
+    # one cut for the listing: the same components to their initials in every layer's key
+    assert [text[: len("e.l.0.")] for text in layers] == [f"e.l.{i}." for i in range(3) for _ in range(4)]
+    assert len({text[len("e.l.0.") :] for text in layers}) == 4  # the 4 names of a layer, alike in each
+
+
+def test_a_listing_of_reprs_falls_back_to_one_key_at_a_time() -> None:
+    texts = ["a key with spaces that is far too long", "short"]
+    assert shorten_all(texts, 12) == [shorten(texts[0], 12), "short"]

@@ -194,11 +194,12 @@ async def test_two_epochs_diffed_say_so_once_and_list_parameters_first(ddp_run: 
         assert "all 35 tensors differ in value (8 parameters, 2 buffers, 1 counter, 24 optimizer state)" in said
         assert "two points of one training run" in said and "same keys, shapes and dtypes" in said
         titles = [title for title, rows in screen.sections if rows and title.startswith("value changes")]
+        # the long keys' shared start is said once in the title, where the rows need the room
         assert titles == [
-            "value changes: model parameters",
+            "value changes: model parameters, under model_state_dict/module.",
             "value changes: buffers",
             "value changes: counters",
-            "value changes: optimizer state",
+            'value changes: optimizer state, under ckpt["optimizer_state_dict"]["state"]',
         ]
         assert "NOT close" not in screen_text(app)
         [(_, counter)] = section(screen, "value changes: counters")
@@ -565,3 +566,33 @@ async def test_the_compare_report_keeps_the_section_of_its_rows_on_screen_at_80x
         assert head(app).startswith("missing") and screen_text(app).count("missing (") == 1
         await settle(pilot, "home")
         assert listed.scroll_y == 0 and head(app).startswith(first)
+
+
+async def test_the_per_layer_rows_and_the_layers_view_shorten_every_key_of_a_listing_alike(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    names = ("self_attention.in_proj_weight", "self_attention.in_proj_bias", "linear1.weight", "norm.bias")
+    a = {f"transformer_encoder.layers.{i}.{name}": torch.randn(4) for i in range(3) for name in names}
+    a["head.weight"] = torch.randn(4)
+    torch.save({"model_state_dict": a}, tmp_path / "r1.pth")
+    torch.save({"model_state_dict": {k: v + 0.1 for k, v in a.items()}}, tmp_path / "r2.pth")
+    app = CkptApp(str(tmp_path / "r1.pth"))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", tmp_path / "r2.pth")
+        await settle(pilot, "s")
+        screen = app.screen
+        assert isinstance(screen, LayerChangeScreen)
+        for title in ("per layer", "relative change by layer"):
+            rows = {key: text.split(" ")[0] for key, text in section(screen, title)}
+            layers = [shown for key, shown in rows.items() if ".layers." in key]
+            # one rule for the listing: every layer's key cut the same way, its number and name kept whole
+            starts = {shown.split(".")[0] + "." + shown.split(".")[1] for shown in layers}
+            assert len(starts) == 1 and "…" not in "".join(layers), (title, layers)
+            assert rows["model_state_dict/head.weight"] == "head.weight"
+        await settle(pilot, "escape", "escape", "L")
+        await settle(pilot)
+        table = app.screen.query_one("LayersTable")
+        paths = [str(table.get_row_at(index)[1]) for index in range(table.row_count)]
+        layers = [path for path in paths if ".l" in path]
+        assert len(layers) == 12 and len({path.split(".")[0] + "." + path.split(".")[1] for path in layers}) == 1
+        assert "…" not in "".join(layers)

@@ -327,49 +327,50 @@ def describe_diff(
     ``width``, each row fits it: its key shortened in the middle, its last components and numbers kept."""
     from ckpt_tui.core.operations.compare import fold_keys_with_first
 
-    def row(key: str, rest: str = "", jump: str | None = None) -> Row:
-        return Row(_fitted(key, rest, width), key=jump)
-
     if report.identical:
         counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
     else:
         counts = f"({printable(a)} vs {printable(b)}); " + _diff_counts(report)
     only_a, only_b = one_notation(report.only_a), one_notation(report.only_b)
     sections = [
-        Section(
+        _listed(
             "only in A",
-            [row(t, jump=only_a[first]) for t, first in fold_keys_with_first(list(only_a))],
+            [(t, "", only_a[first]) for t, first in fold_keys_with_first(list(only_a))],
+            width,
             len(report.only_a),
         ),
-        Section("only in B", [row(t) for t, _ in fold_keys_with_first(list(only_b))], len(report.only_b)),
-        Section(
+        _listed("only in B", [(t, "", None) for t, _ in fold_keys_with_first(list(only_b))], width, len(report.only_b)),
+        _listed(
             "shape changes",
-            [row(k, f": {list(x)} → {list(y)}", k) for k, x, y in report.shape_changes],
+            [(k, f": {list(x)} → {list(y)}", k) for k, x, y in report.shape_changes],
+            width,
             len(report.shape_changes),
         ),
-        Section(
+        _listed(
             "dtype changes",
-            [row(k, f": {x} → {y}", k) for k, x, y in report.dtype_changes],
+            [(k, f": {x} → {y}", k) for k, x, y in report.dtype_changes],
+            width,
             len(report.dtype_changes),
         ),
-        *_value_sections(report, row),
-        Section(
+        *[_listed(title, items, width) for title, items in _value_sections(report)],
+        _listed(
             "other values",
-            [row(k, f": {x} → {y}", k) for k, x, y in report.other_changes],
+            [(k, f": {x} → {y}", k) for k, x, y in report.other_changes],
+            width,
             len(report.other_changes),
         ),
         # what did not move, named, when something else did (a frozen layer): a list of every key is no
         # news when nothing differs
-        Section(
+        _listed(
             "identical (bit-for-bit)",
-            []
-            if report.identical
-            else [row(t, jump=first) for t, first in fold_keys_with_first(report.identical_keys)],
+            [] if report.identical else [(t, "", first) for t, first in fold_keys_with_first(report.identical_keys)],
+            width,
             0 if report.identical else len(report.identical_keys),
         ),
-        Section(
+        _listed(
             "unreadable",
-            [row(k, f": {e}", k) for k, e in report.unreadable],
+            [(k, f": {e}", k) for k, e in report.unreadable],
+            width,
             len(report.unreadable),
         ),
         Section(
@@ -460,13 +461,13 @@ VALUE_SECTIONS = {
 }
 
 
-def _value_sections(report: DiffReport, row: Any) -> list[Section]:
+def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, str | None]]]]:
     """The value changes, a section per role: the model's parameters first, then buffers, counters and
     optimizer state. A row says how far apart the values are; ``within allclose`` when they are close."""
     sections = []
     for role, changes in _by_role(report).items():
-        rows = [
-            row(
+        items: list[tuple[str, str, str | None]] = [
+            (
                 d.key,
                 f": max |a-b| {d.max_abs:.6g}"
                 + (", within allclose" if d.close else "")
@@ -475,8 +476,34 @@ def _value_sections(report: DiffReport, row: Any) -> list[Section]:
             )
             for d in changes
         ]
-        sections.append(Section(VALUE_SECTIONS.get(role, f"value changes: {role}"), rows, len(rows)))
+        sections.append((VALUE_SECTIONS.get(role, f"value changes: {role}"), items))
     return sections
+
+
+def _listing(items: list[tuple[str, str, str | None]], width: int | None) -> tuple[list[Row], str]:
+    """One listing's rows, each ``key`` then ``rest`` (both escaped), jumping to its third item; and, with
+    a ``width``, the start every key shares (``, under model/module.``) for the title, said once there. With a
+    ``width`` the keys are fitted by one rule for the listing (:func:`shorten_all`), in the room the longest
+    ``rest`` leaves: they line up and read alike; whole when None (the CLI's text)."""
+    from ckpt_tui.core.values.text_plots import shared_start, shorten_all
+
+    if width is None:
+        return [Row(printable(key) + printable(rest), key=jump) for key, rest, jump in items], ""
+    keys = [printable(key) for key, _, _ in items]
+    rests = [printable(rest) for _, rest, _ in items]
+    room = max(KEY_AT_LEAST, width - max(map(len, rests), default=0))
+    # the start they share is said once in the title only where the keys need the room
+    head = shared_start(keys) if any(len(key) > room for key in keys) else ""
+    head = "" if head == "ckpt" else head  # the root alone: no room gained, nothing said
+    shown = shorten_all([key[len(head) :] for key in keys], room)
+    rows = [Row(key + rest, key=jump) for key, rest, (_, _, jump) in zip(shown, rests, items, strict=True)]
+    return rows, (f", under {head}" if head else "")
+
+
+def _listed(title: str, items: list[tuple[str, str, str | None]], width: int | None, count: int = -1) -> Section:
+    """A section of one listing (:func:`_listing`): ``count`` keys (its rows' when -1)."""
+    rows, under = _listing(items, width)
+    return Section(title + under, rows, len(items) if count < 0 else count)
 
 
 def _fitted(key: str, rest: str, width: int | None) -> str:
@@ -536,13 +563,14 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
             _layer_plot(measured, keys, width, top),
             len(measured),
         ),
-        Section("moved most", [_extreme(layer, width) for layer in most], len(most)),
-        Section("moved least", [_extreme(layer, width) for layer in least], len(least)),
-        Section("buffers and counters moved most", [_moved_norm(layer, width) for layer in others], len(others)),
+        _listed("moved most", [_extreme(layer) for layer in most], width),
+        _listed("moved least", [_extreme(layer) for layer in least], width),
+        _listed("buffers and counters moved most", [_moved_norm(layer) for layer in others], width),
         *([_apart_section(apart, width)] if apart else []),
-        Section(
+        _listed(
             "not compared",
-            [Row(_fitted(layer.key, f": {layer.note}", width), key=layer.key) for layer in report.layers if layer.note],
+            [(layer.key, f": {layer.note}", layer.key) for layer in report.layers if layer.note],
+            width,
             len(report.layers) - len(measured),
         ),
     ]
@@ -637,13 +665,15 @@ def _layer_columns(width: int) -> str:
 
 def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     """Per layer: relative change, cosine and both norms, a row each (under :func:`_layer_columns`)."""
-    from ckpt_tui.core.values.text_plots import clip_middle, number, shared_start
+    from ckpt_tui.core.values.text_plots import number, shared_start, shorten_all
 
     name = width - 4 * 10
     cut = len(shared_start(keys))
+    # one rule for the whole column: the keys line up and read alike
+    names = shorten_all([printable(key[cut:]) for key in keys], name)
     return [
         Row(
-            printable(clip_middle(key[cut:], name))
+            shown.ljust(name)
             + " "
             + change_text(layer).rjust(9)
             + " "
@@ -651,27 +681,28 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
             + "".join(" " + number(v) for v in (layer.norm_a, layer.norm_b)),
             key=key,
         )
-        for layer, key in zip(measured, keys, strict=True)
+        for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
 
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
     """A bar per layer, in module order, the largest relative change a full bar."""
-    from ckpt_tui.core.values.text_plots import bar, clip_middle, shared_start
+    from ckpt_tui.core.values.text_plots import bar, shared_start, shorten_all
 
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
     cut = len(shared_start(keys))
+    names = shorten_all([printable(key[cut:]) for key in keys], plot_name)
     return [
         Row(
-            printable(clip_middle(key[cut:], plot_name))
+            shown.ljust(plot_name)
             + " "
             + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
             + " "
             + change_text(layer).rjust(plot_value),
             key=key,
         )
-        for layer, key in zip(measured, keys, strict=True)
+        for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
 
 
@@ -679,10 +710,9 @@ def _change(layer: Any) -> float:
     return float(layer.relative_change)
 
 
-def _extreme(layer: Any, width: int) -> Row:
-    return Row(
-        _fitted(layer.key, f": {layer.relative_change:.3g} (cosine {cosine_text(layer.cosine)})", width), key=layer.key
-    )
+def _extreme(layer: Any) -> tuple[str, str, str]:
+    """A row of the layers that moved most or least: its key, how far, the key it jumps to."""
+    return (layer.key, f": {layer.relative_change:.3g} (cosine {cosine_text(layer.cosine)})", layer.key)
 
 
 def change_text(layer: Any) -> str:
@@ -709,9 +739,9 @@ def cosine_text(cosine: float | None) -> str:
     return f"1-{1.0 - cosine:.1e}" if cosine > 0 else f"-1+{cosine + 1.0:.1e}"
 
 
-def _moved_norm(layer: Any, width: int) -> Row:
+def _moved_norm(layer: Any) -> tuple[str, str, str]:
     """A buffer or counter's row: its norm before and after (a counter's value; a buffer from 0 has no ratio)."""
-    return Row(_fitted(layer.key, f": norm {layer.norm_a:.4g} → {layer.norm_b:.4g}", width), key=layer.key)
+    return (layer.key, f": norm {layer.norm_a:.4g} → {layer.norm_b:.4g}", layer.key)
 
 
 def describe_norm_series(series: NormSeries, files: list[str]) -> Report:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Sequence
@@ -93,6 +94,75 @@ def shorten(text: str, width: int) -> str:
         if _NUMBER.findall(kept) == _NUMBER.findall(text):
             return kept
     return end
+
+
+def shorten_all(texts: Sequence[str], width: int) -> list[str]:
+    """Each of ``texts`` (one listing's keys) in at most ``width`` characters, by one rule for the whole
+    listing, so that its keys line up and read alike: where a key must be shortened, a leading component is
+    cut to its first letter in every key under the same path (``encoder.layers.`` → ``e.l.`` in each of
+    them; layers told apart by their numbers count as one path), as few paths as make every key fit, the
+    longest key's first. Keys under other paths stay whole; what is still too long (a key holding a repr)
+    is shortened as :func:`shorten` does it."""
+    if all(len(text) <= width for text in texts):
+        return list(texts)
+    keys = [_Cuttable.of(text) for text in texts]
+    under: dict[tuple[str, ...], list[int]] = {}
+    for index, key in enumerate(keys):
+        for path in key.paths:
+            under.setdefault(path, []).append(index)
+    lengths = [len(text) for text in texts]
+    cut: set[tuple[str, ...]] = set()
+    # the longest key over the width first: its leftmost path not yet cut, in every key under that path
+    heap = [(-length, index) for index, length in enumerate(lengths) if length > width and keys[index].paths]
+    heapq.heapify(heap)
+    while heap:
+        negative, index = heapq.heappop(heap)
+        if -negative != lengths[index] or lengths[index] <= width:
+            continue  # a stale entry: the key was shortened since
+        left = [path for path in keys[index].paths if path not in cut]
+        if not left:
+            continue  # nothing left to cut to initials: shortened as one key below
+        path = left[0]
+        cut.add(path)
+        for other in under[path]:
+            lengths[other] -= keys[other].saved[path]
+            if lengths[other] > width:
+                heapq.heappush(heap, (-lengths[other], other))
+    shown = [key.render(cut) for key in keys]
+    return [text if len(text) <= width else shorten(text, width) for text in shown]
+
+
+class _Cuttable:
+    """A key path's components that may be cut to their first letter, each named by its path (the names
+    before it and its own, numbers as ``#``)."""
+
+    def __init__(self, text: str, spans: list[tuple[int, int]], paths: list[tuple[str, ...]]) -> None:
+        self.text = text
+        self.spans = spans
+        self.paths = paths
+        self.saved = {path: end - start - 1 for path, (start, end) in zip(paths, spans, strict=True)}
+
+    @classmethod
+    def of(cls, text: str) -> _Cuttable:
+        words = [match.span() for match in _WORD.finditer(text)]
+        if not all(_NAME.fullmatch(text, start, end) for start, end in words):
+            return cls(text, [], [])  # a repr, spaces, braces: not a key path
+        names = tuple("#" if _NUMBER.search(text, start, end) else text[start:end] for start, end in words)
+        spans, paths = [], []
+        # the last component (the parameter) stays whole, as do the numbers
+        for at, (start, end) in enumerate(words[:-1]):
+            if end - start > 1 and names[at] != "#":
+                spans.append((start, end))
+                paths.append(names[: at + 1])
+        return cls(text, spans, paths)
+
+    def render(self, cut: set[tuple[str, ...]]) -> str:
+        pieces, position = [], 0
+        for (start, end), path in zip(self.spans, self.paths, strict=True):
+            if path in cut:
+                pieces.append(self.text[position : start + 1])
+                position = end
+        return "".join(pieces) + self.text[position:]
 
 
 def _end(text: str, width: int) -> str:

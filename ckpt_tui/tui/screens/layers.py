@@ -28,7 +28,7 @@ from ckpt_tui.core.errors import Cancelled, CkptError
 from ckpt_tui.core.model.describe import shape, size
 from ckpt_tui.core.model.keypath import KeyPath, to_slash
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.values.text_plots import shared_start, shorten
+from ckpt_tui.core.values.text_plots import shared_start, shorten, shorten_all
 from ckpt_tui.tui.bindings import LAYERS_BINDINGS, key_rows
 from ckpt_tui.tui.fitting import SHORT_DTYPES, Column, fit_columns
 from ckpt_tui.tui.messages import REDRAW_EVERY, Failed, LayersReady, Progress, ProgressPoster
@@ -207,6 +207,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         self.off_norms: dict[int, str] = {}
         """The rows the norm plot of every tensor leaves out (counters, optimizer state), by ``id`` of the row."""
         self.under = ""
+        self.paths: dict[int, str] = {}
+        """Each listed row's path as the table shows it (by id of the row): fitted by one rule for the column."""
         """The start every listed row's path shares: the path column's heading, left out of its rows."""
         self.shown: list[TensorRow] = []
         self.sort: str | None = None
@@ -311,6 +313,10 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         shown, path_width, compact = fit_columns(
             list(columns.values()), self._priority(), "path", self._room(), PATH_MIN
         )
+        # one rule for the whole column (shorten_all): the paths line up and read alike
+        cut = len(self.under)
+        fitted = shorten_all([cells.path[cut:] for cells in texts], path_width)
+        self.paths = {id(row): path for row, path in zip(listed, fitted, strict=True)}
         table.clear(columns=True)
         for column in shown:
             found = columns[column]
@@ -377,7 +383,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
                 mark = self._mark(row)
                 cells.append(Text(mark, style="bold" if mark.startswith("!!") else ""))
             elif column == "path":
-                cells.append(Text(shorten(texts.path[len(self.under) :], path_width)))
+                path = self.paths.get(id(row))
+                cells.append(Text(path if path is not None else shorten(texts.path[len(self.under) :], path_width)))
             else:
                 text = (texts.compact if compact else texts.whole)[CELL_COLUMNS.index(column)]
                 cells.append(Text(text, justify="left" if column in TEXT_COLUMNS else "right"))
