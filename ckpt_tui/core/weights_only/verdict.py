@@ -102,6 +102,9 @@ class FileScan(Findings):
     devices: set[str] = field(default_factory=set)
     deflated: bool = False
     """Some storage record is stored deflated: ``torch.load(mmap=True)`` takes its compressed bytes as values."""
+    sized_apart: str | None = None
+    """A storage record whose size is not its storage's (which refuses the file): the record and how it differs,
+    which ``torch.load(mmap=True)`` never compares."""
     files: dict[str, str] = field(default_factory=dict)
     """Files loaded one by one (rank files, a folder's files): each one's own answer (loads, refuses,
     cannot_tell, n/a)."""
@@ -121,6 +124,7 @@ class FileScan(Findings):
         self.devices |= part.devices
         self.name_route |= part.name_route
         self.deflated |= part.deflated
+        self.sized_apart = self.sized_apart or part.sized_apart
         if part.applies and part.reason:
             self.fail(f"{label}: {part.reason}")
         if part.applies and part.unknown:
@@ -801,6 +805,7 @@ def _zip_storage(
     if size is None:
         raise Refusal(f"storage record data/{key} is missing from the archive")
     if size != nbytes:
+        scan.sized_apart = f"data/{key} holds {size} bytes, its storage {nbytes}"
         raise Refusal(f"storage record data/{key} holds {size} bytes, its storage {nbytes}: torch wants equal")
     storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
     if nbytes:
@@ -1320,6 +1325,13 @@ def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoin
         result.notes.append(DCP_NOTE)
     if scan.setitem_on_other:
         result.notes.append("torch 2.6–2.9 write SETITEM into any object; from 2.10 only into dicts")
+    if scan.sized_apart is not None:
+        # torch.load(mmap=True) slices each storage out of the mapped file at its record's offset, never sized
+        result.notes.append(
+            f"storage record {scan.sized_apart}: torch.load(mmap=True), as transformers loads .bin files, does not "
+            "compare sizes and loads the storage from the record's start, past its end into the bytes after it "
+            "where the record is short; rewrite the file from a trusted copy"
+        )
     if scan.deflated:
         # torch.load(mmap=True) slices each storage out of the mapped file at its record's offset, unread
         result.notes.append(
