@@ -184,3 +184,16 @@ def test_a_weight_map_entry_no_shard_backs_is_read_as_from_pretrained_reads_it(
     # convert refuses a set readers disagree on, in that same line
     assert main(["convert", str(folder), "-o", str(tmp_path / "out.safetensors")]) == 2
     assert finding.split("] ", 1)[1] in capsys.readouterr().err
+
+
+def test_a_safetensors_set_missing_a_shard_is_not_called_a_weights_only_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shards = {"s1.safetensors": {"a": torch.ones(2)}, "s2.safetensors": {"b": torch.full((2,), 2.0)}}
+    _set(tmp_path / "set", shards, {"a": "s1.safetensors", "b": "s2.safetensors"}, False)
+    (tmp_path / "set" / "s2.safetensors").unlink()
+    assert main(["check", "--json", str(tmp_path / "set")]) == 2
+    captured = capsys.readouterr()
+    judged = json.loads(captured.out)["weights_only"]
+    assert judged["answer"] is None and "safetensors shards hold no pickle" in judged["reason"]
+    assert "'s2.safetensors' is missing" in judged["reason"] and "is missing" in captured.err

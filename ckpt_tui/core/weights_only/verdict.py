@@ -393,6 +393,7 @@ def _scan_sharded(index_path: str) -> FileScan:
     combined = FileScan("sharded")
     folder = places.parent(index_path)
     applies = False
+    unread: list[str] = []
     for shard in shards:
         if str(shard).endswith(".json"):
             combined.fail(f"shard {shard!r} is another index, not a checkpoint")
@@ -400,12 +401,22 @@ def _scan_sharded(index_path: str) -> FileScan:
         try:
             part = scan_file(inside(folder, shard, f"{index_path}: shard"))
         except ReadError as exc:
-            combined.fail(str(exc))
+            unread.append(str(exc))
             continue
         applies |= part.applies
         combined.merge(part, f"shard {shard}")
+    if unread and shards and all(str(shard).endswith(SAFETENSORS_NAME) for shard in shards):
+        # a set of safetensors shards has no pickle to judge, whole or not: its loader fails on the shard itself
+        combined.applies = False
+        combined.reason = f"safetensors shards hold no pickle; the set cannot be loaded: {unread[0]}"
+        return combined
+    for reason in unread:
+        combined.fail(reason)
     combined.applies = applies
     return combined
+
+
+SAFETENSORS_NAME = ".safetensors"
 
 
 def _scan_files(paths: list[str], first: FileScan | None) -> FileScan:
