@@ -5,7 +5,10 @@ what will be written, and each is checked against the real ``torch.load(weights_
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import os
+import pathlib
 import pickle
 import shlex
 from pathlib import Path
@@ -204,6 +207,37 @@ async def test_s_sanitizes_in_the_browser_as_convert_sanitize_does(tmp_path: Pat
     assert torch.equal(ours["w"], torch.ones(2))
 
 
+@dataclasses.dataclass
+class RunConfig:
+    """What a training script drops into a checkpoint: its own config class."""
+
+    lr: float = 0.1
+    name: str = "run1"
+
+
+async def test_s_sanitizes_a_config_class_a_path_and_a_defaultdict_as_the_cli_does(tmp_path: Path) -> None:
+    """torch.load refuses them (the class as code to import, the rest as data, SETITEM into a defaultdict
+    whatever is allowlisted): s is offered and makes the file load, as convert --sanitize does."""
+    path = tmp_path / "run.pth"
+    counts = collections.defaultdict(int, {"a": 1})
+    torch.save({"w": torch.ones(2), "cfg": RunConfig(), "out": pathlib.PosixPath("/data/run1"), "counts": counts}, path)
+    cli_out = tmp_path / "cli.pth"
+    assert main(["convert", str(path), "-o", str(cli_out), "--sanitize"]) == 0
+    app = CkptApp(str(path))
+    async with app.run_test(size=NARROW) as pilot:
+        await loaded(pilot)
+        assert "REFUSES" in " ".join(header(app).split())
+        assert "sanitize" in {binding.action for _, binding, *_ in app.screen.active_bindings.values()}
+        await settle(pilot, "s")
+        await settle(pilot, "y")
+        assert "weights_only: what you save loads with torch.load" in " ".join(header(app).split())
+        await settle(pilot, "ctrl+s", "enter")
+    ours, cli = torch.load(tmp_path / "run.fixed.pth", weights_only=True), torch.load(cli_out, weights_only=True)
+    assert ours["out"] == cli["out"] == "/data/run1"
+    assert ours["counts"] == cli["counts"] == {"a": 1}
+    assert ours["cfg"] == cli["cfg"]
+
+
 async def test_s_is_not_offered_on_a_file_that_loads_or_read_only(odd_file: Path, tmp_path: Path) -> None:
     plain = tmp_path / "plain.pth"
     torch.save({"w": torch.ones(2)}, plain)
@@ -212,7 +246,7 @@ async def test_s_is_not_offered_on_a_file_that_loads_or_read_only(odd_file: Path
         await loaded(pilot)
         assert "sanitize" not in {binding.action for _, binding, *_ in app.screen.active_bindings.values()}
         await settle(pilot, "s")
-        assert "nothing to sanitize" in status(app)
+        assert "nothing to sanitize: torch.load(weights_only=True) loads it as it is" in status(app)
     app = CkptApp(str(odd_file), readonly=True)
     async with app.run_test(size=(160, 30)) as pilot:
         await loaded(pilot)

@@ -75,6 +75,7 @@ from ckpt_tui.tui.widgets.summary import (
     check_findings,
     listed_findings,
     sanitize_applies,
+    sanitize_unavailable,
     verdict_finding,
 )
 from ckpt_tui.tui.widgets.tree_view import (
@@ -451,7 +452,7 @@ class BrowserScreen(Screen[None]):
                 return
         if event.key == "s" and not self.sanitize_applies and not isinstance(self.focused, Input):
             event.stop()
-            self.nothing_to_do("nothing to sanitize: torch.load(weights_only=True) refuses no data in it")
+            self.nothing_to_do(sanitize_unavailable(self.judged()))
             return
         search = self.query_one("#search", Input)
         if event.key == "escape" and search.display:

@@ -92,9 +92,30 @@ def _hint(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) 
 
 
 def sanitize_applies(judged: Judged) -> bool:
-    """Whether the browser's sanitize edit makes the current tree load: every blocker torch.load refuses is data."""
-    verdict = judged.staged.verdict if judged.edited and judged.staged is not None else judged.on_disk
-    return verdict is not None and sanitizable(verdict)
+    """Whether the browser offers its sanitize edit (``convert --sanitize``'s) for the current tree: torch.load
+    refuses a global in it. The edit itself then rewrites each object it can as plain data, or names the code
+    it will not rewrite and the ``--drop`` that leaves it out: what it does, not the verdict's data/code split
+    (a dataclass of the training script is "code" to import and plain fields to sanitize)."""
+    verdict = _current_verdict(judged)
+    return verdict is not None and verdict.answer != CANNOT_TELL and not verdict.loads and bool(verdict.blockers)
+
+
+def sanitize_unavailable(judged: Judged) -> str:
+    """Why the sanitize edit is not offered for the current tree, in a line."""
+    verdict = _current_verdict(judged)
+    if verdict is None:
+        return "nothing to sanitize yet: the weights_only verdict is still being worked out"
+    if verdict.loads:
+        return "nothing to sanitize: torch.load(weights_only=True) loads it as it is"
+    if verdict.answer == CANNOT_TELL:
+        unknown = printable(verdict.unknown or "")
+        return f"sanitize cannot help: ckpt-tui cannot tell whether torch.load loads it ({unknown})"
+    return f"sanitize cannot help: torch.load refuses it for no global ({printable(verdict.reason or '')})"
+
+
+def _current_verdict(judged: Judged) -> Verdict | None:
+    """The verdict about what saving gives once the tree is edited and judged, else about the file on disk."""
+    return judged.staged.verdict if judged.edited and judged.staged is not None else judged.on_disk
 
 
 def _refused_words(verdict: Verdict, path: str, readonly: bool, edited: bool, hint: str) -> str:
