@@ -22,6 +22,7 @@ from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
 from ckpt_tui.core.pickles.pickle_globals import fails_before_calling
 from ckpt_tui.core.readers.probes import looks_like_safetensors, looks_like_text
 from ckpt_tui.core.readers.rank_set import rank_folder
+from ckpt_tui.core.readers.tar_archive import torch_tar
 from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -524,7 +525,8 @@ def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[
 
 def _loader_fails_at_once(path: str, head: bytes) -> bool:
     """Whether ``torch.load(weights_only=False)`` surely fails on a file before it imports or calls anything: not a
-    zip, not a tar (torch's first try, whose members it unpickles), and a pickle that breaks before any call.
+    zip, a tar with no ``storages`` member (torch's first try: it unpickles that member, then others; a tar
+    without it fails there), and a pickle that breaks before any call.
     ``head``: the file's first :data:`HEAD_BYTES` (the rest is read only when they do not tell)."""
     import io
     import tarfile
@@ -539,11 +541,14 @@ def _loader_fails_at_once(path: str, head: bytes) -> bool:
     try:
         # (tarfile decides from the first header block, as torch's tar reading does)
         with tarfile.open(fileobj=io.BytesIO(head), mode="r:", format=tarfile.PAX_FORMAT):
-            return False
+            pass
     except tarfile.TarError:
         pass
     except Exception:  # (torch fails the same way reading it as tar, and tells nothing more)
         return False
+    else:
+        # torch unpickles a tar's members only when it has a 'storages' member; any other tar fails first
+        return not torch_tar(path)
     if fails_before_calling(head, complete=len(head) < HEAD_BYTES):
         return True  # (most text and data break within their first bytes)
     with places.open_stream(path) as stream:

@@ -368,10 +368,9 @@ def _zip_reading(path: str, file_bytes: int) -> Checkpoint:
 
 
 def _refuse_tar(target: Target) -> Checkpoint:
-    raise ReadError(
-        f"{target.path}: a tar archive: torch.load reads it in the pre-0.4 torch tar format, which ckpt-tui "
-        "does not read" + _tar_unsafe_note(target.path)
-    )
+    from ckpt_tui.core.readers.tar_archive import refusal
+
+    raise refusal(target.path)
 
 
 FOREIGN_MAGIC = ((b"\x93NUMPY", "a numpy array file (.npy)"), (b"GGUF", "a GGUF file (llama.cpp)"))
@@ -574,11 +573,6 @@ def _read_file(target: Target) -> Checkpoint:
     return checkpoint
 
 
-MAX_TAR_MEMBERS = 64
-MAX_TAR_PICKLE = 256 << 20
-"""Tar members scanned for unsafe globals: the first 64, each up to 256 MB."""
-
-
 def is_tar(path: str, head: bytes) -> bool:
     """Whether ``torch.load`` would read the file as a pre-0.4 tar archive (``tarfile.open(mode="r:")``).
 
@@ -597,25 +591,6 @@ def is_tar(path: str, head: bytes) -> bool:
         raise
     except Exception:  # torch.load fails the same way reading it as tar: no other reading applies
         return True
-
-
-def _tar_unsafe_note(path: str) -> str:
-    """The unsafe globals the pickles of the tar's members name (``torch.load(weights_only=False)`` unpickles
-    ``storages``, ``tensors`` and ``pickle`` with the plain pickle module), as a note; "" if none."""
-    import tarfile
-
-    from ckpt_tui.core.pickles.unpickle import unsafe_note_for
-
-    found = []
-    try:
-        with places.open_stream(path) as file, tarfile.open(fileobj=file, mode="r:") as tar:
-            for member in tar.getmembers()[:MAX_TAR_MEMBERS]:
-                extracted = tar.extractfile(member) if member.isfile() and member.size <= MAX_TAR_PICKLE else None
-                if extracted is not None:
-                    found.append(unsafe_note_for(extracted.read()))
-    except Exception:  # a broken tar: torch fails on it as well; nothing more to say
-        return ""
-    return next((note for note in found if note), "")
 
 
 def _tar_checksum_holds(head: bytes) -> bool:
@@ -646,7 +621,7 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
         if zipped is not None:
             other = "a torch zip checkpoint"
             checkpoint.unsafe_globals |= zipped.unsafe_globals
-    elif is_tar(path, head):
+    elif is_tar(path, head) and torch_tar(path):
         other = "a pre-0.4 tar archive"
     elif head[0] in PICKLE_OPCODES:
         with places.open_stream(path) as file:
@@ -658,6 +633,13 @@ def _with_other_readings(checkpoint: Checkpoint, head: bytes, file_bytes: int) -
             "and the safetensors library reads what is shown"
         )
     return checkpoint
+
+
+def torch_tar(path: str) -> bool:
+    """Whether torch.load unpickles this tar's members (it has a ``storages`` member)."""
+    from ckpt_tui.core.readers import tar_archive
+
+    return tar_archive.torch_tar(path)
 
 
 def _first_pickle_loads(file: BinaryIO, path: str, unsafe: set[str]) -> bool:

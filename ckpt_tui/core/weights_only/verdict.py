@@ -37,6 +37,7 @@ from ckpt_tui.core.readers.folder import TRAINING_ARGS_HOLDS, trainer_arguments
 from ckpt_tui.core.readers.probes import looks_like_safetensors
 from ckpt_tui.core.readers.read_once import PickleBytes
 from ckpt_tui.core.readers.safetensors_file import library_refusals
+from ckpt_tui.core.readers.tar_archive import has_torch_members
 from ckpt_tui.core.readers.torch_zip import (
     SMALL_RECORD_HELD,
     ZipRecords,
@@ -875,7 +876,16 @@ def _scan_legacy_head(file: BinaryIO, head: bytes, size: int) -> FileScan | None
         return scan
     if _is_tar(file):
         scan.route = "tar"
-        scan.fail("the legacy .tar format (torch's first try, as tar, opens it or fails on it): torch.load refuses it")
+        if has_torch_members(file):
+            scan.fail(
+                "the legacy .tar format (torch's first try, as tar, opens it or fails on it): torch.load refuses it"
+            )
+        else:
+            scan.fail(
+                "a tar archive (torch's first try, as tar, opens it): torch.load refuses any tar, and without "
+                "weights_only fails on it before unpickling anything (no 'storages' member: not torch's tar format)"
+            )
+        file.seek(0)
         return scan
     if size == 0 and not head:
         scan.fail("an empty file")
