@@ -151,3 +151,21 @@ def test_unsafe_global_named_by_py2_strs_is_named_as_torch_reads_it(
     err = capsys.readouterr().err
     assert "unsafe global méd.func (NOT executed" in err
     assert "Ã" not in err
+
+
+@pytest.mark.parametrize("escaped", [rb"\xc3\x15", rb"caf\xe9"])
+def test_a_protocol_0_pickle_of_code_is_unsafe_never_a_text_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], escaped: bytes
+) -> None:
+    # all printable ASCII, as Python 2 wrote byte strings in protocol 0: torch.load(weights_only=False) runs the
+    # REDUCE before the string fails to decode (the canary shows it), so the file is never "a text file"
+    canary = tmp_path / "ran"
+    path = tmp_path / "py2.pth"
+    path.write_bytes(b"(lp0\ncos\nsystem\n(S'touch " + str(canary).encode() + b"'\ntRp1\naS'" + escaped + b"'\np2\na.")
+    with pytest.raises(UnicodeDecodeError):
+        torch.load(path, weights_only=False)
+    assert canary.exists()
+    assert main(["info", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "UNSAFE: it names the unsafe global os.system" in error
+    assert "a text file" not in error

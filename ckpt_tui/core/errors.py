@@ -27,6 +27,11 @@ class ShortRead(ReadError):
     (the --max-download budget, the network): only this one says "truncated"."""
 
 
+class UnsafePickle(ReadError):
+    """A pickle the reader refused that names a global ``torch.load(weights_only=False)`` would import and run:
+    its message says so, and no other account of the file (a text file: protocol 0 is all text) replaces it."""
+
+
 class UnwrittenRecord(ReadError):
     """A zip record torch's reader "reads" without writing a byte of it (a directory to miniz, or compressed
     size 0): ``torch.load`` hands back the buffer it allocated, uninitialised, never the record's bytes."""

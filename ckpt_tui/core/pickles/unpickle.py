@@ -27,7 +27,7 @@ import types
 from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import ReadError, UnsafePickle
 from ckpt_tui.core.model.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.model.made_bytes import UnreadSource
 from ckpt_tui.core.model.tree import (
@@ -888,7 +888,8 @@ def load_pickle(
             check_unchecked(unpickler.unchecked)
         return root
     except ReadError as exc:
-        raise ReadError(str(exc) + _unsafe_note(unpickler, stream, start)) from None
+        note = _unsafe_note(unpickler, stream, start)
+        raise (UnsafePickle if note else ReadError)(str(exc) + note) from None
     except RecursionError:
         problem = "nested too deeply to read"
     except MemoryError:
@@ -903,7 +904,8 @@ def load_pickle(
     finally:
         if unsafe is not None:
             unsafe.update(unpickler.unsafe_names)
-    raise ReadError(f"{what}: {problem}{_unsafe_note(unpickler, stream, start)}")
+    note = _unsafe_note(unpickler, stream, start)
+    raise (UnsafePickle if note else ReadError)(f"{what}: {problem}{note}")
 
 
 def _position(stream: BinaryIO) -> int | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, BinaryIO, Literal, NoReturn
 
-from ckpt_tui.core.errors import CkptError, ReadError
+from ckpt_tui.core.errors import CkptError, ReadError, UnsafePickle
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
@@ -441,6 +441,9 @@ def detect(target: Target, scopes: tuple[Scope, ...]) -> Checkpoint | None:
 def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
     """A file no row read: the most telling reason (a broken safetensors header, text), else ``otherwise``."""
     path, head = target.path, target.head
+    if isinstance(otherwise, UnsafePickle):
+        # a pickle naming code to run is said so, whatever else its bytes look like (protocol 0 is all text)
+        raise otherwise from None
     if target.framing_error is not None:
         raise target.framing_error from None
     if path.endswith(".safetensors") or head[8:9] == b"{":
