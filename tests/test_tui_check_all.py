@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from builders_tui import browser, header, loaded, screen_text, settle, status
+from builders_tui import browser, cursor_path, header, loaded, screen_text, settle, status
 
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.screens.findings import FindingsScreen
@@ -34,6 +34,10 @@ async def test_check_all_marks_the_tensors_with_nan_or_inf(tmp_path: Path) -> No
         assert "2 marked" in status(app)
         fine_line = next(line for line in text.splitlines() if "fine" in line)
         assert "!!" not in fine_line
+        # the header and the status line name the key that lists the marked tensors; enter goes to one
+        assert "f lists them" in header(app) and "f lists them" in status(app)
+        await settle(pilot, "f", "enter")
+        assert cursor_path(app) in (("has_nan",), ("has_inf",))
 
 
 async def test_check_all_on_a_clean_file_says_so(tmp_path: Path) -> None:

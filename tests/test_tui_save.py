@@ -262,3 +262,20 @@ async def test_one_rank_file_alone_is_never_saved_as_whole_tensors(tmp_path: Pat
             await pilot.pause(0.02)
         assert "one rank of 2" in status(app) and "name every rank's file together" in status(app)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model_rank0.pt"]
+
+
+async def test_save_as_at_80x24_says_ctrl_u_clears_the_proposed_name_and_it_does(train_file: Path) -> None:
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "j", "j", "x", "y", "ctrl+s")
+        assert isinstance(app.screen, SaveScreen)
+        assert "ctrl+u clears" in screen_text(app)
+        field = app.screen.query_one("#save-path")
+        await settle(pilot, "end", "ctrl+u")
+        assert field.value == ""
+        await pilot.press(*str(train_file.parent / "weights.safetensors"))
+        await settle(pilot, "enter")
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(train_file.parent / "weights.safetensors")) == sorted(fixed_state_dict())

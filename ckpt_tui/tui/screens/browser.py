@@ -1223,7 +1223,9 @@ class BrowserScreen(Screen[None]):
             self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
         self.show_header()
         marked = len(self.tree_view.markers)
-        self.update_status(f"every tensor read: {marked} marked !!" if marked else "every tensor read: nothing wrong")
+        self.update_status(
+            f"every tensor read: {marked} marked !! (f lists them)" if marked else "every tensor read: nothing wrong"
+        )
 
 
 def storage_users(summary: Summary) -> dict[int, int]:

@@ -117,7 +117,8 @@ class PromptScreen(ModalScreen[str | None]):
             shown = printable_name(self.value)
             yield Input(shown, id="prompt-input", suggester=self.suggester, select_on_focus=not folder)
             if self.hint:
-                hint = self.hint + (" · → or tab completes a file name" if self.suggester else "")
+                # the field starts filled (the last answer, ./): how to empty it is said, not left to be found
+                hint = self.hint + (" · ctrl+u clears · → or tab completes a file name" if self.suggester else "")
                 yield Static(data(hint), classes="dialog-hint", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -172,7 +173,7 @@ class SaveScreen(PromptScreen):
             yield Input(printable_name(self.value), id="save-path", suggester=self.suggester)
             yield Static(format_line(self.value, self.outlook), id="save-format", markup=False)
             yield Static(
-                "enter saves · escape cancels · → or tab completes a file name · "
+                "enter saves · escape cancels · ctrl+u clears · → or tab completes a file name · "
                 "an existing file is replaced only after a confirmation",
                 classes="dialog-hint",
                 markup=False,
