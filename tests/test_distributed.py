@@ -241,6 +241,19 @@ def test_zero_findings_every_rank_repeats_are_said_once_with_their_ranks(case: s
     assert out.count("optimizer state at") == 1
 
 
+def test_only_per_rank_file_keys_merge_repeated_findings() -> None:
+    from ckpt_tui.core.conventions.findings import Finding, merge_rank_repeats, where
+
+    def said(path: tuple[str, ...]) -> Finding:
+        return Finding("optimizer", f"optimizer state at {where(path)}: SGD", path=path)
+
+    files = [said(("opt", f"rank{r}.pt", "state")) for r in (0, 1, 2)]
+    merged = merge_rank_repeats(files)
+    assert [f.message for f in merged] == ['optimizer state at ckpt["opt"]["rank*.pt"]["state"] (ranks 0, 1, 2): SGD']
+    keys = [said(("lora", f"rank_{r}")) for r in (8, 16)]  # keys that are not rank files: each said as it is
+    assert merge_rank_repeats(keys) == keys
+
+
 def test_zero_folder_with_a_missing_rank_is_refused(tmp_path: Path) -> None:
     shutil.copytree(DEEPSPEED / "zero2_fp32", tmp_path / "z")
     next((tmp_path / "z" / "global_step2").glob("*rank_1_*optim_states.pt")).unlink()

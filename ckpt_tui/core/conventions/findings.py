@@ -142,8 +142,10 @@ def walked_findings(
     return sorted(findings, key=lambda f: f.severity != "warning")
 
 
-RANK_NUMBER = re.compile(r"rank_?(\d+)")
+RANK_NUMBER = re.compile(r"(?<=rank)(_?)(\d+)")
 """The rank a per-rank file's name gives (DeepSpeed's ``zero_pp_rank_1_mp_rank_00_optim_states.pt``, ``rank1.pt``)."""
+RANK_FILE = re.compile(r".*rank_?\d+.*\.(?:pt|pth|bin|ckpt)\Z", re.S)
+"""A key that is a per-rank file's name (the key a folder's reader gives each rank's file)."""
 
 
 def merge_rank_repeats(findings: list[Finding]) -> list[Finding]:
@@ -156,7 +158,7 @@ def merge_rank_repeats(findings: list[Finding]) -> list[Finding]:
             continue
         assert finding.path is not None
         path, shown = finding.path, where(finding.path)
-        general = (*path[:rank_at], RANK_NUMBER.sub("rank_*", str(path[rank_at]), count=1), *path[rank_at + 1 :])
+        general = (*path[:rank_at], RANK_NUMBER.sub(r"\1*", str(path[rank_at]), count=1), *path[rank_at + 1 :])
         said = finding.message.replace(shown, "\0")
         groups.setdefault((finding.kind, finding.severity, said, general), []).append((finding, rank_at))
     merged: dict[int, Finding | None] = {}
@@ -177,7 +179,7 @@ def _rank(finding: Finding, at: int) -> int:
     assert finding.path is not None
     found = RANK_NUMBER.search(str(finding.path[at]))
     assert found is not None
-    return int(found.group(1))
+    return int(found.group(2))
 
 
 def _rank_key(finding: Finding) -> int | None:
@@ -187,7 +189,7 @@ def _rank_key(finding: Finding) -> int | None:
         return None
     for index in range(len(path) - 1, -1, -1):
         key = path[index]
-        if isinstance(key, str) and RANK_NUMBER.search(key):
+        if isinstance(key, str) and RANK_FILE.match(key):
             return index
     return None
 
