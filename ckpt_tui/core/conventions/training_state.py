@@ -18,6 +18,7 @@ with their LR, parameters covered and steps; per scheduler its ``last_epoch`` an
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from collections import Counter
 from collections.abc import Iterable
@@ -79,18 +80,39 @@ def training_findings(
     schedulers: Iterable[tuple[KeyPath, dict[Any, Any]]],
     model_parameters: list[tuple[int, ...]] | None,
     byteorder: str = "little",
+    numbered: dict[int, list[tuple[int, ...]]] | None = None,
 ) -> list[Finding]:
-    """The findings about optimizer and scheduler state (see the module docstring)."""
+    """The findings about optimizer and scheduler state (see the module docstring). ``numbered``: for a save of
+    several models (Accelerate's ``model``, ``model_1``...), each one's parameter shapes by its number."""
     counters = _counters(root)
     facts = [_optimizer_facts(path, value, byteorder) for path, value in optimizers]
     findings: list[Finding] = []
     for fact in facts:
-        findings += _optimizer_findings(fact, counters, model_parameters)
+        findings += _optimizer_findings(fact, counters, *_models_for(fact.path, model_parameters, numbered))
     findings += _step_agreement(facts, counters)
     steps = [f.steps[1] for f in facts if f.steps is not None]
     for path, value in schedulers:
         findings += _scheduler_findings(path, value, counters, max(steps) if steps else None)
     return findings
+
+
+NUMBERED_OPTIMIZER = re.compile(r"optimizer(?:_([1-9]\d*))?")
+
+
+def _models_for(
+    path: KeyPath, model: list[tuple[int, ...]] | None, numbered: dict[int, list[tuple[int, ...]]] | None
+) -> tuple[list[tuple[int, ...]] | None, list[tuple[int, ...]] | None]:
+    """The parameter shapes an optimizer is compared with: its own model's, and every model's of the save.
+
+    Accelerate's ``load_state`` loads ``optimizer_N`` into the N-th prepared optimizer and ``model_N`` into the N-th
+    model; an optimizer may hold any of the models' parameters (one optimizer over two models), so its state is
+    foreign only when no model of the save has its shapes, and it covers too much only past all of them."""
+    if not numbered:
+        return model, model
+    named = NUMBERED_OPTIMIZER.fullmatch(path[0]) if path and isinstance(path[0], str) else None
+    number = int(named.group(1) or 0) if named is not None else None
+    every = [shape for _, shapes in sorted(numbered.items()) for shape in shapes]
+    return numbered.get(number, model) if number is not None else model, every
 
 
 def _counters(root: Any) -> dict[str, float]:
@@ -218,8 +240,13 @@ def _steps_text(fact: OptimizerFacts) -> str:
 
 
 def _optimizer_findings(
-    fact: OptimizerFacts, counters: dict[str, float], model_parameters: list[tuple[int, ...]] | None
+    fact: OptimizerFacts,
+    counters: dict[str, float],
+    model_parameters: list[tuple[int, ...]] | None,
+    every_parameter: list[tuple[int, ...]] | None = None,
 ) -> list[Finding]:
+    """``model_parameters``: the shapes of the model it pairs with; ``every_parameter``: of every model of the save
+    (the same list for a save of one model)."""
     groups = len(fact.group_lrs)
     line = (
         f"optimizer state at {where(fact.path)}: {fact.kind}, {groups} param group{'' if groups == 1 else 's'} "
@@ -240,13 +267,15 @@ def _optimizer_findings(
         )
     if model_parameters is None:
         return findings
+    every = every_parameter if every_parameter is not None else model_parameters
     model = len(model_parameters)
-    if fact.parameters > model:
+    if fact.parameters > len(every):
+        held = f"the model holds {model}" if every is model_parameters else f"the save's models hold {len(every)}"
         findings.append(
             Finding(
                 "optimizer-size",
-                f"optimizer at {where(fact.path)} covers {counted(fact.parameters, 'parameter')}, the model holds "
-                f"{model}: it belongs to another model (optimizer.load_state_dict refuses it)",
+                f"optimizer at {where(fact.path)} covers {counted(fact.parameters, 'parameter')}, {held}: "
+                "it belongs to another model (optimizer.load_state_dict refuses it)",
                 "warning",
                 path=fact.path,
             )
@@ -270,7 +299,7 @@ def _optimizer_findings(
                 path=fact.path,
             )
         )
-    foreign = fact.moment_shapes - Counter(model_parameters)
+    foreign = fact.moment_shapes - Counter(every)
     if foreign:
         shown = ", ".join(str(list(shape)) for shape in list(foreign)[:SHOWN])
         findings.append(

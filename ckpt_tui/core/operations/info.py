@@ -12,6 +12,7 @@ import itertools
 import math
 import operator
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -533,7 +534,29 @@ def _training_findings(root: Any, references: list[Any], model: ModelCounts, byt
     from ckpt_tui.core.conventions.training_state import training_findings  # (a training checkpoint's own)
 
     shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
-    return training_findings(root, optimizers, schedulers, shapes, byteorder)
+    numbered = {n: parameter_shapes(root[key]) for n, key in numbered_models(root, model.path).items()}
+    return training_findings(root, optimizers, schedulers, shapes, byteorder, numbered or None)
+
+
+NUMBERED = re.compile(r"(?P<base>model|pytorch_model|optimizer)(?:_(?P<number>[1-9]\d*))?")
+"""How Accelerate's ``save_state`` names the files of several models and optimizers: ``model.safetensors``,
+``model_1.safetensors``, ``optimizer.bin``, ``optimizer_1.bin`` (opened as keys without their extension)."""
+
+
+def numbered_models(root: Any, path: KeyPath | None) -> dict[int, str]:
+    """The root keys of a save of several models (``model``, ``model_1``...: Accelerate's ``save_state`` after
+    ``prepare(m1, m2, ...)``), by their number (0 for the first); empty unless the model is one of two or more."""
+    if not isinstance(root, dict) or path is None or len(path) != 1 or not isinstance(path[0], str):
+        return {}
+    first = NUMBERED.fullmatch(path[0])
+    if first is None or first["base"] == "optimizer":
+        return {}
+    found = {}
+    for key in root:
+        named = NUMBERED.fullmatch(key) if isinstance(key, str) else None
+        if named is not None and named["base"] == first["base"] and tensor_items(root[key]) is not None:
+            found[int(named["number"] or 0)] = key
+    return found if len(found) > 1 else {}
 
 
 def parameter_shapes(model: Any) -> list[tuple[int, ...]]:
