@@ -194,8 +194,13 @@ def made_files(folder: Path) -> dict[str, Path | list[Path]]:
     write_sharded_bin(dict(state), folder / "bin")
     write_dcp({"model": dict(state)}, folder / "dcp")
     write_torchscript(folder / "script.pt")
+    # the members torch's pre-0.4 tar form holds (_legacy_load reads storages, tensors, then pickle)
+    (folder / "none.pkl").write_bytes(pickle.dumps(0, protocol=2))
     with tarfile.open(folder / "old.tar", "w") as tar:
+        tar.add(folder / "none.pkl", arcname="storages")
+        tar.add(folder / "none.pkl", arcname="tensors")
         tar.add(folder / "plain.pkl", arcname="pickle")
+    (folder / "none.pkl").unlink()
     (folder / "notes.txt").write_text("not a checkpoint\n")
     (folder / "empty.pt").write_bytes(b"")
     (folder / "noise.bin").write_bytes(bytes(range(250, 256)) * 8)

@@ -213,3 +213,45 @@ def test_a_folder_of_one_checkpoint_under_any_name_opens_it(
     assert "fc.weight" in out and name in out
     # (torch.load unpickles a safetensors file not named *.safetensors, and fails)
     assert main(["check", str(folder)]) == (1 if "safetensors" in name else 0)
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4])
+def test_a_plain_pickle_beside_one_checkpoint_is_no_second_checkpoint(
+    tmp_path: Path, protocol: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch.load refuses a plain pickle ("Invalid magic number"): the folder opens its one save, and the pickle
+    # is read for code beside it
+    import pickle
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    (folder / "extra.pkl").write_bytes(pickle.dumps({"classes": ["a", "b"]}, protocol=protocol))
+    with pytest.raises(RuntimeError, match="Invalid magic number"):
+        torch.load(folder / "extra.pkl", weights_only=False)
+    assert main(["check", str(folder)]) == 0
+    assert "also in the folder: extra.pkl: read for code: none" in capsys.readouterr().out
+
+
+def test_a_folder_of_save_folders_names_the_last_to_open(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for step in (500, 1000):
+        (tmp_path / "out" / f"checkpoint-{step}").mkdir(parents=True)
+        torch.save({"w": torch.ones(2)}, tmp_path / "out" / f"checkpoint-{step}" / "pytorch_model.bin")
+    assert main(["info", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert "no checkpoint in this folder: 2 folders (checkpoint-1000/, checkpoint-500/)" in error
+    assert f"open a save's folder (ckpt-tui {tmp_path / 'out' / 'checkpoint-1000'})" in error
+
+
+def test_deepspeeds_latest_naming_a_missing_tag_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "ds"
+    (folder / "global_step2").mkdir(parents=True)
+    shutil.copy(
+        FIXTURES / "frameworks" / "zero0_bf16" / "global_step2" / "mp_rank_00_model_states.pt", folder / "global_step2"
+    )
+    (folder / "latest").write_text("global_step9")
+    assert main(["info", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert "DeepSpeed's latest names 'global_step9', which is not in the folder" in error
+    assert f"open a save's folder (ckpt-tui {folder / 'global_step2'})" in error
+    assert main(["info", str(folder / "global_step2")]) == 0

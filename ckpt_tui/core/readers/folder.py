@@ -85,6 +85,28 @@ def _saved_as_checkpoint(path: str) -> bool:
     return bool(head) and (head[0] == PICKLE_PROTO or looks_like_safetensors(head, size))
 
 
+def _no_torch_save(path: str) -> bool:
+    """Whether a local file surely is no file torch.save writes: a text file, a zip with no ``data.pkl``, or a
+    plain pickle (its first object is no int, so never torch's magic number: ``Invalid magic number``)."""
+    if _no_checkpoint_kind(path) is not None:
+        return True
+    sniffed = _sniffed(path)
+    return sniffed is not None and _plain_pickle(sniffed[0])
+
+
+INT_OPCODES = frozenset(b"\x8a\x8bILJKM")
+"""The pickle opcodes that begin an int (LONG1, LONG4, INT, LONG, BININT, BININT1, BININT2): how a legacy torch
+file's first pickle, its magic number, begins."""
+
+
+def _plain_pickle(head: bytes) -> bool:
+    """Whether bytes begin as a binary pickle whose first object is no int (after PROTO and FRAME)."""
+    if head[:1] != bytes([PICKLE_PROTO]):
+        return False
+    at = 2 + (9 if head[2:3] == b"\x95" else 0)
+    return at < len(head) and head[at] not in INT_OPCODES
+
+
 def _sniffed(path: str) -> tuple[bytes, int] | None:
     """A local file's first bytes and its size; None where it cannot be read."""
     try:
@@ -133,16 +155,23 @@ def saved_together(folder: str, names: list[str]) -> bool:
     return rank_folder(folder, ranked) is not None
 
 
+def torch_saves(folder: str, names: list[str]) -> list[str]:
+    """A local folder's checkpoint files less those that surely are no torch save: what is no regular file (a
+    broken link, a device: ckpt-tui refuses it), a text file, a zip with no ``data.pkl``, a plain pickle (which
+    torch.load refuses: no magic number). A remote folder's, or too many to peek at, as they are."""
+    if places.is_remote(folder) or len(names) > MAX_PEEKED:
+        return names
+    paths = [(name, places.join(folder, name)) for name in names]
+    return [name for name, path in paths if _regular(path) and not _no_torch_save(path)]
+
+
 def separate_files(folder: str, names: list[str]) -> ReadError:
     """The one-line refusal of a folder of separate checkpoints, naming the one to open; a text file or a zip
     that is no torch checkpoint (named .pth, .bin) is not counted, and never named as the one to open; with none
     left, the refusal says what the folder holds."""
-    if not places.is_remote(folder) and len(names) <= MAX_PEEKED:
-        # (what is no regular file, a broken link or a device, ckpt-tui refuses: never counted, never named)
-        names = [name for name in names if _regular(places.join(folder, name))]
-        names = [name for name in names if _no_checkpoint_kind(places.join(folder, name)) is None]
-        if not names:
-            return no_checkpoint(folder)
+    names = torch_saves(folder, names)
+    if not names:
+        return no_checkpoint(folder)
     example = join_command(["ckpt-tui", path_arg(places.join(folder, _pick(names)))])
     return ReadError(
         f"{folder}: a folder of {counted(len(names), 'separate checkpoint')}, not one save: open one ({example})"
@@ -157,7 +186,32 @@ def no_checkpoint(folder: str) -> ReadError:
     except (OSError, CkptError):
         listed = []
     names = sorted(name for name in listed if not name.startswith(".") or name == DCP_METADATA)
-    return ReadError(f"{folder}: no checkpoint in this folder: {_holdings(folder, names)}")
+    return ReadError(f"{folder}: no checkpoint in this folder: {_holdings(folder, names)}{_way_on(folder, names)}")
+
+
+SAVE_FOLDER = re.compile(r"(global_step|checkpoint|step|epoch|iter|ckpt)[-_]?\d+", re.IGNORECASE)
+"""The names training runs give each save's own folder (DeepSpeed's ``global_step500``, the Hugging Face Trainer's
+``checkpoint-500``, Accelerate's ``checkpoint_3``)."""
+LATEST = "latest"
+"""DeepSpeed's file naming the tag folder of the last save."""
+
+
+def _way_on(folder: str, names: list[str]) -> str:
+    """For a folder holding no checkpoint itself: what DeepSpeed's ``latest`` names that is not there, and the
+    save folder to open (the last by number), or ""."""
+    said = ""
+    if LATEST in names and not places.is_dir(places.join(folder, LATEST)):
+        try:
+            tag = places.read_small(places.join(folder, LATEST), 256, "latest is too long").decode().strip()
+        except (CkptError, UnicodeDecodeError):
+            tag = ""
+        if tag and tag not in names:
+            said = f"; DeepSpeed's latest names {tag!r}, which is not in the folder"
+    saves = [name for name in names if SAVE_FOLDER.fullmatch(name) and places.is_dir(places.join(folder, name))]
+    if saves:
+        last = max(saves, key=lambda name: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)])
+        said += f"; open a save's folder ({join_command(['ckpt-tui', path_arg(places.join(folder, last))])})"
+    return said
 
 
 SPECIAL = "special"

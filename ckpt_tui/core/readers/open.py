@@ -328,7 +328,7 @@ def _noted(checkpoint: Checkpoint, target: Target, choice: WeightsChoice) -> Che
 
 
 def _read_folder(target: Target) -> Checkpoint:
-    from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files
+    from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files, torch_saves
 
     choice = _weights_choice(target)
     # a folder save_pretrained wrote (model.safetensors or pytorch_model.bin beside config.json) is that one file,
@@ -340,6 +340,11 @@ def _read_folder(target: Target) -> Checkpoint:
         # file is what a loader takes; the other files are read for code
         if choice is not None:
             return _chosen_file(target, choice)
+        saves = torch_saves(target.path, target.files)
+        if len(saves) == 1:
+            # one save beside text files or plain pickles (torch.load refuses them): that save, the others read
+            # for code beside it
+            return read_folder(target.path, saves, lambda file: target.opened.pop(file, None) or open_shard(file))
         raise separate_files(target.path, target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
