@@ -26,7 +26,7 @@ from ckpt_tui.core.readers.open import DETECTION, open_checkpoint
 FIXTURES = Path(__file__).parent / "fixtures"
 
 FIXTURE_FORMATS = [
-    ("accelerate", "folder"),
+    ("accelerate", "zip"),
     ("accelerate/save_state", "folder"),
     ("accelerate/save_state/model.safetensors", "safetensors"),
     ("accelerate/save_state/optimizer.bin", "zip"),
@@ -140,7 +140,7 @@ FIXTURE_FORMATS = [
     ("frameworks/zero0_fp16/global_step2/mp_rank_00_model_states.pt", "deepspeed"),
     ("frameworks/zero0_fp16/latest", "! PATH: a text file, not a checkpoint"),
     ("frameworks/zero0_fp16.expected.pt", "zip"),
-    ("torch_distributed", "folder"),
+    ("torch_distributed", "zip"),
     ("torch_distributed/dcp_fsdp2", "dcp"),
     ("torch_distributed/dcp_fsdp2/.metadata", "dcp"),
     ("torch_distributed/dcp_fsdp2/__0_0.distcp", "dcp"),

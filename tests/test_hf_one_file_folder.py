@@ -288,11 +288,13 @@ def test_a_wheel_beside_a_model_is_data(folders: dict[str, Path], wheel: Path, t
     assert "cannot tell" not in out
 
 
-def test_a_folder_of_one_saved_file_says_one_file(tmp_path: Path, capsys: Any) -> None:
+def test_a_folder_of_one_saved_file_opens_that_file(tmp_path: Path, capsys: Any) -> None:
     torch.save({"step": 3}, tmp_path / "scheduler.bin")
     code, out, _ = run(capsys, "info", str(tmp_path))
     assert code == 0
-    assert "1 file saved together (each read by its own loader): scheduler.bin" in out
+    assert "the folder's one checkpoint, scheduler.bin, opened as that file" in out
+    # the same tree, keys and paths as the file opened by its path
+    assert run(capsys, "diff", str(tmp_path), str(tmp_path / "scheduler.bin"))[0] == 0
 
 
 def test_a_folder_of_text_files_named_pth_says_what_it_holds(tmp_path: Path, capsys: Any) -> None:

@@ -84,7 +84,7 @@ def test_one_checkpoint_beside_a_broken_link_and_a_device_opens_it(
     assert main(["check", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "dangling.pth not read (a broken link" in out and "zero.pth not read (a link out of the folder" in out
-    assert open_checkpoint(folder).files == [str(folder / "model.pth")]
+    assert open_checkpoint(folder).path == str(folder / "model.pth")
 
 
 def test_a_link_out_of_the_folder_to_a_checkpoint_names_the_file_to_open(
@@ -255,3 +255,15 @@ def test_deepspeeds_latest_naming_a_missing_tag_is_said(tmp_path: Path, capsys: 
     assert "DeepSpeed's latest names 'global_step9', which is not in the folder" in error
     assert f"open a save's folder (ckpt-tui {folder / 'global_step2'})" in error
     assert main(["info", str(folder / "global_step2")]) == 0
+
+
+def test_a_link_to_the_folders_own_checkpoint_is_no_second_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Lightning's save_last="link" writes last.ckpt as a link to the newest checkpoint
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"state_dict": torch.nn.Linear(2, 2).state_dict()}, folder / "epoch=3.ckpt")
+    (folder / "last.ckpt").symlink_to("epoch=3.ckpt")
+    assert main(["check", str(folder)]) == 0
+    assert open_checkpoint(folder).path == str(folder / "epoch=3.ckpt")

@@ -162,7 +162,14 @@ def torch_saves(folder: str, names: list[str]) -> list[str]:
     if places.is_remote(folder) or len(names) > MAX_PEEKED:
         return names
     paths = [(name, places.join(folder, name)) for name in names]
-    return [name for name, path in paths if _regular(path) and not _no_torch_save(path)]
+    saves = [(name, path) for name, path in paths if _regular(path) and not _no_torch_save(path)]
+    # a link to another of its files (Lightning's save_last="link" last.ckpt, latest.pth -> model.pth) is that
+    # save under a second name: the file itself is kept
+    by_file: dict[str, str] = {}
+    for name, path in sorted(saves, key=lambda item: os.path.islink(item[1])):
+        by_file.setdefault(_real(path), name)
+    kept = set(by_file.values())
+    return [name for name, _ in saves if name in kept]
 
 
 def separate_files(folder: str, names: list[str]) -> ReadError:
@@ -273,7 +280,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     stray: list[str] = []
     for label, name in zip(labels, names, strict=True):
         try:
-            members[label] = open_file(_member(folder, name))
+            members[label] = open_file(member_path(folder, name))
         except ReadError as exc:
             # a text file among the save's files (notes, a README named .pth) is no part of it: left out, said
             if not str(exc).endswith(TEXT_FILE):
@@ -320,7 +327,7 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
     )
 
 
-def _member(folder: str, name: str) -> str:
+def member_path(folder: str, name: str) -> str:
     """A save's file, inside the folder; a link out of it to a checkpoint is refused with the command that opens
     that file itself."""
     try:

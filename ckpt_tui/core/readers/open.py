@@ -327,6 +327,16 @@ def _noted(checkpoint: Checkpoint, target: Target, choice: WeightsChoice) -> Che
     return checkpoint
 
 
+def _one_save(target: Target, name: str) -> Checkpoint:
+    """A folder's one torch save, read as that file (its tree and paths as when it is opened by its path)."""
+    from ckpt_tui.core.readers.folder import member_path
+
+    path = member_path(target.path, name)
+    checkpoint = target.opened.pop(path, None) or _open_plain_file(path)
+    checkpoint.notes.insert(0, f"the folder's one checkpoint, {name}, opened as that file")
+    return checkpoint
+
+
 def _read_folder(target: Target) -> Checkpoint:
     from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files, torch_saves
 
@@ -335,16 +345,16 @@ def _read_folder(target: Target) -> Checkpoint:
     # as from_pretrained reads it, never a save of one file nested under its name
     if choice is not None and choice.holds_only_weights(target.files):
         return _chosen_file(target, choice)
+    saves = torch_saves(target.path, target.files)
+    if len(saves) == 1 and choice is None:
+        # a folder of one torch save (beside text files or plain pickles, which torch.load refuses) is that file,
+        # as opened by its path; the others are read for code beside it
+        return _one_save(target, saves[0])
     if not saved_together(target.path, target.files):
         # files that are no one save (a .bin beside rust_model.ot, a model file beside stray copies): the model
         # file is what a loader takes; the other files are read for code
         if choice is not None:
             return _chosen_file(target, choice)
-        saves = torch_saves(target.path, target.files)
-        if len(saves) == 1:
-            # one save beside text files or plain pickles (torch.load refuses them): that save, the others read
-            # for code beside it
-            return read_folder(target.path, saves, lambda file: target.opened.pop(file, None) or open_shard(file))
         raise separate_files(target.path, target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
