@@ -599,3 +599,37 @@ def test_a_title_breaks_after_keys_and_spaces_never_inside_a_word_that_fits() ->
     assert "".join(lines) == 'ckpt["model"] › module › transformer › h' and "transformer" in lines[-1]
     lines = broken('ckpt["model_state_dict"]["module.layer1.0.conv1.weight"]', 28).splitlines()
     assert lines[0] == 'ckpt["model_state_dict"]' and all(len(line) <= 28 for line in lines)
+
+
+async def test_at_80x24_the_tree_shortens_the_keys_of_one_listing_alike(tmp_path: Path) -> None:
+    """Siblings' keys are cut by one rule (a path to its initial in every key under it), not each line its
+    own way: every layer's line reads e.l.N. and the others stay whole."""
+    names = ("self_attn.in_proj_weight", "self_attn.in_proj_bias", "linear1.weight", "norm1.bias")
+    state = {f"backbone.{i}.weight": torch.zeros(16, 3, 3, 3) for i in range(2)}
+    state |= {f"encoder.layers.{i}.{name}": torch.zeros(96, 32) for i in range(3) for name in names}
+    state["head.weight"] = torch.zeros(10, 32)
+    torch.save(state, tmp_path / "model.pth")
+    app = CkptApp(str(tmp_path / "model.pth"))
+    async with app.run_test(size=SIZE) as pilot:
+        tree = await loaded(pilot)
+        await settle(pilot)
+        from rich.style import Style
+
+        shown = {
+            node.data.path[-1]: tree.render_label(node, Style(), Style()).plain.split("  ")[0]
+            for node in tree.root.children
+            if node.data is not None and node.data.path
+        }
+        layers = [key for key in shown if key.startswith("encoder.layers.")]
+        assert any(shown[key] != key for key in layers), "nothing to shorten: test a narrower tree"
+        # every layer's key cut the same way: its number and its last names whole, no "…" among them
+        assert all(shown[key].startswith(f"e.l.{key.split('.')[2]}.") for key in layers), [shown[k] for k in layers]
+        for name in names:
+            alike = {shown[f"encoder.layers.{i}.{name}"].replace(f".{i}.", ".N.") for i in range(3)}
+            assert len(alike) == 1 and "…" not in alike.pop()
+        assert shown["head.weight"] == "head.weight" and shown["backbone.0.weight"] == "backbone.0.weight"
+        # the whole key is on the side panel
+        await settle(pilot, *["j"] * 4)
+        assert cursor_path(app)[-1].startswith("encoder.layers.") and cursor_path(app)[-1] in detail(app).replace(
+            "\n", ""
+        ).replace(" ", "")

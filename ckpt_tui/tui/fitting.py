@@ -98,11 +98,12 @@ def compacted(parts: list[Part]) -> list[Part]:
     ]
 
 
-def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
-    """The line in at most ``width`` columns (in a narrow view when ``compact``), giving way as the module says."""
+def _given_way(parts: list[Part], width: int, compact: bool) -> tuple[list[Part], bool]:
+    """The line with its parts dropped or in their short forms, level by level, until it fits ``width`` (then
+    True), or none is left to give way (then False: the key is what gives way next)."""
     shown = compacted(parts) if compact else list(parts)
     if width_of(shown) <= width:
-        return styled(shown)
+        return shown, True
     for level in sorted({part.drop for part in parts} | {SHORTEN}, reverse=True):
         if level <= 0:
             break
@@ -112,7 +113,26 @@ def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
             if part.drop != level
         ]
         if width_of(shown) <= width:
-            return styled(shown)
+            return shown, True
+    return shown, False
+
+
+def key_room(parts: list[Part], width: int, compact: bool = False) -> int | None:
+    """The columns the line's key gets once everything else has given way (as :func:`fitted` gives it), or
+    None when the line fits with its key whole."""
+    shown, fits = _given_way(parts, width, compact)
+    key = next((part for part in shown if part.key), None)
+    if fits or key is None:
+        return None
+    others = sum(len(part.text) for part in shown if not part.key)
+    return max(width - others, min(len(key.text), MIN_KEY))
+
+
+def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
+    """The line in at most ``width`` columns (in a narrow view when ``compact``), giving way as the module says."""
+    shown, fits = _given_way(parts, width, compact)
+    if fits:
+        return styled(shown)
     others = sum(len(part.text) for part in shown if not part.key)
     shown = [
         part._replace(text=short_key(part.text, max(width - others, min(len(part.text), MIN_KEY)), part.head))

@@ -96,45 +96,69 @@ def shorten(text: str, width: int) -> str:
     return end
 
 
-def shorten_all(texts: Sequence[str], width: int) -> list[str]:
-    """Each of ``texts`` (one listing's keys) in at most ``width`` characters, by one rule for the whole
-    listing, so that its keys line up and read alike: where a key must be shortened, a leading component is
-    cut to its first letter in every key under the same path (``encoder.layers.`` → ``e.l.`` in each of
-    them; layers told apart by their numbers count as one path), as few paths as make every key fit, the
-    longest key's first. Keys under other paths stay whole; what is still too long (a key holding a repr)
-    is shortened as :func:`shorten` does it."""
-    if all(len(text) <= width for text in texts):
+def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
+    """Each of ``texts`` (one listing's keys) in at most ``width`` characters (one for all, or each its own), by
+    one rule for the whole listing, so that its keys line up and read alike: where a key must be shortened, a
+    leading component is cut to its first letter in every key under the same path (``encoder.layers.`` →
+    ``e.l.`` in each of them; layers told apart by their numbers count as one path), as few paths as make
+    every key fit, the key furthest over first. Keys under other paths stay whole; what is still too long (a
+    key holding a repr) is shortened as :func:`shorten` does it."""
+    widths = [width] * len(texts) if isinstance(width, int) else list(width)
+    if all(len(text) <= room for text, room in zip(texts, widths, strict=True)):
         return list(texts)
-    keys = [_Cuttable.of(text) for text in texts]
+    if any(_HOLE in text for text in texts):
+        return [shorten(text, room) for text, room in zip(texts, widths, strict=True)]
+    # keys alike but for their numbers (every layer's weight) are one pattern: parsed and cut once
+    patterns: dict[str, int] = {}
+    over: list[int] = []  # per pattern: how far its longest key is over its width
+    of_key: list[int] = []
+    for text, room in zip(texts, widths, strict=True):
+        pattern = _NUMBER.sub(_HOLE, text)
+        at = patterns.setdefault(pattern, len(patterns))
+        if at == len(over):
+            over.append(len(text) - room)
+        else:
+            over[at] = max(over[at], len(text) - room)
+        of_key.append(at)
+    keys = [_Cuttable.of(pattern) for pattern in patterns]
     under: dict[tuple[str, ...], list[int]] = {}
-    for index, key in enumerate(keys):
+    for at, key in enumerate(keys):
         for path in key.paths:
-            under.setdefault(path, []).append(index)
-    lengths = [len(text) for text in texts]
+            under.setdefault(path, []).append(at)
     cut: set[tuple[str, ...]] = set()
-    # the longest key over the width first: its leftmost path not yet cut, in every key under that path
-    heap = [(-length, index) for index, length in enumerate(lengths) if length > width and keys[index].paths]
+    heap = [(-excess, at) for at, excess in enumerate(over) if excess > 0 and keys[at].paths]
     heapq.heapify(heap)
     while heap:
-        negative, index = heapq.heappop(heap)
-        if -negative != lengths[index] or lengths[index] <= width:
-            continue  # a stale entry: the key was shortened since
-        left = [path for path in keys[index].paths if path not in cut]
+        negative, at = heapq.heappop(heap)
+        if -negative != over[at] or over[at] <= 0:
+            continue  # a stale entry: the pattern was shortened since
+        left = [path for path in keys[at].paths if path not in cut]
         if not left:
-            continue  # nothing left to cut to initials: shortened as one key below
-        path = left[0]
-        cut.add(path)
-        for other in under[path]:
-            lengths[other] -= keys[other].saved[path]
-            if lengths[other] > width:
-                heapq.heappush(heap, (-lengths[other], other))
-    shown = [key.render(cut) for key in keys]
-    return [text if len(text) <= width else shorten(text, width) for text in shown]
+            continue  # nothing left to cut to initials: shortened one key at a time below
+        cut.add(left[0])
+        for other in under[left[0]]:
+            over[other] -= keys[other].saved[left[0]]
+            if over[other] > 0:
+                heapq.heappush(heap, (-over[other], other))
+    # each pattern as shown, split where its numbers go back in
+    pieces = [key.render(cut).split(_HOLE) for key in keys]
+    shown = []
+    for text, room, at in zip(texts, widths, of_key, strict=True):
+        parts = pieces[at]
+        filled = parts[0]
+        if len(parts) > 1:
+            filled += "".join(n + p for n, p in zip(_NUMBER.findall(text), parts[1:], strict=True))
+        shown.append(filled if len(filled) <= room else shorten(filled, room))
+    return shown
+
+
+_HOLE = "\x00"
+"""Where a number stood in a key's pattern (:func:`shorten_all`)."""
 
 
 class _Cuttable:
-    """A key path's components that may be cut to their first letter, each named by its path (the names
-    before it and its own, numbers as ``#``)."""
+    """A key pattern's components that may be cut to their first letter, each named by its path (the names
+    before it and its own); a component holding a number (``layers.0``, ``layer1``) stays whole."""
 
     def __init__(self, text: str, spans: list[tuple[int, int]], paths: list[tuple[str, ...]]) -> None:
         self.text = text
@@ -143,18 +167,19 @@ class _Cuttable:
         self.saved = {path: end - start - 1 for path, (start, end) in zip(paths, spans, strict=True)}
 
     @classmethod
-    def of(cls, text: str) -> _Cuttable:
-        words = [match.span() for match in _WORD.finditer(text)]
-        if not all(_NAME.fullmatch(text, start, end) for start, end in words):
-            return cls(text, [], [])  # a repr, spaces, braces: not a key path
-        names = tuple("#" if _NUMBER.search(text, start, end) else text[start:end] for start, end in words)
+    def of(cls, pattern: str) -> _Cuttable:
+        plain = pattern.replace(_HOLE, "0")
+        words = [match.span() for match in _WORD.finditer(plain)]
+        if not all(_NAME.fullmatch(plain, start, end) for start, end in words):
+            return cls(pattern, [], [])  # a repr, spaces, braces: not a key path
+        names = tuple(pattern[start:end] for start, end in words)
         spans, paths = [], []
         # the last component (the parameter) stays whole, as do the numbers
         for at, (start, end) in enumerate(words[:-1]):
-            if end - start > 1 and names[at] != "#":
+            if end - start > 1 and _HOLE not in names[at]:
                 spans.append((start, end))
                 paths.append(names[: at + 1])
-        return cls(text, spans, paths)
+        return cls(pattern, spans, paths)
 
     def render(self, cut: set[tuple[str, ...]]) -> str:
         pieces, position = [], 0

@@ -36,12 +36,16 @@ from ckpt_tui.core.model.tree import (
     type_label,
 )
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
+from ckpt_tui.core.values.text_plots import shorten_all
 from ckpt_tui.tui.bindings import TREE_BINDINGS
-from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, styled
+from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, key_room, styled
 
 # Every line added is laid out again on each change of the tree (Textual's Tree measures all its lines):
 # a page is a few screens, so that showing a tree, a jump or an expand stays well within a key's 0.3 s
 PAGE = 200
+LISTING_RULE = 5000
+"""Up to this many lines a listing's keys are shortened by one rule (:func:`shorten_all`); past it, each line
+its own way (the rule reads every line of the listing at each layout)."""
 JUMP = 100  # lines added around the target of a jump (G, search, a redraw keeping a deep cursor)
 MORE = object()  # the value of the "… N more" line
 GROUP_MIN_KEYS = 8
@@ -277,6 +281,8 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         """The tree's width less its scrollbar, read once per layout of the lines (``_build``)."""
         self._cut_siblings: dict[tuple[int, int, int | None, bool], bool] = {}
         """Whether a listing (by ``id`` of its parent line, its lines, the width) has a key shortened to fit."""
+        self._short_keys: dict[tuple[int, int, int | None, bool], dict[int, str]] = {}
+        """A listing's shortened keys, by ``id`` of their lines (the listing as in ``_cut_siblings``)."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
 
@@ -298,6 +304,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.target_node = None
         self.totals = TotalsCache()
         self._cut_siblings.clear()
+        self._short_keys.clear()
         parts = value_parts(name, root, None, self.styles_by_role)  # the header has the totals
         self.root.set_label(styled(parts))
         self.root.data = NodeData((), root, parts=parts)
@@ -494,18 +501,59 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         compact = self.wide_lines > 0
         if not compact and self.process_label(node.label).cell_len <= room:
             return super().render_label(node, base_style, style)
-        parts = data.parts
-        if parts and parts[0].key and parts[0].head and self._a_sibling_is_cut(node, compact):
-            # when one key of a listing gives up the start its siblings share, every one does: the lines of one
-            # depth look alike (not "module.fc.bias" under "…layer1.0.conv1.weight")
-            first = parts[0]
-            parts = [first._replace(text=ELLIPSIS + first.text[first.head :], head=len(ELLIPSIS)), *parts[1:]]
+        parts = self._headed(node, data.parts, compact)
+        short = self._listing_keys(node.parent, compact).get(id(node)) if node.parent is not None else None
+        if short is not None:
+            parts = [parts[0]._replace(text=short, head=0), *parts[1:]]
         label = fitted(parts, room, compact)
         label.stylize(style)
         if not node.allow_expand:
             return label
         icon = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
         return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
+
+    def _headed(self, node: TreeNode[NodeData], parts: list[Part], compact: bool) -> list[Part]:
+        """The line's parts, its key without the start its siblings share (``…``) when a sibling's key is cut."""
+        if parts and parts[0].key and parts[0].head and self._a_sibling_is_cut(node, compact):
+            # when one key of a listing gives up the start its siblings share, every one does: the lines of one
+            # depth look alike (not "module.fc.bias" under "…layer1.0.conv1.weight")
+            first = parts[0]
+            return [first._replace(text=ELLIPSIS + first.text[first.head :], head=len(ELLIPSIS)), *parts[1:]]
+        return parts
+
+    def _listing_keys(self, parent: TreeNode[NodeData], compact: bool) -> dict[int, str]:
+        """The keys of a listing (the lines under ``parent``) where some must be shortened, by ``id`` of their
+        lines, shortened by one rule for the listing (:func:`shorten_all`: ``e.l.0.`` in every layer's key,
+        not each line its own way); empty when every key fits, or past :data:`LISTING_RULE` lines."""
+        asked = (id(parent), len(parent.children), self._layout_width, compact)
+        found = self._short_keys.get(asked)
+        if found is not None:
+            return found
+        found = {}
+        lines: list[tuple[int, str, int]] = []
+        if len(parent.children) <= LISTING_RULE:
+            for kid in parent.children:
+                room = self.label_room(kid)
+                parts = kid.data.parts if kid.data is not None else None
+                if room is None or not parts or not parts[0].key:
+                    continue
+                parts = self._headed(kid, parts, compact)
+                budget = key_room(parts, room, compact)
+                text = parts[0].text
+                lines.append((id(kid), text, len(text) if budget is None else budget))
+        if any(len(text) > budget for _, text, budget in lines):
+            # a key that gave up its shared start keeps its "…" in front: the rule is for the rest
+            lead = [len(ELLIPSIS) if text.startswith(ELLIPSIS) else 0 for _, text, _ in lines]
+            rests = shorten_all(
+                [text[cut:] for (_, text, _), cut in zip(lines, lead, strict=True)],
+                [max(budget - cut, 1) for (_, _, budget), cut in zip(lines, lead, strict=True)],
+            )
+            found = {
+                line: _led(text, cut, rest, budget)
+                for (line, text, budget), cut, rest in zip(lines, lead, rests, strict=True)
+            }
+        self._short_keys[asked] = found
+        return found
 
     def _a_sibling_is_cut(self, node: TreeNode[NodeData], compact: bool) -> bool:
         """Whether a line beside ``node`` (its parent's lines shown) has to shorten its key to fit."""
@@ -645,6 +693,15 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if kid is None or kid.data is None or kid.data.is_more:
             return None
         return kid
+
+
+def _led(text: str, cut: int, rest: str, budget: int) -> str:
+    """A listing's key as shown: its ``…`` (the shared start it gave up, ``cut`` long) before the rest as the rule
+    shortened it; one ``…`` for both where the rest had to give up its start too: the key's end, as much as fits
+    (as :func:`~ckpt_tui.tui.fitting.short_key` does it)."""
+    if cut and rest.startswith(ELLIPSIS):
+        return ELLIPSIS + text[len(text) - budget + len(ELLIPSIS) :]
+    return text[:cut] + rest
 
 
 def shared_head(entries: list[Any]) -> int:
