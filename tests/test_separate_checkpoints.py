@@ -267,3 +267,16 @@ def test_a_link_to_the_folders_own_checkpoint_is_no_second_one(
     (folder / "last.ckpt").symlink_to("epoch=3.ckpt")
     assert main(["check", str(folder)]) == 0
     assert open_checkpoint(folder).path == str(folder / "epoch=3.ckpt")
+
+
+def test_a_zero_tag_folder_without_model_states_is_one_broken_save(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "global_step2"
+    folder.mkdir()
+    for part in (FIXTURES / "deepspeed" / "zero2_fp32" / "global_step2").glob("*_optim_states.pt"):
+        shutil.copy(part, folder)
+    assert main(["info", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert "a DeepSpeed ZeRO save without its *_model_states.pt files (rank 0 did not save?)" in error
+    assert "separate checkpoints" not in error

@@ -262,3 +262,15 @@ async def test_browser_header_shows_the_resume_warning(tmp_path):
         await loaded(pilot)
         top = header(app)
         assert '! optimizer step 6 at ckpt["optimizer"] but global_step is 10' in top
+
+
+def test_a_tensor_beside_the_weights_leaves_them_found(tmp_path: Path, capsys: Any) -> None:
+    # torch's general-checkpoint tutorial with the loss kept as a tensor: the weights are still the model's
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    path = tmp_path / "tutorial.pth"
+    torch.save({"epoch": 3, "model_state_dict": model.state_dict(), "loss": torch.tensor(0.25)}, path)
+    out = tmp_path / "model.safetensors"
+    assert main(["convert", str(path), "--extract", "auto", "-o", str(out)]) == 0
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(out)) == sorted(model.state_dict())

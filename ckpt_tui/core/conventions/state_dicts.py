@@ -242,9 +242,12 @@ def inner_state_dict(root: Any) -> KeyPath | None:
         return None
     if isinstance(root, Opaque) and root.is_module:
         return ()
-    if isinstance(root, dict) and any(isinstance(v, Tensor) for v in root.values()):
-        return None
+    direct = sum(1 for v in root.values() if isinstance(v, Tensor)) if isinstance(root, dict) else 0
     candidates = [(path, value) for path, value in state_dicts(root) if path]
+    if direct:
+        # tensors beside the weights ({"model_state_dict": ..., "loss": tensor(0.25)}, a folder's bare RNG state
+        # file): the weights are a dict under the root that holds more tensors than the root itself does
+        candidates = [(path, value) for path, value in candidates if len(tensor_items(value) or []) > direct]
     if not candidates:
         return None
 

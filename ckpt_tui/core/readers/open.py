@@ -327,6 +327,18 @@ def _noted(checkpoint: Checkpoint, target: Target, choice: WeightsChoice) -> Che
     return checkpoint
 
 
+def _refuse_partial_zero(target: Target) -> None:
+    """A DeepSpeed tag folder of ``*_optim_states.pt`` with no ``*_model_states.pt`` (rank 0 did not save) is one
+    save missing its model states, never separate checkpoints: refused as DeepSpeed's loader refuses it."""
+    from ckpt_tui.core.readers.probes import MODEL_STATES, OPTIM_STATES
+
+    if any(n.endswith(OPTIM_STATES) for n in target.files) and not any(n.endswith(MODEL_STATES) for n in target.files):
+        raise ReadError(
+            f"{target.path}: a DeepSpeed ZeRO save without its *{MODEL_STATES} files (rank 0 did not save?): "
+            "the optimizer partitions alone hold no parameter names or shapes"
+        )
+
+
 def _one_save(target: Target, name: str) -> Checkpoint:
     """A folder's one torch save, read as that file (its tree and paths as when it is opened by its path)."""
     from ckpt_tui.core.readers.folder import member_path
@@ -355,6 +367,7 @@ def _read_folder(target: Target) -> Checkpoint:
         # file is what a loader takes; the other files are read for code
         if choice is not None:
             return _chosen_file(target, choice)
+        _refuse_partial_zero(target)
         raise separate_files(target.path, target.files)
     return read_folder(target.path, target.files, lambda file: target.opened.pop(file, None) or open_shard(file))
 
