@@ -42,6 +42,27 @@ def test_gguf_file_named_pth(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "a GGUF file (llama.cpp), not a torch checkpoint" in _one_line(capsys, ["info", str(path)])
 
 
+@pytest.mark.parametrize(
+    ("head", "named"),
+    [
+        (b"\x89HDF\r\n\x1a\n" + bytes(64), "an HDF5 file (Keras, h5py)"),
+        (None, "a bzip2-compressed file (decompress it first)"),
+        (b"lCRF" + bytes(64), "a CRFsuite model"),
+    ],
+)
+def test_hdf5_bzip2_and_crfsuite_files_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], head: bytes | None, named: str
+) -> None:
+    # weights files published beside PyPI packages' torch files: each said for what it is, not "corrupt pickle"
+    import bz2
+    import pickle
+
+    path = tmp_path / "weights.pth"
+    path.write_bytes(head if head is not None else bz2.compress(pickle.dumps({"a": 1})))
+    for command in ("info", "check"):
+        assert f"{named}, not a torch checkpoint" in _one_line(capsys, [command, str(path)])
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/version"), reason="needs Linux /proc")
 def test_proc_file_with_size_zero_is_text_not_empty(capsys: pytest.CaptureFixture[str]) -> None:
     assert os.path.getsize("/proc/version") == 0

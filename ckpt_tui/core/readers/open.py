@@ -401,8 +401,14 @@ def _refuse_tar(target: Target) -> Checkpoint:
     raise refusal(target.path)
 
 
-FOREIGN_MAGIC = ((b"\x93NUMPY", "a numpy array file (.npy)"), (b"GGUF", "a GGUF file (llama.cpp)"))
-"""Files that start like a pickle (``\x93``, ``G`` are opcodes) but are another program's format."""
+FOREIGN_MAGIC = (
+    (b"\x93NUMPY", "a numpy array file (.npy)"),
+    (b"GGUF", "a GGUF file (llama.cpp)"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras, h5py)"),
+    (b"BZh", "a bzip2-compressed file (decompress it first)"),
+    (b"lCRF", "a CRFsuite model"),
+)
+"""Files that start like a pickle (``\x93``, ``G``, ``\x89``... are opcodes) but are another program's format."""
 
 
 def _is_foreign(target: Target) -> bool:
