@@ -1,8 +1,9 @@
 """Paths named inside a checkpoint stay inside its folder: a sharded index's weight_map, DCP storage
 paths, DeepSpeed's ``latest``, Accelerate folders and rank sets, read and scanned.
 
-Each hostile name (``/dev/stdin``, a FIFO, ``../x``, an absolute path, a symlink out of the folder) is
-one line and exit 2 from ``check``, never a hang (each run has a deadline) nor a read outside.
+Each hostile name (``/dev/stdin``, a FIFO, ``../x``, an absolute path, a symlink into ``/proc``) is one line
+and exit 2 from ``check``, never a hang (each run has a deadline) nor a read outside. A symlink out of the folder
+to a regular file or folder elsewhere is followed, as the loaders follow it, and named in the notes (R10B-13).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from ckpt_tui.core.weights_only.verdict import scan_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEADLINE = 60.0
-HOSTILE = ["/dev/stdin", "fifo", "../outside.bin", "absolute", "link out"]
+HOSTILE = ["/dev/stdin", "fifo", "../outside.bin", "absolute", "link into /proc"]
+PROC_FILE = "/proc/self/environ"
+"""A kernel file that stats as a regular file (the environment, secrets included): a link to it is never followed."""
 
 
 def within_deadline(work: Callable[[], Any]) -> Any:
@@ -76,16 +79,14 @@ def hostile_name(case: str, folder: Path) -> str:
         return "pipe.safetensors"
     if case == "absolute":
         return str(outside)
-    if case == "link out":
-        (folder / "linked.safetensors").symlink_to(outside)
+    if case == "link into /proc":
+        (folder / "linked.safetensors").symlink_to(PROC_FILE)
         return "linked.safetensors"
     return case  # /dev/stdin, ../outside.bin
 
 
 def linked_entry(case: str, folder: Path, name: str) -> None:
-    """An entry ``name`` of ``folder`` that is a FIFO, a link to stdin or a link out of the folder."""
-    outside = folder.parent / "outside.bin"
-    outside.write_bytes(b"secret outside the folder")
+    """An entry ``name`` of ``folder`` that is a FIFO, a link to stdin or a link into ``/proc``."""
     target = folder / name
     if target.exists():
         target.unlink()
@@ -94,7 +95,7 @@ def linked_entry(case: str, folder: Path, name: str) -> None:
     elif case == "/dev/stdin":
         target.symlink_to("/dev/stdin")
     else:
-        target.symlink_to(outside)
+        target.symlink_to(PROC_FILE)
 
 
 @pytest.mark.parametrize("case", HOSTILE)
@@ -126,14 +127,14 @@ def test_a_dcp_storage_path_is_refused(tmp_path: Path, case: str) -> None:
     assert "storage file" in check_refuses(folder)
 
 
-@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link out"])
+@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link into /proc"])
 def test_a_dcp_metadata_that_is_not_a_file_of_the_folder_is_refused(tmp_path: Path, case: str) -> None:
     folder = write_dcp({"w": torch.ones(4)}, tmp_path / "dcp")
     linked_entry(case, folder, ".metadata")
     assert ".metadata" in check_refuses(folder)
 
 
-@pytest.mark.parametrize("case", HOSTILE)
+@pytest.mark.parametrize("case", [*HOSTILE, "loop"])
 def test_deepspeed_latest_naming_a_tag_out_of_the_folder_is_refused(tmp_path: Path, case: str) -> None:
     folder = tmp_path / "ds"
     shutil.copytree(FIXTURES / "deepspeed" / "zero2_fp32", folder)
@@ -141,9 +142,10 @@ def test_deepspeed_latest_naming_a_tag_out_of_the_folder_is_refused(tmp_path: Pa
     if case == "fifo":
         (folder / "latest").unlink()
         os.mkfifo(folder / "latest")
-    elif case == "link out":
-        shutil.move(folder / tag, tmp_path / tag)
-        (folder / tag).symlink_to(tmp_path / tag)
+    elif case in ("link into /proc", "loop"):
+        shutil.rmtree(folder / tag)
+        # (/proc/self is a folder of the kernel's; the folder's parent holds the folder: a loop)
+        (folder / tag).symlink_to("/proc/self" if case != "loop" else tmp_path)
     else:
         shutil.copytree(folder / tag, tmp_path / tag)
         name = {"absolute": str(tmp_path / tag), "../outside.bin": f"../{tag}"}.get(case, case)
@@ -151,7 +153,7 @@ def test_deepspeed_latest_naming_a_tag_out_of_the_folder_is_refused(tmp_path: Pa
     assert "latest" in check_refuses(folder)
 
 
-@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link out"])
+@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link into /proc"])
 def test_an_accelerate_folder_file_that_is_not_a_file_of_the_folder_is_refused(tmp_path: Path, case: str) -> None:
     folder = tmp_path / "state"
     shutil.copytree(FIXTURES / "accelerate" / "save_state", folder)
@@ -159,7 +161,7 @@ def test_an_accelerate_folder_file_that_is_not_a_file_of_the_folder_is_refused(t
     assert "scheduler.bin" in check_refuses(folder)
 
 
-@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link out"])
+@pytest.mark.parametrize("case", ["/dev/stdin", "fifo", "link into /proc"])
 def test_a_rank_file_beside_that_is_not_a_file_of_the_folder_is_refused(tmp_path: Path, case: str) -> None:
     folder = tmp_path / "ranks"
     shutil.copytree(FIXTURES / "torch_distributed" / "fsdp1_local", folder)
@@ -188,5 +190,80 @@ def test_links_inside_the_folder_and_a_hub_cache_snapshot_are_followed(tmp_path:
     assert inside(str(snapshot), "alias.bin", "index:") == str(snapshot / "alias.bin")
     assert inside(str(snapshot), "sub/x.bin", "index:") == str(snapshot / "sub" / "x.bin")
     (snapshot / "sub" / "blob.bin").symlink_to("../../../blobs/123")
-    with pytest.raises(ReadError, match="link out"):  # the exception is for the snapshot folder only
-        inside(str(snapshot / "sub"), "blob.bin", "index:")
+    # out of the snapshot's subfolder: followed as any link out to a regular file is
+    assert inside(str(snapshot / "sub"), "blob.bin", "index:") == str(snapshot / "sub" / "blob.bin")
+    (snapshot / "environ").symlink_to(PROC_FILE)
+    with pytest.raises(ReadError, match="the kernel's /proc"):
+        inside(str(snapshot), "environ", "index:")
+
+
+# ---- links out of the folder to regular files and folders are followed, as the loaders follow them (R10B-13) ----
+
+
+def info_out(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    """``info PATH``: exit 0; its output."""
+    assert main(["info", str(path)]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def test_a_weights_file_linked_from_another_folder_opens_as_from_pretrained_takes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.torch import save_file
+
+    store, run = tmp_path / "store", tmp_path / "run"
+    store.mkdir()
+    run.mkdir()
+    weights = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3)}
+    save_file(weights, store / "model.safetensors")
+    (run / "config.json").write_text("{}")
+    # weights kept elsewhere and linked into the run folder: from_pretrained(run) opens the link
+    (run / "model.safetensors").symlink_to("../store/model.safetensors")
+    out = info_out(capsys, run)
+    assert f"model.safetensors -> {store}/model.safetensors" in out and "from_pretrained" in out
+    assert main(["convert", str(run), "-o", str(tmp_path / "out.pth")]) == 0
+    got = torch.load(tmp_path / "out.pth", weights_only=True)
+    assert got.keys() == weights.keys() and all(torch.equal(got[k], weights[k]) for k in weights)
+    assert main(["check", str(run)]) == 0
+    # the output is written beside the link, never through it
+    assert (store / "model.safetensors").is_file() and not (store / "out.pth").exists()
+
+
+def test_a_deepspeed_tag_folder_linked_from_another_disk_opens_as_deepspeed_loads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = FIXTURES / "deepspeed" / "zero2_fp32"
+    disk = tmp_path / "disk2"
+    shutil.copytree(source / "global_step2", disk / "global_step2")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shutil.copy(source / "latest", folder / "latest")
+    (folder / "global_step2").symlink_to(disk / "global_step2")
+    out = info_out(capsys, folder)
+    assert f"global_step2 -> {disk}/global_step2" in out and "DeepSpeed ZeRO-2" in out
+    assert main(["convert", str(folder), "--extract", "fp32_weights", "-o", str(tmp_path / "fp32.pt")]) == 0
+    got = torch.load(tmp_path / "fp32.pt", weights_only=True)
+    want = torch.load(source / "expected_fp32.pt", weights_only=False)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert main(["check", str(folder)]) == 0
+
+
+def test_a_shard_and_a_dcp_data_file_linked_elsewhere_are_read_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    write_sharded_safetensors({"a": torch.ones(2), "b": torch.arange(2.0)}, sharded)
+    shard = sharded / "model-00002-of-00002.safetensors"
+    shutil.move(shard, elsewhere / shard.name)
+    shard.symlink_to(elsewhere / shard.name)
+    out = info_out(capsys, sharded)
+    assert f"{shard.name} -> {elsewhere}/{shard.name}" in out
+    dcp = write_dcp({"w": torch.arange(4.0)}, tmp_path / "dcp")
+    data = next(dcp.glob("*.distcp"))
+    shutil.move(data, elsewhere / data.name)
+    data.symlink_to(elsewhere / data.name)
+    assert f"{data.name} -> {elsewhere}/{data.name}" in info_out(capsys, dcp)
+    assert main(["check", str(dcp)]) == 0 and main(["check", str(sharded)]) == 0

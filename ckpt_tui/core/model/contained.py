@@ -5,9 +5,11 @@ A sharded index's ``weight_map``, DCP's ``storage_data`` relative paths and ``.m
 a folder) hands us. :func:`inside` is the one function that turns such a name into a path:
 
 - the name is relative and stays inside the folder (no ``..`` out, no absolute path, no URL);
-- no symlink leads out of the folder (the one exception: a Hugging Face hub cache's
-  ``snapshots/REV/NAME`` links into the same repository's ``blobs/``, which is how the hub stores
-  every downloaded file);
+- a symlink out of the folder is followed as the loaders follow it (weights kept on another disk and
+  linked into a run folder, a DeepSpeed tag folder linked from elsewhere, a Hugging Face hub cache's
+  ``snapshots/REV/NAME`` into ``blobs/``), but never into the kernel's file systems (``/proc``, ``/sys``,
+  ``/dev``, whose "regular files" are no files) nor, for a folder, to one holding the folder (a loop);
+  :func:`followed_links` names each link a checkpoint was read through, for its notes;
 - what it names is a regular file (or, asked for one, a folder): never a FIFO, a device, a socket or
   ``/dev/stdin``.
 
@@ -88,7 +90,9 @@ def _remote(folder: str, name: str, what: str, kind: str) -> str:
 def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:
     out = link_out(folder, path)
     if out is not None:
-        raise ReadError(f"{what} {name!r} is a link out of {folder} (to {out}); refused")
+        unfollowed = _unfollowed(folder, out, kind)
+        if unfollowed is not None:
+            raise ReadError(f"{what} {name!r} is a link out of {folder} (to {out}): {unfollowed}; refused")
     real = os.path.realpath(path)
     try:
         info = os.stat(real)
@@ -108,6 +112,44 @@ def link_out(folder: str, path: str) -> str | None:
     """Where a local ``path`` of ``folder`` really leads when a link takes it out of the folder; None inside."""
     real = os.path.realpath(path)
     return None if any(_within(real, root) for root in _allowed_roots(folder)) else real
+
+
+KERNEL_FILE_SYSTEMS = ("/proc", "/sys", "/dev")
+"""Where a link out of a folder is never followed: their entries stat as regular files (``/proc/kcore``,
+``/proc/self/mem``) or folders, yet reading them reads the kernel's memory, blocks, or never ends."""
+
+
+def _unfollowed(folder: str, out: str, kind: str) -> str | None:
+    """Why a link out of ``folder`` to ``out`` is not followed, or None: loaders follow links, so ckpt-tui does,
+    except into the kernel's file systems and (for a folder) to a folder holding this one."""
+    kernel = next((root for root in KERNEL_FILE_SYSTEMS if _within(out, root)), None)
+    if kernel is not None:
+        return f"the kernel's {kernel}, never read"
+    if kind == "folder" and _within(os.path.realpath(folder), out):
+        return "a folder holding it (a loop)"
+    return None
+
+
+def followed_links(folder: str, paths: list[str]) -> list[str]:
+    """``NAME -> TARGET`` for each link out of a local ``folder`` that one of ``paths`` (files read from it)
+    was read through: the notes say where a linked weights file or tag folder really lies."""
+    if places.is_remote(folder):
+        return []
+    top = os.path.abspath(folder)
+    found: dict[str, str] = {}
+    for path in paths:
+        if places.is_remote(path):
+            continue
+        current = os.path.abspath(path)
+        # each part of the path from the file up to the folder: the file itself, or a folder it lies in
+        while _within(current, top) and current != top:
+            if os.path.islink(current):
+                parent = os.path.dirname(current)
+                out = link_out(parent, current)
+                if out is not None:
+                    found.setdefault(os.path.relpath(current, top), out)
+            current = os.path.dirname(current)
+    return [f"{name} -> {out}" for name, out in found.items()]
 
 
 def _allowed_roots(folder: str) -> list[str]:

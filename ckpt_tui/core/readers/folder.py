@@ -328,16 +328,9 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
 
 
 def member_path(folder: str, name: str) -> str:
-    """A save's file, inside the folder; a link out of it to a checkpoint is refused with the command that opens
-    that file itself."""
-    try:
-        return inside(folder, name, f"{folder}:")
-    except ReadError as exc:
-        path = places.join(folder, name)
-        out = None if places.is_remote(folder) else link_out(folder, path)
-        if out is None or not _regular(path):
-            raise
-        raise ReadError(f"{exc}: open it there ({join_command(['ckpt-tui', path_arg(out)])})") from None
+    """A save's file, inside the folder (a link out of it to a regular file is followed, as its loader follows
+    it; :func:`~ckpt_tui.core.model.contained.inside` refuses the rest in one line)."""
+    return inside(folder, name, f"{folder}:")
 
 
 # ---- every other file of a folder, read for code -------------------------------------------------------

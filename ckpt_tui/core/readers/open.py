@@ -515,6 +515,12 @@ def _open_directory(path: str) -> Checkpoint:
         raise no_checkpoint(path)
     if checkpoint.format == "dcp" and not places.is_remote(path):
         _refuse_second_save(path)
+    from ckpt_tui.core.model.contained import followed_links
+
+    links = followed_links(path, checkpoint.input_files())
+    if links:
+        # (loaders follow a link out of the folder, so ckpt-tui does too; where the bytes really lie is said)
+        checkpoint.notes.append(f"read through a link out of the folder (as its loader follows it): {', '.join(links)}")
     from ckpt_tui.core.readers.dcp import read_dcp
     from ckpt_tui.core.readers.folder import account_for_folder
 
