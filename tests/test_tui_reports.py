@@ -596,3 +596,29 @@ async def test_the_per_layer_rows_and_the_layers_view_shorten_every_key_of_a_lis
         layers = [path for path in paths if ".l" in path]
         assert len(layers) == 12 and len({path.split(".")[0] + "." + path.split(".")[1] for path in layers}) == 1
         assert "…" not in "".join(layers)
+
+
+async def test_at_80x24_the_compare_report_keeps_every_mismatch_s_shapes_on_screen(tmp_path: Path) -> None:
+    long = "transformer.encoder.layers.{}.self_attention.output_projection.weight"
+    torch.save({long.format(i): torch.zeros(64, 64) for i in range(4)}, tmp_path / "model.pth")
+    reference = {long.format(i): torch.zeros(32, 32) for i in range(4)}
+    reference |= {
+        f"transformer.encoder.layers.{i}.feed_forward.extra_gate_projection.weight": torch.zeros(8) for i in range(4)
+    }
+    torch.save(reference, tmp_path / "reference.pth")
+    app = CkptApp(str(tmp_path / "model.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "c", tmp_path / "reference.pth")
+        width = screen.query_one("#report-list").scrollable_content_region.width
+        rows = [text for title, found in screen.sections if title.startswith("shape mismatches") for _, text in found]
+        assert len(rows) == 4 and all(text.plain.endswith(": [64, 64] vs [32, 32]") for text in rows)
+        assert all(len(text.plain) <= width for text in rows)
+        # the keys' shared start is said once, in the heading; a row still jumps to its whole key
+        assert any("under transformer.encoder.layers." in title for title, _ in screen.sections)
+        [(_, missing)] = section(screen, "missing")
+        assert "{0..3}.feed_forward.extra_gate_projection.weight" in missing and len(missing) <= width
+        listed = screen.query_one("#report-list")
+        listed.highlighted = next(i for i, t in enumerate(screen.targets) if t == (long.format(2),))
+        await settle(pilot, "enter")
+        assert cursor_path(app) == (long.format(2),)

@@ -94,10 +94,16 @@ class Report:
 
 
 def describe_compare(
-    report: CompareReport, path: str, reference_name: str, at: KeyPath = (), module: bool = False
+    report: CompareReport,
+    path: str,
+    reference_name: str,
+    at: KeyPath = (),
+    module: bool = False,
+    width: int | None = None,
 ) -> Report:
     """The report of ``check --against`` / the browser's compare. ``module``: the compared value is a
-    pickled module, whose keys are reached through its submodules."""
+    pickled module, whose keys are reached through its submodules. With a ``width``, each list's keys are
+    fitted to it by one rule (:func:`_listing`), their shapes kept."""
     from ckpt_tui.core.operations.compare import fold_keys_with_first
 
     def where(key: str) -> KeyPath:
@@ -105,24 +111,28 @@ def describe_compare(
 
     counts = _compare_counts(report)
     sections = [
-        Section(
+        _listed(
             "missing (in the reference, not in the checkpoint)",
-            [Row(printable(text)) for text, _ in fold_keys_with_first(report.missing)],
+            [(text, "", None) for text, _ in fold_keys_with_first(report.missing)],
+            width,
             len(report.missing),
         ),
-        Section(
+        _listed(
             "unexpected (in the checkpoint, not in the reference)",
-            [Row(printable(text), where(first)) for text, first in fold_keys_with_first(report.unexpected)],
+            [(text, "", where(first)) for text, first in fold_keys_with_first(report.unexpected)],
+            width,
             len(report.unexpected),
         ),
-        Section(
+        _listed(
             "shape mismatches (checkpoint vs reference)",
-            [Row(printable(f"{k}: {list(a)} vs {list(b)}"), where(k)) for k, a, b in report.shape_mismatches],
+            [(k, f": {list(a)} vs {list(b)}", where(k)) for k, a, b in report.shape_mismatches],
+            width,
             len(report.shape_mismatches),
         ),
-        Section(
+        _listed(
             "dtype mismatches (cast on load)",
-            [Row(printable(f"{k}: {a} vs {b}"), where(k)) for k, a, b in report.dtype_mismatches],
+            [(k, f": {a} vs {b}", where(k)) for k, a, b in report.dtype_mismatches],
+            width,
             len(report.dtype_mismatches),
         ),
     ]
@@ -461,12 +471,12 @@ VALUE_SECTIONS = {
 }
 
 
-def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, str | None]]]]:
+def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, Jump]]]]:
     """The value changes, a section per role: the model's parameters first, then buffers, counters and
     optimizer state. A row says how far apart the values are; ``within allclose`` when they are close."""
     sections = []
     for role, changes in _by_role(report).items():
-        items: list[tuple[str, str, str | None]] = [
+        items: list[tuple[str, str, Jump]] = [
             (
                 d.key,
                 f": max |a-b| {d.max_abs:.6g}"
@@ -480,7 +490,15 @@ def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, 
     return sections
 
 
-def _listing(items: list[tuple[str, str, str | None]], width: int | None) -> tuple[list[Row], str]:
+Jump = str | KeyPath | None
+"""Where a listed row jumps: a ``/`` key of a diff's A, a key path of the compared tree, or nowhere."""
+
+
+def _row(text: str, jump: Jump) -> Row:
+    return Row(text, path=jump) if isinstance(jump, tuple) else Row(text, key=jump)
+
+
+def _listing(items: list[tuple[str, str, Jump]], width: int | None) -> tuple[list[Row], str]:
     """One listing's rows, each ``key`` then ``rest`` (both escaped), jumping to its third item; and, with
     a ``width``, the start every key shares (``, under model/module.``) for the title, said once there. With a
     ``width`` the keys are fitted by one rule for the listing (:func:`shorten_all`), in the room the longest
@@ -488,7 +506,7 @@ def _listing(items: list[tuple[str, str, str | None]], width: int | None) -> tup
     from ckpt_tui.core.values.text_plots import shared_start, shorten_all
 
     if width is None:
-        return [Row(printable(key) + printable(rest), key=jump) for key, rest, jump in items], ""
+        return [_row(printable(key) + printable(rest), jump) for key, rest, jump in items], ""
     keys = [printable(key) for key, _, _ in items]
     rests = [printable(rest) for _, rest, _ in items]
     room = max(KEY_AT_LEAST, width - max(map(len, rests), default=0))
@@ -496,11 +514,11 @@ def _listing(items: list[tuple[str, str, str | None]], width: int | None) -> tup
     head = shared_start(keys) if any(len(key) > room for key in keys) else ""
     head = "" if head == "ckpt" else head  # the root alone: no room gained, nothing said
     shown = shorten_all([key[len(head) :] for key in keys], room)
-    rows = [Row(key + rest, key=jump) for key, rest, (_, _, jump) in zip(shown, rests, items, strict=True)]
+    rows = [_row(key + rest, jump) for key, rest, (_, _, jump) in zip(shown, rests, items, strict=True)]
     return rows, (f", under {head}" if head else "")
 
 
-def _listed(title: str, items: list[tuple[str, str, str | None]], width: int | None, count: int = -1) -> Section:
+def _listed(title: str, items: list[tuple[str, str, Jump]], width: int | None, count: int = -1) -> Section:
     """A section of one listing (:func:`_listing`): ``count`` keys (its rows' when -1)."""
     rows, under = _listing(items, width)
     return Section(title + under, rows, len(items) if count < 0 else count)

@@ -108,12 +108,13 @@ def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
         return list(texts)
     if any(_HOLE in text for text in texts):
         return [shorten(text, room) for text, room in zip(texts, widths, strict=True)]
-    # keys alike but for their numbers (every layer's weight) are one pattern: parsed and cut once
+    # keys alike but for their numbers (every layer's weight, or a folded row's {0..3}) are one pattern:
+    # parsed and cut once
     patterns: dict[str, int] = {}
     over: list[int] = []  # per pattern: how far its longest key is over its width
     of_key: list[int] = []
     for text, room in zip(texts, widths, strict=True):
-        pattern = _NUMBER.sub(_HOLE, text)
+        pattern = _NUMBERED.sub(_HOLE, text)
         at = patterns.setdefault(pattern, len(patterns))
         if at == len(over):
             over.append(len(text) - room)
@@ -147,13 +148,15 @@ def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
         parts = pieces[at]
         filled = parts[0]
         if len(parts) > 1:
-            filled += "".join(n + p for n, p in zip(_NUMBER.findall(text), parts[1:], strict=True))
+            filled += "".join(n + p for n, p in zip(_NUMBERED.findall(text), parts[1:], strict=True))
         shown.append(filled if len(filled) <= room else shorten(filled, room))
     return shown
 
 
 _HOLE = "\x00"
 """Where a number stood in a key's pattern (:func:`shorten_all`)."""
+_NUMBERED = re.compile(r"\{[^{}]*\}|\d+")
+"""A number, or the numbers a folded row stands for (``{0..3}``, ``{0,1,3}``)."""
 
 
 class _Cuttable:

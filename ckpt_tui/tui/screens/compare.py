@@ -14,7 +14,7 @@ from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.core.runtime.safe_text import printable
 from ckpt_tui.tui.host import BrowserHost
-from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen, Section
+from ckpt_tui.tui.screens.report import ApplyFix, Job, ReportScreen, Section, row_width
 from ckpt_tui.tui.targets import Target
 from ckpt_tui.tui.text import data, where
 
@@ -99,7 +99,15 @@ class CompareScreen(ReportScreen):
             )
         value = get(self.root, target.path) if target.prefix is None else None
         module = isinstance(value, Opaque) and value.is_module
-        return describe_compare(report, self.display_name, os.path.basename(self.reference), target.path, module)
+        # the keys fitted to the list's width by one rule, their shapes kept (not cut at the end)
+        return describe_compare(
+            report,
+            self.display_name,
+            os.path.basename(self.reference),
+            target.path,
+            module,
+            row_width(self.app.size.width),
+        )
 
     def offers(self, described: Described) -> Text:
         """Core's suggested fix in one line, then how to apply it: ``f`` here, or the command for the file on
