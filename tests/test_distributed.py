@@ -475,3 +475,36 @@ def test_a_dcp_folder_that_also_holds_a_from_pretrained_save_is_refused_naming_b
     # each opens by its own file
     assert main(["info", str(folder / ".metadata")]) == 0
     assert main(["info", str(folder / "model.safetensors")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("save", "module_state"),
+    [
+        (DEEPSPEED / "zero2_fp32", DEEPSPEED / "zero2_fp32" / "expected_fp32.pt"),
+        (FIXTURES / "frameworks" / "zero0_bf16", FIXTURES / "frameworks" / "zero0_bf16.expected.pt"),
+    ],
+)
+def test_a_deepspeed_save_beside_its_save_16bit_model_file_is_refused_naming_both(
+    tmp_path: Path, capsys: Any, save: Path, module_state: Path
+) -> None:
+    folder = tmp_path / "out"
+    shutil.copytree(save, folder)
+    # DeepSpeed's engine.save_16bit_model(folder) (stages 0-2) is torch.save(engine.module_state_dict(), folder /
+    # "pytorch_model.bin"): the module's state_dict in its training dtype, beside save_checkpoint's latest and tag
+    state = torch.load(module_state, weights_only=False)
+    torch.save(state, folder / "pytorch_model.bin")
+    assert main(["info", str(folder)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        f"ckpt-tui: {folder} holds two saves: a DeepSpeed checkpoint (latest naming global_step2/, read by "
+        "DeepSpeed's load_checkpoint and zero_to_fp32) and pytorch_model.bin (read by from_pretrained); open one "
+        f"by its path: {folder}/global_step2 or {folder}/pytorch_model.bin"
+    )
+    assert main(["check", str(folder)]) == 2
+    # each opens by the path the line names
+    capsys.readouterr()
+    assert main(["info", str(folder / "global_step2")]) == 0
+    assert "DeepSpeed" in capsys.readouterr().out
+    out = tmp_path / "module.pth"
+    assert main(["convert", str(folder / "pytorch_model.bin"), "-o", str(out)]) == 0
+    assert_same(torch.load(out, weights_only=True), state)

@@ -24,10 +24,13 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.formats import FORMAT_NAMES, FormatId, format_name
 from ckpt_tui.core.model.tree import Checkpoint, check_tree
 from ckpt_tui.core.readers.probes import (
+    LATEST,
+    MODEL_STATES,
     PICKLE_OPCODES,
     REMOTE_BESIDE,
     SETS,
     dcp_folder_of,
+    deepspeed_files,
     deepspeed_folder,
     looks_like_safetensors,
     looks_like_text,
@@ -492,19 +495,42 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
 # ---- folders and files ---------------------------------------------------------------------------
 
 
-def _refuse_second_save(folder: str) -> None:
-    """A DCP folder that also holds a weights file a ``from_pretrained`` takes holds two saves (``dcp.load`` reads
-    one, ``from_pretrained`` the other): refused in one line naming both, never opened as one of them silently."""
-    from ckpt_tui.core.model.contained import DCP_METADATA, WEIGHTS_LOADERS
+def _refuse_second_save(folder: str, checkpoint: Checkpoint) -> None:
+    """A DCP or DeepSpeed folder that also holds a weights file a ``from_pretrained`` takes holds two saves
+    (``dcp.load`` or DeepSpeed's ``load_checkpoint`` reads one, ``from_pretrained`` the other: DeepSpeed's own
+    ``save_16bit_model`` writes ``pytorch_model.bin`` beside ``latest``): refused in one line naming both and the
+    path that opens each, never opened as one of them silently."""
+    from ckpt_tui.core.model.contained import WEIGHTS_LOADERS
 
+    first = _folder_save(folder, checkpoint)
+    if first is None:
+        return
     for loader, names in WEIGHTS_LOADERS:
         found = next((name for name in names if os.path.isfile(os.path.join(folder, name))), None)
         if found is not None:
+            said, opens = first
             raise ReadError(
-                f"{folder} holds two saves: a torch.distributed.checkpoint ({DCP_METADATA}, read by dcp.load) and "
-                f"{found} (read by {loader}); open one by its file: {os.path.join(folder, DCP_METADATA)} or "
-                f"{os.path.join(folder, found)}"
+                f"{folder} holds two saves: {said} and {found} (read by {loader}); open one by its path: "
+                f"{opens} or {os.path.join(folder, found)}"
             )
+
+
+def _folder_save(folder: str, checkpoint: Checkpoint) -> tuple[str, str] | None:
+    """A save read from a folder by its framework's loader, in words, and the path that opens it alone; None for
+    the other formats (a folder of files saved together, which the weights file would be one of)."""
+    from ckpt_tui.core.model.contained import DCP_METADATA
+
+    if checkpoint.format == "dcp":
+        return f"a torch.distributed.checkpoint ({DCP_METADATA}, read by dcp.load)", os.path.join(folder, DCP_METADATA)
+    if checkpoint.format != "deepspeed":
+        return None
+    said = "a DeepSpeed checkpoint ({}read by DeepSpeed's load_checkpoint and zero_to_fp32)"
+    tag = os.path.relpath(checkpoint.path, folder)
+    if tag != os.curdir:
+        # (the tag folder opened by its path is the DeepSpeed save alone: what lies beside latest is not looked at)
+        return said.format(f"{LATEST} naming {tag}/, "), checkpoint.path
+    # the tag folder itself: one of its model-states files opens it
+    return said.format(""), os.path.join(folder, deepspeed_files(folder, MODEL_STATES)[0])
 
 
 def _open_directory(path: str) -> Checkpoint:
@@ -513,8 +539,8 @@ def _open_directory(path: str) -> Checkpoint:
         from ckpt_tui.core.readers.folder import no_checkpoint
 
         raise no_checkpoint(path)
-    if checkpoint.format == "dcp" and not places.is_remote(path):
-        _refuse_second_save(path)
+    if not places.is_remote(path):
+        _refuse_second_save(path, checkpoint)
     from ckpt_tui.core.model.contained import followed_links
 
     links = followed_links(path, checkpoint.input_files())
