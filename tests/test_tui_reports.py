@@ -622,3 +622,17 @@ async def test_at_80x24_the_compare_report_keeps_every_mismatch_s_shapes_on_scre
         listed.highlighted = next(i for i, t in enumerate(screen.targets) if t == (long.format(2),))
         await settle(pilot, "enter")
         assert cursor_path(app) == (long.format(2),)
+
+
+def test_a_long_key_path_in_a_finding_wraps_where_its_components_meet() -> None:
+    from rich.text import Text
+
+    from ckpt_tui.tui.screens.report import wrapped
+
+    path = 'ckpt["optimizer_states"]["zero_pp_rank_0_mp_rank_00_optim_states.pt"]["optimizer_state_dict"]'
+    shown = wrapped(Text(f"· optimizer state at {path}: Adam-style, step 3"), 74).plain
+    lines = [line.strip() for line in shown.splitlines()]
+    assert all(len(line) <= 74 for line in shown.splitlines())
+    # every line ends at a component's end or a word's: no name is split
+    assert "".join(lines).replace(" ", "") == f"·optimizerstateat{path}:Adam-style,step3"
+    assert '"zero_pp_rank_0_mp_rank_00_optim_states.pt"]' in shown and '["optimizer_state_dict"]' in shown

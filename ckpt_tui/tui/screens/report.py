@@ -9,6 +9,7 @@ screen is dismissed with a result the browser acts on (:data:`ReportResult`), or
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -96,13 +97,42 @@ def row_width(app_width: int) -> int:
 
 def wrapped(text: Text, width: int) -> Text:
     """``text`` broken between words into lines of at most ``width`` characters, each after the first indented
-    by two spaces: a report row that says something (a note, a finding) is read whole, never cut with "…"."""
+    by two spaces: a report row that says something (a note, a finding) is read whole, never cut with "…". A
+    word longer than a line (a key path) breaks where its components meet (``"]["``, ``.``, ``/``), not inside
+    a name."""
     from rich.console import Console
 
     if text.cell_len <= width and "\n" not in text.plain:
         return text
-    lines = text.wrap(Console(width=width), max(20, width - 2))
+    room = max(20, width - 2)
+    lines = _broken_at_components(text, room).wrap(Console(width=width), room)
     return Text("\n  ").join(lines)
+
+
+_COMPONENT_END = re.compile(r"(?<=[\].,/])(?=[^\s\].,/])")
+"""Where a key path may break: after a component's end (``]``, ``.``, ``/``), before the next one."""
+
+
+def _broken_at_components(text: Text, room: int) -> Text:
+    """``text`` with each word longer than ``room`` split by a line break at component ends (as few as make each
+    piece fit): Rich would otherwise fold it at the edge, mid-name."""
+    plain = text.plain
+    cuts: list[int] = []
+    for word in re.finditer(r"\S+", plain):
+        if word.end() - word.start() <= room:
+            continue
+        start = word.start()
+        ends = [match.start() for match in _COMPONENT_END.finditer(plain, word.start(), word.end())]
+        for index, end in enumerate(ends):
+            following = ends[index + 1] if index + 1 < len(ends) else word.end()
+            # break before the component that would not fit on the piece's line
+            if following - start > room and end > start:
+                cuts.append(end)
+                start = end
+    if not cuts:
+        return text
+    pieces = text.divide(cuts)
+    return Text("\n").join(pieces)
 
 
 def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
