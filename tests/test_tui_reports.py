@@ -636,3 +636,48 @@ def test_a_long_key_path_in_a_finding_wraps_where_its_components_meet() -> None:
     # every line ends at a component's end or a word's: no name is split
     assert "".join(lines).replace(" ", "") == f"·optimizerstateat{path}:Adam-style,step3"
     assert '"zero_pp_rank_0_mp_rank_00_optim_states.pt"]' in shown and '["optimizer_state_dict"]' in shown
+
+
+class _Old(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 10)
+
+
+class _Combined(torch.nn.Module):
+    """_Old with fc1 renamed to proj, fc2 widened 16 -> 24, head replaced by classifier (24 -> 5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 24)
+        self.classifier = torch.nn.Linear(24, 5)
+
+
+async def test_after_x_the_compare_fix_says_strict_false_still_raises_on_the_mismatches_it_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckpt_tui.cli import main
+
+    torch.save({"epoch": 3, "model_state_dict": _Old().state_dict()}, tmp_path / "old.pth")
+    torch.save(_Combined().state_dict(), tmp_path / "ref.pth")
+    app = CkptApp(str(tmp_path / "old.pth"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        browser(app).tree_view.reveal((("model_state_dict",), None))
+        await settle(pilot, "x", "y")
+        screen = await open_report(pilot, "c", tmp_path / "ref.pth")
+        said = " ".join(text for _, text in section(screen, "suggested fix"))
+        # (the mismatches are listed above as well: the fix still names them, and what strict=False does)
+        assert "shape mismatches left after it: fc2.weight: [16, 16] vs [24, 16]" in said
+        assert "load_state_dict(strict=False) still raises on them" in said
+        assert "--drop fc2.weight --drop fc2.bias" in said
+        assert "it still raises on the shape mismatches left" in said
+        shown = " ".join(body(app).split())
+        assert "(this assumes the 1 staged edit is saved first, to" in shown
+    # the CLI says the same of the file the edit saves
+    model = tmp_path / "model.pth"
+    torch.save(_Old().state_dict(), model)
+    capsys.readouterr()
+    assert main(["check", str(model), "--against", str(tmp_path / "ref.pth")]) == 1
+    out = capsys.readouterr().out
+    assert "load_state_dict(strict=False) still raises on them: drop them too (--drop fc2.weight" in out

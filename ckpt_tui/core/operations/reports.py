@@ -248,12 +248,18 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
     named = mismatched | {r for _, _, r, _ in suggestion.swapped}
     if not set(suggestion.missing) | set(suggestion.unexpected) <= named:
         details.append(_left_line(suggestion))
-    left = [(k, a, b) for k, a, b in suggestion.mismatched if k not in mismatched]
+    # every mismatch the fix leaves is said here, listed above or not: strict=False still raises on each (the
+    # ones it resizes away are dropped by the fix itself)
+    dropped_resized = {_renamed(suggestion, k) for k in resized}
+    left = [(k, a, b) for k, a, b in suggestion.mismatched if k not in dropped_resized]
     if left:
         details.append(_mismatched_line(left))
     if suggestion.missing and not set(suggestion.missing) <= mismatched:
         tied = len(set(report.tied) & set(suggestion.missing))
-        details.append(_strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it")
+        still = "; it still raises on the shape mismatches left" if left else ""
+        details.append(
+            _strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it" + still
+        )
     argv = suggestion.argv(path)
     return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ckpt_tui.core.edits import group_edits
 from ckpt_tui.core.errors import EditError, ReadError
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import Opaque, get
 from ckpt_tui.core.runtime.safe_text import printable
@@ -34,7 +35,9 @@ def fix_command(host: BrowserHost, suggestion: Any) -> list[str]:
             source = host.last_saved
         else:
             source = host.default_save_path()
-            assumption = [f"(this assumes the {session.unsaved or 'staged'} staged edits are saved first, to {source})"]
+            edits = counted(session.unsaved, "staged edit") if session.unsaved else "staged edits"
+            verb = "is" if session.unsaved == 1 else "are"
+            assumption = [f"(this assumes the {edits} {verb} saved first, to {source})"]
     return [*assumption, suggestion.command(source)]
 
 
