@@ -250,20 +250,36 @@ def test_a_linked_subfolder_inside_is_read_and_a_fifo_is_never_waited_on(tmp_pat
     assert not canary.exists()
 
 
-@pytest.mark.parametrize("target", ["..", "/dev", "/proc/self", "elsewhere"])
-def test_a_link_to_a_folder_out_of_the_folder_is_not_followed(tmp_path: Path, capsys: Any, target: str) -> None:
+def test_a_subfolder_linked_from_elsewhere_is_read_as_its_loaders_follow_it(tmp_path: Path, capsys: Any) -> None:
     folder, canary = tmp_path / "run", tmp_path / "CANARY"
     folder.mkdir()
     torch.save({"w": torch.ones(2)}, folder / "model.pth")
-    (tmp_path / "train.py").write_text("import os\n")
     _payload(tmp_path / "elsewhere" / "evil.pth", canary)
-    (folder / "up").symlink_to(tmp_path / target if target == "elsewhere" else target)
+    (folder / "linked").symlink_to(tmp_path / "elsewhere")
     code, out, _ = run(capsys, "check", str(folder))
-    # (no loader of the save reads a folder out of it: named, never read, never a problem)
+    assert code == 1
+    assert "[code-beside] linked/evil.pth" in out
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [("..", "a folder holding it (a loop)"), ("/dev", "the kernel's /dev"), ("/proc/self", "the kernel's /proc")],
+)
+def test_a_link_to_the_kernel_s_folders_or_to_a_folder_holding_it_is_not_followed(
+    tmp_path: Path, capsys: Any, target: str, why: str
+) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    torch.save({"w": torch.ones(2)}, folder / "model.pth")
+    (tmp_path / "train.py").write_text("(S'x'\nios\nmkdir\n")  # (what a scan of the folder above would flag)
+    (folder / "up").symlink_to(target)
+    code, out, _ = run(capsys, "check", str(folder))
+    # (never read: named in the folder's line, never a problem)
     assert code == 0, out
     assert ": OK, no NaN/Inf, no unsafe globals" in out and "[" not in out
-    assert "also in the folder: up/: read for code: up/ not read (a link out of the folder, to " in out
-    assert not canary.exists()
+    assert "also in the folder: up/: read for code: up/ not read (a link out of the folder to " in out
+    assert why in out
 
 
 def test_broken_links_and_links_to_devices_beside_a_model_are_named_never_a_problem(
@@ -282,7 +298,7 @@ def test_broken_links_and_links_to_devices_beside_a_model_are_named_never_a_prob
     code, out, _ = run(capsys, "check", str(folder))
     assert code == 0, out
     assert "gone not read (a broken link, to /nonexistent/x: nothing to load)" in out
-    assert "zero not read (a link out of the folder, to /dev/zero: not followed)" in out
+    assert "zero not read (a link out of the folder to /dev/zero: the kernel's /dev, never read)" in out
     assert "a not read (a broken link, to b: nothing to load)" in out
 
 

@@ -90,9 +90,9 @@ def _remote(folder: str, name: str, what: str, kind: str) -> str:
 def _local(folder: str, name: str, path: str, what: str, kind: str) -> str:
     out = link_out(folder, path)
     if out is not None:
-        unfollowed = _unfollowed(folder, out, kind)
-        if unfollowed is not None:
-            raise ReadError(f"{what} {name!r} is a link out of {folder} (to {out}): {unfollowed}; refused")
+        why = unfollowed(folder, out, kind)
+        if why is not None:
+            raise ReadError(f"{what} {name!r} is a link out of {folder} (to {out}): {why}; refused")
     real = os.path.realpath(path)
     try:
         info = os.stat(real)
@@ -119,7 +119,7 @@ KERNEL_FILE_SYSTEMS = ("/proc", "/sys", "/dev")
 ``/proc/self/mem``) or folders, yet reading them reads the kernel's memory, blocks, or never ends."""
 
 
-def _unfollowed(folder: str, out: str, kind: str) -> str | None:
+def unfollowed(folder: str, out: str, kind: str) -> str | None:
     """Why a link out of ``folder`` to ``out`` is not followed, or None: loaders follow links, so ckpt-tui does,
     except into the kernel's file systems and (for a folder) to a folder holding this one."""
     kernel = next((root for root in KERNEL_FILE_SYSTEMS if _within(out, root)), None)

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.contained import DCP_METADATA, HF_WEIGHTS, WEIGHTS_LOADERS, inside, link_out, named_entry
+from ckpt_tui.core.model.contained import (
+    DCP_METADATA,
+    HF_WEIGHTS,
+    WEIGHTS_LOADERS,
+    inside,
+    link_out,
+    named_entry,
+    unfollowed,
+)
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, iter_tensors
@@ -543,17 +551,20 @@ def _subfolder(
 
 def _passed_over(folder: str, name: str, path: str) -> FileBeside | None:
     """An entry that is no part of the save, so never read: a broken link (torch.load finds nothing there), a link
-    out of ``folder`` to a folder or to what is no regular file (a device, /proc); None for any other entry. A link
-    out to a regular file is read like the folder's own files: a loader given its name follows it."""
+    out of ``folder`` into the kernel's file systems (``d -> /dev``, ``p -> /proc/self``) or to a folder holding
+    this one (``up -> ..``); None for any other entry. Any other link out is read like the folder's own entries, as
+    the loaders follow it (see :func:`~ckpt_tui.core.model.contained.unfollowed`)."""
     if places.is_remote(path) or not os.path.islink(path):
         return None
     if not os.path.exists(path):
         return FileBeside(name, "broken link", passed_over=f"a broken link, to {os.readlink(path)}: nothing to load")
     out = link_out(folder, path)
-    if out is None or _regular(path):
+    folder_link = os.path.isdir(path)
+    why = unfollowed(folder, out, "folder" if folder_link else "file") if out is not None else None
+    if why is None:
         return None
-    shown = f"{name}/" if os.path.isdir(path) else name
-    return FileBeside(shown, "link out", passed_over=f"a link out of the folder, to {out}: not followed")
+    shown = f"{name}/" if folder_link else name
+    return FileBeside(shown, "link out", passed_over=f"a link out of the folder to {out}: {why}")
 
 
 def _file(name: str, path: str, open_file: Callable[[str], Checkpoint]) -> list[FileBeside]:
