@@ -299,7 +299,7 @@ def _refused_data_finding(data: dict[str, list[KeyPath]]) -> Finding | None:
 def tensor_problem(tensor: Tensor) -> str | None:
     """Why a tensor's metadata cannot be right (it reaches past its storage), or None."""
     storage = tensor.storage
-    if storage is None:
+    if storage is None or storage.location == "meta":
         return None
     return layout_problem(tensor.offset, tensor.shape, tensor.stride, tensor.dtype, storage.numel, storage.dtype)
 
@@ -307,7 +307,8 @@ def tensor_problem(tensor: Tensor) -> str | None:
 def tensor_problems(tensors: list[tuple[KeyPath, Tensor]], limit: int = 20) -> list[tuple[KeyPath, str]]:
     """The first ``limit`` tensors whose metadata cannot be right, with why: each distinct layout
     (offset, shape, stride, dtype, storage size) is judged once, however many tensors share it."""
-    stored = [(path, tensor) for path, tensor in tensors if tensor.storage is not None]
+    # (a meta storage has no data, and set_ grows it to what its views reach, as torch's does)
+    stored = [(p, t) for p, t in tensors if t.storage is not None and t.storage.location != "meta"]
     if over_whole_storages([tensor for _, tensor in stored]):
         return []  # each laid out as torch.save writes a parameter: it fits
     layouts = list(map(_LAYOUT, (tensor for _, tensor in stored)))

@@ -420,13 +420,15 @@ def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Ten
         set(map(operator.attrgetter("kind"), scanned)) == {"dense"}
         and not any(map(operator.is_, storages, itertools.repeat(None)))
         and len(set(map(id, storages))) == len(storages)
+        and "meta" not in set(map(operator.attrgetter("location"), storages))
     ):  # each tensor over its own storage (a state_dict of 50,000): each one view, at C speed
         return scanned, scanned, list(range(len(scanned)))
     views: dict[tuple[Any, ...], int] = {}
     first_of_view: list[Tensor] = []
     positions: list[int | None] = []
     for tensor in scanned:
-        if tensor.storage is None or tensor.kind != "dense":
+        # (a tensor over a meta storage has no values: torch.load makes it without data)
+        if tensor.storage is None or tensor.kind != "dense" or tensor.storage.location == "meta":
             positions.append(None)
             continue
         view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)

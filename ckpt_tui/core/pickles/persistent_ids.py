@@ -48,6 +48,10 @@ def location_refused(tag: str) -> bool:
     return match is None or (match.group(1) is not None and int(match.group(1)) > MAX_DEVICE_INDEX)
 
 
+META = "meta"
+"""The location torch turns into a storage without data (``_meta_deserialize``)."""
+
+
 class PersistentIds:
     """Turns a file's persistent ids into storages, noting every way torch's loader would refuse them."""
 
@@ -81,9 +85,12 @@ class PersistentIds:
                 if usual and 0 <= numel < INT64_LIMIT:
                     storage = self.cache.get(key)
                     if storage is None:
-                        storage = self.cache[key] = self.make(key, kind.dtype, location, numel, kind.name)
+                        storage = self.make(key, kind.dtype, location, numel, kind.name)
+                        if location != META or self.fields != ZIP_FIELDS:
+                            self.cache[key] = storage
                     return storage
-                return storage_from_pid(pid, self.make, self.cache)  # a legacy view, or refused in its words
+                return storage_from_pid(pid, self.make, self._cache_for(key, location))  # a legacy view, or
+                # refused in its words
         return self._unusual(pid)
 
     def _unusual(self, pid: Any) -> Any:
@@ -105,8 +112,21 @@ class PersistentIds:
             # torch names the record f"data/{key}" whatever its type, but caches the storage by the key object
             self.int_keys = True
             made = ("storage", pid[1], str(key), location, pid[4], *view)
-            return storage_from_pid(made, self.make_for_int, self.cache, slot=key)
-        return storage_from_pid(("storage", pid[1], key, location, pid[4], *view), self.make, self.cache)
+            return storage_from_pid(made, self.make_for_int, self._cache_for(key, location), slot=key)
+        made = ("storage", pid[1], key, location, pid[4], *view)
+        return storage_from_pid(made, self.make, self._cache_for(key, location))
+
+    def _cache_for(self, key: Any, location: Any) -> dict[Any, Storage | StorageView]:
+        """Where a storage is looked up and kept for the key's later uses: torch's zip loader keeps no storage
+        without data (a ``meta`` one: each later use of its key reads the record again, at that use's location;
+        one kept before is still found); legacy files keep all."""
+        if self.fields != ZIP_FIELDS or location != META:
+            return self.cache
+        try:
+            kept = self.cache.get(key)
+        except TypeError:
+            return self.cache  # (an unhashable key: refused there, in its words)
+        return {} if kept is None else {key: kept}
 
     def problems(self) -> list[str]:
         """Why torch.load would refuse these ids, one line each."""

@@ -271,6 +271,9 @@ class TensorReader:
             raise ReadError(f"values of {tensor.kind} tensors are not stored in this file")
         if tensor.kind != "dense":
             raise ReadError(f"values of {tensor.kind} tensors cannot be read")
+        if storage.location == "meta":
+            # torch.load reads the record, then makes the storage a meta one: the tensor it loads has no values
+            raise ReadError("a meta tensor has no values (torch.load loads it without data)")
         if len(tensor.shape) != len(tensor.stride):
             raise ReadError("tensor size and stride do not match")
         self.tensor = tensor

@@ -819,6 +819,9 @@ def _zip_storage(
     if size != nbytes:
         scan.sized_apart = f"data/{key} holds {size} bytes, its storage {nbytes}"
         raise Refusal(f"storage record data/{key} holds {size} bytes, its storage {nbytes}: torch wants equal")
+    if location == "meta":
+        # torch makes it a meta storage: no data, resizable by set_, and never kept for the key's later uses
+        return WStorage(dtype, nbytes, key, "meta", resizable=True)
     storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
     if nbytes:
         loaded[key] = storage

@@ -1,0 +1,54 @@
+"""Storages a persistent id places on ``meta``: torch reads the record, makes a meta storage without data (which
+``set_`` grows), and keeps none of it for the key's later uses, which read the record again at their own location."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders_readers import StorageRef, View, pickle_with_pids, torch_zip_members, write_zip
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.operations.check import check_checkpoint
+from ckpt_tui.core.readers.open import open_checkpoint
+
+DATA = struct.pack("<2f", float("nan"), 1.0)
+CASES = {
+    "meta_then_cpu": [("a", "meta", 0, (1,), (1,)), ("b", "cpu", 0, (2,), (1,))],
+    "cpu_then_meta": [("a", "cpu", 0, (2,), (1,)), ("b", "meta", 0, (1,), (1,))],
+    "meta_past_its_storage": [("a", "meta", 0, (4,), (1,))],
+    "meta_twice": [("a", "meta", 0, (2,), (1,)), ("b", "meta", 1, (1,), (1,))],
+}
+
+
+def build(path: Path, uses: list[tuple[str, str, int, tuple[int, ...], tuple[int, ...]]]) -> Path:
+    """One record of two float32 values, each use a view of it under the key "0" at its own location."""
+    root = {
+        key: View(StorageRef(numel=2, location=where), offset, size, stride)
+        for key, where, offset, size, stride in uses
+    }
+    return write_zip(path, torch_zip_members(pickle_with_pids(root), {"0": DATA}))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_devices_values_and_verdict_are_torchs(case: str, tmp_path: Path, capsys: Any) -> None:
+    path = build(tmp_path / f"{case}.pth", CASES[case])
+    loaded = torch.load(path, weights_only=True)
+    checkpoint = open_checkpoint(path)
+    for key, tensor in loaded.items():
+        assert checkpoint.root[key].device == tensor.device.type, key
+    report = check_checkpoint(checkpoint)
+    assert report.weights_only is not None and report.weights_only.loads
+    nan_keys = {key for key, t in loaded.items() if t.device.type == "cpu" and bool(t.isnan().any())}
+    assert {p.path[-1] for p in report.problems if p.kind == "nan"} == nan_keys
+    # a convert with no edits writes what torch loads: meta stays meta, data stays data
+    out = tmp_path / "out.pth"
+    assert main(["convert", str(path), "-o", str(out)]) == 0
+    again = torch.load(out, weights_only=True)
+    for key, tensor in loaded.items():
+        assert again[key].device == tensor.device, key
+        if tensor.device.type == "cpu":
+            assert torch.equal(again[key].nan_to_num(), tensor.nan_to_num()), key
