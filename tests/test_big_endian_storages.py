@@ -111,3 +111,13 @@ def test_a_nan_under_byte_storage_is_found_by_check(tmp_path: Path, capsys: Any)
     assert torch.load(path, weights_only=True)["w"].isnan().tolist() == [True, False]
     assert main(["check", str(path)]) == 1
     assert "NaN" in capsys.readouterr().out
+
+
+def test_an_empty_tensor_over_any_storage_reads(tmp_path: Path) -> None:
+    storage_type, _ = STORAGES["HalfStorage"]
+    ref = StorageRef(numel=8, storage_type=storage_type)
+    members = torch_zip_members(pickle_with_pids({"w": ViewV3(ref, 0, torch.float32)}), {"0": DATA}, byteorder=b"big")
+    path = write_zip(tmp_path / "empty.pth", members)
+    assert torch.load(path, weights_only=True)["w"].numel() == 0
+    checkpoint = open_checkpoint(path)
+    assert list(TensorReader(checkpoint.root["w"], checkpoint.byteorder).chunks()) == []

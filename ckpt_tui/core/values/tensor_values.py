@@ -278,6 +278,9 @@ class TensorReader:
             raise ReadError("tensor size and stride do not match")
         self.tensor = tensor
         order = read_order(tensor, byteorder)
+        # (no element, no bytes to swap)
+        if order is None and 0 in tensor.shape:
+            order = byteorder
         if order is None:
             raise ReadError(
                 f"values of this {tensor.dtype} tensor cannot be read: its big-endian storage of {storage.dtype} "
