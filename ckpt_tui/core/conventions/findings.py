@@ -29,6 +29,7 @@ from ckpt_tui.core.conventions.state_dicts import (
     is_optimizer,
     is_scheduler,
     prefix_origin,
+    root_model_keys,
     state_dicts,
     tensor_items,
 )
@@ -522,6 +523,25 @@ def _layout_finding(path: KeyPath, prefix: str, start: str, layout: Layout, keys
     return Finding("hf-body", message, path=path, prefix=prefix)
 
 
+def _root_model_finding(root: Any) -> Finding | None:
+    """The model weights at the root beside training state (torchtitan's DCP step: model keys, ``optimizer``,
+    ``lr_scheduler``, ``train_state``), with the extract that keeps them alone; None for any other root."""
+    keys = root_model_keys(root)
+    if keys is None:
+        return None
+    others = [key for key in root if key not in set(keys)]
+    shown = ", ".join(printable(key) for key in others[:SHOWN_BESIDE])
+    shown += f" (+{len(others) - SHOWN_BESIDE} more)" if len(others) > SHOWN_BESIDE else ""
+    message = (
+        f"the model weights are the {len(keys)} tensors at the root, beside {shown} (the layout torchtitan saves "
+        "a step in): extracting them leaves the rest out"
+    )
+    return Finding("inner-state-dict", message, path=(), fix=Fix("--extract", "auto"))
+
+
+SHOWN_BESIDE = 4
+
+
 def _structure_findings(
     root: Any, modules: list[tuple[KeyPath, Opaque]], optimizers: list[KeyPath], schedulers: list[KeyPath]
 ) -> list[Finding]:
@@ -559,6 +579,9 @@ def _structure_findings(
                 fix=Fix("--extract", to_slash(inner)),
             )
         )
+    elif not inner:
+        beside = _root_model_finding(root)
+        findings += [beside] if beside is not None else []
     for path, module in modules:
         scripted = module.global_name.startswith(TORCHSCRIPT_CLASSES)
         what = "a TorchScript module" if scripted else "a whole pickled nn.Module"

@@ -211,6 +211,52 @@ def is_optimizer(value: Any) -> bool:
     return isinstance(value, dict) and "state" in value and isinstance(value.get("param_groups"), list)
 
 
+FLAT_OPTIMIZER_PARTS = ("state.", "param_groups.")
+
+
+def is_flat_optimizer(value: Any) -> bool:
+    """An optimizer state_dict as torch flattens it (``get_optimizer_state_dict(..., options=StateDictOptions(
+    flatten_optimizer_state_dict=True))``, what torchtitan saves): ``state.FQN.NAME`` and
+    ``param_groups.FQN.NAME`` keys (``state.emb.weight.exp_avg``, ``param_groups.emb.weight.lr``)."""
+    if not isinstance(value, dict) or not value or not all(isinstance(key, str) for key in value):
+        return False
+    # every parameter has its groups' entries (its state only once stepped): a dict of them and nothing else
+    groups = any(key.startswith(FLAT_OPTIMIZER_PARTS[1]) for key in value)
+    return groups and all(key.startswith(FLAT_OPTIMIZER_PARTS) for key in value)
+
+
+def flat_optimizer_state(value: dict[str, Any]) -> list[Tensor]:
+    """The state tensors (moments, steps) of a flattened optimizer state_dict (:func:`is_flat_optimizer`)."""
+    return [v for k, v in value.items() if isinstance(v, Tensor) and k.startswith(FLAT_OPTIMIZER_PARTS[0])]
+
+
+def any_optimizer(value: Any) -> bool:
+    """An optimizer's state_dict, nested (:func:`is_optimizer`) or flattened (:func:`is_flat_optimizer`)."""
+    return is_optimizer(value) or is_flat_optimizer(value)
+
+
+def root_model_keys(root: Any) -> list[str] | None:
+    """The keys of the model weights when they lie at the root beside training state, as torchtitan saves a
+    step (``dcp.save({**model_state_dict, "optimizer": ..., "lr_scheduler": ..., "train_state": ...})``): the
+    root's tensors, when beside them lies an optimizer (nested or flattened) and no dict under the root holds
+    the weights (:func:`inner_state_dict`). None otherwise."""
+    if not isinstance(root, dict) or not all(isinstance(key, str) for key in root):
+        return None
+    tensors = [key for key, value in root.items() if isinstance(value, Tensor)]
+    if not tensors or len(tensors) == len(root) or not any(any_optimizer(value) for value in root.values()):
+        return None
+    # (a root of hundreds of weights and three such keys is a state_dict by count; of a few, a dict under it
+    # holding more tensors than the root's own is the model: the root's are the loss, a counter)
+    if tensor_items(root) is None and inner_state_dict(root) is not None:
+        return None
+    return tensors
+
+
+def root_model(root: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """The model weights at the root (:func:`root_model_keys`) as a state_dict of their own, in the root's order."""
+    return {key: root[key] for key in keys}
+
+
 def is_scheduler(value: Any) -> bool:
     """An LR scheduler's ``state_dict()``."""
     return isinstance(value, dict) and "last_epoch" in value and ("base_lrs" in value or "_step_count" in value)
@@ -229,7 +275,7 @@ def state_dicts(root: Any) -> list[tuple[KeyPath, Any]]:
         if tensor_items(value) is not None:
             found.append((path, value))
             continue
-        if len(path) >= SEARCH_DEPTH or is_optimizer(value) or not isinstance(value, (dict, Opaque)):
+        if len(path) >= SEARCH_DEPTH or any_optimizer(value) or not isinstance(value, (dict, Opaque)):
             continue
         entries = value.items() if isinstance(value, dict) else module_children(value) if value.is_module else []
         queue.extend(((*path, k), v) for k, v in entries if isinstance(v, (dict, Opaque)))

@@ -21,7 +21,14 @@ from typing import Any
 
 from ckpt_tui.core.conventions.layouts import common_first_component, is_lightning_checkpoint, wrapper_prefix
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children, state_dict_version
-from ckpt_tui.core.conventions.state_dicts import inner_state_dict, is_optimizer, is_scheduler, tensor_items
+from ckpt_tui.core.conventions.state_dicts import (
+    any_optimizer,
+    inner_state_dict,
+    is_scheduler,
+    root_model,
+    root_model_keys,
+    tensor_items,
+)
 from ckpt_tui.core.edits.key_renamer import KeyRenamer
 from ckpt_tui.core.edits.key_renamer import strips_cleanly as strips_cleanly  # where the edits' callers find it
 from ckpt_tui.core.errors import BadArgument, EditError, NothingChanges
@@ -501,6 +508,9 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     """Make a subtree the new root (``auto``: the detected inner state_dict; modules: their state_dict)."""
     if path == "auto":
         found = () if _is_module(root) else inner_state_dict(root)
+        keys = root_model_keys(root) if found is None else None
+        if keys is not None:
+            return _extract_root_model(root, keys)
         if found is None:
             if tensor_items(root) is not None:
                 raise NothingChanges("the root already is a state_dict: nothing to extract")
@@ -518,6 +528,17 @@ def extract(root: Any, path: KeyPath | str) -> Result:
     tensors = sum(1 for _ in iter_tensors(value))
     dropped = extract_drops(root, path)
     return value, Change(f"{title} ({counted(tensors, 'tensor')})", 1, notes=[dropped] if dropped else [])
+
+
+def _extract_root_model(root: dict[str, Any], keys: list[str]) -> Result:
+    """``--extract auto`` of the model weights at the root beside training state (torchtitan's DCP step): the
+    root's tensors become the root; the optimizer, scheduler and train state are left out, and said."""
+    kept = set(keys)
+    parts = [_dropped((key,), value) for key, value in root.items() if key not in kept]
+    shown = parts[:EXTRACT_DROPS_SHOWN]
+    more = f" and {len(parts) - len(shown)} more" if len(parts) > len(shown) else ""
+    title = f"extract the model weights at the root ({counted(len(keys), 'tensor')})"
+    return root_model(root, keys), Change(title, 1, notes=["drops " + ", ".join(shown) + more])
 
 
 def extract_drops(root: Any, path: KeyPath) -> str | None:
@@ -544,7 +565,7 @@ EXTRACT_DROPS_SHOWN = 6
 def _dropped(path: KeyPath, value: Any) -> str:
     """One thing an extract leaves out, in words."""
     where = to_python(path)
-    if is_optimizer(value):
+    if any_optimizer(value):
         elements = sum(tensor.numel for _, tensor in iter_tensors(value))
         return f"the optimizer state at {where} ({count(elements)} {plural(elements, 'element')})"
     if is_scheduler(value):
@@ -560,7 +581,7 @@ def _dropped(path: KeyPath, value: Any) -> str:
 
 def is_flat_state_dict(root: Any) -> bool:
     """The root itself holds the weights: ``--extract auto`` has nothing to do."""
-    return not _is_module(root) and tensor_items(root) is not None
+    return not _is_module(root) and tensor_items(root) is not None and root_model_keys(root) is None
 
 
 # ---- tensors: devices and dtypes ----------------------------------------------------------

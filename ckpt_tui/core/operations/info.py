@@ -29,10 +29,14 @@ from ckpt_tui.core.conventions.findings import (
 from ckpt_tui.core.conventions.state_dicts import (
     BUFFER_NAMES,
     PARAMETER_DTYPES,
+    flat_optimizer_state,
     inner_state_dict,
+    is_flat_optimizer,
     is_optimizer,
     is_scheduler,
     module_groups,
+    root_model,
+    root_model_keys,
     tensor_items,
 )
 from ckpt_tui.core.model.describe import Totals, count, counted
@@ -511,17 +515,33 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
     path: KeyPath | None = () if isinstance(root, Opaque) and root.is_module else None
     if path is None:
         path = () if tensor_items(root) is not None else inner_state_dict(root)
+    if path is None and root_model_keys(root) is not None:
+        path = ()  # the weights at the root, beside training state (torchtitan's DCP step)
     if path is not None:
         counts.path = path
-        counts.parameters, counts.buffers = _parameters_and_buffers(get(root, path))
+        counts.parameters, counts.buffers = _parameters_and_buffers(model_weights(root, path))
     seen: set[int] = set()
     for _, value, shown, first in references:
-        if shown and first and isinstance(value, dict) and is_optimizer(value) and isinstance(value.get("state"), dict):
-            for _, tensor in iter_tensors(value["state"]):
-                if id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    counts.optimizer_state += tensor.numel
+        if not (shown and first and isinstance(value, dict)):
+            continue
+        if is_optimizer(value) and isinstance(value.get("state"), dict):
+            state = [tensor for _, tensor in iter_tensors(value["state"])]
+        elif is_flat_optimizer(value):
+            state = flat_optimizer_state(value)
+        else:
+            continue
+        for tensor in state:
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                counts.optimizer_state += tensor.numel
     return counts
+
+
+def model_weights(root: Any, path: KeyPath) -> Any:
+    """The model's state_dict at ``path``; at the root beside training state (:func:`root_model_keys`), the root's
+    tensors alone."""
+    keys = root_model_keys(root) if not path else None
+    return get(root, path) if keys is None else root_model(root, keys)
 
 
 def _training_findings(root: Any, references: list[Any], model: ModelCounts, byteorder: str) -> list[Finding]:
@@ -533,7 +553,7 @@ def _training_findings(root: Any, references: list[Any], model: ModelCounts, byt
         return []
     from ckpt_tui.core.conventions.training_state import training_findings  # (a training checkpoint's own)
 
-    shapes = parameter_shapes(get(root, model.path)) if model.path is not None else None
+    shapes = parameter_shapes(model_weights(root, model.path)) if model.path is not None else None
     numbered = {n: parameter_shapes(root[key]) for n, key in numbered_models(root, model.path).items()}
     return training_findings(root, optimizers, schedulers, shapes, byteorder, numbered or None)
 
