@@ -52,3 +52,21 @@ def test_devices_values_and_verdict_are_torchs(case: str, tmp_path: Path, capsys
         assert again[key].device == tensor.device, key
         if tensor.device.type == "cpu":
             assert torch.equal(again[key].nan_to_num(), tensor.nan_to_num()), key
+
+
+@pytest.mark.parametrize("numel", [-1, 2**63, 10**30, 2.0])
+@pytest.mark.parametrize("location", ["cpu", "cpu:0", "meta"])
+def test_a_later_use_of_a_key_is_its_first_storage_whatever_it_says(
+    numel: object, location: str, tmp_path: Path
+) -> None:
+    # torch's loaded_storages is looked up before a use's size or location is read
+    again = StorageRef(numel=numel, location=location)  # type: ignore[arg-type]
+    root = {"a": View(StorageRef(numel=2), 0, (2,), (1,)), "b": View(again, 0, (1,), (1,))}
+    path = write_zip(tmp_path / "again.pth", torch_zip_members(pickle_with_pids(root), {"0": DATA}))
+    loaded = torch.load(path, weights_only=True)
+    checkpoint = open_checkpoint(path)
+    assert checkpoint.root["b"].storage is checkpoint.root["a"].storage
+    assert checkpoint.root["b"].device == loaded["b"].device.type == "cpu"
+    report = check_checkpoint(checkpoint)
+    assert report.weights_only is not None and report.weights_only.loads
+    assert {p.path[-1] for p in report.problems if p.kind == "nan"} == {"a", "b"}

@@ -74,6 +74,12 @@ class PersistentIds:
         # this runs once per tensor (50,000 times on big state_dicts): the usual id goes straight through
         if type(pid) is tuple and len(pid) == self.fields and pid[0] == "storage":
             key, location = pid[2], pid[3]
+            if type(key) is str and self.fields == ZIP_FIELDS and type(pid[1]) is StorageType:
+                # torch's zip loader looks a key's storage up before it reads the use's location or size: a
+                # later use of a key is the storage first made for it, whatever that use says
+                cached = self.cache.get(key)
+                if cached is not None:
+                    return cached
             if type(key) is str and type(location) is str:
                 if location not in self.checked:
                     self.checked.add(location)
