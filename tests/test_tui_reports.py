@@ -680,4 +680,6 @@ async def test_after_x_the_compare_fix_says_strict_false_still_raises_on_the_mis
     capsys.readouterr()
     assert main(["check", str(model), "--against", str(tmp_path / "ref.pth")]) == 1
     out = capsys.readouterr().out
-    assert "load_state_dict(strict=False) still raises on them: drop them too (--drop fc2.weight" in out
+    assert "load_state_dict(strict=False) still raises on them: to load anyway, drop them too (--drop fc2.weight" in out
+    # (the note above says no fix drops them: a drop is the user's choice, to load anyway)
+    assert "2 of 4 keys differ in shape, half of the model, not a head" in out

@@ -885,9 +885,10 @@ def another_model(
     keys = {key for key, _, _ in mismatched}
     if 2 * count < matched and (set(order[-count:]) == keys or _one_class_count(mismatched)):
         return None
-    where = (
-        "most of the model, not a head" if 2 * count >= matched else "not only at the end of the model, as a head is"
-    )
+    if 2 * count >= matched:
+        where = f"{'most' if 2 * count > matched else 'half'} of the model, not a head"
+    else:
+        where = "not only at the end of the model, as a head is"
     return (
         f"{count} of {matched} keys differ in shape, {where}: the reference is probably another model or variant "
         "than the checkpoint's; no fix drops them (that would throw their weights away and keep the model's "

@@ -302,7 +302,7 @@ def _mismatched_line(left: list[tuple[str, tuple[int, ...], tuple[int, ...]]]) -
     keys = " ".join(f"--drop {k}" for k, _, _ in left[:LEFT_LIMIT])
     return printable(
         f"shape mismatches left after it: {named}{more}; load_state_dict(strict=False) still raises on them:"
-        f" drop them too ({keys}) for the model to keep its fresh init there, or copy them in by hand"
+        f" to load anyway, drop them too ({keys}) and the model keeps its fresh init there, or copy them in by hand"
     )
 
 
