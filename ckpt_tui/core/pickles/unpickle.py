@@ -889,7 +889,7 @@ def load_pickle(
         return root
     except ReadError as exc:
         note = _unsafe_note(unpickler, stream, start)
-        raise (UnsafePickle if note else ReadError)(str(exc) + note) from None
+        raise _refusal(unpickler)(str(exc) + note) from None
     except RecursionError:
         problem = "nested too deeply to read"
     except MemoryError:
@@ -905,7 +905,15 @@ def load_pickle(
         if unsafe is not None:
             unsafe.update(unpickler.unsafe_names)
     note = _unsafe_note(unpickler, stream, start)
-    raise (UnsafePickle if note else ReadError)(f"{what}: {problem}{note}")
+    raise _refusal(unpickler)(f"{what}: {problem}{note}")
+
+
+def _refusal(unpickler: SafeUnpickler) -> type[ReadError]:
+    """:class:`UnsafePickle` for a refused pickle naming a global a loader could import (every part of its
+    dotted name an identifier), which no other account of the file may replace; else a plain ReadError (a text
+    file read as opcodes names "globals" such as ``lass Net:`` that no import finds)."""
+    importable = any(all(part.isidentifier() for part in name.split(".")) for name in unpickler.unsafe_names)
+    return UnsafePickle if importable else ReadError
 
 
 def _position(stream: BinaryIO) -> int | None:
