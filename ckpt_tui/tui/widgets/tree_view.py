@@ -36,7 +36,7 @@ from ckpt_tui.core.model.tree import (
     type_label,
 )
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
-from ckpt_tui.core.values.text_plots import shorten_all
+from ckpt_tui.core.values.text_plots import shorten, shorten_all
 from ckpt_tui.tui.bindings import TREE_BINDINGS
 from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, key_room, styled
 
@@ -697,10 +697,10 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
 
 def _led(text: str, cut: int, rest: str, budget: int) -> str:
     """A listing's key as shown: its ``…`` (the shared start it gave up, ``cut`` long) before the rest as the rule
-    shortened it; one ``…`` for both where the rest had to give up its start too: the key's end, as much as fits
-    (as :func:`~ckpt_tui.tui.fitting.short_key` does it)."""
+    shortened it; one ``…`` for both where the rest had to give up its start too (its end in ``budget``)."""
     if cut and rest.startswith(ELLIPSIS):
-        return ELLIPSIS + text[len(text) - budget + len(ELLIPSIS) :]
+        whole = shorten(text[cut:], budget)
+        return whole if whole.startswith(ELLIPSIS) else rest
     return text[:cut] + rest
 
 
