@@ -81,6 +81,12 @@ def test_info_counts_the_model_at_the_root_and_the_flattened_optimizer(
     if layers == 1:
         assert (elements[0], elements[4]) == (str(params), str(optimizer_elements(weights)))
     assert f"the model weights are the {len(weights)} tensors at the root, beside optimizer, lr_scheduler" in out
+    # the flattened optimizer is audited as the optimizer it flattens
+    parameters = len([key for key in weights if key.endswith(("weight", "bias"))])
+    assert (
+        f'optimizer state at ckpt["optimizer"]: Adam-style, 1 param group (lr 0.01), {parameters} parameters, step 2'
+        in out
+    )
     code, out, _ = run(capsys, "info", "--json", str(tmp_path / "step-2"))
     found: dict[str, Any] = json.loads(out)
     assert found["model_parameter_count"] == params
@@ -119,3 +125,25 @@ def test_a_state_dict_beside_a_loss_tensor_is_still_the_model(
     code, out, _ = run(capsys, "info", str(path))
     assert code == 0 and 'the model weights are under ckpt["model_state_dict"]' in out
     assert "tensors at the root" not in out
+
+
+def test_a_flattened_optimizer_reads_as_the_optimizer_it_flattens() -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    from ckpt_tui.core.conventions.state_dicts import is_flat_optimizer, unflattened_optimizer
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    groups = [{"params": model[0].parameters(), "lr": 0.1}, {"params": model[1].parameters(), "weight_decay": 0.5}]
+    optimizer = torch.optim.AdamW(groups, lr=0.01, betas=(0.8, 0.9))
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    options = StateDictOptions(flatten_optimizer_state_dict=True)
+    flat = get_optimizer_state_dict(model, optimizer, options=options)
+    assert is_flat_optimizer(flat) and "state.0.weight.exp_avg" in flat
+    nested = unflattened_optimizer(flat)
+    assert [(g["params"], g["lr"], g["weight_decay"]) for g in nested["param_groups"]] == [
+        (["0.weight", "0.bias"], 0.1, 0.01),
+        (["1.weight", "1.bias"], 0.01, 0.5),
+    ]
+    assert torch.equal(nested["state"]["1.bias"]["exp_avg"], optimizer.state[model[1].bias]["exp_avg"])
+    assert not is_flat_optimizer(model.state_dict()) and not is_flat_optimizer(optimizer.state_dict())

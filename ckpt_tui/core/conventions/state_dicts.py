@@ -230,6 +230,35 @@ def flat_optimizer_state(value: dict[str, Any]) -> list[Tensor]:
     return [v for k, v in value.items() if isinstance(v, Tensor) and k.startswith(FLAT_OPTIMIZER_PARTS[0])]
 
 
+def unflattened_optimizer(value: dict[str, Any]) -> dict[str, Any]:
+    """A flattened optimizer state_dict (:func:`is_flat_optimizer`) in the nested shape of ``optimizer.state_dict()``
+    (``state`` by parameter name, ``param_groups`` listing their names), for the audits that read that shape. Each
+    entry's name is its key's last component (``exp_avg``, ``lr``: never dotted); parameters whose group entries are
+    equal make one group, in the order first seen (the flattening keeps no group of its own)."""
+    state: dict[str, dict[str, Any]] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for key, item in value.items():
+        part, _, rest = key.partition(".")
+        fqn, _, name = rest.rpartition(".")
+        if fqn:
+            (state if part == "state" else entries).setdefault(fqn, {})[name] = item
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for fqn, options in entries.items():
+        same = tuple((name, _plain_value(item)) for name, item in options.items())
+        groups.setdefault(same, {**options, "params": []})["params"].append(fqn)
+    return {"state": state, "param_groups": list(groups.values())}
+
+
+def _plain_value(item: Any) -> Any:
+    """A group entry as compared between parameters: plain values and tuples of them by value (``betas``), any
+    other object (a tensor lr) by identity."""
+    if isinstance(item, (int, float, str, bool, type(None))):
+        return item
+    if isinstance(item, (list, tuple)) and all(isinstance(v, (int, float, str, bool, type(None))) for v in item):
+        return ("seq", *item)
+    return ("id", id(item))
+
+
 def any_optimizer(value: Any) -> bool:
     """An optimizer's state_dict, nested (:func:`is_optimizer`) or flattened (:func:`is_flat_optimizer`)."""
     return is_optimizer(value) or is_flat_optimizer(value)

@@ -38,6 +38,7 @@ from ckpt_tui.core.conventions.state_dicts import (
     root_model,
     root_model_keys,
     tensor_items,
+    unflattened_optimizer,
 )
 from ckpt_tui.core.model.describe import Totals, count, counted
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
@@ -548,6 +549,8 @@ def _training_findings(root: Any, references: list[Any], model: ModelCounts, byt
     """Optimizer and scheduler state, audited against the counters and the model (conventions/training_state.py)."""
     dicts = [(p, v) for p, v, shown, first in references if shown and first and isinstance(v, dict)]
     optimizers = [(p, v) for p, v in dicts if is_optimizer(v)]
+    # torch's flattened optimizer state_dict (torchtitan's), audited in the nested shape it flattens
+    optimizers += [(p, unflattened_optimizer(v)) for p, v in dicts if is_flat_optimizer(v)]
     schedulers = [(p, v) for p, v in dicts if is_scheduler(v)]
     if not optimizers and not schedulers:
         return []
