@@ -81,3 +81,17 @@ def test_every_count_says_what_it_counts_and_they_add_up(tmp_path, capsys):
     assert "  elements    15 params (model) + 32 optimizer state" in text
     assert "(root) dict (4) · 8 tensors · 47 elements" in text
     assert "model_state_dict  OrderedDict (2) · 2 tensors · 15 elements" in text
+
+
+def test_extract_names_every_key_it_drops_past_the_six_it_describes(tmp_path):
+    # a Lightning checkpoint's top level: hyper_parameters must not hide behind "and 4 more"
+    extra = ["loops", "callbacks", "lr_schedulers", "hparams_name", "hyper_parameters"]
+    state = {"state_dict": nn.Linear(2, 2).state_dict(), "epoch": 1, "global_step": 8}
+    state |= {"pytorch-lightning_version": "2.6.6", "optimizer_states": [], "legacy": 0}
+    state |= {name: {"name": name} for name in extra}
+    torch.save(state, tmp_path / "last.ckpt")
+    root = open_checkpoint(str(tmp_path / "last.ckpt")).root
+    _, change = edits.extract(root, ("state_dict",))
+    [note] = change.notes
+    assert note.startswith("drops epoch = 1, global_step = 8")
+    assert note.endswith(" and 4 more (callbacks, lr_schedulers, hparams_name, hyper_parameters)")

@@ -545,21 +545,26 @@ def extract_drops(root: Any, path: KeyPath) -> str | None:
     """What extracting ``path`` leaves out of the file, in one sentence (``drops epoch = 2, the optimizer
     state at ckpt["optimizer"] (1.39M elements), the LR scheduler state at ckpt["scheduler"]``); None when
     nothing is left out."""
-    parts: list[str] = []
+    left: list[tuple[KeyPath, Any]] = []
     parent = root
     for depth, key in enumerate(path):
         if not isinstance(parent, dict):
             break
-        parts += [_dropped((*path[:depth], other), value) for other, value in parent.items() if other != key]
+        left += [((*path[:depth], other), value) for other, value in parent.items() if other != key]
         parent = parent.get(key)
-    if not parts:
+    if not left:
         return None
-    shown = parts[:EXTRACT_DROPS_SHOWN]
-    more = f" and {len(parts) - len(shown)} more" if len(parts) > len(shown) else ""
+    shown = [_dropped(where, value) for where, value in left[:EXTRACT_DROPS_SHOWN]]
+    rest = [key_text(where[-1]) for where, _ in left[EXTRACT_DROPS_SHOWN:]]
+    # what else goes is named too (hyper_parameters, loops, ...): "and 3 more" hid what a user may want kept
+    named = ", ".join(rest[:EXTRACT_DROPS_NAMED]) + (", …" if len(rest) > EXTRACT_DROPS_NAMED else "")
+    more = f" and {len(rest)} more ({named})" if rest else ""
     return "drops " + ", ".join(shown) + more
 
 
 EXTRACT_DROPS_SHOWN = 6
+EXTRACT_DROPS_NAMED = 8
+"""Of what an extract drops past the first :data:`EXTRACT_DROPS_SHOWN`, the keys named."""
 
 
 def _dropped(path: KeyPath, value: Any) -> str:
