@@ -261,6 +261,13 @@ def test_a_shard_and_a_dcp_data_file_linked_elsewhere_are_read_there(
     shard.symlink_to(elsewhere / shard.name)
     out = info_out(capsys, sharded)
     assert f"{shard.name} -> {elsewhere}/{shard.name}" in out
+    # a link between the folder's own files is no link out: not in the note
+    first = sharded / "model-00001-of-00002.safetensors"
+    (sharded / "kept").mkdir()
+    shutil.move(first, sharded / "kept" / first.name)
+    first.symlink_to(Path("kept") / first.name)
+    out = info_out(capsys, sharded)
+    assert f"{shard.name} -> {elsewhere}/{shard.name}" in out and f"{first.name} ->" not in out
     dcp = write_dcp({"w": torch.arange(4.0)}, tmp_path / "dcp")
     data = next(dcp.glob("*.distcp"))
     shutil.move(data, elsewhere / data.name)

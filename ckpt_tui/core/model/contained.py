@@ -144,8 +144,8 @@ def followed_links(folder: str, paths: list[str]) -> list[str]:
         # each part of the path from the file up to the folder: the file itself, or a folder it lies in
         while _within(current, top) and current != top:
             if os.path.islink(current):
-                parent = os.path.dirname(current)
-                out = link_out(parent, current)
+                # (a link between the folder's own entries, or into a hub cache's blobs, is no link out)
+                out = link_out(top, current)
                 if out is not None:
                     found.setdefault(os.path.relpath(current, top), out)
             current = os.path.dirname(current)
