@@ -33,11 +33,12 @@ def bodies(command: str) -> dict[str, bytes]:
         + text(command)
         + b"b",
         "ordered_dict_metadata_payload": ORDERED + b"}(" + text("_metadata") + system + b"ub",
+        # (a key of its own: a later use of a key is its first storage, whatever location it says)
         "location_tag_payload": global_op("torch._utils._rebuild_tensor_v2")
         + b"(("
         + text("storage")
         + global_op("torch.FloatStorage")
-        + text("0")
+        + text("1")
         + system
         + b"K\x04tQK\x00K\x04\x85K\x01\x85\x89"
         + ORDERED
@@ -120,3 +121,16 @@ def test_a_payload_as_requires_grad_is_called_unsafe_not_read_as_false(tmp_path:
     data = b"\x80\x02}(" + text("w") + tensor + b"u."
     code, err = check(capsys, write_zip_checkpoint(tmp_path / "g.pth", data, {"0": floats(4)}))
     assert code == 2 and "requires_grad" in err and "UNSAFE" in err and "posix.system" in err
+
+
+def test_a_payload_in_a_later_uses_location_is_read_and_called_unsafe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch looks the key's storage up before it reads the location: the file loads (running the call first)
+    canary = tmp_path / "CANARY"
+    body = bodies(f"touch {canary}")["location_tag_payload"].replace(text("1"), text("0"), 1)
+    path = zip_with(tmp_path / "later_use.pth", body)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "unsafe global posix.system" in out and "NOT executed here" in out
+    assert not canary.exists()
