@@ -199,7 +199,7 @@ SPARSE_LAYOUTS = frozenset(
 class Layout(Symbol):
     """A ``torch.layout`` (``torch.sparse_coo``...), pickled by torch as ``torch.serialization._get_layout(name)``."""
 
-    __setstate__ = refuse_state  # a frozen slotted dataclass would otherwise get one that accepts any state
+    __setstate__ = refuse_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +213,13 @@ class Device:
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+# Python 3.11.0 to 3.11.3 replace a frozen slotted dataclass's own __setstate__ by one that takes any state
+# (gh-104035): set again on the classes made, so that BUILD on a torch constant is refused on every 3.11
+Symbol.__setstate__ = refuse_state
+Layout.__setstate__ = refuse_state
+Device.__setstate__ = empty_state_only
 
 
 class TorchSize(tuple[int, ...]):
