@@ -96,10 +96,10 @@ def _saved_as_checkpoint(path: str) -> bool:
 def _no_torch_save(path: str) -> bool:
     """Whether a local file surely is no file torch.save writes: a text file, a zip with no ``data.pkl``, or a
     plain pickle (its first object is no int, so never torch's magic number: ``Invalid magic number``)."""
-    if _no_checkpoint_kind(path) is not None:
-        return True
     sniffed = _sniffed(path)
-    return sniffed is not None and _plain_pickle(sniffed[0])
+    if sniffed is None:
+        return False
+    return _sniffed_kind(path, *sniffed) is not None or _plain_pickle(sniffed[0])
 
 
 INT_OPCODES = frozenset(b"\x8a\x8bILJKM")
@@ -144,9 +144,11 @@ def _no_checkpoint_kind(path: str) -> str | None:
     """What a local file named as a checkpoint is when it surely is none: a text file, or a zip archive with no
     ``data.pkl`` (a wheel); None for anything else (a checkpoint, or doubt: it is opened and refused there)."""
     sniffed = _sniffed(path)
-    if sniffed is None:
-        return None
-    head, size = sniffed
+    return None if sniffed is None else _sniffed_kind(path, *sniffed)
+
+
+def _sniffed_kind(path: str, head: bytes, size: int) -> str | None:
+    """:func:`_no_checkpoint_kind` of a file whose first bytes and size were read."""
     if not head:
         return None
     if head[:4] in ZIP_MAGIC:
