@@ -668,16 +668,21 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     # a step counter moves by whole steps and Adam's moments by far more than the weights: the median
     # that says how far training moved the model is the parameters'
     weights = [x.relative_change for x in measured if x.role == "parameter" and x.relative_change is not None]
-    # (imported here: statistics brings fractions, decimal and random, which no other report needs)
-    import statistics
-
     if weights and len(weights) < len(changes):
-        counts += f", median relative change of the parameters {statistics.median(weights):.3g}"
+        counts += f", median relative change of the parameters {_median(weights):.3g}"
     elif changes:
-        counts += f", median relative change {statistics.median(changes):.3g}"
+        counts += f", median relative change {_median(changes):.3g}"
     if len(measured) < len(report.layers):
         counts += f", {len(report.layers) - len(measured)} not compared"
     return counts
+
+
+def _median(values: list[float]) -> float:
+    """The median of some numbers, as ``statistics.median`` takes it (whose import brings fractions, decimal and
+    random into every ``diff --stats``)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _layer_columns(width: int) -> str:

@@ -9,7 +9,6 @@ objects are not walked again), a cycle becomes a back-reference, and nothing rec
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -110,6 +109,15 @@ class _Pair:
         self.value = value
 
 
+def _sha256(data: bytes) -> Any:
+    """A SHA-256 hasher of ``data``."""
+    # imported on first use: hashlib loads OpenSSL (a hundredth of a second), and diff --stats of two state_dicts
+    # digests no value at all
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 class Fingerprints:
     """Digests of the values of one tree (memoized by identity: use one per tree)."""
 
@@ -120,7 +128,7 @@ class Fingerprints:
         """The digest of ``value``'s content."""
         scalar = _scalar(value)
         if scalar is not None:
-            return hashlib.sha256(scalar).digest() if len(scalar) > 64 else scalar
+            return _sha256(scalar).digest() if len(scalar) > 64 else scalar
         known = self._done.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
@@ -147,7 +155,7 @@ class Fingerprints:
                 del on_path[id(value)]
                 if unordered:
                     digests.sort()
-                hasher = hashlib.sha256(header)
+                hasher = _sha256(header)
                 for digest in digests:
                     hasher.update(len(digest).to_bytes(4, "little"))
                     hasher.update(digest)
