@@ -197,7 +197,11 @@ def trainer_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_clean_trainer_checkpoint_checks_clean(trainer_checkpoint: Path, capsys: Any) -> None:
     code, out, _ = run(capsys, "check", str(trainer_checkpoint))
     assert code == 0, out
-    assert "also in the folder: training_args.bin: read for code: none (training_args.bin holds the Trainer's" in out
+    # the folder opens as its weights: the training state beside them is read for code
+    assert (
+        "also in the folder: optimizer.pt, rng_state.pth, scheduler.pt, training_args.bin: read for code: none "
+        "(training_args.bin holds the Trainer's"
+    ) in out
     # rng_state.pth holds numpy arrays: data the Trainer's own load allowlists
     assert "rng_state.pth refused" not in out
 

@@ -155,9 +155,13 @@ def test_a_hugging_face_trainer_checkpoint_folder_is_one_save(tmp_path: Path) ->
     )
     transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=Tokens()).train()
     checkpoint = open_checkpoint(tmp_path / "out" / "checkpoint-1")
-    assert {"model", "optimizer", "scheduler", "rng_state"} <= set(checkpoint.root)
-    # (training_args.bin, which no loader reads, is read for code beside the save: see test_folder_files_read_for_code)
-    assert [file.name for file in checkpoint.beside or []] == ["training_args.bin"]
+    # one save, opened as from_pretrained reads it (see test_trainer_checkpoint): the weights, the training state beside
+    assert checkpoint.path == str(tmp_path / "out" / "checkpoint-1" / "model.safetensors")
+    assert (checkpoint.layout or "").startswith("Hugging Face Trainer checkpoint at step 1: weights model.safetensors")
+    # (the training state, and training_args.bin, which no loader reads, are read for code beside the weights: see
+    # test_folder_files_read_for_code)
+    beside = [file.name for file in checkpoint.beside or []]
+    assert beside == ["optimizer.pt", "rng_state.pth", "scheduler.pt", "training_args.bin"]
 
 
 def test_shards_without_an_index_are_one_save(tmp_path: Path) -> None:

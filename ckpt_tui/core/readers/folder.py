@@ -364,7 +364,10 @@ TRAINING_ARGS_CLASSES = frozenset(
 """The classes of the ``training_args.bin`` transformers' Trainer writes beside each checkpoint (``torch.save(args)``):
 no loader reads it (resuming reads the model, optimizer.pt, scheduler.pt and rng_state.pth), so these exact names
 there are the Trainer's own record of its arguments, not code a load runs; any other global in it is."""
-TRAINING_ARGS_HOLDS = "the Trainer's TrainingArguments: transformers' classes, read by no loader"
+TRAINING_ARGS_HOLDS = (
+    "the Trainer's TrainingArguments: transformers' classes, which torch.load(weights_only=True) refuses; "
+    "read by no loader, not needed to load the weights"
+)
 TRAINING_ARGS_NOTE = f"{TRAINING_ARGS_HOLDS}: left out"
 
 
@@ -385,8 +388,10 @@ SCANNED_BYTES = 1 << 20
 
 
 INDEX_SUFFIX = ".index.json"
-LOADER_TAKES = tuple(f"{loader}(" for loader, _ in WEIGHTS_LOADERS)
-"""How the note on the weights file a folder is read as starts: ``from_pretrained(FOLDER) loads model.safetensors``."""
+TRAINER_RESUMES = "Trainer(resume_from_checkpoint="
+LOADER_TAKES = (*(f"{loader}(" for loader, _ in WEIGHTS_LOADERS), TRAINER_RESUMES)
+"""How the notes on what loaders read from a folder start: ``from_pretrained(FOLDER) loads model.safetensors``, and
+a Trainer checkpoint's ``Trainer(resume_from_checkpoint=FOLDER) also reads optimizer.pt...``."""
 MAX_OTHERS = 8
 """The other files of a folder named in its note, at most."""
 
@@ -467,12 +472,84 @@ def _named_by_config(folder: str, names: Collection[str]) -> str | None:
     return named if named in names and _regular(places.join(folder, named)) else None
 
 
-def other_files(names: Collection[str], choice: WeightsChoice, checkpoint: Checkpoint) -> list[str]:
+def other_files(
+    names: Collection[str], choice: WeightsChoice, checkpoint: Checkpoint, named: Collection[str] = ()
+) -> list[str]:
     """A folder's entries (``names``) that are neither what the loader takes or passes over nor read with it (an
-    index's shards): its config, tokenizer, README..."""
+    index's shards) nor ``named`` elsewhere (a Trainer checkpoint's training state): its config, tokenizer..."""
     read = {name.rsplit("/", 1)[-1] for name in (*checkpoint.files, *checkpoint.read_files)}
-    taken = {choice.chosen, *choice.passed, *read}
+    taken = {choice.chosen, *choice.passed, *read, *named}
     return sorted(name for name in names if not name.startswith(".") and name not in taken)
+
+
+# ---- a Hugging Face Trainer's checkpoint-N folder -------------------------------------------------------
+
+TRAINER_STATE = "trainer_state.json"
+"""What the Trainer writes in each ``checkpoint-N`` folder it saves (``TrainerState.save_to_json``): the mark of one."""
+TRAINING_STATE = (
+    (re.compile(r"optimizer\.pt"), "optimizer"),
+    (re.compile(r"scheduler\.pt"), "LR scheduler"),
+    (re.compile(r"scaler\.pt"), "grad scaler"),
+    (re.compile(r"rng_state(_\d+)?\.pth"), "RNG states"),
+)
+"""The files ``Trainer(resume_from_checkpoint=...)`` reads beside the weights, and what each holds."""
+MAX_TRAINER_STATE = 64 << 20
+"""The most of ``trainer_state.json`` read for its step (its log history grows with the run)."""
+
+
+@dataclass(frozen=True)
+class TrainerCheckpoint:
+    """A Trainer's ``checkpoint-N`` folder: the weights ``from_pretrained`` takes, the training state beside them."""
+
+    weights: str
+    state: tuple[tuple[str, str], ...]
+    """Each training-state file and what it holds, in name order."""
+    step: int | None
+    arguments: bool
+    """Whether ``training_args.bin`` lies beside them."""
+
+    @property
+    def named(self) -> list[str]:
+        """Every file this account names (so no other note lists them again)."""
+        return [name for name, _ in self.state] + [TRAINER_STATE] + ([TRAINING_ARGS] if self.arguments else [])
+
+    @property
+    def layout(self) -> str:
+        """The layout line: what the folder is, its weights and the training state beside them."""
+        step = "" if self.step is None else f" at step {self.step}"
+        state = ", ".join([*(what for _, what in self.state), "trainer state"])
+        return f"Hugging Face Trainer checkpoint{step}: weights {self.weights}; training state beside them ({state})"
+
+    def note(self, folder: str) -> str:
+        """One line: what resuming reads beside the weights."""
+        step = "" if self.step is None else f" at step {self.step}"
+        files = [f"{name} ({what})" for name, what in self.state] + [f"{TRAINER_STATE} (trainer state{step})"]
+        # (training_args.bin is said on the line of the files read for code, which check prints too)
+        return f"{TRAINER_RESUMES}{folder}) also reads {', '.join(files)}: the training state beside the weights shown"
+
+
+def trainer_checkpoint(folder: str, names: Collection[str], weights: str) -> TrainerCheckpoint | None:
+    """The Trainer's checkpoint a folder is (``names``: its listing, ``weights``: the file ``from_pretrained``
+    takes), or None when it holds no ``trainer_state.json``."""
+    if TRAINER_STATE not in names or not _regular(places.join(folder, TRAINER_STATE)):
+        return None
+    state = tuple((name, what) for name in sorted(names) for pattern, what in TRAINING_STATE if pattern.fullmatch(name))
+    return TrainerCheckpoint(weights, state, _trainer_step(folder), TRAINING_ARGS in names)
+
+
+def _trainer_step(folder: str) -> int | None:
+    """The ``global_step`` trainer_state.json records, else the number of a ``checkpoint-N`` folder, else None."""
+    import json  # (a Trainer's folder only)
+
+    try:
+        step = json.loads(places.read_small(places.join(folder, TRAINER_STATE), MAX_TRAINER_STATE, "too large"))
+        step = step.get("global_step") if isinstance(step, dict) else None
+    except (CkptError, ValueError):
+        step = None
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    named = re.fullmatch(r"checkpoint-(\d{1,18})", folder.rstrip("/").rsplit("/", 1)[-1])
+    return int(named.group(1)) if named else None
 
 
 def files_read(checkpoint: Checkpoint) -> set[str]:

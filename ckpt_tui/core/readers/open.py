@@ -323,10 +323,16 @@ def _chosen_file(target: Target, choice: WeightsChoice) -> Checkpoint:
 
 
 def _noted(checkpoint: Checkpoint, target: Target, choice: WeightsChoice) -> Checkpoint:
-    """A folder's checkpoint read from the file a loader takes: which file and why, what else the folder holds."""
-    from ckpt_tui.core.readers.folder import other_files
+    """A folder's checkpoint read from the file a loader takes: which file and why, what else the folder holds (a
+    Trainer checkpoint's training state on a line and in the layout of its own)."""
+    from ckpt_tui.core.readers.folder import other_files, trainer_checkpoint
 
-    checkpoint.notes.insert(0, choice.note(target.path, other_files(target.listing, choice, checkpoint)))
+    trainer = trainer_checkpoint(target.path, target.listing, choice.chosen)
+    named = trainer.named if trainer is not None else []
+    checkpoint.notes.insert(0, choice.note(target.path, other_files(target.listing, choice, checkpoint, named)))
+    if trainer is not None:
+        checkpoint.notes.insert(1, trainer.note(target.path))
+        checkpoint.layout = trainer.layout
     return checkpoint
 
 
@@ -353,12 +359,22 @@ def _one_save(target: Target, name: str) -> Checkpoint:
 
 
 def _read_folder(target: Target) -> Checkpoint:
-    from ckpt_tui.core.readers.folder import read_folder, saved_together, separate_files, torch_saves
+    from ckpt_tui.core.readers.folder import (
+        read_folder,
+        saved_together,
+        separate_files,
+        torch_saves,
+        trainer_checkpoint,
+    )
 
     choice = _weights_choice(target)
     # a folder save_pretrained wrote (model.safetensors or pytorch_model.bin beside config.json) is that one file,
     # as from_pretrained reads it, never a save of one file nested under its name
     if choice is not None and choice.holds_only_weights(target.files):
+        return _chosen_file(target, choice)
+    if choice is not None and trainer_checkpoint(target.path, target.listing, choice.chosen) is not None:
+        # a Trainer's checkpoint-N is what from_pretrained and resuming read: the weights, the training state
+        # beside them (named in the layout, read for code with the folder's other files)
         return _chosen_file(target, choice)
     saves = torch_saves(target.path, target.files)
     if len(saves) == 1 and choice is None:
