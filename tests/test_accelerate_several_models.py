@@ -9,6 +9,7 @@ resumes them with ``load_state`` and steps once: the ground truth.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -73,6 +74,19 @@ def test_two_models_and_two_optimizers_check_clean(tmp_path: Path, capsys: Any, 
     assert "optimizer-shapes" not in out and "another model" not in out
     code, out, _ = run(capsys, "info", str(folder))
     assert 'optimizer state at ckpt["optimizer_1"]: SGD-style' in out and "another model" not in out
+    # each model counted and named: Linear(4, 3) has 15 parameters, Linear(3, 2) 8
+    first, second = ("model", "model_1") if serialization == "safetensors" else ("pytorch_model", "pytorch_model_1")
+    header = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in out.splitlines()[1:6]}
+    assert header["layout"] == (
+        f"Accelerate save_state: 2 models ({first}, {second}), 2 optimizers (optimizer, optimizer_1), "
+        "1 RNG state (random_states_0)"
+    )
+    assert header["elements"].startswith(f"15 params ({first}) + 8 params ({second}) + 40 optimizer state + ")
+    code, out, _ = run(capsys, "info", str(folder), "--json")
+    assert json.loads(out)["models"] == [
+        {"path": [first], "parameter_count": 15, "buffer_count": 0},
+        {"path": [second], "parameter_count": 8, "buffer_count": 0},
+    ]
 
 
 def test_one_optimizer_over_both_models_checks_clean(tmp_path: Path, capsys: Any) -> None:

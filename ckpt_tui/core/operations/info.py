@@ -71,6 +71,16 @@ class ModelCounts:
     parameters: int = 0
     buffers: int = 0
     optimizer_state: int = 0
+    others: list[tuple[str, int, int]] = field(default_factory=list)
+    """The save's other models (Accelerate's ``model_1``...), beside the one at ``path``: root key, parameters,
+    buffers."""
+
+    def models(self) -> list[tuple[str | None, int, int]]:
+        """Every model counted: its root key (None for a lone model: "the model"), parameters, buffers."""
+        if not self.others:
+            return [(None, self.parameters, self.buffers)]
+        first = str(self.path[0]) if self.path else None
+        return [(first, self.parameters, self.buffers), *self.others]
 
 
 @dataclass
@@ -152,12 +162,16 @@ class Summary:
         model = self.model
         if model.path is None:
             return f"{count(self.distinct_elements())} elements (all tensors)"
-        parts = [f"{count(model.parameters)} params (model)"]
-        if model.buffers:
-            parts.append(f"{count(model.buffers)} in buffers")
+        parts = []
+        for key, parameters, buffers in model.models():
+            # (several models: each named by its key, ``8 params (model_1) + 4 in buffers (model_1)``)
+            parts.append(f"{count(parameters)} params ({key or 'model'})")
+            if buffers:
+                parts.append(f"{count(buffers)} in buffers" + (f" ({key})" if key else ""))
         if model.optimizer_state:
             parts.append(f"{count(model.optimizer_state)} optimizer state")
-        rest = self.distinct_elements() - model.parameters - model.buffers - model.optimizer_state
+        weights = sum(parameters + buffers for _, parameters, buffers in model.models())
+        rest = self.distinct_elements() - weights - model.optimizer_state
         if rest > 0:
             parts.append(f"{count(rest)} other")
         return " + ".join(parts)
@@ -178,6 +192,12 @@ class Summary:
             "model_parameter_count": model.parameters,
             "model_buffer_count": model.buffers,
             "optimizer_state_count": model.optimizer_state,
+            "models": [
+                {"path": to_json((key,) if key is not None else model.path), "parameter_count": p, "buffer_count": b}
+                for key, p, b in model.models()
+            ]
+            if model.path is not None
+            else [],
             "tensor_bytes": self.tensor_bytes,
             "devices": dict(self.devices),
             "dtypes": dict(self.dtypes),
@@ -521,6 +541,10 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
     if path is not None:
         counts.path = path
         counts.parameters, counts.buffers = _parameters_and_buffers(model_weights(root, path))
+        # a save of several models (Accelerate's model, model_1...): each counted, the first at ``path``
+        for _, key in sorted(numbered_models(root, path).items()):
+            if (key,) != path:
+                counts.others.append((key, *_parameters_and_buffers(root[key])))
     seen: set[int] = set()
     for _, value, shown, first in references:
         if not (shown and first and isinstance(value, dict)):

@@ -329,12 +329,46 @@ def read_folder(folder: str, names: list[str], open_file: Callable[[str], Checkp
         "folder",
         root,
         sum(member.file_bytes for member in members.values()),
+        layout=accelerate_layout(names, labels),
         notes=notes,
         unsafe_globals=set().union(*(member.unsafe_globals for member in members.values())),
         loader_problems=problems,
         # each file is read by its own loader: the verdict is each file's
         files=[places.join(folder, name) for name in names],
     )
+
+
+ACCELERATE_ONLY = re.compile(r"random_states_\d+\.pkl|(optimizer|scheduler|sampler|dl_state_dict)(_\d+)?\.bin")
+"""The names only Accelerate's ``save_state`` gives its files (its RNG states, its ``.bin`` training state)."""
+ACCELERATE_ROLES = (
+    (re.compile(r"(model|pytorch_model)(_\d+)?"), "model"),
+    (re.compile(r"optimizer(_\d+)?"), "optimizer"),
+    (re.compile(r"scheduler(_\d+)?"), "scheduler"),
+    (re.compile(r"(sampler|dl_state_dict)(_\d+)?"), "dataloader state"),
+    (re.compile(r"scaler"), "grad scaler"),
+    (re.compile(r"random_states_\d+"), "RNG state"),
+    (re.compile(r"custom_checkpoint_\d+"), "custom object"),
+)
+"""What each of ``save_state``'s files holds, by its key (the file's name without its extension), in the order
+the layout line says them."""
+
+
+def accelerate_layout(names: list[str], labels: list[str]) -> str | None:
+    """The layout line of an Accelerate ``save_state`` folder (``names``: its files, ``labels``: their keys): each
+    kind of state counted, with its keys (``2 models (model, model_1)``); None for any other folder."""
+    if not any(ACCELERATE_ONLY.fullmatch(name) for name in names):
+        return None
+    parts = []
+    for pattern, role in ACCELERATE_ROLES:
+        keys = sorted((key for key in labels if pattern.fullmatch(key)), key=_natural)
+        if keys:
+            parts.append(f"{counted(len(keys), role)} ({', '.join(keys)})")
+    return "Accelerate save_state: " + ", ".join(parts)
+
+
+def _natural(name: str) -> list[int | str]:
+    """A name's sort key with its numbers as numbers (``model_2`` before ``model_10``)."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
 def member_path(folder: str, name: str) -> str:
