@@ -113,7 +113,7 @@ def test_whole_training_checkpoint_keeps_the_first_files_other_values_and_says_w
     paths = save_all(tmp_path, ckpts, "ck")
     out = tmp_path / "all.pth"
     assert main(["average", *paths, "-o", str(out)]) == 0
-    assert "1 other values differ between the files; the first file's kept: epoch" in capsys.readouterr().out
+    assert "1 other value differs between the files; the first file's kept: epoch" in capsys.readouterr().out
     got = torch.load(out, weights_only=True)
     assert got["epoch"] == 0 and got["note"] == "same"
     assert_bit_equal(got["model"], expected(states, [1, 1]))

@@ -63,8 +63,15 @@ def counted(number: int, noun: str) -> str:
 
 
 def plural(number: int, noun: str) -> str:
-    """``noun`` for one, ``nouns`` for any other count (a count written another way goes before it)."""
-    return noun if number == 1 else noun + "s"
+    """``noun`` for one, its plural for any other count (a count written another way goes before it): ``tensors``,
+    ``prefixes``, ``entries``."""
+    if number == 1:
+        return noun
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 def shape(dims: tuple[int, ...]) -> str:

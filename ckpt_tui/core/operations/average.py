@@ -95,13 +95,14 @@ class AveragePlan:
     def lines(self) -> list[str]:
         """What the output says about the average (keys are escaped by the caller)."""
         shown = ", ".join(f"{w:.6g}" for w in self.weights)
-        out = [f"averaged {self.averaged} floating-point tensors of {len(self.weights)} files (weights {shown})"]
+        tensors = counted(self.averaged, "floating-point tensor")
+        out = [f"averaged {tensors} of {counted(len(self.weights), 'file')} (weights {shown})"]
         model = self.roles.get("model", 0)
         if model < self.averaged:
             # a soup of Adam's moments or SGD's momentum is no model: what else went in is said, with the way
             # to leave it out
             where = f" ({to_python(self.model_at)})" if self.model_at else ""
-            parts = [f"{model} model tensors{where}"]
+            parts = [f"{counted(model, 'model tensor')}{where}"]
             parts += [f"{self.roles[role]} {role}" for role in ("optimizer state", "other") if self.roles.get(role)]
             out[0] += ": " + " + ".join(parts)
             if self.model_at:
@@ -111,14 +112,16 @@ class AveragePlan:
                 f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first)
             )
         if self.differing_values:
+            differ = "differs" if len(self.differing_values) == 1 else "differ"
             out.append(
-                f"{len(self.differing_values)} other values differ between the files; the first file's kept: "
-                + _listed(self.differing_values)
+                f"{counted(len(self.differing_values), 'other value')} {differ} between the files; the first file's "
+                "kept: " + _listed(self.differing_values)
             )
         if self.mixed_dtypes:
+            have = "has" if len(self.mixed_dtypes) == 1 else "have"
             out.append(
-                f"{len(self.mixed_dtypes)} tensors have other dtypes in later files (written in the first's): "
-                + _listed(self.mixed_dtypes)
+                f"{counted(len(self.mixed_dtypes), 'tensor')} {have} other dtypes in later files (written in the "
+                "first's): " + _listed(self.mixed_dtypes)
             )
         return out
 
@@ -171,11 +174,11 @@ class AveragedRecords(AssembledRecords):
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """An average has no place in any file until written."""
-        raise ReadError(f"{storage.key}: the average of {len(self.weights)} files exists once written")
+        raise ReadError(f"{storage.key}: the average of {counted(len(self.weights), 'file')} exists once written")
 
     def placement(self, storage: Storage) -> list[str]:
         """Where the inputs are."""
-        return [f"mean of {len(self.weights)} files"] if storage.key in self.inputs else []
+        return [f"mean of {counted(len(self.weights), 'file')}"] if storage.key in self.inputs else []
 
     def elements(self, storage: Storage, begin: int, end: int, chunk: int, raw_type: np.dtype) -> Iterator[np.ndarray]:
         """Raw elements ``begin:end`` of the average (only whole tensors are read: begin 0, end numel).
@@ -464,9 +467,9 @@ def _check_same_layout(path: KeyPath, inputs: list[Tensor], names: list[str]) ->
     for tensor, name in zip(inputs[1:], names[1:], strict=True):
         if not same_layout(inputs[0], tensor):
             raise AverageRefused(
-                f"{name}: {key_text(path)} is a view of {inputs[0].numel} elements over {stored_span(inputs[0])}"
-                " stored (expand, stride 0) in one file and laid out differently in another: averaging it"
-                " would read every element"
+                f"{name}: {key_text(path)} is a view of {counted(inputs[0].numel, 'element')} over "
+                f"{stored_span(inputs[0])} stored (expand, stride 0) in one file and laid out differently in another: "
+                "averaging it would read every element"
             )
 
 

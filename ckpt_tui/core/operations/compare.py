@@ -28,6 +28,7 @@ from ckpt_tui.core.edits.renames import MAX_KEYS, Shapes, align, guessed_by_orde
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
 from ckpt_tui.core.model.byte_source import read_small
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, glob_escape, to_python, to_slash
 from ckpt_tui.core.model.tree import Opaque, Tensor, get
 from ckpt_tui.core.runtime.shell import join_command, option, path_arg
@@ -126,11 +127,11 @@ class Suggestion:
         for kind, steps in itertools.groupby(self.steps, key=lambda step: step.kind):
             group = list(steps)
             if kind == "drop" and len(group) > 1:
-                parts.append(f"drop {len(group)} keys")
+                parts.append(f"drop {counted(len(group), 'key')}")
             elif kind == "drop-keys":
                 parts.append("drop the keys matching " + ", ".join(repr(step.arg) for step in group))
             elif kind == "rename":
-                parts.append(f"rename by {len(group)} rule{'s' if len(group) > 1 else ''}")
+                parts.append(f"rename by {counted(len(group), 'rule')}")
             else:
                 parts += [step.describe() for step in group]
         what = " and ".join(parts)
@@ -141,8 +142,7 @@ class Suggestion:
         """Each rename rule with the keys it moves."""
         rules = [s.arg for s in self.steps if s.kind == "rename"]
         return [
-            f"{rule.describe()}: {count} key{'' if count == 1 else 's'}"
-            for rule, count in zip(rules, self.rule_counts, strict=False)
+            f"{rule.describe()}: {counted(count, 'key')}" for rule, count in zip(rules, self.rule_counts, strict=False)
         ]
 
     def pairs(self) -> list[tuple[str, str]]:
@@ -454,7 +454,7 @@ def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareR
 def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
     """The fix checked as every hint is (:func:`~ckpt_tui.core.operations.hints.judge_fix`): a match with a
     model layout the keys have that it gives up to reach the reference, said (the reference decides)."""
-    from ckpt_tui.core.operations.hints import judge_fix
+    from ckpt_tui.core.operations.hints import fit_as_they_are, judge_fix
 
     before = [k for k, _ in flat_items(get(root, at)) or []]
     if not before or suggestion.keys_after is None:
@@ -465,7 +465,7 @@ def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
         return []
     name, count, after = check.lost[0]
     return [
-        f"the fix gives up the fit with {name} ({count} keys fit as they are, {after} after it) to reach the "
+        f"the fix gives up the fit with {name} ({fit_as_they_are(count)}, {after} after it) to reach the "
         "reference's keys: right when the reference is the model you load into"
     ]
 
@@ -687,7 +687,8 @@ def _part_note(part: Suggestion) -> str:
     added = next(str(step.arg) for step in part.steps if step.kind == "add")
     fitting = part.matched - part.shape_mismatches
     return (
-        f"with {added!r} added, {fitting} keys are the reference's {added}* ({fitting} of its {part.total} keys): "
+        f"with {added!r} added, {counted(fitting, 'key')} {'is' if fitting == 1 else 'are'} the reference's {added}* "
+        f"({fitting} of its {counted(part.total, 'key')}): "
         "a part of the model, not a fix for the whole of it"
     )
 
@@ -889,9 +890,10 @@ def another_model(
         where = f"{'most' if 2 * count > matched else 'half'} of the model, not a head"
     else:
         where = "not only at the end of the model, as a head is"
+    differ = "differs" if count == 1 else "differ"
     return (
-        f"{count} of {matched} keys differ in shape, {where}: the reference is probably another model or variant "
-        "than the checkpoint's; no fix drops them (that would throw their weights away and keep the model's "
+        f"{count} of {counted(matched, 'key')} {differ} in shape, {where}: the reference is probably another model "
+        "or variant than the checkpoint's; no fix drops them (that would throw their weights away and keep the model's "
         "initial values)"
     )
 

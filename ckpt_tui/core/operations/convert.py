@@ -34,6 +34,7 @@ from ckpt_tui.core.edits import unmatched
 from ckpt_tui.core.edits.tree_edits import Change, RenameRule
 from ckpt_tui.core.errors import BadArgument, EditError, NoSuchKey, NothingChanges, ReadError, WriteError
 from ckpt_tui.core.model import byte_source
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
 from ckpt_tui.core.operations.convert_options import EDIT_OPTIONS as EDIT_OPTIONS  # where callers find them
@@ -354,10 +355,10 @@ class _Edits:
                 raise NoSuchKey(unmatched.no_rule_match(idle[0], idle[1], to_python(where) if where else "the root"))
         if rules:
             source = options.rename_map
+            its_prefixes = "its prefix" if len(rules) == 1 else f"any of its {counted(len(rules), 'prefix')}"
             self.named(
                 lambda keys, where: (
-                    f"--rename-map {source!r}: no key of {where} starts with any of its "
-                    f"{len(rules)} prefixes; nothing written"
+                    f"--rename-map {source!r}: no key of {where} starts with {its_prefixes}; nothing written"
                 ),
                 edits.rename_keys_by_rules,
                 self.root,

@@ -161,7 +161,7 @@ class Alignment:
         """``keys match under ckpt["model_state_dict"] of B with 'module.' stripped (92 of 92; 0 as they are)``."""
         sides = [f"{side.words()} in {name}" for side, name in ((self.a, "A"), (self.b, "B")) if side.words()]
         return (
-            f"the keys match {' and '.join(sides)}: {self.matched} of {self.total} tensors "
+            f"the keys match {' and '.join(sides)}: {self.matched} of {counted(self.total, 'tensor')} "
             f"that way, {self.before} as they are"
         )
 

@@ -16,12 +16,18 @@ from ckpt_tui.core.conventions.findings import COMMON_MODULE_NAMES, Finding, Fix
 from ckpt_tui.core.conventions.layouts import holds_lightning_weights
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
 from ckpt_tui.core.model.tree import get
 from ckpt_tui.core.runtime.safe_text import printable
 
 KEY_OPTIONS = frozenset({"--strip-prefix", "--add-prefix", "--drop-keys", "--rename-infix", "--rename-prefix"})
 """The options of a fix that change the keys of a state_dict (an extract alone keeps them as they are)."""
+
+
+def fit_as_they_are(keys: int) -> str:
+    """``3 keys fit as they are``, ``1 key fits as it is``: the keys that fit a model layout before a fix."""
+    return f"{counted(keys, 'key')} fit{'s as it is' if keys == 1 else ' as they are'}"
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ class FixCheck:
         if self.empty:
             return "it would leave no key"
         name, before, after = self.lost[0]
-        return f"it would lose the fit with {name} ({before} keys fit as they are, {after} after it)"
+        return f"it would lose the fit with {name} ({fit_as_they_are(before)}, {after} after it)"
 
 
 def judge_fix(
@@ -144,16 +150,16 @@ def _against(root: Any, finding: Finding, compared: ComparedModel, flat_keys: li
         if finding.fix is not None or prefix.rstrip(".").lower() not in COMMON_MODULE_NAMES:
             # a strip offered already (here, or by the finding about the weights it points to)
             return finding
-        message = f"{start}: a wrapper: without it {after} keys fit {name}, the model compared with"
+        fit = "fits" if after == 1 else "fit"
+        message = f"{start}: a wrapper: without it {counted(after, 'key')} {fit} {name}, the model compared with"
         return replace(finding, message=message, severity="warning", fix=Fix("--strip-prefix", prefix), answers=True)
     if before == 0 and not any(k.startswith(prefix) for k in compared.keys):
         return finding
     if any(k.startswith(prefix) for k in compared.keys):
-        told = f"the model in {name} has them so ({before} keys fit as they are): its submodule, not a wrapper"
+        told = f"the model in {name} has them so ({fit_as_they_are(before)}): its submodule, not a wrapper"
     else:
         told = (
-            f"not a wrapper: stripping it would lose the fit with {name} ({before} keys fit as they are, "
-            f"{after} after it)"
+            f"not a wrapper: stripping it would lose the fit with {name} ({fit_as_they_are(before)}, {after} after it)"
         )
     return replace(finding, message=f"{start}: {told}", severity="info", fix=None, answers=True)
 

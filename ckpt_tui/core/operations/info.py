@@ -40,7 +40,7 @@ from ckpt_tui.core.conventions.state_dicts import (
     tensor_items,
     unflattened_optimizer,
 )
-from ckpt_tui.core.model.describe import Totals, count, counted
+from ckpt_tui.core.model.describe import Totals, count, counted, plural
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import (
@@ -135,7 +135,7 @@ class Summary:
         aliases = sum(self.aliases.values())
         distinct = len(self.tensors) - aliases
         text = counted(distinct, "tensor") if noun else str(distinct)
-        return text + (f" (+{aliases} {'name' if aliases == 1 else 'names'} for the same tensors)" if aliases else "")
+        return text + (f" (+{counted(aliases, 'name')} for the same tensors)" if aliases else "")
 
     def distinct_elements(self) -> int:
         """Elements of every tensor, each view of a storage once (tied weights count once)."""
@@ -161,11 +161,12 @@ class Summary:
         """
         model = self.model
         if model.path is None:
-            return f"{count(self.distinct_elements())} elements (all tensors)"
+            elements = self.distinct_elements()
+            return f"{count(elements)} {plural(elements, 'element')} (all tensors)"
         parts = []
         for key, parameters, buffers in model.models():
             # (several models: each named by its key, ``8 params (model_1) + 4 in buffers (model_1)``)
-            parts.append(f"{count(parameters)} params ({key or 'model'})")
+            parts.append(f"{count(parameters)} {plural(parameters, 'param')} ({key or 'model'})")
             if buffers:
                 parts.append(f"{count(buffers)} in buffers" + (f" ({key})" if key else ""))
         if model.optimizer_state:

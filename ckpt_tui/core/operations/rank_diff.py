@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_tui.core.errors import CkptError, FileChanged
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.runtime.safe_text import printable
@@ -184,7 +185,7 @@ def _compare_tensors(key: str, tensors: list[Tensor], checkpoints: list[Checkpoi
 
 def render_rank_diff(report: RankDiffReport) -> str:
     """The text ``ckpt-tui diff r0 r1 r2 ...`` prints."""
-    lines = [f"{len(report.names)} ranks, {report.tensors} tensors compared"]
+    lines = [f"{counted(len(report.names), 'rank')}, {counted(report.tensors, 'tensor')} compared"]
     for rank, name in enumerate(report.names):
         lines.append(f"  rank {rank}: {printable(name)}")
     if report.identical:
@@ -196,7 +197,8 @@ def render_rank_diff(report: RankDiffReport) -> str:
     else:
         lines.append("ranks that agree bit for bit on everything: " + "; ".join(_ranks(g) for g in agreeing))
     if report.differences:
-        lines.append(f"{len(report.differences)} keys differ across ranks:")
+        differ = "differs" if len(report.differences) == 1 else "differ"
+        lines.append(f"{counted(len(report.differences), 'key')} {differ} across ranks:")
         for difference in report.differences:
             where = " | ".join(_ranks(g) for g in difference.groups)
             lines.append(f"  {printable(difference.key)}  ({difference.what}; agreeing: {where})")

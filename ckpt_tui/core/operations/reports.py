@@ -210,7 +210,7 @@ def _strict_false(missing: int, unexpected: int, shapes: int, tied: int = 0) -> 
 
 
 def _keys(number: int, what: str = "") -> str:
-    return f"{number} {what + ' ' if what else ''}key{'' if number == 1 else 's'}"
+    return counted(number, f"{what} key" if what else "key")
 
 
 def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -> FixDescription:
@@ -344,7 +344,7 @@ def describe_diff(
     from ckpt_tui.core.operations.compare import fold_keys_with_first
 
     if report.identical:
-        counts = f"{report.identical_tensors} tensors bit-for-bit equal, same keys and values"
+        counts = f"{counted(report.identical_tensors, 'tensor')} bit-for-bit equal, same keys and values"
     else:
         counts = f"({printable(a)} vs {printable(b)}); " + _diff_counts(report)
     only_a, only_b = one_notation(report.only_a), one_notation(report.only_b)
@@ -445,7 +445,7 @@ def _diff_counts(report: DiffReport) -> str:
         )
         every = not report.identical_tensors and changed > 1
         verb = "differs" if changed == 1 else "differ"
-        parts.append(f"{'all ' if every else ''}{_plural(changed, 'tensor')} {verb} in value ({roles})")
+        parts.append(f"{'all ' if every else ''}{counted(changed, 'tensor')} {verb} in value ({roles})")
     same_layout = not (report.only_a or report.only_b or report.shape_changes or report.dtype_changes)
     if same_layout:
         parts.append("same keys, shapes and dtypes")
@@ -453,12 +453,8 @@ def _diff_counts(report: DiffReport) -> str:
     if same_layout and not report.identical_tensors and {"parameter", "optimizer state"} <= roles_changed:
         parts[0] += ", as between two points of one training run"
     if report.identical_tensors or not changed:
-        parts.append(f"{_plural(report.identical_tensors, 'tensor')} identical")
+        parts.append(f"{counted(report.identical_tensors, 'tensor')} identical")
     return "; ".join(parts)
-
-
-def _plural(number: int, what: str) -> str:
-    return f"{number} {what}{'' if number == 1 else 's'}"
 
 
 def _role_name(role: str, number: int) -> str:
@@ -661,10 +657,10 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     unchanged = sum(1 for c in changes if c == 0)
     model = sum(1 for layer in measured if layer.role in MODEL_ROLES)
     if 0 < model < len(measured):
-        counts = f"{model} layers of the model and {_plural(len(measured) - model, 'other tensor')} compared"
+        counts = f"{counted(model, 'layer')} of the model and {counted(len(measured) - model, 'other tensor')} compared"
         counts += f", {unchanged} unchanged"
     else:
-        counts = f"{len(measured)} layers compared, {unchanged} unchanged"
+        counts = f"{counted(len(measured), 'layer')} compared, {unchanged} unchanged"
     # a step counter moves by whole steps and Adam's moments by far more than the weights: the median
     # that says how far training moved the model is the parameters'
     weights = [x.relative_change for x in measured if x.role == "parameter" and x.relative_change is not None]
@@ -807,7 +803,8 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
             )
         )
     listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
-    counts = f"{len(series.layers)} layers across {counted(len(files), 'file')} (L2 norm of each layer in each file)"
+    layers = counted(len(series.layers), "layer")
+    counts = f"{layers} across {counted(len(files), 'file')} (L2 norm of each layer in each file)"
     sections = [
         Section("files, in order", listed, len(files)),
         Section(
@@ -818,7 +815,9 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
         ),
     ]
     notes = [printable("NaN/Inf (norms are of the finite values): " + ", ".join(held))] if held else []
-    return Report(printable(f"Norms across {len(files)} checkpoints"), "norm series", True, counts, notes, sections)
+    return Report(
+        printable(f"Norms across {counted(len(files), 'checkpoint')}"), "norm series", True, counts, notes, sections
+    )
 
 
 def _key(path: Any) -> str:

@@ -25,6 +25,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import COPY_CASTS, WIDENINGS, AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 from ckpt_tui.core.pickles.unpickle import load_pickle, unsafe_note
@@ -105,7 +106,7 @@ class DcpItems:
         from ckpt_tui.core.model.remote_stores import set_refused
 
         names = sorted({self._place_name(info) for info in storage_data.values()})
-        files = f"{METADATA} and its {len(names)} storage files into one folder"
+        files = f"{METADATA} and its {counted(len(names), 'storage file')} into one folder"
         return set_refused(self.folder, refused, files, self.folder, [METADATA, *names], "open that folder")
 
     def _place_name(self, info: Any) -> str:
@@ -156,7 +157,9 @@ def _metadata(folder: str, unsafe: set[str]) -> tuple[dict[str, Any], dict[Any, 
     what = f"{meta_path}: DCP metadata"
     meta_bytes = places.size_of(meta_path)
     if meta_bytes > MAX_METADATA_BYTES:
-        raise ReadError(f"{what}: {meta_bytes} bytes, more than any real DCP metadata ({MAX_METADATA_BYTES >> 20} MB)")
+        raise ReadError(
+            f"{what}: {counted(meta_bytes, 'byte')}, more than any real DCP metadata ({MAX_METADATA_BYTES >> 20} MB)"
+        )
     with places.open_stream(meta_path) as file:
         metadata = load_pickle(file, None, what, unsafe, known_classes=DCP_CLASSES)
     if not _is(metadata, "Metadata"):
@@ -216,7 +219,14 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
     note = f"DCP checkpoint: {len(files)} .distcp files" + (f", version {version}" if isinstance(version, str) else "")
     ranks = len({m.group(1) for n in files if (m := RANK_FILE.fullmatch(n))}) or len(files)
     checkpoint = Checkpoint(
-        folder, "dcp", root, total, notes=[note], unsafe_globals=unsafe, layout=f"DCP, {ranks} ranks", odd_layout=odd
+        folder,
+        "dcp",
+        root,
+        total,
+        notes=[note],
+        unsafe_globals=unsafe,
+        layout=f"DCP, {counted(ranks, 'rank')}",
+        odd_layout=odd,
     )
     checkpoint.read_files = [places.join(folder, ".metadata"), *(places.join(folder, name) for name in files)]
     meta = places.join(folder, LIGHTNING_META)
@@ -247,7 +257,9 @@ def with_lightning_meta(checkpoint: Checkpoint, meta: Checkpoint, ranks: int) ->
         f"Lightning FSDP sharded checkpoint: {LIGHTNING_META} joined with the DCP tree as Lightning's "
         "consolidate_checkpoint joins them (model -> state_dict, optimizer_N -> optimizer_states)"
     )
-    checkpoint.layout = f"Lightning FSDP (sharded): DCP + {LIGHTNING_META}, {ranks} ranks; weights: ckpt['state_dict']"
+    checkpoint.layout = (
+        f"Lightning FSDP (sharded): DCP + {LIGHTNING_META}, {counted(ranks, 'rank')}; weights: ckpt['state_dict']"
+    )
     return checkpoint
 
 
@@ -343,7 +355,7 @@ def _chunks(fqn: str, chunks: Any, ndim: int, what: str) -> list[Box]:
         fields = _state(chunk, what)
         offsets, sizes = _ints(fields.get("offsets"), what), _ints(fields.get("sizes"), what)
         if len(offsets) != ndim or len(sizes) != ndim:
-            raise ReadError(f"{fqn}: a piece has {len(offsets)} dimensions, the tensor {ndim}")
+            raise ReadError(f"{fqn}: a piece has {counted(len(offsets), 'dimension')}, the tensor {ndim}")
         boxes.append((offsets, sizes))
     return boxes
 

@@ -16,6 +16,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
 from ckpt_tui.core.readers.probes import MODEL_STATES, OPTIM_STATES, deepspeed_files
 
@@ -121,20 +122,20 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     total = sum(c.file_bytes for c in [*models, *optims])
     saved = "model_states and optimizer_states are the files as saved"
     notes = [
-        f"DeepSpeed ZeRO stage {stage}, {world} ranks: {FP32_KEY} is what zero_to_fp32 writes "
+        f"DeepSpeed ZeRO stage {stage}, {counted(world, 'rank')}: {FP32_KEY} is what zero_to_fp32 writes "
         f"(convert with --extract {FP32_KEY}); {saved}",
     ]
     if bf16_optimizer:
         notes = [
-            f"DeepSpeed with ZeRO disabled (stage 0) and its bf16 optimizer, {world} ranks: {FP32_KEY} are the fp32 "
-            f"master weights rebuilt from the optimizer files (convert with --extract {FP32_KEY}; zero_to_fp32 "
-            f"refuses these files); {saved}"
+            f"DeepSpeed with ZeRO disabled (stage 0) and its bf16 optimizer, {counted(world, 'rank')}: {FP32_KEY} "
+            f"are the fp32 master weights rebuilt from the optimizer files (convert with --extract {FP32_KEY}; "
+            f"zero_to_fp32 refuses these files); {saved}"
         ]
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
     # the layout names no surface's option or key: each face offers the extract its own way (its findings)
     where = f"weights: ckpt[{FP32_KEY!r}]"
     zero = "ZeRO disabled (stage 0), bf16 optimizer" if bf16_optimizer else f"ZeRO-{stage}"
-    layout = f"{_saved_by(model, folder)}DeepSpeed {zero}, {world} ranks, {_module_dtype(model)}; {where}"
+    layout = f"{_saved_by(model, folder)}DeepSpeed {zero}, {counted(world, 'rank')}, {_module_dtype(model)}; {where}"
     return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
 
 
@@ -196,7 +197,7 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
     optimizer = states[0].get("optimizer")
     kind = _optimizer_kind(optimizer)
     ranks = states[0].get("dp_world_size")
-    ranks_text = f"{ranks} ranks" if type(ranks) is int and ranks > 0 else "ranks unknown"
+    ranks_text = counted(ranks, "rank") if type(ranks) is int and ranks > 0 else "ranks unknown"
     parallel = f" x {len(models)} model-parallel" if len(models) > 1 else ""
     layout = (
         f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; weights: {where}"
@@ -325,7 +326,7 @@ def _zero2(
 ) -> None:
     """Stage 1/2: each group is the concatenation of every rank's partition; params follow one another."""
     if any(len(rank) != len(shapes) for rank in groups):
-        raise ReadError(f"{len(shapes)} parameter groups in the model states, not in every optimizer file")
+        raise ReadError(f"{counted(len(shapes), 'parameter group')} in the model states, not in every optimizer file")
     if paddings is not None and not (
         isinstance(paddings, list)
         and len(paddings) == len(shapes)
@@ -355,7 +356,9 @@ def _zero2(
                 offset += paddings[index][position]
         align = 2 * world
         if align * math.ceil(offset / align) != align * math.ceil(available / align):
-            raise ReadError(f"group {index}: consumed {offset} elements out of {available} (not a matching checkpoint)")
+            raise ReadError(
+                f"group {index}: consumed {counted(offset, 'element')} out of {available} (not a matching checkpoint)"
+            )
 
 
 def _pieces(parts: list[Partition], starts: list[int], begin: int, count: int) -> list[Piece]:
@@ -401,7 +404,9 @@ def _zero3(
         weights[name] = _logical(name, shape, "float32", pieces, source, (numel,), grad)
         offset += part
     if offset * world != starts[-1] * world:
-        raise ReadError(f"consumed {offset * world} elements out of {starts[-1] * world} (not a matching checkpoint)")
+        raise ReadError(
+            f"consumed {counted(offset * world, 'element')} out of {starts[-1] * world} (not a matching checkpoint)"
+        )
 
 
 def _frozen_zero3(

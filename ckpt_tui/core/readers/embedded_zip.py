@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.tree import Storage
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle, storage_from_pid, unsafe_note
@@ -90,7 +91,9 @@ class EmbeddedRecords(ZipRecords):
         if offset + entry.size > self.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of its item (truncated?)")
         if entry.size < storage.nbytes:
-            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+            raise ReadError(
+                f"record {entry.name} holds {counted(entry.size, 'byte')}, its storage needs {storage.nbytes}"
+            )
         return offset, entry.size
 
     # As before: an embedded archive's records are copied one by one (each through the writer's span),

@@ -19,6 +19,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.contained import inside, named_entry
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor
 
 SHARDING_KEY = "DCP_SHARDING_INFO"
@@ -87,7 +88,9 @@ def read_hf_dcp(folder: str, names: list[str], open_file: Callable[[str], Checkp
             if start is None:
                 raise ReadError(f"{path}: {key!r} has no {OFFSETS_KEY} in {SHARDING_KEY}")
             if len(start) != len(tensor.shape):
-                raise ReadError(f"{path}: {key!r} has {len(start)} offsets for {len(tensor.shape)} dimensions")
+                raise ReadError(
+                    f"{path}: {key!r} has {counted(len(start), 'offset')} for {counted(len(tensor.shape), 'dimension')}"
+                )
             boxes.setdefault(key, []).append((start, tensor, name))
     source = AssembledRecords(folder)
     odd: list[str] = []
@@ -95,14 +98,14 @@ def read_hf_dcp(folder: str, names: list[str], open_file: Callable[[str], Checkp
     ranks = sorted({m.group(1) for n in names if (m := RANK_NAME.fullmatch(n))})
     others = [n for n in safetensors_names(folder) if n not in names]
     notes = [
-        f"DCP through the HF storage writer: {len(names)} safetensors files"
-        + (f" from {len(ranks)} ranks" if ranks else "")
-        + f"; {len(root)} tensors assembled from the pieces their {SHARDING_KEY} places"
+        f"DCP through the HF storage writer: {counted(len(names), 'safetensors file')}"
+        + (f" from {counted(len(ranks), 'rank')}" if ranks else "")
+        + f"; {counted(len(root), 'tensor')} assembled from the pieces their {SHARDING_KEY} places"
     ]
     if others:
         notes.append(f"left aside (no {SHARDING_KEY}): " + ", ".join(others[:5]) + (" …" if len(others) > 5 else ""))
     problems = [f"{name}: {p}" for name, m in zip(names, members, strict=True) for p in m.loader_problems]
-    layout = f"DCP (HF safetensors), {len(ranks) or len(names)} ranks; weights: the root"
+    layout = f"DCP (HF safetensors), {counted(len(ranks) or len(names), 'rank')}; weights: the root"
     return Checkpoint(
         folder,
         "dcp-hf",
@@ -153,7 +156,8 @@ def _odd_cover(key: str, shape: tuple[int, ...], pieces: list[Piece]) -> tuple[s
     covered = sum(piece.numel for piece in pieces)
     if covered < math.prod(shape):
         where = ", ".join(f"{p.where} at {list(p.offsets)}" for p in pieces[:4]) + (" …" if len(pieces) > 4 else "")
-        missing = f"{math.prod(shape) - covered} of its {math.prod(shape)} elements are in no file"
+        gap = math.prod(shape) - covered
+        missing = f"{gap} of its {counted(math.prod(shape), 'element')} {'is' if gap == 1 else 'are'} in no file"
         finding = (
             f"{key}: its pieces leave a gap: {missing} ({SHARDING_KEY} {OFFSETS_KEY}: {where}); torch's "
             f"consolidate_safetensors_files writes zeros there and dcp.load leaves what the tensor held; "

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
@@ -48,7 +49,9 @@ class LegacyRecords(RecordSource):
         if found is None:
             raise ReadError(f"{self.path}: storage {storage.key} is missing from the file")
         if found[1] < storage.nbytes:
-            raise ReadError(f"storage {storage.key} holds {found[1]} bytes, its tensors need {storage.nbytes}")
+            raise ReadError(
+                f"storage {storage.key} holds {counted(found[1], 'byte')}, its tensors need {storage.nbytes}"
+            )
         return found
 
 
@@ -108,7 +111,9 @@ def read_legacy_stream(
         def make(key: str, dtype: str, location: str, numel: int, type_name: str) -> Storage:
             storage = Storage(key, dtype, location, numel, source, type_name)
             if storage.nbytes > end - base:
-                raise ReadError(f"{what}: storage {key} declares {storage.nbytes} bytes, more than the whole file")
+                raise ReadError(
+                    f"{what}: storage {key} declares {counted(storage.nbytes, 'byte')}, more than the whole file"
+                )
             return storage
 
         return make
@@ -185,7 +190,7 @@ def _find_records(
             break
         if count != storage.numel:
             problems.append(
-                f"storage {key!r} holds {count} elements where its persistent id says {storage.numel}: "
+                f"storage {key!r} holds {counted(count, 'element')} where its persistent id says {storage.numel}: "
                 "torch.load refuses the file"
             )
         records = storage.source

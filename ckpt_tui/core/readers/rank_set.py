@@ -267,7 +267,7 @@ def localize(checkpoint: Checkpoint) -> Checkpoint:
     kinds = sorted({s.kind for s in found.values()})
     world = max(s.world for s in found.values())
     checkpoint.notes.append(
-        f"one rank of {world}: its {len(found)} {'/'.join(kinds)} values show this rank's shard only; "
+        f"one rank of {world}: its {counted(len(found), '/'.join(kinds) + ' value')} show this rank's shard only; "
         f"open every rank's file together to see (and convert) whole tensors"
     )
     checkpoint.partial = (
@@ -301,9 +301,10 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
         labels = names if len(set(names)) == len(names) else paths
         root = {label: c.root for label, c in zip(labels, checkpoints, strict=True)}
         note = (
-            f"{len(paths)} rank files side by side (no sharded tensors: each rank saved a copy); diff them to compare"
+            f"{counted(len(paths), 'rank file')} side by side (no sharded tensors: each rank saved a copy); "
+            "diff them to compare"
         )
-        layout = f"copies per rank (DDP-style), {len(paths)} ranks"
+        layout = f"copies per rank (DDP-style), {counted(len(paths), 'rank')}"
         return Checkpoint(
             paths[0], "ranks", root, total, notes=[note], unsafe_globals=unsafe, layout=layout, files=list(paths)
         )
@@ -319,8 +320,8 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
     root = _map(checkpoints[0].root, lambda value, path: merged.get(path, fragments.get(path, value)))
     kinds = sorted({s.kind for s in found[0].values()})
     notes = [
-        f"{len(paths)} rank files: {len(merged)} {'/'.join(kinds)} values assembled from their shards; "
-        f"other values from {os.path.basename(paths[0])}"
+        f"{counted(len(paths), 'rank file')}: {counted(len(merged), '/'.join(kinds) + ' value')} assembled from "
+        f"their shards; other values from {os.path.basename(paths[0])}"
     ]
     if fragments:
         notes.append(
@@ -336,7 +337,9 @@ def merge_ranks(paths: list[str], checkpoints: list[Checkpoint]) -> Checkpoint:
             "FSDP LOCAL_STATE_DICT: _flat_param is FSDP's flattened (padded) parameter; the original parameters' "
             "names and shapes are not saved in these files, so they cannot be rebuilt from them"
         )
-    layout = f"{_framework(kinds, flat)}, {len(paths)} ranks, {'/'.join(kinds)}; weights: {_weights_at(merged)}"
+    layout = (
+        f"{_framework(kinds, flat)}, {counted(len(paths), 'rank')}, {'/'.join(kinds)}; weights: {_weights_at(merged)}"
+    )
     merged_checkpoint = Checkpoint(
         paths[0], "ranks", root, total, notes=notes, unsafe_globals=unsafe, layout=layout, files=list(paths)
     )
@@ -430,7 +433,7 @@ def _assemble(where: str, ranks: list[Sharded], source: AssembledRecords) -> Ten
     if any(r.shape != first.shape or r.dtype != first.dtype or r.kind != first.kind for r in ranks):
         raise ReadError(f"{where}: ranks disagree on its shape or dtype")
     if len(ranks) != first.world:
-        raise ReadError(f"{where}: sharded over {first.world} ranks, {counted(len(ranks), 'file')} given")
+        raise ReadError(f"{where}: sharded over {counted(first.world, 'rank')}, {counted(len(ranks), 'file')} given")
     pieces: dict[tuple[tuple[int, ...], tuple[int, ...]], Piece] = {}
     for sharded in ranks:
         for shard in sharded.shards:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
-from ckpt_tui.core.model.describe import size
+from ckpt_tui.core.model.describe import counted, plural, size
 from ckpt_tui.core.model.dtypes import itemsize
 from ckpt_tui.core.model.tree import (
     PENDING_ROOT,
@@ -232,7 +232,7 @@ def _room_for(path: str, raw: bytes) -> bool:
     need = tensors * PEAK_PER_TENSOR + 2 * len(raw)
     if need > room:
         raise ReadError(
-            f"{path}: its header lists {tensors:,} tensors; reading them needs about {size(need)}, "
+            f"{path}: its header lists {tensors:,} {plural(tensors, 'tensor')}; reading them needs about {size(need)}, "
             f"more than the {size(room)} this process may still use"
         )
     return room >= tensors * ORJSON_PEAK_PER_TENSOR + len(raw)
@@ -796,7 +796,8 @@ def _tiling_problems(ranges: dict[str, list[int]], data_bytes: int, *orders: lis
         problems.append(f"unused bytes lie before tensor {_some(holes)}, which the safetensors library refuses")
     if position < data_bytes:
         problems.append(
-            f"{data_bytes - position} bytes follow the last tensor's data, which the safetensors library refuses"
+            f"{counted(data_bytes - position, 'byte')} follow{'s' if data_bytes - position == 1 else ''} the last "
+            "tensor's data, which the safetensors library refuses"
         )
     return problems
 

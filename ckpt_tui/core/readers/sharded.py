@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
 from ckpt_tui.core.readers.safetensors_file import from_wire, to_wire
 
@@ -67,7 +68,7 @@ def _download_the_set(path: str, names: list[str], refused: NoRanges) -> ReadErr
     from ckpt_tui.core.model.remote_stores import set_refused
 
     index = path.rsplit("/", 1)[-1]
-    files = f"the index and its {len(names)} shards"
+    files = f"the index and its {counted(len(names), 'shard')}"
     return set_refused(path, refused, files, places.parent(path), [index, *names], "open the local index")
 
 
@@ -137,7 +138,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     for shard_checkpoint in shards.values():
         for name, value in shard_checkpoint.metadata.items():
             metadata.setdefault(name, value)
-    note = f"{len(shards)} shards: " + ", ".join(shards)
+    note = f"{counted(len(shards), 'shard')}: " + ", ".join(shards)
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
     # a key in a shard the index does not name for it: the real loaders take it too, so what is shown is in doubt
@@ -164,7 +165,7 @@ LOADERS = "transformers' from_pretrained and accelerate's load_checkpoint_in_mod
 
 
 def _keys(count: int) -> str:
-    return "1 key" if count == 1 else f"{count} keys"
+    return counted(count, "key")
 
 
 def _shard_keys(shard: Checkpoint) -> list[Any]:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import is_unicode
 from ckpt_tui.core.model.tree import RecordSource, Storage
@@ -103,7 +104,9 @@ class ZipRecords(RecordSource):
         """A compressed record's bytes, inflated within the archive's cap (torch.load reads these too)."""
         entry = self.entry(storage)
         if entry.size < storage.nbytes:
-            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+            raise ReadError(
+                f"record {entry.name} holds {counted(entry.size, 'byte')}, its storage needs {storage.nbytes}"
+            )
         with places.open_stream(self.path) as file:
             self._check(file)
             data = read_member(file, entry, self.file_bytes)
@@ -135,7 +138,9 @@ class ZipRecords(RecordSource):
         if offset + entry.size > self.file_bytes:
             raise ReadError(f"record {entry.name} runs past the end of the file (truncated?)")
         if entry.size < storage.nbytes:
-            raise ReadError(f"record {entry.name} holds {entry.size} bytes, its storage needs {storage.nbytes}")
+            raise ReadError(
+                f"record {entry.name} holds {counted(entry.size, 'byte')}, its storage needs {storage.nbytes}"
+            )
         return offset, entry.size
 
     def zip_members(self) -> ZipRecords:
@@ -342,7 +347,8 @@ class ZipLayout:
         outside = [] if inside_all else [name for name in entries if not name.startswith(self.prefix)]
         if outside:
             self.problems.append(
-                f"{len(outside)} members lie outside the archive folder {folder!r} ({outside[0]!r}...): "
+                f"{counted(len(outside), 'member')} {'lies' if len(outside) == 1 else 'lie'} outside the archive "
+                f"folder {folder!r} ({outside[0]!r}...): "
                 "torch.load refuses a zip holding more than one archive"
             )
         self.hostile: list[str] = []
@@ -533,9 +539,11 @@ def load_with_records(
         declared = numel * DTYPES[dtype][0]
         limit = file_bytes if entry is None or entry.compress == STORED else inflate_cap(file_bytes)
         if declared > limit:
-            raise ReadError(f"{what}: storage {key_prefix + key} declares {declared} bytes, more than the whole file")
+            raise ReadError(
+                f"{what}: storage {key_prefix + key} declares {counted(declared, 'byte')}, more than the whole file"
+            )
         if entry is not None and entry.size != declared and not script:
-            wrong_sizes.append(f"{entry.name} holds {entry.size} bytes where its storage needs {declared}")
+            wrong_sizes.append(f"{entry.name} holds {counted(entry.size, 'byte')} where its storage needs {declared}")
         elif entry is not None and unwritten(entry):
             unwritten_records.append(entry)
         return Storage(key_prefix + key, dtype, location, numel, records, type_name)
@@ -561,7 +569,7 @@ def zip_byteorder(file: BinaryIO, layout: ZipLayout, file_bytes: int) -> str:
     if raw in (b"little", b"big"):
         return raw.decode()
     text = raw.decode("ascii", "replace").strip()
-    shown = repr(raw[:16]) if entry.size <= 64 else f"{entry.size} bytes long"
+    shown = repr(raw[:16]) if entry.size <= 64 else f"{counted(entry.size, 'byte')} long"
     layout.problems.append(f"its byteorder record is {shown}, which torch.load refuses (only 'little' or 'big')")
     return text if text in ("little", "big") else "little"
 

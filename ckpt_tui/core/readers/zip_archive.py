@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import is_unicode
 
 EOCD = struct.Struct("<4s4H2LH")
@@ -180,7 +181,7 @@ class ZipDirectory(dict[str, ZipEntry]):
             if ours:
                 kept[entry.index] = raw
         elif entry.size > limit:
-            raise ReadError(f"zip member {entry.name} is too large ({entry.size} bytes)")
+            raise ReadError(f"zip member {entry.name} is too large ({counted(entry.size, 'byte')})")
         return raw
 
     def was_read(self, entry: ZipEntry) -> bool:
@@ -310,7 +311,7 @@ def read_central_directory(file: BinaryIO, file_bytes: int) -> ZipDirectory:
     if cd_offset + cd_size > file_bytes:
         raise ReadError("zip central directory points outside the file (truncated or corrupt)")
     if count > MAX_ENTRIES or count * CENTRAL.size > cd_size:
-        raise ReadError(f"zip central directory claims {count} entries (corrupt, or more than {MAX_ENTRIES})")
+        raise ReadError(f"zip central directory claims {counted(count, 'entry')} (corrupt, or more than {MAX_ENTRIES})")
     file.seek(cd_offset)
     directory = file.read(cd_size)
     entries = _entries(directory, count, file_bytes)
@@ -453,7 +454,7 @@ def unwritten_text(entry: ZipEntry) -> str:
     else:
         what = "compressed to 0 bytes"
     return (
-        f"zip member {entry.name!r} is {what}: torch.load writes none of its {entry.size} bytes and uses "
+        f"zip member {entry.name!r} is {what}: torch.load writes none of its {counted(entry.size, 'byte')} and uses "
         "uninitialised memory instead, different at each load"
     )
 
@@ -547,11 +548,13 @@ def read_member(file: BinaryIO, entry: ZipEntry, file_bytes: int, limit: int = 1
     if start + entry.compressed_size > file_bytes:
         raise ReadError(f"zip member {entry.name} runs past the end of the file (truncated?)")
     if entry.size > limit:
-        raise ReadError(f"zip member {entry.name} is too large ({entry.size} bytes)")
+        raise ReadError(f"zip member {entry.name} is too large ({counted(entry.size, 'byte')})")
     if entry.compress == DEFLATED:
         cap = inflate_cap(file_bytes)
         if entry.size > cap:
-            raise ReadError(f"zip member {entry.name} would inflate to {entry.size} bytes, past {cap} for this file")
+            raise ReadError(
+                f"zip member {entry.name} would inflate to {counted(entry.size, 'byte')}, past {cap} for this file"
+            )
         file.seek(start)
         try:
             raw = zlib.decompressobj(-15).decompress(file.read(entry.compressed_size), entry.size + 1)
@@ -565,7 +568,9 @@ def read_member(file: BinaryIO, entry: ZipEntry, file_bytes: int, limit: int = 1
     else:
         raise ReadError(f"zip member {entry.name}: unsupported compression method {entry.compress}")
     if len(raw) != entry.size:
-        raise ReadError(f"zip member {entry.name}: holds {len(raw)} bytes, not the {entry.size} its entry says")
+        raise ReadError(
+            f"zip member {entry.name}: holds {counted(len(raw), 'byte')}, not the {entry.size} its entry says"
+        )
     return raw
 
 
