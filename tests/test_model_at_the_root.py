@@ -21,8 +21,9 @@ from torch import nn
 from ckpt_tui.cli import main
 
 
-def titan_step(folder: Path, layers: int) -> dict[str, torch.Tensor]:
-    """A torchtitan-style step saved with dcp.save in one process (no process group); the model's state_dict."""
+def titan_step(folder: Path, layers: int, loss_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """A torchtitan-style step saved with dcp.save in one process (no process group); the model's state_dict.
+    ``loss_scale`` 0: every gradient is zero, so AdamW's moments stay all zero."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
@@ -35,7 +36,7 @@ def titan_step(folder: Path, layers: int) -> dict[str, torch.Tensor]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     for _ in range(2):
-        model(torch.randint(0, 50, (4, 3))).square().mean().backward()
+        (model(torch.randint(0, 50, (4, 3))).square().mean() * loss_scale).backward()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
@@ -147,3 +148,29 @@ def test_a_flattened_optimizer_reads_as_the_optimizer_it_flattens() -> None:
     ]
     assert torch.equal(nested["state"]["1.bias"]["exp_avg"], optimizer.state[model[1].bias]["exp_avg"])
     assert not is_flat_optimizer(model.state_dict()) and not is_flat_optimizer(optimizer.state_dict())
+
+
+def test_check_finds_all_zero_moments_in_the_flattened_optimizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckpt_tui.core.conventions.training_state import tensor_role
+    from ckpt_tui.core.model.tree import iter_tensors
+    from ckpt_tui.core.readers.open import open_checkpoint
+
+    weights = titan_step(tmp_path / "trained", 1)
+    code, out, _ = run(capsys, "check", str(tmp_path / "trained"))
+    assert code == 0 and "zero-moments" not in out, out
+    # the same run with every gradient zero: AdamW's exp_avg and exp_avg_sq stay zero, as in the nested layout
+    titan_step(tmp_path / "zero", 1, loss_scale=0.0)
+    code, out, _ = run(capsys, "check", str(tmp_path / "zero"))
+    assert code == 1, out
+    problem = next(line for line in out.splitlines() if "[zero-moments]" in line)
+    assert f"{2 * len(weights)} optimizer moment buffers are all zero: " in problem
+    assert 'ckpt["optimizer"]["state.0.weight.exp_avg"], ckpt["optimizer"]["state.0.weight.exp_avg_sq"]' in problem
+    # each flattened entry is optimizer state to the reports (its float step counter too), never a parameter
+    roles = {
+        path[-1]: tensor_role(path, tensor, ())
+        for path, tensor in iter_tensors(open_checkpoint(str(tmp_path / "zero")).root)
+        if path[0] == "optimizer"
+    }
+    assert roles["state.0.weight.exp_avg"] == roles["state.0.weight.step"] == "optimizer state"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, where
-from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, PARAMETER_DTYPES
+from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, FLAT_OPTIMIZER_PARTS, PARAMETER_DTYPES
 from ckpt_tui.core.errors import CkptError, FileChanged
 from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.describe import counted
@@ -414,9 +414,31 @@ def _stepped_past(last: float, counters: dict[str, float], optimizer_step: float
     return bool(known) and all(last - v > 1 for v in known)
 
 
+FLAT_STATE = FLAT_OPTIMIZER_PARTS[0]
+FLAT_MOMENT_ENDS = tuple(f".{name}" for name in MOMENT_NAMES)
+
+
 def is_moment(path: KeyPath) -> bool:
-    """A moment buffer of an optimizer's per-parameter state (``...["state"][i]["exp_avg"]``)."""
-    return len(path) >= 3 and path[-1] in MOMENT_NAMES and path[-3] == "state"
+    """A moment buffer of an optimizer's per-parameter state: nested (``...["state"][i]["exp_avg"]``), or
+    flattened as torch flattens it for torchtitan (``...["state.FQN.exp_avg"]``, see
+    :func:`~ckpt_tui.core.conventions.state_dicts.is_flat_optimizer`)."""
+    if len(path) >= 3 and path[-1] in MOMENT_NAMES and path[-3] == "state":
+        return True
+    return bool(path) and _flat_state_entry(path[-1]) in MOMENT_NAMES
+
+
+def may_name_moment(key: object) -> bool:
+    """Whether a key may be the last of a moment buffer's path (:func:`is_moment`): a cheap test over every key."""
+    return key in MOMENT_NAMES or (type(key) is str and key.startswith(FLAT_STATE) and key.endswith(FLAT_MOMENT_ENDS))
+
+
+def _flat_state_entry(key: object) -> str | None:
+    """The name of a flattened optimizer's per-parameter state entry (``state.FQN.exp_avg``: ``exp_avg``, its FQN
+    never empty); None for any other key."""
+    if type(key) is not str or not key.startswith(FLAT_STATE):
+        return None
+    fqn, _, name = key[len(FLAT_STATE) :].rpartition(".")
+    return name if fqn else None
 
 
 def zero_moment_message(paths: list[KeyPath]) -> str:
@@ -424,8 +446,9 @@ def zero_moment_message(paths: list[KeyPath]) -> str:
     shown = ", ".join(where(p) for p in paths[:SHOWN]) + (
         f" (+{len(paths) - SHOWN} more)" if len(paths) > SHOWN else ""
     )
+    are = "is" if len(paths) == 1 else "are"
     return (
-        f"{len(paths)} optimizer moment buffers are all zero: {shown}: a resume runs with empty moments "
+        f"{counted(len(paths), 'optimizer moment buffer')} {are} all zero: {shown}: a resume runs with empty moments "
         "(state reset, or gradients that were always zero)"
     )
 
@@ -453,5 +476,5 @@ def tensor_role(path: KeyPath, tensor: Tensor, model_at: KeyPath | None = None) 
 
 
 def _optimizer_path(path: KeyPath) -> bool:
-    """A moment buffer, or a value under an optimizer's ``state``."""
-    return is_moment(path) or "state" in path[:-2]
+    """A moment buffer, or a value under an optimizer's ``state`` (nested, or flattened: ``state.FQN.step``)."""
+    return is_moment(path) or "state" in path[:-2] or (bool(path) and _flat_state_entry(path[-1]) is not None)

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.conventions.findings import where
-from ckpt_tui.core.conventions.training_state import MOMENT_NAMES, RESUME_WARNINGS, is_moment, zero_moment_message
+from ckpt_tui.core.conventions.training_state import (
+    MOMENT_NAMES,
+    RESUME_WARNINGS,
+    is_moment,
+    may_name_moment,
+    zero_moment_message,
+)
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
@@ -235,7 +241,7 @@ class _ExactReads:
         paths = list(map(operator.itemgetter(0), listed))
         named = _may_name_moments(paths)
         moments = (
-            {i for i, path in enumerate(paths) if path and path[-1] in MOMENT_NAMES and is_moment(path)}
+            {i for i, path in enumerate(paths) if path and may_name_moment(path[-1]) and is_moment(path)}
             if named
             else set()
         )
@@ -334,12 +340,15 @@ def _listed(index: tuple[int, ...] | None) -> list[int] | None:
 
 
 def _may_name_moments(paths: list[KeyPath]) -> bool:
-    """Whether any path may be a moment buffer's: a moment's name is one of its path's keys, so where no
-    key anywhere is one (a state_dict of 50,000 weights), none is looked for path by path."""
+    """Whether any path may be a moment buffer's: a nested moment's name is one of its path's keys, a flattened
+    one's path ends in ``state.FQN.exp_avg``, so where neither is (a state_dict of 50,000 weights), none is looked
+    for path by path."""
     try:
-        return not MOMENT_NAMES.isdisjoint(itertools.chain.from_iterable(paths))
+        if not MOMENT_NAMES.isdisjoint(itertools.chain.from_iterable(paths)):
+            return True
     except TypeError:  # a key that cannot be hashed: looked at path by path
         return True
+    return any(may_name_moment(path[-1]) for path in paths if path)
 
 
 def _sparse_problems(
