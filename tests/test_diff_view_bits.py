@@ -64,3 +64,60 @@ def test_a_converted_copy_of_a_neg_tensor_is_identical_to_it(
     assert main(["convert", str(source), "-o", str(out)]) == 0
     capsys.readouterr()
     assert main(["diff", str(source), str(out)]) == 0
+
+
+def _base_and_view(dtype: torch.dtype, bit: str) -> dict[str, torch.Tensor]:
+    """A tensor and its neg or conj view saved together: one storage, two tensors torch loads as other values."""
+    base = _values(dtype)
+    viewed = base._neg_view() if bit == "neg" else base.conj()
+    assert viewed.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    return {"w": base, "w_view": viewed}
+
+
+def _loaded_equal(path: Path, expected: dict[str, torch.Tensor]) -> None:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        got = load_file(str(path))
+    else:
+        got = torch.load(path, weights_only=True)
+    assert set(got) == set(expected), got
+    for key, value in expected.items():
+        assert torch.equal(got[key], value.resolve_neg().resolve_conj()), (key, got[key], value)
+
+
+BASE_AND_VIEW = [(torch.float32, "neg"), (torch.bfloat16, "neg"), (torch.complex64, "conj"), (torch.complex64, "neg")]
+
+
+@pytest.mark.parametrize(("dtype", "bit"), BASE_AND_VIEW, ids=str)
+def test_a_view_with_a_bit_is_no_tie_of_its_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype, bit: str
+) -> None:
+    """Written as .safetensors (one file and HF shards), averaged and counted, ``w_view`` is its own values
+    (was stored as a tie of ``w``: ``w_view = w`` in __metadata__, its sign or conjugation lost)."""
+    saved = _base_and_view(dtype, bit)
+    source = tmp_path / "both.pth"
+    torch.save(saved, source)
+    expected = torch.load(source, weights_only=True)
+    one = tmp_path / "one.safetensors"
+    assert main(["convert", str(source), "-o", str(one)]) == 0
+    assert "tied" not in capsys.readouterr().out
+    _loaded_equal(one, expected)
+    assert main(["diff", str(source), str(one)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    shards = tmp_path / "shards"
+    argv = ["convert", str(source), "-o", str(shards), "--format", "safetensors", "--max-shard-size", "8"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert len(list(shards.glob("model-*.safetensors"))) == 2
+    assert main(["diff", str(source), str(shards)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    averaged = tmp_path / "avg.pth"
+    assert main(["average", str(source), str(source), "-o", str(averaged)]) == 0
+    capsys.readouterr()
+    _loaded_equal(averaged, expected)
+    assert main(["info", "--json", str(source)]) == 0
+    import json
+
+    counted = json.loads(capsys.readouterr().out)
+    assert counted["model_parameter_count"] == sum(t.numel() for t in expected.values()), counted

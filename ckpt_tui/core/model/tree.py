@@ -1002,9 +1002,16 @@ def iter_nodes(root: Any, path: tuple[Key, ...] = (), limit: int = 200) -> Itera
 
 def view_key(tensor: Tensor) -> tuple[Any, ...]:
     """What a tensor shows of its storage: two tensors with one key are one set of values (tied weights saved
-    under two names), counted once, as ``model.parameters()`` counts them. A tensor without a storage is itself."""
+    under two names), read, counted and written once, as ``model.parameters()`` counts them. A tensor without a
+    storage is itself. The one rule of "the same tensor" for every reader, writer and count."""
     storage = tensor.storage
-    return (id(tensor),) if storage is None else (id(storage), tensor.offset, tensor.shape, tensor.stride)
+    if storage is None:
+        return (id(tensor),)
+    metadata = tensor.metadata
+    # a negated or conjugated view of the same elements loads as other values (torch.save writes w and
+    # torch._neg_view(w) over one storage): not the same tensor; metadata torch refuses is nobody's twin
+    bits = view_bits(metadata) if not metadata or isinstance(metadata, dict) else (id(tensor),)
+    return (id(storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype, *bits)
 
 
 Reference = tuple[KeyPath, Any, bool, bool]

@@ -40,7 +40,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor, view_bits
+from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor, view_bits, view_key
 from ckpt_tui.core.operations.convert import path_text, select
 from ckpt_tui.core.operations.diff import key_text, leaves
 from ckpt_tui.core.runtime.shell import join_command
@@ -413,7 +413,7 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
             return None
         if any(t.dtype != tensor.dtype for t in inputs):
             plan.mixed_dtypes.append(key_text(path))
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride)
+        view = view_key(tensor)
         if view not in done:  # tied weights (one view under two keys) stay one tensor
             make = _averaged_view if any(repeats_far_more(t) for t in inputs) else _averaged_tensor
             if make is _averaged_view:
@@ -514,8 +514,7 @@ def _ties(tree: dict[KeyPath, Any], order: dict[KeyPath, int]) -> dict[KeyPath, 
     ties = {}
     for path in sorted(order, key=order.__getitem__):
         tensor = tree[path]
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride)
-        ties[path] = first_of.setdefault(view, path)
+        ties[path] = first_of.setdefault(view_key(tensor), path)
     return ties
 
 

@@ -19,7 +19,7 @@ from ckpt_tui.core.conventions.training_state import (
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, hidden_tensors, walk
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, hidden_tensors, view_key, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
 from ckpt_tui.core.readers.folder import LOADER_TAKES
@@ -440,7 +440,7 @@ def _views(listed: list[tuple[KeyPath, Tensor]]) -> tuple[list[Tensor], list[Ten
         if tensor.storage is None or tensor.kind != "dense" or tensor.storage.location == "meta":
             positions.append(None)
             continue
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        view = view_key(tensor)
         position = views.get(view)
         if position is None:
             position = views[view] = len(first_of_view)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import FileChanged, ReadError
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_slash
-from ckpt_tui.core.model.tree import Tensor, hidden_tensors, walk
+from ckpt_tui.core.model.tree import Tensor, hidden_tensors, view_key, walk
 from ckpt_tui.core.values.batched_stats import planned_stats
 from ckpt_tui.core.values.batched_values import MIN_BATCHED, ViewPlan, batch_bounds, batchable
 from ckpt_tui.core.values.stats import TensorStats, tensor_stats
@@ -132,7 +132,7 @@ def tensor_rows(
     """
     sizes = [tensor.nbytes for _, tensor in tensors]
     reasons = [unreadable_reason(tensor) for _, tensor in tensors]
-    views = [None if reason else _view(tensor) for (_, tensor), reason in zip(tensors, reasons, strict=True)]
+    views = [None if reason else view_key(tensor) for (_, tensor), reason in zip(tensors, reasons, strict=True)]
     batches = _Batches(tensors, sizes, views)
     seen: dict[tuple[Any, ...], TensorStats | str] = {}
     total, done = sum(sizes), 0
@@ -153,11 +153,6 @@ def tensor_rows(
             yield TensorRow(path, tensor, None, found)
         else:
             yield TensorRow(path, tensor, found)
-
-
-def _view(tensor: Tensor) -> tuple[Any, ...]:
-    """What makes two references read the same values."""
-    return (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
 
 
 class _Batches:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_tui.core.errors import WriteError
-from ckpt_tui.core.model.tree import Tensor
+from ckpt_tui.core.model.tree import Tensor, view_key
 from ckpt_tui.core.writers import temp_files
 from ckpt_tui.core.writers.save import WriteResult, save
 from ckpt_tui.core.writers.target import check_folder_target
@@ -51,7 +51,7 @@ def plan_shards(root: dict[str, Tensor], max_bytes: int) -> list[list[str]]:
     current_bytes = 0
     tied: dict[tuple[Any, ...], list[str]] = {}
     for key, tensor in root.items():
-        view = (id(tensor.storage), tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
+        view = view_key(tensor)
         if view in tied:
             tied[view].append(key)
             continue
@@ -153,7 +153,7 @@ def _rename_into_place(temp: Path, target: Path) -> None:
 
 
 def _unique_bytes(root: dict[str, Tensor], keys: list[str]) -> int:
-    views = {(id(t.storage), t.offset, t.shape, t.stride, t.dtype): t.nbytes for t in (root[k] for k in keys)}
+    views = {view_key(t): t.nbytes for t in (root[k] for k in keys)}
     return sum(views.values())
 
 

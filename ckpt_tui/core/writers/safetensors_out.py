@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.describe import size as shown_size
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import HeaderRanges, Tensor, over_whole_storages
+from ckpt_tui.core.model.tree import HeaderRanges, Tensor, over_whole_storages, view_key
 from ckpt_tui.core.readers.safetensors_file import TORCH_TO_SAFETENSORS
 from ckpt_tui.core.writers.output import Output, WriteLog
 from ckpt_tui.core.writers.source_bytes import SMALL, SourceReader, compressed, in_one_file
@@ -148,12 +148,19 @@ class SafetensorsPlan:
                     f" safetensors cannot hold views and would write all {shown_size(tensor.nbytes)};"
                     " write .pth, which keeps the view"
                 )
-            view = (id(storage), *layout)
+            view = view_key(tensor)
             names = views.get(view)
             if names is not None:
                 names.append(name)
                 continue
             views[view] = [name]
+            try:
+                resolved = any(view_bits(tensor))
+            except ValueError:
+                resolved = True  # refused, with its reason, when its bytes are planned
+            if resolved:
+                # a negated or conjugated view is written as its own values, the bits applied: no tie to refuse
+                continue
             first = first_view.setdefault(id(storage), view)
             if first is not view:
                 shared.setdefault(id(storage), [first]).append(view)
@@ -487,7 +494,7 @@ def _end(item: DataItem) -> int:
 
 def _span(view: tuple[Any, ...], name: str) -> tuple[int, int, str]:
     """The elements of its storage a view reaches, as ``[begin, end)`` (empty views reach nothing)."""
-    _, offset, shape, stride, _ = view
+    _, offset, shape, stride = view[:4]
     if 0 in shape:
         return offset, offset, name
     return offset, offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1, name
