@@ -1053,40 +1053,20 @@ def _tied_notes(report: CompareReport, items: list[tuple[str, Any]], reference: 
 
 
 def apply_suggestion(root: Any, at: KeyPath, suggestion: Suggestion) -> tuple[Any, list[Any]]:
-    """Apply a suggestion's steps with the ordinary edits (so the TUI can undo them), at ``at``."""
-    from ckpt_tui.core.edits import tree_edits as edits
+    """Stage a suggestion in the browser (its changes undoable): the options its printed command gives ``convert``
+    (:meth:`Suggestion.options`), run by convert's own pipeline, so what ``f`` stages is what the command writes.
+    At a subtree ``at`` (and no extract of its own) the browser edits in place: the command's extract of ``at`` is
+    left out, and each of its edits is aimed there, the rest of the file staged beside it."""
+    from ckpt_tui.core.operations.convert import apply_options, path_text
 
-    changes = []
-    value_path = at
-    drops = [str(s.arg) for s in suggestion.steps if s.kind == "drop"]
-    globs = [str(s.arg) for s in suggestion.steps if s.kind == "drop-keys"]
-    rules = [s.arg for s in suggestion.steps if s.kind == "rename"]
-    for step in suggestion.steps:
-        if step.kind == "extract":
-            target = get(root, value_path)
-            if isinstance(target, Opaque) and target.is_module and not step.arg:
-                root, change = edits.extract(root, value_path)
-            else:
-                root, change = edits.extract(root, (*value_path, *step.arg))
-            value_path = ()
-        elif step.kind == "drop":
-            if step.arg != drops[0]:
-                continue
-            root, change = edits.drop_keys(root, [glob_escape(k) for k in drops], value_path)
-        elif step.kind == "drop-keys":
-            if step.arg != globs[0]:
-                continue
-            root, change = edits.drop_keys(root, globs, value_path)
-        elif step.kind == "strip":
-            root, change = edits.strip_prefix(root, str(step.arg), value_path)
-        elif step.kind == "rename":
-            if step.arg is not rules[0]:
-                continue
-            root, change = edits.rename_keys_by_rules(root, rules, value_path)
-        else:
-            root, change = edits.add_prefix(root, str(step.arg), value_path)
-        changes.append(change)
-    return root, changes
+    options = suggestion.options()
+    if at and not any(step.kind == "extract" for step in suggestion.steps):
+        # (--drop names a key from the root, every other edit its dict by --at)
+        options.extract = None
+        options.drop = [path_text((*at, key)) for key in options.drop]
+        options.at = path_text(at)
+    fixed, changes, _ = apply_options(root, options)
+    return fixed, changes
 
 
 # ---- folding ------------------------------------------------------------------------------
