@@ -9,6 +9,7 @@ it (``<case>.expected.pt``): torch's HF storage reader and ``consolidate_safeten
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -162,6 +163,34 @@ def test_fsdp1_rank_folder_checks_clean_but_for_each_files_verdict() -> None:
     assert [p.kind for p in report.problems] == ["weights-only"], [p.message for p in report.problems]
     assert report.weights_only is not None and report.weights_only.answer == "refuses"
     assert "ShardedTensorMetadata" in report.problems[0].message
+
+
+def test_fsdp1_rank_file_check_names_every_global_add_safe_globals_needs() -> None:
+    # the pickle NEWOBJs ChunkShardingSpec and getattr(ShardedTensor, "ProcessGroupState"): allowlisting what
+    # check names must leave torch.load refusing nothing (it then needs a process group, not a global)
+    report = check_checkpoint(open_checkpoint(FRAMEWORKS / "fsdp1_optim" / "rank0.pt"))
+    assert report.weights_only is not None and report.weights_only.reason is None
+    names = [blocker.name for blocker in report.weights_only.blockers]
+    assert "torch.distributed._shard.sharded_tensor.api.ShardedTensor.ProcessGroupState" in names
+    assert "torch.distributed._shard.sharding_spec.chunk_sharding_spec.ChunkShardingSpec" in names
+    objects = [_resolve(name) for name in names]
+    with torch.serialization.safe_globals(objects), pytest.raises(Exception) as raised:
+        torch.load(FRAMEWORKS / "fsdp1_optim" / "rank0.pt", weights_only=True)
+    assert "init_process_group" in str(raised.value), str(raised.value)
+
+
+def _resolve(name: str) -> Any:
+    """The object a dotted global name walks to, as pickle resolves it."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            value: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            value = getattr(value, part)
+        return value
+    raise AssertionError(name)
 
 
 # ---- whole DeepSpeed folders converted without --extract ---------------------------------------

@@ -359,7 +359,11 @@ class Machine(pickle.Unpickler):
             module, name = tables.NAME_MAPPING[(module, name)]
         elif module in tables.IMPORT_MAPPING:
             module = tables.IMPORT_MAPPING[module]
-        full = f"{module}.{name}"
+        return self._global(f"{module}.{name}", module)
+
+    def _global(self, full: str, module: str | None) -> Any:
+        """What torch's unpickler has for the name ``full``: an allowed object, or a refused name's placeholder;
+        ``module``: the GLOBAL's module (None for a name reached by ``getattr``, which no module rule checks)."""
         ref = self.refs.get(full)
         if ref is not None:
             return ref
@@ -382,7 +386,7 @@ class Machine(pickle.Unpickler):
             self.scan.needs_import[full] += 0
             ref = self.refs[full] = Placeholder(full, self, allowed=True)
             return ref
-        if module in tables.BLOCKED_MODULES:
+        if module is not None and module in tables.BLOCKED_MODULES:
             self._fatal(f"GLOBAL {full} is from module {module}, which torch refuses even when allowlisted")
         self.scan.refused[full] += 0
         ref = self.refs[full] = Placeholder(full, self)
@@ -424,6 +428,8 @@ class Machine(pickle.Unpickler):
         if isinstance(cls, Placeholder):
             self._use(cls.name, "newobj")
             return WObject(cls.name, cls.name)
+        if isinstance(cls, WObject) and cls.type_name is None and cls.maker:
+            raise Refusal(f"NEWOBJ of what {cls.maker} returned (torch creates only allowlisted classes)")
         if not isinstance(cls, GlobalRef):
             raise Refusal(f"NEWOBJ of a {_type_name(cls)} (torch creates only allowlisted classes)")
         entry = cls.entry
@@ -550,6 +556,11 @@ class Machine(pickle.Unpickler):
     def _call_refused(self, name: str, args: tuple[Any, ...]) -> Any:
         one_scalar = len(args) == 1 and isinstance(args[0], _SCALAR_TYPES)
         self._use(name, "reduce1" if one_scalar else "reduce")
+        reached = _attribute_name(name, args)
+        if reached is not None:
+            # torch's allowlist holds objects by module and qualified name, so the attribute getattr reaches (a
+            # nested class) is allowed or refused under its own dotted name, and add_safe_globals must name it
+            return self._global(reached, None)
         short = name.rsplit(".", 1)[-1]
         if short == "_reconstruct" and name.startswith("numpy."):
             cls = args[0] if args else None
@@ -562,6 +573,16 @@ class Machine(pickle.Unpickler):
             cls = args[0] if args else None
             return WObject(cls.name if isinstance(cls, Placeholder) else None, name)
         return WObject(name if builds_instance(name) else None, name)
+
+
+def _attribute_name(name: str, args: tuple[Any, ...]) -> str | None:
+    """The dotted name ``getattr(<a global>, "<attribute>")`` reaches; None for any other call."""
+    if name != "builtins.getattr" or len(args) != 2 or not isinstance(args[1], str):
+        return None
+    owner = args[0]
+    if isinstance(owner, (GlobalRef, Placeholder)) and args[1].isidentifier():
+        return f"{_type_name(owner)}.{args[1]}"
+    return None
 
 
 def _counter_setattr(name: str, value: Any) -> None:
