@@ -165,6 +165,40 @@ def test_fsdp1_rank_folder_checks_clean_but_for_each_files_verdict() -> None:
     assert "ShardedTensorMetadata" in report.problems[0].message
 
 
+def test_a_folder_whose_one_subfolder_is_a_checkpoint_names_it_in_its_refusal(tmp_path: Path, capsys: Any) -> None:
+    # torchtitan keeps the rank files under sharded/ (its consolidation may fail and leave only them)
+    shutil.copytree(HF_DCP, tmp_path / "step" / "sharded")
+    code, _, err = run(capsys, "info", str(tmp_path / "step"))
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"ckpt-tui: {tmp_path / 'step'}: no checkpoint in this folder: 1 folder (sharded/); sharded/ holds a "
+        f"checkpoint, torch.distributed.checkpoint directory (HF safetensors): open it (ckpt-tui "
+        f"{tmp_path / 'step' / 'sharded'})"
+    ]
+    assert run(capsys, "info", str(tmp_path / "step" / "sharded"))[0] == 0
+
+
+def test_fsdp1_diff_of_two_rank_files_compares_each_rank_files_own_shards(capsys: Any) -> None:
+    # each file alone would open the whole rank set: the set compared with itself said "identical"
+    rank0, rank1 = (str(FRAMEWORKS / "fsdp1_optim" / f"rank{r}.pt") for r in (0, 1))
+    code, out, err = run(capsys, "diff", rank0, rank1)
+    assert code == 1, err
+    assert out.startswith(f"DIFFERENT ({rank0} vs {rank1})")
+    # ShardedTensor shards like torch.chunk along dim 0
+    whole = torch.load(FRAMEWORKS / "fsdp1_optim.expected.pt", weights_only=False)["model"]["fc2.weight"]
+    shards = torch.chunk(whole, 2)
+    assert f"model/fc2.weight: {list(shards[0].shape)} → {list(shards[1].shape)}" in out
+    assert "model/fc1.weight: max |a-b|" in out
+
+
+def test_fsdp1_info_of_a_rank_file_is_titled_with_that_file(capsys: Any) -> None:
+    rank1 = str(FRAMEWORKS / "fsdp1_optim" / "rank1.pt")
+    code, out, _ = run(capsys, "info", rank1)
+    assert code == 0
+    assert out.splitlines()[0] == rank1
+    assert "layout      FSDP1 sharded, 2 ranks" in out
+
+
 def test_fsdp1_rank_file_check_names_every_global_add_safe_globals_needs() -> None:
     # the pickle NEWOBJs ChunkShardingSpec and getattr(ShardedTensor, "ProcessGroupState"): allowlisting what
     # check names must leave torch.load refusing nothing (it then needs a process group, not a global)

@@ -33,6 +33,17 @@ def open_for_command(path: str | list[str]) -> Checkpoint:
     return checkpoint
 
 
+def open_named(paths: list[str]) -> list[Checkpoint]:
+    """Files named side by side (diff's), each read as the file named (``readers.open.as_named``)."""
+    from ckpt_tui.core.readers.open import as_named, open_checkpoint
+    from ckpt_tui.core.runtime import process
+
+    with process.gc_paused():
+        checkpoints = as_named(paths, [open_checkpoint(path) for path in paths])
+        process.freeze_gc()
+    return checkpoints
+
+
 def within_budget(checkpoint: Checkpoint, what: str, tensors: list[Any] | None = None) -> None:
     """Refuse up front, in one line saying how much, values of a remote checkpoint past ``--max-download``."""
     from ckpt_tui.core.model import byte_source
@@ -273,8 +284,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _two_sides(args: argparse.Namespace) -> tuple[Any, Any]:
     """A and B of ``diff``, each opened and narrowed by its ``--at-*`` and ``--strip-prefix-*``."""
-    a = _narrowed(open_for_command(args.a), args.at_a, args.strip_prefix_a, "a")
-    return a, _narrowed(open_for_command(args.b), args.at_b, args.strip_prefix_b, "b")
+    a, b = open_named([args.a, args.b])
+    return _narrowed(a, args.at_a, args.strip_prefix_a, "a"), _narrowed(b, args.at_b, args.strip_prefix_b, "b")
 
 
 def _narrowed(checkpoint: Any, at: str | None, strip_prefix: str | None, side: str) -> Any:
@@ -290,9 +301,8 @@ def _narrowed(checkpoint: Any, at: str | None, strip_prefix: str | None, side: s
 def _rank_diff(paths: list[str], as_json: bool) -> int:
     """``diff R0 R1 R2 ...``: which ranks agree bit for bit; exit 0 when all do, 1 when not."""
     from ckpt_tui.core.operations.rank_diff import rank_diff, render_rank_diff
-    from ckpt_tui.core.readers.open import open_checkpoint
 
-    report = rank_diff([open_checkpoint(p) for p in paths])
+    report = rank_diff(open_named(paths))
     if as_json:
         print_json(report.to_json())
     else:
@@ -310,7 +320,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
         if args.at_b or args.strip_prefix_b:
             raise ReadError("with more than two files, use --at-a and --strip-prefix-a (applied to every file)")
         paths = [args.a, args.b, *args.more]
-        sides = [_narrowed(open_for_command(p), args.at_a, args.strip_prefix_a, "a") for p in paths]
+        sides = [_narrowed(side, args.at_a, args.strip_prefix_a, "a") for side in open_named(paths)]
         series = norm_series(sides, args.strip_prefix)
         if args.json:
             print_json(series.to_json(paths))

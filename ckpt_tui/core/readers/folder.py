@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from ckpt_tui.core.errors import CkptError, ReadError
@@ -195,15 +195,31 @@ def separate_files(folder: str, names: list[str]) -> ReadError:
     )
 
 
-def no_checkpoint(folder: str) -> ReadError:
+def no_checkpoint(folder: str, saves_below: Sequence[tuple[str, str]] = ()) -> ReadError:
     """The one-line refusal of a folder holding no checkpoint, saying what it holds instead (hidden entries left
-    out, but for a ``.metadata`` that is no regular file)."""
+    out, but for a ``.metadata`` that is no regular file) and the way on; ``saves_below``: its subfolders that
+    hold a checkpoint, each with what it is."""
     try:
         listed = places.list_dir(folder)
     except (OSError, CkptError):
         listed = []
     names = sorted(name for name in listed if not name.startswith(".") or name == DCP_METADATA)
-    return ReadError(f"{folder}: no checkpoint in this folder: {_holdings(folder, names)}{_way_on(folder, names)}")
+    # (a save folder by its name, checkpoint-500/, is named by _way_on: the last one)
+    unnamed = [save for save in saves_below if not SAVE_FOLDER.fullmatch(save[0])]
+    way_on = _way_on(folder, names) + _below(folder, unnamed)
+    return ReadError(f"{folder}: no checkpoint in this folder: {_holdings(folder, names)}{way_on}")
+
+
+def _below(folder: str, saves: Sequence[tuple[str, str]]) -> str:
+    """The subfolder to open when the folder itself holds no checkpoint but one below it does, or ""."""
+    if not saves:
+        return ""
+    name, kind = saves[0]
+    command = join_command(["ckpt-tui", path_arg(places.join(folder, name))])
+    if len(saves) == 1:
+        return f"; {name}/ holds a checkpoint, {kind}: open it ({command})"
+    shown = ", ".join(f"{n}/" for n, _ in saves[:3]) + (f", … {len(saves) - 3} more" if len(saves) > 3 else "")
+    return f"; {len(saves)} folders hold a checkpoint ({shown}): open one ({command})"
 
 
 SAVE_FOLDER = re.compile(r"(global_step|checkpoint|step|epoch|iter|ckpt)[-_]?\d+", re.IGNORECASE)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -549,12 +550,38 @@ def _folder_save(folder: str, checkpoint: Checkpoint) -> tuple[str, str] | None:
     return said.format(""), os.path.join(folder, deepspeed_files(folder, MODEL_STATES)[0])
 
 
+MAX_SUBFOLDERS = 20
+"""Subfolders of a folder holding no checkpoint that are probed for one (cheaply, by the table's probes)."""
+
+
+def _saves_below(folder: str) -> list[tuple[str, str]]:
+    """The immediate subfolders a row of :data:`DETECTION` would read (torchtitan's ``sharded/``), each with what
+    it holds in words: for the refusal of a folder that holds no checkpoint itself (probes only, nothing read)."""
+    try:
+        names = sorted(name for name in places.list_dir(folder) if not name.startswith("."))
+    except (OSError, CkptError):
+        return []
+    found: list[tuple[str, str]] = []
+    for name in names[:MAX_SUBFOLDERS]:
+        path = places.join(folder, name)
+        if not places.is_dir(path):
+            continue
+        target = Target(path, folder=True)
+        try:
+            row = next((row for row in DETECTION if row.scope in ("place", "folder") and row.probe(target)), None)
+        except (OSError, CkptError):
+            continue
+        if row is not None:
+            found.append((name, format_name(row.formats[0])))
+    return found
+
+
 def _open_directory(path: str) -> Checkpoint:
     checkpoint = detect(Target(path, folder=True), ("place", "folder"))
     if checkpoint is None:
         from ckpt_tui.core.readers.folder import no_checkpoint
 
-        raise no_checkpoint(path)
+        raise no_checkpoint(path, _saves_below(path))
     if not places.is_remote(path):
         _refuse_second_save(path, checkpoint)
     from ckpt_tui.core.model.contained import followed_links
@@ -605,6 +632,36 @@ def _open_file(path: str) -> Checkpoint:
     if opened is checkpoint:
         _opened.checked = checkpoint.root
     return opened
+
+
+def as_named(paths: Sequence[str], checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Checkpoints opened from paths named side by side (diff's), each as the file named: files of one rank set
+    open the whole set each, and the set compared with itself says nothing, so each of those opens alone (that
+    rank's shards)."""
+    sets = Counter(_rank_set(path, checkpoint) for path, checkpoint in zip(paths, checkpoints, strict=True))
+    shared = {files for files, count in sets.items() if files and count > 1}
+    return [
+        _open_rank_alone(path) if _rank_set(path, checkpoint) in shared else checkpoint
+        for path, checkpoint in zip(paths, checkpoints, strict=True)
+    ]
+
+
+def _rank_set(path: str, checkpoint: Checkpoint) -> tuple[str, ...]:
+    """The rank files ``checkpoint`` was opened as when ``path`` names one of them; empty otherwise."""
+    if checkpoint.format != "ranks" or places.absolute(path) not in checkpoint.files:
+        return ()
+    return tuple(checkpoint.files)
+
+
+def _open_rank_alone(path: str) -> Checkpoint:
+    from ckpt_tui.core.readers.rank_set import localize
+
+    def read() -> Checkpoint:
+        checkpoint = _open_plain_file(path)
+        _check_opened(checkpoint, path)
+        return localize(checkpoint)
+
+    return _guarded(path, read)
 
 
 def _hf_dcp_set(checkpoint: Checkpoint, path: str) -> Checkpoint | None:

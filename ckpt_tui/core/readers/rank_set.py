@@ -457,4 +457,7 @@ def with_ranks(path: str, checkpoint: Checkpoint, open_file: Callable[[str], Che
     if siblings is None:
         return localize(checkpoint)
     mine = places.absolute(path)
-    return merge_ranks(siblings, [checkpoint if p == mine else open_file(p) for p in siblings])
+    merged = merge_ranks(siblings, [checkpoint if p == mine else open_file(p) for p in siblings])
+    # titled as the file the user named (rank1.pt opens the set as rank0.pt does, but is not called rank0.pt)
+    merged.path = path
+    return merged
