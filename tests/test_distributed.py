@@ -220,6 +220,17 @@ def test_zero_checkpoint_opens_from_any_of_its_files_and_checks_clean(case: str)
     assert report.ok, [p.message for p in report.problems]
 
 
+@pytest.mark.parametrize("case", ["zero2_bf16", "zero2_fp32", "zero3_fp32"])
+def test_zero_float_buffer_the_model_states_name_is_counted_as_a_buffer(case: str, capsys: Any) -> None:
+    # the model registers a float buffer "scale": buffer_names says so, its name does not
+    expected = torch.load(DEEPSPEED / case / "expected_fp32.pt", weights_only=True)
+    tied = {"head.weight"}  # head.weight is embed.weight: one parameter
+    parameters = sum(value.numel() for key, value in expected.items() if key not in {"scale", *tied})
+    assert main(["info", "--json", str(DEEPSPEED / case)]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["model_parameter_count"], found["model_buffer_count"]) == (parameters, expected["scale"].numel())
+
+
 def test_zero_fp32_weights_read_only_the_fp32_partitions() -> None:
     checkpoint = open_checkpoint(DEEPSPEED / "zero2_fp32")
     weight = checkpoint.root["fp32_weights"]["body.weight"]
@@ -313,6 +324,20 @@ def test_fsdp_local_state_dict_joins_each_parameter_s_pieces_in_rank_order(tmp_p
     for key, value in full.items():
         # every element, in order (a parameter's shape is not saved; buffers are copies, as they were)
         assert torch.equal(written[key].flatten(), value.flatten()), key
+
+
+def test_fsdp_local_state_dict_with_orig_params_counts_each_parameter_once(capsys: Any) -> None:
+    # the parameters are saved as views of _flat_param's storage: the flat copy is said apart, never added to them
+    full = torch.load(TORCH / "fsdp1_sharded" / "expected_full.pt", weights_only=True)
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    parameters = sum(value.numel() for key, value in full.items() if not key.endswith(buffers))
+    assert main(["info", "--json", str(TORCH / "fsdp1_local")]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["model_parameter_count"] == parameters
+    assert found["model_buffer_count"] == sum(value.numel() for key, value in full.items() if key.endswith(buffers))
+    assert found["flat_parameter_copy_count"] == open_checkpoint(TORCH / "fsdp1_local").root["_flat_param"].numel
+    assert main(["info", str(TORCH / "fsdp1_local")]) == 0
+    assert f"{parameters} params (model) + " in capsys.readouterr().out
 
 
 def test_rank_files_holding_a_plain_key_in_other_shapes_are_refused(tmp_path: Path) -> None:

@@ -722,6 +722,9 @@ class Checkpoint:
     replaced: dict[KeyPath, Any] = field(default_factory=dict, repr=False)
     """Values the tree shows as something else, as saved, by path: a rank's ShardedTensor or DTensor shown as the
     whole tensor assembled from every rank (or as its local shard). The globals inside them sit at that path."""
+    buffer_names: dict[KeyPath, frozenset[str]] = field(default_factory=dict, repr=False)
+    """The buffers of a state_dict, by the state_dict's path, where the file names them (DeepSpeed's
+    ``buffer_names``): a float buffer is a buffer by that, whatever its name."""
     layout: str | None = None
     """The framework layout a distributed reader recognised ("DeepSpeed ZeRO-2, 2 ranks, bf16"), else None."""
     archive: Any = field(default=None, repr=False)

@@ -14,7 +14,7 @@ import operator
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,8 @@ class ModelCounts:
     parameters: int = 0
     buffers: int = 0
     optimizer_state: int = 0
+    flat_copies: int = 0
+    """Elements of FSDP's flattened parameters saved beside the parameters themselves (the same values)."""
     others: list[tuple[str, int, int]] = field(default_factory=list)
     """The save's other models (Accelerate's ``model_1``...), beside the one at ``path``: root key, parameters,
     buffers."""
@@ -169,10 +171,12 @@ class Summary:
             parts.append(f"{count(parameters)} {plural(parameters, 'param')} ({key or 'model'})")
             if buffers:
                 parts.append(f"{count(buffers)} in buffers" + (f" ({key})" if key else ""))
+        if model.flat_copies:
+            parts.append(f"{count(model.flat_copies)} in FSDP's flat copies of the params")
         if model.optimizer_state:
             parts.append(f"{count(model.optimizer_state)} optimizer state")
         weights = sum(parameters + buffers for _, parameters, buffers in model.models())
-        rest = self.distinct_elements() - weights - model.optimizer_state
+        rest = self.distinct_elements() - weights - model.flat_copies - model.optimizer_state
         if rest > 0:
             parts.append(f"{count(rest)} other")
         return " + ".join(parts)
@@ -193,6 +197,7 @@ class Summary:
             "model_parameter_count": model.parameters,
             "model_buffer_count": model.buffers,
             "optimizer_state_count": model.optimizer_state,
+            "flat_parameter_copy_count": model.flat_copies,
             "models": [
                 {"path": to_json((key,) if key is not None else model.path), "parameter_count": p, "buffer_count": b}
                 for key, p, b in model.models()
@@ -392,7 +397,7 @@ def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summ
     tensor_bytes = _storage_bytes(storages) or sum(by_dtype.values())
     summary = Summary(checkpoint, tensors, parameters, tensor_bytes, devices, dtypes, by_dtype, aliases=aliases)
     containers = [r for r in references if type(r[1]) is not Tensor]  # what the optimizer and training checks look at
-    summary.model = model_counts(root, containers)
+    summary.model = model_counts(root, containers, checkpoint.buffer_names)
     # without aliases, every shown tensor's reference is its first: the findings' tensors are the rows
     firsts = tensors if not aliases else [(r[0], r[1]) for r in references if r[3] and r[2] and type(r[1]) is Tensor]
     summary.findings = walked_findings(root, containers, firsts, devices) + _missing_records(storages)
@@ -531,8 +536,11 @@ def _elements_and_bytes(unique: list[Tensor]) -> tuple[int, Counter[str]]:
     return parameters, by_dtype
 
 
-def model_counts(root: Any, references: list[Any]) -> ModelCounts:
-    """Elements of the model state_dict's parameters and buffers, and of every optimizer's state."""
+def model_counts(
+    root: Any, references: list[Any], buffer_names: Mapping[KeyPath, frozenset[str]] | None = None
+) -> ModelCounts:
+    """Elements of the model state_dict's parameters and buffers, and of every optimizer's state; ``buffer_names``:
+    the buffers the file names, by their state_dict's path (``Checkpoint.buffer_names``)."""
     counts = ModelCounts()
     path: KeyPath | None = () if isinstance(root, Opaque) and root.is_module else None
     if path is None:
@@ -541,11 +549,15 @@ def model_counts(root: Any, references: list[Any]) -> ModelCounts:
         path = ()  # the weights at the root, beside training state (torchtitan's DCP step)
     if path is not None:
         counts.path = path
-        counts.parameters, counts.buffers = _parameters_and_buffers(model_weights(root, path))
+        named = (buffer_names or {}).get(path, frozenset())
+        weights = model_weights(root, path)
+        counts.parameters, counts.buffers, counts.flat_copies = _parameters_and_buffers(weights, named)
         # a save of several models (Accelerate's model, model_1...): each counted, the first at ``path``
         for _, key in sorted(numbered_models(root, path).items()):
             if (key,) != path:
-                counts.others.append((key, *_parameters_and_buffers(root[key])))
+                parameters, buffers, flat_copies = _parameters_and_buffers(root[key])
+                counts.others.append((key, parameters, buffers))
+                counts.flat_copies += flat_copies
     seen: set[int] = set()
     for _, value, shown, first in references:
         if not (shown and first and isinstance(value, dict)):
@@ -622,8 +634,10 @@ def parameter_shapes(model: Any) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _parameters_and_buffers(model: Any) -> tuple[int, int]:
-    """Elements in parameters and in buffers: exact for a pickled module, by name and dtype for a state_dict."""
+def _parameters_and_buffers(model: Any, buffer_names: frozenset[str] = frozenset()) -> tuple[int, int, int]:
+    """Elements in parameters, in buffers and in FSDP's flat copies of the parameters (:func:`_flat_param_copies`):
+    exact for a pickled module, by name and dtype for a state_dict, and by ``buffer_names`` where the file names
+    its buffers."""
     parameters = buffers = 0
     seen: set[tuple[Any, ...]] = set()
     if isinstance(model, Opaque) and model.is_module:
@@ -634,7 +648,7 @@ def _parameters_and_buffers(model: Any) -> tuple[int, int]:
                     parameters += tensor.numel
                 else:
                     buffers += tensor.numel
-        return parameters, buffers
+        return parameters, buffers, 0
     named = tensor_items(model) or []
     if set(map(type, map(operator.itemgetter(1), named))) != {Tensor}:
         named = [(name, tensor) for name, tensor in named if type(tensor) is Tensor]
@@ -642,14 +656,39 @@ def _parameters_and_buffers(model: Any) -> tuple[int, int]:
     if len(set(map(view_key, tensors))) < len(named):  # each view once (tied weights), at its first name
         named = list({view_key(tensor): (name, tensor) for name, tensor in reversed(named)}.values())
         tensors = list(map(operator.itemgetter(1), named))
-    buffer_marks = _buffer_marks(list(map(operator.itemgetter(0), named)), list(map(_DTYPE, tensors)))
+    names = list(map(operator.itemgetter(0), named))
+    buffer_marks = _buffer_marks(names, list(map(_DTYPE, tensors)))
+    if buffer_names:
+        buffer_marks = [mark or name in buffer_names for name, mark in zip(names, buffer_marks, strict=True)]
+    copies = _flat_param_copies(names, buffer_marks)
+    flat_copies = 0
+    if copies:
+        flat_copies = sum(tensor.numel for name, tensor in named if name in copies)
+        kept = [index for index, name in enumerate(names) if name not in copies]
+        tensors, buffer_marks = [tensors[i] for i in kept], [buffer_marks[i] for i in kept]
     shapes = map(_SHAPE, tensors)
     for (shape, is_a_buffer), n in Counter(zip(shapes, buffer_marks, strict=True)).items():
         if is_a_buffer:
             buffers += math.prod(shape) * n
         else:
             parameters += math.prod(shape) * n
-    return parameters, buffers
+    return parameters, buffers, flat_copies
+
+
+FLAT_PARAM = "_flat_param"
+"""FSDP1's flattened parameter of a wrapped module, in its LOCAL_STATE_DICT."""
+
+
+def _flat_param_copies(names: list[str], buffer_marks: list[bool]) -> set[str]:
+    """The ``_flat_param`` keys whose elements the state_dict also holds as the parameters themselves (FSDP1's
+    LOCAL_STATE_DICT with ``use_orig_params=True`` saves both, the parameters as views of the flat one); empty
+    when the flat parameters are all there is of them."""
+    flat = {name for name in names if name == FLAT_PARAM or name.endswith("." + FLAT_PARAM)}
+    if not flat:
+        return set()
+    parameters = (name for name, is_a_buffer in zip(names, buffer_marks, strict=True) if not is_a_buffer)
+    # counted once, as model.parameters() counts them: the parameters, not FSDP's (padded) flat copy of them
+    return flat if any(name not in flat for name in parameters) else set()
 
 
 def is_buffer(name: str, tensor: Tensor) -> bool:

@@ -136,7 +136,9 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     where = f"weights: ckpt[{FP32_KEY!r}]"
     zero = "ZeRO disabled (stage 0), bf16 optimizer" if bf16_optimizer else f"ZeRO-{stage}"
     layout = f"{_saved_by(model, folder)}DeepSpeed {zero}, {counted(world, 'rank')}, {_module_dtype(model)}; {where}"
-    return Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+    checkpoint = Checkpoint(folder, "deepspeed", root, total, notes=notes, unsafe_globals=unsafe, layout=layout)
+    checkpoint.buffer_names = {(FP32_KEY,): _buffer_names(model)}
+    return checkpoint
 
 
 def _is_bf16_optimizer(state: dict[Any, Any]) -> bool:
@@ -202,7 +204,7 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
     layout = (
         f"DeepSpeed ZeRO disabled (stage 0), {ranks_text}{parallel}, {_module_dtype(states[0])}{kind}; weights: {where}"
     )
-    return Checkpoint(
+    checkpoint = Checkpoint(
         folder,
         "deepspeed",
         root,
@@ -212,6 +214,9 @@ def _read_stage0(folder: str, names: list[str], models: list[Checkpoint]) -> Che
         loader_problems=[f"{n}: {p}" for n, m in zip(names, models, strict=True) for p in m.loader_problems],
         layout=layout,
     )
+    if len(models) == 1:
+        checkpoint.buffer_names = {("module",): _buffer_names(states[0])}
+    return checkpoint
 
 
 def _configured_stage(state: dict[Any, Any]) -> int:
@@ -234,6 +239,12 @@ def _optimizer_kind(optimizer: Any) -> str:
     return ""
 
 
+def _buffer_names(model: dict[Any, Any]) -> frozenset[str]:
+    """The module's buffers as its model states name them (``buffer_names``)."""
+    names = model.get("buffer_names")
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+
+
 def _fp32_weights(
     model: dict[Any, Any],
     model_states: list[dict[Any, Any]],
@@ -246,8 +257,7 @@ def _fp32_weights(
     # buffers, whole in the model states
     weights: dict[str, Tensor] = {}
     module = _dict(model["module"], "module")
-    buffer_names = model.get("buffer_names")
-    names = set(buffer_names) if isinstance(buffer_names, list) else set()
+    names = _buffer_names(model)
     for name, value in module.items():
         if name in names and isinstance(value, Tensor):
             target = "float32" if value.dtype in FLOATING else value.dtype
