@@ -168,9 +168,8 @@ def test_check_finds_all_zero_moments_in_the_flattened_optimizer(
     assert f"{2 * len(weights)} optimizer moment buffers are all zero: " in problem
     assert 'ckpt["optimizer"]["state.0.weight.exp_avg"], ckpt["optimizer"]["state.0.weight.exp_avg_sq"]' in problem
     # each flattened entry is optimizer state to the reports (its float step counter too), never a parameter
-    roles = {
-        path[-1]: tensor_role(path, tensor, ())
-        for path, tensor in iter_tensors(open_checkpoint(str(tmp_path / "zero")).root)
-        if path[0] == "optimizer"
-    }
+    tensors = dict(iter_tensors(open_checkpoint(str(tmp_path / "zero")).root))
+    roles = {path[-1]: tensor_role(path, tensor, ()) for path, tensor in tensors.items() if path[0] == "optimizer"}
     assert roles["state.0.weight.exp_avg"] == roles["state.0.weight.step"] == "optimizer state"
+    # a model's own submodule named state (its key state.fc.weight) is no optimizer state
+    assert tensor_role(("state.fc.weight",), tensors[("0.weight",)]) == "parameter"

@@ -37,6 +37,9 @@ from ckpt_tui.core.runtime.safe_text import printable
 COUNTER_KEYS = ("global_step", "step", "iteration", "iter", "epoch")
 STEP_COUNTERS = ("global_step", "step", "iteration", "iter")
 MOMENT_NAMES = frozenset({"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"})
+STATE_NAMES = MOMENT_NAMES | {"step", "square_avg", "acc_delta", "sum", "grad_avg", "mu", "eta", "ax", "prev"}
+"""The per-parameter state torch's optimizers keep (Adam's moments and step, RMSprop, Adadelta, Adagrad, ASGD,
+Rprop): a flattened entry so named (``state.FQN.step``) is optimizer state, a model's ``state.fc.weight`` is not."""
 RESUME_WARNINGS = (
     "step-mismatch",
     "optimizer-fresh",
@@ -477,4 +480,4 @@ def tensor_role(path: KeyPath, tensor: Tensor, model_at: KeyPath | None = None) 
 
 def _optimizer_path(path: KeyPath) -> bool:
     """A moment buffer, or a value under an optimizer's ``state`` (nested, or flattened: ``state.FQN.step``)."""
-    return is_moment(path) or "state" in path[:-2] or (bool(path) and _flat_state_entry(path[-1]) is not None)
+    return is_moment(path) or "state" in path[:-2] or (bool(path) and _flat_state_entry(path[-1]) in STATE_NAMES)
