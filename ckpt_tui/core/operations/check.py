@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ckpt_tui.core.conventions.findings import where
 from ckpt_tui.core.conventions.training_state import (
+    FLAT_STATE,
     MOMENT_NAMES,
     RESUME_WARNINGS,
     is_moment,
@@ -348,7 +349,12 @@ def _may_name_moments(paths: list[KeyPath]) -> bool:
             return True
     except TypeError:  # a key that cannot be hashed: looked at path by path
         return True
-    return any(may_name_moment(path[-1]) for path in paths if path)
+    try:
+        # (a flattened moment's key starts with 'state.': the last keys looked at in one pass at C speed first)
+        flat = any(map(str.startswith, map(operator.itemgetter(-1), paths), itertools.repeat(FLAT_STATE)))
+    except (TypeError, IndexError):  # a last key that is no string, or the root itself: path by path
+        flat = True
+    return flat and any(may_name_moment(path[-1]) for path in paths if path)
 
 
 def _sparse_problems(
