@@ -578,10 +578,15 @@ class TrainerCheckpoint:
         return f"{TRAINER_RESUMES}{folder}) also reads {', '.join(files)}: the training state beside the weights shown"
 
 
+def holds_trainer_state(folder: str, names: Collection[str]) -> bool:
+    """Whether a folder (``names``: its listing) holds the ``trainer_state.json`` of a Trainer's checkpoint."""
+    return TRAINER_STATE in names and _regular(places.join(folder, TRAINER_STATE))
+
+
 def trainer_checkpoint(folder: str, names: Collection[str], weights: str) -> TrainerCheckpoint | None:
     """The Trainer's checkpoint a folder is (``names``: its listing, ``weights``: the file ``from_pretrained``
     takes), or None when it holds no ``trainer_state.json``."""
-    if TRAINER_STATE not in names or not _regular(places.join(folder, TRAINER_STATE)):
+    if not holds_trainer_state(folder, names):
         return None
     state = tuple((name, what) for name in sorted(names) for pattern, what in TRAINING_STATE if pattern.fullmatch(name))
     return TrainerCheckpoint(weights, state, _trainer_step(folder), TRAINING_ARGS in names)

@@ -361,11 +361,11 @@ def _one_save(target: Target, name: str) -> Checkpoint:
 
 def _read_folder(target: Target) -> Checkpoint:
     from ckpt_tui.core.readers.folder import (
+        holds_trainer_state,
         read_folder,
         saved_together,
         separate_files,
         torch_saves,
-        trainer_checkpoint,
     )
 
     choice = _weights_choice(target)
@@ -373,7 +373,7 @@ def _read_folder(target: Target) -> Checkpoint:
     # as from_pretrained reads it, never a save of one file nested under its name
     if choice is not None and choice.holds_only_weights(target.files):
         return _chosen_file(target, choice)
-    if choice is not None and trainer_checkpoint(target.path, target.listing, choice.chosen) is not None:
+    if choice is not None and holds_trainer_state(target.path, target.listing):
         # a Trainer's checkpoint-N is what from_pretrained and resuming read: the weights, the training state
         # beside them (named in the layout, read for code with the folder's other files)
         return _chosen_file(target, choice)
