@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 import torch
-from builders_tui import loaded, settle, status
+from builders_tui import header, loaded, settle, status
 from torch import nn
 
 from ckpt_tui.cli import main
-from ckpt_tui.core.operations.demo import write_demo
+from ckpt_tui.core.operations.demo import demo_files, write_demo, write_files
 from ckpt_tui.tui.app import CkptApp
 from ckpt_tui.tui.screens.compare import CompareScreen
+from ckpt_tui.tui.screens.dialogs import ErrorScreen
 
 
 def demo_model() -> nn.Sequential:
@@ -84,3 +86,33 @@ async def test_the_readme_walkthrough_on_the_demo_saves_a_file_that_loads_strict
         await settle(pilot, "f", "y", "ctrl+s", "enter")
     saved = torch.load(tmp_path / "demo_ddp_checkpoint.fixed.pth", weights_only=True)
     assert str(demo_model().load_state_dict(saved)) == "<All keys matched successfully>"
+
+
+async def test_the_demo_paints_before_its_files_are_written_and_says_so(tmp_path: Path) -> None:
+    demo = demo_files(tmp_path)
+    go = threading.Event()
+
+    def write() -> None:
+        assert go.wait(30)
+        write_files(demo)
+
+    app = CkptApp(str(demo.checkpoint), welcome=demo.welcome(), prepare=("writing the demo files…", write))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "writing the demo files…" in header(app)
+        assert not demo.checkpoint.exists()
+        go.set()
+        await loaded(pilot)
+        assert "46 tensors" in header(app)
+        assert "c, enter compares them" in " ".join(status(app).split())
+
+
+async def test_demo_files_that_cannot_be_written_say_why_in_one_line(tmp_path: Path) -> None:
+    def write() -> None:
+        raise PermissionError(13, "Permission denied")
+
+    app = CkptApp(str(tmp_path / "demo.pth"), prepare=("writing the demo files…", write))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        assert isinstance(app.screen, ErrorScreen)
+        assert "writing the demo files failed: Permission denied" in app.screen.message

@@ -418,21 +418,24 @@ def demo(args: argparse.Namespace) -> int:
     """``demo`` (no arguments at all): write the demo checkpoint, then open it (or print its info)."""
     print_only: bool = getattr(args, "print_only", False)
     readonly: bool = getattr(args, "readonly", False)
-    from ckpt_tui.core.operations.demo import write_demo
+    from ckpt_tui.core.operations.demo import demo_files, write_files
 
-    written = write_demo()
+    files = demo_files()
     if print_only or not (sys.stdout.isatty() and sys.stdin.isatty()):
+        write_files(files)
         print(
-            f"demo checkpoint written to {written.checkpoint}, the bare model's state_dict to {written.reference} "
-            f"(ckpt-tui check {written.checkpoint} --against {written.reference} prints the fix)",
+            f"demo checkpoint written to {files.checkpoint}, the bare model's state_dict to {files.reference} "
+            f"(ckpt-tui check {files.checkpoint} --against {files.reference} prints the fix)",
             file=sys.stderr,
         )
-        return _info(str(written.checkpoint), False, 2)
+        return _info(str(files.checkpoint), False, 2)
     from ckpt_tui.tui.app import CkptApp
 
-    app = CkptApp(str(written.checkpoint), readonly=readonly, welcome=written.welcome())
+    # the browser paints first and writes the files in its open worker (importing torch alone takes seconds)
+    preparing = ("writing the demo files…", lambda: write_files(files))
+    app = CkptApp(str(files.checkpoint), readonly=readonly, welcome=files.welcome(), prepare=preparing)
     # c offers the reference at once: the README's walkthrough is c, enter
-    app.remember("compare", str(written.reference))
+    app.remember("compare", str(files.reference))
     from ckpt_tui.tui.terminal import run as run_browser
 
     run_browser(app)

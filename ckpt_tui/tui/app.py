@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -49,11 +49,19 @@ class CkptApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = APP_BINDINGS
 
     def __init__(
-        self, path: str | list[str], readonly: bool = False, display_name: str | None = None, welcome: str = ""
+        self,
+        path: str | list[str],
+        readonly: bool = False,
+        display_name: str | None = None,
+        welcome: str = "",
+        prepare: tuple[str, Callable[[], object]] | None = None,
     ) -> None:
         super().__init__()
         self.welcome = welcome
         """The status line's first note (the demo says where its files are)."""
+        self.prepare = prepare
+        """What makes the file before it is read (the demo writes its files), run in the open worker, and what
+        the screen says meanwhile: the app paints first."""
         self.opened = path  # one path, or several rank files opened as one checkpoint
         self.path = path if isinstance(path, str) else path[0]
         self.readonly = readonly
@@ -75,7 +83,7 @@ class CkptApp(App[None]):
         return screen
 
     def get_default_screen(self) -> Screen[Any]:
-        return BrowserScreen(self.display_name)
+        return BrowserScreen(self.display_name, self.prepare[0] if self.prepare else "")
 
     def on_mount(self) -> None:
         self._open(self.path, False)
@@ -95,7 +103,14 @@ class CkptApp(App[None]):
 
     @work(thread=True, exclusive=True, group="open", description="open")
     def _open(self, path: str, reopened: bool) -> None:
-        """Read the file (metadata only) off the UI thread; reports by message only."""
+        """Read the file (metadata only) off the UI thread, made first where the app was given how; reports by
+        message only."""
+        if self.prepare is not None and not reopened:
+            try:
+                self.prepare[1]()
+            except OSError as exc:
+                self.post_message(Failed("open", f"{self.prepare[0].rstrip('…')} failed: {exc.strerror or exc}"))
+                return
         try:
             checkpoint = open_checkpoint(path if reopened else self.opened)
         except CkptError as exc:

@@ -28,7 +28,21 @@ def demo_folder() -> Path:
     return Path(tempfile.mkdtemp(prefix="ckpt-tui-demo-"))
 
 
+def demo_files(folder: Path | None = None) -> Demo:
+    """Where the demo's files go (a fresh private folder unless ``folder``), before anything is written: the
+    browser paints at once and writes them in a worker."""
+    target = folder or demo_folder()
+    return Demo(target / DEMO_NAME, target / REFERENCE_NAME)
+
+
 def write_demo(folder: Path | None = None) -> Demo:
+    """Write the demo's files (:func:`write_files`) into ``folder`` or a fresh private one."""
+    demo = demo_files(folder)
+    write_files(demo)
+    return demo
+
+
+def write_files(demo: Demo) -> None:
     """Write a training checkpoint as DDP saves it (``module.``-prefixed weights, Adam, a scheduler, the
     run's argparse arguments) and the bare model's own ``state_dict()`` beside it."""
     import argparse
@@ -36,8 +50,7 @@ def write_demo(folder: Path | None = None) -> Demo:
     import torch
     from torch import nn
 
-    target = folder or demo_folder()
-    target.mkdir(parents=True, exist_ok=True)
+    demo.checkpoint.parent.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1),
@@ -65,11 +78,9 @@ def write_demo(folder: Path | None = None) -> Demo:
         "scheduler": scheduler.state_dict(),
         "args": argparse.Namespace(lr=1e-3, batch_size=128, arch="tinynet"),
     }
-    demo = Demo(target / DEMO_NAME, target / REFERENCE_NAME)
     _save(checkpoint, demo.checkpoint)
     # the model as inference code builds it: a fresh instance's keys and shapes, no wrapper
     _save(model.state_dict(), demo.reference)
-    return demo
 
 
 def _save(value: object, path: Path) -> None:

@@ -137,9 +137,11 @@ class BrowserScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = BROWSER_BINDINGS
 
-    def __init__(self, display_name: str) -> None:
+    def __init__(self, display_name: str, first_text: str = "") -> None:
         super().__init__()
         self.display_name = display_name
+        self.first_text = first_text
+        """What the screen says until the file is read, when there is more to do first (writing the demo)."""
         self.summary: Summary | None = None
         self.verdicts: dict[str, Verdict] = {}  # by file path: the file on disk does not change with edits
         self.outlooks: dict[int, Outlook] = {}
@@ -199,7 +201,7 @@ class BrowserScreen(Screen[None]):
         self.query_one("#search").display = False
         self.query_one(SummaryHeader).readonly = self.ckpt_app.readonly
         if self.session is None:
-            self.show_reading(f"reading {self.display_name} (metadata only)…")
+            self.show_reading(self.first_text or f"reading {self.display_name} (metadata only)…")
 
     def show_reading(self, text: str) -> None:
         """Empty the tree while the file is (re)read."""
