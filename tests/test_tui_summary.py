@@ -1,4 +1,5 @@
-"""The browser's header (``tui/widgets/summary.py``): what it says of findings it has no room for."""
+"""The browser's header (``tui/widgets/summary.py``): what it says of findings it has no room for, where its
+totals break, and which facts are the file's once the tree is edited."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from pathlib import Path
 
 import torch
 from builders import TinyNet, ddp_state_dict
+from builders_tui import save_fixed_training
 from rich.text import Text
 
 from ckpt_tui.core.operations.info import summarize
 from ckpt_tui.core.readers.open import open_checkpoint
-from ckpt_tui.tui.widgets.summary import fitted_summary, summary_text
+from ckpt_tui.tui.widgets.summary import Judged, fitted_summary, summary_text
 
 
 def test_findings_with_no_room_are_counted_without_more_when_none_is_shown(tmp_path: Path) -> None:
@@ -40,3 +42,19 @@ def test_the_unread_values_line_gives_way_to_a_warning(tmp_path: Path) -> None:
     # one line short: a warning stays and the values line goes
     assert unread not in fitted_summary(warned, 3, lines).plain
     assert "start with 'module.'" in fitted_summary(warned, 3, lines).plain
+
+
+def test_the_totals_break_between_phrases_never_inside_a_count(tmp_path: Path) -> None:
+    summary = summarize(open_checkpoint(str(save_fixed_training(tmp_path / "best_model.pth"))))
+    lines = summary_text(summary, width=78).plain.splitlines()
+    assert all(len(line) <= 78 for line in lines[:3])
+    assert lines[0].endswith(" · 27 tensors")
+    assert lines[1] == "330 params (model) + 17 in buffers + 666 optimizer state"
+    assert lines[2].startswith("4.1 kB in tensors · dtypes ")
+
+
+def test_an_edited_tree_says_the_size_is_the_files_and_the_counts_are_staged(tmp_path: Path) -> None:
+    summary = summarize(open_checkpoint(str(save_fixed_training(tmp_path / "best_model.pth"))))
+    first = summary_text(summary, weights_only=Judged(edited=True), width=200).plain.splitlines()[0]
+    assert " kB on disk · as edited: 27 tensors · 330 params (model)" in first
+    assert "on disk" not in summary_text(summary, weights_only=Judged(), width=200).plain

@@ -183,30 +183,42 @@ def summary_text(
     more: bool = True,
     hint: str = "short",
     values: bool = True,
+    width: int | None = None,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
 
     ``verdict_note``: say the verdict also when torch.load loads the file (a refusal is always said); ``more``: say
     how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`); ``values``: say
-    that the values are not read yet, until a full check (``check``) has read them."""
+    that the values are not read yet, until a full check (``check``) has read them; ``width``: the totals break
+    between their phrases to fit it, never inside "5514 params"."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
-    text.append(f"  {printable(format_name(ckpt.format))} · {size(ckpt.file_bytes)}")
-    text.append(f" · {summary.tensors_text()} · {summary.counts_text()}")
-    # the tensors' bytes only where they are not most of the file (a second, unnamed "93.6 MB" read as noise)
-    if summary.tensor_bytes < 0.95 * ckpt.file_bytes:
-        text.append(f" · {size(summary.tensor_bytes)} in tensors")
+    edited = weights_only is not None and weights_only.edited
+    # once edited, the size is the file's and the counts are the staged tree's: each is said to be which
+    parts: list[str | Text] = [
+        f"  {printable(format_name(ckpt.format))}",
+        f"{size(ckpt.file_bytes)} on disk" if edited else size(ckpt.file_bytes),
+        ("as edited: " if edited else "") + summary.tensors_text(),
+        summary.counts_text(),
+    ]
+    text.append_text(separated(parts, width, text.cell_len))
     text.append("\n")
     if ckpt.layout:
         text.append(f"{printable(ckpt.layout)}\n", style="italic")
     cost = byte_source.transferred() if byte_source.is_remote(ckpt.path) else None
     if cost is not None:
         text.append(f"remote: {cost.line()}\n", style="italic")
+    tensors: list[str | Text] = []
+    # the tensors' bytes only where they are not most of the file (a second, unnamed "93.6 MB" read as noise)
+    if summary.tensor_bytes < 0.95 * ckpt.file_bytes:
+        tensors.append(f"{size(summary.tensor_bytes)} in tensors")
     dtypes = ", ".join(f"{printable(d)} {n}" for d, n in summary.dtypes.most_common(4))
     devices = ", ".join(f"{printable(d)} {n}" for d, n in summary.devices.most_common(4))
-    text.append(f"dtypes {dtypes or '-'} · saved on ")
-    text.append(devices or "-", style="bold yellow" if any("cuda" in d for d in summary.devices) else "")
+    tensors.append(f"dtypes {dtypes or '-'}")
+    on_cuda = any("cuda" in d for d in summary.devices)
+    tensors.append(Text.assemble("saved on ", (devices or "-", "bold yellow" if on_cuda else "")))
+    text.append_text(separated(tensors, width))
     if nan_tensors:
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
     if check is not None:
@@ -231,6 +243,24 @@ def summary_text(
     hidden = len(findings) - len(shown)
     if hidden > 0 and more:
         text.append(f"\n  … {more_findings(hidden, bool(shown) or said)}", style="italic")
+    return text
+
+
+def separated(parts: list[str | Text], width: int | None, start: int = 0) -> Text:
+    """``parts`` joined by `` · ``, a line broken between two parts (in place of the separator) where the next
+    would not fit in ``width`` after ``start`` cells; a part wider than a line wraps at its own spaces."""
+    text = Text()
+    column = start
+    for index, part in enumerate(parts):
+        piece = Text(part) if isinstance(part, str) else part
+        if index and width is not None and column + 3 + piece.cell_len > width:
+            text.append("\n")
+            column = 0
+        elif index:
+            text.append(" · ")
+            column += 3
+        text.append_text(piece)
+        column += piece.cell_len
     return text
 
 
@@ -291,12 +321,13 @@ def fitted_summary(
     weights_only: Judged | None = None,
     check: CheckReport | None = None,
     readonly: bool = False,
+    width: int | None = None,
 ) -> Text:
-    """The summary in at most ``lines`` lines as ``measure`` counts them: a narrow screen first leaves out the
-    note that torch.load loads the file, then findings that are notes (the last line says how many more ``f``
-    lists), then the line that the values are not read yet, then warnings down to the first, and rather than the
-    first finding, the line of how many; before each finding goes, the way out of a refusal does (``f`` lists
-    it in full)."""
+    """The summary in at most ``lines`` lines (``width`` wide) as ``measure`` counts them: a narrow screen first
+    leaves out the note that torch.load loads the file, then findings that are notes (the last line says how many
+    more ``f`` lists), then the line that the values are not read yet, then warnings down to the first, and rather
+    than the first finding, the line of how many; before each finding goes, the way out of a refusal does (``f``
+    lists it in full)."""
     # the line that the values are not read is a note: it stays before notes among the findings, and gives way
     # before a warning does (a header with a warning in it does not read as clean)
     said = weights_only is not None and verdict_line(weights_only, summary.checkpoint.path, readonly) is not None
@@ -307,7 +338,7 @@ def fitted_summary(
     tries += [(False, False, limit, True) for limit in range(max(warnings, 1), 0, -1)]
     for note, values, limit, more in [*tries, (False, False, 1, False), (False, False, 0, True)]:
         for hint in ("short", "none"):
-            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint, values)
+            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint, values, width)
             if measure(text) <= lines:
                 return text
     return text
@@ -354,13 +385,15 @@ class SummaryHeader(Static):
         lines = int(limit.resolve(self.screen.size, self.app.size)) if limit is not None and self.is_mounted else 7
         console = self.app.console
 
+        width = max(width, 20)
+
         def measure(text: Text) -> int:
-            return len(text.wrap(console, max(width, 20)))
+            return len(text.wrap(console, width))
 
         if self.stale is None:
-            return fitted_summary(summary, lines - 1, measure, weights_only, check, self.readonly)
+            return fitted_summary(summary, lines - 1, measure, weights_only, check, self.readonly, width)
         stale = self._stale_text()
-        rest = fitted_summary(summary, lines - 1 - measure(stale), measure, weights_only, check, self.readonly)
+        rest = fitted_summary(summary, lines - 1 - measure(stale), measure, weights_only, check, self.readonly, width)
         return Text.assemble(stale, "\n", rest)
 
     def on_resize(self) -> None:
