@@ -40,6 +40,31 @@ async def test_check_all_marks_the_tensors_with_nan_or_inf(tmp_path: Path) -> No
         assert cursor_path(app) in (("has_nan",), ("has_inf",))
 
 
+async def test_check_all_marks_the_closed_lines_above_a_marked_tensor(tmp_path: Path) -> None:
+    layers = {f"layer{i}.{name}": torch.ones(4) for i in range(6) for name in ("weight", "bias")}
+    layers["layer1.weight"] = torch.tensor([1.0, float("nan"), 2.0, 3.0])
+    path = tmp_path / "run.pth"
+    torch.save({"epoch": 3, "state_dict": {"module": layers}, "optimizer": {"lr": 0.1}}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        assert "1 marked" in status(app)  # the tensor, not the lines above it
+        lines = screen_text(app).splitlines()
+        # "marked !! in the tree": the closed state_dict line says what lies below it
+        assert any("state_dict" in line and "!! NaN below" in line for line in lines)
+        assert not any("optimizer" in line and "!!" in line for line in lines)
+        await settle(pilot, "j", "j", "l", "j", "l")
+        lines = screen_text(app).splitlines()
+        assert any("module" in line and "!! NaN below" in line for line in lines)
+        assert any("layer1.weight" in line and "!! NaN" in line for line in lines)
+        await settle(pilot, "v")  # the module groups of the flat state_dict
+        lines = screen_text(app).splitlines()
+        assert any("layer1" in line and "module" in line and "!! NaN below" in line for line in lines)
+        assert not any("layer0" in line and "!!" in line for line in lines)
+
+
 async def test_check_all_on_a_clean_file_says_so(tmp_path: Path) -> None:
     path = tmp_path / "ok.pth"
     torch.save({"w": torch.ones(3)}, path)

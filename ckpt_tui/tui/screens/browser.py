@@ -85,6 +85,7 @@ from ckpt_tui.tui.widgets.tree_view import (
     ViewState,
     groupings_along,
     listings_along,
+    marked_below,
 )
 
 EDIT_ACTIONS = frozenset(b.action for b in BROWSER_BINDINGS if isinstance(b, Binding) and b.group in (EDIT, EDIT_ALONE))
@@ -1217,14 +1218,15 @@ class BrowserScreen(Screen[None]):
             return
         self.check = outcome.report
         self.checked_once = True
-        markers = check_markers(self.session.root, outcome.report)
+        tensors, containers = check_markers(self.session.root, outcome.report)
+        markers = {**tensors, **containers}
         known = self.known_of(self.session)
         known.check, known.markers = outcome.report, markers
         if markers != self.tree_view.markers:  # a clean file's lines stay as they are: no redraw of the tree
             self.tree_view.markers = markers
             self.tree_view.show(self.session.root, self.display_name, self.tree_view.view_state())
         self.show_header()
-        marked = len(self.tree_view.markers)
+        marked = len(tensors)
         self.update_status(
             f"every tensor read: {marked} marked !! (f lists them)" if marked else "every tensor read: nothing wrong"
         )
@@ -1236,22 +1238,27 @@ def storage_users(summary: Summary) -> dict[int, int]:
     return dict(users)
 
 
-def check_markers(root: Any, report: CheckReport) -> dict[int, str]:
-    """What the check found, by ``id`` of each tensor it names (for the tree's markers)."""
+def check_markers(root: Any, report: CheckReport) -> tuple[dict[int, str], dict[int, str]]:
+    """What the check found, by ``id`` of each tensor it names, and by ``id`` of each container above one (for
+    the tree's markers: a collapsed line says what its lines hold)."""
     words = {"nan": "NaN", "inf": "Inf", "unreadable": "unreadable", "sparse-indices": "bad indices"}
     markers: dict[int, str] = {}
+    below: dict[int, list[str]] = {}
     for problem in report.problems:
         if problem.kind not in words or problem.path is None:
             continue
         try:
             tensor = get(root, problem.path)
+            # the root's line is always open: the lines between it and the tensor are marked
+            containers = [get(root, problem.path[:depth]) for depth in range(1, len(problem.path))]
         except (KeyError, IndexError, TypeError):
             continue
-        if problem.kind == "nan" and problem.detail.get("inf"):
-            markers[id(tensor)] = "NaN and Inf"
-        else:
-            markers[id(tensor)] = words[problem.kind]
-    return markers
+        word = "NaN and Inf" if problem.kind == "nan" and problem.detail.get("inf") else words[problem.kind]
+        if id(tensor) not in markers:
+            for container in containers:
+                below.setdefault(id(container), []).append(word)
+        markers[id(tensor)] = word
+    return markers, {container: marked_below(found) for container, found in below.items()}
 
 
 def _dicts_at(root: Any, paths: list[KeyPath]) -> list[dict[Any, Any]]:

@@ -242,6 +242,12 @@ def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles:
     return styled(value_parts(key, value, totals, styles))
 
 
+def marked_below(marks: list[str]) -> str:
+    """A closed line's mark for the tensor marks below it: ``NaN below``, ``NaN, unreadable below`` (short: it
+    sits beside the container's type in a narrow tree; the header counts them and ``f`` lists them)."""
+    return ", ".join(dict.fromkeys(marks)) + " below"
+
+
 def group_parts(group: Group, styles: dict[str, str] = COLOR_STYLES) -> list[Part]:
     """A module group: ``attn  module · 4 tensors · 1.1M params · 4.2 MB``."""
     return [
@@ -284,7 +290,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self._short_keys: dict[tuple[int, int, int | None, bool], dict[int, str]] = {}
         """A listing's shortened keys, by ``id`` of their lines (the listing as in ``_cut_siblings``)."""
         self.markers: dict[int, str] = {}
-        """What a full check found in a tensor (by ``id`` of the tensor): shown in words after its line."""
+        """What a full check found in a tensor, or below a container (by ``id`` of each): in words after its line."""
 
     def on_mount(self) -> None:
         if self.app.no_color:
@@ -462,6 +468,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     def _line(self, path: KeyPath, prefix: str, entry: Any, head: int = 0) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
             parts = group_parts(entry, self.styles_by_role)
+            marked = self._marked_in(entry)
+            if marked:
+                parts.append(Part(f"  !! {marked_below(marked)}", "bold red", end=True))
             return styled(parts), NodeData(path, entry, entry, parts=parts), True
         key, value = entry
         text = key_text(key)
@@ -469,10 +478,23 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         parts = value_parts(short, value, self.totals, self.styles_by_role)
         if head and short == text and isinstance(key, str) and text[:head] == key[:head]:  # not an escaped key
             parts[0] = parts[0]._replace(head=head)
-        marker = self.markers.get(id(value)) if isinstance(value, Tensor) else None
+        # a container's mark (what its tensors hold) shows while it is closed as well as open
+        marker = self.markers.get(id(value))
         if marker:
             parts.append(Part(f"  !! {marker}", "bold red", end=True))
         return styled(parts), NodeData((*path, key), value, parts=parts), opens(value)
+
+    def _marked_in(self, group: Group) -> list[str]:
+        """The marks a full check left on the tensors below a module group."""
+        if not self.markers:
+            return []
+        marked: list[str] = []
+        for entry in group.entries:
+            if isinstance(entry, Group):
+                marked += self._marked_in(entry)
+            elif isinstance(entry[1], Tensor) and id(entry[1]) in self.markers:
+                marked.append(self.markers[id(entry[1])])
+        return marked
 
     # ---- fitting lines into the tree's width --------------------------------------------
 
