@@ -234,3 +234,13 @@ async def test_the_norm_plot_of_every_tensor_leaves_out_integer_counters_and_opt
         # the model alone: only its counter is left out
         await settle(pilot, "slash", *"model", "enter")
         assert "L2 norm by layer: 8 tensors (integers left out)" in plot(app)
+
+
+def test_a_path_that_fits_is_shown_whole_beside_one_that_is_shortened() -> None:
+    from ckpt_tui.tui.screens.layers import CellTexts, fitted_paths
+
+    paths = ["state_dict/module.conv1.weight", "state_dict/module.bn1.num_batches_tracked", "optimizer/state/0/buf"]
+    texts = [CellTexts((), (), path, ()) for path in paths]
+    shown = fitted_paths(texts, 0, 38)
+    assert shown[0] == "state_dict/module.conv1.weight" and shown[2] == "optimizer/state/0/buf"
+    assert len(shown[1]) <= 38 and shown[1].endswith("num_batches_tracked")

@@ -138,6 +138,17 @@ def off_norms(rows: list[TensorRow], parts: Parts) -> dict[int, str]:
     return found
 
 
+def fitted_paths(texts: list[CellTexts], cut: int, width: int) -> list[str]:
+    """The rows' paths (less their shared start, ``cut`` characters) in ``width``: a path that fits is shown
+    whole (not ``s/module.conv1.weight`` for ``state_dict/module.conv1.weight`` because a longer path under it
+    does not fit); those that do not are shortened by one rule among them (``shorten_all``), so they read alike."""
+    paths = [cells.path[cut:] for cells in texts]
+    over = [at for at, path in enumerate(paths) if len(path) > width]
+    for at, short in zip(over, shorten_all([paths[at] for at in over], width), strict=True):
+        paths[at] = short
+    return paths
+
+
 def short_path(path: KeyPath, width: int = PATH_WIDTH) -> str:
     """A key path that fits ``width``: shortened in the middle, its last components kept."""
     return shorten(printable(to_slash(path)) or "(root)", width)
@@ -313,10 +324,8 @@ class LayersScreen(Screen[tuple[str, Any] | None]):
         shown, path_width, compact = fit_columns(
             list(columns.values()), self._priority(), "path", self._room(), PATH_MIN
         )
-        # one rule for the whole column (shorten_all): the paths line up and read alike
         cut = len(self.under)
-        fitted = shorten_all([cells.path[cut:] for cells in texts], path_width)
-        self.paths = {id(row): path for row, path in zip(listed, fitted, strict=True)}
+        self.paths = {id(row): path for row, path in zip(listed, fitted_paths(texts, cut, path_width), strict=True)}
         table.clear(columns=True)
         for column in shown:
             found = columns[column]
