@@ -5,6 +5,7 @@ keys match only under a subtree with the wrapper prefix stripped says so, and ``
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -566,6 +567,28 @@ async def test_the_compare_report_keeps_the_section_of_its_rows_on_screen_at_80x
         assert head(app).startswith("missing") and screen_text(app).count("missing (") == 1
         await settle(pilot, "home")
         assert listed.scroll_y == 0 and head(app).startswith(first)
+
+
+async def test_the_compare_reports_head_is_the_section_in_view_once_the_rows_above_scroll_off(tmp_path: Path) -> None:
+    names = ["".join(pair) for pair in itertools.product("abcdefgh", repeat=2)]
+    torch.save({f"{name}.weight": torch.zeros(2) for name in names}, tmp_path / "reference.pth")
+    torch.save({f"stray{name}.weight": torch.zeros(2) for name in names[:24]}, tmp_path / "model.pth")
+    app = CkptApp(str(tmp_path / "model.pth"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "c", tmp_path / "reference.pth")
+        listed = app.screen.query_one("#report-list")
+        heading = next(i for i, option in enumerate(listed.options) if "unexpected (" in option.prompt.plain)
+        # the rule that ends "missing", then the heading of "unexpected", at the top: no row of "missing" is in
+        # view (its title over them read as an empty list)
+        for line in (listed._index_to_line[heading] - 1, listed._index_to_line[heading]):
+            listed.scroll_to(y=line, animate=False, immediate=True)
+            await settle(pilot)
+            assert listed.scroll_y == line and "hh.weight" not in list_lines(app)
+            assert head(app).startswith("unexpected (in the checkpoint, not in the reference) (24)"), line
+        listed.scroll_to(y=listed._index_to_line[heading] - 2, animate=False, immediate=True)
+        await settle(pilot)
+        assert "hh.weight" in list_lines(app) and head(app).startswith("missing (")
 
 
 async def test_the_per_layer_rows_and_the_layers_view_shorten_every_key_of_a_listing_alike(tmp_path: Path) -> None:

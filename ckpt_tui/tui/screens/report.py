@@ -195,6 +195,8 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         """Each listed section's head: its heading, then its columns (a table's) on a second line."""
         self.option_heads: list[int] = []
         """For each option of the list, the head shown while it is the top line (see :meth:`show`)."""
+        self.heading_options: dict[int, int] = {}
+        """The options that are a later section's heading in the list, with that section's head."""
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -294,9 +296,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
 
         The head above the list is the heading of the section at the list's top, kept there as its rows
         scroll (as a table keeps its header): the first section's heading is the head alone; a later one's
-        heading and columns open it in the list, and become the head once they scroll off the top."""
+        heading and columns open it in the list, and are the head from when the rule above them is the top line."""
         self.summary, self.sections, self.targets = summary, sections, []
-        self.heads, self.option_heads = [], []
+        self.heads, self.option_heads, self.heading_options = [], [], {}
         options: list[Option | None] = []
         for index, (heading, rows) in enumerate(sections):
             if not rows:
@@ -307,7 +309,8 @@ class ReportScreen(ModalScreen[ReportResult | None]):
             table = columns[index] if columns is not None else ""
             head = Text("\n").join([title, Text(table, style="bold")]) if table else title
             if self.heads:
-                # the heading's lines belong to the section above until they scroll off: never shown twice
+                # the heading opens its section in the list; the head shows it once the rows above scroll off
+                self.heading_options[len(self.targets)] = len(self.heads)
                 options.append(Option(head, disabled=True))
                 self.targets.append(None)
                 self.option_heads.append(len(self.heads) - 1)
@@ -344,7 +347,15 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         lines = listed._lines  # (option index, line in the option) per line of the list
         top = int(listed.scroll_y)
         option = lines[top][0] if 0 <= top < len(lines) else 0
-        head = self.heads[self.option_heads[option] if option < len(self.option_heads) else 0]
+        section = self.option_heads[option] if option < len(self.option_heads) else 0
+        below = lines[top + 1][0] if 0 <= top < len(lines) - 1 else option
+        # the top line is the rule that ends a section, or the next one's heading: none of the rows above is in
+        # view, and the head is the section the view is in (as a table's header is)
+        if below != option and below in self.heading_options:
+            section = self.heading_options[below]
+        elif option in self.heading_options:
+            section = self.heading_options[option]
+        head = self.heads[section]
         tallest = max(len(shown.plain.split("\n")) for shown in self.heads)
         padded = head.copy()
         padded.append("\n" * (tallest - len(head.plain.split("\n"))))
