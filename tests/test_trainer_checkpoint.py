@@ -117,3 +117,17 @@ def test_shards_or_pytorch_model_bin_in_the_folder_open_to_the_same_weights(
         assert code == 0 and out.startswith("identical: 16 tensors"), out
         code, out, _ = run(capsys, "info", str(folder), "--depth", "0")
         assert f"layout      Hugging Face Trainer checkpoint at step {STEPS}: weights {weights};" in out
+
+
+def test_a_hostile_trainer_state_or_config_is_no_traceback(saved: Path, tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "checkpoint-7"
+    shutil.copytree(saved, folder)
+    nested = "[" * 100_000 + "]" * 100_000
+    (folder / "trainer_state.json").write_text(nested)
+    (folder / "config.json").write_text(nested)
+    code, out, err = run(capsys, "info", str(folder), "--depth", "0")
+    assert code == 0 and "Traceback" not in err, err
+    # the step is then the folder's number
+    assert "layout      Hugging Face Trainer checkpoint at step 7: weights model.safetensors;" in out
+    code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "out"))
+    assert code == 0 and "Traceback" not in err, err

@@ -477,7 +477,7 @@ def model_configs(source: str | list[str]) -> list[str]:
     try:
         with open(config, encoding="utf-8") as file:
             parsed = json.loads(file.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (nested past the parser's depth: no config to copy)
         return []
     if not isinstance(parsed, dict) or not ({"model_type", "architectures"} & set(parsed)):
         return []

@@ -514,7 +514,7 @@ def _named_by_config(folder: str, names: Collection[str]) -> str | None:
     try:
         with places.open_stream(inside(folder, HF_CONFIG, f"{folder}:")) as stream:
             config = json.loads(stream.read(MAX_CONFIG))
-    except (OSError, CkptError, ValueError):
+    except (OSError, CkptError, ValueError, RecursionError):
         return None
     named = config.get(EXPLICIT_WEIGHTS) if isinstance(config, dict) else None
     if not isinstance(named, str) or not named.endswith((".safetensors", ".safetensors.index.json")):
@@ -599,7 +599,7 @@ def _trainer_step(folder: str) -> int | None:
     try:
         step = json.loads(places.read_small(places.join(folder, TRAINER_STATE), MAX_TRAINER_STATE, "too large"))
         step = step.get("global_step") if isinstance(step, dict) else None
-    except (CkptError, ValueError):
+    except (CkptError, ValueError, RecursionError):  # (a hostile file: nested past the parser's depth)
         step = None
     if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         return step
