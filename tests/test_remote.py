@@ -655,3 +655,113 @@ def dcp_values(folder: Path) -> dict[str, torch.Tensor]:
 
     dcp_to_torch_save(folder, folder.parent / "ref.pt")
     return torch.load(folder.parent / "ref.pt", weights_only=True)["model"]
+
+
+# ---- every byte fetched is counted, and held to --max-download -------------------------------------
+
+
+def nan_training_file(path: Path) -> Path:
+    """A torch zip of 8 weights of 256 kB (one holding a NaN) inside a training checkpoint."""
+    model = OrderedDict((f"layer{i}.weight", torch.randn(256, 256)) for i in range(8))
+    model["layer3.weight"][0, 0] = float("nan")
+    torch.save({"epoch": 3, "model": model}, path)
+    return path
+
+
+def cli(*args: str, cache: Path) -> Any:
+    """The command line in a process of its own (single-threaded, as a user runs it: where a child may be forked)."""
+    import subprocess
+    import sys
+
+    environment = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tui", *args], capture_output=True, text=True, env=environment, timeout=120
+    )
+
+
+def test_check_of_a_remote_zip_counts_every_byte_the_server_sent(served: RangeServer, tmp_path: Path) -> None:
+    nan_training_file(root_of(served) / "train.pth")
+    done = cli("check", "--json", f"{served.url}/train.pth", cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stderr  # the NaN
+    found = json.loads(done.stdout)
+    assert any(p["kind"] == "nan" or "NaN" in p["message"] for p in found["problems"])
+    assert found["transferred"]["fetched"] == served.served.bytes_sent
+    assert found["transferred"]["requests"] == len(served.served.requests)
+    # each byte once: no value is fetched twice (the NaN's tensor is read again from what was fetched)
+    assert served.served.bytes_sent <= (root_of(served) / "train.pth").stat().st_size
+
+
+def test_check_within_a_cap_just_above_its_need_never_fetches_past_it(served: RangeServer, tmp_path: Path) -> None:
+    size = nan_training_file(root_of(served) / "train.pth").stat().st_size
+    cap = size + 200_000  # (the values, and what the open fetched: the need said up front)
+    done = cli("check", "--max-download", str(cap), f"{served.url}/train.pth", cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    assert served.served.bytes_sent <= size
+    assert done.stdout.splitlines()[-1].startswith(f"fetched {byte_source.human(served.served.bytes_sent)} of ")
+
+
+def test_a_forked_child_fetches_nothing_it_could_not_count() -> None:
+    counted = remote.Transfer()
+    counted._pid = -1  # (as the count a forked child inherits: its parent's)
+    with pytest.raises(ReadError, match="not a child"):
+        counted.reserve("http://h/f.pth", 10)
+    with pytest.raises(ReadError, match="not a child"):
+        counted.claim("http://h/f.pth", 10)
+    assert counted.fetched == 0
+
+
+def suggested(line: str) -> str:
+    """The value a budget refusal says to raise ``--max-download`` to."""
+    import re
+
+    found = re.search(r"--max-download (\S+?)\)", line)
+    assert found is not None, line
+    return found.group(1)
+
+
+@pytest.mark.parametrize(("command", "passes"), [("check", 1), ("stats", 1), ("convert", 0)])
+def test_past_the_budget_each_value_command_is_refused_up_front_with_a_value_that_then_passes(
+    served: RangeServer, capsys: Any, tmp_path: Path, command: str, passes: int
+) -> None:
+    # (check and stats say the NaN with exit 1; convert copies it)
+    from ckpt_tui.cli import main
+
+    size = nan_training_file(root_of(served) / "train.pth").stat().st_size
+    url, out = f"{served.url}/train.pth", tmp_path / "out.pth"
+    tail = ["-o", str(out)] if command == "convert" else []
+    assert main([command, "--max-download", str(size - 1000), url, *tail]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs 2.1 MB of tensor values" in err[0], err
+    assert "in all" in err[0] and "fetched already" in err[0]
+    # nothing but the open was fetched, nor written
+    assert served.served.bytes_sent < 200_000 and not out.exists()
+    value = suggested(err[0])
+    assert remote.parse_size(value) >= size  # rounded up: never less than the need it names
+    forget()
+    remote.TRANSFER = remote.Transfer()  # (a new run)
+    assert main([command, "--max-download", value, url, *tail]) == passes, capsys.readouterr().err
+
+
+def test_a_suggested_cap_is_never_below_the_need_it_answers() -> None:
+    for count in (1, 999, 1000, 1001, 16_929_325, 16_900_000, 10**9 + 1, 123_456_789_012, 7 * 10**12 + 1):
+        value = remote.size_text(count)
+        assert remote.parse_size(value) >= count, (count, value)
+        assert remote.parse_size(value) <= count * 1.01 + 100, (count, value)
+
+
+def test_a_cap_below_a_header_read_says_what_came_and_the_least_value_to_read_on(
+    served: RangeServer, capsys: Any
+) -> None:
+    from ckpt_tui.cli import main
+
+    nan_training_file(root_of(served) / "train.pth")
+    assert main(["info", "--max-download", "10k", f"{served.url}/train.pth"]) == 2
+    line = one_line(capsys)
+    assert "past --max-download 10.0 kB (65.5 kB fetched already)" in line
+    assert remote.parse_size(suggested(line)) > 65_536
+
+
+def one_line(capsys: Any) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]

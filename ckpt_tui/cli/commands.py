@@ -50,15 +50,11 @@ def within_budget(checkpoint: Checkpoint, what: str, tensors: list[Any] | None =
 
     if not byte_source.is_remote(checkpoint.path):
         return
-    from ckpt_tui.core.model.remote import ensure_budget, held_whole
+    from ckpt_tui.core.model.remote import ensure_values_budget
     from ckpt_tui.core.model.tree import iter_tensors
 
     listed = tensors if tensors is not None else [t for _, t in iter_tensors(checkpoint.root)]
-    storages = {id(t.storage): t.storage for t in listed if t.storage is not None}
-    # a file the server sent whole (it ignores ranges) was counted as it came: its values cost nothing more
-    held = {path: held_whole(path) for path in {getattr(s.source, "path", "") for s in storages.values()}}
-    need = sum(s.nbytes for s in storages.values() if not held[getattr(s.source, "path", "")])
-    ensure_budget(checkpoint.path, need, what)
+    ensure_values_budget(checkpoint.path, listed, what)
 
 
 def _past_budget(*checkpoints: Checkpoint) -> str | None:

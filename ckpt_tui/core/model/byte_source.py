@@ -764,6 +764,6 @@ def transferred() -> Transferred | None:
     return Transferred(
         sum(s.fetched for s in sources),
         sum(s.size for s in sources),
-        sum(getattr(s, "requests_here", 0) for s in sources),
+        sum(getattr(s, "requests", 0) for s in sources),
         len(sources),
     )

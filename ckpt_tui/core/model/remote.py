@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import bisect
 import io
+import math
+import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Protocol
+from typing import IO, TYPE_CHECKING, BinaryIO, Protocol
 
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.byte_source import human, write_all
+
+if TYPE_CHECKING:
+    from ckpt_tui.core.model.tree import Tensor
 
 MIN_AHEAD = 64 << 10
 MAX_AHEAD = 16 << 20
@@ -50,8 +55,17 @@ class NoRanges(ReadError):
 
 
 @dataclass
+class Tally:
+    """Bytes fetched and requests made for one file."""
+
+    fetched: int = 0
+    requests: int = 0
+
+
+@dataclass
 class Transfer:
-    """Requests made and bytes fetched from remote stores by this process."""
+    """Requests made and bytes fetched from remote stores by this process: the one place every byte is counted
+    (each file's :class:`Tally` is kept here too, under the same lock), and the budget is held."""
 
     requests: int = 0
     fetched: int = 0
@@ -59,35 +73,74 @@ class Transfer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
-    def reserve(self, name: str, count: int) -> None:
-        """Count ``count`` bytes about to be fetched, or refuse them past the budget."""
+    def _here(self, name: str) -> None:
+        # a forked child's count dies with it: what it fetched would pass the budget unseen and be said nowhere
+        # (its caller does the work itself when the child fails)
+        if os.getpid() != self._pid:
+            raise ReadError(f"{name}: remote bytes are fetched by the process that counts them, not a child")
+
+    def reserve(self, name: str, count: int, tally: Tally | None = None, requests: int = 1) -> None:
+        """Count ``count`` bytes about to be fetched in ``requests`` (for ``tally``'s file), or refuse them past the
+        budget."""
         with self._lock:
+            self._here(name)
             if self.fetched + count > self.limit:
-                raise ReadError(
-                    f"{name}: this needs {human(count)} more from the remote store ({human(self.fetched)} fetched "
-                    f"so far), past --max-download {human(self.limit)}; raise it to read them"
-                )
+                raise ReadError(self.refusal(name, count))
             self.fetched += count
-            self.requests += 1
+            self.requests += requests
+            if tally is not None:
+                tally.fetched += count
+                tally.requests += requests
 
-    def give_back(self, count: int) -> None:
+    def refusal(self, name: str, count: int) -> str:
+        """Why ``count`` more bytes are refused: how much, what was fetched, and the least value that reads them (what
+        the reads after them need is not known yet)."""
+        least = size_text(self.fetched + count)
+        return (
+            f"{name}: this needs {human(count)} more from the remote store, past --max-download {human(self.limit)} "
+            f"({human(self.fetched)} fetched already); raise it (at least --max-download {least})"
+        )
+
+    def give_back(self, count: int, tally: Tally | None = None) -> None:
         """Bytes reserved but not received (a short range at the end of a file)."""
         with self._lock:
             self.fetched -= count
+            if tally is not None:
+                tally.fetched -= count
+
+    def claim(self, name: str, count: int) -> bool:
+        """Count ``count`` bytes of an answer already on its way (a whole file a server sent), or say False,
+        counting nothing, when they would pass the budget."""
+        with self._lock:
+            self._here(name)
+            if self.fetched + count > self.limit:
+                return False
+            self.fetched += count
+            return True
+
+    def came(self, tally: Tally, count: int) -> None:
+        """Count ``count`` bytes that came along with an answer (a stat's tail), past the budget or not: they are
+        fetched already."""
+        with self._lock:
+            self.fetched += count
+            tally.fetched += count
+
+    def attribute(self, tally: Tally, count: int, requests: int) -> None:
+        """Say of ``tally``'s file ``count`` bytes claimed while it was asked for, and ``requests`` more made."""
+        with self._lock:
+            self.requests += requests
+            tally.fetched += count
+            tally.requests += requests
 
 
 TRANSFER = Transfer()
 
 
-def claim(count: int) -> bool:
-    """Count ``count`` bytes of an answer already on its way (a whole file a server sent), or say False,
-    counting nothing, when they would pass the budget."""
-    with TRANSFER._lock:
-        if TRANSFER.fetched + count > TRANSFER.limit:
-            return False
-        TRANSFER.fetched += count
-        return True
+def claim(name: str, count: int) -> bool:
+    """:meth:`Transfer.claim` on this process's count."""
+    return TRANSFER.claim(name, count)
 
 
 def past_budget(what: str) -> str:
@@ -119,15 +172,53 @@ def held_whole(path: str) -> bool:
     return isinstance(source, RemoteFile) and source.kept_whole()
 
 
+def ensure_values_budget(name: str, tensors: Iterable[Tensor], what: str) -> None:
+    """Refuse up front, in one line, ``what`` reading the values of ``tensors`` (each storage once) past the budget
+    left; a file the server sent whole was counted as it came: its values cost nothing more."""
+    storages = {id(t.storage): t.storage for t in tensors if t.storage is not None}
+    where = {key: getattr(storage.source, "path", "") for key, storage in storages.items()}
+    held = {path: held_whole(path) for path in set(where.values())}
+    ensure_budget(name, sum(s.nbytes for key, s in storages.items() if not held[where[key]]), what)
+
+
 def ensure_budget(name: str, need: int, what: str) -> None:
-    """Refuse up front, in one line saying how much, work that would fetch more than the budget left."""
-    left = TRANSFER.limit - TRANSFER.fetched
-    if need > left:
+    """Refuse up front, in one line saying how much and the value to raise the cap to, work that would fetch more
+    than the budget left."""
+    with TRANSFER._lock:
+        fetched, limit = TRANSFER.fetched, TRANSFER.limit
+    if fetched + need > limit:
+        total = fetched + need
+        so_far = f"; {human(fetched)} fetched already" if fetched else ""
         raise ReadError(
-            f"{name}: {what} needs {human(need)} of tensor values from the remote store, past --max-download "
-            f"{human(TRANSFER.limit)} ({human(TRANSFER.fetched)} fetched so far); raise it "
-            f"(--max-download {human(need + TRANSFER.fetched).replace(' ', '')}) or use a local copy"
+            f"{name}: {what} needs {human(need)} of tensor values from the remote store ({apart(total, limit)} in all"
+            f"{so_far}), past --max-download {apart(limit, total)}; raise it (--max-download {size_text(total)}) "
+            "or use a local copy"
         )
+
+
+def apart(count: int, other: int) -> str:
+    """``count`` in words, with a digit more where one decimal would say it as ``other`` (16.93 MB, 16.90 MB)."""
+    if human(count) != human(other) or count == other:
+        return human(count)
+    exponent = min(4, max(1, int(math.log10(max(count, 1)) // 3)))
+    units = ("kB", "MB", "GB", "TB")
+    return f"{count / 1000**exponent:.2f} {units[exponent - 1]}"
+
+
+def size_text(count: int) -> str:
+    """A ``--max-download`` value that allows ``count`` bytes: three digits, rounded up (``17.0MB``, ``1.01GB``), never
+    less than ``count`` once read back by :func:`parse_size`."""
+    if count < 1000:
+        return f"{count}B"
+    exponent = min(4, int(math.log10(count) // 3))
+    step = 10 ** max(0, int(math.log10(count)) - 2)
+    rounded = -(-count // step) * step
+    while True:
+        value = rounded / 1000**exponent
+        text = f"{value:.{max(0, 2 - int(math.log10(value)))}f}{('kB', 'MB', 'GB', 'TB')[exponent - 1]}"
+        if parse_size(text) >= count:
+            return text
+        rounded += step
 
 
 @dataclass(frozen=True)
@@ -172,27 +263,24 @@ class RemoteFile:
         self._lock = threading.RLock()
         self._last_end = -1
         self._ahead = MIN_AHEAD
-        self.fetched_here = 0
-        self.requests_here = 0
+        self.tally = Tally()
         self.remembered = 0
 
     def _info(self) -> Stat:
         if self._stat is None:
             with self._lock:
                 if self._stat is None:
-                    TRANSFER.reserve(self.name, 0)
-                    self.requests_here += 1
+                    TRANSFER.reserve(self.name, 0, self.tally)
                     stat = self._transport.stat()
-                    self.requests_here += stat.asked - 1
-                    with TRANSFER._lock:
-                        TRANSFER.requests += stat.asked - 1
+                    # the transport claimed a whole file against the budget as it came; a seed is counted here
+                    came = stat.size if stat.whole is not None else 0
+                    TRANSFER.attribute(self.tally, came, stat.asked - 1)
                     if stat.whole is not None:
-                        # the transport counted it against the budget as it came; nothing else is asked for
-                        self.fetched_here += stat.size
+                        # nothing else is asked for
                         self._stat = stat
                         return stat
                     if stat.seed is not None:
-                        self._count(len(stat.seed[1]))
+                        TRANSFER.came(self.tally, len(stat.seed[1]))
                         self._keep(*stat.seed)
                     for start, data in self._seed(stat) if self._seed else ():
                         self._keep(start, data)
@@ -208,11 +296,6 @@ class RemoteFile:
         """Whether the store has told this file's size (it exists)."""
         return self._stat is not None
 
-    def _count(self, count: int) -> None:
-        with TRANSFER._lock:
-            TRANSFER.fetched += count
-        self.fetched_here += count
-
     @property
     def size(self) -> int:
         """Bytes in the file (asked once)."""
@@ -226,7 +309,12 @@ class RemoteFile:
     @property
     def fetched(self) -> int:
         """Bytes fetched for this file."""
-        return self.fetched_here
+        return self.tally.fetched
+
+    @property
+    def requests(self) -> int:
+        """Requests made for this file."""
+        return self.tally.requests
 
     def extents(self) -> list[tuple[int, bytes]]:
         """The ranges fetched and kept (the readers' metadata), in file order."""
@@ -290,13 +378,10 @@ class RemoteFile:
         return self._ahead
 
     def _fetch(self, offset: int, length: int) -> bytes:
-        TRANSFER.reserve(self.name, length)
-        self.requests_here += 1
-        self.fetched_here += length
+        TRANSFER.reserve(self.name, length, self.tally)
         data = self._transport.fetch(offset, length, self.identity)
         if len(data) < length:
-            TRANSFER.give_back(length - len(data))
-            self.fetched_here -= length - len(data)
+            TRANSFER.give_back(length - len(data), self.tally)
         return data
 
     def _fetch_parallel(self, offset: int, length: int) -> bytes:

@@ -270,13 +270,13 @@ class HttpTransport:
         self._plain(found)
         declared = found.get("content-length", "").strip()
         length = int(declared) if declared.isdigit() else None
-        if length is not None and not remote.claim(length):
+        if length is not None and not remote.claim(self.name, length):
             self._drop()
             raise self._too_large(length)
         kept = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY)  # noqa: SIM115 - the caller's to keep
         try:
             for chunk in self._chunks(response, sock, length):
-                if length is None and not remote.claim(len(chunk)):
+                if length is None and not remote.claim(self.name, len(chunk)):
                     raise self._too_large(None)
                 kept.write(chunk)
         except BaseException:

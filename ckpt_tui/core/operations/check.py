@@ -18,6 +18,7 @@ from ckpt_tui.core.conventions.training_state import (
     zero_moment_message,
 )
 from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
+from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, hidden_tensors, view_key, walk
@@ -132,7 +133,15 @@ def check_checkpoint(
     # the CLI's check of a walked tree scans in a child while the tree is summed up (nothing to report
     # from the child); a flat one is summed up in a few passes, less than the child's copies of its pages
     # (a DCP folder's items are read here: what is odd about them is found as they are read)
-    in_child = progress is None and cancelled is None and columns is None and checkpoint.format != "dcp"
+    # (a remote file's values are fetched here: every byte fetched counts against --max-download in this process,
+    # and what a child fetched would be fetched again here for the exact reads)
+    in_child = (
+        progress is None
+        and cancelled is None
+        and columns is None
+        and checkpoint.format != "dcp"
+        and not places.is_remote(checkpoint.path)
+    )
     beside_finite = _finite_beside(first_of_view, checkpoint.byteorder) if in_child else None
     # the findings that are problems
     summary = summarize(checkpoint, references)

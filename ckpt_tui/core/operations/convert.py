@@ -36,7 +36,7 @@ from ckpt_tui.core.errors import BadArgument, EditError, NoSuchKey, NothingChang
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, key_text, to_python
-from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get
+from ckpt_tui.core.model.tree import Checkpoint, Opaque, child, children, get, iter_tensors
 from ckpt_tui.core.operations.convert_options import EDIT_OPTIONS as EDIT_OPTIONS  # where callers find them
 from ckpt_tui.core.operations.convert_options import ConvertOptions
 from ckpt_tui.core.operations.convert_options import fixed_output_path as fixed_output_path
@@ -412,6 +412,7 @@ def convert(
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
         return ConvertOutcome(changes, None, notes)
+    within_budget(checkpoint.path, root)
     from ckpt_tui.core.writers.save import save
 
     # edits that all had nothing to do still write -o OUT, as a verified re-save: a script that runs the
@@ -452,6 +453,7 @@ def convert_to_shards(
     if checkpoint.byteorder != "little":
         raise WriteError("big-endian checkpoints cannot be written as safetensors")
     root, changes, notes = apply_options(checkpoint.root, options)
+    within_budget(checkpoint.path, root)
     # as save_pretrained does: the model's config beside the shards, so from_pretrained reads the folder
     configs = model_configs(path)
     if not configs:
@@ -460,6 +462,14 @@ def convert_to_shards(
             "config.json copied in (save_pretrained writes it beside the shards)"
         )
     return changes, notes, save_hf_shards(root, output, limit, configs)
+
+
+def within_budget(path: str, root: Any) -> None:
+    """Refuse up front, in one line, writing a remote checkpoint whose values are past ``--max-download``."""
+    if byte_source.is_remote(path):
+        from ckpt_tui.core.model.remote import ensure_values_budget
+
+        ensure_values_budget(path, (tensor for _, tensor in iter_tensors(root)), "convert (it copies every tensor)")
 
 
 HF_CONFIGS = ("config.json", "generation_config.json")
