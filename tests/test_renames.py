@@ -474,3 +474,57 @@ def test_a_rename_map_is_not_tried_against_every_key(tmp_path: Path, monkeypatch
     assert main(["convert", str(source), "-o", str(tmp_path / "out.pth"), "--rename-map", str(mapping)]) == 0
     assert calls <= 2 * keys  # one rule applied per key (trying them all: keys * rules = 9,000,000)
     assert list(torch.load(tmp_path / "out.pth"))[:2] == ["layer0.w", "layer1.w"]
+
+
+def bert_body(hidden: int = 8, vocab: int = 13, inner: int = 16) -> dict[str, torch.Tensor]:
+    """A one-layer BERT body's state_dict keys and shapes, as transformers names them."""
+    square, vector = torch.zeros(hidden, hidden), torch.zeros(hidden)
+    body = {
+        "embeddings.word_embeddings.weight": torch.zeros(vocab, hidden),
+        "embeddings.position_embeddings.weight": torch.zeros(10, hidden),
+        "embeddings.token_type_embeddings.weight": torch.zeros(2, hidden),
+        "embeddings.LayerNorm.weight": vector,
+        "embeddings.LayerNorm.bias": vector,
+    }
+    layer = "encoder.layer.0."
+    for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+        body |= {f"{layer}{name}.weight": square, f"{layer}{name}.bias": vector}
+    body |= {f"{layer}attention.output.LayerNorm.weight": vector, f"{layer}attention.output.LayerNorm.bias": vector}
+    body |= {
+        f"{layer}intermediate.dense.weight": torch.zeros(inner, hidden),
+        f"{layer}intermediate.dense.bias": torch.zeros(inner),
+    }
+    body |= {f"{layer}output.dense.weight": torch.zeros(hidden, inner), f"{layer}output.dense.bias": vector}
+    body |= {f"{layer}output.LayerNorm.weight": vector, f"{layer}output.LayerNorm.bias": vector}
+    return {key: value.clone() for key, value in body.items()}
+
+
+def test_an_mlm_head_is_never_renamed_into_a_pooler_its_shapes_happen_to_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # BertForMaskedLM.save_pretrained against BertModel: the MLM head's transform (dense + LayerNorm) has the
+    # pooler's dense shapes, but from_pretrained leaves the pooler fresh and drops the head; no rule may say
+    # otherwise (a full fit after renaming cls.predictions.transform. to pooler.)
+    from safetensors.torch import save_file
+
+    hidden = 8
+    mlm = {f"bert.{key}": value for key, value in bert_body(hidden).items()}
+    mlm |= {
+        "cls.predictions.transform.dense.weight": torch.zeros(hidden, hidden),
+        "cls.predictions.transform.dense.bias": torch.zeros(hidden),
+        "cls.predictions.transform.LayerNorm.weight": torch.zeros(hidden),
+        "cls.predictions.transform.LayerNorm.bias": torch.zeros(hidden),
+        "cls.predictions.bias": torch.zeros(13),
+    }
+    save_file(mlm, tmp_path / "model.safetensors")
+    bare = bert_body(hidden) | {
+        "pooler.dense.weight": torch.zeros(hidden, hidden),
+        "pooler.dense.bias": torch.zeros(hidden),
+    }
+    for reference in (bare, {f"bert.{key}": value for key, value in bare.items()}):
+        code, report = check_json(
+            capsys, tmp_path / "model.safetensors", "--against", save(reference, tmp_path / "ref.pt")
+        )
+        assert code == 1
+        steps = report.get("suggestion", {}).get("steps", [])
+        assert not any("pooler" in json.dumps(step) for step in steps), steps

@@ -331,6 +331,7 @@ class _Search:
         # reference keys no pair aims at: a key the alignment left unpaired (two of one shape in a listing by
         # name) that a rule puts there is fixed too
         self.free = reference - set(goals.values()) - set(keys)
+        self.modules = {key[:cut] for key in reference for cut in _dots(key)}
         self.first: Counter[RenameRule] = Counter()
 
     def greedy(self) -> list[RenameRule] | None:
@@ -353,7 +354,7 @@ class _Search:
             best: RenameRule | None = None
             best_gain = 0
             for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
-                gain = _gain(rule, current, goals, self.shapes, self.free)
+                gain = _gain(rule, current, goals, self.shapes, (self.free, self.modules))
                 if gain > best_gain:
                     best, best_gain = rule, gain
             if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
@@ -449,13 +450,25 @@ def _progress(name: str, goal: str) -> int:
     return same
 
 
+def _dots(key: str) -> list[int]:
+    """Where each module path of a key ends (``a.b.c``: after ``a``, after ``a.b``)."""
+    return [index for index, char in enumerate(key) if char == "."]
+
+
 def _gain(
-    rule: RenameRule, current: dict[str, str], goals: dict[str, str], shapes: Shapes | None, free: set[str]
+    rule: RenameRule,
+    current: dict[str, str],
+    goals: dict[str, str],
+    shapes: Shapes | None,
+    reference: tuple[set[str], set[str]],
 ) -> int:
     """How much closer the rule brings keys to their partners (a key with no partner put on a reference key
     nothing else aims at counts as one reaching its partner); 0 if it moves any key away from its partner,
-    puts one on a reference key of another shape, or makes two keys one."""
-    gain = 0
+    puts one on a reference key of another shape, makes two keys one, or carries as many keys into modules the
+    reference lacks as it moves keys that have a partner. ``reference``: the reference keys no pair aims at, and
+    every module path of the reference's keys."""
+    free, modules = reference
+    gain = paired = astray = 0
     renamed: list[str] = []
     for key, name in current.items():
         new = rule.apply(name)
@@ -470,8 +483,16 @@ def _gain(
             if delta < 0:
                 return 0
             gain += delta
+            paired += 1
         elif new in free:
             gain += DONE
+        elif "." in new and new.rsplit(".", 1)[0] not in modules:
+            astray += 1
     if gain and len(set(renamed)) != len(renamed):
+        return 0
+    # shapes that coincide do not make one module another: a rule taking an MLM head's transform (dense and
+    # LayerNorm) to BERT's pooler (dense alone) brings two keys to partners and two into a module nowhere in the
+    # reference, where a true rename of a model leaves at most a few extra buffers behind
+    if astray and astray >= paired:
         return 0
     return gain
