@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from deepspeed_expected import expected_fp32_weights
 
 from ckpt_tui.cli import main
 from ckpt_tui.core.errors import ReadError
@@ -204,7 +205,7 @@ def test_zero_checkpoint_converts_bit_equal_to_deepspeeds_zero_to_fp32(case: str
     code, _, err = run(capsys, "convert", str(DEEPSPEED / case), "--extract", "fp32_weights", "-o", str(out))
     assert code == 0, err
     got = torch.load(out, weights_only=True)
-    want = torch.load(DEEPSPEED / case / "expected_fp32.pt", weights_only=False)
+    want = expected_fp32_weights(case)
     assert_same(got, want)
     assert tied_pairs(got) == tied_pairs(want)
 
@@ -218,6 +219,18 @@ def test_zero_checkpoint_opens_from_any_of_its_files_and_checks_clean(case: str)
     assert "module" in next(iter(checkpoint.root["model_states"].values()))
     report = check_checkpoint(checkpoint)
     assert report.ok, [p.message for p in report.problems]
+
+
+def test_zero1_frozen_parameters_deepspeed_does_not_list_come_from_the_module(tmp_path: Path, capsys: Any) -> None:
+    # DeepSpeed's ZeRO-1 saves frozen_param_shapes None and its zero_to_fp32 drops frozen.*: the weights would
+    # not load strictly into the model that saved them
+    out = tmp_path / "model.pt"
+    assert main(["convert", str(DEEPSPEED / "zero1_fp32"), "--extract", "auto", "-o", str(out)]) == 0
+    states = torch.load(DEEPSPEED / "zero1_fp32" / "global_step2" / "mp_rank_00_model_states.pt", weights_only=False)
+    assert set(torch.load(out, weights_only=True)) == set(states["module"])
+    capsys.readouterr()
+    assert main(["info", str(DEEPSPEED / "zero1_fp32")]) == 0
+    assert "2 frozen parameters (frozen.weight, frozen.bias) taken from the module as saved" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case", ["zero2_bf16", "zero2_fp32", "zero3_fp32"])

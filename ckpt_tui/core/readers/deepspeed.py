@@ -111,7 +111,7 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     source = AssembledRecords(folder)
     states = [_dict(m.root, n) for m, n in zip(models, model_names, strict=True)]
     paddings = first.get("param_alignment_paddings")
-    weights = _fp32_weights(model, states, groups, stage, world, paddings, source)
+    weights, unlisted = _fp32_weights(model, states, groups, stage, world, paddings, source)
     if bf16_optimizer:
         _untrained_weights(weights, model, source)
     root: dict[str, Any] = {
@@ -131,6 +131,12 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
             f"are the fp32 master weights rebuilt from the optimizer files (convert with --extract {FP32_KEY}; "
             f"zero_to_fp32 refuses these files); {saved}"
         ]
+    if unlisted and not bf16_optimizer:
+        shown = ", ".join(unlisted[:3]) + (", …" if len(unlisted) > 3 else "")
+        notes.append(
+            f"{counted(len(unlisted), 'frozen parameter')} ({shown}) taken from the module as saved: DeepSpeed lists "
+            f"no frozen parameters at ZeRO-{stage} (frozen_param_shapes is None) and its zero_to_fp32 leaves them out"
+        )
     unsafe = set().union(*(c.unsafe_globals for c in [*models, *optims]))
     # the layout names no surface's option or key: each face offers the extract its own way (its findings)
     where = f"weights: ckpt[{FP32_KEY!r}]"
@@ -253,7 +259,8 @@ def _fp32_weights(
     world: int,
     paddings: Any,
     source: AssembledRecords,
-) -> dict[str, Tensor]:
+) -> tuple[dict[str, Tensor], list[str]]:
+    """The weights zero_to_fp32 writes, and the frozen parameters it leaves out that were taken from the module."""
     # buffers, whole in the model states
     weights: dict[str, Tensor] = {}
     module = _dict(model["module"], "module")
@@ -263,7 +270,7 @@ def _fp32_weights(
             target = "float32" if value.dtype in FLOATING else value.dtype
             weights[name] = _whole(name, value, target, source)
     # frozen parameters, then the trained ones from the optimizer's partitions
-    _frozen_weights(weights, model, model_states, stage, world, source)
+    unlisted = _frozen_weights(weights, model, model_states, stage, world, source)
     shapes = model.get("param_shapes")
     if not isinstance(shapes, list) or not all(isinstance(g, dict) for g in shapes):
         raise ReadError("model states: param_shapes is not a list of dicts")
@@ -275,7 +282,7 @@ def _fp32_weights(
     for alias, target in shared.items() if isinstance(shared, dict) else ():
         if isinstance(alias, str) and target in weights:
             weights[alias] = weights[target]
-    return weights
+    return weights, unlisted
 
 
 def _frozen_weights(
@@ -285,12 +292,12 @@ def _frozen_weights(
     stage: int,
     world: int,
     source: AssembledRecords,
-) -> None:
+) -> list[str]:
     """The frozen parameters: whole in rank 0's model states (ZeRO 1 and 2), or partitioned over every
-    rank's (ZeRO 3)."""
+    rank's (ZeRO 3); the names of those the save does not list, taken from the module (:func:`_frozen_from_module`)."""
     frozen = model.get("frozen_param_shapes")
     if not isinstance(frozen, dict):
-        return
+        return _frozen_from_module(weights, model, source) if stage <= 2 else []
     for name, shape in frozen.items():
         fragments = [_dict(m.get("frozen_param_fragments"), "frozen_param_fragments").get(name) for m in model_states]
         if stage > 2:
@@ -300,6 +307,25 @@ def _frozen_weights(
         if not isinstance(fragment, Tensor):
             raise ReadError(f"frozen parameter {name!r} has no fragment")
         weights[name] = _whole(name, fragment, "float32" if fragment.dtype in FLOATING else fragment.dtype, source)
+    return []
+
+
+def _frozen_from_module(weights: dict[str, Tensor], model: dict[Any, Any], source: AssembledRecords) -> list[str]:
+    """The frozen parameters of a save that does not list them (DeepSpeed's ZeRO-1 saves ``frozen_param_shapes``
+    None, and its zero_to_fp32 then leaves them out): the module's tensors that are neither buffers, trained
+    (``param_shapes``) nor tied to another (``shared_params``), whole in the module below ZeRO-3, widened to
+    fp32 as the listed ones are; their names."""
+    shapes = model.get("param_shapes")
+    groups = shapes if isinstance(shapes, list) else []
+    trained = {name for group in groups if isinstance(group, dict) for name in group}
+    shared = model.get("shared_params")
+    skipped = weights.keys() | trained | (set(shared) if isinstance(shared, dict) else set())
+    taken = []
+    for name, value in _dict(model["module"], "module").items():
+        if isinstance(name, str) and isinstance(value, Tensor) and name not in skipped:
+            weights[name] = _whole(name, value, "float32" if value.dtype in FLOATING else value.dtype, source)
+            taken.append(name)
+    return taken
 
 
 def _whole(name: str, stored: Tensor, dtype: str, source: AssembledRecords) -> Tensor:
