@@ -138,3 +138,19 @@ def test_a_gpt2_style_body_under_transformer_is_not_offered_a_strip(tmp_path, ca
     findings = info_json(capsys, tmp_path / "gpt2.pth")
     assert [f["kind"] for f in findings if f.get("prefix")] == ["hf-body"]
     assert not any(f.get("fix") for f in findings)
+
+
+def test_adapters_beside_a_head_and_no_adapted_layer_s_base_weight_are_an_adapter_file(tmp_path, capsys):
+    # peft's save_pretrained with modules_to_save=["lm_head"]: the LoRA pieces and the trained head, no base weights
+    adapter = {
+        f"base_model.model.model.layers.0.self_attn.{name}.lora_{part}.weight": torch.zeros(2, WIDTH)
+        for name in ("q_proj", "v_proj")
+        for part in "AB"
+    }
+    adapter["base_model.model.lm_head.weight"] = torch.zeros(VOCAB, WIDTH)
+    torch.save(adapter, tmp_path / "adapter.pth")
+    found = info_json(capsys, tmp_path / "adapter.pth")
+    assert not any(f.get("fix") for f in found)
+    assert any(
+        "adapter weights only (4: lora_A, lora_B) and 1 tensor of modules_to_save" in f["message"] for f in found
+    )

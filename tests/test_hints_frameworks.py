@@ -181,6 +181,18 @@ def test_a_peft_adapter_file_is_named_and_offered_no_fix_that_empties_it(tmp_pat
     assert any("adapter weights only" in note for note in report["notes"])
 
 
+def test_a_peft_adapter_file_with_modules_to_save_is_an_adapter_file_offered_no_fix(tmp_path, capsys):
+    # modules_to_save puts the trained head (base_model.model.lm_head.weight) beside the adapters: no base weights
+    peft = pytest.importorskip("peft")
+    tf = pytest.importorskip("transformers")
+    base = tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA))
+    config = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"])
+    peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    found = findings(capsys, tmp_path / "adapter" / "adapter_model.safetensors")
+    assert not any(f.get("fix") for f in found)
+    assert any("adapter weights only" in f["message"] and "modules_to_save" in f["message"] for f in found)
+
+
 def test_a_peft_model_state_dict_gets_the_fix_that_reaches_the_base_model(tmp_path, capsys):
     peft = pytest.importorskip("peft")
     tf = pytest.importorskip("transformers")

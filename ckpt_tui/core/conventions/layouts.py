@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import glob_escape
 
 WRAPPERS = ("module.", "_orig_mod.")
@@ -170,15 +171,22 @@ class PeftLayout:
     adapter_keys: int
     base_layers: int  # keys under a .base_layer.
     prefix: str  # base_model.model. (or "" when absent), after any wrapper
-    adapter_only: bool = False  # every key an adapter's (what PeftModel.save_pretrained writes)
+    adapter_only: bool = False  # no base weights: what PeftModel.save_pretrained writes
+    saved_modules: int = 0
+    """Tensors beside the adapters in an adapter file: the trained copies of ``modules_to_save`` (a head)."""
 
     def describe(self) -> str:
         """In words."""
         parts = ", ".join(self.adapter_components)
         if self.adapter_only:
+            saved = (
+                f" and {counted(self.saved_modules, 'tensor')} of modules_to_save (trained copies of whole modules)"
+                if self.saved_modules
+                else ""
+            )
             return (
-                f"PEFT/LoRA adapter weights only ({self.adapter_keys}: {parts}); the base model's weights are not "
-                "in it: load it onto the base model with peft (PeftModel.from_pretrained), nothing here to fix"
+                f"PEFT/LoRA adapter weights only ({self.adapter_keys}: {parts}){saved}; the base model's weights are "
+                "not in it: load it onto the base model with peft (PeftModel.from_pretrained), nothing here to fix"
             )
         base = (
             f"{self.base_layers} base weights under .{PEFT_BASE}."
@@ -208,20 +216,28 @@ def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
     components: dict[str, None] = {}
     adapters = 0
     base = 0
+    adapted: set[str] = set()
+    others: set[str] = set()
     for key in keys:
         parts = key.split(".")
-        found = [p for p in parts[:-1] if is_adapter_component(p)]
+        found = [index for index, part in enumerate(parts[:-1]) if is_adapter_component(part)]
         if found:
             adapters += 1
-            components.update(dict.fromkeys(found))
-        elif PEFT_BASE in parts[:-1]:
-            base += 1
+            components.update(dict.fromkeys(parts[index] for index in found))
+            adapted.add(".".join(parts[: found[0]]))
+        elif key != "_metadata":
+            others.add(".".join(parts[:-1]))
+            base += PEFT_BASE in parts[:-1]
     if not adapters:
         return None
     wrapper = wrapper_prefix(keys)
     has_prefix = all(k[len(wrapper) :].startswith(PEFT_PREFIX) for k in keys if k != "_metadata")
-    only = adapters == sum(1 for k in keys if k != "_metadata")
-    return PeftLayout(tuple(components), adapters, base, wrapper + PEFT_PREFIX if has_prefix else "", only)
+    # the layers the adapters wrap, none with its base weight: an adapter file, whose other tensors are the
+    # trained copies of modules_to_save (peft saves a head so), never a base model to keep
+    based = any(module in others or f"{module}.{PEFT_BASE}" in others for module in adapted)
+    saved = 0 if based else sum(1 for k in keys if k != "_metadata") - adapters
+    prefix = wrapper + PEFT_PREFIX if has_prefix else ""
+    return PeftLayout(tuple(components), adapters, base, prefix, adapter_only=not based, saved_modules=saved)
 
 
 def peft_fix(peft: PeftLayout) -> list[tuple[str, str]]:
