@@ -146,6 +146,15 @@ FIXTURE_FORMATS = [
     ("torch_distributed/dcp_fsdp2/__0_0.distcp", "dcp"),
     ("torch_distributed/dcp_fsdp2/__1_0.distcp", "dcp"),
     ("torch_distributed/dcp_fsdp2.expected.pt", "zip"),
+    ("torch_distributed/dcp_zstd", "! PATH/.metadata: DCP metadata: 'weight' is stored through DCP extension"),
+    (
+        "torch_distributed/dcp_zstd/.metadata",
+        "! PATH: DCP metadata: 'weight' is stored through DCP extensions ['stream",
+    ),
+    (
+        "torch_distributed/dcp_zstd/__0_0.distcp",
+        "! FIXTURES/torch_distributed/dcp_zstd/.metadata: DCP metadata: 'weight' ",
+    ),
     ("torch_distributed/ddp", "folder"),
     ("torch_distributed/ddp/rank0.pt", "zip"),
     ("torch_distributed/ddp/rank1.pt", "zip"),
@@ -171,7 +180,8 @@ def opened_as(path: Path | list[Path]) -> str:
     try:
         checkpoint = open_checkpoint([str(p) for p in path] if isinstance(path, list) else str(path))
     except ReadError as exc:
-        return "! " + str(exc).replace(str(path), "PATH")[:70]
+        # (a file's error may name another of its folder: that path is written from FIXTURES)
+        return "! " + str(exc).replace(str(path), "PATH").replace(str(FIXTURES), "FIXTURES")[:70]
     problems = len(checkpoint.loader_problems)
     return checkpoint.format + (f" ({problems} loader problems)" if problems else "")
 

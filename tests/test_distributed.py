@@ -546,3 +546,13 @@ def test_a_deepspeed_save_beside_its_save_16bit_model_file_is_refused_naming_bot
     out = tmp_path / "module.pth"
     assert main(["convert", str(folder / "pytorch_model.bin"), "-o", str(out)]) == 0
     assert_same(torch.load(out, weights_only=True), state)
+
+
+def test_a_dcp_folder_compressed_through_torch_s_extensions_is_refused_with_the_way_out(capsys: Any) -> None:
+    # written by torch's FileSystemWriter(_extensions=[ZStandard()]) (scripts/make_dcp_zstd_fixture.py)
+    folder = TORCH / "dcp_zstd"
+    assert main(["info", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "['stream.zstd/1']" in err and "which ckpt-tui does not read" in err
+    assert "torch.distributed.checkpoint.format_utils.dcp_to_torch_save(<this folder>, 'out.pt')" in err

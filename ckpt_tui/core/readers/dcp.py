@@ -118,7 +118,12 @@ class DcpItems:
     def _place(self, info: dict[str, Any], fqn: str) -> tuple[str, int, int]:
         name, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")
         if info.get("transform_descriptors"):
-            raise ReadError(f"{self.what}: {fqn!r} is stored through extensions {info['transform_descriptors']!r}")
+            raise ReadError(
+                f"{self.what}: {fqn!r} is stored through DCP extensions {info['transform_descriptors']!r} (a "
+                "compressed save: FileSystemWriter(_extensions=...)), which ckpt-tui does not read; torch writes a "
+                "plain copy to open: torch.distributed.checkpoint.format_utils.dcp_to_torch_save(<this folder>, "
+                "'out.pt')"
+            )
         if not isinstance(name, str):
             raise ReadError(f"{self.what}: {fqn!r} is stored in {name!r}, not a file of this folder")
         if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
