@@ -374,3 +374,16 @@ def test_a_whole_training_checkpoint_says_how_many_tensors_are_the_model_and_how
     assert main(["average", *paths, "-o", str(tmp_path / "model.pth"), "--at", "model_state_dict"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == "averaged 8 floating-point tensors of 2 files (weights 0.5, 0.5)"
+
+
+def test_a_deepspeed_folder_average_refused_names_average_s_own_way_out(tmp_path, capsys):
+    # DeepSpeed's own objects (ZeroStageEnum, LossScaler) cannot be written: the way out is average's --at, never
+    # convert's --extract or --sanitize, which average does not have
+    folder = str(Path(__file__).parent / "fixtures" / "deepspeed" / "zero2_fp32")
+    out = tmp_path / "avg.pth"
+    assert main(["average", folder, folder, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "DeepSpeed's own object" in err
+    assert err.strip().endswith("--at fp32_weights averages and writes the model alone")
+    assert "--extract" not in err and "--sanitize" not in err and not out.exists()
+    assert main(["average", folder, folder, "-o", str(out), *err.split(": ")[-1].split()[:2]]) == 0

@@ -59,5 +59,14 @@ class WriteError(CkptError):
     """A write was refused or failed; nothing was left behind."""
 
 
+class WriteRefused(WriteError):
+    """A value the writer cannot write; ``bare`` is the refusal without the way out, which names ``convert``'s
+    options (a verb with other options says its own)."""
+
+    def __init__(self, message: str, bare: str) -> None:
+        super().__init__(message)
+        self.bare = bare
+
+
 class Cancelled(CkptError):
     """Long work was cancelled by the user."""

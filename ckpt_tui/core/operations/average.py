@@ -36,7 +36,7 @@ import numpy as np
 
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import ReadError, WriteRefused
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_python
@@ -562,13 +562,24 @@ def average(
         raise AverageRefused("big-endian checkpoints cannot be averaged (convert them first)")
     plan = plan_average(checkpoints, parsed, at)
     first = checkpoints[0]
-    result = save(
-        plan.root,
-        output,
-        fmt,
-        byteorder=first.byteorder,
-        force=force,
-        inputs=tuple(path for c in checkpoints for path in c.input_files()),
-        metadata=first.metadata,
-    )
+    try:
+        result = save(
+            plan.root,
+            output,
+            fmt,
+            byteorder=first.byteorder,
+            force=force,
+            inputs=tuple(path for c in checkpoints for path in c.input_files()),
+            metadata=first.metadata,
+        )
+    except WriteRefused as exc:
+        # the writer's way out names convert's options (--extract, --sanitize, --drop): average has --at alone
+        raise WriteRefused(f"{exc.bare}: {_way_out(plan)}", exc.bare) from None
     return plan, result
+
+
+def _way_out(plan: AveragePlan) -> str:
+    """What average can do about a value it cannot write: average a subtree alone (the model's, when known)."""
+    if plan.model_at:
+        return f"{join_command(['--at', path_text(plan.model_at)])} averages and writes the model alone"
+    return "--at PATH averages and writes that subtree alone (convert --sanitize or --drop first to keep the rest)"

@@ -21,7 +21,7 @@ from pickle import encode_long
 from typing import Any
 
 from ckpt_tui.core.conventions.findings import tensor_problem
-from ckpt_tui.core.errors import Cancelled, WriteError
+from ckpt_tui.core.errors import Cancelled, WriteError, WriteRefused
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, Key, to_python
 from ckpt_tui.core.model.tree import LAYOUTS, Device, Layout, Opaque, Storage, Symbol, Tensor, TorchSize, is_global_ref
@@ -107,8 +107,8 @@ class Refusal(Exception):
         """The user's one-line error, naming where the offending value sits (and what to do)."""
         path = tuple(reversed(self.where))
         where = to_python(path[:12]) + ("…" if len(path) > 12 else "") if path else "the root"
-        hint = f": {self.hint}" if self.hint else ""
-        return WriteError(f"refusing to write {self.message} at {where}{hint}")
+        bare = f"refusing to write {self.message} at {where}"
+        return WriteRefused(bare + (f": {self.hint}" if self.hint else ""), bare)
 
 
 def _memo_put(index: int) -> bytes:
