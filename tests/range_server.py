@@ -6,7 +6,9 @@ counts requests and bytes sent. It can also play a Hugging Face Hub for ``huggin
 through ``HF_ENDPOINT`` (``hub``): ``HEAD/GET /ORG/REPO/resolve/REV/PATH``, ``/api/models/ORG/REPO/tree/REV``
 and ``/api/models/ORG/REPO/revision/REV``, where ``REPO``'s files are the folder ``ORG/REPO`` and the
 commit is fixed. Options: no ranges (the whole file, 200), latency per request, a bandwidth cap, an
-answer of 429 first (backoff), and a token every request must carry.
+answer of 429 first (backoff), a token every request must carry, and a CDN (``cdn``: another server's URL)
+that the Hub's resolve redirects its files to, as huggingface.co does for LFS files: a 302 naming the file's
+sha256 (``X-Linked-Etag``), size (``X-Linked-Size``) and commit, where the CDN answers with its own ETag.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ class RangeServer:
         bandwidth: float = 0.0,
         throttle_first: int = 0,
         token: str | None = None,
+        cdn: str | None = None,
     ) -> None:
         self.root = root
+        self.cdn = cdn
         self.ranges = ranges
         self.latency = latency
         self.bandwidth = bandwidth
@@ -145,8 +149,23 @@ class RangeServer:
         if resolve:
             folder = self._repo(resolve.group(1), resolve.group(2))
             file = os.path.join(self.root, folder, resolve.group(3))
+            if self.cdn is not None and os.path.isfile(file):
+                return self._to_cdn(handler, folder, resolve.group(3), file)
             return self._file(handler, file, head, {"X-Repo-Commit": self._commit(folder)})
         return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
+
+    def _to_cdn(self, handler: BaseHTTPRequestHandler, folder: str, name: str, file: str) -> None:
+        """The Hub's answer for an LFS file: a redirect to the CDN, the file's sha256 as its linked ETag."""
+        with open(file, "rb") as data:
+            digest = hashlib.sha256(data.read()).hexdigest()
+        headers = {
+            "Location": f"{self.cdn}/{urllib.parse.quote(folder)}/{urllib.parse.quote(name)}?signature=1",
+            "X-Repo-Commit": self._commit(folder),
+            "X-Linked-Etag": f'"{digest}"',
+            "X-Linked-Size": str(os.path.getsize(file)),
+            "ETag": f'"{digest}"',
+        }
+        return self._send(handler, 302, headers, b"")
 
     def _repo(self, repo: str, revision: str) -> str:
         """The folder of a repo at a revision (or at a commit served before): ``ORG/REPO@REV`` when there

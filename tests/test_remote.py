@@ -765,3 +765,63 @@ def one_line(capsys: Any) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     return err[0]
+
+
+# ---- the Hub's LFS files, served by a CDN with its own ETag -----------------------------------------
+
+
+@pytest.fixture
+def cdn_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A Hub whose resolve redirects every file to a CDN on another origin, whose ETag is not the Hub's (as
+    huggingface.co's X-Linked-Etag, the file's sha256, never is the CDN's), and which answers 412 to an If-Match
+    naming another (as S3 and CloudFront do)."""
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "hub"
+    root.mkdir()
+    with RangeServer(str(root)) as cdn, RangeServer(str(root), cdn=cdn.url) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        yield server, cdn
+
+
+def test_an_lfs_file_behind_a_cdn_with_its_own_etag_opens_and_checks_as_the_local_one(cdn_hub: Any) -> None:
+    hub, cdn = cdn_hub
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    nan_training_file(folder / "train.pth")
+    write_safetensors(dict(tiny_state_dict()), folder / "model.safetensors")
+    for name in ("train.pth", "model.safetensors"):
+        local = outcome(str(folder / name), str(folder))
+        assert outcome(f"hf://org/model/{name}", "hf://org/model") == local, name
+    # the bytes came from the CDN (the values too); the Hub was asked for each file's metadata alone
+    assert cdn.served.bytes_sent > 2 << 20
+    assert {path for _, path, _ in cdn.served.requests} == {"/org/model/train.pth", "/org/model/model.safetensors"}
+    assert {method for method, path, _ in hub.served.requests if "/resolve/" in path} == {"HEAD"}
+
+
+def test_an_lfs_file_that_changes_on_the_cdn_between_ranges_is_refused(cdn_hub: Any) -> None:
+    hub, _ = cdn_hub
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    state = OrderedDict((f"w{i}", torch.randn(300_000)) for i in range(3))
+    torch.save(state, folder / "m.pth")
+    checkpoint = open_checkpoint("hf://org/model/m.pth")
+    before = os.stat(folder / "m.pth")
+    torch.save(OrderedDict((k, v + 1) for k, v in state.items()), folder / "m.pth")
+    os.utime(folder / "m.pth", ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    with pytest.raises(ReadError, match="changed while being read"):
+        tensor_stats(checkpoint.root["w2"], "little")
+
+
+def test_reopening_an_lfs_file_behind_a_cdn_costs_one_request_to_the_hub(cdn_hub: Any) -> None:
+    hub, cdn = cdn_hub
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    torch.save(dict(tiny_state_dict()), folder / "pytorch_model.bin")
+    assert list(open_checkpoint("hf://org/model/pytorch_model.bin").root) == list(tiny_state_dict())
+    hub.served.reset()
+    cdn.served.reset()
+    forget()
+    assert list(open_checkpoint("hf://org/model/pytorch_model.bin").root) == list(tiny_state_dict())
+    assert [method for method, _, _ in hub.served.requests] == ["HEAD"] and cdn.served.requests == []

@@ -148,6 +148,9 @@ class HttpTransport:
         self.headers = dict(headers or {})
         self.access_hint = access_hint
         self.size: int | None = None
+        self.served: str | None = None
+        """The version the serving host named first, for :meth:`fetch_served` (None: not asked yet)."""
+        self._lock = threading.Lock()
         self._local = threading.local()
 
     def _connection(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
@@ -430,14 +433,36 @@ class HttpTransport:
         return Stat(size, identity, (first, answer.body))
 
     def fetch(self, offset: int, length: int, identity: str) -> bytes:
-        """One ranged GET, refused if the file's version or size changed."""
+        """One ranged GET, refused if the file's version (``identity``, named by this server's first answer) or
+        size changed."""
+        answer = self._ranged(offset, length, identity)
+        if version(answer.headers) != identity:
+            raise self._refuse(412)
+        return answer.body
+
+    def fetch_served(self, offset: int, length: int) -> bytes:
+        """One ranged GET of a file known by another store's identity (the Hub's ETag and commit), from the host that
+        serves it (a CDN, whose ETag is its own): pinned to the version that host named in its first answer, and to
+        the size the Hub named (:attr:`size`)."""
+        with self._lock:
+            pinned = self.served
+        answer = self._ranged(offset, length, pinned or "")
+        now = version(answer.headers)
+        with self._lock:
+            if self.served is None:
+                self.served = now
+            elif now != self.served:
+                raise self._refuse(412)
+        return answer.body
+
+    def _ranged(self, offset: int, length: int, pinned: str) -> Answer:
+        """One ranged GET on the condition that the file is still ``pinned`` (a strong ETag: If-Match; a date:
+        If-Unmodified-Since; "": none), refused when it is not, or its size is not :attr:`size`."""
         headers = {"Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
-        # the size is known when this transport's own request found the version (not the Hub's HEAD)
-        own = self.size is not None
-        if identity.startswith('"'):
-            headers["If-Match"] = identity
-        elif identity and own:
-            headers["If-Unmodified-Since"] = identity
+        if pinned.startswith('"'):
+            headers["If-Match"] = pinned
+        elif pinned:
+            headers["If-Unmodified-Since"] = pinned
         answer = self.request(headers, length)
         if answer.status == 200:
             raise self._no_ranges()
@@ -445,13 +470,11 @@ class HttpTransport:
             raise self._unsatisfiable(headers["Range"], answer)
         if answer.status != 206 or answer.span is None:
             raise self._refuse(answer.status)
-        now = version(answer.headers)
-        changed = now != identity if own else bool(identity and now and now != identity)
-        if changed or (own and answer.span[2] != self.size):
+        if self.size is not None and answer.span[2] != self.size:
             raise self._refuse(412)
         if answer.span[0] != offset:
             raise self._other_range(answer)
-        return answer.body
+        return answer
 
 
 def is_page(headers: dict[str, str]) -> bool:
@@ -703,12 +726,16 @@ class _HubFile:
         auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
         sent = auth if urllib.parse.urlsplit(location).netloc == home else {}
         self._http = HttpTransport(location, self.url, sent, "set HF_TOKEN")
+        self._http.size = int(meta.size) if meta.size is not None else None
         identity = f'"{meta.etag}"' if meta.etag and not meta.etag.startswith(('"', "W/")) else (meta.etag or "")
         return Stat(int(meta.size or 0), identity or str(meta.commit_hash or ""))
 
     def fetch(self, offset: int, length: int, identity: str) -> bytes:
+        """A range from where the Hub sent the file: the file is known by the Hub's ETag (an LFS file's sha256, the
+        header cache's key) and commit, which a CDN's own ETag never equals; as huggingface_hub reads the redirect's
+        location, ranges there are held to the size the Hub named and to the version the CDN names first."""
         assert self._http is not None
-        return self._http.fetch(offset, length, identity)
+        return self._http.fetch_served(offset, length)
 
 
 _FSSPEC_PROTOCOLS = {"s3": ("s3fs", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE", "remote")}
