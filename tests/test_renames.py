@@ -528,3 +528,47 @@ def test_an_mlm_head_is_never_renamed_into_a_pooler_its_shapes_happen_to_fit(
         assert code == 1
         steps = report.get("suggestion", {}).get("steps", [])
         assert not any("pooler" in json.dumps(step) for step in steps), steps
+
+
+def vit_hub_and_live(hidden: int = 8, inner: int = 16, layers: int = 2) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ViT encoder under the Hub's names (what transformers 5's save_pretrained writes) and under the live module's
+    (its state_dict()): q/k/v/o projections of one shape, told apart by their names alone."""
+    hub: dict[str, torch.Tensor] = {}
+    live: dict[str, torch.Tensor] = {}
+    square, vector = (hidden, hidden), (hidden,)
+    for n in range(layers):
+        names = {
+            "attention.attention.query": ("attention.q_proj", square),
+            "attention.attention.key": ("attention.k_proj", square),
+            "attention.attention.value": ("attention.v_proj", square),
+            "attention.output.dense": ("attention.o_proj", square),
+            "intermediate.dense": ("mlp.fc1", (inner, hidden)),
+            "output.dense": ("mlp.fc2", (hidden, inner)),
+        }
+        for old, (new, shape) in names.items():
+            bias = (shape[0],)
+            hub[f"vit.encoder.layer.{n}.{old}.weight"] = torch.zeros(shape)
+            hub[f"vit.encoder.layer.{n}.{old}.bias"] = torch.zeros(bias)
+            live[f"vit.layers.{n}.{new}.weight"] = torch.zeros(shape)
+            live[f"vit.layers.{n}.{new}.bias"] = torch.zeros(bias)
+        for norm in ("layernorm_before", "layernorm_after"):
+            for part in ("weight", "bias"):
+                hub[f"vit.encoder.layer.{n}.{norm}.{part}"] = torch.zeros(vector)
+                live[f"vit.layers.{n}.{norm}.{part}"] = torch.zeros(vector)
+    return hub, live
+
+
+def test_a_listing_by_name_pairs_same_shaped_projections_by_their_layer_and_words(tmp_path: Path, capsys: Any) -> None:
+    # transformers 5 ViT: save_pretrained's names against the live model's; a safetensors listing has no module
+    # order, so query, key, value and output (one shape) pair by their layer number and the words of their names
+    from safetensors.torch import save_file
+
+    hub, live = vit_hub_and_live()
+    save_file(hub, tmp_path / "model.safetensors")
+    reference = save(live, tmp_path / "ref.pt")
+    code, report = check_json(capsys, tmp_path / "model.safetensors", "--against", reference)
+    assert code == 1
+    argv = report["suggestion"]["argv"]
+    assert main(argv[1:]) == 0
+    capsys.readouterr()
+    assert main(["check", output_of(argv), "--against", str(reference)]) == 0

@@ -6,22 +6,25 @@ are aligned in module order by tensor shape, the longest common subsequence of t
 sequences (a renamed model keeps its architecture, so its shapes come in the same order); keys the
 order left out whose shape is left once on each side are paired too. A side listed by name (a
 safetensors header) has no module order: there only a shape, or a shape and last component, found
-once on each side pairs (never ``key`` with ``query`` because both are ``[16, 16]`` weights). Partners
+once on each side pairs (never ``key`` with ``query`` because both are ``[16, 16]`` weights), and then keys of
+one shape, last component and layer numbers pair where each is the other's one best by the words of the parts
+their names do not share (``attention.query`` with ``q_proj``, ``output.dense`` with ``o_proj``). Partners
 of one shape are then chosen so that last components agree (``bias_ih`` with ``bias_ih``), and a pair of two kinds of
 tensor (a ``bias`` with a ``weight``, unless the names are synonyms such as ``gamma``/``weight``)
 is dropped. Last, sibling modules that shapes cannot tell apart take the partners their names say
 (:func:`_named_siblings`: numbered ones in the order of their numbers, named ones by shared words).
 
-Rules: starting from the pairs, each round looks at the first place where each pair's dotted
-components still differ and proposes rules that would fix it, from the most general (a component
-renamed anywhere: ``attn`` → ``attention``) to the most specific (one module's prefix). The rule
-that brings the most keys closest to their partner, without moving a key away from its partner,
-without putting a key on a reference key of another shape, without touching keys that already match
-and without making two keys collide, is kept (a key the pairing left alone that a rule puts on a reference
-key nothing else aims at counts as fixed too). An index that differs (``model.1`` → ``model.0``) is
-proposed as one rule anchored on the named component before it, for every module at once. Rounds stop
-when every pair matches or no rule helps. Then the answer is measured by the keys it places on reference
-keys: rules whose removal places no fewer are dropped, and one rule that places as many replaces the list.
+Rules: starting from the pairs, each round looks at the first place where each pair's dotted components still
+differ and proposes rules that would fix it, from the most general (a component renamed anywhere: ``attn`` →
+``attention``) to the most specific (one module's prefix). The rule that brings the most keys closest to their
+partner, without moving a key away from its partner, without putting a key on a reference key of another
+shape, without touching keys that already match, without making two keys collide and without carrying as many
+keys into modules the reference lacks as it brings to their partners (a module is not another because two of
+its shapes fit), is kept (a key the pairing left alone that a rule puts on a reference key nothing else aims
+at counts as fixed too). An index that differs (``model.1`` → ``model.0``) is proposed as one rule anchored on
+the named component before it, for every module at once. Rounds stop when every pair matches or no rule helps.
+Then the answer is measured by the keys it places on reference keys: rules whose removal places no fewer are
+dropped, and one rule that places as many replaces the list.
 Ties go to the rule met first, so the rules do not change from run to run.
 """
 
@@ -90,9 +93,9 @@ def align(source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, S
         # which of several same-shape tensors is which (key and query, layernorm_before and _after), so
         # only a shape and last component left once on each side pair (an LSTM's weight_ih with weight_ih)
         by_leaf = _unique_by_leaf(source, target)
-        return _named_siblings(
-            _same_kind(by_leaf + _unique_leftovers(source, target, by_leaf), dict(source)), dict(source)
-        )
+        found = by_leaf + _unique_leftovers(source, target, by_leaf)
+        found += _by_numbers_and_words(source, target, found)
+        return _named_siblings(_same_kind(found, dict(source)), dict(source))
     if a == b:
         pairs = [(x, y) for (x, _), (y, _) in zip(source, target, strict=True)]
     elif len(a) * len(b) > LCS_CELLS:
@@ -137,6 +140,66 @@ def _unique_leftovers(
     in_source, in_target = Counter(sig for _, sig in left_source), Counter(sig for _, sig in left_target)
     partner = {sig: key for key, sig in left_target if in_source[sig] == 1 and in_target[sig] == 1}
     return [(key, partner[sig]) for key, sig in left_source if sig in partner]
+
+
+MAX_NAMED_GROUP = 64
+"""Keys of one kind and numbers on each side that :func:`_by_numbers_and_words` compares each with each."""
+
+
+def _by_numbers_and_words(
+    source: Sequence[tuple[str, Signature]], target: Sequence[tuple[str, Signature]], pairs: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Keys left unpaired in a listing by name, of one shape and last component on each side: paired where their
+    numbers agree (layer 0 with layer 0) and, among several, where each is the other's one best by the words their
+    names share (``attention.query`` with ``q_proj``, ``output.dense`` with ``o_proj``); where names tie, none."""
+    paired_source, paired_target = {a for a, _ in pairs}, {b for _, b in pairs}
+    groups: dict[tuple[Signature, str, tuple[str, ...]], tuple[list[str], list[str]]] = {}
+    for side, keys, paired in ((0, source, paired_source), (1, target, paired_target)):
+        for key, sig in keys:
+            if key not in paired:
+                numbers = tuple(part for part in key.split(".") if part.isdigit())
+                groups.setdefault((sig, leaf(key), numbers), ([], []))[side].append(key)
+    found: list[tuple[str, str]] = []
+    for mine, theirs in groups.values():
+        if 1 <= len(mine) == len(theirs) <= MAX_NAMED_GROUP:
+            found += _mutual_best(mine, theirs)
+    return found
+
+
+def _mutual_best(mine: list[str], theirs: list[str]) -> list[tuple[str, str]]:
+    """Pairs, round by round, of the keys each of which is the other's one best by the words of the parts their
+    names do not share (``layer.0.attention.output.dense`` and ``layers.0.attention.o_proj``: ``output`` and
+    ``o``); one key on each side pairs as it is."""
+    if len(mine) == 1:
+        return [(mine[0], theirs[0])]
+    score = {(m, t): _words_shared(*_differing(m, t)) for m in mine for t in theirs}
+    found: list[tuple[str, str]] = []
+    left_mine, left_theirs = list(mine), list(theirs)
+    while left_mine:
+        best_of = {m: _one_best(left_theirs, [score[m, t] for t in left_theirs]) for m in left_mine}
+        best_for = {t: _one_best(left_mine, [score[m, t] for m in left_mine]) for t in left_theirs}
+        mutual = [(m, t) for m, t in best_of.items() if t is not None and best_for[t] == m]
+        if not mutual:
+            break
+        found += mutual
+        left_mine = [m for m in left_mine if m not in dict(mutual)]
+        left_theirs = [t for t in left_theirs if t not in {t for _, t in mutual}]
+        if len(left_mine) == 1:
+            found.append((left_mine[0], left_theirs[0]))
+            break
+    return found
+
+
+def _one_best(others: list[str], scores: list[int]) -> str | None:
+    """The one of ``others`` with the highest score above zero, or None when none or several have it."""
+    top = max(scores)
+    return others[scores.index(top)] if top > 0 and scores.count(top) == 1 else None
+
+
+def _differing(mine: str, theirs: str) -> tuple[str, str]:
+    """The module components of two keys, less those both have."""
+    a, b = _module(mine).split("."), _module(theirs).split(".")
+    return ".".join(x for x in a if x not in b), ".".join(y for y in b if y not in a)
 
 
 def leaf(key: str) -> str:
