@@ -393,3 +393,12 @@ async def test_report_lists_move_with_vim_keys(train_file: Path, tmp_path: Path)
             assert rows.highlighted < last
             await settle(pilot, "escape")
             assert app.screen is browser(app)
+
+
+def test_a_remote_files_prompts_offer_its_url_folder_not_a_broken_url() -> None:
+    from ckpt_tui.tui.app import input_folder
+
+    assert input_folder("https://127.0.0.1:8612/cnn_step30.pth") == "https://127.0.0.1:8612/"
+    assert input_folder("hf://org/repo/run/model.safetensors") == "hf://org/repo/run/"
+    assert input_folder("https://host/run/step_20/") == "https://host/run/"
+    assert input_folder("cnn_step30.pth") == "./" and input_folder("/data/run/a.pth") == "/data/run/"

@@ -21,6 +21,7 @@ from textual.screen import Screen
 
 from ckpt_tui.core.edits.session import Session
 from ckpt_tui.core.errors import CkptError
+from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.describe import counted, size
 from ckpt_tui.core.model.tree import iter_tensors
 from ckpt_tui.core.operations.convert import fixed_output_path
@@ -150,9 +151,9 @@ class CkptApp(App[None]):
         self._remembered[prompt] = value
 
     def remembered(self, prompt: str) -> str:
-        """The last path given to a prompt, or the folder of the input."""
-        folder = str(Path(self.path).parent) + os.sep
-        return self._remembered.get(prompt, folder)
+        """The last path given to a prompt, or the folder of the input (a URL's folder for a remote file:
+        ``https://host/``, not ``https:/host/``, which Path makes of it)."""
+        return self._remembered.get(prompt, input_folder(self.path))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "save" and self.readonly:
@@ -362,6 +363,14 @@ class CkptApp(App[None]):
                 self.exit()
 
         self.push_screen(ConfirmScreen(question, "(default: No)", loud=True, purpose="quit"), answer)
+
+
+def input_folder(path: str) -> str:
+    """The folder of ``path`` with its separator, as a prompt offers it (a local path's as given, ``./``)."""
+    if not byte_source.is_remote(path):
+        return str(Path(path).parent) + os.sep
+    folder = byte_source.parent(path.rstrip("/"))
+    return (folder if "://" in folder else path.rstrip("/")) + "/"
 
 
 CLI_OPTIONS_AS_KEYS = {"--extract": "x (extract)", "--drop": "d (delete)"}
