@@ -381,3 +381,19 @@ def test_info_lists_an_index_s_shards_in_file_order(tmp_path: Path, capsys: pyte
     note = next(line for line in capsys.readouterr().out.splitlines() if "3 shards:" in line)
     shards = note.split("3 shards: ", 1)[1].split(", ")
     assert shards == sorted(shards) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+
+
+async def test_a_remote_files_header_at_80x24_keeps_its_first_warning_over_the_bytes_fetched(stdlib: Server) -> None:
+    from builders_tui import fixed_training_checkpoint, header, loaded
+
+    from ckpt_tui.tui.app import CkptApp
+
+    checkpoint = fixed_training_checkpoint()
+    checkpoint.pop("args")  # the weights_only refusal would be its first warning
+    checkpoint["state_dict"] = checkpoint.pop("model")  # (a warning of three lines at 80 columns)
+    torch.save(checkpoint, stdlib.root / "run.pth")
+    app = CkptApp(f"{stdlib.url}/run.pth")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        top = " ".join(header(app).split())
+        assert "all their keys start with 'module.'" in top

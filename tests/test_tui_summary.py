@@ -3,11 +3,13 @@ totals break, and which facts are the file's once the tree is edited."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
 from builders import TinyNet, ddp_state_dict
 from builders_tui import save_fixed_training
+from rich.console import Console
 from rich.text import Text
 
 from ckpt_tui.core.operations.info import summarize
@@ -58,3 +60,22 @@ def test_an_edited_tree_says_the_size_is_the_files_and_the_counts_are_staged(tmp
     first = summary_text(summary, weights_only=Judged(edited=True), width=200).plain.splitlines()[0]
     assert " kB on disk · as edited: 27 tensors · 330 params (model)" in first
     assert "on disk" not in summary_text(summary, weights_only=Judged(), width=200).plain
+
+
+def test_a_hidden_warning_is_always_counted_the_first_findings_keys_go_first(tmp_path: Path) -> None:
+    from builders_tui import fixed_training_checkpoint, save_cuda_tagged
+
+    path = save_cuda_tagged(fixed_training_checkpoint(), tmp_path / "gpu_run.pth")
+    summary = summarize(open_checkpoint(str(path)))
+    console = Console(width=78, file=io.StringIO())
+
+    def lines(text: Text) -> int:
+        return len(text.wrap(console, 78))
+
+    warnings = [f for f in summary.shown_findings if f.severity == "warning"]
+    assert len(warnings) >= 2
+    for room in range(3, 9):
+        shown = fitted_summary(summary, room, lines, width=78).plain
+        hidden = [f for f in summary.shown_findings if f.message[:30] not in " ".join(shown.split())]
+        if any(finding.severity == "warning" for finding in hidden):
+            assert "more finding" in shown or "findings: f lists" in shown or "finding: f lists" in shown, room

@@ -184,13 +184,16 @@ def summary_text(
     hint: str = "short",
     values: bool = True,
     width: int | None = None,
+    keys: bool = True,
+    remote: bool = True,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
 
     ``verdict_note``: say the verdict also when torch.load loads the file (a refusal is always said); ``more``: say
     how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`); ``values``: say
     that the values are not read yet, until a full check (``check``) has read them; ``width``: the totals break
-    between their phrases to fit it, never inside "5514 params"."""
+    between their phrases to fit it, never inside "5514 params"; ``keys``: each finding names the key that fixes
+    it; ``remote``: say what a remote file cost (it shares the dtypes' line where there is room)."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
@@ -206,9 +209,6 @@ def summary_text(
     text.append("\n")
     if ckpt.layout:
         text.append(f"{printable(ckpt.layout)}\n", style="italic")
-    cost = byte_source.transferred() if byte_source.is_remote(ckpt.path) else None
-    if cost is not None:
-        text.append(f"remote: {cost.line()}\n", style="italic")
     tensors: list[str | Text] = []
     # the tensors' bytes only where they are not most of the file (a second, unnamed "93.6 MB" read as noise)
     if summary.tensor_bytes < 0.95 * ckpt.file_bytes:
@@ -218,6 +218,9 @@ def summary_text(
     tensors.append(f"dtypes {dtypes or '-'}")
     on_cuda = any("cuda" in d for d in summary.devices)
     tensors.append(Text.assemble("saved on ", (devices or "-", "bold yellow" if on_cuda else "")))
+    cost = byte_source.transferred() if remote and byte_source.is_remote(ckpt.path) else None
+    if cost is not None:
+        tensors.append(Text(f"remote: {cost.line()}", style="italic"))
     text.append_text(separated(tensors, width))
     if nan_tensors:
         text.append(f"\n! {nan_tensors} tensors hold NaN/Inf", style="bold red")
@@ -239,7 +242,7 @@ def summary_text(
     shown = findings[:limit]
     for finding in shown:
         text.append("\n")
-        text.append_text(finding_text(finding, readonly))
+        text.append_text(finding_text(finding, readonly or not keys))
     hidden = len(findings) - len(shown)
     if hidden > 0 and more:
         text.append(f"\n  … {more_findings(hidden, bool(shown) or said)}", style="italic")
@@ -325,20 +328,34 @@ def fitted_summary(
 ) -> Text:
     """The summary in at most ``lines`` lines (``width`` wide) as ``measure`` counts them: a narrow screen first
     leaves out the note that torch.load loads the file, then findings that are notes (the last line says how many
-    more ``f`` lists), then the line that the values are not read yet, then warnings down to the first, and rather
-    than the first finding, the line of how many; before each finding goes, the way out of a refusal does (``f``
-    lists it in full)."""
+    more ``f`` lists), then the line that the values are not read yet, then
+    warnings down to the first, then the first one's keys, and rather than the first finding, the line of how
+    many; the line of how many more is left out only where it counts notes alone, and the line of what a remote
+    file cost only where a warning needs its room. Before each finding goes, the way out of a refusal does
+    (``f`` lists it in full)."""
     # the line that the values are not read is a note: it stays before notes among the findings, and gives way
     # before a warning does (a header with a warning in it does not read as clean)
     said = weights_only is not None and verdict_line(weights_only, summary.checkpoint.path, readonly) is not None
     # (a finding that answers the compare the user just made stays as long as a warning does)
     warnings = sum(f.first_listed for f in listed_findings(summary, said)[:MAX_FINDINGS])
-    tries = [(True, True, MAX_FINDINGS, True)]
-    tries += [(False, True, limit, True) for limit in range(MAX_FINDINGS, warnings - 1, -1)]
-    tries += [(False, False, limit, True) for limit in range(max(warnings, 1), 0, -1)]
-    for note, values, limit, more in [*tries, (False, False, 1, False), (False, False, 0, True)]:
+    tries = [(True, True, MAX_FINDINGS, True, True, True)]
+    tries += [(False, True, limit, True, True, True) for limit in range(MAX_FINDINGS, warnings - 1, -1)]
+    last = [(False, False, limit, True, True) for limit in range(max(warnings, 1), 0, -1)]
+    # the line of how many more gives way to the first finding only where what it counts are notes: a warning
+    # is never hidden uncounted (the first finding's keys go first, f names them)
+    if not any(finding.severity == "warning" for finding in listed_findings(summary, said)[1:]):
+        last.append((False, False, 1, False, True))
+    last.append((False, False, 1, True, False))
+    # what a remote file cost gives way to a warning, and only to one
+    tries += [(*attempt, True) for attempt in last]
+    if warnings:
+        tries += [(*attempt, False) for attempt in last]
+    tries += [(False, False, 0, True, True, True), (False, False, 0, True, True, False)]
+    for note, values, limit, more, keys, remote in tries:
         for hint in ("short", "none"):
-            text = summary_text(summary, 0, limit, weights_only, check, readonly, note, more, hint, values, width)
+            text = summary_text(
+                summary, 0, limit, weights_only, check, readonly, note, more, hint, values, width, keys, remote
+            )
             if measure(text) <= lines:
                 return text
     return text
