@@ -283,6 +283,24 @@ async def test_f_on_the_compare_report_dismisses_with_the_fix_and_the_browser_pr
         assert set(app.session.root["model_state_dict"]) == set(torch.load(ddp_run / "bare.pth"))
 
 
+async def test_f_on_a_fix_that_is_only_an_extract_stages_it(tmp_path: Path) -> None:
+    # {"model", "optimizer", "epoch"} against the bare model: "after extract model" renames no key, yet it is the fix
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 1}, tmp_path / "full.pt")
+    torch.save(model.state_dict(), tmp_path / "reference.pth")
+    app = CkptApp(str(tmp_path / "full.pt"))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "c", tmp_path / "reference.pth")
+        await settle(pilot, "f")
+        assert isinstance(app.screen, PreviewScreen), status(app)
+        await settle(pilot, "y")
+        assert set(app.session.root) == set(model.state_dict())
+
+
 async def test_the_compare_report_names_the_resized_head_and_what_keeps_its_fresh_init(
     ddp_run: Path, tmp_path: Path
 ) -> None:

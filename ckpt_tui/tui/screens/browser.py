@@ -1130,8 +1130,9 @@ class BrowserScreen(Screen[None]):
         def edit(root: Any) -> tuple[Any, Change]:
             new_root, changes = apply_suggestion(root, at, suggestion)
             examples = [e for change in changes for e in change.examples][:5]
-            # the keys renamed or dropped (an extract counts as 1, no key); what an extract leaves out is said
-            count = sum(change.count for change in changes if change.examples)
+            # the keys renamed or dropped (an extract counts as 1, no key); what an extract leaves out is said, and
+            # an extract alone, which renames nothing, is still one edit (never "nothing to do")
+            count = sum(change.count for change in changes if change.examples) or sum(c.count for c in changes)
             notes = [note for change in changes for note in change.notes]
             return new_root, Change(suggestion.describe(), count, examples, notes)
 
