@@ -825,3 +825,25 @@ def test_reopening_an_lfs_file_behind_a_cdn_costs_one_request_to_the_hub(cdn_hub
     forget()
     assert list(open_checkpoint("hf://org/model/pytorch_model.bin").root) == list(tiny_state_dict())
     assert [method for method, _, _ in hub.served.requests] == ["HEAD"] and cdn.served.requests == []
+
+
+def test_values_read_from_a_remote_file_are_not_all_kept_in_memory(
+    served: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote, "MAX_AHEAD", 256 << 10)
+    monkeypatch.setattr(remote, "WINDOW", 512 << 10)
+    state = OrderedDict((f"w{i}", torch.randn(32_768)) for i in range(64))  # 8 MB of 128 kB values
+    path = root_of(served) / "many.pth"
+    torch.save(state, path)
+    url = f"{served.url}/many.pth"
+    checkpoint = open_checkpoint(url)
+    source = byte_source.source_of(url)
+    opened = {start for start, _ in source.extents()}  # type: ignore[attr-defined]
+    local = open_checkpoint(str(path))
+    for key in state:
+        assert tensor_stats(checkpoint.root[key], "little") == tensor_stats(local.root[key], "little")
+    later = sum(len(data) for start, data in source.extents() if start not in opened)  # type: ignore[attr-defined]
+    assert later <= (512 + 256) << 10  # the window, not the file's 8 MB
+    # what the open fetched stays (the header cache keeps it), and no value was fetched twice
+    assert opened <= {start for start, _ in source.extents()}  # type: ignore[attr-defined]
+    assert served.served.bytes_sent <= path.stat().st_size

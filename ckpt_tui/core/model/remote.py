@@ -12,6 +12,7 @@ one line that says how much it needs, never a silent full download.
 from __future__ import annotations
 
 import bisect
+import collections
 import io
 import math
 import os
@@ -37,6 +38,9 @@ PART = 8 << 20
 WORKERS = 8
 TAIL = 64 << 10
 """What a first request for a file fetches from its end: a zip's end records and usually its directory."""
+WINDOW = 2 * MAX_AHEAD
+"""Bytes of ranges fetched after a file opened (values read in chunks, a stream's read-ahead) kept at most: the oldest
+go first, so memory stays at this, not the file's size. What the open fetched (and prefetched) stays."""
 DEFAULT_MAX_DOWNLOAD = 10**9
 
 
@@ -261,6 +265,10 @@ class RemoteFile:
         self._starts: list[int] = []
         self._chunks: list[bytes] = []
         self._lock = threading.RLock()
+        self._window: collections.deque[int] = collections.deque()
+        """Starts of the ranges kept in the window (not the open's), oldest first."""
+        self._window_bytes = 0
+        self._opened = False
         self._last_end = -1
         self._ahead = MIN_AHEAD
         self.tally = Tally()
@@ -321,13 +329,29 @@ class RemoteFile:
         with self._lock:
             return list(zip(self._starts, self._chunks, strict=True))
 
-    def _keep(self, start: int, data: bytes) -> None:
-        """Remember fetched bytes (ranges kept apart: a new range never overlaps an older one)."""
+    def opened(self) -> None:
+        """The file has opened: the ranges kept so far (headers, directories, pickles) stay; those fetched from now
+        on are kept in the window (:data:`WINDOW`)."""
+        with self._lock:
+            self._opened = True
+
+    def _keep(self, start: int, data: bytes, stays: bool = False) -> None:
+        """Remember fetched bytes (ranges kept apart: a new range never overlaps an older one); once the file has
+        opened, in the window, unless ``stays`` (what a reader prefetches: records' headers, a storage's count)."""
         if not data:
             return
         at = bisect.bisect_right(self._starts, start)
         self._starts.insert(at, start)
         self._chunks.insert(at, data)
+        if not self._opened or stays:
+            return
+        self._window.append(start)
+        self._window_bytes += len(data)
+        # the oldest go first; the range just kept stays (a read is being served from it)
+        while self._window_bytes > WINDOW and len(self._window) > 1:
+            oldest = bisect.bisect_left(self._starts, self._window.popleft())
+            self._window_bytes -= len(self._chunks[oldest])
+            del self._starts[oldest], self._chunks[oldest]
 
     def _cached(self, offset: int) -> tuple[bytes, int] | None:
         """The kept range holding ``offset``, and where ``offset`` is inside it."""
@@ -425,7 +449,7 @@ class RemoteFile:
         with self._lock:
             for start, data in fetched:
                 if self._cached(start) is None and self._cached(start + len(data) - 1) is None:
-                    self._keep(start, data)
+                    self._keep(start, data, stays=True)
 
     def stream(self) -> BinaryIO:
         """A seekable stream reading through :meth:`read_at`."""

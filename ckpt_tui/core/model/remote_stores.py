@@ -514,6 +514,7 @@ class _Sources:
     def remember(self) -> None:
         for source in self.opened():
             self.cache.save(source)
+            source.opened()
 
     def opened(self) -> list[RemoteFile]:
         """The files asked for whose store answered (those not found are left out)."""
