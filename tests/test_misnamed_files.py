@@ -69,3 +69,15 @@ def test_proc_file_with_size_zero_is_text_not_empty(capsys: pytest.CaptureFixtur
     assert "a text file, not a checkpoint" in _one_line(capsys, ["info", "/proc/version"])
     assert main(["check", "/proc/version"]) == 2
     assert "an empty file" not in capsys.readouterr().out
+
+
+def test_a_torch_export_archive_is_named_with_the_loader_that_reads_it(tmp_path, capsys):
+    # torch.export.save writes a zip of raw weight records described by JSON: no data.pkl, no torch.save checkpoint
+    import torch
+
+    exported = torch.export.export(torch.nn.Linear(2, 3), (torch.ones(1, 2),))
+    torch.export.save(exported, tmp_path / "model.pt2")
+    assert main(["info", str(tmp_path / "model.pt2")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "a torch.export archive (.pt2)" in err and "torch.export.load reads it" in err

@@ -47,6 +47,10 @@ MIN_VERSION, MAX_VERSION = 1, 10
 """File format versions torch 2.13's reader accepts."""
 
 
+PT2_MARK = "archive_format"
+"""The member naming a ``torch.export`` (PT2) archive's format (``pt2``), in its folder."""
+
+
 class ZipRecords(RecordSource):
     """Storage records inside a zip checkpoint: a storage's record is ``folder + key``."""
 
@@ -385,6 +389,12 @@ class ZipLayout:
 
     def _other_data_pkl(self, path: str) -> str:
         candidates = [n for n in self.entries if n == "data.pkl" or n.endswith("/data.pkl")]
+        if not candidates and any(n == PT2_MARK or n.endswith("/" + PT2_MARK) for n in self.entries):
+            # torch.export's archive: weights as raw records described by JSON, read by torch.export.load
+            raise NotTorchZip(
+                f"{path}: a torch.export archive (.pt2), not a torch.save checkpoint: torch.export.load reads it "
+                "(its .state_dict holds the weights), and ckpt-tui does not"
+            )
         if not candidates:
             raise NotTorchZip(f"{path}: a zip archive, but not a torch checkpoint (no data.pkl inside)")
         chosen = min(candidates, key=lambda n: n.count("/"))
