@@ -847,3 +847,23 @@ def test_values_read_from_a_remote_file_are_not_all_kept_in_memory(
     # what the open fetched stays (the header cache keeps it), and no value was fetched twice
     assert opened <= {start for start, _ in source.extents()}  # type: ignore[attr-defined]
     assert served.served.bytes_sent <= path.stat().st_size
+
+
+def test_diff_of_two_remote_files_each_within_the_cap_but_not_together_compares_no_value(
+    served: RangeServer, capsys: Any
+) -> None:
+    from ckpt_tui.cli import main
+
+    state = OrderedDict((f"w{i}", torch.randn(65_536)) for i in range(4))  # 1 MB each file
+    torch.save(state, root_of(served) / "a.pth")
+    torch.save(state, root_of(served) / "b.pth", _use_new_zipfile_serialization=False)
+    a, b = f"{served.url}/a.pth", f"{served.url}/b.pth"
+    assert main(["diff", "--json", "--max-download", "1.6M", a, b]) == 1
+    found = json.loads(capsys.readouterr().out)
+    # refused up front for the two together: no value read, none said to differ
+    assert f"{a} and {b}: comparing values needs 2.1 MB" in found["values_not_compared"]
+    assert found["unreadable"] == [] and found["value_changes"] == []
+    assert served.served.bytes_sent < 400_000
+    forget()
+    remote.TRANSFER = remote.Transfer()  # (a new run)
+    assert main(["diff", "--max-download", "3M", a, b]) == 0, capsys.readouterr().out

@@ -58,10 +58,19 @@ def within_budget(checkpoint: Checkpoint, what: str, tensors: list[Any] | None =
 
 
 def _past_budget(*checkpoints: Checkpoint) -> str | None:
-    """Why the values of these checkpoints may not be read (remote ones past ``--max-download``), or None."""
+    """Why the values of these checkpoints may not be read (remote ones past ``--max-download``, all of them together:
+    the cap is the command's), or None."""
+    from ckpt_tui.core.model import byte_source
+
+    far = [checkpoint for checkpoint in checkpoints if byte_source.is_remote(checkpoint.path)]
+    if not far:
+        return None
+    from ckpt_tui.core.model.remote import ensure_values_budget
+    from ckpt_tui.core.model.tree import iter_tensors
+
+    names = " and ".join(dict.fromkeys(checkpoint.path for checkpoint in far))
     try:
-        for checkpoint in checkpoints:
-            within_budget(checkpoint, "comparing values")
+        ensure_values_budget(names, [t for c in far for _, t in iter_tensors(c.root)], "comparing values")
     except ReadError as exc:
         return str(exc)
     return None
