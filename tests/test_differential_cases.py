@@ -94,6 +94,19 @@ PICKLED: dict[str, object] = {
     "torch.HalfTensor(a bool storage)": legacy(
         "HalfTensor", Pid(("storage", G("torch", "BoolStorage"), "0", "cpu", 24))
     ),
+    **{
+        f"torch.device{args!r}": Call(G("torch", "device"), args)
+        for args in [
+            *[(text,) for text in ("cpu", "cpu:0", "cpu:1", "cpu:00", "cuda:01", "cuda:007", "xla:00", "meta:00")],
+            *[(text,) for text in ("cuda:\u0660", "cpu:\u0660", "cuda:\u00b2", "cuda:300", "cuda:2147483647")],
+            *[(text,) for text in ("cuda:2147483648", "cpu:" + "0" * 20 + "1", "CUDA:0", "cuda:+1", "cuda: 0")],
+            ("cuda", 3),
+            ("cuda", 2**63 - 1),
+            ("cuda", 2**63),
+            ("cuda", -1),
+            ("cuda:0", 0),
+        ]
+    },
 }
 """Each value is pickled (protocol 2) as ``{"a": value}`` into a zip checkpoint whose one record holds 24 bytes."""
 
@@ -267,3 +280,30 @@ def test_every_gadget_in_dcp_metadata_runs_in_torch_and_is_unsafe_in_check(
     )
     for name, folder in folders.items():
         assert torch_ran[str(folder)] == (name not in NOT_RUN_BY_PICKLE), name
+
+
+# ---- a tensor rebuilt on a device string, judged by torch.load as it is (no map_location) -----------------
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", "meta", "cpu:00", "meta:00", "cpu:\u0660", "cpu:01", "cpu!"])
+def test_a_device_string_is_parsed_as_torch_parses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], device: str
+) -> None:
+    """``_rebuild_device_tensor_from_cpu_tensor(data, dtype, device, ...)`` reads ``device`` as ``torch.device``
+    does: ASCII digits and no leading zero (``cpu:00`` was "loads"; torch.load refuses it)."""
+    import json
+
+    import torch
+
+    from ckpt_tui.cli import main
+
+    func = G("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")
+    path = zip_file(tmp_path / "d.pth", Call(func, (v2(), G("torch", "float32"), device, False)))
+    try:
+        torch.load(path, weights_only=True)
+        torch_says = "loads"
+    except Exception:
+        torch_says = "refuses"
+    main(["check", "--json", str(path)])
+    said = json.loads(capsys.readouterr().out)["weights_only"]["answer"]
+    assert said == torch_says, (device, said, torch_says)

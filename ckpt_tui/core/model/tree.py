@@ -20,6 +20,7 @@ import itertools
 import math
 import operator
 import pickle
+import re
 import reprlib
 import threading
 from collections.abc import Callable, Iterator
@@ -200,6 +201,17 @@ class Layout(Symbol):
     """A ``torch.layout`` (``torch.sparse_coo``...), pickled by torch as ``torch.serialization._get_layout(name)``."""
 
     __setstate__ = refuse_state
+
+
+TORCH_DEVICE = re.compile(r"([a-z]+)(?::(0|[1-9][0-9]*))?", re.ASCII)
+"""What ``torch.device(str)`` parses (``c10::Device``): a name, then ``:`` and an index of ASCII digits with no
+leading zero (``cuda:01``, ``cuda:٠`` are refused); the name must be a device type (lower case) and the index
+fit :data:`DEVICE_STRING_INDEX_LIMIT`. Use with ``fullmatch``."""
+DEVICE_STRING_INDEX_LIMIT = 1 << 31
+"""A device string's index is read by ``std::stoi``: one of 2**31 or more is refused ("Could not parse device
+index"); a smaller one is cut to 8 bits, and loads."""
+DEVICE_INDEX_LIMIT = 1 << 63
+"""``torch.device(type, index)`` reads the index as a 64-bit int: 2**63 or more is refused (an overflow)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,11 @@ from ckpt_tui.core.errors import ReadError, UnsafePickle
 from ckpt_tui.core.model.dtypes import DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.model.made_bytes import UnreadSource
 from ckpt_tui.core.model.tree import (
+    DEVICE_STRING_INDEX_LIMIT,
     INT64_LIMIT,
     LAYOUTS,
     SPARSE_LAYOUTS,
+    TORCH_DEVICE,
     Device,
     Layout,
     LoadedOrderedDict,
@@ -471,10 +473,11 @@ def _device(kind: Any, index: Any = None) -> Device:
     if not isinstance(kind, str) or not (index is None or type(index) is int):
         raise ValueError("malformed torch.device")
     if ":" in kind and index is None:
-        kind, _, number = kind.partition(":")
-        if not number.isdigit() or len(number) > 9:
+        # as torch.device parses it: ASCII digits, no leading zero, within 32 bits
+        match = TORCH_DEVICE.fullmatch(kind)
+        if match is None or match.group(2) is None or int(match.group(2)) >= DEVICE_STRING_INDEX_LIMIT:
             raise ValueError("malformed torch.device index")
-        index = int(number)
+        kind, index = match.group(1), int(match.group(2))
     if index is not None and not 0 <= index < 1 << 31:
         raise ValueError("torch.device index out of range")
     return Device(kind, index)

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.tree import LAYOUTS, contiguous_strides
+from ckpt_tui.core.model.tree import (
+    DEVICE_INDEX_LIMIT,
+    DEVICE_STRING_INDEX_LIMIT,
+    LAYOUTS,
+    TORCH_DEVICE,
+    contiguous_strides,
+)
 from ckpt_tui.core.weights_only import tables
 
 MEMO_LIMIT = 1 << 20
@@ -306,7 +312,6 @@ _DEVICE_TYPES = frozenset(
     {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla"}
     | {"lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone"}
 )
-_DEVICE = re.compile(r"([a-z]+)(?::(\d+))?\Z")
 _NUMPY_KINDS = {
     "b1": "Bool",
     "i1": "Int8",
@@ -1213,8 +1218,8 @@ def _target_device(device: Any) -> str | None:
         return None
     unless = " (torch.load refuses it unless map_location replaces it)"
     if type(device) is str:
-        match = _DEVICE.match(device)
-        if match is None or match.group(1) not in _DEVICE_TYPES:
+        match = TORCH_DEVICE.fullmatch(device)
+        if match is None or match.group(1) not in _DEVICE_TYPES or _index_past(match):
             raise Refusal(f"a tensor is rebuilt on {_short(device)}, which is not a device{unless}")
         if match.group(1) in ("cpu", "meta"):
             return match.group(1)
@@ -1320,12 +1325,19 @@ def _device(args: tuple[Any, ...]) -> WLeaf:
         return WLeaf("torch.device")
     if type(first) is not str:
         raise Refusal(f"torch.device of a {_type_name(first)}")
-    match = _DEVICE.match(first)
+    match = TORCH_DEVICE.fullmatch(first)
     if match is None or match.group(1) not in _DEVICE_TYPES or (match.group(2) and len(args) == 2):
         raise Refusal(f"torch.device({_short(first)}) is not a device")
-    if len(args) == 2 and (type(args[1]) is not int or args[1] < 0):
-        raise Refusal("torch.device index is not a non-negative int")
+    if _index_past(match):
+        raise Refusal(f"torch.device({_short(first)}): its index is past 32 bits")
+    if len(args) == 2 and (type(args[1]) is not int or not 0 <= args[1] < DEVICE_INDEX_LIMIT):
+        raise Refusal("torch.device index is not a non-negative 64-bit int")
     return WLeaf("torch.device")
+
+
+def _index_past(match: re.Match[str]) -> bool:
+    """Whether a device string's index is one ``std::stoi`` cannot read (torch refuses the string)."""
+    return match.group(2) is not None and int(match.group(2)) >= DEVICE_STRING_INDEX_LIMIT
 
 
 def _get_layout(args: tuple[Any, ...]) -> WLeaf:
