@@ -176,11 +176,19 @@ class SafetensorsRecords(RecordSource):
 
 
 def length_problem(head: bytes, file_bytes: int) -> str:
-    """Why a declared header length is refused, in words: past the library's limit, or past the file."""
+    """Why a file's start is no safetensors header, in words: a length past the library's limit or past the file,
+    too short for an object, or a header that is no JSON object (a byte-order mark, a list)."""
     length = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
     if length > MAX_HEADER:
         return f"header length {length:,} is over the safetensors library's limit of {MAX_HEADER:,} bytes"
-    return f"header length {length} does not fit a {file_bytes}-byte file"
+    if len(head) < 8 or length > file_bytes - 8:
+        return f"header length {length} does not fit a {file_bytes}-byte file"
+    if length < 2:
+        return f"header length {length} is too short for a JSON object"
+    text = head[8 : 8 + length]
+    if text.startswith(b"\xef\xbb\xbf"):
+        return "header starts with a UTF-8 byte-order mark, which the safetensors library refuses"
+    return f"header is not a JSON object (it starts with {bytes(text[:16])!r})"
 
 
 FIELDS = ("dtype", "shape", "data_offsets")
