@@ -256,7 +256,7 @@ def _compare(path: str | list[str], against: str | None, model: str | None, at: 
         value = get(checkpoint.root, where)
         module = isinstance(value, Opaque) and value.is_module
         name = against if against else f"--model {model}"
-        print(render_text(describe_compare(report, path, str(name), where, module)))
+        print(render_text(describe_compare(report, path, str(name), where, module), width=terminal_width()))
     return 0 if report.ok else 1
 
 
@@ -283,7 +283,8 @@ def _diff(args: argparse.Namespace) -> int:
         # the paths as given make the whole command only when no option already narrows a side
         given = args.at_a or args.at_b or args.strip_prefix or args.strip_prefix_a or args.strip_prefix_b
         paths = None if given or not isinstance(args.a, str) else (args.a, args.b)
-        print(render_text(describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b), paths)))
+        described = describe_diff(report, _side(args.a, args.at_a), _side(args.b, args.at_b), paths)
+        print(render_text(described, width=terminal_width()))
     return 0 if report.identical else 1
 
 
@@ -330,7 +331,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
         if args.json:
             print_json(series.to_json(paths))
         else:
-            print(render_text(describe_norm_series(series, paths), limit=sys.maxsize))
+            print(render_text(describe_norm_series(series, paths), limit=sys.maxsize, width=terminal_width()))
         return 0 if series.unchanged else 1
     a, b = _two_sides(args)
     report = layer_change(a, b, args.strip_prefix)
@@ -338,7 +339,7 @@ def _diff_stats(args: argparse.Namespace) -> int:
         print_json(report.to_json())
     else:
         described = describe_layer_change(report, _side(args.a, args.at_a), _side(args.b, args.at_b))
-        print(render_text(described, limit=sys.maxsize))
+        print(render_text(described, limit=sys.maxsize, width=terminal_width()))
     return 0 if report.unchanged else 1
 
 
@@ -396,6 +397,8 @@ def convert(args: argparse.Namespace) -> int:
         print("no edits")
     if outcome.result is not None:
         print(printable(outcome.result.line()))
+    elif args.dry_run:
+        print(f"dry run: nothing written{f' ({printable(args.output)} not made)' if args.output else ''}")
     return 0
 
 

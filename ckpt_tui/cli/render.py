@@ -22,6 +22,7 @@ from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import json_text, key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
+from ckpt_tui.core.values.text_plots import wrapped
 
 if TYPE_CHECKING:  # numpy-backed modules, and those a command imports when it has something to say
     from ckpt_tui.core.conventions.findings import Finding
@@ -31,13 +32,6 @@ if TYPE_CHECKING:  # numpy-backed modules, and those a command imports when it h
     from ckpt_tui.core.weights_only.verdict import Verdict
 
 TREE_LINES = 40
-FIX_OPTIONS = {
-    "--extract": "extract",
-    "--strip-prefix": "strip_prefix",
-    "--add-prefix": "add_prefix",
-    "--map-location": "map_location",
-    "--dtype": "dtype",
-}
 
 
 def render_info(summary: Summary, depth: int = 2, width: int | None = None) -> str:
@@ -68,32 +62,24 @@ def render_info(summary: Summary, depth: int = 2, width: int | None = None) -> s
         lines.append("  index       " + ", ".join(f"{printable(str(k))}={printable(str(v))}" for k, v in shown))
     if summary.shown_findings:
         lines.append("findings")
+        fixes = []
         for finding in summary.shown_findings:
             mark = "!" if finding.severity == "warning" else "·"
             lines += wrapped(f"  {mark} {printable(finding.message)}", width, 4)
-            command = fix_command(ckpt, finding)
-            if command is not None:
+            options = fix_options(ckpt, finding)
+            if options is not None:
+                from ckpt_tui.core.operations.convert_options import convert_command
+
+                command = convert_command(ckpt.path, options)
                 lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
+                fixes += [options] if finding.severity == "warning" else []
+        # each fix names the same new file: the warnings' fixes are one command too, to run once
+        combined = all_fixes(ckpt, fixes) if len(fixes) > 1 else None
+        if combined is not None:
+            lines.append(f"  all {len(fixes)} fixes in one: {convert_command(ckpt.path, combined)}")
     lines.append("tree")
     lines += _tree_lines(ckpt.key_root(), depth, summary, _pending_head(ckpt))
     return "\n".join(lines)
-
-
-def wrapped(line: str, width: int | None, indent: int) -> list[str]:
-    """A sentence as lines of at most ``width`` (between words; a word longer than a line is left whole), the
-    later ones starting at column ``indent``; as it is without a width or when it fits."""
-    if width is None or len(line) <= width:
-        return [line]
-    import textwrap
-
-    return textwrap.wrap(
-        line,
-        width,
-        subsequent_indent=" " * indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-        drop_whitespace=True,
-    ) or [line]
 
 
 def _where(path: str) -> str:
@@ -104,42 +90,61 @@ def _where(path: str) -> str:
 def fix_command(checkpoint: Checkpoint, finding: Finding) -> str | None:
     """The ``ckpt-tui convert`` command that applies a finding's fix, quoted for the shell, or None
     when the fix is not one convert can apply to this file as it is (checked by a dry run)."""
-    from ckpt_tui.core.operations.convert_options import ConvertOptions, fixed_output_path
-    from ckpt_tui.core.runtime.shell import join_command, option, path_arg
+    from ckpt_tui.core.operations.convert_options import convert_command
+
+    options = fix_options(checkpoint, finding)
+    return None if options is None else convert_command(checkpoint.path, options)
+
+
+def fix_options(checkpoint: Checkpoint, finding: Finding) -> Any:
+    """The ``convert`` options (a ``ConvertOptions``) that apply a finding's fix, or None when the fix is not
+    one convert can apply to this file as it is (checked by a dry run)."""
+    from ckpt_tui.core.operations.convert_options import ConvertOptions
 
     fix = finding.fix
     if fix is None:
         return None
-    attribute = FIX_OPTIONS.get(fix.option)
-    if fix.also:
-        try:
+    if fix.option == "--sanitize":
+        return ConvertOptions(sanitize=True)
+    try:
+        if fix.also:
             options = ConvertOptions.from_pairs(fix.pairs())
             if finding.path and not options.extract:
                 _aim_key_edit(checkpoint.key_root(), finding.path, options)
-            # (a root still held as columns: its keys, which are all a key edit's dry run reads of it)
             _dry_run(checkpoint, options)
-        except (CkptError, KeyError, IndexError):
-            return None
-        extra = options.argv()
-    elif attribute is None:
-        extra = [fix.option, *([fix.argument] if fix.argument else [])]
-        options = None
-    else:
-        options = ConvertOptions()
-        setattr(options, attribute, fix.argument)
+            return options
+        options = ConvertOptions.from_pairs([(fix.option, fix.argument)])
         if fix.option in ("--strip-prefix", "--add-prefix") and finding.path is not None:
             _aim_key_edit(checkpoint.key_root(), finding.path, options)
         # (a root still held as columns: its keys are what a prefix's strip reads)
         certain = fix.option == "--strip-prefix" and finding.path == () and _strips_cleanly(checkpoint, fix.argument)
-        try:
-            if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
-                _dry_run(checkpoint, options)
-        except (CkptError, KeyError, IndexError):
-            return None
-        extra = options.argv()
-    output = fixed_output_path(checkpoint.path)
-    argv = ["ckpt-tui", "convert", path_arg(checkpoint.path), *option("--output", path_arg(output)), *extra]
-    return join_command(argv)
+        if not certain:  # a prefix every key has comes off cleanly: no dry run of 50,000 renames
+            _dry_run(checkpoint, options)
+    except (CkptError, KeyError, IndexError):
+        return None
+    return options
+
+
+def all_fixes(checkpoint: Checkpoint, each: list[Any]) -> Any:
+    """The options of several findings' fixes as one ``convert`` (each option once), or None when two ask for
+    different values of one option or they do not apply together (checked by a dry run)."""
+    from ckpt_tui.core.operations.convert_options import EDIT_OPTIONS, ConvertOptions
+
+    words = [word for options in each for word in options.argv()]
+    # every edit option takes one argument: the argv is its (option, argument) pairs in a row
+    pairs = list(dict.fromkeys(zip(words[0::2], words[1::2], strict=True)))
+    given = [name for name, _ in pairs]
+    # an option of one value (--extract, --map-location...) asked for twice, with two values: no one command
+    single = ConvertOptions()
+    if any(given.count(name) > 1 and not isinstance(getattr(single, EDIT_OPTIONS[name]), list) for name in given):
+        return None
+    combined = ConvertOptions.from_pairs(pairs)
+    combined.sanitize = any(options.sanitize for options in each)
+    try:
+        _dry_run(checkpoint, combined)
+    except (CkptError, KeyError, IndexError):
+        return None
+    return combined
 
 
 def _dry_run(checkpoint: Checkpoint, options: Any) -> None:
@@ -259,12 +264,10 @@ def verdict_lines(judged: Verdict, path: str, readable: bool = True) -> list[str
         lines.append(f"    {printable(judged.safe_globals)}")
     sanitizable = readable and all(b.kind == "data" for b in judged.blockers)
     if judged.loads is False and judged.blockers and sanitizable:
-        from ckpt_tui.core.operations.convert_options import fixed_output_path
-        from ckpt_tui.core.runtime.shell import join_command, option, path_arg
+        from ckpt_tui.core.operations.convert_options import ConvertOptions, convert_command
 
-        output = fixed_output_path(path, tag="sanitized")
-        argv = ["ckpt-tui", "convert", path_arg(path), *option("--output", path_arg(output)), "--sanitize"]
-        lines.append(f"  or rewrite it as plain data that loads:  {join_command(argv)}")
+        command = convert_command(path, ConvertOptions(sanitize=True))
+        lines.append(f"  or rewrite it as plain data that loads:  {command}")
     return lines
 
 

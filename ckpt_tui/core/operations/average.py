@@ -42,7 +42,7 @@ from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Storage, Tensor, view_bits, view_key
 from ckpt_tui.core.operations.convert import path_text, select
-from ckpt_tui.core.operations.diff import key_text, leaves
+from ckpt_tui.core.operations.diff import key_text, leaves, one_notation
 from ckpt_tui.core.runtime.shell import join_command
 from ckpt_tui.core.values.fingerprint import Fingerprints
 from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, worker_pool
@@ -127,8 +127,9 @@ class AveragePlan:
 
 
 def _listed(keys: list[str]) -> str:
+    """Some keys of one list, in one notation (:func:`~ckpt_tui.core.operations.diff.one_notation`)."""
     more = f" (+{len(keys) - LIST_LIMIT} more)" if len(keys) > LIST_LIMIT else ""
-    return ", ".join(keys[:LIST_LIMIT]) + more
+    return ", ".join(list(one_notation(keys))[:LIST_LIMIT]) + more
 
 
 def parse_weights(text: str | None, files: int) -> list[float]:

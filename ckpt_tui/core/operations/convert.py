@@ -178,6 +178,17 @@ def no_key_message(value: Any, name: str, path: KeyPath) -> str:
     return f"no key {name!r} at {where}{meant}; keys there: {shown}"
 
 
+def _prefix_rename_hint(root: Any, old: str, new: str) -> str:
+    """``no key 'fc' at the root: to rename every key that starts with 'fc.', use --rename-prefix fc.=head.``:
+    the option a ``--rename`` of a module's name (no key of its own, the start of others) means; else ""."""
+    keys = [key_text(key) for key, _ in children(root)] if isinstance(root, (dict, Opaque)) else []
+    start = old if old.endswith(".") else old + "."
+    if "/" in old or not any(key.startswith(start) for key in keys):
+        return ""
+    rule = f"{start}={new}{'' if new.endswith('.') else '.'}"
+    return f"no key {old!r} at the root: to rename every key that starts with {start!r}, use --rename-prefix {rule}"
+
+
 def resolve_option_path(root: Any, text: str, option_name: str) -> KeyPath:
     """A path given to a read-only option (``check --at``, ``diff --at-a``): a path that is not in the
     file is a bad argument (exit 2), not a finding."""
@@ -311,13 +322,11 @@ class _Edits:
             def said(keys: list[str], where: str, same: str = same) -> str:
                 return same
 
-            self.named(
-                said,
-                edits.rename,
-                self.root,
-                resolve_path(self.root, old),
-                new,
-            )
+            try:
+                path = resolve_path(self.root, old)
+            except EditError as exc:
+                raise type(exc)(_prefix_rename_hint(self.root, old, new) or str(exc)) from None
+            self.named(said, edits.rename, self.root, path, new)
 
     def strip_prefix(self, lightning: bool) -> None:
         """``--strip-prefix`` (auto with no wrapper prefix: a note)."""
@@ -411,7 +420,8 @@ def convert(
         raise WriteError(TORCHSCRIPT_WHOLE)
     root, changes, notes = apply_options(checkpoint.root, options)
     if dry_run or output is None:
-        return ConvertOutcome(changes, None, notes)
+        # what a run with -o would refuse is said now, not found out after the dry run looked fine
+        return ConvertOutcome(changes, None, [*notes, *([f"writing it is refused: {refused}"] if refused else [])])
     within_budget(checkpoint.path, root)
     from ckpt_tui.core.writers.save import save
 

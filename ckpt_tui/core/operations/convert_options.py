@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ckpt_tui.core.errors import EditError
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.keypath import KeyPath, key_text
-from ckpt_tui.core.runtime.shell import option
+from ckpt_tui.core.runtime.shell import join_command, option, path_arg
 
 if TYPE_CHECKING:
     from ckpt_tui.core.edits.tree_edits import RenameRule
@@ -115,6 +115,16 @@ def fixed_output_path(source: str, directory: str | None = None, tag: str = "fix
         if not os.path.lexists(candidate) and not _same_file(candidate, source):
             return candidate
     raise EditError("no free output name")
+
+
+def convert_command(path: str, options: ConvertOptions) -> str:
+    """``ckpt-tui convert PATH --output NEW options``, quoted for the shell: the one way both faces print a
+    fix. The new file lies beside the input, named ``.sanitized`` when sanitizing is all it does, ``.fixed``
+    otherwise (:func:`fixed_output_path`)."""
+    only_sanitize = options == ConvertOptions(sanitize=True)
+    output = fixed_output_path(path, tag="sanitized" if only_sanitize else "fixed")
+    extra = [*(["--sanitize"] if options.sanitize else []), *options.argv()]
+    return join_command(["ckpt-tui", "convert", path_arg(path), *option("--output", path_arg(output)), *extra])
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -349,6 +349,16 @@ def key_text(path: KeyPath) -> str:
     return to_python(path)
 
 
+def one_notation(keys: list[str]) -> dict[str, str]:
+    """The keys of one list as shown (each mapped to the key it stands for), in one notation: the ``/`` form
+    (``model/fc.weight``) when every key has one, else each as Python (``ckpt["model"]["fc.weight"]``)."""
+    # a key is given as Python only where the / form cannot name it (an int key, a / inside a key); a plain
+    # key that itself starts with ckpt[ is taken for one such, and shown as it is
+    if not any(key.startswith("ckpt[") for key in keys):
+        return {key: key for key in keys}
+    return {(key if key.startswith("ckpt[") else to_python(tuple(key.split("/")))): key for key in keys}
+
+
 def normalized(checkpoint: Checkpoint, strip_prefix: str | None) -> Any:
     """The tree with ``strip_prefix`` removed from its state_dict's keys, when present."""
     if not strip_prefix:

@@ -549,6 +549,8 @@ class NormSeries:
     """Each layer's norm of its finite values per file (None: absent, unreadable, or no finite value)."""
     nonfinite: list[list[int]] = field(default_factory=list)
     """Per layer (as ``layers``), how many NaN/Inf it holds in each file."""
+    roles: list[str] = field(default_factory=list)
+    """Per layer (as ``layers``), what it is (:func:`~ckpt_tui.core.conventions.training_state.tensor_role`)."""
 
     @property
     def unchanged(self) -> bool:
@@ -576,7 +578,9 @@ def norm_series(
     cancelled: CancelCheck | None = None,
 ) -> NormSeries:
     """The L2 norm of every layer in every file (None where a file lacks it or it cannot be read)."""
-    trees = [compared_leaves(normalized(c, strip_prefix)) for c in checkpoints]
+    roots = [normalized(c, strip_prefix) for c in checkpoints]
+    trees = [compared_leaves(root) for root in roots]
+    model_at = inner_state_dict(roots[0])
     order: dict[KeyPath, None] = {}
     for tree in trees:
         order.update((p, None) for p, v in tree.items() if isinstance(v, Tensor))
@@ -595,6 +599,8 @@ def norm_series(
             counts.append(nonfinite)
         series.layers.append((path, norms))
         series.nonfinite.append(counts)
+        first = next(tensor for tree in trees if isinstance(tensor := tree.get(path), Tensor))
+        series.roles.append(role(path, first, model_at))
     return series
 
 

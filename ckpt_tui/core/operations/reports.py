@@ -342,6 +342,7 @@ def describe_diff(
     ``paths``, the two files as given, are known), and ``realign`` holds the way to compare. With a
     ``width``, each row fits it: its key shortened in the middle, its last components and numbers kept."""
     from ckpt_tui.core.operations.compare import fold_keys_with_first
+    from ckpt_tui.core.operations.diff import one_notation
 
     if report.identical:
         counts = f"{counted(report.identical_tensors, 'tensor')} bit-for-bit equal, same keys and values"
@@ -413,16 +414,6 @@ def describe_diff(
         sections=sections,
         realign=report.alignment,
     )
-
-
-def one_notation(keys: list[str]) -> dict[str, str]:
-    """The keys of one list as shown (each mapped to the key it stands for), in one notation: the ``/`` form
-    (``model/fc.weight``) when every key has one, else each as Python (``ckpt["model"]["fc.weight"]``)."""
-    # a key is given as Python only where the / form cannot name it (an int key, a / inside a key); a plain
-    # key that itself starts with ckpt[ is taken for one such, and shown as it is
-    if not any(key.startswith("ckpt[") for key in keys):
-        return {key: key for key in keys}
-    return {(key if key.startswith("ckpt[") else to_python(tuple(key.split("/")))): key for key in keys}
 
 
 def _by_role(report: DiffReport) -> dict[str, list[Any]]:
@@ -558,6 +549,8 @@ NONFINITE_NAMED = 3
 """Keys named in the note on NaN/Inf left out of the sums."""
 NAMED_WIDTH = 40
 """Characters of a key named in a note (shortened in the middle)."""
+COSINE_WIDTH = 9
+"""Characters of a cosine in the per-layer table (its column)."""
 
 
 def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int = WIDTH) -> Report:
@@ -572,14 +565,18 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     # the model's layers in the table and plot, the rest apart (all of them when none is the model's)
     measured = [layer for layer in every if layer.role in MODEL_ROLES] or every
     apart = [layer for layer in every if not any(layer is m for m in measured)]
-    top = max((layer.relative_change for layer in measured if layer.relative_change is not None), default=0.0)
+    # the full bar is the parameters' largest change: a counter (20 → 30 steps: 0.5) or BatchNorm's statistics
+    # would shrink every weight's bar to a sliver; theirs past it end in ▶
+    scaled = [layer for layer in measured if layer.role == "parameter"] or measured
+    top = max((layer.relative_change for layer in scaled if layer.relative_change is not None), default=0.0)
+    scale = "the parameters' largest" if scaled is not measured else "the largest"
     keys = [layer.key for layer in measured]  # each layer's key as text, made once
     under = _under(keys)
     most, least, others = _extremes(measured)
     sections = [
         Section(f"per layer{under}", _layer_table(measured, keys, width), len(measured), _layer_columns(width)),
         Section(
-            f"relative change by layer, parameters first, module order (full bar {top:.3g}){under}",
+            f"relative change by layer, parameters first, module order (full bar {top:.3g}, {scale}){under}",
             _layer_plot(measured, keys, width, top),
             len(measured),
         ),
@@ -702,7 +699,7 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
             + " "
             + change_text(layer).rjust(9)
             + " "
-            + cosine_text(layer.cosine).rjust(9)
+            + cosine_text(layer.cosine).rjust(COSINE_WIDTH)
             + "".join(" " + number(v) for v in (layer.norm_a, layer.norm_b)),
             key=key,
         )
@@ -712,7 +709,7 @@ def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
     """A bar per layer, in module order, the largest relative change a full bar."""
-    from ckpt_tui.core.values.text_plots import bar, shared_start, shorten_all
+    from ckpt_tui.core.values.text_plots import shared_start, shorten_all
 
     plot_name, plot_value = min(30, width // 3), 9
     plot_width = width - plot_name - plot_value - 2
@@ -722,13 +719,22 @@ def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) ->
         Row(
             shown.ljust(plot_name)
             + " "
-            + bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width).ljust(plot_width)
+            + _scaled_bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width)
             + " "
             + change_text(layer).rjust(plot_value),
             key=key,
         )
         for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
+
+
+def _scaled_bar(fraction: float, width: int) -> str:
+    """A bar of ``fraction`` of ``width`` cells, padded to them; one past the full bar ends in ``▶``."""
+    from ckpt_tui.core.values.text_plots import bar
+
+    if fraction > 1.0:
+        return bar(1.0, width - 1) + "▶"
+    return bar(fraction, width).ljust(width)
 
 
 def _change(layer: Any) -> float:
@@ -752,16 +758,20 @@ def change_text(layer: Any) -> str:
 
 def cosine_text(cosine: float | None) -> str:
     """A cosine with the digits that show how far from 1 it is (``0.99965``, not ``1``): one digit past the
-    first that differs from 1; ``1-3.5e-12`` when eight decimals would still round to 1; ``1`` only when
-    it is."""
+    first that differs from 1; ``1-3.5e-8`` when that takes more than :data:`COSINE_WIDTH` characters; ``1``
+    only when it is."""
     if cosine is None:
         return "-"
     if cosine == 1.0:
         return "1"
     for places in range(3, 8):
         if abs(float(f"{cosine:.{places}f}")) != 1.0:
-            return f"{cosine:.{places + 1}f}"
-    return f"1-{1.0 - cosine:.1e}" if cosine > 0 else f"-1+{cosine + 1.0:.1e}"
+            text = f"{cosine:.{places + 1}f}"
+            # past the table's column (0.99999990): said as its distance from 1
+            if len(text) <= COSINE_WIDTH:
+                return text
+            break
+    return f"1-{1.0 - cosine:.1e}" if cosine > 0 else f"-1+{cosine + 1.0:.0e}"
 
 
 def _moved_norm(layer: Any) -> tuple[str, str, str]:
@@ -771,53 +781,58 @@ def _moved_norm(layer: Any) -> tuple[str, str, str]:
 
 def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     """The report of ``diff A B C ... --stats``: each layer's norm in the first and the last file, and a
-    sparkline of it across the files, in order."""
-    from ckpt_tui.core.values.text_plots import clip_middle, number, sparkline
+    sparkline of it across the files, in order; the model's layers, then optimizer state and other tensors
+    apart (as the per-layer change lists them), each table's shared start said once in its title."""
+    from ckpt_tui.core.values.text_plots import clip_middle
 
     # the ratio column is one wider than its 10-character header, so "last/first" never runs into "last"
-    name = 29
-    spark = WIDTH - name - 3 * 10 - 2
     columns = (("first", 10), ("last", 10), ("last/first", 11))
-    head = clip_middle("layer", name) + "".join(h.rjust(w) for h, w in columns) + " across"
-    rows: list[Row] = []
+    head = clip_middle("layer", SERIES_NAME) + "".join(h.rjust(w) for h, w in columns) + " across"
     held: list[str] = []
-    for (path, norms), nonfinite in zip(series.layers, series.nonfinite, strict=True):
-        first, last = norms[0], norms[-1]
+    model: list[tuple[str, list[Any], list[Any]]] = []
+    apart: list[tuple[str, list[Any], list[Any]]] = []
+    roles = series.roles or ["parameter"] * len(series.layers)
+    for (path, norms), nonfinite, layer_role in zip(series.layers, series.nonfinite, roles, strict=True):
         # a file where the layer holds NaN/Inf is marked (!), never drawn as absent or as an ordinary norm
         drawn = [math.nan if bad else norm for norm, bad in zip(norms, nonfinite, strict=True)]
         held += [f"{_key(path)} in {i + 1}. ({bad} NaN/Inf)" for i, bad in enumerate(nonfinite) if bad]
-        ratio = last / first if first and last is not None else None
-        change_text = ("-" if ratio is None else f"×{ratio:.3g}").rjust(10)
-        rows.append(
-            Row(
-                printable(clip_middle(_key(path), name))
-                + " "
-                + number(first)
-                + " "
-                + number(last)
-                + " "
-                + change_text
-                + " "
-                + sparkline(drawn, spark),
-                key=_key(path),
-            )
-        )
-    listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
+        (model if layer_role in MODEL_ROLES else apart).append((_key(path), norms, drawn))
     layers = counted(len(series.layers), "layer")
     counts = f"{layers} across {counted(len(files), 'file')} (L2 norm of each layer in each file)"
-    sections = [
-        Section("files, in order", listed, len(files)),
-        Section(
-            "norm by layer (sparkline: ▁ smallest to █ largest, · absent, ! NaN/Inf)",
-            rows,
-            len(series.layers),
-            head,
-        ),
-    ]
+    listed = [Row(printable(f"{index + 1}. {path}")) for index, path in enumerate(files)]
+    sections = [Section("files, in order", listed, len(files))]
+    legend = "(sparkline: ▁ smallest to █ largest, · absent, ! NaN/Inf)"
+    for title, rows in ((f"norm by layer {legend}", model or apart), (f"{APART} {legend}", apart if model else [])):
+        if rows:
+            keys = [key for key, _, _ in rows]
+            sections.append(Section(f"{title}{_under(keys)}", _series_rows(rows), len(rows), head))
     notes = [printable("NaN/Inf (norms are of the finite values): " + ", ".join(held))] if held else []
     return Report(
         printable(f"Norms across {counted(len(files), 'checkpoint')}"), "norm series", True, counts, notes, sections
     )
+
+
+SERIES_NAME = 29
+"""Characters of a layer's name in the norm series' table."""
+
+
+def _series_rows(rows: list[tuple[str, list[Any], list[Any]]]) -> list[Row]:
+    """A table's rows of the norm series: name (the shared start left out, one shortening rule for all), first
+    and last norm, their ratio, and a sparkline across the files."""
+    from ckpt_tui.core.values.text_plots import number, shared_start, shorten_all, sparkline
+
+    spark = WIDTH - SERIES_NAME - 3 * 10 - 2
+    keys = [key for key, _, _ in rows]
+    cut = len(shared_start(keys))
+    names = shorten_all([printable(key[cut:]) for key in keys], SERIES_NAME)
+    out = []
+    for (key, norms, drawn), shown in zip(rows, names, strict=True):
+        first, last = norms[0], norms[-1]
+        ratio = last / first if first and last is not None else None
+        change = ("-" if ratio is None else f"×{ratio:.3g}").rjust(10)
+        text = shown.ljust(SERIES_NAME) + " " + number(first) + " " + number(last) + " " + change
+        out.append(Row(text + " " + sparkline(drawn, spark), key=key))
+    return out
 
 
 def _key(path: Any) -> str:
@@ -837,22 +852,27 @@ def headline(report: Report) -> str:
     return report.verdict + separator + report.counts
 
 
-def render_text(report: Report, limit: int = LIST_LIMIT) -> str:
+def render_text(report: Report, limit: int = LIST_LIMIT, width: int | None = None) -> str:
     """The plain-text form the CLI prints: verdict and counts, notes, sections (``limit`` rows each),
-    then each fix with its command."""
-    lines = [headline(report)]
-    lines += [f"note: {note}" for note in [*report.notes, *report.asides]]
+    then each fix with its command. With a ``width`` (a terminal's), sentences are wrapped between words to
+    it; rows are fitted to it already, and commands stay whole to be copied."""
+    from ckpt_tui.core.values.text_plots import wrapped
+
+    lines = wrapped(headline(report), width, 2)
+    for note in [*report.notes, *report.asides]:
+        lines += wrapped(f"note: {note}", width, 6)
     for section in report.sections:
         if not section.rows:
             continue
-        lines.append(f"{section.title} ({section.count}):")
+        lines += wrapped(f"{section.title} ({section.count}):", width, 2)
         if section.columns:
             lines.append(f"  {section.columns}")
         lines += [f"  {row.text}" for row in section.rows[:limit]]
         if len(section.rows) > limit:
             lines.append(f"  … and {len(section.rows) - limit} more (--json lists all)")
     for fix in report.fixes:
-        lines.append(f"{fix.title}: {fix.summary}")
-        lines += [f"  {detail}" for detail in fix.details]
+        lines += wrapped(f"{fix.title}: {fix.summary}", width, 2)
+        for detail in fix.details:
+            lines += wrapped(f"  {detail}", width, 4)
         lines.append(f"  {fix.command}")
     return "\n".join(lines)

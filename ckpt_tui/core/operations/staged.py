@@ -13,11 +13,10 @@ from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding
 from ckpt_tui.core.model.tree import Checkpoint
-from ckpt_tui.core.operations.convert import fixed_output_path
+from ckpt_tui.core.operations.convert_options import ConvertOptions, convert_command
 from ckpt_tui.core.operations.hints import ComparedModel
 from ckpt_tui.core.operations.info import Summary, summarize
 from ckpt_tui.core.runtime.safe_text import printable
-from ckpt_tui.core.runtime.shell import join_command, path_arg
 from ckpt_tui.core.weights_only.verdict import Blocker, Verdict
 
 FILE_LEVEL = ("loader-refuses", "readers-disagree", "load-runs-code")
@@ -77,8 +76,7 @@ def blocker_words(verdict: Verdict, where: bool = True) -> str:
 
 def sanitize_command(path: str) -> str:
     """``ckpt-tui convert FILE --output FILE.sanitized.pth --sanitize``, quoted for the shell."""
-    output = fixed_output_path(path, tag="sanitized")
-    return join_command(["ckpt-tui", "convert", path_arg(path), "-o", path_arg(output), "--sanitize"])
+    return convert_command(path, ConvertOptions(sanitize=True))
 
 
 def sanitizable(verdict: Verdict) -> bool:

@@ -270,3 +270,20 @@ def clip_middle(text: str, width: int) -> str:
 def number(value: float | None, width: int = 9) -> str:
     """A number in ``width`` characters (3 significant digits), ``-`` for none."""
     return ("-" if value is None else f"{value:.3g}").rjust(width)
+
+
+def wrapped(line: str, width: int | None, indent: int) -> list[str]:
+    """A sentence as lines of at most ``width`` (between words; a word longer than a line is left whole), the
+    later ones starting at column ``indent``; as it is without a width or when it fits."""
+    if width is None or len(line) <= width:
+        return [line]
+    import textwrap
+
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [line]
