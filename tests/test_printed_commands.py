@@ -210,7 +210,8 @@ def test_every_info_fix_hint_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     FIXTURES[name](source)
     main(["info", str(source)])
     text = capsys.readouterr().out
-    hints = [line.split(": ", 1)[1] for line in text.splitlines() if line.strip().startswith(("fix:", "if needed:"))]
+    fixes = ("fix:", "if needed:", "all ")
+    hints = [line.split(": ", 1)[1] for line in text.splitlines() if line.strip().startswith(fixes) and ": " in line]
     assert hints, text
     shell = Shell(tmp_path)
     for hint in hints:
@@ -218,7 +219,8 @@ def test_every_info_fix_hint_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
         result = shell.paste(hint)
         assert result.returncode == 0, (hint, result.stderr)
         assert len(shell.invocations()) == 1
-        (tmp_path / "source.fixed.pth").unlink()
+        # each hint names its own new file (.fixed, or .sanitized for a fix that only sanitizes)
+        Path(hint.split("--output ")[1].split(" ")[0]).unlink()
 
 
 @settings(max_examples=60, deadline=None)

@@ -50,7 +50,7 @@ def test_diff_stats_rows_fit_and_bars_scale_by_the_parameters(
     assert main(["diff", str(tmp_path / "s20.pth"), str(tmp_path / "s30.pth"), "--stats"]) == 1
     out = capsys.readouterr().out
     assert all(len(line) <= 80 for line in out.splitlines()), [line for line in out.splitlines() if len(line) > 80]
-    assert "the parameters' largest" in " ".join(out.split())
+    assert "▶ past it" in " ".join(out.split())
     # the counter moved by half (20 → 30): past the parameters' full bar, it ends in ▶, and some weight's bar is full
     counter = next(line for line in out.splitlines() if "num_batches_tracked" in line and "█" in line)
     assert "▶" in counter

@@ -569,14 +569,14 @@ def describe_layer_change(report: LayerChangeReport, a: str, b: str, width: int 
     # would shrink every weight's bar to a sliver; theirs past it end in ▶
     scaled = [layer for layer in measured if layer.role == "parameter"] or measured
     top = max((layer.relative_change for layer in scaled if layer.relative_change is not None), default=0.0)
-    scale = "the parameters' largest" if scaled is not measured else "the largest"
+    past = ", ▶ past it" if any((layer.relative_change or 0.0) > top for layer in measured) else ""
     keys = [layer.key for layer in measured]  # each layer's key as text, made once
     under = _under(keys)
     most, least, others = _extremes(measured)
     sections = [
         Section(f"per layer{under}", _layer_table(measured, keys, width), len(measured), _layer_columns(width)),
         Section(
-            f"relative change by layer, parameters first, module order (full bar {top:.3g}, {scale}){under}",
+            f"relative change by layer, parameters first, module order (full bar {top:.3g}{past}){under}",
             _layer_plot(measured, keys, width, top),
             len(measured),
         ),
