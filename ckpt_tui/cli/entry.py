@@ -71,7 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ckpt-tui: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        # the reader left before the verdict was printed (`| head -1`): exit as a process SIGPIPE ends, never as
+        # "identical" or "clean"; what is not yet written is dropped, not raised again at exit
+        _drop_stdout()
+        return SIGPIPE_EXIT
 
 
 READ_ONLY = frozenset({"info", "check", "stats", "diff"})
@@ -99,6 +102,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse
             found: argparse.ArgumentParser = action.choices[command]
             return found
     return parser
+
+
+SIGPIPE_EXIT = 128 + 13
+"""The exit status of a process the SIGPIPE signal ended (141), as the shell reports it: no verdict was given."""
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that nothing left in its buffer is written (or fails) again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        # (a stream with no descriptor, in a test: nothing to redirect)
+        return
 
 
 def _tolerant_streams() -> None:
