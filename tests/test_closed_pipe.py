@@ -4,17 +4,24 @@ two files that differ)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+import ckpt_tui
+
+HERE = str(Path(ckpt_tui.__file__).resolve().parent.parent)
+"""The checkout whose ckpt_tui these tests import: the child runs the same code."""
+
 
 def _piped(tmp_path: Path, *argv: str) -> int:
     """The exit status of ``ckpt-tui ARGV | head -1`` (the pipe's first command)."""
     command = " ".join([sys.executable, "-m", "ckpt_tui", *argv]) + " | head -1 > /dev/null; echo ${PIPESTATUS[0]}"
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": HERE}
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert "Traceback" not in done.stderr, done.stderr
     return int(done.stdout.strip())
 
