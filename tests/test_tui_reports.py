@@ -724,3 +724,30 @@ async def test_after_x_the_compare_fix_says_strict_false_still_raises_on_the_mis
     assert "load_state_dict(strict=False) still raises on them: to load anyway, drop them too (--drop fc2.weight" in out
     # (the note above says no fix drops them: a drop is the user's choice, to load anyway)
     assert "2 of 4 keys differ in shape, half of the model, not a head" in out
+
+
+async def test_a_staged_fix_that_loads_only_with_strict_false_keeps_saying_so(tmp_path: Path) -> None:
+    def weights(head: str, classes: int) -> dict[str, torch.Tensor]:
+        return {
+            "conv.weight": torch.zeros(4, 3, 3, 3),
+            "conv.bias": torch.zeros(4),
+            f"{head}.weight": torch.zeros(classes, 4),
+        }
+
+    trained = {f"module.{key}": value for key, value in weights("fc", 10).items()}
+    torch.save({"epoch": 3, "state_dict": trained}, tmp_path / "run.pth")
+    torch.save(weights("head", 5), tmp_path / "reference.pth")
+    app = CkptApp(str(tmp_path / "run.pth"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "c", tmp_path / "reference.pth")
+        assert screen.report.suggestion is not None and not screen.report.suggestion.full
+        await settle(pilot, "f", "y")
+        await settle(pilot, "j", "k")  # the note of the edit is gone; what the tree needs stays
+        said = " ".join(status(app).split())
+        assert "loads with strict=False only: head.weight keeps the model's initial values" in said
+        # an edit on top of it still needs strict=False; undoing the fix does not
+        await settle(pilot, "j", "d", "y")
+        assert "2 unsaved edits" in status(app) and "strict=False" in " ".join(status(app).split())
+        await settle(pilot, "u", "u")
+        assert "strict=False" not in " ".join(status(app).split())

@@ -115,6 +115,8 @@ class Proposal:
     failed: Callable[[str], Any] | None = None
     cursor: RowId | None = None
     """Where the cursor goes instead of where ``relocate`` puts it (a deleted line's neighbour)."""
+    loads: str | None = None
+    """How the edited tree loads into the model compared with (a compare's fix says it; None: as before)."""
 
 
 @dataclasses.dataclass
@@ -131,6 +133,9 @@ class Known:
     """What reading every tensor (C) of this tree found, once read."""
     markers: dict[int, str] = dataclasses.field(default_factory=dict)
     """The tree's ``!!`` marks from ``check``, by ``id`` of each tensor."""
+    loads: str = ""
+    """How it loads into the model last compared with, where a staged fix leaves keys to strict=False (the
+    status line keeps it: the report that said so is closed)."""
 
 
 class BrowserScreen(Screen[None]):
@@ -437,6 +442,9 @@ class BrowserScreen(Screen[None]):
         elif self.session is not None:
             unsaved = self.session.unsaved
             parts.append(f"● {unsaved} unsaved edit{'s' if unsaved != 1 else ''}" if unsaved else "no unsaved edits")
+            loads = self.known_of(self.session).loads
+            if loads:
+                parts.append(loads)
         if self.note:
             parts.append(printable(self.note))
         self.query_one("#status", Static).update(Text("  ·  ".join(parts)))
@@ -705,11 +713,13 @@ class BrowserScreen(Screen[None]):
         relocate: Relocate = targets.keep,
         failed: Callable[[str], Any] | None = None,
         cursor: RowId | None = None,
+        loads: str | None = None,
     ) -> None:
         """Compute an edit in a worker, preview it, then apply it if confirmed (to the tree it was computed from).
 
         ``failed`` is called with the reason when the edit does not apply (the default warns); ``cursor`` is
-        where the cursor goes afterwards (by default where ``relocate`` takes it).
+        where the cursor goes afterwards (by default where ``relocate`` takes it); ``loads``: how the new tree
+        loads into the compared model (else as the tree it was made from).
         """
         session = self.session
         if session is None:
@@ -719,7 +729,7 @@ class BrowserScreen(Screen[None]):
         view = self.tree_view.view_state()
         shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
         grouped = self.tree_view.grouped
-        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor), shown, grouped)
+        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor, loads), shown, grouped)
 
     @work(thread=True, exclusive=True, group="preview", description="edit preview")
     def _preview(
@@ -779,7 +789,10 @@ class BrowserScreen(Screen[None]):
             view = self.tree_view.view_state()
             self.tree_view.remember_groupings(groupings)
             self.tree_view.remember_listings(message.listings)
+            # an edit on top of a fix that needs strict=False still needs it; a new fix says for itself
+            loads = self.known_of(self.session).loads if proposal.loads is None else proposal.loads
             self.session.apply(new_root, change)
+            self.known_of(self.session).loads = loads
             self.edit_views = {p: v for p, v in self.edit_views.items() if p < self.session.position}
             self.edit_views[self.session.position] = (view, proposal.relocate)
             self.after_edit(view, proposal.relocate, f"applied: {change.title}", proposal.cursor)
@@ -1137,7 +1150,7 @@ class BrowserScreen(Screen[None]):
             return new_root, Change(suggestion.describe(), count, examples, notes)
 
         extracts = any(step.kind == "extract" for step in suggestion.steps)
-        self.propose(edit, targets.extracted(at) if extracts else targets.keep)
+        self.propose(edit, targets.extracted(at) if extracts else targets.keep, loads=strict_words(suggestion))
 
     def action_diff(self) -> None:
         if self.session is None:
@@ -1231,6 +1244,30 @@ class BrowserScreen(Screen[None]):
         self.update_status(
             f"every tensor read: {marked} marked !! (f lists them)" if marked else "every tensor read: nothing wrong"
         )
+
+
+def strict_words(suggestion: Any) -> str:
+    """How the tree a compare's fix stages loads into the model (the status line keeps it): ``loads with
+    strict=False: head.weight, head.bias keep the model's initial values``; empty where it loads strictly."""
+    if suggestion.full:
+        return ""
+    parts = []
+    if suggestion.missing:
+        keeps = "keeps" if len(suggestion.missing) == 1 else "keep"
+        parts.append(f"{_few(suggestion.missing)} {keeps} the model's initial values")
+    if suggestion.unexpected:
+        parts.append(f"it ignores {_few(suggestion.unexpected)}")
+    count = suggestion.shape_mismatches
+    if count:
+        mismatches = f"{count} shape mismatch{'es' if count != 1 else ''}"
+        return f"does not load yet: load_state_dict raises on {mismatches} even with strict=False"
+    return printable("loads with strict=False only: " + "; ".join(parts))
+
+
+def _few(keys: list[str], shown: int = 3) -> str:
+    """A few keys, ``and N more``."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
 
 
 def storage_users(summary: Summary) -> dict[int, int]:
