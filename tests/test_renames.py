@@ -572,3 +572,29 @@ def test_a_listing_by_name_pairs_same_shaped_projections_by_their_layer_and_word
     assert main(argv[1:]) == 0
     capsys.readouterr()
     assert main(["check", output_of(argv), "--against", str(reference)]) == 0
+
+
+def test_a_pooler_is_never_renamed_into_an_mlm_head_its_shapes_happen_to_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the other way round: BertForSequenceClassification's file against BertForMaskedLM; the pooler's dense has the
+    # transform's dense shapes, the transform's LayerNorm nothing to come from
+    from safetensors.torch import save_file
+
+    hidden = 8
+    body = {f"bert.{key}": value for key, value in bert_body(hidden).items()}
+    pooler = {"bert.pooler.dense.weight": torch.zeros(hidden, hidden), "bert.pooler.dense.bias": torch.zeros(hidden)}
+    classifier = {"classifier.weight": torch.zeros(2, hidden), "classifier.bias": torch.zeros(2)}
+    save_file(body | pooler | classifier, tmp_path / "model.safetensors")
+    head = {
+        "cls.predictions.transform.dense.weight": torch.zeros(hidden, hidden),
+        "cls.predictions.transform.dense.bias": torch.zeros(hidden),
+        "cls.predictions.transform.LayerNorm.weight": torch.zeros(hidden),
+        "cls.predictions.transform.LayerNorm.bias": torch.zeros(hidden),
+        "cls.predictions.bias": torch.zeros(13),
+    }
+    reference = save(body | head, tmp_path / "ref.pt")
+    code, report = check_json(capsys, tmp_path / "model.safetensors", "--against", reference)
+    assert code == 1
+    steps = report.get("suggestion", {}).get("steps", [])
+    assert not any("cls.predictions" in json.dumps(step) for step in steps), steps

@@ -19,12 +19,13 @@ differ and proposes rules that would fix it, from the most general (a component 
 ``attention``) to the most specific (one module's prefix). The rule that brings the most keys closest to their
 partner, without moving a key away from its partner, without putting a key on a reference key of another
 shape, without touching keys that already match, without making two keys collide and without carrying as many
-keys into modules the reference lacks as it brings to their partners (a module is not another because two of
-its shapes fit), is kept (a key the pairing left alone that a rule puts on a reference key nothing else aims
-at counts as fixed too). An index that differs (``model.1`` → ``model.0``) is proposed as one rule anchored on
-the named component before it, for every module at once. Rounds stop when every pair matches or no rule helps.
-Then the answer is measured by the keys it places on reference keys: rules whose removal places no fewer are
-dropped, and one rule that places as many replaces the list.
+keys into modules the reference lacks, or leaving as many keys of the module it renames into unfilled, as it
+brings to their partners (a module is not another because two of its shapes fit), is kept (a key the pairing
+left alone that a rule puts on a reference key nothing else aims at counts as fixed too). An index that
+differs (``model.1`` → ``model.0``) is proposed as one rule anchored on the named component before it, for
+every module at once. Rounds stop when every pair matches or no rule helps. Then the answer is measured by the
+keys it places on reference keys: rules whose removal places no fewer are dropped, and one rule that places as
+many replaces the list.
 Ties go to the rule met first, so the rules do not change from run to run.
 """
 
@@ -417,7 +418,7 @@ class _Search:
             best: RenameRule | None = None
             best_gain = 0
             for rule, _ in counts.most_common(CANDIDATES_PER_ROUND):
-                gain = _gain(rule, current, goals, self.shapes, (self.free, self.modules))
+                gain = _gain(rule, current, goals, self.shapes, (self.free, self.modules, self.reference))
                 if gain > best_gain:
                     best, best_gain = rule, gain
             if best is None:  # pairs no rule fixes: the alignment guessed them wrong, unless most are left
@@ -523,14 +524,15 @@ def _gain(
     current: dict[str, str],
     goals: dict[str, str],
     shapes: Shapes | None,
-    reference: tuple[set[str], set[str]],
+    reference: tuple[set[str], set[str], set[str]],
 ) -> int:
     """How much closer the rule brings keys to their partners (a key with no partner put on a reference key
     nothing else aims at counts as one reaching its partner); 0 if it moves any key away from its partner,
     puts one on a reference key of another shape, makes two keys one, or carries as many keys into modules the
-    reference lacks as it moves keys that have a partner. ``reference``: the reference keys no pair aims at, and
-    every module path of the reference's keys."""
-    free, modules = reference
+    reference lacks (or leaves as many keys of the module it renames into unfilled) as it moves keys that have a
+    partner. ``reference``: the reference keys no pair aims at, every module path of the reference's keys, and
+    the reference's keys."""
+    free, modules, keys = reference
     gain = paired = astray = 0
     renamed: list[str] = []
     for key, name in current.items():
@@ -558,4 +560,10 @@ def _gain(
     # reference, where a true rename of a model leaves at most a few extra buffers behind
     if astray and astray >= paired:
         return 0
+    # and the other way round: BERT's pooler (dense) renamed into an MLM head's transform leaves its LayerNorm empty
+    if paired and rule.new and not rule.anywhere:
+        names = set(renamed)
+        unfilled = sum(1 for key in keys if key.startswith(rule.new) and key not in names)
+        if unfilled >= paired:
+            return 0
     return gain
