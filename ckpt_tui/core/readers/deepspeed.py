@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import CkptError, ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import AssembledRecords, Piece
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Tensor
 from ckpt_tui.core.readers.probes import MODEL_STATES, OPTIM_STATES, deepspeed_files
+from ckpt_tui.core.runtime.shell import join_command, path_arg
 
 FP32_KEY = "fp32_weights"
 FLOATING = ("float64", "float32", "float16", "bfloat16")
@@ -91,6 +93,9 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     world = (
         max(_int(c, "partition_count") for c in counts) if isinstance(counts, list) else _int(counts, "partition_count")
     )
+    model_parallel = sorted({match.group(0) for name in optim_names if (match := MP_RANK.search(name))})
+    if len(model_parallel) > 1:
+        raise ReadError(_model_parallel(folder, len(model_parallel), world))
     if world != len(optims):
         raise ReadError(
             f"{folder}: expected {world} *_optim_states.pt files, found {len(optims)} (a rank did not save?)"
@@ -151,6 +156,30 @@ def _is_bf16_optimizer(state: dict[Any, Any]) -> bool:
     """Whether an optimizer state is DeepSpeed's ``BF16_Optimizer``'s: flat fp32 partitions and their count, and
     each parameter's place in them (``param_slice_mappings``), with no ZeRO stage."""
     return all(key in state for key in ("single_partition_of_fp32_groups", "partition_count", "param_slice_mappings"))
+
+
+MP_RANK = re.compile(r"mp_rank_\d+")
+"""The model-parallel rank a DeepSpeed file names (``zero_pp_rank_0_mp_rank_01_optim_states.pt``)."""
+PIPELINE_LAYER = re.compile(r"layer_\d+-model_states\.pt")
+"""A pipeline-parallel save's file of one layer's state_dict (``PipelineModule.save_state_dict``)."""
+
+
+def _model_parallel(folder: str, ranks: int, world: int) -> str:
+    """The refusal of a pipeline- or model-parallel save (optimizer files for several model-parallel ranks): not read
+    as one checkpoint, with the files that do open (each pipeline layer's state_dict)."""
+    try:
+        layers = sorted(name for name in places.list_dir(folder) if PIPELINE_LAYER.fullmatch(name))
+    except (OSError, CkptError):
+        layers = []
+    said = (
+        f"{folder}: a DeepSpeed pipeline- or model-parallel save ({counted(ranks, 'model-parallel rank')} x "
+        f"{counted(world, 'data-parallel rank')}), which ckpt-tui does not read as one checkpoint"
+    )
+    if not layers:
+        return said
+    shown = f"{layers[0]} … {layers[-1]}" if len(layers) > 1 else layers[0]
+    example = join_command(["ckpt-tui", path_arg(places.join(folder, layers[0]))])
+    return f"{said}; each of {shown} holds one pipeline layer's weights: open one ({example})"
 
 
 def _untrained_weights(weights: dict[str, Tensor], model: dict[Any, Any], source: AssembledRecords) -> None:
