@@ -751,3 +751,19 @@ async def test_a_staged_fix_that_loads_only_with_strict_false_keeps_saying_so(tm
         assert "2 unsaved edits" in status(app) and "strict=False" in " ".join(status(app).split())
         await settle(pilot, "u", "u")
         assert "strict=False" not in " ".join(status(app).split())
+
+
+async def test_enter_on_a_missing_key_says_there_is_nothing_to_go_to(tmp_path: Path) -> None:
+    torch.save({"fc.weight": torch.zeros(2), "bn.weight": torch.zeros(2)}, tmp_path / "reference.pth")
+    torch.save({"fc.weight": torch.zeros(2), "stray": torch.zeros(2)}, tmp_path / "model.pth")
+    app = CkptApp(str(tmp_path / "model.pth"))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "c", tmp_path / "reference.pth")
+        listed = screen.query_one("#report-list")
+        row = next(i for i, option in enumerate(listed.options) if option.prompt.plain.strip() == "bn.weight")
+        listed.highlighted = row
+        await settle(pilot, "enter")
+        assert app.screen is screen  # still the report
+        said = [n.message for n in app._notifications]
+        assert any("bn.weight is in the reference only" in message for message in said), said

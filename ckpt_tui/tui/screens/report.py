@@ -160,6 +160,10 @@ def run_job(post: Callable[[Message], Any], task: str, job: Job) -> None:
         post(ReportReady(task, report))
 
 
+ONLY_THE_OTHER_SIDE = ("missing (",)
+"""The headings of sections whose keys are the reference's alone (enter on one says there is nothing to go to)."""
+
+
 class ReportList(OptionList):
     """A report's rows: arrows, j/k, Home/End, g/G, PgUp/PgDn; enter picks."""
 
@@ -365,12 +369,28 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         index = int((event.option.id or "row-0").removeprefix("row-"))
         target = self.targets[index] if index < len(self.targets) else None
         if target is None:
+            self._says_why_not(event)
             return
         path = self.path_of(target)
         if path is None:
             self.notify(f"{printable(str(target))} is not in this checkpoint", severity="warning", markup=False)
             return
         self.dismiss(Jump(path))
+
+    def _says_why_not(self, event: OptionList.OptionSelected) -> None:
+        """Enter on a key only the other side has (a compare's missing key): say so (it did nothing, silently);
+        a line of prose goes nowhere and says nothing."""
+        at = event.option_index
+        section = self.option_heads[at] if at < len(self.option_heads) else 0
+        if at in self.heading_options or not self.heads[section].plain.startswith(ONLY_THE_OTHER_SIDE):
+            return
+        prompt = event.option.prompt
+        shown = prompt.plain if isinstance(prompt, Text) else str(prompt)
+        self.notify(
+            f"{printable(shown.strip())} is in the reference only: there is no key of this checkpoint to go to",
+            severity="warning",
+            markup=False,
+        )
 
     def path_of(self, target: Any) -> KeyPath | None:
         """Where a row's target is in the browser's tree (None: nowhere)."""
