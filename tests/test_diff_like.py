@@ -122,6 +122,18 @@ def test_parameter_and_requires_grad_differences_are_reported(tmp_path: Path, ca
     }
 
 
+def test_a_parameter_against_a_safetensors_file_which_cannot_record_one_is_no_difference(
+    tmp_path: Path, capsys
+) -> None:
+    # safetensors holds bare tensors: every tensor reads back as a plain one, so Parameter-ness is no difference there
+    from safetensors.torch import save_file
+
+    a = saved(tmp_path, "a.pth", {"w": torch.nn.Parameter(torch.ones(2)), "v": torch.ones(2).requires_grad_()})
+    save_file({"w": torch.ones(2), "v": torch.ones(2)}, tmp_path / "b.safetensors")
+    code, report = diff_json(capsys, a, str(tmp_path / "b.safetensors"))
+    assert code == 0 and report["other_changes"] == []
+
+
 def test_ranks_with_equal_numpy_values_agree(tmp_path: Path, capsys) -> None:
     paths = [saved(tmp_path, f"r{rank}.pth", {"w": torch.ones(2), "rng": np.arange(3)}) for rank in range(3)]
     assert main(["diff", *paths]) == 0

@@ -394,7 +394,8 @@ def diff(
     # key by key; the values of the pairs alike in shape and dtype read in batches
     values = _Values(a.byteorder, b.byteorder, compared)
     common_pairs = [(path, left[path], right[path]) for path in common]
-    _diff_common(common_pairs, values, report, progress, inner_state_dict(root_a))
+    kinds = records_parameters(a) and records_parameters(b)
+    _diff_common(common_pairs, values, report, progress, inner_state_dict(root_a), kinds)
     if report.only_a and report.only_b:
         report.alignment = alignment(a.root, b.root)
     return report
@@ -406,15 +407,17 @@ def _diff_common(
     report: DiffReport,
     progress: Callable[[int, int], None] | None,
     model_at: KeyPath | None = None,
+    kinds: bool = True,
 ) -> None:
     """Record how each key both sides hold differs: tensors by metadata then values, anything else by its
-    fingerprint (``model_at``: where the model's weights are, for each tensor's role)."""
+    fingerprint (``model_at``: where the model's weights are, for each tensor's role; ``kinds``: whether
+    Parameter and requires_grad are compared, False when one side's files cannot record them)."""
     prints_a, prints_b = Fingerprints(), Fingerprints()
     for index, (path, x, y) in enumerate(common):
         if progress is not None:
             progress(index, len(common))
         if isinstance(x, Tensor) and isinstance(y, Tensor):
-            if _diff_tensors(path, x, y, report) and report.values_not_compared is None:
+            if _diff_tensors(path, x, y, report, kinds) and report.values_not_compared is None:
                 _record(path, values.next(x, y), report, tensor_role(path, x, model_at))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
@@ -460,15 +463,31 @@ def _kind(tensor: Tensor) -> str:
     return f"{name}(requires_grad={tensor.requires_grad})"
 
 
-def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport) -> bool:
-    """Record how two tensors differ but for their values; whether their values are to be compared."""
-    same_meta = x.device == y.device and (x.parameter, x.requires_grad) == (y.parameter, y.requires_grad)
+BARE_TENSOR_FORMATS = frozenset({"safetensors", "dcp-hf"})
+"""Formats whose files hold bare tensors: no Parameter, no requires_grad (every tensor reads back as a plain one)."""
+
+
+def records_parameters(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint's files can record Parameter and requires_grad (a pickle can; a safetensors file, or
+    a shard set of them, cannot)."""
+    if checkpoint.format in BARE_TENSOR_FORMATS:
+        return False
+    shards = checkpoint.read_files
+    return not (checkpoint.format == "sharded" and shards and all(f.endswith(".safetensors") for f in shards))
+
+
+def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport, kinds: bool = True) -> bool:
+    """Record how two tensors differ but for their values; whether their values are to be compared (``kinds``:
+    whether Parameter and requires_grad count)."""
+    # a side that cannot record them reads every tensor back as a plain one: that is no difference
+    same_kind = not kinds or (x.parameter, x.requires_grad) == (y.parameter, y.requires_grad)
+    same_meta = x.device == y.device and same_kind
     if same_meta and x.kind == y.kind and x.shape == y.shape and x.dtype == y.dtype:
         return True  # the usual case, with nothing to record
     key = key_text(path)
     if x.device != y.device:
         report.other_changes.append((key, f"saved on {x.device}", f"saved on {y.device}"))
-    if (x.parameter, x.requires_grad) != (y.parameter, y.requires_grad):
+    if not same_kind:
         report.other_changes.append((key, _kind(x), _kind(y)))
     if x.kind != y.kind:
         report.other_changes.append((key, x.kind, y.kind))
