@@ -110,3 +110,15 @@ def test_metadata_that_is_not_a_dict_is_a_tensor_torch_refuses(tmp_path: Path, c
     assert "tensor metadata is of type" in out and "torch.load refuses it" in out
     _, out, err = run(capsys, "diff", "--stats", source, source)
     assert "Traceback" not in out + err and "torch.load refuses it" in out
+
+
+def test_a_bool_tensor_with_the_neg_bit_is_unreadable_as_in_torch(tmp_path: Path, capsys) -> None:
+    """torch.load loads it, then cannot read its values ("neg_cpu" not implemented for 'Bool'): stats says the
+    tensor is unreadable (exit 1), never a table of the raw bools."""
+    neg = b"}(" + text("neg") + b"\x88u"
+    path = with_metadata(tmp_path / "b.pth", neg, b"\x01\x00\x01", 3, "torch.BoolStorage")
+    loaded = torch_load(path)["a"]
+    with pytest.raises(RuntimeError):
+        loaded.tolist()
+    code, out, _ = run(capsys, "stats", path)
+    assert code == 1 and "unreadable: a bool tensor saved with the neg bit" in out, out

@@ -276,6 +276,9 @@ class TensorReader:
             raise ReadError("a meta tensor has no values (torch.load loads it without data)")
         if len(tensor.shape) != len(tensor.stride):
             raise ReadError("tensor size and stride do not match")
+        if tensor.dtype == "bool" and tensor.metadata and view_bits(tensor.metadata)[1]:
+            # torch loads it, but negating bools is not implemented: reading its values fails there too
+            raise ReadError("a bool tensor saved with the neg bit: torch cannot read its values (no neg for bool)")
         self.tensor = tensor
         order = read_order(tensor, byteorder)
         # (no element, no bytes to swap)
