@@ -867,3 +867,16 @@ def test_diff_of_two_remote_files_each_within_the_cap_but_not_together_compares_
     forget()
     remote.TRANSFER = remote.Transfer()  # (a new run)
     assert main(["diff", "--max-download", "3M", a, b]) == 0, capsys.readouterr().out
+
+
+def test_a_deepspeed_file_on_a_web_server_opens_alone_and_says_how_to_get_the_save(served: RangeServer) -> None:
+    # a web server lists no folder: the rank files beside it cannot be found, so the file named is read as it is
+    tag = Path(__file__).parent / "fixtures" / "deepspeed" / "zero2_fp32" / "global_step2"
+    far = root_of(served) / "global_step2"
+    far.mkdir()
+    for file in tag.iterdir():
+        (far / file.name).write_bytes(file.read_bytes())
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"):
+        checkpoint = open_checkpoint(f"{served.url}/global_step2/{name}")
+        assert checkpoint.format == "zip"
+        assert any("one file of a DeepSpeed folder on a web server" in note for note in checkpoint.notes)

@@ -27,12 +27,14 @@ from ckpt_tui.core.model.tree import Checkpoint, check_tree
 from ckpt_tui.core.readers.probes import (
     LATEST,
     MODEL_STATES,
+    OPTIM_STATES,
     PICKLE_OPCODES,
     REMOTE_BESIDE,
     SETS,
     dcp_folder_of,
     deepspeed_files,
     deepspeed_folder,
+    lists_its_folder,
     looks_like_safetensors,
     looks_like_text,
 )
@@ -619,6 +621,12 @@ def _open_file(path: str) -> Checkpoint:
     if whole is not None:  # one file of a DCP or DeepSpeed folder opens the whole folder
         return whole
     checkpoint = _read_file(target)
+    if path.endswith((MODEL_STATES, OPTIM_STATES)) and not lists_its_folder(path):
+        checkpoint.notes.append(
+            f"one file of a DeepSpeed folder on a web server, which lists no folder: opened alone; download its tag "
+            f"folder ({places.parent(path)}, every *{MODEL_STATES} and *{OPTIM_STATES}) and open that to see the "
+            "whole save"
+        )
     whole_set = _hf_dcp_set(checkpoint, path)
     if whole_set is not None:
         return whole_set

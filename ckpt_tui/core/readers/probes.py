@@ -58,6 +58,11 @@ def deepspeed_files(folder: str, suffix: str) -> list[str]:
     return sorted(names, key=_natural)
 
 
+def lists_its_folder(path: str) -> bool:
+    """Whether the folder a path lies in can be listed (local, a bucket, the Hub; not a web server)."""
+    return not places.is_remote(path) or places.store_of(path).lists_folders
+
+
 def deepspeed_folder(path: str) -> str | None:
     """The ZeRO tag folder (``global_stepN``) that ``path`` is, holds (``latest``) or lies in; else None."""
     if places.is_dir(path):
@@ -67,6 +72,8 @@ def deepspeed_folder(path: str) -> str | None:
             folder = inside(path, tag, f"{places.join(path, LATEST)}: tag folder", kind="folder")
     elif path.endswith((MODEL_STATES, OPTIM_STATES)):
         folder = places.parent(path)
+        if not lists_its_folder(path):
+            return None  # a web server lists no folder: the file opens alone (its reader says how to get the rest)
     else:
         return None
     models = deepspeed_files(folder, MODEL_STATES)
