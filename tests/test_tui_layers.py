@@ -244,3 +244,21 @@ def test_a_path_that_fits_is_shown_whole_beside_one_that_is_shortened() -> None:
     shown = fitted_paths(texts, 0, 38)
     assert shown[0] == "state_dict/module.conv1.weight" and shown[2] == "optimizer/state/0/buf"
     assert len(shown[1]) <= 38 and shown[1].endswith("num_batches_tracked")
+
+
+async def test_the_nan_the_layers_view_reads_marks_the_tree_when_it_closes(tmp_path: Path) -> None:
+    import torch
+
+    weights = {f"layer{i}.weight": torch.ones(4) for i in range(3)}
+    weights["layer1.weight"] = torch.tensor([1.0, float("nan"), 2.0, 3.0])
+    torch.save({"epoch": 3, "state_dict": weights}, tmp_path / "run.pth")
+    app = CkptApp(str(tmp_path / "run.pth"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_layers(pilot)
+        assert any("!! NaN" in line for line in screen_text(app).splitlines())
+        await settle(pilot, "escape")
+        lines = screen_text(app).splitlines()
+        assert any("state_dict" in line and "!! NaN below" in line for line in lines)
+        assert "1 tensor with NaN/Inf: marked !!" in " ".join(status(app).split())
+        await settle(pilot, "j", "j", "l")
+        assert any("layer1.weight" in line and "!! NaN" in line for line in screen_text(app).splitlines())

@@ -1185,6 +1185,7 @@ class BrowserScreen(Screen[None]):
         def done(result: tuple[str, Any] | None) -> None:
             self.ckpt_app.histogram_log = screen.log_counts
             self.detail.redraw_stats()
+            self._keep_layer_marks(screen)
             if result is None:
                 return
             kind, value = result
@@ -1195,6 +1196,24 @@ class BrowserScreen(Screen[None]):
                 self._drop_parts(paths, figure)
 
         self.app.push_screen(screen, done)
+
+    def _keep_layer_marks(self, screen: LayersScreen) -> None:
+        """What the layers view read (every tensor's NaN/Inf) marks the tree as C does, where C has not marked
+        this tree yet: a user who saw ``!! NaN`` there does not come back to a tree that looks clean."""
+        session = self.session
+        if session is None or screen.root is not session.root or not screen.rows:
+            return
+        known = self.known_of(session)
+        if known.check is not None:
+            return
+        tensors, containers = layer_markers(session.root, screen.rows)
+        markers = {**tensors, **containers}
+        if not tensors or known.markers == markers:
+            return
+        known.markers = self.tree_view.markers = markers
+        self.tree_view.show(session.root, self.display_name, self.tree_view.view_state())
+        count = len(tensors)
+        self.update_status(f"the layers view read {count} tensor{'s' if count != 1 else ''} with NaN/Inf: marked !!")
 
     def _drop_parts(self, paths: list[KeyPath], figure: str) -> None:
         """Stage deleting every path (the optimizer state) as one undoable edit, after its preview."""
@@ -1280,23 +1299,41 @@ def check_markers(root: Any, report: CheckReport) -> tuple[dict[int, str], dict[
     """What the check found, by ``id`` of each tensor it names, and by ``id`` of each container above one (for
     the tree's markers: a collapsed line says what its lines hold)."""
     words = {"nan": "NaN", "inf": "Inf", "unreadable": "unreadable", "sparse-indices": "bad indices"}
-    markers: dict[int, str] = {}
-    below: dict[int, list[str]] = {}
+    found = []
     for problem in report.problems:
         if problem.kind not in words or problem.path is None:
             continue
+        word = "NaN and Inf" if problem.kind == "nan" and problem.detail.get("inf") else words[problem.kind]
+        found.append((problem.path, word))
+    return path_markers(root, found)
+
+
+def layer_markers(root: Any, rows: list[Any]) -> tuple[dict[int, str], dict[int, str]]:
+    """The NaN/Inf the layers view read in each tensor (its rows), marked as a check (C) marks them."""
+    found = []
+    for row in rows:
+        stats = row.stats
+        if stats is not None and (stats.nan or stats.inf):
+            found.append((row.path, "NaN and Inf" if stats.nan and stats.inf else "NaN" if stats.nan else "Inf"))
+    return path_markers(root, found)
+
+
+def path_markers(root: Any, found: list[tuple[KeyPath, str]]) -> tuple[dict[int, str], dict[int, str]]:
+    """Marks (``NaN``) by ``id`` of each tensor at the paths, and by ``id`` of each container above one."""
+    markers: dict[int, str] = {}
+    below: dict[int, list[str]] = {}
+    for path, word in found:
         try:
-            tensor = get(root, problem.path)
+            tensor = get(root, path)
             # the root's line is always open: the lines between it and the tensor are marked
-            containers = [get(root, problem.path[:depth]) for depth in range(1, len(problem.path))]
+            containers = [get(root, path[:depth]) for depth in range(1, len(path))]
         except (KeyError, IndexError, TypeError):
             continue
-        word = "NaN and Inf" if problem.kind == "nan" and problem.detail.get("inf") else words[problem.kind]
         if id(tensor) not in markers:
             for container in containers:
                 below.setdefault(id(container), []).append(word)
         markers[id(tensor)] = word
-    return markers, {container: marked_below(found) for container, found in below.items()}
+    return markers, {container: marked_below(words) for container, words in below.items()}
 
 
 def _dicts_at(root: Any, paths: list[KeyPath]) -> list[dict[Any, Any]]:
