@@ -94,6 +94,7 @@ PICKLED: dict[str, object] = {
     "torch.HalfTensor(a bool storage)": legacy(
         "HalfTensor", Pid(("storage", G("torch", "BoolStorage"), "0", "cpu", 24))
     ),
+    "torch.device of a torch.device": Call(G("torch", "device"), (Call(G("torch", "device"), ("cpu",)),)),
     **{
         f"torch.device{args!r}": Call(G("torch", "device"), args)
         for args in [
@@ -307,3 +308,30 @@ def test_a_device_string_is_parsed_as_torch_parses_it(
     main(["check", "--json", str(path)])
     said = json.loads(capsys.readouterr().out)["weights_only"]["answer"]
     assert said == torch_says, (device, said, torch_says)
+
+
+# ---- what torch loads and the emulation does not model: "cannot tell", never "refuses" ---------------------
+
+UNMODELLED = {
+    "set of a tensor's elements": Call(G("builtins", "set"), (v2(),)),
+    "complex of a one-element tensor": Call(G("builtins", "complex"), (v2((1,), (1,)),)),
+    "_rebuild_tensor_v3 with dtype None": Call(
+        G("torch._utils", "_rebuild_tensor_v3"), (pid(), 0, (6,), (1,), False, OD, None)
+    ),
+    "a storage typed by a tensor class": Call(
+        G("torch._utils", "_rebuild_tensor_v2"),
+        (Pid(("storage", G("torch", "HalfTensor"), "0", "cpu", 12)), 0, (12,), (1,), False, OD),
+    ),
+}
+
+
+def test_what_torch_loads_and_is_not_modelled_is_cannot_tell(tmp_path: Path) -> None:
+    """Torch's own objects can do what the emulation's stand-ins cannot (iterate a tensor, read a tensor class's
+    dtype): such a file is "cannot tell" (was "refuses", exit 2, for files torch loads)."""
+    files = {
+        name: zip_file(tmp_path / f"u{number}.pth", value) for number, (name, value) in enumerate(UNMODELLED.items())
+    }
+    outcomes = dict(zip(files, judge(list(files.values())), strict=True))
+    for name, outcome in outcomes.items():
+        assert outcome.torch_true == "loads", (name, describe(outcome))
+        assert outcome.ours == "cannot tell" and not outcome.clean, (name, describe(outcome))

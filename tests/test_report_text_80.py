@@ -138,3 +138,16 @@ def test_average_lists_the_values_that_differ_in_one_notation(
     line = next(line for line in capsys.readouterr().out.splitlines() if "between the files; the first" in line)
     listed = line.split("kept: ")[1].split(", ")
     assert len(listed) == 2 and all(key.startswith("ckpt[") for key in listed), listed
+
+
+def test_a_training_checkpoint_to_safetensors_names_the_extract_that_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _training(tmp_path / "t.pth", 10, 0.0)
+    assert main(["convert", str(tmp_path / "t.pth"), "-o", str(tmp_path / "t.safetensors")]) == 2
+    said = capsys.readouterr().err
+    assert "use --extract state_dict (the model weights are there)" in said, said
+    assert (
+        main(["convert", str(tmp_path / "t.pth"), "-o", str(tmp_path / "t.safetensors"), "--extract", "state_dict"])
+        == 0
+    )

@@ -470,6 +470,8 @@ def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, requires
 
 
 def _device(kind: Any, index: Any = None) -> Device:
+    if isinstance(kind, Device) and index is None:
+        return kind  # torch.device of a device is that device
     if not isinstance(kind, str) or not (index is None or type(index) is int):
         raise ValueError("malformed torch.device")
     if ":" in kind and index is None:

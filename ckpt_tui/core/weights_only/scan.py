@@ -827,6 +827,9 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
     if not 7 <= len(args) <= 8:
         raise TypeError(f"takes 7 or 8 arguments, got {len(args)}")
     storage, offset, size, stride, requires_grad, _hooks, dtype_ref = args[:7]
+    if dtype_ref is None:
+        # torch.empty(dtype=None) takes the default dtype, which code run before the load may have changed
+        raise CannotTell("_rebuild_tensor_v3 with dtype None: torch uses the default dtype (float32 unless changed)")
     dtype = _dtype(dtype_ref)
     if not isinstance(storage, WStorage):
         raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
@@ -1323,6 +1326,8 @@ def _device(args: tuple[Any, ...]) -> WLeaf:
     first = args[0]
     if type(first) is int and len(args) == 1:
         return WLeaf("torch.device")
+    if type(first) is WLeaf and first.type_name == "torch.device" and len(args) == 1:
+        return first  # torch.device of a device is that device
     if type(first) is not str:
         raise Refusal(f"torch.device of a {_type_name(first)}")
     match = TORCH_DEVICE.fullmatch(first)
@@ -1621,6 +1626,17 @@ def note_unknown(scan: PickleScan, message: str) -> None:
         scan.unknown = message
 
 
+_STAND_INS = frozenset({"WStorage", "WTensor", "WObject", "WLeaf", "WSize", "Placeholder", "GlobalRef"})
+"""The emulation's stand-ins for torch's objects, as Python names their type in an error."""
+
+
+def _about_a_stand_in(exc: Exception) -> bool:
+    """Whether a failure names one of the emulation's stand-ins (``'WTensor' object is not iterable``): it
+    says what the stand-in cannot do, not what torch's object can."""
+    text = str(exc)
+    return any(f"'{name}'" in text for name in _STAND_INS)
+
+
 def scan_pickle(data: bytes, storage: StorageLoader, start: int = 0) -> PickleScan:
     """Emulate ``torch.load``'s weights-only unpickling of the pickle at ``data[start:]``."""
     scan = PickleScan()
@@ -1643,7 +1659,12 @@ def scan_pickle(data: bytes, storage: StorageLoader, start: int = 0) -> PickleSc
         except TypeError as exc:
             if not exact and "argument list must be a tuple" in str(exc):
                 continue  # a REDUCE whose arguments are not a tuple: rerun with REDUCE routed to the machine
-            scan.fatal = scan.fatal or f"malformed pickle ({exc})"
+            if _about_a_stand_in(exc):
+                # a plain-data class (set, complex) given an emulated tensor or object: torch's real object may
+                # well do (a set of a tensor's elements, complex of a one-element tensor)
+                note_unknown(scan, f"an allowed class given a tensor or object ({exc}): not emulated here")
+            else:
+                scan.fatal = scan.fatal or f"malformed pickle ({exc})"
         except RecursionError:
             scan.fatal = scan.fatal or "the pickle nests too deeply"
         except MemoryError:

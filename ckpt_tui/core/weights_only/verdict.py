@@ -773,6 +773,9 @@ def _storage_dtype(storage_type: Any) -> str:
         return storage_type.storage_dtype
     if isinstance(storage_type, WTensor):
         return storage_type.dtype
+    if type(storage_type) is GlobalRef and storage_type.entry.role == "tensor_class":
+        # torch asks the type for its dtype, and the legacy tensor classes have one: not emulated here
+        raise CannotTell(f"a storage persistent id names {storage_type.entry.name}, a tensor class, as its type")
     raise Refusal("a storage persistent id names no storage type")
 
 

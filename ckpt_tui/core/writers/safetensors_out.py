@@ -108,11 +108,11 @@ class SafetensorsPlan:
         if byteorder != "little":
             raise WriteError("big-endian checkpoints cannot be written as safetensors")
         if not isinstance(root, dict) or not all(isinstance(k, str) for k in root):
-            raise WriteError("safetensors holds one flat dict of tensors; this checkpoint is nested: use --extract")
+            raise WriteError(f"safetensors holds one flat dict of tensors; this checkpoint is nested: {_way(root)}")
         others = [k for k, v in root.items() if not isinstance(v, Tensor)]
         if others:
             listed = ", ".join(repr(k) for k in others[:5])
-            raise WriteError(f"safetensors holds only tensors; {listed} are not (use --extract or --drop)")
+            raise WriteError(f"safetensors holds only tensors; {listed} are not: {_way(root, '--drop')}")
         if "__metadata__" in root:
             raise WriteError("a tensor named '__metadata__' cannot be written as safetensors (rename it)")
         self.aliases: dict[str, str] = {}
@@ -486,6 +486,19 @@ class _Copier:
         if self.small:
             _copy_small(self.small, self.reader, self.out)
         self.small, self.small_bytes = [], 0
+
+
+def _way(root: Any, other: str = "") -> str:
+    """``use --extract state_dict (the model weights are there)``: the option that makes a training checkpoint
+    writable as safetensors, named with the weights' path when they are found."""
+    from ckpt_tui.core.conventions.state_dicts import inner_state_dict
+    from ckpt_tui.core.model.keypath import to_slash
+
+    found = inner_state_dict(root)
+    also = f" or {other}" if other else ""
+    if found:
+        return f"use --extract {to_slash(found)} (the model weights are there){also}"
+    return f"use --extract{also}"
 
 
 def _end(item: DataItem) -> int:
