@@ -131,3 +131,27 @@ def test_a_hostile_trainer_state_or_config_is_no_traceback(saved: Path, tmp_path
     assert "layout      Hugging Face Trainer checkpoint at step 7: weights model.safetensors;" in out
     code, _, err = run(capsys, "convert", str(folder), "-o", str(tmp_path / "out"))
     assert code == 0 and "Traceback" not in err, err
+
+
+# ---- a run with deepspeed=: DeepSpeed's own save beside the weights (a committed fixture: the real Trainer and
+# DeepSpeed wrote it, scripts/make_trainer_deepspeed_fixture.py) ----------------------------------------------
+
+WITH_DEEPSPEED = Path(__file__).parent / "fixtures" / "frameworks" / "trainer_deepspeed" / "checkpoint-2"
+
+
+def test_a_deepspeed_run_checkpoint_opens_as_the_trainers(capsys: Any) -> None:
+    """``checkpoint-2/`` of a Trainer run with ``deepspeed=`` is one save of one tool: it opens as the weights
+    ``from_pretrained`` takes, with DeepSpeed's engine state named beside them (was refused as "two saves")."""
+    from ckpt_tui.cli import main
+
+    checkpoint = open_checkpoint(str(WITH_DEEPSPEED))
+    assert checkpoint.path == str(WITH_DEEPSPEED / "model.safetensors")
+    assert "DeepSpeed engine state" in (checkpoint.layout or "")
+    assert main(["info", str(WITH_DEEPSPEED)]) == 0
+    said = capsys.readouterr().out
+    assert "global_step2 (DeepSpeed engine state)" in said and "Trainer checkpoint at step 2" in said, said
+    expected = transformers.GPT2LMHeadModel.from_pretrained(WITH_DEEPSPEED).state_dict()
+    for key, tensor in checkpoint.root.items():
+        assert tensor.shape == tuple(expected[key].shape), key
+    # DeepSpeed's save alone still opens by its own path
+    assert open_checkpoint(str(WITH_DEEPSPEED / "global_step2")).format == "deepspeed"

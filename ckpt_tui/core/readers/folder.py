@@ -541,6 +541,8 @@ TRAINING_STATE = (
     (re.compile(r"scheduler\.pt"), "LR scheduler"),
     (re.compile(r"scaler\.pt"), "grad scaler"),
     (re.compile(r"rng_state(_\d+)?\.pth"), "RNG states"),
+    # a run with deepspeed=: the engine's own save (optimizer partitions, ZeRO state), the folder `latest` names
+    (re.compile(r"global_step\d+"), "DeepSpeed engine state"),
 )
 """The files ``Trainer(resume_from_checkpoint=...)`` reads beside the weights, and what each holds."""
 MAX_TRAINER_STATE = 64 << 20

@@ -514,6 +514,18 @@ def _refuse_unread(target: Target, otherwise: ReadError) -> NoReturn:
 # ---- folders and files ---------------------------------------------------------------------------
 
 
+def _trainer_beside_engine(target: Target) -> Checkpoint | None:
+    """A Trainer's ``checkpoint-N`` of a run with ``deepspeed=`` (its weights file, and DeepSpeed's own save beside
+    them under ``latest``): one save of one tool, opened as the Trainer's checkpoint (the weights
+    ``from_pretrained`` takes, the engine state named beside them), never refused as two saves; None otherwise."""
+    from ckpt_tui.core.readers.folder import holds_trainer_state
+
+    if not holds_trainer_state(target.path, target.listing) or target.zero_folder is None:
+        return None
+    choice = _weights_choice(target)
+    return None if choice is None else _chosen_file(target, choice)
+
+
 def _refuse_second_save(folder: str, checkpoint: Checkpoint) -> None:
     """A DCP or DeepSpeed folder that also holds a weights file a ``from_pretrained`` takes holds two saves
     (``dcp.load`` or DeepSpeed's ``load_checkpoint`` reads one, ``from_pretrained`` the other: DeepSpeed's own
@@ -579,7 +591,8 @@ def _saves_below(folder: str) -> list[tuple[str, str]]:
 
 
 def _open_directory(path: str) -> Checkpoint:
-    checkpoint = detect(Target(path, folder=True), ("place", "folder"))
+    target = Target(path, folder=True)
+    checkpoint = _trainer_beside_engine(target) or detect(target, ("place", "folder"))
     if checkpoint is None:
         from ckpt_tui.core.readers.folder import no_checkpoint
 
