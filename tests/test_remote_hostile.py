@@ -393,3 +393,49 @@ def test_a_whole_file_that_ends_as_its_connection_closes_is_read(capsys: pytest.
         server.stop()
     out, err = capsys.readouterr()
     assert "Traceback" not in err and '"uint8"' in out
+
+
+LARGE = saved({"w": torch.arange(500_000, dtype=torch.float32)})
+"""2 MB: its values are fetched after the open."""
+
+
+def expiring(after: int) -> Callable[[BaseHTTPRequestHandler, int, int, int], None]:
+    """A store of :data:`LARGE` whose answers are refused after ``after`` of them, as a pre-signed URL that expired
+    (403)."""
+
+    def answer(handler: BaseHTTPRequestHandler, _start: int, _end: int, count: int) -> None:
+        if count <= after:
+            start, end = asked(handler.headers.get("Range", ""), len(LARGE))
+            return partial(handler, LARGE, start, end)
+        handler.send_response(403)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    return answer
+
+
+@pytest.mark.parametrize("command", ["check", "stats", "diff"])
+def test_a_store_that_fails_mid_command_is_one_line_exit_2_not_a_finding(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "same.pth").write_bytes(LARGE)
+    # how many answers the open takes: the store expires right after them
+    counting = Hostile(expiring(10**6))
+    try:
+        assert main(["info", counting.url]) == 0
+        opened = counting.count
+    finally:
+        counting.stop()
+    capsys.readouterr()
+    byte_source._opened_stores.clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cold"))
+    server = Hostile(expiring(opened))
+    try:
+        tail = [str(tmp_path / "same.pth")] if command == "diff" else []
+        assert main([command, server.url, *tail]) == 2  # the file was not read: no verdict on its values
+    finally:
+        server.stop()
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no access (HTTP 403)" in lines[0], err
+    assert "DIFFERENT" not in out and "unreadable" not in out + err

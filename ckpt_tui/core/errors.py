@@ -14,12 +14,22 @@ class ReadError(CkptError):
     """The input cannot be read as a checkpoint."""
 
 
-class FileChanged(ReadError):
+class ReadStopped(ReadError):
+    """A read that stops the whole work, never one value's "unreadable" (which would read as a finding about the
+    file: "DIFFERENT", exit 1): the file changed since it opened, or its remote store failed."""
+
+
+class FileChanged(ReadStopped):
     """A file was replaced or rewritten after it was opened: its values would not be the ones its tree and
     verdict describe, so they are never read (open it again)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(f"{path}: the file changed on disk since it was opened; open it again")
+
+
+class StoreFailed(ReadStopped):
+    """A remote store failed while values were read (access refused, an expired signature, a timeout, the budget
+    spent): the file was not read, which says nothing of its values."""
 
 
 class ShortRead(ReadError):

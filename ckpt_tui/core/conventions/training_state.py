@@ -27,7 +27,7 @@ from typing import Any
 
 from ckpt_tui.core.conventions.findings import Finding, where
 from ckpt_tui.core.conventions.state_dicts import BUFFER_NAMES, FLAT_OPTIMIZER_PARTS, PARAMETER_DTYPES
-from ckpt_tui.core.errors import CkptError, FileChanged
+from ckpt_tui.core.errors import CkptError, ReadStopped
 from ckpt_tui.core.model import keypath
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath
@@ -209,7 +209,7 @@ def _step_value(value: Any, byteorder: str) -> float | None:
     try:
         reader = TensorReader(value, byteorder)
         read = decode(reader.first(1), value.dtype, value.metadata)
-    except FileChanged:
+    except ReadStopped:
         raise
     except CkptError:
         return None

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, BinaryIO, Protocol
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import ReadError, ReadStopped, StoreFailed
 from ckpt_tui.core.model import byte_source
 from ckpt_tui.core.model.byte_source import human, write_all
 
@@ -91,7 +91,7 @@ class Transfer:
         with self._lock:
             self._here(name)
             if self.fetched + count > self.limit:
-                raise ReadError(self.refusal(name, count))
+                raise StoreFailed(self.refusal(name, count))
             self.fetched += count
             self.requests += requests
             if tally is not None:
@@ -403,7 +403,14 @@ class RemoteFile:
 
     def _fetch(self, offset: int, length: int) -> bytes:
         TRANSFER.reserve(self.name, length, self.tally)
-        data = self._transport.fetch(offset, length, self.identity)
+        try:
+            data = self._transport.fetch(offset, length, self.identity)
+        except ReadStopped:
+            raise
+        except ReadError as exc:
+            # a store that fails mid-work (access refused, a signature expired, a timeout) says nothing of the values:
+            # the work stops in one line, never a tensor "unreadable" (read as a finding: "DIFFERENT", exit 1)
+            raise StoreFailed(str(exc)) from None
         if len(data) < length:
             TRANSFER.give_back(length - len(data), self.tally)
         return data

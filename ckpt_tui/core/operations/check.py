@@ -17,7 +17,7 @@ from ckpt_tui.core.conventions.training_state import (
     may_name_moment,
     zero_moment_message,
 )
-from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
+from ckpt_tui.core.errors import ReadError, ReadStopped, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
@@ -307,7 +307,7 @@ class _ExactReads:
 
         try:
             return tensor_stats(tensor, self.byteorder, self.cancelled)
-        except FileChanged:
+        except ReadStopped:
             raise
         except UnwrittenRecord as exc:
             # torch.load gives it uninitialised memory: its values differ at each load, none are in the file
@@ -329,7 +329,7 @@ def hidden_nonfinite(listed: list[tuple[KeyPath, Tensor]], byteorder: str = "lit
     for path, tensor in reversed(sparse.values()):
         try:
             stats = tensor_stats(cast(Tensor, tensor.sparse_values), byteorder)
-        except FileChanged:
+        except ReadStopped:
             raise
         except ReadError as exc:
             problems.append(Problem("unreadable", f"{to_python(path)} (its values): {exc}", path))
@@ -379,7 +379,7 @@ def _sparse_problems(
     for path, tensor in reversed(sparse.values()):
         try:
             found = sparse_problem(tensor, byteorder, cancelled)
-        except FileChanged:
+        except ReadStopped:
             raise
         except ReadError as exc:
             problems.append(Problem("unreadable", f"{to_python(path)} (its indices): {exc}", path))
@@ -401,7 +401,7 @@ def _quantizer_problems(listed: list[tuple[KeyPath, Tensor]], byteorder: str) ->
     for path, tensor in reversed(quantized.values()):
         try:
             scales = _scales(tensor.quantizer[1], byteorder)  # type: ignore[index]
-        except FileChanged:
+        except ReadStopped:
             raise
         except (ReadError, ValueError, TypeError) as exc:
             problems.append(Problem("unreadable", f"{to_python(path)} (its quantizer's scales): {exc}", path))
@@ -489,7 +489,7 @@ def _starts_with_zeros(tensor: Tensor, byteorder: str) -> bool:
 
     try:
         return not TensorReader(tensor, byteorder).first(64).any()
-    except FileChanged:
+    except ReadStopped:
         raise
     except ReadError:
         return True

@@ -14,7 +14,7 @@ import numpy as np
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role
 from ckpt_tui.core.edits import tree_edits as edits
-from ckpt_tui.core.errors import CkptError, EditError, FileChanged
+from ckpt_tui.core.errors import CkptError, EditError, ReadStopped
 from ckpt_tui.core.model.describe import counted, short_repr
 from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children, hidden_parts, walk
@@ -509,7 +509,7 @@ def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
     try:
         with np.errstate(all="ignore"):
             return _compare_values(x, y, order_a, order_b)
-    except FileChanged:
+    except ReadStopped:
         raise  # (the whole diff: its values would come from another file than its tree)
     except CkptError as exc:
         return str(exc)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role as role
-from ckpt_tui.core.errors import Cancelled, CkptError, FileChanged
+from ckpt_tui.core.errors import Cancelled, CkptError, ReadStopped
 from ckpt_tui.core.model.keypath import KeyPath, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
@@ -186,7 +186,7 @@ def _compare(
     try:
         with np.errstate(all="ignore"):
             return _measure(path, x, y, order_a, order_b, cancelled)
-    except (Cancelled, FileChanged):
+    except (Cancelled, ReadStopped):
         raise
     except CkptError as exc:
         return LayerChange(path, note=f"unreadable: {exc}")
@@ -313,7 +313,7 @@ def _opened(
         reader_x, reader_y = TensorReader(x, order_a), TensorReader(y, order_b, ring="ring_b")
         read_x = reads.enter_context(reader_x.shared_reads(mapped=True))
         read_y = reads.enter_context(reader_y.shared_reads(mapped=True))
-    except FileChanged:
+    except ReadStopped:
         raise
     except CkptError:
         reads.close()
@@ -332,7 +332,7 @@ def _run_chunk(
     says so; a changed file or a cancel ends the run)."""
     try:
         return streamed, work(begin, count)
-    except (Cancelled, FileChanged):
+    except (Cancelled, ReadStopped):
         raise
     except CkptError as exc:
         return streamed, exc
@@ -344,7 +344,7 @@ def _streamed_row(streamed: _Streamed, order_a: str, order_b: str) -> LayerChang
         return LayerChange(streamed.path, note=f"unreadable: {streamed.failed}")
     try:
         return _finished(streamed.path, streamed.x, streamed.y, order_a, order_b, streamed.totals, streamed.nonfinite)
-    except (Cancelled, FileChanged):
+    except (Cancelled, ReadStopped):
         raise
     except CkptError as exc:
         return LayerChange(streamed.path, note=f"unreadable: {exc}")
@@ -608,7 +608,7 @@ def _norm(tensor: Tensor, byteorder: str, cancelled: CancelCheck | None) -> tupl
     """The norm of a tensor's finite values, and how many NaN/Inf it holds."""
     try:
         stats = tensor_stats(tensor, byteorder, cancelled)
-    except (Cancelled, FileChanged):
+    except (Cancelled, ReadStopped):
         raise
     except CkptError:
         return None, 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_tui.core.errors import CkptError, FileChanged
+from ckpt_tui.core.errors import CkptError, ReadStopped
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import key_text, leaves
@@ -175,7 +175,7 @@ def _compare_tensors(key: str, tensors: list[Tensor], checkpoints: list[Checkpoi
             0.0 if digests[rank] == digests[0] else _max_abs(first, t, checkpoints[0].byteorder, c.byteorder)
             for rank, (t, c) in enumerate(zip(tensors, checkpoints, strict=True))
         ]
-    except FileChanged:
+    except ReadStopped:
         raise
     except CkptError as exc:
         report.unreadable.append((key, str(exc)))

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Container, Mapping
 from typing import Any, BinaryIO
 
-from ckpt_tui.core.errors import FileChanged, ReadError, UnwrittenRecord
+from ckpt_tui.core.errors import ReadError, ReadStopped, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
@@ -134,7 +134,7 @@ class ZipRecords(RecordSource):
                     file = places.open_stream(self.path)
                     try:
                         self._check(file)
-                    except FileChanged:
+                    except ReadStopped:
                         file.close()
                         raise
                     self._file = file
@@ -211,7 +211,7 @@ class ZipRecords(RecordSource):
             else:
                 found = _windowed_offsets(source, wanted, heads)
                 source.confirm()
-        except FileChanged:
+        except ReadStopped:
             raise
         except (OSError, ValueError, ReadError):
             return  # (a file that changed, or cannot be mapped) locate reads each header, or refuses it

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_tui.core.errors import FileChanged, ReadError
+from ckpt_tui.core.errors import ReadError, ReadStopped
 from ckpt_tui.core.model.keypath import KeyPath, to_json, to_slash
 from ckpt_tui.core.model.tree import Tensor, hidden_tensors, view_key, walk
 from ckpt_tui.core.values.batched_stats import planned_stats
@@ -213,7 +213,7 @@ def _read(
 
     try:
         return tensor_stats(tensor, byteorder, cancelled, within)
-    except FileChanged:
+    except ReadStopped:
         raise
     except ReadError as exc:
         return f"{UNREADABLE}: {exc}"
