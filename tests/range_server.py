@@ -62,9 +62,14 @@ class RangeServer:
         throttle_first: int = 0,
         token: str | None = None,
         cdn: str | None = None,
+        signed_uses: int | None = None,
     ) -> None:
         self.root = root
         self.cdn = cdn
+        self.signed_uses = signed_uses
+        """As a CDN: the requests one signed link (``?signature=N``) answers before it is refused (403: expired)."""
+        # (links issued by the Hub's server are counted there; answers given by the CDN's, here)
+        self.signatures: dict[str, int] = {}
         self.ranges = ranges
         self.latency = latency
         self.bandwidth = bandwidth
@@ -140,6 +145,13 @@ class RangeServer:
             self.served.requests.append((handler.command, path, handler.headers.get("Range", "")))
         if throttled:
             return self._send(handler, 429, {"Retry-After": "0"}, b"slow down")
+        if self.signed_uses is not None:
+            with self.served.lock:
+                used = self.signatures.get(parsed.query, 0)
+                if used < self.signed_uses:
+                    self.signatures[parsed.query] = used + 1
+            if used >= self.signed_uses:
+                return self._send(handler, 403, {}, b"AccessDenied: Request has expired")
         if self.token is not None and handler.headers.get("Authorization") != f"Bearer {self.token}":
             return self._send(handler, 401, {}, b"unauthorized")
         hub = re.match(r"^/api/models/([^/]+/[^/]+)/(tree|revision)/([^/]+)(/.*)?$", path)
@@ -154,12 +166,19 @@ class RangeServer:
             return self._file(handler, file, head, {"X-Repo-Commit": self._commit(folder)})
         return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
 
+    def _signed(self) -> int:
+        """A new signature for a link to the CDN."""
+        with self.served.lock:
+            self.signatures["issued"] = self.signatures.get("issued", 0) + 1
+            return self.signatures["issued"]
+
     def _to_cdn(self, handler: BaseHTTPRequestHandler, folder: str, name: str, file: str) -> None:
         """The Hub's answer for an LFS file: a redirect to the CDN, the file's sha256 as its linked ETag."""
         with open(file, "rb") as data:
             digest = hashlib.sha256(data.read()).hexdigest()
+        link = f"{self.cdn}/{urllib.parse.quote(folder)}/{urllib.parse.quote(name)}"
         headers = {
-            "Location": f"{self.cdn}/{urllib.parse.quote(folder)}/{urllib.parse.quote(name)}?signature=1",
+            "Location": f"{link}?signature={self._signed()}",
             "X-Repo-Commit": self._commit(folder),
             "X-Linked-Etag": f'"{digest}"',
             "X-Linked-Size": str(os.path.getsize(file)),

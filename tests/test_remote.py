@@ -880,3 +880,26 @@ def test_a_deepspeed_file_on_a_web_server_opens_alone_and_says_how_to_get_the_sa
         checkpoint = open_checkpoint(f"{served.url}/global_step2/{name}")
         assert checkpoint.format == "zip"
         assert any("one file of a DeepSpeed folder on a web server" in note for note in checkpoint.notes)
+
+
+def test_an_expired_signed_link_to_the_cdn_is_asked_of_the_hub_anew(cdn_hub: Any, capsys: Any) -> None:
+    from ckpt_tui.cli import main
+
+    hub, cdn = cdn_hub
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    nan_training_file(folder / "train.pth")
+    cdn.signed_uses = 10**6
+    checkpoint = open_checkpoint("hf://org/model/train.pth")
+    # the link the Hub signed for the open expires now (as an hour's signature does): the next read is refused
+    cdn.signed_uses = max(cdn.signatures.values())
+    local = open_checkpoint(str(folder / "train.pth"))
+    far, near = checkpoint.root["model"]["layer5.weight"], local.root["model"]["layer5.weight"]
+    assert tensor_stats(far, "little") == tensor_stats(near, "little")
+    assert [method for method, path, _ in hub.served.requests if "/resolve/" in path] == ["HEAD", "HEAD"]
+    forget()
+    cdn.signed_uses = 0  # the CDN refuses every link: one line naming no token (a token does not sign links)
+    assert main(["check", "hf://org/model/train.pth"]) == 2
+    # (the server thread may log a connection dropped after a refusal to stderr too)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
+    assert len(lines) == 1 and "no access (HTTP 403)" in lines[0] and "HF_TOKEN" not in lines[0], lines

@@ -91,6 +91,10 @@ def set_refused(where: str, refused: NoRanges, files: str, folder: str, names: l
     )
 
 
+class NoAccess(ReadError):
+    """The server refused access (HTTP 401 or 403)."""
+
+
 class HtmlPage(ReadError):
     """The URL answered with an HTML page (a folder's listing, a site's page): not a file to read."""
 
@@ -344,7 +348,7 @@ class HttpTransport:
             return NotFound(f"{self.name}: not found (HTTP 404)")
         if status in (401, 403):
             hint = f"; {self.access_hint}" if self.access_hint else ""
-            return ReadError(f"{self.name}: no access (HTTP {status}){hint}")
+            return NoAccess(f"{self.name}: no access (HTTP {status}){hint}")
         if status in (412, 409):
             return ReadError(
                 f"{self.name}: the file changed while being read (its version no longer matches); open it again"
@@ -702,10 +706,14 @@ class _HubFile:
     def __init__(self, store: HubStore, url: str, repo: str, revision: str | None, path: str) -> None:
         self.store, self.url, self.repo, self.revision, self.path = store, url, repo, revision, path
         self._http: HttpTransport | None = None
+        self._signed = False
+        """Whether the file is read from a signed link the Hub redirected to (a CDN's), not from the Hub."""
+        self._first: tuple[str | None, int | None] = (None, None)
+        """The ETag and size the Hub named first."""
+        self._renewing = threading.Lock()
 
-    def stat(self) -> Stat:
-        if not self.path:
-            raise ReadError(f"{self.url}: a repo, not a file")
+    def _resolve(self) -> Any:
+        """The Hub's metadata of the file (a HEAD at the commit its revision resolved to first), and the URL asked."""
 
         def resolve(api: Any) -> Any:
             from huggingface_hub import get_hf_file_metadata, hf_hub_url
@@ -714,7 +722,12 @@ class _HubFile:
             where = hf_hub_url(self.repo, self.path, revision=at, endpoint=api.endpoint)
             return get_hf_file_metadata(where, endpoint=api.endpoint, retry_on_errors=True), where
 
-        meta, where = _hub_call(self.url, resolve)
+        return _hub_call(self.url, resolve)
+
+    def stat(self) -> Stat:
+        if not self.path:
+            raise ReadError(f"{self.url}: a repo, not a file")
+        meta, where = self._resolve()
         if meta.commit_hash:
             self.store.pin(self.repo, self.revision, meta.commit_hash)
         from huggingface_hub.utils import build_hf_headers
@@ -725,18 +738,43 @@ class _HubFile:
         location = meta.location or where
         # The token goes to the Hub only: a redirect to a CDN carries its own signature.
         auth = {k: v for k, v in headers.items() if k.lower() == "authorization"}
-        sent = auth if urllib.parse.urlsplit(location).netloc == home else {}
-        self._http = HttpTransport(location, self.url, sent, "set HF_TOKEN")
+        on_hub = urllib.parse.urlsplit(location).netloc == home
+        hint = "set HF_TOKEN" if on_hub else "the Hub's signed link to it was refused, even when asked for anew"
+        self._http = HttpTransport(location, self.url, auth if on_hub else {}, hint)
         self._http.size = int(meta.size) if meta.size is not None else None
+        self._signed = not on_hub
+        self._first = (meta.etag, meta.size)
         identity = f'"{meta.etag}"' if meta.etag and not meta.etag.startswith(('"', "W/")) else (meta.etag or "")
         return Stat(int(meta.size or 0), identity or str(meta.commit_hash or ""))
 
     def fetch(self, offset: int, length: int, identity: str) -> bytes:
         """A range from where the Hub sent the file: the file is known by the Hub's ETag (an LFS file's sha256, the
         header cache's key) and commit, which a CDN's own ETag never equals; as huggingface_hub reads the redirect's
-        location, ranges there are held to the size the Hub named and to the version the CDN names first."""
+        location, ranges there are held to the size the Hub named and to the version the CDN names first. A CDN's
+        link is signed and expires (in about an hour): refused, it is asked of the Hub anew, once."""
         assert self._http is not None
+        link = self._http.url
+        try:
+            return self._http.fetch_served(offset, length)
+        except NoAccess:
+            if not self._signed:
+                raise
+        self._renew(link)
         return self._http.fetch_served(offset, length)
+
+    def _renew(self, refused: str) -> None:
+        """A fresh signed link from the Hub in place of ``refused``, for the same file (the same ETag and size at the
+        same commit); none when another read renewed it meanwhile."""
+        assert self._http is not None
+        with self._renewing:
+            if self._http.url != refused:
+                return
+            meta, where = self._resolve()
+            if (meta.etag, meta.size) != self._first:
+                raise ReadError(
+                    f"{self.url}: the file changed while being read (its version no longer matches); open it again"
+                )
+            self._http.url = meta.location or where
 
 
 _FSSPEC_PROTOCOLS = {"s3": ("s3fs", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE", "remote")}
