@@ -439,3 +439,14 @@ def test_a_store_that_fails_mid_command_is_one_line_exit_2_not_a_finding(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "no access (HTTP 403)" in lines[0], err
     assert "DIFFERENT" not in out and "unreadable" not in out + err
+
+
+def test_a_redirect_loop_is_said_to_be_one(capsys: pytest.CaptureFixture[str]) -> None:
+    def loop(handler: BaseHTTPRequestHandler, start: int, end: int, count: int) -> None:
+        handler.send_response(302)
+        handler.send_header("Location", "/ckpt.pth")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    line = refused(loop, capsys)
+    assert "too many redirects" in line and "HTTP 302" not in line

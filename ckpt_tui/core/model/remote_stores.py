@@ -353,6 +353,9 @@ class HttpTransport:
             return ReadError(
                 f"{self.name}: the file changed while being read (its version no longer matches); open it again"
             )
+        if status in (301, 302, 303, 307, 308):
+            # (a redirect is followed: one left is the last of too many)
+            return ReadError(f"{self.name}: too many redirects (more than {REDIRECTS}; a loop?), last to {self.url}")
         return ReadError(f"{self.name}: the server answered HTTP {status}")
 
     def _no_ranges(self) -> ReadError:
