@@ -105,7 +105,7 @@ async def test_save_dialog_on_a_file_torch_refuses_says_so_and_the_save_line_lea
     argv = shlex.split(command)
     assert argv[:3] == ["ckpt-tui", "convert", str(saved)]
     assert main(argv[1:]) == 0
-    assert loads_weights_only(Path(argv[argv.index("-o") + 1]))
+    assert loads_weights_only(Path(argv[argv.index("--output") + 1]))
 
 
 async def test_deleting_the_payload_clears_the_refusal_and_the_unsafe_global(payload_file: tuple[Path, Path]) -> None:
