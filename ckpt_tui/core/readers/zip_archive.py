@@ -574,6 +574,36 @@ def read_member(file: BinaryIO, entry: ZipEntry, file_bytes: int, limit: int = 1
     return raw
 
 
+INFLATE_CHUNK = 8 << 20
+"""Bytes of a deflated member read (and inflated, then dropped) at a time when only its length is checked."""
+
+
+def inflates_whole(file: BinaryIO, entry: ZipEntry, file_bytes: int) -> bool:
+    """Whether a deflated member's data inflates to exactly the size its entry says (miniz's extraction fails
+    otherwise, and torch goes on with the buffer it allocated: uninitialised memory). Streamed: the inflated
+    bytes are counted, never kept."""
+    start = data_offset(file, entry)
+    if start + entry.compressed_size > file_bytes:
+        return False
+    inflater = zlib.decompressobj(-15)
+    file.seek(start)
+    left, made = entry.compressed_size, 0
+    try:
+        while left and made <= entry.size:
+            chunk = file.read(min(INFLATE_CHUNK, left))
+            if not chunk:
+                return False
+            left -= len(chunk)
+            made += len(inflater.decompress(chunk, entry.size + 1 - made))
+            # (what max_length held back is inflated now, a chunk at a time)
+            while inflater.unconsumed_tail and made <= entry.size:
+                made += len(inflater.decompress(inflater.unconsumed_tail, INFLATE_CHUNK))
+        made += len(inflater.flush())
+    except zlib.error:
+        return False
+    return made == entry.size and inflater.eof
+
+
 def crc_matches(entry: ZipEntry, data: bytes) -> bool:
     """Whether a member's bytes match the CRC-32 its central entry records."""
     return zlib.crc32(data) == entry.crc

@@ -53,6 +53,7 @@ from ckpt_tui.core.readers.zip_archive import (
     UNSUPPORTED_FLAGS,
     ZipDirectory,
     ZipEntry,
+    inflates_whole,
     multidisk_member,
     open_refusal,
     read_central_directory,
@@ -565,7 +566,15 @@ def _scan_zip(path: str, file: BinaryIO, entries: ZipDirectory | None, size: int
     for doubt in unwritten_small_records(entries, archive):
         scan.doubt(doubt)
     records = archive + "data/"
-    scan.deflated = any(m.compress == DEFLATED and m.name.startswith(records) for m in entries.members)
+    deflated = [m for m in entries.members if m.compress == DEFLATED and m.name.startswith(records)]
+    # miniz's inflate fails on such a record, and torch goes on with the buffer it allocated for it
+    bad = next((m for m in deflated if m.size and not unwritten(m) and not inflates_whole(file, m, size)), None)
+    if bad is not None:
+        scan.doubt(
+            f"zip member {bad.name!r} is stored deflated but does not inflate to its {counted(bad.size, 'byte')}: "
+            "torch.load gives its tensor uninitialised memory"
+        )
+    scan.deflated = bool(deflated) and bad is None
     candidates = entries.candidates(archive + "data.pkl")
     if not candidates:
         scan.fail(f"no {archive}data.pkl: torch.load finds no object to load")
