@@ -1092,9 +1092,73 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
     if not dtype.startswith(("qint", "quint")):
         raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
     _set_storage(storage, offset, size, stride, dtype)
+    if name == "torch.per_tensor_affine":
+        _per_tensor_params(params[1], params[2])
+    else:
+        _per_channel_params(params[1], params[2], params[3], tuple(size))
     # torch sets requires_grad after building: a quantized dtype cannot require grad
     _grad(requires_grad, dtype)
     return WTensor(dtype, plain=False, requires_grad=requires_grad)
+
+
+_QUANT_INDEX_LIMIT = 1 << 63
+
+
+def _per_tensor_params(scale: Any, zero_point: Any) -> None:
+    """``torch._empty_affine_quantized(size, scale=scale, zero_point=zero_point)``: a scale its argument parser
+    reads as a float (a number, a bool, a 0-d tensor), a zero point it reads as an int (an int, a 0-d tensor)."""
+    if isinstance(scale, WTensor) or isinstance(zero_point, WTensor):
+        for part in (scale, zero_point):
+            if isinstance(part, WTensor) and part.shape not in ((), None):
+                raise Refusal("a per-tensor quantizer's scale or zero point is a tensor of more than one element")
+        raise CannotTell("a per-tensor quantizer's scale or zero point is a tensor: not emulated here")
+    if type(scale) not in (float, int, bool):
+        raise Refusal(f"a per-tensor quantizer's scale is a {_type_name(scale)}, not a float")
+    if type(zero_point) is not int:
+        raise Refusal(f"a per-tensor quantizer's zero point is a {_type_name(zero_point)}, not an int")
+    if not -_QUANT_INDEX_LIMIT <= zero_point < _QUANT_INDEX_LIMIT or (
+        type(scale) is int and not -_QUANT_INDEX_LIMIT <= scale < _QUANT_INDEX_LIMIT
+    ):
+        raise Refusal("a per-tensor quantizer's scale or zero point does not fit 64 bits")
+
+
+def _per_channel_params(scales: Any, zero_points: Any, axis: int, size: tuple[Any, ...]) -> None:
+    """``_rebuild_qtensor``'s checks of a per-channel quantizer, then ``torch._empty_per_channel_affine_quantized``'s:
+    the axis within the size, as many scales and zero points as that dimension holds, lists made tensors (both
+    lists) or tensors of one dimension, the scales floating point."""
+    if not 0 <= axis < len(size):
+        raise Refusal(f"a per-channel quantizer's axis {axis} is out of range for size {list(size)}")
+    expected = size[axis]
+    for what, part in (("scales", scales), ("zero points", zero_points)):
+        if type(part) is list:
+            count = len(part)
+        elif isinstance(part, WTensor):
+            if part.shape is None:
+                raise CannotTell(f"a per-channel quantizer's {what} are a tensor of a shape not known here")
+            count = math.prod(part.shape)
+        else:
+            raise Refusal(f"a per-channel quantizer's {what} are a {_type_name(part)}, not a list or a tensor")
+        if count != expected:
+            raise Refusal(f"a per-channel quantizer has {count} {what} for {expected} channels")
+    if type(scales) is list and type(zero_points) is list:
+        # torch.tensor(...) of each: numbers convert; anything else is not emulated
+        if not all(type(item) in (int, float, bool) for item in [*scales, *zero_points]):
+            raise CannotTell("a per-channel quantizer's scales or zero points hold other than numbers")
+        return
+    if not (isinstance(scales, WTensor) and isinstance(zero_points, WTensor)):
+        raise Refusal("a per-channel quantizer's scales and zero points are a list and a tensor")
+    if len(scales.shape or ()) != 1 or len(zero_points.shape or ()) != 1:
+        raise Refusal("a per-channel quantizer's scales or zero points are not a tensor of one dimension")
+    if scales.dtype not in _REAL_FLOATS:
+        raise Refusal(f"a per-channel quantizer's scales are {scales.dtype}, not floating point")
+    if zero_points.dtype in _COMPLEX or not scales.plain or not zero_points.plain:
+        raise CannotTell("a per-channel quantizer's zero points are of a kind not emulated here")
+    if scales.location not in ("cpu", None) or zero_points.location not in ("cpu", None):
+        raise CannotTell("a per-channel quantizer's scales or zero points are on a device: not emulated here")
+
+
+_REAL_FLOATS = frozenset({"float64", "float32", "float16", "bfloat16"})
+"""The dtypes a per-channel quantizer's scales may have (torch: "scale tensor must be floating point")."""
 
 
 def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:

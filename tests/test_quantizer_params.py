@@ -1,0 +1,79 @@
+"""A quantized tensor's quantizer parameters judged as torch.load judges them (``_rebuild_qtensor``, then
+``torch._empty_per_channel_affine_quantized`` / ``_empty_affine_quantized``): scales of two dimensions or of
+integers, an axis out of range, as many scales as channels, a zero point of the wrong type. Each file is the real
+``torch.save`` of a quantized tensor with one rebuild argument edited; the oracle is the real torch.load (was
+"loads", exit 0, for scales torch refuses)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+
+
+class _Rebuilt:
+    """Pickles as ``func(*args)``: a quantized tensor's own reduction, one argument changed."""
+
+    def __init__(self, func: Any, args: tuple[Any, ...]) -> None:
+        self.func, self.args = func, args
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, tuple[Any, ...]]:
+        return self.func, self.args
+
+
+def _per_channel(**changed: Any) -> Any:
+    torch.manual_seed(0)
+    scales = torch.tensor([0.1, 0.2, 0.3], dtype=torch.double)
+    tensor = torch.quantize_per_channel(torch.randn(3, 4), scales, torch.tensor([0, 1, 2]), 0, torch.qint8)
+    func, args = tensor.__reduce_ex__(2)
+    params = dict(zip(("scheme", "scales", "zero_points", "axis"), args[4], strict=True)) | changed
+    return _Rebuilt(func, (*args[:4], tuple(params.values()), *args[5:]))
+
+
+def _per_tensor(**changed: Any) -> Any:
+    torch.manual_seed(0)
+    tensor = torch.quantize_per_tensor(torch.randn(3, 4), 0.05, 3, torch.quint8)
+    func, args = tensor.__reduce_ex__(2)
+    params = dict(zip(("scheme", "scale", "zero_point"), args[4], strict=True)) | changed
+    return _Rebuilt(func, (*args[:4], tuple(params.values()), *args[5:]))
+
+
+CASES = {
+    "per-channel as saved": _per_channel,
+    "scales of two dimensions": lambda: _per_channel(scales=torch.tensor([[0.1, 0.2, 0.3]], dtype=torch.double)),
+    "integer scales": lambda: _per_channel(scales=torch.tensor([1, 2, 3])),
+    "float32 scales": lambda: _per_channel(scales=torch.tensor([0.1, 0.2, 0.3])),
+    "zero points of two dimensions": lambda: _per_channel(zero_points=torch.tensor([[0, 1, 2]])),
+    "float zero points": lambda: _per_channel(zero_points=torch.tensor([0.0, 1.0, 2.0])),
+    "two scales for three channels": lambda: _per_channel(scales=torch.tensor([0.1, 0.2], dtype=torch.double)),
+    "axis past the size": lambda: _per_channel(axis=2),
+    "a negative axis": lambda: _per_channel(axis=-1),
+    "per-tensor as saved": _per_tensor,
+    "a float zero point": lambda: _per_tensor(zero_point=1.5),
+    "a str scale": lambda: _per_tensor(scale="x"),
+    "a negative scale": lambda: _per_tensor(scale=-1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_quantizer_parameters_are_judged_as_torch_judges_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path = tmp_path / "q.pth"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save({"w": CASES[name]()}, path)
+        try:
+            torch.load(path, weights_only=True)
+            torch_says = "loads"
+        except Exception:
+            torch_says = "refuses"
+    main(["check", "--json", str(path)])
+    said = json.loads(capsys.readouterr().out)["weights_only"]["answer"]
+    assert said == torch_says, (name, said, torch_says)
