@@ -53,3 +53,14 @@ def test_a_record_that_inflates_loads(tmp_path: Path, capsys: pytest.CaptureFixt
             write.writestr(info.filename, read.read(info.filename), compress_type=method)
     assert torch.equal(torch.load(path, weights_only=True)["a"], torch.arange(6, dtype=torch.float32))
     assert _verdict(path, capsys) == "loads"
+
+
+def test_a_format_version_that_does_not_inflate_still_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch reads .format_version only to compare it with b"1": whatever bytes a failed inflate leaves, it goes on
+    (was "refuses"); the same edit on .storage_alignment, which torch parses as a number, is "cannot tell"."""
+    for record, expected in ((".format_version", "loads"), (".storage_alignment", "cannot_tell")):
+        path = tmp_path / f"m{record}.pth"
+        torch.save({"a": torch.arange(6, dtype=torch.float32)}, path)
+        member = next(name for name in zipfile.ZipFile(path).namelist() if name.endswith("/" + record))
+        _claim_deflated(path, member)
+        assert _verdict(path, capsys) == expected, record

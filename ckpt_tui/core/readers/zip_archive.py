@@ -580,11 +580,17 @@ INFLATE_CHUNK = 8 << 20
 
 def inflates_whole(file: BinaryIO, entry: ZipEntry, file_bytes: int) -> bool:
     """Whether a deflated member's data inflates to exactly the size its entry says (miniz's extraction fails
-    otherwise, and torch goes on with the buffer it allocated: uninitialised memory). Streamed: the inflated
-    bytes are counted, never kept."""
+    otherwise, and torch goes on with the buffer it allocated: uninitialised memory, or refuses a size that
+    differs). Streamed: the inflated bytes are counted, never kept."""
+    return inflated_size(file, entry, file_bytes) == (entry.size, True)
+
+
+def inflated_size(file: BinaryIO, entry: ZipEntry, file_bytes: int) -> tuple[int, bool] | None:
+    """How many bytes a deflated member's data inflates to (counted up to one past its entry's size) and whether
+    its stream ended; None where the data is no deflate stream (zlib fails) or runs past the file."""
     start = data_offset(file, entry)
     if start + entry.compressed_size > file_bytes:
-        return False
+        return None
     inflater = zlib.decompressobj(-15)
     file.seek(start)
     left, made = entry.compressed_size, 0
@@ -592,7 +598,7 @@ def inflates_whole(file: BinaryIO, entry: ZipEntry, file_bytes: int) -> bool:
         while left and made <= entry.size:
             chunk = file.read(min(INFLATE_CHUNK, left))
             if not chunk:
-                return False
+                return None
             left -= len(chunk)
             made += len(inflater.decompress(chunk, entry.size + 1 - made))
             # (what max_length held back is inflated now, a chunk at a time)
@@ -600,8 +606,8 @@ def inflates_whole(file: BinaryIO, entry: ZipEntry, file_bytes: int) -> bool:
                 made += len(inflater.decompress(inflater.unconsumed_tail, INFLATE_CHUNK))
         made += len(inflater.flush())
     except zlib.error:
-        return False
-    return made == entry.size and inflater.eof
+        return None
+    return made, inflater.eof
 
 
 def crc_matches(entry: ZipEntry, data: bytes) -> bool:

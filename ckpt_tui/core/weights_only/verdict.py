@@ -53,6 +53,7 @@ from ckpt_tui.core.readers.zip_archive import (
     UNSUPPORTED_FLAGS,
     ZipDirectory,
     ZipEntry,
+    inflated_size,
     inflates_whole,
     multidisk_member,
     open_refusal,
@@ -635,20 +636,32 @@ def _check_small_records(file: BinaryIO, entries: ZipDirectory, archive: str, si
     order = entries.get(archive + "byteorder")
     # torch compares the whole record with b"little" and b"big": a longer one is refused, whatever it holds
     byteorder = _small_record(file, entries, archive + "byteorder", size) if order and order.size <= 6 else None
-    if order is not None and byteorder not in (b"little", b"big"):
+    if byteorder == UNINITIALISED:
+        scan.doubt(_uninitialised("byteorder"))
+    elif order is not None and byteorder not in (b"little", b"big"):
         shown = repr(byteorder) if byteorder not in (None, b"?") else f"of {order.size} bytes"
         scan.fail(f"unknown byteorder record {shown}")
     # torch's reader reads .data/serialization_id when it opens the archive; torch.load reads .format_version
+    # (only to compare it with b"1": whatever bytes it gets, it goes on)
     for name in (".data/serialization_id", ".format_version"):
         if _small_record(file, entries, archive + name, size) == b"?":
             scan.fail(f"the {name} record cannot be read by torch's zip reader")
     serialization_id = _small_record(file, entries, archive + ".data/serialization_id", size)
-    if serialization_id not in (None, b"?") and not _is_utf8(serialization_id):
+    if serialization_id == UNINITIALISED:
+        scan.doubt(_uninitialised(".data/serialization_id"))
+    elif serialization_id not in (None, b"?") and not _is_utf8(serialization_id):
         # torch.load's last step logs zip_file.serialization_id(): pybind decodes it as UTF-8, strictly
         scan.fail("the .data/serialization_id record is not UTF-8: torch.load fails after unpickling (both modes)")
     alignment = _small_record(file, entries, archive + ".storage_alignment", size)
-    if alignment is not None and not _parses_as_int(alignment):
+    if alignment == UNINITIALISED:
+        scan.doubt(_uninitialised(".storage_alignment"))
+    elif alignment is not None and not _parses_as_int(alignment):
         scan.fail(f"the .storage_alignment record is not a number ({alignment[:32]!r})")
+
+
+def _uninitialised(name: str) -> str:
+    """Why the verdict cannot tell: torch reads a record as the memory it allocated for it."""
+    return f"the {name} record is stored deflated but inflates to nothing whole: torch.load reads uninitialised memory"
 
 
 def _is_utf8(data: bytes | None) -> bool:
@@ -760,8 +773,13 @@ class _Unheld(Exception):
     """A small record too large to read here: the verdict cannot tell what torch makes of it."""
 
 
+UNINITIALISED = b"?uninitialised"
+"""What :func:`_small_record` gives for a record torch reads as uninitialised memory (its data no deflate stream)."""
+
+
 def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -> bytes | None:
-    """A record torch reads whole (``getRecord``), whatever its size; b"?" where its zip reader cannot read it."""
+    """A record torch reads whole (``getRecord``), whatever its size; b"?" where its zip reader cannot read it,
+    :data:`UNINITIALISED` where it reads uninitialised memory."""
     entry = entries.get(name)
     if entry is None:
         return None
@@ -771,6 +789,12 @@ def _small_record(file: BinaryIO, entries: ZipDirectory, name: str, size: int) -
         raise _Unheld(
             f"the {name} record holds {entry.size} bytes, more than ckpt-tui reads to tell what torch makes of it"
         )
+    if entry.compress == DEFLATED:
+        inflated = inflated_size(file, entry, size)
+        # miniz's inflate fails (no deflate stream, or one that does not end), and torch reads the buffer it
+        # allocated for the record as it is; a stream that ends at another size is refused ("unexpected size")
+        if inflated is None or not inflated[1]:
+            return UNINITIALISED
     try:
         return read_small_record(file, entries, entry, size)
     except ReadError:
