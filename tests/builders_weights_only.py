@@ -430,3 +430,26 @@ def write_zip_members(path: Path, members: dict[str, bytes]) -> Path:
 def every_fixture() -> dict[str, Builder]:
     """All builders by name."""
     return {**REFUSED, **ACCEPTED, **OTHER}
+
+
+def torch_answer(path: Path) -> str:
+    """What the real ``torch.load(path, weights_only=True)`` does: ``loads`` or ``refuses`` (warnings hushed)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.load(path, weights_only=True)
+        except Exception:
+            return "refuses"
+    return "loads"
+
+
+def checked_answer(path: Path, capsys: Any) -> str:
+    """ckpt-tui's verdict on ``path`` as ``check --json`` gives it: ``loads``, ``refuses`` or ``cannot_tell``."""
+    import json
+
+    from ckpt_tui.cli import main
+
+    main(["check", "--json", str(path)])
+    return str(json.loads(capsys.readouterr().out)["weights_only"]["answer"])

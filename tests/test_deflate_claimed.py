@@ -5,15 +5,13 @@ still loads."""
 
 from __future__ import annotations
 
-import json
 import struct
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
-
-from ckpt_tui.cli import main
+from builders_weights_only import checked_answer
 
 
 def _claim_deflated(path: Path, member: str) -> None:
@@ -30,17 +28,12 @@ def _claim_deflated(path: Path, member: str) -> None:
     raise AssertionError(member)
 
 
-def _verdict(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    main(["check", "--json", str(path)])
-    return str(json.loads(capsys.readouterr().out)["weights_only"]["answer"])
-
-
 def test_a_record_that_does_not_inflate_is_cannot_tell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "m.pth"
     torch.save({"a": torch.arange(6, dtype=torch.float32)}, path)
     member = next(name for name in zipfile.ZipFile(path).namelist() if name.endswith("/data/0"))
     _claim_deflated(path, member)
-    assert _verdict(path, capsys) == "cannot_tell"
+    assert checked_answer(path, capsys) == "cannot_tell"
 
 
 def test_a_record_that_inflates_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,7 +45,7 @@ def test_a_record_that_inflates_loads(tmp_path: Path, capsys: pytest.CaptureFixt
             method = zipfile.ZIP_DEFLATED if "/data/" in info.filename else zipfile.ZIP_STORED
             write.writestr(info.filename, read.read(info.filename), compress_type=method)
     assert torch.equal(torch.load(path, weights_only=True)["a"], torch.arange(6, dtype=torch.float32))
-    assert _verdict(path, capsys) == "loads"
+    assert checked_answer(path, capsys) == "loads"
 
 
 def test_a_format_version_that_does_not_inflate_still_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,4 +56,4 @@ def test_a_format_version_that_does_not_inflate_still_loads(tmp_path: Path, caps
         torch.save({"a": torch.arange(6, dtype=torch.float32)}, path)
         member = next(name for name in zipfile.ZipFile(path).namelist() if name.endswith("/" + record))
         _claim_deflated(path, member)
-        assert _verdict(path, capsys) == expected, record
+        assert checked_answer(path, capsys) == expected, record

@@ -292,22 +292,11 @@ def test_a_device_string_is_parsed_as_torch_parses_it(
 ) -> None:
     """``_rebuild_device_tensor_from_cpu_tensor(data, dtype, device, ...)`` reads ``device`` as ``torch.device``
     does: ASCII digits and no leading zero (``cpu:00`` was "loads"; torch.load refuses it)."""
-    import json
-
-    import torch
-
-    from ckpt_tui.cli import main
+    from builders_weights_only import checked_answer, torch_answer
 
     func = G("torch._utils", "_rebuild_device_tensor_from_cpu_tensor")
     path = zip_file(tmp_path / "d.pth", Call(func, (v2(), G("torch", "float32"), device, False)))
-    try:
-        torch.load(path, weights_only=True)
-        torch_says = "loads"
-    except Exception:
-        torch_says = "refuses"
-    main(["check", "--json", str(path)])
-    said = json.loads(capsys.readouterr().out)["weights_only"]["answer"]
-    assert said == torch_says, (device, said, torch_says)
+    assert checked_answer(path, capsys) == torch_answer(path), device
 
 
 # ---- what torch loads and the emulation does not model: "cannot tell", never "refuses" ---------------------
