@@ -307,6 +307,15 @@ UNMODELLED = {
     "_rebuild_tensor_v3 with dtype None": Call(
         G("torch._utils", "_rebuild_tensor_v3"), (pid(), 0, (6,), (1,), False, OD, None)
     ),
+    "bytearray of a uint8 tensor's elements": Call(
+        G("builtins", "bytearray"),
+        (
+            Call(
+                G("torch._utils", "_rebuild_tensor_v2"),
+                (Pid(("storage", G("torch", "ByteStorage"), "0", "cpu", 24)), 0, (6,), (1,), False, OD),
+            ),
+        ),
+    ),
     "a storage typed by a tensor class": Call(
         G("torch._utils", "_rebuild_tensor_v2"),
         (Pid(("storage", G("torch", "HalfTensor"), "0", "cpu", 12)), 0, (12,), (1,), False, OD),

@@ -1463,6 +1463,9 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
             raise Refusal("bytearray of a negative size")
         if isinstance(first, (list, tuple)) and not all(type(v) in (int, bool) and 0 <= v < 256 for v in first):
             raise Refusal("bytearray of values outside 0..255")
+        if isinstance(first, WTensor) and (first.dtype == "bool" or first.dtype.startswith(("int", "uint"))):
+            # torch takes an integer tensor's elements (or a 0-d one as a size): its values decide, unread here
+            raise CannotTell("bytearray of an integer tensor: torch makes one of its values (not read here)")
         if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)):
             raise Refusal(f"bytearray of a {_type_name(first)}")
     return WLeaf("builtins.bytearray")
