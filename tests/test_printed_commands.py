@@ -193,6 +193,30 @@ def test_input_paths_that_look_like_options_or_code(
     assert not (tmp_path / "PWNED").exists()
 
 
+def test_a_file_name_that_is_not_utf8_is_named_by_its_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The printed fix names the very file (its bytes, not the UTF-8 of Python's stand-ins for them), and
+    ``--json`` gives the exact name back in ``path_bytes``."""
+    import base64
+    import os
+
+    name = os.fsdecode(b"bad\xff\xfename.pth")
+    torch.save(ddp_state_dict(), tmp_path / name)
+    main(["info", str(tmp_path / name)])
+    out = capsys.readouterr().out
+    assert "bad\\xff\\xfename.pth" in out.splitlines()[0]
+    fix = next(line.split("fix: ", 1)[1] for line in out.splitlines() if "fix: " in line)
+    assert "$'" in fix and "\\xff\\xfe" in fix and "\\xed" not in fix
+    result = Shell(tmp_path).paste(fix)
+    assert result.returncode == 0, result.stderr
+    assert os.fsencode(tmp_path / os.fsdecode(b"bad\xff\xfename.fixed.pth")) in [
+        os.fsencode(tmp_path / entry) for entry in os.listdir(tmp_path)
+    ]
+    for command in ("info", "check"):
+        _, report = json_out(capsys, [command, "--json", str(tmp_path / name)])
+        assert base64.b64decode(report["path_bytes"]) == os.fsencode(tmp_path / name)
+        assert report["path"].endswith("bad\\xff\\xfename.pth")
+
+
 FIXTURES = {
     "ddp": lambda tmp: torch.save(ddp_state_dict(), tmp),
     "training checkpoint": lambda tmp: torch.save(training_checkpoint(), tmp),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_tui.cli.render import ProgressLine, print_info_json, print_json, print_stats_csv
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.keypath import file_path_json
 
 if TYPE_CHECKING:
     from ckpt_tui.core.model.tree import Checkpoint
@@ -215,7 +216,7 @@ def _print_unreadable_verdict(
     if as_json:
         # a script parsing stdout gets JSON for every refusal, with or without a verdict
         verdict = judged.to_json() if judged is not None else None
-        print_json({"path": path, "readable": False, "error": str(exc), "weights_only": verdict})
+        print_json({**file_path_json(path), "readable": False, "error": str(exc), "weights_only": verdict})
         return
     if judged is None or not answers:
         return

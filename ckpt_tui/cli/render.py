@@ -21,7 +21,7 @@ from ckpt_tui.core.model.describe import shape as shape_text
 from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.model.keypath import json_text, key_text, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, children, get
-from ckpt_tui.core.runtime.safe_text import printable, printable_name
+from ckpt_tui.core.runtime.safe_text import printable, printable_name, printable_path
 from ckpt_tui.core.values.text_plots import wrapped
 
 if TYPE_CHECKING:  # numpy-backed modules, and those a command imports when it has something to say
@@ -41,7 +41,7 @@ def render_info(summary: Summary, depth: int = 2, width: int | None = None) -> s
     under their own start (commands never: a command copied from the screen must stay one line)."""
     ckpt = summary.checkpoint
     lines = [
-        printable(ckpt.path),
+        printable_path(ckpt.path),
         f"  format      {printable(format_name(ckpt.format))}, {size(ckpt.file_bytes)} {_where(ckpt.path)}",
         *([f"  layout      {printable(ckpt.layout)}"] if ckpt.layout else []),
         f"  tensors     {summary.tensors_text(noun=False)}   tensor data {size(summary.tensor_bytes)}",
@@ -219,7 +219,7 @@ def _child_list(value: Any) -> list[tuple[Any, Any]]:
 def render_check(report: CheckReport) -> str:
     """The ``check`` text: verdict first, then each problem."""
     ckpt = report.summary.checkpoint
-    head = f"{printable(ckpt.path)}: {counted(report.checked, 'tensor')} read"
+    head = f"{printable_path(ckpt.path)}: {counted(report.checked, 'tensor')} read"
     if report.skipped:
         head += f", {report.skipped} without readable values skipped"
     beside = [printable(line) for line in report.folder_lines]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import math
+import os
 import types
 from dataclasses import dataclass
 from typing import Any
+
+from ckpt_tui.core.runtime.safe_text import printable_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,20 @@ def json_text(text: str) -> str:
     """Prose for a JSON document: each lone surrogate written as its escape (``\\udcc3``, as a key's
     ``repr`` shows it), since strict JSON parsers refuse a lone ``\\udcc3`` escape."""
     return text if is_unicode(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def file_path_json(path: str | list[str]) -> dict[str, Any]:
+    """A file's ``path`` for a JSON document: the name as it is; a name that is not UTF-8 (bytes Python holds as
+    lone surrogates) as shown in text lines (``bad\\xff.pth``) with ``path_bytes`` beside it, the exact name
+    in base64 (as ripgrep's ``--json`` gives such a name), from which a consumer gets the file back."""
+    names = [path] if isinstance(path, str) else path
+    if all(is_unicode(name) for name in names):
+        return {"path": path}
+    shown = [printable_path(name) for name in names]
+    exact = [base64.b64encode(os.fsencode(name)).decode("ascii") for name in names]
+    if isinstance(path, str):
+        return {"path": shown[0], "path_bytes": exact[0]}
+    return {"path": shown, "path_bytes": exact}
 
 
 def glob_escape(text: str) -> str:

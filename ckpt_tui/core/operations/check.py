@@ -20,7 +20,7 @@ from ckpt_tui.core.conventions.training_state import (
 from ckpt_tui.core.errors import ReadError, ReadStopped, UnwrittenRecord
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
-from ckpt_tui.core.model.keypath import KeyPath, to_json, to_python
+from ckpt_tui.core.model.keypath import KeyPath, file_path_json, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Reference, Tensor, hidden_tensors, view_key, walk
 from ckpt_tui.core.operations.info import Summary, listed_tensors, summarize
 from ckpt_tui.core.pickles.unpickle import LEGACY_TENSOR_CLASSES
@@ -96,7 +96,7 @@ class CheckReport:
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         return {
-            "path": self.summary.checkpoint.path,
+            **file_path_json(self.summary.checkpoint.path),
             "format": self.summary.checkpoint.format,
             "ok": self.ok,
             "tensors_checked": self.checked,

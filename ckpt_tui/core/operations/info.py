@@ -42,7 +42,7 @@ from ckpt_tui.core.conventions.state_dicts import (
 )
 from ckpt_tui.core.model.describe import Totals, count, counted, plural
 from ckpt_tui.core.model.dtypes import DTYPES, itemsize
-from ckpt_tui.core.model.keypath import KeyPath, to_json
+from ckpt_tui.core.model.keypath import KeyPath, file_path_json, to_json
 from ckpt_tui.core.model.tree import (
     Checkpoint,
     FlatColumns,
@@ -187,7 +187,7 @@ class Summary:
         ckpt = self.checkpoint
         model = self.model
         return {
-            "path": ckpt.path,
+            **file_path_json(ckpt.path),
             "format": ckpt.format,
             "layout": ckpt.layout,
             "file_bytes": ckpt.file_bytes,

@@ -54,6 +54,14 @@ def printable_name(text: str) -> str:
     return printable(text)
 
 
+def printable_path(path: str) -> str:
+    """A file's name as shown: each byte that is not UTF-8 (held by Python as the lone surrogate U+DC80-U+DCFF,
+    ``os.fsdecode``) as ``\\xff``, the byte a user types in ``$'…'``; the rest as :func:`printable` shows it."""
+    if path.isascii() or not any("\udc80" <= char <= "\udcff" for char in path):
+        return printable(path)
+    return "".join(f"\\x{ord(char) - 0xDC00:02x}" if "\udc80" <= char <= "\udcff" else printable(char) for char in path)
+
+
 _ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})|\\u([0-9a-f]{4})|\\U([0-9a-f]{8})")
 
 

@@ -5,7 +5,10 @@ Plain text is quoted with :func:`shlex.quote`. Text holding characters that must
 terminal (ESC, newlines, bidi overrides: whatever :func:`~ckpt_tui.core.runtime.safe_text.printable` would
 escape) is written in bash's ANSI-C quoting, ``$'…\\x1b…'``, with those characters as ``\\xHH``
 escapes of their UTF-8 bytes: the printed line stays inert on screen, and bash and zsh rebuild the
-exact bytes when it is pasted. An option whose value starts with ``-`` is written ``--opt=value``
+exact bytes when it is pasted. A file's name is an :class:`OsPath`: its bytes that are not UTF-8 (which Python
+holds as lone surrogates, ``surrogateescape``) are written as those very bytes (``$'bad\\xff.pth'``), so the
+pasted command names the same file; a key's lone surrogate is written as its UTF-8 (``surrogatepass``) bytes,
+which :func:`from_argv` reads back. An option whose value starts with ``-`` is written ``--opt=value``
 and a path that starts with ``-`` as ``./-path``, so neither can be read as an option.
 """
 
@@ -17,14 +20,23 @@ from collections.abc import Iterable
 from ckpt_tui.core.runtime.safe_text import printable
 
 
+class OsPath(str):
+    """A file's name as the OS gave it: a byte that is not UTF-8 is the lone surrogate U+DC80-U+DCFF
+    (``os.fsdecode``), quoted as that byte."""
+
+
 def quote_arg(text: str) -> str:
-    """One shell word that stands for exactly ``text``."""
+    """One shell word that stands for exactly ``text`` (for an :class:`OsPath`, exactly its bytes)."""
     if printable(text) == text:
         return shlex.quote(text)
-    return "$'" + "".join(_ansi_c_char(char) for char in text) + "'"
+    os_name = isinstance(text, OsPath)
+    return "$'" + "".join(_ansi_c_char(char, os_name) for char in text) + "'"
 
 
-def _ansi_c_char(char: str) -> str:
+def _ansi_c_char(char: str, os_name: bool = False) -> str:
+    if os_name and 0xDC80 <= ord(char) <= 0xDCFF:
+        # the byte the OS gave, which Python's surrogateescape held as this lone surrogate
+        return f"\\x{ord(char) - 0xDC00:02x}"
     if char == "\\":
         return "\\\\"
     if char == "'":
@@ -65,10 +77,11 @@ def from_argv(text: str) -> str:
 def option(name: str, value: str) -> list[str]:
     """``--name value``, or ``--name=value`` when the value could be taken for an option."""
     if value.startswith("-") or not value:
-        return [f"{name}={value}"]
+        joined = f"{name}={value}"
+        return [OsPath(joined) if isinstance(value, OsPath) else joined]
     return [name, value]
 
 
-def path_arg(path: str) -> str:
-    """A positional path that cannot be taken for an option."""
-    return "./" + path if path.startswith("-") else path
+def path_arg(path: str) -> OsPath:
+    """A positional path that cannot be taken for an option, quoted from the OS's bytes."""
+    return OsPath("./" + path if path.startswith("-") else path)

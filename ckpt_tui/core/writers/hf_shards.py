@@ -23,6 +23,7 @@ from typing import Any
 
 from ckpt_tui.core.errors import WriteError
 from ckpt_tui.core.model.tree import Tensor, view_key
+from ckpt_tui.core.runtime.safe_text import printable_path
 from ckpt_tui.core.writers import temp_files
 from ckpt_tui.core.writers.save import WriteResult, save
 from ckpt_tui.core.writers.target import check_folder_target
@@ -86,9 +87,9 @@ class ShardedResult:
         """One line for the user."""
         index = f" and {INDEX_NAME}" if len(self.shards) > 1 else ""
         copied = f", {', '.join(self.copied)} copied from the source" if self.copied else ""
+        folder = printable_path(str(self.folder))
         return (
-            f"wrote {self.folder}: {len(self.shards)} safetensors shards{index}, {self.total_size} bytes of "
-            f"tensors{copied}"
+            f"wrote {folder}: {len(self.shards)} safetensors shards{index}, {self.total_size} bytes of tensors{copied}"
         )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ckpt_tui.core.errors import CkptError, WriteError
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.tree import Storage
+from ckpt_tui.core.runtime.safe_text import printable_path
 from ckpt_tui.core.weights_only.verdict import REFUSES, Verdict
 from ckpt_tui.core.writers.judge import JudgeBeside
 from ckpt_tui.core.writers.pth import emit, write_pth
@@ -47,8 +48,9 @@ class WriteResult:
     def line(self) -> str:
         """One line for the user."""
         left = f"; left out (safetensors holds tensor values only): {'; '.join(self.left_out)}" if self.left_out else ""
+        path = printable_path(str(self.path))
         line = (
-            f"wrote {self.path} ({self.format}, {counted(self.tensors, 'tensor')}, {counted(self.records, 'record')}, "
+            f"wrote {path} ({self.format}, {counted(self.tensors, 'tensor')}, {counted(self.records, 'record')}, "
             f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
         if self.aliases and self.format == "safetensors":
