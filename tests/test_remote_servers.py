@@ -9,6 +9,7 @@ import http.server
 import json
 import shlex
 import shutil
+import tempfile
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -176,6 +177,19 @@ def test_a_file_past_the_budget_from_a_server_without_ranges_is_refused_in_one_l
     line = one_error_line(capsys)
     assert "does not support ranged reads" in line and "past --max-download 10.0 kB" in line
     assert f"curl -LO {stdlib.url}/m.pth" in line and "changed" not in line
+
+
+def test_a_spill_file_that_cannot_be_written_is_said_to_be_the_local_temporary_file(
+    stdlib: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote_stores, "IN_MEMORY", 64 << 10)
+    torch.save({f"w{i}": torch.randn(10_000) for i in range(5)}, stdlib.root / "m.pth")  # 200 kB
+    missing = tmp_path / "no-such-tmp"
+    monkeypatch.setattr(tempfile, "tempdir", str(missing))
+    assert main(["info", f"{stdlib.url}/m.pth"]) == 2
+    line = one_error_line(capsys)
+    assert "cannot write the local temporary file" in line and str(missing) in line and "TMPDIR" in line
+    assert "connect" not in line
 
 
 def test_check_and_stats_of_a_file_sent_whole_are_not_counted_against_the_budget_twice(

@@ -285,13 +285,24 @@ class HttpTransport:
             for chunk in self._chunks(response, sock, length):
                 if length is None and not remote.claim(self.name, len(chunk)):
                     raise self._too_large(None)
-                kept.write(chunk)
+                self._keep(kept, chunk)
         except BaseException:
             kept.close()
             raise
         # (one answer per file: the connection goes rather than trust what may follow the body)
         self._drop()
         return Answer(200, found, whole=kept)
+
+    def _keep(self, kept: IO[bytes], chunk: bytes) -> None:
+        """``chunk`` written to the local temporary file a whole download spills to past :data:`IN_MEMORY`."""
+        try:
+            kept.write(chunk)
+        except OSError as exc:
+            # the server answered: what failed is the local file (a full or small /tmp, a file size limit)
+            raise ReadError(
+                f"{self.name}: cannot write the local temporary file that holds the download, in "
+                f"{tempfile.gettempdir()} ({exc.strerror or exc}); TMPDIR sets the folder it goes to"
+            ) from None
 
     def _too_large(self, length: int | None) -> NoRanges:
         whole = f"the whole file ({human(length)})" if length is not None else "the whole file"
