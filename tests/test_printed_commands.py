@@ -217,6 +217,22 @@ def test_a_file_name_that_is_not_utf8_is_named_by_its_bytes(tmp_path: Path, caps
         assert report["path"].endswith("bad\\xff\\xfename.pth")
 
 
+def test_a_file_whose_records_are_missing_is_offered_no_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """convert reads every record it writes: a fix for a file cut short would fail as it is pasted."""
+    whole = tmp_path / "whole.pth"
+    torch.save({"model": ddp_state_dict()}, whole, _use_new_zipfile_serialization=False)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(data[: len(data) // 2])
+    assert main(["info", str(cut)]) == 0
+    out = capsys.readouterr().out
+    assert "storage records are missing" in out and "no fix is offered" in out
+    assert "fix:" not in out and "if needed:" not in out and "ckpt-tui convert" not in out
+    _, report = json_out(capsys, ["info", "--json", str(cut)])
+    assert all("fix" not in finding for finding in report["findings"])
+    assert any(finding["kind"] == "prefix" for finding in report["findings"])
+
+
 FIXTURES = {
     "ddp": lambda tmp: torch.save(ddp_state_dict(), tmp),
     "training checkpoint": lambda tmp: torch.save(training_checkpoint(), tmp),

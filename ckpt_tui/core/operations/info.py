@@ -15,7 +15,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ckpt_tui.core.conventions.findings import (
@@ -381,8 +381,17 @@ def summarize(
         flat_keys = columns.names if columns is not None else None
         summary.findings = vet_findings(checkpoint.key_root(), summary.findings, flat_keys, compared)
     summary.findings = merge_rank_repeats(summary.findings)
+    summary.findings = _unfixable_when_records_missing(summary.findings)
     summary.findings.sort(key=lambda f: not f.first_listed)
     return summary
+
+
+def _unfixable_when_records_missing(findings: list[Finding]) -> list[Finding]:
+    """No fix offered for a file whose records are missing: ``convert`` reads every record it writes, so each
+    command would fail on them (the missing-record finding says so)."""
+    if not any(f.kind == "missing-record" for f in findings):
+        return findings
+    return [replace(f, fix=None) if f.fix is not None else f for f in findings]
 
 
 def _walked_summary(checkpoint: Checkpoint, references: list[Reference]) -> Summary:
@@ -741,5 +750,8 @@ def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
     missing.sort(key=lambda item: item[0].key)
     names = ", ".join(f"{where(path)} (record {printable(s.key)})" for s, path in missing[:5])
     more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-    message = f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded"
+    message = (
+        f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded, nor "
+        "converted (no fix is offered: each would need them)"
+    )
     return [Finding("missing-record", message, "warning", path=missing[0][1])]
