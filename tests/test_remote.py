@@ -903,3 +903,42 @@ def test_an_expired_signed_link_to_the_cdn_is_asked_of_the_hub_anew(cdn_hub: Any
     # (the server thread may log a connection dropped after a refusal to stderr too)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
     assert len(lines) == 1 and "no access (HTTP 403)" in lines[0] and "HF_TOKEN" not in lines[0], lines
+
+
+def test_average_of_urls_takes_max_download_and_is_refused_up_front_past_it(
+    served: RangeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckpt_tui.cli import main
+
+    for name in ("a.pth", "b.pth"):
+        torch.save({"w": torch.randn(100_000)}, root_of(served) / name)  # 400 kB each
+    urls = [f"{served.url}/a.pth", f"{served.url}/b.pth"]
+    out = tmp_path / "avg.pth"
+    served.served.reset()
+    assert main(["average", *urls, "-o", str(out), "--max-download", "500k"]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
+    assert len(error) == 1 and "average (it reads every tensor) needs 800.0 kB" in error[0], error
+    assert "raise it (--max-download" in error[0] and not out.exists()
+    assert served.served.bytes_sent < 300_000  # (the opening reads of each file only: not their 800 kB of values)
+    forget()
+    remote.TRANSFER.limit = remote.DEFAULT_MAX_DOWNLOAD
+    assert main(["average", *urls, "-o", str(out), "--max-download", "2M"]) == 0
+    expected = (torch.load(root_of(served) / "a.pth")["w"] + torch.load(root_of(served) / "b.pth")["w"]) / 2
+    assert torch.allclose(torch.load(out, weights_only=True)["w"], expected)
+
+
+@pytest.mark.parametrize("command", ["convert", "average"])
+@pytest.mark.parametrize("url", ["s3://bkt/out.pth", "https://host/out.pth", "hf://org/repo/out.pth"])
+def test_an_output_url_is_refused_as_not_a_local_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, url: str
+) -> None:
+    from ckpt_tui.cli import main
+
+    torch.save(tiny_state_dict(), tmp_path / "a.pth")
+    inputs = [str(tmp_path / "a.pth")] * (2 if command == "average" else 1)
+    with pytest.raises(SystemExit) as exited:
+        main([command, *inputs, "-o", url])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "-o/--output: takes a local path" in err and "read-only" in err, err
+    assert not any(p.name.endswith(":") for p in tmp_path.iterdir())

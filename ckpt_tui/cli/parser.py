@@ -304,16 +304,17 @@ def _diff_arguments(diff_: argparse.ArgumentParser) -> None:
 
 def _average_arguments(average: argparse.ArgumentParser) -> None:
     average.add_argument("files", nargs="+", metavar="FILE", help="two or more checkpoints with the same keys")
-    average.add_argument("-o", "--output", required=True, help="the file to write")
+    average.add_argument("-o", "--output", required=True, type=_local_output, help="the file to write")
     average.add_argument("--weights", metavar="W1,W2,...", help="one number per file (default: equal)")
     average.add_argument("--at", metavar="PATH", help="average and write only this subtree (e.g. state_dict)")
     average.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     average.add_argument("--force", action="store_true", help="replace an existing output")
+    _max_download(average)
 
 
 def _convert_arguments(convert: argparse.ArgumentParser) -> None:
     convert.add_argument("file", nargs="+", help="a checkpoint, or several rank files opened as one")
-    convert.add_argument("-o", "--output", help="the file to write (required unless --dry-run)")
+    convert.add_argument("-o", "--output", type=_local_output, help="the file to write (required unless --dry-run)")
     convert.add_argument("--extract", metavar="PATH|auto", help="make this subtree the root (auto: the weights)")
     convert.add_argument("--drop", metavar="PATH", action="append", default=[], help="delete a key or subtree")
     convert.add_argument(
@@ -413,6 +414,18 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _local_output(text: str) -> str:
+    """An output path: a URL is refused, never taken for a local folder named ``s3:``."""
+    from ckpt_tui.core.model.byte_source import is_remote
+
+    if is_remote(text):
+        raise argparse.ArgumentTypeError(
+            f"takes a local path, not {text.split('://', 1)[0]}://...: remote stores are read-only here "
+            "(write a local file, then upload it)"
+        )
+    return text
 
 
 def _stats_column(text: str) -> str:

@@ -562,6 +562,7 @@ def average(
     if any(c.byteorder != "little" for c in checkpoints):
         raise AverageRefused("big-endian checkpoints cannot be averaged (convert them first)")
     plan = plan_average(checkpoints, parsed, at)
+    _within_budget(checkpoints, at)
     first = checkpoints[0]
     try:
         result = save(
@@ -577,6 +578,21 @@ def average(
         # the writer's way out names convert's options (--extract, --sanitize, --drop): average has --at alone
         raise WriteRefused(f"{exc.bare}: {_way_out(plan)}", exc.bare) from None
     return plan, result
+
+
+def _within_budget(checkpoints: Sequence[Checkpoint], at: str | None) -> None:
+    """Refuse up front, in one line, averaging remote files whose values (under ``at``, all files together: the cap
+    is the command's) are past ``--max-download``."""
+    from ckpt_tui.core.model.byte_source import is_remote
+    from ckpt_tui.core.model.remote import ensure_values_budget
+    from ckpt_tui.core.model.tree import iter_tensors
+
+    far = [c for c in checkpoints if is_remote(c.path)]
+    if not far:
+        return
+    names = " and ".join(dict.fromkeys(c.path for c in far))
+    tensors = [t for c in far for _, t in iter_tensors(select(c, at, None, "", "--at").root)]
+    ensure_values_budget(names, tensors, "average (it reads every tensor)")
 
 
 def _way_out(plan: AveragePlan) -> str:
