@@ -348,6 +348,40 @@ def test_compiled_submodules_get_the_rename_with_the_rest_of_the_fix(tmp_path, c
         capsys.readouterr()
 
 
+def test_a_whole_model_compiled_inside_ddp_on_a_gpu_gets_one_fix_that_loads_on_cpu(tmp_path, capsys):
+    """DDP(torch.compile(model)) saved on a GPU with an AveragedModel EMA beside it: the '_orig_mod' right after
+    'module.' is the whole model's compile (no rename of submodules), said as the compare report says it; info's
+    one command extracts the live weights, strips both wrappers and maps the GPU tags (the EMA's own tidy left
+    out), and check --against's fixes map the tags too: each written file loads on a CPU machine, strictly."""
+    from builders import save_cuda_tagged
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp_path / "model.pth")
+    compiled = torch.compile(model)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    wrapped = torch.nn.DataParallel(compiled).state_dict()  # on CPU it only adds module., as DDP does
+    assert all(key.startswith("module._orig_mod.") for key in wrapped)
+    save_cuda_tagged({"model": wrapped, "ema": ema.state_dict(), "step": 5}, tmp_path / "run.pth")
+    assert main(["info", str(tmp_path / "run.pth")]) == 0
+    text = capsys.readouterr().out
+    assert "saved from torch.compile inside DataParallel/DDP" in text and "submodules replaced" not in text
+    assert "--rename-infix" not in text
+    combined = next(line for line in text.splitlines() if " fixes in one" in line)
+    assert "not the one at ema" in combined
+    command = combined.split(": ", 1)[1]
+    assert "--extract model --strip-prefix module._orig_mod. --map-location cpu" in command
+    assert main([*shlex.split(command)[1:], "-o", str(tmp_path / "info.pth")]) == 0
+    assert main(["check", str(tmp_path / "run.pth"), "--against", str(tmp_path / "model.pth")]) == 1
+    commands = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("ckpt-tui")]
+    assert len(commands) == 2 and all(c.endswith("--map-location cpu") for c in commands)
+    for index, command in enumerate(commands):
+        assert main([*shlex.split(command)[1:], "-o", str(tmp_path / f"{index}.pth")]) == 0
+    for name in ("info", "0", "1"):
+        loaded = torch.load(tmp_path / f"{name}.pth", weights_only=True)
+        assert {tensor.device.type for tensor in loaded.values()} == {"cpu"}
+        model.load_state_dict(loaded, strict=True)
+
+
 def test_a_lightning_deepspeed_folder_gets_one_fix_for_its_weights(tmp_path, capsys):
     """Lightning's DeepSpeed strategy (its fixture written by Lightning and DeepSpeed themselves): the model
     states carry Lightning's keys, so the weights' net. is the LightningModule's attribute; the one fix

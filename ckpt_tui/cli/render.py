@@ -74,9 +74,10 @@ def render_info(summary: Summary, depth: int = 2, width: int | None = None) -> s
                 lines.append(f"      {'fix' if finding.severity == 'warning' else 'if needed'}: {command}")
                 fixes += [options] if finding.severity == "warning" else []
         # each fix names the same new file: the warnings' fixes are one command too, to run once
-        combined = all_fixes(ckpt, fixes) if len(fixes) > 1 else None
+        together = _combinable(fixes)
+        combined = all_fixes(ckpt, together) if len(together) > 1 else None
         if combined is not None:
-            lines.append(f"  all {len(fixes)} fixes in one: {convert_command(ckpt.path, combined)}")
+            lines.append(f"  {_fixes_in_one(fixes, together)}: {convert_command(ckpt.path, combined)}")
     lines.append("tree")
     lines += _tree_lines(ckpt.key_root(), depth, summary, _pending_head(ckpt))
     return "\n".join(lines)
@@ -123,6 +124,22 @@ def fix_options(checkpoint: Checkpoint, finding: Finding) -> Any:
     except (CkptError, KeyError, IndexError):
         return None
     return options
+
+
+def _combinable(each: list[Any]) -> list[Any]:
+    """The fixes that go into one command: where one extracts the model weights, not those of another part of
+    the tree (``--at ema``: another copy of the weights, which the extract leaves behind)."""
+    if not any(options.extract for options in each):
+        return each
+    return [options for options in each if options.at is None]
+
+
+def _fixes_in_one(fixes: list[Any], together: list[Any]) -> str:
+    """How the combined command is introduced: all the fixes, or which it leaves out."""
+    if len(together) == len(fixes):
+        return f"all {len(fixes)} fixes in one"
+    left = ", ".join(sorted({str(options.at) for options in fixes if options not in together}))
+    return f"{len(together)} fixes in one (not the one at {printable(left)}, which the extract leaves out)"
 
 
 def all_fixes(checkpoint: Checkpoint, each: list[Any]) -> Any:

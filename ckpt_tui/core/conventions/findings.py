@@ -23,6 +23,7 @@ from ckpt_tui.core.conventions.layouts import (
     peft_layout,
 )
 from ckpt_tui.core.conventions.state_dicts import (
+    NOT_GPU,
     PREFIX_ORIGINS,
     common_prefix,
     inner_state_dict,
@@ -351,7 +352,7 @@ def device_counts(tensors: list[Tensor]) -> Counter[str]:
 
 
 def _device_findings(devices: Counter[str]) -> list[Finding]:
-    gpu = {d: n for d, n in devices.items() if d not in ("cpu", "meta", "dcp")}
+    gpu = {d: n for d, n in devices.items() if d not in NOT_GPU}
     if not gpu:
         return []
     listed = ", ".join(f"{n} on {printable(d)}" for d, n in sorted(gpu.items()))
@@ -386,13 +387,8 @@ def _state_dict_findings(
     if is_averaged_model(keys):
         return [_averaged_finding(path, len(keys))], 0
     joined = _joined(keys)
-    # (one search of the joined keys first: a count over 50,000 keys only where some key holds it)
-    compiled = (
-        sum(map(operator.contains, keys, itertools.repeat(COMPILED_INFIX)))
-        if joined is None or COMPILED_INFIX in joined
-        else 0
-    )
     prefix = common_prefix(keys, lightning)
+    compiled = _compiled_submodules(keys, prefix, joined)
     if not prefix:
         return [], compiled
     start = f"all {len(keys)} keys under {where(path)} start with {printable(repr(prefix))}"
@@ -432,6 +428,19 @@ def _state_dict_findings(
         severity = "warning" if path == (inner or ()) else severity
     fix = Fix("--strip-prefix", prefix)
     return [Finding("prefix", message, severity, path=path, prefix=prefix, fix=fix)], compiled
+
+
+def _compiled_submodules(keys: list[str], prefix: str | None, joined: str | None) -> int:
+    """How many keys hold ``_orig_mod`` inside them below their wrapper prefix (compiled submodules)."""
+    # (one search of the joined keys first: a count over 50,000 keys only where some key holds it)
+    if joined is not None and COMPILED_INFIX not in joined:
+        return 0
+    if prefix and COMPILED_INFIX[1:] in prefix:
+        # 'module._orig_mod.': the whole model compiled inside DDP, which the prefix's strip takes away; only an
+        # '_orig_mod' after it is a submodule's (its '.' before it kept, to find one right after the prefix)
+        start = len(prefix) - 1
+        return sum(COMPILED_INFIX in key[start:] for key in keys if isinstance(key, str))
+    return sum(map(operator.contains, keys, itertools.repeat(COMPILED_INFIX)))
 
 
 def _joined(keys: list[str]) -> str | None:

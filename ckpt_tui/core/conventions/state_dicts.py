@@ -7,10 +7,18 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ckpt_tui.core.conventions.layouts import next_wrappers
+from ckpt_tui.core.conventions.layouts import describe_wrappers, next_wrappers, split_wrappers
 from ckpt_tui.core.conventions.quantized_modules import state_dict_children
 from ckpt_tui.core.model.keypath import Key, KeyPath, key_text
-from ckpt_tui.core.model.tree import MODULE_GROUPS, Opaque, Symbol, Tensor, module_children, non_persistent_buffers
+from ckpt_tui.core.model.tree import (
+    MODULE_GROUPS,
+    Opaque,
+    Symbol,
+    Tensor,
+    iter_tensors,
+    module_children,
+    non_persistent_buffers,
+)
 
 PREFIX_ORIGINS = {
     "module.": "saved from DataParallel/DDP",
@@ -200,8 +208,21 @@ def _shared_start(texts: list[str]) -> tuple[str, str]:
     return low[:end], low
 
 
+NOT_GPU = frozenset({"cpu", "meta", "dcp"})
+"""Device tags that need no GPU to load: every other one (``cuda:0``, ``mps``, ``xpu:1``) does."""
+
+
+def saved_on_gpu(value: Any) -> bool:
+    """Whether a tensor in ``value`` was saved on a GPU (its tag needs that device, or map_location)."""
+    return any(tensor.device not in NOT_GPU for _, tensor in iter_tensors(value))
+
+
 def prefix_origin(prefix: str) -> str:
     """What usually produces a prefix, in words."""
+    stack = split_wrappers(prefix, lightning=False)
+    if stack is not None and len(stack) > 1:
+        # one wrapper inside another ('module._orig_mod.'): in the words the compare report uses
+        return describe_wrappers(prefix)
     origins = [PREFIX_ORIGINS[p + "."] for p in prefix.rstrip(".").split(".") if p + "." in PREFIX_ORIGINS]
     return "; ".join(origins) if origins else f"every key sits under a wrapper named {prefix.rstrip('.')!r}"
 

@@ -23,7 +23,13 @@ from typing import Any
 
 from ckpt_tui.core.conventions import layouts
 from ckpt_tui.core.conventions.architectures import body_layout
-from ckpt_tui.core.conventions.state_dicts import PREFIX_ORIGINS, common_prefix, inner_state_dict, state_dicts
+from ckpt_tui.core.conventions.state_dicts import (
+    PREFIX_ORIGINS,
+    common_prefix,
+    inner_state_dict,
+    saved_on_gpu,
+    state_dicts,
+)
 from ckpt_tui.core.edits.renames import MAX_KEYS, Shapes, align, guessed_by_order, infer_rules
 from ckpt_tui.core.edits.tree_edits import RenameRule, module_state_dict
 from ckpt_tui.core.errors import CkptError, EditError, ReadError
@@ -115,6 +121,9 @@ class Suggestion:
     guessed: list[tuple[str, str]] = field(default_factory=list)
     """Modules the renames pair by their order alone (the file's module, the reference's): same shapes, names
     that do not say which is which (:func:`~ckpt_tui.core.edits.renames.guessed_by_order`)."""
+    map_location: str | None = None
+    """Where the weights it keeps were saved on a GPU: ``cpu``, the device tags it rewrites so that the file
+    loads on any machine (as ``convert --map-location cpu``)."""
 
     @property
     def full(self) -> bool:
@@ -134,6 +143,8 @@ class Suggestion:
                 parts.append(f"rename by {counted(len(group), 'rule')}")
             else:
                 parts += [step.describe() for step in group]
+        if self.map_location is not None:
+            parts.append(f"map the GPU tags to {self.map_location}")
         what = " and ".join(parts)
         mismatches = "shape mismatch" if self.shape_mismatches == 1 else "shape mismatches"
         return f"after {what}: {self.matched}/{self.total} keys match, {self.shape_mismatches} {mismatches}"
@@ -157,6 +168,8 @@ class Suggestion:
         pairs += [step.pair() for step in self.steps if step.kind != "extract"]
         if self.explicit_target:
             pairs.append(("--at", "/"))
+        if self.map_location is not None:
+            pairs.append(("--map-location", self.map_location))
         return pairs
 
     def options(self) -> Any:
@@ -444,6 +457,11 @@ def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareR
     does not help is dropped."""
     report = compare(get(root, at), reference, at=at)
     found = [s for s in [report.suggestion, *report.alternatives] if s is not None]
+    for suggestion in found:
+        # the fixed file is to load where it is checked: weights saved on a GPU get their tags rewritten, as the
+        # file's own GPU finding asks
+        if saved_on_gpu(get(root, (*at, *_extracted(suggestion)))):
+            suggestion.map_location = "cpu"
     verified = [s for s in found if verify(root, s, reference) and _helps(s, report)]
     report.suggestion, report.alternatives = (verified[0], verified[1:]) if verified else (None, [])
     if report.suggestion is not None:
@@ -468,6 +486,11 @@ def _given_up(root: Any, at: KeyPath, suggestion: Suggestion) -> list[str]:
         f"the fix gives up the fit with {name} ({fit_as_they_are(count)}, {after} after it) to reach the "
         "reference's keys: right when the reference is the model you load into"
     ]
+
+
+def _extracted(suggestion: Suggestion) -> KeyPath:
+    """Where a suggestion's extract takes the weights from, below its ``at`` (``()``: the value itself)."""
+    return next((step.arg for step in suggestion.steps if step.kind == "extract" and step.arg), ())
 
 
 def verify(root: Any, suggestion: Suggestion, reference: Reference) -> bool:
