@@ -248,10 +248,10 @@ def test_signed_zeros_nans_and_infinities_average_to_the_same_bytes_widened_by_n
         a.view(torch.int16)[4] = 0x7E01
     paths = save_all(tmp_path, [{"w": a}, {"w": b}])
     widened = tmp_path / "widened.pth"
-    assert main(["average", *paths, "-o", str(widened), "--weights", weights]) == 0
+    assert main(["average", *paths, "-o", str(widened), "--weights", weights, "--allow-nan"]) == 0
     monkeypatch.setattr(average, "_widened_by_numpy", lambda tensor, raw: False)  # every value through decode
     decoded = tmp_path / "decoded.pth"
-    assert main(["average", *paths, "-o", str(decoded), "--weights", weights]) == 0
+    assert main(["average", *paths, "-o", str(decoded), "--weights", weights, "--allow-nan"]) == 0
     got = torch.load(widened, weights_only=True)["w"]
     assert torch.equal(got.view(BITS[dtype]), torch.load(decoded, weights_only=True)["w"].view(BITS[dtype]))
     # and torch's float64 arithmetic, value for value (a NaN where torch has one)
@@ -387,3 +387,57 @@ def test_a_deepspeed_folder_average_refused_names_average_s_own_way_out(tmp_path
     assert err.strip().endswith("--at fp32_weights averages and writes the model alone")
     assert "--extract" not in err and "--sanitize" not in err and not out.exists()
     assert main(["average", folder, folder, "-o", str(out), *err.split(": ")[-1].split()[:2]]) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_input_with_nan_or_inf_is_refused_naming_the_tensor_and_nothing_is_written(tmp_path, capsys, dtype, bad):
+    """A soup of a diverged run is no model: refused (exit 2) naming where, no file (nor a temporary) left; with
+    --allow-nan it is written, the NaN/Inf where torch's mean has it. Large tensors go through the worker threads."""
+    from ckpt_tui.core.values.tensor_values import CHUNK_ELEMENTS
+
+    states = model_states(2, dtype)
+    for state in states:
+        state["big"] = torch.ones(2 * CHUNK_ELEMENTS + 3, dtype=dtype)
+    for key in ("2.weight", "big"):
+        poisoned = [dict(s) for s in states]
+        poisoned[1][key] = poisoned[1][key].clone()
+        poisoned[1][key].view(-1)[-1] = bad
+        paths = save_all(tmp_path, poisoned, stem=f"{key}-")
+        out = tmp_path / f"{key}.pth"
+        assert main(["average", *paths, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"the average of {key} holds NaN or Inf" in err and "--allow-nan" in err and len(err.splitlines()) == 1
+        assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(key)) == sorted(
+            Path(p).name for p in paths
+        )
+        assert main(["average", *paths, "-o", str(out), "--allow-nan"]) == 0
+        got = torch.load(out, weights_only=True)[key].view(-1)
+        assert torch.isfinite(got[:-1]).all() and not torch.isfinite(got[-1])
+    capsys.readouterr()
+
+
+def test_an_optimizers_step_counters_are_taken_from_the_first_file_with_its_step(tmp_path, capsys):
+    """Adam keeps each parameter's step as a float tensor: averaged (200, 300 → 250) it would disagree with the
+    checkpoint's own step kept from the first file, which info then flags. It is a counter: taken from the first
+    file and said, the moments averaged."""
+    saved = []
+    for steps in (2, 3):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.Adam(model.parameters())
+        for _ in range(steps):
+            model(torch.randn(4, 3)).sum().backward()
+            optimizer.step()
+        saved.append({"step": steps, "model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    paths = save_all(tmp_path, saved)
+    out = tmp_path / "soup.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "taken from the first file (2 step counters" in text
+    got = torch.load(out, weights_only=True)
+    assert all(state["step"].item() == 2 for state in got["optimizer"]["state"].values())
+    first, second = (s["optimizer"]["state"][0]["exp_avg"] for s in saved)
+    assert torch.equal(got["optimizer"]["state"][0]["exp_avg"], ((first.double() + second.double()) / 2).float())
+    assert main(["info", str(out)]) == 0
+    assert "resuming pairs" not in capsys.readouterr().out

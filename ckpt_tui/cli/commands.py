@@ -349,7 +349,9 @@ def average(args: argparse.Namespace) -> int:
     from ckpt_tui.core.operations.average import average as average_files
     from ckpt_tui.core.runtime.safe_text import printable
 
-    plan, result = average_files(args.files, args.output, args.weights, args.at, args.format, force=args.force)
+    plan, result = average_files(
+        args.files, args.output, args.weights, args.at, args.format, force=args.force, allow_nan=args.allow_nan
+    )
     for line in plan.lines():
         print(printable(line))
     print(printable(result.line()))

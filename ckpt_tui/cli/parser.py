@@ -310,6 +310,11 @@ def _average_arguments(average: argparse.ArgumentParser) -> None:
     average.add_argument("--format", choices=["pth", "safetensors"], help="output format (default: from -o's suffix)")
     average.add_argument("--force", action="store_true", help="replace an existing output")
     _max_download(average)
+    average.add_argument(
+        "--allow-nan",
+        action="store_true",
+        help="write the average even where an input holds NaN or Inf (the average holds them too)",
+    )
 
 
 def _convert_arguments(convert: argparse.ArgumentParser) -> None:

@@ -478,6 +478,11 @@ def tensor_role(path: KeyPath, tensor: Tensor, model_at: KeyPath | None = None) 
     return "parameter"
 
 
+def is_step_counter(path: KeyPath) -> bool:
+    """An optimizer's per-parameter ``step`` (Adam keeps it as a float tensor): a count of steps, not a value."""
+    return _optimizer_path(path) and "step" in (path[-1], _flat_state_entry(path[-1]))
+
+
 def _optimizer_path(path: KeyPath) -> bool:
     """A moment buffer, or a value under an optimizer's ``state`` (nested, or flattened: ``state.FQN.step``)."""
     return is_moment(path) or "state" in path[:-2] or (bool(path) and _flat_state_entry(path[-1]) in STATE_NAMES)

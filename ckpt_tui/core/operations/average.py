@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
-from ckpt_tui.core.conventions.training_state import tensor_role
+from ckpt_tui.core.conventions.training_state import is_step_counter, tensor_role
 from ckpt_tui.core.errors import ReadError, WriteRefused
 from ckpt_tui.core.model.assembled import AssembledRecords
 from ckpt_tui.core.model.describe import counted
@@ -87,6 +87,8 @@ class AveragePlan:
     """Non-tensor values that differ between the files (the first file's is kept), by key."""
     mixed_dtypes: list[str] = field(default_factory=list)
     """Tensors whose dtype differs between files (averaged, written in the first file's dtype)."""
+    counters: list[str] = field(default_factory=list)
+    """Floating-point tensors that count steps (an optimizer's ``step``), taken from the first file, by key."""
     model_at: KeyPath | None = None
     """Where the model's weights are in a training checkpoint averaged whole (None: the tree is them)."""
     roles: dict[str, int] = field(default_factory=dict)
@@ -110,6 +112,11 @@ class AveragePlan:
         if self.from_first:
             out.append(
                 f"taken from the first file ({len(self.from_first)} not floating point): " + _listed(self.from_first)
+            )
+        if self.counters:
+            out.append(
+                f"taken from the first file ({counted(len(self.counters), 'step counter')}, kept with its other "
+                "training state): " + _listed(self.counters)
             )
         if self.differing_values:
             differ = "differs" if len(self.differing_values) == 1 else "differ"
@@ -157,17 +164,22 @@ def parse_weights(text: str | None, files: int) -> list[float]:
 class AveragedRecords(AssembledRecords):
     """The record source of averaged tensors: each storage is the weighted mean of one tensor per file."""
 
-    def __init__(self, path: str, weights: list[float], byteorders: list[str]) -> None:
+    def __init__(self, path: str, weights: list[float], byteorders: list[str], allow_nan: bool = False) -> None:
         super().__init__(path)
         self.weights = weights
         self.byteorders = byteorders
+        self.allow_nan = allow_nan
+        """Average inputs that hold NaN or Inf (else refused: a soup with one is no model)."""
         self.inputs: dict[str, list[Tensor]] = {}
+        self.names: dict[str, str] = {}
         self._spare = threading.local()
         """Each reading thread's output buffers free for its next tensor (a ring per tensor read at once)."""
 
-    def add_average(self, storage_key: str, tensors: list[Tensor]) -> None:
-        """Register the tensors (one per file, same shape) whose mean is the storage ``storage_key``."""
+    def add_average(self, storage_key: str, tensors: list[Tensor], name: str) -> None:
+        """Register the tensors (one per file, same shape) whose mean is the storage ``storage_key``, and the
+        key they are under (``name``, as messages say it)."""
         self.inputs[storage_key] = tensors
+        self.names[storage_key] = name
 
     def has(self, storage: Storage) -> bool:
         """Whether the storage is one of the averages."""
@@ -211,15 +223,15 @@ class AveragedRecords(AssembledRecords):
         ]
         if pool is None:  # (or read on a statistics thread: averaged here)
             for parts in zip(*chunks, strict=True):
-                yield self._averaged(parts, tensors, storage.dtype, raw_type)
+                yield self._averaged(parts, storage, tensors, raw_type)
             return
         # each chunk averaged on a statistics thread while the next is read and an earlier one is written:
         # a chunk is handed over before the oldest is written, so both threads average while the writer
         # writes (handed over after it, one thread idled through every write); at most STATS_THREADS chunks
         # are averaged while one is written, so reading chunk k reuses the buffers of chunk k - 3, written
-        dtype, submit = storage.dtype, pool.submit
+        submit = pool.submit
         yield from _in_order(
-            submit(self._averaged, parts, tensors, dtype, raw_type) for parts in zip(*chunks, strict=True)
+            submit(self._averaged, parts, storage, tensors, raw_type) for parts in zip(*chunks, strict=True)
         )
 
     def _read_on_workers(
@@ -234,7 +246,7 @@ class AveragedRecords(AssembledRecords):
         """The chunks of an average of files on this machine, each read by the statistics thread that averages
         it (positioned reads: both threads copy and average, and the writer only writes), in order."""
         tensors = [reader.tensor for reader in readers]
-        numel, dtype = storage.numel, storage.dtype
+        numel = storage.numel
         ring = self._take_ring(min(chunk, numel) * raw_type.itemsize)
 
         def work(number: int, start: int) -> np.ndarray:
@@ -248,7 +260,7 @@ class AveragedRecords(AssembledRecords):
                     buffer = thread_buffer(READ_PIECE * reader.size, f"average-in-{index}")
                     at = reader.tensor.offset + start + begin
                     parts.append(np.frombuffer(read(at, size, buffer), reader.raw_type))
-                self._averaged(tuple(parts), tensors, dtype, raw_type, out[begin : begin + size])
+                self._averaged(tuple(parts), storage, tensors, raw_type, out[begin : begin + size])
             return out
 
         spans = enumerate(range(0, numel, chunk))
@@ -277,18 +289,23 @@ class AveragedRecords(AssembledRecords):
     def _averaged(
         self,
         parts: tuple[np.ndarray, ...],
+        storage: Storage,
         tensors: list[Tensor],
-        dtype: str,
         raw_type: np.dtype,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """One chunk of the average, as raw elements of ``raw_type`` (into ``out`` if given, else a new array)."""
+        """One chunk of the average, as raw elements of ``raw_type`` (into ``out`` if given, else a new array);
+        refused where it holds NaN or Inf, unless :attr:`allow_nan`."""
         # a float written as it is rounded (native order): cast straight into the output, no copy between
+        dtype = storage.dtype
         cast_in_place = dtype in NATIVE_FLOATS and raw_type.isnative
         if out is None:
             out = np.empty(parts[0].size, dtype=raw_type)
         if cast_in_place and all(_widened_by_numpy(t, raw) for t, raw in zip(tensors, parts, strict=True)):
-            return self._averaged_natively(parts, out)
+            averaged = self._averaged_natively(parts, out)
+            if not self.allow_nan and not _finite(averaged):
+                raise self._nonfinite(storage)
+            return averaged
         sums = np.empty(min(out.size, BLOCK_ELEMENTS), dtype=np.float64)
         # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order:
         # 0 + w1·x1 + w2·x2 + ..., each product in float64), with no temporary array per step
@@ -300,11 +317,21 @@ class AveragedRecords(AssembledRecords):
                 values = decode(raw[block], tensor.dtype, tensor.metadata)  # a float64 copy: ours to change
                 values *= weight
                 total += values
+            if not self.allow_nan and not _finite(total):
+                raise self._nonfinite(storage)
             if cast_in_place:
                 np.copyto(out[block], total, casting="same_kind")  # rounded as astype rounds
             else:
                 out[block] = rounded(total, dtype).astype(raw_type, copy=False)
         return out
+
+    def _nonfinite(self, storage: Storage) -> AverageRefused:
+        """The refusal of an average that holds NaN or Inf, naming the tensor."""
+        where = self.names.get(storage.key, storage.key)
+        return AverageRefused(
+            f"the average of {where} holds NaN or Inf, as an input does there (ckpt-tui check names it): a soup "
+            "with them is no model; nothing written (--allow-nan writes it anyway)"
+        )
 
     def _averaged_natively(self, parts: tuple[np.ndarray, ...], out: np.ndarray) -> np.ndarray:
         """:meth:`_averaged` of float16/32/64 inputs into a float16/32/64 output, widened into two reused
@@ -351,6 +378,13 @@ def _in_order(work: Iterator[Future[np.ndarray]]) -> Iterator[np.ndarray]:
         futures_wait(pending)
 
 
+def _finite(values: np.ndarray) -> bool:
+    """Whether every value is finite: their float sum first (one pass in cache), each value only where that sum
+    is not finite (a NaN, an Inf, or finite values whose sum is past the float's range)."""
+    with np.errstate(all="ignore"):
+        return math.isfinite(float(np.add.reduce(values, axis=None))) or bool(np.isfinite(values).all())
+
+
 def _halved_sum(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
     """The plain mean of two float32 blocks, in float32: (x + y + 0) · 0.5, the bytes the float64 sum rounded
     once gives (x/2 + y/2 + 0 in float64 rounded to float32: double rounding through float64's 53 bits is
@@ -386,13 +420,16 @@ def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype({"float64": np.float64, "float32": np.float32, "float16": np.float16}[dtype])
 
 
-def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: str | None = None) -> AveragePlan:
-    """The averaged tree (nothing read yet: values are computed while it is written)."""
+def plan_average(
+    checkpoints: Sequence[Checkpoint], weights: list[float], at: str | None = None, allow_nan: bool = False
+) -> AveragePlan:
+    """The averaged tree (nothing read yet: values are computed while it is written; ``allow_nan``: an average
+    holding NaN or Inf is written, not refused)."""
     selected = [select(c, at, None, "", "--at") for c in checkpoints]
     trees = [leaves(c.root) for c in selected]
     first = trees[0]
     _check_same_tensors(trees, [c.path for c in checkpoints])
-    source = AveragedRecords(checkpoints[0].path, weights, [c.byteorder for c in checkpoints])
+    source = AveragedRecords(checkpoints[0].path, weights, [c.byteorder for c in checkpoints], allow_nan)
     # a training checkpoint averaged whole: its model's tensors are told from the optimizer's
     model_at = inner_state_dict(selected[0].root) or None
     plan = AveragePlan(selected[0].root, weights, model_at=model_at)
@@ -412,6 +449,10 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
         if not all(_averageable(t) for t in inputs):
             plan.from_first.append(key_text(path))
             return None
+        if is_step_counter(path):
+            # an optimizer's float step counts steps: averaged it would disagree with the step kept beside it
+            plan.counters.append(key_text(path))
+            return None
         if any(t.dtype != tensor.dtype for t in inputs):
             plan.mixed_dtypes.append(key_text(path))
         view = view_key(tensor)
@@ -419,7 +460,7 @@ def plan_average(checkpoints: Sequence[Checkpoint], weights: list[float], at: st
             make = _averaged_view if any(repeats_far_more(t) for t in inputs) else _averaged_tensor
             if make is _averaged_view:
                 _check_same_layout(path, inputs, [c.path for c in checkpoints])
-            done[view] = make(tensor, inputs, source, f"avg{len(done)}")
+            done[view] = make(tensor, inputs, source, f"avg{len(done)}", key_text(path))
             plan.averaged += 1
             role = tensor_role(path, tensor, model_at)
             role = "model" if role in ("parameter", "buffer", "counter") else role
@@ -436,17 +477,17 @@ def _averageable(tensor: Tensor) -> bool:
     return tensor.kind == "dense" and tensor.dtype in AVERAGED_DTYPES and tensor.storage is not None
 
 
-def _averaged_tensor(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str) -> Tensor:
+def _averaged_tensor(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str, name: str) -> Tensor:
     storage = tensor.storage
     assert storage is not None
     numel = tensor.numel
     new = Storage(key, tensor.dtype, storage.location, numel, source, storage.type_name)
-    source.add_average(key, inputs)
+    source.add_average(key, inputs, name)
     stride = tuple(math.prod(tensor.shape[k + 1 :]) for k in range(len(tensor.shape)))
     return dataclasses.replace(tensor, storage=new, offset=0, stride=stride, metadata=None)
 
 
-def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str) -> Tensor:
+def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str, name: str) -> Tensor:
     """A view that repeats its stored elements (expand, stride 0) stays a view: the storage it reaches is averaged.
 
     Every input has the same layout, so element for element the storages' spans are the views' values.
@@ -459,7 +500,7 @@ def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords
         flats.append(Tensor(each.storage, low, (span,), (1,), each.dtype, metadata=each.metadata))
     low, _ = element_span(tensor.offset, tensor.shape, tensor.stride) or (tensor.offset, 0)
     new = Storage(key, tensor.dtype, storage.location, span, source, storage.type_name)
-    source.add_average(key, flats)
+    source.add_average(key, flats, name)
     return dataclasses.replace(tensor, storage=new, offset=tensor.offset - low, metadata=None)
 
 
@@ -547,6 +588,7 @@ def average(
     fmt: str | None = None,
     *,
     force: bool = False,
+    allow_nan: bool = False,
 ) -> tuple[AveragePlan, WriteResult]:
     """Average the files and write the result, atomically and verified (see the module docstring)."""
     from ckpt_tui.core.readers.open import open_checkpoint
@@ -561,7 +603,7 @@ def average(
         raise AverageRefused(refused)
     if any(c.byteorder != "little" for c in checkpoints):
         raise AverageRefused("big-endian checkpoints cannot be averaged (convert them first)")
-    plan = plan_average(checkpoints, parsed, at)
+    plan = plan_average(checkpoints, parsed, at, allow_nan)
     _within_budget(checkpoints, at)
     first = checkpoints[0]
     try:
