@@ -228,3 +228,26 @@ def test_conjugated_and_negated_views_are_written_with_their_values(tmp_path: Pa
     for name, tensor in state.items():
         assert not loaded[name].is_conj() and not loaded[name].is_neg()
         assert torch.equal(loaded[name], tensor.resolve_conj().resolve_neg()), name
+
+
+def test_a_tied_lm_head_is_written_under_the_embeddings_name_as_save_pretrained_keeps_it(tmp_path: Path, capsys):
+    """A GPT-2's LM head is tied to its input embedding: the name kept is the embedding's, first in the
+    state_dict (save_model's smallest name would be lm_head.weight), the same header transformers'
+    save_pretrained writes; the model then loads it with strict=False and re-ties the head."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=8)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    torch.save(model.state_dict(), tmp_path / "gpt2.pth")
+    assert convert(capsys, tmp_path / "gpt2.pth", "-o", tmp_path / "ours.safetensors")[0] == 0
+    ours, _ = header(tmp_path / "ours.safetensors")
+    assert "transformer.wte.weight" in ours and "lm_head.weight" not in ours
+    assert ours["__metadata__"]["lm_head.weight"] == "transformer.wte.weight"
+    model.save_pretrained(tmp_path / "hf")
+    theirs, _ = header(tmp_path / "hf" / "model.safetensors")
+    assert sorted(k for k in ours if k != "__metadata__") == sorted(k for k in theirs if k != "__metadata__")
+    fresh = transformers.GPT2LMHeadModel(config)
+    missing, unexpected = fresh.load_state_dict(load_file(tmp_path / "ours.safetensors"), strict=False)
+    assert missing == ["lm_head.weight"] and not unexpected
+    fresh.tie_weights()
+    assert torch.equal(fresh.lm_head.weight, model.transformer.wte.weight)

@@ -127,7 +127,7 @@ class SafetensorsPlan:
         self.metadata = self._metadata(metadata or {})
 
     def _unique(self, root: dict[str, Tensor]) -> list[tuple[str, Tensor]]:
-        """Tensors to write; an identical view seen again becomes an alias of the first name (sorted)."""
+        """Tensors to write; an identical view seen again becomes an alias of the first name in the tree's order."""
         from ckpt_tui.core.values.tensor_values import repeats_far_more, stored_span  # (with numpy)
 
         views: dict[tuple[Any, ...], list[str]] = {}
@@ -171,9 +171,12 @@ class SafetensorsPlan:
             if len(names) == 1:
                 unique.append((names[0], root[names[0]]))
                 continue
-            kept = min(names)  # the name the library's save_model keeps
+            # the first name in the tree's order: the module that owns the weight, registered first (the embedding,
+            # not the LM head tied to it), as transformers' save_pretrained keeps it (safetensors' save_model keeps
+            # the smallest name, lm_head.weight before transformer.wte.weight, which a model loads as missing)
+            kept = names[0]
             unique.append((kept, root[kept]))
-            self.aliases.update((other, kept) for other in sorted(names) if other != kept)
+            self.aliases.update((other, kept) for other in names[1:])
         return unique
 
     def _metadata(self, source: Mapping[Any, Any]) -> dict[str, str]:

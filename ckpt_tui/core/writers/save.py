@@ -54,12 +54,13 @@ class WriteResult:
             f"{self.nbytes} bytes); verified: {self.verified}{left}"
         )
         if self.aliases and self.format == "safetensors":
-            # save_model's convention: torch.load and load_file return the first name only, so strict loads miss them
+            # safetensors holds each tensor once: load_file returns the kept name only, so strict loads miss the others
             tied = ", ".join(f"{alias} = {name}" for alias, name in list(self.aliases.items())[:4])
             extra = f" and {len(self.aliases) - 4} more" if len(self.aliases) > 4 else ""
             line += (
-                f"; tied weights stored once ({tied}{extra}, in __metadata__): torch.load and load_file return the"
-                " first name only; safetensors' load_model, or tying them after loading, restores the others"
+                f"; tied weights stored once ({tied}{extra}, in __metadata__): load_file returns the name after '='"
+                " only; from_pretrained, safetensors' load_model, or load_state_dict(strict=False) and tying them"
+                " after, restores the others"
             )
         judged = self.weights_only
         if judged is not None and judged.loads is False:
