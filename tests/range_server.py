@@ -6,14 +6,17 @@ counts requests and bytes sent. It can also play a Hugging Face Hub for ``huggin
 through ``HF_ENDPOINT`` (``hub``): ``HEAD/GET /ORG/REPO/resolve/REV/PATH``, ``/api/models/ORG/REPO/tree/REV``
 and ``/api/models/ORG/REPO/revision/REV``, where ``REPO``'s files are the folder ``ORG/REPO`` and the
 commit is fixed. Options: no ranges (the whole file, 200), latency per request, a bandwidth cap, an
-answer of 429 first (backoff), a token every request must carry, and a CDN (``cdn``: another server's URL)
-that the Hub's resolve redirects its files to, as huggingface.co does for LFS files: a 302 naming the file's
-sha256 (``X-Linked-Etag``), size (``X-Linked-Size``) and commit, where the CDN answers with its own ETag.
+answer of 429 first (backoff), a token every request must carry, folder listings (``listings``: a folder's
+URL answers with an HTML index as nginx's ``autoindex`` does, and without its ``/`` with a 301 to it), and a
+CDN (``cdn``: another server's URL) that the Hub's resolve redirects its files to, as huggingface.co does for
+LFS files: a 302 naming the file's sha256 (``X-Linked-Etag``), size (``X-Linked-Size``) and commit, where the
+CDN answers with its own ETag.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
 import re
@@ -63,8 +66,10 @@ class RangeServer:
         token: str | None = None,
         cdn: str | None = None,
         signed_uses: int | None = None,
+        listings: bool = False,
     ) -> None:
         self.root = root
+        self.listings = listings
         self.cdn = cdn
         self.signed_uses = signed_uses
         """As a CDN: the requests one signed link (``?signature=N``) answers before it is refused (403: expired)."""
@@ -164,7 +169,23 @@ class RangeServer:
             if self.cdn is not None and os.path.isfile(file):
                 return self._to_cdn(handler, folder, resolve.group(3), file)
             return self._file(handler, file, head, {"X-Repo-Commit": self._commit(folder)})
-        return self._file(handler, os.path.join(self.root, path.lstrip("/")), head, {})
+        local = os.path.join(self.root, path.lstrip("/"))
+        if self.listings and os.path.isdir(local):
+            return self._listing(handler, path, local)
+        return self._file(handler, local, head, {})
+
+    def _listing(self, handler: BaseHTTPRequestHandler, path: str, folder: str) -> None:
+        """nginx's autoindex: a folder's URL without its ``/`` moves to it; with it, an HTML index of the entries
+        (``../`` first, folders with a trailing ``/``), names percent-encoded in links and escaped in text."""
+        if not path.endswith("/"):
+            return self._send(handler, 301, {"Location": urllib.parse.quote(path) + "/"}, b"")
+        rows = ['<a href="../">../</a>']
+        for name in sorted(os.listdir(folder)):
+            shown = name + "/" if os.path.isdir(os.path.join(folder, name)) else name
+            rows.append(f'<a href="{urllib.parse.quote(shown)}">{html.escape(shown)}</a>  {os.path.getsize(folder)}')
+        title = f"Index of {html.escape(path)}"
+        body = f"<html><head><title>{title}</title></head><body><h1>{title}</h1><hr><pre>{chr(10).join(rows)}</pre>"
+        return self._send(handler, 200, {"Content-Type": "text/html"}, (body + "<hr></body></html>").encode())
 
     def _signed(self) -> int:
         """A new signature for a link to the CDN."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -880,6 +881,70 @@ def test_a_deepspeed_file_on_a_web_server_opens_alone_and_says_how_to_get_the_sa
         checkpoint = open_checkpoint(f"{served.url}/global_step2/{name}")
         assert checkpoint.format == "zip"
         assert any("one file of a DeepSpeed folder on a web server" in note for note in checkpoint.notes)
+
+
+FOLDER_LAYOUTS = (
+    "deepspeed/zero2_fp32",
+    "deepspeed/zero3_bf16/global_step2",
+    "frameworks/hf_dcp",
+    "torch_distributed/fsdp1_sharded",
+    "frameworks/trainer_deepspeed/checkpoint-2",
+    "frameworks/lightning_fsdp",
+)
+"""Fixture folders of every layout read from a folder's listing (DeepSpeed, torch's HF writer, FSDP1 rank files,
+the Trainer's DeepSpeed checkpoint, Lightning's sharded FSDP)."""
+
+
+def fixture_copy(root: Path, relative: str) -> Path:
+    """The fixture folder ``relative`` (returned), copied under ``root`` at the same relative path."""
+    local = Path(__file__).parent / "fixtures" / relative
+    shutil.copytree(local, root / relative)
+    return local
+
+
+@pytest.mark.parametrize("relative", FOLDER_LAYOUTS)
+def test_every_folder_layout_opens_over_https_from_the_server_s_listing_as_the_local_folder(
+    tmp_path: Path, relative: str
+) -> None:
+    (tmp_path / "served").mkdir()
+    with RangeServer(str(tmp_path / "served"), listings=True) as server:
+        local = fixture_copy(tmp_path / "served", relative)
+        expected = outcome(str(local), str(local))
+        assert not isinstance(expected, tuple), expected  # (opened, not refused)
+        folder = f"{server.url}/{relative}"
+        first = sorted(p for p in local.rglob("*") if p.is_file())[0].relative_to(local).as_posix()
+        for url in (folder, f"{folder}/"):
+            forget()
+            assert outcome(url, folder) == expected, url
+        # a file of the folder opens the whole folder, as a local one does
+        forget()
+        assert outcome(f"{folder}/{first}", folder) == outcome(str(local / first), str(local)), first
+
+
+def test_a_listing_page_names_the_entries_directly_inside_its_folder_and_nothing_else() -> None:
+    from ckpt_tui.core.model.remote_stores import listed_entries
+
+    folder = "http://h/run/ckpt/"
+    apache = (
+        '<a href="?C=N;O=D">Name</a><a href="/run/">Parent Directory</a><a href="latest">latest</a>'
+        "<a href='global_step2/'>global_step2/</a><a href=\"a%20b.pt\">a b.pt</a><a HREF=x&amp;y.pt>x</a>"
+    )
+    assert listed_entries(apache, folder) == {"latest": False, "global_step2": True, "a b.pt": False, "x&y.pt": False}
+    # absolute links into the folder count (some servers write them); out of it, to other hosts, or names that
+    # could be no file's do not
+    hostile = (
+        '<a href="/run/ckpt/rank0.pt">r</a><a href="../">up</a><a href="http://other/run/ckpt/x.pt">x</a>'
+        '<a href="a%2Fb.pt">s</a><a href="..%2Fup.pt">u</a><a href="sub/deeper.pt">d</a><a href="#top">t</a>'
+    )
+    assert listed_entries(hostile, folder) == {"rank0.pt": False}
+    assert listed_entries("<html><p>a site's page</p><a href='/'>home</a></html>", folder) is None
+
+
+@pytest.mark.parametrize("relative", FOLDER_LAYOUTS)
+def test_every_folder_layout_opens_from_the_hub_by_its_folder_s_url(hub: RangeServer, relative: str) -> None:
+    local = fixture_copy(root_of(hub) / "fixtures" / "all", relative)
+    folder = f"hf://fixtures/all/{relative}"
+    assert outcome(folder, folder) == outcome(str(local), str(local))
 
 
 def test_an_expired_signed_link_to_the_cdn_is_asked_of_the_hub_anew(cdn_hub: Any, capsys: Any) -> None:

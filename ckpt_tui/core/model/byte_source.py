@@ -91,10 +91,6 @@ class ByteSource(Protocol):
 class Store(Protocol):
     """What serves the files of one URL scheme: their sources, and the folders readers ask about."""
 
-    lists_folders: bool
-    """Whether :meth:`list_dir` gives every file of a folder (a web server's folder is only asked for the files a
-    loader opens: its other files are never known, so never read for code)."""
-
     def source(self, url: str) -> ByteSource:
         """The file at ``url`` (opened once, then shared: its counts and cache live on)."""
         ...
@@ -109,6 +105,11 @@ class Store(Protocol):
 
     def list_dir(self, url: str) -> list[str]:
         """Names of the entries directly inside a folder."""
+        ...
+
+    def lists(self, url: str) -> bool:
+        """Whether :meth:`list_dir` gives every file of the folder (a web server that lists nothing is only asked
+        for the files a loader opens: its other files are never known, so never read for code)."""
         ...
 
     def remember(self) -> None:

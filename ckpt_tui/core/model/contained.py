@@ -46,7 +46,7 @@ WEIGHTS_LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Each loader that takes one weights file (or index) from a folder by name, with the names it tries in order."""
 FOLDER_ENTRIES = (DCP_METADATA, *(name for _, names in WEIGHTS_LOADERS for name in names))
 """What a loader opens in a folder, in the order ckpt-tui's detection looks (``dcp.load``'s ``.metadata``, then
-``from_pretrained``'s files): all a folder that cannot be listed (a web server's) is asked for."""
+``from_pretrained``'s files): all a folder that cannot be listed (a web server that lists nothing) is asked for."""
 HUB_SNAPSHOTS = "snapshots"
 HUB_BLOBS = "blobs"
 

@@ -11,6 +11,7 @@ libraries: each is imported when its first URL is opened. :func:`register` insta
 from __future__ import annotations
 
 import contextlib
+import html
 import http.client
 import logging
 import os
@@ -42,6 +43,8 @@ bytes cannot hold a read (a per-read socket timeout alone lets one byte every fe
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 UNSATISFIED = re.compile(r"bytes \*/(\d+)")
 """A 416's Content-Range: the file's length (RFC 9110 14.4)."""
+LISTING_MOST = 4 << 20
+"""A folder's listing page is read up to this size (a larger one is taken for no listing)."""
 IN_MEMORY = 16 << 20
 """A whole file a server sent (it ignores ranges) is kept in memory up to this size, in a private temporary file
 past it."""
@@ -174,10 +177,11 @@ class HttpTransport:
             cached[1].close()
         self._local.connection = None
 
-    def request(self, headers: dict[str, str], most: int, whole: bool = False) -> Answer:
+    def request(self, headers: dict[str, str], most: int, whole: bool = False, page: bool = False) -> Answer:
         """One GET of the file with ``headers``, for a range of at most ``most`` bytes: a 206's body is read
         in full, checked against its Content-Range and Content-Length; with ``whole``, a 200's body too (the
-        whole file, within the budget: :meth:`_whole`); other answers' bodies are not read.
+        whole file, within the budget: :meth:`_whole`); with ``page``, an HTML page's (a folder's listing:
+        :meth:`_page_body`); other answers' bodies are not read.
         Retries on 429 and 5xx with backoff (honouring Retry-After), and once on a dropped kept-alive
         connection. A server slower than :data:`MIN_RATE` after :data:`TIMEOUT` is refused."""
         url, moved, wait = self.url, 0, 1.0
@@ -199,7 +203,7 @@ class HttpTransport:
                 if cutoff.fired:
                     # cut off mid-headers: what http.client parsed up to the cut is not an answer
                     raise TimeoutError
-                answer = self._answer(response, sock, most, whole)
+                answer = self._answer(response, sock, most, whole, page)
             except TimeoutError:
                 self._drop()
                 raise _timeout_error(self.name) from None
@@ -233,10 +237,14 @@ class HttpTransport:
             return answer
         raise ReadError(f"{self.name}: the server kept refusing (HTTP {status}) after {RETRIES} retries")
 
-    def _answer(self, response: http.client.HTTPResponse, sock: socket.socket, most: int, whole: bool) -> Answer:
+    def _answer(
+        self, response: http.client.HTTPResponse, sock: socket.socket, most: int, whole: bool, page: bool = False
+    ) -> Answer:
         found = {k.lower(): v for k, v in response.getheaders()}
         if response.status == 200 and whole and not is_page(found):
             return self._whole(response, sock, found)
+        if response.status == 200 and page and is_page(found):
+            return self._page_body(response, sock, found, most)
         if response.status != 206:
             # its body is never used: the connection goes rather than read what the server chose to send
             self._drop()
@@ -303,6 +311,33 @@ class HttpTransport:
                 f"{self.name}: cannot write the local temporary file that holds the download, in "
                 f"{tempfile.gettempdir()} ({exc.strerror or exc}); TMPDIR sets the folder it goes to"
             ) from None
+
+    def _page_body(
+        self, response: http.client.HTTPResponse, sock: socket.socket, found: dict[str, str], most: int
+    ) -> Answer:
+        """An HTML page's body up to ``most`` bytes, counted against the budget (none past either: an answer
+        without a body, taken for no listing)."""
+        self._plain(found)
+        declared = found.get("content-length", "").strip()
+        length = int(declared) if declared.isdigit() else None
+        body = bytearray()
+        if length is None or (length <= most and remote.claim(self.name, length)):
+            for chunk in self._chunks(response, sock, length):
+                if length is None and (len(body) + len(chunk) > most or not remote.claim(self.name, len(chunk))):
+                    body.clear()
+                    break
+                body += chunk
+        # (one answer per page: the connection goes rather than trust what may follow the body)
+        self._drop()
+        return Answer(200, found, body=bytes(body))
+
+    def listing_page(self) -> str | None:
+        """The HTML page the URL answers with (a folder's listing), or None: another answer, or past the budget
+        or :data:`LISTING_MOST`."""
+        answer = self.request({"Accept-Encoding": "identity"}, LISTING_MOST, page=True)
+        if answer.status != 200 or not is_page(answer.headers) or not answer.body:
+            return None
+        return answer.body.decode("utf-8", "replace")
 
     def _too_large(self, length: int | None) -> NoRanges:
         whole = f"the whole file ({human(length)})" if length is not None else "the whole file"
@@ -540,17 +575,47 @@ class _Sources:
             return [source for source in self._sources.values() if source.stat_known()]
 
 
-class HttpStore:
-    """``https://`` and ``http://`` URLs. A web server lists no folders: an index opens its shards beside it,
-    and a folder's URL (ending in ``/``, or answered with an HTML page) is asked for the files a loader opens
-    in a folder (:data:`~.contained.FOLDER_ENTRIES`), the first found its one entry."""
+HREF = re.compile(r"""<a\s[^>]*?\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
 
-    lists_folders = False  # (a web server lists no folders)
+
+def listed_entries(page: str, folder: str) -> dict[str, bool] | None:
+    """The entries a folder's listing page (``python -m http.server``, nginx's autoindex, Apache's index) links
+    to directly inside ``folder`` (a URL ending in ``/``), each with whether it is a folder (its link ends in
+    ``/``); None for a page linking to none (a site's page, not a listing). Links elsewhere (the parent, sort
+    orders, other hosts) and names that could not be a file's (``/``, ``..``) are left out."""
+    base = urllib.parse.urlsplit(folder)
+    found: dict[str, bool] = {}
+    for match in HREF.finditer(page):
+        href = html.unescape(next(group for group in match.groups() if group is not None)).strip()
+        target = urllib.parse.urlsplit(urllib.parse.urljoin(folder, href))
+        if (target.scheme, target.netloc) != (base.scheme, base.netloc) or target.query or target.fragment:
+            continue
+        if not target.path.startswith(base.path) or target.path == base.path:
+            continue
+        encoded = target.path[len(base.path) :]
+        is_folder = encoded.endswith("/")
+        name = urllib.parse.unquote(encoded[:-1] if is_folder else encoded)
+        if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+            continue
+        found[name] = is_folder
+    return found or None
+
+
+class HttpStore:
+    """``https://`` and ``http://`` URLs. A folder's URL is listed from the page the server answers it with,
+    when that page is a listing (``python -m http.server``, nginx's autoindex, Apache's index): every layout
+    then opens as a local folder does. A server that lists nothing (a page that links to no entry, a 403 or
+    404) is asked for the files a loader opens in a folder (:data:`~.contained.FOLDER_ENTRIES`), the first
+    found its one entry."""
 
     def __init__(self) -> None:
         self.sources = _Sources()
         self._pages: dict[str, HtmlPage] = {}
         self._entries: dict[str, list[str]] = {}
+        self._listings: dict[str, dict[str, bool] | None] = {}
+        self._folders: set[str] = set()
+        """Entries a listing named as folders (their URLs, without the trailing slash)."""
+        self._lock = threading.Lock()
 
     def source(self, url: str) -> RemoteFile:
         parts = urllib.parse.urlsplit(url)
@@ -564,7 +629,7 @@ class HttpStore:
         return self.sources.get(url, lambda: HttpTransport(url, url))
 
     def is_file(self, url: str) -> bool:
-        if url in self._pages:
+        if url in self._pages or url.rstrip("/") in self._folders or not self._maybe_listed(url):
             return False
         try:
             return self.source(url).size >= 0
@@ -575,14 +640,50 @@ class HttpStore:
             return False
 
     def is_dir(self, url: str) -> bool:
-        """Whether the URL is a folder holding a file a loader opens: asked only of a URL ending in ``/`` or
-        answered with an HTML page (one that holds none is said to be a page, not a checkpoint)."""
+        """Whether the URL is a folder: one a listing named, one whose page is a listing, or one holding a file a
+        loader opens. Asked of the server only for a URL ending in ``/`` or answered with an HTML page (a page
+        that is neither is said to be a page, not a checkpoint)."""
+        with self._lock:
+            listed = self._listings.get(url.rstrip("/") + "/")
+        if url.rstrip("/") in self._folders or listed is not None:
+            return True  # (named by its parent's listing, or listed itself already)
         page = self._pages.get(url)
         if page is None and not url.endswith("/"):
             return False
+        if self._listing(url) is not None:
+            return True
         if not self._entries_of(url) and page is not None:
             raise page
         return bool(self._entries_of(url))
+
+    def lists(self, url: str) -> bool:
+        """Whether the folder's page lists its entries (then every file of it is known)."""
+        return self._listing(url) is not None
+
+    def _listing(self, url: str) -> dict[str, bool] | None:
+        """The entries of the folder's listing page (one GET, kept), or None where the server lists none."""
+        folder = url.rstrip("/") + "/"
+        with self._lock:
+            if folder in self._listings:
+                return self._listings[folder]
+        try:
+            page = HttpTransport(folder, folder).listing_page()
+        except (NotFound, NoAccess):
+            page = None
+        found = listed_entries(page, folder) if page is not None else None
+        with self._lock:
+            self._listings[folder] = found
+            for name, is_folder in (found or {}).items():
+                if is_folder:
+                    self._folders.update(byte_source.join(folder, form) for form in (name, urllib.parse.quote(name)))
+        return found
+
+    def _maybe_listed(self, url: str) -> bool:
+        """False for a file its folder's listing, read already, does not name (no request made for it)."""
+        folder, _, name = url.rpartition("/")
+        with self._lock:
+            listed = self._listings.get(folder + "/")
+        return listed is None or urllib.parse.unquote(name) in listed
 
     def _entries_of(self, url: str) -> list[str]:
         """The first of :data:`FOLDER_ENTRIES` the folder holds (one ranged GET each until found), as a list."""
@@ -592,9 +693,12 @@ class HttpStore:
         return self._entries[url]
 
     def list_dir(self, url: str) -> list[str]:
+        listed = self._listing(url)
+        if listed is not None:
+            return sorted(listed)
         if self.is_dir(url):
             return list(self._entries_of(url))
-        raise ReadError(f"{url}: a web server lists no folders; name a file (an index.json opens its shards)")
+        raise ReadError(f"{url}: the server lists no such folder; name a file (an index.json opens its shards)")
 
     def remember(self) -> None:
         self.sources.remember()
@@ -606,8 +710,6 @@ class HttpStore:
 class HubStore:
     """``hf://ORG/REPO[@REV][/PATH]``: files resolved once through ``huggingface_hub`` (``HF_TOKEN``,
     ``HF_ENDPOINT``, revisions), then read with ranged GETs on the final (redirected) URL."""
-
-    lists_folders = True  # (the Hub's listing)
 
     def __init__(self) -> None:
         self.sources = _Sources()
@@ -668,6 +770,9 @@ class HubStore:
             return False  # resolved as a file already: no listing needed
         prefix = path + "/" if path else ""
         return any(name.startswith(prefix) for name in self.files(url))
+
+    def lists(self, url: str) -> bool:
+        return True  # (the Hub's listing)
 
     def list_dir(self, url: str) -> list[str]:
         path = self.parse(url)[2]
@@ -800,8 +905,6 @@ class FsspecStore:
     """``s3://``, ``gs://``, ``az://`` through fsspec with caching off: explicit ranged reads
     (``_fetch_range`` of a file opened with ``cache_type="none"``, which checks the ETag on S3)."""
 
-    lists_folders = True  # (the bucket's listing)
-
     def __init__(self, protocol: str) -> None:
         self.protocol = protocol
         self.package, self.hint, self.extra = _FSSPEC_PROTOCOLS[protocol]
@@ -852,6 +955,9 @@ class FsspecStore:
 
     def is_dir(self, url: str) -> bool:
         return bool(self.call(url, lambda fs: fs.isdir(url)))
+
+    def lists(self, url: str) -> bool:
+        return True  # (the bucket's listing)
 
     def list_dir(self, url: str) -> list[str]:
         names = self.call(url, lambda fs: fs.ls(url, detail=False))

@@ -608,8 +608,8 @@ def _open_directory(path: str) -> Checkpoint:
     from ckpt_tui.core.readers.dcp import read_dcp
     from ckpt_tui.core.readers.folder import account_for_folder
 
-    if places.is_remote(path) and not places.store_of(path).lists_folders:
-        # (a web server's folder: its other files are never listed, so the report says they were not read)
+    if places.is_remote(path) and not places.store_of(path).lists(path):
+        # (a web server that lists nothing: the folder's other files are never known, so the report says so)
         return checkpoint
     try:
         # every other file a loader could unpickle is read for code: a folder is clean only when all of it is
@@ -636,7 +636,7 @@ def _open_file(path: str) -> Checkpoint:
     checkpoint = _read_file(target)
     if path.endswith((MODEL_STATES, OPTIM_STATES)) and not lists_its_folder(path):
         checkpoint.notes.append(
-            f"one file of a DeepSpeed folder on a web server, which lists no folder: opened alone; download its tag "
+            f"one file of a DeepSpeed folder on a web server that lists no folder: opened alone; download its tag "
             f"folder ({places.parent(path)}, every *{MODEL_STATES} and *{OPTIM_STATES}) and open that to see the "
             "whole save"
         )

@@ -59,8 +59,8 @@ def deepspeed_files(folder: str, suffix: str) -> list[str]:
 
 
 def lists_its_folder(path: str) -> bool:
-    """Whether the folder a path lies in can be listed (local, a bucket, the Hub; not a web server)."""
-    return not places.is_remote(path) or places.store_of(path).lists_folders
+    """Whether the folder a path lies in can be listed (local, a bucket, the Hub, a web server's listing page)."""
+    return not places.is_remote(path) or places.store_of(path).lists(places.parent(path))
 
 
 def deepspeed_folder(path: str) -> str | None:
@@ -73,7 +73,7 @@ def deepspeed_folder(path: str) -> str | None:
     elif path.endswith((MODEL_STATES, OPTIM_STATES)):
         folder = places.parent(path)
         if not lists_its_folder(path):
-            return None  # a web server lists no folder: the file opens alone (its reader says how to get the rest)
+            return None  # a web server that lists nothing: the file opens alone (its reader says how to get the rest)
     else:
         return None
     models = deepspeed_files(folder, MODEL_STATES)
