@@ -1007,3 +1007,29 @@ def test_an_output_url_is_refused_as_not_a_local_path(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "-o/--output: takes a local path" in err and "read-only" in err, err
     assert not any(p.name.endswith(":") for p in tmp_path.iterdir())
+
+
+def test_a_remote_plain_pickle_past_the_budget_is_refused_before_its_body_with_the_value_that_reads_it(
+    served: RangeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unpickling reads a plain pickle to its end: its size, known from the first answer, is the need (was: fetched
+    up to the cap, then refused for "a bit more", run after run)."""
+    import pickle
+    import re
+
+    from ckpt_tui.cli import main
+
+    (root_of(served) / "rng_state.pth").write_bytes(pickle.dumps({"rng": os.urandom(2_000_000)}, protocol=4))
+    url = f"{served.url}/rng_state.pth"
+    served.served.reset()
+    assert main(["info", "--max-download", "500k", url]) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
+    assert len(error) == 1 and "plain pickle (2.0 MB, read whole) needs" in error[0], error
+    assert served.served.bytes_sent < 200_000  # (its head and tail: none of the rest)
+    raise_to = re.search(r"raise it \(--max-download (\S+)\)", error[0])
+    assert raise_to is not None
+    forget()
+    remote.TRANSFER = remote.Transfer()
+    remote.TRANSFER.limit = remote.parse_size(raise_to.group(1))
+    assert main(["info", url]) == 0
+    assert "rng" in capsys.readouterr().out

@@ -185,16 +185,28 @@ def ensure_values_budget(name: str, tensors: Iterable[Tensor], what: str) -> Non
     ensure_budget(name, sum(s.nbytes for key, s in storages.items() if not held[where[key]]), what)
 
 
-def ensure_budget(name: str, need: int, what: str) -> None:
+def ensure_whole_read(path: str, what: str) -> None:
+    """Refuse up front, in one line, reading a remote file whole (a plain pickle: unpickling reads to its end) past
+    the budget left: its size is known from its first answer, so the refusal says the real total, before a byte of
+    the rest is fetched (never a read up to the cap, then "a bit more")."""
+    if not path or not byte_source.is_remote(path):
+        return
+    source = byte_source.store_of(path).source(path)
+    if not isinstance(source, RemoteFile) or source.kept_whole():
+        return
+    ensure_budget(path, source.not_held(), f"{what} ({human(source.size)}, read whole)", "more")
+
+
+def ensure_budget(name: str, need: int, what: str, of: str = "of tensor values") -> None:
     """Refuse up front, in one line saying how much and the value to raise the cap to, work that would fetch more
-    than the budget left."""
+    than the budget left (``need`` bytes, ``of`` what)."""
     with TRANSFER._lock:
         fetched, limit = TRANSFER.fetched, TRANSFER.limit
     if fetched + need > limit:
         total = fetched + need
         so_far = f"; {human(fetched)} fetched already" if fetched else ""
         raise ReadError(
-            f"{name}: {what} needs {human(need)} of tensor values from the remote store ({apart(total, limit)} in all"
+            f"{name}: {what} needs {human(need)} {of} from the remote store ({apart(total, limit)} in all"
             f"{so_far}), past --max-download {apart(limit, total)}; raise it (--max-download {size_text(total)}) "
             "or use a local copy"
         )
@@ -323,6 +335,12 @@ class RemoteFile:
     def requests(self) -> int:
         """Requests made for this file."""
         return self.tally.requests
+
+    def not_held(self) -> int:
+        """Bytes of the file neither fetched nor seeded from the cache (what reading it whole would fetch)."""
+        size = self.size
+        with self._lock:
+            return max(0, size - sum(map(len, self._chunks)))
 
     def extents(self) -> list[tuple[int, bytes]]:
         """The ranges fetched and kept (the readers' metadata), in file order."""

@@ -55,12 +55,27 @@ class LegacyRecords(RecordSource):
         return found
 
 
-def read_pickle_file(path: str, file_bytes: int) -> Checkpoint:
+LEGACY_MAGIC = (MAGIC_NUMBER.to_bytes(10, "little"), str(MAGIC_NUMBER).encode())
+"""The magic number as the first pickle of a legacy file holds it (LONG1 in protocols 2 and later, text in 0 and 1)."""
+
+
+def plain_pickle(head: bytes) -> bool:
+    """Whether a pickle file's first bytes hold no legacy magic number: a plain pickle, which unpickling reads to its
+    end (a legacy file's pickles are small before its storages)."""
+    return not any(magic in head[:64] for magic in LEGACY_MAGIC)
+
+
+def read_pickle_file(path: str, file_bytes: int, head: bytes = b"") -> Checkpoint:
     """Read a legacy torch file, or a plain pickle, without touching tensor data.
 
     Its pickles are read from the file once (:class:`ReadOnce`) and kept as the checkpoint's ``archive``
     (:class:`PickleBytes`, with the element counts read after them): the weights_only verdict judges
-    those very bytes. Whether the file is taken or refused, :func:`pickle_read` hands them on."""
+    those very bytes. Whether the file is taken or refused, :func:`pickle_read` hands them on. A remote plain pickle
+    (told by ``head``) past the budget is refused before its body is fetched."""
+    if head and plain_pickle(head):
+        from ckpt_tui.core.model.remote import ensure_whole_read
+
+        ensure_whole_read(path, "unpickling this plain pickle")
     unsafe: set[str] = set()
     with places.open_stream(path) as raw:
         once = ReadOnce(raw, file_bytes)

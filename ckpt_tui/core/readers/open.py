@@ -458,7 +458,7 @@ def _read_pickle(target: Target) -> Checkpoint:
     from ckpt_tui.core.readers.legacy import read_pickle_file
 
     try:
-        return read_pickle_file(target.path, target.size)
+        return read_pickle_file(target.path, target.size, target.head)
     except ReadError as exc:
         _refuse_unread(target, exc)
 
