@@ -1033,3 +1033,23 @@ def test_a_remote_plain_pickle_past_the_budget_is_refused_before_its_body_with_t
     remote.TRANSFER.limit = remote.parse_size(raise_to.group(1))
     assert main(["info", url]) == 0
     assert "rng" in capsys.readouterr().out
+
+
+def test_convert_of_a_remote_zip_keeping_small_records_fetches_those_records_not_a_window_each(
+    served: RangeServer, tmp_path: Path
+) -> None:
+    from ckpt_tui.cli import main
+
+    state = {}
+    for i in range(8):
+        state[f"layer{i}.weight"] = torch.randn(512, 1024)  # 2 MB each, dropped
+        state[f"layer{i}.bias"] = torch.randn(512)  # 2 kB each, kept
+    torch.save(state, root_of(served) / "train.pth")
+    out = tmp_path / "biases.pth"
+    served.served.reset()
+    assert main(["convert", f"{served.url}/train.pth", "-o", str(out), "--drop-keys", "*.weight"]) == 0
+    written = torch.load(out, weights_only=True)
+    assert sorted(written) == sorted(k for k in state if k.endswith(".bias"))
+    assert all(torch.equal(written[k], state[k]) for k in written)
+    # the opening reads (two 64 kB ends and the pickle), then each kept record: never 1 MB of a weight per bias
+    assert served.served.bytes_sent < 200_000, served.served.requests

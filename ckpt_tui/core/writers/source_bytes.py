@@ -22,6 +22,9 @@ WINDOW = 1 << 20
 """Cache-sized: the bytes read are sliced, CRC-checked and copied out while they are still in the cache."""
 SMALL = 1 << 20
 GAP = 4096
+LOCAL_SLACK = 256
+"""Room past a local header's fixed part and name for its extra field (torch pads records to 64-byte alignment
+there): where a record's bytes may start, for a window's end (a window too short only costs a read more)."""
 """Bytes between two wanted ranges that :meth:`SourceReader.gather` reads through rather than seek past."""
 _LOCAL_PARTS = struct.Struct("<4s22x2H")  # a local header's signature, name length and extra length
 
@@ -116,8 +119,11 @@ class SourceReader:
         start, data = self._load(path, offset, size)
         return data[:size]
 
-    def _load(self, path: str, offset: int, size: int) -> tuple[int, memoryview]:
-        data = self.source(path).read_at(offset, max(WINDOW, size))
+    def _load(self, path: str, offset: int, size: int, upto: int | None = None) -> tuple[int, memoryview]:
+        """A window of ``size`` bytes at ``offset`` at least: :data:`WINDOW`'s, or up to ``upto`` where the caller
+        knows what it will read (a remote source fetches every byte asked: never 1 MB for a 2 kB record)."""
+        length = max(WINDOW, size) if upto is None else max(size, upto - offset)
+        data = self.source(path).read_at(offset, length)
         if len(data) < size:
             raise WriteError(f"{path} ended early (truncated while being read?)")
         window = self._windows[path] = (offset, memoryview(data))
@@ -166,6 +172,7 @@ class SourceReader:
         entries, folder, path, file_bytes = source.entries, source.folder, source.path, source.file_bytes
         start, data = self._windows.get(path) or (0, memoryview(b""))
         end = start + len(data)
+        spans = self._fetch_run(source, storages[first : first + limit])
         unpack_from, crc32, append = _LOCAL_PARTS.unpack_from, zlib.crc32, found.append
         for index in range(first, min(first + limit, len(storages))):
             storage = storages[index]
@@ -175,7 +182,8 @@ class SourceReader:
                 break
             header_at, size = entry.header_offset, entry.size
             if not (start <= header_at and header_at + LOCAL.size <= end):
-                start, data = self._load(path, header_at, LOCAL.size)
+                upto = spans[index - first][1] if index - first < len(spans) else None
+                start, data = self._load(path, header_at, LOCAL.size, upto)
                 end = start + len(data)
             signature, name_len, extra_len = unpack_from(data, header_at - start)
             if signature != b"PK\x03\x04":
@@ -187,7 +195,7 @@ class SourceReader:
             if size < nbytes:
                 raise ReadError(f"record {entry.name} holds {size} bytes, its storage needs {nbytes}")
             if begin + nbytes > end:
-                start, data = self._load(path, begin, nbytes)
+                start, data = self._load(path, begin, nbytes, begin + nbytes if spans else None)
                 end = start + len(data)
             record = data[begin - start : begin - start + nbytes]
             crc = crc32(record)
@@ -195,6 +203,22 @@ class SourceReader:
                 raise bad_crc(storage)
             append((record, crc))
         return found
+
+    def _fetch_run(self, source: ZipMembers, run: list[Storage]) -> list[tuple[int, int]]:
+        """A remote source's small records of ``run`` (up to the first that is not one), fetched together, exactly
+        (their spans, each read as its own window then); ``[]`` for a local file, read in windows of :data:`WINDOW` (the
+        page cache reads ahead, and one read serves many records)."""
+        reader = self.source(source.path)
+        if reader.local_fd() is not None:
+            return []
+        spans: list[tuple[int, int]] = []
+        for storage in run:
+            span = _record_span(source, storage)
+            if span is None:
+                break
+            spans.append(span)
+        reader.prefetch([(begin, end - begin) for begin, end in spans])
+        return spans
 
     def span(self, storage: Storage) -> SourceSpan:
         """Where ``storage``'s bytes are, checked against its record as the reader checks them."""
@@ -229,3 +253,13 @@ class SourceReader:
 def bad_crc(storage: Storage) -> WriteError:
     """The error for a source record whose bytes do not have the CRC its zip directory gives."""
     return WriteError(f"the source's record {storage.key} fails its CRC (a corrupt file, or saved with skip_data)")
+
+
+def _record_span(source: ZipMembers, storage: Storage) -> tuple[int, int] | None:
+    """Where a small stored record of ``source`` lies, local header first (its end a bound: see
+    :data:`LOCAL_SLACK`), or None for a storage held elsewhere or not small and stored."""
+    entry = source.entries.record(source.folder, storage.key) if storage.source is source else None
+    if entry is None or entry.compress != STORED or entry.size >= SMALL:
+        return None
+    name = entry.raw or entry.name.encode("utf-8", "surrogateescape")
+    return entry.header_offset, entry.header_offset + LOCAL.size + len(name) + LOCAL_SLACK + entry.size
