@@ -1053,3 +1053,52 @@ def test_convert_of_a_remote_zip_keeping_small_records_fetches_those_records_not
     assert all(torch.equal(written[k], state[k]) for k in written)
     # the opening reads (two 64 kB ends and the pickle), then each kept record: never 1 MB of a weight per bias
     assert served.served.bytes_sent < 200_000, served.served.requests
+
+
+@pytest.fixture
+def cdn_without_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A Hub whose resolve redirects to a signed link on a CDN that ignores ranges (200 and the whole file), as a
+    mirror or proxy reached through HF_ENDPOINT may."""
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "hub"
+    root.mkdir()
+    with RangeServer(str(root), ranges=False) as cdn, RangeServer(str(root), cdn=cdn.url) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        yield server, cdn
+
+
+def test_an_hf_file_whose_host_sends_it_whole_is_kept_within_the_budget_as_over_https(cdn_without_ranges: Any) -> None:
+    hub, cdn = cdn_without_ranges
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    write_safetensors(dict(tiny_state_dict()), folder / "model.safetensors")
+    torch.save(dict(tiny_state_dict()), folder / "train.pth")
+    for name in ("model.safetensors", "train.pth"):
+        local = outcome(str(folder / name), str(folder))
+        assert outcome(f"hf://org/model/{name}", "hf://org/model") == local, name
+        # one answer of the whole file: every read served from it
+        assert [path for _, path, _ in cdn.served.requests].count(f"/org/model/{name}") == 1, cdn.served.requests
+        forget()
+
+
+def test_an_hf_file_sent_whole_past_the_budget_names_hf_download_never_the_signed_link(
+    cdn_without_ranges: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from ckpt_tui.cli import main
+
+    hub, cdn = cdn_without_ranges
+    folder = root_of(hub) / "org" / "model"
+    folder.mkdir(parents=True)
+    torch.save({"w": torch.randn(100_000)}, folder / "train.pth")  # 400 kB
+    assert main(["info", "--max-download", "100k", "hf://org/model/train.pth"]) == 2
+    # (the server thread may log the answer cut short to stderr too)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ckpt-tui:")]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "does not support ranged reads" in line and "past --max-download 100.0 kB" in line, line
+    assert re.search(r"\(hf download org/model train\.pth --revision [0-9a-f]{40} --local-dir \.\)", line), line
+    assert "signature" not in line and cdn.url not in line

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import dataclasses
 import io
 import math
 import os
@@ -252,6 +253,16 @@ class Stat:
     """Requests the answer took (a refused range asked again)."""
 
 
+class CameWhole(Exception):
+    """A transport's first ranged GET was answered with the whole file (a server that ignores ranges behind a store
+    that told the size another way: the Hub's HEAD), kept within the budget as a stat's whole answer is (already
+    counted): from now on every read is served from it."""
+
+    def __init__(self, whole: IO[bytes], size: int) -> None:
+        super().__init__("the whole file came")
+        self.whole, self.size = whole, size
+
+
 class Transport(Protocol):
     """One store's requests for one file."""
 
@@ -423,6 +434,12 @@ class RemoteFile:
         TRANSFER.reserve(self.name, length, self.tally)
         try:
             data = self._transport.fetch(offset, length, self.identity)
+        except CameWhole as came:
+            return self._came_whole(came, offset, length)
+        except NoRanges as exc:
+            # refused before its body was read: the range reserved was not fetched
+            TRANSFER.give_back(length, self.tally)
+            raise StoreFailed(str(exc)) from None
         except ReadStopped:
             raise
         except ReadError as exc:
@@ -432,6 +449,18 @@ class RemoteFile:
         if len(data) < length:
             TRANSFER.give_back(length - len(data), self.tally)
         return data
+
+    def _came_whole(self, came: CameWhole, offset: int, length: int) -> bytes:
+        """The whole file, come in answer to a range: kept as a stat's whole answer is (the transport counted it as it
+        came; the range reserved for it was not fetched), and the range served from it."""
+        TRANSFER.give_back(length, self.tally)
+        with self._lock:
+            if self._info().whole is None:
+                # (said once: a transport holding the whole file says so to every read after)
+                TRANSFER.attribute(self.tally, came.size, 0)
+                self._stat = dataclasses.replace(self._info(), whole=came.whole)
+            came.whole.seek(offset)
+            return came.whole.read(length)
 
     def _fetch_parallel(self, offset: int, length: int) -> bytes:
         parts = [(at, min(PART, offset + length - at)) for at in range(offset, offset + length, PART)]

@@ -31,8 +31,8 @@ from ckpt_tui.core.model import byte_source, remote
 from ckpt_tui.core.model.byte_source import human
 from ckpt_tui.core.model.contained import DCP_METADATA, FOLDER_ENTRIES
 from ckpt_tui.core.model.header_cache import HeaderCache
-from ckpt_tui.core.model.remote import TAIL, NoRanges, NotFound, RemoteFile, Stat, Transport
-from ckpt_tui.core.runtime.shell import quote_arg
+from ckpt_tui.core.model.remote import TAIL, CameWhole, NoRanges, NotFound, RemoteFile, Stat, Transport
+from ckpt_tui.core.runtime.shell import join_command, quote_arg
 
 TIMEOUT = float(os.environ.get("CKPT_TUI_TIMEOUT", "30"))
 RETRIES = 5
@@ -64,10 +64,21 @@ def download_first(urls: list[str]) -> str:
 SIMPLE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def hub_download(repo: str, paths: list[str], revision: str | None) -> str:
+    """The command that downloads Hub files into the current folder: ``hf download`` (huggingface_hub's CLI, which
+    sends HF_TOKEN), never a URL the Hub redirected to (a signed CDN link: it expires, and grants access alone)."""
+    pinned = ["--revision", revision] if revision else []
+    return join_command(["hf", "download", repo, *paths, *pinned, "--local-dir", "."])
+
+
 def download_set(folder: str, names: list[str]) -> str | None:
     """The command that downloads the files ``names`` of the web folder ``folder`` into the current folder, each
     under its own name (``curl -O`` names a file by its URL's last segment, still percent-encoded: other
-    names are given with ``-o``); None when a name (from the file: hostile) would lead out of it."""
+    names are given with ``-o``; a Hub folder's, ``hf download``); None when a name (from the file: hostile) would
+    lead out of it."""
+    if byte_source.scheme_of(folder) == "hf":
+        repo, revision, inside = HubStore.parse(folder)
+        return hub_download(repo, [posixpath.join(inside, name) if inside else name for name in names], revision)
     for name in names:
         for seen in (name, urllib.parse.unquote(name)):
             if not seen or seen.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", seen) or "\x00" in seen:
@@ -151,12 +162,17 @@ class HttpTransport:
 
     def __init__(self, url: str, name: str, headers: dict[str, str] | None = None, access_hint: str = "") -> None:
         self.url = url
+        self.download: str | None = None
+        """The command that downloads the file, where it is not ``curl`` of :attr:`url` (a Hub file, whose URL here
+        may be a signed CDN link: never printed)."""
         self.name = name
         self.headers = dict(headers or {})
         self.access_hint = access_hint
         self.size: int | None = None
         self.served: str | None = None
         """The version the serving host named first, for :meth:`fetch_served` (None: not asked yet)."""
+        self.kept: IO[bytes] | None = None
+        """The whole file, when the serving host answered :meth:`fetch_served`'s first range with it."""
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -276,7 +292,7 @@ class HttpTransport:
         if coding not in ("", "identity"):
             raise ReadError(
                 f"{self.name}: the server compressed its answer (Content-Encoding: {coding}) though asked not to; "
-                f"download it first ({download_first([self.url])}) and open the local copy"
+                f"download it first ({self._download()}) and open the local copy"
             )
 
     def _whole(self, response: http.client.HTTPResponse, sock: socket.socket, found: dict[str, str]) -> Answer:
@@ -343,7 +359,7 @@ class HttpTransport:
         whole = f"the whole file ({human(length)})" if length is not None else "the whole file"
         return NoRanges(
             f"{self.name}: the server does not support ranged reads, and {remote.past_budget(whole)}; download it "
-            f"first ({download_first([self.url])}) and open the local copy, or raise --max-download",
+            f"first ({self._download()}) and open the local copy, or raise --max-download",
             self.name,
             length,
         )
@@ -386,6 +402,15 @@ class HttpTransport:
         with contextlib.suppress(OSError):
             sock.settimeout(TIMEOUT)
 
+    def _download(self) -> str:
+        return self.download or download_first([self.url])
+
+    def _shown(self) -> str:
+        """Where the last request went, as a message may show it: a Hub file's without its query (a signature)."""
+        if self.download is None:
+            return self.url
+        return urllib.parse.urlunsplit(urllib.parse.urlsplit(self.url)._replace(query="", fragment=""))
+
     def _other_range(self, answer: Answer) -> ReadError:
         return ReadError(f"{self.name}: the server sent another range than asked ({answer.headers['content-range']})")
 
@@ -401,13 +426,14 @@ class HttpTransport:
             )
         if status in (301, 302, 303, 307, 308):
             # (a redirect is followed: one left is the last of too many)
-            return ReadError(f"{self.name}: too many redirects (more than {REDIRECTS}; a loop?), last to {self.url}")
+            last = self._shown()
+            return ReadError(f"{self.name}: too many redirects (more than {REDIRECTS}; a loop?), last to {last}")
         return ReadError(f"{self.name}: the server answered HTTP {status}")
 
     def _no_ranges(self) -> ReadError:
         return ReadError(
             f"{self.name}: the server stopped answering ranged reads (it sent the whole file); "
-            f"download it first ({download_first([self.url])}) and open the local copy"
+            f"download it first ({self._download()}) and open the local copy"
         )
 
     def _unsatisfiable(self, asked: str, answer: Answer) -> ReadError:
@@ -418,7 +444,7 @@ class HttpTransport:
         of = f" of its {self.size}-byte file" if self.size is not None else ""
         return ReadError(
             f"{self.name}: the server refused the range {asked}{of} (HTTP 416); "
-            f"download it first ({download_first([self.url])}) and open the local copy"
+            f"download it first ({self._download()}) and open the local copy"
         )
 
     def stat(self) -> Stat:
@@ -480,7 +506,7 @@ class HttpTransport:
             raise ReadError(
                 f"{self.name}: the server names no version of the file (no strong ETag, no Last-Modified), so a "
                 f"change between its ranged reads could not be seen; download it first "
-                f"({download_first([self.url])}) and open the local copy"
+                f"({self._download()}) and open the local copy"
             )
         self.size = size
         return Stat(size, identity, (first, answer.body))
@@ -498,8 +524,19 @@ class HttpTransport:
         serves it (a CDN, whose ETag is its own): pinned to the version that host named in its first answer, and to
         the size the Hub named (:attr:`size`)."""
         with self._lock:
-            pinned = self.served
-        answer = self._ranged(offset, length, pinned or "")
+            pinned, kept = self.served, self.kept
+        if kept is not None:
+            raise CameWhole(kept, kept.seek(0, os.SEEK_END))
+        # the host's first answer: a host that ignores ranges sends the whole file, kept within the budget as https://
+        # keeps a first answer (the Hub's HEAD told the size; no GET was made before)
+        answer = self._ranged(offset, length, pinned or "", whole=pinned is None)
+        if answer.whole is not None:
+            size = answer.whole.seek(0, os.SEEK_END)
+            if self.size is not None and size != self.size:
+                raise self._refuse(412)
+            with self._lock:
+                self.kept, self.served = answer.whole, version(answer.headers)
+            raise CameWhole(answer.whole, size)
         now = version(answer.headers)
         with self._lock:
             if self.served is None:
@@ -508,15 +545,18 @@ class HttpTransport:
                 raise self._refuse(412)
         return answer.body
 
-    def _ranged(self, offset: int, length: int, pinned: str) -> Answer:
+    def _ranged(self, offset: int, length: int, pinned: str, whole: bool = False) -> Answer:
         """One ranged GET on the condition that the file is still ``pinned`` (a strong ETag: If-Match; a date:
-        If-Unmodified-Since; "": none), refused when it is not, or its size is not :attr:`size`."""
+        If-Unmodified-Since; "": none), refused when it is not, or its size is not :attr:`size`; ``whole``: a 200
+        with the whole file is taken (within the budget: :meth:`_whole`), as the file's first answer."""
         headers = {"Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
         if pinned.startswith('"'):
             headers["If-Match"] = pinned
         elif pinned:
             headers["If-Unmodified-Since"] = pinned
-        answer = self.request(headers, length)
+        answer = self.request(headers, length, whole=whole)
+        if answer.whole is not None:
+            return answer
         if answer.status == 200:
             raise self._no_ranges()
         if answer.status == 416:
@@ -861,6 +901,7 @@ class _HubFile:
         hint = "set HF_TOKEN" if on_hub else "the Hub's signed link to it was refused, even when asked for anew"
         self._http = HttpTransport(location, self.url, auth if on_hub else {}, hint)
         self._http.size = int(meta.size) if meta.size is not None else None
+        self._http.download = hub_download(self.repo, [self.path], meta.commit_hash or self.revision)
         self._signed = not on_hub
         self._first = (meta.etag, meta.size)
         identity = f'"{meta.etag}"' if meta.etag and not meta.etag.startswith(('"', "W/")) else (meta.etag or "")
