@@ -418,3 +418,53 @@ async def test_a_remote_files_header_at_80x24_keeps_its_first_warning_over_the_b
         await loaded(pilot)
         top = " ".join(header(app).split())
         assert "all their keys start with 'module.'" in top
+
+
+def test_a_self_signed_https_server_is_one_line_naming_how_to_trust_its_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import datetime
+    import ssl
+
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    class Quiet(http.server.ThreadingHTTPServer):
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # (the client refusing the certificate is the point)
+
+    httpd = Quiet(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    server = Server(httpd, tmp_path)
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}/m.pth"
+        assert main(["info", url]) == 2
+        line = one_error_line(capsys)
+        assert "certificate verify failed" in line.lower() and line.endswith(
+            "SSL_CERT_FILE=/path/to/ca.pem trusts a private CA (or a self-signed certificate)"
+        )
+    finally:
+        server.stop()

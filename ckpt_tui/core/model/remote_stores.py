@@ -18,6 +18,7 @@ import os
 import posixpath
 import re
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -45,6 +46,9 @@ UNSATISFIED = re.compile(r"bytes \*/(\d+)")
 """A 416's Content-Range: the file's length (RFC 9110 14.4)."""
 LISTING_MOST = 4 << 20
 """A folder's listing page is read up to this size (a larger one is taken for no listing)."""
+TRUST_CA = "SSL_CERT_FILE=/path/to/ca.pem trusts a private CA (or a self-signed certificate)"
+"""How a server's certificate signed by a CA the system does not trust is trusted: OpenSSL's own variable, which
+``ssl.create_default_context`` reads."""
 IN_MEMORY = 16 << 20
 """A whole file a server sent (it ignores ranges) is kept in memory up to this size, in a private temporary file
 past it."""
@@ -230,6 +234,9 @@ class HttpTransport:
                 if attempt < RETRIES:
                     continue
                 raise ReadError(f"{self.name}: the connection failed ({exc or type(exc).__name__})") from None
+            except ssl.SSLCertVerificationError as exc:
+                self._drop()
+                raise ReadError(f"{self.name}: cannot connect ({exc}); {TRUST_CA}") from None
             except OSError as exc:
                 self._drop()
                 raise ReadError(f"{self.name}: cannot connect ({exc.strerror or exc})") from None
