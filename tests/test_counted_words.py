@@ -68,3 +68,20 @@ def test_one_shard_and_one_parameter_are_said_singular(tmp_path: Path, capsys: A
     assert code == 0, out
     assert "note        1 shard: model-00001-of-00001.safetensors" in out
     assert "  elements    1 param (model)\n" in out
+
+
+def test_save_pretrained_shard_names_fold_into_their_brace_expansion_only_when_they_run_in_order() -> None:
+    from ckpt_tui.core.model.describe import folded_names
+
+    nine = [f"model-{i:05d}-of-00009.safetensors" for i in range(1, 10)]
+    assert folded_names(nine) == "model-{00001..00009}-of-00009.safetensors"
+    # what the fold says, bash expands back to the very names
+    import subprocess
+
+    said = subprocess.run(["bash", "-c", "echo " + folded_names(nine)], capture_output=True, text=True).stdout
+    assert said.split() == nine
+    assert folded_names(nine[:2]) == ", ".join(nine[:2])  # (two read as well whole)
+    assert folded_names([nine[0], nine[2], nine[1]]) == ", ".join([nine[0], nine[2], nine[1]])
+    assert folded_names(nine[1:]) == ", ".join(nine[1:])  # (one missing: each named)
+    mixed = [*nine[:8], "pytorch_model-00009-of-00009.bin"]
+    assert folded_names(mixed) == ", ".join(mixed)

@@ -400,8 +400,8 @@ def test_info_lists_an_index_s_shards_in_file_order(tmp_path: Path, capsys: pyte
     index.write_text(json.dumps(written))
     assert main(["info", str(index)]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if "3 shards:" in line)
-    shards = note.split("3 shards: ", 1)[1].split(", ")
-    assert shards == sorted(shards) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    # (folded only when the names run 1..3 in order)
+    assert note.endswith("3 shards: model-{00001..00003}-of-00003.safetensors")
 
 
 async def test_a_remote_files_header_at_80x24_keeps_its_first_warning_over_the_bytes_fetched(stdlib: Server) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import reprlib
 import types
 from collections.abc import Iterator
@@ -60,6 +61,26 @@ def count(number: int) -> str:
 def counted(number: int, noun: str) -> str:
     """``1 tensor``, ``2 tensors``: a count and its noun, plural unless the count is one."""
     return f"{number} {plural(number, noun)}"
+
+
+_NUMBERED = re.compile(r"(.*?)(\d+)-of-(\d+)(.*)", re.DOTALL)
+FOLDED_FROM = 3
+"""Numbered names (``model-00001-of-00009.safetensors`` …) are folded from this many on."""
+
+
+def folded_names(names: list[str]) -> str:
+    """Names joined by ", "; a run numbered 1…N of N (save_pretrained's shards), in order, as its brace expansion,
+    ``model-{00001..00009}-of-00009.safetensors`` (what bash expands back to the names)."""
+    found = [_NUMBERED.fullmatch(name) for name in names]
+    if len(names) < FOLDED_FROM or any(match is None for match in found):
+        return ", ".join(names)
+    parts = [match.groups() for match in found if match is not None]
+    prefix, first, total, suffix = parts[0]
+    width = len(first)
+    same = all((p[0], p[2], p[3], len(p[1])) == (prefix, total, suffix, width) for p in parts)
+    if not same or [int(p[1]) for p in parts] != list(range(1, len(names) + 1)) or int(total) != len(names):
+        return ", ".join(names)
+    return f"{prefix}{{{parts[0][1]}..{parts[-1][1]}}}-of-{total}{suffix}"
 
 
 def plural(number: int, noun: str) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
-from ckpt_tui.core.model.describe import counted
+from ckpt_tui.core.model.describe import counted, folded_names
 from ckpt_tui.core.model.tree import PENDING_ROOT, Checkpoint, FlatColumns, Tensor
 from ckpt_tui.core.readers.safetensors_file import from_wire, to_wire
 
@@ -138,7 +138,7 @@ def read_sharded(path: str, open_shard: Callable[[str], Checkpoint]) -> Checkpoi
     for shard_checkpoint in shards.values():
         for name, value in shard_checkpoint.metadata.items():
             metadata.setdefault(name, value)
-    note = f"{counted(len(shards), 'shard')}: " + ", ".join(shards)
+    note = f"{counted(len(shards), 'shard')}: " + folded_names(list(shards))
     unsafe = set().union(*(c.unsafe_globals for c in shards.values()))
     problems = [f"shard {name}: {problem}" for name, c in shards.items() for problem in c.loader_problems]
     # a key in a shard the index does not name for it: the real loaders take it too, so what is shown is in doubt
