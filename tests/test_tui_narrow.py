@@ -525,6 +525,31 @@ async def test_the_side_panel_shows_a_payloads_whole_call_wrapped(tmp_path: Path
         assert "…" not in shown and not Path("/tmp/never-run/pwned.txt").exists()
 
 
+async def test_a_header_short_of_room_shows_the_first_warnings_fact_rather_than_only_a_count(tmp_path: Path) -> None:
+    """A GPU-saved DDP(torch.compile) checkpoint with an EMA beside it has four findings, none of which fits whole
+    under its totals at 80x24: the first one's fact is shown (the GPU tags, with the key that maps them), the
+    rest counted, not "4 findings" alone."""
+    from builders import save_cuda_tagged
+
+    model = nn.Sequential(nn.Linear(30, 40), nn.BatchNorm1d(40), nn.Linear(40, 20)).to(torch.bfloat16)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(5, 30, dtype=torch.bfloat16)).float().sum().backward()
+    optimizer.step()
+    wrapped = nn.DataParallel(torch.compile(model)).state_dict()
+    ema = torch.optim.swa_utils.AveragedModel(model).state_dict()
+    path = save_cuda_tagged(
+        {"model": wrapped, "ema": ema, "optimizer": optimizer.state_dict(), "step": 5}, tmp_path / "cluster.pt"
+    )
+    app = CkptApp(str(path))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot)
+        shown = browser(app).query_one("#summary")
+        top = " ".join(" ".join(screen_text(app).splitlines()[: shown.region.height]).split())
+        assert "! tensors saved on GPU" in top and "(m maps the devices)" in top
+        assert "more findings: f lists them all" in top
+
+
 async def test_a_long_key_in_the_detail_title_breaks_after_whole_keys(kinds_file: Path) -> None:
     app = CkptApp(str(kinds_file))
     async with app.run_test(size=SIZE, notifications=True) as pilot:

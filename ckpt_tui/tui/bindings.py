@@ -68,7 +68,7 @@ BROWSER_BINDINGS: list[BindingType] = [
     key("r", "rename", "Rename", EDIT, "Rename the focused key, or a group's prefix"),
     key("d", "delete", "Delete", EDIT, "Delete the focused key or subtree, or every key of a group"),
     key("t", "cast", "Cast dtype", EDIT, "Cast floating-point tensors (fp16, bf16, fp32) of the focused state_dict"),
-    key("c", "compare", "Compare", FILE, "Compare with a checkpoint of the target model, or a keys file"),
+    key("c", "compare", "Compare", FILE, "Compare with a checkpoint of the target model, or a keys file", show=True),
     key("D", "diff", "Diff", FILE, "Diff with another checkpoint"),
     key("C", "check_all", "Check all", FILE, "Read every tensor: NaN/Inf, unreadable records (escape cancels)"),
     key(

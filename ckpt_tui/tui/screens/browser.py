@@ -525,11 +525,12 @@ class BrowserScreen(Screen[None]):
 
     def footer_first(self) -> tuple[str, ...]:
         """The keys the footer keeps first after Save, Help and Quit: Undo while there is an edit to undo,
-        Sanitize where it applies (the header points at it), then the browser's everyday keys."""
+        Sanitize where it applies (the header points at it), then the browser's everyday keys, Compare first
+        (why a checkpoint does not fit its model is what most open it for)."""
         first = ["undo"] if self.session is not None and self.session.can_undo else []
         if self.sanitize_applies:
             first.append("sanitize")
-        return (*first, "strip_prefix", "search", "layers", "undo")
+        return (*first, "compare", "strip_prefix", "search", "layers", "undo")
 
     def editable(self, action: str) -> bool:
         """Whether an edit may start now; if not, say why (never silence)."""

@@ -39,13 +39,15 @@ FIX_KEYS = {
 }
 
 
-def finding_text(finding: Finding, readonly: bool = False) -> Text:
+def finding_text(finding: Finding, readonly: bool = False, brief: bool = False) -> Text:
     """One finding: a marker in words (``!`` warning, ``·`` note), the message, and the browser key that fixes it
-    (none when read-only: no key edits then)."""
+    (none when read-only: no key edits then). ``brief``: the message's first clause, the fact before its
+    explanation (a header short of room; ``f`` lists it whole)."""
     warning = finding.severity == "warning"
     text = Text()
     text.append("! " if warning else "· ", style="bold red" if warning else "")
-    text.append(printable(finding.message), style="" if warning else "italic")
+    message = finding.message.split(": ", 1)[0] if brief else finding.message
+    text.append(printable(message), style="" if warning else "italic")
     keys = [FIX_KEYS[option] for option, _ in finding.fix.pairs() if option in FIX_KEYS] if finding.fix else []
     if not readonly and keys:
         text.append(f" ({', then '.join(keys)})", style="italic")
@@ -186,6 +188,7 @@ def summary_text(
     width: int | None = None,
     keys: bool = True,
     remote: bool = True,
+    brief: bool = False,
 ) -> Text:
     """Two lines of totals, the weights_only verdict when known, then the first findings (``f`` lists them all).
 
@@ -193,7 +196,8 @@ def summary_text(
     how many findings are not shown; ``hint``: how a refusal's way out is said (:data:`HINTS`); ``values``: say
     that the values are not read yet, until a full check (``check``) has read them; ``width``: the totals break
     between their phrases to fit it, never inside "5514 params"; ``keys``: each finding names the key that fixes
-    it; ``remote``: say what a remote file cost (it shares the dtypes' line where there is room)."""
+    it; ``remote``: say what a remote file cost (it shares the dtypes' line where there is room); ``brief``: each
+    finding's first clause only (:func:`finding_text`)."""
     ckpt = summary.checkpoint
     text = Text()
     text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
@@ -242,7 +246,7 @@ def summary_text(
     shown = findings[:limit]
     for finding in shown:
         text.append("\n")
-        text.append_text(finding_text(finding, readonly or not keys))
+        text.append_text(finding_text(finding, readonly or not keys, brief))
     hidden = len(findings) - len(shown)
     if hidden > 0 and more:
         text.append(f"\n  … {more_findings(hidden, bool(shown) or said)}", style="italic")
@@ -350,11 +354,14 @@ def fitted_summary(
     tries += [(*attempt, True) for attempt in last]
     if warnings:
         tries += [(*attempt, False) for attempt in last]
-    tries += [(False, False, 0, True, True, True), (False, False, 0, True, True, False)]
-    for note, values, limit, more, keys, remote in tries:
+    # rather than no finding at all, each one's first clause (the fact before its explanation: f lists it whole)
+    each: list[tuple[bool, bool, int, bool, bool, bool, bool]] = [(*attempt, False) for attempt in tries]
+    each += [(*attempt, True) for attempt in tries]
+    each += [(False, False, 0, True, True, True, False), (False, False, 0, True, True, False, False)]
+    for note, values, limit, more, keys, remote, brief in each:
         for hint in ("short", "none"):
             text = summary_text(
-                summary, 0, limit, weights_only, check, readonly, note, more, hint, values, width, keys, remote
+                summary, 0, limit, weights_only, check, readonly, note, more, hint, values, width, keys, remote, brief
             )
             if measure(text) <= lines:
                 return text
