@@ -141,7 +141,12 @@ async def test_every_edit_key_applies_its_edit(train_file: Path) -> None:
         await settle(pilot, "m", "enter", "y")
         assert {t.device for t in app.session.root["model"].values()} == {"cpu"}
         await settle(pilot, "t", "enter", "y")
-        assert app.session.root["model"]["ddp.module.conv.weight"].dtype == "float16"
+        # the prompt's own default on float32 weights: bfloat16 (float32's range, half the bytes)
+        assert app.session.root["model"]["ddp.module.conv.weight"].dtype == "bfloat16"
+        # and on 16-bit weights, back to float32 (never a narrower range by default)
+        await settle(pilot, "t")
+        assert pilot.app.screen.query_one("Input").value == "float32"
+        await settle(pilot, "escape")
         assert cursor_path(app) == ("model",)
         await settle(pilot, "j")
         assert cursor_path(app) == ("optimizer",)

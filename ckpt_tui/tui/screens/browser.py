@@ -1046,7 +1046,7 @@ class BrowserScreen(Screen[None]):
             return
         self.ask(
             f"Cast the floating-point tensors of {what} to",
-            "float16",
+            self._cast_default(target),
             "float16 (fp16, half) · bfloat16 (bf16) · float32 (fp32)",
             cast_to,
         )
@@ -1059,16 +1059,29 @@ class BrowserScreen(Screen[None]):
 
     def _tensors_below(self, target: Target, castable: bool = True) -> bool:
         """Whether ``target`` holds a tensor (``castable``: a floating-point one, that a cast acts on)."""
+        value = self._target_value(target)
+        if value is None:
+            return True  # the edit itself says what is wrong
+        return any(not castable or tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
+
+    def _cast_default(self, target: Target) -> str:
+        """The cast the prompt offers first: to float32 where the floats are 16-bit already (a narrower default
+        would lose range: bf16 to fp16 overflows past 65504), else to bfloat16 (fp32's range, half the bytes)."""
+        value = self._target_value(target)
+        floats = [t.dtype for _, t in iter_tensors(value) if t.dtype in edits.CASTABLE] if value is not None else []
+        narrow = sum(dtype in ("float16", "bfloat16") for dtype in floats)
+        return "float32" if floats and 2 * narrow >= len(floats) else "bfloat16"
+
+    def _target_value(self, target: Target) -> Any:
+        """The value an edit of ``target`` acts on (a group's keys as a state_dict), or None where it cannot be had."""
         assert self.session is not None
         root = self.session.root
         try:
             if target.prefix is not None:
-                value = group_edits.group_state_dict(root, target.path, target.prefix)
-            else:
-                value = get(root, target.path)
+                return group_edits.group_state_dict(root, target.path, target.prefix)
+            return get(root, target.path)
         except (CkptError, KeyError, IndexError, TypeError):
-            return True  # the edit itself says what is wrong
-        return any(not castable or tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
+            return None
 
     def action_undo(self) -> None:
         if not self.editable("undo") or self.session is None:
