@@ -230,3 +230,31 @@ def test_records_of_the_wrong_size_are_named_in_the_pickles_order(tmp_path: Path
     ]
     with pytest.raises(RuntimeError):
         torch.load(tmp_path / "short.pth", weights_only=True)
+
+
+@pytest.mark.parametrize("slot", [b"]", b"}", None])
+def test_a_memo_slot_of_the_storage_word_rewritten_to_an_unhashable_value_is_one_line_exit_2(tmp_path, capsys, slot):
+    """A state_dict whose memo slot 4 (the word "storage" every persistent id reads back) is put again with a list,
+    a dict or the OrderedDict() of a tensor's hooks: torch refuses it; every command says so in one line, exit 2,
+    check --json keeps its document (the column path's sets of values took unhashables: a traceback, exit 1)."""
+    import pickletools
+
+    from builders_weights_only import checked_answer, torch_answer
+
+    from ckpt_tui.cli import main
+
+    path = tmp_path / "sd.pth"
+    torch.save(collections.OrderedDict([("a", torch.ones(2)), ("b", torch.zeros(3))]), path)
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("data.pkl"))
+        data = archive.read(name)
+    ops = list(pickletools.genops(data))
+    # right after the first tensor's hooks OrderedDict() is built (the second REDUCE)
+    at = [pos for op, _, pos in ops if op.name == "REDUCE"][1] + 1
+    patched = data[:at] + (b"q\x04" if slot is None else slot + b"q\x040") + data[at:]
+    path = rewrite_zip(path, tmp_path / "hostile.pth", data_pkl=patched)
+    assert torch_answer(path) == "refuses" and checked_answer(path, capsys) == "refuses"
+    for command in ("check", "info", "stats"):
+        assert main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "Traceback" not in err and "Loaded" not in err

@@ -257,6 +257,10 @@ class LoadedOrderedDict(collections.OrderedDict[Any, Any]):
     copied, so the file cannot change it after it was checked.
     """
 
+    def __repr__(self) -> str:
+        # an OrderedDict, as the file names it (messages quote it: this reader's class is no part of the file)
+        return collections.OrderedDict.__repr__(self).replace(type(self).__name__, "OrderedDict", 1)
+
     def __setstate__(self, state: Any) -> None:
         if "_metadata" in self.__dict__:
             raise pickle.UnpicklingError("BUILD applied twice to an OrderedDict")

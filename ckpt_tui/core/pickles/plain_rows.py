@@ -173,10 +173,14 @@ def _columns(root: Any, rows: list[Token], ids: list[Token]) -> PlainStateDict |
     pids = list(map(_FIRST, ids))
     if set(map(type, pids)) != {tuple} or set(map(len, pids)) != {5}:
         return None
+    firsts = list(map(_FIRST, pids))
     kinds, keys, locations, numels = (list(map(field, pids)) for field in (_KIND, _KEY, _LOCATION, _NUMEL))
-    # (no global a plain state_dict names makes a str: each str here is one, so equal sets say equal values)
+    # (no global a plain state_dict names makes a str: each str here is one, so equal sets say equal values;
+    # types first: a set of the values needs them hashable, and a memo slot can hold a dict where "storage" was)
     if (
-        set(map(_FIRST, pids)) != {"storage"}
+        set(map(type, firsts)) != {str}
+        or set(map(type, locations)) != {str}
+        or set(firsts) != {"storage"}
         or set(locations) != {"cpu"}
         or set(map(type, kinds)) != {StorageType}
         or set(map(type, keys)) != {str}
