@@ -114,7 +114,7 @@ class PersistentIds:
         if isinstance(location, str) and self.refused(location):
             self.locations.add(location)
         view = pid[5:6] if self.fields == LEGACY_FIELDS else ()
-        if type(key) is int or (self.fields == ZIP_FIELDS and not self.script and _formatted_key(key)):
+        if type(key) is int or (self.fields == ZIP_FIELDS and not self.script and formatted_key(key)):
             # torch names the record f"data/{key}" whatever its type, but caches the storage by the key object
             self.int_keys = True
             made = ("storage", pid[1], str(key), location, pid[4], *view)
@@ -157,7 +157,7 @@ _PLAIN_KEYS = (int, bool, float, complex, bytes, type(None))
 _MAX_KEY_DEPTH = 8
 
 
-def _formatted_key(key: Any, depth: int = 0) -> bool:
+def formatted_key(key: Any, depth: int = 0) -> bool:
     """Whether ``torch.load`` reads a zip record for this non-str key (a plain value, or a tuple of them,
     hashable as its storage cache needs), named as ``str(key)`` names it here."""
     # an int past Python's digit limit fails str() in torch too: left to refuse as a corrupt id
@@ -166,7 +166,7 @@ def _formatted_key(key: Any, depth: int = 0) -> bool:
     if type(key) in _PLAIN_KEYS:
         return True
     if type(key) is tuple and depth < _MAX_KEY_DEPTH:
-        return all(type(k) is str or _formatted_key(k, depth + 1) for k in key)
+        return all(type(k) is str or formatted_key(k, depth + 1) for k in key)
     return False
 
 

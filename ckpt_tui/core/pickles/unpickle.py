@@ -1007,7 +1007,11 @@ def storage_from_pid(
         raise pickle.UnpicklingError(f"unknown storage type {reprlib.repr(storage_type)}")
     if type(numel) is bool:
         numel = int(numel)  # torch multiplies it by the element size: True is 1
-    if type(key) is not str or type(location) is not str or type(numel) is not int or not 0 <= numel < INT64_LIMIT:
+    if type(key) is not str:
+        # torch names the record data/{key} by the object's own text (torch.Size([2, 3]), torch.float32), not read
+        # here: the file is not said to be corrupt, which torch may load
+        raise pickle.UnpicklingError(f"a storage key of type {_object_name(key)} is not read here")
+    if type(location) is not str or type(numel) is not int or not 0 <= numel < INT64_LIMIT:
         raise pickle.UnpicklingError("malformed storage persistent id")
     slot = key if slot is None else slot
     storage = cache.get(slot)
@@ -1019,6 +1023,17 @@ def storage_from_pid(
     if view is not None:
         return _legacy_view(view, storage, storage_type.dtype, cache)
     return storage
+
+
+def _object_name(value: Any) -> str:
+    """What a value from the file is, in the file's words: a global's name (``torch.float32``, ``torch.Size``)."""
+    if isinstance(value, Symbol):
+        return value.qualname
+    if isinstance(value, Opaque):
+        return value.global_name
+    if isinstance(value, (TorchSize, Device)):
+        return "torch.Size" if isinstance(value, TorchSize) else "torch.device"
+    return type(value).__name__
 
 
 def _legacy_view(view: Any, root: Storage, dtype: str, cache: dict[Any, Storage | StorageView]) -> Any:

@@ -423,7 +423,7 @@ class Machine(pickle.Unpickler):
 
     def op_reduce(self, func: Any, args: Any) -> Any:
         if not _callable(func):
-            raise Refusal(f"REDUCE calls a {_type_name(func)}, which is not an allowed function")
+            raise Refusal(f"REDUCE calls a {type_name(func)}, which is not an allowed function")
         return self.call(func, tuple(_iterate(args, "REDUCE arguments")))
 
     def op_newobj(self, cls: Any, args: Any) -> Any:
@@ -436,7 +436,7 @@ class Machine(pickle.Unpickler):
         if isinstance(cls, WObject) and cls.type_name is None and cls.maker:
             raise Refusal(f"NEWOBJ of what {cls.maker} returned (torch creates only allowlisted classes)")
         if not isinstance(cls, GlobalRef):
-            raise Refusal(f"NEWOBJ of a {_type_name(cls)} (torch creates only allowlisted classes)")
+            raise Refusal(f"NEWOBJ of a {type_name(cls)} (torch creates only allowlisted classes)")
         entry = cls.entry
         if entry.name == "torch.nn.parameter.Parameter":
             return self.call(cls, args)
@@ -459,7 +459,7 @@ class Machine(pickle.Unpickler):
         elif kind in (Counter, set, complex, WSize, WStorage) or (kind is WLeaf and inst.type_name in _LEAF_TYPES):
             self._build_plain(state, has_dict=kind is Counter)
         else:
-            raise Refusal(f"BUILD on a {_type_name(inst)} (torch builds only Tensor, Parameter, OrderedDict)")
+            raise Refusal(f"BUILD on a {type_name(inst)} (torch builds only Tensor, Parameter, OrderedDict)")
         return inst
 
     def _build_tensor(self, inst: WTensor, state: Any) -> None:
@@ -503,7 +503,7 @@ class Machine(pickle.Unpickler):
     def _setitems(self, target: Any, items: tuple[Any, ...], opcode: str) -> None:
         if type(target) not in (dict, OrderedDict, Counter):
             self.scan.setitem_on_other = True
-            raise Refusal(f"{opcode} into a {_type_name(target)} (torch 2.10+ writes only into dicts)")
+            raise Refusal(f"{opcode} into a {type_name(target)} (torch 2.10+ writes only into dicts)")
         if len(items) % 2:
             raise Refusal(f"{opcode} with an odd number of items")
         for index in range(0, len(items), 2):
@@ -511,17 +511,17 @@ class Machine(pickle.Unpickler):
             try:
                 target[key] = value
             except TypeError:
-                raise Refusal(f"{opcode} with an unhashable key ({_type_name(key)})") from None
+                raise Refusal(f"{opcode} with an unhashable key ({type_name(key)})") from None
 
     def op_append(self, target: Any, item: Any) -> Any:
         if type(target) is not list:
-            raise Refusal(f"APPEND to a {_type_name(target)} (torch appends only to lists)")
+            raise Refusal(f"APPEND to a {type_name(target)} (torch appends only to lists)")
         target.append(item)
         return target
 
     def op_appends(self, target: Any, items: tuple[Any, ...]) -> Any:
         if type(target) is not list:
-            raise Refusal(f"APPENDS to a {_type_name(target)} (torch extends only lists)")
+            raise Refusal(f"APPENDS to a {type_name(target)} (torch extends only lists)")
         target.extend(items)
         return target
 
@@ -556,7 +556,7 @@ class Machine(pickle.Unpickler):
         except Refusal:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
-            raise Refusal(f"{_type_name(func)} fails on these arguments ({exc})") from None
+            raise Refusal(f"{type_name(func)} fails on these arguments ({exc})") from None
 
     def _call_refused(self, name: str, args: tuple[Any, ...]) -> Any:
         one_scalar = len(args) == 1 and isinstance(args[0], _SCALAR_TYPES)
@@ -586,7 +586,7 @@ def _attribute_name(name: str, args: tuple[Any, ...]) -> str | None:
         return None
     owner = args[0]
     if isinstance(owner, (GlobalRef, Placeholder)) and args[1].isidentifier():
-        return f"{_type_name(owner)}.{args[1]}"
+        return f"{type_name(owner)}.{args[1]}"
     return None
 
 
@@ -596,7 +596,7 @@ def _counter_setattr(name: str, value: Any) -> None:
     if name == "__weakref__":
         raise Refusal("BUILD slot state sets __weakref__ on a Counter (not writable)")
     if name == "__dict__" and type(value) not in (dict, OrderedDict, Counter):
-        raise Refusal(f"BUILD slot state sets a Counter's __dict__ to a {_type_name(value)} (torch wants a dict)")
+        raise Refusal(f"BUILD slot state sets a Counter's __dict__ to a {type_name(value)} (torch wants a dict)")
     # only a heap type of the same layout may replace __class__; of the allowed classes only Counter itself
     is_counter = value is Counter
     if name == "__class__" and isinstance(value, Placeholder):
@@ -608,7 +608,7 @@ def _counter_setattr(name: str, value: Any) -> None:
 def _class_name(value: Any) -> str:
     if type(value) is type:
         return f"{value.__module__}.{value.__qualname__}"
-    return f"a {_type_name(value)}"
+    return f"a {type_name(value)}"
 
 
 def builds_instance(name: str) -> bool:
@@ -620,7 +620,7 @@ def builds_instance(name: str) -> bool:
 def _iterate(value: Any, what: str) -> Iterable[Any]:
     if isinstance(value, (tuple, list, WSize, str, dict, set)):
         return value
-    raise Refusal(f"{what} are a {_type_name(value)}, not a sequence")
+    raise Refusal(f"{what} are a {type_name(value)}, not a sequence")
 
 
 def _try(action: Callable[[], Any], what: str) -> None:
@@ -641,13 +641,16 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """What a value is, in the file's words (a stand-in's torch type, an allowed global's name)."""
     if isinstance(value, (WTensor, WObject, WLeaf)):
         return str(value.type_name)
     if isinstance(value, WStorage):
         return "storage"
     if isinstance(value, GlobalRef):
         return value.entry.name
+    if isinstance(value, WSize):
+        return "torch.Size"
     if isinstance(value, Placeholder):
         return value.name
     return type(value).__name__
@@ -672,7 +675,7 @@ def _bool(value: Any, what: str) -> bool:
 
 def _dtype(value: Any) -> str:
     if not isinstance(value, GlobalRef) or value.entry.role != "dtype":
-        raise Refusal(f"a dtype argument is a {_type_name(value)}")
+        raise Refusal(f"a dtype argument is a {type_name(value)}")
     return value.entry.detail
 
 
@@ -695,7 +698,7 @@ _EXTENTS_KEPT = 4096
 def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) -> None:
     """``tensor.set_(storage, offset, size, stride)`` on a storage read from the file (not resizable)."""
     if type(storage) is not WStorage:
-        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+        raise Refusal(f"a tensor's storage is a {type_name(storage)}")
     # set_(storage, offset, size, None) and set_(..., size, ()): torch takes no strides as row-major
     no_stride = stride is None or (type(stride) in _SEQUENCES and not stride)
     if no_stride and type(size) in _SEQUENCES and set(map(type, size)) <= _INT_ONLY:
@@ -783,7 +786,7 @@ def _rebuild_tensor_v2(args: tuple[Any, ...]) -> WTensor:
     else:
         raise TypeError(f"takes 6 or 7 arguments, got {len(args)}")
     if type(storage) is not WStorage:
-        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+        raise Refusal(f"a tensor's storage is a {type_name(storage)}")
     dtype = storage.dtype
     if requires_grad is not False:
         _grad(requires_grad, dtype)
@@ -832,7 +835,7 @@ def _rebuild_tensor_v3(args: tuple[Any, ...]) -> WTensor:
         raise CannotTell("_rebuild_tensor_v3 with dtype None: torch uses the default dtype (float32 unless changed)")
     dtype = _dtype(dtype_ref)
     if not isinstance(storage, WStorage):
-        raise Refusal(f"a tensor's storage is a {_type_name(storage)}")
+        raise Refusal(f"a tensor's storage is a {type_name(storage)}")
     # torch.empty((0,), requires_grad=...) takes None as False; then set_() runs in place on the new tensor,
     # which torch refuses on a leaf that requires grad
     if requires_grad is not None:
@@ -853,14 +856,14 @@ def _check_metadata(metadata: Any, dtype: str) -> None:
     if not _truthy(metadata, "tensor metadata"):
         return
     if not isinstance(metadata, dict):
-        raise Refusal(f"tensor metadata is of type {_type_name(metadata)}, not a dict")
+        raise Refusal(f"tensor metadata is of type {type_name(metadata)}, not a dict")
     for key, value in metadata.items():
         if type(key) is not str:
-            raise Refusal(f"tensor metadata has a key of type {_type_name(key)} (torch wants str)")
+            raise Refusal(f"tensor metadata has a key of type {type_name(key)} (torch wants str)")
         if isinstance(value, Shadow):
-            raise CannotTell(f"tensor metadata holds a {_type_name(value)}: torch may refuse it (not emulated here)")
+            raise CannotTell(f"tensor metadata holds a {type_name(value)}: torch may refuse it (not emulated here)")
         if value is not None and not isinstance(value, (bool, int, float, complex)):
-            raise Refusal(f"tensor metadata holds a value of type {_type_name(value)} (torch wants a bool)")
+            raise Refusal(f"tensor metadata holds a value of type {type_name(value)} (torch wants a bool)")
     if "conj" in metadata and dtype not in _COMPLEX:
         raise Refusal(f"tensor metadata sets conj on a {dtype} tensor (only complex tensors have it)")
 
@@ -884,7 +887,7 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
         raise TypeError("Parameter takes at most 2 arguments")
     data = args[0] if args else None
     if data is not None and not isinstance(data, WTensor):
-        raise Refusal(f"a Parameter's data is a {_type_name(data)}")
+        raise Refusal(f"a Parameter's data is a {type_name(data)}")
     dtype = data.dtype if isinstance(data, WTensor) else "float32"
     requires_grad = args[1] if len(args) > 1 else True
     _grad(requires_grad, dtype)
@@ -896,7 +899,7 @@ def _parameter(args: tuple[Any, ...]) -> WTensor:
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     func, new_type, call_args, state = args
     if not _callable(func):
-        raise Refusal(f"_rebuild_from_type_v2 calls a {_type_name(func)}")
+        raise Refusal(f"_rebuild_from_type_v2 calls a {type_name(func)}")
     result = func(*_iterate(call_args, "_rebuild_from_type_v2 arguments"))
     if isinstance(new_type, Placeholder) and isinstance(result, WTensor):
         if new_type.name in tables.WRAPPER_SUBCLASSES and result.type_name == new_type.name:
@@ -907,16 +910,16 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
         if not isinstance(result, WTensor):
             if isinstance(result, (WObject, Placeholder)):
                 raise CannotTell(
-                    f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor: torch may refuse it "
+                    f"_rebuild_from_type_v2 makes a value of type {type_name(result)} a Tensor: torch may refuse it "
                     "(whether it is a tensor is not known without running it)"
                 )
             raise Refusal(
-                f"_rebuild_from_type_v2 makes a value of type {_type_name(result)} a Tensor (as_subclass fails)"
+                f"_rebuild_from_type_v2 makes a value of type {type_name(result)} a Tensor (as_subclass fails)"
             )
         result = result.retyped(new_type.entry.name)
         set_obj_state(result, state)
         return result
-    raise Refusal(f"_rebuild_from_type_v2 to a {_type_name(new_type)}, not a Tensor subclass")
+    raise Refusal(f"_rebuild_from_type_v2 to a {type_name(new_type)}, not a Tensor subclass")
 
 
 # ---- torch._utils._set_obj_state on a rebuilt tensor ---------------------------------------------
@@ -935,8 +938,8 @@ def set_obj_state(tensor: WTensor, state: Any) -> None:
             continue
         if type(part) not in (dict, OrderedDict, Counter):
             if isinstance(part, (WObject, Placeholder)):
-                raise CannotTell(f"a tensor's state is a {_type_name(part)}: torch may refuse it (not run here)")
-            raise Refusal(f"a tensor's state is of type {_type_name(part)}, which has no items()")
+                raise CannotTell(f"a tensor's state is a {type_name(part)}: torch may refuse it (not run here)")
+            raise Refusal(f"a tensor's state is of type {type_name(part)}, which has no items()")
         for name, value in part.items():
             _setattr(tensor, name, value)
 
@@ -956,7 +959,7 @@ def _tensor_set(tensor: WTensor, args: list[Any]) -> None:
         _same_device(tensor, _known_device(source), "a tensor")
         return
     if not isinstance(source, WStorage):
-        raise Refusal(f"BUILD calls set_() with a {_type_name(source)}, not a storage or tensor")
+        raise Refusal(f"BUILD calls set_() with a {type_name(source)}, not a storage or tensor")
     _same_device(tensor, source.location, "a storage")
     if source.dtype != tensor.dtype:
         if source.dtype == "uint8":  # an UntypedStorage is accepted, a ByteStorage is not: not told apart here
@@ -991,7 +994,7 @@ def _same_device(tensor: WTensor, location: str | None, what: str) -> None:
 def _parameter_setstate(tensor: WTensor, state: Any) -> None:
     """BUILD on a Parameter: ``Tensor.__setstate__`` (legacy ``set_`` arguments, or requires_grad and hooks)."""
     if type(state) not in (tuple, list):
-        raise CannotTell(f"BUILD on a Parameter with a state of type {_type_name(state)}: torch may refuse it")
+        raise CannotTell(f"BUILD on a Parameter with a state of type {type_name(state)}: torch may refuse it")
     if len(state) == 4:
         raise CannotTell("BUILD on a Parameter with set_() arguments: torch may refuse them (not emulated here)")
     if len(state) == 5:
@@ -1008,14 +1011,14 @@ def _truthy(value: Any, what: str) -> bool:
         return bool(value)
     if isinstance(value, (GlobalRef, WSize)) or (type(value) is WLeaf and value.type_name == "torch.device"):
         return True
-    raise Refusal(f"{what} is a {_type_name(value)}: whether torch finds it empty is not known here")
+    raise Refusal(f"{what} is a {type_name(value)}: whether torch finds it empty is not known here")
 
 
 def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
     """``setattr(tensor, name, value)``: torch's tensor properties check what they are given."""
     if type(name) is not str:
         raise Refusal(
-            f"a tensor's state sets an attribute named by a value of type {_type_name(name)} (setattr wants a str)"
+            f"a tensor's state sets an attribute named by a value of type {type_name(name)} (setattr wants a str)"
         )
     rule = tables.TENSOR_ATTRIBUTES.get(name, "instance")
     if rule == "instance":
@@ -1026,7 +1029,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
         raise Refusal(f"a tensor's state sets {name!r} on a {tensor.dtype} tensor (only complex tensors have one)")
     if rule == "dict":
         if type(value) not in (dict, OrderedDict, Counter):
-            raise Refusal(f"a tensor's state sets __dict__ to a value of type {_type_name(value)} (torch wants a dict)")
+            raise Refusal(f"a tensor's state sets __dict__ to a value of type {type_name(value)} (torch wants a dict)")
     elif rule == "requires_grad":
         _grad(value, tensor.dtype)
         tensor.requires_grad = value
@@ -1037,7 +1040,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
     elif rule == "none":
         if value is not None:
             raise Refusal(
-                f"a tensor's state sets {name!r} to a value of type {_type_name(value)} (torch takes only None)"
+                f"a tensor's state sets {name!r} to a value of type {type_name(value)} (torch takes only None)"
             )
     elif value is not None or rule != "none-or-more":  # (complex-only on a complex tensor: may)
         raise CannotTell(f"a tensor's state sets {name!r}: torch's setter may reject this value (not emulated here)")
@@ -1045,7 +1048,7 @@ def _setattr(tensor: WTensor, name: Any, value: Any) -> None:
 
 def _set_data(tensor: WTensor, value: Any) -> None:
     if not isinstance(value, WTensor):
-        raise Refusal(f"a tensor's state sets data to a value of type {_type_name(value)} (torch wants a tensor)")
+        raise Refusal(f"a tensor's state sets data to a value of type {type_name(value)} (torch wants a tensor)")
     if not (tensor.plain and value.plain):
         raise CannotTell("a tensor's state sets data across tensor kinds: torch's set_data may reject it")
     if tensor.requires_grad and value.dtype not in tables.FLOATING_DTYPES:
@@ -1060,7 +1063,7 @@ def _set_grad(tensor: WTensor, name: str, value: Any) -> None:
         return
     if not isinstance(value, WTensor):
         raise Refusal(
-            f"a tensor's state sets {name} to a value of type {_type_name(value)} (torch wants a tensor or None)"
+            f"a tensor's state sets {name} to a value of type {type_name(value)} (torch wants a tensor or None)"
         )
     if value.dtype != tensor.dtype:
         raise Refusal(f"a tensor's state sets a {value.dtype} {name} on a {tensor.dtype} tensor")
@@ -1090,7 +1093,7 @@ def _rebuild_qtensor(args: tuple[Any, ...]) -> WTensor:
         raise Refusal(f"a quantized tensor with quantizer scheme {_short(scheme)}")
     dtype = storage.dtype if isinstance(storage, WStorage) else ""
     if not dtype.startswith(("qint", "quint")):
-        raise Refusal(f"a quantized tensor on a {dtype or _type_name(storage)} storage")
+        raise Refusal(f"a quantized tensor on a {dtype or type_name(storage)} storage")
     _set_storage(storage, offset, size, stride, dtype)
     if name == "torch.per_tensor_affine":
         _per_tensor_params(params[1], params[2])
@@ -1113,9 +1116,9 @@ def _per_tensor_params(scale: Any, zero_point: Any) -> None:
                 raise Refusal("a per-tensor quantizer's scale or zero point is a tensor of more than one element")
         raise CannotTell("a per-tensor quantizer's scale or zero point is a tensor: not emulated here")
     if type(scale) not in (float, int, bool):
-        raise Refusal(f"a per-tensor quantizer's scale is a {_type_name(scale)}, not a float")
+        raise Refusal(f"a per-tensor quantizer's scale is a {type_name(scale)}, not a float")
     if type(zero_point) is not int:
-        raise Refusal(f"a per-tensor quantizer's zero point is a {_type_name(zero_point)}, not an int")
+        raise Refusal(f"a per-tensor quantizer's zero point is a {type_name(zero_point)}, not an int")
     if not -_QUANT_INDEX_LIMIT <= zero_point < _QUANT_INDEX_LIMIT or (
         type(scale) is int and not -_QUANT_INDEX_LIMIT <= scale < _QUANT_INDEX_LIMIT
     ):
@@ -1137,7 +1140,7 @@ def _per_channel_params(scales: Any, zero_points: Any, axis: int, size: tuple[An
                 raise CannotTell(f"a per-channel quantizer's {what} are a tensor of a shape not known here")
             count = math.prod(part.shape)
         else:
-            raise Refusal(f"a per-channel quantizer's {what} are a {_type_name(part)}, not a list or a tensor")
+            raise Refusal(f"a per-channel quantizer's {what} are a {type_name(part)}, not a list or a tensor")
         if count != expected:
             raise Refusal(f"a per-channel quantizer has {count} {what} for {expected} channels")
     if type(scales) is list and type(zero_points) is list:
@@ -1170,7 +1173,7 @@ def _rebuild_sparse_tensor(args: tuple[Any, ...]) -> WTensor:
     elif name in _COMPRESSED and len(parts) == 4:
         _check_compressed(*parts)
     else:
-        raise Refusal(f"a sparse tensor with layout {name or _type_name(layout)} and {len(parts)} parts")
+        raise Refusal(f"a sparse tensor with layout {name or type_name(layout)} and {len(parts)} parts")
     values = parts[1] if name == "torch.sparse_coo" else parts[2]
     assert isinstance(values, WTensor)
     return WTensor(values.dtype, plain=False)
@@ -1188,8 +1191,8 @@ def _sparse_part(value: Any, what: str) -> WTensor:
     if isinstance(value, WTensor):
         return value
     if isinstance(value, _NO_TENSOR_DATA):
-        raise Refusal(f"a sparse tensor's {what} are a {_type_name(value)}, not a tensor")
-    raise CannotTell(f"a sparse tensor's {what} are a {_type_name(value)}: torch makes a tensor of it (not emulated)")
+        raise Refusal(f"a sparse tensor's {what} are a {type_name(value)}, not a tensor")
+    raise CannotTell(f"a sparse tensor's {what} are a {type_name(value)}: torch makes a tensor of it (not emulated)")
 
 
 def _check_coo(indices: Any, values: Any, size: Any, is_coalesced: Any = None) -> None:
@@ -1293,16 +1296,16 @@ def _target_device(device: Any) -> str | None:
         raise CannotTell(f"a tensor is rebuilt on {device}: whether this machine has it is not known here")
     if type(device) in (int, bool) or (type(device) is WLeaf and device.type_name == "torch.device"):
         raise CannotTell("a tensor is rebuilt on a device not known here: torch may refuse it")
-    raise Refusal(f"a tensor is rebuilt on a device given as a {_type_name(device)}{unless}")
+    raise Refusal(f"a tensor is rebuilt on a device given as a {type_name(device)}{unless}")
 
 
 def _rebuild_device_tensor_from_cpu_tensor(args: tuple[Any, ...]) -> WTensor:
     """``data.to(dtype=dtype, device=device)``, then ``tensor.requires_grad = requires_grad``."""
     data, dtype_ref, device, requires_grad = args
     if isinstance(data, (WObject, Placeholder)):
-        raise CannotTell(f"a tensor is rebuilt from a {_type_name(data)}: torch may refuse it (not run here)")
+        raise CannotTell(f"a tensor is rebuilt from a {type_name(data)}: torch may refuse it (not run here)")
     if not isinstance(data, WTensor):
-        raise Refusal(f"a tensor is rebuilt from a {_type_name(data)}, which has no to()")
+        raise Refusal(f"a tensor is rebuilt from a {type_name(data)}, which has no to()")
     dtype = data.dtype if dtype_ref is None else _dtype(dtype_ref)
     target = _target_device(device)
     # a meta tensor has no values to copy out; map_location="cpu" makes every target the CPU
@@ -1325,8 +1328,8 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> WTensor:
     """``torch.from_numpy(data).to(...)``: ``data`` must be a numpy array, which only a refused global makes."""
     data, _dtype_ref, _device, _requires_grad = args
     if isinstance(data, (WObject, Placeholder)):
-        raise CannotTell(f"a tensor is rebuilt from a {_type_name(data)}: torch may refuse it (not run here)")
-    raise Refusal(f"a tensor is rebuilt from a {_type_name(data)} by torch.from_numpy (it wants a numpy array)")
+        raise CannotTell(f"a tensor is rebuilt from a {type_name(data)}: torch may refuse it (not run here)")
+    raise Refusal(f"a tensor is rebuilt from a {type_name(data)} by torch.from_numpy (it wants a numpy array)")
 
 
 def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> WTensor:
@@ -1340,10 +1343,10 @@ def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> WTensor:
         return _wrapper_of(cls.name, args[1:])
     if isinstance(cls, Placeholder):
         raise CannotTell(f"a wrapper subclass {cls.name} is rebuilt: torch runs its class (not emulated here)")
-    raise Refusal(f"a wrapper subclass is rebuilt from {_type_name(cls)}, which does not define __torch_dispatch__")
+    raise Refusal(f"a wrapper subclass is rebuilt from {type_name(cls)}, which does not define __torch_dispatch__")
 
 
-def _wrapper_of(type_name: str, args: tuple[Any, ...]) -> WTensor:
+def _wrapper_of(class_name: str, args: tuple[Any, ...]) -> WTensor:
     """A wrapper subclass of torch's own: ``(dtype, size, stride, storage_offset, layout, device, requires_grad)``
     checked as ``_make_wrapper_subclass`` takes them (it allocates nothing: the values are the state's)."""
     dtype_ref, size, stride, offset, layout, device, requires_grad = args
@@ -1351,13 +1354,13 @@ def _wrapper_of(type_name: str, args: tuple[Any, ...]) -> WTensor:
     sizes = _ints(size, "a wrapper subclass's size")
     _ints(stride, "a wrapper subclass's stride")
     if type(offset) is not int:
-        raise Refusal(f"a wrapper subclass's storage offset is a {_type_name(offset)}, not an int")
+        raise Refusal(f"a wrapper subclass's storage offset is a {type_name(offset)}, not an int")
     if not (type(layout) is WLeaf and layout.type_name in LAYOUTS):
-        raise CannotTell(f"a wrapper subclass's layout is a {_type_name(layout)}: torch may refuse it")
+        raise CannotTell(f"a wrapper subclass's layout is a {type_name(layout)}: torch may refuse it")
     if not (type(device) is WLeaf and device.type_name == "torch.device"):
-        raise CannotTell(f"a wrapper subclass's device is a {_type_name(device)}: torch may refuse it")
+        raise CannotTell(f"a wrapper subclass's device is a {type_name(device)}: torch may refuse it")
     _grad(requires_grad, dtype)
-    return WTensor(dtype, type_name, plain=False, requires_grad=requires_grad, shape=sizes)
+    return WTensor(dtype, class_name, plain=False, requires_grad=requires_grad, shape=sizes)
 
 
 def _rebuild_nested_tensor(args: tuple[Any, ...]) -> WTensor:
@@ -1366,9 +1369,9 @@ def _rebuild_nested_tensor(args: tuple[Any, ...]) -> WTensor:
     buffer, sizes, strides, offsets = args
     for part, what in ((buffer, "buffer"), (sizes, "sizes"), (strides, "strides"), (offsets, "offsets")):
         if isinstance(part, (WObject, Placeholder)):
-            raise CannotTell(f"a nested tensor's {what} is a {_type_name(part)}: torch may refuse it (not run here)")
+            raise CannotTell(f"a nested tensor's {what} is a {type_name(part)}: torch may refuse it (not run here)")
         if not isinstance(part, WTensor):
-            raise Refusal(f"a nested tensor's {what} is a {_type_name(part)}, not a tensor")
+            raise Refusal(f"a nested tensor's {what} is a {type_name(part)}, not a tensor")
     raise CannotTell(
         "a nested tensor: torch checks each component's offset and sizes against its buffer while loading "
         "(not emulated here)"
@@ -1393,7 +1396,7 @@ def _device(args: tuple[Any, ...]) -> WLeaf:
     if type(first) is WLeaf and first.type_name == "torch.device" and len(args) == 1:
         return first  # torch.device of a device is that device
     if type(first) is not str:
-        raise Refusal(f"torch.device of a {_type_name(first)}")
+        raise Refusal(f"torch.device of a {type_name(first)}")
     match = TORCH_DEVICE.fullmatch(first)
     if match is None or match.group(1) not in _DEVICE_TYPES or (match.group(2) and len(args) == 2):
         raise Refusal(f"torch.device({_short(first)}) is not a device")
@@ -1443,7 +1446,7 @@ def _encode(args: tuple[Any, ...]) -> Any:
     errors = args[2] if len(args) > 2 else "strict"
     _codec_args(encoding, errors, "_codecs.encode")
     if not isinstance(value, (str, bytes)):
-        raise Refusal(f"_codecs.encode of a {_type_name(value)}")
+        raise Refusal(f"_codecs.encode of a {type_name(value)}")
     encode: Callable[[Any, str, str], Any] = codecs.encode  # text or bytes, any codec
     return _codec_call(lambda: encode(value, encoding, errors), "_codecs.encode")
 
@@ -1467,7 +1470,7 @@ def _bytearray(args: tuple[Any, ...]) -> WLeaf:
             # torch takes an integer tensor's elements (or a 0-d one as a size): its values decide, unread here
             raise CannotTell("bytearray of an integer tensor: torch makes one of its values (not read here)")
         if not isinstance(first, (bytes, str, int, list, tuple, WLeaf)):
-            raise Refusal(f"bytearray of a {_type_name(first)}")
+            raise Refusal(f"bytearray of a {type_name(first)}")
     return WLeaf("builtins.bytearray")
 
 
@@ -1511,7 +1514,7 @@ def _legacy_constructor(entry: tables.AllowedGlobal, args: tuple[Any, ...]) -> W
     for size in args:
         if type(size) is not int:
             raise CannotTell(
-                f"{entry.name}(...) with a {_type_name(size)} argument: the legacy constructor's checks of "
+                f"{entry.name}(...) with a {type_name(size)} argument: the legacy constructor's checks of "
                 "data, storages and tensors are not emulated here"
             )
         if size < 0:

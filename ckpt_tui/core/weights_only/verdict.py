@@ -30,6 +30,7 @@ from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
 from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
+from ckpt_tui.core.pickles.persistent_ids import formatted_key
 from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.distributed_globals import PROCESS_GROUP_STATE
 from ckpt_tui.core.readers.embedded_zip import FileRange
@@ -73,6 +74,7 @@ from ckpt_tui.core.weights_only.scan import (
     WTensor,
     numpy_dtype_class,
     scan_pickle,
+    type_name,
 )
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -848,6 +850,10 @@ def _zip_storage(
         raise Refusal("a storage key is unhashable") from None
     if cached is not None:
         return cached
+    if type(key) is not str and not formatted_key(key):
+        # torch reads the record data/{key}: the text of its own object (torch.Size([2, 3]), torch.float32), which a
+        # stand-in here does not have
+        raise CannotTell(f"a storage key is a {type_name(key)}: torch names its record by that object's text")
     nbytes = _nbytes(numel, dtype)
     size = record_size(key if type(key) is str else f"{key}")
     if size is None:
