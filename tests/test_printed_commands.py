@@ -215,6 +215,8 @@ def test_a_file_name_that_is_not_utf8_is_named_by_its_bytes(tmp_path: Path, caps
         _, report = json_out(capsys, [command, "--json", str(tmp_path / name)])
         assert base64.b64decode(report["path_bytes"]) == os.fsencode(tmp_path / name)
         assert report["path"].endswith("bad\\xff\\xfename.pth")
+    _, report = json_out(capsys, ["diff", "--stats", "--json", *[str(tmp_path / name)] * 3])
+    assert [base64.b64decode(exact) for exact in report["files_bytes"]] == [os.fsencode(tmp_path / name)] * 3
 
 
 def test_a_file_whose_records_are_missing_is_offered_no_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

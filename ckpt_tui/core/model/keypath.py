@@ -98,18 +98,19 @@ def json_text(text: str) -> str:
     return text if is_unicode(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def file_path_json(path: str | list[str]) -> dict[str, Any]:
-    """A file's ``path`` for a JSON document: the name as it is; a name that is not UTF-8 (bytes Python holds as
-    lone surrogates) as shown in text lines (``bad\\xff.pth``) with ``path_bytes`` beside it, the exact name
-    in base64 (as ripgrep's ``--json`` gives such a name), from which a consumer gets the file back."""
+def file_path_json(path: str | list[str], field: str = "path") -> dict[str, Any]:
+    """A file's ``path`` (or ``field``) for a JSON document: the name as it is; a name that is not UTF-8 (bytes
+    Python holds as lone surrogates) as shown in text lines (``bad\\xff.pth``) with ``path_bytes`` beside it,
+    the exact name in base64 (as ripgrep's ``--json`` gives such a name), from which a consumer gets the file back.
+    A list of names: a list each, ``path_bytes`` for all of them when one is not UTF-8."""
     names = [path] if isinstance(path, str) else path
     if all(is_unicode(name) for name in names):
-        return {"path": path}
+        return {field: path}
     shown = [printable_path(name) for name in names]
     exact = [base64.b64encode(os.fsencode(name)).decode("ascii") for name in names]
     if isinstance(path, str):
-        return {"path": shown[0], "path_bytes": exact[0]}
-    return {"path": shown, "path_bytes": exact}
+        return {field: shown[0], f"{field}_bytes": exact[0]}
+    return {field: shown, f"{field}_bytes": exact}
 
 
 def glob_escape(text: str) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict
 from ckpt_tui.core.conventions.training_state import tensor_role as role
 from ckpt_tui.core.errors import Cancelled, CkptError, ReadStopped
-from ckpt_tui.core.model.keypath import KeyPath, to_json
+from ckpt_tui.core.model.keypath import KeyPath, file_path_json, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
@@ -567,7 +567,7 @@ class NormSeries:
                 {"path": to_json(path), "norms": norms, "nonfinite": counts}
                 for (path, norms), counts in zip(self.layers, self.nonfinite, strict=True)
             ],
-            "files": list(files),
+            **file_path_json(list(files), "files"),
         }
 
 

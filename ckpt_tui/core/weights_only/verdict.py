@@ -28,7 +28,7 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.contained import inside
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import DTYPES
-from ckpt_tui.core.model.keypath import Attr, KeyPath, to_json, to_python
+from ckpt_tui.core.model.keypath import Attr, KeyPath, file_path_json, to_json, to_python
 from ckpt_tui.core.model.tree import Checkpoint, FileBeside, Opaque, Symbol, is_global_ref, iter_nodes, iter_tensors
 from ckpt_tui.core.pickles.persistent_ids import formatted_key
 from ckpt_tui.core.readers.dcp import tensor_items
@@ -1194,7 +1194,7 @@ class Verdict:
             "imports": self.imports,
             "needs_import": self.needs_import,
             "notes": self.notes,
-            "files": [{"path": path, "answer": answer} for path, answer in self.files.items()],
+            "files": [{**file_path_json(path), "answer": answer} for path, answer in self.files.items()],
         }
 
     def headline(self) -> str:
