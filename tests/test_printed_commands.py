@@ -233,6 +233,15 @@ def test_a_file_whose_records_are_missing_is_offered_no_fix(tmp_path: Path, caps
     _, report = json_out(capsys, ["info", "--json", str(cut)])
     assert all("fix" not in finding for finding in report["findings"])
     assert any(finding["kind"] == "prefix" for finding in report["findings"])
+    torch.save(dict(tiny_state_dict()), tmp_path / "plain.pth")
+    against = ["check", str(cut), "--against", str(tmp_path / "plain.pth")]
+    assert main(against) == 1
+    out = capsys.readouterr().out
+    assert "suggested fix" in out and "ckpt-tui convert" not in out
+    assert "# no command: 9 storage records are missing from the file" in out
+    _, report = json_out(capsys, [*against, "--json"])
+    assert report["suggestion"]["command"].startswith("# no command: 9 storage records are missing")
+    assert "argv" not in report["suggestion"]
 
 
 FIXTURES = {

@@ -249,6 +249,10 @@ def _compare(path: str | list[str], against: str | None, model: str | None, at: 
     reference = load_reference(against, model)
     where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
     report = compare_checkpoint(checkpoint.root, where, reference)
+    if report.suggestion is not None:
+        from ckpt_tui.core.operations.info import missing_records
+
+        report.unwritable = missing_records(checkpoint)
     if as_json:
         print_json(report.to_json(path))
     else:

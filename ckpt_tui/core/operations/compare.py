@@ -247,6 +247,8 @@ class CompareReport:
     """The compared state_dict's keys."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     """The shapes of the missing keys (the reference's, when it has them) and of the unexpected (the file's)."""
+    unwritable: str | None = None
+    """Why no ``convert`` can write the file (its records are missing): each fix's command is a comment saying so."""
 
     def reference_keys(self) -> frozenset[str]:
         """The reference's keys, as far as the report knows them: those found, missing, or filled in on load."""
@@ -280,7 +282,17 @@ class CompareReport:
             out["suggestion"] = self.suggestion.to_json(path)
         if self.alternatives:
             out["alternatives"] = [s.to_json(path) for s in self.alternatives]
+        for fix in [out.get("suggestion"), *out.get("alternatives", [])]:
+            if fix is not None and self.unwritable is not None and "command" in fix:
+                fix["command"] = self.fix_command(fix.pop("argv"))
         return out
+
+    def fix_command(self, argv: list[str]) -> str:
+        """The command of a fix, quoted; a shell comment saying why none can work for a file no convert can write
+        (pasted, it does nothing)."""
+        if self.unwritable is None:
+            return join_command(argv)
+        return f"# no command: {self.unwritable}"
 
 
 # ---- references ---------------------------------------------------------------------------

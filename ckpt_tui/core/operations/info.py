@@ -726,8 +726,35 @@ def _any_buffer_name(names: list[str]) -> bool:
     return any(f"{end}\n" in joined for end in BUFFER_SUFFIXES) or any(f"\n{name}\n" in joined for name in BUFFER_NAMES)
 
 
+def missing_records(checkpoint: Checkpoint) -> str | None:
+    """Why no file can be written from ``checkpoint`` as it is, when storage records are missing from it (convert
+    reads every record it writes), or None."""
+    tensors = [(path, tensor) for path, tensor in iter_tensors(checkpoint.root) if isinstance(tensor, Tensor)]
+    missing = _lacking(_first_storages(tensors, True))
+    if not missing:
+        return None
+    are = "is" if len(missing) == 1 else "are"
+    records = counted(len(missing), "storage record")
+    return f"{records} {are} missing from the file: convert reads every record it writes"
+
+
 def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
-    """Storages whose record their source lacks (each source asked once for all of its storages)."""
+    """The finding of storages whose record their source lacks."""
+    missing = _lacking(storages)
+    if not missing:
+        return []
+    names = ", ".join(f"{where(path)} (record {printable(s.key)})" for s, path in missing[:5])
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    message = (
+        f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded, nor "
+        "converted (no fix is offered: each would need them)"
+    )
+    return [Finding("missing-record", message, "warning", path=missing[0][1])]
+
+
+def _lacking(storages: list[tuple[Storage, KeyPath]]) -> list[tuple[Storage, KeyPath]]:
+    """Storages whose record their source lacks, by record name (each source asked once for all of its
+    storages)."""
     sources = [s.source for s, _ in storages]
     by_source: dict[int, list[tuple[Storage, KeyPath]]] = {}
     if len(set(map(id, sources))) == 1:  # one file's records (the common case): no grouping
@@ -745,13 +772,5 @@ def _missing_records(storages: list[tuple[Storage, KeyPath]]) -> list[Finding]:
             missing += [pair for pair in group if id(pair[0]) in lacking] if lacking else []
         elif hasattr(source, "has"):
             missing += [pair for pair in group if not source.has(pair[0])]
-    if not missing:
-        return []
     missing.sort(key=lambda item: item[0].key)
-    names = ", ".join(f"{where(path)} (record {printable(s.key)})" for s, path in missing[:5])
-    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-    message = (
-        f"{len(missing)} storage records are missing from the file: {names}{more}: it cannot be loaded, nor "
-        "converted (no fix is offered: each would need them)"
-    )
-    return [Finding("missing-record", message, "warning", path=missing[0][1])]
+    return missing

@@ -261,7 +261,7 @@ def _fix(title: str, suggestion: Suggestion, path: str, report: CompareReport) -
             _strict_false(len(suggestion.missing), len(suggestion.unexpected), 0, tied) + " after it" + still
         )
     argv = suggestion.argv(path)
-    return FixDescription(title, printable(suggestion.describe()), details, join_command(argv), argv, suggestion)
+    return FixDescription(title, printable(suggestion.describe()), details, report.fix_command(argv), argv, suggestion)
 
 
 LEFT_LIMIT = 4
