@@ -72,7 +72,7 @@ def read_pickle_file(path: str, file_bytes: int, head: bytes = b"") -> Checkpoin
     (:class:`PickleBytes`, with the element counts read after them): the weights_only verdict judges
     those very bytes. Whether the file is taken or refused, :func:`pickle_read` hands them on. A remote plain pickle
     (told by ``head``) past the budget is refused before its body is fetched."""
-    if head and plain_pickle(head):
+    if head and places.is_remote(path) and plain_pickle(head):
         from ckpt_tui.core.model.remote import ensure_whole_read
 
         ensure_whole_read(path, "unpickling this plain pickle")
