@@ -170,8 +170,19 @@ def legacy_file(path: Path, **change: object) -> Path:
     storages = change.get("storages", [(4, FOUR)])
     view = change.get("view", legacy_view("0", 4, 0, (4,), (1,)))
     obj = pickle_with_pids({"w": view})
-    path.write_bytes(legacy_bytes(obj, keys, storages) + change.get("tail", b""))  # type: ignore[operator]
+    head = change.get("head", b"")
+    path.write_bytes(legacy_bytes(obj, keys, storages, head) + change.get("tail", b""))  # type: ignore[arg-type,operator]
     return path
+
+
+def _legacy_head(protocol: object) -> bytes:
+    """A legacy file's magic, protocol (as given) and sys_info pickles."""
+    import pickle
+
+    from ckpt_tui.core.weights_only.verdict import MAGIC_NUMBER
+
+    sys_info = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    return pickle.dumps(MAGIC_NUMBER, 2) + pickle.dumps(protocol, 2) + pickle.dumps(sys_info, 2)
 
 
 LEGACY_CASES: dict[str, dict[str, object]] = {
@@ -185,6 +196,16 @@ LEGACY_CASES: dict[str, dict[str, object]] = {
     "pid_without_view_field": {"view": View(StorageRef(numel=4), 0, (4,), (1,))},
     "pid_with_extra_field": {"view": View(StorageRef(numel=4, extra=(None, 1)), 0, (4,), (1,))},
     "unknown_location": {"view": View(StorageRef(numel=4, location="tpu", extra=(None,)), 0, (4,), (1,))},
+    # legacy_load only compares the protocol with != and iterates the key list: any number equal to 1001, any
+    # iterable of the keys in a known order
+    "protocol_as_float": {"head": _legacy_head(1001.0)},
+    "protocol_as_text": {"head": _legacy_head("1001")},
+    "protocol_as_true": {"head": _legacy_head(True)},
+    "key_list_a_tuple": {"keys": ("0",)},
+    "key_list_a_str": {"keys": "0"},
+    "key_list_a_dict": {"keys": {"0": 1}},
+    "key_list_a_set": {"keys": {"0"}},
+    "key_list_an_int": {"keys": 0},
 }
 
 
@@ -351,3 +372,26 @@ def test_int_record_key_names_the_record_as_torch_does(tmp_path: Path) -> None:
     path = zip_file(tmp_path / "int.pth", members(data__pkl=base_pickle(StorageRef(key=0))))
     tensor = open_checkpoint(path).root["w"]
     assert tensor.storage is not None and tensor.storage.key == "0"
+
+
+def test_a_legacy_view_listed_with_the_storages_is_never_shown_or_written_with_other_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's legacy_load reads a listed view's own blob into its root's bytes: the root's tensors then hold
+    values from two blobs, which are not read here. They are unreadable (stats exit 1, convert writes nothing)
+    and the verdict is 'cannot tell', never a "verified" copy of other values (adv12a F1)."""
+    view = View(StorageRef(key="0", numel=4, extra=(("v", 2, 2),)), 0, (2,), (1,))
+    obj = pickle_with_pids({"a": view, "r": legacy_view("0", 4, 0, (4,), (1,))})
+    path = tmp_path / "listed.pth"
+    path.write_bytes(legacy_bytes(obj, ["0", "v"], [(4, FOUR), (2, struct.pack("<2f", 10.0, 20.0))]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = torch.load(path, weights_only=True)
+    assert loaded["r"].tolist() == [0.0, 1.0, 10.0, 20.0]
+    assert main(["stats", str(path)]) == 1
+    assert "written in part by the legacy view 'v'" in capsys.readouterr().out
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.pth")]) == 2
+    assert not (tmp_path / "out.pth").exists()
+    capsys.readouterr()
+    assert main(["check", "--json", str(path)]) == 1
+    assert '"answer":"cannot_tell"' in capsys.readouterr().out.replace(" ", "")

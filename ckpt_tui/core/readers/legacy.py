@@ -38,6 +38,9 @@ class LegacyRecords(RecordSource):
         self.path = path
         self.version = places.version_at_open(path)
         self.offsets: dict[str, tuple[int, int]] = {}
+        self.unmodelled: dict[str, str] = {}
+        """Storages whose bytes torch.load writes from more than their own blob (a legacy view listed in the file
+        fills part of its root), by key: why their values are not read here."""
 
     def has(self, storage: Storage) -> bool:
         """Whether the file holds the storage's bytes."""
@@ -45,6 +48,9 @@ class LegacyRecords(RecordSource):
 
     def locate(self, storage: Storage) -> tuple[int, int]:
         """Offset of the storage's data and its size in bytes."""
+        why = self.unmodelled.get(storage.key)
+        if why is not None:
+            raise ReadError(why)
         found = self.offsets.get(storage.key)
         if found is None:
             raise ReadError(f"{self.path}: storage {storage.key} is missing from the file")
@@ -115,7 +121,8 @@ def read_legacy_stream(
     which ends at ``end``: the storages' offsets are absolute offsets of ``path``. ``read``: what was read of
     the file from its start, where the element counts are found (and those read after it kept)."""
     protocol = load_pickle(file, None, what, unsafe)
-    if type(protocol) is not int or protocol != PROTOCOL_VERSION:
+    # legacy_load's protocol_version != PROTOCOL_VERSION: any number equal to it passes (1001.0 too)
+    if type(protocol) not in (int, float, complex) or protocol != PROTOCOL_VERSION:
         raise ReadError(f"{what}: unsupported protocol version")
     load_pickle(file, None, what, unsafe)  # sys_info: scanned, never used
     # torch's deserialized_objects is keyed by the key object: int 0 and str "0" are two storages, each
@@ -135,12 +142,30 @@ def read_legacy_stream(
 
     ids = PersistentIds(LEGACY_FIELDS, maker(records), make_for_int=maker(int_records))
     root = load_pickle(file, ids, what, unsafe)
-    keys = load_pickle(file, None, what, unsafe)
-    if not isinstance(keys, list) or not all(type(k) in (str, int) for k in keys):
+    listed = load_pickle(file, None, what, unsafe)
+    keys = iterated_keys(listed)
+    if keys is None or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
     problems = ids.problems()
     problems += _scan(read, base + file.tell(), keys, ids.cache, end, path)
     return root, problems
+
+
+NOT_ITERABLE = (int, float, bool, complex, type(None))
+"""Key-list values torch's ``for key in deserialized_storage_keys`` fails on (TypeError: not iterable)."""
+
+
+def iterated_keys(keys: Any) -> list[Any] | None:
+    """The storage keys in the order ``legacy_load`` takes them (``for key in deserialized_storage_keys``: any
+    iterable): a list or tuple as it is, a str's characters, a dict's keys; None where that order is not known here
+    (a set of several keys iterates in the order of their hashes, which differs from run to run) or torch fails."""
+    if type(keys) in (list, tuple, str):
+        return list(keys)
+    if isinstance(keys, dict):
+        return list(keys)
+    if type(keys) in (set, frozenset) and len(keys) <= 1:
+        return list(keys)
+    return None
 
 
 def _scan(
@@ -176,6 +201,18 @@ def _expected_counts(
         position += COUNT.size + storage.nbytes
 
 
+def _view_listed(key: str | int, view: StorageView, problems: list[str]) -> None:
+    """A legacy view listed among the storages: its root's values are not read (torch writes the view into them)."""
+    root = view.storage
+    why = (
+        f"storage {root.key!r} is written in part by the legacy view {key!r} listed after it (torch.load fills the "
+        "view's values into it): its values are not read here"
+    )
+    if isinstance(root.source, LegacyRecords):
+        root.source.unmodelled[root.key] = why
+    problems.append(f"storage key {key!r} names a legacy view: {why}")
+
+
 def _find_records(
     read: PickleBytes | None,
     source: places.ByteSource,
@@ -190,11 +227,16 @@ def _find_records(
         if storage is None:
             problems.append(f"storage {key!r} is listed but no tensor uses it: torch.load refuses the file")
             break  # its element size is unknown, so the storages after it cannot be found
-        if isinstance(storage, StorageView):
-            problems.append(f"storage key {key!r} names a legacy view: how torch.load fills it is not modelled here")
-            break
         # (from what the reader read, or kept for the verdict)
         head = read.read_at(source, position, COUNT.size) if read is not None else source.read_at(position, COUNT.size)
+        if isinstance(storage, StorageView):
+            # torch reads the view's own blob into its root's bytes: the root is then more than its blob, whose
+            # values would be shown wrong; the blobs after it are found past the view's
+            _view_listed(key, storage, problems)
+            if len(head) < COUNT.size:
+                break
+            position += COUNT.size + max(0, COUNT.unpack(head)[0]) * itemsize(storage.dtype)
+            continue
         if len(head) < COUNT.size:
             problems.append(f"storage {key!r} is missing: the file ends first (truncated?)")
             break

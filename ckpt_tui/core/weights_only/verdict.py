@@ -35,6 +35,7 @@ from ckpt_tui.core.readers.dcp import tensor_items
 from ckpt_tui.core.readers.distributed_globals import PROCESS_GROUP_STATE
 from ckpt_tui.core.readers.embedded_zip import FileRange
 from ckpt_tui.core.readers.folder import TRAINING_ARGS_HOLDS, trainer_arguments
+from ckpt_tui.core.readers.legacy import NOT_ITERABLE, iterated_keys
 from ckpt_tui.core.readers.probes import looks_like_safetensors
 from ckpt_tui.core.readers.read_once import PickleBytes
 from ckpt_tui.core.readers.safetensors_file import library_refusals
@@ -999,8 +1000,7 @@ def _scan_legacy_pickles(data: Any, scan: FileScan, count_at: Callable[[int], in
             scan.route = "pickle"
             scan.fail("a plain pickle, not a torch checkpoint: torch.load stops at 'Invalid magic number'")
             return
-        if what == "protocol version" and not (type(part.result) is int and part.result == PROTOCOL_VERSION):
-            scan.fail(f"legacy protocol version {part.result!r} (torch.load wants {PROTOCOL_VERSION})")
+        if what == "protocol version" and not _protocol_matches(part.result, scan):
             return
     storages: dict[Any, WStorage] = {}
 
@@ -1017,6 +1017,18 @@ def _scan_legacy_pickles(data: Any, scan: FileScan, count_at: Callable[[int], in
     scan.absorb(keys, "the storage key pickle")
     if scan.reason is None:
         _check_legacy_data(count_at, size, keys.end, keys.result, storages, scan)
+
+
+def _protocol_matches(value: Any, scan: FileScan) -> bool:
+    """``legacy_load``'s ``protocol_version != PROTOCOL_VERSION``: a number equal to 1001 passes (1001.0 too);
+    plain data of another kind fails; anything else (a tensor compares element-wise) cannot be told here."""
+    if type(value) in (int, float, bool, complex) and value == PROTOCOL_VERSION:
+        return True
+    if type(value) in (int, float, bool, complex, str, bytes, list, tuple, dict, type(None)):
+        scan.fail(f"legacy protocol version {value!r} (torch.load wants {PROTOCOL_VERSION})")
+    else:
+        scan.doubt(f"the legacy protocol version is a {type_name(value)}: whether torch takes it is not known here")
+    return False
 
 
 def _no_storage(pid: tuple[Any, ...]) -> WStorage:
@@ -1063,11 +1075,15 @@ def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: F
 def _check_legacy_data(
     count_at: Callable[[int], int], size: int, start: int, keys: Any, storages: dict[Any, WStorage], scan: FileScan
 ) -> None:
-    if not isinstance(keys, list):
-        scan.fail("the legacy storage key list is not a list")
+    listed = iterated_keys(keys)
+    if listed is None:
+        if type(keys) in NOT_ITERABLE:
+            scan.fail(f"the legacy storage key list is a {type_name(keys)}: torch.load fails to iterate it")
+        else:
+            scan.doubt(f"the legacy storage key list is a {type_name(keys)}: the order torch reads it in is not known")
         return
     position = start
-    for key in keys:
+    for key in listed:
         try:
             storage = storages.get(key)
         except TypeError:
