@@ -399,3 +399,48 @@ def test_a_lightning_deepspeed_folder_gets_one_fix_for_its_weights(tmp_path, cap
     expected = expected.get("state_dict", expected)
     assert sorted(fixed) == sorted(k.removeprefix("net.") for k in expected)
     assert all(torch.equal(fixed[k.removeprefix("net.")], v) for k, v in expected.items())
+
+
+@pytest.mark.parametrize("family", ["DistilBert", "Roberta", "Electra"])
+def test_a_head_of_another_task_is_dropped_never_renamed_into_the_reference_s_head(tmp_path, capsys, family):
+    # an MLM checkpoint against the same family's sequence classifier: DistilBERT's vocab_transform and
+    # pre_classifier are both [dim, dim], yet from_pretrained drops the one and initialises the other afresh
+    tf = pytest.importorskip("transformers")
+    config = getattr(tf, f"{family}Config")(
+        vocab_size=64,
+        hidden_size=16,
+        dim=16,
+        hidden_dim=32,
+        num_hidden_layers=1,
+        n_layers=1,
+        num_attention_heads=2,
+        n_heads=2,
+        intermediate_size=32,
+        embedding_size=16,
+        num_labels=3,
+    )
+    torch.manual_seed(0)
+    getattr(tf, f"{family}ForMaskedLM")(config).save_pretrained(tmp_path / "mlm")
+    classifier = getattr(tf, f"{family}ForSequenceClassification")(config)
+    torch.save(classifier.state_dict(), tmp_path / "ref.pt")
+    _, info = getattr(tf, f"{family}ForSequenceClassification").from_pretrained(
+        tmp_path / "mlm", num_labels=3, output_loading_info=True
+    )
+    assert main(["check", str(tmp_path / "mlm"), "--against", str(tmp_path / "ref.pt"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    suggestion = report["suggestion"]
+    assert all(step.startswith("drop ") for step in suggestion["steps"]), suggestion["steps"]
+    # what is left is what from_pretrained leaves missing: the new head, freshly initialised
+    assert sorted(suggestion["missing"]) == sorted(info["missing_keys"])
+    assert "freshly initialised" in suggestion["other_task_head"]
+    assert any("head of another task" in note for note in report["notes"])
+    assert main(suggestion["argv"][1:]) == 0
+    capsys.readouterr()
+    fixed = tmp_path / "mlm" / "model.fixed.safetensors"
+    loaded = classifier.load_state_dict(dict(_safetensors(fixed)), strict=False)
+    assert sorted(loaded.missing_keys) == sorted(info["missing_keys"]) and not loaded.unexpected_keys
+
+
+def _safetensors(path: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(path), "pt") as file:
+        return {key: file.get_tensor(key) for key in file.keys()}  # noqa: SIM118 - safe_open has no __iter__

@@ -10,7 +10,7 @@ modules' attribute names); tests build the real models and hold each family to t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -375,3 +375,31 @@ def _first(pattern: str) -> str | None:
 def body_layout(keys: Sequence[str], prefix: str) -> tuple[Layout, int] | None:
     """The best layout these keys fit whose body sits under ``prefix`` (a Hugging Face body, not a wrapper)."""
     return next(((layout, n) for layout, n in fitting(keys) if layout.body == prefix), None)
+
+
+@cache
+def _heads_by_model() -> dict[str, re.Pattern[str]]:
+    """Each family's head model, with one pattern holding a group per head, in the family's order."""
+    out: dict[str, re.Pattern[str]] = {}
+    for family in FAMILIES:
+        if family.heads and family.head_model not in out:
+            out[family.head_model] = re.compile("|".join(f"({head})" for head in family.heads))
+    return out
+
+
+def head_of(keys: Sequence[str]) -> Callable[[str], str | None]:
+    """Which head of its family a key lies in, by name (``vocab_transform``), by the family whose head model
+    ``keys`` fit best (a reference's keys); None for a body key, and for every key when the keys fit no head
+    model. A head is one task's module beside the body: one is never another's."""
+    model = next((layout.name for layout, _ in fitting(keys) if layout.body), None)
+    pattern = _heads_by_model().get(model or "")
+    if pattern is None:
+        return lambda key: None
+    family = next(family for family in FAMILIES if family.head_model == model)
+    heads = [re.sub(r"\\(.)", r"\1", head).rstrip(".$") for head in family.heads]
+
+    def head(key: str) -> str | None:
+        found = pattern.match(key)
+        return heads[found.lastindex - 1] if found is not None and found.lastindex else None
+
+    return head

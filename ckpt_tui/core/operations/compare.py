@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_tui.core.conventions import layouts
-from ckpt_tui.core.conventions.architectures import body_layout
+from ckpt_tui.core.conventions.architectures import body_layout, head_of
 from ckpt_tui.core.conventions.state_dicts import (
     PREFIX_ORIGINS,
     common_prefix,
@@ -112,6 +112,9 @@ class Suggestion:
     swapped: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]] = field(default_factory=list)
     """A renamed and resized head the fix drops (the file's key, its shape, the reference's key it stands
     for, that key's shape): the model keeps its initial head, loaded with ``strict=False``."""
+    fresh_head: str | None = None
+    """The fix drops the file's head of another task than the reference's (an MLM head against a sequence
+    classifier), whose own head keeps the model's fresh init, loaded with ``strict=False``: that, in words."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
     """The shapes of the keys left missing (the reference's) or unexpected (the file's) after it."""
     mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list, repr=False)
@@ -207,6 +210,8 @@ class Suggestion:
                 {"key": k, "checkpoint": list(a), "reference_key": r, "reference": list(b)}
                 for k, a, r, b in self.swapped
             ]
+        if self.fresh_head:
+            out["other_task_head"] = self.fresh_head
         if self.guessed:
             out["paired_by_order"] = [{"module": old, "reference_module": new} for old, new in self.guessed]
         if self.mismatched:
@@ -459,6 +464,9 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
         other = another_model(*left, list(reference))
         if other is not None:
             report.notes.append(other)
+        task = best.fresh_head if best is not None else other_task_head(report, reference)
+        if task is not None:
+            report.notes.append(task)
     report.notes += _tied_notes(report, items, reference)
     return report
 
@@ -476,7 +484,8 @@ def compare_checkpoint(root: Any, at: KeyPath, reference: Reference) -> CompareR
             suggestion.map_location = "cpu"
     verified = [s for s in found if verify(root, s, reference) and _helps(s, report)]
     report.suggestion, report.alternatives = (verified[0], verified[1:]) if verified else (None, [])
-    if report.suggestion is not None:
+    if report.suggestion is not None and not report.suggestion.fresh_head:
+        # (a head of another task dropped gives up no fit: from_pretrained drops it the same way)
         report.notes += _given_up(root, at, report.suggestion)
     return report
 
@@ -615,6 +624,7 @@ class _Chain:
     drops: list[str] = field(default_factory=list)
     resized: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     swapped: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]] = field(default_factory=list)
+    fresh_head: str | None = None
 
     def renamed(self) -> list[tuple[str, str, Any]]:
         """(key before renames, key after, value) for every kept key."""
@@ -738,6 +748,9 @@ def _helps(suggestion: Suggestion, baseline: CompareReport) -> bool:
         # two keys named into a 16-key model by an added prefix is a guess that a part is the whole: the
         # report says what the keys are (a part of the reference), and offers no fix
         return not (any(step.kind == "add" for step in suggestion.steps) and fitting < PART_SHARE * suggestion.total)
+    if suggestion.fresh_head and not suggestion.unexpected and not suggestion.shape_mismatches:
+        # (nothing more fits: the other task's head is dropped, as from_pretrained drops it)
+        return True
     head_only = not baseline.missing and not baseline.unexpected and baseline.shape_mismatches
     return bool(head_only) and suggestion.shape_mismatches == 0
 
@@ -759,6 +772,7 @@ def _evaluate(chain: _Chain, reference: Reference) -> Suggestion:
         chain.rule_counts(),
         resized=list(chain.resized),
         swapped=list(chain.swapped),
+        fresh_head=chain.fresh_head,
         shapes=result.shapes,
         mismatched=result.shape_mismatches,
         guessed=guessed_by_order(moved, shapes) if moved else [],
@@ -888,6 +902,10 @@ def _improved(chain: _Chain, reference: Reference, ref_set: set[str]) -> list[_C
     if swapped:
         drops = [old for old, _, _, _ in swapped]
         out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops, swapped=swapped))
+    elif (task := other_task_head(current, reference)) is not None:
+        leftover = set(current.unexpected)
+        drops = [old for old, new, _ in chain.renamed() if new in leftover]
+        out.append(_Chain(chain.variant, chain.strip, chain.rules, chain.add, drops, fresh_head=task))
     elif not current.missing and current.unexpected and len(current.unexpected) <= LEFTOVER_DROP_LIMIT:
         leftover = set(current.unexpected)
         drops = [old for old, new, _ in chain.renamed() if new in leftover]
@@ -986,10 +1004,45 @@ def _with_renames(chain: _Chain, reference: Reference, ref_set: set[str]) -> _Ch
     if not pairs:
         return None
     shapes = Shapes(signatures, {k: e.shape for k, e in reference.items()})
-    rules = infer_rules(names, pairs, ref_set, shapes)
+    head = head_of(list(reference))
+    # shapes that coincide do not make one task's head another's (DistilBERT's MLM vocab_transform and its
+    # sequence classifier's pre_classifier are both [dim, dim]): from_pretrained drops the one, inits the other
+    rules = [r for r in infer_rules(names, pairs, ref_set, shapes) or [] if not _crosses_heads(r, names, head)]
     if not rules:
         return None
     return _Chain(chain.variant, chain.strip, [*chain.rules, *rules], None)
+
+
+def _crosses_heads(rule: RenameRule, names: list[str], head: Callable[[str], str | None]) -> bool:
+    """Whether ``rule`` moves a key of one head of the model into another head."""
+    for name in names:
+        new = rule.apply(name)
+        if new != name and head(name) is not None and head(new) is not None and head(name) != head(new):
+            return True
+    return False
+
+
+def other_task_head(report: CompareReport | Suggestion, reference: Reference) -> str | None:
+    """In words, when what is left over is one task's head in the file and another's in the reference (an MLM
+    checkpoint against a sequence classifier): the file's head is dropped on load and the new one is freshly
+    initialised, as ``from_pretrained`` does; None otherwise."""
+    if not report.missing or not report.unexpected:
+        return None
+    head = head_of(list(reference))
+    theirs = {head(key) for key in report.unexpected}
+    ours = {head(key) for key in report.missing}
+    if None in theirs or None in ours or theirs & ours:
+        return None
+    return (
+        f"the checkpoint's {', '.join(sorted(map(str, theirs)))} ({_keys_text(len(report.unexpected))}) is the head of "
+        f"another task than the reference's {', '.join(sorted(map(str, ours)))} ({_keys_text(len(report.missing))}): "
+        "never renamed into it; it is dropped, as from_pretrained drops it, and the new head is freshly initialised "
+        "(load_state_dict(strict=False) keeps the model's initial values for it)"
+    )
+
+
+def _keys_text(number: int) -> str:
+    return counted(number, "key")
 
 
 def _stacks_left_over(keys: list[str]) -> set[str]:
