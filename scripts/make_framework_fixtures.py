@@ -31,6 +31,8 @@ Each case folder holds only what the framework wrote; its ground truth sits besi
   ``safe_get_full_fp32_param`` of each parameter.
 - ``lightning_fsdp``: Lightning's ``save_checkpoint`` with the FSDP strategy (``state_dict_type="sharded"``:
   a DCP folder plus ``meta.pt``). Truth: Lightning's own ``consolidate_checkpoint``.
+- ``zero1_pipeline``: DeepSpeed's ``PipelineModule`` in 2 stages, ZeRO-1 (``layer_NN-model_states.pt`` per layer).
+  Truth: each stage's ``engine.module.state_dict()``, joined.
 - ``lightning_deepspeed``: Lightning's DeepSpeed strategy (ZeRO-2), a DeepSpeed folder with Lightning's
   client state in the model states. Truth: DeepSpeed's own ``zero_to_fp32``.
 
@@ -415,6 +417,34 @@ def case_accelerate_deepspeed(rank: int, out: Path) -> None:
         torch.save(state, out / "accelerate_deepspeed.expected.pt")
 
 
+def case_zero1_pipeline(rank: int, out: Path) -> None:
+    """DeepSpeed's ``PipelineModule`` over 2 stages (one per rank), ZeRO-1: ``global_stepN/`` holds each layer's
+    state_dict as ``layer_NN-model_states.pt``, beside the stages' model states (module None) and optimizer
+    states. Truth: the module's own ``state_dict()`` on each stage, joined (each stage holds its layers)."""
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    layers = [nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 7), nn.LayerNorm(7), nn.Linear(7, 3)]
+    module = PipelineModule(layers=layers, num_stages=WORLD, loss_fn=lambda out, y: (out - y).pow(2).mean())
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1}}
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.01)
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+    generator = torch.Generator().manual_seed(7)
+    data = iter([(torch.randn(2, 5, generator=generator), torch.randn(2, 3, generator=generator)) for _ in range(4)])
+    for _ in range(2):
+        engine.train_batch(data_iter=data)
+    engine.save_checkpoint(str(out / "zero1_pipeline"))
+    stages: list[dict[str, torch.Tensor] | None] = [None] * WORLD
+    dist.all_gather_object(stages, {key: value.clone() for key, value in engine.module.state_dict().items()})
+    if rank == 0:
+        torch.save(
+            {key: value for stage in stages if stage for key, value in stage.items()},
+            out / "zero1_pipeline.expected.pt",
+        )
+
+
 CASES: dict[str, Callable[[int, Path], None]] = {
     "hf_dcp": case_hf_dcp,
     "hf_dcp_consolidated": case_hf_dcp_consolidated,
@@ -427,10 +457,11 @@ CASES: dict[str, Callable[[int, Path], None]] = {
     "lightning_fsdp": case_lightning_fsdp,
     "lightning_deepspeed": case_lightning_deepspeed,
     "accelerate_deepspeed": case_accelerate_deepspeed,
+    "zero1_pipeline": case_zero1_pipeline,
 }
 GROUPS = {
     "torch": ["hf_dcp", "hf_dcp_consolidated", "hf_dcp_ints", "fsdp1_optim", "fsdp1_mesh"],
-    "deepspeed": ["zero0_bf16", "zero0_fp16"],
+    "deepspeed": ["zero0_bf16", "zero0_fp16", "zero1_pipeline"],
     # (DeepSpeed 0.19.8 keeps stage 0's bf16 optimizer state in the model states: this one was written with 0.16.9)
     "deepspeed016": ["zero0_bf16_optim"],
     "lightning": ["lightning_fsdp", "lightning_deepspeed"],
@@ -442,6 +473,7 @@ SELF_INIT = {
     "lightning_fsdp",
     "lightning_deepspeed",
     "accelerate_deepspeed",
+    "zero1_pipeline",
 }
 
 

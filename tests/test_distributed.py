@@ -558,17 +558,20 @@ def test_a_dcp_folder_compressed_through_torch_s_extensions_is_refused_with_the_
     assert "torch.distributed.checkpoint.format_utils.dcp_to_torch_save(<this folder>, 'out.pt')" in err
 
 
-def test_a_deepspeed_pipeline_save_is_named_as_one_with_the_layer_files_that_open(tmp_path: Path, capsys: Any) -> None:
-    # PipelineModule saves optimizer files per model-parallel rank (mp_rank_00, mp_rank_01) and each layer's
-    # state_dict apart (layer_NN-model_states.pt): no rank is missing, and a layer file opens
+def test_a_deepspeed_pipeline_save_split_by_tensor_parallelism_too_names_its_layer_files(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # with tensor parallelism beside the pipeline each layer is saved in slices (layer_NN-model_RR-model_states.pt),
+    # which DeepSpeed's loader merges by its own rules: not read as one, said so, and a slice opens (a pipeline
+    # alone opens as one model: tests/test_frameworks.py)
     tag = tmp_path / "global_step2"
     shutil.copytree(DEEPSPEED / "zero1_fp32" / "global_step2", tag)
     (tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt").rename(tag / "zero_pp_rank_1_mp_rank_01_optim_states.pt")
-    torch.save({"weight": torch.ones(2, 2)}, tag / "layer_00-model_states.pt")
-    torch.save({"weight": torch.ones(2, 2)}, tag / "layer_01-model_states.pt")
+    torch.save({"weight": torch.ones(2, 2)}, tag / "layer_00-model_00-model_states.pt")
+    torch.save({"weight": torch.ones(2, 2)}, tag / "layer_00-model_01-model_states.pt")
     assert main(["info", str(tag)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "a rank did not save" not in err
     assert "a DeepSpeed pipeline- or model-parallel save (2 model-parallel ranks x 2 data-parallel ranks)" in err
-    assert err.strip().endswith(f"open one (ckpt-tui {tag / 'layer_00-model_states.pt'})")
-    assert main(["info", str(tag / "layer_00-model_states.pt")]) == 0
+    assert err.strip().endswith(f"open one (ckpt-tui {tag / 'layer_00-model_00-model_states.pt'})")
+    assert main(["info", str(tag / "layer_00-model_00-model_states.pt")]) == 0

@@ -281,6 +281,29 @@ def test_zero0_folder_opens_and_info_names_the_layout(case: str, dtype: str, cap
     assert check_checkpoint(checkpoint).ok
 
 
+@pytest.mark.parametrize("named", ["", "global_step2", "global_step2/mp_rank_01_model_states.pt"])
+def test_a_pipeline_parallel_save_opens_as_one_model_its_layer_files_the_weights(
+    named: str, tmp_path: Path, capsys: Any
+) -> None:
+    # PipelineModule in 2 stages: each stage's model states hold module None; layer_NN-model_states.pt hold the
+    # weights, which load_state_dir reads into layer NN (the module's own names: 2.weight)
+    folder = copy_case("zero1_pipeline", tmp_path)
+    code, info, err = run(capsys, "info", str(folder / named))
+    assert code == 0, err
+    assert (
+        "layout      DeepSpeed pipeline-parallel (2 stages, 5 layer files), ZeRO-1, 1 data-parallel rank, fp32; "
+        "weights: ckpt['module']" in info
+    )
+    out = tmp_path / "module.pt"
+    code, _, err = run(capsys, "convert", str(folder / named), "--extract", "auto", "-o", str(out))
+    assert code == 0, err
+    want = torch.load(FRAMEWORKS / "zero1_pipeline.expected.pt", weights_only=True)
+    got = torch.load(out, weights_only=True)
+    assert list(got) == list(want)
+    assert_same(got, want)
+    assert check_checkpoint(open_checkpoint(folder / named)).ok
+
+
 @pytest.mark.parametrize("named", ["", "global_step2", "global_step2/mp_rank_00_model_states.pt"])
 def test_zero0_bf16_optimizer_folder_gives_the_fp32_master_weights(named: str, tmp_path: Path, capsys: Any) -> None:
     # DeepSpeed 0.16 at stage 0 in bf16 with the optimizer named in its config: the BF16_Optimizer's fp32 master

@@ -890,6 +890,7 @@ FOLDER_LAYOUTS = (
     "torch_distributed/fsdp1_sharded",
     "frameworks/trainer_deepspeed/checkpoint-2",
     "frameworks/lightning_fsdp",
+    "frameworks/zero1_pipeline",
 )
 """Fixture folders of every layout read from a folder's listing (DeepSpeed, torch's HF writer, FSDP1 rank files,
 the Trainer's DeepSpeed checkpoint, Lightning's sharded FSDP)."""

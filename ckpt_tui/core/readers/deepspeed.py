@@ -77,6 +77,10 @@ def read_deepspeed(folder: str, open_file: OpenFile) -> Checkpoint:
     model_names = deepspeed_files(folder, MODEL_STATES)
     optim_names = deepspeed_files(folder, OPTIM_STATES)
     models = [open_file(inside(folder, n, f"{folder}:")) for n in model_names]
+    layers = _pipeline_layers(folder)
+    if layers:
+        stage_optims = {n: open_file(inside(folder, n, f"{folder}:")) for n in optim_names}
+        return _read_pipeline(folder, layers, dict(zip(model_names, models, strict=True)), stage_optims, open_file)
     if not optim_names:
         return _read_stage0(folder, model_names, models)
     optims = [open_file(inside(folder, n, f"{folder}:")) for n in optim_names]
@@ -160,15 +164,83 @@ def _is_bf16_optimizer(state: dict[Any, Any]) -> bool:
 
 MP_RANK = re.compile(r"mp_rank_\d+")
 """The model-parallel rank a DeepSpeed file names (``zero_pp_rank_0_mp_rank_01_optim_states.pt``)."""
-PIPELINE_LAYER = re.compile(r"layer_\d+-model_states\.pt")
-"""A pipeline-parallel save's file of one layer's state_dict (``PipelineModule.save_state_dict``)."""
+PIPELINE_LAYER = re.compile(r"layer_(\d+)-model_states\.pt")
+"""A pipeline-parallel save's file of one layer's state_dict (``PipelineModule.save_state_dict``; a layer split by
+tensor parallelism as well is saved as several files, ``layer_NN-model_RR-model_states.pt``, not read as one)."""
+LAYER_FILE = re.compile(r"layer_\d+-(?:.+-)?model_states\.pt")
+"""Any file of one pipeline layer: whole, or a tensor-parallel slice of it."""
+
+
+def _pipeline_layers(folder: str) -> list[str]:
+    """The layer files of a pipeline-parallel save, by layer index (none for any other save)."""
+    try:
+        names = places.list_dir(folder)
+    except (OSError, CkptError):
+        return []
+    found = [(int(match.group(1)), name) for name in names if (match := PIPELINE_LAYER.fullmatch(name))]
+    return [name for _, name in sorted(found)]
+
+
+def _read_pipeline(
+    folder: str, layers: list[str], models: dict[str, Checkpoint], optims: dict[str, Checkpoint], open_file: OpenFile
+) -> Checkpoint:
+    """A ``PipelineModule``'s save: each ``layer_NN-model_states.pt`` is one layer's state_dict, read as
+    ``load_state_dir`` reads it into layer NN; the weights are the layers' together, under the names the
+    module's own state_dict gives them (``2.weight``, as ``param_shapes`` in the model states lists them). The
+    stages' model and optimizer states are kept as saved (their modules are None: the layers hold the weights)."""
+    files = [open_file(inside(folder, name, f"{folder}:")) for name in layers]
+    weights: dict[str, Any] = {}
+    for name, layer in zip(layers, files, strict=True):
+        index = int(PIPELINE_LAYER.fullmatch(name).group(1))  # type: ignore[union-attr]
+        for key, value in _dict(layer.root, name).items():
+            if not isinstance(key, str):
+                raise ReadError(f"{places.join(folder, name)}: a state_dict key that is not a string")
+            weights[f"{index}.{key}"] = value
+    states = [_dict(m.root, n) for n, m in models.items()]
+    first = states[0] if states else {}
+    named = first.get("mp_world_size")
+    stages = named if type(named) is int else len(models)
+    ranks = first.get("dp_world_size")
+    ranks_text = counted(ranks, "data-parallel rank") if type(ranks) is int and ranks > 0 else "ranks unknown"
+    optimizer = next(iter(optims.values()), None)
+    state = optimizer.root.get("optimizer_state_dict") if optimizer and isinstance(optimizer.root, dict) else None
+    stage = state.get("zero_stage") if isinstance(state, dict) else None
+    zero = f"ZeRO-{_int(stage, 'zero_stage')}" if stage is not None else "ZeRO disabled"
+    root: dict[str, Any] = {
+        "module": weights,
+        "model_states": {name: m.root for name, m in models.items()},
+        "optimizer_states": {name: o.root for name, o in optims.items()},
+    }
+    every = [*files, *models.values(), *optims.values()]
+    dtype = _module_dtype({"module": weights})
+    layout = (
+        f"DeepSpeed pipeline-parallel ({counted(stages, 'stage')}, {counted(len(layers), 'layer file')}), {zero}, "
+        f"{ranks_text}, {dtype}; weights: ckpt['module']"
+    )
+    notes = [
+        f"DeepSpeed pipeline-parallel save: module is the {counted(len(layers), 'layer file')} ({layers[0]} … "
+        f"{layers[-1]}) as PipelineModule.load_state_dir reads them, each layer's keys under its index; "
+        "model_states and optimizer_states are the stages' files as saved (convert with --extract module)"
+    ]
+    checkpoint = Checkpoint(
+        folder,
+        "deepspeed",
+        root,
+        sum(c.file_bytes for c in every),
+        notes=notes,
+        unsafe_globals=set().union(*(c.unsafe_globals for c in every)),
+        loader_problems=[f"{os.path.basename(c.path)}: {p}" for c in every for p in c.loader_problems],
+        layout=layout,
+    )
+    checkpoint.buffer_names = {("module",): frozenset().union(*map(_buffer_names, states))}
+    return checkpoint
 
 
 def _model_parallel(folder: str, ranks: int, world: int) -> str:
     """The refusal of a pipeline- or model-parallel save (optimizer files for several model-parallel ranks): not read
     as one checkpoint, with the files that do open (each pipeline layer's state_dict)."""
     try:
-        layers = sorted(name for name in places.list_dir(folder) if PIPELINE_LAYER.fullmatch(name))
+        layers = sorted(name for name in places.list_dir(folder) if LAYER_FILE.fullmatch(name))
     except (OSError, CkptError):
         layers = []
     said = (
