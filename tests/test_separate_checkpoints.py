@@ -57,6 +57,13 @@ def test_a_stray_text_file_among_them_is_not_the_error(runs: Path, capsys: pytes
     assert "a folder of 4 separate checkpoints" in err and "notackpt" not in err
 
 
+def test_an_empty_file_among_them_is_neither_counted_nor_named(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "zzz_epoch_99.pth").write_bytes(b"")
+    assert main(["info", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "a folder of 4 separate checkpoints" in err and "zzz_epoch_99" not in err
+
+
 def test_broken_links_fifos_and_devices_are_never_counted_nor_named(
     runs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

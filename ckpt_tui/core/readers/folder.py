@@ -138,6 +138,7 @@ MAX_PEEKED = 200
 many files."""
 NOT_TORCH_ZIP = "zip archive"
 TEXT = "text file"
+EMPTY = "empty file"
 
 
 def _no_checkpoint_kind(path: str) -> str | None:
@@ -150,7 +151,8 @@ def _no_checkpoint_kind(path: str) -> str | None:
 def _sniffed_kind(path: str, head: bytes, size: int) -> str | None:
     """:func:`_no_checkpoint_kind` of a file whose first bytes and size were read."""
     if not head:
-        return None
+        # an empty file (torch.load: EOFError) is no save; one that could not be read is left to doubt
+        return EMPTY if size == 0 else None
     if head[:4] in ZIP_MAGIC:
         return NOT_TORCH_ZIP if _not_torch_zip(path, size) else None
     return TEXT if looks_like_text(head) else None
@@ -253,6 +255,7 @@ FOLDER = "folder"
 HOLDINGS = {
     NOT_TORCH_ZIP: ("zip archive that is not a torch checkpoint", "zip archives that are not torch checkpoints"),
     TEXT: ("text file", "text files"),
+    EMPTY: ("empty file", "empty files"),
     OTHER: ("other file", "other files"),
     SPECIAL: ("entry that is not a regular file", "entries that are not regular files"),
     FOLDER: ("folder", "folders"),
