@@ -84,3 +84,21 @@ def test_stats_says_from_0_and_cosines_show_the_change(tmp_path: Path, capsys: p
 )
 def test_a_cosine_has_the_digits_that_show_it_is_not_1(cosine: float | None, shown: str) -> None:
     assert cosine_text(cosine) == shown
+
+
+def test_a_dtype_change_says_whether_the_cast_kept_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """A bf16 checkpoint cast to fp32 keeps every value: the dtype change says so (text and JSON); one value changed
+    after the cast is said with its largest difference, as torch sees both sides."""
+    torch.manual_seed(0)
+    half = {"a": torch.randn(4, 4).bfloat16(), "b": torch.randn(3).bfloat16(), "n": torch.arange(3, dtype=torch.int32)}
+    wide = {k: v.float() if v.is_floating_point() else v.long() for k, v in half.items()}
+    torch.save(half, tmp_path / "half.pth")
+    torch.save(wide, tmp_path / "wide.pth")
+    wide["b"][0] += 1
+    torch.save(wide, tmp_path / "moved.pth")
+    assert main(["diff", str(tmp_path / "half.pth"), str(tmp_path / "wide.pth")]) == 1
+    out = capsys.readouterr().out
+    assert "a: bfloat16 → float32 (equal as values)" in out and "n: int32 → int64 (equal as values)" in out
+    assert main(["diff", str(tmp_path / "half.pth"), str(tmp_path / "moved.pth"), "--json"]) == 1
+    changes = {c["key"]: c["values"] for c in json.loads(capsys.readouterr().out)["dtype_changes"]}
+    assert changes == {"a": "equal as values", "b": "values differ: max |a-b| 1", "n": "equal as values"}

@@ -53,6 +53,9 @@ class DiffReport:
     only_b: list[str] = field(default_factory=list)
     shape_changes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     dtype_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    dtype_values: dict[str, str] = field(default_factory=dict)
+    """For a dtype change, how the values compare, each side as it loads (``equal as values``, ``max |a-b| 1``):
+    a cast that kept every value is told from one that lost some."""
     value_changes: list[TensorDiff] = field(default_factory=list)
     other_changes: list[tuple[str, str, str]] = field(default_factory=list)
     identical_tensors: int = 0
@@ -87,7 +90,9 @@ class DiffReport:
             "only_in_a": self.only_a,
             "only_in_b": self.only_b,
             "shape_changes": [{"key": k, "a": list(a), "b": list(b)} for k, a, b in self.shape_changes],
-            "dtype_changes": [{"key": k, "a": a, "b": b} for k, a, b in self.dtype_changes],
+            "dtype_changes": [
+                {"key": k, "a": a, "b": b, "values": self.dtype_values.get(k)} for k, a, b in self.dtype_changes
+            ],
             "value_changes": [
                 {
                     "key": d.key,
@@ -419,6 +424,8 @@ def _diff_common(
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report, kinds) and report.values_not_compared is None:
                 _record(path, values.next(x, y), report, tensor_role(path, x, model_at))
+            elif _cast(x, y) and report.values_not_compared is None:
+                report.dtype_values[key_text(path)] = _cast_values(_compared(x, y, *values.orders))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
 
@@ -452,6 +459,35 @@ class _Values:
         if position in self.answered:
             return self.answered.pop(position)
         return _compared(x, y, *self.orders)
+
+
+CAST_DTYPES = frozenset(
+    {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
+)
+"""Dtypes whose values compare across a cast (decoded to float64 exactly but for int64 past 2**53)."""
+
+
+def _cast(x: Tensor, y: Tensor) -> bool:
+    """Whether a pair differs only in dtype (both dense, one shape, dtypes that decode to comparable values)."""
+    return (
+        x.shape == y.shape
+        and x.dtype != y.dtype
+        and x.kind == y.kind == "dense"
+        and x.dtype in CAST_DTYPES
+        and y.dtype in CAST_DTYPES
+    )
+
+
+def _cast_values(result: _Compared) -> str:
+    """How a cast pair's values compare, in words."""
+    if isinstance(result, str):
+        return f"values not read: {result}"
+    if result is None:
+        return "equal as values"
+    max_abs, _, nan_mismatch = result
+    if nan_mismatch:
+        return "NaN positions differ"
+    return "equal as values" if max_abs == 0 else f"values differ: max |a-b| {max_abs:.6g}"
 
 
 def _short(value: Any) -> str:

@@ -365,7 +365,7 @@ def describe_diff(
         ),
         _listed(
             "dtype changes",
-            [(k, f": {x} → {y}", k) for k, x, y in report.dtype_changes],
+            [(k, _dtype_change(x, y, report.dtype_values.get(k)), k) for k, x, y in report.dtype_changes],
             width,
             len(report.dtype_changes),
         ),
@@ -462,6 +462,11 @@ VALUE_SECTIONS = {
     "optimizer state": "value changes: optimizer state",
     "other": "value changes: other tensors, outside the model's weights",
 }
+
+
+def _dtype_change(a: str, b: str, values: str | None) -> str:
+    """``: bfloat16 → float32 (equal as values)``."""
+    return f": {a} → {b}" + (f" ({values})" if values else "")
 
 
 def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, Jump]]]]:
