@@ -382,4 +382,4 @@ def test_long_keys_two_line_rows_fit_80_columns_keeping_layer_numbers(
     assert max(map(len, lines)) <= 80
     rows = [line for line in lines if line.endswith("float32")]
     assert len(rows) == 2 and rows[0] != rows[1]
-    assert ".0." in rows[0] and ".1." in rows[1] and all("[" in row for row in rows)
+    assert "0.attention" in rows[0] and "1.attention" in rows[1] and all("[" in row for row in rows)

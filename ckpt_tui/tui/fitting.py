@@ -2,7 +2,8 @@
 
 A line is a list of ``Part``s. When it is too wide, parts are dropped by level (the highest first:
 bytes, then the device, ...), then long forms give way to short ones (``float32`` → ``fp32``), then
-the key is shortened (its components to their initials, its numbers and last component kept), and only
+the key is shortened (its start from the left, the middle of its longest names; its numbers and last
+component kept), and only
 then is the line cut at its end; the parts marked ``end`` (a check's ``!! NaN``) are never cut.
 """
 
@@ -75,17 +76,9 @@ def width_of(parts: list[Part]) -> int:
     return sum(len(part.text) for part in parts)
 
 
-def short_key(text: str, width: int, head: int = 0) -> str:
-    """``text`` in ``width`` columns, by core's one function (components to their initials from the left, the
-    numbers and the last component kept); a key whose siblings share its start (``module.``) gives that start
-    up first, as ``…`` (``…layer1.0.conv1.weight``, ``…l.0.conv1.weight``)."""
-    if len(text) <= width:
-        return text
-    if 0 < head < len(text) and width > MIN_KEY:
-        # the shared start tells the siblings nothing apart; the rest (layer number, parameter) does
-        rest = shorten(text[head:], width - len(ELLIPSIS))
-        # one "…" for both the start and what the rest gave up: the rest's end, as much as fits
-        return ELLIPSIS + (text[len(text) - width + len(ELLIPSIS) :] if rest.startswith(ELLIPSIS) else rest)
+def short_key(text: str, width: int) -> str:
+    """``text`` in ``width`` columns, by core's one rule (:func:`shorten`: whole when it fits, else its start
+    given up from the left and the middle of its longest names, never a name to its initial)."""
     return shorten(text, width)
 
 
@@ -135,7 +128,7 @@ def fitted(parts: list[Part], width: int, compact: bool = False) -> Text:
         return styled(shown)
     others = sum(len(part.text) for part in shown if not part.key)
     shown = [
-        part._replace(text=short_key(part.text, max(width - others, min(len(part.text), MIN_KEY)), part.head))
+        part._replace(text=short_key(part.text, max(width - others, min(len(part.text), MIN_KEY))))
         if part.key
         else part
         for part in shown

@@ -716,10 +716,13 @@ def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) ->
     """A bar per layer, in module order, the largest relative change a full bar."""
     from ckpt_tui.core.values.text_plots import shared_start, shorten_all
 
-    plot_name, plot_value = min(30, width // 3), 9
-    plot_width = width - plot_name - plot_value - 2
     cut = len(shared_start(keys))
-    names = shorten_all([printable(key[cut:]) for key in keys], plot_name)
+    whole = [printable(key[cut:]) for key in keys]
+    plot_value = 9
+    # the names take what the longest needs, leaving the bars PLOT_BARS cells (a third of the width at least)
+    plot_name = max(min(30, width // 3), min(max(map(len, whole), default=0), width - plot_value - 2 - PLOT_BARS))
+    plot_width = width - plot_name - plot_value - 2
+    names = shorten_all(whole, plot_name)
     return [
         Row(
             shown.ljust(plot_name)
@@ -731,6 +734,10 @@ def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) ->
         )
         for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
+
+
+PLOT_BARS = 24
+"""Cells the bars of the per-layer plot keep at the least, when the names would take them."""
 
 
 def _scaled_bar(fraction: float, width: int) -> str:
@@ -788,11 +795,6 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     """The report of ``diff A B C ... --stats``: each layer's norm in the first and the last file, and a
     sparkline of it across the files, in order; the model's layers, then optimizer state and other tensors
     apart (as the per-layer change lists them), each table's shared start said once in its title."""
-    from ckpt_tui.core.values.text_plots import clip_middle
-
-    # the ratio column is one wider than its 10-character header, so "last/first" never runs into "last"
-    columns = (("first", 10), ("last", 10), ("last/first", 11))
-    head = clip_middle("layer", SERIES_NAME) + "".join(h.rjust(w) for h, w in columns) + " across"
     held: list[str] = []
     model: list[tuple[str, list[Any], list[Any]]] = []
     apart: list[tuple[str, list[Any], list[Any]]] = []
@@ -810,7 +812,8 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
     for title, rows in ((f"norm by layer {legend}", model or apart), (f"{APART} {legend}", apart if model else [])):
         if rows:
             keys = [key for key, _, _ in rows]
-            sections.append(Section(f"{title}{_under(keys)}", _series_rows(rows), len(rows), head))
+            table, name = _series_rows(rows, len(files))
+            sections.append(Section(f"{title}{_under(keys)}", table, len(rows), _series_columns(name)))
     notes = [printable("NaN/Inf (norms are of the finite values): " + ", ".join(held))] if held else []
     return Report(
         printable(f"Norms across {counted(len(files), 'checkpoint')}"), "norm series", True, counts, notes, sections
@@ -818,26 +821,42 @@ def describe_norm_series(series: NormSeries, files: list[str]) -> Report:
 
 
 SERIES_NAME = 29
-"""Characters of a layer's name in the norm series' table."""
+"""Characters of a layer's name in the norm series' table at the least (more where the names need them)."""
+SERIES_NUMBERS = 32
+"""Characters of a series row between its name and its sparkline: first, last, and their ratio."""
 
 
-def _series_rows(rows: list[tuple[str, list[Any], list[Any]]]) -> list[Row]:
-    """A table's rows of the norm series: name (the shared start left out, one shortening rule for all), first
-    and last norm, their ratio, and a sparkline across the files."""
+def _series_columns(name: str | int) -> str:
+    """The norm series' header line, its name column ``name`` wide."""
+    from ckpt_tui.core.values.text_plots import clip_middle
+
+    # the ratio column is one wider than its 10-character header, so "last/first" never runs into "last"
+    columns = (("first", 10), ("last", 10), ("last/first", 11))
+    return clip_middle("layer", int(name)) + "".join(h.rjust(w) for h, w in columns) + " across"
+
+
+def _series_rows(rows: list[tuple[str, list[Any], list[Any]]], files: int) -> tuple[list[Row], int]:
+    """A table's rows of the norm series, and its name column's width: name (the shared start left out, one
+    shortening rule for all, in the room the sparkline of ``files`` leaves), first and last norm, their
+    ratio, and a sparkline across the files."""
     from ckpt_tui.core.values.text_plots import number, shared_start, shorten_all, sparkline
 
-    spark = WIDTH - SERIES_NAME - 3 * 10 - 2
     keys = [key for key, _, _ in rows]
     cut = len(shared_start(keys))
-    names = shorten_all([printable(key[cut:]) for key in keys], SERIES_NAME)
+    whole = [printable(key[cut:]) for key in keys]
+    # the names take the room the sparkline (a block a file) leaves, so a 3-file table uses the width
+    spark = WIDTH - SERIES_NAME - SERIES_NUMBERS
+    room = max(SERIES_NAME, WIDTH - SERIES_NUMBERS - min(files, spark))
+    name = max(SERIES_NAME, min(max(map(len, whole), default=0), room))
+    names = shorten_all(whole, name)
     out = []
     for (key, norms, drawn), shown in zip(rows, names, strict=True):
         first, last = norms[0], norms[-1]
         ratio = last / first if first and last is not None else None
         change = ("-" if ratio is None else f"×{ratio:.3g}").rjust(10)
-        text = shown.ljust(SERIES_NAME) + " " + number(first) + " " + number(last) + " " + change
-        out.append(Row(text + " " + sparkline(drawn, spark), key=key))
-    return out
+        text = shown.ljust(name) + " " + number(first) + " " + number(last) + " " + change
+        out.append(Row(text + " " + sparkline(drawn, WIDTH - name - SERIES_NUMBERS), key=key))
+    return out, name
 
 
 def _key(path: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 LEVELS = "▁▂▃▄▅▆▇█"
@@ -54,143 +54,224 @@ def _buckets(values: Sequence[float | None], width: int) -> list[float | None]:
     return out
 
 
-PARTIAL_KEPT = 2
-"""A component cut in part keeps at least this many letters before its ``…`` (else just its first letter)."""
-_BOUNDARIES = "./[]\"'"
-_WORD = re.compile(r"[^./\[\]\"']+")
-_NAME = re.compile(r"[A-Za-z_][\w-]*|\d+")
-_NUMBER = re.compile(r"\d+")
-"""A component of a key path (``layer1``, ``0``, ``exp_avg``): other text is not shortened to initials."""
+COMFORT = 12
+"""A component is cut in its middle first only when it is longer than this, to no fewer characters and no
+less than three quarters of it (``post_attention_layernorm`` → ``post_attention…norm``)."""
+FLOOR = 7
+"""No component is cut in its middle to fewer characters than this (``post…rm``), ``…`` included."""
 HEAD_KEPT = 4
 """Characters of other text's start kept before its ``…`` when its end leaves room."""
-
-
-def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, keeping what tells keys apart. A key path's components are cut
-    to their first letter from the left (``e.l.0.atten….output.LayerNorm.bias``), except those holding digits
-    (the layer's index) and the last one (the parameter); where even all of them cut is too long, ``…`` and the
-    end of that, from a component's start where one fits (``…0.a.o.L.bias``). Other text (a key holding a
-    repr, spaces, braces) keeps its start, ``…``, and its last components, each whole."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    words = [match.span() for match in _WORD.finditer(text)]
-    if not all(_NAME.fullmatch(text, start, end) for start, end in words):
-        return _middle(text, width)
-    # an ellipsis in the middle hides how many components went and which index they held (layer 0 and
-    # layer 1 read the same); initials keep every component's place, the numbers and the parameter whole
-    fitted = _initials(text, words, width)
-    if fitted is not None:
-        return fitted
-    short = _initials(text, words, 0) or text
-    end = _end(short, width)
-    start, stop = words[-1]
-    if _NUMBER.findall(end) != _NUMBER.findall(text) and stop - start > 1 and _NAME.fullmatch(text, start, stop):
-        # the layer's number tells rows apart more than the parameter's whole name: that goes to its initial
-        # too (``…0.a.s.q.w``), where it keeps the numbers in
-        initial = short[: len(short) - (len(text) - start) + 1] + text[stop:]
-        kept = _end(initial, width)
-        if _NUMBER.findall(kept) == _NUMBER.findall(text):
-            return kept
-    return end
-
-
-def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
-    """Each of ``texts`` (one listing's keys) in at most ``width`` characters (one for all, or each its own), by
-    one rule for the whole listing, so that its keys line up and read alike: where a key must be shortened, a
-    leading component is cut to its first letter in every key under the same path (``encoder.layers.`` →
-    ``e.l.`` in each of them; layers told apart by their numbers count as one path), as few paths as make
-    every key fit, the key furthest over first. Keys under other paths stay whole; what is still too long (a
-    key holding a repr) is shortened as :func:`shorten` does it."""
-    widths = [width] * len(texts) if isinstance(width, int) else list(width)
-    if all(len(text) <= room for text, room in zip(texts, widths, strict=True)):
-        return list(texts)
-    if any(_HOLE in text for text in texts):
-        return [shorten(text, room) for text, room in zip(texts, widths, strict=True)]
-    # keys alike but for their numbers (every layer's weight, or a folded row's {0..3}) are one pattern:
-    # parsed and cut once
-    patterns: dict[str, int] = {}
-    over: list[int] = []  # per pattern: how far its longest key is over its width
-    of_key: list[int] = []
-    for text, room in zip(texts, widths, strict=True):
-        pattern = _NUMBERED.sub(_HOLE, text)
-        at = patterns.setdefault(pattern, len(patterns))
-        if at == len(over):
-            over.append(len(text) - room)
-        else:
-            over[at] = max(over[at], len(text) - room)
-        of_key.append(at)
-    keys = [_Cuttable.of(pattern) for pattern in patterns]
-    under: dict[tuple[str, ...], list[int]] = {}
-    for at, key in enumerate(keys):
-        for path in key.paths:
-            under.setdefault(path, []).append(at)
-    cut: set[tuple[str, ...]] = set()
-    heap = [(-excess, at) for at, excess in enumerate(over) if excess > 0 and keys[at].paths]
-    heapq.heapify(heap)
-    while heap:
-        negative, at = heapq.heappop(heap)
-        if -negative != over[at] or over[at] <= 0:
-            continue  # a stale entry: the pattern was shortened since
-        left = [path for path in keys[at].paths if path not in cut]
-        if not left:
-            continue  # nothing left to cut to initials: shortened one key at a time below
-        cut.add(left[0])
-        for other in under[left[0]]:
-            over[other] -= keys[other].saved[left[0]]
-            if over[other] > 0:
-                heapq.heappush(heap, (-over[other], other))
-    # each pattern as shown, split where its numbers go back in
-    pieces = [key.render(cut).split(_HOLE) for key in keys]
-    shown = []
-    for text, room, at in zip(texts, widths, of_key, strict=True):
-        parts = pieces[at]
-        filled = parts[0]
-        if len(parts) > 1:
-            filled += "".join(n + p for n, p in zip(_NUMBERED.findall(text), parts[1:], strict=True))
-        shown.append(filled if len(filled) <= room else shorten(filled, room))
-    return shown
-
-
-_HOLE = "\x00"
-"""Where a number stood in a key's pattern (:func:`shorten_all`)."""
+_BOUNDARIES = "./[]\"'"
+_PART = re.compile(r"(?:\{[^{}]*\}|[^./\[\]\"'{}])+")
+"""A component of a key path (``layer1``, ``0``, ``exp_avg``, a folded row's ``{0..3}``)."""
+_NAMED = re.compile(r"(?:[\w-]|\{[^{}]*\})+")
+"""A component a key path is made of: other text (a repr, spaces) is no key path, and is cut in its middle."""
 _NUMBERED = re.compile(r"\{[^{}]*\}|\d+")
 """A number, or the numbers a folded row stands for (``{0..3}``, ``{0,1,3}``)."""
 
 
-class _Cuttable:
-    """A key pattern's components that may be cut to their first letter, each named by its path (the names
-    before it and its own); a component holding a number (``layers.0``, ``layer1``) stays whole."""
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, by the one rule of :func:`shorten_all`."""
+    return shorten_all([text], width)[0]
 
-    def __init__(self, text: str, spans: list[tuple[int, int]], paths: list[tuple[str, ...]]) -> None:
+
+def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
+    """Each of ``texts`` (one listing's keys) in at most ``width`` characters (one for all, or each its own).
+
+    A key that fits is shown whole; only one that does not is cut, and never a component to its initial. It
+    gives up, as far as it must: its start from the left, up to the layer's index (``…0.post_attention_
+    layernorm.weight``: what its siblings share, the least telling part); then the middle of its longest names,
+    to no less than three quarters of each (``post_attention…norm``), then down to :data:`FLOOR`; and only then
+    its end, every number kept where it can be (``…yer1.0.conv1.weight``), else the last index and the end of
+    what follows it. The leaf (the parameter) and the numbers stay. One name is cut to one length in every key
+    of the listing that is cut, so the rows read alike. Other text (a key holding a repr) keeps its start,
+    ``…``, and its last components."""
+    widths = [width] * len(texts) if isinstance(width, int) else list(width)
+    shown = list(texts)
+    paths: list[tuple[int, _Path]] = []
+    for at, (text, room) in enumerate(zip(texts, widths, strict=True)):
+        if len(text) <= room:
+            continue
+        path = _Path.of(text) if room > 1 else None
+        if room <= 1:
+            shown[at] = "…"[:room]
+        elif path is None:
+            shown[at] = _middle(text, room)
+        else:
+            paths.append((at, path))
+    if not paths:
+        return shown
+    caps: dict[str, int] = {}
+    starts = {at: path.fitting(caps, widths[at], 0, path.first) for at, path in paths}
+    # keys under one path give up as much of it alike (``…0.`` in every layer's key that is cut, not ``…layer.0.``
+    # in some), as the one that gives up most
+    alike: dict[tuple[str, ...], int] = {}
+    for at, path in paths:
+        start = starts[at]
+        if start is not None:
+            group = tuple(path.names[: path.first + 1])
+            alike[group] = max(alike.get(group, 0), start)
+    starts = {at: None if starts[at] is None else alike[tuple(path.names[: path.first + 1])] for at, path in paths}
+    mild = [(path, path.first, widths[at]) for at, path in paths if starts[at] is None]
+    _level(mild, caps, lambda length: max(COMFORT, -(-3 * length // 4)))
+    deep = [(path, first, room) for path, first, room in mild if path.fitting(caps, room, first, first) is None]
+    # a name of a few letters more than FLOOR is not cut at all: two letters saved are not worth a riddle
+    _level(deep, caps, lambda length: FLOOR if length > FLOOR + 2 else length)
+    for at, path in paths:
+        start = starts[at]
+        if start is not None:
+            # a key that fits by its start alone keeps every name whole
+            shown[at] = path.render({}, start)
+            continue
+        text = path.render(caps, path.first)
+        shown[at] = text if len(text) <= widths[at] else path.end(text, widths[at])
+    return shown
+
+
+class _Path:
+    """A key path's components, as :func:`shorten_all` cuts them: the components before the layer's index,
+    from the left, or the middle of a name (not the leaf, not one ending in a number)."""
+
+    __slots__ = ("cuttable", "first", "last", "names", "spans", "starts", "text")
+
+    def __init__(self, text: str, spans: list[tuple[int, int]]) -> None:
         self.text = text
         self.spans = spans
-        self.paths = paths
-        self.saved = {path: end - start - 1 for path, (start, end) in zip(paths, spans, strict=True)}
+        # one name for every layer's copy of a component (``mp_rank_00_…``, ``mp_rank_01_…``): cut alike
+        self.names = [_NUMBERED.sub("#", text[start:end]) for start, end in spans]
+        leaf = len(spans) - 1
+        indexed = [at for at, (_, end) in enumerate(spans[:leaf]) if text[end - 1].isdigit() or text[end - 1] == "}"]
+        self.cuttable = [at < leaf and at not in indexed for at in range(len(spans))]
+        # the start goes first as far as the first index (every number kept), else the leaf's parent; at the
+        # last as far as the last index, else the leaf
+        self.first = indexed[0] if indexed else max(leaf - 1, 0)
+        self.last = indexed[-1] if indexed else leaf
+        self.starts = [_component_start(text, start) for start, _ in spans]
 
     @classmethod
-    def of(cls, pattern: str) -> _Cuttable:
-        plain = pattern.replace(_HOLE, "0")
-        words = [match.span() for match in _WORD.finditer(plain)]
-        if not all(_NAME.fullmatch(plain, start, end) for start, end in words):
-            return cls(pattern, [], [])  # a repr, spaces, braces: not a key path
-        names = tuple(pattern[start:end] for start, end in words)
-        spans, paths = [], []
-        # the last component (the parameter) stays whole, as do the numbers
-        for at, (start, end) in enumerate(words[:-1]):
-            if end - start > 1 and _HOLE not in names[at]:
-                spans.append((start, end))
-                paths.append(names[: at + 1])
-        return cls(pattern, spans, paths)
+    def of(cls, text: str) -> _Path | None:
+        """The key path ``text`` is, or None for other text."""
+        spans = [match.span() for match in _PART.finditer(text)]
+        if len(spans) < 2 or not all(_NAMED.fullmatch(text, start, end) for start, end in spans):
+            return None
+        if any(char not in _BOUNDARIES for char in _gaps(text, spans)):
+            return None
+        return cls(text, spans)
 
-    def render(self, cut: set[tuple[str, ...]]) -> str:
-        pieces, position = [], 0
-        for (start, end), path in zip(self.spans, self.paths, strict=True):
-            if path in cut:
-                pieces.append(self.text[position : start + 1])
+    def sizes(self, caps: dict[str, int], start: int) -> list[tuple[int, int, str]]:
+        """The cuttable names from component ``start`` on: as long as ``caps`` lets them be, whole, and named."""
+        return [
+            (min(end - begin, caps.get(self.names[at], end - begin)), end - begin, self.names[at])
+            for at, (begin, end) in enumerate(self.spans)
+            if at >= start and self.cuttable[at]
+        ]
+
+    def length(self, caps: dict[str, int], start: int) -> int:
+        """The length of :meth:`render`, without building it."""
+        length = len(self.text) - self.starts[start] + (1 if start else 0)
+        return length - sum(whole - size for size, whole, _ in self.sizes(caps, start))
+
+    def render(self, caps: dict[str, int], start: int) -> str:
+        """The key with its names cut to ``caps``, from component ``start`` on (``…`` before it when not 0)."""
+        pieces = ["…"] if start else []
+        position = self.starts[start]
+        for at, (begin, end) in enumerate(self.spans):
+            cap = caps.get(self.names[at], end - begin)
+            if at >= start and self.cuttable[at] and cap < end - begin:
+                pieces += [self.text[position:begin], _cut_middle(self.text[begin:end], cap)]
                 position = end
         return "".join(pieces) + self.text[position:]
+
+    def end(self, text: str, width: int) -> str:
+        """``text`` (this key from its last index on, as cut) in ``width``: the index kept and ``…`` and the end of
+        what follows it (``…499.…rota…mb.inv_freq``) where that leaves room for a name, else the end alone."""
+        end = _end(text, width)
+        if _NUMBERED.findall(end) == _NUMBERED.findall(text):
+            return end
+        if self.last < len(self.spans) - 1:
+            kept = self.text[self.starts[self.last] : self.starts[self.last + 1]]
+            head = ("…" if self.last else "") + kept
+            at = text.find(kept)
+            if at >= 0 and width - len(head) >= MIN_END:
+                return head + _end(text[at + len(kept) :], width - len(head))
+        return end
+
+    def fitting(self, caps: dict[str, int], width: int, low: int, high: int) -> int | None:
+        """The first component from ``low`` to ``high`` the key can start at and fit ``width`` with ``caps``, or
+        None."""
+        return next((start for start in range(low, high + 1) if self.length(caps, start) <= width), None)
+
+
+def _gaps(text: str, spans: list[tuple[int, int]]) -> str:
+    """The characters between the components of ``text``."""
+    ends = [0, *(end for _, end in spans)]
+    return "".join(text[end:begin] for end, (begin, _) in zip(ends, spans, strict=False)) + text[spans[-1][1] :]
+
+
+def _component_start(text: str, begin: int) -> int:
+    """Where the key is cut from the left to start at the component at ``begin``: at its ``[`` where it has one
+    (``…["state"][0]``, not ``…state"][0]``)."""
+    at = begin
+    while at > 0 and text[at - 1] in "\"'":
+        at -= 1
+    return at - 1 if at > 0 and text[at - 1] == "[" else begin
+
+
+def _cut_middle(name: str, width: int) -> str:
+    """``name`` in ``width`` characters: its start, ``…``, and its last few letters (``post_attention…norm``)."""
+    kept = width - 1
+    tail = max(2, min(4, kept // 3))
+    return name[: kept - tail] + "…" + name[len(name) - tail :]
+
+
+def _level(keys: list[tuple[_Path, int, int]], caps: dict[str, int], floor: Callable[[int], int]) -> None:
+    """Lower ``caps`` until every key (a path, the component it starts at, its width) fits, or has no name left
+    longer than its ``floor`` (of its whole length): the key furthest over first, its longest name down to the
+    next longest (the names levelled, not one cut to nothing). Keys alike but for their numbers are weighed
+    once, by the one furthest over."""
+    patterns: dict[tuple[str, int], tuple[_Path, int, int]] = {}
+    for path, start, room in keys:
+        slack = len(path.text) - room
+        pattern = (_NUMBERED.sub("#", path.text), start)
+        known = patterns.get(pattern)
+        if known is None or slack > len(known[0].text) - known[2]:
+            patterns[pattern] = (path, start, room)
+    weighed = list(patterns.values())
+    under: dict[str, list[int]] = {}
+    for at, (path, start, _) in enumerate(weighed):
+        for _, _, name in path.sizes({}, start):
+            under.setdefault(name, []).append(at)
+
+    def excess(at: int) -> int:
+        path, start, room = weighed[at]
+        return path.length(caps, start) - room
+
+    heap = [(-excess(at), at) for at in range(len(weighed)) if excess(at) > 0]
+    heapq.heapify(heap)
+    while heap:
+        negative, at = heapq.heappop(heap)
+        over = excess(at)
+        if over <= 0 or over != -negative:
+            if over > 0:
+                heapq.heappush(heap, (-over, at))
+            continue
+        path, start, _ = weighed[at]
+        sizes = sorted(
+            ((size, floor(whole), name) for size, whole, name in path.sizes(caps, start) if size > floor(whole)),
+            reverse=True,
+        )
+        if not sizes:
+            continue
+        longest, lowest, name = sizes[0]
+        following = sizes[1][0] if len(sizes) > 1 else 0
+        caps[name] = max(lowest, longest - over, following if following < longest else longest - 1)
+        for other in set(under.get(name, ())):
+            if excess(other) > 0:
+                heapq.heappush(heap, (-excess(other), other))
+
+
+MIN_END = 8
+"""Characters left after a kept index (``…499.``) for the end of the key, else the key's end is shown alone."""
 
 
 def _end(text: str, width: int) -> str:
@@ -234,32 +315,6 @@ def shared_start(keys: Sequence[str]) -> str:
         if first[cut - 1] in "./" or first[cut] == "[":
             return first[:cut]
     return ""
-
-
-def _initials(text: str, words: list[tuple[int, int]], width: int) -> str | None:
-    """``text`` with its first wordy components cut to their first letter, as few as make it fit ``width``
-    (with ``width`` 0: all of them), or None when all of them are not enough. The last one cut keeps what
-    fits of its start, marked ``…``, when that is two letters or more (``e.l.0.atten….output.LayerNorm.bias``)."""
-    excess = len(text) - width
-    cut: list[tuple[int, int, str]] = []
-    for start, end in words[:-1]:
-        if end - start > 1 and not any(char.isdigit() for char in text[start:end]):
-            kept = end - start - 1 - excess  # the letters this one can keep, and the "…", once it is the last
-            if width and kept >= PARTIAL_KEPT:
-                cut.append((start + kept, end, "…"))
-                excess = 0
-                break
-            cut.append((start + 1, end, ""))
-            excess -= end - start - 1
-            if width and excess <= 0:
-                break
-    if width and excess > 0:
-        return None
-    pieces, position = [], 0
-    for start, end, mark in cut:
-        pieces.append(text[position:start] + mark)
-        position = end
-    return "".join(pieces) + text[position:]
 
 
 def clip_middle(text: str, width: int) -> str:

@@ -36,9 +36,9 @@ from ckpt_tui.core.model.tree import (
     type_label,
 )
 from ckpt_tui.core.runtime.safe_text import printable, printable_name
-from ckpt_tui.core.values.text_plots import shorten, shorten_all
+from ckpt_tui.core.values.text_plots import shorten_all
 from ckpt_tui.tui.bindings import TREE_BINDINGS
-from ckpt_tui.tui.fitting import ELLIPSIS, SHORT_DTYPES, Part, fitted, key_room, styled
+from ckpt_tui.tui.fitting import SHORT_DTYPES, Part, fitted, key_room, styled
 
 # Every line added is laid out again on each change of the tree (Textual's Tree measures all its lines):
 # a page is a few screens, so that showing a tree, a jump or an expand stays well within a key's 0.3 s
@@ -285,10 +285,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         the panel has the type, device and bytes), so the column reads the same down the screen."""
         self._layout_width: int | None = None
         """The tree's width less its scrollbar, read once per layout of the lines (``_build``)."""
-        self._cut_siblings: dict[tuple[int, int, int | None, bool], bool] = {}
-        """Whether a listing (by ``id`` of its parent line, its lines, the width) has a key shortened to fit."""
         self._short_keys: dict[tuple[int, int, int | None, bool], dict[int, str]] = {}
-        """A listing's shortened keys, by ``id`` of their lines (the listing as in ``_cut_siblings``)."""
+        """A listing's shortened keys, by ``id`` of their lines (by ``id`` of their parent line, its lines, the width,
+        whether the view is narrow)."""
         self.markers: dict[int, str] = {}
         """What a full check found in a tensor, or below a container (by ``id`` of each): in words after its line."""
 
@@ -309,7 +308,6 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         self.clear()
         self.target_node = None
         self.totals = TotalsCache()
-        self._cut_siblings.clear()
         self._short_keys.clear()
         parts = value_parts(name, root, None, self.styles_by_role)  # the header has the totals
         self.root.set_label(styled(parts))
@@ -523,7 +521,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         compact = self.wide_lines > 0
         if not compact and self.process_label(node.label).cell_len <= room:
             return super().render_label(node, base_style, style)
-        parts = self._headed(node, data.parts, compact)
+        parts = data.parts
         short = self._listing_keys(node.parent, compact).get(id(node)) if node.parent is not None else None
         if short is not None:
             parts = [parts[0]._replace(text=short, head=0), *parts[1:]]
@@ -533,15 +531,6 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             return label
         icon = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
         return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
-
-    def _headed(self, node: TreeNode[NodeData], parts: list[Part], compact: bool) -> list[Part]:
-        """The line's parts, its key without the start its siblings share (``…``) when a sibling's key is cut."""
-        if parts and parts[0].key and parts[0].head and self._a_sibling_is_cut(node, compact):
-            # when one key of a listing gives up the start its siblings share, every one does: the lines of one
-            # depth look alike (not "module.fc.bias" under "…layer1.0.conv1.weight")
-            first = parts[0]
-            return [first._replace(text=ELLIPSIS + first.text[first.head :], head=len(ELLIPSIS)), *parts[1:]]
-        return parts
 
     def _listing_keys(self, parent: TreeNode[NodeData], compact: bool) -> dict[int, str]:
         """The keys of a listing (the lines under ``parent``) where some must be shortened, by ``id`` of their
@@ -559,45 +548,13 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
                 parts = kid.data.parts if kid.data is not None else None
                 if room is None or not parts or not parts[0].key:
                     continue
-                parts = self._headed(kid, parts, compact)
                 budget = key_room(parts, room, compact)
                 text = parts[0].text
                 lines.append((id(kid), text, len(text) if budget is None else budget))
         if any(len(text) > budget for _, text, budget in lines):
-            # a key that gave up its shared start keeps its "…" in front: the rule is for the rest
-            lead = [len(ELLIPSIS) if text.startswith(ELLIPSIS) else 0 for _, text, _ in lines]
-            rests = shorten_all(
-                [text[cut:] for (_, text, _), cut in zip(lines, lead, strict=True)],
-                [max(budget - cut, 1) for (_, _, budget), cut in zip(lines, lead, strict=True)],
-            )
-            found = {
-                line: _led(text, cut, rest, budget)
-                for (line, text, budget), cut, rest in zip(lines, lead, rests, strict=True)
-            }
+            shown = shorten_all([text for _, text, _ in lines], [budget for _, _, budget in lines])
+            found = {line: short for (line, _, _), short in zip(lines, shown, strict=True)}
         self._short_keys[asked] = found
-        return found
-
-    def _a_sibling_is_cut(self, node: TreeNode[NodeData], compact: bool) -> bool:
-        """Whether a line beside ``node`` (its parent's lines shown) has to shorten its key to fit."""
-        parent = node.parent
-        if parent is None:
-            return False
-        asked = (id(parent), len(parent.children), self._layout_width, compact)
-        found = self._cut_siblings.get(asked)
-        if found is None:
-            found = False
-            for kid in parent.children:
-                room = self.label_room(kid)
-                parts = kid.data.parts if kid.data is not None else None
-                if (
-                    room is not None
-                    and parts
-                    and parts[0].key
-                    and parts[0].text not in fitted(parts, room, compact).plain
-                ):
-                    found = True
-                    break
-            self._cut_siblings[asked] = found
         return found
 
     def get_label_width(self, node: TreeNode[NodeData]) -> int:
@@ -715,15 +672,6 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if kid is None or kid.data is None or kid.data.is_more:
             return None
         return kid
-
-
-def _led(text: str, cut: int, rest: str, budget: int) -> str:
-    """A listing's key as shown: its ``…`` (the shared start it gave up, ``cut`` long) before the rest as the rule
-    shortened it; one ``…`` for both where the rest had to give up its start too (its end in ``budget``)."""
-    if cut and rest.startswith(ELLIPSIS):
-        whole = shorten(text[cut:], budget)
-        return whole if whole.startswith(ELLIPSIS) else rest
-    return text[:cut] + rest
 
 
 def shared_head(entries: list[Any]) -> int:
