@@ -45,7 +45,9 @@ async def test_save_as_writes_what_torch_loads_back(train_file: Path) -> None:
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "j", "x", "y", "p", "y", "m", "enter", "y", "ctrl+s")
-        assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed.pth")
+        # the folder above, the name in the field: a long path never scrolls its start out of it unmarked
+        assert app.screen.query_one("#save-path").value == "best_model.fixed.pth"
+        assert f"in {train_file.parent}{os.sep}" in screen_text(app)
         await settle(pilot, "enter")
         # the status line leads with the verdict of what was written, in one line
         assert app.session.unsaved == 0
@@ -118,7 +120,7 @@ async def test_save_prompt_remembers_the_last_path(train_file: Path) -> None:
         target = train_file.parent / "mine.pth"
         await save_as(pilot, target)
         await settle(pilot, "ctrl+s")
-        assert app.screen.query_one("#save-path").value == str(target)
+        assert app.screen.query_one("#save-path").value == target.name
 
 
 async def test_path_prompts_complete_file_names_with_tab(train_file: Path) -> None:
@@ -133,6 +135,42 @@ async def test_path_prompts_complete_file_names_with_tab(train_file: Path) -> No
         await settle(pilot)
         await settle(pilot, "tab")
         assert field.value == str(train_file.parent / "reference_model.pth")
+
+
+async def test_tab_completes_the_common_start_lists_the_names_and_tab_again_takes_each(train_file: Path) -> None:
+    for step in (10, 20, 30):
+        (train_file.parent / f"cnn_step{step}.pth").write_bytes(b"")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "D")
+        field = app.screen.query_one("Input")
+        field.value = str(train_file.parent / "cnn_s")
+        await settle(pilot, "tab")
+        # as a shell: the start they share, and the names listed (not the first one taken silently)
+        assert field.value == str(train_file.parent / "cnn_step")
+        assert "3 names (tab again takes each): cnn_step10.pth  cnn_step20.pth  cnn_step30.pth" in screen_text(app)
+        await settle(pilot, "tab")
+        assert field.value == str(train_file.parent / "cnn_step10.pth")
+        await settle(pilot, "tab")
+        assert field.value == str(train_file.parent / "cnn_step20.pth")
+        await settle(pilot, "tab", "tab")
+        assert field.value == str(train_file.parent / "cnn_step10.pth")
+
+
+async def test_save_as_takes_a_name_typed_in_the_folder_shown_and_completes_it_there(train_file: Path) -> None:
+    (train_file.parent / "best_run_b.pth").write_bytes(b"")
+    app = CkptApp(str(train_file))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "ctrl+s")
+        field = app.screen.query_one("#save-path")
+        field.value = "best_r"
+        await settle(pilot, "tab")
+        assert field.value == "best_run_b.pth"
+        field.value = "copy.pth"
+        await settle(pilot, "enter")
+    assert (train_file.parent / "copy.pth").exists()
 
 
 def test_path_completion_offers_the_shortest_match_and_folders_with_a_slash(tmp_path: Path) -> None:
@@ -215,7 +253,7 @@ async def test_save_as_proposes_the_next_free_name(train_file: Path) -> None:
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await loaded(pilot)
         await settle(pilot, "j", "j", "p", "y", "ctrl+s")
-        assert app.screen.query_one("#save-path").value == str(train_file.parent / "best_model.fixed-3.pth")
+        assert app.screen.query_one("#save-path").value == "best_model.fixed-3.pth"
 
 
 async def test_not_saved_as_safetensors_names_the_browser_keys_not_cli_options(train_file: Path) -> None:

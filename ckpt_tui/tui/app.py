@@ -35,7 +35,6 @@ from ckpt_tui.tui.messages import CheckpointOpened, Failed, FileChangedOnDisk, P
 from ckpt_tui.tui.screens.browser import BrowserScreen
 from ckpt_tui.tui.screens.dialogs import ConfirmScreen, ErrorScreen, ProgressScreen, SaveScreen, outlook_words
 from ckpt_tui.tui.screens.layers import LayersScreen
-from ckpt_tui.tui.suggesters import PathSuggester
 from ckpt_tui.tui.widgets.tree_view import ViewState
 
 if TYPE_CHECKING:
@@ -243,7 +242,7 @@ class CkptApp(App[None]):
 
         outlook = self.browser.judge_for_save()
         path = self._remembered.get("save", self.default_save_path())
-        self.push_screen(SaveScreen(path, PathSuggester(), outlook), chosen)
+        self.push_screen(SaveScreen(path, outlook), chosen)
 
     def _start_save(self, target: str, force: bool) -> None:
         """Open the progress dialog and write in a worker."""

@@ -22,6 +22,7 @@ from ckpt_tui.core.operations.staged import blocker_words, code_blockers, saniti
 from ckpt_tui.core.runtime.safe_text import from_printable, printable, printable_name
 from ckpt_tui.core.weights_only.verdict import CANNOT_TELL
 from ckpt_tui.core.writers.judge import Outlook
+from ckpt_tui.tui.suggesters import PathSuggester, path_candidates
 from ckpt_tui.tui.text import command_in, continued, data
 
 
@@ -98,6 +99,10 @@ class PromptScreen(ModalScreen[str | None]):
         self.hint = hint
         self.suggester = suggester
         self.exact = exact
+        self._offered: tuple[str, list[str]] | None = None
+        """What the last tab found: the folder typed, and the names in it that fit."""
+        self._turn = -1
+        self._common = ""
 
     def answer(self, typed: str) -> str | None:
         """What was typed, as the file would hold it (the given value itself when unedited); None if empty."""
@@ -125,12 +130,61 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(self.answer(event.value))
 
     def action_complete(self) -> None:
+        """Tab, as a shell's: the common start of the names that fit what was typed, the names listed under the
+        field; tab again takes each of them in turn."""
         field = self.query_one(Input)
+        if not isinstance(self.suggester, PathSuggester):
+            field.cursor_position = len(field.value)
+            field.action_cursor_right()
+            return
+        offered = self._offered
+        if offered is not None and field.value == offered[0] + offered[1][self._turn % len(offered[1])]:
+            self._turn += 1
+        elif offered is not None and field.value == self._common:
+            self._turn = 0
+        else:
+            value = field.value
+            names = path_candidates(value, self.suggester.base)
+            if not names:
+                return
+            stem = value[: len(value) - len(value.rpartition(os.sep)[2])]
+            self._offered, self._turn = (stem, names), -1
+            self._common = stem + common_start(names)
+            field.value = self._common
+            field.cursor_position = len(field.value)
+            self._list_names(names)
+            if len(names) > 1:
+                return
+            self._offered = None
+            return
+        stem, names = offered
+        field.value = stem + names[self._turn % len(names)]
         field.cursor_position = len(field.value)
-        field.action_cursor_right()
+
+    def _list_names(self, names: list[str]) -> None:
+        """The names tab can complete to, under the field (one: nothing listed)."""
+        listed = "" if len(names) < 2 else f"{len(names)} names (tab again takes each): " + "  ".join(names)
+        found = self.query("#prompt-names")
+        if found:
+            found.first(Static).update(data(listed))
+        elif listed:
+            self.query_one(Vertical).mount(
+                Static(data(listed), id="prompt-names", classes="dialog-hint", markup=False),
+                after=self.query_one(Input),
+            )
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def common_start(names: list[str]) -> str:
+    """The characters every one of ``names`` starts with (a shell's completion: ``cnn_step`` of
+    ``cnn_step10.pth`` and ``cnn_step20.pth``)."""
+    first, last = min(names), max(names)
+    at = 0
+    while at < min(len(first), len(last)) and first[at] == last[at]:
+        at += 1
+    return first[:at]
 
 
 def format_line(path: str, outlook: Outlook | None = None) -> str:
@@ -162,14 +216,27 @@ def outlook_words(path: str, outlook: Outlook | None) -> str:
 class SaveScreen(PromptScreen):
     """Save as: a path prefilled (next to the input, or the last one saved); the format follows its suffix."""
 
-    def __init__(self, path: str, suggester: Suggester | None = None, outlook: Outlook | None = None) -> None:
-        super().__init__("Save as", path, "", suggester)
+    def __init__(self, path: str, outlook: Outlook | None = None) -> None:
+        # a path in another folder than the working one is shown as its folder above and its name in the field:
+        # a long path would scroll its start out of the field, unmarked ("kpt-tui-demo…" for "/tmp/ckpt-tui-demo…")
+        folder, name = os.path.split(path)
+        self.folder = folder if os.path.isabs(path) and folder != os.getcwd() else ""
+        super().__init__("Save as", name if self.folder else path, "", PathSuggester(self.folder))
         self.outlook = outlook
         """What torch.load(weights_only=True) makes of the tree once written as ``.pth`` (None: being judged)."""
+
+    def answer(self, typed: str) -> str | None:
+        """The path typed, a relative one in the folder shown."""
+        text = super().answer(typed)
+        if text is None or not self.folder or os.path.isabs(os.path.expanduser(text)):
+            return text
+        return os.path.join(self.folder, text)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield _title("Save as")
+            if self.folder:
+                yield Static(data(f"in {printable_name(self.folder)}{os.sep}"), id="save-folder", markup=False)
             yield Input(printable_name(self.value), id="save-path", suggester=self.suggester)
             yield Static(format_line(self.value, self.outlook), id="save-format", markup=False)
             yield Static(
