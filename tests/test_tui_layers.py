@@ -127,9 +127,20 @@ async def test_z_stages_dropping_the_optimizer_and_u_undoes_it(layered: Path) ->
         assert "drop the optimizer state (tensors" in screen_text(app)
         await settle(pilot, "y")
         assert app.session is not None and "optimizer" not in app.session.root
+        # back in the table it was asked from, of the tree without the optimizer
+        assert isinstance(app.screen, LayersScreen) and app.screen.root is app.session.root
+        await settle(pilot, "escape")
         assert "1 unsaved edit" in status(app)
         await settle(pilot, "u")
         assert "optimizer" in app.session.root and "no unsaved edits" in status(app)
+
+
+async def test_n_on_the_layers_views_drop_comes_back_to_the_table_and_changes_nothing(layered: Path) -> None:
+    app = CkptApp(str(layered))
+    async with app.run_test(size=SIZE) as pilot:
+        await open_layers(pilot)
+        await settle(pilot, "z", "n")
+        assert isinstance(app.screen, LayersScreen) and app.session is not None and not app.session.edited
 
 
 async def test_z_in_readonly_mode_says_why_and_changes_nothing(layered: Path) -> None:

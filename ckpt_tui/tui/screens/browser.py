@@ -117,6 +117,8 @@ class Proposal:
     """Where the cursor goes instead of where ``relocate`` puts it (a deleted line's neighbour)."""
     loads: str | None = None
     """How the edited tree loads into the model compared with (a compare's fix says it; None: as before)."""
+    then: Callable[[], Any] | None = None
+    """What comes after the preview is answered, yes or no (the view the edit was asked from, again)."""
 
 
 @dataclasses.dataclass
@@ -715,12 +717,14 @@ class BrowserScreen(Screen[None]):
         failed: Callable[[str], Any] | None = None,
         cursor: RowId | None = None,
         loads: str | None = None,
+        then: Callable[[], Any] | None = None,
     ) -> None:
         """Compute an edit in a worker, preview it, then apply it if confirmed (to the tree it was computed from).
 
         ``failed`` is called with the reason when the edit does not apply (the default warns); ``cursor`` is
         where the cursor goes afterwards (by default where ``relocate`` takes it); ``loads``: how the new tree
-        loads into the compared model (else as the tree it was made from).
+        loads into the compared model (else as the tree it was made from); ``then``: called once the preview is
+        answered.
         """
         session = self.session
         if session is None:
@@ -730,7 +734,8 @@ class BrowserScreen(Screen[None]):
         view = self.tree_view.view_state()
         shown = [relocate(row)[0] for row in view.expanded if row[1] is None]
         grouped = self.tree_view.grouped
-        self._preview(session.version, session.root, edit, Proposal(relocate, failed, cursor, loads), shown, grouped)
+        proposal = Proposal(relocate, failed, cursor, loads, then)
+        self._preview(session.version, session.root, edit, proposal, shown, grouped)
 
     @work(thread=True, exclusive=True, group="preview", description="edit preview")
     def _preview(
@@ -782,6 +787,11 @@ class BrowserScreen(Screen[None]):
         version, new_root, change, groupings = message.version, message.root, message.change, message.groupings
 
         def answer(confirmed: bool | None) -> None:
+            settle(confirmed)
+            if proposal.then is not None and self.session is not None:
+                proposal.then()
+
+        def settle(confirmed: bool | None) -> None:
             if not confirmed or self.session is None:
                 return
             if self.session.version != version:
@@ -1207,7 +1217,8 @@ class BrowserScreen(Screen[None]):
                 self.tree_view.reveal((value, None))
             elif kind == "drop":
                 paths, figure = value
-                self._drop_parts(paths, figure)
+                # the preview answered, the table it was asked from comes back (of the tree as it is then)
+                self._drop_parts(paths, figure, then=self.action_layers)
 
         self.app.push_screen(screen, done)
 
@@ -1229,8 +1240,9 @@ class BrowserScreen(Screen[None]):
         count = len(tensors)
         self.update_status(f"the layers view read {count} tensor{'s' if count != 1 else ''} with NaN/Inf: marked !!")
 
-    def _drop_parts(self, paths: list[KeyPath], figure: str) -> None:
-        """Stage deleting every path (the optimizer state) as one undoable edit, after its preview."""
+    def _drop_parts(self, paths: list[KeyPath], figure: str, then: Callable[[], Any] | None = None) -> None:
+        """Stage deleting every path (the optimizer state) as one undoable edit, after its preview (``then`` once
+        it is answered)."""
         if not self.editable("delete"):
             return
 
@@ -1240,7 +1252,7 @@ class BrowserScreen(Screen[None]):
             examples = [(to_slash(path), "(deleted)") for path in paths]
             return root, Change(f"drop the optimizer state ({figure})", len(paths), examples)
 
-        self.propose(edit, targets.keep)
+        self.propose(edit, targets.keep, then=then)
 
     def action_histogram_log(self) -> None:
         self.ckpt_app.histogram_log = not self.ckpt_app.histogram_log
