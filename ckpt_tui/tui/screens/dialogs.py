@@ -228,9 +228,13 @@ class SaveScreen(PromptScreen):
     def answer(self, typed: str) -> str | None:
         """The path typed, a relative one in the folder shown."""
         text = super().answer(typed)
-        if text is None or not self.folder or os.path.isabs(os.path.expanduser(text)):
-            return text
-        return os.path.join(self.folder, text)
+        return None if text is None else self.placed(text)
+
+    def placed(self, path: str) -> str:
+        """``path`` in the folder shown, unless absolute."""
+        if not self.folder or os.path.isabs(os.path.expanduser(path)):
+            return path
+        return os.path.join(self.folder, path)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -238,7 +242,7 @@ class SaveScreen(PromptScreen):
             if self.folder:
                 yield Static(data(f"in {printable_name(self.folder)}{os.sep}"), id="save-folder", markup=False)
             yield Input(printable_name(self.value), id="save-path", suggester=self.suggester)
-            yield Static(format_line(self.value, self.outlook), id="save-format", markup=False)
+            yield Static(format_line(self.placed(self.value), self.outlook), id="save-format", markup=False)
             yield Static(
                 "enter saves · escape cancels · ctrl+u clears · → or tab completes a file name · "
                 "an existing file is replaced only after a confirmation",
@@ -247,13 +251,13 @@ class SaveScreen(PromptScreen):
             )
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.query_one("#save-format", Static).update(format_line(event.value.strip(), self.outlook))
+        self.query_one("#save-format", Static).update(format_line(self.placed(event.value.strip()), self.outlook))
 
     def show_outlook(self, outlook: Outlook) -> None:
         """The verdict of what will be written, once judged."""
         self.outlook = outlook
         typed = self.query_one("#save-path", Input).value.strip()
-        self.query_one("#save-format", Static).update(format_line(typed, outlook))
+        self.query_one("#save-format", Static).update(format_line(self.placed(typed), outlook))
 
 
 class ProgressScreen(ModalScreen[None]):
