@@ -253,6 +253,34 @@ async def test_s_measures_the_model_weights_first_with_keys_shortened_to_fit(ddp
         assert cursor_path(app) == ("model_state_dict", LONG)
 
 
+async def test_w_swaps_the_sides_of_a_diff_and_its_per_layer_change(tmp_path: Path) -> None:
+    """Diffing the open file against an earlier one reads better the other way round: w takes the other file
+    as A (the changes relative to it), and s measures that way too."""
+    torch.save({"w": torch.ones(4) * 2}, tmp_path / "late.pth")
+    torch.save({"w": torch.ones(4)}, tmp_path / "early.pth")
+    app = CkptApp(str(tmp_path / "late.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "D", tmp_path / "early.pth")
+        assert app.screen.title_text == "Diff late.pth with early.pth"
+        await settle(pilot, "w")
+        screen = app.screen
+        assert isinstance(screen, ReportScreen) and screen.report is not None
+        assert screen.title_text == "Diff early.pth with late.pth"
+        await settle(pilot, "s")
+        screen = app.screen
+        assert isinstance(screen, LayerChangeScreen) and screen.report is not None
+        assert screen.title_text == "Per-layer change from early.pth to late.pth"
+        # relative to early.pth: |2 - 1| / |1|
+        assert section(screen, "per layer")[0][1].split()[1] == "1"
+        await settle(pilot, "w")
+        assert app.screen.title_text == "Per-layer change from late.pth to early.pth"
+        assert section(app.screen, "per layer")[0][1].split()[1] == "0.5"
+        # the row still goes to the open file's key
+        await settle(pilot, "enter")
+        assert cursor_path(app) == ("w",)
+
+
 @pytest.mark.parametrize("keys", [("a", "s"), ("s",)], ids=["realigned-first", "s-alone"])
 async def test_s_measures_the_way_the_keys_match(ddp_run: Path, keys: tuple[str, ...]) -> None:
     """As they are, the keys pair up nothing but the optimizer state: s measures the model's weights."""

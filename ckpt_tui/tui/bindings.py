@@ -99,6 +99,7 @@ REPORT_BINDINGS: list[BindingType] = [
     key("f", "fix", "Apply the fix", EDIT, "Stage the suggested fix as one undoable edit (a preview first)"),
     key("a", "realign", "Compare that way", VIEW, "Compare again where the keys match (a subtree, a prefix stripped)"),
     key("s", "layer_change", "Per-layer change", VIEW, "How far each layer moved: relative change, cosine, norms"),
+    key("w", "swap", "Swap sides", VIEW, "Diff the other way round: the other file as A, changes relative to it"),
     key("question_mark,f1", "help", "Help", APP, "Every key of the report, with what it does"),
     key("escape,q", "close", "Close", APP, "Back to the tree (escape also cancels the work)", show=True),
 ]

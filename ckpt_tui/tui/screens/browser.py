@@ -1155,7 +1155,7 @@ class BrowserScreen(Screen[None]):
             self._apply_suggestion(result.suggestion, result.at)
         elif isinstance(result, MeasureLayers) and self.session is not None:
             mine = dataclasses.replace(self.session.checkpoint, root=self.session.root)
-            screen = LayerChangeScreen(mine, result.other, self.display_name, result.alignment)
+            screen = LayerChangeScreen(mine, result.other, self.display_name, result.alignment, result.swapped)
             self.app.push_screen(screen, self._report_closed)
 
     def _apply_suggestion(self, suggestion: Any, at: KeyPath) -> None:

@@ -1,6 +1,7 @@
 """The diff report (``D``): the staged tree (with its pending edits) against another file, as ``diff``
 reports it. When the keys match only under a subtree or with a wrapper prefix stripped, core says so
-and ``a`` compares that way; ``s`` asks for the per-layer change, with the keys taken the way they match."""
+and ``a`` compares that way; ``s`` asks for the per-layer change, with the keys taken the way they match;
+``w`` swaps the sides (the other file as A)."""
 
 from __future__ import annotations
 
@@ -25,15 +26,23 @@ def side_name(name: str, side: Side | None) -> str:
     return f"{name} ({words})" if words else name
 
 
-def taken_sides(mine: Checkpoint, other: str, alignment: Alignment | None) -> tuple[Checkpoint, Checkpoint]:
-    """The staged tree and the file ``other``, read, both taken as ``alignment`` takes them (in a worker)."""
+def taken_sides(
+    mine: Checkpoint, other: str, alignment: Alignment | None, swapped: bool = False
+) -> tuple[Checkpoint, Checkpoint]:
+    """The staged tree and the file ``other``, read, both taken as ``alignment`` takes them (in a worker); the
+    other file first when ``swapped``."""
     from ckpt_tui.core.readers.open import open_checkpoint
 
     theirs = open_checkpoint(other)
-    if alignment is None:
-        return mine, theirs
-    a, b = alignment.apply(mine.root, theirs.root)
-    return dataclasses.replace(mine, root=a), dataclasses.replace(theirs, root=b)
+    if alignment is not None:
+        a, b = alignment.apply(mine.root, theirs.root)
+        mine, theirs = dataclasses.replace(mine, root=a), dataclasses.replace(theirs, root=b)
+    return (theirs, mine) if swapped else (mine, theirs)
+
+
+def turned(alignment: Alignment) -> Alignment:
+    """``alignment`` with its sides the other way round."""
+    return dataclasses.replace(alignment, a=alignment.b, b=alignment.a)
 
 
 class PairReportScreen(ReportScreen):
@@ -41,11 +50,21 @@ class PairReportScreen(ReportScreen):
     ``alignment`` takes them, rows jumping to keys of the staged tree; ``a`` compares the way core
     found the keys match."""
 
-    def __init__(self, mine: Checkpoint, other: str, display_name: str, alignment: Alignment | None = None) -> None:
+    def __init__(
+        self,
+        mine: Checkpoint,
+        other: str,
+        display_name: str,
+        alignment: Alignment | None = None,
+        swapped: bool = False,
+    ) -> None:
         self.mine = mine
         self.other = other
         self.display_name = display_name
         self.alignment = alignment
+        """How the keys are taken, A as the staged tree (whichever side is shown first)."""
+        self.swapped = swapped
+        """The other file as A (the changes relative to it), the staged tree as B."""
         self._paths: dict[str, KeyPath] | None = None
         super().__init__(self.heading(), self.doing())
 
@@ -61,15 +80,30 @@ class PairReportScreen(ReportScreen):
         """A's and B's names, with how their keys are taken."""
         a = self.alignment.a if self.alignment is not None else None
         b = self.alignment.b if self.alignment is not None else None
-        return side_name(self.display_name, a), side_name(os.path.basename(self.other), b)
+        names = side_name(self.display_name, a), side_name(os.path.basename(self.other), b)
+        return (names[1], names[0]) if self.swapped else names
+
+    def files(self) -> tuple[str, str]:
+        """A's and B's names as the counts say them (the files alone)."""
+        names = self.display_name, os.path.basename(self.other)
+        return (names[1], names[0]) if self.swapped else names
 
     def realign_offered(self) -> Alignment | None:
-        """The way core found the keys match, when not yet compared that way."""
+        """The way core found the keys match, when not yet compared that way (the staged tree's side as A)."""
         realign = getattr(self.report, "alignment", None)
-        return realign if self.alignment is None and realign is not None else None
+        if self.alignment is not None or realign is None:
+            return None
+        return turned(realign) if self.swapped else realign
 
     def hints(self) -> list[str]:
-        return ["a: compare that way"] if self.realign_offered() is not None else []
+        return (["a: compare that way"] if self.realign_offered() is not None else []) + ["w: swap sides"]
+
+    def action_swap(self) -> None:
+        if self.not_yet():
+            return
+        self.swapped, self._paths = not self.swapped, None
+        self.title_text, self.working = self.heading(), self.doing()
+        self.start()
 
     def offers(self, described: Described) -> Text:
         """The one key that compares the way the keys match (the staged tree, as diffed), when they do."""
@@ -83,6 +117,7 @@ class PairReportScreen(ReportScreen):
 
         if not isinstance(target, str):
             return None
+        # swapped, a row's key is the other file's, as compared: the staged tree's key of that name
         if self._paths is None:
             taken = self.alignment.a.take(self.mine.root) if self.alignment is not None else self.mine.root
             self._paths = key_paths(taken)
@@ -116,12 +151,12 @@ class DiffScreen(PairReportScreen):
         return f"diffing with {os.path.basename(self.other)}"
 
     def job(self) -> Job:
-        mine, other, alignment = self.mine, self.other, self.alignment
+        mine, other, alignment, swapped = self.mine, self.other, self.alignment, self.swapped
 
         def run(progress: Any, cancelled: Any) -> Any:
             from ckpt_tui.core.operations.diff import diff
 
-            a, b = taken_sides(mine, other, alignment)
+            a, b = taken_sides(mine, other, alignment, swapped)
             return diff(a, b, progress=progress)
 
         return run
@@ -130,7 +165,7 @@ class DiffScreen(PairReportScreen):
         from ckpt_tui.core.operations.reports import describe_diff
 
         # the title names how each side's keys are taken; the counts name the files alone
-        a, b = self.display_name, os.path.basename(self.other)
+        a, b = self.files()
         return describe_diff(report, a, b, width=row_width(self.app.size.width))
 
     def hints(self) -> list[str]:
@@ -141,4 +176,4 @@ class DiffScreen(PairReportScreen):
             return
         # where the keys match only another way, as they are they pair up little but the optimizer state:
         # the layers are measured the way they match (the title says so)
-        self.dismiss(MeasureLayers(self.other, self.alignment or self.realign_offered()))
+        self.dismiss(MeasureLayers(self.other, self.alignment or self.realign_offered(), self.swapped))

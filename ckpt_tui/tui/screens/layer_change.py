@@ -26,12 +26,12 @@ class LayerChangeScreen(PairReportScreen):
         return f"measuring each layer against {os.path.basename(self.other)}"
 
     def job(self) -> Job:
-        mine, other, alignment = self.mine, self.other, self.alignment
+        mine, other, alignment, swapped = self.mine, self.other, self.alignment, self.swapped
 
         def run(progress: Any, cancelled: Any) -> Any:
             from ckpt_tui.core.operations.layer_change import layer_change
 
-            a, b = taken_sides(mine, other, alignment)
+            a, b = taken_sides(mine, other, alignment, swapped)
             return layer_change(a, b, progress=progress, cancelled=cancelled)
 
         return run
@@ -40,7 +40,7 @@ class LayerChangeScreen(PairReportScreen):
         from ckpt_tui.core.operations.reports import describe_layer_change
 
         # the title names how each side's keys are taken; the counts name the files alone
-        a, b = self.display_name, os.path.basename(self.other)
+        a, b = self.files()
         return describe_layer_change(report, a, b, row_width(self.app.size.width))
 
     def action_layer_change(self) -> None:

@@ -65,10 +65,11 @@ class ApplyFix:
 @dataclass(frozen=True)
 class MeasureLayers:
     """Measure how far each layer moved from the tree to the file ``other``, both sides' keys taken as
-    ``alignment`` takes them."""
+    ``alignment`` takes them; from the file to the tree when ``swapped``."""
 
     other: str
     alignment: Alignment | None
+    swapped: bool = False
 
 
 ReportResult = Jump | ApplyFix | MeasureLayers
@@ -413,6 +414,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
 
     def action_layer_change(self) -> None:
         self.notify("no per-layer change for this report (D diffs, then s measures)", severity="warning", markup=False)
+
+    def action_swap(self) -> None:
+        self.notify("no sides to swap in this report (D diffs two files)", severity="warning", markup=False)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(key_rows(self.active_bindings)))
