@@ -253,6 +253,30 @@ async def test_s_measures_the_model_weights_first_with_keys_shortened_to_fit(ddp
         assert cursor_path(app) == ("model_state_dict", LONG)
 
 
+async def test_the_compare_report_offers_the_ema_alternative_and_e_applies_it(tmp_path: Path) -> None:
+    """As check --against prints it: the alternative (the EMA weights) with its command, and a key for it."""
+    from torch.optim.swa_utils import AveragedModel
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    ema = AveragedModel(model).state_dict()
+    torch.save({"model": model.state_dict(), "ema": ema, "step": 3}, tmp_path / "run.pth")
+    torch.save(model.state_dict(), tmp_path / "ref.pth")
+    app = CkptApp(str(tmp_path / "run.pth"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "c", tmp_path / "ref.pth")
+        text = " ".join(body(app).split())
+        assert "alternative (EMA weights): after extract ema" in text and "e applies it instead" in text
+        command = " ".join(text for _, text in section(screen, "alternative (EMA weights)"))
+        assert "--extract ema --drop n_averaged --strip-prefix module." in command
+        await settle(pilot, "e")
+        assert isinstance(app.screen, PreviewScreen)
+        await settle(pilot, "y")
+        assert app.session is not None and sorted(app.session.root) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+        assert "applied: after extract ema and drop 'n_averaged'" in status(app)
+
+
 async def test_w_swaps_the_sides_of_a_diff_and_its_per_layer_change(tmp_path: Path) -> None:
     """Diffing the open file against an earlier one reads better the other way round: w takes the other file
     as A (the changes relative to it), and s measures that way too."""

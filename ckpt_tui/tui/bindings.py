@@ -97,6 +97,13 @@ LAYERS_BINDINGS: list[BindingType] = [
 
 REPORT_BINDINGS: list[BindingType] = [
     key("f", "fix", "Apply the fix", EDIT, "Stage the suggested fix as one undoable edit (a preview first)"),
+    key(
+        "e",
+        "fix_alternative",
+        "Apply the alternative",
+        EDIT,
+        "Stage the alternative fix instead (the EMA weights) as one undoable edit (a preview first)",
+    ),
     key("a", "realign", "Compare that way", VIEW, "Compare again where the keys match (a subtree, a prefix stripped)"),
     key("s", "layer_change", "Per-layer change", VIEW, "How far each layer moved: relative change, cosine, norms"),
     key("w", "swap", "Swap sides", VIEW, "Diff the other way round: the other file as A, changes relative to it"),

@@ -128,20 +128,38 @@ class CompareScreen(ReportScreen):
             shown.append("\nf applies it here as one undoable edit; " if offered else "\n")
             shown.append("on the command line:\n")
             shown.append("\n".join(printable(line) for line in fix_command(self.host, fix.suggestion)))
+        for alternative in described.fixes[1:2] if self.target.prefix is None else []:
+            # the other weights a user may want (the EMA copy, the usual reason to keep one), with its own key
+            shown.append(f"\n{alternative.title}: ")
+            shown.append(alternative.summary, style="bold")
+            offered = self.alternative_fixable and not self.host.readonly
+            shown.append("\ne applies it instead; " if offered else "\n")
+            shown.append("its command is listed below")
         return shown
 
     def details(self, described: Described) -> list[Section]:
         """The suggested fix's details (the keys it resizes or drops, what keeps its fresh init) first, then
-        core's longer notes."""
-        leading = super().details(described)
+        each alternative's with its command, then core's longer notes."""
+        first: list[Section] = []
         if described.fixes and described.fixes[0].details:
             fix = described.fixes[0]
-            leading.insert(0, (f"{fix.title}, in detail", [(None, data(detail)) for detail in fix.details]))
-        return leading
+            first.append((f"{fix.title}, in detail", [(None, data(detail)) for detail in fix.details]))
+        # then each alternative, its details and its command (as check --against prints them)
+        for alternative in described.fixes[1:] if self.target.prefix is None else []:
+            lines = [*alternative.details, *fix_command(self.host, alternative.suggestion)]
+            first.append((alternative.title, [(None, data(line)) for line in lines]))
+        return [*first, *super().details(described)]
+
+    @property
+    def alternative_fixable(self) -> bool:
+        """Whether ``e`` applies the report's alternative fix (the EMA weights) here."""
+        return self.fixable and bool(self.report.alternatives)
 
     def hints(self) -> list[str]:
         # read-only: f still says why it does nothing (the browser's edit check), but is not offered
-        return ["f: apply the suggested fix"] if self.fixable and not self.host.readonly else []
+        if not self.fixable or self.host.readonly:
+            return []
+        return ["f: apply the suggested fix", *(["e: the alternative"] if self.alternative_fixable else [])]
 
     def path_of(self, target: Any) -> KeyPath | None:
         # the rows jump to the key paths core gives (a group's keys carry the group's prefix)
@@ -154,3 +172,11 @@ class CompareScreen(ReportScreen):
             self.dismiss(ApplyFix(self.report.suggestion, self.target.path))
         else:
             super().action_fix()
+
+    def action_fix_alternative(self) -> None:
+        if self.not_yet():
+            return
+        if self.alternative_fixable:
+            self.dismiss(ApplyFix(self.report.alternatives[0], self.target.path))
+        else:
+            super().action_fix_alternative()

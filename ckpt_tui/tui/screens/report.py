@@ -415,6 +415,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
     def action_layer_change(self) -> None:
         self.notify("no per-layer change for this report (D diffs, then s measures)", severity="warning", markup=False)
 
+    def action_fix_alternative(self) -> None:
+        self.notify("no alternative fix here", severity="warning", markup=False)
+
     def action_swap(self) -> None:
         self.notify("no sides to swap in this report (D diffs two files)", severity="warning", markup=False)
 
