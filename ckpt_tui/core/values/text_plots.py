@@ -92,10 +92,11 @@ def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
     for at, (text, room) in enumerate(zip(texts, widths, strict=True)):
         if len(text) <= room:
             continue
-        path = _Path.of(text) if room > 1 else None
         if room <= 1:
             shown[at] = "…"[:room]
-        elif path is None:
+            continue
+        path = _Path.of(text)
+        if path is None:
             shown[at] = _middle(text, room)
         else:
             paths.append((at, path))
