@@ -59,8 +59,10 @@ def test_a_key_gives_up_its_start_then_the_middle_of_its_longest_name_never_a_le
     assert shorten(key, 36) == "…0.post_attention_layernorm.weight"
     assert shorten(key, 30) == "…0.post_attention_…norm.weight"
     assert shorten(key, 22) == "…0.post_att…orm.weight"
-    # too narrow even for that: the index kept, and the end of what follows it
+    # too narrow even for that: its numbers and leaf, and the names that fit, a run left out said "…"
     assert shorten(key, 12) == "…0.…weight"
+    assert shorten("module.layer3.0.downsample.0.weight", 20) == "…layer3.0.…0.weight"
+    assert shorten("module.layer3.0.downsample.0.weight", 22) == "…r3.0.down…le.0.weight"
     assert shorten("state_dict/module.bn1.num_batches_tracked", 38) == "…module.bn1.num_batches_tracked"
     assert shorten("fp32_weights/bn.num_batches_tracked", 34) == "…bn.num_batches_tracked"
     assert shorten('ckpt["optimizer"]["state"][0]["exp_avg"]', 30) == '…["state"][0]["exp_avg"]'

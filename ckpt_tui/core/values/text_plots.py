@@ -82,10 +82,10 @@ def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
     gives up, as far as it must: its start from the left, up to the layer's index (``…0.post_attention_
     layernorm.weight``: what its siblings share, the least telling part); then the middle of its longest names,
     to no less than three quarters of each (``post_attention…norm``), then down to :data:`FLOOR`; and only then
-    its end, every number kept where it can be (``…yer1.0.conv1.weight``), else the last index and the end of
-    what follows it. The leaf (the parameter) and the numbers stay. One name is cut to one length in every key
-    of the listing that is cut, so the rows read alike. Other text (a key holding a repr) keeps its start,
-    ``…``, and its last components."""
+    its end, every number kept where it can be (``…yer1.0.conv1.weight``), else its numbers and as many of its
+    names as fit (``…layer3.0.…0.weight``). The leaf (the parameter) and the numbers stay. One name is cut to
+    one length in every key of the listing that is cut, so the rows read alike. Other text (a key holding a
+    repr) keeps its start, ``…``, and its last components."""
     widths = [width] * len(texts) if isinstance(width, int) else list(width)
     shown = list(texts)
     paths: list[tuple[int, _Path]] = []
@@ -125,7 +125,7 @@ def shorten_all(texts: Sequence[str], width: int | Sequence[int]) -> list[str]:
             shown[at] = path.render({}, start)
             continue
         text = path.render(caps, path.first)
-        shown[at] = text if len(text) <= widths[at] else path.end(text, widths[at])
+        shown[at] = text if len(text) <= widths[at] else path.end(caps, widths[at])
     return shown
 
 
@@ -183,19 +183,49 @@ class _Path:
                 position = end
         return "".join(pieces) + self.text[position:]
 
-    def end(self, text: str, width: int) -> str:
-        """``text`` (this key from its last index on, as cut) in ``width``: the index kept and ``…`` and the end of
-        what follows it (``…499.…rota…mb.inv_freq``) where that leaves room for a name, else the end alone."""
+    def end(self, caps: dict[str, int], width: int) -> str:
+        """The key from its first index on, in ``width``, where its names cut to ``caps`` are still too long: its
+        end, where that keeps every number (``…yer1.0.conv1.weight``); else its numbers and its leaf, with as many
+        of its names as fit, nearest the leaf first, each run left out said ``…`` (``…layer3.0.…0.weight``)."""
+        text = self.render(caps, self.first)
         end = _end(text, width)
-        if _NUMBERED.findall(end) == _NUMBERED.findall(text):
+        if _NUMBERED.findall(end) == _NUMBERED.findall(self.text[self.starts[self.first] :]):
             return end
-        if self.last < len(self.spans) - 1:
-            kept = self.text[self.starts[self.last] : self.starts[self.last + 1]]
-            head = ("…" if self.last else "") + kept
-            at = text.find(kept)
-            if at >= 0 and width - len(head) >= MIN_END:
-                return head + _end(text[at + len(kept) :], width - len(head))
-        return end
+        names = [at for at in range(self.first, len(self.spans)) if self.cuttable[at]]
+        kept: set[int] = set()
+        for at in reversed(names):
+            if len(self._skeleton(caps, kept | {at})) <= width:
+                kept.add(at)
+        shown = self._skeleton(caps, kept)
+        if len(shown) > width:
+            # the leaf gives way last, in its middle (num_b…cked), before the end alone
+            leaf = self.spans[-1][1] - self.spans[-1][0]
+            shown = self._skeleton(caps, kept, max(FLOOR, leaf - (len(shown) - width)))
+        return shown if len(shown) <= width else _end(shown, width).replace("……", "…")
+
+    def _skeleton(self, caps: dict[str, int], kept: set[int], leaf: int | None = None) -> str:
+        """The key from its first index on: its numbers, its leaf (cut to ``leaf``), and the names in ``kept``;
+        each run of names left out said ``…``."""
+        pieces = ["…"] if self.first else []
+        left_out = False
+        previous = self.starts[self.first]
+        for at in range(self.first, len(self.spans)):
+            begin, end = self.spans[at]
+            before = self.text[previous:begin]
+            previous = end
+            if self.cuttable[at] and at not in kept:
+                if not left_out:
+                    pieces += [before, "…"]
+                left_out = True
+                continue
+            name = self.text[begin:end]
+            if self.cuttable[at] and caps.get(self.names[at], len(name)) < len(name):
+                name = _cut_middle(name, caps[self.names[at]])
+            elif at == len(self.spans) - 1 and leaf is not None and leaf < len(name):
+                name = _cut_middle(name, leaf)
+            pieces += [name] if left_out and before in "./" else [before, name]
+            left_out = False
+        return "".join(pieces) + self.text[previous:]
 
     def fitting(self, caps: dict[str, int], width: int, low: int, high: int) -> int | None:
         """The first component from ``low`` to ``high`` the key can start at and fit ``width`` with ``caps``, or
@@ -269,10 +299,6 @@ def _level(keys: list[tuple[_Path, int, int]], caps: dict[str, int], floor: Call
         for other in set(under.get(name, ())):
             if excess(other) > 0:
                 heapq.heappush(heap, (-excess(other), other))
-
-
-MIN_END = 8
-"""Characters left after a kept index (``…499.``) for the end of the key, else the key's end is shown alone."""
 
 
 def _end(text: str, width: int) -> str:
