@@ -60,3 +60,34 @@ def test_a_torch_object_as_storage_key_is_cannot_tell_in_the_files_words(tmp_pat
         said = captured.out + captured.err
         assert "object at 0x" not in said and "WSize" not in said and "TorchSize" not in said
         assert "REFUSES" not in said
+
+
+class _Meta:
+    """Pickled as torch pickles a meta tensor: ``_rebuild_meta_tensor_no_storage(dtype, size, stride, False)``."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return torch._utils._rebuild_meta_tensor_no_storage, (self.dtype, (2,), (1,), False)
+
+
+def _torch_dtypes() -> list[torch.dtype]:
+    from ckpt_tui.core.model.dtypes import DTYPES
+
+    return [getattr(torch, name) for name in DTYPES if isinstance(getattr(torch, name, None), torch.dtype)]
+
+
+@pytest.mark.parametrize("dtype", _torch_dtypes(), ids=str)
+def test_a_meta_tensor_of_every_dtype_is_judged_as_torch_loads_it(tmp_path: Path, capsys, dtype: torch.dtype) -> None:
+    """torch cannot make an empty meta tensor of a quantized dtype (no QuantizedMeta kernel): refused, never
+    'loads' (adv12a F7); every other dtype loads."""
+    data = io.BytesIO()
+    pickle.Pickler(data, protocol=2).dump({"a": _Meta(dtype)})
+    path = tmp_path / "meta.pth"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("archive/data.pkl", data.getvalue())
+        archive.writestr("archive/byteorder", "little")
+        archive.writestr("archive/version", "3\n")
+    expected = torch_answer(path)
+    assert checked_answer(path, capsys) == expected

@@ -41,6 +41,9 @@ DTYPES: dict[str, tuple[int, str | None]] = {
     # torch.save cannot write but torch.load(weights_only=True) loads from a _rebuild_tensor_v3 naming it
     **{f"{kind}{bits}": (1, None) for kind in ("int", "uint") for bits in range(1, 8)},
 }
+
+QUANTIZED_DTYPES = frozenset({"qint8", "quint8", "qint32", "quint4x2", "quint2x4"})
+"""The quantized dtypes: torch makes them on the CPU through a quantizer (``_rebuild_qtensor``), never empty on meta."""
 STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
 
 

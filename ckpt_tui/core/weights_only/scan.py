@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.dtypes import DTYPES, QUANTIZED_DTYPES
 from ckpt_tui.core.model.tree import (
     DEVICE_INDEX_LIMIT,
     DEVICE_STRING_INDEX_LIMIT,
@@ -1258,6 +1258,9 @@ def _parts_on_one_device(parts: Sequence[WTensor]) -> None:
 def _rebuild_meta(args: tuple[Any, ...]) -> WTensor:
     dtype_ref, size, stride, requires_grad = args
     dtype = _dtype(dtype_ref)
+    if dtype in QUANTIZED_DTYPES:
+        # torch.empty_strided on meta has no QuantizedMeta kernel, whatever the size (NotImplementedError)
+        raise Refusal(f"a meta tensor of the quantized dtype {dtype}: torch cannot make one")
     sizes = _ints(size, "a meta tensor's size")
     strides = _ints(stride, "a meta tensor's stride")
     # torch.empty_strided unpacks both into int64 first
