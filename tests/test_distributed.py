@@ -548,14 +548,75 @@ def test_a_deepspeed_save_beside_its_save_16bit_model_file_is_refused_naming_bot
     assert_same(torch.load(out, weights_only=True), state)
 
 
-def test_a_dcp_folder_compressed_through_torch_s_extensions_is_refused_with_the_way_out(capsys: Any) -> None:
-    # written by torch's FileSystemWriter(_extensions=[ZStandard()]) (scripts/make_dcp_zstd_fixture.py)
+def test_a_dcp_folder_compressed_through_torch_s_zstd_extension_reads_as_torch_reads_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # written by torch's FileSystemWriter(_extensions=[ZStandard()]) (scripts/make_dcp_zstd_fixture.py): tensors of
+    # three dtypes and non-tensor items, each a zstd stream; the truth is torch's own dcp_to_torch_save
+    pytest.importorskip("zstandard")
     folder = TORCH / "dcp_zstd"
+    assert main(["diff", str(folder), str(TORCH / "dcp_zstd.expected.pt")]) == 0
+    assert main(["check", str(folder)]) == 0
+    out = tmp_path / "plain.pt"
+    assert main(["convert", str(folder), "-o", str(out)]) == 0
+    assert_same(torch.load(out, weights_only=True), torch.load(TORCH / "dcp_zstd.expected.pt", weights_only=True))
+
+
+def test_the_decompressed_items_of_a_zstd_dcp_folder_are_removed_as_the_cli_leaves(tmp_path: Path) -> None:
+    # the CLI leaves by os._exit (no atexit): the private folder of decompressed items goes all the same
+    pytest.importorskip("zstandard")
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for command in ("info", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "ckpt_tui", command, str(TORCH / "dcp_zstd")],
+            env={**os.environ, "TMPDIR": str(scratch)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert list(scratch.iterdir()) == [], command
+
+
+def test_a_zstd_compressed_dcp_folder_without_a_zstd_library_names_what_to_install(
+    capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt_tui.core.readers import dcp_extensions
+
+    monkeypatch.setattr(dcp_extensions, "LIBRARIES", ("no_such_zstd_library",))
+    for command in ("info", "check"):
+        assert main([command, str(TORCH / "dcp_zstd")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "compressed with zstd" in err and "pip install 'ckpt-tui[zstd]'" in err
+
+
+def test_a_dcp_item_through_an_extension_torch_does_not_know_is_one_line(tmp_path: Path, capsys: Any) -> None:
+    folder = tmp_path / "dcp"
+    shutil.copytree(TORCH / "dcp_zstd", folder)
+    metadata = (folder / ".metadata").read_bytes()
+    (folder / ".metadata").write_bytes(metadata.replace(b"stream.zstd/1", b"stream.lz4z/1"))
     assert main(["info", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1
-    assert "['stream.zstd/1']" in err and "which ckpt-tui does not read" in err
-    assert "torch.distributed.checkpoint.format_utils.dcp_to_torch_save(<this folder>, 'out.pt')" in err
+    assert len(err.strip().splitlines()) == 1 and "'stream.lz4z/1', which torch does not know" in err
+
+
+def test_a_zstd_item_that_decompresses_past_what_it_can_hold_is_refused(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("zstandard")
+    from ckpt_tui.core.readers import dcp
+
+    # (a bound below every item: each would be a bomb)
+    monkeypatch.setattr(dcp, "bytes_item_most", lambda length: 16)
+    shutil.copytree(TORCH / "dcp_zstd", tmp_path / "dcp")
+    assert main(["info", str(tmp_path / "dcp")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "more than the item can hold; refused" in err
 
 
 def test_a_deepspeed_pipeline_save_split_by_tensor_parallelism_too_names_its_layer_files(

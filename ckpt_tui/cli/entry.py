@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from ckpt_tui.cli.parser import COMMANDS, build_parser, explain, mistyped_command, with_command
 from ckpt_tui.core.errors import BadArgument, CkptError, EditError, NoSuchKey
+from ckpt_tui.core.runtime.leaving import leave
 
 
 def run() -> NoReturn:
@@ -28,6 +29,8 @@ def run() -> NoReturn:
         sys.stderr.flush()
     except BrokenPipeError:  # the reader of our output left: nothing more to say
         pass
+    # (temporary files made on the way, such as a compressed DCP folder's items, go: os._exit runs no atexit)
+    leave()
     os._exit(code)
 
 

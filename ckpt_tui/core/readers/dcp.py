@@ -26,9 +26,10 @@ from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.assembled import COPY_CASTS, WIDENINGS, AssembledRecords, Piece, box_text
 from ckpt_tui.core.model.contained import inside, named_entry
 from ckpt_tui.core.model.describe import counted
-from ckpt_tui.core.model.dtypes import DTYPES
+from ckpt_tui.core.model.dtypes import DTYPES, itemsize
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Storage, Symbol, Tensor
 from ckpt_tui.core.pickles.unpickle import load_pickle, unsafe_note
+from ckpt_tui.core.readers.dcp_extensions import SLACK, bytes_item_most, check_descriptors, plain_item
 from ckpt_tui.core.readers.distributed_globals import DCP_CLASSES, DISTRIBUTED_CLASSES
 from ckpt_tui.core.readers.embedded_zip import read_embedded
 from ckpt_tui.core.readers.probes import METADATA
@@ -78,6 +79,8 @@ class DcpItems:
         self.what = what
         self.sizes: dict[str, int] = {}
         self.places: dict[tuple[str, tuple[int, ...] | None], tuple[str, int, int]] = {}
+        self.transforms: dict[tuple[str, tuple[int, ...] | None], tuple[str, ...]] = {}
+        """Each compressed item's extensions, in the order torch reads it through them."""
         if not isinstance(storage_data, dict):
             raise ReadError(f"{what}: storage_data is missing (not written by FileSystemWriter)")
         if places.is_remote(folder):
@@ -98,7 +101,11 @@ class DcpItems:
             if not isinstance(fqn, str):
                 raise ReadError(f"{what}: a storage_data key without a name")
             chunk = None if offset is None else _ints(offset, what)
-            self.places[(fqn, chunk)] = self._place(_state(info, what), fqn)
+            fields = _state(info, what)
+            self.places[(fqn, chunk)] = self._place(fields, fqn)
+            descriptors = check_descriptors(fields.get("transform_descriptors"), f"{what}: {fqn!r}")
+            if descriptors:
+                self.transforms[(fqn, chunk)] = descriptors
 
     def _download_the_folder(self, storage_data: dict[Any, Any], refused: NoRanges) -> ReadError:
         """A storage file too large to take whole from a server without ranges: .metadata and every file it names
@@ -117,13 +124,6 @@ class DcpItems:
 
     def _place(self, info: dict[str, Any], fqn: str) -> tuple[str, int, int]:
         name, offset, length = info.get("relative_path"), info.get("offset"), info.get("length")
-        if info.get("transform_descriptors"):
-            raise ReadError(
-                f"{self.what}: {fqn!r} is stored through DCP extensions {info['transform_descriptors']!r} (a "
-                "compressed save: FileSystemWriter(_extensions=...)), which ckpt-tui does not read; torch writes a "
-                "plain copy to open: torch.distributed.checkpoint.format_utils.dcp_to_torch_save(<this folder>, "
-                "'out.pt')"
-            )
         if not isinstance(name, str):
             raise ReadError(f"{self.what}: {fqn!r} is stored in {name!r}, not a file of this folder")
         if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
@@ -143,6 +143,13 @@ class DcpItems:
             where = "" if chunk is None else f" chunk at {list(chunk)}"
             raise ReadError(f"{self.what}: no storage entry for {fqn!r}{where}")
         return place
+
+    def plain(self, fqn: str, chunk: tuple[int, ...] | None, most: int, what: str) -> tuple[str, int, int]:
+        """The file, offset and length of one item's bytes as ``torch.load`` is given them: where it lies, or
+        (compressed) where it lies decompressed (:func:`~.dcp_extensions.plain_item`; up to ``most`` bytes)."""
+        name, start, length = self.find(fqn, chunk)
+        path = places.join(self.folder, name)
+        return plain_item(path, start, length, self.transforms.get((fqn, chunk), ()), most, what)
 
 
 def read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None = None) -> Checkpoint:
@@ -188,8 +195,10 @@ def tensor_items(folder: str) -> list[tuple[str, str, int, int]]:
         chunks = _state(entry, what).get("chunks")
         for chunk in chunks if isinstance(chunks, list) else []:
             offsets = _ints(_state(chunk, what).get("offsets"), what)
-            name, start, length = items.find(fqn, offsets)
-            found.append((f"{fqn!r} (chunk at {list(offsets)}, {name})", places.join(folder, name), start, length))
+            name = items.find(fqn, offsets)[0]
+            label = f"{fqn!r} (chunk at {list(offsets)}, {name})"
+            most = _item_most(_state(entry, what), what)
+            found.append((label, *items.plain(fqn, offsets, most, f"{places.join(folder, name)}: item {label}")))
     return found
 
 
@@ -209,10 +218,11 @@ def _read_dcp(folder: str, open_file: Callable[[str], Checkpoint] | None, unsafe
         if _is(entry, "TensorStorageMetadata"):
             value: Any = _tensor(fqn, _state(entry, what), items, source, what, odd, files_met)
         elif _is(entry, "BytesStorageMetadata"):
-            name, offset, length = items.find(fqn, None)
+            name, _, stored = items.find(fqn, None)
             files_met.setdefault(name, len(files_met))
             where = f"{places.join(folder, name)}: item {fqn!r}"
-            value = read_embedded(places.join(folder, name), offset, length, where, unsafe, DISTRIBUTED_CLASSES)
+            path, offset, length = items.plain(fqn, None, bytes_item_most(stored), where)
+            value = read_embedded(path, offset, length, where, unsafe, DISTRIBUTED_CLASSES)
         else:
             raise ReadError(f"{what}: {fqn!r} is neither a tensor nor a bytes item")
         path = paths.get(fqn, (fqn,))
@@ -336,7 +346,8 @@ def _tensor(
                 f"torch reads its first {list(lengths)}"
             )
         notice = functools.partial(_odd_item, f"{fqn}: the chunk at {list(offsets)}", sizes, lengths, dtype)
-        load = _chunk_loader(path, start, length, fqn, odd, notice)
+        place = functools.partial(items.plain, fqn, offsets, math.prod(size) * itemsize(dtype) + SLACK)
+        load = _chunk_loader(path, start, length, fqn, odd, notice, place)
         pieces.append(Piece(offsets, lengths, f"{name} @ {start}", load, narrows=True))
     odd += _odd_cover(fqn, size, chunks, reads)
     numel = math.prod(size)
@@ -347,6 +358,12 @@ def _tensor(
 
 
 Box = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def _item_most(entry: dict[str, Any], what: str) -> int:
+    """The most bytes one item of a tensor can hold decompressed: the whole tensor's storage (a chunk saved as a
+    view of its rank's tensor keeps that tensor's storage), and ``torch.save``'s own."""
+    return math.prod(_ints(entry.get("size"), what)) * itemsize(_dtype(entry.get("properties"), what)) + SLACK
 
 
 def _chunks(fqn: str, chunks: Any, ndim: int, what: str) -> list[Box]:
@@ -442,14 +459,21 @@ def _odd_cover(
 
 
 def _chunk_loader(
-    path: str, start: int, length: int, fqn: str, odd: list[str], notice: Callable[[Tensor], list[str]]
+    path: str,
+    start: int,
+    length: int,
+    fqn: str,
+    odd: list[str],
+    notice: Callable[[Tensor], list[str]],
+    place: Callable[[str], tuple[str, int, int]],
 ) -> Callable[[], Tensor]:
-    """How a chunk's item is read (once, when values are first read); what ``notice`` finds odd in it goes to
+    """How a chunk's item is read (once, when values are first read): from where ``place`` says its bytes are as
+    torch.load is given them (decompressed first, for a compressed item); what ``notice`` finds odd in it goes to
     ``odd``."""
 
     def load() -> Tensor:
         where = f"{path}: chunk of {fqn!r} at {start}"
-        stored = read_embedded(path, start, length, where, set())
+        stored = read_embedded(*place(where), where, set())
         if not isinstance(stored, Tensor):
             raise ReadError(f"{where}: the item is not a tensor")
         odd.extend(notice(stored))
