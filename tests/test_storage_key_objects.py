@@ -91,3 +91,30 @@ def test_a_meta_tensor_of_every_dtype_is_judged_as_torch_loads_it(tmp_path: Path
         archive.writestr("archive/version", "3\n")
     expected = torch_answer(path)
     assert checked_answer(path, capsys) == expected
+
+
+class _OffsetByTensor:
+    """A tensor whose storage offset (or size element) is a 0-dim integer tensor: set_ takes its value."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            storage = torch.arange(8.0).storage()
+        three = torch.tensor(3)
+        offset, size = (three, (2,)) if self.where == "offset" else (0, (three,))
+        return torch._utils._rebuild_tensor_v2, (storage, offset, size, (1,), False, collections.OrderedDict())
+
+
+@pytest.mark.parametrize("where", ["offset", "size"])
+def test_a_tensor_as_a_storage_offset_or_size_is_cannot_tell(tmp_path: Path, capsys, where: str) -> None:
+    """torch's set_ takes a one-element integer tensor's value (__index__): it loads; that value is not read by the
+    verdict, so 'cannot tell', never 'refuses' (adv12a F9)."""
+    path = tmp_path / "odd.pth"
+    torch.save({"a": _OffsetByTensor(where)}, path)
+    assert torch_answer(path) == "loads"
+    assert checked_answer(path, capsys) == "cannot_tell"

@@ -717,7 +717,13 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
 
 
 def _check_geometry_types(offset: Any, size: Any, stride: Any) -> None:
-    """An int offset, and a size and a stride that are sequences of ints of one length (else a Refusal)."""
+    """An int offset, and a size and a stride that are sequences of ints of one length (else a Refusal; a tensor
+    among them: CannotTell)."""
+    # set_ takes any value with __index__: a one-element integer tensor gives its value, which is not read here
+    parts = [offset, size, stride]
+    parts += [*(size if type(size) in _SEQUENCES else ()), *(stride if type(stride) in _SEQUENCES else ())]
+    if any(type(part) is WTensor for part in parts):
+        raise CannotTell("a tensor's storage offset, size or stride holds a tensor: torch may take its values")
     if type(offset) is not int:
         raise Refusal("a tensor's storage offset is not an int")
     if type(size) not in _SEQUENCES or not set(map(type, size)) <= _INT_ONLY:
