@@ -62,10 +62,12 @@ FLOOR = 7
 HEAD_KEPT = 4
 """Characters of other text's start kept before its ``…`` when its end leaves room."""
 _BOUNDARIES = "./[]\"'"
-_PART = re.compile(r"(?:\{[^{}]*\}|[^./\[\]\"'{}])+")
-"""A component of a key path (``layer1``, ``0``, ``exp_avg``, a folded row's ``{0..3}``)."""
 _NAMED = re.compile(r"(?:[\w-]|\{[^{}]*\})+")
-"""A component a key path is made of: other text (a repr, spaces) is no key path, and is cut in its middle."""
+"""A component of a key path (``layer1``, ``0``, ``exp_avg``, a folded row's ``{0..3}``); other text (a repr,
+spaces) is no key path, and is cut in its middle."""
+_KEY_PATH = re.compile(r"[./\[\]\"']*(?:[\w-]|\{[^{}]*\})+(?:[./\[\]\"']+(?:[\w-]|\{[^{}]*\})+)*[./\[\]\"']*")
+"""A key path: components between the characters that part them, nothing else."""
+_DIGIT = re.compile(r"\d")
 _NUMBERED = re.compile(r"\{[^{}]*\}|\d+")
 """A number, or the numbers a folded row stands for (``{0..3}``, ``{0,1,3}``)."""
 
@@ -139,7 +141,8 @@ class _Path:
         self.text = text
         self.spans = spans
         # one name for every layer's copy of a component (``mp_rank_00_…``, ``mp_rank_01_…``): cut alike
-        self.names = [_NUMBERED.sub("#", text[start:end]) for start, end in spans]
+        words = [text[start:end] for start, end in spans]
+        self.names = [_NUMBERED.sub("#", word) if _DIGIT.search(word) else word for word in words]
         leaf = len(spans) - 1
         indexed = [at for at, (_, end) in enumerate(spans[:leaf]) if text[end - 1].isdigit() or text[end - 1] == "}"]
         self.cuttable = [at < leaf and at not in indexed for at in range(len(spans))]
@@ -152,12 +155,10 @@ class _Path:
     @classmethod
     def of(cls, text: str) -> _Path | None:
         """The key path ``text`` is, or None for other text."""
-        spans = [match.span() for match in _PART.finditer(text)]
-        if len(spans) < 2 or not all(_NAMED.fullmatch(text, start, end) for start, end in spans):
+        if not _KEY_PATH.fullmatch(text):
             return None
-        if any(char not in _BOUNDARIES for char in _gaps(text, spans)):
-            return None
-        return cls(text, spans)
+        spans = [match.span() for match in _NAMED.finditer(text)]
+        return cls(text, spans) if len(spans) > 1 else None
 
     def sizes(self, caps: dict[str, int], start: int) -> list[tuple[int, int, str]]:
         """The cuttable names from component ``start`` on: as long as ``caps`` lets them be, whole, and named."""
@@ -170,6 +171,8 @@ class _Path:
     def length(self, caps: dict[str, int], start: int) -> int:
         """The length of :meth:`render`, without building it."""
         length = len(self.text) - self.starts[start] + (1 if start else 0)
+        if not caps:
+            return length
         return length - sum(whole - size for size, whole, _ in self.sizes(caps, start))
 
     def render(self, caps: dict[str, int], start: int) -> str:
@@ -231,12 +234,6 @@ class _Path:
         """The first component from ``low`` to ``high`` the key can start at and fit ``width`` with ``caps``, or
         None."""
         return next((start for start in range(low, high + 1) if self.length(caps, start) <= width), None)
-
-
-def _gaps(text: str, spans: list[tuple[int, int]]) -> str:
-    """The characters between the components of ``text``."""
-    ends = [0, *(end for _, end in spans)]
-    return "".join(text[end:begin] for end, (begin, _) in zip(ends, spans, strict=False)) + text[spans[-1][1] :]
 
 
 def _component_start(text: str, begin: int) -> int:
