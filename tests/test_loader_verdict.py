@@ -395,3 +395,29 @@ def test_a_legacy_view_listed_with_the_storages_is_never_shown_or_written_with_o
     capsys.readouterr()
     assert main(["check", "--json", str(path)]) == 1
     assert '"answer":"cannot_tell"' in capsys.readouterr().out.replace(" ", "")
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_an_empty_storage_reused_under_other_types_gives_each_tensor_its_own_dtype(
+    tmp_path: Path, legacy: bool
+) -> None:
+    """torch keeps no storage of no bytes for its key's later uses (the zip loader caches only storages with data,
+    the legacy one makes a new storage of the use's type): three empty tensors on one key load as float32, int64
+    and bool, and are shown so (were all float32, and convert rewrote them) (adv12a F8)."""
+    kinds = {"a": torch.FloatStorage, "b": torch.LongStorage, "c": torch.BoolStorage}
+    extra = (None,) if legacy else ()
+    obj = {
+        name: View(StorageRef(numel=0, storage_type=kind, extra=extra), 0, (0,), (1,)) for name, kind in kinds.items()
+    }
+    path = tmp_path / "empty.pth"
+    if legacy:
+        path.write_bytes(legacy_bytes(pickle_with_pids(obj), ["0"], [(0, b"")]))
+    else:
+        write_zip(path, torch_zip_members(pickle_with_pids(obj), {"0": b""}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = torch.load(path, weights_only=True)
+    expected = {name: str(tensor.dtype).removeprefix("torch.") for name, tensor in loaded.items()}
+    assert expected == {"a": "float32", "b": "int64", "c": "bool"}
+    root = open_checkpoint(path).root
+    assert {name: root[name].dtype for name in kinds} == expected

@@ -78,7 +78,7 @@ class PersistentIds:
                 # torch's zip loader looks a key's storage up before it reads the use's location or size: a
                 # later use of a key is the storage first made for it, whatever that use says
                 cached = self.cache.get(key)
-                if cached is not None:
+                if cached is not None and not _empty(cached):
                     return cached
             if type(key) is str and type(location) is str:
                 if location not in self.checked:
@@ -90,10 +90,11 @@ class PersistentIds:
                 usual = self.fields == ZIP_FIELDS and type(kind) is StorageType and type(numel) is int
                 if usual and 0 <= numel < INT64_LIMIT:
                     storage = self.cache.get(key)
-                    if storage is None:
-                        storage = self.make(key, kind.dtype, location, numel, kind.name)
-                        if location != META or self.fields != ZIP_FIELDS:
-                            self.cache[key] = storage
+                    if storage is None or _empty(storage):
+                        made = self.make(key, kind.dtype, location, numel, kind.name)
+                        if storage is None and (location != META or self.fields != ZIP_FIELDS):
+                            self.cache[key] = made
+                        storage = made
                     return storage
                 return storage_from_pid(pid, self.make, self._cache_for(key, location))  # a legacy view, or
                 # refused in its words
@@ -155,6 +156,12 @@ class PersistentIds:
 _PLAIN_KEYS = (int, bool, float, complex, bytes, type(None))
 """Key types whose ``str`` is the same in any Python: torch's ``f"data/{key}"`` names the same record."""
 _MAX_KEY_DEPTH = 8
+
+
+def _empty(storage: Any) -> bool:
+    """A storage of no bytes kept for its key: torch hands a later use of the key a storage of its own (the zip
+    loader keeps none without data, the legacy one makes a new one of the use's type), so each use keeps its dtype."""
+    return type(storage) is Storage and storage.nbytes == 0
 
 
 def formatted_key(key: Any, depth: int = 0) -> bool:

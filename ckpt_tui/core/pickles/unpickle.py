@@ -1017,6 +1017,9 @@ def storage_from_pid(
     storage = cache.get(slot)
     if storage is None:
         storage = cache[slot] = make(key, storage_type.dtype, location, numel, storage_type.name)
+    elif type(storage) is Storage and storage.nbytes == 0:
+        # a storage of no bytes is no storage a later use shares: torch gives that use one of its own type
+        storage = make(key, storage_type.dtype, location, numel, storage_type.name)
     if type(storage) is not Storage:
         raise pickle.UnpicklingError(f"legacy storage key {reprlib.repr(key)} names a view and a storage")
     view = pid[5] if len(pid) > 5 else None
