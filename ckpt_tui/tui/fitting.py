@@ -48,8 +48,6 @@ class Part(NamedTuple):
     """A shorter form taken at level ``SHORTEN`` (``fp32`` for ``float32``)."""
     key: bool = False
     """The key: shortened in the middle once nothing else can go."""
-    head: int = 0
-    """The key's first characters that every sibling key shares (``module.``): they go first, as ``…``."""
     end: bool = False
     """Kept whole at the end of the line (a marker in words), never cut."""
     compact: bool = False

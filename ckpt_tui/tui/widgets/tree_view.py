@@ -106,8 +106,6 @@ class NodeData:
     """A loaded big container: its listing, kept by the tree (``by_key`` is kept there once built)."""
     parts: list[Part] | None = None
     """The line's parts, to fit it into a narrow tree (the label is the whole line)."""
-    head: int = 0
-    """A loaded container: the start its keys all share (``module.``), the first thing a narrow line leaves out."""
 
     @property
     def row_id(self) -> RowId:
@@ -128,14 +126,12 @@ class Listing:
 
     value: Any
     entries: list[Any]
-    head: int
     by_key: dict[Any, int] | None = None
 
 
 def listing(value: Any) -> Listing:
-    """The (key, value) pairs of a container, the start its keys share, and (later) their places by key."""
-    entries = child_pairs(value)
-    return Listing(value, entries, shared_head(entries))
+    """The (key, value) pairs of a container, and (later) their places by key."""
+    return Listing(value, child_pairs(value))
 
 
 def listings_along(root: Any, paths: list[KeyPath]) -> dict[int, Listing]:
@@ -349,10 +345,9 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         data.loaded = True
         found = self._listing(data)
         if found is not None:
-            data.listing, data.entries, data.head, data.by_key = found, found.entries, found.head, found.by_key
+            data.listing, data.entries, data.by_key = found, found.entries, found.by_key
         else:
             data.entries = self._entries(data)
-            data.head = shared_head(data.entries)
         if data.entries:
             more = self._more_line(node, data, 0, len(data.entries), None)
             self._open(node, more, 0, PAGE)
@@ -388,7 +383,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             at += 1
         for place in range(low, high):
             prefix = data.group.prefix if data.group is not None else ""  # shown once, on the group line
-            label, kid, expandable = self._line(data.path, prefix, data.entries[place], data.head)
+            label, kid, expandable = self._line(data.path, prefix, data.entries[place])
             kid.index = place
             node.add(label, kid, before=at, allow_expand=expandable)
             at += 1
@@ -463,7 +458,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
                 self._groupings.pop(next(iter(self._groupings)))
             self._groupings[key] = entry
 
-    def _line(self, path: KeyPath, prefix: str, entry: Any, head: int = 0) -> tuple[Text, NodeData, bool]:
+    def _line(self, path: KeyPath, prefix: str, entry: Any) -> tuple[Text, NodeData, bool]:
         if isinstance(entry, Group):
             parts = group_parts(entry, self.styles_by_role)
             marked = self._marked_in(entry)
@@ -474,8 +469,6 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         text = key_text(key)
         short = text[len(prefix) :] if prefix and text.startswith(prefix) else text
         parts = value_parts(short, value, self.totals, self.styles_by_role)
-        if head and short == text and isinstance(key, str) and text[:head] == key[:head]:  # not an escaped key
-            parts[0] = parts[0]._replace(head=head)
         # a container's mark (what its tensors hold) shows while it is closed as well as open
         marker = self.markers.get(id(value))
         if marker:
@@ -524,7 +517,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         parts = data.parts
         short = self._listing_keys(node.parent, compact).get(id(node)) if node.parent is not None else None
         if short is not None:
-            parts = [parts[0]._replace(text=short, head=0), *parts[1:]]
+            parts = [parts[0]._replace(text=short), *parts[1:]]
         label = fitted(parts, room, compact)
         label.stylize(style)
         if not node.allow_expand:
@@ -672,18 +665,6 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         if kid is None or kid.data is None or kid.data.is_more:
             return None
         return kid
-
-
-def shared_head(entries: list[Any]) -> int:
-    """How many first characters every str key of ``entries`` shares, up to a ``.`` (``module.``: 7); 0 unless
-    there are two keys or more and each goes on past it."""
-    keys = [entry[0] for entry in entries if isinstance(entry, tuple) and isinstance(entry[0], str)]
-    if len(keys) < 2 or len(keys) != len(entries):
-        return 0
-    low, high = min(keys), max(keys)
-    end = next((i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high)))
-    head = low.rfind(".", 0, end) + 1
-    return head if head < min(map(len, keys)) else 0
 
 
 def module_groups(value: dict[Any, Any], progress: Callable[[int], object] | None = None) -> Group | None:
