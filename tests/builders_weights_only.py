@@ -432,6 +432,16 @@ def every_fixture() -> dict[str, Builder]:
     return {**REFUSED, **ACCEPTED, **OTHER}
 
 
+class Rebuilt:
+    """Pickles as ``func(*args)``: a tensor's own reduction (``tensor.__reduce_ex__(2)``) with arguments edited."""
+
+    def __init__(self, func: Any, args: tuple[Any, ...]) -> None:
+        self.func, self.args = func, args
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, tuple[Any, ...]]:
+        return self.func, self.args
+
+
 def torch_answer(path: Path) -> str:
     """What the real ``torch.load(path, weights_only=True)`` does: ``loads`` or ``refuses`` (warnings hushed)."""
     import warnings

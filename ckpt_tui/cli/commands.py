@@ -165,22 +165,26 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
     from ckpt_tui.core.model.tree import get
     from ckpt_tui.core.operations.convert import resolve_option_path
     from ckpt_tui.core.values.tensor_table import sort_rows, tensor_paths, tensor_rows
+    from ckpt_tui.core.weights_only.verdict import ScanBeside
 
     checkpoint = open_for_command(path)
     where = resolve_option_path(checkpoint.root, at, "--at") if at else ()
     tensors = tensor_paths(get(checkpoint.root, where), where)
     within_budget(checkpoint, "stats", [tensor for _, tensor in tensors])
+    # torch.load's verdict on the file, judged in a child on the second core while the values are read
+    beside = ScanBeside.of(checkpoint) if isinstance(path, str) and os.path.isfile(path) else None
     with ProgressLine() as progress:
         rows = list(tensor_rows(tensors, checkpoint.byteorder, progress=progress.update))
     if sort:
         rows = sort_rows(rows, sort)
     # NaN or Inf is a problem found (exit 1, as check says it), whichever form the table takes; so are the
-    # NaN/Inf a row does not count (a sparse tensor's values, a quantized tensor's scales) and a tensor torch
-    # refuses, as check counts them
-    from ckpt_tui.core.operations.check import hidden_nonfinite
+    # NaN/Inf a row does not count (a sparse tensor's values, a quantized tensor's scales) and a file torch
+    # refuses for a tensor or record it cannot load: check's own judgement of each
+    from ckpt_tui.core.operations.check import hidden_nonfinite, loader_judgement
     from ckpt_tui.core.runtime.safe_text import printable
 
     hidden = hidden_nonfinite([(row.path, row.tensor) for row in rows], checkpoint.byteorder)
+    hidden += loader_judgement(checkpoint, beside, tensors_only=True)[1]
     found = 1 if hidden or any(row.nonfinite or row.unreadable for row in rows) else 0
     if output == "json":
         print_json({"tensors": [row.to_json() for row in rows], "problems": [p.to_json() for p in hidden]})
@@ -194,8 +198,8 @@ def _stats(path: str | list[str], at: str | None, output: str, sort: str | None)
 
         if not rows:
             print("no tensors" + (f" under {at}" if at else ""))
-            return 0
-        print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
+        else:
+            print(render_stats(rows, marks(rows), shutil.get_terminal_size((80, 24)).columns))
         if any(row.nonfinite for row in rows):
             print(NONFINITE_NOTE)
         for problem in hidden:

@@ -166,11 +166,25 @@ def check_checkpoint(
     problems += _sparse_problems(listed, checkpoint.byteorder, cancelled)
     problems += _quantizer_problems(listed, checkpoint.byteorder)
     problems += _unread_tensors(references or [])
-    # the verdict on torch.load(weights_only=True)
-    judged = verdict(checkpoint, beside)
-    if _verdict_is_a_problem(judged, checkpoint):
-        problems.append(weights_only_problem(judged))
+    judged, refused = loader_judgement(checkpoint, beside)
+    problems += refused
     return CheckReport(summary, problems, tally.checked, tally.skipped, judged, _folder_lines(checkpoint))
+
+
+def loader_judgement(
+    checkpoint: Checkpoint, beside: ScanBeside | None = None, tensors_only: bool = False
+) -> tuple[Verdict, list[Problem]]:
+    """The verdict on torch.load(weights_only=True) and the problem it is (``[]`` when none): the one judgement
+    ``check`` and ``stats`` both report and exit 1 on. ``tensors_only`` (stats): only a refusal no allowlisting
+    lifts, a tensor or record torch cannot load; globals to allowlist and doubt are check's to report."""
+    judged = verdict(checkpoint, beside)
+    if not _verdict_is_a_problem(judged, checkpoint):
+        return judged, []
+    if not tensors_only:
+        return judged, [weights_only_problem(judged)]
+    if judged.reason is None:
+        return judged, []
+    return judged, [Problem("weights-only", printable(f"torch.load(weights_only=True) refuses it: {judged.reason}"))]
 
 
 def _folder_lines(checkpoint: Checkpoint) -> list[str]:
