@@ -84,7 +84,8 @@ def qtensor(params: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (qtensor(global_op("torch.per_tensor_affine") + b"K\x01K\x02\x87"), "quantizer"),
+        # (an int scale is a float to torch's argument parser: a str is no number)
+        (qtensor(global_op("torch.per_tensor_affine") + text("1") + b"K\x02\x87"), "quantizer"),
         (qtensor(b"(" + global_op("torch.per_channel_affine") + b"K\x01K\x02K\x00t"), "quantizer"),  # not tensors
         (qtensor(text("per_tensor_affine")), "quantizer"),
         (
@@ -107,7 +108,7 @@ def qtensor(params: bytes) -> bytes:
             "sparse",
         ),
     ],
-    ids=["int-scale", "per-channel-without-tensors", "no-qscheme", "coo-of-ints", "strided-is-not-sparse"],
+    ids=["str-scale", "per-channel-without-tensors", "no-qscheme", "coo-of-ints", "strided-is-not-sparse"],
 )
 def test_malformed_sparse_or_quantized_rebuilds_are_one_read_error(tmp_path: Path, body: bytes, message: str) -> None:
     path = write_zip_checkpoint(tmp_path / "bad.pth", b"\x80\x02}(" + text("x") + body + b"u.", {"0": floats(4)})

@@ -50,3 +50,9 @@ STORAGE_CLASS_DTYPES = {cls: name for name, (_, cls) in DTYPES.items() if cls}
 def itemsize(dtype: str) -> int:
     """Bytes per element of a torch dtype name."""
     return DTYPES[dtype][0]
+
+
+QUANT_ZERO_POINT_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})
+QUANT_SCALE_DTYPES = QUANT_ZERO_POINT_DTYPES | {"float64", "float32", "float16", "bfloat16", "bool"}
+"""The dtypes of a 0-d tensor torch's ``_empty_affine_quantized`` reads as a per-tensor quantizer's scale (its
+``item()``) or zero point (an integer's only: a float or bool tensor is refused)."""

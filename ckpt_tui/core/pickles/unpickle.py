@@ -28,7 +28,7 @@ from collections.abc import Callable, Container, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from ckpt_tui.core.errors import ReadError, UnsafePickle
-from ckpt_tui.core.model.dtypes import DTYPES, STORAGE_CLASS_DTYPES
+from ckpt_tui.core.model.dtypes import DTYPES, QUANT_SCALE_DTYPES, QUANT_ZERO_POINT_DTYPES, STORAGE_CLASS_DTYPES
 from ckpt_tui.core.model.made_bytes import UnreadSource
 from ckpt_tui.core.model.tree import (
     DEVICE_STRING_INDEX_LIMIT,
@@ -517,21 +517,52 @@ _QSCHEMES = {"torch.per_tensor_affine", "torch.per_channel_affine", "torch.per_c
 
 
 def _quantizer(params: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
-    """Quantizer parameters in one of the two shapes torch pickles (per-tensor, per-channel)."""
+    """Quantizer parameters in one of the two shapes torch pickles (per-tensor, per-channel), in every form
+    torch's ``_rebuild_qtensor`` takes: a per-tensor scale that is a float, an int, a bool or a 0-d tensor, a
+    zero point that is an int or a 0-d integer tensor; per-channel scales and zero points as tensors or both
+    as lists of numbers (kept as the file holds them: a save writes them back so)."""
     if type(params) is not tuple or not params or not isinstance(params[0], Symbol):
         raise ValueError("malformed quantizer parameters")
     scheme = params[0].qualname
     if scheme == "torch.per_tensor_affine" and len(params) == 3:
-        if type(params[1]) is float and type(params[2]) is int:
+        scale, zero_point = params[1], params[2]
+        check_unchecked([part for part in (scale, zero_point) if isinstance(part, Tensor)])
+        if _is_number(scale, _SCALE_TYPES, QUANT_SCALE_DTYPES) and _is_number(
+            zero_point, (int,), QUANT_ZERO_POINT_DTYPES
+        ):
             return params
     elif scheme in _QSCHEMES and len(params) == 4:
         scales, zero_points, axis = params[1], params[2], params[3]
         tensors = isinstance(scales, Tensor) and isinstance(zero_points, Tensor) and type(axis) is int
         if tensors:
             check_unchecked([scales, zero_points])  # their sizes are used here, before the load's bulk check
-        if tensors and 0 <= axis < len(shape) and scales.numel == zero_points.numel == shape[axis]:
+        counts = _channel_counts(scales, zero_points) if type(axis) is int else None
+        if counts is not None and 0 <= axis < len(shape) and counts[0] == counts[1] == shape[axis]:
             return params
     raise ValueError(f"unsupported quantizer parameters for {scheme}")
+
+
+_SCALE_TYPES = (float, int, bool)
+"""What torch's argument parser reads as a per-tensor quantizer's scale (a float), besides a 0-d tensor."""
+
+
+def _is_number(value: Any, types: tuple[type, ...], dtypes: frozenset[str]) -> bool:
+    """A Python number of ``types`` (exactly), or a plain 0-d tensor of ``dtypes`` (one of a 1-element shape and a
+    tensor needing grad are refused by torch's argument parser)."""
+    if isinstance(value, Tensor):
+        return value.kind == "dense" and value.shape == () and value.dtype in dtypes and not value.requires_grad
+    return type(value) in types
+
+
+def _channel_counts(scales: Any, zero_points: Any) -> tuple[int, int] | None:
+    """How many scales and zero points a per-channel quantizer holds: both tensors, or both lists of numbers
+    (``_rebuild_qtensor`` makes those tensors); None for anything else."""
+    if isinstance(scales, Tensor) and isinstance(zero_points, Tensor):
+        return scales.numel, zero_points.numel
+    lists = type(scales) is list and type(zero_points) is list
+    if lists and all(type(item) in _SCALE_TYPES for item in [*scales, *zero_points]):
+        return len(scales), len(zero_points)
+    return None
 
 
 def _rebuild_qtensor(

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ckpt_tui.core.model.dtypes import DTYPES, QUANTIZED_DTYPES
+from ckpt_tui.core.model.dtypes import DTYPES, QUANT_SCALE_DTYPES, QUANT_ZERO_POINT_DTYPES, QUANTIZED_DTYPES
 from ckpt_tui.core.model.tree import (
     DEVICE_INDEX_LIMIT,
     DEVICE_STRING_INDEX_LIMIT,
@@ -1117,10 +1117,10 @@ def _per_tensor_params(scale: Any, zero_point: Any) -> None:
     """``torch._empty_affine_quantized(size, scale=scale, zero_point=zero_point)``: a scale its argument parser
     reads as a float (a number, a bool, a 0-d tensor), a zero point it reads as an int (an int, a 0-d tensor)."""
     if isinstance(scale, WTensor) or isinstance(zero_point, WTensor):
-        for part in (scale, zero_point):
-            if isinstance(part, WTensor) and part.shape not in ((), None):
-                raise Refusal("a per-tensor quantizer's scale or zero point is a tensor of more than one element")
-        raise CannotTell("a per-tensor quantizer's scale or zero point is a tensor: not emulated here")
+        _zero_dim_param(scale, "scale", QUANT_SCALE_DTYPES)
+        _zero_dim_param(zero_point, "zero point", QUANT_ZERO_POINT_DTYPES)
+        scale = 0.0 if isinstance(scale, WTensor) else scale
+        zero_point = 0 if isinstance(zero_point, WTensor) else zero_point
     if type(scale) not in (float, int, bool):
         raise Refusal(f"a per-tensor quantizer's scale is a {type_name(scale)}, not a float")
     if type(zero_point) is not int:
@@ -1129,6 +1129,26 @@ def _per_tensor_params(scale: Any, zero_point: Any) -> None:
         type(scale) is int and not -_QUANT_INDEX_LIMIT <= scale < _QUANT_INDEX_LIMIT
     ):
         raise Refusal("a per-tensor quantizer's scale or zero point does not fit 64 bits")
+
+
+def _zero_dim_param(part: Any, what: str, dtypes: frozenset[str]) -> None:
+    """A per-tensor quantizer's scale or zero point given as a tensor: torch's argument parser takes a plain 0-d
+    tensor on the CPU as its ``item()`` (a scale of a float, integer or bool dtype, a zero point of an integer one),
+    and refuses one of more dimensions, of another dtype, or needing grad."""
+    if not isinstance(part, WTensor):
+        return
+    if part.shape is None or part.type_name != "torch.Tensor" or not part.plain or part.location not in ("cpu", None):
+        raise CannotTell(f"a per-tensor quantizer's {what} is a tensor of a kind not emulated here")
+    if part.shape != ():
+        raise Refusal(f"a per-tensor quantizer's {what} is a tensor of {len(part.shape)} dimensions, not 0")
+    if part.requires_grad is not False:
+        raise Refusal(f"a per-tensor quantizer's {what} is a tensor that requires grad")
+    if part.dtype in dtypes:
+        return
+    if what == "zero point" and (part.dtype in _REAL_FLOATS or part.dtype == "bool"):
+        raise Refusal(f"a per-tensor quantizer's zero point is a {part.dtype} tensor, not an integer one")
+    # (a complex scale with no imaginary part is taken: the values are not read here)
+    raise CannotTell(f"a per-tensor quantizer's {what} is a {part.dtype} tensor: not emulated here")
 
 
 def _per_channel_params(scales: Any, zero_points: Any, axis: int, size: tuple[Any, ...]) -> None:
