@@ -8,9 +8,11 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from builders_weights_only import Rebuilt
 
 from ckpt_tui.cli import main
 
@@ -31,7 +33,7 @@ def compressed(layout: torch.layout, first: list[int], second: list[int], size: 
     )
 
 
-CASES: dict[str, Callable[[], torch.Tensor]] = {
+CASES: dict[str, Callable[[], Any]] = {
     "coo in range": lambda: coo([[0, 1, 1], [2, 0, 1]], (2, 3)),
     "coo past its size": lambda: coo([[0, 5], [0, 0]], (2, 2)),
     "coo past its second size": lambda: coo([[0, 1], [0, 3]], (2, 3)),
@@ -49,6 +51,56 @@ CASES: dict[str, Callable[[], torch.Tensor]] = {
     "bsr in range": lambda: compressed(torch.sparse_bsr, [0, 1, 2], [1, 0], (4, 4), block=(2, 2)),
     "bsr block column past the size": lambda: compressed(torch.sparse_bsr, [0, 1, 2], [1, 2], (4, 4), block=(2, 2)),
     "bsc in range": lambda: compressed(torch.sparse_bsc, [0, 1, 2], [0, 1], (4, 4), block=(2, 2)),
+}
+
+
+def rebuilt(layout: torch.layout, first: Any, second: Any, values: Any, size: tuple[int, ...]) -> Rebuilt:
+    """A compressed tensor pickled as torch.save pickles one, its parts as given (torch builds none of them)."""
+    first, second = (part if isinstance(part, torch.Tensor) else torch.tensor(part) for part in (first, second))
+    values = values if isinstance(values, torch.Tensor) else torch.ones(values)
+    return Rebuilt(torch._utils._rebuild_sparse_tensor, (layout, (first, second, values, size)))
+
+
+CSR = torch.sparse_csr
+# every check of torch's _validate_sparse_compressed_tensor_args (R11E-5: a short compressed index was clean)
+CASES |= {
+    "csr compressed indices one short": lambda: rebuilt(CSR, [0, 1, 3], [2, 0, 1], 3, (3, 3)),
+    "csr compressed indices one long": lambda: rebuilt(CSR, [0, 1, 3, 3, 3], [2, 0, 1], 3, (3, 3)),
+    "csr more plain indices than values": lambda: rebuilt(CSR, [0, 1, 3, 3], [2, 0, 1], 2, (3, 3)),
+    "csr columns unsorted in a row": lambda: rebuilt(CSR, [0, 1, 3, 3], [2, 1, 0], 3, (3, 3)),
+    "csr a column twice in a row": lambda: rebuilt(CSR, [0, 1, 3, 3], [2, 1, 1], 3, (3, 3)),
+    "csr sorted across rows in range": lambda: rebuilt(CSR, [0, 2, 3, 4], [1, 2, 0, 0], 4, (3, 3)),
+    "csr a row of more than its width": lambda: rebuilt(CSR, [0, 0, 4, 4], [0, 1, 2, 0], 4, (3, 3)),
+    "csr int16 indices": lambda: rebuilt(
+        CSR, torch.tensor([0, 1, 3, 3]).short(), torch.tensor([2, 0, 1]).short(), 3, (3, 3)
+    ),
+    "csr float indices": lambda: rebuilt(CSR, torch.tensor([0, 1, 3, 3.0]), torch.tensor([2, 0, 1.0]), 3, (3, 3)),
+    "csr int32 and int64 indices": lambda: rebuilt(CSR, torch.tensor([0, 1, 3, 3]).int(), [2, 0, 1], 3, (3, 3)),
+    "csr int32 indices in range": lambda: rebuilt(
+        CSR, torch.tensor([0, 1, 3, 3]).int(), torch.tensor([2, 0, 1]).int(), 3, (3, 3)
+    ),
+    "csr a size of three dimensions": lambda: rebuilt(CSR, [0, 1, 3, 3], [2, 0, 1], 3, (3, 3, 2)),
+    "csr values of no dimension": lambda: rebuilt(CSR, [0, 1, 3, 3], [2, 0, 1], torch.tensor(1.0), (3, 3)),
+    "csr compressed indices of no dimension": lambda: rebuilt(CSR, torch.tensor(0), [2, 0, 1], 3, (3, 3)),
+    "csr index parts of other dimensions": lambda: rebuilt(CSR, [[0, 1, 3, 3]], [2, 0, 1], 3, (3, 3)),
+    "csr strided compressed indices": lambda: rebuilt(
+        CSR, torch.tensor([0, 9, 1, 9, 3, 9, 3, 9])[::2], [2, 0, 1], 3, (3, 3)
+    ),
+    "csr batched in range": lambda: rebuilt(
+        CSR, [[0, 1, 3, 3], [0, 0, 0, 3]], [[2, 0, 1], [0, 1, 2]], (2, 3), (2, 3, 3)
+    ),
+    "csr batched, the second ending early": lambda: rebuilt(
+        CSR, [[0, 1, 3, 3], [0, 0, 0, 2]], [[2, 0, 1], [0, 1, 2]], (2, 3), (2, 3, 3)
+    ),
+    "csr batched, the second unsorted": lambda: rebuilt(
+        CSR, [[0, 1, 3, 3], [0, 0, 0, 3]], [[2, 0, 1], [0, 2, 1]], (2, 3), (2, 3, 3)
+    ),
+    "csr batch sizes that differ": lambda: rebuilt(
+        CSR, [[0, 1, 3, 3], [0, 0, 0, 3]], [[2, 0, 1], [0, 1, 2]], (2, 3), (3, 3, 3)
+    ),
+    "bsr a size its blocks do not divide": lambda: rebuilt(torch.sparse_bsr, [0, 1, 1], [0], (1, 2, 2), (3, 2)),
+    "bsr blocks in range": lambda: rebuilt(torch.sparse_bsr, [0, 1, 1], [0], (1, 2, 2), (4, 2)),
+    "csc rows unsorted in a column": lambda: rebuilt(torch.sparse_csc, [0, 2, 2], [1, 0], 2, (2, 2)),
 }
 
 

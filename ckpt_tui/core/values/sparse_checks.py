@@ -1,15 +1,15 @@
-"""Sparse tensors whose indices point outside the tensor: what ``check`` reads them for.
+"""Sparse tensors whose indices break torch's invariants: what ``check`` reads them for.
 
 torch.load (``weights_only=True`` too) rebuilds a sparse tensor without checking its indices unless
 ``torch.sparse.check_sparse_tensor_invariants`` is on (``torch._utils._validate_loaded_sparse_tensors``);
 the tensor loads, and ``to_dense()`` or any kernel on it then reads or writes outside its memory. Here
 the index parts are read in bounded chunks and checked as ``torch._validate_sparse_coo_tensor_args``
 and ``torch._validate_sparse_compressed_tensor_args`` check them: COO indices within the size in each
-sparse dimension; compressed indices starting at 0, never decreasing, ending at the number of stored
-elements, and plain indices within the size. Parts whose shapes torch's constructor itself refuses, and
-batched compressed tensors, are left to the loader's verdict; so is whether plain indices are sorted
-and distinct within a row (torch's invariant check refuses that too, but no kernel reads outside the
-tensor for it).
+sparse dimension; for CSR/CSC/BSR/BSC (batched too) every check of the latter, in its order: the parts'
+dimensions, batch sizes and blocks, as many compressed indices as runs + 1 and plain indices as stored
+elements, both int32 or both int64, compressed indices starting at 0, stepping by 0 to the width across,
+ending at the number of stored elements, and plain indices within the width, sorted and distinct within
+each run.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ COMPRESSED = {"sparse_csr": (0, 1), "sparse_bsr": (0, 1), "sparse_csc": (1, 0), 
 """Per compressed layout: which dimension of the size its compressed indices run over, which the plain ones."""
 
 TORCH_ACCEPTS = (
-    "torch.load accepts it (sparse indices are checked only under torch.sparse.check_sparse_tensor_invariants) "
-    "and using it reads or writes outside the tensor"
+    "torch.load accepts it (sparse indices are checked only under torch.sparse.check_sparse_tensor_invariants, "
+    "which refuses it) and using it may read or write outside the tensor"
 )
 
 
 def sparse_problem(
     tensor: Tensor, byteorder: str = "little", cancelled: Callable[[], bool] | None = None
 ) -> str | None:
-    """Why a sparse tensor's indices point outside it, in words; None when they do not (or it is not sparse).
+    """Why a sparse tensor's indices break torch's invariants, in words; None when they do not (or it is not
+    sparse).
 
     Raises :class:`ReadError` when an index part cannot be read (the caller reports it: its values part
     is what the NaN/Inf scan reads), :class:`Cancelled` when ``cancelled()`` turns true between chunks."""
@@ -81,46 +82,116 @@ def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
 
 
 def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> str | None:
+    """torch's ``_validate_sparse_compressed_tensor_args`` of a CSR/CSC/BSR/BSC tensor (batched too), in its order:
+    the parts' shapes, the index dtypes, then the indices (:func:`_compressed_index_problem`)."""
     compressed, plain, values, size = (*parts, None, None, None, None)[:4]
-    # the geometry: only what torch's constructor accepts is checked further (it says why for the rest)
+    if not (isinstance(compressed, Tensor) and isinstance(plain, Tensor) and isinstance(values, Tensor)):
+        return None
+    if not _is_size(size):
+        return None
     geometry = _compressed_geometry(kind, compressed, plain, values, size)
-    if geometry is None:
-        return None
+    if isinstance(geometry, str):
+        return geometry
+    if compressed.storage is not None and compressed.storage.location == "meta":
+        return None  # (torch checks only that a meta tensor stores nothing; its indices have no values)
     runs, width, nnz = geometry
-    if compressed.shape[0] != runs + 1 or not values.shape or values.shape[0] != nnz:
-        return None
-    # the compressed indices: from 0 to the stored count, never decreasing
-    first, last, falls = _monotone(compressed, chunks)
-    if first != 0:
-        return f"compressed indices start at {first}, not 0"
-    if falls:
+    return _compressed_index_problem(compressed, plain, runs, width, nnz, chunks)
+
+
+def _compressed_geometry(
+    kind: str, compressed: Tensor, plain: Tensor, values: Tensor, size: tuple[int, ...]
+) -> tuple[int, int, int] | str:
+    """The runs (rows of CSR and BSR blocks, columns of CSC and BSC ones), the width across them and the stored
+    count per batch, as torch's invariant check works them out; or why its shape and dtype checks refuse the parts
+    (a string)."""
+    names = "compressed indices", "plain indices"
+    batch = len(compressed.shape) - 1
+    block = 2 if kind in ("sparse_bsr", "sparse_bsc") else 0
+    dense = len(values.shape) - batch - block - 1
+    if batch < 0:
+        return "compressed indices of 0 dimensions"
+    if len(plain.shape) != len(compressed.shape):
+        return f"compressed indices of {len(compressed.shape)} dimensions, plain indices of {len(plain.shape)}"
+    if dense < 0:
+        return f"values of {len(values.shape)} dimensions, fewer than batch and block dimensions + 1"
+    for name, part in zip(names, (plain, compressed), strict=True):
+        if part.stride[-1:] != (1,):
+            return f"{name} not contiguous along their last dimension"
+    if len(size) != batch + 2 + dense:
+        return f"a size of {len(size)} dimensions for {batch} batch, 2 sparse and {dense} dense ones"
+    blocks = (max(1, values.shape[batch + 1]), max(1, values.shape[batch + 2])) if block else (1, 1)
+    batches = {tuple(size[:batch]), compressed.shape[:batch], plain.shape[:batch], values.shape[:batch]}
+    if len(batches) > 1:
+        return "batch dimensions that differ between the size and the parts"
+    if size[batch] % blocks[0] or size[batch + 1] % blocks[1]:
+        return f"a size {list(size[batch : batch + 2])} not divisible by its blocks {list(blocks)}"
+    along, across = COMPRESSED[kind]
+    runs, width = size[batch + along] // blocks[along], size[batch + across] // blocks[across]
+    nnz = values.shape[batch]
+    if compressed.shape[-1] != runs + 1:
+        return f"{compressed.shape[-1]} compressed indices for {runs} {_RUNS[kind]} (torch wants {runs + 1})"
+    if plain.shape[-1] != nnz:
+        return f"{plain.shape[-1]} plain indices for {nnz} stored elements"
+    if compressed.dtype != plain.dtype or compressed.dtype not in ("int32", "int64"):
+        dtypes = compressed.dtype if compressed.dtype == plain.dtype else f"{compressed.dtype} and {plain.dtype}"
+        return f"{dtypes} indices (torch wants both int32 or both int64)"
+    return runs, width, nnz
+
+
+_RUNS = {"sparse_csr": "rows", "sparse_csc": "columns", "sparse_bsr": "row blocks", "sparse_bsc": "column blocks"}
+
+
+def _compressed_index_problem(
+    compressed: Tensor, plain: Tensor, runs: int, width: int, nnz: int, chunks: Chunks
+) -> str | None:
+    """``_validate_compressed_sparse_indices``, batch by batch: compressed indices start at 0, end at the stored
+    count and step by 0 to the width; plain indices lie within the width, sorted and distinct within each run.
+    The compressed indices are read whole (one per run), the plain ones in chunks."""
+    read = [as_indices(c.reshape(-1), compressed.dtype) for c in chunks(compressed)]
+    starts = np.concatenate(read) if read else np.zeros(0, np.int64)
+    starts = starts.reshape(-1, runs + 1)
+    steps = np.diff(starts, axis=1)
+    if (starts[:, 0] != 0).any():
+        return f"compressed indices start at {int(starts[:, 0][starts[:, 0] != 0][0])}, not 0"
+    if (steps < 0).any():
         return "compressed indices decrease"
-    if last != nnz:
-        return f"compressed indices end at {last}, not at the {nnz} stored elements"
-    # the plain indices: within the width
+    if (starts[:, -1] != nnz).any():
+        return (
+            f"compressed indices end at {int(starts[:, -1][starts[:, -1] != nnz][0])}, not at the {nnz} stored elements"
+        )
+    if (steps > width).any():
+        return f"compressed indices step by {int(steps.max())}, more than the {width} places across"
     if nnz:
-        lows, highs = _row_bounds(plain, 1, nnz, chunks)
-        if lows[0] < 0 or highs[0] >= width:
-            bad = lows[0] if lows[0] < 0 else highs[0]
-            return f"plain index {bad} outside 0..{width - 1}"
+        return _plain_index_problem(plain, starts, width, nnz, chunks)
     return None
 
 
-def _compressed_geometry(kind: str, compressed: Any, plain: Any, values: Any, size: Any) -> tuple[int, int, int] | None:
-    """The runs (rows of CSR, columns of CSC, in blocks), the width across them and the stored count of an
-    unbatched compressed tensor with integer indices; None for any other."""
-    if not (isinstance(compressed, Tensor) and isinstance(plain, Tensor) and isinstance(values, Tensor)):
-        return None
-    if not _is_size(size) or len(size) != 2 or len(compressed.shape) != 1 or len(plain.shape) != 1:
-        return None  # batched (or malformed: torch's constructor says why)
-    if compressed.dtype.startswith("complex") or plain.dtype.startswith("complex"):
-        return None
-    along, across = COMPRESSED[kind]
-    blocked = kind in ("sparse_bsr", "sparse_bsc")
-    block = values.shape[1:3] if blocked and len(values.shape) >= 3 else (1, 1)
-    if 0 in block:
-        return None
-    return size[along] // block[along], size[across] // block[across], plain.shape[0]
+def _plain_index_problem(plain: Tensor, starts: np.ndarray, width: int, nnz: int, chunks: Chunks) -> str | None:
+    """Plain indices outside 0..width-1, or not increasing within a run (``starts``: each batch's compressed
+    indices, checked already)."""
+    position, previous = 0, 0
+    for chunk in chunks(plain):
+        values = as_indices(chunk.reshape(-1), plain.dtype)
+        low, high = (int(values.min()), int(values.max())) if values.size else (0, 0)
+        if low < 0 or high >= width:
+            return f"plain index {low if low < 0 else high} outside 0..{width - 1}"
+        while values.size:
+            batch, at = divmod(position, nnz)
+            part = values[: nnz - at]
+            places = np.arange(at, at + part.size)
+            run = np.searchsorted(starts[batch], places, side="right")
+            # each value against the one before it (the chunk's first against the last of the chunk before)
+            before = np.concatenate([[previous], part[:-1]])
+            same_run = np.concatenate([[at > 0 and run[0] == _run_of(starts[batch], at - 1)], run[1:] == run[:-1]])
+            if (same_run & (part <= before)).any():
+                return "plain indices not sorted and distinct within a run"
+            previous, position, values = int(part[-1]), position + part.size, values[part.size :]
+    return None
+
+
+def _run_of(starts: np.ndarray, place: int) -> int:
+    """The run (as :func:`numpy.searchsorted` numbers it) that stored element ``place`` lies in."""
+    return int(np.searchsorted(starts, place, side="right"))
 
 
 class IndexDtypeError(ValueError):
@@ -180,22 +251,6 @@ def _row_bounds(indices: Tensor, rows: int, width: int, chunks: Chunks) -> tuple
             position += take
             values = values[take:]
     return lows, highs
-
-
-def _monotone(indices: Tensor, chunks: Chunks) -> tuple[int, int, bool]:
-    """The first and last value of a 1-D integer tensor, and whether any value is below the one before it."""
-    first: int | None = None
-    previous: int | None = None
-    for chunk in chunks(indices):
-        values = as_indices(chunk.reshape(-1), indices.dtype)
-        if not values.size:
-            continue
-        if first is None:
-            first = int(values[0])
-        if (previous is not None and int(values[0]) < previous) or bool((np.diff(values) < 0).any()):
-            return first, int(values[-1]), True
-        previous = int(values[-1])
-    return first or 0, previous if previous is not None else 0, False
 
 
 def sparse_firsts(
