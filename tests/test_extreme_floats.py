@@ -103,3 +103,40 @@ def test_the_norm_series_says_which_files_hold_nan_or_inf(tmp_path: Path, capsys
     assert head.split() == ["layer", "first", "last", "last/first", "across"]
     row = next(line for line in out.splitlines() if line.split()[:1] == ["v"])
     assert row.index("×1") + 2 == head.index("last/first") + len("last/first")
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_magnitudes_are_float64_and_finite_where_torch_says_finite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype
+) -> None:
+    """|3e38+3e38j| overflows complex64's float32 abs, |1e308+1e308j| float64's: both parts are finite, so
+    torch.isfinite holds and neither is an Inf (was an Inf in stats and check, exit 1, for a finite complex64)."""
+    big = 3e38 if dtype == torch.complex64 else 1e308
+    torch.save({"c": torch.tensor([complex(big, big), 1 + 2j, -3j], dtype=dtype)}, tmp_path / "c.pth")
+    loaded = torch.load(tmp_path / "c.pth", weights_only=True)["c"]
+    assert bool(torch.isfinite(loaded).all())
+    code, data = run_json(capsys, "stats", "--json", tmp_path / "c.pth")
+    row = data["tensors"][0]  # type: ignore[index]
+    assert code == 0 and row["nan"] == row["inf"] == 0
+    assert row["min"] == loaded.to(torch.complex128).abs().min().item()  # 2.23606797749979, not float32's
+    assert row["max"] == pytest.approx(min(loaded.to(torch.complex128).abs().max().item(), 1.7976931348623157e308))
+    assert main(["check", str(tmp_path / "c.pth")]) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.complex32, torch.complex64, torch.complex128])
+def test_a_complex_element_with_an_inf_and_a_nan_part_counts_as_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype
+) -> None:
+    """torch's isnan and isinf both hold for (Inf, NaN): stats counts it in each, and check finds both (was Inf
+    only, from its magnitude)."""
+    nan, inf = float("nan"), float("inf")
+    values = [complex(inf, nan), 1 + 1j, complex(nan, 2), complex(-inf, 0), complex(nan, -inf)]
+    torch.save({"c": torch.tensor(values, dtype=dtype)}, tmp_path / "c.pth")
+    loaded = torch.load(tmp_path / "c.pth", weights_only=True)["c"]
+    code, data = run_json(capsys, "stats", "--json", tmp_path / "c.pth")
+    row = data["tensors"][0]  # type: ignore[index]
+    assert code == 1
+    assert (row["nan"], row["inf"]) == (int(torch.isnan(loaded).sum()), int(torch.isinf(loaded).sum()))
+    code, report = run_json(capsys, "check", "--json", tmp_path / "c.pth")
+    problem = report["problems"][0]  # type: ignore[index]
+    assert code == 1 and problem["first_nan"] == torch.isnan(loaded).nonzero()[0].tolist()

@@ -15,7 +15,7 @@ import numpy as np
 from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model.tree import Tensor
 from ckpt_tui.core.values.stats import TensorStats
-from ckpt_tui.core.values.tensor_values import TensorReader, decode, repeats_far_more
+from ckpt_tui.core.values.tensor_values import TensorReader, decode, nan_beside_inf, repeats_far_more
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,12 @@ def sparse_nonfinite(tensor: Tensor, byteorder: str = "little") -> NonFinite | N
 
 def _chunk_firsts(raw: np.ndarray, tensor: Tensor) -> tuple[int | None, int | None]:
     """The first NaN's and first Inf's offsets in one chunk (a complex value: of its magnitude, as the
-    statistics count it)."""
+    statistics count it, and a NaN where a part is NaN beside an Inf one, as torch's isnan says)."""
     with np.errstate(all="ignore"):
         values = decode(raw, tensor.dtype, tensor.metadata)
-    return _first(np.isnan(values)), _first(np.isinf(values))
+    nan = np.isnan(values)
+    beside = nan_beside_inf(raw, tensor.dtype)
+    return _first(nan if beside is None else nan | beside), _first(np.isinf(values))
 
 
 def _first(mask: np.ndarray) -> int | None:

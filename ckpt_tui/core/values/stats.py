@@ -21,7 +21,7 @@ import numpy as np
 
 from ckpt_tui.core.errors import Cancelled
 from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.values.tensor_values import RING_CHUNK, TensorReader, decode, decode_compact
+from ckpt_tui.core.values.tensor_values import RING_CHUNK, TensorReader, decode, decode_compact, nan_beside_inf
 
 STATS_CHUNK = RING_CHUNK
 """Elements summarised at once (see :data:`~ckpt_tui.core.values.tensor_values.RING_CHUNK`)."""
@@ -300,7 +300,9 @@ def _quiet_chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor
 def _chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read: int, step: int) -> _Part:
     """Statistics of one chunk of stored elements; ``read``: how many were read before it (for sampling)."""
     if not isinstance(repeats, int):
-        return _weighted_part(decode(raw, tensor.dtype, tensor.metadata), repeats.astype(np.float64), read, step)
+        weights = repeats.astype(np.float64)
+        weighted = _weighted_part(decode(raw, tensor.dtype, tensor.metadata), weights, read, step)
+        return _nan_beside_inf(weighted, raw, tensor.dtype, weights)
     values = decode_compact(raw, tensor.dtype, tensor.metadata)
     part = _Part(first=values[:16].astype(np.float64).tolist() if read == 0 else [])
     scratch = _scratch()
@@ -316,7 +318,18 @@ def _chunk_part(raw: np.ndarray, repeats: int | np.ndarray, tensor: Tensor, read
     if finite.size:
         picked = finite[(-read) % step :: step].astype(np.float64)  # a copy: a view would keep the chunk
         part.samples = (picked, repeats)
-    return part.repeated(repeats)
+    return _nan_beside_inf(part, raw, tensor.dtype).repeated(repeats)
+
+
+def _nan_beside_inf(part: _Part, raw: np.ndarray, dtype: str, weights: np.ndarray | None = None) -> _Part:
+    """``part`` with its complex elements whose one part is Inf and the other NaN counted as NaN too, as torch's
+    isnan counts them (their magnitude, Inf, is counted as such already)."""
+    if not part.posinf:
+        return part
+    beside = nan_beside_inf(raw, dtype)
+    if beside is not None:
+        part.nan += int(np.count_nonzero(beside)) if weights is None else _count(beside, weights)
+    return part
 
 
 def _finite_block(block: np.ndarray, scratch: np.ndarray) -> _Part | None:

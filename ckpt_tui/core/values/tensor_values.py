@@ -162,7 +162,7 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
         pairs = np.ascontiguousarray(raw).view(half).astype(np.float64).reshape(-1, 2)
         values = np.hypot(pairs[:, 0], pairs[:, 1])
     elif raw.dtype.kind == "c":
-        values = np.abs(raw).astype(np.float64)
+        values = _magnitudes(raw)
     elif dtype == "bool":
         # a bool byte other than 0 is True in torch (its value as a number is 1)
         values = (raw != 0).astype(np.float64)
@@ -172,6 +172,32 @@ def decode(raw: np.ndarray, dtype: str, metadata: dict[str, object] | None = Non
     if neg and dtype != "bool":
         values = -values
     return values
+
+
+def _magnitudes(raw: np.ndarray) -> np.ndarray:
+    """|z| of complex elements in float64, as torch's ``isfinite`` sees them: a complex64 is widened first
+    (its float32 ``abs`` overflows to Inf past 3.4e38 though both parts are finite), and a magnitude past
+    float64's range with finite parts is its largest finite value, never an Inf torch does not count."""
+    values = np.abs(raw.astype(np.complex128, copy=False))
+    overflow = np.isinf(values)
+    if overflow.any():
+        overflow &= np.isfinite(raw.real) & np.isfinite(raw.imag)
+        values[overflow] = np.finfo(np.float64).max
+    return values
+
+
+def nan_beside_inf(raw: np.ndarray, dtype: str) -> np.ndarray | None:
+    """Complex elements with one part Inf and the other NaN: torch's ``isnan`` and ``isinf`` both count them,
+    their magnitude (Inf) only the latter. None for a real dtype."""
+    if dtype == "complex32":
+        half = np.dtype(">f2") if raw.dtype.byteorder == ">" else np.dtype("<f2")
+        pairs = np.ascontiguousarray(raw).view(half).reshape(-1, 2)
+        real, imag = pairs[:, 0], pairs[:, 1]
+    elif raw.dtype.kind == "c":
+        real, imag = raw.real, raw.imag
+    else:
+        return None
+    return (np.isinf(real) & np.isnan(imag)) | (np.isnan(real) & np.isinf(imag))
 
 
 _SIGN_BITS = {"bfloat16": 0x8000, "float8_e4m3fn": 0x80, "float8_e5m2": 0x80, "float8_e4m3fnuz": 0x80}
