@@ -206,6 +206,10 @@ LEGACY_CASES: dict[str, dict[str, object]] = {
     "key_list_a_dict": {"keys": {"0": 1}},
     "key_list_a_set": {"keys": {"0"}},
     "key_list_an_int": {"keys": 0},
+    # legacy_load's storages are resizable: a tensor needing more grows its storage, whose blob is read at that size
+    "storage_grown_by_its_tensor": {"view": legacy_view("0", 4, 0, (5,), (1,)), "storages": [(5, FOUR + FOUR[:4])]},
+    "storage_grown_blob_too_short": {"view": legacy_view("0", 4, 0, (5,), (1,))},
+    "storage_of_none_grown": {"view": legacy_view("0", 0, 0, (4,), (1,))},
 }
 
 

@@ -18,7 +18,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage
+from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage, iter_tensors
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
 from ckpt_tui.core.readers.read_once import CHUNK, PickleBytes, ReadOnce, pickle_read
@@ -146,9 +146,31 @@ def read_legacy_stream(
     keys = iterated_keys(listed)
     if keys is None or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
+    _grow_to_tensors(root, ids.cache)
     problems = ids.problems()
     problems += _scan(read, base + file.tell(), keys, ids.cache, end, path)
     return root, problems
+
+
+def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView]) -> None:
+    """``legacy_load`` makes each storage ``UntypedStorage(nbytes)``, which is resizable: a tensor's ``set_`` grows
+    it to what the tensor needs, and its blob is then read at that size. Grown here as torch grows it (a storage
+    with a view into it is left as its persistent id says: the view's slice is not resizable)."""
+    viewed = {id(view.storage) for view in storages.values() if isinstance(view, StorageView)}
+    for _, tensor in iter_tensors(root):
+        storage = tensor.storage
+        if storage is None or id(storage) in viewed or not isinstance(storage.source, LegacyRecords):
+            continue
+        if tensor.kind != "dense" or 0 in tensor.shape or any(step < 0 for step in tensor.stride):
+            continue
+        needed = (
+            tensor.offset
+            + 1
+            + sum((count - 1) * step for count, step in zip(tensor.shape, tensor.stride, strict=False))
+        )
+        # (a tensor of another dtype than its storage is left to the reader's own checks)
+        if tensor.dtype == storage.dtype and needed > storage.numel:
+            storage.numel = needed
 
 
 NOT_ITERABLE = (int, float, bool, complex, type(None))

@@ -714,6 +714,8 @@ def _set_storage(storage: Any, offset: Any, size: Any, stride: Any, dtype: str) 
     needed = (offset + extent) * DTYPES[dtype][0]
     if needed > storage.nbytes and not storage.resizable:
         raise Refusal(f"a tensor needs {needed} bytes of a {storage.nbytes}-byte storage (not resizable)")
+    # set_ grows a resizable storage (a legacy one, a meta one) to what the tensor needs
+    storage.nbytes = max(storage.nbytes, needed)
 
 
 def _check_geometry_types(offset: Any, size: Any, stride: Any) -> None:

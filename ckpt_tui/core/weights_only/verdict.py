@@ -1053,7 +1053,9 @@ def _legacy_storage(pid: tuple[Any, ...], storages: dict[Any, WStorage], scan: F
     except TypeError:
         raise Refusal("a storage key is unhashable") from None
     if root is None:
-        root = storages[root_key] = WStorage(dtype, nbytes, root_key, place)
+        # legacy_load makes UntypedStorage(nbytes): resizable, so a tensor's set_ grows it, and the blob's count
+        # must then equal the grown size
+        root = storages[root_key] = WStorage(dtype, nbytes, root_key, place, resizable=True)
     if view is None:
         return root
     if not isinstance(view, (tuple, list)) or len(view) != 3:
