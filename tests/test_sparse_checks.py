@@ -61,6 +61,22 @@ def rebuilt(layout: torch.layout, first: Any, second: Any, values: Any, size: tu
     return Rebuilt(torch._utils._rebuild_sparse_tensor, (layout, (first, second, values, size)))
 
 
+def coo_saved(indices: list[list[int]], coalesced: bool) -> Rebuilt:
+    """A COO tensor pickled as torch.save pickles one, with its coalesced flag as given."""
+    values = torch.ones(len(indices[0]))
+    return Rebuilt(
+        torch._utils._rebuild_sparse_tensor, (torch.sparse_coo, (torch.tensor(indices), values, (2, 2), coalesced))
+    )
+
+
+# torch's _validate_sparse_coo_tensor_args on a tensor saved as coalesced: its coordinates rise, none twice
+CASES |= {
+    "coo saved coalesced, in range and sorted": lambda: coo_saved([[0, 1], [0, 0]], True),
+    "coo saved coalesced, unsorted": lambda: coo_saved([[1, 0], [0, 0]], True),
+    "coo saved coalesced, a coordinate twice": lambda: coo_saved([[0, 0], [1, 1]], True),
+    "coo not coalesced, a coordinate twice in range": lambda: coo_saved([[0, 0], [1, 1]], False),
+}
+
 CSR = torch.sparse_csr
 # every check of torch's _validate_sparse_compressed_tensor_args (R11E-5: a short compressed index was clean)
 CASES |= {

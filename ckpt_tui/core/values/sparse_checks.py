@@ -78,7 +78,35 @@ def _coo_problem(parts: tuple[Any, ...], chunks: Chunks) -> str | None:
             return f"sparse index {lows[dim]} in dimension {dim}, below 0"
         if highs[dim] >= size[dim]:
             return f"sparse index {highs[dim]} in dimension {dim}, past its size {size[dim]}"
+    marked = len(parts) > 3 and parts[3] is True
+    if marked and nnz > 1 and not _coalesced(indices, sparse_dim, nnz, chunks):
+        # torch: "cannot set is_coalesced to true if indices correspond to uncoalesced COO tensor"
+        return "indices saved as coalesced are not (each coordinate after the one before it, none twice)"
     return None
+
+
+def _coalesced(indices: Tensor, rows: int, width: int, chunks: Chunks) -> bool:
+    """Whether the ``width`` coordinates (columns of ``rows`` dimensions) rise strictly in row-major order, as a
+    coalesced COO tensor's do: dimension by dimension, each pair of neighbours not yet told apart is told by the
+    first dimension where they differ (one row and a flag per pair held at a time)."""
+    undecided = np.ones(width - 1, np.bool_)
+    row = np.empty(width, np.int64)
+    filled = 0
+    for chunk in chunks(indices):
+        values = as_indices(chunk.reshape(-1), indices.dtype)
+        while values.size:
+            take = min(values.size, width - filled)
+            row[filled : filled + take] = values[:take]
+            filled, values = filled + take, values[take:]
+            if filled < width:
+                continue
+            step = np.diff(row)
+            if bool((undecided & (step < 0)).any()):
+                return False
+            undecided &= step == 0
+            filled = 0
+    # (rows are read in order: a neighbour pair equal in every dimension is a coordinate given twice)
+    return not bool(undecided.any())
 
 
 def _compressed_problem(kind: str, parts: tuple[Any, ...], chunks: Chunks) -> str | None:
