@@ -307,8 +307,11 @@ def test_a_private_repo_names_hf_token_and_opens_with_it(tmp_path: Path, monkeyp
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Any:
     moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
+    s3fs = pytest.importorskip("s3fs")
     import boto3
+
+    # (fsspec keeps one filesystem per settings: a later test's server has another port)
+    s3fs.S3FileSystem.clear_instance_cache()
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -939,6 +942,19 @@ def test_a_listing_page_names_the_entries_directly_inside_its_folder_and_nothing
     )
     assert listed_entries(hostile, folder) == {"rank0.pt": False}
     assert listed_entries("<html><p>a site's page</p><a href='/'>home</a></html>", folder) is None
+    # a site's page that links to files is no listing (its links need not name every file): the loaders' names
+    # are asked for, as on a server that lists nothing
+    assert listed_entries("<html><title>Run 7</title><a href='model.safetensors'>weights</a></html>", folder) is None
+    python = "<title>Directory listing for /run/ckpt/</title><h1>Directory listing for /run/ckpt/</h1><a href=latest>"
+    assert listed_entries(python, folder) == {"latest": False}
+
+
+@pytest.mark.parametrize("relative", FOLDER_LAYOUTS)
+def test_every_folder_layout_opens_from_s3_by_its_folder_s_url(s3: Any, relative: str) -> None:
+    local = Path(__file__).parent / "fixtures" / relative
+    put_folder(s3, local, relative)
+    folder = f"s3://ckpts/{relative}"
+    assert outcome(folder, folder) == outcome(str(local), str(local))
 
 
 @pytest.mark.parametrize("relative", FOLDER_LAYOUTS)

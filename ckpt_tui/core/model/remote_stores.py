@@ -625,18 +625,27 @@ class _Sources:
 HREF = re.compile(r"""<a\s[^>]*?\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
 
 
+LISTING_TITLE = re.compile(r"<(?:title|h1)[^>]*>\s*(?:index of|directory listing)", re.IGNORECASE)
+"""How the servers title a folder's listing: ``Index of /run/`` (nginx, Apache, lighttpd), ``Directory listing for
+/run/`` (``python -m http.server``)."""
+
+
 def listed_entries(page: str, folder: str) -> dict[str, bool] | None:
     """The entries a folder's listing page (``python -m http.server``, nginx's autoindex, Apache's index) links
     to directly inside ``folder`` (a URL ending in ``/``), each with whether it is a folder (its link ends in
-    ``/``); None for a page linking to none (a site's page, not a listing). Links elsewhere (the parent, sort
-    orders, other hosts) and names that could not be a file's (``/``, ``..``) are left out."""
+    ``/``); None for a page that is no listing (titled as none, and no link to the parent folder: a site's page,
+    whose links need not name every file) or that links to no entry. Links elsewhere (the parent, sort orders,
+    other hosts) and names that could not be a file's (``/``, ``..``) are left out."""
     base = urllib.parse.urlsplit(folder)
+    parent = posixpath.dirname(base.path.rstrip("/")).rstrip("/") + "/"
     found: dict[str, bool] = {}
+    titled = LISTING_TITLE.search(page) is not None
     for match in HREF.finditer(page):
         href = html.unescape(next(group for group in match.groups() if group is not None)).strip()
         target = urllib.parse.urlsplit(urllib.parse.urljoin(folder, href))
         if (target.scheme, target.netloc) != (base.scheme, base.netloc) or target.query or target.fragment:
             continue
+        titled = titled or (target.path == parent and base.path != "/")
         if not target.path.startswith(base.path) or target.path == base.path:
             continue
         encoded = target.path[len(base.path) :]
@@ -645,7 +654,7 @@ def listed_entries(page: str, folder: str) -> dict[str, bool] | None:
         if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
             continue
         found[name] = is_folder
-    return found or None
+    return found if found and titled else None
 
 
 class HttpStore:
