@@ -374,3 +374,10 @@ def test_old_batchnorm_checkpoints_without_num_batches_tracked(
     torch.save(ddp_old, tmp_path / "ddp_old.pth")
     code, report = check_json(capsys, tmp_path / "ddp_old.pth", "--against", plain)
     assert code == 1 and report["suggestion"]["full_match"]
+
+
+def test_a_model_module_not_found_says_where_it_is_looked_for(tmp_path: Path, capsys) -> None:
+    torch.save({"w": torch.ones(2)}, tmp_path / "m.pth")
+    assert main(["check", str(tmp_path / "m.pth"), "--model", "no_such_models_here:make"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "No module named 'no_such_models_here'" in err and "PYTHONPATH" in err

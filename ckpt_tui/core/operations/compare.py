@@ -378,6 +378,14 @@ def reference_from_model(spec: str) -> Reference:
     try:
         factory: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
         model = factory()
+    except ModuleNotFoundError as exc:
+        # the module itself not found: it is looked for in this folder and on PYTHONPATH
+        where = (
+            " (run from the folder that holds it, or add that folder to PYTHONPATH)"
+            if exc.name == module_name.split(".")[0]
+            else ""
+        )
+        raise ReadError(f"--model {spec}: {type(exc).__name__}: {exc}{where}") from None
     except Exception as exc:  # the user's code can fail in any way; report it in one line
         raise ReadError(f"--model {spec}: {type(exc).__name__}: {exc}") from None
     state = model.state_dict() if hasattr(model, "state_dict") else model
