@@ -389,18 +389,25 @@ def _state_dict_findings(
     joined = _joined(keys)
     prefix = common_prefix(keys, lightning)
     compiled = _compiled_submodules(keys, prefix, joined)
-    if not prefix:
-        return [], compiled
-    start = f"all {len(keys)} keys under {where(path)} start with {printable(repr(prefix))}"
-    wrappers = [p + "." for p in prefix.split(".") if p + "." in PREFIX_ORIGINS]
     peft = peft_layout(keys) if joined is None or ADAPTER_MARK in joined else None
-    if peft is not None and peft.prefix:
-        message = f"all {len(keys)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
+    # a PEFT model's own keys say LoRA with no prefix left (base_model.model. stripped): still not the base model's
+    if not prefix and (peft is None or peft.adapter_only):
+        return [], compiled
+    if peft is not None and (peft.prefix or not peft.adapter_only):
+        message = (
+            f"all {len(keys)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
+            if peft.prefix
+            else f"the {len(keys)} keys under {where(path)}: "
+        )
         message += peft.describe()
         if peft.adapter_only:  # nothing to load into the base model alone: no fix
             return [Finding("peft", message, "info", path=path, prefix=peft.prefix)], compiled
         fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))
         return [Finding("peft", message, "warning", path=path, prefix=peft.prefix, fix=fix)], compiled
+    if not prefix:
+        return [], compiled
+    start = f"all {len(keys)} keys under {where(path)} start with {printable(repr(prefix))}"
+    wrappers = [p + "." for p in prefix.split(".") if p + "." in PREFIX_ORIGINS]
     fits = [] if lightning else fitting(keys)
     if fits:
         # the keys as they are fit a model layout core knows (a Hugging Face body under model.,

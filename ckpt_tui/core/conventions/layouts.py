@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ckpt_tui.core.model.describe import counted
@@ -30,6 +30,10 @@ WRAPPERS = ("module.", "_orig_mod.")
 LIGHTNING_MODEL = "model."
 PEFT_PREFIX = "base_model.model."
 PEFT_BASE = "base_layer"
+SAVED_COPIES = "modules_to_save"
+"""peft's ``ModulesToSaveWrapper`` (a head under ``task_type=SEQ_CLS``): ``.modules_to_save.<adapter>.`` is the
+copy that trains, ``.original_module.`` the frozen original beside it."""
+ORIGINAL_COPY = "original_module"
 HF_BODIES = ("model.", "transformer.")
 EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "shared.weight", "embed_in.weight")
 TIES = (
@@ -174,6 +178,12 @@ class PeftLayout:
     adapter_only: bool = False  # no base weights: what PeftModel.save_pretrained writes
     saved_modules: int = 0
     """Tensors beside the adapters in an adapter file: the trained copies of ``modules_to_save`` (a head)."""
+    trained_copy: str = ""
+    """The adapter whose ``modules_to_save`` copy the fix keeps (``default``): the copy that trained, the one
+    peft loads; ``""`` when no module is wrapped so."""
+    trained_keys: int = 0  # keys under .modules_to_save.<trained_copy>.
+    original_keys: int = 0  # keys under .original_module.: the untrained copies
+    other_copies: tuple[str, ...] = ()  # other adapters' modules_to_save copies, left out
 
     def describe(self) -> str:
         """In words."""
@@ -194,8 +204,19 @@ class PeftLayout:
             else f"the base weights beside them (no .{PEFT_BASE}.: an older peft)"
         )
         return (
-            f"PEFT/LoRA layout: {self.adapter_keys} adapter weights ({parts}), {base}; "
-            "the fix keeps the base weights and leaves the adapters out (merging them is not done here)"
+            f"PEFT/LoRA layout: {self.adapter_keys} adapter weights ({parts}), {base}; the fix keeps the base "
+            f"weights{self._saved_words()} and leaves the adapters out: the LoRA'd layers get the base model's "
+            "weights without the fine-tune (merging is not done here: peft's merge_and_unload() keeps it)"
+        )
+
+    def _saved_words(self) -> str:
+        if not self.trained_copy:
+            return ""
+        others = f", and the other adapters' ({', '.join(self.other_copies)})" if self.other_copies else ""
+        return (
+            f" and the trained modules_to_save copy ({counted(self.trained_keys, 'key')} under "
+            f".{SAVED_COPIES}.{self.trained_copy}., the copy peft loads), dropping the untrained "
+            f".{ORIGINAL_COPY}. ({counted(self.original_keys, 'key')}){others},"
         )
 
 
@@ -218,6 +239,8 @@ def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
     base = 0
     adapted: set[str] = set()
     others: set[str] = set()
+    copies: dict[str, int] = {}
+    originals = 0
     for key in keys:
         parts = key.split(".")
         found = [index for index, part in enumerate(parts[:-1]) if is_adapter_component(part)]
@@ -228,25 +251,68 @@ def peft_layout(keys: Sequence[str]) -> PeftLayout | None:
         elif key != "_metadata":
             others.add(".".join(parts[:-1]))
             base += PEFT_BASE in parts[:-1]
+            originals += ORIGINAL_COPY in parts[:-1]
+            copy = _saved_copy(parts)
+            if copy is not None:
+                copies[copy] = copies.get(copy, 0) + 1
     if not adapters:
         return None
-    wrapper = wrapper_prefix(keys)
-    has_prefix = all(k[len(wrapper) :].startswith(PEFT_PREFIX) for k in keys if k != "_metadata")
     # the layers the adapters wrap, none with its base weight: an adapter file, whose other tensors are the
     # trained copies of modules_to_save (peft saves a head so), never a base model to keep
     based = any(module in others or f"{module}.{PEFT_BASE}" in others for module in adapted)
     saved = 0 if based else sum(1 for k in keys if k != "_metadata") - adapters
-    prefix = wrapper + PEFT_PREFIX if has_prefix else ""
-    return PeftLayout(tuple(components), adapters, base, prefix, adapter_only=not based, saved_modules=saved)
+    layout = PeftLayout(tuple(components), adapters, base, _peft_prefix(keys), not based, saved)
+    if not based or not copies:
+        return layout
+    # peft loads its active adapter's copy: 'default' unless the run named its adapter otherwise
+    kept = "default" if "default" in copies else next(iter(copies))
+    rest = tuple(name for name in copies if name != kept)
+    return replace(layout, trained_copy=kept, trained_keys=copies[kept], original_keys=originals, other_copies=rest)
+
+
+def _saved_copy(parts: list[str]) -> str | None:
+    """The adapter a key's ``modules_to_save`` copy belongs to (``…classifier.modules_to_save.default.weight``)."""
+    if SAVED_COPIES not in parts:
+        return None
+    index = parts.index(SAVED_COPIES)
+    return parts[index + 1] if index + 2 < len(parts) else None
+
+
+def _peft_prefix(keys: Sequence[str]) -> str:
+    """``base_model.model.`` with the wrappers in front of it (DDP's ``module.``, a LightningModule's ``model.``),
+    when every key starts with that; else ``""``."""
+    listed = [k for k in keys if k != "_metadata"]
+    at = listed[0].find(PEFT_PREFIX) if listed else -1
+    if at < 0:
+        return ""
+    prefix = listed[0][: at + len(PEFT_PREFIX)]
+    if at and split_wrappers(prefix[:at]) is None:
+        return ""
+    return prefix if _all_under(listed, prefix) else ""
+
+
+def without_peft_parts(keys: Sequence[str]) -> Sequence[str]:
+    """The keys of a PEFT model that a model without peft has too: none under ``lora_*``, ``base_layer``,
+    ``original_module`` or ``modules_to_save`` (the keys themselves when they are no PEFT model's)."""
+    peft = peft_layout(keys)
+    if peft is None or peft.adapter_only:
+        return keys
+    marks = {PEFT_BASE, ORIGINAL_COPY, SAVED_COPIES}
+    return [k for k in keys if not any(p in marks or is_adapter_component(p) for p in k.split(".")[:-1])]
 
 
 def peft_fix(peft: PeftLayout) -> list[tuple[str, str]]:
-    """The ``convert`` options that make a PEFT state_dict the base model's: leave the adapters out,
-    strip ``base_model.model.``, take the ``base_layer`` out of the wrapped layers' keys. ``check --model``
+    """The ``convert`` options that make a PEFT state_dict the base model's: leave the adapters out (and the
+    untrained ``original_module`` copies of ``modules_to_save``), strip ``base_model.model.``, take the
+    ``base_layer`` (and ``modules_to_save.<adapter>``) out of the wrapped layers' keys. ``check --model``
     searches from these edits, and ``info`` offers them as they are."""
     pairs = [("--drop-keys", f"*.{glob_escape(component)}.*") for component in peft.adapter_components]
+    if peft.trained_copy:
+        pairs.append(("--drop-keys", f"*.{ORIGINAL_COPY}.*"))
+        pairs += [("--drop-keys", f"*.{SAVED_COPIES}.{glob_escape(name)}.*") for name in peft.other_copies]
     pairs += [("--strip-prefix", peft.prefix)] if peft.prefix else []
-    return pairs + ([("--rename-infix", f"{PEFT_BASE}=")] if peft.base_layers else [])
+    pairs += [("--rename-infix", f"{PEFT_BASE}=")] if peft.base_layers else []
+    return pairs + ([("--rename-infix", f"{SAVED_COPIES}.{peft.trained_copy}=")] if peft.trained_copy else [])
 
 
 # ---- EMA ----------------------------------------------------------------------------------

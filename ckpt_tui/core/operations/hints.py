@@ -13,7 +13,7 @@ from typing import Any
 
 from ckpt_tui.core.conventions.architectures import FIT_SHARE, fitting
 from ckpt_tui.core.conventions.findings import COMMON_MODULE_NAMES, Finding, Fix, where
-from ckpt_tui.core.conventions.layouts import holds_lightning_weights
+from ckpt_tui.core.conventions.layouts import holds_lightning_weights, without_peft_parts
 from ckpt_tui.core.conventions.state_dicts import inner_state_dict, tensor_items
 from ckpt_tui.core.errors import CkptError
 from ckpt_tui.core.model.describe import counted
@@ -78,7 +78,8 @@ def judge_fix(
     one look at their first components.
     """
     measured = [k.split(".", 1)[1] for k in before if "." in k] if lightning else before
-    fits = fitting(measured)
+    # a LoRA'd layer's keys (base_layer, lora_A) are no model's: only the rest fit it as they are
+    fits = fitting(without_peft_parts(measured))
     own_count = own.fit(before) if own is not None else 0
     owned = own is not None and own_count >= FIT_SHARE * max(1, len(before))
     if not fits and not owned and not callable(after):
