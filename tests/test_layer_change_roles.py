@@ -70,4 +70,7 @@ def test_nan_or_inf_left_out_is_named(tmp_path: Path, capsys: pytest.CaptureFixt
     torch.save(b, tmp_path / "b.pth")
     assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--stats"]) == 1
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
-    assert notes == ["note: 1 position holds NaN or Inf on either side, left out of the sums: in score"]
+    assert notes == [
+        "note: 1 tensor not compared, every value NaN or Inf on a side (score): no change to give, and none left in "
+        "the median or the layers that moved"
+    ]

@@ -20,6 +20,7 @@ from ckpt_tui.core.model.keypath import Attr, Key, KeyPath, to_python, to_slash
 from ckpt_tui.core.model.tree import Checkpoint, Opaque, Tensor, children, get, has_children, hidden_parts, walk
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches
 from ckpt_tui.core.values.fingerprint import Fingerprints
+from ckpt_tui.core.values.nonfinite import SideCounts, side_counts
 from ckpt_tui.core.values.stats import BLOCK_ELEMENTS, STATS_THREADS, in_chunk_order, worker_pool
 from ckpt_tui.core.values.tensor_values import (
     CHUNK_ELEMENTS,
@@ -43,6 +44,8 @@ class TensorDiff:
     nan_mismatch: bool = False
     role: str = "parameter"
     """A model ``parameter``, a ``buffer``, a ``counter`` or ``optimizer state`` (reports list them in that order)."""
+    sides: SideCounts | None = None
+    """The NaN and Inf on each side, for a pair whose NaN positions differ: what its row says."""
 
 
 @dataclass
@@ -99,6 +102,7 @@ class DiffReport:
                     "max_abs_diff": d.max_abs,
                     "allclose": d.close,
                     "nan_mismatch": d.nan_mismatch,
+                    "nonfinite_sides": d.sides.to_json() if d.sides is not None else None,
                     "role": d.role,
                 }
                 for d in self.value_changes
@@ -423,7 +427,11 @@ def _diff_common(
             progress(index, len(common))
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             if _diff_tensors(path, x, y, report, kinds) and report.values_not_compared is None:
+                before = len(report.value_changes)
                 _record(path, values.next(x, y), report, tensor_role(path, x, model_at))
+                if len(report.value_changes) > before and report.value_changes[-1].nan_mismatch:
+                    # (a second read, for the few pairs whose NaN differ: which side holds them, how many)
+                    report.value_changes[-1].sides = side_counts(x, y, *values.orders)
             elif _cast(x, y) and report.values_not_compared is None:
                 report.dtype_values[key_text(path)] = _cast_values(_compared(x, y, *values.orders))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):

@@ -8,7 +8,8 @@ a time, both sides together, into float64 sums of a², b², (a−b)² and a·b, 
 - ``norm_a`` ‖a‖ and ``norm_b`` ‖b‖.
 
 NaN and Inf: the sums run over the positions where both a and b are finite; ``nonfinite`` counts
-the positions left out (a layer where every position is NaN has norms 0 and no change). Values are
+the positions left out, and ``sides`` how many NaN and Inf each side holds (a layer with no position finite
+on both sides has no numbers at all: it is not compared, and no change of 0). Values are
 decoded as :func:`~ckpt_tui.core.values.tensor_values.decode` reads them, so two files of different float
 dtypes compare by value; complex tensors keep both parts (:func:`~ckpt_tui.core.values.tensor_values.decode_complex`)
 and are summed as pairs of reals, so the cosine is Re⟨a,b⟩/(‖a‖‖b‖) and a sign or phase change shows.
@@ -36,6 +37,7 @@ from ckpt_tui.core.model.keypath import KeyPath, file_path_json, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
 from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
+from ckpt_tui.core.values.nonfinite import SideCounts, side_counts
 from ckpt_tui.core.values.pair_sums import NO_SUMS, PairSums, pair_sums, wide_sums
 from ckpt_tui.core.values.stats import (
     DOT_SEGMENT,
@@ -77,6 +79,14 @@ class LayerChange:
     role: str = "parameter"
     """What the tensor is: ``parameter``, ``buffer`` (BatchNorm statistics), ``counter`` (an integer
     tensor such as ``num_batches_tracked``) or ``optimizer state``; see :func:`role`."""
+    sides: SideCounts | None = None
+    """The NaN and Inf on each side, for a layer holding some (``nonfinite``): what its row says."""
+
+    @property
+    def not_compared(self) -> bool:
+        """Whether no position is finite on both sides (one side all NaN or Inf): a row with no numbers,
+        which is no change of 0."""
+        return self.note is None and self.nonfinite > 0 and self.norm_a is None
 
     @property
     def key(self) -> str:
@@ -94,6 +104,7 @@ class LayerChange:
             "nonfinite": self.nonfinite,
             "note": self.note,
             "role": self.role,
+            "nonfinite_sides": self.sides.to_json() if self.sides is not None else None,
         }
 
 
@@ -107,8 +118,13 @@ class LayerChangeReport:
 
     @property
     def measured(self) -> list[LayerChange]:
-        """The rows that have numbers."""
+        """The rows of layers both sides hold alike (with numbers, or NaN/Inf where they would be)."""
         return [layer for layer in self.layers if layer.note is None]
+
+    @property
+    def compared(self) -> list[LayerChange]:
+        """The rows that have numbers: measured, not all NaN/Inf on a side."""
+        return [layer for layer in self.layers if layer.note is None and not layer.not_compared]
 
     @property
     def unchanged(self) -> bool:
@@ -163,6 +179,9 @@ def layer_change(
         else:
             found.path = path
         found.role = role(path, x, model_at)
+        if found.nonfinite:
+            # (a second read of the pair, for the few holding NaN/Inf: which side holds them, how many)
+            found.sides = side_counts(x, y, a.byteorder, b.byteorder, cancelled)
         report.layers.append(found)
     report.layers += [
         LayerChange(p, note="only in B", role=role(p, v, model_at))

@@ -474,18 +474,20 @@ def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, 
     optimizer state. A row says how far apart the values are; ``within allclose`` when they are close."""
     sections = []
     for role, changes in _by_role(report).items():
-        items: list[tuple[str, str, Jump]] = [
-            (
-                d.key,
-                f": max |a-b| {d.max_abs:.6g}"
-                + (", within allclose" if d.close else "")
-                + (", NaN positions differ" if d.nan_mismatch else ""),
-                d.key,
-            )
-            for d in changes
-        ]
+        items: list[tuple[str, str, Jump]] = [(d.key, _value_change(d), d.key) for d in changes]
         sections.append((VALUE_SECTIONS.get(role, f"value changes: {role}"), items))
     return sections
+
+
+def _value_change(d: Any) -> str:
+    """How far apart a pair's values are; one whose NaN differ says where they are, marked ``!`` (its largest
+    difference is over the positions finite on both sides only, and none when one side has none)."""
+    if d.sides is not None and d.sides.whole_side:
+        return f": ! {d.sides.words()}"
+    apart = f"max |a-b| {d.max_abs:.6g}" + (", within allclose" if d.close else "")
+    if d.sides is not None:
+        return f": ! {d.sides.words()}; {apart} where both are finite"
+    return f": {apart}" + (", NaN positions differ" if d.nan_mismatch else "")
 
 
 Jump = str | KeyPath | None
@@ -630,7 +632,8 @@ def _extremes(measured: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
         (layer for layer in measured if layer.role in ("buffer", "counter") and layer.relative_change != 0),
         key=lambda layer: -math.inf if layer.relative_change is None else -layer.relative_change,
     )[:BUFFERS_SHOWN]
-    most = parameters[::-1][:EXTREMES]
+    # a layer that did not move never moved most (a frozen one, when the rest could not be compared)
+    most = [layer for layer in parameters[::-1] if layer.relative_change][:EXTREMES]
     # with few layers the least moved would repeat the most moved: each layer is listed once
     least = [layer for layer in parameters[:EXTREMES] if not any(layer is m for m in most)]
     return most, least, others
@@ -642,20 +645,28 @@ def _layer_notes(report: LayerChangeReport) -> list[str]:
     if report.alignment is not None:
         how = join_command(report.alignment.options())
         notes.append(printable(report.alignment.describe()) + f": compare that way with {how}")
-    holding = [layer for layer in report.measured if layer.nonfinite]
+    holding = [layer for layer in report.compared if layer.nonfinite]
     if holding:
         nonfinite = sum(layer.nonfinite for layer in holding)
         named = ", ".join(_fitted(layer.key, "", NAMED_WIDTH) for layer in holding[:NONFINITE_NAMED])
         more = f" and {len(holding) - NONFINITE_NAMED} more" if len(holding) > NONFINITE_NAMED else ""
         holds = "position holds" if nonfinite == 1 else "positions hold"
         notes.append(f"{nonfinite} {holds} NaN or Inf on either side, left out of the sums: in {named}{more}")
+    blank = [layer for layer in report.measured if layer.not_compared]
+    if blank:
+        named = ", ".join(_fitted(layer.key, "", NAMED_WIDTH) for layer in blank[:NONFINITE_NAMED])
+        more = f" and {len(blank) - NONFINITE_NAMED} more" if len(blank) > NONFINITE_NAMED else ""
+        notes.append(
+            f"{counted(len(blank), 'tensor')} not compared, every value NaN or Inf on a side ({named}{more}): "
+            "no change to give, and none left in the median or the layers that moved"
+        )
     return notes
 
 
 def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     """``12 layers compared, 3 unchanged, median relative change 0.01`` (``… of the parameters`` when
     buffers, counters or optimizer state were measured too)."""
-    measured = report.measured
+    measured = report.compared
     unchanged = sum(1 for c in changes if c == 0)
     model = sum(1 for layer in measured if layer.role in MODEL_ROLES)
     if 0 < model < len(measured):
@@ -670,8 +681,12 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
         counts += f", median relative change of the parameters {_median(weights):.3g}"
     elif changes:
         counts += f", median relative change {_median(changes):.3g}"
+    blank = sum(1 for layer in report.layers if layer.not_compared)
     if len(measured) < len(report.layers):
-        counts += f", {len(report.layers) - len(measured)} not compared"
+        left = len(report.layers) - len(measured)
+        counts += f", {left} not compared"
+        if blank:
+            counts += ": all NaN/Inf on a side" if blank == left else f" ({blank} all NaN/Inf on a side)"
     return counts
 
 
@@ -692,24 +707,38 @@ def _layer_columns(width: int) -> str:
 
 def _layer_table(measured: list[Any], keys: list[str], width: int) -> list[Row]:
     """Per layer: relative change, cosine and both norms, a row each (under :func:`_layer_columns`)."""
-    from ckpt_tui.core.values.text_plots import number, shared_start, shorten_all
+    from ckpt_tui.core.values.text_plots import shared_start, shorten_all
 
     name = width - 4 * 10
     cut = len(shared_start(keys))
     # one rule for the whole column: the keys line up and read alike
     names = shorten_all([printable(key[cut:]) for key in keys], name)
     return [
-        Row(
-            shown.ljust(name)
-            + " "
-            + change_text(layer).rjust(9)
-            + " "
-            + cosine_text(layer.cosine).rjust(COSINE_WIDTH)
-            + "".join(" " + number(v) for v in (layer.norm_a, layer.norm_b)),
-            key=key,
-        )
+        Row(shown.ljust(name) + _table_numbers(layer), key=key)
         for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
+
+
+def _table_numbers(layer: Any) -> str:
+    """A table row's four columns; a layer holding NaN/Inf says where, marked ``!``, in place of what its
+    values cannot give: all four for one with no position finite on both sides, the norms for the rest."""
+    from ckpt_tui.core.values.text_plots import number
+
+    said = nonfinite_text(layer)
+    if layer.not_compared:
+        return " " + f"! {said}".rjust(4 * 10 - 1)
+    norms = "".join(" " + number(v) for v in (layer.norm_a, layer.norm_b))
+    if said:
+        norms = " " + (f"! {said}" if len(said) <= 2 * 10 - 3 else f"! {layer.nonfinite} NaN/Inf").rjust(2 * 10 - 1)
+    return " " + change_text(layer).rjust(9) + " " + cosine_text(layer.cosine).rjust(COSINE_WIDTH) + norms
+
+
+def nonfinite_text(layer: Any) -> str:
+    """Where a layer's NaN/Inf are (``all 2048 NaN in B``), ``NaN/Inf on either side`` when the sides could
+    not be read apart; ``""`` for a layer holding none."""
+    if not layer.nonfinite:
+        return ""
+    return str(layer.sides.words()) if layer.sides is not None else f"{layer.nonfinite} NaN/Inf on either side"
 
 
 def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) -> list[Row]:
@@ -724,20 +753,27 @@ def _layer_plot(measured: list[Any], keys: list[str], width: int, top: float) ->
     plot_width = width - plot_name - plot_value - 2
     names = shorten_all(whole, plot_name)
     return [
-        Row(
-            shown.ljust(plot_name)
-            + " "
-            + _scaled_bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width)
-            + " "
-            + change_text(layer).rjust(plot_value),
-            key=key,
-        )
+        Row(shown.ljust(plot_name) + " " + _plotted(layer, plot_width, plot_value, top), key=key)
         for layer, key, shown in zip(measured, keys, names, strict=True)
     ]
 
 
 PLOT_BARS = 24
 """Cells the bars of the per-layer plot keep at the least, when the names would take them."""
+
+
+def _plotted(layer: Any, plot_width: int, plot_value: int, top: float) -> str:
+    """A plot row's bar and value; a layer with nothing to plot (no position finite on both sides) says why
+    where its bar would be, and one holding NaN/Inf has its value marked ``!``."""
+    if layer.not_compared:
+        return f"! {nonfinite_text(layer)}"[:plot_width].ljust(plot_width) + " " + "-".rjust(plot_value)
+    value = change_text(layer)
+    value = f"!{value}" if layer.nonfinite and len(value) < plot_value else value
+    return (
+        _scaled_bar((layer.relative_change or 0.0) / top if top > 0 else 0.0, plot_width)
+        + " "
+        + value.rjust(plot_value)
+    )
 
 
 def _scaled_bar(fraction: float, width: int) -> str:
@@ -754,8 +790,10 @@ def _change(layer: Any) -> float:
 
 
 def _extreme(layer: Any) -> tuple[str, str, str]:
-    """A row of the layers that moved most or least: its key, how far, the key it jumps to."""
-    return (layer.key, f": {layer.relative_change:.3g} (cosine {cosine_text(layer.cosine)})", layer.key)
+    """A row of the layers that moved most or least: its key, how far, the key it jumps to (and, marked ``!``,
+    the NaN/Inf left out of its sums)."""
+    held = f" ! {nonfinite_text(layer)}" if layer.nonfinite else ""
+    return (layer.key, f": {layer.relative_change:.3g} (cosine {cosine_text(layer.cosine)}){held}", layer.key)
 
 
 def change_text(layer: Any) -> str:

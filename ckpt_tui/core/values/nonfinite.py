@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ckpt_tui.core.errors import ReadError
+from ckpt_tui.core.errors import Cancelled, CkptError, ReadError, ReadStopped
 from ckpt_tui.core.model.tree import Tensor
-from ckpt_tui.core.values.stats import TensorStats
+from ckpt_tui.core.values.stats import TensorStats, tensor_stats
 from ckpt_tui.core.values.tensor_values import TensorReader, decode, nan_beside_inf, repeats_far_more
 
 
@@ -129,3 +129,49 @@ def describe_nonfinite(stats: TensorStats, where: NonFinite | None) -> str:
     firsts = (("NaN", where.first_nan), ("Inf", where.first_inf))
     places = [f"first {name} at {list(at)}" for name, at in firsts if at is not None]
     return text + ("; " + ", ".join(places) if places else "")
+
+
+@dataclass(frozen=True)
+class SideCounts:
+    """How many NaN and Inf each side of a compared pair holds, of ``numel`` values each: what a per-layer row
+    and a diff row say in place of numbers summed over the positions left (``all 2048 NaN in B``)."""
+
+    numel: int
+    nan_a: int = 0
+    inf_a: int = 0
+    nan_b: int = 0
+    inf_b: int = 0
+
+    def words(self, a: str = "A", b: str = "B") -> str:
+        """``all 2048 NaN in B``, ``3 NaN in B``, ``1 NaN in A, 5 NaN and 2 Inf in B``."""
+        sides = [(side, nan, inf) for side, nan, inf in ((a, self.nan_a, self.inf_a), (b, self.nan_b, self.inf_b))]
+        return ", ".join(f"{self._side(nan, inf)} in {side}" for side, nan, inf in sides if nan or inf)
+
+    def _side(self, nan: int, inf: int) -> str:
+        if nan + inf == self.numel > 0:
+            kinds = "NaN" if not inf else "Inf" if not nan else "NaN or Inf"
+            return f"all {self.numel} {kinds}"
+        return " and ".join(f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf")) if count)
+
+    @property
+    def whole_side(self) -> bool:
+        """Whether one side holds no finite value at all (nothing of the pair can be compared)."""
+        return self.numel > 0 and self.numel in (self.nan_a + self.inf_a, self.nan_b + self.inf_b)
+
+    def to_json(self) -> dict[str, int]:
+        """``{"nan_a", "inf_a", "nan_b", "inf_b"}``."""
+        return {"nan_a": self.nan_a, "inf_a": self.inf_a, "nan_b": self.nan_b, "inf_b": self.inf_b}
+
+
+def side_counts(
+    x: Tensor, y: Tensor, order_a: str, order_b: str, cancelled: Callable[[], bool] | None = None
+) -> SideCounts | None:
+    """The NaN and Inf of each side of a pair (a second read, made only for a pair found to hold some); None
+    when a side cannot be read."""
+    try:
+        first, second = tensor_stats(x, order_a, cancelled), tensor_stats(y, order_b, cancelled)
+    except (Cancelled, ReadStopped):
+        raise
+    except CkptError:
+        return None
+    return SideCounts(x.numel, first.nan, first.inf, second.nan, second.inf)

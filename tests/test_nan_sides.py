@@ -1,0 +1,89 @@
+"""A layer that went NaN between two saves (as a run diverging leaves it): diff --stats and diff (the CLI, and
+the browser's per-layer and diff reports, written by the same functions) say which side holds how many, marked
+``!``, and the headline's median and the layers that moved are over the layers actually compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckpt_tui.cli import main
+from ckpt_tui.core.model.tree import Checkpoint
+from ckpt_tui.core.operations.diff import diff
+from ckpt_tui.core.operations.layer_change import layer_change
+from ckpt_tui.core.operations.reports import describe_diff, describe_layer_change, render_text
+from ckpt_tui.core.readers.open import open_checkpoint
+
+
+def two_steps(tmp_path: Path) -> tuple[Path, Path]:
+    """Step A; step B with 0.weight frozen, 1.weight all NaN, 2.weight 3 NaN and moved, 2.bias moved."""
+    torch.manual_seed(0)
+    a = {
+        "0.weight": torch.randn(8, 8),
+        "1.weight": torch.randn(64, 32),
+        "2.weight": torch.randn(16),
+        "2.bias": torch.randn(4),
+    }
+    b = {key: value.clone() for key, value in a.items()}
+    b["1.weight"].fill_(float("nan"))
+    b["2.weight"] += 0.5
+    b["2.weight"][:3] = float("nan")
+    b["2.bias"] += 0.1
+    torch.save({"step": 1, "model": a}, tmp_path / "a.pt")
+    torch.save({"step": 2, "model": b}, tmp_path / "b.pt")
+    return tmp_path / "a.pt", tmp_path / "b.pt"
+
+
+def opened(path: Path) -> Checkpoint:
+    return open_checkpoint(str(path))
+
+
+def test_stats_rows_say_which_side_holds_the_nan_and_the_headline_counts_only_what_was_compared(tmp_path, capsys):
+    a, b = two_steps(tmp_path)
+    assert main(["diff", str(a), str(b), "--stats"]) == 1
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("per-layer change: 3 layers compared, 1 unchanged, median relative change ")
+    assert lines[0].endswith(", 1 not compared: all NaN/Inf on a side")
+    assert not lines[0].endswith("median relative change 0")
+    table = text.split("per layer", 1)[1].split("relative change by layer", 1)[0]
+    row = next(line for line in table.splitlines() if line.strip().startswith("1.weight"))
+    assert row.rstrip().endswith("! all 2048 NaN in B") and " - " not in row
+    partial = next(line for line in table.splitlines() if line.strip().startswith("2.weight"))
+    assert partial.rstrip().endswith("! 3 NaN in B")
+    most = text.split("moved most", 1)[1].split("\n\n", 1)[0].split("moved least", 1)[0]
+    assert "0.weight" not in most and "1.weight" not in most
+    assert "2.weight: " in most and "! 3 NaN in B" in most
+
+
+def test_stats_json_gives_each_sides_counts(tmp_path, capsys):
+    a, b = two_steps(tmp_path)
+    assert main(["diff", str(a), str(b), "--stats", "--json"]) == 1
+    rows = {row["path"][-1]: row for row in json.loads(capsys.readouterr().out)["layers"]}
+    assert rows["1.weight"]["nonfinite_sides"] == {"nan_a": 0, "inf_a": 0, "nan_b": 2048, "inf_b": 0}
+    assert rows["2.weight"]["nonfinite_sides"]["nan_b"] == 3
+    assert rows["0.weight"]["nonfinite_sides"] is None
+
+
+def test_value_rows_say_all_nan_in_b_not_max_difference_0(tmp_path, capsys):
+    a, b = two_steps(tmp_path)
+    assert main(["diff", str(a), str(b)]) == 1
+    text = capsys.readouterr().out
+    assert "model/1.weight: ! all 2048 NaN in B\n" in text
+    assert "model/2.weight: ! 3 NaN in B; max |a-b| 0.5 where both are finite" in text
+    assert "max |a-b| 0, NaN positions differ" not in text
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_the_browsers_reports_say_the_same_in_their_width(tmp_path, width):
+    a, b = two_steps(tmp_path)
+    first, second = opened(a), opened(b)
+    stats = render_text(describe_layer_change(layer_change(first, second), "a.pt", "b.pt", width))
+    values = render_text(describe_diff(diff(first, second), "a.pt", "b.pt", width=width))
+    assert "! all 2048 NaN in B" in stats and "! all 2048 NaN in B" in values
+    assert "1 not compared: all NaN/Inf on a side" in stats
+    table = stats.split("per layer", 1)[1].split("moved most", 1)[0]
+    assert all(len(line) <= width + 2 for line in table.splitlines() if line.startswith("  "))
