@@ -108,7 +108,7 @@ def test_check_against_keeps_the_trained_head_and_drops_the_original(tmp_path, c
 def test_info_names_the_lora_layout_under_the_lightning_prefix_with_its_whole_fix(tmp_path, capsys):
     run, merged = lora_run(tmp_path, "default")
     found = info_json(capsys, run)["findings"]
-    peft_finding = next(f for f in found if "PEFT/LoRA layout" in f["message"])
+    peft_finding = next(f for f in found if "a PEFT/LoRA model's" in f["message"])
     assert "'model.base_model.model.'" in peft_finding["message"]
     assert "without the fine-tune" in peft_finding["message"]
     assert main(["info", str(run)]) == 0
@@ -125,10 +125,32 @@ def test_a_lora_model_with_its_prefix_stripped_is_still_named_and_fits_nothing_a
     assert main([*strip, "--strip-prefix", "model.base_model.model."]) == 0
     capsys.readouterr()
     found = info_json(capsys, stripped)["findings"]
-    assert any("PEFT/LoRA layout" in f["message"] and f.get("fix") for f in found)
+    assert any("a PEFT/LoRA model's" in f["message"] and f.get("fix") for f in found)
     assert main(["check", str(stripped), "--against", str(tmp_path / "plain.pth"), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     # base_layer and lora_A keys are no BertFor* model's: the fix gives up no fit they do not have
     assert not any("fit as they are" in note for note in report["notes"])
     run_printed(capsys, report["suggestion"]["command"])
     assert_fixed(tmp_path / "stripped.fixed.pth", merged)
+
+
+async def test_the_browser_header_names_the_lora_layout_when_the_file_opens(tmp_path):
+    from builders_tui import header, loaded
+
+    from ckpt_tui.tui.app import CkptApp
+
+    run, _ = lora_run(tmp_path, "default")
+    app = CkptApp(str(run))
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.pause(0.5)
+        assert "'model.base_model.model.', a PEFT/LoRA model's" in " ".join(header(app).split())
+
+
+def test_a_peft_finding_names_the_keys_it_has_no_browser_key_for():
+    from ckpt_tui.core.conventions.findings import Finding, Fix
+    from ckpt_tui.tui.widgets.summary import finding_text
+
+    fix = Fix("--extract", "state_dict", (("--drop-keys", "*.lora_A.*"), ("--strip-prefix", "base_model.model.")))
+    text = finding_text(Finding("inner-state-dict", "the model weights are under x", "warning", fix=fix)).plain
+    assert "x on it extracts it, then p strips it: part of the fix; c with your model stages all" in text

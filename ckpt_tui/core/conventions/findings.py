@@ -394,12 +394,13 @@ def _state_dict_findings(
     if not prefix and (peft is None or peft.adapter_only):
         return [], compiled
     if peft is not None and (peft.prefix or not peft.adapter_only):
+        # (its first clause names PEFT/LoRA: a header short of room shows only that)
         message = (
-            f"all {len(keys)} keys under {where(path)} start with {printable(repr(peft.prefix))}: "
+            f"all {len(keys)} keys under {where(path)} start with {printable(repr(peft.prefix))}"
             if peft.prefix
-            else f"the {len(keys)} keys under {where(path)}: "
+            else f"the {len(keys)} keys under {where(path)}"
         )
-        message += peft.describe()
+        message += f": {peft.describe()}" if peft.adapter_only else f", a PEFT/LoRA model's: {peft.details()}"
         if peft.adapter_only:  # nothing to load into the base model alone: no fix
             return [Finding("peft", message, "info", path=path, prefix=peft.prefix)], compiled
         fix = Fix(*peft_fix(peft)[0], also=tuple(peft_fix(peft)[1:]))

@@ -198,13 +198,18 @@ class PeftLayout:
                 f"PEFT/LoRA adapter weights only ({self.adapter_keys}: {parts}){saved}; the base model's weights are "
                 "not in it: load it onto the base model with peft (PeftModel.from_pretrained), nothing here to fix"
             )
+        return f"PEFT/LoRA layout: {self.details()}"
+
+    def details(self) -> str:
+        """A PEFT model's layout and what its fix keeps, in words (after ``PEFT/LoRA layout:``)."""
+        parts = ", ".join(self.adapter_components)
         base = (
             f"{self.base_layers} base weights under .{PEFT_BASE}."
             if self.base_layers
             else f"the base weights beside them (no .{PEFT_BASE}.: an older peft)"
         )
         return (
-            f"PEFT/LoRA layout: {self.adapter_keys} adapter weights ({parts}), {base}; the fix keeps the base "
+            f"{self.adapter_keys} adapter weights ({parts}), {base}; the fix keeps the base "
             f"weights{self._saved_words()} and leaves the adapters out: the LoRA'd layers get the base model's "
             "weights without the fine-tune (merging is not done here: peft's merge_and_unload() keeps it)"
         )

@@ -48,9 +48,14 @@ def finding_text(finding: Finding, readonly: bool = False, brief: bool = False) 
     text.append("! " if warning else "· ", style="bold red" if warning else "")
     message = finding.message.split(": ", 1)[0] if brief else finding.message
     text.append(printable(message), style="" if warning else "italic")
-    keys = [FIX_KEYS[option] for option, _ in finding.fix.pairs() if option in FIX_KEYS] if finding.fix else []
+    options = [option for option, _ in finding.fix.pairs()] if finding.fix else []
+    keys = [FIX_KEYS[option] for option in options if option in FIX_KEYS]
     if not readonly and keys:
-        text.append(f" ({', then '.join(keys)})", style="italic")
+        # (a PEFT fix also drops the adapters and renames: no key of its own does that, a compare's fix does)
+        rest = (
+            "" if all(option in FIX_KEYS for option in options) else ": part of the fix; c with your model stages all"
+        )
+        text.append(f" ({', then '.join(keys)}{rest})", style="italic")
     return text
 
 
