@@ -154,3 +154,16 @@ def test_a_peft_finding_names_the_keys_it_has_no_browser_key_for():
     fix = Fix("--extract", "state_dict", (("--drop-keys", "*.lora_A.*"), ("--strip-prefix", "base_model.model.")))
     text = finding_text(Finding("inner-state-dict", "the model weights are under x", "warning", fix=fix)).plain
     assert "x on it extracts it, then p strips it: part of the fix; c with your model stages all" in text
+
+
+def test_an_adapter_folder_checked_against_the_base_model_is_offered_no_fix(tmp_path, capsys):
+    # save_pretrained writes the adapters and the trained head only: two head keys reached is no model to load
+    torch.manual_seed(0)
+    base = tf.BertForSequenceClassification(tf.BertConfig(**BERT))
+    torch.save({k: v.clone() for k, v in base.state_dict().items()}, tmp_path / "plain.pth")
+    config = peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS, r=2, target_modules=["query", "value"])
+    peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    assert main(["check", str(tmp_path / "adapter"), "--against", str(tmp_path / "plain.pth"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report.get("suggestion") is None
+    assert any("adapter weights only" in note and "nothing here to fix" in note for note in report["notes"])

@@ -459,14 +459,15 @@ def compare(value: Any, reference: Reference, suggest: bool = True, at: KeyPath 
         )
     if suggest and not report.ok:
         found, notes = suggest_fixes(value, reference, report)
+        peft = layouts.peft_layout([k for k, _ in items])
+        if peft is not None and peft.adapter_only:
+            # no base weights to fit: what it is, and no fix (a head's few keys reached are no loadable model)
+            found, notes = [], [peft.describe()]
         for suggestion in found:
             suggestion.at = at
         if found:
             report.suggestion, report.alternatives = found[0], found[1:]
         report.notes += notes
-        peft = layouts.peft_layout([k for k, _ in items])
-        if not found and peft is not None and peft.adapter_only:  # no base weights to fit: say what it is
-            report.notes.append(peft.describe())
         best = report.suggestion
         left = (best.mismatched, best.matched) if best is not None else (report.shape_mismatches, report.matched)
         other = another_model(*left, list(reference))
