@@ -146,16 +146,17 @@ def read_legacy_stream(
     keys = iterated_keys(listed)
     if keys is None or not all(type(k) in (str, int) for k in keys):
         raise ReadError(f"{what}: storage key list is malformed")
-    _grow_to_tensors(root, ids.cache)
+    _grow_to_tensors(root, ids.cache, end - base)
     problems = ids.problems()
     problems += _scan(read, base + file.tell(), keys, ids.cache, end, path)
     return root, problems
 
 
-def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView]) -> None:
+def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView], file_bytes: int) -> None:
     """``legacy_load`` makes each storage ``UntypedStorage(nbytes)``, which is resizable: a tensor's ``set_`` grows
     it to what the tensor needs, and its blob is then read at that size. Grown here as torch grows it (a storage
-    with a view into it is left as its persistent id says: the view's slice is not resizable)."""
+    with a view into it is left as its persistent id says: the view's slice is not resizable; so is one grown past
+    what the file could hold, whose blob cannot then be found: torch refuses it either way)."""
     viewed = {id(view.storage) for view in storages.values() if isinstance(view, StorageView)}
     for _, tensor in iter_tensors(root):
         storage = tensor.storage
@@ -169,7 +170,7 @@ def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView]) -> N
             + sum((count - 1) * step for count, step in zip(tensor.shape, tensor.stride, strict=False))
         )
         # (a tensor of another dtype than its storage is left to the reader's own checks)
-        if tensor.dtype == storage.dtype and needed > storage.numel:
+        if tensor.dtype == storage.dtype and storage.numel < needed <= file_bytes // max(1, itemsize(storage.dtype)):
             storage.numel = needed
 
 
