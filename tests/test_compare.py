@@ -182,7 +182,7 @@ DDP_SCRIPT = """
 import os, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, sys.argv[3])
-from builders import TinyNet
+from builders import TinyNet, leave_process_group
 rank, folder = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", rank=rank, world_size=2)
 torch.manual_seed(0)
@@ -201,7 +201,7 @@ if rank == 1:
         for p in model.module.parameters():
             p.add_(0.25)
     torch.save(model.state_dict(), f"{folder}/rank{rank}_more.pth")
-dist.destroy_process_group()
+leave_process_group()
 """
 
 
