@@ -18,7 +18,7 @@ from ckpt_tui.core.errors import ReadError
 from ckpt_tui.core.model import byte_source as places
 from ckpt_tui.core.model.describe import counted
 from ckpt_tui.core.model.dtypes import itemsize
-from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage, iter_tensors
+from ckpt_tui.core.model.tree import Checkpoint, RecordSource, Storage, Tensor, iter_tensors, over_whole_storages
 from ckpt_tui.core.pickles.persistent_ids import LEGACY_FIELDS, Make, PersistentIds
 from ckpt_tui.core.pickles.unpickle import StorageView, load_pickle
 from ckpt_tui.core.readers.read_once import CHUNK, PickleBytes, ReadOnce, pickle_read
@@ -157,8 +157,13 @@ def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView], file
     it to what the tensor needs, and its blob is then read at that size. Grown here as torch grows it (a storage
     with a view into it is left as its persistent id says: the view's slice is not resizable; so is one grown past
     what the file could hold, whose blob cannot then be found: torch refuses it either way)."""
+    tensors = _tensors_of(root)
+    # what torch.save writes (each tensor over all of its own storage) grows nothing: judged in C-speed passes,
+    # so a 50,000-key state_dict pays no per-tensor walk on every open
+    if over_whole_storages(tensors):
+        return
     viewed = {id(view.storage) for view in storages.values() if isinstance(view, StorageView)}
-    for _, tensor in iter_tensors(root):
+    for tensor in tensors:
         storage = tensor.storage
         if storage is None or id(storage) in viewed or not isinstance(storage.source, LegacyRecords):
             continue
@@ -172,6 +177,15 @@ def _grow_to_tensors(root: Any, storages: dict[Any, Storage | StorageView], file
         # (a tensor of another dtype than its storage is left to the reader's own checks)
         if tensor.dtype == storage.dtype and storage.numel < needed <= file_bytes // max(1, itemsize(storage.dtype)):
             storage.numel = needed
+
+
+def _tensors_of(root: Any) -> list[Tensor]:
+    """Every tensor shown below ``root``: a flat state_dict's values as they are, else by the tree's walk."""
+    if isinstance(root, dict):
+        values = list(root.values())
+        if set(map(type, values)) == {Tensor}:
+            return values
+    return [tensor for _, tensor in iter_tensors(root)]
 
 
 NOT_ITERABLE = (int, float, bool, complex, type(None))
