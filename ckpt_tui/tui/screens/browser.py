@@ -945,7 +945,7 @@ class BrowserScreen(Screen[None]):
             found = inner_state_dict(self.session.root)
             self.propose(lambda root: edits.extract(root, "auto"), targets.extracted(found or ()))
             return
-        if not self._tensors_below(target, castable=False):  # extract epoch = 1: the weights would all go
+        if not self._tensors_below(target):  # extract epoch = 1: the weights would all go
             self.nothing_to_do(f"nothing to extract: {target.describe()} holds no tensor")
             return
         self.propose(lambda root: edits.extract(root, target.path), targets.extracted(target.path))
@@ -1051,12 +1051,13 @@ class BrowserScreen(Screen[None]):
                 self.propose(lambda root: edits.cast(root, dtype, target.path or "all"))
 
         what = "the whole checkpoint" if not target.path and target.prefix is None else target.describe()
-        if not self._tensors_below(target):
+        floats = self._float_dtypes(target)
+        if floats == []:
             self.nothing_to_do(f"nothing to cast: no floating-point tensor in {what}")
             return
         self.ask(
             f"Cast the floating-point tensors of {what} to",
-            self._cast_default(target),
+            _cast_default(floats or []),
             "float16 (fp16, half) · bfloat16 (bf16) · float32 (fp32)",
             cast_to,
         )
@@ -1067,20 +1068,20 @@ class BrowserScreen(Screen[None]):
         # the edit convert --sanitize makes, on the whole tree: the cursor stays on the line it is on
         self.propose(sanitize)
 
-    def _tensors_below(self, target: Target, castable: bool = True) -> bool:
-        """Whether ``target`` holds a tensor (``castable``: a floating-point one, that a cast acts on)."""
+    def _tensors_below(self, target: Target) -> bool:
+        """Whether ``target`` holds a tensor."""
         value = self._target_value(target)
         if value is None:
             return True  # the edit itself says what is wrong
-        return any(not castable or tensor.dtype in edits.CASTABLE for _, tensor in iter_tensors(value))
+        return next(iter_tensors(value), None) is not None
 
-    def _cast_default(self, target: Target) -> str:
-        """The cast the prompt offers first: to float32 where the floats are 16-bit already (a narrower default
-        would lose range: bf16 to fp16 overflows past 65504), else to bfloat16 (fp32's range, half the bytes)."""
+    def _float_dtypes(self, target: Target) -> list[str] | None:
+        """The dtype of each floating-point tensor ``target`` holds (one walk), or None where it cannot be had (the
+        edit itself then says what is wrong)."""
         value = self._target_value(target)
-        floats = [t.dtype for _, t in iter_tensors(value) if t.dtype in edits.CASTABLE] if value is not None else []
-        narrow = sum(dtype in ("float16", "bfloat16") for dtype in floats)
-        return "float32" if floats and 2 * narrow >= len(floats) else "bfloat16"
+        if value is None:
+            return None
+        return [tensor.dtype for _, tensor in iter_tensors(value) if tensor.dtype in edits.CASTABLE]
 
     def _target_value(self, target: Target) -> Any:
         """The value an edit of ``target`` acts on (a group's keys as a state_dict), or None where it cannot be had."""
@@ -1289,6 +1290,13 @@ class BrowserScreen(Screen[None]):
         self.update_status(
             f"every tensor read: {marked} marked !! (f lists them)" if marked else "every tensor read: nothing wrong"
         )
+
+
+def _cast_default(floats: list[str]) -> str:
+    """The cast the prompt offers first: to float32 where the floats are 16-bit already (a narrower default
+    would lose range: bf16 to fp16 overflows past 65504), else to bfloat16 (fp32's range, half the bytes)."""
+    narrow = sum(dtype in ("float16", "bfloat16") for dtype in floats)
+    return "float32" if floats and 2 * narrow >= len(floats) else "bfloat16"
 
 
 def strict_words(suggestion: Any) -> str:
