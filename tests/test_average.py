@@ -417,6 +417,32 @@ def test_an_input_with_nan_or_inf_is_refused_naming_the_tensor_and_nothing_is_wr
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("decoded", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_finite_inputs_whose_weighted_sum_rounds_past_the_dtype_are_refused_saying_so(
+    tmp_path, capsys, monkeypatch, dtype, decoded
+):
+    """Weights 2,-1 (extrapolation) over finite values can round past a 16-bit float's range: the average as
+    written holds Inf, torch's mean too. Refused saying the sum overflowed (no input holds NaN/Inf there), on
+    both arithmetic paths; nothing written."""
+    from ckpt_tui.core.operations import average
+
+    if decoded:
+        monkeypatch.setattr(average, "_widened_by_numpy", lambda tensor, raw: False)
+    big = torch.finfo(dtype).max
+    a = torch.tensor([1.0, big], dtype=dtype)
+    b = torch.tensor([1.0, -big], dtype=dtype)
+    paths = save_all(tmp_path, [{"w": a}, {"w": b}])
+    want = expected([{"w": a}, {"w": b}], [2.0, -1.0])["w"]
+    assert not torch.isfinite(want).all()  # torch's own weighted mean overflows there too
+    out = tmp_path / "soup.pth"
+    assert main(["average", *paths, "-o", str(out), "--weights", "2,-1"]) == 2
+    err = capsys.readouterr().err
+    assert "the average of w holds NaN or Inf, the weighted sum there is past" in err, err
+    assert "--weights 2,-1" in err and "as an input does" not in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
 def test_an_optimizers_step_counters_are_taken_from_the_first_file_with_its_step(tmp_path, capsys):
     """Adam keeps each parameter's step as a float tensor: averaged (200, 300 → 250) it would disagree with the
     checkpoint's own step kept from the first file, which info then flags. It is a counter: taken from the first

@@ -294,6 +294,18 @@ class AveragedRecords(AssembledRecords):
         raw_type: np.dtype,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
+        """:meth:`_averaged_chunk`, whose overflow to Inf is a value it judges (never a warning on stderr)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._averaged_chunk(parts, storage, tensors, raw_type, out)
+
+    def _averaged_chunk(
+        self,
+        parts: tuple[np.ndarray, ...],
+        storage: Storage,
+        tensors: list[Tensor],
+        raw_type: np.dtype,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """One chunk of the average, as raw elements of ``raw_type`` (into ``out`` if given, else a new array);
         refused where it holds NaN or Inf, unless :attr:`allow_nan`."""
         # a float written as it is rounded (native order): cast straight into the output, no copy between
@@ -304,7 +316,7 @@ class AveragedRecords(AssembledRecords):
         if cast_in_place and all(_widened_by_numpy(t, raw) for t, raw in zip(tensors, parts, strict=True)):
             averaged = self._averaged_natively(parts, out)
             if not self.allow_nan and not _finite(averaged):
-                raise self._nonfinite(storage)
+                raise self._nonfinite(storage, all(map(_finite, parts)))
             return averaged
         sums = np.empty(min(out.size, BLOCK_ELEMENTS), dtype=np.float64)
         # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order:
@@ -317,21 +329,35 @@ class AveragedRecords(AssembledRecords):
                 values = decode(raw[block], tensor.dtype, tensor.metadata)  # a float64 copy: ours to change
                 values *= weight
                 total += values
-            if not self.allow_nan and not _finite(total):
-                raise self._nonfinite(storage)
             if cast_in_place:
                 np.copyto(out[block], total, casting="same_kind")  # rounded as astype rounds
+                written = out[block]
             else:
-                out[block] = rounded(total, dtype).astype(raw_type, copy=False)
+                written = rounded(total, dtype)
+                out[block] = written.astype(raw_type, copy=False)
+            # judged as written: a finite float64 sum may round past a narrower float's range (weights 2,-1)
+            if not self.allow_nan and dtype in FLOAT_WIDTHS and not _written_finite(written, dtype):
+                inputs = (decode(raw[block], t.dtype, t.metadata) for raw, t in zip(parts, tensors, strict=True))
+                raise self._nonfinite(storage, all(map(_finite, inputs)))
         return out
 
-    def _nonfinite(self, storage: Storage) -> AverageRefused:
-        """The refusal of an average that holds NaN or Inf, naming the tensor."""
+    def _nonfinite(self, storage: Storage, inputs_finite: bool) -> AverageRefused:
+        """The refusal of an average that holds NaN or Inf, naming the tensor and why (``inputs_finite``: no input
+        holds one there, so the weighted sum went past the dtype's range)."""
         where = self.names.get(storage.key, storage.key)
-        return AverageRefused(
-            f"the average of {where} holds NaN or Inf, as an input does there (ckpt-tui check names it): a soup "
-            "with them is no model; nothing written (--allow-nan writes it anyway)"
+        cause = (
+            f"the weighted sum there is past {storage.dtype}'s range (--weights {self._weights_text()})"
+            if inputs_finite
+            else "as an input does there (ckpt-tui check names it)"
         )
+        return AverageRefused(
+            f"the average of {where} holds NaN or Inf, {cause}: a soup with them is no model; nothing written "
+            "(--allow-nan writes it anyway)"
+        )
+
+    def _weights_text(self) -> str:
+        """The normalised weights, as --weights would take them."""
+        return ",".join(f"{weight:g}" for weight in self.weights)
 
     def _averaged_natively(self, parts: tuple[np.ndarray, ...], out: np.ndarray) -> np.ndarray:
         """:meth:`_averaged` of float16/32/64 inputs into a float16/32/64 output, widened into two reused
@@ -383,6 +409,18 @@ def _finite(values: np.ndarray) -> bool:
     is not finite (a NaN, an Inf, or finite values whose sum is past the float's range)."""
     with np.errstate(all="ignore"):
         return math.isfinite(float(np.add.reduce(values, axis=None))) or bool(np.isfinite(values).all())
+
+
+FLOAT_WIDTHS = ("float16", "bfloat16", "float32", "float64")
+"""The output dtypes whose written values can be NaN or Inf (:func:`rounded` writes each)."""
+
+
+def _written_finite(written: np.ndarray, dtype: str) -> bool:
+    """Whether an output block as written holds no NaN or Inf (bfloat16: its bits, whose exponent is all ones
+    there)."""
+    if dtype == "bfloat16":
+        return not bool(np.any((written.view(np.uint16) & 0x7F80) == 0x7F80))
+    return _finite(written)
 
 
 def _halved_sum(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> bool:
