@@ -102,3 +102,54 @@ def test_a_dtype_change_says_whether_the_cast_kept_the_values(tmp_path: Path, ca
     assert main(["diff", str(tmp_path / "half.pth"), str(tmp_path / "moved.pth"), "--json"]) == 1
     changes = {c["key"]: c["values"] for c in json.loads(capsys.readouterr().out)["dtype_changes"]}
     assert changes == {"a": "equal as values", "b": "values differ: max |a-b| 1", "n": "equal as values"}
+
+
+CAST_PAIRS = [
+    (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+    (torch.float32, torch.float16),
+    (torch.float64, torch.float32),
+    (torch.int32, torch.int64),
+    (torch.uint8, torch.float32),
+    (torch.bool, torch.int8),
+]
+
+
+def test_many_casts_read_in_batches_say_what_each_pair_read_alone_says_and_what_torch_sees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """Hundreds of small cast pairs (a whole checkpoint cast) are compared in batches: each pair's words are those
+    of the pair read alone, and agree with torch's comparison of the two tensors as float64 (NaN, ±0, Inf, a value
+    the cast rounded, a value changed after it)."""
+    from ckpt_tui.core.values import batched_values
+
+    generator = torch.Generator().manual_seed(3)
+    a, b = {}, {}
+    for index in range(210):
+        wide, narrow = CAST_PAIRS[index % len(CAST_PAIRS)]
+        x = (torch.randn(5, generator=generator) * 3).to(wide)
+        if wide.is_floating_point and index % 5 == 1:
+            x[0], x[1] = float("nan") if index % 2 else float("inf"), -0.0
+        y = x.to(narrow)
+        if index % 7 == 3:
+            y[2] += 1
+        a[f"t{index}"], b[f"t{index}"] = x, y
+    torch.save(a, tmp_path / "a.pth")
+    torch.save(b, tmp_path / "b.pth")
+
+    def words() -> dict[str, str]:
+        main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--json"])
+        return {c["key"]: c["values"] for c in json.loads(capsys.readouterr().out)["dtype_changes"]}
+
+    batched = words()
+    monkeypatch.setattr(batched_values, "MIN_BATCHED", 10**9)  # each pair read alone
+    assert words() == batched and len(batched) == 210
+    for key, said in batched.items():
+        x, y = a[key].double(), b[key].double()
+        both_nan = x.isnan() & y.isnan()
+        if not torch.equal(x.isnan(), y.isnan()):
+            assert said == "NaN positions differ", key
+        elif torch.equal(x[~both_nan], y[~both_nan]):
+            assert said == "equal as values", key
+        else:
+            assert said.startswith("values differ: max |a-b| "), (key, said)

@@ -396,15 +396,19 @@ def diff(
         only_b=[key_text(k) for k in right if k not in left],
     )
     common = [k for k in left if k in right]
-    compared = _alike_pairs([(left[path], right[path]) for path in common])
+    pairs = [(left[path], right[path]) for path in common]
+    compared = _alike_pairs(pairs)
     if values_refused is not None and compared:
         report.values_not_compared = f"{counted(len(compared), 'tensor')} alike in shape and dtype: {values_refused}"
         compared = []
-    # key by key; the values of the pairs alike in shape and dtype read in batches
+    # key by key; the values of the pairs alike in shape and dtype read in batches, and those of the pairs
+    # that differ only in dtype (a cast: were the values kept?) in batches of their own
+    casts = [(x, y) for x, y in pairs if isinstance(x, Tensor) and isinstance(y, Tensor) and _cast(x, y)]
     values = _Values(a.byteorder, b.byteorder, compared)
+    cast_values = _Values(a.byteorder, b.byteorder, casts if values_refused is None else [])
     common_pairs = [(path, left[path], right[path]) for path in common]
     kinds = records_parameters(a) and records_parameters(b)
-    _diff_common(common_pairs, values, report, progress, inner_state_dict(root_a), kinds)
+    _diff_common(common_pairs, (values, cast_values), report, progress, inner_state_dict(root_a), kinds)
     if report.only_a and report.only_b:
         report.alignment = alignment(a.root, b.root)
     return report
@@ -412,15 +416,17 @@ def diff(
 
 def _diff_common(
     common: list[tuple[KeyPath, Any, Any]],
-    values: _Values,
+    compared: tuple[_Values, _Values],
     report: DiffReport,
     progress: Callable[[int, int], None] | None,
     model_at: KeyPath | None = None,
     kinds: bool = True,
 ) -> None:
     """Record how each key both sides hold differs: tensors by metadata then values, anything else by its
-    fingerprint (``model_at``: where the model's weights are, for each tensor's role; ``kinds``: whether
-    Parameter and requires_grad are compared, False when one side's files cannot record them)."""
+    fingerprint (``compared``: the values of the pairs alike in shape and dtype, then of the casts; ``model_at``:
+    where the model's weights are, for each tensor's role; ``kinds``: whether Parameter and requires_grad are
+    compared, False when one side's files cannot record them)."""
+    values, cast_values = compared
     prints_a, prints_b = Fingerprints(), Fingerprints()
     for index, (path, x, y) in enumerate(common):
         if progress is not None:
@@ -433,7 +439,7 @@ def _diff_common(
                     # (a second read, for the few pairs whose NaN differ: which side holds them, how many)
                     report.value_changes[-1].sides = side_counts(x, y, *values.orders)
             elif _cast(x, y) and report.values_not_compared is None:
-                report.dtype_values[key_text(path)] = _cast_values(_compared(x, y, *values.orders))
+                report.dtype_values[key_text(path)] = _cast_values(cast_values.next(x, y))
         elif isinstance(x, Tensor) or isinstance(y, Tensor) or prints_a.of(x) != prints_b.of(y):
             report.other_changes.append((key_text(path), _short(x), _short(y)))
 
@@ -576,7 +582,7 @@ def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: G
     Pairs whose bits differ and that hold a NaN or an Inf (or whose difference overflows) are left out.
     """
     if dtype != dtype_b:
-        return {}
+        return _differences(dtype, a, b, dtype_b) if {dtype, dtype_b} <= CAST_DTYPES else {}
     starts = a.bounds[:-1]
     if same_order:
         bits = np.dtype(f"u{a.values.dtype.itemsize}")
@@ -590,13 +596,14 @@ def _compare_batch(same_order: bool, dtype: str, dtype_b: str, a: Gathered, b: G
     return found
 
 
-def _differences(dtype: str, a: Gathered, b: Gathered) -> dict[int, _Compared]:
-    """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too)."""
+def _differences(dtype: str, a: Gathered, b: Gathered, dtype_b: str | None = None) -> dict[int, _Compared]:
+    """(max |a-b|, allclose, False) of each pair whose values are all finite (and differences too); ``dtype_b``:
+    B's dtype where it differs (a cast, both decoded to float64)."""
     starts = a.bounds[:-1]
     with np.errstate(all="ignore"):
         # (complex: both parts, so |a-b| is the modulus of the difference, not of the magnitudes)
         decoding = decode_complex if dtype in COMPLEX_DTYPES else decode
-        va, vb = decoding(a.values, dtype), decoding(b.values, dtype)
+        va, vb = decoding(a.values, dtype), decoding(b.values, dtype_b or dtype)
         delta = np.abs(va - vb)
         wide = np.abs(vb)
         usable = np.isfinite(np.add.reduceat(delta, starts)) & np.isfinite(np.add.reduceat(wide, starts))
