@@ -294,30 +294,26 @@ class AveragedRecords(AssembledRecords):
         raw_type: np.dtype,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """:meth:`_averaged_chunk`, whose overflow to Inf is a value it judges (never a warning on stderr)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return self._averaged_chunk(parts, storage, tensors, raw_type, out)
-
-    def _averaged_chunk(
-        self,
-        parts: tuple[np.ndarray, ...],
-        storage: Storage,
-        tensors: list[Tensor],
-        raw_type: np.dtype,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
         """One chunk of the average, as raw elements of ``raw_type`` (into ``out`` if given, else a new array);
         refused where it holds NaN or Inf, unless :attr:`allow_nan`."""
         # a float written as it is rounded (native order): cast straight into the output, no copy between
-        dtype = storage.dtype
-        cast_in_place = dtype in NATIVE_FLOATS and raw_type.isnative
+        cast_in_place = storage.dtype in NATIVE_FLOATS and raw_type.isnative
         if out is None:
             out = np.empty(parts[0].size, dtype=raw_type)
-        if cast_in_place and all(_widened_by_numpy(t, raw) for t, raw in zip(tensors, parts, strict=True)):
-            averaged = self._averaged_natively(parts, out)
-            if not self.allow_nan and not _finite(averaged):
-                raise self._nonfinite(storage, all(map(_finite, parts)))
-            return averaged
+        # an overflow to Inf is a value judged here, never a warning on stderr
+        with np.errstate(over="ignore", invalid="ignore"):
+            if cast_in_place and all(_widened_by_numpy(t, raw) for t, raw in zip(tensors, parts, strict=True)):
+                averaged = self._averaged_natively(parts, out)
+                if not self.allow_nan and not _finite(averaged):
+                    raise self._nonfinite(storage, all(map(_finite, parts)))
+                return averaged
+            return self._averaged_decoded(parts, storage, tensors, out, cast_in_place)
+
+    def _averaged_decoded(
+        self, parts: tuple[np.ndarray, ...], storage: Storage, tensors: list[Tensor], out: np.ndarray, cast: bool
+    ) -> np.ndarray:
+        """:meth:`_averaged` of inputs decoded to float64 (``cast``: rounded straight into ``out``)."""
+        dtype = storage.dtype
         sums = np.empty(min(out.size, BLOCK_ELEMENTS), dtype=np.float64)
         # block by block, so that the float64 sums stay in the CPU's cache (the same sums, in the same order:
         # 0 + w1·x1 + w2·x2 + ..., each product in float64), with no temporary array per step
@@ -329,12 +325,12 @@ class AveragedRecords(AssembledRecords):
                 values = decode(raw[block], tensor.dtype, tensor.metadata)  # a float64 copy: ours to change
                 values *= weight
                 total += values
-            if cast_in_place:
+            if cast:
                 np.copyto(out[block], total, casting="same_kind")  # rounded as astype rounds
                 written = out[block]
             else:
                 written = rounded(total, dtype)
-                out[block] = written.astype(raw_type, copy=False)
+                out[block] = written.astype(out.dtype, copy=False)
             # judged as written: a finite float64 sum may round past a narrower float's range (weights 2,-1)
             if not self.allow_nan and dtype in FLOAT_WIDTHS and not _written_finite(written, dtype):
                 inputs = (decode(raw[block], t.dtype, t.metadata) for raw, t in zip(parts, tensors, strict=True))
