@@ -53,7 +53,7 @@ async def test_check_all_marks_the_closed_lines_above_a_marked_tensor(tmp_path: 
         assert "1 marked" in status(app)  # the tensor, not the lines above it
         lines = screen_text(app).splitlines()
         # "marked !! in the tree": the closed state_dict line says what lies below it
-        assert any("state_dict" in line and "!! NaN below" in line for line in lines)
+        assert any("state_dict" in line and "!! NaN below" in line for line in lines), "\n".join(lines)
         assert not any("optimizer" in line and "!!" in line for line in lines)
         await settle(pilot, "j", "j", "l", "j", "l")
         lines = screen_text(app).splitlines()
@@ -178,3 +178,23 @@ async def test_the_header_says_the_values_are_not_read_until_c_reads_them(tmp_pa
         await settle(pilot, "y")
         await settle(pilot)
         assert "values not read yet: C reads" in " ".join(header(app).split())
+
+
+async def test_at_80_columns_a_marked_line_gives_up_the_marks_words_before_its_key(tmp_path: Path) -> None:
+    """A long key with a mark, 80×24: the mark shrinks to ``!!`` (the header says what it means) and the key keeps
+    its names whole (it was cut in the middle of a name: ``…2.self_a…ion.weight  [8, 8] fp32  !! NaN``)."""
+    state = {f"module.encoder.{i}.self_attention.weight": torch.ones(8, 8) for i in range(4)}
+    state["module.encoder.2.self_attention.weight"][0, 0] = float("nan")
+    path = tmp_path / "run.pth"
+    torch.save({"epoch": 3, "model_state_dict": state}, path)
+    app = CkptApp(str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await settle(pilot, "C")
+        await settle(pilot)
+        lines = screen_text(app).splitlines()
+        closed = next(line for line in lines if "─ ▶ model_state_dict" in line)
+        assert "model_state_dict" in closed and "!!" in closed, closed
+        await settle(pilot, "j", "j", "l")
+        marked = [line for line in screen_text(app).splitlines() if "!!" in line and "[8, 8]" in line]
+        assert len(marked) == 1 and "2.self_attention.weight  [8, 8] fp32  !!" in marked[0], marked

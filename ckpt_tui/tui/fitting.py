@@ -1,10 +1,10 @@
 """Fitting a line into the columns it has: what goes first, and a key shortened in the middle.
 
 A line is a list of ``Part``s. When it is too wide, parts are dropped by level (the highest first:
-bytes, then the device, ...), then long forms give way to short ones (``float32`` → ``fp32``), then
-the key is shortened (its start from the left, the middle of its longest names; its numbers and last
-component kept), and only
-then is the line cut at its end; the parts marked ``end`` (a check's ``!! NaN``) are never cut.
+bytes, then the device, ...), then long forms give way to short ones (``float32`` → ``fp32``), then a
+check's marker gives up its words (``!! NaN`` → ``!!``), then the key is shortened (its start from the
+left, the middle of its longest names; its numbers and last component kept), and only then is the line
+cut at its end; the parts marked ``end`` (the marker) are never cut.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class Part(NamedTuple):
     key: bool = False
     """The key: shortened in the middle once nothing else can go."""
     end: bool = False
-    """Kept whole at the end of the line (a marker in words), never cut."""
+    """Kept at the end of the line (a marker in words), never cut: its ``short`` form is taken just before the
+    key would be shortened."""
     compact: bool = False
     """Gives way (dropped, or its short form) on every line of a narrow view alike, so a column reads the same
     down the screen."""
@@ -83,7 +84,7 @@ def short_key(text: str, width: int) -> str:
 def compacted(parts: list[Part]) -> list[Part]:
     """The line as a narrow view shows every line: ``compact`` parts dropped or in their short form."""
     return [
-        part._replace(text=part.short, compact=False) if part.short is not None else part
+        part._replace(text=part.short, compact=False) if part.compact and part.short is not None else part
         for part in parts
         if not part.compact or part.short is not None
     ]
@@ -99,10 +100,18 @@ def _given_way(parts: list[Part], width: int, compact: bool) -> tuple[list[Part]
         if level <= 0:
             break
         shown = [
-            part._replace(text=part.short, short=None) if level == SHORTEN and part.short is not None else part
+            part._replace(text=part.short, short=None)
+            if level == SHORTEN and part.short is not None and not part.end
+            else part
             for part in shown
             if part.drop != level
         ]
+        if width_of(shown) <= width:
+            return shown, True
+    # a marker's words go before the key is cut: the key says where, the mark alone says that something is
+    # there (the header and the detail panel say what)
+    if any(part.end and part.short is not None for part in shown):
+        shown = [part._replace(text=part.short, short=None) if part.end and part.short else part for part in shown]
         if width_of(shown) <= width:
             return shown, True
     return shown, False

@@ -238,6 +238,10 @@ def value_label(key: str, value: Any, totals: TotalsCache | None = None, styles:
     return styled(value_parts(key, value, totals, styles))
 
 
+MARK_ONLY = "  !!"
+"""A full check's mark on a line too narrow for its words and the key whole."""
+
+
 def marked_below(marks: list[str]) -> str:
     """A closed line's mark for the tensor marks below it: ``NaN below``, ``NaN, unreadable below`` (short: it
     sits beside the container's type in a narrow tree; the header counts them and ``f`` lists them)."""
@@ -463,7 +467,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
             parts = group_parts(entry, self.styles_by_role)
             marked = self._marked_in(entry)
             if marked:
-                parts.append(Part(f"  !! {marked_below(marked)}", "bold red", end=True))
+                parts.append(Part(f"  !! {marked_below(marked)}", "bold red", short=MARK_ONLY, end=True))
             return styled(parts), NodeData(path, entry, entry, parts=parts), True
         key, value = entry
         text = key_text(key)
@@ -472,7 +476,7 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
         # a container's mark (what its tensors hold) shows while it is closed as well as open
         marker = self.markers.get(id(value))
         if marker:
-            parts.append(Part(f"  !! {marker}", "bold red", end=True))
+            parts.append(Part(f"  !! {marker}", "bold red", short=MARK_ONLY, end=True))
         return styled(parts), NodeData((*path, key), value, parts=parts), opens(value)
 
     def _marked_in(self, group: Group) -> list[str]:
