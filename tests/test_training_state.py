@@ -170,6 +170,20 @@ def test_optimizer_covering_fewer_parameters_than_the_model_is_a_note(tmp_path, 
     ]
 
 
+def test_an_optimizer_over_the_biases_alone_is_not_taken_for_zero_partitions(tmp_path, capsys):
+    """1-D state shaped as the model's biases is a plain optimizer over some parameters, not DeepSpeed's flat
+    partitions (which have lengths no parameter has)."""
+    net = model()
+    optimizer = torch.optim.Adam([p for p in net.parameters() if p.dim() == 1])
+    net(torch.randn(4, 4)).sum().backward()
+    optimizer.step()
+    found = findings(
+        tmp_path, capsys, {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1}
+    )
+    assert not any("flat vector" in f["message"] or "ZeRO" in f["message"] for f in found), found
+    assert by_kind(found)["optimizer-coverage"][0].startswith('optimizer at ckpt["optimizer"] covers ')
+
+
 def test_plain_sgd_keeps_no_state_and_is_not_said_never_stepped(tmp_path, capsys):
     net = model()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)  # (no momentum: no per-parameter state)

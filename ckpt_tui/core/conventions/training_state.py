@@ -251,9 +251,18 @@ def _optimizer_findings(
     """``model_parameters``: the shapes of the model it pairs with; ``every_parameter``: of every model of the save
     (the same list for a save of one model)."""
     groups = len(fact.group_lrs)
+    every = every_parameter if every_parameter is not None else model_parameters
+    flat = _flat_partitions(fact, model_parameters, every)
+    # ZeRO's flat partitions are said in the optimizer's own line: a count of the model's parameters beside
+    # them would be another model's (a pipeline stage holds some of them) and a second line says nothing more
+    held = (
+        f"{counted(fact.parameters, 'flat vector')} (DeepSpeed ZeRO's partitions: not compared with the model's shapes)"
+        if flat
+        else counted(fact.parameters, "parameter")
+    )
     line = (
         f"optimizer state at {where(fact.path)}: {fact.kind}, {groups} param group{'' if groups == 1 else 's'} "
-        f"(lr {_lr_text(fact.group_lrs)}), {counted(fact.parameters, 'parameter')}, {_steps_text(fact)}"
+        f"(lr {_lr_text(fact.group_lrs)}), {held}, {_steps_text(fact)}"
     )
     findings = [Finding("optimizer", line, path=fact.path)]
     progress = {k: v for k, v in counters.items() if v > 0}
@@ -268,9 +277,8 @@ def _optimizer_findings(
                 path=fact.path,
             )
         )
-    if model_parameters is None:
+    if model_parameters is None or every is None or flat:
         return findings
-    every = every_parameter if every_parameter is not None else model_parameters
     model = len(model_parameters)
     if fact.parameters > len(every):
         held = f"the model holds {model}" if every is model_parameters else f"the save's models hold {len(every)}"
@@ -283,16 +291,6 @@ def _optimizer_findings(
                 path=fact.path,
             )
         )
-    elif fact.parameters < model and fact.moment_shapes and all(len(s) == 1 for s in fact.moment_shapes):
-        findings.append(
-            Finding(
-                "optimizer-coverage",
-                f"optimizer at {where(fact.path)} holds {counted(fact.parameters, 'flat vector')} for the model's "
-                f"{model} parameters (partitions, as DeepSpeed ZeRO saves them): not compared with the model's shapes",
-                path=fact.path,
-            )
-        )
-        return findings
     elif fact.parameters < model:
         findings.append(
             Finding(
@@ -315,6 +313,18 @@ def _optimizer_findings(
             )
         )
     return findings
+
+
+def _flat_partitions(
+    fact: OptimizerFacts, model_parameters: list[tuple[int, ...]] | None, every: list[tuple[int, ...]] | None
+) -> bool:
+    """Whether an optimizer holds DeepSpeed ZeRO's flat partitions: fewer entries than the model has parameters
+    (and no more than the save's models have), each a 1-D vector, some of a length no parameter has (an optimizer
+    over a model's biases alone holds vectors shaped as they are)."""
+    if model_parameters is None or every is None or fact.parameters > len(every):
+        return False
+    vectors = bool(fact.moment_shapes) and all(len(shape) == 1 for shape in fact.moment_shapes)
+    return fact.parameters < len(model_parameters) and vectors and bool(fact.moment_shapes - Counter(every))
 
 
 def _step_agreement(facts: list[OptimizerFacts], counters: dict[str, float]) -> list[Finding]:
