@@ -62,13 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except (NoSuchKey, BadArgument) as exc:  # a path not in the file, a malformed option: a bad argument
-        _error(exc)
+        _error(exc, args)
         return 2
     except EditError as exc:
-        _error(exc)
+        _error(exc, args)
         return 1
     except CkptError as exc:
-        _error(exc)
+        _error(exc, args)
         return 2
     except KeyboardInterrupt:
         print("ckpt-tui: interrupted", file=sys.stderr)
@@ -137,11 +137,20 @@ def _tolerant_streams() -> None:
             continue
 
 
-def _error(exc: Exception | str) -> None:
-    """The one-line error, with anything from the file in it escaped."""
-    from ckpt_tui.core.runtime.safe_text import printable
+def _error(exc: Exception | str, args: argparse.Namespace | None = None) -> None:
+    """The one-line error, with anything from the file in it escaped, and the files of ``args`` named as given."""
+    from ckpt_tui.core.runtime.safe_text import printable, with_file_names
 
-    print(f"ckpt-tui: {printable(str(exc))}", file=sys.stderr)
+    print(f"ckpt-tui: {printable(with_file_names(str(exc), _arguments(args)))}", file=sys.stderr)
+
+
+def _arguments(args: argparse.Namespace | None) -> list[str]:
+    """Every text argument (the files among them)."""
+    found: list[str] = []
+    for value in vars(args).values() if args is not None else ():
+        values = value if isinstance(value, list) else [value]
+        found += (item for item in values if isinstance(item, str))
+    return found
 
 
 def _run(args: argparse.Namespace) -> int:

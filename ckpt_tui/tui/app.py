@@ -27,7 +27,7 @@ from ckpt_tui.core.model.tree import iter_tensors
 from ckpt_tui.core.operations.convert import fixed_output_path
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime import process
-from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.safe_text import printable, with_file_names
 from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
@@ -137,7 +137,7 @@ class CkptApp(App[None]):
         error = message.error
         if message.task == "reopen":
             error = f"saved, but reading the saved file back failed: {error}"
-        self.push_screen(ErrorScreen(error))
+        self.push_screen(ErrorScreen(self.named_files(error)))
 
     @on(FileChangedOnDisk)
     def _file_changed(self, message: FileChangedOnDisk) -> None:
@@ -318,7 +318,7 @@ class CkptApp(App[None]):
             self._progress.dismiss()
         self._progress = None
         if message.line is None:
-            error = browser_words(message.error)
+            error = self.named_files(browser_words(message.error))
             self.notify(printable(error), title="Not saved", severity="error", timeout=10, markup=False)
             self.browser.update_status(f"not saved: {error}")
             return
@@ -330,6 +330,11 @@ class CkptApp(App[None]):
         self.browser.update_status(message.short, lead=True)
         if message.replaced_source:
             self._reopen()
+
+    def named_files(self, error: str) -> str:
+        """An error line with the files opened (and saved) named as given: bytes that are not UTF-8 as ``\\xff``."""
+        opened = [self.opened] if isinstance(self.opened, str) else list(self.opened)
+        return with_file_names(error, [*opened, *([self.last_saved] if self.last_saved else [])])
 
     def _reopen(self) -> None:
         """The file under the session was replaced: read it again, keeping the cursor and open lines."""

@@ -11,8 +11,10 @@ can neither drive the terminal nor hide text behind them. Names (keys, paths) go
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
+from collections.abc import Iterable
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _CACHE_LIMIT = 4096
@@ -60,6 +62,31 @@ def printable_path(path: str) -> str:
     if path.isascii() or not any("\udc80" <= char <= "\udcff" for char in path):
         return printable(path)
     return "".join(f"\\x{ord(char) - 0xDC00:02x}" if "\udc80" <= char <= "\udcff" else printable(char) for char in path)
+
+
+_OS_BYTES = re.compile("[\udc80-\udcff]")
+"""The lone surrogates that hold a file name's bytes that are not UTF-8 (``os.fsdecode``'s surrogateescape)."""
+
+
+def with_file_names(text: str, names: Iterable[str]) -> str:
+    """``text`` (an error line) with each file name of ``names`` in it written as :func:`printable_path` writes it
+    (``bad\\xff.pth``, the bytes a user types), not as the lone surrogates Python holds (``\\udcff``): the whole
+    name, each of its folders' and its own name, and that name without its suffixes (``bad\\xff.fixed.pth``, a name
+    a message makes from it). The rest, keys from the file among it, is left to :func:`printable`."""
+    pieces = sorted({piece for name in names for piece in _name_pieces(name)}, key=len, reverse=True)
+    if not pieces:
+        return text
+    return re.sub("|".join(map(re.escape, pieces)), lambda found: printable_path(found.group()), text)
+
+
+def _name_pieces(name: str) -> list[str]:
+    """The pieces of a file name an error line may hold, those with bytes that are not UTF-8."""
+    if not _OS_BYTES.search(name):
+        return []
+    pieces = [name]
+    for part in name.split(os.sep):
+        pieces += (part, part.split(".", 1)[0])
+    return [piece for piece in pieces if _OS_BYTES.search(piece)]
 
 
 _ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})|\\u([0-9a-f]{4})|\\U([0-9a-f]{8})")
