@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders_tui import browser, cursor_data, fixed_state_dict, loaded, settle
+from builders_tui import browser, cursor_data, fixed_state_dict, loaded, settle, status
 from textual.widgets._footer import FooterKey
 
 from ckpt_tui.tui.app import CkptApp
@@ -176,3 +176,27 @@ async def test_footer_without_an_edit_leaves_undo_for_a_wider_terminal(tmp_path:
         await pilot.resize_terminal(120, 30)
         await settle(pilot)
         assert "u:Undo" in visible(app) and "L:Layers" in visible(app)
+
+
+async def test_strip_prefix_is_offered_where_a_prefix_is_named_and_a_press_elsewhere_says_why(tmp_path: Path) -> None:
+    """``p`` follows ``s``'s rule: in the footer only where a finding names a prefix the keys share (DDP's
+    ``module.``); on a bare state_dict it is not offered, and a press says there is nothing to strip. Once the
+    prefix is stripped the footer drops it."""
+    import torch
+
+    torch.save(fixed_state_dict(prefix=""), tmp_path / "bare.pth")
+    app = CkptApp(str(tmp_path / "bare.pth"))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot)
+        assert " p:" not in footer_text(app) and "Strip prefix" not in footer_text(app), footer_text(app)
+        await settle(pilot, "p")
+        assert "nothing to strip" in status(app), status(app)
+    app = CkptApp(str(saved(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await settle(pilot)
+        assert "p:Strip prefix" in footer_text(app), footer_text(app)
+        await settle(pilot, "p", "y")
+        await settle(pilot)
+        assert "Strip prefix" not in footer_text(app), footer_text(app)

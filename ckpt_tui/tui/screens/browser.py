@@ -76,6 +76,7 @@ from ckpt_tui.tui.widgets.summary import (
     listed_findings,
     sanitize_applies,
     sanitize_unavailable,
+    strip_applies,
     verdict_finding,
 )
 from ckpt_tui.tui.widgets.tree_view import (
@@ -158,6 +159,7 @@ class BrowserScreen(Screen[None]):
         """By ``id`` of a tree's root (held there, so the id stays its own): its summary and verdict once known."""
         self.check: CheckReport | None = None  # the full check (C) of the current tree, once read
         self.sanitize_applies = False  # whether the header says torch.load refuses data that s rewrites
+        self.strip_applies = False  # whether a finding names a prefix that p strips
         # whether any tree of this file was read with C: an edited tree not read yet is then said to need it
         self.checked_once = False
         # the model last compared with (c): the header's prefix findings take its keys as evidence
@@ -328,9 +330,9 @@ class BrowserScreen(Screen[None]):
         if self.summary is not None:
             judged = self.judged()
             self.query_one(SummaryHeader).show(self.summary, judged, self.check)
-            applies = sanitize_applies(judged)
-            if applies != self.sanitize_applies:
-                self.sanitize_applies = applies
+            applies = (sanitize_applies(judged), strip_applies(self.summary))
+            if applies != (self.sanitize_applies, self.strip_applies):
+                self.sanitize_applies, self.strip_applies = applies
                 self.refresh_bindings()
 
     def judge_for_save(self) -> Outlook | None:
@@ -467,6 +469,10 @@ class BrowserScreen(Screen[None]):
             event.stop()
             self.nothing_to_do(sanitize_unavailable(self.judged()))
             return
+        if event.key == "p" and not self.strip_applies and not isinstance(self.focused, Input):
+            event.stop()
+            self.action_strip_prefix()
+            return
         search = self.query_one("#search", Input)
         if event.key == "escape" and search.display:
             search.display = False
@@ -521,6 +527,8 @@ class BrowserScreen(Screen[None]):
             return False  # hidden from the footer, help and the palette; a press still says why (on_key)
         if action == "sanitize" and not self.sanitize_applies:
             return False  # shown only where torch.load refuses data it rewrites; a press still says why (on_key)
+        if action == "strip_prefix" and not self.strip_applies:
+            return False  # shown only where a finding names a prefix; a press still strips one or says why (on_key)
         if action in SESSION_ACTIONS and self.session is None:
             return None
         return True

@@ -107,6 +107,16 @@ def sanitize_applies(judged: Judged) -> bool:
     return verdict is not None and verdict.answer != CANNOT_TELL and not verdict.loads and bool(verdict.blockers)
 
 
+def strip_applies(summary: Summary) -> bool:
+    """Whether the browser offers its strip-prefix key in the footer: a finding names a prefix the keys share, or
+    its fix strips one (a press where none does still says so)."""
+    for finding in summary.findings:
+        pairs = finding.fix.pairs() if finding.fix else []
+        if finding.prefix or any(option == "--strip-prefix" for option, _ in pairs):
+            return True
+    return False
+
+
 def sanitize_unavailable(judged: Judged) -> str:
     """Why the sanitize edit is not offered for the current tree, in a line."""
     verdict = _current_verdict(judged)
