@@ -356,6 +356,32 @@ async def test_f_on_a_fix_that_is_only_an_extract_stages_it(tmp_path: Path) -> N
         assert set(app.session.root) == set(model.state_dict())
 
 
+async def test_the_compare_report_offers_no_fix_for_a_file_whose_records_are_missing(tmp_path: Path) -> None:
+    """A zip with a storage record gone: no save can write the fix (every record written is read), so the report
+    says why, as check --against does, and f stages nothing (it was offered, and the save then refused)."""
+    import zipfile
+
+    from builders import ddp_state_dict, tiny_state_dict
+
+    whole = tmp_path / "whole.pth"
+    torch.save(ddp_state_dict(), whole)
+    cut = tmp_path / "cut.pth"
+    with zipfile.ZipFile(whole) as source, zipfile.ZipFile(cut, "w") as target:
+        for item in source.infolist():
+            if not item.filename.endswith("/data/0"):
+                target.writestr(item, source.read(item.filename))
+    torch.save(tiny_state_dict(), tmp_path / "plain.pth")
+    app = CkptApp(str(cut))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await loaded(pilot)
+        screen = await open_report(pilot, "c", tmp_path / "plain.pth")
+        shown = screen_text(app)
+        assert "no fix can be saved: 1 storage record is missing from the file" in shown, shown
+        assert "f applies it here" not in shown and "ckpt-tui convert" not in shown
+        await settle(pilot, "f")
+        assert app.screen is screen and not app.session.edited
+
+
 async def test_the_compare_report_names_the_resized_head_and_what_keeps_its_fresh_init(
     ddp_run: Path, tmp_path: Path
 ) -> None:

@@ -256,7 +256,7 @@ def _compare(path: str | list[str], against: str | None, model: str | None, at: 
     if report.suggestion is not None:
         from ckpt_tui.core.operations.info import missing_records
 
-        report.unwritable = missing_records(checkpoint)
+        report.unwritable = missing_records(checkpoint.root)
     if as_json:
         print_json(report.to_json(path))
     else:

@@ -726,10 +726,10 @@ def _any_buffer_name(names: list[str]) -> bool:
     return any(f"{end}\n" in joined for end in BUFFER_SUFFIXES) or any(f"\n{name}\n" in joined for name in BUFFER_NAMES)
 
 
-def missing_records(checkpoint: Checkpoint) -> str | None:
-    """Why no file can be written from ``checkpoint`` as it is, when storage records are missing from it (convert
-    reads every record it writes), or None."""
-    tensors = [(path, tensor) for path, tensor in iter_tensors(checkpoint.root) if isinstance(tensor, Tensor)]
+def missing_records(root: Any) -> str | None:
+    """Why no file can be written from a checkpoint's tree (``root``) as it is, when storage records are missing
+    from it (convert reads every record it writes), or None."""
+    tensors = [(path, tensor) for path, tensor in iter_tensors(root) if isinstance(tensor, Tensor)]
     missing = _lacking(_first_storages(tensors, True))
     if not missing:
         return None

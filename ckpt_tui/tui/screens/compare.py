@@ -64,6 +64,8 @@ class CompareScreen(ReportScreen):
 
     def job(self) -> Job:
         root, target, reference = self.root, self.target, self.reference
+        session = self.host.session
+        refused = session.checkpoint.unwritable() if session is not None else None
 
         def run(progress: Any, cancelled: Any) -> Any:
             from ckpt_tui.core.operations.compare import compare, compare_checkpoint, load_reference
@@ -80,14 +82,26 @@ class CompareScreen(ReportScreen):
                 loaded = load_reference(reference, None)
             except OSError as exc:
                 raise ReadError(f"{reference}: {exc.strerror or exc}") from None
-            return compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
+            report = compare(group, loaded) if group is not None else compare_checkpoint(root, target.path, loaded)
+            if report.suggestion is not None:
+                from ckpt_tui.core.operations.info import missing_records
+
+                # as check --against says it: a fix no save can write is not offered
+                report.unwritable = refused or missing_records(root)
+            return report
 
         return run
 
     @property
     def fixable(self) -> bool:
         """Whether ``f`` applies the report's fix here (a group's fix needs it extracted first)."""
-        return self.report is not None and self.report.suggestion is not None and self.target.prefix is None
+        report = self.report
+        return (
+            report is not None
+            and report.suggestion is not None
+            and report.unwritable is None
+            and self.target.prefix is None
+        )
 
     def described(self, report: Any) -> Described:
         from ckpt_tui.core.operations.reports import describe_compare
@@ -121,13 +135,15 @@ class CompareScreen(ReportScreen):
         fix = described.fixes[0]
         shown.append(f"\n{fix.title}: ")
         shown.append(fix.summary, style="bold")
-        if self.target.prefix is not None:
+        if self.report is not None and self.report.unwritable is not None:
+            shown.append(f"\nno fix can be saved: {self.report.unwritable}")
+        elif self.target.prefix is not None:
             shown.append("\n(for the group extracted as a state_dict: x on the group does that first)")
         else:
             offered = self.fixable and not self.host.readonly
             shown.append("\nf applies it here as one undoable edit; " if offered else "\n")
             shown.append("on the command line:\n")
-            shown.append("\n".join(printable(line) for line in fix_command(self.host, fix.suggestion)))
+            shown.append("\n".join(printable(line) for line in self.commands(fix.suggestion)))
         for alternative in described.fixes[1:2] if self.target.prefix is None else []:
             # the other weights a user may want (the EMA copy, the usual reason to keep one), with its own key
             shown.append(f"\n{alternative.title}: ")
@@ -146,9 +162,15 @@ class CompareScreen(ReportScreen):
             first.append((f"{fix.title}, in detail", [(None, data(detail)) for detail in fix.details]))
         # then each alternative, its details and its command (as check --against prints them)
         for alternative in described.fixes[1:] if self.target.prefix is None else []:
-            lines = [*alternative.details, *fix_command(self.host, alternative.suggestion)]
+            lines = [*alternative.details, *self.commands(alternative.suggestion)]
             first.append((alternative.title, [(None, data(line)) for line in lines]))
         return [*first, *super().details(described)]
+
+    def commands(self, suggestion: Any) -> list[str]:
+        """A fix's command for the file on disk (what it assumes first), or why none can write it."""
+        if self.report is not None and self.report.unwritable is not None:
+            return [self.report.fix_command([])]
+        return fix_command(self.host, suggestion)
 
     @property
     def alternative_fixable(self) -> bool:
