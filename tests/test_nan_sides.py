@@ -77,6 +77,28 @@ def test_value_rows_say_all_nan_in_b_not_max_difference_0(tmp_path, capsys):
     assert "max |a-b| 0, NaN positions differ" not in text
 
 
+def test_a_value_that_became_inf_is_a_difference_not_within_allclose(tmp_path, capsys):
+    """A value that went to Inf, or +Inf against -Inf, is said as the NaN are, never 'within allclose' (torch's
+    allclose is False: an error that is not finite is never within the tolerance); an Inf both sides hold at the
+    same place agrees."""
+    a = {"went_inf": torch.tensor([1.0, 2.0, 3.0]), "signs": torch.tensor([float("inf"), 2.0])}
+    a["same_inf"] = torch.tensor([float("inf"), 2.0, 3.0])
+    b = {"went_inf": torch.tensor([1.0, float("inf"), 3.0]), "signs": torch.tensor([float("-inf"), 2.0])}
+    b["same_inf"] = torch.tensor([float("inf"), 2.0, 3.5])
+    torch.save(a, tmp_path / "a.pth")
+    torch.save(b, tmp_path / "b.pth")
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth")]) == 1
+    text = capsys.readouterr().out
+    assert "went_inf: ! 1 Inf in B; max |a-b| 0 where both are finite" in text, text
+    assert "signs: ! 1 Inf in A, 1 Inf in B; max |a-b| 0 where both are finite" in text, text
+    assert "same_inf: max |a-b| 0.5\n" in text and "within allclose" not in text, text
+    assert main(["diff", str(tmp_path / "a.pth"), str(tmp_path / "b.pth"), "--json"]) == 1
+    rows = {row["key"]: row for row in json.loads(capsys.readouterr().out)["value_changes"]}
+    for key in a:
+        assert rows[key]["allclose"] == torch.allclose(a[key], b[key], equal_nan=True), key
+    assert rows["went_inf"]["nan_mismatch"] and rows["signs"]["nan_mismatch"] and not rows["same_inf"]["nan_mismatch"]
+
+
 @pytest.mark.parametrize("width", [60, 80])
 def test_the_browsers_reports_say_the_same_in_their_width(tmp_path, width):
     a, b = two_steps(tmp_path)

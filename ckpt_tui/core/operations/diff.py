@@ -45,7 +45,7 @@ class TensorDiff:
     role: str = "parameter"
     """A model ``parameter``, a ``buffer``, a ``counter`` or ``optimizer state`` (reports list them in that order)."""
     sides: SideCounts | None = None
-    """The NaN and Inf on each side, for a pair whose NaN positions differ: what its row says."""
+    """The NaN and Inf on each side, for a pair whose NaN or Inf positions differ: what its row says."""
 
 
 @dataclass
@@ -500,7 +500,7 @@ def _cast_values(result: _Compared) -> str:
         return "equal as values"
     max_abs, _, nan_mismatch = result
     if nan_mismatch:
-        return "NaN positions differ"
+        return "NaN/Inf positions differ"
     return "equal as values" if max_abs == 0 else f"values differ: max |a-b| {max_abs:.6g}"
 
 
@@ -551,7 +551,7 @@ def _diff_tensors(path: KeyPath, x: Tensor, y: Tensor, report: DiffReport, kinds
 
 
 _Compared = tuple[float, bool, bool] | str | None
-"""How two tensors' values compare: None (bit-identical), (max |a-b|, allclose, NaN positions differ), or
+"""How two tensors' values compare: None (bit-identical), (max |a-b|, allclose, NaN/Inf positions differ), or
 why they could not be read."""
 
 
@@ -614,7 +614,7 @@ def _differences(dtype: str, a: Gathered, b: Gathered, dtype_b: str | None = Non
 
 
 def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[float, bool, bool] | None:
-    """None when the values are bit-identical; else (max |a-b|, allclose, NaN positions differ). A big pair's
+    """None when the values are bit-identical; else (max |a-b|, allclose, NaN/Inf positions differ). A big pair's
     chunks are compared on the statistics threads while the next are read, and the answers joined in order."""
     # a neg or conj view bit: the values torch loads are compared (the same bytes may load as other values)
     views = bool(x.metadata or y.metadata)
@@ -682,18 +682,22 @@ def _bits_equal(raw_a: np.ndarray, raw_b: np.ndarray) -> bool:
 
 
 def _block_compared(va: np.ndarray, vb: np.ndarray, still_close: bool) -> tuple[float, bool, bool]:
-    """(max |a-b| over positions finite in both and in their difference, allclose, NaN positions differ) of one
-    block of values; ``still_close``: whether allclose is still to be decided (else it is not taken again)."""
+    """(max |a-b| over positions finite in both, allclose, NaN/Inf positions differ) of one block of values;
+    ``still_close``: whether allclose is still to be decided (else it is not taken again).
+
+    A NaN or an Inf agrees only with itself at the same position (a NaN with a NaN, +Inf with +Inf): anywhere
+    else it is a difference no |a-b| measures (a value that became Inf, +Inf against -Inf), and the pair is not
+    close, as torch.isclose has it (an error that is not finite is never within the tolerance)."""
     delta = np.abs(va - vb)
     top = float(delta.max()) if delta.size else 0.0
     if math.isfinite(top):
         # no NaN and no Inf on either side, nor in a difference: every position counts
         return top, not still_close or bool(np.all(delta <= ATOL + RTOL * np.abs(vb))), False
-    nan_a, nan_b = np.isnan(va), np.isnan(vb)
-    nan_mismatch = bool((nan_a != nan_b).any())
-    both = ~(nan_a | nan_b)
-    delta = np.abs(va[both] - vb[both])
-    finite = delta[np.isfinite(delta)]
-    largest = float(finite.max()) if finite.size else 0.0
-    close = not nan_mismatch and bool(np.all(delta <= ATOL + RTOL * np.abs(vb[both])))
-    return largest, close, nan_mismatch
+    finite = np.isfinite(va) & np.isfinite(vb)
+    agree = (va == vb) | (np.isnan(va) & np.isnan(vb))
+    mismatch = bool((~finite & ~agree).any())
+    delta = np.abs(va[finite] - vb[finite])
+    counted_delta = delta[np.isfinite(delta)]
+    largest = float(counted_delta.max()) if counted_delta.size else 0.0
+    close = not mismatch and bool(np.all(delta <= ATOL + RTOL * np.abs(vb[finite])))
+    return largest, close, mismatch

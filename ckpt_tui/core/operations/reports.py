@@ -480,14 +480,14 @@ def _value_sections(report: DiffReport) -> list[tuple[str, list[tuple[str, str, 
 
 
 def _value_change(d: Any) -> str:
-    """How far apart a pair's values are; one whose NaN differ says where they are, marked ``!`` (its largest
+    """How far apart a pair's values are; one whose NaN or Inf differ says where they are, marked ``!`` (its largest
     difference is over the positions finite on both sides only, and none when one side has none)."""
     if d.sides is not None and d.sides.whole_side:
         return f": ! {d.sides.words()}"
     apart = f"max |a-b| {d.max_abs:.6g}" + (", within allclose" if d.close else "")
     if d.sides is not None:
         return f": ! {d.sides.words()}; {apart} where both are finite"
-    return f": {apart}" + (", NaN positions differ" if d.nan_mismatch else "")
+    return f": {apart}" + (", NaN/Inf positions differ" if d.nan_mismatch else "")
 
 
 Jump = str | KeyPath | None
