@@ -72,6 +72,18 @@ def test_views_read_as_torch_reads_them(legacy: Path) -> None:
     assert our_tensors(legacy) == theirs
 
 
+def test_each_views_storage_offset_is_torchs(legacy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tensor on a view sits on the view's own storage in torch: its storage_offset counts from the view's
+    start (info --json gave the offset into the root: 3 for a view at 2 and a tensor at 1)."""
+    loaded = torch.load(legacy, weights_only=True)
+    assert main(["info", "--json", str(legacy)]) == 0
+    rows = {row["path"][-1]: row for row in json.loads(capsys.readouterr().out)["tensors"]}
+    assert {key: rows[key]["storage_offset"] for key in loaded} == {
+        key: tensor.storage_offset() for key, tensor in loaded.items()
+    }
+    assert rows["as_half"]["storage_offset"] == 1
+
+
 def test_verdict_on_views_agrees_with_torch(legacy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch.load(legacy, weights_only=True)  # loads
     main(["check", "--json", str(legacy)])

@@ -304,6 +304,9 @@ class Tensor:
     python_state: Any = None
     """The Python state ``_rebuild_from_type_v2`` set on it (a tensor's attributes), as pickled."""
     kind: str = "dense"
+    view_start: int = 0
+    """Where a legacy storage view starts in ``storage``, in elements of the tensor's dtype: ``offset`` counts from
+    the root storage, torch's ``storage_offset()`` from the view (``offset - view_start``)."""
     quantizer: tuple[Any, ...] | None = None
     """A quantized tensor's parameters as pickled: ``(qscheme, scale, zero_point)`` or
     ``(qscheme, scales, zero_points, axis)``; its ``storage`` holds the integer values."""
@@ -327,7 +330,7 @@ class Tensor:
             if type(data) is not Tensor or data.kind != "dense" or self.kind != "dense" or data.quantizer:
                 refuse_state()
             self.storage, self.offset, self.shape, self.stride = data.storage, data.offset, data.shape, data.stride
-            self.dtype = data.dtype
+            self.dtype, self.view_start = data.dtype, data.view_start
             state = (state[3], state[4], state[2])
         requires_grad, _, hooks = state
         # torch's requires_grad setter takes a bool only, and True only on a float or complex tensor
@@ -337,6 +340,12 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({list(self.shape)}, {self.dtype}, {self.device})"
+
+    @property
+    def storage_offset(self) -> int:
+        """The offset torch's ``storage_offset()`` gives: from the start of the tensor's storage as torch makes it
+        (a legacy view's own)."""
+        return self.offset - self.view_start
 
     @property
     def numel(self) -> int:

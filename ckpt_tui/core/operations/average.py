@@ -518,7 +518,7 @@ def _averaged_tensor(tensor: Tensor, inputs: list[Tensor], source: AveragedRecor
     new = Storage(key, tensor.dtype, storage.location, numel, source, storage.type_name)
     source.add_average(key, inputs, name)
     stride = tuple(math.prod(tensor.shape[k + 1 :]) for k in range(len(tensor.shape)))
-    return dataclasses.replace(tensor, storage=new, offset=0, stride=stride, metadata=None)
+    return dataclasses.replace(tensor, storage=new, offset=0, stride=stride, metadata=None, view_start=0)
 
 
 def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords, key: str, name: str) -> Tensor:
@@ -535,7 +535,7 @@ def _averaged_view(tensor: Tensor, inputs: list[Tensor], source: AveragedRecords
     low, _ = element_span(tensor.offset, tensor.shape, tensor.stride) or (tensor.offset, 0)
     new = Storage(key, tensor.dtype, storage.location, span, source, storage.type_name)
     source.add_average(key, flats, name)
-    return dataclasses.replace(tensor, storage=new, offset=tensor.offset - low, metadata=None)
+    return dataclasses.replace(tensor, storage=new, offset=tensor.offset - low, metadata=None, view_start=0)
 
 
 def _check_same_layout(path: KeyPath, inputs: list[Tensor], names: list[str]) -> None:

@@ -264,7 +264,7 @@ class Summary:
                 "device": t.device,
                 "nbytes": t.nbytes,
                 "stride": list(t.stride),
-                "storage_offset": t.offset,
+                "storage_offset": t.storage_offset,
                 "storage": self.storage_id(t.storage),
                 "parameter": t.parameter,
                 "aliases": self.aliases.get(id(t), 0),

@@ -177,7 +177,7 @@ def _rebuild_tensor_v2(
         view.check_extent(offset, shape, strides, dtype)
     if strides and min(strides) < 0:
         strides = settled_strides(shape, strides)
-    return Tensor(
+    tensor = Tensor(
         storage,
         offset,
         shape,
@@ -187,6 +187,10 @@ def _rebuild_tensor_v2(
         _hooks(backward_hooks),
         _flags(metadata),
     )
+    if view is not None:
+        # torch's tensor is set on the view's own storage: its storage_offset counts from the view's start
+        tensor.view_start = offset - storage_offset
+    return tensor
 
 
 def _fast_rebuilds(unchecked: list[Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:

@@ -186,7 +186,7 @@ def storage_meta(tensor: Tensor, shared: int) -> RenderableType:
     table.add_row("bytes", size(tensor.nbytes))
     if tensor.kind == "dense" or tensor.stride:
         table.add_row("stride", str(tensor.stride))
-        table.add_row("offset", str(tensor.offset))
+        table.add_row("offset", str(tensor.storage_offset))
     if tensor.storage is not None:
         table.add_row("storage", storage_text(tensor))
         if shared:
