@@ -111,6 +111,8 @@ class FileScan(Findings):
     sized_apart: str | None = None
     """A storage record whose size is not its storage's (which refuses the file): the record and how it differs,
     which ``torch.load(mmap=True)`` never compares."""
+    retyped_empty: str | None = None
+    """An empty storage record named with two dtypes: torch.load gives each use its own, mmap=True the first's."""
     files: dict[str, str] = field(default_factory=dict)
     """Files loaded one by one (rank files, a folder's files): each one's own answer (loads, refuses,
     cannot_tell, n/a)."""
@@ -131,6 +133,7 @@ class FileScan(Findings):
         self.name_route |= part.name_route
         self.deflated |= part.deflated
         self.sized_apart = self.sized_apart or part.sized_apart
+        self.retyped_empty = self.retyped_empty or part.retyped_empty
         if part.applies and part.reason:
             self.fail(f"{label}: {part.reason}")
         if part.applies and part.unknown:
@@ -714,7 +717,8 @@ def _scan_data_pkl(
         scan.fail(f"data.pkl cannot be read: {exc}")
         return
     loaded: dict[Any, WStorage] = {}
-    empty: list[Any] = []  # the keys of empty storages (not kept in loaded), whose records torch looks up too
+    # the keys of empty storages (not kept in loaded), whose records torch looks up too, with their first dtype
+    empty: dict[Any, str] = {}
     folder = archive + "data/"
 
     def record_size(key: str) -> int | None:
@@ -754,7 +758,7 @@ def scan_written(data_pkl: bytes, record_sizes: Mapping[str, int]) -> FileScan:
     around it (version, record list, alignment) is the writer's own, and checked by it."""
     scan = FileScan("zip")
     loaded: dict[Any, WStorage] = {}
-    empty: list[Any] = []
+    empty: dict[Any, str] = {}
 
     def storage(pid: tuple[Any, ...]) -> WStorage:
         return _zip_storage(pid, record_sizes.get, loaded, scan, empty)
@@ -838,7 +842,7 @@ def _zip_storage(
     record_size: Callable[[str], int | None],
     loaded: dict[Any, WStorage],
     scan: FileScan,
-    empty: list[Any],
+    empty: dict[Any, str],
 ) -> WStorage:
     """``_load``'s persistent_load: the record ``data/<key>`` must exist and hold exactly the storage."""
     if len(pid) != 5:
@@ -868,8 +872,10 @@ def _zip_storage(
     storage = WStorage(dtype, nbytes, key, location if location == "cpu" else _location(location, scan))
     if nbytes:
         loaded[key] = storage
-    else:
-        empty.append(key)
+    elif empty.setdefault(key, dtype) != dtype and scan.retyped_empty is None:
+        # torch keeps no empty storage for the key's later uses, each gets its own dtype; mmap=True keeps the
+        # first (its 0-byte slice of the mapped file has a data pointer), so the two modes load other dtypes
+        scan.retyped_empty = f"data/{key} is empty and named as {empty[key]} and as {dtype}"
     return storage
 
 
@@ -1415,6 +1421,11 @@ def _add_doubts_and_notes(result: Verdict, scan: FileScan, checkpoint: Checkpoin
             f"storage record {scan.sized_apart}: torch.load(mmap=True), as transformers loads .bin files, does not "
             "compare sizes and loads the storage from the record's start, past its end into the bytes after it "
             "where the record is short; rewrite the file from a trusted copy"
+        )
+    if scan.retyped_empty is not None:
+        result.notes.append(
+            f"storage record {scan.retyped_empty}: torch.load gives each of its empty tensors its own dtype (shown), "
+            "torch.load(mmap=True) gives them all the first's"
         )
     if scan.deflated:
         # torch.load(mmap=True) slices each storage out of the mapped file at its record's offset, unread
