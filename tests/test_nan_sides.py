@@ -109,3 +109,21 @@ def test_the_browsers_reports_say_the_same_in_their_width(tmp_path, width):
     assert "1 not compared: all NaN/Inf on a side" in stats
     table = stats.split("per layer", 1)[1].split("moved most", 1)[0]
     assert all(len(line) <= width + 2 for line in table.splitlines() if line.startswith("  "))
+
+
+def test_a_layer_whose_value_became_inf_or_nan_is_not_counted_unchanged_nor_moved_least(tmp_path, capsys):
+    """Its finite positions did not move, but it changed: the headline's 'unchanged' leaves it out, and 'moved
+    least' never lists it; a layer holding the same Inf on both sides (a mask buffer) is unchanged."""
+    base = {f"l{i}.weight": torch.arange(8.0) + i for i in range(4)}
+    base["mask"] = torch.tensor([0.0, float("-inf"), float("-inf"), 0.0])
+    moved = {key: value.clone() for key, value in base.items()}
+    moved["l0.weight"][3] = float("inf")
+    moved["l1.weight"][5] = float("nan")
+    moved["l2.weight"][0] += 0.5
+    torch.save(base, tmp_path / "a.pth")
+    torch.save(moved, tmp_path / "b.pth")
+    assert main(["diff", "--stats", str(tmp_path / "a.pth"), str(tmp_path / "b.pth")]) == 1
+    text = capsys.readouterr().out
+    assert "5 layers compared, 2 unchanged" in text, text  # l3 and the mask
+    least = text.split("moved least", 1)[1] if "moved least" in text else ""
+    assert "l0.weight" not in least and "l1.weight" not in least, text

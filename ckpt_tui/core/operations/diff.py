@@ -565,6 +565,13 @@ def _compared(x: Tensor, y: Tensor, order_a: str, order_b: str) -> _Compared:
         return str(exc)
 
 
+def nonfinite_positions_differ(x: Tensor, y: Tensor, order_a: str, order_b: str) -> bool:
+    """Whether a pair's NaN or Inf are not the same on both sides (a value became NaN or Inf, +Inf against -Inf),
+    as ``diff`` tells it; True where a side cannot be read (never taken for "unchanged")."""
+    result = _compared(x, y, order_a, order_b)
+    return isinstance(result, str) or (result is not None and result[2])
+
+
 def _record(path: KeyPath, result: _Compared, report: DiffReport, role: str) -> None:
     if result is None:
         report.identical_tensors += 1

@@ -35,7 +35,14 @@ from ckpt_tui.core.conventions.training_state import tensor_role as role
 from ckpt_tui.core.errors import Cancelled, CkptError, ReadStopped
 from ckpt_tui.core.model.keypath import KeyPath, file_path_json, to_json
 from ckpt_tui.core.model.tree import Checkpoint, Tensor
-from ckpt_tui.core.operations.diff import Alignment, alignment, compared_leaves, key_text, normalized
+from ckpt_tui.core.operations.diff import (
+    Alignment,
+    alignment,
+    compared_leaves,
+    key_text,
+    nonfinite_positions_differ,
+    normalized,
+)
 from ckpt_tui.core.values.batched_values import Gathered, PairBatches, view_rows
 from ckpt_tui.core.values.nonfinite import SideCounts, side_counts
 from ckpt_tui.core.values.pair_sums import NO_SUMS, PairSums, pair_sums, wide_sums
@@ -81,6 +88,9 @@ class LayerChange:
     tensor such as ``num_batches_tracked``) or ``optimizer state``; see :func:`role`."""
     sides: SideCounts | None = None
     """The NaN and Inf on each side, for a layer holding some (``nonfinite``): what its row says."""
+    nonfinite_differ: bool = False
+    """Its NaN or Inf are not the same on both sides (a value became NaN or Inf): a change no sum measures, so
+    never counted unchanged nor listed as moved least."""
 
     @property
     def not_compared(self) -> bool:
@@ -180,8 +190,10 @@ def layer_change(
             found.path = path
         found.role = role(path, x, model_at)
         if found.nonfinite:
-            # (a second read of the pair, for the few holding NaN/Inf: which side holds them, how many)
+            # (a second read of the pair, for the few holding NaN/Inf: which side holds them, how many, and
+            # whether they are the same on both sides)
             found.sides = side_counts(x, y, a.byteorder, b.byteorder, cancelled)
+            found.nonfinite_differ = nonfinite_positions_differ(x, y, a.byteorder, b.byteorder)
         report.layers.append(found)
     report.layers += [
         LayerChange(p, note="only in B", role=role(p, v, model_at))

@@ -634,8 +634,10 @@ def _extremes(measured: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
     )[:BUFFERS_SHOWN]
     # a layer that did not move never moved most (a frozen one, when the rest could not be compared)
     most = [layer for layer in parameters[::-1] if layer.relative_change][:EXTREMES]
-    # with few layers the least moved would repeat the most moved: each layer is listed once
-    least = [layer for layer in parameters[:EXTREMES] if not any(layer is m for m in most)]
+    # with few layers the least moved would repeat the most moved: each layer is listed once; one whose NaN or
+    # Inf differ changed in a way no sum measures, never "least"
+    calm = [layer for layer in parameters if not layer.nonfinite_differ]
+    least = [layer for layer in calm[:EXTREMES] if not any(layer is m for m in most)]
     return most, least, others
 
 
@@ -667,7 +669,8 @@ def _layer_counts(report: LayerChangeReport, changes: list[float]) -> str:
     """``12 layers compared, 3 unchanged, median relative change 0.01`` (``… of the parameters`` when
     buffers, counters or optimizer state were measured too)."""
     measured = report.compared
-    unchanged = sum(1 for c in changes if c == 0)
+    # a layer whose NaN or Inf differ moved, though its finite positions did not
+    unchanged = sum(1 for layer in report.measured if layer.relative_change == 0 and not layer.nonfinite_differ)
     model = sum(1 for layer in measured if layer.role in MODEL_ROLES)
     if 0 < model < len(measured):
         counts = f"{counted(model, 'layer')} of the model and {counted(len(measured) - model, 'other tensor')} compared"
