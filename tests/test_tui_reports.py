@@ -851,3 +851,19 @@ async def test_enter_on_a_missing_key_says_there_is_nothing_to_go_to(tmp_path: P
         assert app.screen is screen  # still the report
         said = [n.message for n in app._notifications]
         assert any("bn.weight is in the reference only" in message for message in said), said
+
+
+async def test_at_80x24_the_compare_report_shows_the_fix_its_key_and_command_with_the_notes_under_them() -> None:
+    """A LoRA run saved by Lightning's Trainer against the plain model (tests/fixtures/peft): the PEFT and Lightning
+    notes alone took the summary's box, hiding 'f applies it here' and the command, and pushed the key hint out
+    of the dialog (user12 S1-5). The fix and how to apply it come under the verdict, the notes lead the list."""
+    fixtures = Path(__file__).parent / "fixtures" / "peft"
+    app = CkptApp(str(fixtures / "lora_run.ckpt"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await open_report(pilot, "c", fixtures / "plain.pth")
+        shown = screen_text(app)
+        assert "f applies it here as one undoable edit" in shown and "ckpt-tui convert" in shown, shown
+        assert "notes (2)" in shown and "PEFT/LoRA layout" in shown, shown
+        assert "f: apply the suggested fix" in shown, shown  # the hint line is inside the box
+        assert shown.index("suggested fix:") < shown.index("notes (2)") < shown.index("f: apply the suggested fix")

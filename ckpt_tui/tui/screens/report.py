@@ -75,19 +75,30 @@ class MeasureLayers:
 ReportResult = Jump | ApplyFix | MeasureLayers
 
 
-def report_body(described: Described) -> tuple[Text, list[Section]]:
-    """A report core described as a report screen shows it: the verdict, counts and notes, then each
-    section's rows (a row jumps to its ``path``, or else to its ``key``)."""
+def report_body(described: Described, offers: Text | None = None) -> tuple[Text, list[Section]]:
+    """A report core described as a report screen shows it: the verdict and counts, the notes (which lead the list
+    instead where a fix is offered: :func:`_notes_listed`), what the screen ``offers``; then each section's rows
+    (a row jumps to its ``path``, or else to its ``key``)."""
     from ckpt_tui.core.operations.reports import headline
 
     summary = Text(headline(described))
-    for note in described.notes:
-        summary.append(f"\nnote: {note}")
+    if not _notes_listed(described, offers):
+        for note in described.notes:
+            summary.append(f"\nnote: {note}")
+    if offers is not None:
+        summary.append_text(offers)
     sections: list[Section] = [
         (section.title, [(row.path if row.path is not None else row.key, data(row.text)) for row in section.rows])
         for section in described.sections
     ]
     return summary, sections
+
+
+def _notes_listed(described: Described, offers: Text | None) -> bool:
+    """Whether a report's notes lead its list rather than its summary: where the summary offers a fix (what to do
+    under the verdict, why under it: at 80×24 the summary's box holds a dozen lines, which a PEFT run's notes alone
+    would fill, hiding the fix's key and command)."""
+    return bool(described.fixes) and offers is not None and bool(offers.plain)
 
 
 def row_width(app_width: int) -> int:
@@ -264,10 +275,12 @@ class ReportScreen(ModalScreen[ReportResult | None]):
             return
         self.report = message.report
         described = self.described(message.report)
-        summary, sections = report_body(described)
-        summary.append_text(self.offers(described))
+        offers = self.offers(described)
+        summary, sections = report_body(described, offers)
         # the summary keeps one line per fact: the explanations lead the list, under it
         leading = self.details(described)
+        if _notes_listed(described, offers) and described.notes:
+            leading = [("notes", [(None, data(note)) for note in described.notes]), *leading]
         counts = [len(rows) for _, rows in leading] + [section.count for section in described.sections]
         columns = [""] * len(leading) + [section.columns for section in described.sections]
         self.show(summary, [*leading, *sections], counts, columns)
