@@ -203,10 +203,12 @@ async def test_the_browsers_compare_report_is_cores(tmp_path: Path) -> None:
         assert isinstance(app.screen, ReportScreen)
         assert app.screen.query_one(".dialog-body").content.plain.splitlines()[0] == headline(described)
         shown = [(title, [(t, text.plain) for t, text in rows]) for title, rows in app.screen.sections if rows]
-    # the fix's details and core's longer notes lead the list (the summary keeps one line a fact), then core's sections
+    # core's notes and longer notes lead the list in one section (the summary keeps the verdict and the fix, with
+    # its key and command), then the fix's details, then core's sections
     fix = described.fixes[0]
     details = [(None, detail) for detail in fix.details]
-    leading = [(f"{fix.title}, in detail", details), ("notes", [(None, a) for a in described.asides])]
+    notes = [(None, note) for note in [*described.notes, *described.asides]]
+    leading = [("notes", notes), (f"{fix.title}, in detail", details)]
     core = [(s.title, [(row.path, row.text) for row in s.rows]) for s in described.sections if s.rows]
     assert shown == [section for section in leading if section[1]] + core
 

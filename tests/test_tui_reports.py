@@ -864,6 +864,6 @@ async def test_at_80x24_the_compare_report_shows_the_fix_its_key_and_command_wit
         await open_report(pilot, "c", fixtures / "plain.pth")
         shown = screen_text(app)
         assert "f applies it here as one undoable edit" in shown and "ckpt-tui convert" in shown, shown
-        assert "notes (2)" in shown and "PEFT/LoRA layout" in shown, shown
+        assert "notes (3)" in shown and "PEFT/LoRA layout" in shown, shown
         assert "f: apply the suggested fix" in shown, shown  # the hint line is inside the box
-        assert shown.index("suggested fix:") < shown.index("notes (2)") < shown.index("f: apply the suggested fix")
+        assert shown.index("suggested fix:") < shown.index("notes (3)") < shown.index("f: apply the suggested fix")

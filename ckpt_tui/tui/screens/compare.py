@@ -155,7 +155,7 @@ class CompareScreen(ReportScreen):
 
     def details(self, described: Described) -> list[Section]:
         """The suggested fix's details (the keys it resizes or drops, what keeps its fresh init) first, then
-        each alternative's with its command, then core's longer notes."""
+        each alternative's with its command."""
         first: list[Section] = []
         if described.fixes and described.fixes[0].details:
             fix = described.fixes[0]
@@ -164,7 +164,7 @@ class CompareScreen(ReportScreen):
         for alternative in described.fixes[1:] if self.target.prefix is None else []:
             lines = [*alternative.details, *self.commands(alternative.suggestion)]
             first.append((alternative.title, [(None, data(line)) for line in lines]))
-        return [*first, *super().details(described)]
+        return first
 
     def commands(self, suggestion: Any) -> list[str]:
         """A fix's command for the file on disk (what it assumes first), or why none can write it."""

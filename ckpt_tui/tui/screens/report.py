@@ -277,10 +277,12 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         described = self.described(message.report)
         offers = self.offers(described)
         summary, sections = report_body(described, offers)
-        # the summary keeps one line per fact: the explanations lead the list, under it
-        leading = self.details(described)
-        if _notes_listed(described, offers) and described.notes:
-            leading = [("notes", [(None, data(note)) for note in described.notes]), *leading]
+        # the summary keeps one line per fact: the explanations lead the list, under it, in one "notes" section:
+        # the notes first where the summary offers a fix, else after the screen's own details
+        listed = _notes_listed(described, offers)
+        notes = [*(described.notes if listed else []), *described.asides]
+        noted: list[Section] = [("notes", [(None, data(note)) for note in notes])] if notes else []
+        leading = [*noted, *self.details(described)] if listed else [*self.details(described), *noted]
         counts = [len(rows) for _, rows in leading] + [section.count for section in described.sections]
         columns = [""] * len(leading) + [section.columns for section in described.sections]
         self.show(summary, [*leading, *sections], counts, columns)
@@ -296,10 +298,9 @@ class ReportScreen(ModalScreen[ReportResult | None]):
         return Text()
 
     def details(self, described: Described) -> list[Section]:
-        """The sections that lead the list, before core's: the report's longer explanations (``asides``)."""
-        if not described.asides:
-            return []
-        return [("notes", [(None, data(aside)) for aside in described.asides])]
+        """The screen's own sections that lead the list, before core's (a fix's details); core's notes and longer
+        explanations (``asides``) are placed beside them in one "notes" section."""
+        return []
 
     def hints(self) -> list[str]:
         """The keys that apply to the report shown, in words (after enter and escape)."""
