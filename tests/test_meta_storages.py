@@ -70,3 +70,16 @@ def test_a_later_use_of_a_key_is_its_first_storage_whatever_it_says(
     report = check_checkpoint(checkpoint)
     assert report.weights_only is not None and report.weights_only.loads
     assert {p.path[-1] for p in report.problems if p.kind == "nan"} == {"a", "b"}
+
+
+def test_safetensors_says_why_it_cannot_hold_a_meta_tensor(tmp_path, capsys):
+    """A meta tensor is shape and dtype only: a .safetensors output is refused for the reason that holds (it said
+    float32 dense tensors cannot be written); .pth keeps it, as torch loads it."""
+    path = tmp_path / "meta.pt"
+    torch.save({"m": torch.empty(3, 4, device="meta")}, path)
+    assert main(["convert", str(path), "-o", str(tmp_path / "m.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "a tensor with no values (a meta tensor" in err and "float32 dense" not in err, err
+    assert main(["convert", str(path), "-o", str(tmp_path / "m.pth")]) == 0
+    loaded = torch.load(tmp_path / "m.pth", weights_only=True)["m"]
+    assert loaded.is_meta and loaded.shape == (3, 4) and loaded.dtype == torch.float32

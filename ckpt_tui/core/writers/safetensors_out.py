@@ -136,6 +136,12 @@ class SafetensorsPlan:
         repeating: dict[tuple[Any, ...], bool] = {}  # by layout (offset, shape, stride, dtype): judged once each
         for name, tensor in root.items():
             storage = tensor.storage
+            if storage is None and tensor.kind == "dense":
+                # a meta tensor (or one with no storage): shape and dtype, no values for safetensors to hold
+                raise WriteError(
+                    f"{name!r}: a tensor with no values (a meta tensor: shape and dtype only) cannot be written as "
+                    "safetensors; write .pth, or drop it"
+                )
             if storage is None or tensor.kind != "dense" or tensor.dtype not in TORCH_TO_SAFETENSORS:
                 raise WriteError(f"{name!r}: {tensor.dtype} {tensor.kind} tensors cannot be written as safetensors")
             layout = (tensor.offset, tensor.shape, tensor.stride, tensor.dtype)
