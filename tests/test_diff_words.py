@@ -112,6 +112,11 @@ CAST_PAIRS = [
     (torch.int32, torch.int64),
     (torch.uint8, torch.float32),
     (torch.bool, torch.int8),
+    # one width on both sides: a pair can hold equal bits that are other values (an int32 1065353216, a float32 1.0)
+    (torch.float32, torch.int32),
+    (torch.float16, torch.bfloat16),
+    (torch.int16, torch.float16),
+    (torch.uint8, torch.int8),
 ]
 
 
@@ -120,7 +125,8 @@ def test_many_casts_read_in_batches_say_what_each_pair_read_alone_says_and_what_
 ):
     """Hundreds of small cast pairs (a whole checkpoint cast) are compared in batches: each pair's words are those
     of the pair read alone, and agree with torch's comparison of the two tensors as float64 (NaN, ±0, Inf, a value
-    the cast rounded, a value changed after it)."""
+    the cast rounded or took past the narrower range, a value changed after it, and the same bits read as another
+    dtype: ``x.view(int32)``, whose bits are equal and whose values are not)."""
     from ckpt_tui.core.values import batched_values
 
     generator = torch.Generator().manual_seed(3)
@@ -130,9 +136,13 @@ def test_many_casts_read_in_batches_say_what_each_pair_read_alone_says_and_what_
         x = (torch.randn(5, generator=generator) * 3).to(wide)
         if wide.is_floating_point and index % 5 == 1:
             x[0], x[1] = float("nan") if index % 2 else float("inf"), -0.0
+        if wide == torch.float32 and index % 6 == 2:
+            x[3] = 1e5  # past float16's range: Inf in B
         y = x.to(narrow)
         if index % 7 == 3:
             y[2] += 1
+        if wide.itemsize == narrow.itemsize and index % 3 == 0:
+            y = x.view(narrow).clone()
         a[f"t{index}"], b[f"t{index}"] = x, y
     torch.save(a, tmp_path / "a.pth")
     torch.save(b, tmp_path / "b.pth")
@@ -144,12 +154,16 @@ def test_many_casts_read_in_batches_say_what_each_pair_read_alone_says_and_what_
     batched = words()
     monkeypatch.setattr(batched_values, "MIN_BATCHED", 10**9)  # each pair read alone
     assert words() == batched and len(batched) == 210
+    views = 0
     for key, said in batched.items():
         x, y = a[key].double(), b[key].double()
-        both_nan = x.isnan() & y.isnan()
-        if not torch.equal(x.isnan(), y.isnan()):
-            assert said == "NaN/Inf positions differ", key
-        elif torch.equal(x[~both_nan], y[~both_nan]):
-            assert said == "equal as values", key
+        finite = x.isfinite() & y.isfinite()
+        agree = (x == y) | (x.isnan() & y.isnan())
+        views += a[key].untyped_storage().tolist() == b[key].untyped_storage().tolist()
+        if (~finite & ~agree).any():
+            assert said == "NaN/Inf positions differ", (key, said)
+        elif torch.equal(x[finite], y[finite]):
+            assert said == "equal as values", (key, said)
         else:
             assert said.startswith("values differ: max |a-b| "), (key, said)
+    assert views >= 20  # pairs of equal bytes and other values were among them

@@ -395,8 +395,8 @@ def diff(
         only_a=[key_text(k) for k in left if k not in right],
         only_b=[key_text(k) for k in right if k not in left],
     )
-    common = [k for k in left if k in right]
-    pairs = [(left[path], right[path]) for path in common]
+    common_pairs = [(path, left[path], right[path]) for path in left if path in right]
+    pairs = [(x, y) for _, x, y in common_pairs]
     compared = _alike_pairs(pairs)
     if values_refused is not None and compared:
         report.values_not_compared = f"{counted(len(compared), 'tensor')} alike in shape and dtype: {values_refused}"
@@ -406,7 +406,6 @@ def diff(
     casts = [(x, y) for x, y in pairs if isinstance(x, Tensor) and isinstance(y, Tensor) and _cast(x, y)]
     values = _Values(a.byteorder, b.byteorder, compared)
     cast_values = _Values(a.byteorder, b.byteorder, casts if values_refused is None else [])
-    common_pairs = [(path, left[path], right[path]) for path in common]
     kinds = records_parameters(a) and records_parameters(b)
     _diff_common(common_pairs, (values, cast_values), report, progress, inner_state_dict(root_a), kinds)
     if report.only_a and report.only_b:
@@ -625,8 +624,9 @@ def _compare_values(x: Tensor, y: Tensor, order_a: str, order_b: str) -> tuple[f
     chunks are compared on the statistics threads while the next are read, and the answers joined in order."""
     # a neg or conj view bit: the values torch loads are compared (the same bytes may load as other values)
     views = bool(x.metadata or y.metadata)
-    # (bits compare only in one byte order; else values are compared even when equal, and nothing is "same")
-    bitwise = order_a == order_b or views
+    # (bits compare only in one byte order and one dtype: a cast pair's equal bits are other values, an int32
+    # 1065353216 and a float32 1.0; else values are compared even when equal, and nothing is "same")
+    bitwise = (order_a == order_b or views) and x.dtype == y.dtype
     found = _ChunkComparison()
     pool = worker_pool() if x.numel > CHUNK_ELEMENTS else None
     # reading chunk k reuses the buffers of chunk k - STATS_THREADS - 1, settled by then
