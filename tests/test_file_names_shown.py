@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders_tui import screen_text, settle
+from builders_tui import loaded, screen_text, settle, status
 
 from ckpt_tui.cli import main
 from ckpt_tui.tui.app import CkptApp
@@ -73,3 +73,27 @@ async def test_the_browser_names_a_file_it_cannot_open_as_typed(files: Path) -> 
         assert isinstance(app.screen, ErrorScreen)
         text = screen_text(app)
         assert "bad\\xff.pth" in text and "\\udcff" not in text, text
+
+
+def test_diff_names_its_files_as_typed(files: Path, capsys) -> None:
+    """A report's headline names the compared files as the error lines do (it read 'DIFFERENT (good\\udcfe...')."""
+    torch.save({"w": torch.zeros(2)}, files / "other.pth")
+    main(["diff", str(files / GOOD), str(files / "other.pth")])
+    headline = capsys.readouterr().out.splitlines()[0]
+    assert "good\\xfe\\xff.pth vs" in headline and "\\udc" not in headline, headline  # (a key k\udcff follows)
+
+
+async def test_the_browser_names_an_opened_file_as_typed_in_its_header_tree_and_saves(files: Path) -> None:
+    app = CkptApp(str(files / GOOD))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await settle(pilot)
+        lines = screen_text(app).splitlines()
+        named = [line for line in lines if "good" in line]  # the header and the tree's root (a key k\udcff follows)
+        assert len(named) == 2 and all("good\\xfe\\xff.pth" in line for line in named), lines
+        assert not any("\\udc" in line or "good\\\\xfe" in line for line in named), named  # never escaped again
+        await settle(pilot, "ctrl+s")
+        await settle(pilot, "enter")
+        await settle(pilot)
+        assert "saved good\\xfe\\xff.fixed.pth" in status(app) and "\\udc" not in status(app), status(app)
+    assert (files / os.fsdecode(b"good\xfe\xff.fixed.pth")).exists()

@@ -367,7 +367,11 @@ def average(args: argparse.Namespace) -> int:
 
 
 def _side(path: str, at: str | None) -> str:
-    return f"{path} at {at}" if at else path
+    """A compared side as reports name it: the file as a user types it (``bad\\xff.pth``), and its subtree."""
+    from ckpt_tui.core.runtime.safe_text import printable_path
+
+    name = printable_path(path)
+    return f"{name} at {at}" if at else name
 
 
 def convert(args: argparse.Namespace) -> int:

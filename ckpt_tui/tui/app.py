@@ -27,7 +27,7 @@ from ckpt_tui.core.model.tree import iter_tensors
 from ckpt_tui.core.operations.convert import fixed_output_path
 from ckpt_tui.core.readers.open import open_checkpoint
 from ckpt_tui.core.runtime import process
-from ckpt_tui.core.runtime.safe_text import printable, with_file_names
+from ckpt_tui.core.runtime.safe_text import printable, printable_path, with_file_names
 from ckpt_tui.core.writers.judge import Outlook
 from ckpt_tui.tui.bindings import APP_BINDINGS, key_rows
 from ckpt_tui.tui.host import BrowserHost
@@ -65,7 +65,8 @@ class CkptApp(App[None]):
         self.opened = path  # one path, or several rank files opened as one checkpoint
         self.path = path if isinstance(path, str) else path[0]
         self.readonly = readonly
-        self.display_name = display_name or os.path.basename(self.path.rstrip("/")) or self.path
+        # the file as a user types its name (bytes that are not UTF-8 as \xff): it is shown, never opened
+        self.display_name = display_name or printable_path(os.path.basename(self.path.rstrip("/")) or self.path)
         self.session: Session | None = None
         self.last_saved: str | None = None
         self.saving = False
@@ -323,16 +324,17 @@ class CkptApp(App[None]):
             self.browser.update_status(f"not saved: {error}")
             return
         # the status line leads with the weights_only verdict in one line; the notification has it all
-        self.notify(printable(browser_words(message.line)), title="Saved", timeout=15, markup=False)
+        self.notify(printable(self.named_files(browser_words(message.line))), title="Saved", timeout=15, markup=False)
         if self.session is not None and self.session.version == message.version:
             self.session.mark_saved()
             self.last_saved = message.target
-        self.browser.update_status(message.short, lead=True)
+        self.browser.update_status(self.named_files(message.short), lead=True)
         if message.replaced_source:
             self._reopen()
 
     def named_files(self, error: str) -> str:
-        """An error line with the files opened (and saved) named as given: bytes that are not UTF-8 as ``\\xff``."""
+        """A line (an error, a save's outcome) with the files opened and saved named as given: bytes that are not
+        UTF-8 as ``\\xff``."""
         opened = [self.opened] if isinstance(self.opened, str) else list(self.opened)
         return with_file_names(error, [*opened, *([self.last_saved] if self.last_saved else [])])
 

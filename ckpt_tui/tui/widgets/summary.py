@@ -17,7 +17,7 @@ from ckpt_tui.core.model.formats import format_name
 from ckpt_tui.core.operations.check import CheckReport
 from ckpt_tui.core.operations.info import Summary
 from ckpt_tui.core.operations.staged import blocker_words, code_blockers, sanitizable, sanitize_command
-from ckpt_tui.core.runtime.safe_text import printable
+from ckpt_tui.core.runtime.safe_text import printable, printable_path
 from ckpt_tui.core.weights_only.verdict import CANNOT_TELL, Verdict
 from ckpt_tui.core.writers.judge import Outlook
 
@@ -215,7 +215,7 @@ def summary_text(
     finding's first clause only (:func:`finding_text`)."""
     ckpt = summary.checkpoint
     text = Text()
-    text.append(printable(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
+    text.append(printable_path(os.path.basename(ckpt.path.rstrip("/")) or ckpt.path), style="bold")
     edited = weights_only is not None and weights_only.edited
     # once edited, the size is the file's and the counts are the staged tree's: each is said to be which
     parts: list[str | Text] = [

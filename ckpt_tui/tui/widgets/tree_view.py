@@ -304,12 +304,15 @@ class CheckpointTree(Tree[NodeData], inherit_bindings=False):
     # ---- showing a tree -----------------------------------------------------------------
 
     def show(self, root: Any, name: str, view: ViewState | None = None) -> TreeNode[NodeData]:
-        """Show a (new) tree, keeping the expanded lines and the cursor of ``view`` where they still exist."""
+        """Show a (new) tree, keeping the expanded lines and the cursor of ``view`` where they still exist (``name``:
+        the file's name as the app shows it, escaped already)."""
         self.clear()
         self.target_node = None
         self.totals = TotalsCache()
         self._short_keys.clear()
         parts = value_parts(name, root, None, self.styles_by_role)  # the header has the totals
+        # a file name, not a key: shown as given (a key's escaping would double the backslash of its \xff)
+        parts[0] = parts[0]._replace(text=name)
         self.root.set_label(styled(parts))
         self.root.data = NodeData((), root, parts=parts)
         self.load(self.root)
