@@ -443,6 +443,19 @@ def test_finite_inputs_whose_weighted_sum_rounds_past_the_dtype_are_refused_sayi
     assert not out.exists()
 
 
+def test_a_mixed_dtype_average_past_the_first_files_range_is_refused(tmp_path, capsys):
+    """An fp16 file averaged with an fp32 one holding 1e6: written in the first file's dtype, the mean (500000.5)
+    is Inf in fp16, as torch's own weighted mean cast to fp16 is; refused saying the sum is past float16's range."""
+    a = {"w": torch.tensor([1.0, 60000.0], dtype=torch.float16)}
+    b = {"w": torch.tensor([1.0, 1e6])}
+    paths = save_all(tmp_path, [a, b])
+    assert not torch.isfinite((0.5 * a["w"].double() + 0.5 * b["w"].double()).to(torch.float16)).all()
+    out = tmp_path / "soup.pth"
+    assert main(["average", *paths, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the weighted sum there is past float16's range (--weights 0.5,0.5)" in err and not out.exists(), err
+
+
 def test_an_optimizers_step_counters_are_taken_from_the_first_file_with_its_step(tmp_path, capsys):
     """Adam keeps each parameter's step as a float tensor: averaged (200, 300 → 250) it would disagree with the
     checkpoint's own step kept from the first file, which info then flags. It is a counter: taken from the first
